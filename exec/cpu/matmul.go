@@ -1,0 +1,89 @@
+package cpu
+
+// MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
+// row-major), y is [T,N]. Work is split over blocks of N and T; every
+// element is one dot product summed in a fixed order, so y[t] does not
+// depend on T or on the thread count.
+func MatMul(y, x, w []float32, T, K, N int) error {
+	if err := checkMatMul("MatMul", y, x, w, T, K, N); err != nil {
+		return err
+	}
+	matmul(y, x, w, T, K, N, true)
+	return nil
+}
+
+func checkMatMul(op string, y, x, w []float32, T, K, N int) error {
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return err
+	}
+	if err := checkLen(op, "x", len(x), T*K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "w", len(w), N*K); err != nil {
+		return err
+	}
+	return checkLen(op, "y", len(y), T*N)
+}
+
+// Block sizes: a block of w rows stays in L2 while every token of a block of
+// tokens passes over it.
+const (
+	matmulRowBytes = 256 << 10 // w bytes per block
+	matmulTokens   = 32
+)
+
+func matmul(y, x, w []float32, T, K, N int, parallel bool) {
+	nb := matmulRowBytes / (4 * K)
+	nb = max(4, min(nb, 256))
+	if nb > N {
+		nb = N
+	}
+	tb := min(T, matmulTokens)
+	nBlocks := (N + nb - 1) / nb
+	tBlocks := (T + tb - 1) / tb
+	run := func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			n0 := (b % nBlocks) * nb
+			n1 := min(n0+nb, N)
+			t0 := (b / nBlocks) * tb
+			t1 := min(t0+tb, T)
+			for t := t0; t < t1; t++ {
+				xr := x[t*K : t*K+K]
+				yr := y[t*N : t*N+N]
+				for n := n0; n < n1; n++ {
+					yr[n] = dot(xr, w[n*K:n*K+K])
+				}
+			}
+		}
+	}
+	if !parallel {
+		run(0, nBlocks*tBlocks)
+		return
+	}
+	parallelFor(nBlocks*tBlocks, nb*tb*K, run)
+}
+
+// dot returns sum_i a[i]*b[i] with eight interleaved partial sums (for
+// instruction-level parallelism), combined pairwise. The order depends only
+// on len(a), never on where the slices live.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		aa := a[i : i+8 : i+8]
+		bb := b[i : i+8 : i+8]
+		s0 += aa[0] * bb[0]
+		s1 += aa[1] * bb[1]
+		s2 += aa[2] * bb[2]
+		s3 += aa[3] * bb[3]
+		s4 += aa[4] * bb[4]
+		s5 += aa[5] * bb[5]
+		s6 += aa[6] * bb[6]
+		s7 += aa[7] * bb[7]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+}

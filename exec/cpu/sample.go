@@ -1,0 +1,225 @@
+package cpu
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// SamplerConfig chooses how the next token is drawn from the logits. The
+// steps and their order are those of Hugging Face generate: repetition
+// penalty, then (when sampling) temperature, top-k, top-p, min-p, and a draw
+// from the softmax of what is left.
+type SamplerConfig struct {
+	Temperature       float64 // <= 0: greedy (argmax, first maximum on ties)
+	TopK              int     // keep the k highest logits (ties with the k-th kept); 0: off
+	TopP              float64 // keep the smallest prefix of mass >= TopP; 0 or 1: off
+	MinP              float64 // drop tokens with p < MinP * max p; 0: off
+	RepetitionPenalty float64 // divide positive, multiply negative logits of seen tokens; 0 or 1: off
+	Seed              uint64  // the draws are a deterministic function of the seed
+}
+
+// Sampler draws tokens; it is not safe for concurrent use.
+type Sampler struct {
+	cfg     SamplerConfig
+	rng     *rand.Rand
+	scores  []float32
+	seen    []uint32 // generation stamp per token id, for the penalty
+	stamp   uint32
+	kept    []int32
+	weights []float64
+}
+
+// NewSampler validates cfg and returns a sampler seeded with cfg.Seed.
+func NewSampler(cfg SamplerConfig) (*Sampler, error) {
+	switch {
+	case math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0):
+		return nil, fmt.Errorf("sampler: temperature %g must be finite", cfg.Temperature)
+	case cfg.TopK < 0:
+		return nil, fmt.Errorf("sampler: top-k %d must not be negative", cfg.TopK)
+	case !(cfg.TopP >= 0 && cfg.TopP <= 1):
+		return nil, fmt.Errorf("sampler: top-p %g must be in [0, 1]", cfg.TopP)
+	case !(cfg.MinP >= 0 && cfg.MinP <= 1):
+		return nil, fmt.Errorf("sampler: min-p %g must be in [0, 1]", cfg.MinP)
+	case !(cfg.RepetitionPenalty >= 0) || math.IsInf(cfg.RepetitionPenalty, 0):
+		return nil, fmt.Errorf("sampler: repetition penalty %g must be positive and finite", cfg.RepetitionPenalty)
+	}
+	s := &Sampler{cfg: cfg}
+	s.Reseed(cfg.Seed)
+	return s, nil
+}
+
+// Reseed restarts the random stream as if the sampler were new with seed.
+func (s *Sampler) Reseed(seed uint64) {
+	s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// Greedy reports whether the sampler takes the argmax.
+func (s *Sampler) Greedy() bool { return s.cfg.Temperature <= 0 }
+
+// Sample returns the next token for logits [V]. history holds the tokens so
+// far (prompt and generated), used by the repetition penalty only.
+func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
+	V := len(logits)
+	if V == 0 {
+		return 0, fmt.Errorf("sampler: no logits")
+	}
+	sc := grow(&s.scores, V)
+	copy(sc, logits)
+	if p := float32(s.cfg.RepetitionPenalty); p != 0 && p != 1 {
+		if err := s.penalise(sc, history, p); err != nil {
+			return 0, err
+		}
+	}
+	if s.Greedy() {
+		return int32(argmax(sc)), nil
+	}
+	if t := float32(s.cfg.Temperature); t != 1 {
+		for i := range sc {
+			sc[i] /= t
+		}
+	}
+	for i, x := range sc {
+		if x != x {
+			return 0, fmt.Errorf("sampler: logit %d is NaN", i)
+		}
+	}
+	kept := s.topK(sc)
+	// Probabilities of the kept tokens, best first, unnormalised.
+	w := grow(&s.weights, len(kept))
+	top := float64(sc[kept[0]])
+	if math.IsInf(top, -1) {
+		return 0, fmt.Errorf("sampler: every logit is -Inf")
+	}
+	total := 0.0
+	for i, id := range kept {
+		w[i] = math.Exp(float64(sc[id]) - top)
+		total += w[i]
+	}
+	for len(w) > 1 && w[len(w)-1] == 0 { // -Inf logits, or too far below the best
+		kept, w = kept[:len(kept)-1], w[:len(w)-1]
+	}
+	if p := s.cfg.TopP; p > 0 && p < 1 {
+		// Keep a token while the mass ranked above it is below p.
+		cum := 0.0
+		for i := range w {
+			if i > 0 && cum >= p*total {
+				kept, w = kept[:i], w[:i]
+				break
+			}
+			cum += w[i]
+		}
+	}
+	if mp := s.cfg.MinP; mp > 0 {
+		// Normalisation cancels: compare with min_p times the best weight.
+		lim := mp * w[0]
+		n := 1
+		for n < len(w) && w[n] >= lim {
+			n++
+		}
+		kept, w = kept[:n], w[:n]
+	}
+	total = 0
+	for _, x := range w {
+		total += x
+	}
+	u := s.rng.Float64() * total
+	for i, x := range w {
+		u -= x
+		if u < 0 {
+			return kept[i], nil
+		}
+	}
+	return kept[len(kept)-1], nil // rounding left u at the very end
+}
+
+// penalise applies the repetition penalty once to every distinct id of
+// history, as transformers' RepetitionPenaltyLogitsProcessor does.
+func (s *Sampler) penalise(sc []float32, history []int32, p float32) error {
+	if len(s.seen) != len(sc) {
+		s.seen = make([]uint32, len(sc))
+		s.stamp = 0
+	}
+	s.stamp++
+	if s.stamp == 0 {
+		clear(s.seen)
+		s.stamp = 1
+	}
+	for _, id := range history {
+		if id < 0 || int(id) >= len(sc) {
+			return fmt.Errorf("sampler: history token %d is outside the vocabulary [0, %d)", id, len(sc))
+		}
+		if s.seen[id] == s.stamp {
+			continue
+		}
+		s.seen[id] = s.stamp
+		if x := sc[id]; x < 0 {
+			sc[id] = x * p
+		} else {
+			sc[id] = x / p
+		}
+	}
+	return nil
+}
+
+// topK returns the ids of the kept tokens sorted best first (higher score,
+// then lower id). With top-k on, a token is kept when its score is at least
+// the k-th highest, as in transformers, so ties at the boundary all stay.
+func (s *Sampler) topK(sc []float32) []int32 {
+	kept := s.kept[:0]
+	if k := s.cfg.TopK; k > 0 && k < len(sc) {
+		h := minHeap(make([]float32, 0, k))
+		for _, x := range sc {
+			if len(h) < k {
+				heap.Push(&h, x)
+			} else if x > h[0] {
+				h[0] = x
+				heap.Fix(&h, 0)
+			}
+		}
+		lim := h[0]
+		for i, x := range sc {
+			if x >= lim {
+				kept = append(kept, int32(i))
+			}
+		}
+	} else {
+		for i := range sc {
+			kept = append(kept, int32(i))
+		}
+	}
+	slices.SortFunc(kept, func(a, b int32) int {
+		switch {
+		case sc[a] > sc[b]:
+			return -1
+		case sc[a] < sc[b]:
+			return 1
+		}
+		return int(a - b)
+	})
+	s.kept = kept
+	return kept
+}
+
+type minHeap []float32
+
+func (h minHeap) Len() int           { return len(h) }
+func (h minHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h minHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *minHeap) Push(x any)        { *h = append(*h, x.(float32)) }
+func (h *minHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func grow[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
