@@ -1,0 +1,460 @@
+package ckpt
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"lagc/models"
+)
+
+// KV is one GGUF metadata entry. Value is a Go value of a type GGUF has:
+// uint8 ... float64, bool, string, a slice of one of those, or []any of
+// slices for nested arrays.
+type KV struct {
+	Key   string
+	Value any
+}
+
+// WriteOptions controls WriteGGUF.
+type WriteOptions struct {
+	// DType is the element type of weight matrices: F32, F16 or BF16.
+	// Vectors, norms and the router (ffn_gate_inp) stay f32, as llama.cpp
+	// keeps them.
+	DType DType
+	// KeepDType writes every tensor in its stored type (DType is ignored).
+	KeepDType bool
+	// Name is general.name; empty omits it.
+	Name string
+	// Extra metadata (a tokenizer, say), written after the model's keys.
+	Extra []KV
+	// Progress, when set, is called after each tensor is written.
+	Progress func(done, total int, t TensorInfo, out DType)
+}
+
+// ggufAlignment is the data alignment lagc writes (GGUF's default, so no
+// general.alignment key is needed).
+const ggufAlignment = 32
+
+// ConfigMetadata returns the GGUF metadata of cfg under llama.cpp's laguna
+// keys, plus lagc's router-softcap key. It fails for a configuration the
+// keys cannot express.
+func ConfigMetadata(cfg *models.Config) ([]KV, error) {
+	n := cfg.NumLayers
+	const p = "laguna."
+	heads := make([]int32, n)
+	pattern := make([]bool, n)
+	for l := 0; l < n; l++ {
+		heads[l] = int32(cfg.Heads(l))
+		pattern[l] = cfg.IsSliding(l)
+	}
+	lead := 0
+	for lead < n && !cfg.IsMoE(lead) {
+		lead++
+	}
+	anyMoE := false
+	for l := lead; l < n; l++ {
+		if !cfg.IsMoE(l) {
+			return nil, fmt.Errorf("mlp_layer_types %v: GGUF's leading_dense_block_count can only express dense layers before all MoE layers", cfg.MLPLayerTypes)
+		}
+		anyMoE = true
+	}
+	full, swa := cfg.RopeParameters[models.FullAttention], cfg.RopeParameters[models.SlidingAttention]
+	if swa.Type == "yarn" {
+		return nil, fmt.Errorf("rope_parameters.sliding_attention is yarn: llama.cpp's laguna keys give sliding layers default rope only")
+	}
+	kv := []KV{
+		{"general.architecture", "laguna"},
+		{p + "block_count", u32(cfg.NumLayers)},
+		{p + "context_length", u32(cfg.MaxPositionEmbeddings)},
+		{p + "embedding_length", u32(cfg.HiddenSize)},
+		{p + "feed_forward_length", u32(cfg.IntermediateSize)},
+		{p + "vocab_size", u32(cfg.VocabSize)},
+		{p + "attention.head_count", heads},
+		{p + "attention.head_count_kv", u32(cfg.NumKVHeads)},
+		{p + "attention.key_length", u32(cfg.HeadDim)},
+		{p + "attention.value_length", u32(cfg.HeadDim)},
+		{p + "attention.layer_norm_rms_epsilon", float32(cfg.RMSNormEps)},
+		{p + "attention.sliding_window_pattern", pattern},
+		{KeyGatePerHead, cfg.Gating != models.GatingPerElement},
+	}
+	if cfg.SlidingWindow > 0 {
+		kv = append(kv, KV{p + "attention.sliding_window", u32(cfg.SlidingWindow)})
+	}
+	kv = append(kv, KV{p + "leading_dense_block_count", u32(lead)})
+	if anyMoE {
+		kv = append(kv,
+			KV{p + "expert_count", u32(cfg.NumExperts)},
+			KV{p + "expert_used_count", u32(cfg.NumExpertsPerTok)},
+			KV{p + "expert_feed_forward_length", u32(cfg.MoEIntermediateSize)},
+			KV{p + "expert_shared_feed_forward_length", u32(cfg.SharedExpertSize)},
+			KV{p + "expert_weights_norm", true},
+			KV{p + "expert_weights_scale", float32(cfg.RoutedScaling)},
+			KV{p + "expert_gating_func", uint32(2)}, // sigmoid
+			KV{KeyRouterSoftcap, float32(cfg.RouterSoftcap)},
+		)
+	}
+	kv = append(kv,
+		KV{p + "rope.dimension_count", u32(int(float64(cfg.HeadDim) * full.PartialRotaryFactor))},
+		KV{p + "rope.dimension_count_swa", u32(int(float64(cfg.HeadDim) * swa.PartialRotaryFactor))},
+		KV{p + "rope.freq_base", float32(full.Theta)},
+		KV{p + "rope.freq_base_swa", float32(swa.Theta)},
+	)
+	if full.Type == "yarn" {
+		kv = append(kv,
+			KV{p + "rope.scaling.type", "yarn"},
+			KV{p + "rope.scaling.factor", float32(full.Factor)},
+			KV{p + "rope.scaling.original_context_length", u32(full.OriginalContext)},
+			KV{p + "rope.scaling.yarn_beta_fast", float32(full.BetaFast)},
+			KV{p + "rope.scaling.yarn_beta_slow", float32(full.BetaSlow)},
+		)
+		if full.AttentionFactor != 0 {
+			kv = append(kv, KV{p + "rope.scaling.yarn_attn_factor", float32(full.AttentionFactor)})
+		}
+	}
+	if cfg.BOSTokenID >= 0 {
+		kv = append(kv, KV{"tokenizer.ggml.bos_token_id", u32(cfg.BOSTokenID)})
+	}
+	if len(cfg.EOSTokenIDs) > 0 {
+		kv = append(kv, KV{"tokenizer.ggml.eos_token_id", u32(cfg.EOSTokenIDs[0])})
+	}
+	if len(cfg.EOSTokenIDs) > 1 {
+		kv = append(kv, KV{"tokenizer.ggml.eot_token_id", u32(cfg.EOSTokenIDs[1])})
+	}
+	if cfg.PadTokenID >= 0 {
+		kv = append(kv, KV{"tokenizer.ggml.padding_token_id", u32(cfg.PadTokenID)})
+	}
+	return kv, nil
+}
+
+func u32(v int) uint32 { return uint32(v) }
+
+// outDType picks the stored type of one tensor in the output.
+func outDType(t TensorInfo, opt WriteOptions) (DType, error) {
+	if opt.KeepDType {
+		return t.DType, nil
+	}
+	if !t.DType.Float() {
+		return 0, fmt.Errorf("%s is %s: converting quantised tensors is not supported yet", t.Name, t.DType)
+	}
+	if len(t.Shape) <= 1 || strings.HasSuffix(t.Name, "_norm.weight") || strings.HasSuffix(t.Name, "ffn_gate_inp.weight") {
+		return F32, nil
+	}
+	return opt.DType, nil
+}
+
+// WriteGGUF writes ck as a GGUF v3 file to w, one tensor at a time: the
+// whole model is never held in memory.
+func WriteGGUF(w io.Writer, ck Checkpoint, opt WriteOptions) error {
+	if !opt.KeepDType && !opt.DType.Float() {
+		return fmt.Errorf("output dtype %s: want f32, f16 or bf16", opt.DType)
+	}
+	kv, err := ConfigMetadata(ck.Config())
+	if err != nil {
+		return fmt.Errorf("model configuration: %w", err)
+	}
+	tensors := ck.Tensors()
+	outs := make([]DType, len(tensors))
+	counts := map[DType]int{}
+	for i, t := range tensors {
+		if outs[i], err = outDType(t, opt); err != nil {
+			return err
+		}
+		if len(t.Shape) >= 2 {
+			counts[outs[i]]++
+		}
+	}
+	kv = append(kv, KV{"general.file_type", fileType(counts)})
+	if opt.Name != "" {
+		kv = append(kv, KV{"general.name", opt.Name})
+	}
+	kv = append(kv, opt.Extra...)
+
+	var h bytes.Buffer
+	le := func(v any) { binary.Write(&h, binary.LittleEndian, v) }
+	le(uint32(ggufMagic))
+	le(uint32(3))
+	le(uint64(len(tensors)))
+	le(uint64(len(kv)))
+	seen := map[string]bool{}
+	for _, e := range kv {
+		if seen[e.Key] {
+			return fmt.Errorf("metadata key %s given twice", e.Key)
+		}
+		seen[e.Key] = true
+		writeString(&h, e.Key)
+		if err := writeValue(&h, e.Value, true); err != nil {
+			return fmt.Errorf("metadata %s: %w", e.Key, err)
+		}
+	}
+	sizes := make([]int64, len(tensors))
+	off := int64(0)
+	for i, t := range tensors {
+		n := t.Elements()
+		if sizes[i], err = outs[i].byteSize(n); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		writeString(&h, t.Name)
+		le(uint32(len(t.Shape)))
+		for j := len(t.Shape) - 1; j >= 0; j-- {
+			le(uint64(t.Shape[j]))
+		}
+		le(uint32(outs[i]))
+		le(uint64(off))
+		off = alignUp(off+sizes[i], ggufAlignment)
+	}
+	h.Write(make([]byte, alignUp(int64(h.Len()), ggufAlignment)-int64(h.Len())))
+	if _, err := w.Write(h.Bytes()); err != nil {
+		return err
+	}
+	for i, t := range tensors {
+		if err := writeTensor(w, ck, t, outs[i]); err != nil {
+			return fmt.Errorf("writing %s: %w", t.Name, err)
+		}
+		if pad := alignUp(sizes[i], ggufAlignment) - sizes[i]; pad > 0 {
+			if _, err := w.Write(make([]byte, pad)); err != nil {
+				return err
+			}
+		}
+		if opt.Progress != nil {
+			opt.Progress(i+1, len(tensors), t, outs[i])
+		}
+	}
+	return nil
+}
+
+// fileType is llama.cpp's general.file_type for the dominant matrix type.
+func fileType(counts map[DType]int) uint32 {
+	best, bestN := F32, -1
+	for _, d := range []DType{F32, F16, BF16} {
+		if counts[d] > bestN {
+			best, bestN = d, counts[d]
+		}
+	}
+	switch best {
+	case F16:
+		return 1
+	case BF16:
+		return 32
+	}
+	return 0
+}
+
+// chunkElems bounds the conversion buffer (elements) while streaming.
+const chunkElems = 1 << 20
+
+// writeTensor streams one tensor, converting piece by piece in chunks.
+func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
+	c, ok := ck.(*checkpoint)
+	if !ok {
+		// Another implementation: go through its public methods.
+		if t.DType == out {
+			raw, err := ck.Raw(t.Name)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(raw)
+			return err
+		}
+		f, err := ck.ReadF32(t.Name)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(encode(nil, f, out))
+		return err
+	}
+	e, err := c.lookup(t.Name)
+	if err != nil {
+		return err
+	}
+	if t.DType == out {
+		for _, p := range e.pieces {
+			if _, err := w.Write(p.bytes()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	es := 4
+	if t.DType != F32 {
+		es = 2
+	}
+	f := make([]float32, chunkElems)
+	var buf []byte
+	for _, p := range e.pieces {
+		raw := p.bytes()
+		for len(raw) > 0 {
+			n := min(len(raw)/es, chunkElems)
+			if err := decodeInto(f[:n], raw[:n*es], t.DType); err != nil {
+				return err
+			}
+			buf = encode(buf[:0], f[:n], out)
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			raw = raw[n*es:]
+		}
+	}
+	return nil
+}
+
+// WriteGGUFFile writes ck to path atomically: into a temporary file in the
+// same directory, renamed into place once complete.
+func WriteGGUFFile(path string, ck Checkpoint, opt WriteOptions) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("creating output: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 4<<20)
+	if err := WriteGGUF(bw, ck, opt); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("moving output into place: %w", err)
+	}
+	return nil
+}
+
+func writeString(b *bytes.Buffer, s string) {
+	binary.Write(b, binary.LittleEndian, uint64(len(s)))
+	b.WriteString(s)
+}
+
+// scalarType returns the GGUF type of a scalar Go value.
+func scalarType(v any) (GGUFType, bool) {
+	switch v.(type) {
+	case uint8:
+		return GGUFUint8, true
+	case int8:
+		return GGUFInt8, true
+	case uint16:
+		return GGUFUint16, true
+	case int16:
+		return GGUFInt16, true
+	case uint32:
+		return GGUFUint32, true
+	case int32:
+		return GGUFInt32, true
+	case float32:
+		return GGUFFloat32, true
+	case bool:
+		return GGUFBool, true
+	case string:
+		return GGUFString, true
+	case uint64:
+		return GGUFUint64, true
+	case int64:
+		return GGUFInt64, true
+	case float64:
+		return GGUFFloat64, true
+	}
+	return 0, false
+}
+
+// sliceElemType returns the element type of a slice value.
+func sliceElemType(v any) (GGUFType, int, bool) {
+	switch s := v.(type) {
+	case []uint8:
+		return GGUFUint8, len(s), true
+	case []int8:
+		return GGUFInt8, len(s), true
+	case []uint16:
+		return GGUFUint16, len(s), true
+	case []int16:
+		return GGUFInt16, len(s), true
+	case []uint32:
+		return GGUFUint32, len(s), true
+	case []int32:
+		return GGUFInt32, len(s), true
+	case []float32:
+		return GGUFFloat32, len(s), true
+	case []bool:
+		return GGUFBool, len(s), true
+	case []string:
+		return GGUFString, len(s), true
+	case []uint64:
+		return GGUFUint64, len(s), true
+	case []int64:
+		return GGUFInt64, len(s), true
+	case []float64:
+		return GGUFFloat64, len(s), true
+	case []any:
+		return GGUFArray, len(s), true
+	}
+	return 0, 0, false
+}
+
+// writeValue writes v, preceded by its type tag when tagged.
+func writeValue(b *bytes.Buffer, v any, tagged bool) error {
+	le := func(x any) { binary.Write(b, binary.LittleEndian, x) }
+	if t, ok := scalarType(v); ok {
+		if tagged {
+			le(uint32(t))
+		}
+		switch x := v.(type) {
+		case string:
+			writeString(b, x)
+		case bool:
+			if x {
+				b.WriteByte(1)
+			} else {
+				b.WriteByte(0)
+			}
+		default:
+			le(x)
+		}
+		return nil
+	}
+	et, n, ok := sliceElemType(v)
+	if !ok {
+		return fmt.Errorf("value of type %T has no GGUF encoding", v)
+	}
+	if tagged {
+		le(uint32(GGUFArray))
+	}
+	le(uint32(et))
+	le(uint64(n))
+	switch s := v.(type) {
+	case []string:
+		for _, x := range s {
+			writeString(b, x)
+		}
+	case []bool:
+		for _, x := range s {
+			writeValue(b, x, false)
+		}
+	case []any:
+		for _, x := range s {
+			if _, _, ok := sliceElemType(x); !ok {
+				return errors.New("nested array element is not an array")
+			}
+			if err := writeValue(b, x, false); err != nil {
+				return err
+			}
+		}
+	default:
+		le(s)
+	}
+	return nil
+}
