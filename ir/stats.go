@@ -1,0 +1,64 @@
+package ir
+
+// ParamCount returns the number of checkpoint parameters (every weight that
+// is not derived from others) and the number active for one token: the
+// embedding table is excluded there (it is a lookup, not a matmul), routed
+// expert tensors count top_k/num_experts of their size, everything else in
+// full. A derived weight passes its consumers' use on to its sources.
+func (g *Graph) ParamCount() (total, active int64) {
+	// use[w] is the fraction of w read per token, as num/den.
+	type frac struct{ num, den int64 }
+	use := map[*Value]frac{}
+	more := func(w *Value, f frac) bool {
+		old, ok := use[w]
+		if ok && old.num*f.den >= f.num*old.den {
+			return false
+		}
+		use[w] = f
+		return true
+	}
+	for _, n := range g.Nodes {
+		for i, v := range n.Inputs {
+			if v == nil || v.Kind != Weight {
+				continue
+			}
+			f := frac{1, 1}
+			switch {
+			case n.Op == "embedding" && i == 1:
+				f = frac{0, 1}
+			case n.Op == "moe_experts" && i >= 3 && len(n.Inputs) > 1 && len(n.Inputs[1].Type.Shape) == 2:
+				k, e := n.Inputs[1].Type.Shape[1], v.Type.Shape[0]
+				if k.IsConst() && e.IsConst() && e.N > 0 {
+					f = frac{int64(k.N), int64(e.N)}
+				}
+			}
+			more(v, f)
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, w := range g.Weights {
+			if f, ok := use[w]; ok && w.From != nil {
+				for _, s := range w.From.Srcs {
+					if s != nil && more(s, f) {
+						changed = true
+					}
+				}
+			}
+		}
+	}
+	for _, w := range g.Weights {
+		if w.From != nil {
+			continue
+		}
+		n, ok := w.Type.Shape.ConstElems()
+		if !ok {
+			continue
+		}
+		total += n
+		if f, ok := use[w]; ok {
+			active += n * f.num / f.den
+		}
+	}
+	return total, active
+}
