@@ -176,6 +176,9 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	c := models.Defaults()
 	c.Architecture = arch
 	c.NumLayers = m.int(p+"block_count", 0)
+	if m.err != nil {
+		return nil, m.err
+	}
 	if c.NumLayers <= 0 || c.NumLayers > 1<<16 {
 		return nil, fmt.Errorf("GGUF key %sblock_count = %d is out of range", p, c.NumLayers)
 	}

@@ -176,54 +176,117 @@ func WriteGGUF(w io.Writer, ck Checkpoint, opt WriteOptions) error {
 	}
 	kv = append(kv, opt.Extra...)
 
-	var h bytes.Buffer
-	le := func(v any) { binary.Write(&h, binary.LittleEndian, v) }
-	le(uint32(ggufMagic))
-	le(uint32(3))
-	le(uint64(len(tensors)))
-	le(uint64(len(kv)))
-	seen := map[string]bool{}
-	for _, e := range kv {
-		if seen[e.Key] {
-			return fmt.Errorf("metadata key %s given twice", e.Key)
-		}
-		seen[e.Key] = true
-		writeString(&h, e.Key)
-		if err := writeValue(&h, e.Value, true); err != nil {
-			return fmt.Errorf("metadata %s: %w", e.Key, err)
-		}
-	}
-	sizes := make([]int64, len(tensors))
-	off := int64(0)
+	infos := make([]TensorInfo, len(tensors))
 	for i, t := range tensors {
-		n := t.Elements()
-		if sizes[i], err = outs[i].byteSize(n); err != nil {
-			return fmt.Errorf("%s: %w", t.Name, err)
-		}
-		writeString(&h, t.Name)
-		le(uint32(len(t.Shape)))
-		for j := len(t.Shape) - 1; j >= 0; j-- {
-			le(uint64(t.Shape[j]))
-		}
-		le(uint32(outs[i]))
-		le(uint64(off))
-		off = alignUp(off+sizes[i], ggufAlignment)
+		infos[i] = TensorInfo{Name: t.Name, DType: outs[i], Shape: t.Shape}
 	}
-	h.Write(make([]byte, alignUp(int64(h.Len()), ggufAlignment)-int64(h.Len())))
-	if _, err := w.Write(h.Bytes()); err != nil {
+	h, sizes, align, err := ggufHeader(kv, infos)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(h); err != nil {
 		return err
 	}
 	for i, t := range tensors {
 		if err := writeTensor(w, ck, t, outs[i]); err != nil {
 			return fmt.Errorf("writing %s: %w", t.Name, err)
 		}
-		if pad := alignUp(sizes[i], ggufAlignment) - sizes[i]; pad > 0 {
+		if pad := alignUp(sizes[i], align) - sizes[i]; pad > 0 {
 			if _, err := w.Write(make([]byte, pad)); err != nil {
 				return err
 			}
 		}
 		if opt.Progress != nil {
 			opt.Progress(i+1, len(tensors), t, outs[i])
+		}
+	}
+	return nil
+}
+
+// ggufHeader encodes the header of a GGUF v3 file: metadata, tensor infos
+// (offsets packed in order, each aligned) and the padding before the data.
+// It returns the header, each tensor's byte size and the alignment, taken
+// from general.alignment when kv sets it.
+func ggufHeader(kv []KV, infos []TensorInfo) ([]byte, []int64, int64, error) {
+	var h bytes.Buffer
+	le := func(v any) { binary.Write(&h, binary.LittleEndian, v) }
+	le(uint32(ggufMagic))
+	le(uint32(3))
+	le(uint64(len(infos)))
+	le(uint64(len(kv)))
+	align := int64(ggufAlignment)
+	seen := map[string]bool{}
+	for _, e := range kv {
+		if seen[e.Key] {
+			return nil, nil, 0, fmt.Errorf("metadata key %s given twice", e.Key)
+		}
+		seen[e.Key] = true
+		if e.Key == "general.alignment" {
+			a, ok := e.Value.(uint32)
+			if !ok || a == 0 || a&(a-1) != 0 {
+				return nil, nil, 0, fmt.Errorf("general.alignment must be a uint32 power of two, got %v", e.Value)
+			}
+			align = int64(a)
+		}
+		writeString(&h, e.Key)
+		if err := writeValue(&h, e.Value, true); err != nil {
+			return nil, nil, 0, fmt.Errorf("metadata %s: %w", e.Key, err)
+		}
+	}
+	sizes := make([]int64, len(infos))
+	off := int64(0)
+	for i, t := range infos {
+		n, err := numElements(t.Shape)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		if sizes[i], err = t.DType.byteSize(n); err != nil {
+			return nil, nil, 0, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		writeString(&h, t.Name)
+		le(uint32(len(t.Shape)))
+		for j := len(t.Shape) - 1; j >= 0; j-- {
+			le(uint64(t.Shape[j]))
+		}
+		le(uint32(t.DType))
+		le(uint64(off))
+		off = alignUp(off+sizes[i], align)
+	}
+	h.Write(make([]byte, alignUp(int64(h.Len()), align)-int64(h.Len())))
+	return h.Bytes(), sizes, align, nil
+}
+
+// GGUFTensor is one tensor for EncodeGGUF: Data holds its bytes in DType.
+type GGUFTensor struct {
+	Name  string
+	DType DType
+	Shape []int // PyTorch order
+	Data  []byte
+}
+
+// EncodeGGUF writes a GGUF v3 file from metadata and in-memory tensors:
+// for synthetic files and tests. Model conversion uses WriteGGUF.
+func EncodeGGUF(w io.Writer, kv []KV, tensors []GGUFTensor) error {
+	infos := make([]TensorInfo, len(tensors))
+	for i, t := range tensors {
+		infos[i] = TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape}
+	}
+	h, sizes, align, err := ggufHeader(kv, infos)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(h); err != nil {
+		return err
+	}
+	for i, t := range tensors {
+		if int64(len(t.Data)) != sizes[i] {
+			return fmt.Errorf("%s: %d bytes of data, but %s %v needs %d", t.Name, len(t.Data), t.DType, t.Shape, sizes[i])
+		}
+		if _, err := w.Write(t.Data); err != nil {
+			return err
+		}
+		if _, err := w.Write(make([]byte, alignUp(sizes[i], align)-sizes[i])); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -36,7 +36,6 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 	}
 	header := data[8 : 8+hlen]
 	base := int64(8 + hlen)
-	dataLen := int64(len(data)) - base
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(header))
 	dec.UseNumber()
@@ -86,10 +85,6 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] hold %d bytes, but %s %v needs %d",
 				name, b, e, e-b, t.DType, t.Shape, size)
 		}
-		if e > dataLen {
-			return nil, fmt.Errorf("tensor %q: its bytes [%d, %d) of the file lie past the end of the file (%d bytes): the file is truncated",
-				name, base+b, base+e, len(data))
-		}
 		out = append(out, stTensor{name: name, dtype: dt, shape: shape, begin: base + b, end: base + e})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -98,5 +93,16 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 		}
 		return out[i].name < out[j].name
 	})
+	// Report the first tensor (by offset) that the file does not hold.
+	for i, t := range out {
+		if t.end > int64(len(data)) {
+			more := ""
+			if n := len(out) - i - 1; n > 0 {
+				more = fmt.Sprintf(" (and %d more after it)", n)
+			}
+			return nil, fmt.Errorf("tensor %q: its bytes [%d, %d) of the file lie past the end of the file (%d bytes)%s: the file is truncated",
+				t.name, t.begin, t.end, len(data), more)
+		}
+	}
 	return out, nil
 }
