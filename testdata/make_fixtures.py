@@ -237,7 +237,8 @@ def checkpoint_tensors(ckpt_dir):
 
 
 class Independent:
-    def __init__(self, ckpt_dir, dtype=torch.float32):
+    def __init__(self, ckpt_dir, dtype=torch.float32, mutations=()):
+        self.mut = set(mutations)  # deliberate departures from LAGUNA.md, see MUTATIONS
         with open(os.path.join(ckpt_dir, "config.json")) as f:
             self.cfg = json.load(f)
         self.dt = dtype
@@ -322,11 +323,13 @@ class Independent:
         """(inv_freq over the rotated pairs, cos/sin factor m), per LAGUNA.md, in float64."""
         d = self.d
         r = int(d * rp.get("partial_rotary_factor", 1.0))
+        if "partial_off" in self.mut:
+            r = d
         theta = float(rp["rope_theta"])
         i = np.arange(r // 2, dtype=np.float64)
         f = theta ** (-2.0 * i / r)
         m = 1.0
-        if rp.get("rope_type", "default") == "yarn":
+        if rp.get("rope_type", "default") == "yarn" and "yarn_off" not in self.mut:
             s = float(rp["factor"])
             L0 = rp.get("original_max_position_embeddings") or self.cfg["max_position_embeddings"]
             bf = rp.get("beta_fast") or 32.0
@@ -342,7 +345,9 @@ class Independent:
             ramp = np.clip((i - low) / (high - low), 0.0, 1.0)
             f = (f / s) * ramp + f * (1.0 - ramp)
             m = rp.get("attention_factor") or (0.1 * math.log(s) + 1.0)
-        elif rp.get("rope_type", "default") != "default":
+            if "no_attn_factor" in self.mut:
+                m = 1.0
+        elif rp.get("rope_type", "default") not in ("default", "yarn"):
             raise ValueError(f"rope_type {rp.get('rope_type')} not handled")
         return r, torch.tensor(f, dtype=torch.float64), m
 
@@ -355,6 +360,10 @@ class Independent:
         cos = (torch.cos(ang) * m).to(self.dt)[:, None, :]
         sin = (torch.sin(ang) * m).to(self.dt)[:, None, :]
         h = r // 2
+        if "rope_interleaved" in self.mut:  # GPT-J pairs (2j, 2j+1): a common wrong guess
+            x1, x2, rest = x[..., 0:r:2], x[..., 1:r:2], x[..., r:]
+            y = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+            return torch.cat([y, rest], dim=-1)
         x1, x2, rest = x[..., :h], x[..., h:r], x[..., r:]
         # NeoX rotate-half: channel j pairs with j + r/2.
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
@@ -365,21 +374,28 @@ class Independent:
         q = (a @ L["q"].T).view(T, nh, d)
         k = (a @ L["k"].T).view(T, nkv, d)
         v = (a @ L["v"].T).view(T, nkv, d)
-        q, k = self.rms(q, L["q_norm"]), self.rms(k, L["k_norm"])
+        if "no_qk_norm" not in self.mut:
+            q, k = self.rms(q, L["q_norm"]), self.rms(k, L["k_norm"])
         lt = self.layer_types[i]
         q, k = self.apply_rope(q, pos, lt), self.apply_rope(k, pos, lt)
         grp = nh // nkv
-        kh = k[:, torch.arange(nh) // grp]  # query head h reads kv head h // grp
-        vh = v[:, torch.arange(nh) // grp]
+        kv_of = torch.arange(nh) // grp  # query head h reads kv head h // grp
+        if "gqa_modulo" in self.mut:
+            kv_of = torch.arange(nh) % nkv
+        kh, vh = k[:, kv_of], v[:, kv_of]
         s = torch.einsum("ihd,jhd->hij", q, kh) / math.sqrt(d)
         qi, kj = pos[:, None], pos[None, :]
         ok = kj <= qi
-        if lt == SLIDING:
+        if lt == SLIDING and "window_off_by_one" in self.mut:
+            ok = ok & (kj >= qi - self.window)
+        elif lt == SLIDING and "no_window" not in self.mut:
             ok = ok & (kj > qi - self.window)
         s = s.masked_fill(~ok[None], float("-inf"))
         pr = torch.softmax(s, dim=-1)
         o = torch.einsum("hij,jhd->ihd", pr, vh)  # [T, nh, d]
         g = torch.nn.functional.softplus(a @ L["g"].T)
+        if "no_gate" in self.mut:
+            g = torch.ones_like(g)
         if self.per_head:
             o = o * g[:, :, None]
         else:
@@ -394,18 +410,21 @@ class Independent:
         L, c = self.layers[i], self.cfg
         logits = m @ L["router"].T
         cap = c.get("moe_router_logit_softcapping", 0.0) or 0.0
-        if cap > 0:
+        if cap > 0 and "no_softcap" not in self.mut:
             logits = cap * torch.tanh(logits / cap)
-        s = torch.sigmoid(logits)
-        ids = torch.topk(s + L["bias"], c["num_experts_per_tok"], dim=-1).indices  # bias only chooses
-        wts = s.gather(-1, ids)
-        wts = wts / wts.sum(-1, keepdim=True)
+        s = torch.softmax(logits, -1) if "softmax_router" in self.mut else torch.sigmoid(logits)
+        bias = torch.zeros_like(L["bias"]) if "no_bias" in self.mut else L["bias"]
+        ids = torch.topk(s + bias, c["num_experts_per_tok"], dim=-1).indices  # bias only chooses
+        wts = (s + bias).gather(-1, ids) if "bias_in_weights" in self.mut else s.gather(-1, ids)
+        if "no_renorm" not in self.mut:
+            wts = wts / wts.sum(-1, keepdim=True)
         # Every expert on every token (tiny), then pick the chosen ones.
         hg = torch.einsum("th,eih->tei", m, L["egate"])
         hu = torch.einsum("th,eih->tei", m, L["eup"])
         eo = torch.einsum("tei,ehi->teh", torch.nn.functional.silu(hg) * hu, L["edown"])  # [T,E,H]
         chosen = eo.gather(1, ids[:, :, None].expand(-1, -1, eo.shape[-1]))  # [T,k,H]
-        routed = (wts[:, :, None] * chosen).sum(1) * c.get("moe_routed_scaling_factor", 1.0)
+        scale = 1.0 if "no_routed_scaling" in self.mut else c.get("moe_routed_scaling_factor", 1.0)
+        routed = (wts[:, :, None] * chosen).sum(1) * scale
         return routed + self.swiglu(m, L["sgate"], L["sup"], L["sdown"])
 
     def forward(self, ids, hiddens=None):
@@ -701,6 +720,219 @@ def diagnose(tf, ind, prompt):
 
 
 # ---------------------------------------------------------------------------------------------
+# A derived fixture: the same weights under transformers' in-memory (v5) names.
+
+DERIVED = {
+    "name": "tiny_fused_native_names",
+    "source": "tiny_sharded_perelem_tied",
+    "what": [
+        "the weights of tiny_sharded_perelem_tied under transformers' in-memory names, which "
+        "save_pretrained does not write: fused mlp.experts.gate_up_proj [E,2I,H] (gate rows first), "
+        "mlp.experts.down_proj [E,H,I], mlp.gate.e_score_correction_bias, mlp.shared_experts.*",
+        "single model.safetensors written by this script's own writer; goldens are the source's",
+    ],
+}
+
+
+def write_safetensors(path, tensors):
+    """Plain safetensors writer: F32, names sorted, header padded to 8 bytes."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def derive_fused(out_dir):
+    """Rewrite the source fixture with fused/native names and check it against the source goldens."""
+    src = os.path.join(out_dir, DERIVED["source"])
+    dst = os.path.join(out_dir, DERIVED["name"])
+    print(f"== {DERIVED['name']} (derived from {DERIVED['source']})", flush=True)
+    with open(os.path.join(src, "golden.json")) as f:
+        golden = json.load(f)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    old = {k: v[3] for k, v in checkpoint_tensors(src).items()}
+    new, experts = {}, {}
+    for k, v in old.items():
+        parts = k.split(".")
+        if ".mlp.experts." in k and parts[5].isdigit():  # model.layers.N.mlp.experts.E.proj.weight
+            experts.setdefault(int(parts[2]), {}).setdefault(parts[6], {})[int(parts[5])] = v
+        elif k.endswith("mlp.experts.e_score_correction_bias"):
+            new[k.replace("mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias")] = v
+        else:
+            new[k.replace("mlp.shared_expert.", "mlp.shared_experts.")] = v
+    for layer, projs in experts.items():
+        n = cfg["num_experts"]
+        gate = [projs["gate_proj"][e] for e in range(n)]
+        up = [projs["up_proj"][e] for e in range(n)]
+        new[f"model.layers.{layer}.mlp.experts.gate_up_proj"] = np.stack(
+            [np.concatenate([g, u], axis=0) for g, u in zip(gate, up)]
+        )
+        new[f"model.layers.{layer}.mlp.experts.down_proj"] = np.stack([projs["down_proj"][e] for e in range(n)])
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    os.makedirs(dst)
+    shutil.copy(os.path.join(src, "config.json"), os.path.join(dst, "config.json"))
+    write_safetensors(os.path.join(dst, "model.safetensors"), new)
+
+    ind = Independent(dst, torch.float32)  # refuses unused or missing tensors
+    prompt, toks = golden["prompt_ids"], golden["greedy"]
+    with torch.no_grad():
+        pl = ind.forward(prompt)
+        full = ind.forward(prompt + toks[:-1])[len(prompt) - 1 :]
+        itoks, _ = ind.greedy(prompt, len(toks))
+    check = {
+        "prompt_logits_max_abs_diff_vs_source_golden": float((pl - torch.tensor(golden["prompt_logits"])).abs().max()),
+        "decode_logits_max_abs_diff_vs_source_golden": float((full - torch.tensor(golden["decode_logits"])).abs().max()),
+        "greedy_equal": itoks == toks,
+        "argmax_equal": pl.argmax(-1).tolist() == golden["argmax"],
+        "tolerance": TOL,
+    }
+    print(f"  {check}", flush=True)
+    ok = (
+        check["prompt_logits_max_abs_diff_vs_source_golden"] <= TOL
+        and check["decode_logits_max_abs_diff_vs_source_golden"] <= TOL
+        and check["greedy_equal"]
+        and check["argmax_equal"]
+    )
+    golden.update(
+        fixture=DERIVED["name"],
+        derived_from=DERIVED["source"],
+        derived_check=check,
+        exercises=DERIVED["what"] + golden["exercises"],
+        tensors={k: {"dtype": "F32", "shape": list(v.shape), "file": "model.safetensors"} for k, v in sorted(new.items())},
+    )
+    golden.pop("independent", None)  # that check was made on the source's files
+    fn = "golden.json" if ok else "golden.unverified.json"
+    with open(os.path.join(dst, fn), "w") as f:
+        json.dump(golden, f, indent=1)
+        f.write("\n")
+    if not ok:
+        raise AssertionError(f"{DERIVED['name']}: derived checkpoint does not reproduce the source goldens")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sensitivity: how far each plausible implementation mistake moves the goldens.
+
+MUTATIONS = {
+    "no_bias": "e_score_correction_bias ignored when choosing experts",
+    "bias_in_weights": "expert weights taken from score + bias instead of score",
+    "no_renorm": "chosen expert weights not divided by their sum",
+    "softmax_router": "softmax instead of sigmoid router scores",
+    "no_softcap": "router logit softcapping skipped",
+    "no_routed_scaling": "moe_routed_scaling_factor ignored",
+    "no_window": "sliding layers attend to the whole past",
+    "window_off_by_one": "sliding layers see window+1 keys (j >= i - window)",
+    "yarn_off": "full layers use default rope instead of YaRN",
+    "no_attn_factor": "YaRN cos/sin not scaled by the attention factor",
+    "partial_off": "rope rotates all head_dim channels",
+    "rope_interleaved": "GPT-J interleaved pairs instead of NeoX rotate-half",
+    "gqa_modulo": "query head h reads kv head h % n_kv instead of h // group",
+    "no_qk_norm": "q_norm/k_norm skipped",
+    "no_gate": "softplus output gate skipped",
+}
+
+
+def applicable(mut, cfg):
+    rp = cfg["rope_parameters"]
+    yarn = any(v.get("rope_type") == "yarn" for v in rp.values())
+    return {
+        "no_softcap": (cfg.get("moe_router_logit_softcapping") or 0) > 0,
+        "no_routed_scaling": cfg.get("moe_routed_scaling_factor", 1.0) != 1.0,
+        "yarn_off": yarn,
+        "no_attn_factor": yarn,
+        "partial_off": any(v.get("partial_rotary_factor", 1.0) < 1 for v in rp.values()),
+        "gqa_modulo": any(h // cfg["num_key_value_heads"] > 1 for h in cfg["num_attention_heads_per_layer"])
+        and cfg["num_key_value_heads"] > 1,
+    }.get(mut, True)
+
+
+def annotate_sensitivity(fixture_dir):
+    """Record, in golden.json, how much each mutation of the independent forward changes the goldens."""
+    gpath = os.path.join(fixture_dir, "golden.json")
+    with open(gpath) as f:
+        golden = json.load(f)
+    with open(os.path.join(fixture_dir, "config.json")) as f:
+        cfg = json.load(f)
+    prompt, toks = golden["prompt_ids"], golden["greedy"]
+    ref = torch.tensor(golden["prompt_logits"])
+    out = {}
+    for mut in MUTATIONS:
+        if not applicable(mut, cfg):
+            continue
+        ind = Independent(fixture_dir, torch.float32, mutations=[mut])
+        with torch.no_grad():
+            pl = ind.forward(prompt)
+            mt, _ = ind.greedy(prompt, len(toks))
+        div = next((i for i, (a, b) in enumerate(zip(mt, toks)) if a != b), None)
+        out[mut] = {
+            "prompt_logits_max_abs_diff": round(float((pl - ref).abs().max()), 4),
+            "argmax_positions_changed": int((pl.argmax(-1) != ref.argmax(-1)).sum()),
+            "greedy_first_divergence": div,
+        }
+    golden["sensitivity"] = {
+        "note": "independent forward with one deliberate mistake (see make_fixtures.py MUTATIONS) vs these goldens",
+        "mutations": {k: dict(v, what=MUTATIONS[k]) for k, v in out.items()},
+    }
+    with open(gpath, "w") as f:
+        json.dump(golden, f, indent=1)
+        f.write("\n")
+    weak = [k for k, v in out.items() if v["prompt_logits_max_abs_diff"] < 1e-2 and v["greedy_first_divergence"] is None]
+    print(f"  sensitivity {os.path.basename(fixture_dir)}: " + ", ".join(
+        f"{k} {v['prompt_logits_max_abs_diff']}/{v['greedy_first_divergence']}" for k, v in out.items()), flush=True)
+    if weak:
+        print(f"  WEAK: these mistakes would pass a 1e-2 logit tolerance here: {weak}", flush=True)
+
+
+def verify_fixture(fixture_dir):
+    """Check a written fixture without transformers: golden.json is self-consistent and the
+    independent forward, reading the files as they are, reproduces it within TOL."""
+    with open(os.path.join(fixture_dir, "golden.json")) as f:
+        g = json.load(f)
+    with open(os.path.join(fixture_dir, "config.json")) as f:
+        cfg = json.load(f)
+    P, V, n = len(g["prompt_ids"]), cfg["vocab_size"], len(g["greedy"])
+    pl, dl = torch.tensor(g["prompt_logits"]), torch.tensor(g["decode_logits"])
+    errs = []
+    if n != N_GREEDY or len(g["greedy_gaps"]) != n or tuple(dl.shape) != (n, V) or tuple(pl.shape) != (P, V):
+        errs.append("shapes")
+    if g["last_logits"] != g["prompt_logits"][-1] or g["decode_logits"][0] != g["last_logits"]:
+        errs.append("last_logits is not prompt_logits[-1] and decode_logits[0]")
+    if pl.argmax(-1).tolist() != g["argmax"] or dl.argmax(-1).tolist() != g["greedy"]:
+        errs.append("argmax/greedy are not the argmax of the logits")
+    if max(abs(a - b) for a, b in zip(gap(dl), g["greedy_gaps"])) > 1e-5:
+        errs.append("greedy_gaps")
+    if g["prompt_ids"][0] != cfg["bos_token_id"] or P >= cfg["max_position_embeddings"] or P + n > cfg["max_position_embeddings"]:
+        errs.append("prompt vs bos / context")
+    if any(cfg["layer_types"][i] == SLIDING for i in range(cfg["num_hidden_layers"])) and P <= cfg["sliding_window"]:
+        errs.append("prompt not longer than the sliding window")
+    ind = Independent(fixture_dir, torch.float32)
+    with torch.no_grad():
+        ipl = ind.forward(g["prompt_ids"])
+        full = ind.forward(g["prompt_ids"] + g["greedy"][:-1])[P - 1 :]
+    dp, dd = float((ipl - pl).abs().max()), float((full - dl).abs().max())
+    if dp > TOL or dd > TOL:
+        errs.append(f"independent forward differs: prompt {dp:.3g}, decode {dd:.3g}")
+    print(f"  verify {os.path.basename(fixture_dir)}: independent vs golden prompt {dp:.3g}, decode {dd:.3g}; "
+          f"min gap {min(g['prompt_gaps'] + g['greedy_gaps']):.3f}; {'OK' if not errs else errs}", flush=True)
+    if errs:
+        raise AssertionError(f"{fixture_dir}: {errs}")
+
+
+def dir_bytes(d):
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+
+
+# ---------------------------------------------------------------------------------------------
 # Probe: what transformers actually reads, and reference copies.
 
 
@@ -772,6 +1004,12 @@ def main():
     ap.add_argument("--only", help="build just this fixture")
     ap.add_argument("--probe", help="write transformers' yarn/mask sources and config readback here")
     ap.add_argument("--reference-dir", help="copy modeling_rope_utils.py and the sliding-window mask code here")
+    ap.add_argument(
+        "--post-only",
+        action="store_true",
+        help=f"on an existing OUT_DIR, only redo the steps that need no transformers: {DERIVED['name']} "
+        "and the sensitivity notes",
+    )
     args = ap.parse_args()
 
     torch.set_num_threads(min(8, os.cpu_count() or 1))
@@ -782,18 +1020,36 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     if args.reference_dir:
         os.makedirs(args.reference_dir, exist_ok=True)
-    if args.probe:
+    if args.probe and not args.post_only:
         probe(args.probe, args.reference_dir)
 
-    total, failed = 0, []
-    for spec in FIXTURES:
-        if args.only and spec["name"] != args.only:
-            continue
+    failed = []
+    if not args.post_only:
+        for spec in FIXTURES:
+            if args.only and spec["name"] != args.only:
+                continue
+            try:
+                build_fixture(spec, args.out_dir)
+            except Exception:
+                traceback.print_exc()
+                failed.append(spec["name"])
+    if not args.only or args.only == DERIVED["name"]:
         try:
-            total += build_fixture(spec, args.out_dir)
+            derive_fused(args.out_dir)
         except Exception:
             traceback.print_exc()
-            failed.append(spec["name"])
+            failed.append(DERIVED["name"])
+    for name in [sp["name"] for sp in FIXTURES] + [DERIVED["name"]]:
+        d = os.path.join(args.out_dir, name)
+        if name in failed or not os.path.exists(os.path.join(d, "golden.json")):
+            continue
+        try:
+            verify_fixture(d)
+            annotate_sensitivity(d)
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+    total = dir_bytes(args.out_dir)
     print(f"total fixture bytes {total}", flush=True)
     if failed:
         print(f"FAILED: {failed}", flush=True)
