@@ -1,0 +1,237 @@
+package cuda
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// EnvCacheDir overrides the on-disk kernel cache directory.
+const EnvCacheDir = "LAGC_CACHE_DIR"
+
+// CacheDir is where compiled kernels are kept: $LAGC_CACHE_DIR, else
+// os.UserCacheDir()/lagc/kernels.
+func CacheDir() (string, error) {
+	if d := os.Getenv(EnvCacheDir); d != "" {
+		return d, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("cuda: no user cache directory (set %s): %w", EnvCacheDir, err)
+	}
+	return filepath.Join(base, "lagc", "kernels"), nil
+}
+
+// CacheStats counts how Compile calls were served.
+type CacheStats struct {
+	MemoryHits      int64 // served from the in-memory map
+	DiskHits        int64 // loaded from an on-disk entry
+	Compiles        int64 // compiled by NVRTC
+	Corrupt         int64 // on-disk entries that failed verification and were rebuilt
+	DiskWriteErrors int64 // entries that could not be written (the kernel still works)
+}
+
+type cacheCounters struct {
+	memHits, diskHits, compiles, corrupt, diskWriteErrors atomic.Int64
+}
+
+func (c *cacheCounters) snapshot() CacheStats {
+	return CacheStats{c.memHits.Load(), c.diskHits.Load(), c.compiles.Load(), c.corrupt.Load(), c.diskWriteErrors.Load()}
+}
+
+// kernelCache is the in-memory map, with one build in flight per key.
+type kernelCache struct {
+	mu sync.Mutex
+	m  map[string]*kentry
+	// hits counts memory hits; set by the owning Device.
+	hits *atomic.Int64
+}
+
+type kentry struct {
+	done chan struct{}
+	k    *Kernel
+	err  error
+}
+
+func (c *kernelCache) get(ctx context.Context, key string, build func() (*Kernel, error)) (*Kernel, error) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]*kentry{}
+	}
+	if e, ok := c.m[key]; ok {
+		c.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		if c.hits != nil {
+			c.hits.Add(1)
+		}
+		return e.k, nil
+	}
+	e := &kentry{done: make(chan struct{})}
+	c.m[key] = e
+	c.mu.Unlock()
+
+	e.k, e.err = build()
+	if e.err != nil {
+		// Failures are not cached: a cancelled or fixed build may be retried.
+		c.mu.Lock()
+		delete(c.m, key)
+		c.mu.Unlock()
+	}
+	close(e.done)
+	return e.k, e.err
+}
+
+// all returns the built kernels (for unloading).
+func (c *kernelCache) all() []*Kernel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ks []*Kernel
+	for _, e := range c.m {
+		select {
+		case <-e.done:
+			if e.k != nil {
+				ks = append(ks, e.k)
+			}
+		default:
+		}
+	}
+	return ks
+}
+
+func (c *kernelCache) reset() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// On-disk entry layout, all integers little-endian:
+//
+//	magic   [8]byte  "LAGCKRN1"
+//	sum     [32]byte SHA-256 of everything after it
+//	keyLen  uint32, key   (hex cache key: guards against a misnamed file)
+//	nameLen uint32, name  (lowered kernel name)
+//	binLen  uint64, cubin
+//
+// Files are written to a temporary name and renamed into place, so readers
+// see a whole entry or none; the checksum catches anything else (a torn
+// write after a crash, bit rot, a truncated copy).
+var entryMagic = [8]byte{'L', 'A', 'G', 'C', 'K', 'R', 'N', '1'}
+
+var errCorruptEntry = errors.New("cuda: corrupt kernel cache entry")
+
+// maxCubin bounds a decoded entry so a corrupt length cannot exhaust memory.
+const maxCubin = 1 << 30
+
+func encodeEntry(key, lowered string, cubin []byte) []byte {
+	var body bytes.Buffer
+	putStr := func(s string) {
+		_ = binary.Write(&body, binary.LittleEndian, uint32(len(s)))
+		body.WriteString(s)
+	}
+	putStr(key)
+	putStr(lowered)
+	_ = binary.Write(&body, binary.LittleEndian, uint64(len(cubin)))
+	body.Write(cubin)
+	sum := sha256.Sum256(body.Bytes())
+	out := make([]byte, 0, 40+body.Len())
+	out = append(out, entryMagic[:]...)
+	out = append(out, sum[:]...)
+	return append(out, body.Bytes()...)
+}
+
+// decodeEntry verifies an entry and returns its lowered name and cubin.
+func decodeEntry(data []byte, wantKey string) (string, []byte, error) {
+	if len(data) < 40 || !bytes.Equal(data[:8], entryMagic[:]) {
+		return "", nil, fmt.Errorf("%w: bad header", errCorruptEntry)
+	}
+	body := data[40:]
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], data[8:40]) {
+		return "", nil, fmt.Errorf("%w: checksum mismatch", errCorruptEntry)
+	}
+	getStr := func() (string, bool) {
+		if len(body) < 4 {
+			return "", false
+		}
+		n := binary.LittleEndian.Uint32(body)
+		body = body[4:]
+		if uint64(n) > uint64(len(body)) {
+			return "", false
+		}
+		s := string(body[:n])
+		body = body[n:]
+		return s, true
+	}
+	key, ok1 := getStr()
+	lowered, ok2 := getStr()
+	if !ok1 || !ok2 || len(body) < 8 {
+		return "", nil, fmt.Errorf("%w: truncated", errCorruptEntry)
+	}
+	n := binary.LittleEndian.Uint64(body)
+	body = body[8:]
+	if n > maxCubin || n != uint64(len(body)) || n == 0 || lowered == "" {
+		return "", nil, fmt.Errorf("%w: bad cubin length", errCorruptEntry)
+	}
+	if key != wantKey {
+		return "", nil, fmt.Errorf("%w: entry is for key %.16s…, not %.16s…", errCorruptEntry, key, wantKey)
+	}
+	return lowered, body, nil
+}
+
+type diskCache struct{ dir string }
+
+func (c *diskCache) path(key string) string { return filepath.Join(c.dir, key+".cubin") }
+
+// read returns the entry for key; errCorruptEntry (after removing the file)
+// if it fails verification, os.ErrNotExist-wrapping errors if absent.
+func (c *diskCache) read(key string) (string, []byte, error) {
+	data, err := os.ReadFile(c.path(key))
+	if err != nil {
+		return "", nil, err
+	}
+	lowered, cubin, err := decodeEntry(data, key)
+	if err != nil {
+		_ = os.Remove(c.path(key))
+		return "", nil, errCorruptEntry
+	}
+	return lowered, cubin, nil
+}
+
+// write stores an entry atomically: temp file in the same directory, then
+// rename over the final name.
+func (c *diskCache) write(key, lowered string, cubin []byte) error {
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return fmt.Errorf("cuda: kernel cache: %w", err)
+	}
+	f, err := os.CreateTemp(c.dir, ".tmp-"+key[:16]+"-*")
+	if err != nil {
+		return fmt.Errorf("cuda: kernel cache: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(encodeEntry(key, lowered, cubin))
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, c.path(key))
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("cuda: kernel cache: writing %s: %w", c.path(key), werr)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package cudatest gives GPU tests their device: it skips the test, with
+// the reason, where CUDA cannot run, and fails it instead when
+// LAGC_REQUIRE_GPU=1 (set on GPU machines so a broken setup cannot pass as
+// "skipped").
+package cudatest
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"lagc/cuda"
+)
+
+// EnvRequireGPU turns skips for a missing GPU into failures when "1".
+const EnvRequireGPU = "LAGC_REQUIRE_GPU"
+
+var (
+	once   sync.Once
+	shared *cuda.Device
+	reason string
+	err    error
+)
+
+// open opens device 0 once per test binary and checks NVRTC is there too.
+func open() {
+	d, e := cuda.Open(0)
+	if e != nil {
+		err = e
+		if cuda.Unavailable(e) {
+			reason = e.Error()
+		}
+		return
+	}
+	if _, e := cuda.NVRTCVersion(); e != nil {
+		_ = d.Close()
+		err = e
+		if cuda.Unavailable(e) {
+			reason = e.Error()
+		}
+		return
+	}
+	shared = d
+}
+
+// Device returns the test binary's shared device 0 (never closed: it lives
+// as long as the process). No GPU, driver or NVRTC skips t with the reason,
+// or fails it when LAGC_REQUIRE_GPU=1; any other error fails t.
+func Device(t testing.TB) *cuda.Device {
+	t.Helper()
+	once.Do(open)
+	if shared != nil {
+		return shared
+	}
+	if reason != "" {
+		if os.Getenv(EnvRequireGPU) == "1" {
+			t.Fatalf("GPU required (%s=1) but unavailable: %s", EnvRequireGPU, reason)
+		}
+		t.Skipf("no GPU: %s", reason)
+	}
+	t.Fatalf("opening CUDA device 0: %v", err)
+	return nil
+}
