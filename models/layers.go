@@ -1,0 +1,79 @@
+package models
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	"lagc/ir"
+)
+
+// LayerInfo describes one decoder layer as the graph computes it.
+type LayerInfo struct {
+	Layer   int
+	Sliding bool
+	Window  int // 0 for full attention
+	Heads   int // query heads
+	KVHeads int
+	MLP     string // "dense" or "moe"
+}
+
+// Kind returns the layer's attention type, as in HF layer_types.
+func (li LayerInfo) Kind() string {
+	if li.Sliding {
+		return SlidingAttention
+	}
+	return FullAttention
+}
+
+// LayerTable reads the per-layer structure back from a graph: attention
+// nodes give the layer index, window and head counts; a moe_experts node
+// reading blk.N.* weights marks layer N as MoE, otherwise it is dense.
+func LayerTable(g *ir.Graph) []LayerInfo {
+	byLayer := map[int]*LayerInfo{}
+	for _, n := range g.Nodes {
+		if n.Op != "attention" || len(n.Inputs) < 2 {
+			continue
+		}
+		l := n.AttrInt("layer")
+		li := &LayerInfo{Layer: l, Window: n.AttrInt("window"), MLP: MLPDense}
+		li.Sliding = li.Window > 0
+		if q := n.Inputs[0].Type.Shape; len(q) == 3 {
+			li.Heads = q[1].N
+		}
+		if k := n.Inputs[1].Type.Shape; len(k) == 3 {
+			li.KVHeads = k[1].N
+		}
+		byLayer[l] = li
+	}
+	for _, n := range g.Nodes {
+		if n.Op != "moe_experts" {
+			continue
+		}
+		for _, v := range n.Inputs {
+			if l, ok := BlockOf(v.Name); ok && v.Kind == ir.Weight && byLayer[l] != nil {
+				byLayer[l].MLP = "moe"
+			}
+		}
+	}
+	out := make([]LayerInfo, 0, len(byLayer))
+	for _, li := range byLayer {
+		out = append(out, *li)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Layer < out[j].Layer })
+	return out
+}
+
+// BlockOf returns N for a canonical per-layer name "blk.N....".
+func BlockOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "blk.")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(num)
+	return n, err == nil && n >= 0
+}
