@@ -3,6 +3,7 @@ module lagc
 go 1.26.8
 
 require (
+	github.com/ardanlabs/jinja v1.8.0 // indirect
 	github.com/chzyer/readline v1.5.1 // indirect
 	github.com/dlclark/regexp2/v2 v2.13.0 // indirect
 	github.com/ebitengine/purego v0.11.3 // indirect
