@@ -89,6 +89,10 @@ func bindDriver(lib uintptr, name string) (*driverAPI, error) {
 
 // call invokes a driver function and returns its CUresult. CUresult is a C
 // enum (32 bits); the upper half of the return register is undefined.
+// uintptrescapes moves pointed-to arguments to the heap and keeps them alive
+// for the call: a goroutine stack may move while C holds the address.
+//
+//go:uintptrescapes
 func call(fn uintptr, args ...uintptr) Result {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return Result(int32(r))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,6 +180,9 @@ func globAll(pattern string) []string {
 
 // dlopenFirst opens the first candidate that loads and returns its handle.
 func dlopenFirst(cands []string) (uintptr, string, error) {
+	// dlerror is per thread: keep dlopen and purego's dlerror call on one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var errs []string
 	for _, c := range cands {
 		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)

@@ -47,6 +47,9 @@ func bindNVRTC(lib uintptr, name string) (*nvrtcAPI, error) {
 	return n, nil
 }
 
+// ncall is call for NVRTC (nvrtcResult); see call for uintptrescapes.
+//
+//go:uintptrescapes
 func ncall(fn uintptr, args ...uintptr) int32 {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return int32(r)
@@ -77,7 +80,8 @@ type compiled struct {
 func (n *nvrtcAPI) compile(src, file, nameExpr string, options []string) (*compiled, error) {
 	var pinner runtime.Pinner
 	defer pinner.Unpin()
-	cSrc, cFile, cExpr := cBytes(src), cBytes(file), cBytes(nameExpr)
+	// "&name<args>" is the canonical form: the address of the __global__.
+	cSrc, cFile, cExpr := cBytes(src), cBytes(file), cBytes("&"+nameExpr)
 
 	var prog uintptr
 	if r := ncall(n.createProgram, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&cSrc[0])),

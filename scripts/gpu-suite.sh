@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# gpu-suite.sh: run every GPU test binary and print ONE summary line,
+#   GPU suite: N passed, M failed, K skipped
+#
+# The GPU machine has no Go toolchain, so this works in two steps:
+#   scripts/gpu-suite.sh build [PKG...]   here: compile test binaries into .gpu/
+#                                         (default: every package with tests)
+#   scripts/gpu-suite.sh run              there: run .gpu/*.test, each from its
+#                                         package directory, with LAGC_REQUIRE_GPU=1
+# Binaries are named after their package: .gpu/exec__cuda.test runs in exec/cuda.
+# Counted: every test and subtest result line (--- PASS/FAIL/SKIP); a binary
+# that dies without reporting (a crash, a timeout) counts as one failure.
+# Logs go to $OUT (when set) or .gpu/logs. Extra arguments after `run` are
+# passed to every binary (e.g. -test.run GPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+mode=${1:-run}
+[ $# -gt 0 ] && shift
+
+case "$mode" in
+build)
+	export CGO_ENABLED=0
+	mkdir -p .gpu
+	pkgs=("$@")
+	[ ${#pkgs[@]} -eq 0 ] && pkgs=(./...)
+	mod=$(go list -m)
+	n=0
+	for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}"); do
+		rel=${pkg#"$mod"}
+		rel=${rel#/}
+		name=${rel:-root}
+		name=${name//\//__}
+		go test -c -ldflags='-s -w' -o ".gpu/$name.test" "$pkg" || exit 1
+		n=$((n + 1))
+	done
+	echo "built $n test binaries in .gpu/"
+	;;
+run)
+	logs=${OUT:-$root/.gpu/logs}
+	mkdir -p "$logs"
+	export LAGC_REQUIRE_GPU=${LAGC_REQUIRE_GPU:-1}
+	passed=0 failed=0 skipped=0
+	failures=()
+	shopt -s nullglob
+	bins=(.gpu/*.test)
+	if [ ${#bins[@]} -eq 0 ]; then
+		echo "no test binaries in .gpu/ (run: scripts/gpu-suite.sh build)" >&2
+		echo "GPU suite: 0 passed, 1 failed, 0 skipped"
+		exit 1
+	fi
+	for bin in "${bins[@]}"; do
+		name=$(basename "$bin" .test)
+		dir=${name//__//}
+		[ "$name" = root ] && dir=.
+		log="$logs/$name.log"
+		(cd "$root/$dir" && timeout "${GPU_SUITE_TIMEOUT:-300}" "$root/$bin" -test.v -test.count=1 "$@") >"$log" 2>&1
+		rc=$?
+		p=$(grep -cE '^\s*--- PASS' "$log")
+		f=$(grep -cE '^\s*--- FAIL' "$log")
+		s=$(grep -cE '^\s*--- SKIP' "$log")
+		passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+		while read -r line; do failures+=("$name: $line"); done < <(grep -E '^\s*--- FAIL' "$log" | sed 's/^ *--- FAIL: //')
+		if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+			failed=$((failed + 1))
+			failures+=("$name: exited $rc without a failing test (crash or timeout); see $log")
+		fi
+	done
+	for x in "${failures[@]}"; do echo "FAIL $x"; done
+	echo "GPU suite: $passed passed, $failed failed, $skipped skipped"
+	[ "$failed" -eq 0 ]
+	;;
+*)
+	echo "usage: scripts/gpu-suite.sh build [PKG...] | run [TEST FLAGS...]" >&2
+	exit 2
+	;;
+esac
