@@ -78,12 +78,67 @@ func yamlSyntaxError(file string, src []byte, err error) error {
 		return &Error{file, 1, 1, "expected valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	line, _ := strconv.Atoi(m[1])
-	col := 1
 	lines := strings.Split(string(src), "\n")
-	if line >= 1 && line <= len(lines) {
-		col = len(lines[line-1]) - len(strings.TrimLeft(lines[line-1], " \t")) + 1
+	msg := m[2]
+	if strings.Contains(msg, "did not find expected") {
+		if l := badIndent(lines, line); l > 0 {
+			line = l
+		} else {
+			msg += " (in the block that starts here)"
+		}
 	}
-	return &Error{file, line, col, "expected valid YAML (check the indentation): " + m[2]}
+	col := 1
+	if line >= 1 && line <= len(lines) {
+		text := lines[line-1]
+		col = indent(text) + 1
+		if i := strings.IndexByte(text[:col-1], '\t'); i >= 0 {
+			col, msg = i+1, "a tab cannot indent YAML, use spaces"
+		}
+	}
+	return &Error{file, line, col, "expected valid YAML (check the indentation): " + msg}
+}
+
+func indent(s string) int { return len(s) - len(strings.TrimLeft(s, " \t")) }
+
+// badIndent looks, from the block starting at line ctx (1-based) whose
+// entries the parser could not read, for the first line indented deeper
+// than its predecessor although that opens no nested block, or between two
+// open indentation levels: the slips the parser reports only at the
+// block's start. 0 if none is found.
+func badIndent(lines []string, ctx int) int {
+	var stack []int
+	opens := false
+	for i := ctx - 1; i >= 0 && i < len(lines); i++ {
+		t := strings.TrimSpace(lines[i])
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		in := indent(lines[i])
+		switch {
+		case len(stack) == 0:
+			stack = append(stack, in)
+		case in > stack[len(stack)-1]:
+			if !opens {
+				return i + 1
+			}
+			stack = append(stack, in)
+		default:
+			for len(stack) > 0 && in < stack[len(stack)-1] {
+				stack = stack[:len(stack)-1]
+			}
+			if len(stack) == 0 {
+				return 0 // left the block
+			}
+			if in != stack[len(stack)-1] {
+				return i + 1
+			}
+		}
+		if c := strings.Index(t, " #"); c >= 0 {
+			t = strings.TrimSpace(t[:c])
+		}
+		opens = strings.HasSuffix(t, ":") || strings.HasSuffix(t, "|") || strings.HasSuffix(t, ">") || t == "-" || strings.HasPrefix(t, "- ")
+	}
+	return 0
 }
 
 type builder struct {
