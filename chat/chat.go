@@ -1,0 +1,207 @@
+// Package chat renders a checkpoint's chat template (Jinja, as shipped in
+// chat_template.jinja, tokenizer_config.json or GGUF tokenizer.chat_template)
+// the way transformers' apply_chat_template does, with
+// github.com/ardanlabs/jinja: a pure-Go engine written for LLM chat templates
+// that applies HF's trim_blocks/lstrip_blocks defaults and keeps dict key
+// order (so tojson of tool schemas matches Python byte for byte).
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// Template is a compiled chat template, safe for concurrent use.
+type Template struct {
+	tmpl   *jinja.Template
+	Source string
+}
+
+// Compile parses a chat template.
+func Compile(src string) (*Template, error) {
+	t, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("compile chat template: %w", err)
+	}
+	return &Template{tmpl: t, Source: src}, nil
+}
+
+// Message is one conversation turn in the OpenAI/HF shape templates expect.
+type Message struct {
+	Role             string     `json:"role"`
+	Content          string     `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+	Name             string     `json:"name,omitempty"`
+}
+
+// ToolCall is an assistant's call of a tool.
+type ToolCall struct {
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and its arguments: a JSON object, which
+// templates usually iterate with .items() (key order is kept).
+type FunctionCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Options are the other variables apply_chat_template passes.
+type Options struct {
+	AddGenerationPrompt bool
+	// Tools are tool definitions as JSON objects ({"type": "function",
+	// "function": {...}}); nil renders as None, like tools=None.
+	Tools []json.RawMessage
+	// SpecialTokens are bos_token, eos_token, pad_token, unk_token, ... as
+	// transformers passes them from the tokenizer's special-tokens map.
+	SpecialTokens map[string]string
+	// Vars are further template keyword arguments, e.g. "enable_thinking":
+	// false. Values are converted through JSON.
+	Vars map[string]any
+}
+
+// Render renders a conversation.
+func (t *Template) Render(msgs []Message, opt Options) (string, error) {
+	raw, err := json.Marshal(msgs)
+	if err != nil {
+		return "", fmt.Errorf("chat messages: %w", err)
+	}
+	return t.RenderJSON(raw, opt)
+}
+
+// RenderJSON renders a conversation given as a JSON array of message
+// objects, which may carry fields Message lacks; key order is kept.
+func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, error) {
+	msgs, err := FromJSON(messages)
+	if err != nil {
+		return "", fmt.Errorf("chat messages: %w", err)
+	}
+	if !msgs.IsList() {
+		return "", fmt.Errorf("chat messages: want a JSON array")
+	}
+	data := map[string]jinja.Value{
+		"messages":              msgs,
+		"tools":                 jinja.None(),
+		"documents":             jinja.None(),
+		"add_generation_prompt": jinja.NewBool(opt.AddGenerationPrompt),
+	}
+	for k, v := range opt.SpecialTokens {
+		data[k] = jinja.NewString(v)
+	}
+	for k, v := range opt.Vars {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return "", fmt.Errorf("chat template variable %q: %w", k, err)
+		}
+		if data[k], err = FromJSON(raw); err != nil {
+			return "", fmt.Errorf("chat template variable %q: %w", k, err)
+		}
+	}
+	if opt.Tools != nil {
+		items := make([]jinja.Value, len(opt.Tools))
+		for i, raw := range opt.Tools {
+			v, err := FromJSON(raw)
+			if err != nil {
+				return "", fmt.Errorf("chat tool %d: %w", i, err)
+			}
+			items[i] = v
+		}
+		data["tools"] = jinja.NewList(items)
+	}
+	out, err := t.tmpl.RenderValues(data)
+	if err != nil {
+		return "", fmt.Errorf("render chat template: %w", err)
+	}
+	return out, nil
+}
+
+// FromJSON converts JSON to a template value, keeping object key order
+// (Python dicts are ordered, and tojson output depends on it). Integers stay
+// integers, as json.loads keeps them.
+func FromJSON(raw []byte) (jinja.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return jinja.Undefined(), fmt.Errorf("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+const maxDepth = 256
+
+func decodeValue(dec *json.Decoder, depth int) (jinja.Value, error) {
+	if depth > maxDepth {
+		return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d", maxDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	switch x := tok.(type) {
+	case nil:
+		return jinja.None(), nil
+	case bool:
+		return jinja.NewBool(x), nil
+	case string:
+		return jinja.NewString(x), nil
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return jinja.NewInt(i), nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return jinja.Undefined(), fmt.Errorf("number %s: %w", x, err)
+		}
+		return jinja.NewFloat(f), nil
+	case json.Delim:
+		switch x {
+		case '[':
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				items = append(items, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return jinja.Undefined(), err
+			}
+			return jinja.NewList(items), nil
+		case '{':
+			d := jinja.NewDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				key, ok := kt.(string)
+				if !ok {
+					return jinja.Undefined(), fmt.Errorf("object key %v is not a string", kt)
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				d.AsDict().Set(key, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return jinja.Undefined(), err
+			}
+			return d, nil
+		}
+	}
+	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
+}
