@@ -1,0 +1,204 @@
+package passes
+
+import (
+	"fmt"
+	"sort"
+
+	"lagc/ir"
+)
+
+func init() {
+	Register(&Pass{Name: "memplan", Doc: "liveness of activations -> offsets in one arena (weights excluded), for decode and prefill step sizes", Run: memPlan})
+}
+
+// Alignment of every buffer in the arena, in bytes.
+const Alignment = 256
+
+// MemoryPlan places every activation (and graph input) of one step size in
+// a single arena. A reshape output is a view: it shares its input's buffer.
+type MemoryPlan struct {
+	Tokens int      // T
+	DType  ir.DType // storage of float activations (integer ones keep theirs)
+	Arena  int64    // bytes
+	// PeakLive is the largest sum of simultaneously live buffers: no plan
+	// can be smaller. NoReuse is the arena without any reuse.
+	PeakLive, NoReuse int64
+	Buffers           []Buffer
+	byName            map[string]int
+}
+
+// Buffer is one value's place in the arena, live from node index First to
+// Last of the topological order (-1: before the first node).
+type Buffer struct {
+	Value       string
+	Offset      int64
+	Size        int64
+	First, Last int
+	View        bool // shares the buffer of the value it reshapes
+}
+
+// Offset returns the arena offset of the named value.
+func (p *MemoryPlan) Offset(name string) (int64, bool) {
+	i, ok := p.byName[name]
+	if !ok {
+		return 0, false
+	}
+	return p.Buffers[i].Offset, true
+}
+
+// Plan returns the memory plan made for T tokens and float activations
+// stored as dt, or nil.
+func (s *State) Plan(tokens int, dt ir.DType) *MemoryPlan {
+	for _, p := range s.Memory {
+		if p.Tokens == tokens && p.DType == dt {
+			return p
+		}
+	}
+	return nil
+}
+
+func memPlan(s *State) error {
+	tokens := s.Options.Tokens
+	if len(tokens) == 0 {
+		tokens = []int{1, 2048}
+	}
+	s.Memory = nil
+	for _, t := range tokens {
+		// f32 is what the graph holds; bf16 is what a GPU plan would keep.
+		for _, dt := range []ir.DType{ir.F32, ir.BF16} {
+			p, err := PlanMemory(s.Graph, t, dt)
+			if err != nil {
+				return err
+			}
+			s.Memory = append(s.Memory, p)
+			s.Notef("memplan: T=%d %s arena %d bytes (peak live %d, no reuse %d)", t, dt, p.Arena, p.PeakLive, p.NoReuse)
+		}
+	}
+	return nil
+}
+
+// PlanMemory computes liveness over g's topological order and assigns
+// offsets greedily, largest buffer first, at the lowest aligned offset not
+// overlapping any placed buffer whose lifetime intersects.
+func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) {
+	order, err := g.Order()
+	if err != nil {
+		return nil, err
+	}
+	env := g.Env(tokens)
+	p := &MemoryPlan{Tokens: tokens, DType: floatAs, byName: map[string]int{}}
+	root := map[*ir.Value]*ir.Value{} // view -> value owning the storage
+	idx := map[*ir.Value]int{}        // owner -> buffer index
+	add := func(v *ir.Value, first int) error {
+		dt := v.Type.DType
+		if dt.IsFloat() && !dt.IsQuantized() {
+			dt = floatAs
+		}
+		n, err := v.Type.Shape.Elems(env)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		idx[v] = len(p.Buffers)
+		p.byName[v.Name] = len(p.Buffers)
+		p.Buffers = append(p.Buffers, Buffer{Value: v.Name, Size: dt.Bytes(n), First: first, Last: first})
+		return nil
+	}
+	for _, v := range g.Inputs {
+		if err := add(v, -1); err != nil {
+			return nil, err
+		}
+	}
+	owner := func(v *ir.Value) *ir.Value {
+		for root[v] != nil {
+			v = root[v]
+		}
+		return v
+	}
+	for i, n := range order {
+		for _, v := range n.Inputs {
+			if b, ok := idx[owner(v)]; ok && p.Buffers[b].Last < i {
+				p.Buffers[b].Last = i
+			}
+		}
+		if n.Op == "reshape" && n.Inputs[0].Kind != ir.Weight {
+			v := n.Outputs[0]
+			root[v] = n.Inputs[0]
+			p.byName[v.Name] = idx[owner(v)]
+			continue
+		}
+		for _, v := range n.Outputs {
+			if err := add(v, i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, v := range g.Outputs {
+		if b, ok := idx[owner(v)]; ok {
+			p.Buffers[b].Last = len(order)
+		}
+	}
+	// Greedy placement, biggest first.
+	byIdx := make([]int, len(p.Buffers))
+	for i := range byIdx {
+		byIdx[i] = i
+	}
+	sort.SliceStable(byIdx, func(a, b int) bool { return p.Buffers[byIdx[a]].Size > p.Buffers[byIdx[b]].Size })
+	var placed []int
+	for _, bi := range byIdx {
+		b := &p.Buffers[bi]
+		size := align(b.Size)
+		var clash [][2]int64
+		for _, oi := range placed {
+			o := p.Buffers[oi]
+			if o.First <= b.Last && b.First <= o.Last {
+				clash = append(clash, [2]int64{o.Offset, o.Offset + align(o.Size)})
+			}
+		}
+		sort.Slice(clash, func(i, j int) bool { return clash[i][0] < clash[j][0] })
+		off := int64(0)
+		for _, c := range clash {
+			if off+size <= c[0] {
+				break
+			}
+			if c[1] > off {
+				off = c[1]
+			}
+		}
+		b.Offset = off
+		placed = append(placed, bi)
+		if off+size > p.Arena {
+			p.Arena = off + size
+		}
+		p.NoReuse += size
+	}
+	// Views take their owner's offset; they need no storage of their own.
+	for name, bi := range p.byName {
+		if p.Buffers[bi].Value != name {
+			p.Buffers = append(p.Buffers, Buffer{Value: name, Offset: p.Buffers[bi].Offset, Size: p.Buffers[bi].Size,
+				First: p.Buffers[bi].First, Last: p.Buffers[bi].Last, View: true})
+		}
+	}
+	sort.SliceStable(p.Buffers, func(i, j int) bool {
+		if p.Buffers[i].View != p.Buffers[j].View {
+			return !p.Buffers[i].View
+		}
+		return p.Buffers[i].Value < p.Buffers[j].Value && p.Buffers[i].View
+	})
+	for i, b := range p.Buffers {
+		p.byName[b.Value] = i
+	}
+	for step := -1; step <= len(order); step++ {
+		var live int64
+		for _, b := range p.Buffers {
+			if !b.View && b.First <= step && step <= b.Last {
+				live += align(b.Size)
+			}
+		}
+		if live > p.PeakLive {
+			p.PeakLive = live
+		}
+	}
+	return p, nil
+}
+
+func align(n int64) int64 { return (n + Alignment - 1) / Alignment * Alignment }

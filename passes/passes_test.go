@@ -1,0 +1,323 @@
+package passes
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"lagc/ir"
+	"lagc/models"
+)
+
+func laguna(t testing.TB, preset string) *ir.Graph {
+	t.Helper()
+	c, err := models.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := models.BuildLaguna(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func parse(t testing.TB, src string) *ir.Graph {
+	t.Helper()
+	g, err := ir.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestConstraintTable(t *testing.T) {
+	if err := CheckConstraints(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range DefaultPipeline {
+		p, ok := Lookup(name)
+		if !ok || p.Doc == "" {
+			t.Errorf("pass %s: registered %v, needs a doc", name, ok)
+		}
+	}
+	saved := Constraints
+	defer func() { Constraints = saved }()
+	cases := []struct {
+		extra []Constraint
+		want  string
+	}{
+		{[]Constraint{{"memplan", "shapes"}}, "cycle"},
+		{[]Constraint{{"dce", "fusion"}}, `unknown pass "fusion"`},
+		{[]Constraint{{"dce", "cse"}}, "cycle"},
+	}
+	for _, c := range cases {
+		Constraints = append(append([]Constraint(nil), saved...), c.extra...)
+		if err := CheckConstraints(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.extra, err, c.want)
+		}
+	}
+}
+
+func TestSelection(t *testing.T) {
+	cases := []struct {
+		passes, disable []string
+		want            string // error substring; "" for success
+		ran             string
+	}{
+		{nil, nil, "", "shapes,cse,dce,memplan"},
+		{nil, []string{"cse"}, "", "shapes,dce,memplan"},
+		{[]string{"dce", "shapes"}, nil, "pass shapes must run before dce", ""},
+		{[]string{"memplan", "dce"}, nil, "pass dce must run before memplan", ""},
+		{[]string{"shapes", "fuse"}, nil, `unknown pass "fuse"`, ""},
+		{[]string{"dce", "dce"}, nil, `pass "dce" listed twice`, ""},
+		{nil, []string{"nope"}, `--disable-pass "nope": unknown pass`, ""},
+		{[]string{"cse"}, nil, "", "cse"},
+	}
+	for _, c := range cases {
+		g := laguna(t, "laguna-tiny")
+		res, err := Run(g, Options{Passes: c.passes, Disable: c.disable})
+		if c.want != "" {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v -%v: got %v, want %q", c.passes, c.disable, err, c.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v -%v: %v", c.passes, c.disable, err)
+			continue
+		}
+		var ran []string
+		for _, tm := range res.Timings {
+			ran = append(ran, tm.Name)
+		}
+		if strings.Join(ran, ",") != c.ran {
+			t.Errorf("%v -%v: ran %v, want %s", c.passes, c.disable, ran, c.ran)
+		}
+	}
+}
+
+func TestVerifierRunsAfterEachPass(t *testing.T) {
+	Register(&Pass{Name: "test-break", Doc: "corrupts the graph", Run: func(s *State) error {
+		n := s.Graph.Nodes[1]
+		n.Outputs[0].Type.Shape = ir.Shape{ir.S("T"), ir.C(999)}
+		return nil
+	}})
+	defer delete(registry, "test-break")
+	_, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "test-break", "dce"}})
+	if err == nil || !strings.Contains(err.Error(), "after pass test-break: node %blk.0.a (rms_norm): output %blk.0.a declared f32[T,999]") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDumps(t *testing.T) {
+	for _, format := range []string{"text", "dot", "json"} {
+		dir := t.TempDir()
+		res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ext, _ := DumpExt(format)
+		want := []string{"01-shapes", "02-cse", "03-dce", "04-memplan"}
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != len(want) || len(res.Dumps) != len(want) {
+			t.Fatalf("%s: %d files, %v", format, len(entries), res.Dumps)
+		}
+		for i, w := range want {
+			if entries[i].Name() != w+ext {
+				t.Errorf("%s: file %d is %s, want %s", format, i, entries[i].Name(), w+ext)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, entries[i].Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch format {
+			case "text":
+				if _, err := ir.Parse(string(data)); err != nil {
+					t.Errorf("%s does not parse: %v", entries[i].Name(), err)
+				}
+			case "json":
+				var v map[string]any
+				if err := json.Unmarshal(data, &v); err != nil || v["name"] != "laguna" {
+					t.Errorf("%s: %v", entries[i].Name(), err)
+				}
+			case "dot":
+				if !strings.HasPrefix(string(data), "strict digraph laguna {") {
+					t.Errorf("%s: %.40q", entries[i].Name(), data)
+				}
+			}
+		}
+	}
+	dir := t.TempDir()
+	res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
+	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "03-dce.txt" {
+		t.Fatalf("dump after dce: %v %v", res, err)
+	}
+	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {
+		t.Fatal("dump after a disabled pass was accepted")
+	}
+	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpFormat: "svg"}); err == nil {
+		t.Fatal("unknown dump format accepted")
+	}
+}
+
+const dceSrc = `graph g
+sym T
+input %x: f32[T,4]
+input %pos: i32[T]
+weight @w: bf16[4,4]
+weight @unused: bf16[4,4]
+%a: f32[T,4] = matmul(%x, @w)
+%dead1: f32[T,4] = silu(%a)
+%dead2: f32[T,4] = mul(%dead1, %a)
+%q: f32[T,1,4] = reshape(%a) {shape=[T,1,4]}
+%att: f32[T,1,4] = attention(%q, %q, %q, %pos) {layer=0, scale=0.5}
+%y: f32[T,4] = add(%a, %x)
+output %y
+`
+
+func TestDCE(t *testing.T) {
+	g := parse(t, dceSrc)
+	st := &State{Graph: g}
+	if err := DCE(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := ir.Verify(g); err != nil {
+		t.Fatal(err)
+	}
+	text := g.String()
+	for _, gone := range []string{"%dead1", "%dead2", "@unused"} {
+		if strings.Contains(text, gone) {
+			t.Errorf("%s survived DCE:\n%s", gone, text)
+		}
+	}
+	// attention writes its KV cache: it stays even though nothing reads it.
+	for _, kept := range []string{"%att", "%q", "@w", "%y"} {
+		if !strings.Contains(text, kept) {
+			t.Errorf("%s removed by DCE:\n%s", kept, text)
+		}
+	}
+}
+
+const cseSrc = `graph g
+sym T
+input %x: f32[T,4]
+input %pos: i32[T]
+weight @w: bf16[4,4]
+%a: f32[T,4] = matmul(%x, @w)
+%b: f32[T,4] = matmul(%x, @w)
+%sa: f32[T,4] = silu(%a)
+%sb: f32[T,4] = silu(%b)
+%n1: f32[T,4] = rms_norm(%sa, @v) {eps=1e-06}
+%n2: f32[T,4] = rms_norm(%sb, @v) {eps=1e-05}
+%q: f32[T,1,4] = reshape(%n1) {shape=[T,1,4]}
+%o1: f32[T,1,4] = attention(%q, %q, %q, %pos) {layer=0, scale=0.5}
+%o2: f32[T,1,4] = attention(%q, %q, %q, %pos) {layer=0, scale=0.5}
+%s: f32[T,1,4] = add(%o1, %o2)
+%r: f32[T,4] = reshape(%s) {shape=[T,4]}
+%y: f32[T,4] = add(%r, %n2)
+output %y
+weight @v: bf16[4]
+`
+
+func TestCSE(t *testing.T) {
+	g := parse(t, cseSrc)
+	st := &State{Graph: g}
+	if err := CSE(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := ir.Verify(g); err != nil {
+		t.Fatal(err)
+	}
+	counts := g.OpCounts()
+	// matmul and silu merge (chained); rms_norm differs in eps; attention
+	// has a side effect and stays twice.
+	want := map[string]int{"matmul": 1, "silu": 1, "rms_norm": 2, "attention": 2}
+	for op, n := range want {
+		if counts[op] != n {
+			t.Errorf("%s: %d, want %d\n%s", op, counts[op], n, g)
+		}
+	}
+	if !strings.Contains(g.String(), "%n2: f32[T,4] = rms_norm(%sa, @v)") {
+		t.Errorf("uses not rewired:\n%s", g)
+	}
+}
+
+// checkPlan asserts that no two buffers live at the same time overlap.
+func checkPlan(t *testing.T, p *MemoryPlan) {
+	t.Helper()
+	var owners []Buffer
+	for _, b := range p.Buffers {
+		if !b.View {
+			owners = append(owners, b)
+		}
+		if b.Offset%Alignment != 0 || b.Offset+b.Size > p.Arena {
+			t.Fatalf("buffer %s at %d+%d outside arena %d or unaligned", b.Value, b.Offset, b.Size, p.Arena)
+		}
+	}
+	for i, a := range owners {
+		for _, b := range owners[i+1:] {
+			if a.First <= b.Last && b.First <= a.Last && a.Offset < b.Offset+b.Size && b.Offset < a.Offset+a.Size {
+				t.Fatalf("%s [%d,%d]@%d+%d overlaps %s [%d,%d]@%d+%d", a.Value, a.First, a.Last, a.Offset, a.Size,
+					b.Value, b.First, b.Last, b.Offset, b.Size)
+			}
+		}
+	}
+	if p.Arena < p.PeakLive || p.Arena > p.NoReuse {
+		t.Fatalf("arena %d outside [peak live %d, no reuse %d]", p.Arena, p.PeakLive, p.NoReuse)
+	}
+}
+
+func TestMemoryPlanSmall(t *testing.T) {
+	// Every value is [T,64] f32, 256 bytes at T=1, and dies at its only
+	// use, so two buffers suffice; v is a view of c.
+	g := parse(t, `graph g
+sym T
+input %x: f32[T,64]
+%a: f32[T,64] = silu(%x)
+%b: f32[T,64] = silu(%a)
+%c: f32[T,64] = silu(%b)
+%v: f32[T,8,8] = reshape(%c) {shape=[T,8,8]}
+%d: f32[T,8,8] = silu(%v)
+output %d
+`)
+	p, err := PlanMemory(g, 1, ir.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, p)
+	if p.Arena != 2*256 || p.PeakLive != 2*256 || p.NoReuse != 5*256 {
+		t.Fatalf("arena %d, peak %d, no reuse %d", p.Arena, p.PeakLive, p.NoReuse)
+	}
+	vo, _ := p.Offset("v")
+	co, _ := p.Offset("c")
+	if vo != co {
+		t.Fatalf("the reshape view is at %d, its source at %d", vo, co)
+	}
+	p2, _ := PlanMemory(g, 1, ir.BF16)
+	if p2.NoReuse != 5*256 { // 128 bytes rounded up to the alignment
+		t.Fatalf("bf16 no reuse %d", p2.NoReuse)
+	}
+	p3, _ := PlanMemory(g, 16, ir.BF16)
+	if p3.Arena != 2*16*64*2 {
+		t.Fatalf("bf16 T=16 arena %d", p3.Arena)
+	}
+}
+
+func TestMemoryPlanLaguna(t *testing.T) {
+	for _, name := range []string{"laguna-tiny", "laguna-s-2.1"} {
+		res, err := Run(laguna(t, name), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.State.Memory) != 4 {
+			t.Fatalf("%d plans", len(res.State.Memory))
+		}
+		for _, p := range res.State.Memory {
+			checkPlan(t, p)
+			t.Logf("%s T=%d %s: arena %d bytes (peak live %d, no reuse %d)", name, p.Tokens, p.DType, p.Arena, p.PeakLive, p.NoReuse)
+		}
+	}
+}
