@@ -37,7 +37,9 @@ type State struct {
 }
 
 // Notef records a one-line report of the running pass.
-func (s *State) Notef(format string, args ...any) { s.Notes = append(s.Notes, fmt.Sprintf(format, args...)) }
+func (s *State) Notef(format string, args ...any) {
+	s.Notes = append(s.Notes, fmt.Sprintf(format, args...))
+}
 
 var registry = map[string]*Pass{}
 
@@ -76,9 +78,9 @@ type Constraint struct{ Before, After string }
 // Constraints is the one place pass ordering is declared. Fusion passes add
 // their rows here.
 var Constraints = []Constraint{
-	{"shapes", "cse"},  // CSE compares types
-	{"shapes", "dce"},  // keeps DCE's view of types current
-	{"cse", "dce"},     // CSE leaves duplicates dead
+	{"shapes", "cse"}, // CSE compares types
+	{"shapes", "dce"}, // keeps DCE's view of types current
+	{"cse", "dce"},    // CSE leaves duplicates dead
 	{"shapes", "memplan"},
 	{"dce", "memplan"}, // plan only what runs
 	{"cse", "memplan"},
