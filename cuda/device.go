@@ -61,21 +61,26 @@ const (
 // DeviceCount is the number of CUDA devices; an error wrapping ErrNoDriver
 // or ErrNoDevice where there are none.
 func DeviceCount() (int, error) {
+	n, _, err := deviceCount()
+	return n, err
+}
+
+func deviceCount() (int, *driverAPI, error) {
 	api, err := loadDriver()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var n int32
 	if err := api.err("cuDeviceGetCount", call(api.deviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return int(n), nil
+	return int(n), api, nil
 }
 
 // Open loads the driver (once per process), retains device ordinal's
 // primary context and reads its properties.
 func Open(ordinal int) (*Device, error) {
-	n, err := DeviceCount()
+	n, api, err := deviceCount()
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +90,6 @@ func Open(ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("cuda: device %d does not exist (%d present)", ordinal, n)
 	}
-	api := driverLib
 	d := &Device{api: api}
 	d.kernels.hits = &d.stats.memHits
 	if err := api.err("cuDeviceGet", call(api.deviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(ordinal))); err != nil {

@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -365,6 +366,110 @@ func TestGPUBadLaunches(t *testing.T) {
 	if got[255] != 1+2*255 {
 		t.Errorf("stream broken after bad launches: %g", got[255])
 	}
+}
+
+// TestGPUDynamicSharedOptIn: above 48 KiB of dynamic shared memory a launch
+// fails until the kernel opts in; then it runs and computes the same sums.
+func TestGPUDynamicSharedOptIn(t *testing.T) {
+	d := cudatest.Device(t)
+	s := stream(t, d)
+	k := compile(t, d, "reduce.cu", "row_sum", cuda.F32)
+	a, err := k.Attrs()
+	must(t, err)
+	if a.Registers <= 0 || a.MaxThreadsPerBlock < 256 || a.MaxDynamicShared > 48<<10 {
+		t.Fatalf("implausible attributes %+v", a)
+	}
+	t.Logf("row_sum<float>: %+v", a)
+	const rows, cols, big = 4, 512, 100 << 10
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = 1
+	}
+	dx, out := alloc(t, d, 4*rows*cols), alloc(t, d, 4*rows)
+	must(t, cuda.Upload(s, dx, x))
+	if err := s.Launch(k, cuda.Dim(rows), cuda.Dim(128), big, int32(rows), int32(cols), dx, out); err == nil {
+		t.Fatal("100 KiB of dynamic shared memory accepted without opting in")
+	}
+	must(t, k.SetMaxDynamicShared(big))
+	must(t, s.Launch(k, cuda.Dim(rows), cuda.Dim(128), big, int32(rows), int32(cols), dx, out))
+	got := make([]float32, rows)
+	must(t, cuda.Download(s, got, out))
+	for r, v := range got {
+		if v != cols {
+			t.Fatalf("row %d: %g want %d", r, v, cols)
+		}
+	}
+}
+
+// TestGPUConcurrentStreams: goroutines compiling the same kernel and
+// launching on their own streams at once (goroutines move between OS
+// threads; each call binds the context where it runs).
+func TestGPUConcurrentStreams(t *testing.T) {
+	d := cudatest.Device(t)
+	spec, err := cuda.EmbeddedSpec("elementwise.cu", "iota", cuda.I32)
+	must(t, err)
+	const workers, n, rounds = 8, 1 << 16, 50
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			errs <- func() error {
+				k, err := d.Compile(context.Background(), spec)
+				if err != nil {
+					return err
+				}
+				s, err := d.NewStream()
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				p, err := d.Alloc(4 * n)
+				if err != nil {
+					return err
+				}
+				defer d.Free(p)
+				got := make([]int32, n)
+				for r := 0; r < rounds; r++ {
+					start := float32(w*1000 + r)
+					if err := s.Launch(k, blocks(n), cuda.Dim(256), 0, int64(n), start, float32(1), p); err != nil {
+						return err
+					}
+					if err := cuda.Download(s, got, p); err != nil {
+						return err
+					}
+					if got[0] != int32(start) || got[n-1] != int32(start)+n-1 {
+						return fmt.Errorf("worker %d round %d: got %d..%d", w, r, got[0], got[n-1])
+					}
+				}
+				return nil
+			}()
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestGPUNoVisibleDevice hides the GPU from a child process: Open must say
+// there is no GPU (ErrNoDevice), one clear error, not a crash.
+func TestGPUNoVisibleDevice(t *testing.T) {
+	if os.Getenv("LAGC_CUDA_CHILD") == "hidden" {
+		_, err := cuda.Open(0)
+		if !errors.Is(err, cuda.ErrNoDevice) {
+			t.Fatalf("want ErrNoDevice, got %v", err)
+		}
+		t.Logf("child got: %v", err)
+		return
+	}
+	cudatest.Device(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGPUNoVisibleDevice$", "-test.v")
+	cmd.Env = append(os.Environ(), "LAGC_CUDA_CHILD=hidden", "CUDA_VISIBLE_DEVICES=-1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "child got:") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
 
 // TestGPUIllegalAddress runs a kernel that writes out of bounds in a child

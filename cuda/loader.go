@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ebitengine/purego"
 )
@@ -242,6 +243,9 @@ var (
 	nvrtcOnce sync.Once
 	nvrtcLib  *nvrtcAPI
 	nvrtcErr  error
+
+	// Names of the loaded libraries, readable without the Once.
+	driverName, nvrtcName atomic.Value
 )
 
 // loadDriver loads libcuda and calls cuInit once per process.
@@ -268,6 +272,7 @@ func loadDriver() (*driverAPI, error) {
 			return
 		}
 		driverLib = d
+		driverName.Store(name)
 	})
 	return driverLib, driverErr
 }
@@ -287,6 +292,7 @@ func loadNVRTC() (*nvrtcAPI, error) {
 			return
 		}
 		nvrtcLib = n
+		nvrtcName.Store(name)
 	})
 	return nvrtcLib, nvrtcErr
 }
@@ -295,11 +301,7 @@ func loadNVRTC() (*nvrtcAPI, error) {
 // loaded yet or not found).
 func LoadedLibraries() Libraries {
 	var l Libraries
-	if driverLib != nil {
-		l.Driver = driverLib.name
-	}
-	if nvrtcLib != nil {
-		l.NVRTC = nvrtcLib.name
-	}
+	l.Driver, _ = driverName.Load().(string)
+	l.NVRTC, _ = nvrtcName.Load().(string)
 	return l
 }

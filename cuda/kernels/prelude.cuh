@@ -6,8 +6,9 @@
 struct half_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(double x) { return (float)x; }
+// Built-in arithmetic types convert with a C++ cast (integers from float
+// round toward zero); the 16-bit float types have their own overloads.
+template <typename T> __device__ __forceinline__ float to_f32(T x) { return (float)x; }
 __device__ __forceinline__ float to_f32(half_t x) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
@@ -17,9 +18,7 @@ __device__ __forceinline__ float to_f32(bf16_t x) {
   return __uint_as_float(((unsigned int)x.bits) << 16);
 }
 
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_f32<double>(float x) { return x; }
+template <typename T> __device__ __forceinline__ T from_f32(float x) { return (T)x; }
 template <> __device__ __forceinline__ half_t from_f32<half_t>(float x) {
   half_t h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
