@@ -366,4 +366,3 @@ func TestWriteRejectsInexpressibleConfig(t *testing.T) {
 		t.Errorf("yarn on sliding layers: %v", err)
 	}
 }
-
