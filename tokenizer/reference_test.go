@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -280,24 +281,11 @@ func TestGGUFErrors(t *testing.T) {
 			sp := NoSpecial()
 			tok, mer, ty, pre := tc.mod(slices.Clone(tokens), slices.Clone(merges), slices.Clone(types), &sp)
 			_, err := FromGGUF(tok, mer, ty, pre, sp)
-			if err == nil || !contains(err.Error(), tc.substr) {
+			if err == nil || !strings.Contains(err.Error(), tc.substr) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.substr)
 			}
 		})
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 func TestStreamDecoderMatchesDecode(t *testing.T) {
