@@ -1,0 +1,102 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"lagc/ckpt"
+	"lagc/progress"
+)
+
+func init() {
+	register(&command{
+		name:    "convert",
+		summary: "convert a Laguna checkpoint (HF safetensors or GGUF) to GGUF with llama.cpp's laguna names",
+		usage:   "convert --model HF_DIR -o OUT.gguf [--dtype keep|f32|f16|bf16]",
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			var o convertOpts
+			fs.StringVar(&o.model, "model", "", "checkpoint to convert: HF directory (config.json + safetensors) or .gguf file")
+			fs.StringVar(&o.out, "o", "", "output GGUF file")
+			fs.StringVar(&o.out, "output", "", "output GGUF file (same as -o)")
+			fs.StringVar(&o.dtype, "dtype", "keep", "type of weight matrices: keep (as stored), f32, f16 or bf16; vectors, norms and the router stay f32")
+			fs.StringVar(&o.name, "name", "", "general.name to record (default: the checkpoint's base name)")
+			return func(args []string) error {
+				if len(args) != 0 {
+					return fmt.Errorf("%w: unexpected arguments %q (the checkpoint goes in --model)", errUsage, args)
+				}
+				if o.model == "" || o.out == "" {
+					return fmt.Errorf("%w: --model and -o are required", errUsage)
+				}
+				return runConvert(o, fs.Output()) // stderr, as runMain set it
+			}
+		},
+	})
+}
+
+type convertOpts struct {
+	model, out, dtype, name string
+}
+
+func runConvert(o convertOpts, log io.Writer) error {
+	opt := ckpt.WriteOptions{Name: o.name}
+	if o.dtype == "keep" {
+		opt.KeepDType = true
+	} else {
+		dt, err := ckpt.ParseDType(o.dtype)
+		if err != nil {
+			return fmt.Errorf("%w: --dtype: %v", errUsage, err)
+		}
+		opt.DType = dt
+	}
+	if opt.Name == "" {
+		opt.Name = strings.TrimSuffix(filepath.Base(filepath.Clean(o.model)), ".gguf")
+	}
+	if same(o.model, o.out) {
+		return fmt.Errorf("%w: the output would overwrite the input %s", errUsage, o.model)
+	}
+	start := time.Now()
+	src, err := ckpt.Open(o.model)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var total int64
+	for _, t := range src.Tensors() {
+		total += t.Size
+	}
+	cfg := src.Config()
+	fmt.Fprintf(log, "convert: %s (%s): %d layers, hidden %d, %d experts, %d tensors, %.1f MiB -> %s (dtype %s)\n",
+		o.model, src.Format(), cfg.NumLayers, cfg.HiddenSize, cfg.NumExperts, len(src.Tensors()),
+		float64(total)/(1<<20), o.out, o.dtype)
+	bar := progress.New(log, "convert", total, "B")
+	opt.Progress = func(done, n int, t ckpt.TensorInfo, out ckpt.DType) { bar.Add(t.Size) }
+	if err := ckpt.WriteGGUFFile(o.out, src, opt); err != nil {
+		return err
+	}
+	bar.Done()
+	// Read the result back: a file lagc wrote must open and validate.
+	check, err := ckpt.Open(o.out)
+	if err != nil {
+		return fmt.Errorf("the written file does not read back: %w", err)
+	}
+	defer check.Close()
+	st, err := os.Stat(o.out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "convert: wrote %s: %d tensors, %.1f MiB in %.1fs; it reads back and validates\n",
+		o.out, len(check.Tensors()), float64(st.Size())/(1<<20), time.Since(start).Seconds())
+	return nil
+}
+
+// same reports whether two paths name the same existing file.
+func same(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
