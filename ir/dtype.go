@@ -18,6 +18,9 @@ const (
 	I32
 	Q8_0 // GGML q8_0: blocks of 32 int8 with one f16 scale
 	Q4_0 // GGML q4_0: blocks of 32 4-bit values with one f16 scale
+	Q4_K // GGML k-quants: super-blocks of 256
+	Q5_K
+	Q6_K
 )
 
 var dtypeInfo = [...]struct {
@@ -33,6 +36,9 @@ var dtypeInfo = [...]struct {
 	I32:     {"i32", 1, 4, false},
 	Q8_0:    {"q8_0", 32, 34, true},
 	Q4_0:    {"q4_0", 32, 18, true},
+	Q4_K:    {"q4_k", 256, 144, true},
+	Q5_K:    {"q5_k", 256, 176, true},
+	Q6_K:    {"q6_k", 256, 210, true},
 }
 
 func (t DType) valid() bool { return t > Invalid && int(t) < len(dtypeInfo) }

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"lagc/ckpt"
+	"lagc/ir"
+	"lagc/models"
+	"lagc/passes"
+)
+
+func init() {
+	register(&command{
+		name:    "compile",
+		summary: "build the model graph, run the passes, print a summary (and dumps)",
+		usage:   "compile [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [flags]",
+		setup:   setupCompile,
+	})
+}
+
+// compileFlags are the flags of `lagc compile`.
+type compileFlags struct {
+	preset, config, model string
+	passes, disable       string
+	dumpAfter, dumpDir    string
+	dumpFormat, emit      string
+	weightDType           string
+	prefill               int
+}
+
+func setupCompile(fs *flag.FlagSet) func([]string) error {
+	f := &compileFlags{}
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.StringVar(&f.config, "config", "", "a Hugging Face config.json to take the model shape from")
+	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config, weight dtypes and shapes")
+	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default "+strings.Join(passes.DefaultPipeline, ",")+"); passes: "+passList())
+	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
+	fs.StringVar(&f.dumpAfter, "dump-after", "", "dump the graph after these passes (comma-separated) or `all`")
+	fs.StringVar(&f.dumpDir, "dump-dir", "lagc-dumps", "directory for dumps, named NN-pass.ext")
+	fs.StringVar(&f.dumpFormat, "dump-format", "text", "dump format: text, dot or json")
+	fs.StringVar(&f.emit, "emit", "", "print the final graph (text, dot or json) instead of the summary")
+	fs.StringVar(&f.weightDType, "weight-dtype", "bf16", "dtype of weights (overridden per tensor by --model)")
+	fs.IntVar(&f.prefill, "prefill", 2048, "prefill step size for the memory plan")
+	return func(args []string) error { return runCompile(compileStdout, f, args) }
+}
+
+// compileStdout receives the summary; tests capture it.
+var compileStdout io.Writer = os.Stdout
+
+func passList() string {
+	var parts []string
+	for _, n := range passes.Names() {
+		p, _ := passes.Lookup(n)
+		parts = append(parts, n+" ("+p.Doc+")")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func runCompile(w io.Writer, f *compileFlags, args []string) error {
+	if len(args) > 1 {
+		return fmt.Errorf("%w: expected at most one model file, got %q", errUsage, args)
+	}
+	file, src := "laguna.yaml (embedded)", models.LagunaYAML
+	if len(args) == 1 {
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			return fmt.Errorf("reading model file: %w", err)
+		}
+		file, src = args[0], b
+	}
+	n := 0
+	for _, s := range []string{f.preset, f.config, f.model} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: give exactly one of --preset, --config or --model", errUsage)
+	}
+	wdt, err := ir.ParseDType(f.weightDType)
+	if err != nil {
+		return fmt.Errorf("%w: --weight-dtype: %v", errUsage, err)
+	}
+	if _, err := passes.DumpExt(f.dumpFormat); err != nil {
+		return fmt.Errorf("%w: --dump-format: %v", errUsage, err)
+	}
+	if f.prefill <= 0 {
+		return fmt.Errorf("%w: --prefill must be positive", errUsage)
+	}
+	var cfg *models.Config
+	var ck ckpt.Checkpoint
+	source := ""
+	switch {
+	case f.preset != "":
+		cfg, err = models.Preset(f.preset)
+		source = "preset " + f.preset
+	case f.config != "":
+		cfg, err = models.LoadHFConfig(f.config)
+		source = f.config
+	default:
+		ck, err = ckpt.Open(f.model)
+		if err == nil {
+			defer ck.Close()
+			cfg = ck.Config()
+		}
+		source = f.model
+	}
+	if err != nil {
+		return err
+	}
+	g, err := models.Build(file, src, cfg, models.BuildOptions{WeightDType: wdt})
+	if err != nil {
+		return err
+	}
+	if ck != nil {
+		if err := bindCheckpoint(g, ck); err != nil {
+			return err
+		}
+	}
+	opt := passes.Options{
+		Passes: splitList(f.passes), Disable: splitList(f.disable), DumpAfter: splitList(f.dumpAfter),
+		DumpDir: f.dumpDir, DumpFormat: f.dumpFormat, Tokens: []int{1, f.prefill},
+	}
+	res, err := passes.Run(g, opt)
+	if err != nil {
+		return err
+	}
+	switch f.emit {
+	case "":
+		printSummary(w, g, file, source, res, f.prefill)
+		return nil
+	case "text":
+		return ir.Print(w, g)
+	case "dot":
+		return ir.WriteDOT(w, g)
+	case "json":
+		return ir.WriteJSON(w, g)
+	}
+	return fmt.Errorf("%w: --emit %q: expected text, dot or json", errUsage, f.emit)
+}
+
+// bindCheckpoint checks every graph weight against the checkpoint (present,
+// same shape) and takes its stored dtype.
+func bindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
+	for _, v := range g.Weights {
+		if v.From != nil {
+			continue
+		}
+		ti, ok := ck.Tensor(v.Name)
+		if !ok {
+			return fmt.Errorf("%s: checkpoint has no tensor %s that the graph reads", ck.Path(), v.Name)
+		}
+		want := ir.Consts(ti.Shape...)
+		if !want.Equal(v.Type.Shape) {
+			return fmt.Errorf("%s: tensor %s is %v, the graph expects %s", ck.Path(), v.Name, ti.Shape, v.Type.Shape)
+		}
+		dt, err := ir.ParseDType(ti.DType.String())
+		if err != nil {
+			return fmt.Errorf("%s: tensor %s: lagc has no dtype %s yet", ck.Path(), v.Name, ti.DType)
+		}
+		v.Type.DType = dt
+	}
+	if err := ir.Verify(g); err != nil {
+		return fmt.Errorf("graph with checkpoint dtypes: %w", err)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Result, prefill int) {
+	fmt.Fprintf(w, "model %s from %s, shape from %s\n", g.Name, file, source)
+	var outs []string
+	for _, v := range g.Outputs {
+		outs = append(outs, fmt.Sprintf("%s %s", v.Name, v.Type))
+	}
+	fmt.Fprintf(w, "graph: %d nodes, %d weights, inputs %d, outputs %s\n\n", len(g.Nodes), len(g.Weights), len(g.Inputs), strings.Join(outs, ", "))
+
+	total, active := g.ParamCount()
+	fmt.Fprintf(w, "parameters: %s total (%d)\n", billions(total), total)
+	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", billions(active), active)
+
+	fmt.Fprintln(w, "ops by kind:")
+	counts := g.OpCounts()
+	ops := make([]string, 0, len(counts))
+	for op := range counts {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		if counts[ops[i]] != counts[ops[j]] {
+			return counts[ops[i]] > counts[ops[j]]
+		}
+		return ops[i] < ops[j]
+	})
+	for _, op := range ops {
+		fmt.Fprintf(w, "  %-14s %5d\n", op, counts[op])
+	}
+
+	layers := models.LayerTable(g)
+	fmt.Fprintf(w, "\nlayers (%d):\n", len(layers))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  layer\tattention\twindow\theads\tkv heads\tmlp")
+	for _, li := range layers {
+		win := "-"
+		if li.Sliding {
+			win = fmt.Sprint(li.Window)
+		}
+		kind := "full"
+		if li.Sliding {
+			kind = "sliding"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%s\n", li.Layer, kind, win, li.Heads, li.KVHeads, li.MLP)
+	}
+	tw.Flush()
+
+	if len(res.State.Memory) > 0 {
+		fmt.Fprintln(w, "\nactivation arena (one buffer for all activations; weights and KV caches excluded):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  step\tf32 activations\tbf16 activations")
+		for _, t := range []int{1, prefill} {
+			name := fmt.Sprintf("decode T=%d", t)
+			if t != 1 {
+				name = fmt.Sprintf("prefill T=%d", t)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, planSize(res.State.Plan(t, ir.F32)), planSize(res.State.Plan(t, ir.BF16)))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w, "\npasses:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for i, t := range res.Timings {
+		fmt.Fprintf(tw, "  %02d\t%s\t%v\tnodes %d -> %d\n", i+1, t.Name, t.Elapsed.Round(1000), t.NodesBefore, t.NodesAfter)
+	}
+	tw.Flush()
+	for _, n := range res.State.Notes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(res.Dumps) > 0 {
+		fmt.Fprintf(w, "\ndumps: %s\n", strings.Join(res.Dumps, ", "))
+	}
+}
+
+func planSize(p *passes.MemoryPlan) string {
+	if p == nil {
+		return "-"
+	}
+	return humanBytes(p.Arena)
+}
+
+func billions(n int64) string { return fmt.Sprintf("%.2fB", float64(n)/1e9) }
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func runLagc(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	compileStdout = &out
+	defer func() { compileStdout = os.Stdout }()
+	code := runMain(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// TestCompileS21 is the acceptance check of `lagc compile` for
+// Laguna-S-2.1: LAGUNA.md's parameter counts and the layer pattern.
+func TestCompileS21(t *testing.T) {
+	out, errs, code := runLagc(t, "compile", "../../models/laguna.yaml", "--preset", "laguna-s-2.1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"parameters: 117.56B total",
+		"active per token: 8.14B",
+		"layers (48):",
+		"  moe_experts       47\n",
+		"decode T=1",
+		"prefill T=2048",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	row := regexp.MustCompile(`(?m)^  (\d+)\s+(full|sliding)\s+(-|\d+)\s+(\d+)\s+8\s+(dense|moe)$`)
+	rows := row.FindAllStringSubmatch(out, -1)
+	if len(rows) != 48 {
+		t.Fatalf("%d layer rows:\n%s", len(rows), out)
+	}
+	for i, r := range rows {
+		want := []string{"sliding", "512", "72", "moe"}
+		if i%4 == 0 {
+			want = []string{"full", "-", "48", "moe"}
+		}
+		if i == 0 {
+			want[3] = "dense"
+		}
+		if r[1] != strconv.Itoa(i) || r[2] != want[0] || r[3] != want[1] || r[4] != want[2] || r[5] != want[3] {
+			t.Errorf("layer row %d: %q, want %v", i, r[0], want)
+		}
+	}
+	for _, p := range []string{"01  shapes", "02  cse", "03  dce", "04  memplan"} {
+		if !strings.Contains(out, p) {
+			t.Errorf("pass timing %q missing", p)
+		}
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
+
+func TestCompileDumps(t *testing.T) {
+	dir := t.TempDir()
+	_, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var got []string
+	for _, n := range names {
+		got = append(got, filepath.Base(n))
+	}
+	if strings.Join(got, " ") != "01-shapes.json 02-cse.json 03-dce.json 04-memplan.json" {
+		t.Fatalf("dumps %v", got)
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	src := strings.Replace(mustRead(t, "../../models/laguna.yaml"), "rms_norm(x, attn_norm.weight)", "rms_nrm(x, attn_norm.weight)", 1)
+	if err := os.WriteFile(bad, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"compile"}, 2, "give exactly one of --preset, --config or --model"},
+		{[]string{"compile", "--preset", "laguna-xl"}, 1, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
+		{[]string{"compile", "--preset", "laguna-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
+		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, bad + ":"},
+		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, `unknown op "rms_nrm"`},
+	}
+	for _, c := range cases {
+		_, errs, code := runLagc(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, errs, c.code, c.want)
+		}
+	}
+}
+
+func TestCompileHelpAndEmit(t *testing.T) {
+	for _, args := range [][]string{{"compile", "--help"}, {"help", "compile"}} {
+		out, _, code := runLagc(t, args...)
+		if code != 0 || !strings.Contains(out, "-dump-after") || !strings.Contains(out, "memplan") {
+			t.Errorf("%v: exit %d\n%s", args, code, out)
+		}
+	}
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "text", "--disable-pass", "memplan")
+	if code != 0 || !strings.HasPrefix(out, "graph laguna\n") {
+		t.Fatalf("emit text: %d %s\n%.200s", code, errs, out)
+	}
+}
+
+func TestCompileCheckpoint(t *testing.T) {
+	dir := "../../testdata/fixtures/tiny_sharded_perelem_tied"
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		t.Skip("fixture not present:", err)
+	}
+	out, errs, code := runLagc(t, "compile", "--model", dir, "--emit", "text")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	// Tied embeddings, per-element gate, weights stored as f32.
+	for _, want := range []string{"= matmul(%hn, @token_embd.weight)", `{gating="per-element"}`, "weight @token_embd.weight: f32["} {
+		if !strings.Contains(out, want) {
+			t.Errorf("graph lacks %q", want)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
