@@ -4,6 +4,11 @@
 // github.com/ardanlabs/jinja: a pure-Go engine written for LLM chat templates
 // that applies HF's trim_blocks/lstrip_blocks defaults and keeps dict key
 // order (so tojson of tool schemas matches Python byte for byte).
+//
+// Known differences from Python's Jinja2, from the engine: floats print in
+// Go's shortest form (1.0 renders as "1", 123456789.0 as "1.23456789e+08"),
+// and some Python errors (division by zero, unpacking a dict in a for loop)
+// do not happen. Integers, strings, booleans, null and nesting match.
 package chat
 
 import (
@@ -22,7 +27,8 @@ type Template struct {
 }
 
 // Compile parses a chat template.
-func Compile(src string) (*Template, error) {
+func Compile(src string) (tmpl *Template, err error) {
+	defer recoverTo(&err, "compile chat template")
 	t, err := jinja.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("compile chat template: %w", err)
@@ -116,11 +122,24 @@ func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, er
 		}
 		data["tools"] = jinja.NewList(items)
 	}
-	out, err := t.tmpl.RenderValues(data)
+	return t.render(data)
+}
+
+func (t *Template) render(data map[string]jinja.Value) (out string, err error) {
+	defer recoverTo(&err, "render chat template")
+	out, err = t.tmpl.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("render chat template: %w", err)
 	}
 	return out, nil
+}
+
+// recoverTo turns a panic inside the template engine (a template shipped
+// with a checkpoint is user input) into an error.
+func recoverTo(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: template engine failed: %v", what, r)
+	}
 }
 
 // FromJSON converts JSON to a template value, keeping object key order

@@ -206,3 +206,28 @@ func FuzzFromJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTemplate: a template shipped with a checkpoint is user input; Compile
+// and Render must return errors, never panic.
+func FuzzTemplate(f *testing.F) {
+	for _, name := range []string{"laguna_chat_template.jinja", "chatml_blocks_template.jinja"} {
+		src, err := os.ReadFile(filepath.Join(fixtureDir, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(src))
+	}
+	for _, s := range []string{"{{ messages[0].content.items() }}", "{% for k, v in messages %}{{ k }}{% endfor %}",
+		"{{ (messages | first).tool_calls[0].function.arguments | tojson(indent=2) }}", "{{ 1 / 0 }}",
+		"{% set x = namespace(a=1) %}{{ x.a.b.c }}", "{{ messages[::-1][0]['role'] | upper }}", "{%- generation -%}x"} {
+		f.Add(s)
+	}
+	msgs := json.RawMessage(`[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"a":[1,2.5,null]}}}]}]`)
+	f.Fuzz(func(t *testing.T, src string) {
+		tmpl, err := Compile(src)
+		if err != nil {
+			return
+		}
+		_, _ = tmpl.RenderJSON(msgs, Options{AddGenerationPrompt: true, Vars: map[string]any{"enable_thinking": false}})
+	})
+}
