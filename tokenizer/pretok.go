@@ -61,7 +61,12 @@ func newRegexMatcher(pattern string) (*regexMatcher, error) {
 	return &regexMatcher{re: re}, nil
 }
 
-func (m *regexMatcher) find(s string) ([][2]int, error) {
+func (m *regexMatcher) find(s string) (out [][2]int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("pre-tokenizer regex %q failed: %v", m.re.String(), r)
+		}
+	}()
 	runes := make([]rune, 0, len(s))
 	offs := make([]int, 0, len(s)+1)
 	for i := 0; i < len(s); {
@@ -71,8 +76,7 @@ func (m *regexMatcher) find(s string) ([][2]int, error) {
 		i += n
 	}
 	offs = append(offs, len(s))
-	var out [][2]int
-	err := m.re.FindRunesMatches(runes, 0, func(v regexp2.MatchView) bool {
+	err = m.re.FindRunesMatches(runes, 0, func(v regexp2.MatchView) bool {
 		idx, n, ok := v.GroupRange(0)
 		if ok && n > 0 {
 			out = append(out, [2]int{offs[idx], offs[idx+n]})

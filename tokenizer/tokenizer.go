@@ -143,6 +143,8 @@ func (t *Tokenizer) SetPostProcessor(prefix, suffix []int32) {
 // Encode tokenizes text. With addSpecial the post-processor's ids (such as
 // Laguna's leading 〈|EOS|〉) are added, like HF's add_special_tokens=True.
 // Any bytes, valid UTF-8 or not, are accepted: Decode(Encode(x)) == x.
+// Should a pre-tokenizer regex fail (regexp2's backtracking limit), the text
+// is encoded with the pieces split so far, so no input is ever lost.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	var ids []int32
 	if addSpecial {
