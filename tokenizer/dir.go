@@ -35,7 +35,7 @@ func LoadHFDir(dir string) (*Tokenizer, error) {
 			raw json.RawMessage
 			dst *int32
 		}{{cfg.BOS, &t.BOS}, {cfg.EOS, &t.EOS}, {cfg.PAD, &t.PAD}, {cfg.UNK, &t.UNK}} {
-			name := TokenContent(f.raw)
+			name := tokenContent(f.raw)
 			if name == "" {
 				continue
 			}
@@ -93,9 +93,9 @@ func readJSON(path string, v any) (bool, error) {
 	return true, nil
 }
 
-// TokenContent reads a special-token entry of tokenizer_config.json, which
+// tokenContent reads a special-token entry of tokenizer_config.json, which
 // is either a string or an object with a "content" field.
-func TokenContent(raw json.RawMessage) string {
+func tokenContent(raw json.RawMessage) string {
 	if isNull(raw) {
 		return ""
 	}
