@@ -151,3 +151,17 @@ func formatFloat(f float64) string {
 	}
 	return s
 }
+
+// Check converts v to the spec's kind (ints widen to floats, constant shapes
+// and int lists interchange) and checks enums; the error says what was
+// expected.
+func (s AttrSpec) Check(v any) (any, error) {
+	c, ok := coerceAttr(s.Kind, v)
+	if !ok {
+		return nil, fmt.Errorf("expected %s for attribute %s, got %s", s.Kind, s.Name, formatAttr(v))
+	}
+	if len(s.Enum) > 0 && !contains(s.Enum, c.(string)) {
+		return nil, fmt.Errorf("expected one of %q for attribute %s, got %q", s.Enum, s.Name, c)
+	}
+	return c, nil
+}

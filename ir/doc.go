@@ -21,11 +21,14 @@
 // with From != nil is derived at load time from other weights) and node
 // outputs (Kind Activation, Def the producing node). g.Outputs are the
 // results: for Laguna "logits" f32[T,V] and "next" i32[T] (argmax).
-// g.Value(name) finds any value by name. Attribute getters return the op's
-// default when the attribute is absent.
+// g.Value(name) finds any value by name; g.Shapes(env) binds every shape at
+// once. Attribute getters return the op's default when the attribute is
+// absent. The op table (Op, OpNames, OpDef.Doc/Attrs) is the contract of
+// docs/CONTRACTS.md; the attention op owns its KV cache, addressed by its
+// `layer` attribute, so no cache dimension appears in the graph.
 //
 // Dtypes: f32, f16, bf16, i32 and block-quantised weight types (q8_0,
-// q4_0). Graphs built by the frontend have f32 activations; rms_norm,
+// q4_0, q4_k, q5_k, q6_k). Graphs built by the frontend have f32 activations; rms_norm,
 // softplus_gate and router scores are computed in float32 whatever the
 // storage type.
 //
@@ -37,4 +40,6 @@
 // Graph.Live and RemoveNodes drop dead code. Verify checks a graph: unique
 // single assignment, every input defined, known ops and valid attributes,
 // declared types equal to inferred ones, no cycles (via gonum's topo).
+// Print/Parse are the text form, WriteDOT (gonum's DOT encoder) and
+// WriteJSON the other dump formats; ParamCount counts parameters.
 package ir

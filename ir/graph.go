@@ -446,3 +446,17 @@ func sortedNodes(ns []*Node) []*Node {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
+
+// Shapes binds the symbolic dimensions of every value's shape under env:
+// the concrete shapes an executor allocates for one step.
+func (g *Graph) Shapes(env Env) (map[*Value][]int, error) {
+	out := map[*Value][]int{}
+	for _, v := range g.Values() {
+		s, err := v.Type.Shape.Eval(env)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v, err)
+		}
+		out[v] = s
+	}
+	return out, nil
+}

@@ -328,3 +328,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestShapes(t *testing.T) {
+	g := mustParse(t, small)
+	m, err := g.Shapes(Env{"T": 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m[g.Value("qh")]; len(got) != 3 || got[0] != 3 || got[1] != 2 || got[2] != 4 {
+		t.Fatalf("qh bound to %v", got)
+	}
+	if got := m[g.Value("token_embd.weight")]; got[0] != 16 || got[1] != 8 {
+		t.Fatalf("weight bound to %v", got)
+	}
+}
