@@ -73,6 +73,14 @@ func runConvert(o convertOpts, log io.Writer) error {
 	fmt.Fprintf(log, "convert: %s (%s): %d layers, hidden %d, %d experts, %d tensors, %.1f MiB -> %s (dtype %s)\n",
 		o.model, src.Format(), cfg.NumLayers, cfg.HiddenSize, cfg.NumExperts, len(src.Tensors()),
 		float64(total)/(1<<20), o.out, o.dtype)
+	switch tok, err := ckpt.TokenizerMetadata(src); {
+	case err != nil:
+		fmt.Fprintf(log, "convert: warning: the tokenizer is not embedded: %v\n", err)
+	case tok == nil:
+		fmt.Fprintf(log, "convert: note: %s has no tokenizer.json; the GGUF carries no vocabulary\n", o.model)
+	default:
+		opt.Extra = tok
+	}
 	bar := progress.New(log, "convert", total, "B")
 	opt.Progress = func(done, n int, t ckpt.TensorInfo, out ckpt.DType) { bar.Add(t.Size) }
 	if err := ckpt.WriteGGUFFile(o.out, src, opt); err != nil {
