@@ -7,7 +7,7 @@ func ArgMax(out []int32, x []float32, T, V int) error {
 	if err := checkDims("ArgMax", dim{"T", T}, dim{"V", V}); err != nil {
 		return err
 	}
-	if err := checkLen("ArgMax", "x", len(x), T*V); err != nil {
+	if err := checkLen("ArgMax", "x", len(x), T, V); err != nil {
 		return err
 	}
 	if err := checkLen("ArgMax", "out", len(out), T); err != nil {

@@ -39,7 +39,7 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 	for _, c := range []struct {
 		name      string
 		got, want int
-	}{{"pos", len(pos), T}, {"q", len(q), T * nh * d}, {"k", len(k), T * nkv * d}, {"v", len(v), T * nkv * d}, {"out", len(out), T * nh * d}} {
+	}{{"pos", len(pos), T}, {"q", len(q), prod(T, nh, d)}, {"k", len(k), prod(T, nkv, d)}, {"v", len(v), prod(T, nkv, d)}, {"out", len(out), prod(T, nh, d)}} {
 		if err := checkLen("Attention", c.name, c.got, c.want); err != nil {
 			return err
 		}

@@ -61,7 +61,7 @@ func Concat(out []float32, parts [][]float32, outer int, sizes []int) error {
 	if err != nil {
 		return err
 	}
-	if err := checkLen("Concat", "out", len(out), outer*total); err != nil {
+	if err := checkLen("Concat", "out", len(out), outer, total); err != nil {
 		return err
 	}
 	for o := 0; o < outer; o++ {
@@ -82,7 +82,7 @@ func Split(parts [][]float32, x []float32, outer int, sizes []int) error {
 	if err != nil {
 		return err
 	}
-	if err := checkLen("Split", "x", len(x), outer*total); err != nil {
+	if err := checkLen("Split", "x", len(x), outer, total); err != nil {
 		return err
 	}
 	for o := 0; o < outer; o++ {
@@ -108,10 +108,12 @@ func checkSplit(op string, parts [][]float32, outer int, sizes []int) (int, erro
 		if s < 0 {
 			return 0, fmt.Errorf("cpu.%s: sizes[%d] = %d is negative", op, i, s)
 		}
-		if err := checkLen(op, fmt.Sprintf("part %d", i), len(parts[i]), outer*s); err != nil {
+		if err := checkLen(op, fmt.Sprintf("part %d", i), len(parts[i]), outer, s); err != nil {
 			return 0, err
 		}
-		total += s
+		if total += s; total < 0 {
+			return 0, fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
+		}
 	}
 	return total, nil
 }

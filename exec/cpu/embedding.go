@@ -9,10 +9,10 @@ func Embedding(out []float32, ids []int32, table []float32, V, H int) error {
 	if err := checkDims("Embedding", dim{"V", V}, dim{"H", H}); err != nil {
 		return err
 	}
-	if err := checkLen("Embedding", "table", len(table), V*H); err != nil {
+	if err := checkLen("Embedding", "table", len(table), V, H); err != nil {
 		return err
 	}
-	if err := checkLen("Embedding", "out", len(out), T*H); err != nil {
+	if err := checkLen("Embedding", "out", len(out), T, H); err != nil {
 		return err
 	}
 	for t, id := range ids {

@@ -1,13 +1,34 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
-// checkLen reports a slice whose length does not match its dimensions.
-func checkLen(op, name string, got, want int) error {
+// checkLen reports a slice whose length is not the product of dims (or a
+// product that does not fit an int, which no real shape reaches).
+func checkLen(op, name string, got int, dims ...int) error {
+	want := prod(dims...)
+	if want < 0 {
+		return fmt.Errorf("cpu.%s: %s: dimensions %v are negative or too large", op, name, dims)
+	}
 	if got != want {
 		return fmt.Errorf("cpu.%s: %s has %d elements, want %d", op, name, got, want)
 	}
 	return nil
+}
+
+// prod returns the product of dims, or -1 if one is negative or the product
+// overflows.
+func prod(dims ...int) int {
+	p := 1
+	for _, d := range dims {
+		if d < 0 || (d > 0 && p > math.MaxInt/d) {
+			return -1
+		}
+		p *= d
+	}
+	return p
 }
 
 // dim is a named dimension, for checkDims.

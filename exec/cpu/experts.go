@@ -18,8 +18,8 @@ func MoEExperts(out, x, weights []float32, ids []int32, gate, up, down []float32
 	for _, c := range []struct {
 		name      string
 		got, want int
-	}{{"x", len(x), T * H}, {"weights", len(weights), T * k}, {"ids", len(ids), T * k},
-		{"gate", len(gate), E * I * H}, {"up", len(up), E * I * H}, {"down", len(down), E * H * I}, {"out", len(out), T * H}} {
+	}{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)},
+		{"gate", len(gate), prod(E, I, H)}, {"up", len(up), prod(E, I, H)}, {"down", len(down), prod(E, H, I)}, {"out", len(out), prod(T, H)}} {
 		if err := checkLen(op, c.name, c.got, c.want); err != nil {
 			return err
 		}

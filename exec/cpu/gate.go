@@ -15,13 +15,13 @@ func SoftplusGate(out, x, g []float32, T, nh, d, G int) error {
 	if G != nh && G != nh*d {
 		return fmt.Errorf("cpu.SoftplusGate: gate width %d is neither nh = %d (per-head) nor nh*d = %d (per-element)", G, nh, nh*d)
 	}
-	if err := checkLen("SoftplusGate", "x", len(x), T*nh*d); err != nil {
+	if err := checkLen("SoftplusGate", "x", len(x), T, nh, d); err != nil {
 		return err
 	}
-	if err := checkLen("SoftplusGate", "g", len(g), T*G); err != nil {
+	if err := checkLen("SoftplusGate", "g", len(g), T, G); err != nil {
 		return err
 	}
-	if err := checkLen("SoftplusGate", "out", len(out), T*nh*d); err != nil {
+	if err := checkLen("SoftplusGate", "out", len(out), T, nh, d); err != nil {
 		return err
 	}
 	perHead := G == nh && G != nh*d // d == 1 makes the two the same

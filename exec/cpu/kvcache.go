@@ -21,6 +21,8 @@ type KVCache struct {
 
 // NewKVCache returns an empty cache for nkv heads of headDim channels.
 // window 0 makes a linear cache, window > 0 a ring; maxPos is the context.
+// Memory is taken as positions arrive, never more than the positions seen
+// (or, for a ring, its window) need.
 func NewKVCache(nkv, headDim, window, maxPos int) (*KVCache, error) {
 	if err := checkDims("NewKVCache", dim{"nkv", nkv}, dim{"head_dim", headDim}, dim{"max positions", maxPos}); err != nil {
 		return nil, err
@@ -28,14 +30,10 @@ func NewKVCache(nkv, headDim, window, maxPos int) (*KVCache, error) {
 	if window < 0 {
 		return nil, fmt.Errorf("cpu.NewKVCache: window = %d must not be negative", window)
 	}
-	c := &KVCache{NKV: nkv, HeadDim: headDim, Window: window, MaxPos: maxPos}
-	if window > 0 {
-		// A ring never needs more slots than there are positions.
-		slots := min(window, maxPos)
-		c.k = make([]float32, slots*nkv*headDim)
-		c.v = make([]float32, slots*nkv*headDim)
+	if prod(nkv, headDim) < 0 {
+		return nil, fmt.Errorf("cpu.NewKVCache: %d kv heads x %d channels is too large", nkv, headDim)
 	}
-	return c, nil
+	return &KVCache{NKV: nkv, HeadDim: headDim, Window: window, MaxPos: maxPos}, nil
 }
 
 // NewCaches returns one cache per layer of cfg: a ring of sliding_window
@@ -80,27 +78,37 @@ func (c *KVCache) canAppend(p0, count int) error {
 	if p0 > c.n {
 		return fmt.Errorf("position %d leaves a gap: the cache holds positions 0..%d", p0, c.n-1)
 	}
+	if prod(c.slotsFor(p0+count), c.NKV, c.HeadDim) < 0 {
+		return fmt.Errorf("a cache of %d positions is too large", p0+count)
+	}
 	if c.Window > 0 && p0 < c.n-1 {
 		return fmt.Errorf("position %d: a sliding-window cache cannot go back past position %d", p0, c.n-1)
 	}
 	return nil
 }
 
-// grow makes room for positions below n in a linear cache.
-func (c *KVCache) grow(n int) {
+// slotsFor returns the slots that positions below n occupy.
+func (c *KVCache) slotsFor(n int) int {
 	if c.Window > 0 {
-		return
+		return min(n, c.Window)
 	}
+	return n
+}
+
+// grow makes room for positions below n (n <= MaxPos, checked by
+// canAppend), doubling so that decode appends stay cheap. A ring reaches its
+// full size before its first wrap-around, so rows never move after one.
+func (c *KVCache) grow(n int) {
 	row := c.NKV * c.HeadDim
-	if len(c.k) >= n*row {
+	need := c.slotsFor(n)
+	if len(c.k) >= need*row {
 		return
 	}
-	slots := max(n, 2*len(c.k)/row, 16)
-	slots = min(slots, c.MaxPos)
+	slots := min(max(need, 2*len(c.k)/row, 16), c.slotsFor(c.MaxPos))
 	k := make([]float32, slots*row)
 	v := make([]float32, slots*row)
-	copy(k, c.k[:c.n*row])
-	copy(v, c.v[:c.n*row])
+	copy(k, c.k)
+	copy(v, c.v)
 	c.k, c.v = k, v
 }
 

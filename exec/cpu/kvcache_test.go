@@ -27,8 +27,8 @@ func TestNewCaches(t *testing.T) {
 		if c.Window != wantW || c.NKV != cfg.NumKVHeads || c.HeadDim != cfg.HeadDim || c.MaxPos != 100 || c.Len() != 0 {
 			t.Errorf("layer %d: %+v", l, c)
 		}
-		if wantW > 0 && len(c.k) != 6*cfg.NumKVHeads*cfg.HeadDim {
-			t.Errorf("layer %d: ring of %d floats", l, len(c.k))
+		if len(c.k) != 0 {
+			t.Errorf("layer %d: %d floats before any position", l, len(c.k))
 		}
 	}
 	def, err := NewCaches(cfg, 0)
@@ -66,10 +66,18 @@ func TestKVCacheGrowKeepsRows(t *testing.T) {
 			t.Fatal("Reset kept positions")
 		}
 	}
-	// A ring wider than the context holds only MaxPos slots.
-	c, _ := NewKVCache(1, 2, 512, 8)
-	if len(c.k) != 8*2 {
-		t.Fatalf("ring of window 512 for 8 positions has %d floats", len(c.k))
+	// Memory follows use: a ring stops at its window, a linear cache at its
+	// context, and a ring wider than the context at the context.
+	for _, tc := range []struct{ window, maxPos, positions, slots int }{
+		{6, 100, 3, 6}, {6, 100, 40, 6}, {0, 100, 3, 16}, {0, 100, 17, 32}, {0, 20, 20, 20}, {512, 8, 8, 8},
+	} {
+		c, _ := NewKVCache(1, 2, tc.window, tc.maxPos)
+		for p := 0; p < tc.positions; p++ {
+			c.store([]float32{1, 2}, []float32{3, 4}, p, 1)
+		}
+		if len(c.k) != tc.slots*2 || len(c.v) != tc.slots*2 {
+			t.Errorf("%+v: %d slots", tc, len(c.k)/2)
+		}
 	}
 }
 

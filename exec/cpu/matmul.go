@@ -16,13 +16,13 @@ func checkMatMul(op string, y, x, w []float32, T, K, N int) error {
 	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
 		return err
 	}
-	if err := checkLen(op, "x", len(x), T*K); err != nil {
+	if err := checkLen(op, "x", len(x), T, K); err != nil {
 		return err
 	}
-	if err := checkLen(op, "w", len(w), N*K); err != nil {
+	if err := checkLen(op, "w", len(w), N, K); err != nil {
 		return err
 	}
-	return checkLen(op, "y", len(y), T*N)
+	return checkLen(op, "y", len(y), T, N)
 }
 
 // Block sizes: a block of w rows stays in L2 while every token of a block of

@@ -10,13 +10,13 @@ func RMSNorm(out, x, w []float32, rows, n int, eps float32) error {
 	if err := checkDims("RMSNorm", dim{"rows", rows}, dim{"n", n}); err != nil {
 		return err
 	}
-	if err := checkLen("RMSNorm", "x", len(x), rows*n); err != nil {
+	if err := checkLen("RMSNorm", "x", len(x), rows, n); err != nil {
 		return err
 	}
 	if err := checkLen("RMSNorm", "w", len(w), n); err != nil {
 		return err
 	}
-	if err := checkLen("RMSNorm", "out", len(out), rows*n); err != nil {
+	if err := checkLen("RMSNorm", "out", len(out), rows, n); err != nil {
 		return err
 	}
 	parallelFor(rows, 4*n, func(lo, hi int) {

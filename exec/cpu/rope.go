@@ -144,10 +144,10 @@ func RoPE(out, x []float32, pos []int32, T, n, d int, tab *RopeTable) error {
 	if err := checkLen("RoPE", "pos", len(pos), T); err != nil {
 		return err
 	}
-	if err := checkLen("RoPE", "x", len(x), T*n*d); err != nil {
+	if err := checkLen("RoPE", "x", len(x), T, n, d); err != nil {
 		return err
 	}
-	if err := checkLen("RoPE", "out", len(out), T*n*d); err != nil {
+	if err := checkLen("RoPE", "out", len(out), T, n, d); err != nil {
 		return err
 	}
 	for t, p := range pos {

@@ -20,7 +20,7 @@ func RouterTopK(weights []float32, ids []int32, logits, bias []float32, T, E, k 
 	if k > E {
 		return fmt.Errorf("cpu.RouterTopK: top_k = %d exceeds the %d experts", k, E)
 	}
-	if err := checkLen("RouterTopK", "logits", len(logits), T*E); err != nil {
+	if err := checkLen("RouterTopK", "logits", len(logits), T, E); err != nil {
 		return err
 	}
 	if bias != nil {
@@ -28,10 +28,10 @@ func RouterTopK(weights []float32, ids []int32, logits, bias []float32, T, E, k 
 			return err
 		}
 	}
-	if err := checkLen("RouterTopK", "weights", len(weights), T*k); err != nil {
+	if err := checkLen("RouterTopK", "weights", len(weights), T, k); err != nil {
 		return err
 	}
-	if err := checkLen("RouterTopK", "ids", len(ids), T*k); err != nil {
+	if err := checkLen("RouterTopK", "ids", len(ids), T, k); err != nil {
 		return err
 	}
 	score := make([]float32, E)
