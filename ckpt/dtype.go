@@ -243,18 +243,26 @@ func encode(dst []byte, src []float32, d DType) []byte {
 	off := len(dst)
 	dst = append(dst, make([]byte, es*len(src))...)
 	out := dst[off:]
-	parallelFor(len(src), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			switch d {
-			case F32:
+	switch d {
+	case F32:
+		parallelFor(len(src), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
 				binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(src[i]))
-			case F16:
+			}
+		})
+	case F16:
+		parallelFor(len(src), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
 				binary.LittleEndian.PutUint16(out[2*i:], F32ToF16(src[i]))
-			default:
+			}
+		})
+	default:
+		parallelFor(len(src), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
 				binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(src[i]))
 			}
-		}
-	})
+		})
+	}
 	return dst
 }
 
