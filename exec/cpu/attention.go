@@ -60,57 +60,83 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 	if window > 0 {
 		span = min(span, window)
 	}
-	parallelFor(T*nh, 2*span*d, func(lo, hi int) {
-		scores := make([]float32, span)
+	// One item is a token and a kv head with its group of query heads, so
+	// each cached row is read once for the whole group.
+	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
+		probs := make([]float32, group*span)
 		for it := lo; it < hi; it++ {
-			t, h := it/nh, it%nh
-			kvh := h / group
+			t, kvh := it/nkv, it%nkv
 			p := p0 + t
 			first := 0
 			if window > 0 {
 				first = max(0, p-window+1)
 			}
-			keyAt := func(j int) []float32 {
+			n := p - first + 1
+			rows := func(j int) (kr, vr []float32) {
 				if j >= p0 {
 					o := ((j-p0)*nkv + kvh) * d
-					return k[o : o+d]
+					return k[o : o+d], v[o : o+d]
 				}
-				return cache.keyRow(j, kvh)
+				return cache.keyRow(j, kvh), cache.valueRow(j, kvh)
 			}
-			valueAt := func(j int) []float32 {
-				if j >= p0 {
-					o := ((j-p0)*nkv + kvh) * d
-					return v[o : o+d]
-				}
-				return cache.valueRow(j, kvh)
-			}
-			qr := q[(t*nh+h)*d : (t*nh+h+1)*d]
-			s := scores[:p-first+1]
-			m := float32(math.Inf(-1))
+			h0 := t*nh + kvh*group // first query head of the group, as a row of q and out
 			for j := first; j <= p; j++ {
-				x := dot(qr, keyAt(j)) * scale
-				s[j-first] = x
-				if x > m {
-					m = x
+				kr, _ := rows(j)
+				for g := 0; g < group; g++ {
+					probs[g*span+j-first] = dot(q[(h0+g)*d:(h0+g+1)*d], kr) * scale
 				}
 			}
-			var sum float64
-			for i, x := range s {
-				e := float32(math.Exp(float64(x - m)))
-				s[i] = e
-				sum += float64(e)
+			for g := 0; g < group; g++ {
+				softmax(probs[g*span : g*span+n])
 			}
-			or := out[(t*nh+h)*d : (t*nh+h+1)*d]
-			clear(or)
+			o := out[h0*d : (h0+group)*d]
+			clear(o)
 			for j := first; j <= p; j++ {
-				w := float32(float64(s[j-first]) / sum)
-				vr := valueAt(j)[:d]
-				for c := range or {
-					or[c] += w * vr[c]
+				_, vr := rows(j)
+				for g := 0; g < group; g++ {
+					axpy(o[g*d:(g+1)*d], probs[g*span+j-first], vr)
 				}
 			}
 		}
 	})
 	cache.store(k, v, p0, T)
 	return nil
+}
+
+// softmax replaces scores by their softmax: exp(s - max) in float32, the
+// sum in float64, each probability rounded once.
+func softmax(s []float32) {
+	m := float32(math.Inf(-1))
+	for _, x := range s {
+		if x > m {
+			m = x
+		}
+	}
+	var sum float64
+	for i, x := range s {
+		e := float32(math.Exp(float64(x - m)))
+		s[i] = e
+		sum += float64(e)
+	}
+	for i, e := range s {
+		s[i] = float32(float64(e) / sum)
+	}
+}
+
+// axpy adds a*x to dst element by element (the order of elements does not
+// matter: each is one multiply-add).
+func axpy(dst []float32, a float32, x []float32) {
+	x = x[:len(dst)]
+	i := 0
+	for ; i+4 <= len(dst); i += 4 {
+		dd := dst[i : i+4 : i+4]
+		xx := x[i : i+4 : i+4]
+		dd[0] += a * xx[0]
+		dd[1] += a * xx[1]
+		dd[2] += a * xx[2]
+		dd[3] += a * xx[3]
+	}
+	for ; i < len(dst); i++ {
+		dst[i] += a * x[i]
+	}
 }

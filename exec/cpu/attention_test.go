@@ -200,3 +200,21 @@ func TestAttentionErrors(t *testing.T) {
 		t.Error("short k accepted")
 	}
 }
+
+// BenchmarkAttentionDecode is one decode step of a Laguna-XS.2 full layer
+// (48 query heads, 8 kv heads of 128) at position 4096.
+func BenchmarkAttentionDecode(b *testing.B) {
+	const nh, nkv, d, ctx = 48, 8, 128, 4096
+	c, _ := NewKVCache(nkv, d, 0, ctx+1)
+	kv := randSlice(1, ctx*nkv*d, 1)
+	c.store(kv, kv, 0, ctx)
+	q := randSlice(2, nh*d, 1)
+	k := randSlice(3, nkv*d, 1)
+	out := make([]float32, nh*d)
+	for b.Loop() {
+		c.n = ctx
+		if err := Attention(out, q, k, k, []int32{ctx}, 1, nh, nkv, d, 0, 0.088, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -91,3 +91,21 @@ func TestMoEExpertsErrors(t *testing.T) {
 		t.Error("short gate accepted")
 	}
 }
+
+// BenchmarkMoEExpertsDecode is one token through 8 routed experts of
+// Laguna-XS.2's shape (hidden 2048, expert width 512).
+func BenchmarkMoEExpertsDecode(b *testing.B) {
+	const H, E, I, k = 2048, 8, 512, 8
+	gate := randSlice(1, E*I*H, 0.05)
+	down := randSlice(2, E*H*I, 0.05)
+	x := randSlice(3, H, 1)
+	w := []float32{0.2, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}
+	ids := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	out := make([]float32, H)
+	for b.Loop() {
+		if err := MoEExperts(out, x, w, ids, gate, gate, down, 1, H, E, I, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(3*k*I*H*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
