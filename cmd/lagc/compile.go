@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"lagc/ckpt"
+	"lagc/exec"
 	"lagc/ir"
 	"lagc/models"
 	"lagc/passes"
@@ -132,7 +133,7 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		return err
 	}
 	if ck != nil {
-		if err := bindCheckpoint(g, ck); err != nil {
+		if err := exec.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
 	}
@@ -156,33 +157,6 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		return ir.WriteJSON(w, g)
 	}
 	return fmt.Errorf("%w: --emit %q: expected text, dot or json", errUsage, f.emit)
-}
-
-// bindCheckpoint checks every graph weight against the checkpoint (present,
-// same shape) and takes its stored dtype.
-func bindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
-	for _, v := range g.Weights {
-		if v.From != nil {
-			continue
-		}
-		ti, ok := ck.Tensor(v.Name)
-		if !ok {
-			return fmt.Errorf("%s: checkpoint has no tensor %s that the graph reads", ck.Path(), v.Name)
-		}
-		want := ir.Consts(ti.Shape...)
-		if !want.Equal(v.Type.Shape) {
-			return fmt.Errorf("%s: tensor %s is %v, the graph expects %s", ck.Path(), v.Name, ti.Shape, v.Type.Shape)
-		}
-		dt, err := ir.ParseDType(ti.DType.String())
-		if err != nil {
-			return fmt.Errorf("%s: tensor %s: lagc has no dtype %s yet", ck.Path(), v.Name, ti.DType)
-		}
-		v.Type.DType = dt
-	}
-	if err := ir.Verify(g); err != nil {
-		return fmt.Errorf("graph with checkpoint dtypes: %w", err)
-	}
-	return nil
 }
 
 func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Result, prefill int) {

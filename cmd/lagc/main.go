@@ -67,6 +67,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			printCommandHelp(stdout, c, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "run `lagc help %s` for the flags\n", c.name)
 		return 2
 	}
 	if err := run(fs.Args()); err != nil {
@@ -82,7 +83,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 func newFlagSet(c *command, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("lagc "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { printCommandHelp(stderr, c, fs) }
+	// Parse errors print one line to stderr; --help is printed by runMain.
+	fs.Usage = func() {}
 	return fs
 }
 
