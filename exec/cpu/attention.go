@@ -18,8 +18,8 @@ import (
 //
 // Keys of this step are read from k and v directly and the cache only for
 // earlier positions, so a prefill chunk longer than a sliding window never
-// reads a ring slot it has overwritten, and all (token, head) pairs run in
-// parallel. Keys are visited in position order whether they come from the
+// reads a ring slot it has overwritten, and all (token, kv head) pairs run
+// in parallel, each with its group of query heads. Keys are visited in position order whether they come from the
 // cache or from this step, so the result does not depend on how a prompt is
 // split into steps.
 func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window int, scale float32, cache *KVCache) error {
