@@ -30,7 +30,8 @@ func (t TensorInfo) Elements() int64 {
 	return n
 }
 
-// Checkpoint is an opened model: its configuration and its weights.
+// Checkpoint is an opened model: its configuration and its weights. Its
+// methods may be called from several goroutines at once, except Close.
 type Checkpoint interface {
 	// Config returns the model configuration read from the checkpoint's metadata.
 	Config() *models.Config

@@ -293,14 +293,17 @@ func (m *hfMapper) finish() error {
 		if !ok {
 			return fmt.Errorf("%s: expert 0 is missing (model.layers.%d.mlp.experts.0.%s_proj.weight)", name, k.layer, k.kind)
 		}
-		ps := make([]piece, n)
-		var size int64
-		for e := range n {
-			s, ok := srcs[e]
-			if !ok {
+		// Find a missing expert before allocating n pieces: n comes from config.json.
+		for e := 0; len(srcs) < n; e++ {
+			if _, ok := srcs[e]; !ok {
 				return fmt.Errorf("%s: expert %d of %d is missing (model.layers.%d.mlp.experts.%d.%s_proj.weight)",
 					name, e, n, k.layer, e, k.kind)
 			}
+		}
+		ps := make([]piece, n)
+		var size int64
+		for e := range n {
+			s := srcs[e]
 			if s.t.dtype != first.t.dtype || !equalShape(s.t.shape, first.t.shape) {
 				return fmt.Errorf("%s: %s is %s %v but %s is %s %v: experts must agree",
 					name, s.desc(), s.t.dtype, s.t.shape, first.desc(), first.t.dtype, first.t.shape)
