@@ -198,7 +198,7 @@ class Balancer:
     def _hook(self, counts, n):
         def hook(module, inputs, output):
             if self.enabled and module.training:
-                counts += torch.bincount(output[2].reshape(-1), minlength=n).float()
+                counts.add_(torch.bincount(output[2].reshape(-1), minlength=n).float())
         return hook
 
     @torch.no_grad()
