@@ -1,0 +1,343 @@
+package cudaexec
+
+import (
+	"fmt"
+
+	"lagc/cuda"
+)
+
+// MoEPath selects the kernels of the routed experts.
+type MoEPath int
+
+const (
+	// MoEAuto takes the decode path for T <= GEMVMaxRows or where the
+	// grouped path cannot run (f32, H or I not a multiple of 8), else the
+	// grouped path.
+	MoEAuto MoEPath = iota
+	// MoEDecode: per-route GEMVs reading only the selected experts' rows
+	// (any dtypes, any T; meant for decode).
+	MoEDecode
+	// MoEGrouped: routes grouped by expert on the device, grouped bf16
+	// tensor-core GEMMs, a fixed-order combine (prefill).
+	MoEGrouped
+)
+
+// ExpertOrder is the order the grouped path schedules experts in: their
+// rows in the grouped buffers and the order GEMM tiles are started.
+type ExpertOrder int32
+
+const (
+	ExpertsByID   ExpertOrder = 0 // ascending expert id
+	ExpertsByLoad ExpertOrder = 1 // descending routes per expert, ties by id
+)
+
+// MaxExperts is the most experts the grouped path schedules (one block).
+const MaxExperts = 1024
+
+// MoEArgs is one moe_experts op:
+// out[t] = sum_j weights[t,j] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t,j].
+type MoEArgs struct {
+	T, H, I, E, TopK int
+	X                cuda.DevicePtr // [T,H] XType
+	Weights          cuda.DevicePtr // f32 [T,TopK]
+	IDs              cuda.DevicePtr // i32 [T,TopK]; ids outside [0,E) contribute nothing
+	Gate, Up         cuda.DevicePtr // [E,I,H] WType
+	Down             cuda.DevicePtr // [E,H,I] WType
+	Out              cuda.DevicePtr // [T,H] OutType
+	// Element types: F32 or BF16; the grouped path needs bf16 x and weights.
+	XType, WType, OutType cuda.DType
+	Accumulate            bool // out += the routed sum
+	// Workspace of at least MoEWorkspaceBytes(a) bytes, 16-byte aligned;
+	// it needs no initialisation and holds nothing between calls.
+	Workspace cuda.DevicePtr
+	Path      MoEPath
+	Order     ExpertOrder
+}
+
+func (a MoEArgs) validate() error {
+	if a.T <= 0 || a.H <= 0 || a.I <= 0 || a.E <= 0 || a.TopK <= 0 {
+		return fmt.Errorf("moe_experts: T, H, I, E, k must be positive (got %d, %d, %d, %d, %d)", a.T, a.H, a.I, a.E, a.TopK)
+	}
+	if int64(a.T)*int64(a.TopK) > 1<<30 || int64(a.T)*int64(a.H) > 1<<40 || a.H > 1<<24 || a.I > 1<<24 {
+		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
+	}
+	for _, d := range []struct {
+		name string
+		dt   cuda.DType
+	}{{"x", a.XType}, {"weights", a.WType}, {"out", a.OutType}} {
+		if d.dt != cuda.F32 && d.dt != cuda.BF16 {
+			return fmt.Errorf("moe_experts: %s dtype %v (want f32 or bf16)", d.name, d.dt)
+		}
+	}
+	for _, p := range []cuda.DevicePtr{a.X, a.Weights, a.IDs, a.Gate, a.Up, a.Down, a.Out, a.Workspace} {
+		if p == 0 {
+			return fmt.Errorf("moe_experts: nil device pointer")
+		}
+	}
+	if a.Workspace%16 != 0 {
+		return fmt.Errorf("moe_experts: workspace %#x is not 16-byte aligned", uint64(a.Workspace))
+	}
+	return nil
+}
+
+// groupedOK says whether the grouped tensor-core path can run a.
+func (a MoEArgs) groupedOK() error {
+	switch {
+	case a.XType != cuda.BF16 || a.WType != cuda.BF16:
+		return fmt.Errorf("the grouped path needs bf16 x and weights (have %v, %v)", a.XType, a.WType)
+	case a.H%8 != 0 || a.I%8 != 0:
+		return fmt.Errorf("the grouped path needs H and I multiples of 8 (have %d, %d)", a.H, a.I)
+	case !aligned16(a.X, a.Gate, a.Up, a.Down):
+		return fmt.Errorf("the grouped path needs 16-byte aligned x and weights")
+	case a.E > MaxExperts:
+		return fmt.Errorf("the grouped path schedules at most %d experts (have %d)", MaxExperts, a.E)
+	}
+	return nil
+}
+
+func (a MoEArgs) grouped() (bool, error) {
+	switch a.Path {
+	case MoEDecode:
+		return false, nil
+	case MoEGrouped:
+		if err := a.groupedOK(); err != nil {
+			return false, fmt.Errorf("moe_experts: %w", err)
+		}
+		return true, nil
+	case MoEAuto:
+		return a.T > GEMVMaxRows && a.groupedOK() == nil, nil
+	}
+	return false, fmt.Errorf("moe_experts: unknown path %d", a.Path)
+}
+
+// moeLayout is the workspace of one call: byte offsets into it.
+type moeLayout struct {
+	grouped         bool
+	mi              int // tensor-core tile rows / 32
+	ch, nchunks     int // routes per scheduling chunk, chunks
+	maxTiles        int
+	act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
+	hist, base      int64 // i32 [nchunks,E]
+	counts, order   int64 // i32 [E]
+	offsets, ntiles int64 // i32 [E], i32
+	tiles           int64 // int4 [maxTiles]
+	sorted, pos, ys int64 // i32 [R], i32 [R], bf16 [R,H]
+	total           int64
+}
+
+func (a MoEArgs) layout() (moeLayout, error) {
+	g, err := a.grouped()
+	if err != nil {
+		return moeLayout{}, err
+	}
+	R := int64(a.T) * int64(a.TopK)
+	l := moeLayout{grouped: g}
+	var off int64
+	take := func(n int64) int64 {
+		o := off
+		off += (n + 255) &^ 255
+		return o
+	}
+	if !g {
+		l.act = take(4 * R * int64(a.I))
+		l.total = off
+		return l, nil
+	}
+	l.mi = 2
+	if R >= 128*int64(a.E) {
+		l.mi = 4
+	}
+	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
+	l.ch = max(256, (ceilDiv(int(R), 128)+31)&^31)
+	l.nchunks = ceilDiv(int(R), l.ch)
+	l.maxTiles = ceilDiv(int(R), 32*l.mi) + min(a.E, int(R))
+	E := int64(a.E)
+	l.hist = take(4 * int64(l.nchunks) * E)
+	l.base = take(4 * int64(l.nchunks) * E)
+	l.counts = take(4 * E)
+	l.order = take(4 * E)
+	l.offsets = take(4 * E)
+	l.ntiles = take(4)
+	l.tiles = take(16 * int64(l.maxTiles))
+	l.sorted = take(4 * R)
+	l.pos = take(4 * R)
+	l.act = take(2 * R * int64(a.I))
+	l.ys = take(2 * R * int64(a.H))
+	l.total = off
+	return l, nil
+}
+
+// MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
+// are not looked at, except to decide the path).
+func MoEWorkspaceBytes(a MoEArgs) (int64, error) {
+	l, err := a.layout()
+	if err != nil {
+		return 0, err
+	}
+	return l.total, nil
+}
+
+// moeKernel compiles a kernel of moe.cu, which is built with matmul.cu in
+// front of it (it uses that file's GEMV and tensor-core pieces).
+func (k *Kernels) moeKernel(name string, dtypes []cuda.DType, ints []int64, shmem int) (*cuda.Kernel, error) {
+	mm, err := cuda.Source("matmul.cu")
+	if err != nil {
+		return nil, err
+	}
+	moe, err := cuda.Source("moe.cu")
+	if err != nil {
+		return nil, err
+	}
+	spec := cuda.KernelSpec{
+		Name: name, File: "moe.cu", DTypes: dtypes, Ints: ints,
+		// matmul.cu keeps its own line numbers in diagnostics, moe.cu its own.
+		Source: "#line 1 \"matmul.cu\"\n" + mm + "\n#line 1 \"moe.cu\"\n" + moe,
+	}
+	return k.compiled(spec, shmem)
+}
+
+// MoEExperts queues the routed experts of one MoE layer on s (see MoEArgs).
+// The grouped path needs a.Workspace of MoEWorkspaceBytes(a) bytes; so
+// does the decode path (f32 activations of the k routes).
+func (k *Kernels) MoEExperts(s *cuda.Stream, a MoEArgs) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	l, err := a.layout()
+	if err != nil {
+		return err
+	}
+	if l.grouped {
+		return k.moeGrouped(s, a, l)
+	}
+	return k.moeDecode(s, a, l)
+}
+
+func (k *Kernels) moeDecode(s *cuda.Stream, a MoEArgs, l moeLayout) error {
+	R := a.T * a.TopK
+	p := 16 / a.WType.Size()
+	vec := int64(b2i(a.H%p == 0 && a.I%p == 0 && aligned16(a.X, a.Gate, a.Up, a.Down)))
+	act := a.Workspace.Add(l.act)
+	gu, err := k.moeKernel("moe_gateup_gemv", []cuda.DType{a.XType, a.WType}, []int64{vec}, 0)
+	if err != nil {
+		return err
+	}
+	dn, err := k.moeKernel("moe_down_gemv", []cuda.DType{a.WType, a.OutType}, []int64{vec}, 0)
+	if err != nil {
+		return err
+	}
+	warps := int64(R) * int64(a.I)
+	if err := s.Launch(gu, cuda.Dim(uint32((warps+7)/8)), cuda.Dim(256), 0,
+		int32(R), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), a.X, a.IDs, a.Gate, a.Up, act); err != nil {
+		return fmt.Errorf("moe_experts gate/up: %w", err)
+	}
+	warps = int64(a.T) * int64(a.H)
+	if err := s.Launch(dn, cuda.Dim(uint32((warps+7)/8)), cuda.Dim(256), 0,
+		int32(a.T), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), act, a.Weights, a.IDs, a.Down, a.Out, b2i(a.Accumulate)); err != nil {
+		return fmt.Errorf("moe_experts down: %w", err)
+	}
+	return nil
+}
+
+func (k *Kernels) moeGrouped(s *cuda.Stream, a MoEArgs, l moeLayout) error {
+	R := a.T * a.TopK
+	ws := func(off int64) cuda.DevicePtr { return a.Workspace.Add(off) }
+	hist, base, ntiles, tiles := ws(l.hist), ws(l.base), ws(l.ntiles), ws(l.tiles)
+	sorted, pos, act, ys := ws(l.sorted), ws(l.pos), ws(l.act), ws(l.ys)
+	smem := mmaSmemBytes(l.mi)
+
+	kh, err := k.moeKernel("moe_hist", nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	ksched, err := k.moeKernel("moe_schedule", nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	kscat, err := k.moeKernel("moe_scatter", nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	kgu, err := k.moeKernel("moe_gateup_mma", nil, []int64{int64(l.mi)}, smem)
+	if err != nil {
+		return err
+	}
+	kdn, err := k.moeKernel("moe_down_mma", nil, []int64{int64(l.mi)}, smem)
+	if err != nil {
+		return err
+	}
+	v := 1
+	if a.H%8 == 0 && aligned16(a.Workspace) {
+		v = 8
+	}
+	kc, err := k.moeKernel("moe_combine", []cuda.DType{a.OutType}, []int64{int64(v)}, 0)
+	if err != nil {
+		return err
+	}
+
+	steps := []struct {
+		what  string
+		k     *cuda.Kernel
+		grid  cuda.Dim3
+		block int
+		smem  int
+		args  []any
+	}{
+		{"hist", kh, cuda.Dim(uint32(l.nchunks)), 256, 0,
+			[]any{int32(R), int32(a.E), int32(l.ch), a.IDs, hist}},
+		{"schedule", ksched, cuda.Dim(1), 1024, 0,
+			[]any{int32(a.E), int32(l.nchunks), int32(32 * l.mi), int32(a.Order), hist,
+				ws(l.counts), ws(l.order), ws(l.offsets), base, tiles, ntiles}},
+		{"scatter", kscat, cuda.Dim(uint32(l.nchunks)), 32, 0,
+			[]any{int32(R), int32(a.E), int32(l.ch), a.IDs, base, sorted, pos}},
+		{"gate/up", kgu, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.I, 64))), 256, smem,
+			[]any{int32(a.TopK), int32(a.H), int32(a.I), a.X, sorted, tiles, ntiles, a.Gate, a.Up, act}},
+		{"down", kdn, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.H, mmaBN))), 256, smem,
+			[]any{int32(a.H), int32(a.I), act, tiles, ntiles, a.Down, ys}},
+		{"combine", kc, cuda.Dim(uint32(min(ceilDiv(a.T*(a.H/v), 256), 132*32))), 256, 0,
+			[]any{int32(a.T), int32(a.TopK), int32(a.H), a.Weights, pos, ys, a.Out, b2i(a.Accumulate)}},
+	}
+	for _, st := range steps {
+		if err := s.Launch(st.k, st.grid, cuda.Dim(uint32(st.block)), st.smem, st.args...); err != nil {
+			return fmt.Errorf("moe_experts %s: %w", st.what, err)
+		}
+	}
+	return nil
+}
+
+// MoESchedule is the grouped path's schedule as a call left it in its
+// workspace: for tests, benchmarks and dumps.
+type MoESchedule struct {
+	Counts   []int32 // routes per expert
+	Order    []int32 // experts in schedule order
+	Offsets  []int32 // first grouped row of each expert
+	Tiles    int     // GEMM row tiles
+	TileRows int     // rows per tile
+	Sorted   []int32 // route (t*k+j) of each grouped row
+}
+
+// ReadMoESchedule downloads the schedule of the last grouped MoEExperts
+// call made with a's shapes and workspace (after synchronising s).
+func (k *Kernels) ReadMoESchedule(s *cuda.Stream, a MoEArgs) (MoESchedule, error) {
+	l, err := a.layout()
+	if err != nil {
+		return MoESchedule{}, err
+	}
+	if !l.grouped {
+		return MoESchedule{}, fmt.Errorf("moe_experts: no schedule: the call takes the decode path")
+	}
+	R := a.T * a.TopK
+	sc := MoESchedule{Counts: make([]int32, a.E), Order: make([]int32, a.E), Offsets: make([]int32, a.E),
+		Sorted: make([]int32, R), TileRows: 32 * l.mi}
+	nt := make([]int32, 1)
+	for _, d := range []struct {
+		dst []int32
+		off int64
+	}{{sc.Counts, l.counts}, {sc.Order, l.order}, {sc.Offsets, l.offsets}, {sc.Sorted, l.sorted}, {nt, l.ntiles}} {
+		if err := cuda.Download(s, d.dst, a.Workspace.Add(d.off)); err != nil {
+			return MoESchedule{}, fmt.Errorf("reading the MoE schedule: %w", err)
+		}
+	}
+	sc.Tiles = int(nt[0])
+	return sc, nil
+}
