@@ -69,7 +69,8 @@ func Names() []string {
 }
 
 // DefaultPipeline is the pass order used when none is given.
-var DefaultPipeline = []string{"shapes", "cse", "dce", "memplan"}
+var DefaultPipeline = []string{"shapes", "qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order",
+	"cse", "dce", "memplan"}
 
 // Constraint says that pass Before must run before pass After whenever both
 // run.
@@ -84,6 +85,18 @@ var Constraints = []Constraint{
 	{"shapes", "memplan"},
 	{"dce", "memplan"}, // plan only what runs
 	{"cse", "memplan"},
+	// Fusions (fuse_*.go, expert_order.go) rewrite the graph that CSE, DCE
+	// and the memory plan then see.
+	{"qkvg-concat", "cse"}, {"qkvg-concat", "dce"}, {"qkvg-concat", "memplan"},
+	{"gate-up-fuse", "cse"}, {"gate-up-fuse", "dce"}, {"gate-up-fuse", "memplan"},
+	{"shared-expert-merge", "cse"}, {"shared-expert-merge", "dce"}, {"shared-expert-merge", "memplan"},
+	{"residual-fold", "cse"}, {"residual-fold", "dce"}, {"residual-fold", "memplan"},
+	{"expert-order", "memplan"},
+	{"gate-up-fuse", "residual-fold"},        // as the seed engine ordered them
+	{"shared-expert-merge", "residual-fold"}, // folding the shared down_proj would hide the shared expert
+	{"gate-up-fuse", "expert-order"},         // the band width depends on the final stacks
+	{"shared-expert-merge", "expert-order"},
+	{"residual-fold", "expert-order"},
 }
 
 // CheckConstraints verifies the ordering table: every pass named exists,

@@ -67,8 +67,9 @@ func TestSelection(t *testing.T) {
 		want            string // error substring; "" for success
 		ran             string
 	}{
-		{nil, nil, "", "shapes,cse,dce,memplan"},
-		{nil, []string{"cse"}, "", "shapes,dce,memplan"},
+		{nil, nil, "", "shapes,qkvg-concat,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,cse,dce,memplan"},
+		{nil, []string{"cse"}, "", "shapes,qkvg-concat,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,dce,memplan"},
+		{[]string{"shapes", "cse", "dce", "memplan"}, nil, "", "shapes,cse,dce,memplan"},
 		{[]string{"dce", "shapes"}, nil, "pass shapes must run before dce", ""},
 		{[]string{"memplan", "dce"}, nil, "pass dce must run before memplan", ""},
 		{[]string{"shapes", "fuse"}, nil, `unknown pass "fuse"`, ""},
@@ -115,7 +116,7 @@ func TestVerifierRunsAfterEachPass(t *testing.T) {
 func TestDumps(t *testing.T) {
 	for _, format := range []string{"text", "dot", "json"} {
 		dir := t.TempDir()
-		res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
+		res, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "cse", "dce", "memplan"}, DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func TestDumps(t *testing.T) {
 	}
 	dir := t.TempDir()
 	res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
-	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "03-dce.txt" {
+	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "08-dce.txt" {
 		t.Fatalf("dump after dce: %v %v", res, err)
 	}
 	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -141,13 +142,21 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		Passes: splitList(f.passes), Disable: splitList(f.disable), DumpAfter: splitList(f.dumpAfter),
 		DumpDir: f.dumpDir, DumpFormat: f.dumpFormat, Tokens: []int{1, f.prefill},
 	}
+	// What the model is (parameters, layers) is read from the graph as
+	// built; the fused ops rearrange the weights but not the model.
+	model := modelFacts(g)
+	unfused := g.Clone()
 	res, err := passes.Run(g, opt)
 	if err != nil {
 		return err
 	}
 	switch f.emit {
 	case "":
-		printSummary(w, g, file, source, res, f.prefill)
+		kc, err := countKernels(g, unfused, opt, f.prefill)
+		if err != nil {
+			return err
+		}
+		printSummary(w, g, file, source, res, f.prefill, model, kc)
 		return nil
 	case "text":
 		return ir.Print(w, g)
@@ -159,7 +168,18 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	return fmt.Errorf("%w: --emit %q: expected text, dot or json", errUsage, f.emit)
 }
 
-func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Result, prefill int) {
+// facts are the properties of the model the summary reports.
+type facts struct {
+	total, active int64
+	layers        []models.LayerInfo
+}
+
+func modelFacts(g *ir.Graph) facts {
+	total, active := g.ParamCount()
+	return facts{total, active, models.LayerTable(g)}
+}
+
+func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Result, prefill int, model facts, kc *kernelCounts) {
 	fmt.Fprintf(w, "model %s from %s, shape from %s\n", g.Name, file, source)
 	var outs []string
 	for _, v := range g.Outputs {
@@ -167,7 +187,7 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 	}
 	fmt.Fprintf(w, "graph: %d nodes, %d weights, inputs %d, outputs %s\n\n", len(g.Nodes), len(g.Weights), len(g.Inputs), strings.Join(outs, ", "))
 
-	total, active := g.ParamCount()
+	total, active := model.total, model.active
 	fmt.Fprintf(w, "parameters: %s total (%d)\n", billions(total), total)
 	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", billions(active), active)
 
@@ -187,7 +207,7 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 		fmt.Fprintf(w, "  %-14s %5d\n", op, counts[op])
 	}
 
-	layers := models.LayerTable(g)
+	layers := model.layers
 	fmt.Fprintf(w, "\nlayers (%d):\n", len(layers))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  layer\tattention\twindow\theads\tkv heads\tmlp")
@@ -203,6 +223,8 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%s\n", li.Layer, kind, win, li.Heads, li.KVHeads, li.MLP)
 	}
 	tw.Flush()
+
+	kc.print(w)
 
 	if len(res.State.Memory) > 0 {
 		fmt.Fprintln(w, "\nactivation arena (one buffer for all activations; weights and KV caches excluded):")
@@ -251,4 +273,69 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// kernelCounts compares the kernel launches of a step with and without the
+// fusion passes.
+type kernelCounts struct {
+	prefill       int
+	fusions       []string // fusion passes that ran
+	with, without int
+}
+
+// launches counts the nodes of g that launch work: every node but reshape,
+// which is a view of its input's buffer. A node is one kernel (the MoE
+// grouped GEMM counts as one), so a decode step (T=1) and a prefill chunk
+// launch the same number.
+func launches(g *ir.Graph) int {
+	n := 0
+	for _, node := range g.Nodes {
+		if node.Op != "reshape" {
+			n++
+		}
+	}
+	return n
+}
+
+// countKernels counts the launches of the compiled graph g and of
+// unfused (the graph before the passes) run through the same pipeline
+// without the fusion passes (and without memplan, which moves no node).
+func countKernels(g, unfused *ir.Graph, opt passes.Options, prefill int) (*kernelCounts, error) {
+	names := opt.Passes
+	if names == nil {
+		names = passes.DefaultPipeline
+	}
+	kc := &kernelCounts{prefill: prefill, with: launches(g)}
+	var plain []string
+	for _, n := range names {
+		switch {
+		case slices.Contains(passes.FusionPasses, n):
+			if !slices.Contains(opt.Disable, n) {
+				kc.fusions = append(kc.fusions, n)
+			}
+		case n != "memplan" && !slices.Contains(opt.Disable, n):
+			plain = append(plain, n)
+		}
+	}
+	if len(plain) == 0 {
+		plain = []string{} // an empty pipeline, not the default one
+	}
+	if _, err := passes.Run(unfused, passes.Options{Passes: plain}); err != nil {
+		return nil, fmt.Errorf("counting kernels without fusions: %w", err)
+	}
+	kc.without = launches(unfused)
+	return kc, nil
+}
+
+func (kc *kernelCounts) print(w io.Writer) {
+	fused := "none"
+	if len(kc.fusions) > 0 {
+		fused = strings.Join(kc.fusions, ", ")
+	}
+	fmt.Fprintf(w, "\nkernels per step (nodes that launch work; reshape views excluded), fusions: %s\n", fused)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  \tdecode T=1\tprefill T=%d\n", kc.prefill)
+	fmt.Fprintf(tw, "  with fusions\t%d\t%d\n", kc.with, kc.with)
+	fmt.Fprintf(tw, "  without fusions\t%d\t%d\n", kc.without, kc.without)
+	tw.Flush()
 }

@@ -30,7 +30,7 @@ func TestCompileS21(t *testing.T) {
 		"parameters: 117.56B total",
 		"active per token: 8.14B",
 		"layers (48):",
-		"  moe_experts       47\n",
+		"  moe_grouped       47\n",
 		"decode T=1",
 		"prefill T=2048",
 	} {
@@ -55,7 +55,8 @@ func TestCompileS21(t *testing.T) {
 			t.Errorf("layer row %d: %q, want %v", i, r[0], want)
 		}
 	}
-	for _, p := range []string{"01  shapes", "02  cse", "03  dce", "04  memplan"} {
+	for _, p := range []string{"01  shapes", "02  qkvg-concat", "03  gate-up-fuse", "04  shared-expert-merge",
+		"05  residual-fold", "06  expert-order", "07  cse", "08  dce", "09  memplan"} {
 		if !strings.Contains(out, p) {
 			t.Errorf("pass timing %q missing", p)
 		}
@@ -67,7 +68,7 @@ func TestCompileS21(t *testing.T) {
 
 func TestCompileDumps(t *testing.T) {
 	dir := t.TempDir()
-	_, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
+	_, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--passes", "shapes,cse,dce,memplan", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -144,4 +145,43 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestCompileKernelCounts checks the kernel counts of the summary against
+// the launches of one Laguna layer counted by hand. Unfused: attention 13
+// (norm, q/k/v/g matmuls, q/k norms, two ropes, attention, gate, o_proj,
+// add), dense MLP 7 (norm, gate, up, silu, mul, down, add), MoE 11 (norm,
+// router matmul, top-k, experts, shared gate, up, silu, mul, down, add,
+// add); plus 4 (embedding, final norm, lm_head, argmax). Fused: attention
+// 9 (matmul_split, matmul_add), dense 3 (norm, matmul_swiglu, matmul_add),
+// MoE 4 (norm, router matmul, top-k, moe_grouped).
+func TestCompileKernelCounts(t *testing.T) {
+	cases := []struct {
+		args          []string
+		with, without int
+	}{
+		{[]string{"--preset", "laguna-s-2.1"}, 4 + 12*1 + 13*47, 4 + 20*1 + 24*47},
+		{[]string{"--preset", "laguna-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
+		// Only residual-fold: o_proj and the dense down_proj absorb their
+		// adds (dense 20 -> 18); in a MoE layer o_proj and the shared
+		// down_proj do, and add(h, routed + shared) is left (24 -> 22).
+		{[]string{"--preset", "laguna-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "laguna-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
+			4 + 20*1 + 24*3, 4 + 20*1 + 24*3},
+	}
+	row := regexp.MustCompile(`(?m)^  with fusions\s+(\d+)\s+(\d+)\n  without fusions\s+(\d+)\s+(\d+)$`)
+	for _, c := range cases {
+		out, errs, code := runLagc(t, append([]string{"compile"}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		m := row.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%v: no kernel table:\n%s", c.args, out)
+		}
+		want := []string{strconv.Itoa(c.with), strconv.Itoa(c.with), strconv.Itoa(c.without), strconv.Itoa(c.without)}
+		if strings.Join(m[1:], " ") != strings.Join(want, " ") {
+			t.Errorf("%v: kernels %v, want %v", c.args, m[1:], want)
+		}
+	}
 }

@@ -163,6 +163,8 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 			return err
 		}
 		return MoEExperts(o, in(0), in(1), i32[n.Inputs[2]], in(3), in(4), in(5), rows, last, gs[0], gs[1], ws[1])
+	case "matmul_split", "matmul_swiglu", "matmul_add", "moe_grouped":
+		return e.runFused(n, env, rows, last, f32, i32, out)
 	case "argmax":
 		ids := make([]int32, rows)
 		i32[n.Outputs[0]] = ids

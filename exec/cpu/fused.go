@@ -1,0 +1,353 @@
+package cpu
+
+import (
+	"fmt"
+	"sort"
+
+	"lagc/ir"
+)
+
+// Reference kernels of the fused ops (ir/optable_fused.go). Each computes
+// every element with exactly the arithmetic of its unfused composition (the
+// same dot product, the same roundings, the same summation order), so a
+// fused graph gives bitwise the results of the unfused one.
+
+// MatMulSplit computes outs[i] = x w_i^T for the consecutive row blocks w_i
+// of w [sum(sizes), K] (sizes[i] rows each): the q/k/v/gate projections
+// against one concatenated weight. x is [T,K], outs[i] is [T,sizes[i]].
+func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error {
+	const op = "MatMulSplit"
+	if len(outs) != len(sizes) || len(sizes) == 0 {
+		return fmt.Errorf("cpu.%s: %d outputs for %d sizes", op, len(outs), len(sizes))
+	}
+	N := 0
+	for i, s := range sizes {
+		if err := checkDims(op, dim{fmt.Sprintf("sizes[%d]", i), s}); err != nil {
+			return err
+		}
+		if N += s; N < 0 {
+			return fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
+		}
+	}
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}); err != nil {
+		return err
+	}
+	if err := checkLen(op, "x", len(x), T, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "w", len(w), N, K); err != nil {
+		return err
+	}
+	for i, s := range sizes {
+		if err := checkLen(op, fmt.Sprintf("output %d", i), len(outs[i]), T, s); err != nil {
+			return err
+		}
+	}
+	off := 0
+	for i, s := range sizes {
+		matmul(outs[i], x, w[off*K:(off+s)*K], T, K, s, true)
+		off += s
+	}
+	return nil
+}
+
+// MatMulSwiGLU computes y = silu(x g^T) * (x u^T) where w [2N,K] holds the
+// gate rows g then the up rows u: x is [T,K], y is [T,N]. It equals
+// MatMul, MatMul, SiLU and Mul bitwise.
+func MatMulSwiGLU(y, x, w []float32, T, K, N int) error {
+	const op = "MatMulSwiGLU"
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return err
+	}
+	if err := checkLen(op, "x", len(x), T, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "w", len(w), 2, N, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "y", len(y), T, N); err != nil {
+		return err
+	}
+	swiglu(y, x, w[:N*K], w[N*K:], T, K, N)
+	return nil
+}
+
+// swiglu is the blocked loop of matmul with a silu*mul epilogue over two
+// weights g and u [N,K].
+func swiglu(y, x, g, u []float32, T, K, N int) {
+	nb := max(4, min(matmulRowBytes/(8*K), 256)) // two weights per row
+	nb = min(nb, N)
+	tb := min(T, matmulTokens)
+	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
+	parallelFor(nBlocks*tBlocks, 2*nb*tb*K, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			n0 := (b % nBlocks) * nb
+			n1 := min(n0+nb, N)
+			t0 := (b / nBlocks) * tb
+			t1 := min(t0+tb, T)
+			for t := t0; t < t1; t++ {
+				xr := x[t*K : t*K+K]
+				yr := y[t*N : t*N+N]
+				for n := n0; n < n1; n++ {
+					yr[n] = silu(dot(xr, g[n*K:n*K+K])) * dot(xr, u[n*K:n*K+K])
+				}
+			}
+		}
+	})
+}
+
+// MatMulAdd computes y = r + x w^T for x [T,K], w [N,K], r and y [T,N]; y
+// may be r itself (the GEMM epilogue accumulating into the residual). It
+// equals MatMul then Add bitwise.
+func MatMulAdd(y, x, w, r []float32, T, K, N int) error {
+	const op = "MatMulAdd"
+	if err := checkMatMul(op, y, x, w, T, K, N); err != nil {
+		return err
+	}
+	if err := checkLen(op, "r", len(r), T, N); err != nil {
+		return err
+	}
+	nb := max(4, min(matmulRowBytes/(4*K), 256))
+	nb = min(nb, N)
+	tb := min(T, matmulTokens)
+	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
+	parallelFor(nBlocks*tBlocks, nb*tb*K, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			n0 := (b % nBlocks) * nb
+			n1 := min(n0+nb, N)
+			t0 := (b / nBlocks) * tb
+			t1 := min(t0+tb, T)
+			for t := t0; t < t1; t++ {
+				xr := x[t*K : t*K+K]
+				for n := n0; n < n1; n++ {
+					p := dot(xr, w[n*K:n*K+K])
+					y[t*N+n] = r[t*N+n] + p
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// GroupedMoE describes one moe_grouped step: the routed experts of an MoE
+// layer, optionally with always-selected shared experts at the end of the
+// stacks and a residual to add.
+type GroupedMoE struct {
+	T, H, I int // tokens, hidden size, expert width
+	K       int // routed experts per token (top-k)
+	E       int // experts in the stacks, shared ones included
+	Shared  int // the last Shared experts apply to every token with weight 1
+	// Either Gate and Up [E,I,H] (layout "split") or GateUp [E,2I,H], each
+	// expert's gate rows then its up rows (layout "fused").
+	Gate, Up, GateUp []float32
+	Down             []float32 // [E,H,I]
+	Residual         []float32 // [T,H], added to the result; nil for none
+	// Descending visits experts with the most routed tokens first (the GPU
+	// schedule); it never changes a result.
+	Descending bool
+}
+
+// MoEGrouped computes, for every token t,
+//
+//	out[t] = residual[t] + sum over its experts e, ascending e, of w_e * down_e(silu(gate_e x[t]) * up_e x[t])
+//
+// where the experts are the top-k routed ones (ids, weights [T,k]) and then
+// the shared ones with weight 1. Each expert's projections run over the
+// tokens routed to it, in the order the schedule says; each route's weighted
+// output is kept and the sum is taken per token in ascending expert order
+// afterwards, so the result does not depend on the schedule and equals
+// MoEExperts (plus the shared expert's MLP, plus the residual) bitwise.
+func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
+	const op = "MoEGrouped"
+	T, H, I, k, E, S := m.T, m.H, m.I, m.K, m.E, m.Shared
+	if err := checkDims(op, dim{"T", T}, dim{"H", H}, dim{"I", I}, dim{"k", k}, dim{"E", E}); err != nil {
+		return err
+	}
+	if S < 0 || S >= E {
+		return fmt.Errorf("cpu.%s: %d shared experts of %d leave none routed", op, S, E)
+	}
+	type lenCheck struct {
+		name      string
+		got, want int
+	}
+	lens := []lenCheck{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)},
+		{"down", len(m.Down), prod(E, H, I)}, {"out", len(out), prod(T, H)}}
+	fused := m.GateUp != nil
+	if fused {
+		if m.Gate != nil || m.Up != nil {
+			return fmt.Errorf("cpu.%s: give either GateUp or Gate and Up", op)
+		}
+		lens = append(lens, lenCheck{"gate_up", len(m.GateUp), prod(E, 2, I, H)})
+	} else {
+		lens = append(lens, lenCheck{"gate", len(m.Gate), prod(E, I, H)}, lenCheck{"up", len(m.Up), prod(E, I, H)})
+	}
+	if m.Residual != nil {
+		lens = append(lens, lenCheck{"residual", len(m.Residual), prod(T, H)})
+	}
+	for _, c := range lens {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
+	}
+	routed := E - S
+	per := k + S // routes per token
+	R := prod(T, per)
+	if R < 0 || prod(R, H) < 0 {
+		return fmt.Errorf("cpu.%s: %d tokens x %d routes overflow", op, T, per)
+	}
+	// Route r of token t: slot j < k is ids[t,j]; slot k+s is shared s.
+	expertOf := func(r int) int {
+		t, j := r/per, r%per
+		if j < k {
+			return int(ids[t*k+j])
+		}
+		return routed + j - k
+	}
+	routes := make([][]int, E)
+	for r := 0; r < R; r++ {
+		e := expertOf(r)
+		if e < 0 || e >= routed && r%per < k {
+			return fmt.Errorf("cpu.%s: expert id %d (token %d) is outside [0, %d)", op, e, r/per, routed)
+		}
+		routes[e] = append(routes[e], r)
+	}
+	visit := make([]int, 0, E)
+	maxRoutes := 0
+	for e, rs := range routes {
+		if len(rs) > 0 {
+			visit = append(visit, e)
+			maxRoutes = max(maxRoutes, len(rs))
+		}
+	}
+	if m.Descending {
+		sort.SliceStable(visit, func(a, b int) bool { return len(routes[visit[a]]) > len(routes[visit[b]]) })
+	}
+	yr := make([]float32, R*H) // each route's weighted output
+	xs := make([]float32, maxRoutes*H)
+	act := make([]float32, maxRoutes*I)
+	y := make([]float32, maxRoutes*H)
+	for _, e := range visit {
+		rs := routes[e]
+		n := len(rs)
+		for i, r := range rs {
+			t := r / per
+			copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
+		}
+		var ge, ue []float32
+		if fused {
+			gu := m.GateUp[e*2*I*H : (e+1)*2*I*H]
+			ge, ue = gu[:I*H], gu[I*H:]
+		} else {
+			ge, ue = m.Gate[e*I*H:(e+1)*I*H], m.Up[e*I*H:(e+1)*I*H]
+		}
+		swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I)
+		matmul(y[:n*H], act[:n*I], m.Down[e*H*I:(e+1)*H*I], n, I, H, true)
+		for i, r := range rs {
+			w := float32(1)
+			if t, j := r/per, r%per; j < k {
+				w = weights[t*k+j]
+			}
+			dst := yr[r*H : (r+1)*H]
+			for c, yv := range y[i*H : (i+1)*H] {
+				dst[c] = float32(yv * w)
+			}
+		}
+	}
+	// Sum each token's routes in ascending expert order (shared last), as
+	// MoEExperts' ascending visit of experts adds them.
+	// out may be the residual itself (accumulating in place), so the sum is
+	// taken in a scratch row first.
+	parallelFor(T, per*H, func(lo, hi int) {
+		order := make([]int, per)
+		acc := make([]float32, H)
+		for t := lo; t < hi; t++ {
+			for j := range order {
+				order[j] = t*per + j
+			}
+			sort.SliceStable(order, func(a, b int) bool { return expertOf(order[a]) < expertOf(order[b]) })
+			clear(acc)
+			for _, r := range order {
+				for c, v := range yr[r*H : (r+1)*H] {
+					acc[c] += v
+				}
+			}
+			o := out[t*H : (t+1)*H]
+			if m.Residual == nil {
+				copy(o, acc)
+				continue
+			}
+			res := m.Residual[t*H : (t+1)*H]
+			for c, v := range acc {
+				o[c] = res[c] + v
+			}
+		}
+	})
+	return nil
+}
+
+// runFused binds the fused ops of the IR to their kernels (called by run).
+func (e *Executor) runFused(n *ir.Node, env ir.Env, rows, last int, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32,
+	out func(int) ([]float32, error)) error {
+	in := func(i int) []float32 { return f32[n.Inputs[i]] }
+	ws, err := n.Inputs[1].Type.Shape.Eval(env)
+	if err != nil {
+		return err
+	}
+	switch n.Op {
+	case "matmul_split":
+		outs := make([][]float32, len(n.Outputs))
+		for i := range outs {
+			if outs[i], err = out(i); err != nil {
+				return err
+			}
+		}
+		return MatMulSplit(outs, in(0), in(1), rows, last, n.AttrInts("sizes"))
+	case "matmul_swiglu":
+		y, err := out(0)
+		if err != nil {
+			return err
+		}
+		return MatMulSwiGLU(y, in(0), in(1), rows, last, ws[0]/2)
+	case "matmul_add":
+		y, err := out(0)
+		if err != nil {
+			return err
+		}
+		return MatMulAdd(y, in(0), in(1), in(2), rows, last, ws[0])
+	case "moe_grouped":
+		return e.runMoEGrouped(n, env, rows, last, f32, i32, out)
+	}
+	return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+}
+
+func (e *Executor) runMoEGrouped(n *ir.Node, env ir.Env, rows, last int, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32,
+	out func(int) ([]float32, error)) error {
+	in := func(i int) []float32 { return f32[n.Inputs[i]] }
+	layout, residual := n.AttrString("gate_up"), n.AttrInt("residual")
+	if len(n.Inputs) != ir.MoEGroupedInputs(layout, residual) {
+		return fmt.Errorf("moe_grouped with gate_up=%s residual=%d has %d inputs", layout, residual, len(n.Inputs))
+	}
+	ws, err := n.Inputs[1].Type.Shape.Eval(env)
+	if err != nil {
+		return err
+	}
+	ds, err := n.Inputs[len(n.Inputs)-1-residual].Type.Shape.Eval(env) // down [E,H,I]
+	if err != nil {
+		return err
+	}
+	m := &GroupedMoE{T: rows, H: last, I: ds[2], K: ws[1], E: ds[0], Shared: n.AttrInt("shared"),
+		Down: in(len(n.Inputs) - 1 - residual), Descending: n.AttrString("order") == ir.OrderDescending}
+	if layout == ir.GateUpFused {
+		m.GateUp = in(3)
+	} else {
+		m.Gate, m.Up = in(3), in(4)
+	}
+	if residual != 0 {
+		m.Residual = in(len(n.Inputs) - 1)
+	}
+	o, err := out(0)
+	if err != nil {
+		return err
+	}
+	return MoEGrouped(o, in(0), in(1), i32[n.Inputs[2]], m)
+}

@@ -1,0 +1,350 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+// Each fused kernel against the composition of unfused kernels it replaces:
+// the results must be bitwise equal (the fused graph's f32 logits then
+// equal the unfused graph's), on one thread and on all.
+
+func TestMatMulSplitEqualsMatMuls(t *testing.T) {
+	for _, tc := range []struct {
+		T, K  int
+		sizes []int
+	}{{1, 32, []int{16, 16, 16, 2}}, {7, 48, []int{96, 32, 32, 6}}, {33, 40, []int{5}}, {3, 129, []int{64, 1, 300}}} {
+		t.Run(fmt.Sprint(tc.T, tc.K, tc.sizes), func(t *testing.T) {
+			N := 0
+			for _, s := range tc.sizes {
+				N += s
+			}
+			x := randSlice(1, tc.T*tc.K, 1)
+			w := randSlice(2, N*tc.K, 0.3)
+			for _, threads := range []int{1, 0} {
+				withThreads(threads, func() {
+					outs := make([][]float32, len(tc.sizes))
+					for i, s := range tc.sizes {
+						outs[i] = make([]float32, tc.T*s)
+					}
+					if err := MatMulSplit(outs, x, w, tc.T, tc.K, tc.sizes); err != nil {
+						t.Fatal(err)
+					}
+					off := 0
+					for i, s := range tc.sizes {
+						want := make([]float32, tc.T*s)
+						if err := MatMul(want, x, w[off*tc.K:(off+s)*tc.K], tc.T, tc.K, s); err != nil {
+							t.Fatal(err)
+						}
+						requireBitwise(t, fmt.Sprintf("block %d", i), outs[i], want)
+						off += s
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestMatMulSwiGLUEqualsComposition(t *testing.T) {
+	for _, tc := range []struct{ T, K, N int }{{1, 32, 16}, {5, 48, 96}, {40, 64, 300}, {3, 7, 1}} {
+		t.Run(fmt.Sprint(tc), func(t *testing.T) {
+			x := randSlice(3, tc.T*tc.K, 2)
+			w := randSlice(4, 2*tc.N*tc.K, 0.5)
+			g := make([]float32, tc.T*tc.N)
+			u := make([]float32, tc.T*tc.N)
+			want := make([]float32, tc.T*tc.N)
+			if err := MatMul(g, x, w[:tc.N*tc.K], tc.T, tc.K, tc.N); err != nil {
+				t.Fatal(err)
+			}
+			if err := MatMul(u, x, w[tc.N*tc.K:], tc.T, tc.K, tc.N); err != nil {
+				t.Fatal(err)
+			}
+			if err := SiLU(g, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := Mul(want, g, u); err != nil {
+				t.Fatal(err)
+			}
+			for _, threads := range []int{1, 0} {
+				withThreads(threads, func() {
+					y := make([]float32, tc.T*tc.N)
+					if err := MatMulSwiGLU(y, x, w, tc.T, tc.K, tc.N); err != nil {
+						t.Fatal(err)
+					}
+					requireBitwise(t, "swiglu", y, want)
+				})
+			}
+		})
+	}
+}
+
+func TestMatMulAddEqualsComposition(t *testing.T) {
+	for _, tc := range []struct{ T, K, N int }{{1, 16, 32}, {9, 48, 48}, {64, 100, 33}} {
+		t.Run(fmt.Sprint(tc), func(t *testing.T) {
+			x := randSlice(5, tc.T*tc.K, 1)
+			w := randSlice(6, tc.N*tc.K, 0.5)
+			r := randSlice(7, tc.T*tc.N, 4)
+			p := make([]float32, tc.T*tc.N)
+			want := make([]float32, tc.T*tc.N)
+			if err := MatMul(p, x, w, tc.T, tc.K, tc.N); err != nil {
+				t.Fatal(err)
+			}
+			if err := Add(want, r, p); err != nil {
+				t.Fatal(err)
+			}
+			y := make([]float32, tc.T*tc.N)
+			if err := MatMulAdd(y, x, w, r, tc.T, tc.K, tc.N); err != nil {
+				t.Fatal(err)
+			}
+			requireBitwise(t, "matmul_add", y, want)
+			// In place: the epilogue accumulating into the residual buffer.
+			rr := append([]float32(nil), r...)
+			if err := MatMulAdd(rr, x, w, rr, tc.T, tc.K, tc.N); err != nil {
+				t.Fatal(err)
+			}
+			requireBitwise(t, "matmul_add in place", rr, want)
+		})
+	}
+}
+
+// moeCase is one MoE layer: routed stacks, a shared expert of the same
+// width, router output and a residual.
+type moeCase struct {
+	T, H, E, I, k        int
+	x, res, w            []float32
+	ids                  []int32
+	gate, up, down       []float32 // [E,I,H], [E,I,H], [E,H,I]
+	sGate, sUp, sDown    []float32 // shared expert [I,H], [I,H], [H,I]
+	gateUp, gateS, downS []float32 // fused and merged stacks
+	gateUpS, upS         []float32
+	skewed               bool
+}
+
+func newMoECase(t testing.TB, T, H, E, I, k int, skewed bool) *moeCase {
+	c := &moeCase{T: T, H: H, E: E, I: I, k: k, skewed: skewed}
+	c.x = randSlice(11, T*H, 1)
+	c.res = randSlice(12, T*H, 3)
+	c.gate, c.up = randSlice(13, E*I*H, 0.5), randSlice(14, E*I*H, 0.5)
+	c.down = randSlice(15, E*H*I, 0.5)
+	c.sGate, c.sUp, c.sDown = randSlice(16, I*H, 0.5), randSlice(17, I*H, 0.5), randSlice(18, H*I, 0.5)
+	logits := randSlice(19, T*E, 3)
+	if skewed { // most tokens prefer the last experts
+		for tk := 0; tk < T; tk++ {
+			for e := 0; e < E; e++ {
+				logits[tk*E+e] += float32(e) * 2
+			}
+		}
+	}
+	c.w, c.ids = make([]float32, T*k), make([]int32, T*k)
+	if err := RouterTopK(c.w, c.ids, logits, nil, T, E, k, 0, 1.5); err != nil {
+		t.Fatal(err)
+	}
+	cat := func(a, b []float32, outer, n int) []float32 { // concat along axis 1 of [outer, n]
+		out := make([]float32, len(a)+len(b))
+		if err := Concat(out, [][]float32{a, b}, outer, []int{n, n}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	c.gateUp = cat(c.gate, c.up, E, I*H)
+	c.gateS = append(append([]float32(nil), c.gate...), c.sGate...)
+	c.upS = append(append([]float32(nil), c.up...), c.sUp...)
+	c.downS = append(append([]float32(nil), c.down...), c.sDown...)
+	c.gateUpS = append(append([]float32(nil), c.gateUp...), cat(c.sGate, c.sUp, 1, I*H)...)
+	return c
+}
+
+// unfused is the composition the Laguna graph computes without fusions.
+func (c *moeCase) unfused(t testing.TB, shared, residual bool) []float32 {
+	T, H, I := c.T, c.H, c.I
+	out := make([]float32, T*H)
+	if err := MoEExperts(out, c.x, c.w, c.ids, c.gate, c.up, c.down, T, H, c.E, I, c.k); err != nil {
+		t.Fatal(err)
+	}
+	if shared {
+		g, u, sd := make([]float32, T*I), make([]float32, T*I), make([]float32, T*H)
+		mustTB(t, MatMul(g, c.x, c.sGate, T, H, I))
+		mustTB(t, MatMul(u, c.x, c.sUp, T, H, I))
+		mustTB(t, SiLU(g, g))
+		mustTB(t, Mul(g, g, u))
+		mustTB(t, MatMul(sd, g, c.sDown, T, I, H))
+		mustTB(t, Add(out, out, sd))
+	}
+	if residual {
+		mustTB(t, Add(out, c.res, out))
+	}
+	return out
+}
+
+func (c *moeCase) grouped(fused, shared, residual, descending bool) (*GroupedMoE, []float32) {
+	m := &GroupedMoE{T: c.T, H: c.H, I: c.I, K: c.k, E: c.E, Down: c.down, Descending: descending}
+	switch {
+	case shared && fused:
+		m.GateUp, m.Down, m.E, m.Shared = c.gateUpS, c.downS, c.E+1, 1
+	case shared:
+		m.Gate, m.Up, m.Down, m.E, m.Shared = c.gateS, c.upS, c.downS, c.E+1, 1
+	case fused:
+		m.GateUp = c.gateUp
+	default:
+		m.Gate, m.Up = c.gate, c.up
+	}
+	if residual {
+		m.Residual = c.res
+	}
+	return m, make([]float32, c.T*c.H)
+}
+
+func mustTB(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMoEGroupedEqualsComposition(t *testing.T) {
+	for _, sh := range []struct {
+		T, H, E, I, k int
+		skewed        bool
+	}{{1, 32, 6, 16, 2, false}, {9, 32, 6, 16, 2, true}, {40, 48, 8, 24, 3, true}, {5, 13, 3, 7, 3, false}} {
+		c := newMoECase(t, sh.T, sh.H, sh.E, sh.I, sh.k, sh.skewed)
+		for _, fused := range []bool{false, true} {
+			for _, shared := range []bool{false, true} {
+				for _, residual := range []bool{false, true} {
+					want := c.unfused(t, shared, residual)
+					for _, desc := range []bool{false, true} {
+						name := fmt.Sprintf("%+v/fused=%v,shared=%v,residual=%v,descending=%v", sh, fused, shared, residual, desc)
+						t.Run(name, func(t *testing.T) {
+							for _, threads := range []int{1, 0} {
+								withThreads(threads, func() {
+									m, out := c.grouped(fused, shared, residual, desc)
+									mustTB(t, MoEGrouped(out, c.x, c.w, c.ids, m))
+									requireBitwise(t, "moe_grouped", out, want)
+								})
+							}
+							if residual { // accumulating in place into the residual buffer
+								m, _ := c.grouped(fused, shared, residual, desc)
+								m.Residual = append([]float32(nil), c.res...)
+								mustTB(t, MoEGrouped(m.Residual, c.x, c.w, c.ids, m))
+								requireBitwise(t, "moe_grouped in place", m.Residual, want)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestExpertOrderSkewed is the expert-order A/B on skewed routing: visiting
+// the most-loaded experts first changes nothing in the result.
+func TestExpertOrderSkewed(t *testing.T) {
+	c := newMoECase(t, 64, 32, 8, 16, 2, true)
+	counts := make([]int, c.E)
+	for _, e := range c.ids {
+		counts[e]++
+	}
+	if counts[c.E-1] < 3*counts[0] {
+		t.Fatalf("routing is not skewed: %v", counts)
+	}
+	a, outA := c.grouped(true, true, true, false)
+	b, outB := c.grouped(true, true, true, true)
+	mustTB(t, MoEGrouped(outA, c.x, c.w, c.ids, a))
+	mustTB(t, MoEGrouped(outB, c.x, c.w, c.ids, b))
+	requireBitwise(t, "descending vs index order", outB, outA)
+}
+
+func TestFusedKernelErrors(t *testing.T) {
+	x, w := make([]float32, 8), make([]float32, 16)
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"split sizes", MatMulSplit([][]float32{make([]float32, 2)}, x, w, 2, 4, []int{3}), "w has 16 elements, want 12"},
+		{"split outputs", MatMulSplit(nil, x, w, 2, 4, []int{4}), "0 outputs for 1 sizes"},
+		{"split zero", MatMulSplit([][]float32{nil}, x, w, 2, 4, []int{0}), "sizes[0] = 0"},
+		{"swiglu odd", MatMulSwiGLU(make([]float32, 6), x, w, 2, 4, 3), "w has 16 elements, want 24"},
+		{"add residual", MatMulAdd(make([]float32, 8), x, w, make([]float32, 7), 2, 4, 4), "r has 7 elements"},
+	}
+	for _, c := range cases {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.name, c.err, c.want)
+		}
+	}
+	c := newMoECase(t, 2, 4, 3, 5, 2, false)
+	m, out := c.grouped(false, false, false, false)
+	bad := append([]int32(nil), c.ids...)
+	bad[3] = 3
+	if err := MoEGrouped(out, c.x, c.w, bad, m); err == nil || !strings.Contains(err.Error(), "expert id 3 (token 1)") {
+		t.Errorf("id out of range: %v", err)
+	}
+	m, _ = c.grouped(false, true, false, false) // shared: id 3 is the shared expert, never routed
+	if err := MoEGrouped(out, c.x, c.w, bad, m); err == nil || !strings.Contains(err.Error(), "outside [0, 3)") {
+		t.Errorf("routed to the shared expert: %v", err)
+	}
+	m, _ = c.grouped(true, false, false, false)
+	m.Gate = c.gate
+	if err := MoEGrouped(out, c.x, c.w, c.ids, m); err == nil || !strings.Contains(err.Error(), "either GateUp or Gate and Up") {
+		t.Errorf("both layouts: %v", err)
+	}
+	m, _ = c.grouped(false, false, false, false)
+	m.Shared = m.E
+	if err := MoEGrouped(out, c.x, c.w, c.ids, m); err == nil {
+		t.Error("all experts shared accepted")
+	}
+}
+
+// FuzzFusedKernelShapes: dimensions and slice lengths that need not agree
+// give an error or a result, never a panic.
+func FuzzFusedKernelShapes(f *testing.F) {
+	f.Add(int16(2), int16(4), int16(3), int16(2), uint8(8), uint8(24), uint8(6), int8(0), int32(0))
+	f.Add(int16(1), int16(8), int16(8), int16(1), uint8(8), uint8(64), uint8(8), int8(1), int32(7))
+	f.Add(int16(-1), int16(0), int16(3), int16(2), uint8(0), uint8(3), uint8(255), int8(-1), int32(-5))
+	f.Add(int16(32767), int16(32767), int16(2), int16(32767), uint8(1), uint8(1), uint8(1), int8(2), int32(math.MaxInt32))
+	f.Fuzz(func(t *testing.T, a, b, c, d int16, la, lb, lc uint8, sh int8, p int32) {
+		A, B, C, D := int(a), int(b), int(c), int(d)
+		x := randSlice(1, int(la), 1)
+		w := randSlice(2, int(lb), 1)
+		y := randSlice(3, int(lc), 1)
+		ids := make([]int32, int(lc))
+		for i := range ids {
+			ids[i] = p + int32(i)
+		}
+		_ = MatMulSplit([][]float32{y, x}, x, w, A, B, []int{C, D})
+		_ = MatMulSwiGLU(y, x, w, A, B, C)
+		_ = MatMulAdd(y, x, w, y, A, B, C)
+		for _, fused := range []bool{false, true} {
+			m := &GroupedMoE{T: A, H: B, I: C, K: D, E: C + 1, Shared: int(sh), Down: w, Residual: x}
+			if fused {
+				m.GateUp = w
+			} else {
+				m.Gate, m.Up = w, w
+			}
+			_ = MoEGrouped(y, x, y, ids, m)
+		}
+	})
+}
+
+// BenchmarkMoEGroupedOrder is the expert-order A/B on the CPU: 128 tokens
+// routed top-4 of 16 experts, skewed towards the last ones (hidden 1024,
+// expert width 256, shared expert merged, residual folded), scheduled by
+// index and by descending load.
+func BenchmarkMoEGroupedOrder(b *testing.B) {
+	c := newMoECase(b, 128, 1024, 16, 256, 4, true)
+	for _, desc := range []bool{false, true} {
+		name := "index"
+		if desc {
+			name = "descending"
+		}
+		b.Run(name, func(b *testing.B) {
+			m, out := c.grouped(true, true, true, desc)
+			for b.Loop() {
+				if err := MoEGrouped(out, c.x, c.w, c.ids, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
