@@ -203,13 +203,17 @@ class Balancer:
 
     @torch.no_grad()
     def step(self):
-        for r, c in zip(self.routers, self.counts):
+        if not hasattr(self, "totals"):
+            self.totals = [torch.zeros_like(c) for c in self.counts]
+        for r, c, tot in zip(self.routers, self.counts, self.totals):
             r.e_score_correction_bias.add_(self.rate * torch.sign(c.mean() - c))
+            tot.add_(c)
             c.zero_()
 
     def load_report(self):
+        """Share of all assignments since the last reset, per MoE layer."""
         out = []
-        for c in self.counts:
+        for c in getattr(self, "totals", self.counts):
             s = c.sum()
             out.append([round(float(x), 3) for x in (c / s if s > 0 else c)])
         return out
@@ -297,7 +301,7 @@ def train(args, tok, docs):
         model.set_experts_implementation(chosen)
         # Fresh optimizer state and balancer counts after the probe steps.
         opt.state.clear()
-        for c in bal.counts:
+        for c in bal.counts + getattr(bal, "totals", []):
             c.zero_()
         with torch.no_grad():
             for r in bal.routers:
@@ -336,7 +340,7 @@ def train(args, tok, docs):
             loss_n = 0
     train_time = time.time() - t_start
     log(f"trained {step} steps, {tokens:,} tokens ({tokens / len(tr):.1f} epochs) in {train_time:.1f} s")
-    log("expert load (share of assignments) over the last step, per MoE layer:", bal.load_report())
+    log("expert load (share of assignments over the run), per MoE layer:", bal.load_report())
 
     model.eval()
     bal.enabled = False
