@@ -1,0 +1,380 @@
+package lower
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"lagc/ir"
+	"lagc/passes"
+)
+
+// Options choose what a plan is compiled for.
+type Options struct {
+	DType      ir.DType // activations and matmul weights: ir.F32 or ir.BF16 (default)
+	Chunk      int      // prefill tokens per step (default 2048)
+	MaxContext int      // positions the KV caches hold (required)
+	SMs        int      // multiprocessors, sizing split-KV decode attention (default 132, an H200)
+}
+
+// DefaultChunk is the prefill step size when none is given.
+const DefaultChunk = 2048
+
+// Alignment of weights and KV caches in their allocations, bytes.
+const Alignment = passes.Alignment
+
+func (o *Options) fill() error {
+	if o.DType == ir.Invalid {
+		o.DType = ir.BF16
+	}
+	if o.DType != ir.F32 && o.DType != ir.BF16 {
+		return fmt.Errorf("lower: dtype %s: the executor runs f32 or bf16", o.DType)
+	}
+	if o.Chunk == 0 {
+		o.Chunk = DefaultChunk
+	}
+	if o.Chunk < 1 {
+		return fmt.Errorf("lower: prefill chunk must be positive, got %d", o.Chunk)
+	}
+	if o.MaxContext < 1 {
+		return fmt.Errorf("lower: context length must be positive, got %d", o.MaxContext)
+	}
+	if o.SMs <= 0 {
+		o.SMs = 132
+	}
+	return nil
+}
+
+// Lower compiles g (after the passes; every weight bound to its checkpoint
+// dtype) into a Plan for decode (T=1) and prefill (T=o.Chunk).
+func Lower(g *ir.Graph, o Options) (*Plan, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	if err := ir.Verify(g); err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
+	order, err := g.Order()
+	if err != nil {
+		return nil, fmt.Errorf("lower: %w", err)
+	}
+	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext},
+		widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+	if err := l.weights(); err != nil {
+		return nil, err
+	}
+	if err := l.caches(); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		class  string
+		tokens int
+	}{{Decode, 1}, {Prefill, o.Chunk}} {
+		s, err := l.schedule(c.class, c.tokens)
+		if err != nil {
+			return nil, fmt.Errorf("lower: %s schedule (T=%d): %w", c.class, c.tokens, err)
+		}
+		if c.class == Decode {
+			l.p.Decode = s
+		} else {
+			l.p.Prefill = s
+		}
+	}
+	return l.p, nil
+}
+
+type lowerer struct {
+	g     *ir.Graph
+	o     Options
+	order []*ir.Node
+	p     *Plan
+	widx  map[*ir.Value]int
+	kvidx map[*ir.Node]int
+}
+
+func (l *lowerer) act() string { return l.o.DType.String() }
+
+// weightDType is the dtype a kernel needs for weight input i of op: norm
+// weights and the router's correction bias stay f32 (tiny, read in f32 by
+// their kernels); everything else is stored like the activations.
+func (l *lowerer) weightDType(op string, i int) ir.DType {
+	switch {
+	case op == "rms_norm" && i == 1, op == "router_topk" && i == 1:
+		return ir.F32
+	}
+	return l.o.DType
+}
+
+// weights assigns every weight a device dtype and an offset.
+func (l *lowerer) weights() error {
+	need := map[*ir.Value]ir.DType{}
+	layout := map[*ir.Value]string{}
+	var why = map[*ir.Value]string{}
+	for _, n := range l.order {
+		for i, v := range n.Inputs {
+			if v.Kind != ir.Weight {
+				continue
+			}
+			dt := l.weightDType(n.Op, i)
+			lay := ""
+			// The MoE kernels read gate and up stacks separately.
+			if n.Op == "moe_grouped" && n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
+				lay = LayoutGateUpSplit
+			}
+			if old, ok := need[v]; ok && (old != dt || layout[v] != lay) {
+				return fmt.Errorf("lower: weight %s is read as %s%s by %s and as %s%s by %s", v.Name, old, layout[v], why[v], dt, lay, n)
+			}
+			need[v], layout[v], why[v] = dt, lay, n.String()
+		}
+	}
+	// Sources of used derived weights are read on the host only.
+	for i, w := range l.g.Weights {
+		l.widx[w] = i
+	}
+	var off int64
+	for _, w := range l.g.Weights {
+		shape, err := w.Type.Shape.Eval(nil)
+		if err != nil {
+			return fmt.Errorf("lower: weight %s: %w", w.Name, err)
+		}
+		if !w.Type.DType.IsFloat() {
+			return fmt.Errorf("lower: weight %s has dtype %s; kernels read float weights", w.Name, w.Type.DType)
+		}
+		wt := Weight{Name: w.Name, Shape: shape, Source: w.Type.DType.String(), Offset: -1, Layout: layout[w]}
+		n, _ := w.Type.Shape.ConstElems()
+		if dt, used := need[w]; used {
+			wt.DType = dt.String()
+			wt.Bytes = dt.Bytes(n)
+			wt.Offset = off
+			off += align(wt.Bytes)
+		} else {
+			wt.DType = l.act()
+			wt.Bytes = l.o.DType.Bytes(n)
+		}
+		if w.From != nil {
+			d := &Derive{Op: w.From.Op}
+			if w.From.Op != "concat" && w.From.Op != "reshape" {
+				return fmt.Errorf("lower: weight %s: transform %q is not supported (concat, reshape)", w.Name, w.From.Op)
+			}
+			if w.From.Op == "concat" {
+				ax, _ := w.From.Attrs["axis"].(int)
+				if ax < 0 {
+					ax += len(shape)
+				}
+				d.Axis = ax
+			}
+			for _, s := range w.From.Srcs {
+				i, ok := l.widx[s]
+				if !ok {
+					return fmt.Errorf("lower: weight %s derives from %s, which is not a graph weight", w.Name, s.Name)
+				}
+				d.Srcs = append(d.Srcs, i)
+			}
+			wt.From = d
+		}
+		l.p.Weights = append(l.p.Weights, wt)
+	}
+	l.p.WeightBytes = off
+	return nil
+}
+
+// caches makes one KV cache per attention node.
+func (l *lowerer) caches() error {
+	seen := map[int]bool{}
+	var off int64
+	for _, n := range l.order {
+		if n.Op != "attention" {
+			continue
+		}
+		ks := n.Inputs[1].Type.Shape
+		if len(ks) != 3 || !ks[1].IsConst() || !ks[2].IsConst() {
+			return fmt.Errorf("lower: %s: keys must be [T,nkv,d] with constant nkv, d; got %s", n, ks)
+		}
+		layer, window := n.AttrInt("layer"), n.AttrInt("window")
+		if seen[layer] {
+			return fmt.Errorf("lower: two attention nodes use KV cache %d", layer)
+		}
+		seen[layer] = true
+		slots := l.o.MaxContext
+		if window > 0 {
+			slots = window
+		}
+		kv := KV{Layer: layer, NKV: ks[1].N, HeadDim: ks[2].N, Window: window, Slots: slots, DType: l.act(), Offset: off}
+		half := align(l.o.DType.Bytes(int64(slots) * int64(kv.NKV) * int64(kv.HeadDim)))
+		kv.Bytes = 2 * half
+		off += kv.Bytes
+		l.kvidx[n] = len(l.p.KV)
+		l.p.KV = append(l.p.KV, kv)
+	}
+	l.p.KVBytes = off
+	return nil
+}
+
+// valueDType is the storage of an activation: i32 stays, the graph's
+// outputs (logits), the router's logits and weights are f32, the rest is
+// stored in the plan's dtype.
+func (l *lowerer) valueDType(v *ir.Value, uses map[*ir.Value][]*ir.Node) ir.DType {
+	if !v.Type.DType.IsFloat() {
+		return v.Type.DType
+	}
+	for _, o := range l.g.Outputs {
+		if o == v {
+			return ir.F32
+		}
+	}
+	if v.Def != nil && v.Def.Op == "router_topk" {
+		return ir.F32
+	}
+	for _, n := range uses[v] {
+		if n.Op == "router_topk" && n.Inputs[0] == v {
+			return ir.F32
+		}
+	}
+	return l.o.DType
+}
+
+func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
+	// Offsets come from the f32 plan, so values kept in f32 fit whatever
+	// the activation dtype (a bf16 plan wastes up to half the arena).
+	mp, err := passes.PlanMemory(l.g, tokens, ir.F32)
+	if err != nil {
+		return nil, err
+	}
+	uses := l.g.Uses()
+	s := &Schedule{Class: class, Tokens: tokens, Arena: mp.Arena}
+	dts := map[*ir.Value]ir.DType{}
+	// A view is stored like the value it reshapes.
+	var dtOf func(v *ir.Value) ir.DType
+	dtOf = func(v *ir.Value) ir.DType {
+		if dt, ok := dts[v]; ok {
+			return dt
+		}
+		dt := l.valueDType(v, uses)
+		if v.Def != nil && v.Def.Op == "reshape" && v.Def.Inputs[0].Kind != ir.Weight {
+			dt = dtOf(v.Def.Inputs[0])
+		}
+		dts[v] = dt
+		return dt
+	}
+	operand := func(v *ir.Value) (Operand, error) {
+		o := Operand{Value: v.Name, Kind: v.Kind.String(), Shape: symShape(v.Type.Shape), Weight: -1}
+		if v.Kind == ir.Weight {
+			i := l.widx[v]
+			w := l.p.Weights[i]
+			o.DType, o.Offset, o.Weight = w.DType, w.Offset, i
+			return o, nil
+		}
+		off, ok := mp.Offset(v.Name)
+		if !ok {
+			return o, fmt.Errorf("value %s has no place in the memory plan", v.Name)
+		}
+		o.DType, o.Offset = dtOf(v).String(), off
+		return o, nil
+	}
+	for _, v := range l.g.Values() {
+		if v.Kind == ir.Weight {
+			continue
+		}
+		off, ok := mp.Offset(v.Name)
+		if !ok {
+			continue // dead value (no node computes it in order)
+		}
+		dt := dtOf(v)
+		n, err := v.Type.Shape.Elems(l.g.Env(tokens))
+		if err != nil {
+			return nil, err
+		}
+		s.Values = append(s.Values, Buffer{Name: v.Name, Offset: off, Bytes: dt.Bytes(n), DType: dt.String(), Shape: symShape(v.Type.Shape)})
+	}
+	sort.Slice(s.Values, func(i, j int) bool {
+		return s.Values[i].Offset < s.Values[j].Offset ||
+			(s.Values[i].Offset == s.Values[j].Offset && s.Values[i].Name < s.Values[j].Name)
+	})
+
+	for _, n := range l.order {
+		if n.Op == "reshape" && n.Inputs[0].Kind != ir.Weight {
+			continue // a view: no kernel
+		}
+		st := Step{Node: n.ID, Op: n.Op, Name: n.Outputs[0].Name, Layer: layerOf(n), KV: -1, Attrs: scalarAttrs(n)}
+		for _, v := range n.Inputs {
+			o, err := operand(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			st.In = append(st.In, o)
+		}
+		for _, v := range n.Outputs {
+			o, err := operand(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			st.Out = append(st.Out, o)
+		}
+		if i, ok := l.kvidx[n]; ok {
+			st.KV = i
+		}
+		ls, ws, err := l.launches(&st, class, tokens)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		st.Launches = ls
+		s.Workspace = max(s.Workspace, ws)
+		s.Steps = append(s.Steps, st)
+	}
+	return s, nil
+}
+
+// layerOf returns the layer a node belongs to: the attention's `layer`
+// attribute, else the N of a "blk.N." output name; -1 outside the layers.
+func layerOf(n *ir.Node) int {
+	if n.Op == "attention" {
+		return n.AttrInt("layer")
+	}
+	name := n.Outputs[0].Name
+	if rest, ok := strings.CutPrefix(name, "blk."); ok {
+		if i := strings.IndexByte(rest, '.'); i > 0 {
+			if l, err := strconv.Atoi(rest[:i]); err == nil {
+				return l
+			}
+		}
+	}
+	return -1
+}
+
+// scalarAttrs copies the node's scalar attributes, with op defaults filled.
+func scalarAttrs(n *ir.Node) map[string]any {
+	out := map[string]any{}
+	def, ok := n.Def()
+	if !ok {
+		return nil
+	}
+	for _, a := range def.Attrs {
+		switch a.Kind {
+		case ir.AttrKindInt:
+			out[a.Name] = n.AttrInt(a.Name)
+		case ir.AttrKindFloat:
+			out[a.Name] = n.AttrFloat(a.Name)
+		case ir.AttrKindString:
+			out[a.Name] = n.AttrString(a.Name)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func symShape(s ir.Shape) []int {
+	out := make([]int, len(s))
+	for i, d := range s {
+		if d.IsConst() {
+			out[i] = d.N
+		} else {
+			out[i] = T
+		}
+	}
+	return out
+}
+
+func align(n int64) int64 { return (n + Alignment - 1) / Alignment * Alignment }
