@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/cuda"
+	"lagc/models"
 )
 
 // gpuUnavailable says in one sentence why `--device auto` cannot use the
@@ -19,7 +20,13 @@ func gpuUnavailable() string {
 	return "the GPU executor is not wired into `lagc run` yet"
 }
 
-// bundledModelPath is replaced once the bundled model lands.
+// bundledModelPath extracts the tiny model embedded in the binary
+// (models/tiny: a 2.8M-parameter Laguna trained on Go source) into the
+// cache and returns its directory.
 func bundledModelPath() (string, error) {
-	return "", fmt.Errorf("%w: no --model given and this build has no bundled model", errUsage)
+	dir, err := models.ExtractBundled()
+	if err != nil {
+		return "", fmt.Errorf("no --model given and the bundled model could not be extracted: %w", err)
+	}
+	return dir, nil
 }

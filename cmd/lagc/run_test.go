@@ -13,9 +13,15 @@ import (
 // runCapture runs lagc with args, capturing what `lagc run` writes.
 func runCapture(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runChatCapture(t, "", args...)
+}
+
+// runChatCapture is runCapture with stdin.
+func runChatCapture(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	saved := runIO
-	runIO.out, runIO.err, runIO.in = &out, &errb, strings.NewReader("")
+	runIO.out, runIO.err, runIO.in = &out, &errb, strings.NewReader(stdin)
 	defer func() { runIO = saved }()
 	code = runMain(args, &out, &errb)
 	return code, out.String(), errb.String()
