@@ -54,10 +54,11 @@ func decodeWorkspace(nsplit, nh, d int) int64 {
 // workspace of DecodeWorkspaceBytes (may be 0 when that is 0). scale is
 // usually 1/sqrt(d).
 func (k *Kernels) AttentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
-	return k.attentionDecode(s, dt, c, out, q, pos, nh, scale, ws, k.DecodeSplits(c))
+	return k.attentionDecode(s, dt, c, out, q, pos, nh, scale, ws, 0)
 }
 
-// attentionDecode runs with an explicit split count (tests force both paths).
+// attentionDecode runs with an explicit split count, or DecodeSplits(c)
+// when nsplit is 0 (tests force both paths).
 func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
 	const op = "AttentionDecode"
 	if err := k.checkAttention(op, dt, c, nh); err != nil {
@@ -65,6 +66,9 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 	}
 	if err := checkPtrs(op, "out", out, "q", q, "pos", pos); err != nil {
 		return err
+	}
+	if nsplit == 0 {
+		nsplit = k.DecodeSplits(c)
 	}
 	if nsplit < 1 || nsplit > 65535 {
 		return fmt.Errorf("cudaexec.%s: %d splits", op, nsplit)
