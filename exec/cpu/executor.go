@@ -56,6 +56,19 @@ func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
 			return nil, err
 		}
 	}
+	// Weights read only to derive others (the sources of a fusion's
+	// concatenation) are not kept: no node reads them.
+	read := map[*ir.Value]bool{}
+	for _, n := range order {
+		for _, v := range n.Inputs {
+			read[v] = true
+		}
+	}
+	for w := range e.weights {
+		if !read[w] {
+			delete(e.weights, w)
+		}
+	}
 	for i, n := range order {
 		for _, v := range n.Inputs {
 			e.lastUse[v] = i
