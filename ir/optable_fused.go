@@ -74,7 +74,7 @@ func init() {
 			want := x.Clone()
 			want[len(want)-1] = w[0]
 			if in[2].DType != in[0].DType || !in[2].Shape.Equal(want) {
-				return nil, fmt.Errorf("residual r %s must be %s[%s]", in[2], in[0].DType, want)
+				return nil, fmt.Errorf("residual r %s must be %s", in[2], Type{in[0].DType, want})
 			}
 			return []Type{in[2]}, nil
 		}})

@@ -196,18 +196,11 @@ func isMoE(n *ir.Node) bool { return n != nil && (n.Op == "moe_experts" || n.Op 
 // moeAttrs returns the moe_grouped attributes equivalent to n (moe_experts
 // is moe_grouped with the defaults).
 func moeAttrs(n *ir.Node) ir.Attrs {
-	a := ir.Attrs{"gate_up": ir.GateUpSplit, "shared": 0, "residual": 0, "order": ir.OrderIndex, "band": 0}
-	if n.Op == "moe_grouped" {
-		for _, k := range []string{"gate_up", "shared", "residual", "order", "band"} {
-			switch k {
-			case "gate_up", "order":
-				a[k] = n.AttrString(k)
-			default:
-				a[k] = n.AttrInt(k)
-			}
-		}
+	if n.Op != "moe_grouped" {
+		return ir.Attrs{"gate_up": ir.GateUpSplit, "shared": 0, "residual": 0, "order": ir.OrderIndex, "band": 0}
 	}
-	return a
+	return ir.Attrs{"gate_up": n.AttrString("gate_up"), "shared": n.AttrInt("shared"), "residual": n.AttrInt("residual"),
+		"order": n.AttrString("order"), "band": n.AttrInt("band")}
 }
 
 // moeParts splits a MoE node's inputs into x, weights, ids, the stacks and

@@ -1,0 +1,97 @@
+package ir
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFusedOpTypes(t *testing.T) {
+	ty := func(s string) Type {
+		t.Helper()
+		v, err := ParseType(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	x, m := ty("f32[T,32]"), ty("f32[T,32]")
+	w, ids := ty("f32[T,2]"), ty("i32[T,2]")
+	g, d := ty("bf16[6,16,32]"), ty("bf16[6,32,16]")
+	gu := ty("bf16[6,32,32]")
+	cases := []struct {
+		op    string
+		in    []Type
+		attrs Attrs
+		want  string // output types joined by " ", or an error substring
+	}{
+		{"matmul_split", []Type{x, ty("bf16[50,32]")}, Attrs{"sizes": []int{16, 16, 16, 2}}, "f32[T,16] f32[T,16] f32[T,16] f32[T,2]"},
+		{"matmul_split", []Type{x, ty("bf16[50,32]")}, Attrs{"sizes": []int{16, 16, 16}}, "do not add up"},
+		{"matmul_split", []Type{x, ty("bf16[50,32]")}, Attrs{"sizes": []int{50, 0}}, "must be positive"},
+		{"matmul_split", []Type{x, ty("bf16[50,31]")}, Attrs{"sizes": []int{50}}, "disagree on K"},
+		{"matmul_split", []Type{x, ty("bf16[50,32]")}, nil, "needs attribute sizes"},
+		{"matmul_swiglu", []Type{x, ty("bf16[96,32]")}, nil, "f32[T,48]"},
+		{"matmul_swiglu", []Type{x, ty("bf16[95,32]")}, nil, "even"},
+		{"matmul_add", []Type{ty("f32[T,16]"), ty("bf16[32,16]"), x}, nil, "f32[T,32]"},
+		{"matmul_add", []Type{ty("f32[T,16]"), ty("bf16[32,16]"), ty("f32[T,16]")}, nil, "residual r f32[T,16] must be f32[T,32]"},
+		{"matmul_add", []Type{ty("f32[T,16]"), ty("bf16[32,16]"), ty("bf16[T,32]")}, nil, "must be f32[T,32]"},
+		{"moe_grouped", []Type{m, w, ids, g, g, d}, nil, "f32[T,32]"},
+		{"moe_grouped", []Type{m, w, ids, gu, d}, Attrs{"gate_up": "fused"}, "f32[T,32]"},
+		{"moe_grouped", []Type{m, w, ids, gu, d, x}, Attrs{"gate_up": "fused", "residual": 1, "shared": 1, "order": "descending", "band": 64}, "f32[T,32]"},
+		{"moe_grouped", []Type{m, w, ids, gu, d}, nil, "takes 6 inputs, got 5"},
+		{"moe_grouped", []Type{m, w, ids, g, g, d}, Attrs{"residual": 1}, "takes 7 inputs"},
+		{"moe_grouped", []Type{m, w, ids, g, ty("bf16[6,16,31]"), d}, nil, "gate bf16[6,16,32] and up bf16[6,16,31] differ"},
+		{"moe_grouped", []Type{m, w, ids, ty("bf16[6,31,32]"), d}, Attrs{"gate_up": "fused"}, "2I rows"},
+		{"moe_grouped", []Type{m, w, ids, g, g, ty("bf16[5,32,16]")}, nil, "do not fit"},
+		{"moe_grouped", []Type{m, w, ids, ty("bf16[1,16,32]"), ty("bf16[1,16,32]"), ty("bf16[1,32,16]")}, Attrs{"shared": 1}, "leaves none routed"},
+		{"moe_grouped", []Type{m, w, ids, g, g, d}, Attrs{"shared": 2}, "must be 0 or 1"},
+		{"moe_grouped", []Type{m, w, ids, g, g, d}, Attrs{"order": "random"}, "expected one of"},
+		{"moe_grouped", []Type{m, w, ids, g, g, d, ty("f32[T,16]")}, Attrs{"residual": 1}, "must match x"},
+		{"moe_grouped", []Type{m, w, ty("f32[T,2]"), g, g, d}, nil, "input ids: expected i32"},
+	}
+	for _, c := range cases {
+		out, err := InferTypes(c.op, c.in, c.attrs)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			var parts []string
+			for _, o := range out {
+				parts = append(parts, o.String())
+			}
+			got = strings.Join(parts, " ")
+		}
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%s%v %v: got %q, want %q", c.op, c.in, c.attrs, got, c.want)
+		}
+	}
+}
+
+// TestFusedOpsText: multi-output and variadic fused nodes print and parse
+// back.
+func TestFusedOpsText(t *testing.T) {
+	src := `graph g
+sym T
+input %x: f32[T,8]
+input %w: f32[T,2]
+input %ids: i32[T,2]
+weight @wq: bf16[6,8]
+weight @wo: bf16[8,4]
+weight @gu: bf16[3,8,8]
+weight @d: bf16[3,8,4]
+%q: f32[T,4], %g: f32[T,2] = matmul_split(%x, @wq) {sizes=[4,2]}
+%h: f32[T,8] = matmul_add(%q, @wo, %x)
+%s: f32[T,3] = matmul_swiglu(%h, @wq)
+%y: f32[T,8] = moe_grouped(%h, %w, %ids, @gu, @d, %x) {gate_up="fused", shared=1, residual=1, order="descending", band=64}
+output %y, %s, %g
+`
+	g, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(g); err != nil {
+		t.Fatal(err)
+	}
+	if g.String() != src {
+		t.Fatalf("round trip:\n%s\nwant\n%s", g, src)
+	}
+}
