@@ -30,28 +30,36 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 // block writes the output directly; otherwise it writes its unnormalised
 // partial (acc, max, sum) to the workspace and attn_decode_combine merges.
 //
-// Dynamic shared memory: floats 2*group*d (q, acc) + group*DEC_TILE
-// (scores) + 3*group (max, sum, rescale) and DEC_TILE ints (slots).
+// Per tile of DEC_TILE keys: K and V are staged in shared memory as float
+// with coalesced loads; scores take DEC_THREADS/DEC_TILE threads per key
+// (each a share of the group's heads); the output accumulates with a
+// thread per channel holding up to 8 heads in registers.
+//
+// Dynamic shared memory, floats: q and acc [group][d] each, scores
+// [group][DEC_TILE], max, sum and rescale [group], K [DEC_TILE][d+1],
+// V [DEC_TILE][d].
 
-#define DEC_TILE 64
+#define DEC_TILE 32
+#define DEC_THREADS 128
 
 template <typename T>
-__global__ void __launch_bounds__(128) attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit,
-                                                   float scale, const int* __restrict__ pos,
-                                                   const T* __restrict__ q, const T* __restrict__ kc,
-                                                   const T* __restrict__ vc, T* __restrict__ out,
-                                                   float* __restrict__ part_acc, float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit,
+                                                           float scale, const int* __restrict__ pos,
+                                                           const T* __restrict__ q, const T* __restrict__ kc,
+                                                           const T* __restrict__ vc, T* __restrict__ out,
+                                                           float* __restrict__ part_acc, float* __restrict__ part_ml) {
   extern __shared__ float dec_smem[];
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
   int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  float* qs = dec_smem;               // [group][d]
-  float* acc = qs + group * d;        // [group][d]
-  float* sc = acc + group * d;        // [group][DEC_TILE]
+  float* qs = dec_smem;                 // [group][d]
+  float* acc = qs + group * d;          // [group][d]
+  float* sc = acc + group * d;          // [group][DEC_TILE]
   float* mrow = sc + group * DEC_TILE;  // [group]
   float* lrow = mrow + group;           // [group]
   float* arow = lrow + group;           // [group]
-  int* soff = (int*)(arow + group);     // [DEC_TILE] slot of each key in the tile
+  float* Ks = arow + group;             // [DEC_TILE][d+1]
+  float* Vs = Ks + DEC_TILE * (d + 1);  // [DEC_TILE][d]
 
   int p = *pos;
   int last = p;
@@ -71,40 +79,55 @@ __global__ void __launch_bounds__(128) attn_decode(int nh, int nkv, int d, int w
     mrow[g] = ATT_NEG_INF;
     lrow[g] = 0.f;
   }
-  __syncthreads();
 
   long long rowstride = (long long)nkv * d;
+  const int kthreads = DEC_THREADS / DEC_TILE;  // threads per key in the score phase
   for (int jt = j0; jt < j1; jt += DEC_TILE) {
     int nt = min(DEC_TILE, j1 - jt);
-    // Scores: a warp per key, lanes over channels, all heads of the group.
-    for (int kk = warp; kk < nt; kk += nwarps) {
-      int slot = att_slot(jt + kk, window);
-      const T* kr = kc + slot * rowstride + (long long)kvh * d;
-      if (lane == 0) soff[kk] = slot;
-      for (int g = 0; g < group; g++) {
-        const float* qg = qs + g * d;
-        float a = 0.f;
-        for (int c = lane; c < d; c += 32) a += qg[c] * to_f32(kr[c]);
-        a = att_warp_sum(a);
-        if (lane == 0) sc[g * DEC_TILE + kk] = a * scale;
+    __syncthreads();  // the previous tile's readers are done (and q, acc are set)
+    for (int i = tid; i < nt * d; i += blockDim.x) {
+      int kk = i / d, c = i - kk * d;
+      long long off = att_slot(jt + kk, window) * rowstride + (long long)kvh * d + c;
+      Ks[kk * (d + 1) + c] = to_f32(kc[off]);
+      Vs[kk * d + c] = to_f32(vc[off]);
+    }
+    __syncthreads();
+    // Scores: key kk = tid % DEC_TILE, heads g = tid / DEC_TILE + kthreads*i.
+    {
+      int kk = tid % DEC_TILE, gp = tid / DEC_TILE;
+      if (kk < nt) {
+        const float* kr = Ks + kk * (d + 1);
+        for (int g0 = gp; g0 < group; g0 += 8 * kthreads) {
+          float a[8];
+#pragma unroll
+          for (int i = 0; i < 8; i++) a[i] = 0.f;
+          for (int c = 0; c < d; c++) {
+            float kv = kr[c];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+              int g = g0 + kthreads * i;
+              if (g < group) a[i] += qs[g * d + c] * kv;
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 8; i++) {
+            int g = g0 + kthreads * i;
+            if (g < group) sc[g * DEC_TILE + kk] = a[i] * scale;
+          }
+        }
       }
     }
     __syncthreads();
     // Online softmax statistics: a warp per head.
     for (int g = warp; g < group; g += nwarps) {
       float* s = sc + g * DEC_TILE;
-      float mt = ATT_NEG_INF;
-      for (int kk = lane; kk < nt; kk += 32) mt = fmaxf(mt, s[kk]);
+      float mt = lane < nt ? s[lane] : ATT_NEG_INF;  // DEC_TILE == 32: a key per lane
       mt = att_warp_max(mt);
       float mold = mrow[g];
       float mnew = fmaxf(mold, mt);
-      float sum = 0.f;
-      for (int kk = lane; kk < nt; kk += 32) {
-        float e = expf(s[kk] - mnew);
-        s[kk] = e;
-        sum += e;
-      }
-      sum = att_warp_sum(sum);
+      float e = lane < nt ? expf(s[lane] - mnew) : 0.f;
+      if (lane < nt) s[lane] = e;
+      float sum = att_warp_sum(e);
       if (lane == 0) {
         float alpha = expf(mold - mnew);  // 0 on the first tile (mold = -inf)
         lrow[g] = lrow[g] * alpha + sum;
@@ -113,16 +136,25 @@ __global__ void __launch_bounds__(128) attn_decode(int nh, int nkv, int d, int w
       }
     }
     __syncthreads();
-    // acc = acc*alpha + p.V: a thread per (head, channel) entry.
-    for (int i = tid; i < group * d; i += blockDim.x) {
-      int g = i / d, c = i - g * d;
-      const float* s = sc + g * DEC_TILE;
-      float a = acc[i] * arow[g];
-      for (int kk = 0; kk < nt; kk++) a += s[kk] * to_f32(vc[soff[kk] * rowstride + (long long)kvh * d + c]);
-      acc[i] = a;
+    // acc = acc*alpha + p.V: a thread per channel, 8 heads at a time.
+    for (int c = tid; c < d; c += blockDim.x) {
+      for (int g0 = 0; g0 < group; g0 += 8) {
+        float a[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] = g0 + i < group ? acc[(g0 + i) * d + c] * arow[g0 + i] : 0.f;
+        for (int kk = 0; kk < nt; kk++) {
+          float v = Vs[kk * d + c];
+#pragma unroll
+          for (int i = 0; i < 8; i++)
+            if (g0 + i < group) a[i] += sc[(g0 + i) * DEC_TILE + kk] * v;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+          if (g0 + i < group) acc[(g0 + i) * d + c] = a[i];
+      }
     }
-    __syncthreads();
   }
+  __syncthreads();
 
   if (nsplit == 1) {
     for (int i = tid; i < group * d; i += blockDim.x) {

@@ -16,6 +16,7 @@ import (
 // first NaN wins). bf16 rounding makes ties common too.
 func TestArgMaxGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, c := range []struct {
 		T, V    int

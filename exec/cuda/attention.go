@@ -13,7 +13,7 @@ import (
 
 // Tile constants of attention.cu.
 const (
-	decodeTile    = 64 // DEC_TILE: keys per tile of attn_decode
+	decodeTile    = 32 // DEC_TILE: keys per tile of attn_decode
 	prefillRows   = 32 // ATT_BQ
 	prefillKeys   = 32 // ATT_BK
 	maxHeadDim    = 256
@@ -81,7 +81,7 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 	if err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}
-	shmem := 4 * (2*group*d + group*decodeTile + 3*group + decodeTile)
+	shmem := 4 * (2*group*d + group*decodeTile + 3*group + decodeTile*(2*d+1))
 	if err := allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}

@@ -209,6 +209,7 @@ func (a *attnRig) fill(n int) {
 // (including splits left empty at position 0).
 func TestAttentionDecodeGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	cases := []struct {
 		name                          string
 		nh, nkv, d, window, hist, spl int
@@ -247,6 +248,7 @@ func attnTol(dt cuda.DType) float64 {
 // layer (the ring wraps twice) and a full layer, with and without splits.
 func TestAttentionDecodeSequenceGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	const window = 8
 	for _, c := range []struct {
 		name   string
@@ -270,6 +272,7 @@ func TestAttentionDecodeSequenceGPU(t *testing.T) {
 // that read what the chunks left in the cache (the ring after compaction).
 func TestAttentionPrefillGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	cases := []struct {
 		name               string
 		nh, nkv, d, window int
@@ -353,6 +356,7 @@ func BenchmarkAttentionGPU(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = s.Close() })
 	k := NewKernels(dev)
 	const nh, nkv, d, maxPos = 72, 8, 128, 8192
 	dt := cuda.BF16

@@ -11,6 +11,7 @@ import (
 
 func TestElementwiseGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(17, 18))
 	type op struct {
 		name string
@@ -49,6 +50,7 @@ func TestElementwiseGPU(t *testing.T) {
 // separate buffers (ld = n), against cpu.SiLU then cpu.Mul.
 func TestSwiGLUGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(19, 20))
 	for _, c := range []struct {
 		rows, n int

@@ -12,6 +12,7 @@ import (
 
 func TestEmbeddingGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct{ V, H, T int }{{50, 37, 5}, {1000, 3072, 3}, {7, 64, 1}, {300, 100, 130}} {
 		for _, dt := range DTypes {
@@ -41,6 +42,7 @@ func TestEmbeddingGPU(t *testing.T) {
 // out-of-bounds reads; the good row next to them is intact.
 func TestEmbeddingBadTokenGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	const V, H = 10, 33
 	table := randF32(rand.New(rand.NewPCG(3, 4)), V*H, 1)
 	ids := []int32{-1, 4, V}

@@ -14,6 +14,7 @@ import (
 // sides of softplus's threshold at 20 are hit, in place or not.
 func TestSoftplusGateGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, c := range []struct {
 		T, nh, d int

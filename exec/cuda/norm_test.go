@@ -21,6 +21,7 @@ func normWeights(r *rand.Rand, n int) []float32 {
 
 func TestRMSNormGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(5, 6))
 	const eps = 1e-6
 	for _, c := range []struct {
@@ -54,6 +55,7 @@ func TestRMSNormGPU(t *testing.T) {
 // tight tolerance); f32 in, bf16 out costs the output rounding only.
 func TestRMSNormCastGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, c := range []struct {
 		xdt, odt cuda.DType

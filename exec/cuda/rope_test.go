@@ -54,6 +54,7 @@ func ropePositions(r *rand.Rand, T int) []int32 {
 
 func TestRoPEGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct{ T, n, d int }{{7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {1, 72, 128}, {33, 1, 8}} {
 		for name, tab := range ropeTables(t, c.d) {
@@ -83,6 +84,7 @@ func TestRoPEGPU(t *testing.T) {
 // back bit for bit.
 func TestQKNormRopeGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(11, 12))
 	const eps = 1e-6
 	for _, c := range []struct {

@@ -16,6 +16,7 @@ import (
 // no bias, and rows of tied logits (ties go to the lower index).
 func TestRouterTopKGPU(t *testing.T) {
 	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, c := range []struct {
 		T, E, topK       int
