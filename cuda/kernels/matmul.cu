@@ -203,14 +203,24 @@ __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* _
 
 // ------------------------------------------------- bf16 tensor-core tiles
 
-// CTA tile BM x 128 x 32 with BM = 32*MI; 8 warps as 2 (m) x 4 (n), each
-// MI*16 x 32 of the output in m16n8k16 fragments; an MMA_STAGES-deep
-// cp.async pipeline. Shared-memory rows are padded to 40 elements (80
-// bytes) so ldmatrix's eight 16-byte rows fall in distinct banks.
+// CTA tile BM x 128 x BK with BM = 32*MI and BK = 32 or 64; 8 warps as
+// 2 (m) x 4 (n), each MI*16 x 32 of the output in m16n8k16 fragments; a
+// cp.async pipeline of STAGES tiles. Shared-memory rows are padded by 8
+// elements (80 or 144 bytes: 5 or 9 16-byte units, odd) so ldmatrix's eight
+// 16-byte rows fall in distinct banks. exec/cuda's mmaSmemBytes mirrors
+// SMEM.
 #define MMA_BN 128
-#define MMA_BK 32
-#define MMA_PITCH 40
-#define MMA_STAGES 4
+template <int MI, int BK> struct MmaCfg {
+  static constexpr int BM = 32 * MI;
+  static constexpr int STAGES = BK == 32 ? 4 : 3;
+  static constexpr int PITCH = BK + 8;    // elements per shared-memory row
+  static constexpr int CPR = BK / 8;      // 16-byte chunks per row
+  static constexpr int RPP = 256 / CPR;   // rows 256 threads copy per pass
+  static constexpr int AP = BM / RPP;     // passes over A's rows
+  static constexpr int BP = MMA_BN / RPP; // passes over B's rows
+  static constexpr int STAGE = (BM + MMA_BN) * PITCH;  // elements
+  static constexpr int SMEM = STAGES * STAGE * 2;      // bytes
+};
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
@@ -238,23 +248,25 @@ __device__ __forceinline__ void mma_bf16(float* d, const unsigned* a, unsigned b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Dynamic shared memory of mma_tile<MI>: MMA_STAGES * (32*MI + MMA_BN) *
-// MMA_PITCH * 2 bytes (exec/cuda computes the same, mmaSmemBytes).
+// The tile row this thread copies in pass i (of AP or BP passes).
+template <int MI, int BK> __device__ __forceinline__ int mma_row(int i) {
+  return threadIdx.x / MmaCfg<MI, BK>::CPR + MmaCfg<MI, BK>::RPP * i;
+}
 
 // acc += A B^T over K for one CTA tile, both operands K-contiguous bf16.
 // ap[i] is the start of the A row this thread copies in pass i (tile row
-// tid/4 + 64i), nullptr past the matrix; bp[i] likewise for B's 128 rows.
+// mma_row(i)), nullptr past the matrix; bp[i] likewise for B's 128 rows.
 // `safe` is any valid global address (the source of zero-filled copies).
 // K must be a multiple of 8: a 16-byte chunk is wholly inside or outside.
-template <int MI>
+template <int MI, int BK>
 __device__ __forceinline__ void mma_tile(float (&acc)[MI][4][4], const bf16_t* const* ap, const bf16_t* const* bp,
                                          int K, bf16_t* smem, const void* safe) {
-  constexpr int BM = 32 * MI;
-  constexpr int STAGE = (BM + MMA_BN) * MMA_PITCH;  // elements
+  using C = MmaCfg<MI, BK>;
+  constexpr int BM = C::BM, STAGE = C::STAGE, PITCH = C::PITCH, STAGES = C::STAGES;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
-  const int chunk = tid & 3, lrow = tid >> 2;
-  const int KT = (K + MMA_BK - 1) / MMA_BK;
+  const int chunk = tid % C::CPR, lrow = tid / C::CPR;
+  const int KT = (K + BK - 1) / BK;
 
 #pragma unroll
   for (int mi = 0; mi < MI; mi++)
@@ -264,53 +276,53 @@ __device__ __forceinline__ void mma_tile(float (&acc)[MI][4][4], const bf16_t* c
       for (int c = 0; c < 4; c++) acc[mi][nj][c] = 0.f;
 
   auto load = [&](int stage, int kt) {
-    const int k = kt * MMA_BK + chunk * 8;
+    const int k = kt * BK + chunk * 8;
     const bool kin = k < K;
     bf16_t* sA = smem + stage * STAGE;
-    bf16_t* sB = sA + BM * MMA_PITCH;
+    bf16_t* sB = sA + BM * PITCH;
 #pragma unroll
-    for (int i = 0; i < BM / 64; i++) {
+    for (int i = 0; i < C::AP; i++) {
       const bool ok = kin && ap[i] != nullptr;
-      cp_async16(smem_u32(sA + (lrow + 64 * i) * MMA_PITCH + chunk * 8), ok ? (const void*)(ap[i] + k) : safe,
+      cp_async16(smem_u32(sA + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(ap[i] + k) : safe,
                  ok ? 16 : 0);
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < C::BP; i++) {
       const bool ok = kin && bp[i] != nullptr;
-      cp_async16(smem_u32(sB + (lrow + 64 * i) * MMA_PITCH + chunk * 8), ok ? (const void*)(bp[i] + k) : safe,
+      cp_async16(smem_u32(sB + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(bp[i] + k) : safe,
                  ok ? 16 : 0);
     }
   };
 
 #pragma unroll
-  for (int s = 0; s < MMA_STAGES - 1; s++) {
+  for (int s = 0; s < STAGES - 1; s++) {
     if (s < KT) load(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < KT; kt++) {
-    cp_async_wait<MMA_STAGES - 2>();  // tile kt has landed (this thread's part)
-    __syncthreads();                  // ... everyone's; and stage kt-1 is free
+    cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's part)
+    __syncthreads();              // ... everyone's; and stage kt-1 is free
     {
-      const int nk = kt + MMA_STAGES - 1;
-      if (nk < KT) load(nk % MMA_STAGES, nk);
+      const int nk = kt + STAGES - 1;
+      if (nk < KT) load(nk % STAGES, nk);
       cp_async_commit();  // possibly empty: keeps the group count uniform
     }
-    const bf16_t* sA = smem + (kt % MMA_STAGES) * STAGE;
-    const bf16_t* sB = sA + BM * MMA_PITCH;
+    const bf16_t* sA = smem + (kt % STAGES) * STAGE;
+    const bf16_t* sB = sA + BM * PITCH;
 #pragma unroll
-    for (int kk = 0; kk < MMA_BK; kk += 16) {
+    for (int kk = 0; kk < BK; kk += 16) {
       unsigned a[MI][4], b[4][2];
 #pragma unroll
       for (int mi = 0; mi < MI; mi++) {
         const int r = wm * 16 * MI + mi * 16 + (lane & 15);
         const int c = kk + (lane >> 4) * 8;
-        ldsm_x4(smem_u32(sA + r * MMA_PITCH + c), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+        ldsm_x4(smem_u32(sA + r * PITCH + c), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
       }
 #pragma unroll
       for (int nj = 0; nj < 4; nj += 2) {
         const int r = wn * 32 + nj * 8 + (lane & 7) + ((lane >> 4) << 3);
         const int c = kk + ((lane >> 3) & 1) * 8;
-        ldsm_x4(smem_u32(sB + r * MMA_PITCH + c), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
+        ldsm_x4(smem_u32(sB + r * PITCH + c), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
       }
 #pragma unroll
       for (int mi = 0; mi < MI; mi++)
@@ -366,26 +378,25 @@ __device__ __forceinline__ void mma_epilogue(const float (&acc)[MI][4][4], F f) 
 // y = x w^T on tensor cores: x [M,K], w [N,K] ([2N,K] with SWIGLU) bf16,
 // y [M,N]; K a multiple of 8 and x, w 16-byte aligned. Grid: (M tiles, N
 // tiles), so CTAs that run together share a weight tile in L2.
-template <typename TY, int MI, int SWIGLU>
+template <typename TY, int MI, int SWIGLU, int BK>
 __global__ void __launch_bounds__(256) gemm_bf16(int M, int N, int K, const bf16_t* __restrict__ x,
                                                  const bf16_t* __restrict__ w, TY* __restrict__ y, int accumulate) {
   extern __shared__ __align__(128) unsigned char mma_smem[];
-  constexpr int BM = 32 * MI;
+  using C = MmaCfg<MI, BK>;
   constexpr int BN = SWIGLU ? 64 : MMA_BN;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int lrow = threadIdx.x >> 2;
-  const bf16_t* ap[BM / 64];
-  const bf16_t* bp[2];
+  const int m0 = blockIdx.x * C::BM, n0 = blockIdx.y * BN;
+  const bf16_t* ap[C::AP];
+  const bf16_t* bp[C::BP];
 #pragma unroll
-  for (int i = 0; i < BM / 64; i++) {
-    const int r = m0 + lrow + 64 * i;
+  for (int i = 0; i < C::AP; i++) {
+    const int r = m0 + mma_row<MI, BK>(i);
     ap[i] = r < M ? x + (long long)r * K : nullptr;
   }
   const bf16_t* up = w + (long long)N * K;  // only used with SWIGLU
 #pragma unroll
-  for (int i = 0; i < 2; i++) bp[i] = mma_brow<SWIGLU>(w, up, N, K, n0, lrow + 64 * i);
+  for (int i = 0; i < C::BP; i++) bp[i] = mma_brow<SWIGLU>(w, up, N, K, n0, mma_row<MI, BK>(i));
   float acc[MI][4][4];
-  mma_tile<MI>(acc, ap, bp, K, reinterpret_cast<bf16_t*>(mma_smem), w);
+  mma_tile<MI, BK>(acc, ap, bp, K, reinterpret_cast<bf16_t*>(mma_smem), w);
   mma_epilogue<MI, SWIGLU>(acc, [&](int r, int c, float v) {
     const int row = m0 + r, col = n0 + c;
     if (row < M && col < N) {

@@ -43,17 +43,74 @@ __global__ void __launch_bounds__(256) moe_gateup_gemv(int R, int k, int H, int 
 }
 
 // out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out): one
-// warp per (t, h), the k slots in order.
+// warp per (t, h). With 16-byte loads and k <= 32 the warp streams the k
+// expert rows as one flattened sequence of vectors (the act rows of token
+// t are contiguous), so loads of several slots are in flight together; an
+// invalid id reads expert 0's row with weight 0 (in bounds, adds nothing).
 template <typename TW, typename TY, int VEC>
 __global__ void __launch_bounds__(256) moe_down_gemv(int T, int k, int H, int I, int E, const float* __restrict__ act,
                                                      const float* __restrict__ weights, const int* __restrict__ ids,
                                                      const TW* __restrict__ down, TY* __restrict__ out,
                                                      int accumulate) {
+  __shared__ const TW* srow[8][32];
+  __shared__ float swt[8][32];
   const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (gw >= (long long)T * H) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (gw >= (long long)T * H) return;  // whole warps; no block barrier below
   const int t = (int)(gw / H), h = (int)(gw % H);
   float acc = 0.f;
+  if constexpr (VEC) {
+    if (k <= 32) {
+      constexpr int P = Pack<TW>::N;
+      if (lane < k) {
+        const int e = ids[t * k + lane];
+        const bool ok = e >= 0 && e < E;
+        srow[warp][lane] = down + ((long long)(ok ? e : 0) * H + h) * I;
+        swt[warp][lane] = ok ? weights[t * k + lane] : 0.f;
+      }
+      __syncwarp();
+      const int vpr = I / P, nv = k * vpr;
+      const float* arow = act + (long long)t * k * I;
+      constexpr int U = 4;
+      int v = lane;
+      for (; v + (U - 1) * 32 < nv; v += U * 32) {
+        uint4 raw[U];
+        int j[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const int vv = v + u * 32;
+          j[u] = vv / vpr;
+          raw[u] = ld_stream(srow[warp][j[u]] + (long long)(vv - j[u] * vpr) * P);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          float wf[P], xf[P];
+          Pack<TW>::unpack(raw[u], wf);
+          load_x<P>(arow + (long long)(v + u * 32) * P, xf);
+          float d = 0.f;
+#pragma unroll
+          for (int i = 0; i < P; i++) d = fmaf(xf[i], wf[i], d);
+          acc = fmaf(swt[warp][j[u]], d, acc);
+        }
+      }
+      for (; v < nv; v += 32) {
+        const int jj = v / vpr;
+        float wf[P], xf[P];
+        Pack<TW>::unpack(ld_stream(srow[warp][jj] + (long long)(v - jj * vpr) * P), wf);
+        load_x<P>(arow + (long long)v * P, xf);
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < P; i++) d = fmaf(xf[i], wf[i], d);
+        acc = fmaf(swt[warp][jj], d, acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) {
+        if (accumulate) acc += to_f32(out[gw]);
+        out[gw] = from_f32<TY>(acc);
+      }
+      return;
+    }
+  }
   for (int j = 0; j < k; j++) {
     const int r = t * k + j;
     const int e = ids[r];
@@ -196,30 +253,30 @@ __global__ void __launch_bounds__(32) moe_scatter(int R, int E, int CH, const in
 // act[p, :] = silu(x_t gate_e^T) * (x_t up_e^T) for grouped row p of tile
 // blockIdx.x (route sorted[p], token sorted[p]/k), 64 columns of I per
 // blockIdx.y. The x rows are gathered by the tile loads themselves.
-template <int MI>
+template <int MI, int BK>
 __global__ void __launch_bounds__(256) moe_gateup_mma(int k, int H, int I, const bf16_t* __restrict__ x,
                                                       const int* __restrict__ sorted, const int4* __restrict__ tiles,
                                                       const int* __restrict__ ntiles, const bf16_t* __restrict__ gate,
                                                       const bf16_t* __restrict__ up, bf16_t* __restrict__ act) {
   extern __shared__ __align__(128) unsigned char mma_smem[];
+  using C = MmaCfg<MI, BK>;
   if ((int)blockIdx.x >= *ntiles) return;  // the grid is sized for the worst case
   const int4 td = tiles[blockIdx.x];
   const int e = td.x, start = td.y, rows = td.z;
   const int n0 = blockIdx.y * 64;
-  const int lrow = threadIdx.x >> 2;
-  const bf16_t* ap[MI / 2];
-  const bf16_t* bp[2];
+  const bf16_t* ap[C::AP];
+  const bf16_t* bp[C::BP];
 #pragma unroll
-  for (int i = 0; i < MI / 2; i++) {
-    const int r = lrow + 64 * i;
+  for (int i = 0; i < C::AP; i++) {
+    const int r = mma_row<MI, BK>(i);
     ap[i] = r < rows ? x + (long long)(sorted[start + r] / k) * H : nullptr;
   }
   const bf16_t* ge = gate + (long long)e * I * H;
   const bf16_t* ue = up + (long long)e * I * H;
 #pragma unroll
-  for (int i = 0; i < 2; i++) bp[i] = mma_brow<1>(ge, ue, I, H, n0, lrow + 64 * i);
+  for (int i = 0; i < C::BP; i++) bp[i] = mma_brow<1>(ge, ue, I, H, n0, mma_row<MI, BK>(i));
   float acc[MI][4][4];
-  mma_tile<MI>(acc, ap, bp, H, reinterpret_cast<bf16_t*>(mma_smem), x);
+  mma_tile<MI, BK>(acc, ap, bp, H, reinterpret_cast<bf16_t*>(mma_smem), x);
   mma_epilogue<MI, 1>(acc, [&](int r, int c, float v) {
     const int col = n0 + c;
     if (r < rows && col < I) act[(long long)(start + r) * I + col] = from_f32<bf16_t>(v);
@@ -228,28 +285,28 @@ __global__ void __launch_bounds__(256) moe_gateup_mma(int k, int H, int I, const
 
 // ys[p, :] = act[p, :] down_e^T for the grouped rows of tile blockIdx.x,
 // 128 columns of H per blockIdx.y.
-template <int MI>
+template <int MI, int BK>
 __global__ void __launch_bounds__(256) moe_down_mma(int H, int I, const bf16_t* __restrict__ act,
                                                     const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                     const bf16_t* __restrict__ down, bf16_t* __restrict__ ys) {
   extern __shared__ __align__(128) unsigned char mma_smem[];
+  using C = MmaCfg<MI, BK>;
   if ((int)blockIdx.x >= *ntiles) return;
   const int4 td = tiles[blockIdx.x];
   const int e = td.x, start = td.y, rows = td.z;
   const int n0 = blockIdx.y * MMA_BN;
-  const int lrow = threadIdx.x >> 2;
-  const bf16_t* ap[MI / 2];
-  const bf16_t* bp[2];
+  const bf16_t* ap[C::AP];
+  const bf16_t* bp[C::BP];
 #pragma unroll
-  for (int i = 0; i < MI / 2; i++) {
-    const int r = lrow + 64 * i;
+  for (int i = 0; i < C::AP; i++) {
+    const int r = mma_row<MI, BK>(i);
     ap[i] = r < rows ? act + (long long)(start + r) * I : nullptr;
   }
   const bf16_t* de = down + (long long)e * H * I;
 #pragma unroll
-  for (int i = 0; i < 2; i++) bp[i] = mma_brow<0>(de, de, H, I, n0, lrow + 64 * i);
+  for (int i = 0; i < C::BP; i++) bp[i] = mma_brow<0>(de, de, H, I, n0, mma_row<MI, BK>(i));
   float acc[MI][4][4];
-  mma_tile<MI>(acc, ap, bp, I, reinterpret_cast<bf16_t*>(mma_smem), act);
+  mma_tile<MI, BK>(acc, ap, bp, I, reinterpret_cast<bf16_t*>(mma_smem), act);
   mma_epilogue<MI, 0>(acc, [&](int r, int c, float v) {
     const int col = n0 + c;
     if (r < rows && col < H) ys[(long long)(start + r) * H + col] = from_f32<bf16_t>(v);

@@ -58,10 +58,18 @@ func mmRef(t *testing.T, a MatMulArgs, x, w, y0 []float32) []float32 {
 	return want
 }
 
-// mmRun uploads random inputs for a (shapes and dtypes; pointers are
-// filled in), runs plan p (nil: MatMul's own), and returns the output and
-// the reference.
-func mmRun(t *testing.T, k *Kernels, s *cuda.Stream, r *rand.Rand, a MatMulArgs, mi int) (got, want []float32) {
+// mmGPU is gpu with the stream closed when the test ends (an unclosed
+// stream keeps a runtime.Pinner pinned, which panics once collected).
+func mmGPU(t *testing.T) (*Kernels, *cuda.Stream) {
+	t.Helper()
+	k, s := mmGPU(t)
+	t.Cleanup(func() { _ = s.Close() })
+	return k, s
+}
+
+// mmRun uploads random inputs for a's shapes and dtypes (it fills in the
+// pointers), runs it, and returns the output and the reference.
+func mmRun(t *testing.T, k *Kernels, s *cuda.Stream, r *rand.Rand, a MatMulArgs) (got, want []float32) {
 	t.Helper()
 	rows := a.N
 	if a.SwiGLU {
@@ -80,25 +88,15 @@ func mmRun(t *testing.T, k *Kernels, s *cuda.Stream, r *rand.Rand, a MatMulArgs,
 		a.Y = alloc(t, k, n)
 		poison(t, s, a.Y, n)
 	}
-	if err := mmLaunch(k, s, a, mi); err != nil {
+	if err := k.MatMul(s, a); err != nil {
 		t.Fatal(err)
 	}
 	got = download(t, s, a.YType, a.Y, a.T*a.N)
 	return got, mmRef(t, a, x, w, y0)
 }
 
-// mmLaunch runs a with the planner's choice, or with tensor-core tiles of
-// 32*mi rows when mi > 0 (to reach both tile shapes with small problems).
-func mmLaunch(k *Kernels, s *cuda.Stream, a MatMulArgs, mi int) error {
-	p, err := k.planMatMul(a, mi)
-	if err != nil {
-		return err
-	}
-	return k.launchPlan(s, a, p)
-}
-
 func TestMatMulShapes(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	for _, m := range mmModes {
 		for _, T := range []int{1, 2, 3, 7, 8, 9, 64, 129} {
 			t.Run(fmt.Sprintf("%s/T%d", m.name, T), func(t *testing.T) {
@@ -106,7 +104,7 @@ func TestMatMulShapes(t *testing.T) {
 				for _, N := range []int{1, 17, 100, 1000} {
 					for _, K := range []int{8, 13, 24, 136, 1000} {
 						a := MatMulArgs{T: T, K: K, N: N, XType: m.x, WType: m.w, YType: m.y}
-						got, want := mmRun(t, k, s, r, a, 0)
+						got, want := mmRun(t, k, s, r, a)
 						checkClose(t, fmt.Sprintf("N=%d K=%d", N, K), got, want, mmTol(m))
 					}
 				}
@@ -116,41 +114,44 @@ func TestMatMulShapes(t *testing.T) {
 }
 
 // TestMatMulPaths reaches every kernel variant: GEMV splits up to 8 warps a
-// row, both tensor-core tile heights, the FFMA fallback, accumulate and
-// SwiGLU epilogues, at sizes with many k-tiles.
+// row, both tensor-core tile heights and K steps, the FFMA fallback,
+// accumulate and SwiGLU epilogues, at sizes with many k-tiles.
 func TestMatMulPaths(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	cases := []struct {
 		T, K, N     int
 		acc, swiglu bool
-		mi          int
+		rows        int // tensor-core tile rows (0: automatic)
 	}{
 		{T: 1, K: 3072, N: 3072},           // split 2, unrolled main loop
 		{T: 2, K: 3072, N: 17},             // split 8
 		{T: 8, K: 1024, N: 300, acc: true}, // residual add
 		{T: 3, K: 1000, N: 77, swiglu: true},
 		{T: 1, K: 13, N: 33, swiglu: true, acc: true},
-		{T: 200, K: 1000, N: 300, mi: 2},
-		{T: 200, K: 1000, N: 300, mi: 4},
-		{T: 130, K: 520, N: 130, mi: 4, acc: true},
-		{T: 131, K: 264, N: 200, mi: 2, swiglu: true},
-		{T: 257, K: 264, N: 70, mi: 4, swiglu: true, acc: true},
+		{T: 200, K: 1000, N: 300, rows: 64},
+		{T: 200, K: 1000, N: 300, rows: 128},
+		{T: 130, K: 520, N: 130, rows: 128, acc: true},
+		{T: 131, K: 264, N: 200, rows: 64, swiglu: true},
+		{T: 257, K: 264, N: 70, rows: 128, swiglu: true, acc: true},
 		{T: 40, K: 37, N: 90, swiglu: true}, // FFMA (K % 8 != 0)
 		{T: 512, K: 3072, N: 384},           // planner's choice, many k-tiles
 	}
 	for _, m := range mmModes {
 		for _, c := range cases {
-			a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: m.x, WType: m.w, YType: m.y, Accumulate: c.acc, SwiGLU: c.swiglu}
-			got, want := mmRun(t, k, s, r, a, c.mi)
-			checkClose(t, fmt.Sprintf("%s %+v", m.name, c), got, want, mmTol(m))
+			for _, bk := range []int{32, 64} {
+				a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: m.x, WType: m.w, YType: m.y, Accumulate: c.acc, SwiGLU: c.swiglu,
+					Tile: MMATile{Rows: c.rows, K: bk}}
+				got, want := mmRun(t, k, s, r, a)
+				checkClose(t, fmt.Sprintf("%s %+v bk=%d", m.name, c, bk), got, want, mmTol(m))
+			}
 		}
 	}
 }
 
 // TestMatMulDeterministic: two runs of each kernel give the same bits.
 func TestMatMulDeterministic(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, c := range []MatMulArgs{
 		{T: 3, K: 3072, N: 1000, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16},
@@ -184,15 +185,17 @@ func TestMatMulDeterministic(t *testing.T) {
 
 // TestMatMulErrors: bad arguments are errors, not launches.
 func TestMatMulErrors(t *testing.T) {
-	k := &Kernels{} // PlanMatMul fails before it needs a device
+	k := &Kernels{} // MatMulLaunch fails before it needs a device
 	for _, a := range []MatMulArgs{
 		{T: 0, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
 		{T: 1, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F16, WType: cuda.F32, YType: cuda.F32},
 		{T: 1, K: 8, N: 8, X: 0, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
 		{T: 1, K: -3, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
+		{T: 9, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32, Tile: MMATile{Rows: 96}},
+		{T: 9, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32, Tile: MMATile{K: 16}},
 	} {
-		if _, err := k.PlanMatMul(a); err == nil {
-			t.Errorf("PlanMatMul(%+v) accepted bad arguments", a)
+		if _, err := k.MatMulLaunch(a); err == nil {
+			t.Errorf("MatMulLaunch(%+v) accepted bad arguments", a)
 		}
 	}
 }

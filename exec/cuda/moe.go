@@ -52,6 +52,8 @@ type MoEArgs struct {
 	Workspace cuda.DevicePtr
 	Path      MoEPath
 	Order     ExpertOrder
+	// Tile forces the grouped GEMMs' tensor-core tile (zero: automatic).
+	Tile MMATile
 }
 
 func (a MoEArgs) validate() error {
@@ -76,6 +78,9 @@ func (a MoEArgs) validate() error {
 	}
 	if a.Workspace%16 != 0 {
 		return fmt.Errorf("moe_experts: workspace %#x is not 16-byte aligned", uint64(a.Workspace))
+	}
+	if err := a.Tile.check(); err != nil {
+		return fmt.Errorf("moe_experts: %w", err)
 	}
 	return nil
 }
@@ -113,7 +118,7 @@ func (a MoEArgs) grouped() (bool, error) {
 // moeLayout is the workspace of one call: byte offsets into it.
 type moeLayout struct {
 	grouped         bool
-	mi              int // tensor-core tile rows / 32
+	mi, bk          int // tensor-core tile: rows / 32, K step
 	ch, nchunks     int // routes per scheduling chunk, chunks
 	maxTiles        int
 	act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
@@ -143,10 +148,16 @@ func (a MoEArgs) layout() (moeLayout, error) {
 		l.total = off
 		return l, nil
 	}
+	// 128-row tiles once experts average 64 rows: each expert's weights are
+	// then mostly streamed once, not once per 64-row tile.
 	l.mi = 2
-	if R >= 128*int64(a.E) {
+	if R >= 64*int64(a.E) {
 		l.mi = 4
 	}
+	if a.Tile.Rows != 0 {
+		l.mi = a.Tile.Rows / 32
+	}
+	l.bk = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
 	l.ch = max(256, (ceilDiv(int(R), 128)+31)&^31)
 	l.nchunks = ceilDiv(int(R), l.ch)
@@ -177,132 +188,107 @@ func MoEWorkspaceBytes(a MoEArgs) (int64, error) {
 	return l.total, nil
 }
 
-// moeKernel compiles a kernel of moe.cu, which is built with matmul.cu in
-// front of it (it uses that file's GEMV and tensor-core pieces).
-func (k *Kernels) moeKernel(name string, dtypes []cuda.DType, ints []int64, shmem int) (*cuda.Kernel, error) {
-	mm, err := cuda.Source("matmul.cu")
-	if err != nil {
-		return nil, err
-	}
-	moe, err := cuda.Source("moe.cu")
-	if err != nil {
-		return nil, err
-	}
-	spec := cuda.KernelSpec{
-		Name: name, File: "moe.cu", DTypes: dtypes, Ints: ints,
-		// matmul.cu keeps its own line numbers in diagnostics, moe.cu its own.
-		Source: "#line 1 \"matmul.cu\"\n" + mm + "\n#line 1 \"moe.cu\"\n" + moe,
-	}
-	return k.compiled(spec, shmem)
-}
-
-// MoEExperts queues the routed experts of one MoE layer on s (see MoEArgs).
-// The grouped path needs a.Workspace of MoEWorkspaceBytes(a) bytes; so
-// does the decode path (f32 activations of the k routes).
-func (k *Kernels) MoEExperts(s *cuda.Stream, a MoEArgs) error {
+// MoELaunches returns the kernel launches MoEExperts queues for a, in
+// order (the executor may capture them; a profiler may time each).
+func (k *Kernels) MoELaunches(a MoEArgs) ([]KernelLaunch, error) {
 	if err := a.validate(); err != nil {
-		return err
+		return nil, err
 	}
 	l, err := a.layout()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if l.grouped {
-		return k.moeGrouped(s, a, l)
+		return k.moeGrouped(a, l)
 	}
-	return k.moeDecode(s, a, l)
+	return k.moeDecode(a, l)
 }
 
-func (k *Kernels) moeDecode(s *cuda.Stream, a MoEArgs, l moeLayout) error {
+// MoEExperts queues the routed experts of one MoE layer on s (see MoEArgs).
+func (k *Kernels) MoEExperts(s *cuda.Stream, a MoEArgs) error {
+	ls, err := k.MoELaunches(a)
+	if err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if err := l.Launch(s); err != nil {
+			return fmt.Errorf("moe_experts: %w", err)
+		}
+	}
+	return nil
+}
+
+// moeLaunch builds one launch of a moe.cu kernel.
+func (k *Kernels) moeLaunch(name string, dtypes []cuda.DType, ints []int64, grid cuda.Dim3, block, shmem int, args ...any) (KernelLaunch, error) {
+	kn, err := k.mmKernel("moe.cu", name, dtypes, ints, shmem)
+	if err != nil {
+		return KernelLaunch{}, err
+	}
+	return KernelLaunch{Name: kn.NameExpr, Kernel: kn, Grid: grid, Block: cuda.Dim(uint32(block)), Shmem: shmem, Args: args}, nil
+}
+
+func (k *Kernels) moeDecode(a MoEArgs, l moeLayout) ([]KernelLaunch, error) {
 	R := a.T * a.TopK
 	p := 16 / a.WType.Size()
 	vec := int64(b2i(a.H%p == 0 && a.I%p == 0 && aligned16(a.X, a.Gate, a.Up, a.Down)))
 	act := a.Workspace.Add(l.act)
-	gu, err := k.moeKernel("moe_gateup_gemv", []cuda.DType{a.XType, a.WType}, []int64{vec}, 0)
+	gu, err := k.moeLaunch("moe_gateup_gemv", []cuda.DType{a.XType, a.WType}, []int64{vec},
+		cuda.Dim(uint32((int64(R)*int64(a.I)+7)/8)), 256, 0,
+		int32(R), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), a.X, a.IDs, a.Gate, a.Up, act)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dn, err := k.moeKernel("moe_down_gemv", []cuda.DType{a.WType, a.OutType}, []int64{vec}, 0)
+	dn, err := k.moeLaunch("moe_down_gemv", []cuda.DType{a.WType, a.OutType}, []int64{vec},
+		cuda.Dim(uint32((int64(a.T)*int64(a.H)+7)/8)), 256, 0,
+		int32(a.T), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), act, a.Weights, a.IDs, a.Down, a.Out, b2i(a.Accumulate))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	warps := int64(R) * int64(a.I)
-	if err := s.Launch(gu, cuda.Dim(uint32((warps+7)/8)), cuda.Dim(256), 0,
-		int32(R), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), a.X, a.IDs, a.Gate, a.Up, act); err != nil {
-		return fmt.Errorf("moe_experts gate/up: %w", err)
-	}
-	warps = int64(a.T) * int64(a.H)
-	if err := s.Launch(dn, cuda.Dim(uint32((warps+7)/8)), cuda.Dim(256), 0,
-		int32(a.T), int32(a.TopK), int32(a.H), int32(a.I), int32(a.E), act, a.Weights, a.IDs, a.Down, a.Out, b2i(a.Accumulate)); err != nil {
-		return fmt.Errorf("moe_experts down: %w", err)
-	}
-	return nil
+	return []KernelLaunch{gu, dn}, nil
 }
 
-func (k *Kernels) moeGrouped(s *cuda.Stream, a MoEArgs, l moeLayout) error {
+func (k *Kernels) moeGrouped(a MoEArgs, l moeLayout) ([]KernelLaunch, error) {
 	R := a.T * a.TopK
 	ws := func(off int64) cuda.DevicePtr { return a.Workspace.Add(off) }
 	hist, base, ntiles, tiles := ws(l.hist), ws(l.base), ws(l.ntiles), ws(l.tiles)
 	sorted, pos, act, ys := ws(l.sorted), ws(l.pos), ws(l.act), ws(l.ys)
-	smem := mmaSmemBytes(l.mi)
-
-	kh, err := k.moeKernel("moe_hist", nil, nil, 0)
-	if err != nil {
-		return err
-	}
-	ksched, err := k.moeKernel("moe_schedule", nil, nil, 0)
-	if err != nil {
-		return err
-	}
-	kscat, err := k.moeKernel("moe_scatter", nil, nil, 0)
-	if err != nil {
-		return err
-	}
-	kgu, err := k.moeKernel("moe_gateup_mma", nil, []int64{int64(l.mi)}, smem)
-	if err != nil {
-		return err
-	}
-	kdn, err := k.moeKernel("moe_down_mma", nil, []int64{int64(l.mi)}, smem)
-	if err != nil {
-		return err
-	}
+	smem := mmaSmemBytes(l.mi, l.bk)
+	tile := []int64{int64(l.mi), int64(l.bk)}
 	v := 1
-	if a.H%8 == 0 && aligned16(a.Workspace) {
-		v = 8
+	if a.H%8 == 0 {
+		v = 8 // ys rows and the workspace are 16-byte aligned
 	}
-	kc, err := k.moeKernel("moe_combine", []cuda.DType{a.OutType}, []int64{int64(v)}, 0)
-	if err != nil {
-		return err
-	}
-
-	steps := []struct {
-		what  string
-		k     *cuda.Kernel
-		grid  cuda.Dim3
-		block int
-		smem  int
-		args  []any
+	var out []KernelLaunch
+	for _, st := range []struct {
+		name   string
+		dtypes []cuda.DType
+		ints   []int64
+		grid   cuda.Dim3
+		block  int
+		smem   int
+		args   []any
 	}{
-		{"hist", kh, cuda.Dim(uint32(l.nchunks)), 256, 0,
+		{"moe_hist", nil, nil, cuda.Dim(uint32(l.nchunks)), 256, 0,
 			[]any{int32(R), int32(a.E), int32(l.ch), a.IDs, hist}},
-		{"schedule", ksched, cuda.Dim(1), 1024, 0,
+		{"moe_schedule", nil, nil, cuda.Dim(1), 1024, 0,
 			[]any{int32(a.E), int32(l.nchunks), int32(32 * l.mi), int32(a.Order), hist,
 				ws(l.counts), ws(l.order), ws(l.offsets), base, tiles, ntiles}},
-		{"scatter", kscat, cuda.Dim(uint32(l.nchunks)), 32, 0,
+		{"moe_scatter", nil, nil, cuda.Dim(uint32(l.nchunks)), 32, 0,
 			[]any{int32(R), int32(a.E), int32(l.ch), a.IDs, base, sorted, pos}},
-		{"gate/up", kgu, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.I, 64))), 256, smem,
+		{"moe_gateup_mma", nil, tile, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.I, 64))), 256, smem,
 			[]any{int32(a.TopK), int32(a.H), int32(a.I), a.X, sorted, tiles, ntiles, a.Gate, a.Up, act}},
-		{"down", kdn, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.H, mmaBN))), 256, smem,
+		{"moe_down_mma", nil, tile, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.H, mmaBN))), 256, smem,
 			[]any{int32(a.H), int32(a.I), act, tiles, ntiles, a.Down, ys}},
-		{"combine", kc, cuda.Dim(uint32(min(ceilDiv(a.T*(a.H/v), 256), 132*32))), 256, 0,
+		{"moe_combine", []cuda.DType{a.OutType}, []int64{int64(v)}, cuda.Dim(uint32(min(ceilDiv(a.T*(a.H/v), 256), 132*32))), 256, 0,
 			[]any{int32(a.T), int32(a.TopK), int32(a.H), a.Weights, pos, ys, a.Out, b2i(a.Accumulate)}},
-	}
-	for _, st := range steps {
-		if err := s.Launch(st.k, st.grid, cuda.Dim(uint32(st.block)), st.smem, st.args...); err != nil {
-			return fmt.Errorf("moe_experts %s: %w", st.what, err)
+	} {
+		kl, err := k.moeLaunch(st.name, st.dtypes, st.ints, st.grid, st.block, st.smem, st.args...)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, kl)
 	}
-	return nil
+	return out, nil
 }
 
 // MoESchedule is the grouped path's schedule as a call left it in its

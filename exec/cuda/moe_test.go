@@ -111,10 +111,10 @@ func moeRef(t *testing.T, c moeCase, d moeData) []float32 {
 }
 
 // moeUpload puts d on the device and returns the args (with a workspace).
-func moeUpload(t *testing.T, k *Kernels, s *cuda.Stream, c moeCase, d moeData, xt, wt, ot cuda.DType, path MoEPath, order ExpertOrder) MoEArgs {
+func moeUpload(t *testing.T, k *Kernels, s *cuda.Stream, c moeCase, d moeData, xt, wt, ot cuda.DType, path MoEPath, order ExpertOrder, tile MMATile) MoEArgs {
 	t.Helper()
 	a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: xt, WType: wt, OutType: ot,
-		Accumulate: c.acc, Path: path, Order: order}
+		Accumulate: c.acc, Path: path, Order: order, Tile: tile}
 	a.X = upload(t, k, s, xt, d.x)
 	a.Weights = upload(t, k, s, cuda.F32, d.w)
 	a.IDs = uploadI32(t, k, s, d.ids)
@@ -152,26 +152,29 @@ var moeCases = []moeCase{
 }
 
 func TestMoEExperts(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	type variant struct {
 		name       string
 		xt, wt, ot cuda.DType
 		path       MoEPath
 		order      ExpertOrder
+		tile       MMATile
 	}
 	variants := []variant{
-		{"f32/decode", cuda.F32, cuda.F32, cuda.F32, MoEDecode, ExpertsByID},
-		{"bf16/decode", cuda.BF16, cuda.BF16, cuda.BF16, MoEDecode, ExpertsByID},
-		{"bf16/grouped-by-id", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID},
-		{"bf16/grouped-by-load", cuda.BF16, cuda.BF16, cuda.F32, MoEGrouped, ExpertsByLoad},
-		{"f32x-bf16w/auto", cuda.F32, cuda.BF16, cuda.F32, MoEAuto, ExpertsByID},
+		{"f32/decode", cuda.F32, cuda.F32, cuda.F32, MoEDecode, ExpertsByID, MMATile{}},
+		{"bf16/decode", cuda.BF16, cuda.BF16, cuda.BF16, MoEDecode, ExpertsByID, MMATile{}},
+		{"bf16/grouped-by-id-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{K: 32}},
+		{"bf16/grouped-by-load-k64", cuda.BF16, cuda.BF16, cuda.F32, MoEGrouped, ExpertsByLoad, MMATile{K: 64}},
+		{"bf16/grouped-128rows-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{Rows: 128, K: 32}},
+		{"bf16/grouped-128rows-k64", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{Rows: 128, K: 64}},
+		{"f32x-bf16w/auto", cuda.F32, cuda.BF16, cuda.F32, MoEAuto, ExpertsByID, MMATile{}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(11, 12))
 			for _, c := range moeCases {
 				d := moeGen(r, c, v.xt, v.wt, v.ot)
-				a := moeUpload(t, k, s, c, d, v.xt, v.wt, v.ot, v.path, v.order)
+				a := moeUpload(t, k, s, c, d, v.xt, v.wt, v.ot, v.path, v.order, v.tile)
 				if err := k.MoEExperts(s, a); err != nil {
 					t.Fatal(err)
 				}
@@ -184,7 +187,7 @@ func TestMoEExperts(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	c := moeCase{T: 33, H: 36, I: 20, E: 8, k: 3, dist: "distinct"}
 	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
-	a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEAuto, ExpertsByID)
+	a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEAuto, ExpertsByID, MMATile{})
 	if err := k.MoEExperts(s, a); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +201,7 @@ func TestMoEExperts(t *testing.T) {
 // TestMoESchedule checks the grouping against the host: counts, the order
 // for both modes, offsets, tiles, and stable route order within experts.
 func TestMoESchedule(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	r := rand.New(rand.NewPCG(21, 22))
 	c := moeCase{T: 1000, H: 64, I: 40, E: 256, k: 10, dist: "skewed"}
 	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
@@ -207,7 +210,7 @@ func TestMoESchedule(t *testing.T) {
 		counts[e]++
 	}
 	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
-		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order)
+		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
 		if err := k.MoEExperts(s, a); err != nil {
 			t.Fatal(err)
 		}
@@ -253,12 +256,12 @@ func TestMoESchedule(t *testing.T) {
 
 // TestMoEDeterministic: two runs give the same bits, on both paths.
 func TestMoEDeterministic(t *testing.T) {
-	k, s := gpu(t)
+	k, s := mmGPU(t)
 	r := rand.New(rand.NewPCG(31, 32))
 	c := moeCase{T: 200, H: 128, I: 64, E: 256, k: 10, dist: "skewed"}
 	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 	for _, path := range []MoEPath{MoEDecode, MoEGrouped} {
-		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, path, ExpertsByLoad)
+		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, path, ExpertsByLoad, MMATile{})
 		n := c.T * c.H * 2
 		var outs [2][]byte
 		for i := range outs {
@@ -305,6 +308,7 @@ func TestMoEArgs(t *testing.T) {
 		"grouped f32":  func(a *MoEArgs) { a.Path, a.XType = MoEGrouped, cuda.F32 },
 		"grouped E":    func(a *MoEArgs) { a.Path, a.E = MoEGrouped, MaxExperts+1 },
 		"unknown path": func(a *MoEArgs) { a.Path = 9 },
+		"bad tile":     func(a *MoEArgs) { a.Tile = MMATile{Rows: 32} },
 	} {
 		a := ok
 		mut(&a)

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"lagc/cuda"
+	cudaexec "lagc/exec/cuda"
+)
+
+func init() {
+	register(&command{
+		name:    "kernel-bench",
+		summary: "time the matmul and MoE kernels at Laguna-S-2.1 shapes (GB/s, TFLOP/s, roofline fractions)",
+		usage:   "kernel-bench [--runs N] [--gemm-t 512,2048,8192] [--moe-t 512,2048,8192] [--json]",
+		setup: func(fs *flag.FlagSet) func([]string) error {
+			o := kbOpts{}
+			fs.IntVar(&o.device, "device", 0, "CUDA device ordinal")
+			fs.IntVar(&o.runs, "runs", 7, "timed runs of each case; the median is reported")
+			fs.StringVar(&o.gemmT, "gemm-t", "512,2048,8192", "token counts of the prefill GEMMs")
+			fs.StringVar(&o.moeT, "moe-t", "512,2048,8192", "token counts of the grouped MoE (prefill)")
+			fs.Float64Var(&o.bw, "bw", 4.3e12, "bandwidth roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
+			fs.Float64Var(&o.flops, "flops", 790e12, "bf16 tensor roofline, FLOP/s (an H200 GEMM measured ~790 TFLOP/s)")
+			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+			return func(args []string) error {
+				if len(args) != 0 {
+					return fmt.Errorf("%w: kernel-bench takes no arguments", errUsage)
+				}
+				var err error
+				if o.gemmTs, err = parseInts(o.gemmT); err != nil {
+					return fmt.Errorf("%w: --gemm-t: %v", errUsage, err)
+				}
+				if o.moeTs, err = parseInts(o.moeT); err != nil {
+					return fmt.Errorf("%w: --moe-t: %v", errUsage, err)
+				}
+				if o.runs < 1 || o.bw <= 0 || o.flops <= 0 {
+					return fmt.Errorf("%w: --runs, --bw and --flops must be positive", errUsage)
+				}
+				return runKernelBench(o, os.Stdout)
+			}
+		},
+	})
+}
+
+type kbOpts struct {
+	device, runs  int
+	gemmT, moeT   string
+	gemmTs, moeTs []int
+	bw, flops     float64
+	json          bool
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// kbRow is one timed case. Bytes and FLOPs are what the op must move and
+// compute at least: weights read (only the selected experts' for MoE),
+// activations read and written.
+type kbRow struct {
+	Kernel   string  `json:"kernel"`
+	Case     string  `json:"case"`
+	T        int     `json:"t"`
+	Us       float64 `json:"us"`       // median GPU time per call, replayed from a CUDA graph
+	UsEager  float64 `json:"us_eager"` // the same launched eagerly (host launch cost included)
+	Bytes    int64   `json:"bytes"`
+	Flops    float64 `json:"flops"`
+	GBps     float64 `json:"gb_per_s"`
+	TFlops   float64 `json:"tflop_per_s"`
+	Fraction float64 `json:"roofline_fraction"` // of --bw (GEMV, MoE decode) or --flops (GEMM, MoE prefill)
+	Bound    string  `json:"bound"`             // "bandwidth" or "compute"
+}
+
+type kbReport struct {
+	Device string  `json:"device"`
+	Arch   string  `json:"arch"`
+	Runs   int     `json:"runs"`
+	BW     float64 `json:"roofline_bytes_per_s"`
+	Flops  float64 `json:"roofline_flop_per_s"`
+	Rows   []kbRow `json:"rows"`
+}
+
+// kbEnv holds what every case uses: device, stream, events, and a pattern
+// buffer of random bf16 that fills weights and activations (tensor cores
+// draw less power on zeros, so zeros would flatter the GEMMs).
+type kbEnv struct {
+	o       kbOpts
+	d       *cuda.Device
+	k       *cudaexec.Kernels
+	s       *cuda.Stream
+	e0, e1  *cuda.Event
+	pattern cuda.DevicePtr
+	patN    int64
+	allocs  []cuda.DevicePtr
+}
+
+func (e *kbEnv) alloc(n int64) (cuda.DevicePtr, error) {
+	p, err := e.d.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	e.allocs = append(e.allocs, p)
+	return p, nil
+}
+
+// freeAll releases the buffers of the last case.
+func (e *kbEnv) freeAll() {
+	for _, p := range e.allocs {
+		_ = e.d.Free(p)
+	}
+	e.allocs = nil
+}
+
+// random allocates n bytes filled from the random pattern.
+func (e *kbEnv) random(n int64) (cuda.DevicePtr, error) {
+	p, err := e.alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	for off := int64(0); off < n; off += e.patN {
+		if err := e.s.CopyDtoD(p.Add(off), e.pattern, min(e.patN, n-off)); err != nil {
+			return 0, err
+		}
+	}
+	return p, nil
+}
+
+// time runs f once to warm up (and compile), captures `reps` calls of f
+// in a CUDA graph, and returns the median GPU seconds per call over o.runs
+// replays, and the same for eager launches (which include the host's
+// launch cost where kernels are shorter than it).
+func (e *kbEnv) time(reps int, f func(rep int) error) (graph, eager float64, err error) {
+	if err := f(0); err != nil {
+		return 0, 0, err
+	}
+	if err := e.s.Synchronize(); err != nil {
+		return 0, 0, err
+	}
+	all := func() error {
+		for i := 0; i < reps; i++ {
+			if err := f(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, err := e.s.Capture(all)
+	if err != nil {
+		return 0, 0, fmt.Errorf("capturing: %w", err)
+	}
+	defer g.Close()
+	ex, err := g.Instantiate()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ex.Close()
+	if err := ex.Launch(e.s); err != nil {
+		return 0, 0, err
+	}
+	var gs, es []float64
+	for r := 0; r < e.o.runs; r++ {
+		t, _, err := timed(e.s, e.e0, e.e1, func() error { return ex.Launch(e.s) })
+		if err != nil {
+			return 0, 0, err
+		}
+		gs = append(gs, t/float64(reps))
+		t, _, err = timed(e.s, e.e0, e.e1, all)
+		if err != nil {
+			return 0, 0, err
+		}
+		es = append(es, t/float64(reps))
+	}
+	return median(gs), median(es), nil
+}
+
+func (e *kbEnv) row(kernel, name string, T int, sec, eager float64, bytes int64, flops float64, bound string) kbRow {
+	r := kbRow{Kernel: kernel, Case: name, T: T, Us: sec * 1e6, UsEager: eager * 1e6, Bytes: bytes, Flops: flops, Bound: bound,
+		GBps: float64(bytes) / sec / 1e9, TFlops: flops / sec / 1e12}
+	if bound == "bandwidth" {
+		r.Fraction = float64(bytes) / sec / e.o.bw
+	} else {
+		r.Fraction = flops / sec / e.o.flops
+	}
+	return r
+}
+
+// Laguna-S-2.1 shapes.
+const (
+	kbH      = 3072
+	kbVocab  = 100352
+	kbQKVG   = 72*128 + 2*8*128 + 72 // q, k, v and the per-head gate of a 72-head layer
+	kbAttn   = 72 * 128              // o_proj input
+	kbDense  = 12288                 // layer 0's MLP width
+	kbE      = 256
+	kbTopK   = 10
+	kbExpert = 1024 // routed and shared expert width
+)
+
+type kbMM struct {
+	name   string
+	n, k   int // output columns, reduction
+	swiglu bool
+}
+
+var kbMatmuls = []kbMM{
+	{"lm_head", kbVocab, kbH, false},
+	{"qkvg_proj", kbQKVG, kbH, false},
+	{"o_proj", kbH, kbAttn, false},
+	{"dense_gate_up+swiglu", kbDense, kbH, true},
+	{"dense_down", kbH, kbDense, false},
+	{"shared_gate_up+swiglu", kbExpert, kbH, true},
+	{"shared_down", kbH, kbExpert, false},
+}
+
+func runKernelBench(o kbOpts, w io.Writer) error {
+	d, err := cuda.Open(o.device)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	e := &kbEnv{o: o, d: d, k: cudaexec.NewKernels(d)}
+	if e.s, err = d.NewStream(); err != nil {
+		return err
+	}
+	defer e.s.Close()
+	if e.e0, err = d.NewEvent(); err != nil {
+		return err
+	}
+	defer e.e0.Close()
+	if e.e1, err = d.NewEvent(); err != nil {
+		return err
+	}
+	defer e.e1.Close()
+	e.patN = 64 << 20
+	pat := make([]uint16, e.patN/2)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range pat {
+		pat[i] = cuda.F32ToBF16((r.Float32()*2 - 1) * 0.05)
+	}
+	if e.pattern, err = d.Alloc(e.patN); err != nil {
+		return err
+	}
+	defer d.Free(e.pattern)
+	if err := cuda.Upload(e.s, e.pattern, pat); err != nil {
+		return err
+	}
+	defer e.freeAll()
+
+	rep := kbReport{Device: d.Props().Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, Flops: o.flops}
+	add := func(rows []kbRow, err error) error {
+		e.freeAll()
+		rep.Rows = append(rep.Rows, rows...)
+		if err == nil && !o.json {
+			for _, r := range rows {
+				fmt.Fprintf(os.Stderr, "  %s %s T=%d: %.1f us\n", r.Kernel, r.Case, r.T, r.Us)
+			}
+		}
+		return err
+	}
+	for _, m := range kbMatmuls {
+		if err := add(e.benchMatMul(m, []int{1, 8})); err != nil {
+			return fmt.Errorf("gemv %s: %w", m.name, err)
+		}
+	}
+	for _, m := range kbMatmuls {
+		if m.name == "lm_head" {
+			continue // prefill projects only the last token
+		}
+		if err := add(e.benchMatMul(m, o.gemmTs)); err != nil {
+			return fmt.Errorf("gemm %s: %w", m.name, err)
+		}
+	}
+	if err := add(e.benchMoE(append([]int{1}, o.moeTs...))); err != nil {
+		return fmt.Errorf("moe: %w", err)
+	}
+	if o.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printKernelBench(w, rep)
+	return nil
+}
+
+// benchMatMul times y = x w^T (bf16) at each T. Where the weights are
+// smaller than 8x the L2 cache, calls cycle through copies of them so
+// every call streams its weights from HBM, as in a real step.
+func (e *kbEnv) benchMatMul(m kbMM, Ts []int) ([]kbRow, error) {
+	rows := m.n
+	if m.swiglu {
+		rows *= 2
+	}
+	wBytes := int64(rows) * int64(m.k) * 2
+	copies := int(min(64, max(1, (8*int64(e.d.Props().L2Bytes)+wBytes-1)/wBytes)))
+	ws := make([]cuda.DevicePtr, copies)
+	for i := range ws {
+		var err error
+		if ws[i], err = e.random(wBytes); err != nil {
+			return nil, err
+		}
+	}
+	var out []kbRow
+	for _, T := range Ts {
+		x, err := e.random(int64(T) * int64(m.k) * 2)
+		if err != nil {
+			return nil, err
+		}
+		y, err := e.alloc(int64(T) * int64(m.n) * 2)
+		if err != nil {
+			return nil, err
+		}
+		flops := 2 * float64(T) * float64(rows) * float64(m.k)
+		bytes := wBytes + int64(T)*int64(m.k+m.n)*2
+		name := fmt.Sprintf("%s N=%d K=%d", m.name, m.n, m.k)
+		tiles := []int{0} // the GEMV has no tiles
+		if T > cudaexec.GEMVMaxRows {
+			tiles = []int{32, 64}
+		}
+		for _, bk := range tiles {
+			a := cudaexec.MatMulArgs{T: T, K: m.k, N: m.n, X: x, Y: y, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16,
+				SwiGLU: m.swiglu, Tile: cudaexec.MMATile{K: bk}}
+			reps := max(copies, 3)
+			if T > cudaexec.GEMVMaxRows {
+				reps = 3
+			}
+			sec, eager, err := e.time(reps, func(i int) error {
+				a.W = ws[i%copies]
+				return e.k.MatMul(e.s, a)
+			})
+			if err != nil {
+				return nil, err
+			}
+			if bk == 0 {
+				out = append(out, e.row("gemv", name, T, sec, eager, bytes, flops, "bandwidth"))
+			} else {
+				out = append(out, e.row(fmt.Sprintf("gemm bk=%d", bk), name, T, sec, eager, bytes, flops, "compute"))
+			}
+		}
+		if err := e.d.Free(x); err == nil {
+			e.forget(x)
+		}
+		if err := e.d.Free(y); err == nil {
+			e.forget(y)
+		}
+	}
+	return out, nil
+}
+
+func (e *kbEnv) forget(p cuda.DevicePtr) {
+	for i, q := range e.allocs {
+		if q == p {
+			e.allocs = append(e.allocs[:i], e.allocs[i+1:]...)
+			return
+		}
+	}
+}
+
+// benchMoE times the routed experts of one S-2.1 layer (256 experts, top
+// 10, H 3072, I 1024): the decode path at T=1 (distinct random experts per
+// call, cycling through 16 routings) and the grouped path at larger T.
+func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
+	const E, K, H, I = kbE, kbTopK, kbH, kbExpert
+	expertBytes := int64(I) * H * 2
+	gate, err := e.random(E * expertBytes)
+	if err != nil {
+		return nil, err
+	}
+	up, err := e.random(E * expertBytes)
+	if err != nil {
+		return nil, err
+	}
+	down, err := e.random(E * expertBytes)
+	if err != nil {
+		return nil, err
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var out []kbRow
+	for _, T := range Ts {
+		const routings = 16
+		calls := 1
+		if T <= cudaexec.GEMVMaxRows {
+			calls = routings
+		}
+		ids := make([]int32, calls*T*K)
+		wts := make([]float32, calls*T*K)
+		for t := 0; t < calls*T; t++ {
+			perm := r.Perm(E)
+			for j := 0; j < K; j++ {
+				ids[t*K+j] = int32(perm[j])
+				wts[t*K+j] = 0.1
+			}
+		}
+		idsP, err := e.alloc(int64(4 * len(ids)))
+		if err != nil {
+			return nil, err
+		}
+		wP, err := e.alloc(int64(4 * len(wts)))
+		if err != nil {
+			return nil, err
+		}
+		if err := cuda.Upload(e.s, idsP, ids); err != nil {
+			return nil, err
+		}
+		if err := cuda.Upload(e.s, wP, wts); err != nil {
+			return nil, err
+		}
+		x, err := e.random(int64(T) * H * 2)
+		if err != nil {
+			return nil, err
+		}
+		y, err := e.alloc(int64(T) * H * 2)
+		if err != nil {
+			return nil, err
+		}
+		flops := 2 * float64(T) * K * 3 * float64(I) * H
+		kind, bound, tiles := "moe-decode", "bandwidth", []int{0}
+		// Distinct experts of the call's routes, each read once at least.
+		bytes := int64(T*K)*3*expertBytes + int64(T)*H*4
+		if T > cudaexec.GEMVMaxRows {
+			kind, bound, tiles = "moe-grouped", "compute", []int{32, 64}
+			used := map[int32]bool{}
+			for _, id := range ids {
+				used[id] = true
+			}
+			bytes = int64(len(used))*3*expertBytes + int64(T)*H*4
+		}
+		var wsP cuda.DevicePtr
+		for _, bk := range tiles {
+			a := cudaexec.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
+				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: cudaexec.ExpertsByLoad,
+				Tile: cudaexec.MMATile{K: bk}, IDs: idsP, Weights: wP}
+			wsBytes, err := cudaexec.MoEWorkspaceBytes(a)
+			if err != nil {
+				return nil, err
+			}
+			if wsP == 0 {
+				if wsP, err = e.alloc(wsBytes); err != nil {
+					return nil, err
+				}
+			}
+			a.Workspace = wsP
+			sec, eager, err := e.time(calls, func(i int) error {
+				a.IDs = idsP.Add(int64(4 * T * K * (i % calls)))
+				a.Weights = wP.Add(int64(4 * T * K * (i % calls)))
+				return e.k.MoEExperts(e.s, a)
+			})
+			if err != nil {
+				return nil, err
+			}
+			label := kind
+			if bk != 0 {
+				label = fmt.Sprintf("%s bk=%d", kind, bk)
+			}
+			out = append(out, e.row(label, fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, bound))
+			// Each stage alone, on the first routing (the workspace holds
+			// its schedule from the runs above).
+			a.IDs, a.Weights = idsP, wP
+			ls, err := e.k.MoELaunches(a)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range ls {
+				sec, eager, err := e.time(3, func(int) error { return l.Launch(e.s) })
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", l.Name, err)
+				}
+				out = append(out, e.row("  stage", l.Name, T, sec, eager, 0, 0, bound))
+			}
+		}
+		for _, p := range []cuda.DevicePtr{wsP} {
+			if err := e.d.Free(p); err == nil {
+				e.forget(p)
+			}
+		}
+		for _, p := range []cuda.DevicePtr{idsP, wP, x, y} {
+			if err := e.d.Free(p); err == nil {
+				e.forget(p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func printKernelBench(w io.Writer, r kbReport) {
+	fmt.Fprintf(w, "device: %s (%s); median of %d runs; rooflines %.2f TB/s and %.0f TFLOP/s\n",
+		r.Device, r.Arch, r.Runs, r.BW/1e12, r.Flops/1e12)
+	fmt.Fprintln(w, "bf16 weights and activations, f32 accumulation; Laguna-S-2.1 shapes; us (graph): kernels replayed")
+	fmt.Fprintln(w, "from a CUDA graph, the figure rates use; us (eager): launched one by one, host launch cost included")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "kernel\tcase\tT\tus (graph)\tus (eager)\tGB/s\tTFLOP/s\troofline\t")
+	for _, x := range r.Rows {
+		if x.Bytes == 0 { // a stage of the row above: time only
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t\t\t\t\n", x.Kernel, x.Case, x.T, x.Us, x.UsEager)
+			continue
+		}
+		bound := "of BW"
+		if x.Bound == "compute" {
+			bound = "of FLOP/s"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f%% %s\t\n", x.Kernel, x.Case, x.T, x.Us, x.UsEager, x.GBps, x.TFlops, 100*x.Fraction, bound)
+	}
+	tw.Flush()
+}
