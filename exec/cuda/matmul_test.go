@@ -62,7 +62,7 @@ func mmRef(t *testing.T, a MatMulArgs, x, w, y0 []float32) []float32 {
 // stream keeps a runtime.Pinner pinned, which panics once collected).
 func mmGPU(t *testing.T) (*Kernels, *cuda.Stream) {
 	t.Helper()
-	k, s := mmGPU(t)
+	k, s := gpu(t)
 	t.Cleanup(func() { _ = s.Close() })
 	return k, s
 }
