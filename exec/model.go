@@ -5,13 +5,16 @@ package exec
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"lagc/ckpt"
 	"lagc/exec/cpu"
+	cudaexec "lagc/exec/cuda"
 	"lagc/ir"
 	"lagc/models"
 	"lagc/passes"
+	"lagc/progress"
 )
 
 // Backend runs the forward steps of one sequence on some device.
@@ -27,11 +30,17 @@ type Backend interface {
 
 // Options say how to build a model.
 type Options struct {
-	Device     string   // "cpu" (default); "cuda" once the GPU executor is wired
-	YAMLPath   string   // model description; "" uses the embedded laguna.yaml
-	Passes     []string // pass pipeline (nil: passes.DefaultPipeline)
-	Disable    []string // passes to skip
-	MaxContext int      // KV cache length; 0: the model's max_position_embeddings
+	Device     string    // "cpu" (default) or "cuda"
+	YAMLPath   string    // model description; "" uses the embedded laguna.yaml
+	Passes     []string  // pass pipeline (nil: passes.DefaultPipeline)
+	Disable    []string  // passes to skip
+	MaxContext int       // KV cache length; 0: the model's max_position_embeddings
+	Progress   io.Writer // where weight loading reports progress; nil: silent
+	// GPU only.
+	DType   string // activations and weights: "bf16" (default) or "f32"
+	Chunk   int    // prefill tokens per step (0: 2048)
+	Eager   bool   // launch every decode kernel instead of replaying a CUDA graph
+	Profile bool   // time every kernel (eager); the backend writes it as pprof
 }
 
 // Model is a loaded checkpoint ready to run.
@@ -79,13 +88,30 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	m := &Model{Config: cfg, Graph: g, Checkpoint: ck, Passes: res}
 	switch o.Device {
 	case "", "cpu":
-		ex, err := cpu.NewExecutor(g, ck, maxPos)
+		src := withProgress(ck, g, o.Progress)
+		ex, err := cpu.NewExecutor(g, src, maxPos)
+		if ps, ok := src.(*progressSource); ok {
+			ps.bar.Done()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CPU executor: %w", err)
 		}
 		m.Backend, m.Device = cpuBackend{ex}, "cpu"
+	case "cuda":
+		dt := ir.BF16
+		if o.DType != "" {
+			if dt, err = ir.ParseDType(o.DType); err != nil || (dt != ir.BF16 && dt != ir.F32) {
+				return nil, fmt.Errorf("--dtype %q: the GPU runs bf16 or f32", o.DType)
+			}
+		}
+		ex, err := cudaexec.Compile(g, ck, cudaexec.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
+			Options: cudaexec.Options{Eager: o.Eager, Profile: o.Profile}})
+		if err != nil {
+			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)
+		}
+		m.Backend, m.Device = ex, "cuda"
 	default:
-		return nil, fmt.Errorf("device %q is not available: the GPU executor is not wired into `lagc run` yet; use --device cpu", o.Device)
+		return nil, fmt.Errorf("device %q: expected cpu or cuda", o.Device)
 	}
 	return m, nil
 }
@@ -156,3 +182,30 @@ func (b cpuBackend) Pos() int     { return b.ex.Pos() }
 func (b cpuBackend) MaxPos() int  { return b.ex.MaxPos() }
 func (b cpuBackend) Reset()       { b.ex.Reset() }
 func (b cpuBackend) Close() error { return nil }
+
+// progressSource reports weight loading (as float32 bytes) on a bar.
+type progressSource struct {
+	ck  ckpt.Checkpoint
+	bar *progress.Bar
+}
+
+// withProgress wraps ck so that reading g's weights advances a progress bar
+// on w; with w nil it returns ck itself.
+func withProgress(ck ckpt.Checkpoint, g *ir.Graph, w io.Writer) cpu.WeightSource {
+	if w == nil {
+		return ck
+	}
+	var total int64
+	for _, v := range g.Weights {
+		if ti, ok := ck.Tensor(v.Name); ok && v.From == nil {
+			total += 4 * ti.Elements()
+		}
+	}
+	return &progressSource{ck: ck, bar: progress.New(w, "loading weights", total, "B")}
+}
+
+func (p *progressSource) ReadF32(name string) ([]float32, error) {
+	d, err := p.ck.ReadF32(name)
+	p.bar.Add(int64(4 * len(d)))
+	return d, err
+}

@@ -17,7 +17,10 @@ func gpuUnavailable() string {
 	if n == 0 {
 		return "no CUDA GPU was found"
 	}
-	return "the GPU executor is not wired into `lagc run` yet"
+	if _, err := cuda.NVRTCVersion(); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // bundledModelPath extracts the tiny model embedded in the binary

@@ -34,6 +34,7 @@ type runFlags struct {
 	chat, jsonOut, logits    bool
 	n, chunk, ctx, threads   int
 	device, yaml             string
+	dtype, profile           string
 	passes, disable          string
 	temperature, topP, minP  float64
 	topK                     int
@@ -60,6 +61,8 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text")
 	fs.BoolVar(&f.logits, "logits", false, "with --json: include the prompt's last-position logits as last_logits")
 	fs.IntVar(&f.chunk, "chunk", 2048, "prefill chunk size in tokens")
+	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing)")
+	fs.StringVar(&f.profile, "profile", "", "GPU: write the GPU time of every kernel (eager launches) to FILE as a pprof profile")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length (KV cache size); 0: the model's max_position_embeddings")
 	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fs.StringVar(&f.yaml, "yaml", "", "model description (default: the embedded models/laguna.yaml)")
@@ -120,7 +123,7 @@ func runRun(f *runFlags) error {
 	}
 	t0 := time.Now()
 	m, err := exec.Open(path, exec.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
-		Disable: splitList(f.disable), MaxContext: f.ctx})
+		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err})
 	if err != nil {
 		return err
 	}
@@ -167,6 +170,11 @@ func runRun(f *runFlags) error {
 	res, err := m.Generate(ctx, ids, gen)
 	if err != nil {
 		return err
+	}
+	if f.profile != "" {
+		if err := writeProfile(m, f.profile); err != nil {
+			return err
+		}
 	}
 	if stream != nil {
 		fmt.Fprintln(runIO.out, stream.Flush())
@@ -290,6 +298,27 @@ func runChat(ctx context.Context, m *exec.Model, tok *tokenizer.Tokenizer, gen e
 		}
 		history = append(history, chat.Message{Role: "assistant", Content: strings.TrimSpace(reply.String())})
 	}
+}
+
+// writeProfile writes the backend's kernel timings as a pprof profile.
+func writeProfile(m *exec.Model, path string) error {
+	p, ok := m.Backend.(interface{ WriteProfile(io.Writer) error })
+	if !ok {
+		return fmt.Errorf("--profile: the %s backend does not profile", m.Device)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	if err := p.WriteProfile(out); err != nil {
+		out.Close()
+		return fmt.Errorf("--profile: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	fmt.Fprintf(runIO.err, "profile written to %s (go tool pprof -top %s)\n", path, path)
+	return nil
 }
 
 func parseIDs(s string) ([]int32, error) {

@@ -1,0 +1,508 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"lagc/ckpt"
+	"lagc/exec"
+	cudaexec "lagc/exec/cuda"
+	"lagc/ir"
+	"lagc/lower"
+	"lagc/models"
+	"lagc/passes"
+)
+
+func init() {
+	register(&command{
+		name:    "bench",
+		summary: "GPU decode and prefill speed: synthetic weights of a preset's shapes, or a checkpoint",
+		usage:   "bench (--preset NAME --synthetic | --model CKPT) [--layers N] [--json] [flags]",
+		setup:   setupBench,
+	})
+}
+
+type benchFlags struct {
+	preset, model, prefill, dtype string
+	synthetic, jsonOut            bool
+	layers, runs, tokens, ctx     int
+	chunk                         int
+	bw                            float64
+	seed                          uint64
+}
+
+func setupBench(fs *flag.FlagSet) func([]string) error {
+	f := &benchFlags{}
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.BoolVar(&f.synthetic, "synthetic", false, "random weights of the preset's shapes, made on the GPU (required with --preset)")
+	fs.StringVar(&f.model, "model", "", "a checkpoint to bench with its real weights instead")
+	fs.IntVar(&f.layers, "layers", 0, "bench only the first N layers (0: all); results are also scaled to the full depth")
+	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights: bf16 or f32")
+	fs.IntVar(&f.runs, "runs", 5, "runs of each measurement; the median is reported")
+	fs.IntVar(&f.tokens, "decode-tokens", 64, "decode steps per run")
+	fs.IntVar(&f.ctx, "ctx", 512, "context (tokens prefilled) before the decode steps")
+	fs.StringVar(&f.prefill, "prefill", "512,2048,8192", "prefill lengths to time, comma-separated")
+	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk size")
+	fs.Float64Var(&f.bw, "bw", 4.3e12, "memory bandwidth of the roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random token ids")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of tables")
+	return func(args []string) error {
+		if len(args) != 0 {
+			return fmt.Errorf("%w: bench takes no arguments", errUsage)
+		}
+		return runBench(os.Stdout, f)
+	}
+}
+
+// benchReport is what `lagc bench` measures; --json prints it.
+type benchReport struct {
+	Model       string  `json:"model"`
+	Weights     string  `json:"weights"` // synthetic or the checkpoint path
+	DType       string  `json:"dtype"`
+	Layers      int     `json:"layers"`
+	FullLayers  int     `json:"full_layers"`
+	Chunk       int     `json:"chunk"`
+	Context     int     `json:"decode_context"`
+	Runs        int     `json:"runs"`
+	Device      string  `json:"device"`
+	WeightBytes int64   `json:"weight_bytes"`
+	Bandwidth   float64 `json:"roofline_bytes_per_s"`
+
+	Decode  []decodeRow  `json:"decode"`
+	Prefill []prefillRow `json:"prefill"`
+	// Bytes a decode step reads: weights (active experts only, one
+	// embedding row) and the KV cache at the decode context.
+	BytesPerToken   int64   `json:"bytes_per_token"`
+	BytesPerToken48 int64   `json:"bytes_per_token_full_depth"`
+	LayerBytes      int64   `json:"moe_layer_bytes_per_token"`
+	DecodeLayerUs   float64 `json:"decode_moe_layer_us_graph"`
+	DecodeLayerFrac float64 `json:"decode_moe_layer_roofline_fraction"`
+	PrefillLayerMs  float64 `json:"prefill_2048_moe_layer_ms"`
+	ScaledNote      string  `json:"scaling"`
+}
+
+type decodeRow struct {
+	Mode     string  `json:"mode"` // eager or graph
+	MsToken  float64 `json:"ms_per_token"`
+	TokS     float64 `json:"tok_per_s"`
+	Roofline float64 `json:"roofline_fraction"`
+	TokS48   float64 `json:"tok_per_s_full_depth"`
+}
+
+type prefillRow struct {
+	Tokens int     `json:"tokens"`
+	Ms     float64 `json:"ms"`
+	TokS   float64 `json:"tok_per_s"`
+	TokS48 float64 `json:"tok_per_s_full_depth"`
+}
+
+func runBench(w io.Writer, f *benchFlags) error {
+	if (f.preset == "") == (f.model == "") {
+		return fmt.Errorf("%w: give --preset NAME --synthetic or --model CKPT", errUsage)
+	}
+	if f.preset != "" && !f.synthetic {
+		return fmt.Errorf("%w: --preset has no weights: add --synthetic", errUsage)
+	}
+	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw > 0) {
+		return fmt.Errorf("%w: --runs, --decode-tokens, --ctx, --chunk and --bw must be positive", errUsage)
+	}
+	dt, err := ir.ParseDType(f.dtype)
+	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
+		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
+	}
+	var sizes []int
+	for _, s := range splitList(f.prefill) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%w: --prefill %q: positive token counts", errUsage, f.prefill)
+		}
+		sizes = append(sizes, n)
+	}
+	var full *models.Config
+	var ck ckpt.Checkpoint
+	name := f.preset
+	if f.preset != "" {
+		if full, err = models.Preset(f.preset); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+	} else {
+		if ck, err = ckpt.Open(f.model); err != nil {
+			return err
+		}
+		defer ck.Close()
+		full, name = ck.Config(), f.model
+		if f.layers > 0 && f.layers < full.NumLayers {
+			return fmt.Errorf("%w: --layers needs --synthetic weights", errUsage)
+		}
+	}
+	cfg, err := truncateLayers(full, f.layers)
+	if err != nil {
+		return err
+	}
+	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
+	if err != nil {
+		return err
+	}
+	var ws cudaexec.WeightSource
+	if ck != nil {
+		if err := exec.BindCheckpoint(g, ck); err != nil {
+			return err
+		}
+		ws = ck
+	}
+	if _, err := passes.Run(g, passes.Options{}); err != nil {
+		return err
+	}
+	maxCtx := f.ctx + f.tokens + 2
+	for _, n := range sizes {
+		maxCtx = max(maxCtx, n)
+	}
+	ex, err := cudaexec.Compile(g, ws, cudaexec.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx})
+	if err != nil {
+		return err
+	}
+	defer ex.Close()
+	plan := ex.Plan()
+	props := ex.Kernels().Dev.Props()
+	rep := &benchReport{Model: name, Weights: "synthetic", DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
+		Chunk: f.chunk, Context: f.ctx, Runs: f.runs, Device: fmt.Sprintf("%s (%d SMs)", props.Name, props.SMs),
+		WeightBytes: plan.WeightBytes, Bandwidth: f.bw}
+	if ck != nil {
+		rep.Weights = f.model
+	}
+	rng := rand.New(rand.NewPCG(f.seed, 7))
+	maxTok := max(f.ctx, maxInts(sizes))
+	toks := make([]int32, maxTok)
+	for i := range toks {
+		toks[i] = int32(rng.IntN(cfg.VocabSize))
+	}
+	b := &bencher{ex: ex, f: f, toks: toks}
+
+	// Warm up: compile every kernel, capture the decode graph.
+	if err := b.decode(true, 2); err != nil {
+		return err
+	}
+	if _, err := b.decodeRuns(false, 2, 1); err != nil {
+		return err
+	}
+
+	// Where time goes, per layer, from one profiled run of each class.
+	ex.StartProfile()
+	if err := b.decode(true, f.tokens); err != nil {
+		return err
+	}
+	decProf, _ := ex.StopProfile()
+	ex.StartProfile()
+	ex.Reset()
+	if _, err := ex.Prefill(toks[:min(2048, len(toks))]); err != nil {
+		return err
+	}
+	preProf, _ := ex.StopProfile()
+	decScale, decLayer := depthScale(decProf, "decode", cfg, full)
+	preScale, preLayer := depthScale(preProf, "prefill", cfg, full)
+	rep.ScaledNote = fmt.Sprintf("full depth = measured x (outside-layer time + each of the %d layers estimated by the benched layers of its kind) / profiled total; per-layer GPU times from a profiled eager run", full.NumLayers)
+
+	bytes, perLayer := decodeBytes(plan, f.ctx)
+	rep.BytesPerToken = bytes
+	rep.BytesPerToken48, rep.LayerBytes = scaleBytes(perLayer, cfg, full)
+	for _, eager := range []bool{true, false} {
+		per, err := b.decodeRuns(eager, f.tokens, f.runs)
+		if err != nil {
+			return err
+		}
+		mode := "graph"
+		if eager {
+			mode = "eager"
+		}
+		s := per.Seconds()
+		rep.Decode = append(rep.Decode, decodeRow{Mode: mode, MsToken: 1e3 * s, TokS: 1 / s,
+			Roofline: float64(bytes) / f.bw / s, TokS48: 1 / (s * decScale)})
+		if !eager {
+			rep.DecodeLayerUs = 1e6 * s * decLayer
+			if rep.DecodeLayerUs > 0 {
+				rep.DecodeLayerFrac = float64(rep.LayerBytes) / f.bw / (s * decLayer)
+			}
+		}
+	}
+	for _, n := range sizes {
+		var times []time.Duration
+		for r := 0; r < f.runs; r++ {
+			ex.Reset()
+			t0 := time.Now()
+			if _, err := ex.Prefill(toks[:n]); err != nil {
+				return err
+			}
+			times = append(times, time.Since(t0))
+		}
+		s := medianDur(times).Seconds()
+		rep.Prefill = append(rep.Prefill, prefillRow{Tokens: n, Ms: 1e3 * s, TokS: float64(n) / s, TokS48: float64(n) / (s * preScale)})
+		if n == 2048 {
+			rep.PrefillLayerMs = 1e3 * s * preLayer
+		}
+	}
+	if f.jsonOut {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printBench(w, rep)
+	return nil
+}
+
+func maxInts(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// truncateLayers keeps the first n layers of c (0 or n >= layers: all).
+func truncateLayers(c *models.Config, n int) (*models.Config, error) {
+	if n <= 0 || n >= c.NumLayers {
+		return c, nil
+	}
+	t := *c
+	t.NumLayers = n
+	t.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
+	t.MLPLayerTypes = append([]string(nil), c.MLPLayerTypes[:n]...)
+	t.HeadsPerLayer = append([]int(nil), c.HeadsPerLayer[:n]...)
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("first %d layers: %w", n, err)
+	}
+	return &t, nil
+}
+
+type bencher struct {
+	ex   *cudaexec.Executor
+	f    *benchFlags
+	toks []int32
+}
+
+// decode prefills the context, then runs n greedy decode steps.
+func (b *bencher) decode(eager bool, n int) error {
+	_, err := b.decodeTimed(eager, n)
+	return err
+}
+
+func (b *bencher) decodeTimed(eager bool, n int) (time.Duration, error) {
+	ex := b.ex
+	ex.SetEager(eager)
+	ex.Reset()
+	next, err := ex.Prefill(b.toks[:b.f.ctx])
+	if err != nil {
+		return 0, err
+	}
+	tok := next[len(next)-1]
+	// One untimed step: the first after a prefill writes the scalars.
+	if tok, err = ex.DecodeNext(tok); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if tok, err = ex.DecodeNext(tok); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t0) / time.Duration(n), nil
+}
+
+// decodeRuns returns the median time per decode step over runs runs.
+func (b *bencher) decodeRuns(eager bool, n, runs int) (time.Duration, error) {
+	var ts []time.Duration
+	for r := 0; r < runs; r++ {
+		t, err := b.decodeTimed(eager, n)
+		if err != nil {
+			return 0, err
+		}
+		ts = append(ts, t)
+	}
+	return medianDur(ts), nil
+}
+
+func medianDur(ts []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ts...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// layerKind groups layers that cost the same: MLP kind and attention kind.
+func layerKind(c *models.Config, l int) string {
+	return c.MLPLayerTypes[l] + "/" + c.LayerTypes[l]
+}
+
+// estimate returns, for every layer of full, a per-layer value estimated
+// from the benched layers (per[l] for l < benched.NumLayers): the mean of
+// benched layers of the same kind, else of the same MLP kind, else of all.
+func estimate(per map[int]float64, benched, full *models.Config) []float64 {
+	mean := func(match func(l int) bool) (float64, bool) {
+		s, n := 0.0, 0
+		for l := 0; l < benched.NumLayers; l++ {
+			if match(l) {
+				s += per[l]
+				n++
+			}
+		}
+		if n == 0 {
+			return 0, false
+		}
+		return s / float64(n), true
+	}
+	out := make([]float64, full.NumLayers)
+	for l := range out {
+		k, mlp := layerKind(full, l), full.MLPLayerTypes[l]
+		if v, ok := mean(func(b int) bool { return layerKind(benched, b) == k }); ok {
+			out[l] = v
+		} else if v, ok := mean(func(b int) bool { return benched.MLPLayerTypes[b] == mlp }); ok {
+			out[l] = v
+		} else {
+			out[l], _ = mean(func(int) bool { return true })
+		}
+	}
+	return out
+}
+
+// depthScale turns a profile of the benched layers into the factor from
+// measured to full-depth time, and the share of the measured time one
+// average MoE layer takes (the dense layer when no MoE layer was benched).
+func depthScale(entries []cudaexec.ProfileEntry, class string, benched, full *models.Config) (scale, moeLayer float64) {
+	per := map[int]float64{}
+	var outside, total float64
+	for _, e := range entries {
+		if e.Class != class {
+			continue
+		}
+		v := e.GPU.Seconds()
+		total += v
+		if e.Layer < 0 {
+			outside += v
+		} else {
+			per[e.Layer] += v
+		}
+	}
+	if total == 0 {
+		return 1, 0
+	}
+	est := outside
+	for _, v := range estimate(per, benched, full) {
+		est += v
+	}
+	var moe []float64
+	for l := 0; l < benched.NumLayers; l++ {
+		if benched.IsMoE(l) {
+			moe = append(moe, per[l])
+		}
+	}
+	if len(moe) == 0 {
+		moe = append(moe, per[0])
+	}
+	m := 0.0
+	for _, v := range moe {
+		m += v
+	}
+	m /= float64(len(moe))
+	return est / total, m / total
+}
+
+// decodeBytes counts what one decode step at context ctx reads from
+// memory: every weight a kernel reads (the embedding: one row; expert
+// stacks: the selected experts only), and the visible KV cache. It returns
+// the total and the bytes per layer (-1: outside the layers).
+func decodeBytes(p *lower.Plan, ctx int) (int64, map[int]int64) {
+	per := map[int]int64{}
+	var total int64
+	for _, st := range p.Decode.Steps {
+		var b int64
+		for i, o := range st.In {
+			if o.Weight < 0 {
+				continue
+			}
+			w := p.Weights[o.Weight]
+			n := w.Bytes
+			switch {
+			case st.Op == "embedding":
+				n = w.Bytes / int64(max(w.Shape[0], 1))
+			case (st.Op == "moe_experts" || st.Op == "moe_grouped") && i >= 3 && len(w.Shape) == 3:
+				k := int64(st.In[1].Last(1) + st.Int("shared"))
+				n = w.Bytes * k / int64(max(w.Shape[0], 1))
+			}
+			b += n
+		}
+		if st.Op == "attention" && st.KV >= 0 {
+			kv := p.KV[st.KV]
+			visible := ctx + 1
+			if kv.Window > 0 {
+				visible = min(visible, kv.Window)
+			}
+			b += 2 * int64(visible) * int64(kv.NKV*kv.HeadDim*dtypeBytes(kv.DType))
+		}
+		per[st.Layer] += b
+		total += b
+	}
+	return total, per
+}
+
+func dtypeBytes(dt string) int {
+	if dt == "f32" {
+		return 4
+	}
+	return 2
+}
+
+// scaleBytes estimates the bytes per token of the full depth, and returns
+// the bytes of an average MoE layer.
+func scaleBytes(per map[int]int64, benched, full *models.Config) (int64, int64) {
+	f := map[int]float64{}
+	for l, v := range per {
+		f[l] = float64(v)
+	}
+	total := f[-1]
+	for _, v := range estimate(f, benched, full) {
+		total += v
+	}
+	var moe, n float64
+	for l := 0; l < benched.NumLayers; l++ {
+		if benched.IsMoE(l) {
+			moe += f[l]
+			n++
+		}
+	}
+	if n == 0 {
+		return int64(total), int64(f[0])
+	}
+	return int64(total), int64(moe / n)
+}
+
+func printBench(w io.Writer, r *benchReport) {
+	fmt.Fprintf(w, "lagc bench: %s, %s weights (%s), %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
+	fmt.Fprintf(w, "weights on the GPU %s; median of %d runs; roofline %.2f TB/s\n\n", humanBytes(r.WeightBytes), r.Runs, r.Bandwidth/1e12)
+	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
+		r.Context, humanBytes(r.BytesPerToken), humanBytes(r.BytesPerToken48), humanBytes(r.LayerBytes))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tms/token\ttok/s\troofline\ttok/s at full depth\t")
+	for _, d := range r.Decode {
+		fmt.Fprintf(tw, "%s\t%.3f\t%.1f\t%.1f%%\t%.1f\t\n", d.Mode, d.MsToken, d.TokS, 100*d.Roofline, d.TokS48)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "graph decode per MoE layer: %.1f us (%.1f%% of its roofline)\n\n", r.DecodeLayerUs, 100*r.DecodeLayerFrac)
+	fmt.Fprintf(w, "prefill (chunk %d):\n", r.Chunk)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tokens\tms\ttok/s\ttok/s at full depth\t")
+	for _, p := range r.Prefill {
+		fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t\n", p.Tokens, p.Ms, p.TokS, p.TokS48)
+	}
+	tw.Flush()
+	if r.PrefillLayerMs > 0 {
+		fmt.Fprintf(w, "prefill 2048 per MoE layer: %.3f ms\n", r.PrefillLayerMs)
+	}
+	fmt.Fprintf(w, "\n%s\n", r.ScaledNote)
+}

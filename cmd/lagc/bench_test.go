@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	cudaexec "lagc/exec/cuda"
+	"lagc/lower"
+	"lagc/models"
+)
+
+func runPlanCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	planStdout = &out
+	defer func() { planStdout = os.Stdout }()
+	code := runMain(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestPlanCommand(t *testing.T) {
+	out, errs, code := runPlanCmd(t, "plan", "--preset", "laguna-tiny", "--chunk", "16", "--ctx", "40")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"plan laguna: dtype bf16, context 40", "decode T=1", "prefill T=16", "attn_prefill"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q", want)
+		}
+	}
+	out, errs, code = runPlanCmd(t, "plan", "--preset", "laguna-tiny", "--json", "--dtype", "f32")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	p, err := lower.ReadJSON(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.DType != "f32" || p.MaxContext != 64 || p.Prefill.Tokens != lower.DefaultChunk {
+		t.Errorf("plan: dtype %s context %d chunk %d", p.DType, p.MaxContext, p.Prefill.Tokens)
+	}
+	for _, bad := range [][]string{
+		{"plan"},
+		{"plan", "--preset", "laguna-tiny", "--dtype", "f16"},
+		{"plan", "--preset", "laguna-tiny", "--chunk", "0"},
+	} {
+		if _, _, code := runPlanCmd(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	for _, bad := range [][]string{
+		{"bench"},
+		{"bench", "--preset", "laguna-tiny"}, // no --synthetic
+		{"bench", "--preset", "laguna-tiny", "--synthetic", "--runs", "0"},
+		{"bench", "--preset", "laguna-tiny", "--synthetic", "--prefill", "12,x"},
+		{"bench", "--preset", "laguna-tiny", "--synthetic", "--dtype", "f16"},
+	} {
+		if _, _, code := runPlanCmd(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+func TestTruncateLayers(t *testing.T) {
+	full, err := models.Preset("laguna-s-2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := truncateLayers(full, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumLayers != 4 || len(c.LayerTypes) != 4 || c.IsMoE(0) || !c.IsMoE(3) || c.IsSliding(0) || !c.IsSliding(1) || full.NumLayers != 48 {
+		t.Fatalf("truncated: %+v", c)
+	}
+	if same, _ := truncateLayers(full, 0); same != full {
+		t.Fatal("0 layers should keep the config")
+	}
+}
+
+// TestDepthScale: the full-depth estimate takes each layer of the full
+// model from the benched layers of its kind.
+func TestDepthScale(t *testing.T) {
+	full, _ := models.Preset("laguna-s-2.1")
+	benched, _ := truncateLayers(full, 2) // dense/full, moe/sliding
+	entries := []cudaexec.ProfileEntry{
+		{Class: "decode", Layer: -1, GPU: 10 * time.Microsecond},
+		{Class: "decode", Layer: 0, GPU: 20 * time.Microsecond},
+		{Class: "decode", Layer: 1, GPU: 30 * time.Microsecond},
+		{Class: "prefill", Layer: 1, GPU: time.Second}, // other class: ignored
+	}
+	scale, layer := depthScale(entries, "decode", benched, full)
+	// Full depth: 10 + 20 (layer 0) + 47 MoE layers at 30 each.
+	want := (10.0 + 20 + 47*30) / 60
+	if d := scale - want; d > 1e-9 || d < -1e-9 {
+		t.Errorf("scale %g, want %g", scale, want)
+	}
+	if d := layer - 0.5; d > 1e-9 || d < -1e-9 {
+		t.Errorf("MoE layer share %g, want 0.5", layer)
+	}
+}
+
+// TestDecodeBytes counts the bytes of one decode step of the tiny model by
+// hand: active experts only, one embedding row, the visible KV.
+func TestDecodeBytes(t *testing.T) {
+	cfg := models.Tiny()
+	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lower.Lower(g, lower.Options{MaxContext: 64, Chunk: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, per := decodeBytes(p, 10)
+	H, V, d, nkv := cfg.HiddenSize, cfg.VocabSize, cfg.HeadDim, cfg.NumKVHeads
+	// Outside the layers: one embedding row, the final norm (f32), the LM head.
+	if want := int64(2*H + 4*H + 2*V*H); per[-1] != want {
+		t.Errorf("outside layers: %d bytes, want %d", per[-1], want)
+	}
+	// Layer 1 (MoE, sliding window 5): norms f32, projections, router, 2 of
+	// 6 experts, the shared expert, 5 visible positions of K and V.
+	nh := cfg.Heads(1)
+	attn := 2 * (nh*d*H + 2*nkv*d*H + cfg.GateRows(1)*H + H*nh*d)
+	norms := 4 * (2*H + 2*d)
+	router := 2*cfg.NumExperts*H + 4*cfg.NumExperts
+	experts := 2 * 3 * cfg.NumExpertsPerTok * cfg.MoEIntermediateSize * H
+	shared := 2 * 3 * cfg.SharedExpertSize * H
+	kv := 2 * 5 * nkv * d * 2
+	if want := int64(attn + norms + router + experts + shared + kv); per[1] != want {
+		t.Errorf("layer 1: %d bytes, want %d", per[1], want)
+	}
+	var sum int64
+	for _, b := range per {
+		sum += b
+	}
+	if sum != total {
+		t.Errorf("total %d, layers sum to %d", total, sum)
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"lagc/ckpt"
+	"lagc/exec"
+	"lagc/ir"
+	"lagc/lower"
+	"lagc/models"
+	"lagc/passes"
+)
+
+func init() {
+	register(&command{
+		name:    "plan",
+		summary: "compile a model to its GPU kernel plan (decode and prefill schedules) and print it",
+		usage:   "plan [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [--json] [flags]",
+		setup:   setupPlan,
+	})
+}
+
+type planFlags struct {
+	preset, config, model string
+	passes, disable       string
+	dtype                 string
+	chunk, ctx, sms       int
+	jsonOut               bool
+}
+
+// planStdout receives the plan; tests capture it.
+var planStdout io.Writer = os.Stdout
+
+func setupPlan(fs *flag.FlagSet) func([]string) error {
+	f := &planFlags{}
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.StringVar(&f.config, "config", "", "a Hugging Face config.json to take the model shape from")
+	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config and weight dtypes")
+	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one)")
+	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
+	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights on the GPU: bf16 or f32")
+	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
+	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
+	fs.IntVar(&f.sms, "sms", 132, "multiprocessors of the target GPU (sizes split-KV decode attention)")
+	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
+	return func(args []string) error { return runPlan(planStdout, f, args) }
+}
+
+func runPlan(w io.Writer, f *planFlags, args []string) error {
+	if len(args) > 1 {
+		return fmt.Errorf("%w: expected at most one model file, got %q", errUsage, args)
+	}
+	n := 0
+	for _, s := range []string{f.preset, f.config, f.model} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: give exactly one of --preset, --config or --model", errUsage)
+	}
+	dt, err := ir.ParseDType(f.dtype)
+	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
+		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
+	}
+	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 {
+		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx not negative", errUsage)
+	}
+	var cfg *models.Config
+	var ck ckpt.Checkpoint
+	switch {
+	case f.preset != "":
+		cfg, err = models.Preset(f.preset)
+	case f.config != "":
+		cfg, err = models.LoadHFConfig(f.config)
+	default:
+		if ck, err = ckpt.Open(f.model); err == nil {
+			defer ck.Close()
+			cfg = ck.Config()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	yamlPath := ""
+	if len(args) == 1 {
+		yamlPath = args[0]
+	}
+	g, err := exec.BuildGraph(cfg, yamlPath)
+	if err != nil {
+		return err
+	}
+	if ck != nil {
+		if err := exec.BindCheckpoint(g, ck); err != nil {
+			return err
+		}
+	}
+	if _, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)}); err != nil {
+		return err
+	}
+	ctx := f.ctx
+	if ctx == 0 {
+		ctx = cfg.MaxPositionEmbeddings
+	}
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: f.chunk, MaxContext: ctx, SMs: f.sms})
+	if err != nil {
+		return err
+	}
+	if f.jsonOut {
+		return p.WriteJSON(w)
+	}
+	return p.Print(w)
+}

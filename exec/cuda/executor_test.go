@@ -1,0 +1,347 @@
+package cudaexec_test
+
+// End-to-end tests of the CUDA executor on the transformers fixtures
+// (testdata/fixtures): the whole pipeline, YAML -> passes -> lower ->
+// exec/cuda, through exec.Open. They need a GPU (skipped without one, failed
+// with LAGC_REQUIRE_GPU=1).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"lagc/cuda/cudatest"
+	"lagc/exec"
+	cudaexec "lagc/exec/cuda"
+	"lagc/ir"
+	"lagc/models"
+	"lagc/passes"
+)
+
+// golden is the part of golden.json these tests read (see testdata/README.md).
+type golden struct {
+	PromptIDs    []int32     `json:"prompt_ids"`
+	LastLogits   []float32   `json:"last_logits"`
+	Argmax       []int32     `json:"argmax"`
+	Greedy       []int32     `json:"greedy"`
+	GreedyGaps   []float64   `json:"greedy_gaps"`
+	PromptGaps   []float64   `json:"prompt_gaps"`
+	PromptLogits [][]float32 `json:"prompt_logits"`
+}
+
+// nearTie is the top-2 logit gap under which bf16 may pick the other token.
+const nearTie = 0.05
+
+func fixtureDirs(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("../../testdata/fixtures/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	return dirs
+}
+
+func readGolden(t *testing.T, dir string) *golden {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g golden
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	return &g
+}
+
+func openGPU(t *testing.T, dir string, o exec.Options) (*exec.Model, *cudaexec.Executor) {
+	t.Helper()
+	cudatest.Device(t) // skip (or fail) without a GPU
+	o.Device = "cuda"
+	m, err := exec.Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ex, ok := m.Backend.(*cudaexec.Executor)
+	if !ok {
+		t.Fatalf("backend is %T", m.Backend)
+	}
+	return m, ex
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
+}
+
+// TestFixturesF32: the f32 mode matches transformers within 1e-3 at every
+// prompt position and gives the identical greedy continuation, whole-prompt
+// prefill, chunks crossing the window, and token by token.
+func TestFixturesF32(t *testing.T) {
+	for _, dir := range fixtureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			g := readGolden(t, dir)
+			for _, chunk := range []int{0, 3, 1} {
+				m, ex := openGPU(t, dir, exec.Options{DType: "f32", Chunk: chunk})
+				res, err := m.Generate(context.Background(), g.PromptIDs, exec.GenOptions{MaxTokens: len(g.Greedy), Logits: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst := 0.0
+				for p := range g.PromptLogits {
+					worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
+				}
+				if worst > 1e-3 {
+					t.Errorf("chunk %d: prompt logits differ from transformers by up to %.3g (> 1e-3)", chunk, worst)
+				}
+				if !slices.Equal(res.PromptNext, g.Argmax) {
+					t.Errorf("chunk %d: prompt argmax\n got %v\nwant %v", chunk, res.PromptNext, g.Argmax)
+				}
+				if !slices.Equal(res.Generated, g.Greedy) {
+					t.Errorf("chunk %d: greedy\n got %v\nwant %v", chunk, res.Generated, g.Greedy)
+				}
+				if !ex.Captured() {
+					t.Errorf("chunk %d: decode never replayed a captured graph", chunk)
+				}
+				t.Logf("chunk %d: max |logit diff| %.2g", chunk, worst)
+			}
+		})
+	}
+}
+
+// TestFixturesBF16: bf16 gives transformers' greedy tokens up to the first
+// step where the reference's top-2 gap is a near-tie (< 0.05), and the
+// prompt argmax wherever the reference is not near a tie.
+func TestFixturesBF16(t *testing.T) {
+	for _, dir := range fixtureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			g := readGolden(t, dir)
+			m, _ := openGPU(t, dir, exec.Options{DType: "bf16"})
+			res, err := m.Generate(context.Background(), g.PromptIDs, exec.GenOptions{MaxTokens: len(g.Greedy), Logits: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p, id := range res.PromptNext {
+				if id != g.Argmax[p] && g.PromptGaps[p] >= nearTie {
+					t.Errorf("prompt position %d: argmax %d, want %d (reference gap %.3f)", p, id, g.Argmax[p], g.PromptGaps[p])
+				}
+			}
+			upto := len(g.Greedy)
+			for i, gap := range g.GreedyGaps {
+				if gap < nearTie {
+					upto = i
+					break
+				}
+			}
+			if !slices.Equal(res.Generated[:upto], g.Greedy[:upto]) {
+				t.Errorf("greedy (compared up to step %d)\n got %v\nwant %v", upto, res.Generated, g.Greedy)
+			}
+			worst := 0.0
+			for p := range g.PromptLogits {
+				worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
+			}
+			t.Logf("bf16: max |logit diff| to transformers %.3g; greedy compared over %d steps", worst, upto)
+		})
+	}
+}
+
+// decodeRun feeds prompt (prefill, or one token at a time) and then greedy
+// decodes n tokens through the backend, returning the tokens, each decode
+// step's logits and their top-2 gaps.
+func decodeRun(t *testing.T, b exec.Backend, prompt []int32, tokenByToken bool, n int) ([]int32, [][]float32, []float64) {
+	t.Helper()
+	b.Reset()
+	var next []int32
+	var err error
+	if tokenByToken {
+		for _, id := range prompt {
+			if _, next, err = b.Forward([]int32{id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if _, next, err = b.Forward(prompt); err != nil {
+		t.Fatal(err)
+	}
+	tok := next[len(next)-1]
+	var out []int32
+	var rows [][]float32
+	var gaps []float64
+	for i := 0; i < n; i++ {
+		out = append(out, tok)
+		logits, nx, err := b.Forward([]int32{tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, logits)
+		gaps = append(gaps, gap(logits))
+		tok = nx[0]
+	}
+	return out, rows, gaps
+}
+
+func gap(row []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, x := range row {
+		v := float64(x)
+		if v > a {
+			a, b = v, a
+		} else if v > b {
+			b = v
+		}
+	}
+	return a - b
+}
+
+// TestGraphReplayBitwise: replaying the captured decode graph gives bitwise
+// the logits of launching the same kernels eagerly.
+func TestGraphReplayBitwise(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			_, eager := openGPU(t, dir, exec.Options{DType: dt, Eager: true})
+			_, graph := openGPU(t, dir, exec.Options{DType: dt})
+			ta, la, _ := decodeRun(t, eager, g.PromptIDs, false, 40)
+			tb, lb, _ := decodeRun(t, graph, g.PromptIDs, false, 40)
+			if eager.Captured() || !graph.Captured() {
+				t.Fatalf("captured: eager %v, graph %v", eager.Captured(), graph.Captured())
+			}
+			if !slices.Equal(ta, tb) {
+				t.Fatalf("tokens differ:\neager %v\ngraph %v", ta, tb)
+			}
+			for i := range la {
+				for j := range la[i] {
+					if math.Float32bits(la[i][j]) != math.Float32bits(lb[i][j]) {
+						t.Fatalf("step %d logit %d: eager %v, graph %v", i, j, la[i][j], lb[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPrefillThenDecode: decode-only (every token one step) for 100
+// positions, then prefill those 100 tokens in chunks of 1, 7, 64 and 2048
+// and decode 256 more (crossing the sliding window dozens of times, far
+// past max_position_embeddings): the same tokens, exactly in f32, and in
+// bf16 up to the first near-tie of the decode-only run.
+func TestPrefillThenDecode(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	const prefix, cont = 100, 256
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			_, ref := openGPU(t, dir, exec.Options{DType: dt, MaxContext: 512})
+			out, _, gaps := decodeRun(t, ref, g.PromptIDs, true, prefix+cont)
+			seq := append(append([]int32(nil), g.PromptIDs...), out...)
+			P := len(g.PromptIDs) + prefix
+			want := seq[P : P+cont]
+			// gaps[i] is the top-2 gap of the step that chose out[i+1].
+			upto := cont
+			if dt == "bf16" {
+				for i := 0; i < cont; i++ {
+					if gaps[prefix+i-1] < nearTie {
+						upto = i
+						break
+					}
+				}
+			}
+			for _, chunk := range []int{1, 7, 64, 2048} {
+				_, b := openGPU(t, dir, exec.Options{DType: dt, MaxContext: 512, Chunk: chunk})
+				got, _, _ := decodeRun(t, b, seq[:P], false, cont)
+				if !slices.Equal(got[:upto], want[:upto]) {
+					t.Errorf("chunk %d: continuation differs from decode-only (compared %d tokens)\n got %v\nwant %v", chunk, upto, got, want)
+				}
+			}
+			t.Logf("%s: compared %d continuation tokens after a %d-token prefill", dt, upto, P)
+		})
+	}
+}
+
+// TestProfile: a profiled run attributes GPU time to every decode node,
+// with node/op/layer labels and the class -> layer -> op -> node stack.
+func TestProfile(t *testing.T) {
+	dir := fixtureDirs(t)[0]
+	g := readGolden(t, dir)
+	m, ex := openGPU(t, dir, exec.Options{DType: "bf16", Profile: true})
+	if _, err := m.Generate(context.Background(), g.PromptIDs, exec.GenOptions{MaxTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := ex.WriteProfile(&buf); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	var total int64
+	for _, s := range p.Sample {
+		if len(s.Label["node"]) != 1 || len(s.Label["op"]) != 1 || len(s.NumLabel["layer"]) != 1 || len(s.Location) != 4 {
+			t.Fatalf("sample %+v lacks labels or stack", s)
+		}
+		if s.Label["class"][0] == "decode" {
+			nodes[s.Label["node"][0]] = true
+		}
+		if s.Location[0].Line[0].Function.Name != s.Label["node"][0] {
+			t.Errorf("leaf frame %s, node %s", s.Location[0].Line[0].Function.Name, s.Label["node"][0])
+		}
+		total += s.Value[1]
+	}
+	for _, st := range ex.Plan().Decode.Steps {
+		if !nodes[st.Name] {
+			t.Errorf("decode node %s has no samples", st.Name)
+		}
+	}
+	if total <= 0 {
+		t.Fatalf("total GPU time %d", total)
+	}
+	t.Logf("%d samples, %.3f ms of GPU time", len(p.Sample), float64(total)/1e6)
+}
+
+// TestSyntheticWeights: weights made on the device run, and the same
+// sequence gives the same tokens twice.
+func TestSyntheticWeights(t *testing.T) {
+	cudatest.Device(t)
+	cfg := models.Tiny()
+	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := passes.Run(gr, passes.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := cudaexec.Compile(gr, nil, cudaexec.Config{MaxContext: 64, Chunk: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	prompt := make([]int32, 20)
+	for i := range prompt {
+		prompt[i] = int32(i * 3 % cfg.VocabSize)
+	}
+	a, la, _ := decodeRun(t, ex, prompt, false, 10)
+	b, lb, _ := decodeRun(t, ex, prompt, false, 10)
+	if !slices.Equal(a, b) {
+		t.Fatalf("synthetic runs differ: %v vs %v", a, b)
+	}
+	for i := range la {
+		for j, x := range la[i] {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) || x != lb[i][j] {
+				t.Fatalf("step %d logit %d: %v vs %v", i, j, x, lb[i][j])
+			}
+		}
+	}
+}
