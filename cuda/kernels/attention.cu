@@ -41,6 +41,7 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 
 #define DEC_TILE 32
 #define DEC_THREADS 128
+#define DEC_LOADS 8
 
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit,
@@ -85,11 +86,30 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int 
   for (int jt = j0; jt < j1; jt += DEC_TILE) {
     int nt = min(DEC_TILE, j1 - jt);
     __syncthreads();  // the previous tile's readers are done (and q, acc are set)
-    for (int i = tid; i < nt * d; i += blockDim.x) {
-      int kk = i / d, c = i - kk * d;
-      long long off = att_slot(jt + kk, window) * rowstride + (long long)kvh * d + c;
-      Ks[kk * (d + 1) + c] = to_f32(kc[off]);
-      Vs[kk * d + c] = to_f32(vc[off]);
+    // DEC_LOADS loads of K and of V in flight per thread before any store:
+    // one at a time left the loop waiting on memory latency.
+    for (int base = 0; base < nt * d; base += DEC_THREADS * DEC_LOADS) {
+      float kv[DEC_LOADS], vv[DEC_LOADS];
+#pragma unroll
+      for (int u = 0; u < DEC_LOADS; u++) {
+        int i = base + u * DEC_THREADS + tid;
+        kv[u] = vv[u] = 0.f;
+        if (i < nt * d) {
+          int kk = i / d, c = i - kk * d;
+          long long off = att_slot(jt + kk, window) * rowstride + (long long)kvh * d + c;
+          kv[u] = to_f32(kc[off]);
+          vv[u] = to_f32(vc[off]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < DEC_LOADS; u++) {
+        int i = base + u * DEC_THREADS + tid;
+        if (i < nt * d) {
+          int kk = i / d, c = i - kk * d;
+          Ks[kk * (d + 1) + c] = kv[u];
+          Vs[kk * d + c] = vv[u];
+        }
+      }
     }
     __syncthreads();
     // Scores: key kk = tid % DEC_TILE, heads g = tid / DEC_TILE + kthreads*i.
@@ -101,6 +121,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int 
           float a[8];
 #pragma unroll
           for (int i = 0; i < 8; i++) a[i] = 0.f;
+#pragma unroll 4
           for (int c = 0; c < d; c++) {
             float kv = kr[c];
 #pragma unroll
@@ -142,6 +163,7 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int 
         float a[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) a[i] = g0 + i < group ? acc[(g0 + i) * d + c] * arow[g0 + i] : 0.f;
+#pragma unroll 4
         for (int kk = 0; kk < nt; kk++) {
           float v = Vs[kk * d + c];
 #pragma unroll
