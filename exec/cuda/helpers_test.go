@@ -18,6 +18,8 @@ func gpu(t *testing.T) (*Kernels, *cuda.Stream) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An unclosed stream's pinned argument buffer panics when collected.
+	t.Cleanup(func() { _ = s.Close() })
 	return NewKernels(dev), s
 }
 
