@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -703,4 +704,26 @@ func TestGPUPinnedArenaEvents(t *testing.T) {
 		t.Error("copy past the pinned buffer's end accepted")
 	}
 	t.Logf("2 x 8 MiB pinned copies + D2D + memset: %v", el)
+}
+
+// TestGPUUnclosedStreamIsCollected: a stream that is launched on and never
+// closed must not take the process down when the garbage collector frees it
+// (it once kept a runtime.Pinner alive, which panics when leaked).
+func TestGPUUnclosedStreamIsCollected(t *testing.T) {
+	d := cudatest.Device(t)
+	k := compile(t, d, "elementwise.cu", "noop")
+	for i := 0; i < 4; i++ {
+		s, err := d.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Launch(k, cuda.Dim(1, 1, 1), cuda.Dim(32, 1, 1), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
 }

@@ -14,9 +14,10 @@ type Stream struct {
 	h   uintptr
 	mu  sync.Mutex
 
-	// Launch scratch, pinned once so the parameter pointer array (Go memory
-	// holding Go pointers) may be handed to the driver.
-	pinner  runtime.Pinner
+	// Launch scratch. The argument buffer is pinned only for the duration
+	// of each launch, so that the parameter pointer array (Go memory holding
+	// Go pointers) may be handed to the driver, and a stream that is never
+	// closed is simply collected rather than leaking a pinned pointer.
 	argBuf  []uint64 // maxParamBytes, 8-byte aligned
 	argPtrs []unsafe.Pointer
 	argOffs []int
@@ -35,7 +36,6 @@ func (d *Device) NewStream() (*Stream, error) {
 	}
 	s.argBuf = make([]uint64, maxParamBytes/8)
 	s.argPtrs = make([]unsafe.Pointer, maxParamBytes/4)
-	s.pinner.Pin(&s.argBuf[0])
 	return s, nil
 }
 
@@ -51,7 +51,6 @@ func (s *Stream) Close() error {
 	}
 	err := s.dev.do(func() error { return s.dev.api.err("cuStreamDestroy_v2", call(s.dev.api.streamDestroy, s.h)) })
 	s.h = 0
-	s.pinner.Unpin()
 	return err
 }
 
@@ -107,6 +106,9 @@ func (s *Stream) Launch(k *Kernel, grid, block Dim3, shmem int, args ...any) err
 	if err != nil {
 		return err
 	}
+	var pin runtime.Pinner
+	pin.Pin(&s.argBuf[0])
+	defer pin.Unpin()
 	r := call(s.dev.api.launchKernel, k.fn,
 		uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
 		uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
