@@ -49,7 +49,9 @@ func DecodeWorkspace(nsplit, nh, d int) int64 {
 }
 
 // launches picks the kernels of one step at `tokens` tokens and returns
-// them with the workspace they need.
+// them with the workspace they need. The launchers in exec/cuda own the
+// geometry at run time; this mirrors their rules so a plan can be read and
+// costed without a GPU, and can lag behind a change to them.
 func (l *lowerer) launches(st *Step, class string, tokens int) ([]Launch, int64, error) {
 	in := func(i int) Operand { return st.In[i] }
 	out := func(i int) Operand { return st.Out[i] }
@@ -148,13 +150,16 @@ func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, err
 	return []Launch{att, appendL}, 0, nil
 }
 
-// Tensor-core tile constants of matmul.cu.
+// Tensor-core tile constants of matmul.cu (cudaexec.DefaultMMAK = 64:
+// three pipeline stages of K steps of 64, rows padded by 8 elements).
 const (
 	gemvMaxRows = 8
 	mmaBN       = 128
-	mmaPitch    = 40
-	mmaStages   = 4
+	mmaBK       = 64
+	mmaStages   = 3
 )
+
+func mmaSmem(mi int) int { return mmaStages * (32*mi + mmaBN) * (mmaBK + 8) * 2 }
 
 func dtypeSize(dt string) int {
 	if dt == "f32" || dt == "i32" {
@@ -194,7 +199,7 @@ func (l *lowerer) matmulLaunch(T, K, N int, x, w, y string, swiglu bool) Launch 
 			mi = 2
 		}
 		return launch("gemm_bf16", "matmul.cu", g3(ceilDiv(T, 32*mi), ceilDiv(N, bn)), [3]int{256, 1, 1},
-			mmaStages*(32*mi+mmaBN)*mmaPitch*2, y, fmt.Sprint(mi), sw)
+			mmaSmem(mi), y, fmt.Sprint(mi), sw, fmt.Sprint(mmaBK))
 	}
 	return launch("gemm_simple", "matmul.cu", g3(ceilDiv(T, 64), ceilDiv(N, 64)), [3]int{256, 1, 1}, 0, x, w, y, sw)
 }
@@ -267,7 +272,7 @@ func (l *lowerer) moe(st *Step, class string, T int) ([]Launch, int64, error) {
 	ch := max(256, (ceilDiv(R, 128)+31)&^31)
 	nchunks := ceilDiv(R, ch)
 	maxTiles := ceilDiv(R, 32*mi) + min(E, R)
-	smem := mmaStages * (32*mi + mmaBN) * mmaPitch * 2
+	smem := mmaSmem(mi)
 	v := 1
 	if H%8 == 0 {
 		v = 8
@@ -278,8 +283,8 @@ func (l *lowerer) moe(st *Step, class string, T int) ([]Launch, int64, error) {
 		launch("moe_hist", "moe.cu", g3(nchunks, 1), [3]int{256, 1, 1}, 0),
 		launch("moe_schedule", "moe.cu", g3(1, 1), [3]int{1024, 1, 1}, 0),
 		launch("moe_scatter", "moe.cu", g3(nchunks, 1), [3]int{32, 1, 1}, 0),
-		launch("moe_gateup_mma", "moe.cu", g3(maxTiles, ceilDiv(I, 64)), [3]int{256, 1, 1}, smem, fmt.Sprint(mi)),
-		launch("moe_down_mma", "moe.cu", g3(maxTiles, ceilDiv(H, mmaBN)), [3]int{256, 1, 1}, smem, fmt.Sprint(mi)),
+		launch("moe_gateup_mma", "moe.cu", g3(maxTiles, ceilDiv(I, 64)), [3]int{256, 1, 1}, smem, fmt.Sprint(mi), fmt.Sprint(mmaBK)),
+		launch("moe_down_mma", "moe.cu", g3(maxTiles, ceilDiv(H, mmaBN)), [3]int{256, 1, 1}, smem, fmt.Sprint(mi), fmt.Sprint(mmaBK)),
 		launch("moe_combine", "moe.cu", g3(min(ceilDiv(T*(H/v), 256), l.o.SMs*32), 1), [3]int{256, 1, 1}, 0, y, fmt.Sprint(v)),
 	), ws + aux, nil
 }

@@ -33,6 +33,7 @@ func init() {
 
 type benchFlags struct {
 	preset, model, prefill, dtype string
+	profile                       string
 	synthetic, jsonOut            bool
 	layers, runs, tokens, ctx     int
 	chunk                         int
@@ -55,6 +56,7 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 	fs.Float64Var(&f.bw, "bw", 4.3e12, "memory bandwidth of the roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random token ids")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of tables")
+	fs.StringVar(&f.profile, "profile", "", "write the profiled decode and prefill-2048 runs' kernel times to FILE (pprof)")
 	return func(args []string) error {
 		if len(args) != 0 {
 			return fmt.Errorf("%w: bench takes no arguments", errUsage)
@@ -187,12 +189,20 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	b := &bencher{ex: ex, f: f, toks: toks}
 
-	// Warm up: compile every kernel, capture the decode graph.
+	// Warm up: compile every kernel (each prefill length may need its own
+	// instantiations; compiling inside a profiled or timed run would count
+	// the compile), capture the decode graph.
 	if err := b.decode(true, 2); err != nil {
 		return err
 	}
 	if _, err := b.decodeRuns(false, 2, 1); err != nil {
 		return err
+	}
+	for _, n := range append([]int{min(2048, len(toks))}, sizes...) {
+		ex.Reset()
+		if _, err := ex.Prefill(toks[:n]); err != nil {
+			return err
+		}
 	}
 
 	// Where time goes, per layer, from one profiled run of each class.
@@ -206,7 +216,12 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if _, err := ex.Prefill(toks[:min(2048, len(toks))]); err != nil {
 		return err
 	}
-	preProf, _ := ex.StopProfile()
+	preProf, preSteps := ex.StopProfile()
+	if f.profile != "" {
+		if err := writeBenchProfile(f.profile, append(append([]cudaexec.ProfileEntry(nil), decProf...), preProf...), preSteps); err != nil {
+			return err
+		}
+	}
 	decScale, decLayer := depthScale(decProf, "decode", cfg, full)
 	preScale, preLayer := depthScale(preProf, "prefill", cfg, full)
 	rep.ScaledNote = fmt.Sprintf("full depth = measured x (outside-layer time + each of the %d layers estimated by the benched layers of its kind) / profiled total; per-layer GPU times from a profiled eager run", full.NumLayers)
@@ -256,6 +271,22 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	printBench(w, rep)
 	return nil
+}
+
+func writeBenchProfile(path string, entries []cudaexec.ProfileEntry, steps map[string]int) error {
+	p, err := cudaexec.BuildProfile(entries, steps)
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	if err := p.Write(out); err != nil {
+		out.Close()
+		return fmt.Errorf("--profile: %w", err)
+	}
+	return out.Close()
 }
 
 func maxInts(xs []int) int {
@@ -493,7 +524,11 @@ func printBench(w io.Writer, r *benchReport) {
 		fmt.Fprintf(tw, "%s\t%.3f\t%.1f\t%.1f%%\t%.1f\t\n", d.Mode, d.MsToken, d.TokS, 100*d.Roofline, d.TokS48)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "graph decode per MoE layer: %.1f us (%.1f%% of its roofline)\n\n", r.DecodeLayerUs, 100*r.DecodeLayerFrac)
+	kind := "MoE layer"
+	if r.Layers == 1 {
+		kind = "layer (the dense layer 0: no MoE layer benched)"
+	}
+	fmt.Fprintf(w, "graph decode per %s: %.1f us (%.1f%% of its roofline)\n\n", kind, r.DecodeLayerUs, 100*r.DecodeLayerFrac)
 	fmt.Fprintf(w, "prefill (chunk %d):\n", r.Chunk)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "tokens\tms\ttok/s\ttok/s at full depth\t")
@@ -502,7 +537,7 @@ func printBench(w io.Writer, r *benchReport) {
 	}
 	tw.Flush()
 	if r.PrefillLayerMs > 0 {
-		fmt.Fprintf(w, "prefill 2048 per MoE layer: %.3f ms\n", r.PrefillLayerMs)
+		fmt.Fprintf(w, "prefill 2048 per %s: %.3f ms\n", kind, r.PrefillLayerMs)
 	}
 	fmt.Fprintf(w, "\n%s\n", r.ScaledNote)
 }

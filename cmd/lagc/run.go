@@ -121,9 +121,13 @@ func runRun(f *runFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.profile != "" && device != "cuda" {
+		return fmt.Errorf("%w: --profile times GPU kernels: it needs --device cuda", errUsage)
+	}
 	t0 := time.Now()
 	m, err := exec.Open(path, exec.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
-		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err})
+		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
+		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != ""})
 	if err != nil {
 		return err
 	}

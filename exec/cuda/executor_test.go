@@ -120,38 +120,71 @@ func TestFixturesF32(t *testing.T) {
 	}
 }
 
-// TestFixturesBF16: bf16 gives transformers' greedy tokens up to the first
-// step where the reference's top-2 gap is a near-tie (< 0.05), and the
-// prompt argmax wherever the reference is not near a tie.
+// hfBF16 is what transformers 5.17 itself does in bf16 on these fixtures
+// (on the H200, eager attention; testdata/hf_bf16_check.py): the largest
+// distance of its prompt logits to its own f32 goldens, and the first greedy
+// step where it leaves them. Expert routing flips make bf16 leave the f32
+// path early even where the top-2 logit gap is far above 0.05, so the
+// fixtures' f32 gaps alone cannot tell a bf16 near-tie from a bug.
+var hfBF16 = map[string]struct {
+	maxDiff  float64
+	firstDiv int
+}{
+	"tiny_fused_native_names":   {1.887, 2},
+	"tiny_sharded_perelem_tied": {1.887, 2},
+	"tiny_yarn_perhead":         {7.551, 7},
+}
+
+// TestFixturesBF16: bf16 stays at least as close to the f32 reference as
+// transformers' own bf16 does: prompt logits no farther, and the greedy
+// continuation identical up to where transformers' bf16 leaves it (or the
+// first reference near-tie, gap < 0.05, if that comes first).
 func TestFixturesBF16(t *testing.T) {
 	for _, dir := range fixtureDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			g := readGolden(t, dir)
+			hf, ok := hfBF16[filepath.Base(dir)]
+			if !ok {
+				t.Fatalf("no transformers bf16 figures for this fixture")
+			}
 			m, _ := openGPU(t, dir, exec.Options{DType: "bf16"})
 			res, err := m.Generate(context.Background(), g.PromptIDs, exec.GenOptions{MaxTokens: len(g.Greedy), Logits: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for p, id := range res.PromptNext {
-				if id != g.Argmax[p] && g.PromptGaps[p] >= nearTie {
-					t.Errorf("prompt position %d: argmax %d, want %d (reference gap %.3f)", p, id, g.Argmax[p], g.PromptGaps[p])
-				}
-			}
-			upto := len(g.Greedy)
-			for i, gap := range g.GreedyGaps {
-				if gap < nearTie {
-					upto = i
-					break
-				}
-			}
-			if !slices.Equal(res.Generated[:upto], g.Greedy[:upto]) {
-				t.Errorf("greedy (compared up to step %d)\n got %v\nwant %v", upto, res.Generated, g.Greedy)
-			}
 			worst := 0.0
 			for p := range g.PromptLogits {
 				worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
 			}
-			t.Logf("bf16: max |logit diff| to transformers %.3g; greedy compared over %d steps", worst, upto)
+			if worst > hf.maxDiff {
+				t.Errorf("prompt logits differ from the f32 reference by up to %.3g, transformers bf16 by %.3g", worst, hf.maxDiff)
+			}
+			tie := len(g.Greedy)
+			for i, gap := range g.GreedyGaps {
+				if gap < nearTie {
+					tie = i
+					break
+				}
+			}
+			upto := min(tie, hf.firstDiv)
+			if !slices.Equal(res.Generated[:upto], g.Greedy[:upto]) {
+				t.Errorf("greedy (compared up to step %d)\n got %v\nwant %v", upto, res.Generated, g.Greedy)
+			}
+			first := len(g.Greedy)
+			for i := range g.Greedy {
+				if res.Generated[i] != g.Greedy[i] {
+					first = i
+					break
+				}
+			}
+			mism := 0
+			for p, id := range res.PromptNext {
+				if id != g.Argmax[p] {
+					mism++
+				}
+			}
+			t.Logf("bf16: max |logit diff| %.3g (transformers bf16 %.3g); greedy leaves the reference at step %d (transformers bf16 at %d, first reference near-tie %d); %d prompt argmax changes",
+				worst, hf.maxDiff, first, hf.firstDiv, tie, mism)
 		})
 	}
 }

@@ -21,7 +21,11 @@ import (
 //
 // Between the events the GPU may also wait for the host to queue the
 // kernel: for kernels shorter than a launch (a few microseconds) the time
-// includes that gap, which is what eager decode costs.
+// includes that gap, which is what eager decode costs. A kernel's first
+// launch also waits for its compilation (NVRTC, unless cached on disk), so
+// the first decode step after profiling starts is dropped; prefill chunks
+// are all kept (the first may carry compile time: warm up first, as
+// `lagc bench` does).
 
 type profKey struct {
 	class, node, op, launcher string
@@ -45,7 +49,7 @@ type profiler struct {
 	pending []pendingTiming
 	totals  map[profKey]*profVal
 	steps   map[string]int // steps run per class
-	err     error
+	dropped bool           // the first decode step was discarded
 }
 
 func newProfiler(dev *cuda.Device) *profiler {
@@ -89,12 +93,17 @@ func (p *profiler) timed(s *cuda.Stream, class string, st *lower.Step, launcher 
 
 // collect waits for the recorded events and adds their times.
 func (p *profiler) collect(class string) error {
-	p.steps[class]++
 	if p.used > 0 {
 		if err := p.events[p.used-1].Synchronize(); err != nil {
 			return err
 		}
 	}
+	if class == lower.Decode && !p.dropped {
+		p.dropped = true
+		p.pending, p.used = p.pending[:0], 0
+		return nil
+	}
+	p.steps[class]++
 	for _, t := range p.pending {
 		d, err := cuda.Elapsed(p.events[t.start], p.events[t.end])
 		if err != nil {
