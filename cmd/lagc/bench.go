@@ -34,6 +34,7 @@ func init() {
 type benchFlags struct {
 	preset, model, prefill, dtype string
 	profile                       string
+	passes, disable               string
 	synthetic, jsonOut            bool
 	layers, runs, tokens, ctx     int
 	chunk                         int
@@ -56,6 +57,8 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 	fs.Float64Var(&f.bw, "bw", 4.3e12, "memory bandwidth of the roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random token ids")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of tables")
+	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one, with every fusion)")
+	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip, e.g. qkvg-concat,gate-up-fuse")
 	fs.StringVar(&f.profile, "profile", "", "write the profiled decode and prefill-2048 runs' kernel times to FILE (pprof)")
 	return func(args []string) error {
 		if len(args) != 0 {
@@ -67,17 +70,19 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 
 // benchReport is what `lagc bench` measures; --json prints it.
 type benchReport struct {
-	Model       string  `json:"model"`
-	Weights     string  `json:"weights"` // synthetic or the checkpoint path
-	DType       string  `json:"dtype"`
-	Layers      int     `json:"layers"`
-	FullLayers  int     `json:"full_layers"`
-	Chunk       int     `json:"chunk"`
-	Context     int     `json:"decode_context"`
-	Runs        int     `json:"runs"`
-	Device      string  `json:"device"`
-	WeightBytes int64   `json:"weight_bytes"`
-	Bandwidth   float64 `json:"roofline_bytes_per_s"`
+	Model       string   `json:"model"`
+	Weights     string   `json:"weights"`       // synthetic or the checkpoint path
+	Passes      []string `json:"passes"`        // the pass pipeline that ran
+	Kernels     int      `json:"graph_kernels"` // graph nodes that launch work (reshape views excluded)
+	DType       string   `json:"dtype"`
+	Layers      int      `json:"layers"`
+	FullLayers  int      `json:"full_layers"`
+	Chunk       int      `json:"chunk"`
+	Context     int      `json:"decode_context"`
+	Runs        int      `json:"runs"`
+	Device      string   `json:"device"`
+	WeightBytes int64    `json:"weight_bytes"`
+	Bandwidth   float64  `json:"roofline_bytes_per_s"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
@@ -161,8 +166,13 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		ws = ck
 	}
-	if _, err := passes.Run(g, passes.Options{}); err != nil {
+	pres, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)})
+	if err != nil {
 		return err
+	}
+	var ran []string
+	for _, t := range pres.Timings {
+		ran = append(ran, t.Name)
 	}
 	maxCtx := f.ctx + f.tokens + 2
 	for _, n := range sizes {
@@ -177,7 +187,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	props := ex.Kernels().Dev.Props()
 	rep := &benchReport{Model: name, Weights: "synthetic", DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
 		Chunk: f.chunk, Context: f.ctx, Runs: f.runs, Device: fmt.Sprintf("%s (%d SMs)", props.Name, props.SMs),
-		WeightBytes: plan.WeightBytes, Bandwidth: f.bw}
+		WeightBytes: plan.WeightBytes, Bandwidth: f.bw, Passes: ran, Kernels: len(g.Nodes) - g.OpCounts()["reshape"]}
 	if ck != nil {
 		rep.Weights = f.model
 	}
@@ -515,6 +525,7 @@ func scaleBytes(per map[int]int64, benched, full *models.Config) (int64, int64) 
 
 func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "lagc bench: %s, %s weights (%s), %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
+	fmt.Fprintf(w, "passes: %s (%d graph nodes launch work)\n", strings.Join(r.Passes, ","), r.Kernels)
 	fmt.Fprintf(w, "weights on the GPU %s; median of %d runs; roofline %.2f TB/s\n\n", humanBytes(r.WeightBytes), r.Runs, r.Bandwidth/1e12)
 	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
 		r.Context, humanBytes(r.BytesPerToken), humanBytes(r.BytesPerToken48), humanBytes(r.LayerBytes))
