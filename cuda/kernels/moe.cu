@@ -250,20 +250,43 @@ __global__ void __launch_bounds__(32) moe_scatter(int R, int E, int CH, const in
 
 // ---------------------------------------------------------- grouped GEMMs
 
-// act[p, :] = silu(x_t gate_e^T) * (x_t up_e^T) for grouped row p of tile
-// blockIdx.x (route sorted[p], token sorted[p]/k), 64 columns of I per
-// blockIdx.y. The x rows are gathered by the tile loads themselves.
+// moe_cta maps this CTA to (tile, n-block). The grid is (tiles, n-blocks)
+// and CTAs start in launch order (x fastest). band <= 1 keeps that order:
+// every tile of every expert for n-block 0, then n-block 1, ... band > 1
+// walks the n-blocks in bands of `band`: within a band each tile takes its
+// band's n-blocks back to back (its activation rows stay in L2) and the
+// expert's next tiles follow while that band of its weight rows is still in
+// L2. Only the order changes, never a result.
+__device__ __forceinline__ void moe_cta(int band, int& tile, int& nb) {
+  const int tiles = gridDim.x, nbs = gridDim.y;
+  if (band <= 1) {
+    tile = blockIdx.x;
+    nb = blockIdx.y;
+    return;
+  }
+  const int lin = blockIdx.y * tiles + blockIdx.x;
+  const int per = tiles * band, b = lin / per, r = lin % per;
+  const int nb0 = b * band, w = min(band, nbs - nb0);
+  tile = r / w;
+  nb = nb0 + r % w;
+}
+
+// act[p, :] = silu(x_t gate_e^T) * (x_t up_e^T) for grouped row p of a
+// tile (route sorted[p], token sorted[p]/k), 64 columns of I per n-block
+// (see moe_cta). The x rows are gathered by the tile loads themselves.
 template <int MI, int BK>
 __global__ void __launch_bounds__(256) moe_gateup_mma(int k, int H, int I, const bf16_t* __restrict__ x,
                                                       const int* __restrict__ sorted, const int4* __restrict__ tiles,
                                                       const int* __restrict__ ntiles, const bf16_t* __restrict__ gate,
-                                                      const bf16_t* __restrict__ up, bf16_t* __restrict__ act) {
+                                                      const bf16_t* __restrict__ up, bf16_t* __restrict__ act, int band) {
   extern __shared__ __align__(128) unsigned char mma_smem[];
   using C = MmaCfg<MI, BK>;
-  if ((int)blockIdx.x >= *ntiles) return;  // the grid is sized for the worst case
-  const int4 td = tiles[blockIdx.x];
+  int tile, nb;
+  moe_cta(band, tile, nb);
+  if (tile >= *ntiles) return;  // the grid is sized for the worst case
+  const int4 td = tiles[tile];
   const int e = td.x, start = td.y, rows = td.z;
-  const int n0 = blockIdx.y * 64;
+  const int n0 = nb * 64;
   const bf16_t* ap[C::AP];
   const bf16_t* bp[C::BP];
 #pragma unroll
@@ -283,18 +306,20 @@ __global__ void __launch_bounds__(256) moe_gateup_mma(int k, int H, int I, const
   });
 }
 
-// ys[p, :] = act[p, :] down_e^T for the grouped rows of tile blockIdx.x,
-// 128 columns of H per blockIdx.y.
+// ys[p, :] = act[p, :] down_e^T for the grouped rows of a tile, 128
+// columns of H per n-block (see moe_cta).
 template <int MI, int BK>
 __global__ void __launch_bounds__(256) moe_down_mma(int H, int I, const bf16_t* __restrict__ act,
                                                     const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                    const bf16_t* __restrict__ down, bf16_t* __restrict__ ys) {
+                                                    const bf16_t* __restrict__ down, bf16_t* __restrict__ ys, int band) {
   extern __shared__ __align__(128) unsigned char mma_smem[];
   using C = MmaCfg<MI, BK>;
-  if ((int)blockIdx.x >= *ntiles) return;
-  const int4 td = tiles[blockIdx.x];
+  int tile, nb;
+  moe_cta(band, tile, nb);
+  if (tile >= *ntiles) return;
+  const int4 td = tiles[tile];
   const int e = td.x, start = td.y, rows = td.z;
-  const int n0 = blockIdx.y * MMA_BN;
+  const int n0 = nb * MMA_BN;
   const bf16_t* ap[C::AP];
   const bf16_t* bp[C::BP];
 #pragma unroll

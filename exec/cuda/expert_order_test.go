@@ -47,9 +47,9 @@ func TestExpertOrderSkewedGPU(t *testing.T) {
 	slices.Sort(counts)
 	t.Logf("skewed routing: busiest experts take %v of %d routes; %d experts unused", counts[E-4:], T*K, slices.Index(counts, 1))
 
-	run := func(order ExpertOrder) ([]byte, time.Duration) {
+	run := func(order ExpertOrder, band int) ([]byte, time.Duration) {
 		a := base
-		a.Order = order
+		a.Order, a.Band = order, band
 		a.Out = alloc(t, k, int64(T*H*2))
 		wsBytes, err := MoEWorkspaceBytes(a)
 		if err != nil {
@@ -93,11 +93,13 @@ func TestExpertOrderSkewedGPU(t *testing.T) {
 		slices.Sort(times)
 		return out, times[len(times)/2]
 	}
-	byID, tID := run(ExpertsByID)
-	byLoad, tLoad := run(ExpertsByLoad)
-	if !bytes.Equal(byID, byLoad) {
-		t.Fatal("expert order changed the result")
+	band := 128 // what the expert-order pass records for S-2.1's bf16 stacks
+	byID, tID := run(ExpertsByID, 0)
+	byLoad, tLoad := run(ExpertsByLoad, 0)
+	banded, tBand := run(ExpertsByLoad, band)
+	if !bytes.Equal(byID, byLoad) || !bytes.Equal(byID, banded) {
+		t.Fatal("expert order or N-banding changed the result")
 	}
-	t.Logf("grouped MoE T=%d E=%d k=%d H=%d I=%d bf16, skewed: by id %v, by descending load %v (median of 6; ratio %.3f)",
-		T, E, K, H, I, tID, tLoad, float64(tLoad)/float64(tID))
+	t.Logf("grouped MoE T=%d E=%d k=%d H=%d I=%d bf16, skewed (median of 6): by id %v; by descending load %v (%.3f); descending + band %d %v (%.3f)",
+		T, E, K, H, I, tID, tLoad, float64(tLoad)/float64(tID), band, tBand, float64(tBand)/float64(tID))
 }

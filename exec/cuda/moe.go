@@ -54,6 +54,11 @@ type MoEArgs struct {
 	Order     ExpertOrder
 	// Tile forces the grouped GEMMs' tensor-core tile (zero: automatic).
 	Tile MMATile
+	// Band is the grouped GEMMs' N-band in output columns (the expert-order
+	// pass's `band`): each tile computes a band's columns back to back so
+	// weight and activation rows are reused from L2. 0: no banding. It
+	// changes the CTA order only, never a result.
+	Band int
 }
 
 func (a MoEArgs) validate() error {
@@ -276,9 +281,9 @@ func (k *Kernels) moeGrouped(a MoEArgs, l moeLayout) ([]KernelLaunch, error) {
 		{"moe_scatter", nil, nil, cuda.Dim(uint32(l.nchunks)), 32, 0,
 			[]any{int32(R), int32(a.E), int32(l.ch), a.IDs, base, sorted, pos}},
 		{"moe_gateup_mma", nil, tile, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.I, 64))), 256, smem,
-			[]any{int32(a.TopK), int32(a.H), int32(a.I), a.X, sorted, tiles, ntiles, a.Gate, a.Up, act}},
+			[]any{int32(a.TopK), int32(a.H), int32(a.I), a.X, sorted, tiles, ntiles, a.Gate, a.Up, act, int32(a.Band / 64)}},
 		{"moe_down_mma", nil, tile, cuda.Dim(uint32(l.maxTiles), uint32(ceilDiv(a.H, mmaBN))), 256, smem,
-			[]any{int32(a.H), int32(a.I), act, tiles, ntiles, a.Down, ys}},
+			[]any{int32(a.H), int32(a.I), act, tiles, ntiles, a.Down, ys, int32(a.Band * a.H / max(a.I, 1) / mmaBN)}},
 		{"moe_combine", []cuda.DType{a.OutType}, []int64{int64(v)}, cuda.Dim(uint32(min(ceilDiv(a.T*(a.H/v), 256), 132*32))), 256, 0,
 			[]any{int32(a.T), int32(a.TopK), int32(a.H), a.Weights, pos, ys, a.Out, b2i(a.Accumulate)}},
 	} {

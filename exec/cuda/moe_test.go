@@ -159,15 +159,18 @@ func TestMoEExperts(t *testing.T) {
 		path       MoEPath
 		order      ExpertOrder
 		tile       MMATile
+		band       int
 	}
 	variants := []variant{
-		{"f32/decode", cuda.F32, cuda.F32, cuda.F32, MoEDecode, ExpertsByID, MMATile{}},
-		{"bf16/decode", cuda.BF16, cuda.BF16, cuda.BF16, MoEDecode, ExpertsByID, MMATile{}},
-		{"bf16/grouped-by-id-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{K: 32}},
-		{"bf16/grouped-by-load-k64", cuda.BF16, cuda.BF16, cuda.F32, MoEGrouped, ExpertsByLoad, MMATile{K: 64}},
-		{"bf16/grouped-128rows-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{Rows: 128, K: 32}},
-		{"bf16/grouped-128rows-k64", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{Rows: 128, K: 64}},
-		{"f32x-bf16w/auto", cuda.F32, cuda.BF16, cuda.F32, MoEAuto, ExpertsByID, MMATile{}},
+		{"f32/decode", cuda.F32, cuda.F32, cuda.F32, MoEDecode, ExpertsByID, MMATile{}, 0},
+		{"bf16/decode", cuda.BF16, cuda.BF16, cuda.BF16, MoEDecode, ExpertsByID, MMATile{}, 0},
+		{"bf16/grouped-by-id-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{K: 32}, 0},
+		{"bf16/grouped-by-load-k64", cuda.BF16, cuda.BF16, cuda.F32, MoEGrouped, ExpertsByLoad, MMATile{K: 64}, 0},
+		{"bf16/grouped-128rows-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{Rows: 128, K: 32}, 0},
+		{"bf16/grouped-128rows-k64", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{Rows: 128, K: 64}, 0},
+		{"f32x-bf16w/auto", cuda.F32, cuda.BF16, cuda.F32, MoEAuto, ExpertsByID, MMATile{}, 0},
+		{"bf16/grouped-by-load-band128", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{}, 128},
+		{"bf16/grouped-by-load-band-all", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{K: 32}, 1 << 20},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -175,6 +178,7 @@ func TestMoEExperts(t *testing.T) {
 			for _, c := range moeCases {
 				d := moeGen(r, c, v.xt, v.wt, v.ot)
 				a := moeUpload(t, k, s, c, d, v.xt, v.wt, v.ot, v.path, v.order, v.tile)
+				a.Band = v.band
 				if err := k.MoEExperts(s, a); err != nil {
 					t.Fatal(err)
 				}
@@ -259,7 +263,8 @@ func TestMoESchedule(t *testing.T) {
 	}
 }
 
-// TestMoEDeterministic: two runs give the same bits, on both paths.
+// TestMoEDeterministic: two runs give the same bits, on both paths; the
+// grouped path gives the same bits with and without N-banding.
 func TestMoEDeterministic(t *testing.T) {
 	k, s := mmGPU(t)
 	r := rand.New(rand.NewPCG(31, 32))
@@ -281,6 +286,22 @@ func TestMoEDeterministic(t *testing.T) {
 		}
 		if !bytes.Equal(outs[0], outs[1]) {
 			t.Errorf("path %d: two runs differ", path)
+		}
+		if path == MoEGrouped {
+			for _, band := range []int{128, 256, 1 << 20} {
+				a.Band = band
+				poison(t, s, a.Out, int64(n))
+				if err := k.MoEExperts(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, n)
+				if err := s.CopyDtoH(got, a.Out); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, outs[0]) {
+					t.Errorf("band %d changed the grouped result", band)
+				}
+			}
 		}
 	}
 }

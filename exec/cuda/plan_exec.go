@@ -388,6 +388,7 @@ func (e *Executor) moeArgs(st *lower.Step, ops *operands, T int) (MoEArgs, error
 	if st.String("order") == "descending" {
 		a.Order = ExpertsByLoad
 	}
+	a.Band = st.Int("band")
 	switch {
 	case st.Op == "moe_experts":
 		a.Gate, a.Up = ops.in[3], ops.in[4]
