@@ -26,10 +26,27 @@ func (g *Graph) ParamCount() (total, active int64) {
 			switch {
 			case n.Op == "embedding" && i == 1:
 				f = frac{0, 1}
-			case n.Op == "moe_experts" && i >= 3 && len(n.Inputs) > 1 && len(n.Inputs[1].Type.Shape) == 2:
+			case (n.Op == "moe_experts" || n.Op == "moe_grouped") && i >= 3 && len(v.Type.Shape) == 3 && len(n.Inputs[1].Type.Shape) == 2:
 				k, e := n.Inputs[1].Type.Shape[1], v.Type.Shape[0]
-				if k.IsConst() && e.IsConst() && e.N > 0 {
-					f = frac{int64(k.N), int64(e.N)}
+				if !k.IsConst() || !e.IsConst() {
+					break
+				}
+				routed := e.N - n.AttrInt("shared")
+				if routed <= 0 {
+					break
+				}
+				f = frac{int64(k.N), int64(routed)}
+				if routed != e.N && v.From != nil && v.From.Op == "concat" {
+					// A stack with the shared expert appended (shared-expert-merge):
+					// the routed source is read k/E, the shared one in full.
+					for _, s := range v.From.Srcs {
+						fs := frac{1, 1}
+						if sh := s.Type.Shape; len(sh) == 3 && sh[0].IsConst() && sh[0].N == routed {
+							fs = f
+						}
+						more(s, fs)
+					}
+					continue
 				}
 			}
 			more(v, f)

@@ -27,8 +27,9 @@ func (li LayerInfo) Kind() string {
 }
 
 // LayerTable reads the per-layer structure back from a graph: attention
-// nodes give the layer index, window and head counts; a moe_experts node
-// reading blk.N.* weights marks layer N as MoE, otherwise it is dense.
+// nodes give the layer index, window and head counts; a moe_experts (or
+// fused moe_grouped) node reading blk.N.* weights marks layer N as MoE,
+// otherwise it is dense.
 func LayerTable(g *ir.Graph) []LayerInfo {
 	byLayer := map[int]*LayerInfo{}
 	for _, n := range g.Nodes {
@@ -47,7 +48,7 @@ func LayerTable(g *ir.Graph) []LayerInfo {
 		byLayer[l] = li
 	}
 	for _, n := range g.Nodes {
-		if n.Op != "moe_experts" {
+		if n.Op != "moe_experts" && n.Op != "moe_grouped" {
 			continue
 		}
 		for _, v := range n.Inputs {
