@@ -138,6 +138,9 @@ func (k *Kernels) AttentionPrefill(s *cuda.Stream, dt cuda.DType, c KVLayer, out
 	if err := checkPtrs(op, "out", out, "q", q, "k", kx, "v", vx, "pos", pos); err != nil {
 		return err
 	}
+	if prefillTC && prefillTCSupports(dt, d) { // tensor cores (attention_prefill_tc.go)
+		return k.attentionPrefillTC(s, c, out, q, kx, vx, ldq, ldkv, pos, T, nh, scale)
+	}
 	rows := int64(T) * int64(nh/c.NKV)
 	blocks := (rows + prefillRows - 1) / prefillRows
 	if blocks > 1<<31-1 {
