@@ -12,8 +12,9 @@ import (
 // TestRouterTopKGPU: the device router must choose exactly the experts the
 // CPU reference chooses, in the same order, with the same weights (the
 // arithmetic is the reference's, step for step), for S-2.1's 256/10,
-// small and odd expert counts, more experts than threads, soft-capping,
-// no bias, and rows of tied logits (ties go to the lower index).
+// small and odd expert counts, more experts than threads (1500: two per
+// thread), k = E, soft-capping, no bias, rows of tied logits (ties go to
+// the lower index), selection scores of exactly zero and a subnormal score.
 func TestRouterTopKGPU(t *testing.T) {
 	k, s := gpu(t)
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
@@ -31,6 +32,8 @@ func TestRouterTopKGPU(t *testing.T) {
 		{2, 6, 6, 0, 1, true, false},
 		{3, 40, 4, 0, 1, false, true},
 		{3, 40, 4, 0, 1, true, true},
+		{2, 1500, 12, 0, 1, true, false},
+		{2, 33, 33, 0, 1, true, true},
 	} {
 		for _, dt := range DTypes {
 			t.Run(fmt.Sprintf("T%d-E%d-k%d-cap%g-bias%v-ties%v/%v", c.T, c.E, c.topK, c.softcap, c.bias, c.ties, dt), func(t *testing.T) {
@@ -47,6 +50,13 @@ func TestRouterTopKGPU(t *testing.T) {
 					if c.ties {
 						for i := range bias {
 							bias[i] = float32(i%2) * 0.25
+						}
+						// s(0) - 0.5 is exactly 0 for two experts; s(-100) is
+						// a subnormal float.
+						if c.E > 8 {
+							logits[3], bias[3] = 0, -0.5
+							logits[6], bias[6] = 0, -0.5
+							logits[5], bias[5] = -100, 0
 						}
 					}
 					dbias = upload(t, k, s, cuda.F32, bias)
