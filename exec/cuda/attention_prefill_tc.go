@@ -18,10 +18,11 @@ const (
 	tcThreads = 128 // FA_THREADS
 )
 
-// prefillTC turns the tensor-core path on. Until the kernel has passed its
-// GPU tests it is off unless LAGC_PREFILL_ATTN=tc; tests flip it to time
-// both kernels.
-var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") == "tc"
+// prefillTC turns the tensor-core path on (the default).
+// LAGC_PREFILL_ATTN=ffma keeps every call on attn_prefill (A/B timing, or a
+// way around a suspected kernel bug without a rebuild); tests flip it to
+// time both kernels.
+var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
 
 // prefillTCSupports reports whether attn_prefill_tc is built for dtype dt
 // and head_dim d.
