@@ -11,12 +11,13 @@ import (
 // accounting).
 
 const (
-	threads1D  = 256  // grid-stride kernels (elementwise, gate, copies)
-	maxBlocks  = 8192 // cap of a grid-stride grid
-	decodeTile = 64   // attn_decode keys per tile
-	splitKeys  = 64   // a decode split covers at least this many slots
-	prefillBQ  = 32   // attn_prefill query rows per block
-	prefillBK  = 32   // attn_prefill keys per tile
+	threads1D   = 256  // grid-stride kernels (elementwise, gate, copies)
+	maxBlocks   = 8192 // cap of a grid-stride grid
+	decodeTile  = 32   // attn_decode keys per tile
+	decodeHeads = 16   // attn_decode query heads (warps) per block at most
+	splitKeys   = 32   // a decode split covers at least this many slots
+	prefillBQ   = 32   // attn_prefill query rows per block
+	prefillBK   = 32   // attn_prefill keys per tile
 )
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -86,7 +87,7 @@ func (l *lowerer) launches(st *Step, class string, tokens int) ([]Launch, int64,
 	case "router_topk":
 		E, k := in(0).Last(T), st.Int("top_k")
 		rows := in(0).Elems(T) / E
-		return []Launch{launch("router_topk", "router.cu", g3(rows, 1), [3]int{min(256, 32*ceilDiv(E, 32)), 1, 1}, 8*E+4*k+E, in(0).DType)}, 0, nil
+		return []Launch{launch("router_topk", "router.cu", g3(rows, 1), [3]int{min(1024, 32*ceilDiv(E, 32)), 1, 1}, 12*E+4*k, in(0).DType)}, 0, nil
 	case "argmax":
 		V := in(0).Last(T)
 		rows := in(0).Elems(T) / V
@@ -113,9 +114,9 @@ func (l *lowerer) launches(st *Step, class string, tokens int) ([]Launch, int64,
 }
 
 // attention: decode appends this token's k, v and attends over the cache
-// (split over the keys when the cache is long); prefill attends over the
-// cache and the chunk's own keys, then stores the chunk (a ring keeps its
-// last window keys).
+// in one kernel (split over the keys when the cache is long, then a
+// combine); prefill attends over the cache and the chunk's own keys, then
+// stores the chunk (a ring keeps its last window keys).
 func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, error) {
 	kv := l.p.KV[st.KV]
 	q := st.In[0].Dims(T)
@@ -132,10 +133,15 @@ func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, err
 	appendL := launch("kv_append", "kvcache.cu", g3(ceilDiv(row, 256), T), [3]int{256, 1, 1}, 0, dt)
 	if class == Decode {
 		ns := DecodeSplits(kv.Slots, nkv, l.o.SMs)
-		shmem := 4 * (2*group*d + group*decodeTile + 3*group + decodeTile)
-		ls := []Launch{appendL, launch("attn_decode", "attention.cu", g3(ns, nkv), [3]int{128, 1, 1}, shmem, dt)}
+		heads := min(group, decodeHeads)
+		d4 := (d + 3) &^ 3
+		kp := d4 + (36-d4%32)%32
+		shmem := 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+		att := launch("attn_decode", "attention.cu", [3]int{ns, nkv, ceilDiv(group, heads)}, [3]int{32 * heads, 1, 1}, shmem, dt)
+		att.DTypes = append(att.DTypes, fmt.Sprint(ceilDiv(d4, 128)))
+		ls := []Launch{att}
 		if ns > 1 {
-			ls = append(ls, launch("attn_decode_combine", "attention.cu", g3(nh, 1), [3]int{min(128, 32*ceilDiv(d, 32)), 1, 1}, 0, dt))
+			ls = append(ls, launch("attn_decode_combine", "attention.cu", g3(nh, 1), [3]int{min(128, 32*ceilDiv(d, 32)), 1, 1}, 4*(ns+1), dt))
 		}
 		return ls, DecodeWorkspace(ns, nh, d), nil
 	}

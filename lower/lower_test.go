@@ -104,8 +104,8 @@ func TestLowerTiny(t *testing.T) {
 					"router_topk": "router_topk", "argmax": "argmax",
 				}
 				if s.Class == Decode {
-					want["attention/full"] = "kv_append+attn_decode+attn_decode_combine" // 100 slots: 2 splits
-					want["attention/sliding"] = "kv_append+attn_decode"
+					want["attention/full"] = "attn_decode+attn_decode_combine" // 100 slots: 4 splits
+					want["attention/sliding"] = "attn_decode"
 					want["moe_experts"] = "moe_gateup_gemv+moe_down_gemv"
 				} else {
 					want["attention/full"] = "attn_prefill+kv_append"

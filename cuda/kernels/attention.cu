@@ -21,46 +21,114 @@ __device__ __forceinline__ float att_warp_max(float v) {
 __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ? j % window : j; }
 
 // ---------------------------------------------------------------------------
-// Decode (one token). The cache already holds this step's k, v (appended
-// before, at pos). The position is read from device memory, so the number
-// of valid keys is too; the grid is fixed (nsplit, nkv) so one captured
-// graph serves every step. The visible keys are split evenly over nsplit
-// blocks per kv head (flash-decoding); a block handles the group of query
-// heads of its kv head, so each key is read once. With nsplit == 1 the
-// block writes the output directly; otherwise it writes its unnormalised
-// partial (acc, max, sum) to the workspace and attn_decode_combine merges.
+// Decode (one token). The position is read from device memory, so the
+// number of valid keys is too; the grid is fixed (nsplit, nkv, head blocks)
+// so one captured graph serves every step. The visible keys are split
+// evenly over nsplit blocks per kv head (flash-decoding); a block takes up
+// to DEC_HEADS query heads of its kv head (all of the group when it fits),
+// a warp per head, so each key is read once per block. With nsplit == 1
+// the block writes the output directly; otherwise it writes its
+// unnormalised partial (acc, max, sum) to the workspace and
+// attn_decode_combine merges.
 //
-// Per tile of DEC_TILE keys: K and V are staged in shared memory as float
-// with coalesced loads; scores take DEC_THREADS/DEC_TILE threads per key
-// (each a share of the group's heads); the output accumulates with a
-// thread per channel holding up to 8 heads in registers.
+// This step's k and v: with kx != null (vx too) they are rows [nkv, d] of
+// this token, read from there for key pos and written into the cache by
+// the one block per kv head whose keys include pos (no other block reads
+// that slot: a ring's slot pos held key pos-window, which is not visible),
+// which saves the separate kv_append launch. With kx null the cache
+// already holds them (KVAppend ran before).
 //
-// Dynamic shared memory, floats: q and acc [group][d] each, scores
-// [group][DEC_TILE], max, sum and rescale [group], K [DEC_TILE][d+1],
-// V [DEC_TILE][d].
+// Per tile of DEC_TILE keys: K and V are loaded with 16-byte loads (several
+// in flight per thread) into shared memory as float; a warp scores its head
+// against the tile with a key per lane (float4 reads; K rows padded to a
+// pitch of 4 mod 32 floats, so the lanes' rows fall in distinct banks),
+// keeps the online softmax's max and sum in registers, and accumulates p.V
+// with 4 channels per lane (NCH chunks of 128 channels). The previous
+// kernel (128 threads, two-byte loads, scores and softmax through shared
+// memory and three barriers per tile) was latency bound.
+//
+// Dynamic shared memory, floats (d4 = d rounded up to 4, kp = d4 padded to
+// 4 mod 32): q [heads][d4], K [DEC_TILE][kp], V [DEC_TILE][d4].
 
 #define DEC_TILE 32
-#define DEC_THREADS 128
-#define DEC_LOADS 8
+#define DEC_HEADS 16
+#define DEC_LD 4
 
-template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit,
-                                                           float scale, const int* __restrict__ pos,
-                                                           const T* __restrict__ q, const T* __restrict__ kc,
-                                                           const T* __restrict__ vc, T* __restrict__ out,
-                                                           float* __restrict__ part_acc, float* __restrict__ part_ml) {
-  extern __shared__ float dec_smem[];
+// DecVec<T>: how many T fill 16 bytes, and their conversion to float.
+template <typename T> struct DecVec;
+template <> struct DecVec<float> {
+  static constexpr int N = 4;
+  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
+    o[0] = __uint_as_float(u.x);
+    o[1] = __uint_as_float(u.y);
+    o[2] = __uint_as_float(u.z);
+    o[3] = __uint_as_float(u.w);
+  }
+};
+__device__ __forceinline__ void dec_bf16x2(unsigned int u, float* o) {
+  o[0] = __uint_as_float(u << 16);  // the element at the lower address
+  o[1] = __uint_as_float(u & 0xffff0000u);
+}
+template <> struct DecVec<bf16_t> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
+    dec_bf16x2(u.x, o);
+    dec_bf16x2(u.y, o + 2);
+    dec_bf16x2(u.z, o + 4);
+    dec_bf16x2(u.w, o + 6);
+  }
+};
+__device__ __forceinline__ void dec_f16x2(unsigned int u, float* o) {
+  half_t a, b;
+  a.bits = (unsigned short)(u & 0xffffu);
+  b.bits = (unsigned short)(u >> 16);
+  o[0] = to_f32(a);
+  o[1] = to_f32(b);
+}
+template <> struct DecVec<half_t> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
+    dec_f16x2(u.x, o);
+    dec_f16x2(u.y, o + 2);
+    dec_f16x2(u.z, o + 4);
+    dec_f16x2(u.w, o + 6);
+  }
+};
+
+// dec_st4 stores 4 floats to 16-byte aligned shared memory.
+__device__ __forceinline__ void dec_st4(float* p, const float* f) {
+  float4 v;
+  v.x = f[0];
+  v.y = f[1];
+  v.z = f[2];
+  v.w = f[3];
+  *reinterpret_cast<float4*>(p) = v;
+}
+
+// dec_pitch is the K tile's row pitch: d4 floats padded to 4 mod 32.
+__device__ __forceinline__ int dec_pitch(int d4) { return d4 + ((36 - (d4 & 31)) & 31); }
+
+template <typename T, int NCH>
+__global__ void __launch_bounds__(32 * DEC_HEADS)
+    attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
+                const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, T* kc, T* vc,
+                T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml) {
+  extern __shared__ __align__(16) float dec_smem[];
+  const int VN = DecVec<T>::N;
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
-  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  float* qs = dec_smem;                 // [group][d]
-  float* acc = qs + group * d;          // [group][d]
-  float* sc = acc + group * d;          // [group][DEC_TILE]
-  float* mrow = sc + group * DEC_TILE;  // [group]
-  float* lrow = mrow + group;           // [group]
-  float* arow = lrow + group;           // [group]
-  float* Ks = arow + group;             // [DEC_TILE][d+1]
-  float* Vs = Ks + DEC_TILE * (d + 1);  // [DEC_TILE][d]
+  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = blockDim.x;
+  int hb = nthr >> 5;                      // heads (warps) per block
+  int g = blockIdx.z * hb + warp;          // this warp's head in the group
+  bool active = g < group;                 // uniform per warp
+  int d4 = (d + 3) & ~3, kp = dec_pitch(d4);
+  float* qs = dec_smem;                    // [hb][d4]
+  float* Ks = qs + hb * d4;                // [DEC_TILE][kp]
+  float* Vs = Ks + DEC_TILE * kp;          // [DEC_TILE][d4]
+  long long head = (long long)kvh * group + g;
+
+  // q first: it does not wait for pos.
+  for (int c = lane; c < d4; c += 32) qs[warp * d4 + c] = active && c < d ? to_f32(q[head * d + c]) : 0.f;
 
   int p = *pos;
   int last = p;
@@ -70,154 +138,196 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode(int nh, int nkv, int 
   int per = (n + nsplit - 1) / nsplit;
   int j0 = first + split * per;
   int j1 = min(j0 + per, last + 1);
-
-  for (int i = tid; i < group * d; i += blockDim.x) {
-    int g = i / d, c = i - g * d;
-    qs[i] = to_f32(q[(long long)(kvh * group + g) * d + c]);
-    acc[i] = 0.f;
-  }
-  for (int g = tid; g < group; g += blockDim.x) {
-    mrow[g] = ATT_NEG_INF;
-    lrow[g] = 0.f;
-  }
-
   long long rowstride = (long long)nkv * d;
-  const int kthreads = DEC_THREADS / DEC_TILE;  // threads per key in the score phase
+  bool fresh = kx != nullptr;  // this step's k, v come from kx, vx
+
+  if (fresh && blockIdx.z == 0 && p >= j0 && p < j1) {
+    long long dst = (long long)att_slot(p, window) * rowstride + (long long)kvh * d;
+    for (int c = tid; c < d; c += nthr) {
+      kc[dst + c] = kx[(long long)kvh * d + c];
+      vc[dst + c] = vx[(long long)kvh * d + c];
+    }
+  }
+  bool vec = d % VN == 0 &&
+             (((unsigned long long)kc | (unsigned long long)vc | (fresh ? (unsigned long long)kx | (unsigned long long)vx : 0ull)) & 15ull) == 0;
+
+  float m = ATT_NEG_INF, l = 0.f;
+  float acc[NCH][4];
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
+
   for (int jt = j0; jt < j1; jt += DEC_TILE) {
     int nt = min(DEC_TILE, j1 - jt);
-    __syncthreads();  // the previous tile's readers are done (and q, acc are set)
-    // DEC_LOADS loads of K and of V in flight per thread before any store:
-    // one at a time left the loop waiting on memory latency.
-    for (int base = 0; base < nt * d; base += DEC_THREADS * DEC_LOADS) {
-      float kv[DEC_LOADS], vv[DEC_LOADS];
+    __syncthreads();  // the previous tile's readers are done (and q is stored)
+    if (vec) {
+      int cpr = d / VN, nch = nt * cpr;
+      for (int base = 0; base < nch; base += DEC_LD * nthr) {
+        uint4 kr[DEC_LD], vr[DEC_LD];
 #pragma unroll
-      for (int u = 0; u < DEC_LOADS; u++) {
-        int i = base + u * DEC_THREADS + tid;
-        kv[u] = vv[u] = 0.f;
-        if (i < nt * d) {
-          int kk = i / d, c = i - kk * d;
-          long long off = att_slot(jt + kk, window) * rowstride + (long long)kvh * d + c;
-          kv[u] = to_f32(kc[off]);
-          vv[u] = to_f32(vc[off]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < DEC_LOADS; u++) {
-        int i = base + u * DEC_THREADS + tid;
-        if (i < nt * d) {
-          int kk = i / d, c = i - kk * d;
-          Ks[kk * (d + 1) + c] = kv[u];
-          Vs[kk * d + c] = vv[u];
-        }
-      }
-    }
-    __syncthreads();
-    // Scores: key kk = tid % DEC_TILE, heads g = tid / DEC_TILE + kthreads*i.
-    {
-      int kk = tid % DEC_TILE, gp = tid / DEC_TILE;
-      if (kk < nt) {
-        const float* kr = Ks + kk * (d + 1);
-        for (int g0 = gp; g0 < group; g0 += 8 * kthreads) {
-          float a[8];
-#pragma unroll
-          for (int i = 0; i < 8; i++) a[i] = 0.f;
-#pragma unroll 4
-          for (int c = 0; c < d; c++) {
-            float kv = kr[c];
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-              int g = g0 + kthreads * i;
-              if (g < group) a[i] += qs[g * d + c] * kv;
+        for (int u = 0; u < DEC_LD; u++) {
+          int i = base + u * nthr + tid;
+          if (i < nch) {
+            int kk = i / cpr, c = (i - kk * cpr) * VN, j = jt + kk;
+            const T* ks;
+            const T* vs;
+            if (fresh && j == p) {
+              ks = kx + (long long)kvh * d + c;
+              vs = vx + (long long)kvh * d + c;
+            } else {
+              long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
+              ks = kc + off;
+              vs = vc + off;
             }
+            kr[u] = *reinterpret_cast<const uint4*>(ks);
+            vr[u] = *reinterpret_cast<const uint4*>(vs);
           }
+        }
 #pragma unroll
-          for (int i = 0; i < 8; i++) {
-            int g = g0 + kthreads * i;
-            if (g < group) sc[g * DEC_TILE + kk] = a[i] * scale;
+        for (int u = 0; u < DEC_LD; u++) {
+          int i = base + u * nthr + tid;
+          if (i < nch) {
+            int kk = i / cpr, c = (i - kk * cpr) * VN;
+            float f[VN];
+            DecVec<T>::cvt(kr[u], f);
+#pragma unroll
+            for (int e = 0; e < VN; e += 4)
+              dec_st4(Ks + kk * kp + c + e, f + e);
+            DecVec<T>::cvt(vr[u], f);
+#pragma unroll
+            for (int e = 0; e < VN; e += 4)
+              dec_st4(Vs + kk * d4 + c + e, f + e);
           }
         }
       }
-    }
-    __syncthreads();
-    // Online softmax statistics: a warp per head.
-    for (int g = warp; g < group; g += nwarps) {
-      float* s = sc + g * DEC_TILE;
-      float mt = lane < nt ? s[lane] : ATT_NEG_INF;  // DEC_TILE == 32: a key per lane
-      mt = att_warp_max(mt);
-      float mold = mrow[g];
-      float mnew = fmaxf(mold, mt);
-      float e = lane < nt ? expf(s[lane] - mnew) : 0.f;
-      if (lane < nt) s[lane] = e;
-      float sum = att_warp_sum(e);
-      if (lane == 0) {
-        float alpha = expf(mold - mnew);  // 0 on the first tile (mold = -inf)
-        lrow[g] = lrow[g] * alpha + sum;
-        mrow[g] = mnew;
-        arow[g] = alpha;
+    } else {  // unaligned rows or d not a multiple of the vector: element by element, tail zeroed
+      for (int i = tid; i < nt * d4; i += nthr) {
+        int kk = i / d4, c = i - kk * d4, j = jt + kk;
+        float kv = 0.f, vv = 0.f;
+        if (c < d) {
+          if (fresh && j == p) {
+            kv = to_f32(kx[(long long)kvh * d + c]);
+            vv = to_f32(vx[(long long)kvh * d + c]);
+          } else {
+            long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
+            kv = to_f32(kc[off]);
+            vv = to_f32(vc[off]);
+          }
+        }
+        Ks[kk * kp + c] = kv;
+        Vs[kk * d4 + c] = vv;
       }
     }
     __syncthreads();
-    // acc = acc*alpha + p.V: a thread per channel, 8 heads at a time.
-    for (int c = tid; c < d; c += blockDim.x) {
-      for (int g0 = 0; g0 < group; g0 += 8) {
-        float a[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) a[i] = g0 + i < group ? acc[(g0 + i) * d + c] * arow[g0 + i] : 0.f;
+    if (!active) continue;
+    // Scores: key `lane` against this warp's head.
+    float sc = ATT_NEG_INF;
+    if (lane < nt) {
+      const float* kr = Ks + lane * kp;
+      const float* qr = qs + warp * d4;
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 4
-        for (int kk = 0; kk < nt; kk++) {
-          float v = Vs[kk * d + c];
+      for (int c = 0; c < d4; c += 4) {
+        float4 kv = *reinterpret_cast<const float4*>(kr + c);
+        float4 qv = *reinterpret_cast<const float4*>(qr + c);
+        a0 += qv.x * kv.x;
+        a1 += qv.y * kv.y;
+        a2 += qv.z * kv.z;
+        a3 += qv.w * kv.w;
+      }
+      sc = ((a0 + a1) + (a2 + a3)) * scale;
+    }
+    // Online softmax, in registers (every lane holds m and l).
+    float mnew = fmaxf(m, att_warp_max(sc));
+    float pr = lane < nt ? expf(sc - mnew) : 0.f;
+    float alpha = expf(m - mnew);  // 0 on the first tile (m = -inf)
+    l = l * alpha + att_warp_sum(pr);
+    m = mnew;
 #pragma unroll
-          for (int i = 0; i < 8; i++)
-            if (g0 + i < group) a[i] += sc[(g0 + i) * DEC_TILE + kk] * v;
+    for (int i = 0; i < NCH; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] *= alpha;
+    // acc += p.V: channels 4ch..4ch+3 for ch = lane + 32i.
+    for (int kk = 0; kk < nt; kk++) {
+      float pk = __shfl_sync(0xffffffffu, pr, kk);
+      const float* vr = Vs + kk * d4;
+#pragma unroll
+      for (int i = 0; i < NCH; i++) {
+        int c = 4 * (lane + 32 * i);
+        if (c < d4) {
+          float4 v = *reinterpret_cast<const float4*>(vr + c);
+          acc[i][0] += pk * v.x;
+          acc[i][1] += pk * v.y;
+          acc[i][2] += pk * v.z;
+          acc[i][3] += pk * v.w;
         }
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-          if (g0 + i < group) acc[(g0 + i) * d + c] = a[i];
       }
     }
   }
-  __syncthreads();
+  if (!active) return;
 
   if (nsplit == 1) {
-    for (int i = tid; i < group * d; i += blockDim.x) {
-      int g = i / d;
-      out[(long long)kvh * group * d + i] = from_f32<T>(acc[i] / lrow[g]);
-    }
+    float inv = 1.f / l;
+#pragma unroll
+    for (int i = 0; i < NCH; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int c = 4 * (lane + 32 * i) + e;
+        if (c < d) out[head * d + c] = from_f32<T>(acc[i][e] * inv);
+      }
     return;
   }
   // Partials: part_acc [nsplit][nh][d], part_ml [nsplit][nh][2] (max, sum).
   // An empty split (short contexts) writes max -inf, sum 0, acc 0.
-  for (int i = tid; i < group * d; i += blockDim.x) {
-    part_acc[((long long)split * nh + kvh * group) * d + i] = acc[i];
-  }
-  for (int g = tid; g < group; g += blockDim.x) {
-    long long o = ((long long)split * nh + kvh * group + g) * 2;
-    part_ml[o] = mrow[g];
-    part_ml[o + 1] = lrow[g];
+  long long ph = (long long)split * nh + head;
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int c = 4 * (lane + 32 * i) + e;
+      if (c < d) part_acc[ph * d + c] = acc[i][e];
+    }
+  if (lane == 0) {
+    part_ml[ph * 2] = m;
+    part_ml[ph * 2 + 1] = l;
   }
 }
 
-// Merges the nsplit partials of every query head: grid nh, any block size.
+// Merges the nsplit partials of every query head: grid nh, any block size
+// of whole warps. Warp 0 turns the splits' maxima and sums into weights
+// exp(m_s - M) (0 for an empty split) in shared memory (nsplit + 1 floats:
+// the weights, then the denominator); then a thread per channel sums.
 template <typename T>
 __global__ void attn_decode_combine(int nh, int d, int nsplit, const float* __restrict__ part_acc,
                                     const float* __restrict__ part_ml, T* __restrict__ out) {
+  extern __shared__ float cmb_w[];
   int h = blockIdx.x;
-  float M = ATT_NEG_INF;
-  for (int s = 0; s < nsplit; s++) {
-    long long o = ((long long)s * nh + h) * 2;
-    if (part_ml[o + 1] > 0.f) M = fmaxf(M, part_ml[o]);
+  if (threadIdx.x < 32) {
+    int lane = threadIdx.x;
+    float M = ATT_NEG_INF;
+    for (int s = lane; s < nsplit; s += 32) {
+      long long o = ((long long)s * nh + h) * 2;
+      if (part_ml[o + 1] > 0.f) M = fmaxf(M, part_ml[o]);
+    }
+    M = att_warp_max(M);
+    float den = 0.f;
+    for (int s = lane; s < nsplit; s += 32) {
+      long long o = ((long long)s * nh + h) * 2;
+      float ls = part_ml[o + 1];
+      float e = ls > 0.f ? expf(part_ml[o] - M) : 0.f;
+      cmb_w[s] = e;
+      den += e * ls;
+    }
+    den = att_warp_sum(den);
+    if (lane == 0) cmb_w[nsplit] = den;
   }
-  float den = 0.f;
-  for (int s = 0; s < nsplit; s++) {
-    long long o = ((long long)s * nh + h) * 2;
-    if (part_ml[o + 1] > 0.f) den += expf(part_ml[o] - M) * part_ml[o + 1];
-  }
+  __syncthreads();
+  float den = cmb_w[nsplit];
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float num = 0.f;
-    for (int s = 0; s < nsplit; s++) {
-      long long o = ((long long)s * nh + h) * 2;
-      if (part_ml[o + 1] > 0.f) num += expf(part_ml[o] - M) * part_acc[((long long)s * nh + h) * d + c];
-    }
+#pragma unroll 4
+    for (int s = 0; s < nsplit; s++) num += cmb_w[s] * part_acc[((long long)s * nh + h) * d + c];
     out[(long long)h * d + c] = from_f32<T>(num / den);
   }
 }

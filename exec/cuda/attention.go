@@ -13,19 +13,20 @@ import (
 
 // Tile constants of attention.cu.
 const (
-	decodeTile    = 32 // DEC_TILE: keys per tile of attn_decode
-	prefillRows   = 32 // ATT_BQ
-	prefillKeys   = 32 // ATT_BK
-	maxHeadDim    = 256
-	minSplitKeys  = 64 // a decode split covers at least this many slots
-	decodeThreads = 128
+	decodeTile   = 32 // DEC_TILE: keys per tile of attn_decode
+	decodeHeads  = 16 // DEC_HEADS: query heads (warps) per attn_decode block at most
+	prefillRows  = 32 // ATT_BQ
+	prefillKeys  = 32 // ATT_BK
+	maxHeadDim   = 256
+	minSplitKeys = 32 // a decode split covers at least this many slots
+	maxSplits    = 4096
 )
 
 // DecodeSplits is the number of blocks per kv head AttentionDecode splits
 // the keys over (flash-decoding). It depends on the cache's capacity only,
 // never on the position, so a captured graph stays valid: about two blocks
-// per SM over all kv heads, and no split shorter than 64 slots. 1 means no
-// split (and no combine launch).
+// per SM over all kv heads, and no split shorter than one 32-key tile (a
+// 512-slot ring: 16 splits). 1 means no split (and no combine launch).
 func (k *Kernels) DecodeSplits(c KVLayer) int {
 	sms := max(k.Dev.Props().SMs, 1)
 	byLen := ceilDiv(c.Slots, minSplitKeys)
@@ -54,12 +55,38 @@ func decodeWorkspace(nsplit, nh, d int) int64 {
 // workspace of DecodeWorkspaceBytes (may be 0 when that is 0). scale is
 // usually 1/sqrt(d).
 func (k *Kernels) AttentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
-	return k.attentionDecode(s, dt, c, out, q, pos, nh, scale, ws, 0)
+	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, ws, 0)
+}
+
+// AttentionDecodeAppend is KVAppend and AttentionDecode in one launch (and
+// the combine): kx and vx are this token's key and value rows [NKV, d]
+// (contiguous), written into the cache at the position in pos by the
+// attention kernel itself, which reads that key from them.
+func (k *Kernels) AttentionDecodeAppend(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
+	if err := checkPtrs("AttentionDecodeAppend", "k", kx, "v", vx); err != nil {
+		return err
+	}
+	return k.attentionDecode(s, dt, c, out, q, kx, vx, pos, nh, scale, ws, 0)
+}
+
+// decodeGeometry is attn_decode's launch for nh query heads over c: heads
+// (warps) per block, blocks per kv head along z, the NCH template argument
+// (128-channel chunks per lane) and the dynamic shared memory in bytes.
+func decodeGeometry(c KVLayer, nh int) (heads, zblocks, nch, shmem int) {
+	group := nh / c.NKV
+	heads = min(group, decodeHeads)
+	zblocks = ceilDiv(group, heads)
+	d4 := (c.HeadDim + 3) &^ 3
+	kp := d4 + (36-d4%32)%32 // DEC pitch: 4 mod 32 floats
+	nch = ceilDiv(d4, 128)
+	shmem = 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+	return heads, zblocks, nch, shmem
 }
 
 // attentionDecode runs with an explicit split count, or DecodeSplits(c)
-// when nsplit is 0 (tests force both paths).
-func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
+// when nsplit is 0 (tests force both paths); kx, vx zero: the cache holds
+// this step's k, v already.
+func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
 	const op = "AttentionDecode"
 	if err := k.checkAttention(op, dt, c, nh); err != nil {
 		return err
@@ -67,21 +94,24 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 	if err := checkPtrs(op, "out", out, "q", q, "pos", pos); err != nil {
 		return err
 	}
+	if (kx == 0) != (vx == 0) {
+		return fmt.Errorf("cudaexec.%s: k and v rows must be given together", op)
+	}
 	if nsplit == 0 {
 		nsplit = k.DecodeSplits(c)
 	}
-	if nsplit < 1 || nsplit > 65535 {
-		return fmt.Errorf("cudaexec.%s: %d splits", op, nsplit)
+	if nsplit < 1 || nsplit > maxSplits {
+		return fmt.Errorf("cudaexec.%s: %d splits (1 to %d)", op, nsplit, maxSplits)
 	}
 	if nsplit > 1 && ws == 0 {
 		return fmt.Errorf("cudaexec.%s: %d splits need a workspace of %d bytes", op, nsplit, decodeWorkspace(nsplit, nh, c.HeadDim))
 	}
-	d, group := c.HeadDim, nh/c.NKV
-	kn, err := k.op("attention.cu", "attn_decode", []cuda.DType{dt})
+	d := c.HeadDim
+	heads, zb, nch, shmem := decodeGeometry(c, nh)
+	kn, err := k.op("attention.cu", "attn_decode", []cuda.DType{dt}, int64(nch))
 	if err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}
-	shmem := 4 * (2*group*d + group*decodeTile + 3*group + decodeTile*(2*d+1))
 	if err := allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}
@@ -90,9 +120,9 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 		partAcc = ws
 		partML = ws.Add(4 * int64(nsplit) * int64(nh) * int64(d))
 	}
-	if err := s.Launch(kn, cuda.Dim(uint32(nsplit), uint32(c.NKV)), cuda.Dim(decodeThreads), shmem,
+	if err := s.Launch(kn, cuda.Dim(uint32(nsplit), uint32(c.NKV), uint32(zb)), cuda.Dim(uint32(32*heads)), shmem,
 		int32(nh), int32(c.NKV), int32(d), int32(c.Window), int32(c.Slots), int32(nsplit), scale,
-		pos, q, c.K, c.V, out, partAcc, partML); err != nil {
+		pos, q, kx, vx, c.K, c.V, out, partAcc, partML); err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}
 	if nsplit == 1 {
@@ -102,7 +132,7 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 	if err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}
-	if err := s.Launch(comb, cuda.Dim(uint32(nh)), cuda.Dim(uint32(min(128, 32*ceilDiv(d, 32)))), 0,
+	if err := s.Launch(comb, cuda.Dim(uint32(nh)), cuda.Dim(uint32(min(128, 32*ceilDiv(d, 32)))), 4*(nsplit+1),
 		int32(nh), int32(d), int32(nsplit), partAcc, partML, out); err != nil {
 		return fmt.Errorf("cudaexec.%s: %w", op, err)
 	}

@@ -159,20 +159,32 @@ func (a *attnRig) store(kp, vp cuda.DevicePtr, T int) {
 
 // decode runs one decode step: KVAppend, then AttentionDecode with nsplit
 // splits (0: DecodeSplits).
-func (a *attnRig) decode(nsplit int) (got, want []float32) {
+func (a *attnRig) decode(nsplit int) (got, want []float32) { return a.decodeStep(nsplit, false) }
+
+// decodeAppend runs one decode step through AttentionDecodeAppend: the
+// attention kernel appends this token's k, v itself.
+func (a *attnRig) decodeAppend(nsplit int) (got, want []float32) { return a.decodeStep(nsplit, true) }
+
+func (a *attnRig) decodeStep(nsplit int, fused bool) (got, want []float32) {
 	t := a.t
 	t.Helper()
 	q, kk, vv, pos := a.inputs(1)
 	want = a.reference(q, kk, vv, pos, a.nh)
 	poison(t, a.s, a.out, int64(a.nh*a.d*a.dt.Size()))
 	qp, kp, vp := a.kvPtrs()
-	if err := a.k.KVAppend(a.s, a.dt, a.c, kp, vp, a.ld(), a.pos, 1); err != nil {
-		t.Fatal(err)
-	}
 	if nsplit > attnRigMaxSplits || (nsplit == 0 && a.k.DecodeSplits(a.c) > attnRigMaxSplits) {
 		t.Fatalf("attnRig: too many splits for the workspace")
 	}
-	if err := a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, a.pos, a.nh, a.scale, a.ws, nsplit); err != nil {
+	var err error
+	if fused {
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.ws, nsplit)
+	} else {
+		if err := a.k.KVAppend(a.s, a.dt, a.c, kp, vp, a.ld(), a.pos, 1); err != nil {
+			t.Fatal(err)
+		}
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, 0, 0, a.pos, a.nh, a.scale, a.ws, nsplit)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	a.next++
@@ -202,11 +214,15 @@ func (a *attnRig) fill(n int) {
 	}
 }
 
-// TestAttentionDecodeGPU: one decode step after a history, over a table of
-// shapes: GQA groups 1/2/4/9, head_dim 128 and small ones (40: not a
-// multiple of 32), windows shorter and longer than the sequence, ring
-// wrap-around, a 5000-key cache for the split path, forced split counts
-// (including splits left empty at position 0).
+// TestAttentionDecodeGPU: two decode steps after a history (KVAppend then
+// AttentionDecode, then AttentionDecodeAppend, whose kernel appends), over
+// a table of shapes: GQA groups 1/2/4/6/9 and 20 (two blocks of heads per
+// kv head), head_dim 128 and small ones (40: not a multiple of 32; 20: not
+// a multiple of the bf16 vector, element-wise loads; 6: not a multiple of
+// 4, a zero-padded tail; 256: two channel chunks per lane), windows
+// shorter and longer than the sequence, ring wrap-around, a 5000-key cache
+// for the split path, forced split counts (including splits left empty at
+// position 0).
 func TestAttentionDecodeGPU(t *testing.T) {
 	k, s := gpu(t)
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
@@ -222,6 +238,11 @@ func TestAttentionDecodeGPU(t *testing.T) {
 		{"g4-d16-win5-wrap-split2", 4, 1, 16, 5, 23, 2},
 		{"g1-d64-win64-longer", 4, 4, 64, 64, 10, 2},
 		{"g9-d128-first-token-split4", 18, 2, 128, 0, 0, 4},
+		{"s21-fullheads-546-auto", 48, 8, 128, 0, 530, 0},
+		{"g20-d64-win16-wrap", 40, 2, 64, 16, 40, 0},
+		{"g3-d20-full-split2", 6, 2, 20, 0, 50, 2},
+		{"g2-d6-win9-wrap", 4, 2, 6, 9, 30, 0},
+		{"g2-d256-full-split3", 4, 2, 256, 0, 70, 3},
 	}
 	for ci, c := range cases {
 		for _, dt := range DTypes {
@@ -230,6 +251,8 @@ func TestAttentionDecodeGPU(t *testing.T) {
 				a.fill(c.hist)
 				got, want := a.decode(c.spl)
 				checkClose(t, "decode", got, want, attnTol(dt))
+				got, want = a.decodeAppend(c.spl)
+				checkClose(t, "decode (fused append)", got, want, attnTol(dt))
 			})
 		}
 	}
@@ -245,7 +268,9 @@ func attnTol(dt cuda.DType) float64 {
 
 // TestAttentionDecodeSequenceGPU appends and attends for 3*window steps,
 // comparing every step with cpu.Attention over its KVCache, for a sliding
-// layer (the ring wraps twice) and a full layer, with and without splits.
+// layer (the ring wraps twice) and a full layer, with and without splits;
+// odd steps append in the attention kernel (AttentionDecodeAppend), so
+// later steps read keys either way wrote.
 func TestAttentionDecodeSequenceGPU(t *testing.T) {
 	k, s := gpu(t)
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
@@ -260,6 +285,9 @@ func TestAttentionDecodeSequenceGPU(t *testing.T) {
 				a := newAttnRig(t, k, s, dt, 8, 2, 32, c.window, 3*window+1, 1, 11)
 				for step := 0; step < 3*window; step++ {
 					got, want := a.decode(c.spl)
+					if step%2 == 1 {
+						got, want = a.decodeAppend(c.spl)
+					}
 					checkClose(t, fmt.Sprintf("step %d", step), got, want, attnTol(dt))
 				}
 			})
@@ -303,7 +331,7 @@ func TestAttentionPrefillGPU(t *testing.T) {
 					checkClose(t, fmt.Sprintf("chunk %d (T=%d)", i, n), got, want, attnTol(dt))
 				}
 				for step := 0; step < c.decode; step++ {
-					got, want := a.decode(0)
+					got, want := a.decodeAppend(0)
 					checkClose(t, fmt.Sprintf("decode step %d", step), got, want, attnTol(dt))
 				}
 			})
@@ -326,6 +354,8 @@ func TestAttentionArgs(t *testing.T) {
 		{"bad dtype", k.AttentionDecode(nil, cuda.I32, good, p, p, p, 4, 1, p)},
 		{"head dim too big", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 1, HeadDim: 300, Slots: 4}, p, p, p, 1, 1, p)},
 		{"null q", k.AttentionDecode(nil, cuda.F32, good, p, 0, p, 4, 1, p)},
+		{"append null v", k.AttentionDecodeAppend(nil, cuda.F32, good, p, p, p, 0, p, 4, 1, p)},
+		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, p, maxSplits+1)},
 		{"ring slots", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 2, HeadDim: 16, Window: 4, Slots: 10}, p, p, p, 4, 1, p)},
 		{"null cache", k.AttentionPrefill(nil, cuda.F32, KVLayer{NKV: 2, HeadDim: 16, Slots: 10}, p, p, p, p, 0, 0, p, 3, 4, 1)},
 		{"prefill T 0", k.AttentionPrefill(nil, cuda.F32, good, p, p, p, p, 0, 0, p, 0, 4, 1)},

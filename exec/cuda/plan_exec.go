@@ -265,8 +265,8 @@ func (e *Executor) rope(st *lower.Step) (Rope, error) {
 	return r, nil
 }
 
-// bindAttention: decode appends the token's k, v, then attends over the
-// cache; prefill attends over the cache and the chunk's own keys, then
+// bindAttention: decode appends the token's k, v and attends over the
+// cache in one launch (and the split combine); prefill attends over the cache and the chunk's own keys, then
 // stores the chunk (a ring keeps the last window of it).
 func (e *Executor) bindAttention(sch *lower.Schedule, st *lower.Step, ops *operands) ([]call, error) {
 	if st.KV < 0 || st.KV >= len(e.kv) {
@@ -283,15 +283,13 @@ func (e *Executor) bindAttention(sch *lower.Schedule, st *lower.Step, ops *opera
 	nh := st.In[0].Dims(1)[1]
 	scale := float32(st.Float("scale"))
 	if sch.Class == lower.Decode {
-		return []call{
-			{"KVAppend", func(s *cuda.Stream, T int) error { return e.k.KVAppend(s, dt, c, kx, vx, 0, pos, T) }},
-			{"AttentionDecode", func(s *cuda.Stream, T int) error {
-				if T != 1 {
-					return fmt.Errorf("decode attention runs one token, got %d", T)
-				}
-				return e.k.AttentionDecode(s, dt, c, out[0], q, pos, nh, scale, e.ws)
-			}},
-		}, nil
+		// The attention kernel appends this token's k, v itself.
+		return []call{{"AttentionDecode", func(s *cuda.Stream, T int) error {
+			if T != 1 {
+				return fmt.Errorf("decode attention runs one token, got %d", T)
+			}
+			return e.k.AttentionDecodeAppend(s, dt, c, out[0], q, kx, vx, pos, nh, scale, e.ws)
+		}}}, nil
 	}
 	store := call{"KVAppend", func(s *cuda.Stream, T int) error { return e.k.KVAppend(s, dt, c, kx, vx, 0, pos, T) }}
 	if c.Window > 0 {
