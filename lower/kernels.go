@@ -211,7 +211,9 @@ func (l *lowerer) matmulLaunch(T, K, N int, x, w, y string, swiglu bool) Launch 
 }
 
 // matmul covers matmul and its fused forms (ir/optable_fused.go) that
-// MatMul's epilogues implement; matmul_split runs one GEMM per row block.
+// MatMul's epilogues implement; matmul_split runs one GEMV over the whole
+// weight when its outputs form one row (decode; see SplitRow), else one
+// GEMM per row block.
 func (l *lowerer) matmul(st *Step, class string, T int) ([]Launch, int64, error) {
 	x, w := st.In[0], st.In[1]
 	wd := w.Dims(T)
@@ -224,6 +226,9 @@ func (l *lowerer) matmul(st *Step, class string, T int) ([]Launch, int64, error)
 	case "matmul_swiglu":
 		return []Launch{l.matmulLaunch(rows, K, N/2, x.DType, w.DType, st.Out[0].DType, true)}, 0, nil
 	case "matmul_split":
+		if st.SplitRow(T) {
+			return []Launch{l.matmulLaunch(rows, K, N, x.DType, w.DType, st.Out[0].DType, false)}, 0, nil
+		}
 		var ls []Launch
 		for _, o := range st.Out {
 			ls = append(ls, l.matmulLaunch(rows, K, o.Last(T), x.DType, w.DType, o.DType, false))
@@ -293,4 +298,22 @@ func (l *lowerer) moe(st *Step, class string, T int) ([]Launch, int64, error) {
 		launch("moe_down_mma", "moe.cu", g3(maxTiles, ceilDiv(H, mmaBN)), [3]int{256, 1, 1}, smem, fmt.Sprint(mi), fmt.Sprint(mmaBK)),
 		launch("moe_combine", "moe.cu", g3(min(ceilDiv(T*(H/v), 256), l.o.SMs*32), 1), [3]int{256, 1, 1}, 0, y, fmt.Sprint(v)),
 	), ws + aux, nil
+}
+
+// SplitRow reports whether a matmul_split step's outputs at t tokens are
+// one contiguous row [1, sum(sizes)] in the order of the weight's row
+// blocks, all of one dtype (the decode schedule lays them out so), which a
+// single GEMV over the whole weight writes.
+func (st *Step) SplitRow(t int) bool {
+	if st.Op != "matmul_split" || t != 1 || len(st.Out) == 0 {
+		return false
+	}
+	off := st.Out[0].Offset
+	for _, o := range st.Out {
+		if o.Kind != "activation" || o.DType != st.Out[0].DType || o.Offset != off {
+			return false
+		}
+		off += int64(o.Elems(t) * dtypeSize(o.DType))
+	}
+	return true
 }

@@ -257,6 +257,23 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		dts[v] = dt
 		return dt
 	}
+	reloc, arena, err := l.splitRows(class, tokens, mp.Arena, dtOf)
+	if err != nil {
+		return nil, err
+	}
+	s.Arena = arena
+	// offset is a value's place: its storage owner's relocated row, or the
+	// memory plan's.
+	offset := func(v *ir.Value) (int64, bool) {
+		o := v
+		for o.Def != nil && o.Def.Op == "reshape" && o.Def.Inputs[0].Kind != ir.Weight {
+			o = o.Def.Inputs[0]
+		}
+		if off, ok := reloc[o]; ok {
+			return off, true
+		}
+		return mp.Offset(v.Name)
+	}
 	operand := func(v *ir.Value) (Operand, error) {
 		o := Operand{Value: v.Name, Kind: v.Kind.String(), Shape: symShape(v.Type.Shape), Weight: -1}
 		if v.Kind == ir.Weight {
@@ -265,7 +282,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			o.DType, o.Offset, o.Weight = w.DType, w.Offset, i
 			return o, nil
 		}
-		off, ok := mp.Offset(v.Name)
+		off, ok := offset(v)
 		if !ok {
 			return o, fmt.Errorf("value %s has no place in the memory plan", v.Name)
 		}
@@ -276,7 +293,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		if v.Kind == ir.Weight {
 			continue
 		}
-		off, ok := mp.Offset(v.Name)
+		off, ok := offset(v)
 		if !ok {
 			continue // dead value (no node computes it in order)
 		}
@@ -323,6 +340,44 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		s.Steps = append(s.Steps, st)
 	}
 	return s, nil
+}
+
+// splitRows places the outputs of every matmul_split of the decode
+// schedule back to back in a region of their own after the memory plan's
+// arena, in the order of the weight's row blocks, so that at T=1 they are
+// one row [1, sum(sizes)] that a single GEMV over the concatenated weight
+// writes (the executor checks the layout and launches one GEMV instead of
+// one per block). A region is never shared, so no lifetime can clash. It
+// returns the new offsets by value and the arena's new size.
+func (l *lowerer) splitRows(class string, tokens int, arena int64, dtOf func(*ir.Value) ir.DType) (map[*ir.Value]int64, int64, error) {
+	reloc := map[*ir.Value]int64{}
+	if class != Decode || tokens != 1 {
+		return reloc, arena, nil
+	}
+	for _, n := range l.order {
+		if n.Op != "matmul_split" || len(n.Outputs) < 2 {
+			continue
+		}
+		dt := dtOf(n.Outputs[0])
+		same := true
+		for _, v := range n.Outputs {
+			same = same && dtOf(v) == dt
+		}
+		if !same {
+			continue
+		}
+		off := align(arena)
+		for _, v := range n.Outputs {
+			elems, err := v.Type.Shape.Elems(l.g.Env(tokens))
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s: %w", n, err)
+			}
+			reloc[v] = off
+			off += dt.Bytes(elems)
+		}
+		arena = align(off)
+	}
+	return reloc, arena, nil
 }
 
 // layerOf returns the layer a node belongs to: the attention's `layer`

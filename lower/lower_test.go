@@ -241,8 +241,10 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 }
 
 // TestLowerDefaultPipeline lowers the graph the default passes make (with
-// their fused ops) in both modes: every op has kernels, operands fit, and a
-// fused expert stack is stored split for the MoE kernels.
+// their fused ops) in both modes: every op has kernels, operands fit, a
+// fused expert stack is stored split for the MoE kernels, and every decode
+// matmul_split writes one row (its outputs back to back: one GEMV) while
+// the prefill ones keep a GEMM per block.
 func TestLowerDefaultPipeline(t *testing.T) {
 	for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 32, MaxContext: 64})
@@ -252,12 +254,51 @@ func TestLowerDefaultPipeline(t *testing.T) {
 		for _, s := range []*Schedule{p.Decode, p.Prefill} {
 			checkSchedule(t, p, s, dt.String())
 		}
+		splits := 0
 		for _, st := range p.Decode.Steps {
+			if st.Op == "matmul_split" {
+				splits++
+				if !st.SplitRow(1) || len(st.Launches) != 1 || st.Launches[0].Kernel != "gemv" {
+					t.Errorf("decode %s: outputs %+v, launches %+v: want one row and one gemv", st.Name, st.Out, st.Launches)
+				}
+			}
 			if st.Op == "moe_grouped" && st.String("gate_up") == ir.GateUpFused {
 				if w := p.Weights[st.In[3].Weight]; w.Layout != LayoutGateUpSplit {
 					t.Errorf("%s: gate_up stack %s has layout %q", st.Name, w.Name, w.Layout)
 				}
 			}
+		}
+		if splits == 0 {
+			t.Errorf("%s: no matmul_split in the decode schedule", dt)
+		}
+		for _, st := range p.Prefill.Steps {
+			if st.Op == "matmul_split" && len(st.Launches) != len(st.Out) {
+				t.Errorf("prefill %s: %d launches for %d outputs", st.Name, len(st.Launches), len(st.Out))
+			}
+		}
+	}
+}
+
+// TestSplitRow: the layout rule the executor relies on.
+func TestSplitRow(t *testing.T) {
+	out := func(off int64, n int, dt string) Operand {
+		return Operand{Kind: "activation", DType: dt, Shape: []int{T, n}, Offset: off}
+	}
+	for _, c := range []struct {
+		name string
+		st   Step
+		t    int
+		want bool
+	}{
+		{"row", Step{Op: "matmul_split", Out: []Operand{out(256, 8, "bf16"), out(272, 4, "bf16"), out(280, 2, "bf16")}}, 1, true},
+		{"gap", Step{Op: "matmul_split", Out: []Operand{out(256, 8, "bf16"), out(512, 4, "bf16")}}, 1, false},
+		{"order", Step{Op: "matmul_split", Out: []Operand{out(272, 8, "bf16"), out(256, 8, "bf16")}}, 1, false},
+		{"dtypes", Step{Op: "matmul_split", Out: []Operand{out(256, 8, "f32"), out(288, 4, "bf16")}}, 1, false},
+		{"two tokens", Step{Op: "matmul_split", Out: []Operand{out(256, 8, "bf16"), out(272, 4, "bf16")}}, 2, false},
+		{"matmul", Step{Op: "matmul", Out: []Operand{out(256, 8, "bf16")}}, 1, false},
+	} {
+		if got := c.st.SplitRow(c.t); got != c.want {
+			t.Errorf("%s: SplitRow %v, want %v", c.name, got, c.want)
 		}
 	}
 }

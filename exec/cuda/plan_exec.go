@@ -340,7 +340,9 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 			return e.k.MatMul(s, a)
 		}}}, nil
 	}
-	// matmul_split: one GEMM per row block of the concatenated weight.
+	// matmul_split: one GEMM per row block of the concatenated weight, or,
+	// when the outputs are one row (decode: lower lays them out back to
+	// back), one GEMV over the whole weight writing that row.
 	var calls []call
 	row := int64(0)
 	for i := range st.Out {
@@ -354,7 +356,20 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 		}})
 		row += int64(n)
 	}
-	return calls, nil
+	if !st.SplitRow(1) || row != int64(N) {
+		return calls, nil
+	}
+	return []call{{"MatMul", func(s *cuda.Stream, T int) error {
+		if T != 1 { // the row layout holds for one token only
+			for _, c := range calls {
+				if err := c.run(s, T); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return e.k.MatMul(s, base(T))
+	}}}, nil
 }
 
 // moeArgs describes a moe_experts or moe_grouped step at T tokens. For
