@@ -39,7 +39,8 @@ func (k *Kernels) rmsNorm(op string, s *cuda.Stream, xdt, odt cuda.DType, out, x
 	}
 	dts := []cuda.DType{xdt, odt}
 	// Short rows (per-head norms, small models): a warp per row, 8 per block.
-	// Long rows (the hidden state): a block per row, ~8 values per thread.
+	// Long rows (the hidden state): a block per row, 8 values per thread
+	// (one 16-byte load of bf16; norm.cu keeps them in registers).
 	if n < 1024 {
 		kn, err := k.op("norm.cu", "rms_norm_warp", dts)
 		if err != nil {

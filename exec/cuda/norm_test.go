@@ -51,6 +51,36 @@ func TestRMSNormGPU(t *testing.T) {
 	}
 }
 
+// TestRMSNormUnalignedGPU: rows that are not 16-byte aligned (x and out one
+// element past an aligned address) take the element-wise path of both
+// kernels; the aligned cases above take the 16-byte one.
+func TestRMSNormUnalignedGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
+	r := rand.New(rand.NewPCG(15, 16))
+	const eps = 1e-6
+	for _, c := range []struct{ rows, n int }{{72, 128}, {1, 3072}} {
+		for _, dt := range DTypes {
+			t.Run(fmt.Sprintf("%dx%d/%v", c.rows, c.n, dt), func(t *testing.T) {
+				x := roundTo(dt, randF32(r, c.rows*c.n, 3))
+				w := normWeights(r, c.n)
+				want := make([]float32, len(x))
+				if err := cpu.RMSNorm(want, x, w, c.rows, c.n, eps); err != nil {
+					t.Fatal(err)
+				}
+				es := int64(dt.Size())
+				dx := upload(t, k, s, dt, append([]float32{0}, x...)).Add(es)
+				out := alloc(t, k, int64(len(x)+1)*es).Add(es)
+				poison(t, s, out, int64(len(x))*es)
+				if err := k.RMSNorm(s, dt, out, dx, upload(t, k, s, cuda.F32, w), c.rows, c.n, eps); err != nil {
+					t.Fatal(err)
+				}
+				checkClose(t, "rms_norm", download(t, s, dt, out, len(x)), want, tolFor(dt))
+			})
+		}
+	}
+}
+
 // TestRMSNormCastGPU: bf16 in, f32 out is exact up to float32 rounding (the
 // tight tolerance); f32 in, bf16 out costs the output rounding only.
 func TestRMSNormCastGPU(t *testing.T) {
