@@ -24,13 +24,101 @@ __device__ __forceinline__ float rope_warp_sum(float v) {
   return v;
 }
 
+// rope_load4 / rope_store4: 4 consecutive values at p, aligned to 4 values
+// (one 16-byte access for f32, 8 bytes for the 16-bit types).
+__device__ __forceinline__ void rope_load4(const float* p, float* o) {
+  float4 v = *reinterpret_cast<const float4*>(p);
+  o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+}
+template <typename T> __device__ __forceinline__ void rope_load4(const T* p, float* o) {
+  uint2 u = *reinterpret_cast<const uint2*>(p);
+  T a[4];
+  a[0].bits = (unsigned short)(u.x & 0xffffu), a[1].bits = (unsigned short)(u.x >> 16);
+  a[2].bits = (unsigned short)(u.y & 0xffffu), a[3].bits = (unsigned short)(u.y >> 16);
+#pragma unroll
+  for (int e = 0; e < 4; e++) o[e] = to_f32(a[e]);
+}
+__device__ __forceinline__ void rope_store4(float* p, const float* v) {
+  float4 f;
+  f.x = v[0], f.y = v[1], f.z = v[2], f.w = v[3];
+  *reinterpret_cast<float4*>(p) = f;
+}
+template <typename T> __device__ __forceinline__ void rope_store4(T* p, const float* v) {
+  T a[4];
+#pragma unroll
+  for (int e = 0; e < 4; e++) a[e] = from_f32<T>(v[e]);
+  uint2 u;
+  u.x = (unsigned int)a[0].bits | ((unsigned int)a[1].bits << 16);
+  u.y = (unsigned int)a[2].bits | ((unsigned int)a[3].bits << 16);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
+// rope_channel is channel c of the rotated head staged (normalised) in b.
+__device__ __forceinline__ float rope_channel(const float* b, int c, int rot, float fp,
+                                              const float* __restrict__ inv_freq, float attn) {
+  if (c >= rot) return b[c];
+  int half = rot >> 1;
+  int i = c < half ? c : c - half;
+  float s, co;
+  sincosf(fp * inv_freq[i], &s, &co);
+  s *= attn;
+  co *= attn;
+  return c < half ? b[c] * co - b[c + half] * s : b[c] * co + b[c - half] * s;
+}
+
+// rope_head normalises (w non-null) and rotates one head, STEP channels
+// per lane at a time (4: vector loads and stores). A lane stages, scales
+// and stores the same channels; __syncwarp orders the staging before any
+// partner read, so out may alias x.
+template <int STEP, typename T>
+__device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b, const float* __restrict__ w,
+                                          float eps, float fp, const float* __restrict__ inv_freq, int rot,
+                                          float attn) {
+  int lane = threadIdx.x & 31;
+  float ss = 0.f;
+  for (int c = lane * STEP; c < d; c += 32 * STEP) {
+    float v[STEP];
+    if constexpr (STEP == 4) {
+      rope_load4(xr + c, v);
+    } else {
+      v[0] = to_f32(xr[c]);
+    }
+#pragma unroll
+    for (int e = 0; e < STEP; e++) {
+      b[c + e] = v[e];
+      ss += v[e] * v[e];
+    }
+  }
+  if (w != nullptr) {  // uniform per warp
+    ss = rope_warp_sum(ss);
+    float inv = 1.f / sqrtf(ss / (float)d + eps);
+    for (int c = lane * STEP; c < d; c += 32 * STEP)
+#pragma unroll
+      for (int e = 0; e < STEP; e++) b[c + e] = w[c + e] * (b[c + e] * inv);
+  }
+  __syncwarp();
+  for (int c = lane * STEP; c < d; c += 32 * STEP) {
+    float y[STEP];
+#pragma unroll
+    for (int e = 0; e < STEP; e++) y[e] = rope_channel(b, c + e, rot, fp, inv_freq, attn);
+    if constexpr (STEP == 4) {
+      rope_store4(orow + c, y);
+    } else {
+      orow[c] = from_f32<T>(y[0]);
+    }
+  }
+}
+
+// Vector path where d and both row strides are multiples of 4 and x, out
+// are aligned to 4 values (the executor's buffers are); else one channel
+// per lane at a time.
 template <typename T>
 __global__ void qk_norm_rope(int ntok, int nh1, int nh2, int d, long long ldx, long long ldo,
                              const T* x, T* out, const float* __restrict__ w1,
                              const float* __restrict__ w2, float eps, const int* __restrict__ pos,
                              const float* __restrict__ inv_freq, int rot, float attn) {
   extern __shared__ float rope_buf[];
-  int warps = blockDim.x >> 5, wi = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int warps = blockDim.x >> 5, wi = threadIdx.x >> 5;
   int nh = nh1 + nh2;
   long long item = (long long)blockIdx.x * warps + wi;
   if (item >= (long long)ntok * nh) return;  // uniform per warp
@@ -39,32 +127,10 @@ __global__ void qk_norm_rope(int ntok, int nh1, int nh2, int d, long long ldx, l
   T* orow = out + t * ldo + (long long)h * d;
   float* b = rope_buf + wi * d;
   const float* w = h < nh1 ? w1 : w2;
-
-  float ss = 0.f;
-  for (int c = lane; c < d; c += 32) {
-    float v = to_f32(xr[c]);
-    b[c] = v;
-    ss += v * v;
-  }
-  if (w != nullptr) {  // uniform per warp
-    ss = rope_warp_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)d + eps);
-    for (int c = lane; c < d; c += 32) b[c] = w[c] * (b[c] * inv);
-  }
-  __syncwarp();
-
   float fp = (float)pos[t];
-  int half = rot >> 1;
-  for (int c = lane; c < d; c += 32) {
-    float y = b[c];
-    if (c < rot) {
-      int i = c < half ? c : c - half;
-      float s, co;
-      sincosf(fp * inv_freq[i], &s, &co);
-      s *= attn;
-      co *= attn;
-      y = c < half ? b[c] * co - b[c + half] * s : b[c] * co + b[c - half] * s;
-    }
-    orow[c] = from_f32<T>(y);
-  }
+  unsigned long long amask = 4 * sizeof(T) - 1;
+  if ((d & 3) == 0 && (ldx & 3) == 0 && (ldo & 3) == 0 && ((((unsigned long long)x) | ((unsigned long long)out)) & amask) == 0)
+    rope_head<4, T>(d, xr, orow, b, w, eps, fp, inv_freq, rot, attn);
+  else
+    rope_head<1, T>(d, xr, orow, b, w, eps, fp, inv_freq, rot, attn);
 }

@@ -79,7 +79,8 @@ func TestRoPEGPU(t *testing.T) {
 }
 
 // TestQKNormRopeGPU: the fused per-head norm + rope, in place on a fused
-// QKV buffer (q heads, k heads, v heads, spare columns), against
+// QKV buffer (q heads, k heads, v heads, spare columns: 5 of them make the
+// rows unaligned, 0 keeps them aligned for the vector path), against
 // cpu.RMSNorm then cpu.RoPE on q and k; v and the spare columns must come
 // back bit for bit.
 func TestQKNormRopeGPU(t *testing.T) {
@@ -90,12 +91,14 @@ func TestQKNormRopeGPU(t *testing.T) {
 	for _, c := range []struct {
 		T, nq, nk, d int
 		noKNorm      bool
-	}{{5, 8, 2, 128, false}, {1, 72, 8, 128, false}, {37, 4, 1, 16, false}, {3, 6, 3, 40, true}, {2, 3, 0, 64, false}} {
+		pad          int // spare columns after v: 5 makes rows unaligned (the element-wise path), 0 keeps the vector one
+	}{{5, 8, 2, 128, false, 5}, {1, 72, 8, 128, false, 5}, {37, 4, 1, 16, false, 5}, {3, 6, 3, 40, true, 5}, {2, 3, 0, 64, false, 5},
+		{1, 72, 8, 128, false, 0}, {3, 6, 3, 40, true, 0}} {
 		for name, tab := range ropeTables(t, c.d) {
 			for _, dt := range DTypes {
-				t.Run(fmt.Sprintf("T%d-q%d-k%d-d%d-%s/%v", c.T, c.nq, c.nk, c.d, name, dt), func(t *testing.T) {
+				t.Run(fmt.Sprintf("T%d-q%d-k%d-d%d-pad%d-%s/%v", c.T, c.nq, c.nk, c.d, c.pad, name, dt), func(t *testing.T) {
 					qd, kd := c.nq*c.d, c.nk*c.d
-					ld := qd + 2*kd + 5
+					ld := qd + 2*kd + c.pad
 					buf := roundTo(dt, randF32(r, c.T*ld, 2))
 					pos := ropePositions(r, c.T)
 					wq, wk := normWeights(r, c.d), normWeights(r, c.d)
