@@ -145,11 +145,20 @@ func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, err
 		}
 		return ls, DecodeWorkspace(ns, nh, d), nil
 	}
-	dch := ceilDiv(d, 32)
-	dp := 32 * dch
-	shmem := 4 * (prefillBQ*(dp+1) + prefillBK*(dp+1) + prefillBK*dp + prefillBQ*(prefillBK+1) + 4*prefillBQ)
-	att := launch("attn_prefill", "attention.cu", g3(ceilDiv(T*group, prefillBQ), nkv), [3]int{128, 1, 1}, shmem, dt)
-	att.DTypes = append(att.DTypes, fmt.Sprint(dch))
+	var att Launch
+	if dt == "bf16" && (d == 64 || d == 128) {
+		// Tensor cores (attention_prefill_tc.cu): 64 rows of one kv head's
+		// query group a CTA; Q and two stages of 64 keys and values, rows
+		// padded to d+8 (exec/cuda prefillTCSmem).
+		att = launch("attn_prefill_tc", "attention_prefill_tc.cu", g3(ceilDiv(T*group, 64), nkv), [3]int{128, 1, 1}, 2*(d+8)*(64+4*64), dt)
+		att.DTypes = append(att.DTypes, fmt.Sprint(d))
+	} else {
+		dch := ceilDiv(d, 32)
+		dp := 32 * dch
+		shmem := 4 * (prefillBQ*(dp+1) + prefillBK*(dp+1) + prefillBK*dp + prefillBQ*(prefillBK+1) + 4*prefillBQ)
+		att = launch("attn_prefill", "attention.cu", g3(ceilDiv(T*group, prefillBQ), nkv), [3]int{128, 1, 1}, shmem, dt)
+		att.DTypes = append(att.DTypes, fmt.Sprint(dch))
+	}
 	if kv.Window > 0 {
 		return []Launch{att, launch("kv_compact_ring", "kvcache.cu", g3(ceilDiv(row, 256), min(T, kv.Window)), [3]int{256, 1, 1}, 0, dt)}, 0, nil
 	}
