@@ -3,8 +3,6 @@ package cpu
 import (
 	"fmt"
 	"sort"
-
-	"lagc/ir"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -283,71 +281,4 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 		}
 	})
 	return nil
-}
-
-// runFused binds the fused ops of the IR to their kernels (called by run).
-func (e *Executor) runFused(n *ir.Node, env ir.Env, rows, last int, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32,
-	out func(int) ([]float32, error)) error {
-	in := func(i int) []float32 { return f32[n.Inputs[i]] }
-	ws, err := n.Inputs[1].Type.Shape.Eval(env)
-	if err != nil {
-		return err
-	}
-	switch n.Op {
-	case "matmul_split":
-		outs := make([][]float32, len(n.Outputs))
-		for i := range outs {
-			if outs[i], err = out(i); err != nil {
-				return err
-			}
-		}
-		return MatMulSplit(outs, in(0), in(1), rows, last, n.AttrInts("sizes"))
-	case "matmul_swiglu":
-		y, err := out(0)
-		if err != nil {
-			return err
-		}
-		return MatMulSwiGLU(y, in(0), in(1), rows, last, ws[0]/2)
-	case "matmul_add":
-		y, err := out(0)
-		if err != nil {
-			return err
-		}
-		return MatMulAdd(y, in(0), in(1), in(2), rows, last, ws[0])
-	case "moe_grouped":
-		return e.runMoEGrouped(n, env, rows, last, f32, i32, out)
-	}
-	return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
-}
-
-func (e *Executor) runMoEGrouped(n *ir.Node, env ir.Env, rows, last int, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32,
-	out func(int) ([]float32, error)) error {
-	in := func(i int) []float32 { return f32[n.Inputs[i]] }
-	layout, residual := n.AttrString("gate_up"), n.AttrInt("residual")
-	if len(n.Inputs) != ir.MoEGroupedInputs(layout, residual) {
-		return fmt.Errorf("moe_grouped with gate_up=%s residual=%d has %d inputs", layout, residual, len(n.Inputs))
-	}
-	ws, err := n.Inputs[1].Type.Shape.Eval(env)
-	if err != nil {
-		return err
-	}
-	ds, err := n.Inputs[len(n.Inputs)-1-residual].Type.Shape.Eval(env) // down [E,H,I]
-	if err != nil {
-		return err
-	}
-	m := &GroupedMoE{T: rows, H: last, I: ds[2], K: ws[1], E: ds[0], Shared: n.AttrInt("shared"),
-		Down: in(len(n.Inputs) - 1 - residual), Descending: n.AttrString("order") == ir.OrderDescending}
-	if layout == ir.GateUpFused {
-		m.GateUp = in(3)
-	} else {
-		m.Gate, m.Up = in(3), in(4)
-	}
-	if residual != 0 {
-		m.Residual = in(len(n.Inputs) - 1)
-	}
-	o, err := out(0)
-	if err != nil {
-		return err
-	}
-	return MoEGrouped(o, in(0), in(1), i32[n.Inputs[2]], m)
 }

@@ -6,169 +6,144 @@ import (
 	"lagc/ir"
 )
 
-// run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
-// its kernel in this package.
-func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) error {
-	shape := func(v *ir.Value) ([]int, error) { return v.Type.Shape.Eval(env) }
-	in := func(i int) []float32 { return f32[n.Inputs[i]] }
-	out := func(i int) ([]float32, error) {
-		s, err := shape(n.Outputs[i])
+// operands are one node's data for a step: its inputs with their concrete
+// shapes and its freshly allocated outputs (float or int32 by dtype).
+type operands struct {
+	f   [][]float32 // float inputs
+	i   [][]int32   // int32 inputs
+	sh  [][]int     // input shapes
+	out [][]float32 // float outputs
+	ids [][]int32   // int32 outputs
+}
+
+// gather reads n's inputs from the step's values and allocates its outputs
+// (none for reshape, whose output is a view of its input).
+func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
+	o := &operands{f: make([][]float32, len(n.Inputs)), i: make([][]int32, len(n.Inputs)), sh: make([][]int, len(n.Inputs)),
+		out: make([][]float32, len(n.Outputs)), ids: make([][]int32, len(n.Outputs))}
+	for k, v := range n.Inputs {
+		if v.Type.DType == ir.I32 {
+			o.i[k] = i32[v]
+		} else {
+			o.f[k] = f32[v]
+		}
+		if o.i[k] == nil && o.f[k] == nil {
+			return nil, fmt.Errorf("input %d (%s) has no value", k, v)
+		}
+		s, err := v.Type.Shape.Eval(env)
 		if err != nil {
 			return nil, err
 		}
-		buf := make([]float32, prodInts(s))
-		f32[n.Outputs[i]] = buf
-		return buf, nil
+		o.sh[k] = s
 	}
-	for i, v := range n.Inputs {
+	if n.Op == "reshape" {
+		f32[n.Outputs[0]] = o.f[0]
+		return o, nil
+	}
+	for k, v := range n.Outputs {
+		s, err := v.Type.Shape.Eval(env)
+		if err != nil {
+			return nil, err
+		}
 		if v.Type.DType == ir.I32 {
-			if i32[v] == nil {
-				return fmt.Errorf("input %d (%s) has no value", i, v)
-			}
-		} else if f32[v] == nil {
-			return fmt.Errorf("input %d (%s) has no value", i, v)
+			o.ids[k] = make([]int32, prodInts(s))
+			i32[v] = o.ids[k]
+		} else {
+			o.out[k] = make([]float32, prodInts(s))
+			f32[v] = o.out[k]
 		}
 	}
-	xs, err := shape(n.Inputs[0])
+	return o, nil
+}
+
+// run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
+// its kernel in this package.
+func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) error {
+	o, err := gather(n, env, f32, i32)
 	if err != nil {
 		return err
 	}
-	last := xs[len(xs)-1]
-	rows := prodInts(xs) / max(last, 1)
+	x, f, out := o.sh[0], o.f, o.out
+	last := x[len(x)-1]
+	rows := prodInts(x) / max(last, 1)
 
 	switch n.Op {
-	case "embedding":
-		ts, err := shape(n.Inputs[1])
-		if err != nil {
-			return err
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return Embedding(o, i32[n.Inputs[0]], in(1), ts[0], ts[1])
-	case "rms_norm":
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return RMSNorm(o, in(0), in(1), rows, last, float32(n.AttrFloat("eps")))
-	case "matmul":
-		ws, err := shape(n.Inputs[1])
-		if err != nil {
-			return err
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return MatMul(o, in(0), in(1), rows, last, ws[0])
 	case "reshape":
-		// A view: same data, new shape.
-		f32[n.Outputs[0]] = in(0)
-		return nil
+		return nil // a view, bound by gather
+	case "embedding":
+		return Embedding(out[0], o.i[0], f[1], o.sh[1][0], o.sh[1][1])
+	case "rms_norm":
+		return RMSNorm(out[0], f[0], f[1], rows, last, float32(n.AttrFloat("eps")))
+	case "matmul":
+		return MatMul(out[0], f[0], f[1], rows, last, o.sh[1][0])
 	case "split":
-		parts := make([][]float32, len(n.Outputs))
 		shapes := make([][]int, len(n.Outputs))
-		for i := range n.Outputs {
-			if parts[i], err = out(i); err != nil {
-				return err
-			}
-			if shapes[i], err = shape(n.Outputs[i]); err != nil {
+		for k, v := range n.Outputs {
+			if shapes[k], err = v.Type.Shape.Eval(env); err != nil {
 				return err
 			}
 		}
 		outer, sizes := axisSplit(shapes, n.AttrInt("axis"))
-		return Split(parts, in(0), outer, sizes)
+		return Split(out, f[0], outer, sizes)
 	case "concat":
-		parts := make([][]float32, len(n.Inputs))
-		shapes := make([][]int, len(n.Inputs))
-		for i := range n.Inputs {
-			parts[i] = in(i)
-			if shapes[i], err = shape(n.Inputs[i]); err != nil {
-				return err
-			}
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		outer, sizes := axisSplit(shapes, n.AttrInt("axis"))
-		return Concat(o, parts, outer, sizes)
+		outer, sizes := axisSplit(o.sh, n.AttrInt("axis"))
+		return Concat(out[0], f, outer, sizes)
 	case "rope":
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return RoPE(o, in(0), i32[n.Inputs[1]], xs[0], xs[1], xs[2], e.ropes[n])
+		return RoPE(out[0], f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
 	case "attention":
-		ks, err := shape(n.Inputs[1])
-		if err != nil {
-			return err
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return Attention(o, in(0), in(1), in(2), i32[n.Inputs[3]], xs[0], xs[1], ks[1], xs[2],
+		return Attention(out[0], f[0], f[1], f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
 			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.caches[n.AttrInt("layer")])
 	case "softplus_gate":
-		gs, err := shape(n.Inputs[1])
-		if err != nil {
-			return err
+		if len(x) != 3 {
+			return fmt.Errorf("softplus_gate input must be [T,nh,d], got %v", x)
 		}
-		if len(xs) != 3 {
-			return fmt.Errorf("softplus_gate input must be [T,nh,d], got %v", xs)
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return SoftplusGate(o, in(0), in(1), xs[0], xs[1], xs[2], gs[len(gs)-1])
+		g := o.sh[1]
+		return SoftplusGate(out[0], f[0], f[1], x[0], x[1], x[2], g[len(g)-1])
 	case "silu":
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return SiLU(o, in(0))
-	case "mul", "add":
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		if n.Op == "mul" {
-			return Mul(o, in(0), in(1))
-		}
-		return Add(o, in(0), in(1))
+		return SiLU(out[0], f[0])
+	case "mul":
+		return Mul(out[0], f[0], f[1])
+	case "add":
+		return Add(out[0], f[0], f[1])
 	case "router_topk":
-		k := n.AttrInt("top_k")
-		w, err := out(0)
-		if err != nil {
-			return err
-		}
-		ids := make([]int32, rows*k)
-		i32[n.Outputs[1]] = ids
-		return RouterTopK(w, ids, in(0), in(1), rows, last, k, float32(n.AttrFloat("softcap")), float32(n.AttrFloat("routed_scaling")))
+		return RouterTopK(out[0], o.ids[1], f[0], f[1], rows, last, n.AttrInt("top_k"),
+			float32(n.AttrFloat("softcap")), float32(n.AttrFloat("routed_scaling")))
 	case "moe_experts":
-		gs, err := shape(n.Inputs[3])
-		if err != nil {
-			return err
-		}
-		ws, err := shape(n.Inputs[1])
-		if err != nil {
-			return err
-		}
-		o, err := out(0)
-		if err != nil {
-			return err
-		}
-		return MoEExperts(o, in(0), in(1), i32[n.Inputs[2]], in(3), in(4), in(5), rows, last, gs[0], gs[1], ws[1])
-	case "matmul_split", "matmul_swiglu", "matmul_add", "moe_grouped":
-		return e.runFused(n, env, rows, last, f32, i32, out)
+		gate := o.sh[3]
+		return MoEExperts(out[0], f[0], f[1], o.i[2], f[3], f[4], f[5], rows, last, gate[0], gate[1], o.sh[1][1])
 	case "argmax":
-		ids := make([]int32, rows)
-		i32[n.Outputs[0]] = ids
-		return ArgMax(ids, in(0), rows, last)
+		return ArgMax(o.ids[0], f[0], rows, last)
+	// Fused ops (passes/fuse_*.go).
+	case "matmul_split":
+		return MatMulSplit(out, f[0], f[1], rows, last, n.AttrInts("sizes"))
+	case "matmul_swiglu":
+		return MatMulSwiGLU(out[0], f[0], f[1], rows, last, o.sh[1][0]/2)
+	case "matmul_add":
+		return MatMulAdd(out[0], f[0], f[1], f[2], rows, last, o.sh[1][0])
+	case "moe_grouped":
+		return moeGrouped(n, o, rows, last)
 	}
 	return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+}
+
+// moeGrouped binds moe_grouped, whose inputs depend on its layout
+// attributes: x, weights, ids, gate and up (or gate_up), down, [residual].
+func moeGrouped(n *ir.Node, o *operands, rows, last int) error {
+	layout, residual := n.AttrString("gate_up"), n.AttrInt("residual")
+	if len(n.Inputs) != ir.MoEGroupedInputs(layout, residual) {
+		return fmt.Errorf("moe_grouped with gate_up=%s residual=%d has %d inputs", layout, residual, len(n.Inputs))
+	}
+	down := len(n.Inputs) - 1 - residual
+	ds := o.sh[down] // [E,H,I]
+	m := &GroupedMoE{T: rows, H: last, I: ds[2], K: o.sh[1][1], E: ds[0], Shared: n.AttrInt("shared"),
+		Down: o.f[down], Descending: n.AttrString("order") == ir.OrderDescending}
+	if layout == ir.GateUpFused {
+		m.GateUp = o.f[3]
+	} else {
+		m.Gate, m.Up = o.f[3], o.f[4]
+	}
+	if residual != 0 {
+		m.Residual = o.f[len(n.Inputs)-1]
+	}
+	return MoEGrouped(o.out[0], o.f[0], o.f[1], o.i[2], m)
 }
