@@ -257,15 +257,15 @@ func (p *Plan) Print(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(w, "plan %s: dtype %s, context %d\n", p.Model, p.DType, p.MaxContext)
-	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), human(p.WeightBytes))
-	fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), human(p.KVBytes))
+	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), FormatBytes(p.WeightBytes))
+	fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
 	for _, s := range []*Schedule{p.Decode, p.Prefill} {
 		launches := 0
 		for _, st := range s.Steps {
 			launches += len(st.Launches)
 		}
 		fmt.Fprintf(w, "\n%s T=%d: %d steps, %d launches, arena %s, workspace %s\n", s.Class, s.Tokens, len(s.Steps),
-			launches, human(s.Arena), human(s.Workspace))
+			launches, FormatBytes(s.Arena), FormatBytes(s.Workspace))
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 		for _, st := range s.Steps {
 			var ks []string
@@ -325,7 +325,8 @@ func trimDim(d [3]int) []int {
 	return d[:1]
 }
 
-func human(n int64) string {
+// FormatBytes writes a byte count for people: B, KiB, MiB or GiB.
+func FormatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))

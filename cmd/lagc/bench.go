@@ -526,9 +526,9 @@ func scaleBytes(per map[int]int64, benched, full *models.Config) (int64, int64) 
 func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "lagc bench: %s, %s weights (%s), %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
 	fmt.Fprintf(w, "passes: %s (%d graph nodes launch work)\n", strings.Join(r.Passes, ","), r.Kernels)
-	fmt.Fprintf(w, "weights on the GPU %s; median of %d runs; roofline %.2f TB/s\n\n", humanBytes(r.WeightBytes), r.Runs, r.Bandwidth/1e12)
+	fmt.Fprintf(w, "weights on the GPU %s; median of %d runs; roofline %.2f TB/s\n\n", lower.FormatBytes(r.WeightBytes), r.Runs, r.Bandwidth/1e12)
 	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
-		r.Context, humanBytes(r.BytesPerToken), humanBytes(r.BytesPerToken48), humanBytes(r.LayerBytes))
+		r.Context, lower.FormatBytes(r.BytesPerToken), lower.FormatBytes(r.BytesPerToken48), lower.FormatBytes(r.LayerBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tms/token\ttok/s\troofline\ttok/s at full depth\t")
 	for _, d := range r.Decode {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"lagc/ckpt"
 	"lagc/exec"
 	"lagc/ir"
+	"lagc/lower"
 	"lagc/models"
 	"lagc/passes"
 )
@@ -89,15 +89,6 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		}
 		file, src = args[0], b
 	}
-	n := 0
-	for _, s := range []string{f.preset, f.config, f.model} {
-		if s != "" {
-			n++
-		}
-	}
-	if n != 1 {
-		return fmt.Errorf("%w: give exactly one of --preset, --config or --model", errUsage)
-	}
 	wdt, err := ir.ParseDType(f.weightDType)
 	if err != nil {
 		return fmt.Errorf("%w: --weight-dtype: %v", errUsage, err)
@@ -108,23 +99,9 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if f.prefill <= 0 {
 		return fmt.Errorf("%w: --prefill must be positive", errUsage)
 	}
-	var cfg *models.Config
-	var ck ckpt.Checkpoint
-	source := ""
-	switch {
-	case f.preset != "":
-		cfg, err = models.Preset(f.preset)
-		source = "preset " + f.preset
-	case f.config != "":
-		cfg, err = models.LoadHFConfig(f.config)
-		source = f.config
-	default:
-		ck, err = ckpt.Open(f.model)
-		if err == nil {
-			defer ck.Close()
-			cfg = ck.Config()
-		}
-		source = f.model
+	cfg, ck, source, err := modelShape(f.preset, f.config, f.model)
+	if ck != nil {
+		defer ck.Close()
 	}
 	if err != nil {
 		return err
@@ -258,22 +235,10 @@ func planSize(p *passes.MemoryPlan) string {
 	if p == nil {
 		return "-"
 	}
-	return humanBytes(p.Arena)
+	return lower.FormatBytes(p.Arena)
 }
 
 func billions(n int64) string { return fmt.Sprintf("%.2fB", float64(n)/1e9) }
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
 
 // kernelCounts compares the kernel launches of a step with and without the
 // fusion passes.

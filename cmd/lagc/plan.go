@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"lagc/ckpt"
 	"lagc/exec"
 	"lagc/ir"
 	"lagc/lower"
@@ -54,15 +53,6 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if len(args) > 1 {
 		return fmt.Errorf("%w: expected at most one model file, got %q", errUsage, args)
 	}
-	n := 0
-	for _, s := range []string{f.preset, f.config, f.model} {
-		if s != "" {
-			n++
-		}
-	}
-	if n != 1 {
-		return fmt.Errorf("%w: give exactly one of --preset, --config or --model", errUsage)
-	}
 	dt, err := ir.ParseDType(f.dtype)
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
@@ -70,18 +60,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 {
 		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx not negative", errUsage)
 	}
-	var cfg *models.Config
-	var ck ckpt.Checkpoint
-	switch {
-	case f.preset != "":
-		cfg, err = models.Preset(f.preset)
-	case f.config != "":
-		cfg, err = models.LoadHFConfig(f.config)
-	default:
-		if ck, err = ckpt.Open(f.model); err == nil {
-			defer ck.Close()
-			cfg = ck.Config()
-		}
+	cfg, ck, _, err := modelShape(f.preset, f.config, f.model)
+	if ck != nil {
+		defer ck.Close()
 	}
 	if err != nil {
 		return err

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+
+	"lagc/ckpt"
+	"lagc/models"
+)
+
+// modelShape resolves the --preset / --config / --model flags that compile
+// and plan share: exactly one must be given. It returns the configuration,
+// the opened checkpoint for --model (the caller closes it; nil otherwise)
+// and a description of where the shape came from.
+func modelShape(preset, config, model string) (*models.Config, ckpt.Checkpoint, string, error) {
+	n := 0
+	for _, s := range []string{preset, config, model} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, nil, "", fmt.Errorf("%w: give exactly one of --preset, --config or --model", errUsage)
+	}
+	switch {
+	case preset != "":
+		cfg, err := models.Preset(preset)
+		return cfg, nil, "preset " + preset, err
+	case config != "":
+		cfg, err := models.LoadHFConfig(config)
+		return cfg, nil, config, err
+	}
+	ck, err := ckpt.Open(model)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return ck.Config(), ck, model, nil
+}
