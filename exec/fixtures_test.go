@@ -2,48 +2,16 @@ package exec
 
 import (
 	"context"
-	"encoding/json"
+	"lagc/internal/fixture"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 )
 
-// golden is the part of testdata/fixtures/*/golden.json the tests read
-// (written by testdata/make_fixtures.py from transformers 5.17).
-type golden struct {
-	PromptIDs    []int32     `json:"prompt_ids"`
-	LastLogits   []float32   `json:"last_logits"`
-	Argmax       []int32     `json:"argmax"`
-	Greedy       []int32     `json:"greedy"`
-	GreedyGaps   []float64   `json:"greedy_gaps"`
-	PromptLogits [][]float32 `json:"prompt_logits"`
-	DecodeLogits [][]float32 `json:"decode_logits"`
-	MaxPos       int         `json:"max_position_embeddings"`
-}
+func fixtureDirs(t testing.TB) []string { return fixture.Dirs(t) }
 
-func fixtureDirs(t testing.TB) []string {
-	t.Helper()
-	dirs, err := filepath.Glob("../testdata/fixtures/*")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no fixtures under testdata/fixtures: %v", err)
-	}
-	return dirs
-}
-
-func readGolden(t testing.TB, dir string) *golden {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g golden
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatalf("%s: %v", dir, err)
-	}
-	return &g
-}
+func readGolden(t testing.TB, dir string) *fixture.Golden { return fixture.Read(t, dir) }
 
 func maxAbsDiff(a, b []float32) float64 {
 	d := 0.0
@@ -57,7 +25,7 @@ const logitTol = 1e-3 // issue 3: CPU vs transformers float32
 
 // checkAgainstGolden runs the fixture's prompt and a 24-token greedy
 // continuation and compares everything transformers recorded.
-func checkAgainstGolden(t *testing.T, m *Model, g *golden, chunk int) {
+func checkAgainstGolden(t *testing.T, m *Model, g *fixture.Golden, chunk int) {
 	t.Helper()
 	res, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: len(g.Greedy), Chunk: chunk, Logits: true})
 	if err != nil {

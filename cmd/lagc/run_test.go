@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
+	"lagc/internal/fixture"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,25 +27,6 @@ func runChatCapture(t *testing.T, stdin string, args ...string) (code int, stdou
 	return code, out.String(), errb.String()
 }
 
-type fixtureGolden struct {
-	PromptIDs  []int32   `json:"prompt_ids"`
-	Greedy     []int32   `json:"greedy"`
-	LastLogits []float32 `json:"last_logits"`
-}
-
-func loadFixtureGolden(t *testing.T, dir string) fixtureGolden {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g fixtureGolden
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 func idList(ids []int32) string {
 	var s []string
 	for _, id := range ids {
@@ -60,12 +41,9 @@ func jsonInt(i int) string { b, _ := json.Marshal(i); return string(b) }
 // the HF loader and through GGUF conversions in f32 and f16, gives
 // transformers' greedy continuation.
 func TestRunJSONMatchesTransformers(t *testing.T) {
-	dirs, _ := filepath.Glob("../../testdata/fixtures/*")
-	if len(dirs) == 0 {
-		t.Fatal("no fixtures")
-	}
+	dirs := fixture.Dirs(t)
 	for _, dir := range dirs {
-		g := loadFixtureGolden(t, dir)
+		g := fixture.Read(t, dir)
 		paths := map[string]string{"hf": dir}
 		for _, dt := range []string{"f32", "f16"} {
 			out := filepath.Join(t.TempDir(), dt+".gguf")
@@ -133,7 +111,7 @@ func TestRunErrors(t *testing.T) {
 // TestRunSampling: a fixed seed gives the same tokens twice; top-k 1 is greedy.
 func TestRunSampling(t *testing.T) {
 	fix := "../../testdata/fixtures/tiny_yarn_perhead"
-	g := loadFixtureGolden(t, fix)
+	g := fixture.Read(t, fix)
 	args := []string{"run", "--model", fix, "--prompt-ids", idList(g.PromptIDs), "-n", "16", "--device", "cpu", "--json"}
 	_, a, _ := runCapture(t, append(args, "--temperature", "0.9", "--seed", "7")...)
 	_, b, _ := runCapture(t, append(args, "--temperature", "0.9", "--seed", "7")...)

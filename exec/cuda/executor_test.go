@@ -8,9 +8,8 @@ package cudaexec_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"lagc/internal/fixture"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -25,41 +24,12 @@ import (
 	"lagc/passes"
 )
 
-// golden is the part of golden.json these tests read (see testdata/README.md).
-type golden struct {
-	PromptIDs    []int32     `json:"prompt_ids"`
-	LastLogits   []float32   `json:"last_logits"`
-	Argmax       []int32     `json:"argmax"`
-	Greedy       []int32     `json:"greedy"`
-	GreedyGaps   []float64   `json:"greedy_gaps"`
-	PromptGaps   []float64   `json:"prompt_gaps"`
-	PromptLogits [][]float32 `json:"prompt_logits"`
-}
-
 // nearTie is the top-2 logit gap under which bf16 may pick the other token.
 const nearTie = 0.05
 
-func fixtureDirs(t *testing.T) []string {
-	t.Helper()
-	dirs, err := filepath.Glob("../../testdata/fixtures/*")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	return dirs
-}
+func fixtureDirs(t testing.TB) []string { return fixture.Dirs(t) }
 
-func readGolden(t *testing.T, dir string) *golden {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g golden
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	return &g
-}
+func readGolden(t testing.TB, dir string) *fixture.Golden { return fixture.Read(t, dir) }
 
 func openGPU(t *testing.T, dir string, o exec.Options) (*exec.Model, *cudaexec.Executor) {
 	t.Helper()
