@@ -104,8 +104,12 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 				return nil, fmt.Errorf("--dtype %q: the GPU runs bf16 or f32", o.DType)
 			}
 		}
-		ex, err := cudaexec.Compile(g, ck, cudaexec.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
+		src := withProgress(ck, g, o.Progress)
+		ex, err := cudaexec.Compile(g, src, cudaexec.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
 			Options: cudaexec.Options{Eager: o.Eager, Profile: o.Profile}})
+		if ps, ok := src.(*progressSource); ok {
+			ps.bar.Done()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)
 		}
