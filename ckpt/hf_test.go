@@ -264,6 +264,11 @@ func TestOpenErrors(t *testing.T) {
 			writeST(t, filepath.Join(dir, "model.safetensors"),
 				`{"model.norm.weight":{"dtype":"F32","shape":[16],"data_offsets":[64,128]}}`, 64)
 		}, want: []string{`tensor "model.norm.weight"`, "lie past the end of the file"}},
+		{name: "offsets overflow", after: func(t *testing.T, dir string) {
+			// base + data_offsets wraps past math.MaxInt64 to a negative file offset.
+			writeST(t, filepath.Join(dir, "model.safetensors"),
+				`{"model.norm.weight":{"dtype":"F32","shape":[16],"data_offsets":[9223372036854775700,9223372036854775764]}}`, 64)
+		}, want: []string{`tensor "model.norm.weight"`, "lie past the end of the file"}},
 		{name: "offsets disagree with shape", after: func(t *testing.T, dir string) {
 			writeST(t, filepath.Join(dir, "model.safetensors"),
 				`{"model.norm.weight":{"dtype":"F32","shape":[16],"data_offsets":[0,60]}}`, 64)

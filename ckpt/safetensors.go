@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -84,6 +85,11 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 		if e-b != size {
 			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] hold %d bytes, but %s %v needs %d",
 				name, b, e, e-b, t.DType, t.Shape, size)
+		}
+		if e > math.MaxInt64-base {
+			// base+e would overflow; such a tensor cannot lie in the file.
+			return nil, fmt.Errorf("tensor %q: data_offsets [%d, %d] lie past the end of the file (%d bytes): the file is truncated or corrupt",
+				name, b, e, len(data))
 		}
 		out = append(out, stTensor{name: name, dtype: dt, shape: shape, begin: base + b, end: base + e})
 	}
