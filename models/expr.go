@@ -33,7 +33,21 @@ func (e *exprError) Error() string { return e.msg }
 type exprParser struct {
 	src    string
 	pos    int
+	depth  int // nesting of parentheses, calls, indexes and prefix operators
 	lookup func(name string) (any, error)
+}
+
+// maxExprDepth bounds the nesting of an expression: the parser recurses
+// once per level, and a model file must not be able to exhaust the stack.
+const maxExprDepth = 200
+
+// nest enters one level of nesting; the caller defers p.depth--.
+func (p *exprParser) nest() error {
+	if p.depth >= maxExprDepth {
+		return p.errf("expected an expression nested at most %d levels deep", maxExprDepth)
+	}
+	p.depth++
+	return nil
 }
 
 // evalExpr evaluates src; lookup resolves identifiers.
@@ -81,6 +95,10 @@ func (p *exprParser) op(ops ...string) string {
 }
 
 func (p *exprParser) or() (any, error) {
+	if err := p.nest(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
 	l, err := p.and()
 	for err == nil {
 		at := p.pos
@@ -272,7 +290,14 @@ func arith(p *exprParser, at int, op string, l, r any) (any, error) {
 
 func (p *exprParser) unary() (any, error) {
 	at := p.pos
-	switch p.op("-", "!") {
+	op := p.op("-", "!")
+	if op != "" {
+		if err := p.nest(); err != nil {
+			return nil, err
+		}
+		defer func() { p.depth-- }()
+	}
+	switch op {
 	case "-":
 		v, err := p.unary()
 		if err != nil {

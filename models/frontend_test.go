@@ -242,6 +242,19 @@ func TestExpressions(t *testing.T) {
 		src string
 		off int
 	}{{"a +", 3}, {"a + zz", 4}, {"a / 0", 2}, {"s * 2", 2}, {"l[5]", 1}, {"foo(1)", 0}, {"if(a, 1, 2)", 0}, {"a b", 2}}
+	// Nesting deep enough to overflow the stack of a recursive parser is an
+	// error where it passes the limit, not a crash.
+	if got, err := evalExpr(strings.Repeat("(", maxExprDepth-1)+"a"+strings.Repeat(")", maxExprDepth-1), lookup); err != nil || got != 6 {
+		t.Errorf("%d nested parentheses: %v, %v; want 6", maxExprDepth-1, got, err)
+	}
+	for _, c := range []struct{ open, close string }{{"(", ")"}, {"-", ""}, {"!", ""}, {"l[", "]"}, {"min(1, ", ")"}} {
+		src := strings.Repeat(c.open, 1_000_000) + "a" + strings.Repeat(c.close, 1_000_000)
+		_, err := evalExpr(src, lookup)
+		var ee *exprError
+		if !errors.As(err, &ee) || !strings.Contains(ee.msg, "nested at most") {
+			t.Errorf("%q x 1e6 around a: got %v, want a nesting error", c.open, err)
+		}
+	}
 	for _, c := range bad {
 		_, err := evalExpr(c.src, lookup)
 		var ee *exprError
