@@ -241,12 +241,24 @@ func arith(p *exprParser, at int, op string, l, r any) (any, error) {
 	ai, aInt := l.(int)
 	bi, bInt := r.(int)
 	if aInt && bInt {
+		overflow := func() (any, error) {
+			return nil, p.errAt(at, "integer overflow: %d %s %d does not fit in 64 bits", ai, op, bi)
+		}
 		switch op {
 		case "+":
+			if bi > 0 && ai > math.MaxInt-bi || bi < 0 && ai < math.MinInt-bi {
+				return overflow()
+			}
 			return ai + bi, nil
 		case "-":
+			if bi < 0 && ai > math.MaxInt+bi || bi > 0 && ai < math.MinInt+bi {
+				return overflow()
+			}
 			return ai - bi, nil
 		case "*":
+			if ai != 0 && ((ai*bi)/ai != bi || ai == -1 && bi == math.MinInt) {
+				return overflow()
+			}
 			return ai * bi, nil
 		case "//", "%":
 			if bi == 0 {
@@ -254,6 +266,9 @@ func arith(p *exprParser, at int, op string, l, r any) (any, error) {
 			}
 			if op == "%" {
 				return ai % bi, nil
+			}
+			if ai == math.MinInt && bi == -1 {
+				return overflow()
 			}
 			q := ai / bi
 			if (ai%bi != 0) && ((ai < 0) != (bi < 0)) {
@@ -305,6 +320,9 @@ func (p *exprParser) unary() (any, error) {
 		}
 		switch x := v.(type) {
 		case int:
+			if x == math.MinInt {
+				return nil, p.errAt(at, "integer overflow: -(%d) does not fit in 64 bits", x)
+			}
 			return -x, nil
 		case float64:
 			return -x, nil

@@ -241,7 +241,10 @@ func TestExpressions(t *testing.T) {
 	bad := []struct {
 		src string
 		off int
-	}{{"a +", 3}, {"a + zz", 4}, {"a / 0", 2}, {"s * 2", 2}, {"l[5]", 1}, {"foo(1)", 0}, {"if(a, 1, 2)", 0}, {"a b", 2}}
+	}{{"a +", 3}, {"a + zz", 4}, {"a / 0", 2}, {"s * 2", 2}, {"l[5]", 1}, {"foo(1)", 0}, {"if(a, 1, 2)", 0}, {"a b", 2},
+		// Integers do not wrap: a shape of V**12 would silently become [0, H].
+		{"a * 4611686018427387904", 2}, {"1 + 9223372036854775807", 2}, {"-9223372036854775807 - 2", 21},
+		{"(0 - 9223372036854775807 - 1) // -1", 30}, {"b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b * b", 122}}
 	// Nesting deep enough to overflow the stack of a recursive parser is an
 	// error where it passes the limit, not a crash.
 	if got, err := evalExpr(strings.Repeat("(", maxExprDepth-1)+"a"+strings.Repeat(")", maxExprDepth-1), lookup); err != nil || got != 6 {
