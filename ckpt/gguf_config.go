@@ -179,7 +179,7 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	if m.err != nil {
 		return nil, m.err
 	}
-	if c.NumLayers <= 0 || c.NumLayers > 1<<16 {
+	if c.NumLayers <= 0 || c.NumLayers > models.MaxLayers {
 		return nil, fmt.Errorf("GGUF key %sblock_count = %d is out of range", p, c.NumLayers)
 	}
 	n := c.NumLayers

@@ -185,12 +185,21 @@ func Defaults() *Config {
 	}
 }
 
+// Limits of a configuration lagc builds: far beyond any real Laguna model,
+// and small enough that a hostile config.json or GGUF header can neither
+// make graph construction exhaust memory (one set of nodes per layer) nor
+// overflow a weight's element count.
+const (
+	MaxLayers         = 1 << 16
+	MaxWeightElements = 1 << 40
+)
+
 // Normalize fills the per-layer lists as transformers does when they are
 // absent, then validates the configuration.
 func (c *Config) Normalize() error {
 	n := c.NumLayers
-	if n <= 0 {
-		return fmt.Errorf("num_hidden_layers must be positive, got %d", n)
+	if n <= 0 || n > MaxLayers {
+		return fmt.Errorf("num_hidden_layers must be in [1, %d], got %d", MaxLayers, n)
 	}
 	if c.LayerTypes == nil {
 		c.LayerTypes = make([]string, n)
@@ -246,12 +255,15 @@ func (c *Config) Normalize() error {
 // Validate checks that the configuration describes a model lagc can build.
 func (c *Config) Validate() error {
 	n := c.NumLayers
+	if n <= 0 || n > MaxLayers {
+		return fmt.Errorf("num_hidden_layers must be in [1, %d], got %d", MaxLayers, n)
+	}
 	pos := []struct {
 		name string
 		v    int
 	}{
 		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"num_key_value_heads", c.NumKVHeads},
-		{"head_dim", c.HeadDim},
+		{"head_dim", c.HeadDim}, {"max_position_embeddings", c.MaxPositionEmbeddings},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -303,6 +315,9 @@ func (c *Config) Validate() error {
 				c.MoEIntermediateSize, c.SharedExpertSize)
 		}
 	}
+	if err := c.checkWeightSizes(); err != nil {
+		return err
+	}
 	for k, r := range c.RopeParameters {
 		if r.Type != "default" && r.Type != "yarn" {
 			return fmt.Errorf("rope_parameters.%s.rope_type = %q: lagc supports \"default\" and \"yarn\"", k, r.Type)
@@ -316,6 +331,42 @@ func (c *Config) Validate() error {
 	}
 	if c.RMSNormEps <= 0 {
 		return fmt.Errorf("rms_norm_eps must be positive, got %g", c.RMSNormEps)
+	}
+	return nil
+}
+
+// checkWeightSizes checks that every weight the configuration implies has
+// at most MaxWeightElements elements (so no size computed from them
+// overflows). The sizes have been checked to be positive.
+func (c *Config) checkWeightSizes() error {
+	type weight struct {
+		what string
+		dims []int
+	}
+	V, H, d, kv := c.VocabSize, c.HiddenSize, c.HeadDim, c.NumKVHeads
+	ws := []weight{{"vocab_size x hidden_size", []int{V, H}}}
+	for l := 0; l < c.NumLayers; l++ {
+		nh := c.Heads(l)
+		ws = append(ws,
+			weight{fmt.Sprintf("layer %d: query heads (%d) x head_dim x hidden_size", l, nh), []int{nh, d, H}},
+			weight{"num_key_value_heads x head_dim x hidden_size", []int{kv, d, H}},
+			weight{fmt.Sprintf("layer %d: %s gate rows x hidden_size", l, c.Gating), []int{c.GateRows(l), H}})
+		if c.IsMoE(l) {
+			ws = append(ws,
+				weight{"num_experts x moe_intermediate_size x hidden_size", []int{c.NumExperts, c.MoEIntermediateSize, H}},
+				weight{"shared_expert_intermediate_size x hidden_size", []int{c.SharedExpertSize, H}})
+		} else {
+			ws = append(ws, weight{"intermediate_size x hidden_size", []int{c.IntermediateSize, H}})
+		}
+	}
+	for _, w := range ws {
+		n := int64(1)
+		for _, x := range w.dims {
+			if x > 0 && n > MaxWeightElements/int64(x) {
+				return fmt.Errorf("%s = %v: a weight of more than %d elements is beyond what lagc builds", w.what, w.dims, int64(MaxWeightElements))
+			}
+			n *= int64(max(x, 0))
+		}
 	}
 	return nil
 }
