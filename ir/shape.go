@@ -2,6 +2,8 @@ package ir
 
 import (
 	"fmt"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -31,6 +33,16 @@ func (d Dim) String() string {
 
 // Env binds symbolic dimensions to sizes, e.g. Env{"T": 1} for decode.
 type Env map[string]int
+
+// String lists the bindings, sorted: "T=1, U=4".
+func (e Env) String() string {
+	parts := make([]string, 0, len(e))
+	for k, v := range e {
+		parts = append(parts, k+"="+strconv.Itoa(v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
 
 // Eval returns the size of d under env.
 func (d Dim) Eval(env Env) (int, error) {
@@ -93,13 +105,25 @@ func (s Shape) Eval(env Env) ([]int, error) {
 	return out, nil
 }
 
-// Elems returns the number of elements of s under env.
+// MaxElems bounds the element count Elems computes: a byte size of that
+// many elements of any dtype, rounded up to an alignment, still fits int64.
+const MaxElems = math.MaxInt64 / 16
+
+// Elems returns the number of elements of s under env. A count beyond
+// MaxElems (a symbol bound to a huge size, say) is an error, not a wrapped
+// product.
 func (s Shape) Elems(env Env) (int64, error) {
 	n := int64(1)
 	for _, d := range s {
 		v, err := d.Eval(env)
 		if err != nil {
 			return 0, err
+		}
+		if v < 0 {
+			return 0, fmt.Errorf("shape %s with %s: dimension %d is negative", s, env, v)
+		}
+		if v != 0 && n > MaxElems/int64(v) {
+			return 0, fmt.Errorf("shape %s with %s has more than %d elements", s, env, int64(MaxElems))
 		}
 		n *= int64(v)
 	}

@@ -14,6 +14,10 @@ func init() {
 // Alignment of every buffer in the arena, in bytes.
 const Alignment = 256
 
+// maxArena bounds the bytes of a plan (1 EiB, beyond any machine), so that
+// the offsets and sums below cannot overflow.
+const maxArena = 1 << 60
+
 // MemoryPlan places every activation (and graph input) of one step size in
 // a single arena. A reshape output is a view: it shares its input's buffer.
 type MemoryPlan struct {
@@ -147,6 +151,9 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 	for _, bi := range byIdx {
 		b := &p.Buffers[bi]
 		size := align(b.Size)
+		if size > maxArena-p.NoReuse {
+			return nil, fmt.Errorf("T=%d: the activations need more than %d bytes", tokens, int64(maxArena))
+		}
 		var clash [][2]int64
 		for _, oi := range placed {
 			o := p.Buffers[oi]

@@ -305,6 +305,13 @@ output %d
 	if p3.Arena != 2*16*64*2 {
 		t.Fatalf("bf16 T=16 arena %d", p3.Arena)
 	}
+	// A step size whose buffers would overflow int64 is an error, not a
+	// wrapped (even negative) arena size.
+	for _, T := range []int{1 << 51, 1 << 56, 1<<62 + 1} {
+		if p, err := PlanMemory(g, T, ir.F32); err == nil {
+			t.Errorf("T=%d: arena %d, no reuse %d; want an error", T, p.Arena, p.NoReuse)
+		}
+	}
 }
 
 func TestMemoryPlanLaguna(t *testing.T) {
