@@ -73,6 +73,9 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 		if err != nil {
 			return nil, fmt.Errorf("prefill at position %d: %w", s, err)
 		}
+		if err := checkStep(logits, next, len(part), V); err != nil {
+			return nil, fmt.Errorf("prefill at position %d: %w", s, err)
+		}
 		res.PromptNext = append(res.PromptNext, next...)
 		if o.Logits {
 			for t := range part {
@@ -118,6 +121,10 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 			break
 		}
 		logits, next, err := b.Forward([]int32{id})
+		if err == nil && !(logits == nil && o.Sampler == nil && len(next) == 1) {
+			// (Greedy decoding needs only next: a backend may skip the logits.)
+			err = checkStep(logits, next, 1, V)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("decode at position %d: %w", b.Pos(), err)
 		}
@@ -125,4 +132,13 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 	}
 	res.DecodeTime = time.Since(t1)
 	return res, nil
+}
+
+// checkStep checks that a backend returned T rows of V logits and T ids.
+func checkStep(logits []float32, next []int32, T, V int) error {
+	if len(logits) != T*V || len(next) != T {
+		return fmt.Errorf("the backend returned %d logits and %d next ids for %d tokens; expected %d x vocab %d and %d",
+			len(logits), len(next), T, T, V, T)
+	}
+	return nil
 }

@@ -77,6 +77,12 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	if err := BindCheckpoint(g, ck); err != nil {
 		return nil, err
 	}
+	if err := CheckInterface(g, cfg.VocabSize); err != nil {
+		if o.YAMLPath != "" {
+			return nil, fmt.Errorf("%s: %w", o.YAMLPath, err)
+		}
+		return nil, err
+	}
 	res, err := passes.Run(g, passes.Options{Passes: o.Passes, Disable: o.Disable})
 	if err != nil {
 		return nil, err
@@ -170,6 +176,55 @@ func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
 		return fmt.Errorf("graph with checkpoint dtypes: %w", err)
 	}
 	return nil
+}
+
+// CheckInterface checks what the backends and Generate rely on: the graph's
+// inputs are tokens and pos, i32 [T]; it outputs logits, float [T, vocab],
+// and next, i32 [T]. A model file (--yaml) may build any graph.
+func CheckInterface(g *ir.Graph, vocab int) error {
+	perToken := func(v *ir.Value, width int) bool {
+		for _, t := range []int{1, 3} {
+			n, err := v.Type.Shape.Elems(g.Env(t))
+			if err != nil || n != int64(t*width) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, in := range g.Inputs {
+		if in.Name != "tokens" && in.Name != "pos" {
+			return fmt.Errorf("model graph input %s: the executors feed only tokens and pos", in.Name)
+		}
+		if in.Type.DType != ir.I32 || !perToken(in, 1) {
+			return fmt.Errorf("model graph input %s is %s: expected i32[T]", in.Name, in.Type)
+		}
+	}
+	var logits, next *ir.Value
+	for _, o := range g.Outputs {
+		switch o.Name {
+		case "logits":
+			logits = o
+		case "next":
+			next = o
+		}
+	}
+	switch {
+	case logits == nil || next == nil:
+		return fmt.Errorf("model graph outputs %v: expected logits and next", outputNames(g))
+	case !logits.Type.DType.IsFloat() || len(logits.Type.Shape) != 2 || !perToken(logits, vocab):
+		return fmt.Errorf("model graph output logits is %s: expected a float [T,%d] (vocab_size %d)", logits.Type, vocab, vocab)
+	case next.Type.DType != ir.I32 || !perToken(next, 1):
+		return fmt.Errorf("model graph output next is %s: expected i32[T]", next.Type)
+	}
+	return nil
+}
+
+func outputNames(g *ir.Graph) []string {
+	var out []string
+	for _, o := range g.Outputs {
+		out = append(out, o.Name)
+	}
+	return out
 }
 
 // cpuBackend adapts the CPU executor to Backend.
