@@ -725,6 +725,14 @@ func (b *builder) layers(key *yaml.Node, outs, args []nameAt, attrs *yaml.Node, 
 		}
 	}
 	in, out := sec["input"], sec["output"]
+	for _, n := range []*yaml.Node{in, out} {
+		if n.Kind != yaml.ScalarNode || !validName(n.Value) {
+			return b.errf(n, "expected a value name for the layer's input and output")
+		}
+	}
+	if p := sec["prefix"]; p != nil && p.Kind != yaml.ScalarNode {
+		return b.errf(p, "expected a weight-name prefix such as blk.{l}.")
+	}
 	for l := 0; l < b.c.NumLayers; l++ {
 		ls := &scope{params: map[string]any{"l": l}, locals: map[string]*ir.Value{}, where: map[string]*yaml.Node{},
 			weights: map[string]*weightDecl{}, parent: s}
