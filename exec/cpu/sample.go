@@ -76,16 +76,15 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if s.Greedy() {
 		return int32(argmax(sc)), nil
 	}
-	if t := float32(s.cfg.Temperature); t != 1 {
-		for i := range sc {
-			sc[i] /= t
-		}
-	}
 	for i, x := range sc {
 		if x != x {
 			return 0, fmt.Errorf("sampler: logit %d is NaN", i)
 		}
 	}
+	// A positive temperature keeps the order, so top-k selects on the raw
+	// logits; the temperature divides their differences from the best in
+	// float64, where no positive temperature underflows to zero (float32
+	// logits divided by 1e-50 became ±Inf, and NaN weights drew garbage).
 	kept := s.topK(sc)
 	// Probabilities of the kept tokens, best first, unnormalised.
 	w := grow(&s.weights, len(kept))
@@ -93,9 +92,10 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if math.IsInf(top, -1) {
 		return 0, fmt.Errorf("sampler: every logit is -Inf")
 	}
+	temp := s.cfg.Temperature
 	total := 0.0
 	for i, id := range kept {
-		w[i] = math.Exp(float64(sc[id]) - top)
+		w[i] = math.Exp((float64(sc[id]) - top) / temp)
 		total += w[i]
 	}
 	for len(w) > 1 && w[len(w)-1] == 0 { // -Inf logits, or too far below the best

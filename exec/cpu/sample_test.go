@@ -150,6 +150,14 @@ func TestSamplerDistributions(t *testing.T) {
 	if f[0] == 0 || f[1] == 0 || f[2] == 0 || f[3] != 0 {
 		t.Errorf("top-k 1 with a three-way tie: frequencies %v", f)
 	}
+	// A tiny positive temperature is all but greedy: 1e-50 underflows float32
+	// (and 1e-40 overflows the scaled logits), which once drew garbage.
+	for _, temp := range []float64{1e-50, 1e-40, 1e-300} {
+		f := draws(t, mustSampler(t, SamplerConfig{Temperature: temp}), []float32{0.5, 2, -3, 1.99}, 200)
+		if f[1] != 1 {
+			t.Errorf("temperature %g: frequencies %v, want only the best token", temp, f)
+		}
+	}
 	// -Inf logits are never drawn.
 	inf := float32(math.Inf(-1))
 	f = draws(t, mustSampler(t, SamplerConfig{Temperature: 1}), []float32{0, inf, 0, inf}, 2000)
