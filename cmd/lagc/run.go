@@ -55,7 +55,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.prompt, "prompt", "", "prompt text (needs the checkpoint's tokenizer)")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids")
 	fs.BoolVar(&f.chat, "chat", false, "interactive conversation using the checkpoint's chat template")
-	fs.BoolVar(&f.raw, "raw", false, "with --prompt: encode the text as is (no bos), as `tokenizer.encode(add_special_tokens=False)`")
+	fs.BoolVar(&f.raw, "raw", false, "with --prompt: encode the text as is (no bos), as tokenizer.encode(add_special_tokens=False) does")
 	fs.IntVar(&f.n, "n", 64, "maximum number of tokens to generate")
 	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (cuda where a GPU is found, else cpu)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text")
