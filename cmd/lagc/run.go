@@ -154,7 +154,7 @@ func runRun(f *runFlags) error {
 	}
 	if tok != nil {
 		gen.Stop = tok.IsEOG
-	} else if eos := m.Config.EOSTokenIDs; len(eos) > 0 {
+	} else if eos := m.Config.EOSTokenIDs; len(eos) > 0 && !f.jsonOut {
 		gen.Stop = func(id int32) bool { return containsID(eos, id) }
 	}
 	var stream *tokenizer.StreamDecoder

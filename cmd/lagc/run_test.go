@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"lagc/internal/fixture"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -106,46 +105,6 @@ func TestRunErrors(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, stderr, c.code, c.want)
 			}
 		})
-	}
-}
-
-// TestRunStopsAtEOS: generation from --prompt-ids ends at the config's
-// eos_token_id, with --json as without (the fixture's config is edited so
-// that its first greedy token is the end token).
-func TestRunStopsAtEOS(t *testing.T) {
-	fix := "../../testdata/fixtures/tiny_yarn_perhead"
-	g := fixture.Read(t, fix)
-	dir := t.TempDir()
-	for _, name := range []string{"config.json", "model.safetensors"} {
-		b, err := os.ReadFile(filepath.Join(fix, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if name == "config.json" {
-			b = bytes.Replace(b, []byte(`"eos_token_id": 2,`), []byte(`"eos_token_id": `+jsonInt(int(g.Greedy[0]))+`,`), 1)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	args := []string{"run", "--model", dir, "--prompt-ids", idList(g.PromptIDs), "-n", "8", "--device", "cpu"}
-	code, stdout, stderr := runCapture(t, append(args, "--json")...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	var res struct {
-		GeneratedIDs []int32 `json:"generated_ids"`
-		StopReason   string  `json:"stop_reason"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
-	}
-	if !slices.Equal(res.GeneratedIDs, g.Greedy[:1]) || res.StopReason != "stop" {
-		t.Errorf("--json: generated %v, stop %q; want %v, stop", res.GeneratedIDs, res.StopReason, g.Greedy[:1])
-	}
-	code, stdout, stderr = runCapture(t, args...)
-	if code != 0 || strings.TrimSpace(stdout) != jsonInt(int(g.Greedy[0])) || !strings.Contains(stderr, "stop: stop") {
-		t.Errorf("text: exit %d, stdout %q, stderr %q; want only %d and stop", code, stdout, stderr, g.Greedy[0])
 	}
 }
 
