@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"lagc/tokenizer"
 	"os"
 	"path/filepath"
 	"sort"
@@ -119,6 +120,14 @@ func hfTokenizerMetadata(dir string, vocabSize int) ([]KV, error) {
 		{"tokenizer.ggml.tokens", tokens},
 		{"tokenizer.ggml.token_type", types},
 		{"tokenizer.ggml.merges", merges},
+	}
+	// Whether encoding adds bos/eos comes from tokenizer.json's post-processor;
+	// llama.cpp's keys for it are add_bos_token / add_eos_token.
+	if tok, err := tokenizer.FromHFJSON(data); err == nil {
+		plain, with := tok.Encode("a", false), tok.Encode("a", true)
+		addBOS := len(with) > len(plain) && (len(plain) == 0 || with[0] != plain[0])
+		addEOS := len(with) > len(plain) && (len(plain) == 0 || with[len(with)-1] != plain[len(plain)-1])
+		kv = append(kv, KV{"tokenizer.ggml.add_bos_token", addBOS}, KV{"tokenizer.ggml.add_eos_token", addEOS})
 	}
 	if tmpl, err := chatTemplate(dir); err != nil {
 		return nil, err

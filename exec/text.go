@@ -47,9 +47,8 @@ func LoadTokenizer(ck ckpt.Checkpoint) (*tokenizer.Tokenizer, error) {
 	}
 	sp.BOS, sp.EOS, sp.EOT = id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"), id("tokenizer.ggml.eot_token_id")
 	sp.PAD, sp.UNK = id("tokenizer.ggml.padding_token_id"), id("tokenizer.ggml.unknown_token_id")
-	if b, ok := md["tokenizer.ggml.add_bos_token"].(bool); ok {
-		sp.AddBOS = b
-	}
+	sp.AddBOS, _ = md["tokenizer.ggml.add_bos_token"].(bool)
+	sp.AddEOS, _ = md["tokenizer.ggml.add_eos_token"].(bool)
 	t, err := tokenizer.FromGGUF(tokens, merges, types, pre, sp)
 	if err != nil {
 		return nil, fmt.Errorf("%s: tokenizer metadata: %w", ck.Path(), err)

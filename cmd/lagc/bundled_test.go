@@ -69,3 +69,20 @@ func TestRunChat(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// TestRunConvertedBundledPrompt: the bundled model converted to GGUF keeps
+// its tokenizer (bos included), so --prompt gives the HF directory's ids and
+// tokens.
+func TestRunConvertedBundledPrompt(t *testing.T) {
+	t.Setenv("LAGC_CACHE_DIR", t.TempDir())
+	out := t.TempDir() + "/tiny.gguf"
+	if code, _, stderr := runCapture(t, "convert", "--model", "../../models/tiny", "-o", out); code != 0 {
+		t.Fatalf("convert: %s", stderr)
+	}
+	args := []string{"--prompt", "func main() {", "-n", "8", "--device", "cpu", "--json"}
+	_, hf, _ := runCapture(t, append([]string{"run"}, args...)...)
+	code, gguf, stderr := runCapture(t, append([]string{"run", "--model", out}, args...)...)
+	if code != 0 || hf != gguf {
+		t.Fatalf("exit %d (%s)\nGGUF: %s\n  HF: %s", code, stderr, gguf, hf)
+	}
+}
