@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -114,7 +115,7 @@ func TestGenerateErrors(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := m.Generate(context.Background(), c.prompt, GenOptions{MaxTokens: 2})
-			if err == nil || !contains(err.Error(), c.want) {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error containing %q", err, c.want)
 			}
 		})
@@ -127,17 +128,4 @@ func TestGenerateErrors(t *testing.T) {
 	if res.StopReason != "context" || len(g.PromptIDs)+len(res.Generated) != g.MaxPos+1 {
 		t.Fatalf("stop %q after %d tokens; want context after %d", res.StopReason, len(res.Generated), g.MaxPos+1-len(g.PromptIDs))
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }

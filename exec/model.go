@@ -96,7 +96,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	case "", "cpu":
 		src := withProgress(ck, g, o.Progress)
 		ex, err := cpu.NewExecutor(g, src, maxPos)
-		if ps, ok := src.(*progressSource); ok {
+		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}
 		if err != nil {
@@ -113,7 +113,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		src := withProgress(ck, g, o.Progress)
 		ex, err := cudaexec.Compile(g, src, cudaexec.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
 			Options: cudaexec.Options{Eager: o.Eager, Profile: o.Profile}})
-		if ps, ok := src.(*progressSource); ok {
+		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}
 		if err != nil {

@@ -23,6 +23,9 @@ func init() {
 		Inputs: []string{"x", "w"},
 		Attrs:  []AttrSpec{{Name: "eps", Kind: AttrKindFloat, Required: true}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if eps, ok := a["eps"].(float64); ok && !(eps > 0) {
+				return nil, fmt.Errorf("eps must be positive, got %g", eps)
+			}
 			if err := wantFloat(in, 0, "x", -1); err != nil {
 				return nil, err
 			}

@@ -58,11 +58,11 @@ func isTerminal(w io.Writer) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-// Add records n more units done.
+// Add records n more units done (n <= 0 changes nothing).
 func (b *Bar) Add(n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.finished {
+	if b.finished || n <= 0 {
 		return
 	}
 	b.done += n

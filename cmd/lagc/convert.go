@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "convert",
 		summary: "convert a Laguna checkpoint (HF safetensors or GGUF) to GGUF with llama.cpp's laguna names",
-		usage:   "convert --model HF_DIR -o OUT.gguf [--dtype keep|f32|f16|bf16]",
+		usage:   "convert --model CKPT -o OUT.gguf [--dtype keep|f32|f16|bf16]",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var o convertOpts
 			fs.StringVar(&o.model, "model", "", "checkpoint to convert: HF directory (config.json + safetensors) or .gguf file")
