@@ -12,6 +12,19 @@ import (
 
 func fixtureDirs(t testing.TB) []string { return fixture.Dirs(t) }
 
+// openFirstFixture opens the first fixture on the CPU (closed when the test
+// ends) with its goldens.
+func openFirstFixture(t *testing.T) (*Model, *fixture.Golden) {
+	t.Helper()
+	dir := fixtureDirs(t)[0]
+	m, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, readGolden(t, dir)
+}
+
 func readGolden(t testing.TB, dir string) *fixture.Golden { return fixture.Read(t, dir) }
 
 func maxAbsDiff(a, b []float32) float64 {
@@ -73,13 +86,7 @@ func TestFixturesCPU(t *testing.T) {
 // tokens and bitwise the same logits as feeding the prompt one token at a
 // time.
 func TestPrefillEqualsTokenByToken(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	ctx := context.Background()
 	a, err := m.Generate(ctx, g.PromptIDs, GenOptions{MaxTokens: 40})
 	if err != nil {
@@ -95,13 +102,7 @@ func TestPrefillEqualsTokenByToken(t *testing.T) {
 }
 
 func TestGenerateErrors(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	long := make([]int32, g.MaxPos+1)
 	for _, c := range []struct {
 		name   string

@@ -9,13 +9,7 @@ import (
 // cleanly, keeping the tokens produced so far; a cancelled prefill is an
 // error.
 func TestGenerateCancel(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	res, err := m.Generate(ctx, g.PromptIDs, GenOptions{MaxTokens: 20, OnToken: func(id int32) error {
 		cancel()
@@ -39,13 +33,7 @@ func TestGenerateCancel(t *testing.T) {
 
 // TestGenerateStop: an end-of-generation id ends generation and is kept.
 func TestGenerateStop(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	stopAt := g.Greedy[3]
 	res, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 20, Stop: func(id int32) bool { return id == stopAt }})
 	if err != nil {
