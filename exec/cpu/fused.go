@@ -73,23 +73,11 @@ func MatMulSwiGLU(y, x, w []float32, T, K, N int) error {
 // swiglu is the blocked loop of matmul with a silu*mul epilogue over two
 // weights g and u [N,K].
 func swiglu(y, x, g, u []float32, T, K, N int) {
-	nb := max(4, min(matmulRowBytes/(8*K), 256)) // two weights per row
-	nb = min(nb, N)
-	tb := min(T, matmulTokens)
-	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
-	parallelFor(nBlocks*tBlocks, 2*nb*tb*K, func(lo, hi int) {
-		for b := lo; b < hi; b++ {
-			n0 := (b % nBlocks) * nb
-			n1 := min(n0+nb, N)
-			t0 := (b / nBlocks) * tb
-			t1 := min(t0+tb, T)
-			for t := t0; t < t1; t++ {
-				xr := x[t*K : t*K+K]
-				yr := y[t*N : t*N+N]
-				for n := n0; n < n1; n++ {
-					yr[n] = silu(dot(xr, g[n*K:n*K+K])) * dot(xr, u[n*K:n*K+K])
-				}
-			}
+	blocked(T, K, N, 2, true, func(t, n0, n1 int) {
+		xr := x[t*K : t*K+K]
+		yr := y[t*N : t*N+N]
+		for n := n0; n < n1; n++ {
+			yr[n] = silu(dot(xr, g[n*K:n*K+K])) * dot(xr, u[n*K:n*K+K])
 		}
 	})
 }
@@ -105,23 +93,11 @@ func MatMulAdd(y, x, w, r []float32, T, K, N int) error {
 	if err := checkLen(op, "r", len(r), T, N); err != nil {
 		return err
 	}
-	nb := max(4, min(matmulRowBytes/(4*K), 256))
-	nb = min(nb, N)
-	tb := min(T, matmulTokens)
-	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
-	parallelFor(nBlocks*tBlocks, nb*tb*K, func(lo, hi int) {
-		for b := lo; b < hi; b++ {
-			n0 := (b % nBlocks) * nb
-			n1 := min(n0+nb, N)
-			t0 := (b / nBlocks) * tb
-			t1 := min(t0+tb, T)
-			for t := t0; t < t1; t++ {
-				xr := x[t*K : t*K+K]
-				for n := n0; n < n1; n++ {
-					p := dot(xr, w[n*K:n*K+K])
-					y[t*N+n] = r[t*N+n] + p
-				}
-			}
+	blocked(T, K, N, 1, true, func(t, n0, n1 int) {
+		xr := x[t*K : t*K+K]
+		for n := n0; n < n1; n++ {
+			p := dot(xr, w[n*K:n*K+K])
+			y[t*N+n] = r[t*N+n] + p
 		}
 	})
 	return nil

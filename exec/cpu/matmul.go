@@ -33,14 +33,24 @@ const (
 )
 
 func matmul(y, x, w []float32, T, K, N int, parallel bool) {
-	nb := matmulRowBytes / (4 * K)
-	nb = max(4, min(nb, 256))
-	if nb > N {
-		nb = N
-	}
+	blocked(T, K, N, 1, parallel, func(t, n0, n1 int) {
+		xr := x[t*K : t*K+K]
+		yr := y[t*N : t*N+N]
+		for n := n0; n < n1; n++ {
+			yr[n] = dot(xr, w[n*K:n*K+K])
+		}
+	})
+}
+
+// blocked runs body(t, n0, n1) for every token t and block [n0, n1) of
+// output columns, blocking columns so that the weight rows of a block
+// (weights matrices of K floats per column) stay in L2 while a block of
+// tokens passes over them; the blocks run in parallel when asked.
+func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
+	nb := max(4, min(matmulRowBytes/(4*weights*K), 256))
+	nb = min(nb, N)
 	tb := min(T, matmulTokens)
-	nBlocks := (N + nb - 1) / nb
-	tBlocks := (T + tb - 1) / tb
+	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
 	run := func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
@@ -48,11 +58,7 @@ func matmul(y, x, w []float32, T, K, N int, parallel bool) {
 			t0 := (b / nBlocks) * tb
 			t1 := min(t0+tb, T)
 			for t := t0; t < t1; t++ {
-				xr := x[t*K : t*K+K]
-				yr := y[t*N : t*N+N]
-				for n := n0; n < n1; n++ {
-					yr[n] = dot(xr, w[n*K:n*K+K])
-				}
+				body(t, n0, n1)
 			}
 		}
 	}
@@ -60,7 +66,7 @@ func matmul(y, x, w []float32, T, K, N int, parallel bool) {
 		run(0, nBlocks*tBlocks)
 		return
 	}
-	parallelFor(nBlocks*tBlocks, nb*tb*K, run)
+	parallelFor(nBlocks*tBlocks, weights*nb*tb*K, run)
 }
 
 // dot returns sum_i a[i]*b[i] with eight interleaved partial sums (for
