@@ -7,13 +7,12 @@ package ckpt
 import (
 	"errors"
 	"fmt"
+	"lagc/config"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-
-	"lagc/models"
 )
 
 // TensorInfo describes one canonical tensor.
@@ -34,7 +33,7 @@ func (t TensorInfo) Elements() int64 {
 // methods may be called from several goroutines at once, except Close.
 type Checkpoint interface {
 	// Config returns the model configuration read from the checkpoint's metadata.
-	Config() *models.Config
+	Config() *config.Config
 	// Tensors lists every canonical tensor in a stable order (globals, then
 	// blocks in order).
 	Tensors() []TensorInfo
@@ -127,7 +126,7 @@ type entry struct {
 // checkpoint is the one implementation of Checkpoint for both formats.
 type checkpoint struct {
 	path, format string
-	cfg          *models.Config
+	cfg          *config.Config
 	entries      map[string]*entry
 	order        []string
 	files        []*mappedFile
@@ -135,7 +134,7 @@ type checkpoint struct {
 	closed       bool
 }
 
-func (c *checkpoint) Config() *models.Config   { return c.cfg }
+func (c *checkpoint) Config() *config.Config   { return c.cfg }
 func (c *checkpoint) Format() string           { return c.format }
 func (c *checkpoint) Path() string             { return c.path }
 func (c *checkpoint) Metadata() map[string]any { return c.meta }

@@ -3,12 +3,11 @@ package ckpt
 import (
 	"bytes"
 	"encoding/binary"
+	"lagc/config"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
-
-	"lagc/models"
 )
 
 // stSeed builds a small valid safetensors file.
@@ -41,13 +40,13 @@ func ggufSeed() []byte {
 // ggufConfigSeed is the metadata of a small Laguna model without tensors,
 // so the fuzzer starts from input that reaches the configuration reader.
 func ggufConfigSeed() []byte {
-	c := models.Defaults()
+	c := config.Defaults()
 	c.VocabSize, c.HiddenSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim = 8, 4, 2, 2, 1, 2
 	c.NumExperts, c.NumExpertsPerTok, c.IntermediateSize, c.MoEIntermediateSize, c.SharedExpertSize = 3, 1, 4, 2, 2
-	c.LayerTypes = []string{models.FullAttention, models.SlidingAttention}
-	c.RopeParameters = map[string]models.Rope{
-		models.FullAttention:    {Type: "yarn", Theta: 100, PartialRotaryFactor: 1, Factor: 2, OriginalContext: 4},
-		models.SlidingAttention: {Type: "default", Theta: 10, PartialRotaryFactor: 1},
+	c.LayerTypes = []string{config.FullAttention, config.SlidingAttention}
+	c.RopeParameters = map[string]config.Rope{
+		config.FullAttention:    {Type: "yarn", Theta: 100, PartialRotaryFactor: 1, Factor: 2, OriginalContext: 4},
+		config.SlidingAttention: {Type: "default", Theta: 10, PartialRotaryFactor: 1},
 	}
 	if err := c.Normalize(); err != nil {
 		panic(err)

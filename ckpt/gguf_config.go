@@ -2,9 +2,8 @@ package ckpt
 
 import (
 	"fmt"
+	"lagc/config"
 	"strconv"
-
-	"lagc/models"
 )
 
 // GGUF keys lagc reads beyond llama.cpp's laguna set. llama.cpp has no key
@@ -155,7 +154,7 @@ func intSlice(v any) ([]int, bool) {
 // configFromGGUF builds a Laguna configuration from GGUF metadata, using
 // the tensor shapes where llama.cpp derives a parameter from them (gating,
 // tied embeddings) or where an optional key is absent.
-func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config, error) {
+func configFromGGUF(kv map[string]any, shapes map[string][]int) (*config.Config, error) {
 	m := &ggufMeta{kv: kv}
 	arch := m.str("general.architecture", "")
 	if m.err != nil {
@@ -173,13 +172,13 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 			return nil, fmt.Errorf("GGUF metadata lacks %s%s", p, k)
 		}
 	}
-	c := models.Defaults()
+	c := config.Defaults()
 	c.Architecture = arch
 	c.NumLayers = m.int(p+"block_count", 0)
 	if m.err != nil {
 		return nil, m.err
 	}
-	if c.NumLayers <= 0 || c.NumLayers > models.MaxLayers {
+	if c.NumLayers <= 0 || c.NumLayers > config.MaxLayers {
 		return nil, fmt.Errorf("GGUF key %sblock_count = %d is out of range", p, c.NumLayers)
 	}
 	n := c.NumLayers
@@ -223,7 +222,7 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	pat, hasPat := kv[p+"attention.sliding_window_pattern"]
 	names, hasNames := kv[p+"attention.layer_types"]
 	for l := range c.LayerTypes {
-		c.LayerTypes[l] = models.FullAttention
+		c.LayerTypes[l] = config.FullAttention
 	}
 	switch {
 	case hasPat:
@@ -233,13 +232,13 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 			}
 			for l := 0; l < n && l < len(bs); l++ {
 				if bs[l] {
-					c.LayerTypes[l] = models.SlidingAttention
+					c.LayerTypes[l] = config.SlidingAttention
 				}
 			}
 		} else if period, ok := asInt(pat); ok && period > 0 {
 			for l := range c.LayerTypes {
 				if int64(l)%period != 0 {
-					c.LayerTypes[l] = models.SlidingAttention
+					c.LayerTypes[l] = config.SlidingAttention
 				}
 			}
 		} else {
@@ -256,7 +255,7 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	case c.SlidingWindow > 0:
 		for l := range c.LayerTypes {
 			if l%4 != 0 {
-				c.LayerTypes[l] = models.SlidingAttention
+				c.LayerTypes[l] = config.SlidingAttention
 			}
 		}
 	}
@@ -269,9 +268,9 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 		if lead < 0 {
 			moe = blk(l, "ffn_gate_inp.weight") != nil
 		}
-		c.MLPLayerTypes[l] = models.MLPDense
+		c.MLPLayerTypes[l] = config.MLPDense
 		if moe {
-			c.MLPLayerTypes[l] = models.MLPSparse
+			c.MLPLayerTypes[l] = config.MLPSparse
 		}
 	}
 	firstOf := func(kind string) int {
@@ -290,7 +289,7 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	}
 	ffn := m.ints(p+"feed_forward_length", n)
 	c.IntermediateSize = 0
-	if d := firstOf(models.MLPDense); d >= 0 {
+	if d := firstOf(config.MLPDense); d >= 0 {
 		c.IntermediateSize = dimOr(d, "ffn_gate.weight", 0, 0)
 		if ffn != nil {
 			c.IntermediateSize = ffn[d]
@@ -298,7 +297,7 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	} else if ffn != nil {
 		c.IntermediateSize = ffn[0]
 	}
-	s := firstOf(models.MLPSparse)
+	s := firstOf(config.MLPSparse)
 	c.NumExperts = m.int(p+"expert_count", dimOr(s, "ffn_gate_inp.weight", 0, 0))
 	c.NumExpertsPerTok = m.int(p+"expert_used_count", 0)
 	c.MoEIntermediateSize = m.int(p+"expert_feed_forward_length", dimOr(s, "ffn_gate_exps.weight", 1, 0))
@@ -312,8 +311,8 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	c.RoutedScaling = m.float(p+"expert_weights_scale", 1)
 	c.RouterSoftcap = m.float(KeyRouterSoftcap, 0)
 
-	c.RopeParameters = map[string]models.Rope{}
-	full := models.Rope{Type: "default", Theta: m.float(p+"rope.freq_base", 500000)}
+	c.RopeParameters = map[string]config.Rope{}
+	full := config.Rope{Type: "default", Theta: m.float(p+"rope.freq_base", 500000)}
 	full.PartialRotaryFactor = float64(m.int(p+"rope.dimension_count", c.HeadDim)) / float64(max(c.HeadDim, 1))
 	switch st := m.str(p+"rope.scaling.type", "none"); st {
 	case "none", "":
@@ -332,21 +331,21 @@ func configFromGGUF(kv map[string]any, shapes map[string][]int) (*models.Config,
 	swaTheta = m.float(p+"rope.freq_base_swa", swaTheta)
 	swaDims := m.int(p+"rope.swa.dimension_count", c.HeadDim)
 	swaDims = m.int(p+"rope.dimension_count_swa", swaDims)
-	c.RopeParameters[models.FullAttention] = full
-	c.RopeParameters[models.SlidingAttention] = models.Rope{Type: "default", Theta: swaTheta,
+	c.RopeParameters[config.FullAttention] = full
+	c.RopeParameters[config.SlidingAttention] = config.Rope{Type: "default", Theta: swaTheta,
 		PartialRotaryFactor: float64(swaDims) / float64(max(c.HeadDim, 1))}
 
 	// Gating from attn_gate's rows (llama.cpp's rule), else the key.
-	c.Gating = models.GatingPerHead
+	c.Gating = config.GatingPerHead
 	if !m.boolean(KeyGatePerHead, true) {
-		c.Gating = models.GatingPerElement
+		c.Gating = config.GatingPerElement
 	}
 	if g := blk(0, "attn_gate.weight"); len(g) == 2 && len(c.HeadsPerLayer) > 0 {
 		switch g[0] {
 		case c.HeadsPerLayer[0]:
-			c.Gating = models.GatingPerHead
+			c.Gating = config.GatingPerHead
 		case c.HeadsPerLayer[0] * c.HeadDim:
-			c.Gating = models.GatingPerElement
+			c.Gating = config.GatingPerElement
 		}
 	}
 	c.TieWordEmbeddings = shapes["output.weight"] == nil

@@ -10,7 +10,7 @@ import (
 
 	"lagc/ckpt"
 	"lagc/ckpt/ckpttest"
-	"lagc/models"
+	"lagc/config"
 )
 
 // roundedFor returns want with each tensor rounded as WriteGGUF stores it.
@@ -30,7 +30,7 @@ func roundedFor(want map[string]*ckpttest.Tensor, dt ckpt.DType) map[string]*ckp
 func TestGGUFRoundTrip(t *testing.T) {
 	cases := []struct {
 		name string
-		cfg  func(*models.Config)
+		cfg  func(*config.Config)
 		opt  ckpttest.Options
 		out  ckpt.DType
 	}{
@@ -38,18 +38,18 @@ func TestGGUFRoundTrip(t *testing.T) {
 		{"f16 from f32 fused", nil, ckpttest.Options{Seed: 8, FusedExperts: true}, ckpt.F16},
 		{"bf16 from f32", nil, ckpttest.Options{Seed: 9}, ckpt.BF16},
 		{"f16 from bf16", nil, ckpttest.Options{Seed: 10, DType: "BF16"}, ckpt.F16},
-		{"tied, per-element gating, default rope, attention factor", func(c *models.Config) {
+		{"tied, per-element gating, default rope, attention factor", func(c *config.Config) {
 			c.TieWordEmbeddings = true
-			c.Gating = models.GatingPerElement
-			c.MLPLayerTypes = []string{models.MLPDense, models.MLPDense, models.MLPSparse, models.MLPSparse}
-			r := c.RopeParameters[models.FullAttention]
+			c.Gating = config.GatingPerElement
+			c.MLPLayerTypes = []string{config.MLPDense, config.MLPDense, config.MLPSparse, config.MLPSparse}
+			r := c.RopeParameters[config.FullAttention]
 			r.AttentionFactor = 1.25
-			c.RopeParameters[models.FullAttention] = r
+			c.RopeParameters[config.FullAttention] = r
 			c.RouterSoftcap = 0
 		}, ckpttest.Options{Seed: 11}, ckpt.F32},
-		{"no sliding layers, default rope", func(c *models.Config) {
-			c.LayerTypes = []string{models.FullAttention, models.FullAttention, models.FullAttention, models.FullAttention}
-			c.RopeParameters[models.FullAttention] = models.Rope{Type: "default", Theta: 10000, PartialRotaryFactor: 1}
+		{"no sliding layers, default rope", func(c *config.Config) {
+			c.LayerTypes = []string{config.FullAttention, config.FullAttention, config.FullAttention, config.FullAttention}
+			c.RopeParameters[config.FullAttention] = config.Rope{Type: "default", Theta: 10000, PartialRotaryFactor: 1}
 			c.SlidingWindow = 0
 		}, ckpttest.Options{Seed: 12}, ckpt.F16},
 	}
@@ -244,7 +244,7 @@ func TestGGUFOllamaVariant(t *testing.T) {
 }
 
 func TestGGUFLayerPatterns(t *testing.T) {
-	want := []string{models.FullAttention, models.SlidingAttention, models.SlidingAttention, models.SlidingAttention}
+	want := []string{config.FullAttention, config.SlidingAttention, config.SlidingAttention, config.SlidingAttention}
 	cases := []struct {
 		name string
 		edit func([]ckpt.KV) []ckpt.KV
@@ -356,12 +356,12 @@ func TestGGUFErrors(t *testing.T) {
 
 func TestWriteRejectsInexpressibleConfig(t *testing.T) {
 	cfg := ckpttest.TinyConfig()
-	cfg.MLPLayerTypes = []string{models.MLPDense, models.MLPSparse, models.MLPDense, models.MLPSparse}
+	cfg.MLPLayerTypes = []string{config.MLPDense, config.MLPSparse, config.MLPDense, config.MLPSparse}
 	if _, err := ckpt.ConfigMetadata(cfg); err == nil || !strings.Contains(err.Error(), "leading_dense_block_count") {
 		t.Errorf("dense after MoE: %v", err)
 	}
 	cfg = ckpttest.TinyConfig()
-	cfg.RopeParameters[models.SlidingAttention] = models.Rope{Type: "yarn", Theta: 1, PartialRotaryFactor: 1, Factor: 2, OriginalContext: 8}
+	cfg.RopeParameters[config.SlidingAttention] = config.Rope{Type: "yarn", Theta: 1, PartialRotaryFactor: 1, Factor: 2, OriginalContext: 8}
 	if _, err := ckpt.ConfigMetadata(cfg); err == nil || !strings.Contains(err.Error(), "sliding") {
 		t.Errorf("yarn on sliding layers: %v", err)
 	}

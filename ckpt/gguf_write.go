@@ -7,11 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"lagc/config"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"lagc/models"
 )
 
 // KV is one GGUF metadata entry. Value is a Go value of a type GGUF has:
@@ -45,7 +44,7 @@ const ggufAlignment = 32
 // ConfigMetadata returns the GGUF metadata of cfg under llama.cpp's laguna
 // keys, plus lagc's router-softcap key. It fails for a configuration the
 // keys cannot express.
-func ConfigMetadata(cfg *models.Config) ([]KV, error) {
+func ConfigMetadata(cfg *config.Config) ([]KV, error) {
 	n := cfg.NumLayers
 	const p = "laguna."
 	heads := make([]int32, n)
@@ -65,7 +64,7 @@ func ConfigMetadata(cfg *models.Config) ([]KV, error) {
 		}
 		anyMoE = true
 	}
-	full, swa := cfg.RopeParameters[models.FullAttention], cfg.RopeParameters[models.SlidingAttention]
+	full, swa := cfg.RopeParameters[config.FullAttention], cfg.RopeParameters[config.SlidingAttention]
 	if swa.Type == "yarn" {
 		return nil, fmt.Errorf("rope_parameters.sliding_attention is yarn: llama.cpp's laguna keys give sliding layers default rope only")
 	}
@@ -82,7 +81,7 @@ func ConfigMetadata(cfg *models.Config) ([]KV, error) {
 		{p + "attention.value_length", u32(cfg.HeadDim)},
 		{p + "attention.layer_norm_rms_epsilon", float32(cfg.RMSNormEps)},
 		{p + "attention.sliding_window_pattern", pattern},
-		{KeyGatePerHead, cfg.Gating != models.GatingPerElement},
+		{KeyGatePerHead, cfg.Gating != config.GatingPerElement},
 	}
 	if cfg.SlidingWindow > 0 {
 		kv = append(kv, KV{p + "attention.sliding_window", u32(cfg.SlidingWindow)})

@@ -3,18 +3,17 @@ package ckpt
 import (
 	"encoding/json"
 	"fmt"
+	"lagc/config"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-
-	"lagc/models"
 )
 
 // openHF opens a Hugging Face checkpoint directory.
 func openHF(dir string) (_ Checkpoint, err error) {
-	cfg, err := models.LoadHFConfig(filepath.Join(dir, "config.json"))
+	cfg, err := config.LoadHFConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}

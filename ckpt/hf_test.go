@@ -13,12 +13,12 @@ import (
 
 	"lagc/ckpt"
 	"lagc/ckpt/ckpttest"
-	"lagc/models"
+	"lagc/config"
 )
 
 // canonicalFromHF computes, from the HF tensors ckpttest wrote, what every
 // canonical tensor must contain: an oracle independent of ckpt's mapping.
-func canonicalFromHF(t *testing.T, cfg *models.Config, hf map[string]*ckpttest.Tensor) map[string]*ckpttest.Tensor {
+func canonicalFromHF(t *testing.T, cfg *config.Config, hf map[string]*ckpttest.Tensor) map[string]*ckpttest.Tensor {
 	t.Helper()
 	get := func(names ...string) *ckpttest.Tensor {
 		for _, n := range names {

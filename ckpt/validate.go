@@ -2,9 +2,8 @@ package ckpt
 
 import (
 	"fmt"
+	"lagc/config"
 	"strings"
-
-	"lagc/models"
 )
 
 // Expected is one tensor a configuration implies, with the reason for its
@@ -16,7 +15,7 @@ type Expected struct {
 }
 
 // ExpectedTensors lists every canonical tensor cfg implies, in Tensors order.
-func ExpectedTensors(cfg *models.Config) []Expected {
+func ExpectedTensors(cfg *config.Config) []Expected {
 	V, H, d, kv := cfg.VocabSize, cfg.HiddenSize, cfg.HeadDim, cfg.NumKVHeads
 	out := []Expected{
 		{"token_embd.weight", []int{V, H}, "vocab_size, hidden_size"},
@@ -30,7 +29,7 @@ func ExpectedTensors(cfg *models.Config) []Expected {
 		nh := cfg.Heads(l)
 		q := fmt.Sprintf("%d heads x head_dim %d", nh, d)
 		gw := fmt.Sprintf("%s gating with %d heads", cfg.Gating, nh)
-		if cfg.Gating == models.GatingPerElement {
+		if cfg.Gating == config.GatingPerElement {
 			gw += fmt.Sprintf(" x head_dim %d", d)
 		}
 		out = append(out,

@@ -6,7 +6,7 @@ import (
 
 // The kernel table: which templates of cuda/kernels each op launches, for
 // its dtype signature and shape class, with the launch geometry the
-// exec/cuda launchers use (kept in step with them: they compute geometry
+// exec/gpu launchers use (kept in step with them: they compute geometry
 // from the same shapes, and the plan records it for inspection and cost
 // accounting).
 
@@ -34,7 +34,7 @@ func launch(kernel, file string, grid, block [3]int, shmem int, dts ...string) L
 func g3(x, y int) [3]int { return [3]int{max(x, 1), max(y, 1), 1} }
 
 // DecodeSplits is the number of blocks per kv head the decode attention
-// splits a cache of `slots` over (as cudaexec.Kernels.DecodeSplits).
+// splits a cache of `slots` over (as gpu.Kernels.DecodeSplits).
 func DecodeSplits(slots, nkv, sms int) int {
 	byLen := ceilDiv(slots, splitKeys)
 	byBlocks := max(1, 2*sms/max(nkv, 1))
@@ -50,7 +50,7 @@ func DecodeWorkspace(nsplit, nh, d int) int64 {
 }
 
 // launches picks the kernels of one step at `tokens` tokens and returns
-// them with the workspace they need. The launchers in exec/cuda own the
+// them with the workspace they need. The launchers in exec/gpu own the
 // geometry at run time; this mirrors their rules so a plan can be read and
 // costed without a GPU, and can lag behind a change to them.
 func (l *lowerer) launches(st *Step, class string, tokens int) ([]Launch, int64, error) {
@@ -149,7 +149,7 @@ func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, err
 	if dt == "bf16" && (d == 64 || d == 128) {
 		// Tensor cores (attention_prefill_tc.cu): 64 rows of one kv head's
 		// query group a CTA; Q and two stages of 64 keys and values, rows
-		// padded to d+8 (exec/cuda prefillTCSmem).
+		// padded to d+8 (exec/gpu prefillTCSmem).
 		att = launch("attn_prefill_tc", "attention_prefill_tc.cu", g3(ceilDiv(T*group, 64), nkv), [3]int{128, 1, 1}, 2*(d+8)*(64+4*64), dt)
 		att.DTypes = append(att.DTypes, fmt.Sprint(d))
 	} else {
@@ -165,7 +165,7 @@ func (l *lowerer) attention(st *Step, class string, T int) ([]Launch, int64, err
 	return []Launch{att, appendL}, 0, nil
 }
 
-// Tensor-core tile constants of matmul.cu (cudaexec.DefaultMMAK = 64:
+// Tensor-core tile constants of matmul.cu (gpu.DefaultMMAK = 64:
 // three pipeline stages of K steps of 64, rows padded by 8 elements).
 const (
 	gemvMaxRows = 8
@@ -183,7 +183,7 @@ func dtypeSize(dt string) int {
 	return 2
 }
 
-// matmulLaunch mirrors cudaexec.PlanMatMul: the GEMV for T <= 8 rows, the
+// matmulLaunch mirrors gpu.PlanMatMul: the GEMV for T <= 8 rows, the
 // bf16 tensor-core GEMM for bf16 x and w with K % 8 == 0, else the FFMA
 // GEMM. Arena and weight offsets are 256-byte aligned, so vector loads
 // apply wherever K allows.
@@ -247,7 +247,7 @@ func (l *lowerer) matmul(st *Step, class string, T int) ([]Launch, int64, error)
 	return []Launch{l.matmulLaunch(rows, K, N, x.DType, w.DType, st.Out[0].DType, false)}, 0, nil
 }
 
-// moe mirrors cudaexec.MoEExperts: per-route GEMVs over the selected
+// moe mirrors gpu.MoEExperts: per-route GEMVs over the selected
 // experts for T <= 8 (or where the grouped path cannot run), else routes
 // grouped by expert on the device and grouped tensor-core GEMMs.
 //

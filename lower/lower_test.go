@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/config"
 	"lagc/ir"
 	"lagc/models"
 	"lagc/passes"
@@ -20,7 +21,7 @@ var unfused = []string{"shapes", "cse", "dce", "memplan"}
 // default one, with whatever fusions it has).
 func tinyGraph(t testing.TB, pipeline ...string) *ir.Graph {
 	t.Helper()
-	g, err := models.Build("laguna.yaml", models.LagunaYAML, models.Tiny(), models.BuildOptions{WeightDType: ir.F32})
+	g, err := models.Build("laguna.yaml", models.LagunaYAML, config.Tiny(), models.BuildOptions{WeightDType: ir.F32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func kernels(st Step) string {
 // kernel choice per op, operand dtypes, arena bounds, no step reading and
 // writing overlapping bytes, the KV caches and the weight table.
 func TestLowerTiny(t *testing.T) {
-	cfg := models.Tiny()
+	cfg := config.Tiny()
 	for _, c := range []struct {
 		dt        ir.DType
 		chunk     int

@@ -6,7 +6,7 @@
 // transforms (concat, reshape) that fusion passes ask for.
 //
 // A Plan is plain data: it serialises to JSON and prints as text, and the
-// CUDA executor (exec/cuda) runs it without looking at the graph again.
+// CUDA executor (exec/gpu) runs it without looking at the graph again.
 package lower
 
 import (

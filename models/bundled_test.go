@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io/fs"
+	"lagc/config"
 	"os"
 	"path/filepath"
 	"sort"
@@ -77,7 +78,7 @@ func TestBundledConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseHFConfig(raw)
+	c, err := config.ParseHFConfig(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestBundledConfig(t *testing.T) {
 	}
 	if full == 0 || sliding == 0 || c.IsMoE(0) || moe != c.NumLayers-1 || len(heads) < 2 ||
 		c.SlidingWindow != 64 || c.NumExperts != 8 || c.NumExpertsPerTok != 2 || c.SharedExpertSize == 0 ||
-		c.Rope(0).Type != "yarn" || c.NumKVHeads >= c.NumHeads || c.Gating != GatingPerHead {
+		c.Rope(0).Type != "yarn" || c.NumKVHeads >= c.NumHeads || c.Gating != config.GatingPerHead {
 		t.Errorf("bundled config lost part of the Laguna structure: %+v", c)
 	}
 	if c.BOSTokenID != 2 || len(c.EOSTokenIDs) == 0 || c.EOSTokenIDs[0] != 2 {

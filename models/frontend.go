@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"lagc/config"
 	"lagc/ir"
 )
 
@@ -34,13 +35,13 @@ type BuildOptions struct {
 }
 
 // BuildLaguna instantiates the embedded laguna.yaml for cfg.
-func BuildLaguna(cfg *Config) (*ir.Graph, error) {
+func BuildLaguna(cfg *config.Config) (*ir.Graph, error) {
 	return Build("laguna.yaml", LagunaYAML, cfg, BuildOptions{})
 }
 
 // Build reads a model file (see laguna.yaml for the language) and
 // instantiates its graph for cfg. Errors in the file are *Error values.
-func Build(file string, src []byte, cfg *Config, opt BuildOptions) (*ir.Graph, error) {
+func Build(file string, src []byte, cfg *config.Config, opt BuildOptions) (*ir.Graph, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("no model config")
 	}
@@ -144,7 +145,7 @@ func badIndent(lines []string, ctx int) int {
 type builder struct {
 	file  string
 	cfg   map[string]any
-	c     *Config
+	c     *config.Config
 	opt   BuildOptions
 	g     *ir.Graph
 	dims  []string
@@ -331,7 +332,7 @@ func (b *builder) params(n *yaml.Node, s *scope, what string) error {
 
 // eval evaluates an expression node. Quoted scalars are string literals.
 // With config set, unknown names are looked up among the config keys.
-func (b *builder) eval(n *yaml.Node, s *scope, config bool) (any, error) {
+func (b *builder) eval(n *yaml.Node, s *scope, inParams bool) (any, error) {
 	n = deref(n)
 	if n.Kind != yaml.ScalarNode {
 		return nil, b.errf(n, "expected an expression")
@@ -339,7 +340,7 @@ func (b *builder) eval(n *yaml.Node, s *scope, config bool) (any, error) {
 	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
 		return n.Value, nil
 	}
-	v, err := evalExpr(n.Value, func(name string) (any, error) { return b.lookup(name, s, config) })
+	v, err := evalExpr(n.Value, func(name string) (any, error) { return b.lookup(name, s, inParams) })
 	var ee *exprError
 	if errors.As(err, &ee) {
 		return nil, b.errAt(n, ee.off, "%s", ee.msg)
@@ -347,7 +348,7 @@ func (b *builder) eval(n *yaml.Node, s *scope, config bool) (any, error) {
 	return v, err
 }
 
-func (b *builder) lookup(name string, s *scope, config bool) (any, error) {
+func (b *builder) lookup(name string, s *scope, inParams bool) (any, error) {
 	for sc := s; sc != nil; sc = sc.parent {
 		if v, ok := sc.params[name]; ok {
 			return v, nil
@@ -356,11 +357,11 @@ func (b *builder) lookup(name string, s *scope, config bool) (any, error) {
 	if contains(b.dims, name) {
 		return sym(name), nil
 	}
-	if config {
+	if inParams {
 		if v, ok := b.cfg[name]; ok {
 			return v, nil
 		}
-		return nil, fmt.Errorf("expected a config key or parameter, got %q (config keys: %s)", name, strings.Join(ConfigKeyNames(), ", "))
+		return nil, fmt.Errorf("expected a config key or parameter, got %q (config keys: %s)", name, strings.Join(config.ConfigKeyNames(), ", "))
 	}
 	return nil, fmt.Errorf("expected a parameter or dimension, got %q (config keys are read in params:)", name)
 }

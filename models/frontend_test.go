@@ -8,19 +8,20 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/config"
 	"lagc/ir"
 )
 
-func preset(t testing.TB, name string) *Config {
+func preset(t testing.TB, name string) *config.Config {
 	t.Helper()
-	c, err := Preset(name)
+	c, err := config.Preset(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func build(t testing.TB, c *Config) *ir.Graph {
+func build(t testing.TB, c *config.Config) *ir.Graph {
 	t.Helper()
 	g, err := BuildLaguna(c)
 	if err != nil {
@@ -48,7 +49,7 @@ func TestLagunaS21(t *testing.T) {
 			wantHeads, wantWindow = 48, 0
 		}
 		if li.Layer == 0 {
-			wantMLP = MLPDense
+			wantMLP = config.MLPDense
 		}
 		if li.Sliding == full || li.Heads != wantHeads || li.Window != wantWindow || li.KVHeads != 8 || li.MLP != wantMLP {
 			t.Errorf("layer %d: %+v", li.Layer, li)
@@ -131,7 +132,7 @@ func TestTinyGraph(t *testing.T) {
 // TestConfigVariants: tied embeddings, per-element gating, no shared expert.
 func TestConfigVariants(t *testing.T) {
 	c := preset(t, "laguna-tiny")
-	c.TieWordEmbeddings, c.Gating, c.SharedExpertSize = true, GatingPerElement, 0
+	c.TieWordEmbeddings, c.Gating, c.SharedExpertSize = true, config.GatingPerElement, 0
 	g := build(t, c)
 	text := g.String()
 	for _, w := range []string{
@@ -277,7 +278,7 @@ func FuzzBuild(f *testing.F) {
 			f.Add(string(b))
 		}
 	}
-	c, err := Preset("laguna-tiny")
+	c, err := config.Preset("laguna-tiny")
 	if err != nil {
 		f.Fatal(err)
 	}

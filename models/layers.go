@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"lagc/config"
 	"lagc/ir"
 )
 
@@ -21,9 +22,9 @@ type LayerInfo struct {
 // Kind returns the layer's attention type, as in HF layer_types.
 func (li LayerInfo) Kind() string {
 	if li.Sliding {
-		return SlidingAttention
+		return config.SlidingAttention
 	}
-	return FullAttention
+	return config.FullAttention
 }
 
 // LayerTable reads the per-layer structure back from a graph: attention
@@ -37,7 +38,7 @@ func LayerTable(g *ir.Graph) []LayerInfo {
 			continue
 		}
 		l := n.AttrInt("layer")
-		li := &LayerInfo{Layer: l, Window: n.AttrInt("window"), MLP: MLPDense}
+		li := &LayerInfo{Layer: l, Window: n.AttrInt("window"), MLP: config.MLPDense}
 		li.Sliding = li.Window > 0
 		if q := n.Inputs[0].Type.Shape; len(q) == 3 {
 			li.Heads = q[1].N

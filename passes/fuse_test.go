@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/config"
 	"lagc/ir"
 	"lagc/models"
 )
@@ -254,11 +255,11 @@ func TestFusionPreconditions(t *testing.T) {
 	cases := []struct {
 		name  string
 		pass  string
-		cfg   func(c *models.Config)
+		cfg   func(c *config.Config)
 		graph func(g *ir.Graph)
 		check func(t *testing.T, g *ir.Graph, notes []string)
 	}{
-		{"shared width differs from expert width", "shared-expert-merge", func(c *models.Config) { c.SharedExpertSize = 24 }, nil,
+		{"shared width differs from expert width", "shared-expert-merge", func(c *config.Config) { c.SharedExpertSize = 24 }, nil,
 			func(t *testing.T, g *ir.Graph, notes []string) {
 				for l := 1; l < 4; l++ {
 					if ops := layerOps(g, l); ops["moe_grouped"] != 0 || ops["silu"] != 1 {
@@ -269,13 +270,13 @@ func TestFusionPreconditions(t *testing.T) {
 					t.Errorf("notes %q", notes)
 				}
 			}},
-		{"no shared expert", "shared-expert-merge", func(c *models.Config) { c.SharedExpertSize = 0 }, nil,
+		{"no shared expert", "shared-expert-merge", func(c *config.Config) { c.SharedExpertSize = 0 }, nil,
 			func(t *testing.T, g *ir.Graph, notes []string) {
 				if !slices.Contains(notes, "shared-expert-merge: 0 shared experts merged, 0 skipped (precondition)") {
 					t.Errorf("notes %q", notes)
 				}
 			}},
-		{"no shared expert: residual folds through the view", "residual-fold", func(c *models.Config) { c.SharedExpertSize = 0 }, nil,
+		{"no shared expert: residual folds through the view", "residual-fold", func(c *config.Config) { c.SharedExpertSize = 0 }, nil,
 			func(t *testing.T, g *ir.Graph, notes []string) {
 				for l := 1; l < 4; l++ {
 					if ops := layerOps(g, l); ops["add"] != 0 || ops["reshape"] != 4 || moeNode(t, g, l).AttrInt("residual") != 1 {
@@ -312,7 +313,7 @@ func TestFusionPreconditions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := models.Preset("laguna-tiny")
+			cfg, err := config.Preset("laguna-tiny")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package passes
 import (
 	"testing"
 
+	"lagc/config"
 	"lagc/models"
 )
 
@@ -11,7 +12,7 @@ import (
 // total and active per token, as the graph before the passes.
 func TestParamCountSurvivesFusion(t *testing.T) {
 	for _, name := range []string{"laguna-s-2.1", "laguna-tiny"} {
-		cfg, err := models.Preset(name)
+		cfg, err := config.Preset(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +37,7 @@ func TestParamCountSurvivesFusion(t *testing.T) {
 // TestLayerTableSurvivesFusion: the layer table read back from the fused
 // graph is the unfused one.
 func TestLayerTableSurvivesFusion(t *testing.T) {
-	cfg, err := models.Preset("laguna-s-2.1")
+	cfg, err := config.Preset("laguna-s-2.1")
 	if err != nil {
 		t.Fatal(err)
 	}

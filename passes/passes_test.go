@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/config"
 	"lagc/ir"
 	"lagc/models"
 )
 
 func laguna(t testing.TB, preset string) *ir.Graph {
 	t.Helper()
-	c, err := models.Preset(preset)
+	c, err := config.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 #                                         (default: every package with tests)
 #   scripts/gpu-suite.sh run              there: run .gpu/*.test, each from its
 #                                         package directory, with LAGC_REQUIRE_GPU=1
-# Binaries are named after their package: .gpu/exec__cuda.test runs in exec/cuda.
+# Binaries are named after their package: .gpu/exec__gpu.test runs in exec/gpu.
 # Counted: every test and subtest result line (--- PASS/FAIL/SKIP); a binary
 # that dies without reporting (a crash, a timeout) counts as one failure.
 # Logs go to $OUT (when set) or .gpu/logs. Extra arguments after `run` are

@@ -15,27 +15,27 @@ import (
 	"sort"
 
 	"lagc/ckpt"
-	"lagc/models"
+	"lagc/config"
 )
 
 // TinyConfig is a 4-layer model that exercises what varies between layers:
 // hidden 16, heads (2,4,4,4) over 2 KV heads of 8, a dense layer 0, 6
 // experts top-2, a sliding window of 5, YaRN with partial rotary on full
 // layers, softcapping and routed scaling.
-func TinyConfig() *models.Config {
-	c := models.Defaults()
+func TinyConfig() *config.Config {
+	c := config.Defaults()
 	c.VocabSize, c.HiddenSize, c.IntermediateSize = 40, 16, 24
 	c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim = 4, 2, 2, 8
 	c.MaxPositionEmbeddings, c.SlidingWindow = 64, 5
 	c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediateSize, c.SharedExpertSize = 6, 2, 12, 10
-	c.LayerTypes = []string{models.FullAttention, models.SlidingAttention, models.SlidingAttention, models.SlidingAttention}
-	c.MLPLayerTypes = []string{models.MLPDense, models.MLPSparse, models.MLPSparse, models.MLPSparse}
+	c.LayerTypes = []string{config.FullAttention, config.SlidingAttention, config.SlidingAttention, config.SlidingAttention}
+	c.MLPLayerTypes = []string{config.MLPDense, config.MLPSparse, config.MLPSparse, config.MLPSparse}
 	c.HeadsPerLayer = []int{2, 4, 4, 4}
 	c.RoutedScaling, c.RouterSoftcap = 2.5, 30
-	c.RopeParameters = map[string]models.Rope{
-		models.FullAttention: {Type: "yarn", Theta: 500000, PartialRotaryFactor: 0.5, Factor: 4,
+	c.RopeParameters = map[string]config.Rope{
+		config.FullAttention: {Type: "yarn", Theta: 500000, PartialRotaryFactor: 0.5, Factor: 4,
 			OriginalContext: 16, BetaFast: 32, BetaSlow: 1},
-		models.SlidingAttention: {Type: "default", Theta: 10000, PartialRotaryFactor: 1},
+		config.SlidingAttention: {Type: "default", Theta: 10000, PartialRotaryFactor: 1},
 	}
 	c.BOSTokenID, c.EOSTokenIDs, c.PadTokenID = 2, []int{2, 24}, 9
 	if err := c.Normalize(); err != nil {
@@ -63,7 +63,7 @@ type Tensor struct {
 }
 
 // ConfigJSON renders cfg as a transformers config.json.
-func ConfigJSON(cfg *models.Config) ([]byte, error) {
+func ConfigJSON(cfg *config.Config) ([]byte, error) {
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func ConfigJSON(cfg *models.Config) ([]byte, error) {
 }
 
 // HFTensors makes random weights for cfg under HF names.
-func HFTensors(cfg *models.Config, opt Options) map[string]*Tensor {
+func HFTensors(cfg *config.Config, opt Options) map[string]*Tensor {
 	r := rand.New(rand.NewPCG(opt.Seed, 0x1a6c))
 	out := map[string]*Tensor{}
 	mk := func(name string, norm bool, shape ...int) {
@@ -163,7 +163,7 @@ func HFTensors(cfg *models.Config, opt Options) map[string]*Tensor {
 
 // WriteHF writes config.json and safetensors for cfg into dir and returns
 // the tensors written (values as stored, after rounding to the dtype).
-func WriteHF(dir string, cfg *models.Config, opt Options) (map[string]*Tensor, error) {
+func WriteHF(dir string, cfg *config.Config, opt Options) (map[string]*Tensor, error) {
 	js, err := ConfigJSON(cfg)
 	if err != nil {
 		return nil, err

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"lagc/ckpt"
-	"lagc/exec"
-	cudaexec "lagc/exec/cuda"
+	"lagc/config"
+	"lagc/engine"
+	"lagc/exec/gpu"
 	"lagc/ir"
 	"lagc/lower"
 	"lagc/models"
@@ -44,7 +45,7 @@ type benchFlags struct {
 
 func setupBench(fs *flag.FlagSet) func([]string) error {
 	f := &benchFlags{}
-	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(config.PresetNames(), ", "))
 	fs.BoolVar(&f.synthetic, "synthetic", false, "random weights of the preset's shapes, made on the GPU (required with --preset)")
 	fs.StringVar(&f.model, "model", "", "a checkpoint to bench with its real weights instead")
 	fs.IntVar(&f.layers, "layers", 0, "bench only the first N layers (0: all); results are also scaled to the full depth")
@@ -134,11 +135,11 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		sizes = append(sizes, n)
 	}
-	var full *models.Config
+	var full *config.Config
 	var ck ckpt.Checkpoint
 	name := f.preset
 	if f.preset != "" {
-		if full, err = models.Preset(f.preset); err != nil {
+		if full, err = config.Preset(f.preset); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 	} else {
@@ -159,9 +160,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	var ws cudaexec.WeightSource
+	var ws gpu.WeightSource
 	if ck != nil {
-		if err := exec.BindCheckpoint(g, ck); err != nil {
+		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
 		ws = ck
@@ -178,7 +179,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	for _, n := range sizes {
 		maxCtx = max(maxCtx, n)
 	}
-	ex, err := cudaexec.Compile(g, ws, cudaexec.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx})
+	ex, err := gpu.Compile(g, ws, gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx})
 	if err != nil {
 		return err
 	}
@@ -228,7 +229,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	preProf, preSteps := ex.StopProfile()
 	if f.profile != "" {
-		if err := writeBenchProfile(f.profile, append(append([]cudaexec.ProfileEntry(nil), decProf...), preProf...), preSteps); err != nil {
+		if err := writeBenchProfile(f.profile, append(append([]gpu.ProfileEntry(nil), decProf...), preProf...), preSteps); err != nil {
 			return err
 		}
 	}
@@ -283,8 +284,8 @@ func runBench(w io.Writer, f *benchFlags) error {
 	return nil
 }
 
-func writeBenchProfile(path string, entries []cudaexec.ProfileEntry, steps map[string]int) error {
-	p, err := cudaexec.BuildProfile(entries, steps)
+func writeBenchProfile(path string, entries []gpu.ProfileEntry, steps map[string]int) error {
+	p, err := gpu.BuildProfile(entries, steps)
 	if err != nil {
 		return err
 	}
@@ -308,7 +309,7 @@ func maxInts(xs []int) int {
 }
 
 // truncateLayers keeps the first n layers of c (0 or n >= layers: all).
-func truncateLayers(c *models.Config, n int) (*models.Config, error) {
+func truncateLayers(c *config.Config, n int) (*config.Config, error) {
 	if n <= 0 || n >= c.NumLayers {
 		return c, nil
 	}
@@ -324,7 +325,7 @@ func truncateLayers(c *models.Config, n int) (*models.Config, error) {
 }
 
 type bencher struct {
-	ex   *cudaexec.Executor
+	ex   *gpu.Executor
 	f    *benchFlags
 	toks []int32
 }
@@ -377,14 +378,14 @@ func medianDur(ts []time.Duration) time.Duration {
 }
 
 // layerKind groups layers that cost the same: MLP kind and attention kind.
-func layerKind(c *models.Config, l int) string {
+func layerKind(c *config.Config, l int) string {
 	return c.MLPLayerTypes[l] + "/" + c.LayerTypes[l]
 }
 
 // estimate returns, for every layer of full, a per-layer value estimated
 // from the benched layers (per[l] for l < benched.NumLayers): the mean of
 // benched layers of the same kind, else of the same MLP kind, else of all.
-func estimate(per map[int]float64, benched, full *models.Config) []float64 {
+func estimate(per map[int]float64, benched, full *config.Config) []float64 {
 	mean := func(match func(l int) bool) (float64, bool) {
 		s, n := 0.0, 0
 		for l := 0; l < benched.NumLayers; l++ {
@@ -415,7 +416,7 @@ func estimate(per map[int]float64, benched, full *models.Config) []float64 {
 // depthScale turns a profile of the benched layers into the factor from
 // measured to full-depth time, and the share of the measured time one
 // average MoE layer takes (the dense layer when no MoE layer was benched).
-func depthScale(entries []cudaexec.ProfileEntry, class string, benched, full *models.Config) (scale, moeLayer float64) {
+func depthScale(entries []gpu.ProfileEntry, class string, benched, full *config.Config) (scale, moeLayer float64) {
 	per := map[int]float64{}
 	var outside, total float64
 	for _, e := range entries {
@@ -501,7 +502,7 @@ func dtypeBytes(dt string) int {
 
 // scaleBytes estimates the bytes per token of the full depth, and returns
 // the bytes of an average MoE layer.
-func scaleBytes(per map[int]int64, benched, full *models.Config) (int64, int64) {
+func scaleBytes(per map[int]int64, benched, full *config.Config) (int64, int64) {
 	f := map[int]float64{}
 	for l, v := range per {
 		f[l] = float64(v)

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	cudaexec "lagc/exec/cuda"
+	"lagc/config"
+	"lagc/exec/gpu"
 	"lagc/lower"
 	"lagc/models"
 )
@@ -68,7 +69,7 @@ func TestBenchUsage(t *testing.T) {
 }
 
 func TestTruncateLayers(t *testing.T) {
-	full, err := models.Preset("laguna-s-2.1")
+	full, err := config.Preset("laguna-s-2.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +88,9 @@ func TestTruncateLayers(t *testing.T) {
 // TestDepthScale: the full-depth estimate takes each layer of the full
 // model from the benched layers of its kind.
 func TestDepthScale(t *testing.T) {
-	full, _ := models.Preset("laguna-s-2.1")
+	full, _ := config.Preset("laguna-s-2.1")
 	benched, _ := truncateLayers(full, 2) // dense/full, moe/sliding
-	entries := []cudaexec.ProfileEntry{
+	entries := []gpu.ProfileEntry{
 		{Class: "decode", Layer: -1, GPU: 10 * time.Microsecond},
 		{Class: "decode", Layer: 0, GPU: 20 * time.Microsecond},
 		{Class: "decode", Layer: 1, GPU: 30 * time.Microsecond},
@@ -109,7 +110,7 @@ func TestDepthScale(t *testing.T) {
 // TestDecodeBytes counts the bytes of one decode step of the tiny model by
 // hand: active experts only, one embedding row, the visible KV.
 func TestDecodeBytes(t *testing.T) {
-	cfg := models.Tiny()
+	cfg := config.Tiny()
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)

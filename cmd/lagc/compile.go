@@ -10,7 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"lagc/exec"
+	"lagc/config"
+	"lagc/engine"
 	"lagc/ir"
 	"lagc/lower"
 	"lagc/models"
@@ -38,7 +39,7 @@ type compileFlags struct {
 
 func setupCompile(fs *flag.FlagSet) func([]string) error {
 	f := &compileFlags{}
-	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(config.PresetNames(), ", "))
 	fs.StringVar(&f.config, "config", "", "a Hugging Face config.json to take the model shape from")
 	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config, weight dtypes and shapes")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default "+strings.Join(passes.DefaultPipeline, ",")+"); passes: "+passList())
@@ -111,7 +112,7 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		return err
 	}
 	if ck != nil {
-		if err := exec.BindCheckpoint(g, ck); err != nil {
+		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
 	}

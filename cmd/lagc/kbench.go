@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 
 	"lagc/cuda"
-	cudaexec "lagc/exec/cuda"
+	"lagc/exec/gpu"
 )
 
 func init() {
@@ -104,7 +104,7 @@ type kbReport struct {
 type kbEnv struct {
 	o       kbOpts
 	d       *cuda.Device
-	k       *cudaexec.Kernels
+	k       *gpu.Kernels
 	s       *cuda.Stream
 	e0, e1  *cuda.Event
 	pattern cuda.DevicePtr
@@ -236,7 +236,7 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	e := &kbEnv{o: o, d: d, k: cudaexec.NewKernels(d)}
+	e := &kbEnv{o: o, d: d, k: gpu.NewKernels(d)}
 	if e.s, err = d.NewStream(); err != nil {
 		return err
 	}
@@ -331,14 +331,14 @@ func (e *kbEnv) benchMatMul(m kbMM, Ts []int) ([]kbRow, error) {
 		bytes := wBytes + int64(T)*int64(m.k+m.n)*2
 		name := fmt.Sprintf("%s N=%d K=%d", m.name, m.n, m.k)
 		tiles := []int{0} // the GEMV has no tiles
-		if T > cudaexec.GEMVMaxRows {
+		if T > gpu.GEMVMaxRows {
 			tiles = []int{32, 64}
 		}
 		for _, bk := range tiles {
-			a := cudaexec.MatMulArgs{T: T, K: m.k, N: m.n, X: x, Y: y, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16,
-				SwiGLU: m.swiglu, Tile: cudaexec.MMATile{K: bk}}
+			a := gpu.MatMulArgs{T: T, K: m.k, N: m.n, X: x, Y: y, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16,
+				SwiGLU: m.swiglu, Tile: gpu.MMATile{K: bk}}
 			reps := max(copies, 3)
-			if T > cudaexec.GEMVMaxRows {
+			if T > gpu.GEMVMaxRows {
 				reps = 3
 			}
 			sec, eager, err := e.time(reps, func(i int) error {
@@ -396,7 +396,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 	for _, T := range Ts {
 		const routings = 16
 		calls := 1
-		if T <= cudaexec.GEMVMaxRows {
+		if T <= gpu.GEMVMaxRows {
 			calls = routings
 		}
 		ids := make([]int32, calls*T*K)
@@ -434,7 +434,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 		kind, bound, tiles := "moe-decode", "bandwidth", []int{0}
 		// Distinct experts of the call's routes, each read once at least.
 		bytes := int64(T*K)*3*expertBytes + int64(T)*H*4
-		if T > cudaexec.GEMVMaxRows {
+		if T > gpu.GEMVMaxRows {
 			kind, bound, tiles = "moe-grouped", "compute", []int{32, 64}
 			used := map[int32]bool{}
 			for _, id := range ids {
@@ -444,10 +444,10 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 		}
 		var wsP cuda.DevicePtr
 		for _, bk := range tiles {
-			a := cudaexec.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
-				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: cudaexec.ExpertsByLoad,
-				Tile: cudaexec.MMATile{K: bk}, IDs: idsP, Weights: wP}
-			wsBytes, err := cudaexec.MoEWorkspaceBytes(a)
+			a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
+				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: gpu.ExpertsByLoad,
+				Tile: gpu.MMATile{K: bk}, IDs: idsP, Weights: wP}
+			wsBytes, err := gpu.MoEWorkspaceBytes(a)
 			if err != nil {
 				return nil, err
 			}

@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 
-	"lagc/exec"
+	"lagc/config"
+	"lagc/engine"
 	"lagc/ir"
 	"lagc/lower"
-	"lagc/models"
 	"lagc/passes"
 )
 
@@ -36,7 +36,7 @@ var planStdout io.Writer = os.Stdout
 
 func setupPlan(fs *flag.FlagSet) func([]string) error {
 	f := &planFlags{}
-	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(models.PresetNames(), ", "))
+	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(config.PresetNames(), ", "))
 	fs.StringVar(&f.config, "config", "", "a Hugging Face config.json to take the model shape from")
 	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config and weight dtypes")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one)")
@@ -71,12 +71,12 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if len(args) == 1 {
 		yamlPath = args[0]
 	}
-	g, err := exec.BuildGraph(cfg, yamlPath)
+	g, err := engine.BuildGraph(cfg, yamlPath)
 	if err != nil {
 		return err
 	}
 	if ck != nil {
-		if err := exec.BindCheckpoint(g, ck); err != nil {
+		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
 	}

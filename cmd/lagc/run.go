@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"lagc/chat"
-	"lagc/exec"
+	"lagc/engine"
 	"lagc/exec/cpu"
 	"lagc/tokenizer"
 )
@@ -125,7 +125,7 @@ func runRun(f *runFlags) error {
 		return fmt.Errorf("%w: --profile times GPU kernels: it needs --device cuda", errUsage)
 	}
 	t0 := time.Now()
-	m, err := exec.Open(path, exec.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
+	m, err := engine.Open(path, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
 		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
 		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != ""})
 	if err != nil {
@@ -141,11 +141,11 @@ func runRun(f *runFlags) error {
 
 	var tok *tokenizer.Tokenizer
 	if f.prompt != "" || f.chat {
-		if tok, err = exec.LoadTokenizer(m.Checkpoint); err != nil {
+		if tok, err = engine.LoadTokenizer(m.Checkpoint); err != nil {
 			return fmt.Errorf("--prompt/--chat need a tokenizer: %w", err)
 		}
 	}
-	gen := exec.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk}
+	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk}
 	if f.chat {
 		return runChat(ctx, m, tok, gen)
 	}
@@ -218,7 +218,7 @@ func pickDevice(want string) (string, error) {
 	return "", fmt.Errorf("%w: --device %q: expected cpu, cuda or auto", errUsage, want)
 }
 
-func reportSpeed(res *exec.GenResult) {
+func reportSpeed(res *engine.GenResult) {
 	pre := float64(len(res.Prompt)) / res.PrefillTime.Seconds()
 	dec := 0.0
 	if n := len(res.Generated) - 1; n > 0 && res.DecodeTime > 0 {
@@ -228,7 +228,7 @@ func reportSpeed(res *exec.GenResult) {
 		len(res.Prompt), pre, len(res.Generated), dec, res.StopReason)
 }
 
-func writeRunJSON(res *exec.GenResult, tok *tokenizer.Tokenizer, logits bool) error {
+func writeRunJSON(res *engine.GenResult, tok *tokenizer.Tokenizer, logits bool) error {
 	out := map[string]any{
 		"prompt_ids":    nonNil(res.Prompt),
 		"generated_ids": nonNil(res.Generated),
@@ -254,8 +254,8 @@ func nonNil(s []int32) []int32 {
 // runChat runs an interactive conversation: each user line is appended to
 // the history, the whole conversation is rendered with the checkpoint's
 // template and the reply streamed until an end-of-generation token.
-func runChat(ctx context.Context, m *exec.Model, tok *tokenizer.Tokenizer, gen exec.GenOptions) error {
-	tmpl, special, err := exec.LoadChatTemplate(m.Checkpoint)
+func runChat(ctx context.Context, m *engine.Model, tok *tokenizer.Tokenizer, gen engine.GenOptions) error {
+	tmpl, special, err := engine.LoadChatTemplate(m.Checkpoint)
 	if err != nil {
 		return fmt.Errorf("--chat: %w", err)
 	}
@@ -305,7 +305,7 @@ func runChat(ctx context.Context, m *exec.Model, tok *tokenizer.Tokenizer, gen e
 }
 
 // writeProfile writes the backend's kernel timings as a pprof profile.
-func writeProfile(m *exec.Model, path string) error {
+func writeProfile(m *engine.Model, path string) error {
 	p, ok := m.Backend.(interface{ WriteProfile(io.Writer) error })
 	if !ok {
 		return fmt.Errorf("--profile: the %s backend does not profile", m.Device)

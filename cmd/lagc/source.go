@@ -4,16 +4,16 @@ import (
 	"fmt"
 
 	"lagc/ckpt"
-	"lagc/models"
+	"lagc/config"
 )
 
 // modelShape resolves the --preset / --config / --model flags that compile
 // and plan share: exactly one must be given. It returns the configuration,
 // the opened checkpoint for --model (the caller closes it; nil otherwise)
 // and a description of where the shape came from.
-func modelShape(preset, config, model string) (*models.Config, ckpt.Checkpoint, string, error) {
+func modelShape(preset, configPath, model string) (*config.Config, ckpt.Checkpoint, string, error) {
 	n := 0
-	for _, s := range []string{preset, config, model} {
+	for _, s := range []string{preset, configPath, model} {
 		if s != "" {
 			n++
 		}
@@ -23,11 +23,11 @@ func modelShape(preset, config, model string) (*models.Config, ckpt.Checkpoint, 
 	}
 	switch {
 	case preset != "":
-		cfg, err := models.Preset(preset)
+		cfg, err := config.Preset(preset)
 		return cfg, nil, "preset " + preset, err
-	case config != "":
-		cfg, err := models.LoadHFConfig(config)
-		return cfg, nil, config, err
+	case configPath != "":
+		cfg, err := config.LoadHFConfig(configPath)
+		return cfg, nil, configPath, err
 	}
 	ck, err := ckpt.Open(model)
 	if err != nil {

@@ -24,7 +24,7 @@
 //
 // Shared memory (bf16, rows padded to D+8 elements: an odd number of
 // 16-byte units, so ldmatrix's eight rows fall in distinct banks):
-// Q [BQ][D+8], K [2][BK][D+8], V [2][BK][D+8]. exec/cuda mirrors FaCfg::SMEM.
+// Q [BQ][D+8], K [2][BK][D+8], V [2][BK][D+8]. exec/gpu mirrors FaCfg::SMEM.
 
 #define FA_BQ 64
 #define FA_BK 64

@@ -1,4 +1,4 @@
-// Kernels of the executor itself (exec/cuda): decode-step bookkeeping for
+// Kernels of the executor itself (exec/gpu): decode-step bookkeeping for
 // the captured graph, strided copies for split/concat, and synthetic weights
 // for benchmarks.
 

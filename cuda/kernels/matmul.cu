@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* _
 // 2 (m) x 4 (n), each MI*16 x 32 of the output in m16n8k16 fragments; a
 // cp.async pipeline of STAGES tiles. Shared-memory rows are padded by 8
 // elements (80 or 144 bytes: 5 or 9 16-byte units, odd) so ldmatrix's eight
-// 16-byte rows fall in distinct banks. exec/cuda's mmaSmemBytes mirrors
+// 16-byte rows fall in distinct banks. exec/gpu's mmaSmemBytes mirrors
 // SMEM.
 #define MMA_BN 128
 template <int MI, int BK> struct MmaCfg {

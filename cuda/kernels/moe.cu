@@ -1,7 +1,7 @@
 // Routed experts of an MoE layer (moe_experts in docs/CONTRACTS.md):
 //   out[t] = sum_j weights[t,j] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t,j]
 // with x [T,H], weights f32 [T,k], ids i32 [T,k], gate/up [E,I,H], down
-// [E,H,I]. exec/cuda compiles this file after matmul.cu: it uses that file's
+// [E,H,I]. exec/gpu compiles this file after matmul.cu: it uses that file's
 // warp_dots, mma_tile, mma_brow and mma_epilogue.
 //
 // Decode (a few tokens): moe_gateup_gemv and moe_down_gemv read only the

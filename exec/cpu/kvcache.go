@@ -2,8 +2,7 @@ package cpu
 
 import (
 	"fmt"
-
-	"lagc/models"
+	"lagc/config"
 )
 
 // KVCache holds one layer's keys and values, [slot, NKV, HeadDim] each.
@@ -39,7 +38,7 @@ func NewKVCache(nkv, headDim, window, maxPos int) (*KVCache, error) {
 // NewCaches returns one cache per layer of cfg: a ring of sliding_window
 // slots for sliding layers, a linear cache for full layers, each accepting
 // positions below maxPos (<= 0: cfg.MaxPositionEmbeddings).
-func NewCaches(cfg *models.Config, maxPos int) ([]*KVCache, error) {
+func NewCaches(cfg *config.Config, maxPos int) ([]*KVCache, error) {
 	if maxPos <= 0 {
 		maxPos = cfg.MaxPositionEmbeddings
 	}

@@ -1,15 +1,14 @@
 package cpu
 
 import (
+	"lagc/config"
 	"testing"
-
-	"lagc/models"
 )
 
 func TestNewCaches(t *testing.T) {
-	cfg := models.Defaults()
+	cfg := config.Defaults()
 	cfg.NumLayers = 5
-	cfg.LayerTypes = []string{models.FullAttention, models.SlidingAttention, models.SlidingAttention, models.FullAttention, models.SlidingAttention}
+	cfg.LayerTypes = []string{config.FullAttention, config.SlidingAttention, config.SlidingAttention, config.FullAttention, config.SlidingAttention}
 	cfg.MLPLayerTypes, cfg.HeadsPerLayer, cfg.RopeParameters = nil, nil, nil
 	cfg.SlidingWindow = 6
 	if err := cfg.Normalize(); err != nil {

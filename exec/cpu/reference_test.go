@@ -3,12 +3,11 @@ package cpu
 import (
 	"encoding/json"
 	"fmt"
+	"lagc/config"
 	"math"
 	"os"
 	"strings"
 	"testing"
-
-	"lagc/models"
 )
 
 // This test runs the whole Laguna forward pass, composed from this
@@ -60,7 +59,7 @@ func refValues(name string, n int, offset, scale float64) []float32 {
 
 // lagunaRef is a minimal Laguna forward over the kernels, in HF weight names.
 type lagunaRef struct {
-	cfg    *models.Config
+	cfg    *config.Config
 	w      map[string][]float32
 	ropes  map[string]*RopeTable
 	caches []*KVCache
@@ -217,7 +216,7 @@ func TestLagunaForwardMatchesTransformers(t *testing.T) {
 	}
 	for _, rm := range ref.Models {
 		t.Run(rm.Name, func(t *testing.T) {
-			cfg, err := models.ParseHFConfig(rm.Config)
+			cfg, err := config.ParseHFConfig(rm.Config)
 			must(t, err)
 			m := &lagunaRef{cfg: cfg, w: map[string][]float32{}, ropes: map[string]*RopeTable{}}
 			for _, ts := range rm.Tensors {

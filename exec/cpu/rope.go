@@ -2,9 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"lagc/config"
 	"math"
-
-	"lagc/models"
 )
 
 // RopeParams are the attributes of the rope op for one layer type.
@@ -22,7 +21,7 @@ type RopeParams struct {
 
 // RopeParamsOf returns the rope attributes of a layer type from the model
 // configuration, for heads of headDim channels.
-func RopeParamsOf(r models.Rope, headDim int) RopeParams {
+func RopeParamsOf(r config.Rope, headDim int) RopeParams {
 	return RopeParams{
 		RotaryDim: int(float64(headDim) * r.PartialRotaryFactor),
 		Theta:     r.Theta, Type: r.Type, Factor: r.Factor, OriginalContext: r.OriginalContext,

@@ -1,10 +1,9 @@
 package cpu
 
 import (
+	"lagc/config"
 	"math"
 	"testing"
-
-	"lagc/models"
 )
 
 // refInvFreq recomputes inverse frequencies in float64 straight from the
@@ -112,14 +111,14 @@ func TestRopeTableExactFloat32Steps(t *testing.T) {
 }
 
 func TestRopeParamsOf(t *testing.T) {
-	r := models.Rope{Type: "yarn", Theta: 5e5, PartialRotaryFactor: 0.5, Factor: 32, OriginalContext: 8192, BetaFast: 32, BetaSlow: 1}
+	r := config.Rope{Type: "yarn", Theta: 5e5, PartialRotaryFactor: 0.5, Factor: 32, OriginalContext: 8192, BetaFast: 32, BetaSlow: 1}
 	p := RopeParamsOf(r, 128)
 	want := RopeParams{RotaryDim: 64, Theta: 5e5, Type: "yarn", Factor: 32, OriginalContext: 8192, BetaFast: 32, BetaSlow: 1}
 	if p != want {
 		t.Fatalf("got %+v, want %+v", p, want)
 	}
 	if m := YarnAttentionFactor(32, 0); math.Abs(m-r.YarnAttentionFactor()) > 0 {
-		t.Fatalf("attention factor %v differs from models.Rope's %v", m, r.YarnAttentionFactor())
+		t.Fatalf("attention factor %v differs from config.Rope's %v", m, r.YarnAttentionFactor())
 	}
 }
 

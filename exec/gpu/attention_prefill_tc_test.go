@@ -1,0 +1,322 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"lagc/cuda"
+	"lagc/exec/cpu"
+)
+
+// tcCase is one prefill chunk for attn_prefill_tc: T tokens from position
+// p0 after p0 positions of history in the cache. fused lays q, k, v out as
+// the columns of one QKV row of odd length (the element-wise variant);
+// otherwise they are separate, aligned buffers (the cp.async variant).
+type tcCase struct {
+	T, p0, window, nh, nkv, d int
+	fused                     bool
+}
+
+func (c tcCase) String() string {
+	lay := "aligned"
+	if c.fused {
+		lay = "fused"
+	}
+	return fmt.Sprintf("T%d-p%d-w%d-h%d_%d-d%d-%s", c.T, c.p0, c.window, c.nh, c.nkv, c.d, lay)
+}
+
+// tcCases: every T x p0 x window x d on a small GQA (4/2); the S-2.1 head
+// counts (72/8 sliding, 48/8 full, and both with every window) up to
+// T=300; the S-2.1 layers at T=2048. The layouts alternate so both
+// variants meet every kind of shape. The CPU reference bounds the table:
+// 72 heads x 2048 tokens x all windows would take minutes.
+func tcCases() []tcCase {
+	var cs []tcCase
+	add := func(c tcCase) {
+		c.fused = len(cs)%2 == 1
+		cs = append(cs, c)
+	}
+	Ts := []int{1, 37, 128, 300, 2048}
+	p0s := []int{0, 700}
+	windows := []int{0, 5, 512, 4096}
+	for _, d := range []int{128, 64} {
+		for _, T := range Ts {
+			for _, p0 := range p0s {
+				for _, w := range windows {
+					add(tcCase{T: T, p0: p0, window: w, nh: 4, nkv: 2, d: d})
+				}
+			}
+		}
+	}
+	for _, h := range [][2]int{{72, 8}, {48, 8}} {
+		for _, T := range Ts[:4] {
+			for _, p0 := range p0s {
+				for _, w := range windows {
+					add(tcCase{T: T, p0: p0, window: w, nh: h[0], nkv: h[1], d: 128})
+				}
+			}
+		}
+	}
+	for _, T := range []int{37, 300} {
+		for _, w := range []int{0, 512} {
+			add(tcCase{T: T, p0: 700, window: w, nh: 48, nkv: 8, d: 64})
+		}
+	}
+	for _, p0 := range p0s {
+		add(tcCase{T: 2048, p0: p0, window: 512, nh: 72, nkv: 8, d: 128})
+		add(tcCase{T: 2048, p0: p0, window: 0, nh: 48, nkv: 8, d: 128})
+	}
+	return cs
+}
+
+// tcRig holds one case's inputs on both sides: the history in a
+// cpu.KVCache and in a device KVLayer (slots never written are NaN, so a
+// read of one shows), the chunk's q, k, v as host values and device
+// buffers, and a poisoned output.
+type tcRig struct {
+	c                  tcCase
+	scale              float32
+	ref                *cpu.KVCache
+	layer              KVLayer
+	q, kk, vv          []float32
+	pos                []int32
+	qp, kp, vp, out    cuda.DevicePtr
+	ldq, ldkv          int
+	dpos               cuda.DevicePtr
+	outElems, outBytes int
+}
+
+func newTCRig(t *testing.T, k *Kernels, s *cuda.Stream, c tcCase, seed uint64) *tcRig {
+	t.Helper()
+	const dt = cuda.BF16
+	r := rand.New(rand.NewPCG(seed, 5))
+	nkv, d := c.nkv, c.d
+	g := &tcRig{c: c, scale: float32(1 / math.Sqrt(float64(d)))}
+	var err error
+	if g.ref, err = cpu.NewKVCache(nkv, d, c.window, c.p0+c.T); err != nil {
+		t.Fatal(err)
+	}
+	g.layer = NewKVLayer(0, 0, nkv, d, c.window, c.p0+c.T)
+	row := nkv * d
+	kimg := make([]float32, g.layer.Slots*row)
+	vimg := make([]float32, g.layer.Slots*row)
+	for i := range kimg {
+		kimg[i] = float32(math.NaN())
+		vimg[i] = float32(math.NaN())
+	}
+	if c.p0 > 0 {
+		hk := roundTo(dt, randF32(r, c.p0*row, 1))
+		hv := roundTo(dt, randF32(r, c.p0*row, 1))
+		hpos := make([]int32, c.p0)
+		for i := range hpos {
+			hpos[i] = int32(i)
+		}
+		// The reference cache is filled by attending with one query head
+		// per kv head (its output is not used; the cache does not depend on nh).
+		dummy := make([]float32, c.p0*row)
+		if err := cpu.Attention(dummy, make([]float32, c.p0*row), hk, hv, hpos, c.p0, nkv, nkv, d, c.window, g.scale, g.ref); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < c.p0; j++ {
+			sl := j
+			if c.window > 0 {
+				sl = j % c.window
+			}
+			copy(kimg[sl*row:(sl+1)*row], hk[j*row:(j+1)*row])
+			copy(vimg[sl*row:(sl+1)*row], hv[j*row:(j+1)*row])
+		}
+	}
+	g.layer.K = upload(t, k, s, dt, kimg)
+	g.layer.V = upload(t, k, s, dt, vimg)
+
+	T, nh := c.T, c.nh
+	g.q = roundTo(dt, randF32(r, T*nh*d, 1))
+	g.kk = roundTo(dt, randF32(r, T*row, 1))
+	g.vv = roundTo(dt, randF32(r, T*row, 1))
+	if c.fused {
+		ld := (nh+2*nkv)*d + 3
+		buf := make([]float32, T*ld)
+		for i := range buf {
+			buf[i] = float32(math.NaN()) // spare columns: never read
+		}
+		for tk := 0; tk < T; tk++ {
+			copy(buf[tk*ld:], g.q[tk*nh*d:(tk+1)*nh*d])
+			copy(buf[tk*ld+nh*d:], g.kk[tk*row:(tk+1)*row])
+			copy(buf[tk*ld+nh*d+row:], g.vv[tk*row:(tk+1)*row])
+		}
+		g.qp = upload(t, k, s, dt, buf)
+		g.kp, g.vp = g.qp.Add(int64(2*nh*d)), g.qp.Add(int64(2*(nh*d+row)))
+		g.ldq, g.ldkv = ld, ld
+	} else {
+		g.qp, g.kp, g.vp = upload(t, k, s, dt, g.q), upload(t, k, s, dt, g.kk), upload(t, k, s, dt, g.vv)
+		g.ldq, g.ldkv = nh*d, row
+	}
+	g.pos = make([]int32, T)
+	for i := range g.pos {
+		g.pos[i] = int32(c.p0 + i)
+	}
+	g.dpos = uploadI32(t, k, s, g.pos)
+	g.outElems = T * nh * d
+	g.outBytes = 2 * g.outElems
+	g.out = alloc(t, k, int64(g.outBytes))
+	poison(t, s, g.out, int64(g.outBytes))
+	return g
+}
+
+// want is cpu.Attention over the same history and chunk.
+func (g *tcRig) want(t *testing.T) []float32 {
+	t.Helper()
+	c := g.c
+	w := make([]float32, g.outElems)
+	if err := cpu.Attention(w, g.q, g.kk, g.vv, g.pos, c.T, c.nh, c.nkv, c.d, c.window, g.scale, g.ref); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error {
+	return k.attentionPrefillTC(s, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, g.c.T, g.c.nh, g.scale)
+}
+
+// runFFMA runs attn_prefill through AttentionPrefill with the fast path off.
+func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error {
+	saved := prefillTC
+	prefillTC = false
+	defer func() { prefillTC = saved }()
+	return k.AttentionPrefill(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, g.c.T, g.c.nh, g.scale)
+}
+
+// TestAttentionPrefillTCGPU compares attn_prefill_tc with cpu.Attention
+// (bf16 tolerance: P is rounded to bf16 before P V, the output is bf16)
+// over tcCases, with history before the chunk read from the cache.
+func TestAttentionPrefillTCGPU(t *testing.T) {
+	k, s := gpu(t)
+	for i, c := range tcCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			g := newTCRig(t, k, s, c, uint64(1000+i))
+			if err := g.runTC(k, s); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, cuda.BF16, g.out, g.outElems)
+			checkClose(t, "attn_prefill_tc", got, g.want(t), tolFor(cuda.BF16))
+		})
+	}
+}
+
+// TestAttentionPrefillTCTimingGPU logs old (attn_prefill, FFMA) against new
+// (attn_prefill_tc) kernel times at the Laguna-S-2.1 layer shapes, T=2048
+// from position 0, median of several CUDA-event-timed runs, and checks the
+// two agree. It asserts no time: figures are for the log.
+//
+//	go test -run AttentionPrefillTCTimingGPU -v ./exec/gpu
+func TestAttentionPrefillTCTimingGPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	k, s := gpu(t)
+	for i, c := range []tcCase{
+		{T: 2048, window: 512, nh: 72, nkv: 8, d: 128}, // S-2.1 sliding layer
+		{T: 2048, window: 0, nh: 48, nkv: 8, d: 128},   // S-2.1 full layer
+		{T: 2048, window: 0, nh: 72, nkv: 8, d: 128},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			g := newTCRig(t, k, s, c, uint64(2000+i))
+			var pairs float64
+			for tk := 0; tk < c.T; tk++ {
+				p := c.p0 + tk
+				first := 0
+				if c.window > 0 {
+					first = max(0, p-c.window+1)
+				}
+				pairs += float64(p - first + 1)
+			}
+			flops := 4 * float64(c.nh*c.d) * pairs
+			run := func(name string, f func() error) []float32 {
+				poison(t, s, g.out, int64(g.outBytes))
+				med := timeMedian(t, s, 7, f)
+				t.Logf("%-5s %8.3f ms  %6.1f TFLOP/s", name, med.Seconds()*1e3, flops/med.Seconds()/1e12)
+				return download(t, s, cuda.BF16, g.out, g.outElems)
+			}
+			old := run("ffma", func() error { return g.runFFMA(k, s) })
+			tc := run("tc", func() error { return g.runTC(k, s) })
+			checkClose(t, "tc vs ffma", tc, old, tolFor(cuda.BF16))
+		})
+	}
+}
+
+// timeMedian runs f once to compile and warm up, then n times between CUDA
+// events, and returns the median.
+func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Duration {
+	t.Helper()
+	if err := f(); err != nil {
+		t.Fatal(err)
+	}
+	dev := s.Device()
+	e0, err := dev.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e0.Close()
+	e1, err := dev.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e1.Close()
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		if err := s.Record(e0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Record(e1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if ds[i], err = cuda.Elapsed(e0, e1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(ds)
+	return ds[n/2]
+}
+
+// TestPrefillTCDispatch checks which shapes take the tensor-core kernel and
+// which of its variants; it needs no GPU.
+func TestPrefillTCDispatch(t *testing.T) {
+	for _, c := range []struct {
+		dt   cuda.DType
+		d    int
+		want bool
+	}{
+		{cuda.BF16, 128, true}, {cuda.BF16, 64, true}, {cuda.BF16, 40, false}, {cuda.BF16, 256, false},
+		{cuda.F32, 128, false}, {cuda.F16, 128, false},
+	} {
+		if got := prefillTCSupports(c.dt, c.d); got != c.want {
+			t.Errorf("prefillTCSupports(%v, %d) = %v, want %v", c.dt, c.d, got, c.want)
+		}
+	}
+	a := cuda.DevicePtr(1 << 20)
+	for _, c := range []struct {
+		name      string
+		ldq, ldkv int
+		ptrs      []cuda.DevicePtr
+		want      bool
+	}{
+		{"aligned", 72 * 128, 8 * 128, []cuda.DevicePtr{a, a.Add(4096)}, true},
+		{"fused odd row", 88*128 + 3, 88*128 + 3, []cuda.DevicePtr{a}, false},
+		{"kv columns off 16 bytes", 88 * 128, 88 * 128, []cuda.DevicePtr{a, a.Add(72*128*2 + 8)}, false},
+		{"ldkv not a multiple of 8", 64, 36, []cuda.DevicePtr{a}, false},
+	} {
+		if got := prefillTCVec(c.ldq, c.ldkv, c.ptrs...); got != c.want {
+			t.Errorf("%s: prefillTCVec = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lagc/cuda"
+	"lagc/ir"
+	"lagc/lower"
+)
+
+// Config says how to compile a model graph for the GPU and run it.
+type Config struct {
+	DType      ir.DType // activations and matmul weights: ir.BF16 (default) or ir.F32
+	Chunk      int      // prefill tokens per step (default lower.DefaultChunk)
+	MaxContext int      // KV cache positions
+	Options
+}
+
+// Compile lowers g (optimised, weights bound to the checkpoint's dtypes)
+// for the device and starts an executor with the weights of ws (nil:
+// synthetic). The executor satisfies engine.Backend.
+func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
+	dev, own := c.Device, false
+	if dev == nil {
+		d, err := cuda.Open(0)
+		if err != nil {
+			return nil, err
+		}
+		dev, own = d, true
+	}
+	plan, err := lower.Lower(g, lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: dev.Props().SMs})
+	if err != nil {
+		if own {
+			dev.Close()
+		}
+		return nil, err
+	}
+	o := c.Options
+	o.Device = dev
+	e, err := New(plan, ws, o)
+	if err != nil {
+		if own {
+			dev.Close()
+		}
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	e.ownDev = own
+	return e, nil
+}

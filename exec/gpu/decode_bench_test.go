@@ -1,0 +1,238 @@
+package gpu
+
+import (
+	"context"
+	_ "embed"
+	"math"
+	"testing"
+	"time"
+
+	"lagc/cuda"
+	"lagc/cuda/cudatest"
+	"lagc/exec/cpu"
+)
+
+// The decode kernels before the decode tuning (router_topk, rms_norm,
+// qk_norm_rope, attn_decode and its combine as of commit 8978202).
+//
+//go:embed testdata/decode_baseline.cu
+var decodeBaselineSrc string
+
+// BenchmarkDecodeKernels times the small kernels of one decode step at
+// Laguna-S-2.1 shapes (bf16, a 512-token context), each as the decode
+// graph runs it: 50 calls captured in a CUDA graph and replayed, so launch
+// gaps are those of graph replay. "old" is the kernel (and geometry) this
+// tree replaced, "new" the current one; matmul_split compares q, k, v and
+// gate as four GEMVs with one GEMV over the concatenated weight. Reports
+// microseconds per call.
+//
+//	./exec__gpu.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 5x
+func BenchmarkDecodeKernels(b *testing.B) {
+	m := newMMBench(b)
+	k, s := m.k, m.s
+	old := func(name string, dts ...cuda.DType) *cuda.Kernel {
+		kn, err := k.Dev.Compile(context.Background(), cuda.KernelSpec{Name: name, Source: decodeBaselineSrc,
+			File: "decode_baseline.cu", DTypes: dts})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return kn
+	}
+	f32 := func(v []float32) cuda.DevicePtr { return m.upload(cuda.AsBytes(v)) }
+	const (
+		H, nkv, d = 3072, 8, 128
+		p         = 543 // position of the decoded token: 512 prefilled, 31 decoded
+	)
+	pos := m.upload(cuda.AsBytes([]int32{p}))
+
+	// Router: f32 logits of 256 experts, top 10.
+	logits := make([]float32, 256)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(i)*1.7)) * 3
+	}
+	dl, bias := f32(logits), f32(make([]float32, 256))
+	rw, rid := m.rand(64), m.rand(64)
+	oldRouter := old("router_topk", cuda.F32)
+	b.Run("router_topk/old", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			return s.Launch(oldRouter, cuda.Dim(1), cuda.Dim(256), 8*256+4*10+256,
+				int32(1), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
+		})
+	})
+	b.Run("router_topk/new", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.RouterTopK(s, cuda.F32, rw, rid, dl, bias, 1, 256, 10, 0, 1) })
+	})
+
+	// rms_norm of the hidden state and of 72 query heads.
+	nw := make([]float32, H)
+	for i := range nw {
+		nw[i] = 1
+	}
+	w := f32(nw)
+	x, y := m.rand(72*d), m.rand(72*d)
+	oldBlock := old("rms_norm_block", cuda.BF16, cuda.BF16)
+	oldWarp := old("rms_norm_warp", cuda.BF16, cuda.BF16)
+	b.Run("rms_norm_hidden/old", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			return s.Launch(oldBlock, cuda.Dim(1), cuda.Dim(384), 0, int32(1), int32(H), float32(1e-6), x, w, y)
+		})
+	})
+	b.Run("rms_norm_hidden/new", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.RMSNorm(s, cuda.BF16, y, x, w, 1, H, 1e-6) })
+	})
+	b.Run("rms_norm_heads/old", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			return s.Launch(oldWarp, cuda.Dim(9), cuda.Dim(256), 0, int32(72), int32(d), float32(1e-6), x, w, y)
+		})
+	})
+	b.Run("rms_norm_heads/new", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.RMSNorm(s, cuda.BF16, y, x, w, 72, d, 1e-6) })
+	})
+
+	// rope of 72 query heads (sliding layer: theta 1e4, all channels).
+	tab, err := cpu.NewRopeTable(cpu.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rope, err := UploadRope(s, m.rand(d), tab)
+	if err != nil {
+		b.Fatal(err)
+	}
+	oldRope := old("qk_norm_rope", cuda.BF16)
+	b.Run("rope_q/old", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			return s.Launch(oldRope, cuda.Dim(18), cuda.Dim(128), 4*d*4, int32(1), int32(72), int32(0), int32(d),
+				int64(72*d), int64(72*d), x, y, cuda.DevicePtr(0), cuda.DevicePtr(0), float32(0), pos, rope.InvFreq,
+				int32(rope.RotaryDim), rope.AttnFactor)
+		})
+	})
+	b.Run("rope_q/new", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.RoPE(s, cuda.BF16, y, x, pos, 1, 72, d, rope) })
+	})
+
+	// matmul_split of a 72-head layer: q 9216, k 1024, v 1024, gate 72 rows.
+	sizes := []int{72 * d, nkv * d, nkv * d, 72}
+	N := 0
+	for _, n := range sizes {
+		N += n
+	}
+	wq, xa, yq := m.rand(N*H), m.rand(H), m.rand(N)
+	b.Run("matmul_split/old", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			row := 0
+			for _, n := range sizes {
+				a := MatMulArgs{T: 1, K: H, N: n, X: xa, W: wq.Add(int64(2 * row * H)), Y: yq.Add(int64(2 * row)),
+					XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16}
+				if err := k.MatMul(s, a); err != nil {
+					return err
+				}
+				row += n
+			}
+			return nil
+		})
+	})
+	b.Run("matmul_split/new", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			return k.MatMul(s, MatMulArgs{T: 1, K: H, N: N, X: xa, W: wq, Y: yq, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16})
+		})
+	})
+
+	// Attention at position 543: a sliding layer (72 heads, 512-slot ring)
+	// and a full one (48 heads, 546 slots, as lagc bench --ctx 512 sizes it).
+	oldAttn := old("attn_decode", cuda.BF16)
+	oldComb := old("attn_decode_combine", cuda.BF16)
+	ws := m.rand(4 << 20)
+	for _, c := range []struct {
+		name       string
+		nh, window int
+	}{{"attention_sliding", 72, 512}, {"attention_full", 48, 0}} {
+		cache := NewKVLayer(0, 0, nkv, d, c.window, p+3)
+		cache.K, cache.V = m.rand(cache.Slots*nkv*d), m.rand(cache.Slots*nkv*d)
+		q, kx, vx, out := m.rand(c.nh*d), m.rand(nkv*d), m.rand(nkv*d), m.rand(c.nh*d)
+		group := c.nh / nkv
+		b.Run(c.name+"/old", func(b *testing.B) {
+			ns := max(1, min(ceilDiv(cache.Slots, 64), 2*k.Dev.Props().SMs/nkv)) // the old DecodeSplits
+			shmem := 4 * (2*group*d + group*32 + 3*group + 32*(2*d+1))
+			acc, ml := ws, ws.Add(4*int64(ns*c.nh*d))
+			decodeTime(b, s, func() error {
+				if err := k.KVAppend(s, cuda.BF16, cache, kx, vx, 0, pos, 1); err != nil {
+					return err
+				}
+				if err := s.Launch(oldAttn, cuda.Dim(uint32(ns), nkv), cuda.Dim(128), shmem, int32(c.nh), int32(nkv), int32(d),
+					int32(c.window), int32(cache.Slots), int32(ns), float32(0.088), pos, q, cache.K, cache.V, out, acc, ml); err != nil {
+					return err
+				}
+				return s.Launch(oldComb, cuda.Dim(uint32(c.nh)), cuda.Dim(128), 0, int32(c.nh), int32(d), int32(ns), acc, ml, out)
+			})
+			b.ReportMetric(float64(ns), "splits")
+		})
+		b.Run(c.name+"/new", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				return k.AttentionDecodeAppend(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, ws)
+			})
+			b.ReportMetric(float64(k.DecodeSplits(cache)), "splits")
+		})
+	}
+}
+
+// decodeTime captures 50 calls of f in a CUDA graph and reports the GPU
+// microseconds per call over b.N replays.
+func decodeTime(b *testing.B, s *cuda.Stream, f func() error) {
+	const reps = 50
+	if err := f(); err != nil { // compile and warm up
+		b.Fatal(err)
+	}
+	g, err := s.Capture(func() error {
+		for i := 0; i < reps; i++ {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	ex, err := g.Instantiate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	dev := cudatest.Device(b)
+	e0, err := dev.NewEvent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e0.Close()
+	e1, err := dev.NewEvent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e1.Close()
+	if err := ex.Launch(s); err != nil { // warm
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		if err := s.Record(e0); err != nil {
+			b.Fatal(err)
+		}
+		if err := ex.Launch(s); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Record(e1); err != nil {
+			b.Fatal(err)
+		}
+		if err := e1.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		t, err := cuda.Elapsed(e0, e1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += t
+	}
+	b.ReportMetric(total.Seconds()*1e6/float64(b.N*reps), "us/call")
+}

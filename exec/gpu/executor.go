@@ -1,0 +1,296 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lagc/cuda"
+	"lagc/lower"
+)
+
+// Options configure an Executor.
+type Options struct {
+	// Device to run on; nil opens device 0 (closed with the executor).
+	Device *cuda.Device
+	// Eager launches every decode kernel from the host; otherwise the
+	// decode step is captured once as a CUDA graph and replayed.
+	Eager bool
+	// Profile times every launch with CUDA events (eager only); read the
+	// result with WriteProfile.
+	Profile bool
+	// SkipDecodeLogits: single-token Forward calls copy only the argmax to
+	// the host and return nil logits (for callers that need the token only).
+	SkipDecodeLogits bool
+}
+
+// WeightSource provides checkpoint tensors as float32 by canonical name
+// (ckpt.Checkpoint satisfies it). A nil source makes synthetic weights on
+// the device (benchmarks).
+type WeightSource interface {
+	ReadF32(name string) ([]float32, error)
+}
+
+// Executor runs a lower.Plan on one GPU for one sequence at a time:
+// weights, KV caches, an activation arena at the plan's offsets, and the
+// per-step scalars (tokens, positions) in device memory.
+type Executor struct {
+	plan   *lower.Plan
+	o      Options
+	dev    *cuda.Device
+	ownDev bool
+	k      *Kernels
+	s      *cuda.Stream
+	act    cuda.DType
+
+	allocs   []cuda.DevicePtr
+	weights  cuda.DevicePtr // plan.WeightBytes
+	kvMem    cuda.DevicePtr // plan.KVBytes
+	arena    cuda.DevicePtr // max arena of both schedules, then the workspace
+	ws       cuda.DevicePtr // shared scratch of wsBytes
+	wsBytes  int64
+	aux      cuda.DevicePtr // moe_grouped's extended routes, auxBytes
+	auxBytes int64
+	tokens   cuda.DevicePtr // i32 [chunk]: the step's token ids
+	pos      cuda.DevicePtr // i32 [chunk]: their positions
+	kv       []KVLayer
+	ropes    map[string]Rope
+
+	decode, prefill *program
+	graph           *cuda.GraphExec
+	decodeSteps     int // decode steps run since the last Reset or capture
+
+	V        int
+	next     int  // positions fed so far
+	devState bool // device tokens[0], pos[0] hold (lastNext, next): a decode step advanced them
+	lastNext int32
+	broken   bool
+	prof     *profiler
+}
+
+// New uploads the plan's weights (from ws, or synthetic ones when ws is
+// nil), allocates the KV caches and the arena, and prepares both
+// schedules. Kernels are compiled on first use.
+func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) {
+	if plan == nil || plan.Decode == nil || plan.Prefill == nil {
+		return nil, fmt.Errorf("gpu.New: incomplete plan")
+	}
+	act, err := dtypeOf(plan.DType)
+	if err != nil {
+		return nil, fmt.Errorf("gpu.New: %w", err)
+	}
+	if o.Profile {
+		o.Eager = true
+	}
+	e := &Executor{plan: plan, o: o, act: act, ropes: map[string]Rope{}}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if o.Device == nil {
+		if e.dev, err = cuda.Open(0); err != nil {
+			return nil, err
+		}
+		e.ownDev = true
+	} else {
+		e.dev = o.Device
+	}
+	e.k = NewKernels(e.dev)
+	if e.s, err = e.dev.NewStream(); err != nil {
+		return nil, err
+	}
+	if err := e.allocate(); err != nil {
+		return nil, err
+	}
+	if ws == nil {
+		err = e.syntheticWeights(1)
+	} else {
+		err = e.uploadWeights(ws)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if e.decode, err = e.bind(plan.Decode); err != nil {
+		return nil, fmt.Errorf("gpu: decode schedule: %w", err)
+	}
+	if e.prefill, err = e.bind(plan.Prefill); err != nil {
+		return nil, fmt.Errorf("gpu: prefill schedule: %w", err)
+	}
+	e.V = e.decode.logits.Shape[len(e.decode.logits.Shape)-1]
+	if o.Profile {
+		e.prof = newProfiler(e.dev)
+	}
+	return e, nil
+}
+
+func (e *Executor) alloc(n int64) (cuda.DevicePtr, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	p, err := e.dev.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	e.allocs = append(e.allocs, p)
+	return p, nil
+}
+
+// allocate makes the weight, KV, arena+workspace and scalar allocations.
+func (e *Executor) allocate() error {
+	p := e.plan
+	var err error
+	if e.weights, err = e.alloc(p.WeightBytes); err != nil {
+		return fmt.Errorf("weights (%d bytes): %w", p.WeightBytes, err)
+	}
+	if e.kvMem, err = e.alloc(p.KVBytes); err != nil {
+		return fmt.Errorf("KV caches (%d bytes): %w", p.KVBytes, err)
+	}
+	for _, c := range p.KV {
+		half := c.Half()
+		k := NewKVLayer(e.kvMem.Add(c.Offset), e.kvMem.Add(c.Offset+half), c.NKV, c.HeadDim, c.Window, p.MaxContext)
+		if k.Bytes(e.act) > half {
+			return fmt.Errorf("KV cache of layer %d: plan gives %d bytes, the kernels need %d", c.Layer, half, k.Bytes(e.act))
+		}
+		e.kv = append(e.kv, k)
+	}
+	if e.wsBytes, e.auxBytes, err = e.workspaceBytes(); err != nil {
+		return err
+	}
+	arena := align(max(p.Decode.Arena, p.Prefill.Arena))
+	total := arena + e.wsBytes + e.auxBytes
+	if e.arena, err = e.alloc(total); err != nil {
+		return fmt.Errorf("activation arena and workspace (%d bytes): %w", total, err)
+	}
+	e.ws = e.arena.Add(arena)
+	e.aux = e.ws.Add(e.wsBytes)
+	n := int64(max(p.Prefill.Tokens, 1))
+	io, err := e.alloc(2 * align(4*n))
+	if err != nil {
+		return err
+	}
+	e.tokens, e.pos = io, io.Add(align(4*n))
+	return e.s.Memset32(io, 0, 2*align(4*n)/4)
+}
+
+func align(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }
+
+// Plan returns the plan the executor runs.
+func (e *Executor) Plan() *lower.Plan { return e.plan }
+
+// Kernels returns the launchers the executor uses.
+func (e *Executor) Kernels() *Kernels { return e.k }
+
+// Stream is the executor's stream.
+func (e *Executor) Stream() *cuda.Stream { return e.s }
+
+// Pos returns the positions fed so far.
+func (e *Executor) Pos() int { return e.next }
+
+// MaxPos returns the context length of the KV caches.
+func (e *Executor) MaxPos() int { return e.plan.MaxContext }
+
+// Reset starts a new sequence. The caches need no clearing: attention reads
+// only positions up to the current one, which every step writes first.
+func (e *Executor) Reset() {
+	e.next = 0
+	e.devState = false
+	e.broken = false
+}
+
+// Close releases the graph, memory and stream (and the device if New
+// opened it).
+func (e *Executor) Close() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if e.graph != nil {
+		keep(e.graph.Close())
+		e.graph = nil
+	}
+	if e.prof != nil {
+		e.prof.close()
+	}
+	if e.s != nil {
+		keep(e.s.Synchronize())
+	}
+	for _, p := range e.allocs {
+		keep(e.dev.Free(p))
+	}
+	e.allocs = nil
+	if e.s != nil {
+		keep(e.s.Close())
+		e.s = nil
+	}
+	if e.ownDev && e.dev != nil {
+		keep(e.dev.Close())
+		e.dev = nil
+	}
+	return first
+}
+
+// Forward feeds tokens at positions Pos(), Pos()+1, ... and returns the
+// logits [T*V] of every token and their argmax [T]. One token runs the
+// decode schedule (a graph replay unless Options.Eager); more run the
+// prefill schedule in chunks of the plan's prefill size.
+func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
+	T := len(tokens)
+	if T == 0 {
+		return nil, nil, fmt.Errorf("gpu: forward: no tokens")
+	}
+	if e.broken {
+		return nil, nil, fmt.Errorf("gpu: forward: an earlier step failed; Reset to start a new sequence")
+	}
+	if e.next+T > e.plan.MaxContext {
+		return nil, nil, fmt.Errorf("gpu: forward: %d tokens at position %d exceed the context length %d", T, e.next, e.plan.MaxContext)
+	}
+	for i, id := range tokens {
+		if id < 0 || int(id) >= e.V {
+			return nil, nil, fmt.Errorf("gpu: forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, e.V)
+		}
+	}
+	if T == 1 {
+		next, logits, err := e.decodeStep(tokens[0], !e.o.SkipDecodeLogits)
+		if err != nil {
+			e.broken = true
+			return nil, nil, err
+		}
+		return logits, []int32{next}, nil
+	}
+	logits, next, err := e.prefillTokens(tokens, true)
+	if err != nil {
+		e.broken = true
+		return nil, nil, err
+	}
+	return logits, next, nil
+}
+
+// setScalars writes the step's tokens and positions (from e.next) to the
+// device.
+func (e *Executor) setScalars(tokens []int32) error {
+	pos := make([]int32, len(tokens))
+	for i := range pos {
+		pos[i] = int32(e.next + i)
+	}
+	if err := cuda.Upload(e.s, e.tokens, tokens); err != nil {
+		return err
+	}
+	return cuda.Upload(e.s, e.pos, pos)
+}
+
+// readOut copies the step's argmax (and logits) of T tokens to the host.
+func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {
+	next := make([]int32, T)
+	if err := cuda.Download(e.s, next, e.arena.Add(p.next.Offset)); err != nil {
+		return nil, nil, fmt.Errorf("reading the argmax: %w", err)
+	}
+	if !logits {
+		return nil, next, nil
+	}
+	out := make([]float32, T*e.V)
+	if err := cuda.Download(e.s, out, e.arena.Add(p.logits.Offset)); err != nil {
+		return nil, nil, fmt.Errorf("reading the logits: %w", err)
+	}
+	return out, next, nil
+}

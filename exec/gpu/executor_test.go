@@ -1,0 +1,351 @@
+package gpu_test
+
+// End-to-end tests of the CUDA executor on the transformers fixtures
+// (testdata/fixtures): the whole pipeline, YAML -> passes -> lower ->
+// exec/gpu, through engine.Open. They need a GPU (skipped without one, failed
+// with LAGC_REQUIRE_GPU=1).
+
+import (
+	"bytes"
+	"context"
+	"lagc/config"
+	"lagc/internal/fixture"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"lagc/cuda/cudatest"
+	"lagc/engine"
+	"lagc/exec/gpu"
+	"lagc/ir"
+	"lagc/models"
+	"lagc/passes"
+)
+
+// nearTie is the top-2 logit gap under which bf16 may pick the other token.
+const nearTie = 0.05
+
+func fixtureDirs(t testing.TB) []string { return fixture.Dirs(t) }
+
+func readGolden(t testing.TB, dir string) *fixture.Golden { return fixture.Read(t, dir) }
+
+func openGPU(t *testing.T, dir string, o engine.Options) (*engine.Model, *gpu.Executor) {
+	t.Helper()
+	cudatest.Device(t) // skip (or fail) without a GPU
+	o.Device = "cuda"
+	m, err := engine.Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ex, ok := m.Backend.(*gpu.Executor)
+	if !ok {
+		t.Fatalf("backend is %T", m.Backend)
+	}
+	return m, ex
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
+}
+
+// TestFixturesF32: the f32 mode matches transformers within 1e-3 at every
+// prompt position and gives the identical greedy continuation, whole-prompt
+// prefill, chunks crossing the window, and token by token.
+func TestFixturesF32(t *testing.T) {
+	for _, dir := range fixtureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			g := readGolden(t, dir)
+			for _, chunk := range []int{0, 3, 1} {
+				m, ex := openGPU(t, dir, engine.Options{DType: "f32", Chunk: chunk})
+				res, err := m.Generate(context.Background(), g.PromptIDs, engine.GenOptions{MaxTokens: len(g.Greedy), Logits: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst := 0.0
+				for p := range g.PromptLogits {
+					worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
+				}
+				if worst > 1e-3 {
+					t.Errorf("chunk %d: prompt logits differ from transformers by up to %.3g (> 1e-3)", chunk, worst)
+				}
+				if !slices.Equal(res.PromptNext, g.Argmax) {
+					t.Errorf("chunk %d: prompt argmax\n got %v\nwant %v", chunk, res.PromptNext, g.Argmax)
+				}
+				if !slices.Equal(res.Generated, g.Greedy) {
+					t.Errorf("chunk %d: greedy\n got %v\nwant %v", chunk, res.Generated, g.Greedy)
+				}
+				if !ex.Captured() {
+					t.Errorf("chunk %d: decode never replayed a captured graph", chunk)
+				}
+				t.Logf("chunk %d: max |logit diff| %.2g", chunk, worst)
+			}
+		})
+	}
+}
+
+// hfBF16 is what transformers 5.17 itself does in bf16 on these fixtures
+// (on the H200, eager attention; testdata/hf_bf16_check.py): the largest
+// distance of its prompt logits to its own f32 goldens, and the first greedy
+// step where it leaves them. Expert routing flips make bf16 leave the f32
+// path early even where the top-2 logit gap is far above 0.05, so the
+// fixtures' f32 gaps alone cannot tell a bf16 near-tie from a bug.
+var hfBF16 = map[string]struct {
+	maxDiff  float64
+	firstDiv int
+}{
+	"tiny_fused_native_names":   {1.887, 2},
+	"tiny_sharded_perelem_tied": {1.887, 2},
+	"tiny_yarn_perhead":         {7.551, 7},
+}
+
+// TestFixturesBF16: bf16 stays at least as close to the f32 reference as
+// transformers' own bf16 does: prompt logits no farther, and the greedy
+// continuation identical up to where transformers' bf16 leaves it (or the
+// first reference near-tie, gap < 0.05, if that comes first).
+func TestFixturesBF16(t *testing.T) {
+	for _, dir := range fixtureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			g := readGolden(t, dir)
+			hf, ok := hfBF16[filepath.Base(dir)]
+			if !ok {
+				t.Fatalf("no transformers bf16 figures for this fixture")
+			}
+			m, _ := openGPU(t, dir, engine.Options{DType: "bf16"})
+			res, err := m.Generate(context.Background(), g.PromptIDs, engine.GenOptions{MaxTokens: len(g.Greedy), Logits: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for p := range g.PromptLogits {
+				worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
+			}
+			if worst > hf.maxDiff {
+				t.Errorf("prompt logits differ from the f32 reference by up to %.3g, transformers bf16 by %.3g", worst, hf.maxDiff)
+			}
+			tie := len(g.Greedy)
+			for i, gap := range g.GreedyGaps {
+				if gap < nearTie {
+					tie = i
+					break
+				}
+			}
+			upto := min(tie, hf.firstDiv)
+			if !slices.Equal(res.Generated[:upto], g.Greedy[:upto]) {
+				t.Errorf("greedy (compared up to step %d)\n got %v\nwant %v", upto, res.Generated, g.Greedy)
+			}
+			first := len(g.Greedy)
+			for i := range g.Greedy {
+				if res.Generated[i] != g.Greedy[i] {
+					first = i
+					break
+				}
+			}
+			mism := 0
+			for p, id := range res.PromptNext {
+				if id != g.Argmax[p] {
+					mism++
+				}
+			}
+			t.Logf("bf16: max |logit diff| %.3g (transformers bf16 %.3g); greedy leaves the reference at step %d (transformers bf16 at %d, first reference near-tie %d); %d prompt argmax changes",
+				worst, hf.maxDiff, first, hf.firstDiv, tie, mism)
+		})
+	}
+}
+
+// decodeRun feeds prompt (prefill, or one token at a time) and then greedy
+// decodes n tokens through the backend, returning the tokens, each decode
+// step's logits and their top-2 gaps.
+func decodeRun(t *testing.T, b engine.Backend, prompt []int32, tokenByToken bool, n int) ([]int32, [][]float32, []float64) {
+	t.Helper()
+	b.Reset()
+	var next []int32
+	var err error
+	if tokenByToken {
+		for _, id := range prompt {
+			if _, next, err = b.Forward([]int32{id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if _, next, err = b.Forward(prompt); err != nil {
+		t.Fatal(err)
+	}
+	tok := next[len(next)-1]
+	var out []int32
+	var rows [][]float32
+	var gaps []float64
+	for i := 0; i < n; i++ {
+		out = append(out, tok)
+		logits, nx, err := b.Forward([]int32{tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, logits)
+		gaps = append(gaps, gap(logits))
+		tok = nx[0]
+	}
+	return out, rows, gaps
+}
+
+func gap(row []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, x := range row {
+		v := float64(x)
+		if v > a {
+			a, b = v, a
+		} else if v > b {
+			b = v
+		}
+	}
+	return a - b
+}
+
+// TestGraphReplayBitwise: replaying the captured decode graph gives bitwise
+// the logits of launching the same kernels eagerly.
+func TestGraphReplayBitwise(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			_, eager := openGPU(t, dir, engine.Options{DType: dt, Eager: true})
+			_, graph := openGPU(t, dir, engine.Options{DType: dt})
+			ta, la, _ := decodeRun(t, eager, g.PromptIDs, false, 40)
+			tb, lb, _ := decodeRun(t, graph, g.PromptIDs, false, 40)
+			if eager.Captured() || !graph.Captured() {
+				t.Fatalf("captured: eager %v, graph %v", eager.Captured(), graph.Captured())
+			}
+			if !slices.Equal(ta, tb) {
+				t.Fatalf("tokens differ:\neager %v\ngraph %v", ta, tb)
+			}
+			for i := range la {
+				for j := range la[i] {
+					if math.Float32bits(la[i][j]) != math.Float32bits(lb[i][j]) {
+						t.Fatalf("step %d logit %d: eager %v, graph %v", i, j, la[i][j], lb[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPrefillThenDecode: decode-only (every token one step) for 100
+// positions, then prefill those 100 tokens in chunks of 1, 7, 64 and 2048
+// and decode 256 more (crossing the sliding window dozens of times, far
+// past max_position_embeddings): the same tokens, exactly in f32, and in
+// bf16 up to the first near-tie of the decode-only run.
+func TestPrefillThenDecode(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	const prefix, cont = 100, 256
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			_, ref := openGPU(t, dir, engine.Options{DType: dt, MaxContext: 512})
+			out, _, gaps := decodeRun(t, ref, g.PromptIDs, true, prefix+cont)
+			seq := append(append([]int32(nil), g.PromptIDs...), out...)
+			P := len(g.PromptIDs) + prefix
+			want := seq[P : P+cont]
+			// gaps[i] is the top-2 gap of the step that chose out[i+1].
+			upto := cont
+			if dt == "bf16" {
+				for i := 0; i < cont; i++ {
+					if gaps[prefix+i-1] < nearTie {
+						upto = i
+						break
+					}
+				}
+			}
+			for _, chunk := range []int{1, 7, 64, 2048} {
+				_, b := openGPU(t, dir, engine.Options{DType: dt, MaxContext: 512, Chunk: chunk})
+				got, _, _ := decodeRun(t, b, seq[:P], false, cont)
+				if !slices.Equal(got[:upto], want[:upto]) {
+					t.Errorf("chunk %d: continuation differs from decode-only (compared %d tokens)\n got %v\nwant %v", chunk, upto, got, want)
+				}
+			}
+			t.Logf("%s: compared %d continuation tokens after a %d-token prefill", dt, upto, P)
+		})
+	}
+}
+
+// TestProfile: a profiled run attributes GPU time to every decode node,
+// with node/op/layer labels and the class -> layer -> op -> node stack.
+func TestProfile(t *testing.T) {
+	dir := fixtureDirs(t)[0]
+	g := readGolden(t, dir)
+	m, ex := openGPU(t, dir, engine.Options{DType: "bf16", Profile: true})
+	if _, err := m.Generate(context.Background(), g.PromptIDs, engine.GenOptions{MaxTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := ex.WriteProfile(&buf); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	var total int64
+	for _, s := range p.Sample {
+		if len(s.Label["node"]) != 1 || len(s.Label["op"]) != 1 || len(s.NumLabel["layer"]) != 1 || len(s.Location) != 4 {
+			t.Fatalf("sample %+v lacks labels or stack", s)
+		}
+		if s.Label["class"][0] == "decode" {
+			nodes[s.Label["node"][0]] = true
+		}
+		if s.Location[0].Line[0].Function.Name != s.Label["node"][0] {
+			t.Errorf("leaf frame %s, node %s", s.Location[0].Line[0].Function.Name, s.Label["node"][0])
+		}
+		total += s.Value[1]
+	}
+	for _, st := range ex.Plan().Decode.Steps {
+		if !nodes[st.Name] {
+			t.Errorf("decode node %s has no samples", st.Name)
+		}
+	}
+	if total <= 0 {
+		t.Fatalf("total GPU time %d", total)
+	}
+	t.Logf("%d samples, %.3f ms of GPU time", len(p.Sample), float64(total)/1e6)
+}
+
+// TestSyntheticWeights: weights made on the device run, and the same
+// sequence gives the same tokens twice.
+func TestSyntheticWeights(t *testing.T) {
+	cudatest.Device(t)
+	cfg := config.Tiny()
+	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := passes.Run(gr, passes.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: 64, Chunk: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	prompt := make([]int32, 20)
+	for i := range prompt {
+		prompt[i] = int32(i * 3 % cfg.VocabSize)
+	}
+	a, la, _ := decodeRun(t, ex, prompt, false, 10)
+	b, lb, _ := decodeRun(t, ex, prompt, false, 10)
+	if !slices.Equal(a, b) {
+		t.Fatalf("synthetic runs differ: %v vs %v", a, b)
+	}
+	for i := range la {
+		for j, x := range la[i] {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) || x != lb[i][j] {
+				t.Fatalf("step %d logit %d: %v vs %v", i, j, x, lb[i][j])
+			}
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lagc/cuda"
+	"lagc/lower"
+)
+
+// Decode steps. Everything that changes from one step to the next lives in
+// device memory: the token (tokens[0]), the position (pos[0]; attention
+// derives the number of valid keys from it), so one captured graph serves
+// every step. The graph ends with step_next, which copies the step's argmax
+// into tokens[0] and advances pos[0]: a greedy generation needs nothing
+// from the host between replays but the 4-byte token it copies out.
+
+// decodeStep runs one token at position e.next and returns its argmax (and
+// its logits row when logits is true).
+func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) {
+	// The device already holds (tok, next) when the previous decode step
+	// produced tok; otherwise (prefill, sampling, a new sequence) write them.
+	if !e.devState || tok != e.lastNext {
+		if err := e.setScalars([]int32{tok}); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := e.launchDecode(); err != nil {
+		return 0, nil, err
+	}
+	lg, next, err := e.readOut(e.decode, 1, logits)
+	if err != nil {
+		return 0, nil, err
+	}
+	if e.prof != nil {
+		if err := e.prof.collect(lower.Decode); err != nil {
+			return 0, nil, err
+		}
+	}
+	e.next++
+	e.devState, e.lastNext = true, next[0]
+	return next[0], lg, nil
+}
+
+// launchDecode queues one decode step: eagerly for the first step (which
+// compiles every kernel, the warm-up) and in eager mode; afterwards a
+// replay of the graph captured from the eager launches.
+func (e *Executor) launchDecode() error {
+	if e.o.Eager || e.prof != nil || e.decodeSteps == 0 {
+		e.decodeSteps++
+		return e.decodeKernels(e.s)
+	}
+	if e.graph == nil {
+		if err := e.capture(); err != nil {
+			return err
+		}
+	}
+	e.decodeSteps++
+	return e.graph.Launch(e.s)
+}
+
+// decodeKernels queues the decode schedule and the step bookkeeping.
+func (e *Executor) decodeKernels(s *cuda.Stream) error {
+	if err := e.run(e.decode, 1); err != nil {
+		return err
+	}
+	kn, err := e.k.op("executor.cu", "step_next", nil)
+	if err != nil {
+		return err
+	}
+	return s.Launch(kn, cuda.Dim(1), cuda.Dim(32), 0, e.arena.Add(e.decode.next.Offset), e.tokens, e.pos)
+}
+
+// capture records the decode step once as a CUDA graph.
+func (e *Executor) capture() error {
+	if err := e.s.Synchronize(); err != nil {
+		return err
+	}
+	g, err := e.s.Capture(func() error { return e.decodeKernels(e.s) })
+	if err != nil {
+		return fmt.Errorf("capturing the decode step: %w", err)
+	}
+	defer g.Close()
+	ex, err := g.Instantiate()
+	if err != nil {
+		return fmt.Errorf("instantiating the decode graph: %w", err)
+	}
+	e.graph = ex
+	return nil
+}
+
+// Captured reports whether decode steps replay a captured graph now.
+func (e *Executor) Captured() bool { return e.graph != nil }
+
+// SetEager switches decode between eager launches and graph replay (the
+// graph, once captured, is kept: its pointers never change).
+func (e *Executor) SetEager(eager bool) { e.o.Eager = eager }

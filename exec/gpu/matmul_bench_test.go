@@ -1,0 +1,156 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/cuda/cudatest"
+)
+
+// Benchmarks at Laguna-S-2.1 shapes, bf16. They report GB/s (weights and
+// activations moved) and TFLOP/s; `lagc kernel-bench` gives the same
+// figures with CUDA-event timing and roofline fractions.
+//
+//	go test -c -o lagc-cuda.test ./exec/gpu && ./lagc-cuda.test -test.run '^$' -test.bench 'MatMul|MoE'
+
+// mmBench gives a benchmark the device, a stream and bf16 random memory.
+type mmBench struct {
+	b       *testing.B
+	k       *Kernels
+	s       *cuda.Stream
+	pattern cuda.DevicePtr // mmPatternBytes of random bf16
+}
+
+const mmPatternBytes = 64 << 20
+
+func newMMBench(b *testing.B) *mmBench {
+	dev := cudatest.Device(b)
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	m := &mmBench{b: b, k: NewKernels(dev), s: s}
+	r := rand.New(rand.NewPCG(9, 9))
+	h := make([]uint16, mmPatternBytes/2)
+	for i := range h {
+		h[i] = cuda.F32ToBF16((r.Float32()*2 - 1) * 0.05)
+	}
+	m.pattern = m.upload(cuda.AsBytes(h))
+	return m
+}
+
+// rand allocates n bf16 values, random in [-0.05, 0.05) (a 64 MiB random
+// pattern repeated: generating gigabytes on the host would take longer
+// than the benchmark).
+func (m *mmBench) rand(n int) cuda.DevicePtr {
+	bytes := int64(2 * n)
+	p, err := m.k.Dev.Alloc(bytes)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	m.b.Cleanup(func() { _ = m.k.Dev.Free(p) })
+	for off := int64(0); off < bytes; off += mmPatternBytes {
+		if err := m.s.CopyDtoD(p.Add(off), m.pattern, min(mmPatternBytes, bytes-off)); err != nil {
+			m.b.Fatal(err)
+		}
+	}
+	return p
+}
+
+// run times f over b.N calls and reports rates for bytes and flops per call.
+func (m *mmBench) run(b *testing.B, bytes, flops float64, f func() error) {
+	if err := f(); err != nil { // compile and warm up
+		b.Fatal(err)
+	}
+	if err := m.s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := m.s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(bytes/sec/1e9, "GB/s")
+	b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+}
+
+// BenchmarkMatMul: weights under the L2 size (o_proj, dense_down) are
+// partly served from L2 across iterations; kernel-bench cycles copies.
+func BenchmarkMatMul(b *testing.B) {
+	m := newMMBench(b)
+	for _, c := range []struct {
+		name    string
+		T, N, K int
+		swiglu  bool
+	}{
+		{"lm_head", 1, 100352, 3072, false},
+		{"qkvg", 1, 13384, 3072, false},
+		{"o_proj", 1, 3072, 9216, false},
+		{"dense_gate_up", 1, 12288, 3072, true},
+		{"dense_down", 1, 3072, 12288, false},
+		{"qkvg", 2048, 13384, 3072, false},
+		{"dense_gate_up", 2048, 12288, 3072, true},
+		{"dense_down", 2048, 3072, 12288, false},
+	} {
+		b.Run(fmt.Sprintf("%s/T=%d", c.name, c.T), func(b *testing.B) {
+			rows := c.N
+			if c.swiglu {
+				rows *= 2
+			}
+			a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu,
+				X: m.rand(c.T * c.K), W: m.rand(rows * c.K), Y: m.rand(c.T * c.N)}
+			bytes := 2 * float64(rows*c.K+c.T*(c.K+c.N))
+			m.run(b, bytes, 2*float64(c.T)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
+		})
+	}
+}
+
+func BenchmarkMoEExperts(b *testing.B) {
+	m := newMMBench(b)
+	r := rand.New(rand.NewPCG(3, 4))
+	const E, K, H, I = 256, 10, 3072, 1024
+	gate, up, down := m.rand(E*I*H), m.rand(E*I*H), m.rand(E*H*I)
+	for _, T := range []int{1, 2048} {
+		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
+			ids := make([]int32, T*K)
+			wts := make([]float32, T*K)
+			for t := 0; t < T; t++ {
+				for j, e := range r.Perm(E)[:K] {
+					ids[t*K+j], wts[t*K+j] = int32(e), 0.1
+				}
+			}
+			a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+				X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad}
+			a.IDs = m.upload(cuda.AsBytes(ids))
+			a.Weights = m.upload(cuda.AsBytes(wts))
+			ws, err := MoEWorkspaceBytes(a)
+			if err != nil {
+				b.Fatal(err)
+			}
+			a.Workspace = m.rand(int(ws / 2))
+			// Decode reads the k selected experts (repeats across tokens counted again).
+			bytes := float64(min(T*K, E)) * 3 * I * H * 2
+			m.run(b, bytes, 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+		})
+	}
+}
+
+func (m *mmBench) upload(b []byte) cuda.DevicePtr {
+	p, err := m.k.Dev.Alloc(int64(len(b)))
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	m.b.Cleanup(func() { _ = m.k.Dev.Free(p) })
+	if err := m.s.CopyHtoD(p, b); err != nil {
+		m.b.Fatal(err)
+	}
+	return p
+}

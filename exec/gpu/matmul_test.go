@@ -1,0 +1,220 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/exec/cpu"
+)
+
+// mmMode is one dtype signature of MatMul.
+type mmMode struct {
+	name    string
+	x, w, y cuda.DType
+}
+
+var mmModes = []mmMode{
+	{"f32", cuda.F32, cuda.F32, cuda.F32},
+	{"bf16", cuda.BF16, cuda.BF16, cuda.BF16},
+	{"f32x-bf16w", cuda.F32, cuda.BF16, cuda.F32},
+	{"bf16x-f32y", cuda.BF16, cuda.BF16, cuda.F32},
+}
+
+// mmTol: the output dtype sets the tolerance (inputs are rounded to their
+// dtypes before the reference sees them).
+func mmTol(m mmMode) float64 { return tolFor(m.y) }
+
+// mmRef is the CPU reference of a: x w^T, or the SwiGLU of the two halves,
+// plus y0 when accumulating.
+func mmRef(t *testing.T, a MatMulArgs, x, w, y0 []float32) []float32 {
+	t.Helper()
+	want := make([]float32, a.T*a.N)
+	if a.SwiGLU {
+		g := make([]float32, a.T*a.N)
+		u := make([]float32, a.T*a.N)
+		if err := cpu.MatMul(g, x, w[:a.N*a.K], a.T, a.K, a.N); err != nil {
+			t.Fatal(err)
+		}
+		if err := cpu.MatMul(u, x, w[a.N*a.K:], a.T, a.K, a.N); err != nil {
+			t.Fatal(err)
+		}
+		if err := cpu.SiLU(g, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := cpu.Mul(want, g, u); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := cpu.MatMul(want, x, w, a.T, a.K, a.N); err != nil {
+		t.Fatal(err)
+	}
+	if y0 != nil {
+		for i := range want {
+			want[i] += y0[i]
+		}
+	}
+	return want
+}
+
+// mmGPU is gpu with the stream closed when the test ends (an unclosed
+// stream keeps a runtime.Pinner pinned, which panics once collected).
+func mmGPU(t *testing.T) (*Kernels, *cuda.Stream) {
+	t.Helper()
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() })
+	return k, s
+}
+
+// mmRun uploads random inputs for a's shapes and dtypes (it fills in the
+// pointers), runs it, and returns the output and the reference.
+func mmRun(t *testing.T, k *Kernels, s *cuda.Stream, r *rand.Rand, a MatMulArgs) (got, want []float32) {
+	t.Helper()
+	rows := a.N
+	if a.SwiGLU {
+		rows = 2 * a.N
+	}
+	x := roundTo(a.XType, randF32(r, a.T*a.K, 1))
+	w := roundTo(a.WType, randF32(r, rows*a.K, 1))
+	a.X = upload(t, k, s, a.XType, x)
+	a.W = upload(t, k, s, a.WType, w)
+	var y0 []float32
+	if a.Accumulate {
+		y0 = roundTo(a.YType, randF32(r, a.T*a.N, 4))
+		a.Y = upload(t, k, s, a.YType, y0)
+	} else {
+		n := int64(a.T * a.N * a.YType.Size())
+		a.Y = alloc(t, k, n)
+		poison(t, s, a.Y, n)
+	}
+	if err := k.MatMul(s, a); err != nil {
+		t.Fatal(err)
+	}
+	got = download(t, s, a.YType, a.Y, a.T*a.N)
+	return got, mmRef(t, a, x, w, y0)
+}
+
+func TestMatMulShapes(t *testing.T) {
+	k, s := mmGPU(t)
+	for _, m := range mmModes {
+		for _, T := range []int{1, 2, 3, 7, 8, 9, 64, 129} {
+			t.Run(fmt.Sprintf("%s/T%d", m.name, T), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(T), 7))
+				for _, N := range []int{1, 17, 100, 1000} {
+					for _, K := range []int{8, 13, 24, 136, 1000} {
+						a := MatMulArgs{T: T, K: K, N: N, XType: m.x, WType: m.w, YType: m.y}
+						got, want := mmRun(t, k, s, r, a)
+						checkClose(t, fmt.Sprintf("N=%d K=%d", N, K), got, want, mmTol(m))
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestMatMulPaths reaches every kernel variant: GEMV splits up to 8 warps a
+// row, both tensor-core tile heights and K steps, the FFMA fallback,
+// accumulate and SwiGLU epilogues, at sizes with many k-tiles.
+func TestMatMulPaths(t *testing.T) {
+	k, s := mmGPU(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	cases := []struct {
+		T, K, N     int
+		acc, swiglu bool
+		rows        int // tensor-core tile rows (0: automatic)
+	}{
+		{T: 1, K: 3072, N: 3072},           // split 2, unrolled main loop
+		{T: 2, K: 3072, N: 17},             // split 8
+		{T: 8, K: 1024, N: 300, acc: true}, // residual add
+		{T: 3, K: 1000, N: 77, swiglu: true},
+		{T: 1, K: 13, N: 33, swiglu: true, acc: true},
+		{T: 200, K: 1000, N: 300, rows: 64},
+		{T: 200, K: 1000, N: 300, rows: 128},
+		{T: 130, K: 520, N: 130, rows: 128, acc: true},
+		{T: 131, K: 264, N: 200, rows: 64, swiglu: true},
+		{T: 257, K: 264, N: 70, rows: 128, swiglu: true, acc: true},
+		{T: 40, K: 37, N: 90, swiglu: true}, // FFMA (K % 8 != 0)
+		{T: 512, K: 3072, N: 384},           // planner's choice, many k-tiles
+	}
+	for _, m := range mmModes {
+		for _, c := range cases {
+			for _, bk := range []int{32, 64} {
+				a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: m.x, WType: m.w, YType: m.y, Accumulate: c.acc, SwiGLU: c.swiglu,
+					Tile: MMATile{Rows: c.rows, K: bk}}
+				got, want := mmRun(t, k, s, r, a)
+				checkClose(t, fmt.Sprintf("%s %+v bk=%d", m.name, c, bk), got, want, mmTol(m))
+			}
+		}
+	}
+}
+
+// TestMatMulDeterministic: two runs of each kernel give the same bits.
+func TestMatMulDeterministic(t *testing.T) {
+	k, s := mmGPU(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, c := range []MatMulArgs{
+		{T: 3, K: 3072, N: 1000, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16},
+		{T: 300, K: 1000, N: 1000, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32},
+		{T: 100, K: 100, N: 100, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32, SwiGLU: true},
+	} {
+		rows := c.N
+		if c.SwiGLU {
+			rows *= 2
+		}
+		c.X = upload(t, k, s, c.XType, randF32(r, c.T*c.K, 1))
+		c.W = upload(t, k, s, c.WType, randF32(r, rows*c.K, 1))
+		n := c.T * c.N * c.YType.Size()
+		c.Y = alloc(t, k, int64(n))
+		var outs [2][]byte
+		for i := range outs {
+			poison(t, s, c.Y, int64(n))
+			if err := k.MatMul(s, c); err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = make([]byte, n)
+			if err := s.CopyDtoH(outs[i], c.Y); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(outs[0], outs[1]) {
+			t.Errorf("T=%d K=%d N=%d: two runs differ", c.T, c.K, c.N)
+		}
+	}
+}
+
+// TestMatMulErrors: bad arguments are errors, not launches.
+func TestMatMulErrors(t *testing.T) {
+	k := &Kernels{} // MatMulLaunch fails before it needs a device
+	for _, a := range []MatMulArgs{
+		{T: 0, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
+		{T: 1, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F16, WType: cuda.F32, YType: cuda.F32},
+		{T: 1, K: 8, N: 8, X: 0, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
+		{T: 1, K: -3, N: 8, X: 16, W: 16, Y: 16, XType: cuda.F32, WType: cuda.F32, YType: cuda.F32},
+		{T: 9, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32, Tile: MMATile{Rows: 96}},
+		{T: 9, K: 8, N: 8, X: 16, W: 16, Y: 16, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32, Tile: MMATile{K: 16}},
+	} {
+		if _, err := k.MatMulLaunch(a); err == nil {
+			t.Errorf("MatMulLaunch(%+v) accepted bad arguments", a)
+		}
+	}
+}
+
+// TestGEMVSplit pins the split rule's edges (no GPU needed).
+func TestGEMVSplit(t *testing.T) {
+	for _, c := range []struct {
+		n, k, want int
+		wt         cuda.DType
+	}{
+		{100352, 3072, 1, cuda.BF16}, // lm_head: rows enough
+		{3072, 3072, 2, cuda.BF16},
+		{17, 3072, 8, cuda.BF16},
+		{17, 64, 1, cuda.BF16}, // too short to share
+		{1000, 1000, 2, cuda.BF16},
+		{1000, 1000, 4, cuda.F32}, // 250 vectors of 4 floats
+	} {
+		if got := gemvSplit(c.n, c.k, c.wt, 132); got != c.want {
+			t.Errorf("gemvSplit(%d, %d, %v) = %d, want %d", c.n, c.k, c.wt, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,349 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/exec/cpu"
+)
+
+// moeIDs draws [T,k] expert ids by distribution:
+//
+//	distinct: k distinct experts per token, uniform (real routing)
+//	skewed:   k distinct experts per token, most tokens on a few experts
+//	same:     every slot of a token on one expert, few experts in all
+//	invalid:  distinct, with some ids outside [0, E)
+func moeIDs(r *rand.Rand, dist string, T, E, k int) []int32 {
+	ids := make([]int32, T*k)
+	for t := 0; t < T; t++ {
+		row := ids[t*k : (t+1)*k]
+		switch dist {
+		case "same":
+			e := int32(r.IntN(min(E, 3)))
+			for j := range row {
+				row[j] = e
+			}
+			continue
+		case "skewed":
+			// Zipf-like weights 1/(e+1)^2, drawn without replacement.
+			seen := map[int32]bool{}
+			for j := range row {
+				for {
+					e := int32(float64(E) * r.Float64() * r.Float64() * r.Float64())
+					if !seen[e] {
+						seen[e] = true
+						row[j] = e
+						break
+					}
+				}
+			}
+			continue
+		}
+		perm := r.Perm(E)
+		for j := range row {
+			row[j] = int32(perm[j%E])
+		}
+	}
+	if dist == "invalid" {
+		for i := 0; i < len(ids); i += 5 {
+			ids[i] = int32(E + i)
+		}
+		if len(ids) > 1 {
+			ids[1] = -1
+		}
+	}
+	return ids
+}
+
+// moeCase is one MoE problem.
+type moeCase struct {
+	T, H, I, E, k int
+	dist          string
+	acc           bool
+}
+
+// moeData is a problem's host inputs (rounded to their dtypes).
+type moeData struct {
+	x, w, gate, up, down, out0 []float32
+	ids                        []int32
+}
+
+func moeGen(r *rand.Rand, c moeCase, xt, wt, ot cuda.DType) moeData {
+	d := moeData{
+		x:    roundTo(xt, randF32(r, c.T*c.H, 1)),
+		w:    randF32(r, c.T*c.k, 1),
+		gate: roundTo(wt, randF32(r, c.E*c.I*c.H, 0.5)),
+		up:   roundTo(wt, randF32(r, c.E*c.I*c.H, 0.5)),
+		down: roundTo(wt, randF32(r, c.E*c.H*c.I, 0.5)),
+		ids:  moeIDs(r, c.dist, c.T, c.E, c.k),
+	}
+	for i := range d.w {
+		d.w[i] = (d.w[i] + 1.5) / 3 // positive, as routing weights are
+	}
+	if c.acc {
+		d.out0 = roundTo(ot, randF32(r, c.T*c.H, 2))
+	}
+	return d
+}
+
+// moeRef is the CPU reference; invalid ids contribute nothing.
+func moeRef(t *testing.T, c moeCase, d moeData) []float32 {
+	t.Helper()
+	ids := append([]int32(nil), d.ids...)
+	w := append([]float32(nil), d.w...)
+	for i, e := range ids {
+		if e < 0 || int(e) >= c.E {
+			ids[i], w[i] = 0, 0
+		}
+	}
+	want := make([]float32, c.T*c.H)
+	if err := cpu.MoEExperts(want, d.x, w, ids, d.gate, d.up, d.down, c.T, c.H, c.E, c.I, c.k); err != nil {
+		t.Fatal(err)
+	}
+	for i := range d.out0 {
+		want[i] += d.out0[i]
+	}
+	return want
+}
+
+// moeUpload puts d on the device and returns the args (with a workspace).
+func moeUpload(t *testing.T, k *Kernels, s *cuda.Stream, c moeCase, d moeData, xt, wt, ot cuda.DType, path MoEPath, order ExpertOrder, tile MMATile) MoEArgs {
+	t.Helper()
+	a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: xt, WType: wt, OutType: ot,
+		Accumulate: c.acc, Path: path, Order: order, Tile: tile}
+	a.X = upload(t, k, s, xt, d.x)
+	a.Weights = upload(t, k, s, cuda.F32, d.w)
+	a.IDs = uploadI32(t, k, s, d.ids)
+	a.Gate = upload(t, k, s, wt, d.gate)
+	a.Up = upload(t, k, s, wt, d.up)
+	a.Down = upload(t, k, s, wt, d.down)
+	if c.acc {
+		a.Out = upload(t, k, s, ot, d.out0)
+	} else {
+		n := int64(c.T * c.H * ot.Size())
+		a.Out = alloc(t, k, n)
+		poison(t, s, a.Out, n)
+	}
+	ws, err := MoEWorkspaceBytes(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Workspace = alloc(t, k, ws)
+	poison(t, s, a.Workspace, ws) // nothing may rely on a clean workspace
+	return a
+}
+
+var moeCases = []moeCase{
+	{T: 1, H: 72, I: 48, E: 8, k: 3, dist: "distinct"},
+	{T: 3, H: 72, I: 48, E: 8, k: 3, dist: "same"},
+	{T: 9, H: 72, I: 48, E: 8, k: 3, dist: "distinct", acc: true},
+	{T: 64, H: 72, I: 48, E: 8, k: 3, dist: "skewed"},
+	{T: 129, H: 64, I: 40, E: 8, k: 3, dist: "same"},
+	{T: 1, H: 64, I: 40, E: 256, k: 10, dist: "distinct"},
+	{T: 7, H: 64, I: 40, E: 256, k: 10, dist: "skewed", acc: true},
+	{T: 64, H: 136, I: 72, E: 256, k: 10, dist: "distinct"},
+	{T: 129, H: 64, I: 40, E: 256, k: 10, dist: "skewed"},
+	{T: 129, H: 64, I: 200, E: 256, k: 10, dist: "invalid", acc: true},
+	{T: 400, H: 264, I: 136, E: 8, k: 3, dist: "skewed"}, // 128-row tiles (R >= 128 E)
+}
+
+func TestMoEExperts(t *testing.T) {
+	k, s := mmGPU(t)
+	type variant struct {
+		name       string
+		xt, wt, ot cuda.DType
+		path       MoEPath
+		order      ExpertOrder
+		tile       MMATile
+		band       int
+	}
+	variants := []variant{
+		{"f32/decode", cuda.F32, cuda.F32, cuda.F32, MoEDecode, ExpertsByID, MMATile{}, 0},
+		{"bf16/decode", cuda.BF16, cuda.BF16, cuda.BF16, MoEDecode, ExpertsByID, MMATile{}, 0},
+		{"bf16/grouped-by-id-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{K: 32}, 0},
+		{"bf16/grouped-by-load-k64", cuda.BF16, cuda.BF16, cuda.F32, MoEGrouped, ExpertsByLoad, MMATile{K: 64}, 0},
+		{"bf16/grouped-128rows-k32", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{Rows: 128, K: 32}, 0},
+		{"bf16/grouped-128rows-k64", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByID, MMATile{Rows: 128, K: 64}, 0},
+		{"f32x-bf16w/auto", cuda.F32, cuda.BF16, cuda.F32, MoEAuto, ExpertsByID, MMATile{}, 0},
+		{"bf16/grouped-by-load-band128", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{}, 128},
+		{"bf16/grouped-by-load-band-all", cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, ExpertsByLoad, MMATile{K: 32}, 1 << 20},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(11, 12))
+			for _, c := range moeCases {
+				d := moeGen(r, c, v.xt, v.wt, v.ot)
+				a := moeUpload(t, k, s, c, d, v.xt, v.wt, v.ot, v.path, v.order, v.tile)
+				a.Band = v.band
+				if err := k.MoEExperts(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, v.ot, a.Out, c.T*c.H)
+				// The grouped path keeps its intermediates in bf16.
+				tol := tolFor(v.ot)
+				if v.path == MoEGrouped {
+					tol = tolFor(cuda.BF16)
+				}
+				checkClose(t, fmt.Sprintf("%+v", c), got, moeRef(t, c, d), tol)
+			}
+		})
+	}
+	// Shapes the grouped path refuses still run (auto takes the decode path).
+	r := rand.New(rand.NewPCG(13, 14))
+	c := moeCase{T: 33, H: 36, I: 20, E: 8, k: 3, dist: "distinct"}
+	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+	a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEAuto, ExpertsByID, MMATile{})
+	if err := k.MoEExperts(s, a); err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "H=36 I=20 auto", download(t, s, cuda.BF16, a.Out, c.T*c.H), moeRef(t, c, d), tolFor(cuda.BF16))
+	a.Path = MoEGrouped
+	if err := k.MoEExperts(s, a); err == nil {
+		t.Error("grouped path accepted H=36")
+	}
+}
+
+// TestMoESchedule checks the grouping against the host: counts, the order
+// for both modes, offsets, tiles, and stable route order within experts.
+func TestMoESchedule(t *testing.T) {
+	k, s := mmGPU(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	c := moeCase{T: 1000, H: 64, I: 40, E: 256, k: 10, dist: "skewed"}
+	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+	counts := make([]int32, c.E)
+	for _, e := range d.ids {
+		counts[e]++
+	}
+	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
+		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
+		if err := k.MoEExperts(s, a); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := k.ReadMoESchedule(s, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]int32, c.E)
+		for i := range want {
+			want[i] = int32(i)
+		}
+		if order == ExpertsByLoad {
+			sort.SliceStable(want, func(i, j int) bool { return counts[want[i]] > counts[want[j]] })
+		}
+		tiles, off := 0, int32(0)
+		for i, e := range want {
+			if sc.Order[i] != e {
+				t.Fatalf("order %d: position %d is expert %d, want %d", order, i, sc.Order[i], e)
+			}
+			if sc.Counts[e] != counts[e] || sc.Offsets[e] != off {
+				t.Fatalf("order %d: expert %d count %d offset %d, want %d %d", order, e, sc.Counts[e], sc.Offsets[e], counts[e], off)
+			}
+			// Routes of e, in route order.
+			var routes []int32
+			for rt, id := range d.ids {
+				if id == e {
+					routes = append(routes, int32(rt))
+				}
+			}
+			for i, rt := range routes {
+				if got := sc.Sorted[int(off)+i]; got != rt {
+					t.Fatalf("order %d: expert %d row %d holds route %d, want %d", order, e, i, got, rt)
+				}
+			}
+			off += counts[e]
+			tiles += ceilDiv(int(counts[e]), sc.TileRows)
+		}
+		if sc.Tiles != tiles {
+			t.Errorf("order %d: %d tiles, want %d", order, sc.Tiles, tiles)
+		}
+	}
+}
+
+// TestMoEDeterministic: two runs give the same bits, on both paths; the
+// grouped path gives the same bits with and without N-banding.
+func TestMoEDeterministic(t *testing.T) {
+	k, s := mmGPU(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	c := moeCase{T: 200, H: 128, I: 64, E: 256, k: 10, dist: "skewed"}
+	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+	for _, path := range []MoEPath{MoEDecode, MoEGrouped} {
+		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, path, ExpertsByLoad, MMATile{})
+		n := c.T * c.H * 2
+		var outs [2][]byte
+		for i := range outs {
+			poison(t, s, a.Out, int64(n))
+			if err := k.MoEExperts(s, a); err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = make([]byte, n)
+			if err := s.CopyDtoH(outs[i], a.Out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(outs[0], outs[1]) {
+			t.Errorf("path %d: two runs differ", path)
+		}
+		if path == MoEGrouped {
+			for _, band := range []int{128, 256, 1 << 20} {
+				a.Band = band
+				poison(t, s, a.Out, int64(n))
+				if err := k.MoEExperts(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, n)
+				if err := s.CopyDtoH(got, a.Out); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, outs[0]) {
+					t.Errorf("band %d changed the grouped result", band)
+				}
+			}
+		}
+	}
+}
+
+// TestMoEArgs: validation and workspace sizing without a GPU.
+func TestMoEArgs(t *testing.T) {
+	ok := MoEArgs{T: 2048, H: 3072, I: 1024, E: 256, TopK: 10, X: 256, Weights: 256, IDs: 256, Gate: 256,
+		Up: 256, Down: 256, Out: 256, Workspace: 256, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16}
+	if err := ok.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := MoEWorkspaceBytes(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The grouped buffers dominate: bf16 act [R,I] and ys [R,H].
+	if R := int64(2048 * 10); ws < 2*R*(1024+3072) || ws > 2*R*(1024+3072)+(8<<20) {
+		t.Errorf("workspace %d bytes for T=2048", ws)
+	}
+	dec := ok
+	dec.T = 1
+	if ws, err := MoEWorkspaceBytes(dec); err != nil || ws != 10*1024*4 {
+		t.Errorf("decode workspace %d (%v), want %d", ws, err, 10*1024*4)
+	}
+	for name, mut := range map[string]func(*MoEArgs){
+		"zero T":       func(a *MoEArgs) { a.T = 0 },
+		"f16":          func(a *MoEArgs) { a.XType = cuda.F16 },
+		"nil ids":      func(a *MoEArgs) { a.IDs = 0 },
+		"odd ws":       func(a *MoEArgs) { a.Workspace = 8 },
+		"grouped f32":  func(a *MoEArgs) { a.Path, a.XType = MoEGrouped, cuda.F32 },
+		"grouped E":    func(a *MoEArgs) { a.Path, a.E = MoEGrouped, MaxExperts+1 },
+		"unknown path": func(a *MoEArgs) { a.Path = 9 },
+		"bad tile":     func(a *MoEArgs) { a.Tile = MMATile{Rows: 32} },
+	} {
+		a := ok
+		mut(&a)
+		err := a.validate()
+		if err == nil {
+			_, err = a.layout()
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lagc/lower"
+)
+
+// Chunked prefill: the prompt runs through the prefill schedule in steps of
+// at most the plan's prefill size. Each chunk's attention reads the cache
+// for earlier positions and the chunk's own keys directly; afterwards a
+// full layer appends the chunk to its linear cache and a sliding layer
+// compacts the chunk's last window of keys into its ring, so the decode
+// steps that follow find exactly what decode-only would have written.
+
+// prefillTokens feeds tokens from position e.next. With logits it returns
+// every row's logits [T*V]; the argmax of every row always.
+func (e *Executor) prefillTokens(tokens []int32, logits bool) ([]float32, []int32, error) {
+	chunk := e.plan.Prefill.Tokens
+	var allLogits []float32
+	if logits {
+		allLogits = make([]float32, 0, len(tokens)*e.V)
+	}
+	next := make([]int32, 0, len(tokens))
+	for s := 0; s < len(tokens); s += chunk {
+		part := tokens[s:min(s+chunk, len(tokens))]
+		lg, nx, err := e.prefillChunk(part, logits)
+		if err != nil {
+			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
+		}
+		allLogits = append(allLogits, lg...)
+		next = append(next, nx...)
+	}
+	return allLogits, next, nil
+}
+
+func (e *Executor) prefillChunk(part []int32, logits bool) ([]float32, []int32, error) {
+	T := len(part)
+	if err := e.setScalars(part); err != nil {
+		return nil, nil, err
+	}
+	e.devState = false
+	if err := e.run(e.prefill, T); err != nil {
+		return nil, nil, err
+	}
+	lg, nx, err := e.readOut(e.prefill, T, logits)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e.prof != nil {
+		if err := e.prof.collect(lower.Prefill); err != nil {
+			return nil, nil, err
+		}
+	}
+	e.next += T
+	return lg, nx, nil
+}
+
+// Prefill feeds tokens without copying logits to the host (benchmarks and
+// callers that need only the argmax); it returns the argmax of every row.
+func (e *Executor) Prefill(tokens []int32) ([]int32, error) {
+	if e.next+len(tokens) > e.plan.MaxContext {
+		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
+	}
+	_, next, err := e.prefillTokens(tokens, false)
+	if err != nil {
+		e.broken = true
+	}
+	return next, err
+}
+
+// DecodeNext runs one decode step without copying logits and returns the
+// argmax: the token a greedy generation feeds next.
+func (e *Executor) DecodeNext(tok int32) (int32, error) {
+	if e.next >= e.plan.MaxContext {
+		return 0, fmt.Errorf("gpu: position %d is past the context length %d", e.next, e.plan.MaxContext)
+	}
+	next, _, err := e.decodeStep(tok, false)
+	if err != nil {
+		e.broken = true
+	}
+	return next, err
+}

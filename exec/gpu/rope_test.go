@@ -1,0 +1,174 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/exec/cpu"
+)
+
+// ropeTables are the rope flavours Laguna uses: S-2.1's full layers (YaRN
+// factor 32 over 8192, theta 5e5, half the channels), its sliding layers
+// (default, theta 1e4, all channels), and a small default partial one.
+func ropeTables(t *testing.T, d int) map[string]*cpu.RopeTable {
+	t.Helper()
+	out := map[string]*cpu.RopeTable{}
+	for name, p := range map[string]cpu.RopeParams{
+		"yarn-half":    {RotaryDim: d / 2, Theta: 5e5, Type: "yarn", Factor: 32, OriginalContext: 8192},
+		"default-full": {RotaryDim: d, Theta: 1e4, Type: "default"},
+		"default-half": {RotaryDim: d / 2, Theta: 1e4},
+	} {
+		if p.RotaryDim%2 != 0 {
+			continue
+		}
+		tab, err := cpu.NewRopeTable(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = tab
+	}
+	return out
+}
+
+// ropeUpload puts tab on the device.
+func ropeUpload(t *testing.T, k *Kernels, s *cuda.Stream, tab *cpu.RopeTable) Rope {
+	t.Helper()
+	r, err := UploadRope(s, alloc(t, k, RopeTableBytes(tab)), tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// ropePositions draws T positions in [0, 5000), the first 0.
+func ropePositions(r *rand.Rand, T int) []int32 {
+	pos := make([]int32, T)
+	for i := 1; i < T; i++ {
+		pos[i] = int32(r.IntN(5000))
+	}
+	return pos
+}
+
+func TestRoPEGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ T, n, d int }{{7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {1, 72, 128}, {33, 1, 8}} {
+		for name, tab := range ropeTables(t, c.d) {
+			for _, dt := range DTypes {
+				t.Run(fmt.Sprintf("T%d-n%d-d%d-%s/%v", c.T, c.n, c.d, name, dt), func(t *testing.T) {
+					x := roundTo(dt, randF32(r, c.T*c.n*c.d, 2))
+					pos := ropePositions(r, c.T)
+					want := make([]float32, len(x))
+					if err := cpu.RoPE(want, x, pos, c.T, c.n, c.d, tab); err != nil {
+						t.Fatal(err)
+					}
+					out := alloc(t, k, int64(len(x)*dt.Size()))
+					poison(t, s, out, int64(len(x)*dt.Size()))
+					if err := k.RoPE(s, dt, out, upload(t, k, s, dt, x), uploadI32(t, k, s, pos), c.T, c.n, c.d, ropeUpload(t, k, s, tab)); err != nil {
+						t.Fatal(err)
+					}
+					checkClose(t, "rope", download(t, s, dt, out, len(x)), want, tolFor(dt))
+				})
+			}
+		}
+	}
+}
+
+// TestQKNormRopeGPU: the fused per-head norm + rope, in place on a fused
+// QKV buffer (q heads, k heads, v heads, spare columns: 5 of them make the
+// rows unaligned, 0 keeps them aligned for the vector path), against
+// cpu.RMSNorm then cpu.RoPE on q and k; v and the spare columns must come
+// back bit for bit.
+func TestQKNormRopeGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
+	r := rand.New(rand.NewPCG(11, 12))
+	const eps = 1e-6
+	for _, c := range []struct {
+		T, nq, nk, d int
+		noKNorm      bool
+		pad          int // spare columns after v: 5 makes rows unaligned (the element-wise path), 0 keeps the vector one
+	}{{5, 8, 2, 128, false, 5}, {1, 72, 8, 128, false, 5}, {37, 4, 1, 16, false, 5}, {3, 6, 3, 40, true, 5}, {2, 3, 0, 64, false, 5},
+		{1, 72, 8, 128, false, 0}, {3, 6, 3, 40, true, 0}} {
+		for name, tab := range ropeTables(t, c.d) {
+			for _, dt := range DTypes {
+				t.Run(fmt.Sprintf("T%d-q%d-k%d-d%d-pad%d-%s/%v", c.T, c.nq, c.nk, c.d, c.pad, name, dt), func(t *testing.T) {
+					qd, kd := c.nq*c.d, c.nk*c.d
+					ld := qd + 2*kd + c.pad
+					buf := roundTo(dt, randF32(r, c.T*ld, 2))
+					pos := ropePositions(r, c.T)
+					wq, wk := normWeights(r, c.d), normWeights(r, c.d)
+					dwk := upload(t, k, s, cuda.F32, wk)
+					if c.noKNorm {
+						dwk = 0
+					}
+					want := append([]float32(nil), buf...)
+					for _, part := range []struct {
+						off, heads int
+						w          []float32
+					}{{0, c.nq, wq}, {qd, c.nk, wk}} {
+						if part.heads == 0 {
+							continue
+						}
+						n := part.heads * c.d
+						x := make([]float32, c.T*n)
+						for tk := 0; tk < c.T; tk++ {
+							copy(x[tk*n:(tk+1)*n], buf[tk*ld+part.off:])
+						}
+						if part.off == 0 || !c.noKNorm {
+							if err := cpu.RMSNorm(x, x, part.w, c.T*part.heads, c.d, eps); err != nil {
+								t.Fatal(err)
+							}
+						}
+						if err := cpu.RoPE(x, x, pos, c.T, part.heads, c.d, tab); err != nil {
+							t.Fatal(err)
+						}
+						for tk := 0; tk < c.T; tk++ {
+							copy(want[tk*ld+part.off:], x[tk*n:(tk+1)*n])
+						}
+					}
+					dx := upload(t, k, s, dt, buf)
+					if err := k.QKNormRope(s, dt, dx, ld, c.T, c.nq, c.nk, c.d, upload(t, k, s, cuda.F32, wq), dwk, eps, uploadI32(t, k, s, pos), ropeUpload(t, k, s, tab)); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, dt, dx, len(buf))
+					var gotQK, wantQK []float32
+					for tk := 0; tk < c.T; tk++ {
+						gotQK = append(gotQK, got[tk*ld:tk*ld+qd+kd]...)
+						wantQK = append(wantQK, want[tk*ld:tk*ld+qd+kd]...)
+						for i := tk*ld + qd + kd; i < (tk+1)*ld; i++ {
+							if math.Float32bits(got[i]) != math.Float32bits(buf[i]) {
+								t.Fatalf("token %d column %d (v or spare) changed: %v -> %v", tk, i-tk*ld, buf[i], got[i])
+							}
+						}
+					}
+					checkClose(t, "qk_norm_rope", gotQK, wantQK, tolFor(dt))
+				})
+			}
+		}
+	}
+}
+
+func TestRopeArgs(t *testing.T) {
+	k := &Kernels{}
+	p := cuda.DevicePtr(256)
+	r := Rope{InvFreq: p, RotaryDim: 8, AttnFactor: 1}
+	for name, err := range map[string]error{
+		"rot odd":       k.RoPE(nil, cuda.F32, p, p, p, 1, 1, 16, Rope{InvFreq: p, RotaryDim: 7}),
+		"rot > d":       k.RoPE(nil, cuda.F32, p, p, p, 1, 1, 4, r),
+		"null table":    k.RoPE(nil, cuda.F32, p, p, p, 1, 1, 16, Rope{RotaryDim: 8}),
+		"null pos":      k.RoPE(nil, cuda.F32, p, p, 0, 1, 1, 16, r),
+		"short stride":  k.QKNormRope(nil, cuda.F32, p, 10, 1, 2, 1, 16, p, p, 1e-6, p, r),
+		"no heads":      k.QKNormRope(nil, cuda.F32, p, 0, 1, 0, 0, 16, p, p, 1e-6, p, r),
+		"negative eps":  k.QKNormRope(nil, cuda.F32, p, 0, 1, 1, 1, 16, p, p, -1, p, r),
+		"upload no tab": func() error { _, err := UploadRope(nil, p, nil); return err }(),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
