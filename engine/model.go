@@ -52,6 +52,8 @@ type Model struct {
 	Passes     *passes.Result
 	Backend    Backend
 	Device     string
+
+	seq []int32 // the tokens in the backend's KV caches (Sequence)
 }
 
 // Open loads the checkpoint at path (HF directory or GGUF file), builds and
