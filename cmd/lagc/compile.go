@@ -100,6 +100,9 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if f.prefill <= 0 {
 		return fmt.Errorf("%w: --prefill must be positive", errUsage)
 	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
 	cfg, ck, source, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
 		defer ck.Close()
@@ -166,8 +169,8 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 	fmt.Fprintf(w, "graph: %d nodes, %d weights, inputs %d, outputs %s\n\n", len(g.Nodes), len(g.Weights), len(g.Inputs), strings.Join(outs, ", "))
 
 	total, active := model.total, model.active
-	fmt.Fprintf(w, "parameters: %s total (%d)\n", billions(total), total)
-	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", billions(active), active)
+	fmt.Fprintf(w, "parameters: %s total (%d)\n", paramCount(total), total)
+	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", paramCount(active), active)
 
 	fmt.Fprintln(w, "ops by kind:")
 	counts := g.OpCounts()
@@ -239,7 +242,20 @@ func planSize(p *passes.MemoryPlan) string {
 	return lower.FormatBytes(p.Arena)
 }
 
-func billions(n int64) string { return fmt.Sprintf("%.2fB", float64(n)/1e9) }
+// paramCount writes a parameter count as people quote them: 117.56B,
+// 2.80M, 51.4K. A count that would round to 1000 of a unit takes the next.
+func paramCount(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 999.995e6:
+		return fmt.Sprintf("%.2fB", f/1e9)
+	case f >= 999.95e3:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case n >= 1000:
+		return fmt.Sprintf("%.1fK", f/1e3)
+	}
+	return fmt.Sprint(n)
+}
 
 // kernelCounts compares the kernel launches of a step with and without the
 // fusion passes.

@@ -94,7 +94,9 @@ func TestCompileErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"compile"}, 2, "give exactly one of --preset, --config or --model"},
-		{[]string{"compile", "--preset", "laguna-xl"}, 1, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "laguna-xl"}, 2, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "shapes,fuse-everything"}, 2, `--passes: unknown pass "fuse-everything"`},
+		{[]string{"compile", "--preset", "laguna-tiny", "--disable-pass", "nope"}, 2, `--disable-pass: unknown pass "nope"`},
 		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
 		{[]string{"compile", "--preset", "laguna-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
 		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, bad + ":"},
@@ -183,5 +185,20 @@ func TestCompileKernelCounts(t *testing.T) {
 		if strings.Join(m[1:], " ") != strings.Join(want, " ") {
 			t.Errorf("%v: kernels %v, want %v", c.args, m[1:], want)
 		}
+	}
+}
+
+func TestParamCount(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{117_560_000_000, "117.56B"}, {2_800_000, "2.80M"}, {999_999, "1.00M"}, {999_949, "999.9K"}, {999_996_000, "1.00B"}, {999_990_000, "999.99M"}, {51_442, "51.4K"}, {999, "999"}, {0, "0"}} {
+		if got := paramCount(c.n); got != c.want {
+			t.Errorf("paramCount(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny")
+	if code != 0 || !strings.Contains(out, "parameters: 51.4K total (51442)") {
+		t.Fatalf("exit %d (%s): the tiny preset's count is not in K:\n%s", code, errs, out)
 	}
 }

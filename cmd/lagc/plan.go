@@ -60,6 +60,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 {
 		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx not negative", errUsage)
 	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
 	cfg, ck, _, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
 		defer ck.Close()
