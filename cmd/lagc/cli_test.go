@@ -252,3 +252,23 @@ func TestRunInterruptDuringPrefill(t *testing.T) {
 		t.Fatalf("stderr does not say prefill was stopped:\n%s", log.String())
 	}
 }
+
+// TestPlanWarnsGPUMemory: `lagc plan` warns on stderr when weights, KV
+// caches and activations exceed the target GPU's memory (--gpu-mem).
+func TestPlanWarnsGPUMemory(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--preset", "laguna-s-2.1", "--ctx", "4096"}, true}, // 219 GiB of bf16 weights
+		{[]string{"--preset", "laguna-tiny"}, false},
+		{[]string{"--preset", "laguna-tiny", "--gpu-mem", "0.00001"}, true}, // 10 KiB
+		{[]string{"--preset", "laguna-tiny", "--gpu-mem", "0"}, false},
+	} {
+		_, errs, code := runLagc(t, append([]string{"plan"}, c.args...)...)
+		warned := strings.Contains(errs, "warning: the plan needs ") && strings.Contains(errs, "of --gpu-mem")
+		if code != 0 || warned != c.warn {
+			t.Errorf("plan %v: exit %d, stderr %q; want a warning: %v", c.args, code, errs, c.warn)
+		}
+	}
+}
