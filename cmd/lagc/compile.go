@@ -33,6 +33,7 @@ type compileFlags struct {
 	passes, disable       string
 	dumpAfter, dumpDir    string
 	dumpFormat, emit      string
+	layers                string
 	weightDType           string
 	prefill               int
 }
@@ -48,6 +49,7 @@ func setupCompile(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.dumpDir, "dump-dir", "lagc-dumps", "directory for dumps, named NN-pass.ext")
 	fs.StringVar(&f.dumpFormat, "dump-format", "text", "dump format: text, dot or json")
 	fs.StringVar(&f.emit, "emit", "", "print the final graph (text, dot or json) instead of the summary")
+	fs.StringVar(&f.layers, "layers", "", "with --emit dot: draw only these layers, e.g. 0-3 or 0,5-7")
 	fs.StringVar(&f.weightDType, "weight-dtype", "bf16", "dtype of weights (overridden per tensor by --model)")
 	fs.IntVar(&f.prefill, "prefill", 2048, "prefill step size for the memory plan")
 	return func(args []string) error { return runCompile(compileStdout, f, args) }
@@ -103,12 +105,21 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if err := checkPassNames(f.passes, f.disable); err != nil {
 		return err
 	}
+	if f.layers != "" && f.emit != "dot" {
+		return fmt.Errorf("%w: --layers goes with --emit dot", errUsage)
+	}
 	cfg, ck, source, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
 		defer ck.Close()
 	}
 	if err != nil {
 		return err
+	}
+	var layers func(int) bool
+	if f.layers != "" {
+		if layers, err = parseLayers(f.layers, cfg.NumLayers); err != nil {
+			return err
+		}
 	}
 	g, err := models.Build(file, src, cfg, models.BuildOptions{WeightDType: wdt})
 	if err != nil {
@@ -142,7 +153,7 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	case "text":
 		return ir.Print(w, g)
 	case "dot":
-		return ir.WriteDOT(w, g)
+		return ir.WriteDOTWith(w, g, ir.DOTOptions{Layers: layers})
 	case "json":
 		return ir.WriteJSON(w, g)
 	}

@@ -202,3 +202,35 @@ func TestParamCount(t *testing.T) {
 		t.Fatalf("exit %d (%s): the tiny preset's count is not in K:\n%s", code, errs, out)
 	}
 }
+
+// TestCompileDOTLayers: --emit dot draws each layer in a cluster (S-2.1:
+// 48), pos once per layer, and --layers selects layers.
+func TestCompileDOTLayers(t *testing.T) {
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-s-2.1", "--emit", "dot")
+	if code != 0 || strings.Count(out, "subgraph cluster_") != 48 || strings.Count(out, `label="%pos\ni32[T]"`) != 48 {
+		t.Fatalf("exit %d (%s): %d clusters, pos drawn %d times; want 48 and 48", code, errs,
+			strings.Count(out, "subgraph cluster_"), strings.Count(out, `label="%pos\ni32[T]"`))
+	}
+	out, errs, code = runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", "0-1,3")
+	for _, want := range []string{"cluster_0 ", "cluster_1 ", "cluster_3 ", "embedding", "outputs"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("--layers 0-1,3: exit %d (%s), lacks %q", code, errs, want)
+		}
+	}
+	if n := strings.Count(out, "subgraph cluster_"); n != 3 {
+		t.Fatalf("--layers 0-1,3 drew %d layers", n)
+	}
+	for _, c := range []struct{ layers, want string }{
+		{"4", "the model has layers 0-3"},
+		{"3-1", `"3-1" is not a range`},
+		{"a", "expected layer numbers"},
+		{"1,", "expected layer numbers"},
+	} {
+		if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", c.layers); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("--layers %s: exit %d, %q; want 2 and %q", c.layers, code, errs, c.want)
+		}
+	}
+	if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--layers", "1"); code != 2 || !strings.Contains(errs, "--layers goes with --emit dot") {
+		t.Errorf("--layers without --emit dot: exit %d, %q", code, errs)
+	}
+}

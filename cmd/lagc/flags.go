@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"lagc/passes"
@@ -32,4 +33,33 @@ func checkPassNames(pipeline, disable string) error {
 		}
 	}
 	return nil
+}
+
+// parseLayers parses --layers, a list of layer numbers and ranges such as
+// "0-3,7", for a model of n layers.
+func parseLayers(s string, n int) (func(int) bool, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: --layers %q: "+format, append([]any{errUsage, s}, a...)...)
+	}
+	set := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		switch {
+		case err != nil:
+			return nil, bad("expected layer numbers and ranges such as 0-3,7")
+		case a < 0 || b < a:
+			return nil, bad("%q is not a range of layers", part)
+		case b >= n:
+			return nil, bad("the model has layers 0-%d", n-1)
+		}
+		for l := a; l <= b; l++ {
+			set[l] = true
+		}
+	}
+	return func(l int) bool { return set[l] }, nil
 }
