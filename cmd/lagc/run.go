@@ -232,7 +232,7 @@ func runRun(f *runFlags) error {
 		}
 		return fmt.Errorf("the prompt is %d tokens (%d bytes), longer than the context of %d tokens (--ctx)", len(ids), len(text), max)
 	}
-	if tok != nil {
+	if f.promptIDs == "" {
 		gen.Stop = tok.IsEOG
 	} else if eos := m.Config.EOSTokenIDs; len(eos) > 0 && !f.jsonOut {
 		gen.Stop = func(id int32) bool { return containsID(eos, id) }
