@@ -183,43 +183,17 @@ func TestChatInterrupt(t *testing.T) {
 	t.Setenv("LAGC_CACHE_DIR", t.TempDir())
 	// A message of about 3500 tokens: its prefill takes seconds on the CPU.
 	msg := strings.ReplaceAll(mustRead(t, "run.go")[:9000], "\n", " ")
-	cmd := lagcCommand(t, "run", "--chat", "--device", "cpu", "-n", "400")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var log strings.Builder
-	buf := make([]byte, 4096)
-	waitFor := func(s string, count int) {
-		t.Helper()
-		for strings.Count(log.String(), s) < count {
-			n, err := stderr.Read(buf)
-			log.Write(buf[:n])
-			if err != nil {
-				t.Fatalf("lagc ended waiting for %q: %v\n%s", s, err, log.String())
-			}
-		}
-	}
-	waitFor("> ", 1)
-	if _, err := io.WriteString(stdin, msg+"\n"); err != nil {
+	p := startLagc(t, "run", "--chat", "--device", "cpu", "-n", "400")
+	p.waitFor(t, "> ", 1)
+	if _, err := io.WriteString(p.stdin, msg+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	cmd.Process.Signal(syscall.SIGINT)
-	waitFor("stop: canceled", 1)
-	waitFor("> ", 2)
-	cmd.Process.Signal(syscall.SIGINT)
-	if _, err := io.Copy(&log, stderr); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit: %v\n%s", err, log.String())
+	p.cmd.Process.Signal(syscall.SIGINT)
+	p.waitFor(t, "stop: canceled", 1)
+	p.waitFor(t, "> ", 2)
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if err := p.wait(t); err != nil {
+		t.Fatalf("exit: %v\n%s", err, p.log.String())
 	}
 }

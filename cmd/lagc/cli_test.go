@@ -215,41 +215,19 @@ func TestRunInterruptDuringPrefill(t *testing.T) {
 	if err := os.WriteFile(file, []byte(src[:9000]), 0o644); err != nil { // about 3500 tokens
 		t.Fatal(err)
 	}
-	cmd := lagcCommand(t, "run", "--device", "cpu", "--prompt-file", file, "-n", "4")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := startLagc(t, "run", "--device", "cpu", "--prompt-file", file, "-n", "4")
 	// Interrupt once the model is loaded (the line is printed after the
 	// interrupt handler is installed); prefill of the prompt takes seconds.
-	var log strings.Builder
-	buf := make([]byte, 4096)
-	for !strings.Contains(log.String(), "loaded ") {
-		n, err := stderr.Read(buf)
-		log.Write(buf[:n])
-		if err != nil {
-			t.Fatalf("lagc ended before loading the model: %v\n%s", err, log.String())
-		}
-	}
+	p.waitFor(t, "loaded ", 1)
 	time.Sleep(50 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		n, err := stderr.Read(buf)
-		log.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	if err := p.wait(t); err != nil {
+		t.Fatalf("lagc exited with %v after Ctrl-C during prefill:\n%s", err, p.log.String())
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("lagc exited with %v after Ctrl-C during prefill:\n%s", err, log.String())
-	}
-	if !strings.Contains(log.String(), "prefill: stopped after ") || !strings.Contains(log.String(), "stop: canceled") {
-		t.Fatalf("stderr does not say prefill was stopped:\n%s", log.String())
+	if log := p.log.String(); !strings.Contains(log, "prefill: stopped after ") || !strings.Contains(log, "stop: canceled") {
+		t.Fatalf("stderr does not say prefill was stopped:\n%s", log)
 	}
 }
 

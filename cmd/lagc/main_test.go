@@ -48,6 +48,53 @@ func runBinary(t *testing.T, stdin string, args ...string) (code int, stdout, st
 	return 0, out.String(), errb.String()
 }
 
+// lagcProcess is lagc running as a process whose stderr the test reads as
+// it comes, to act (type, interrupt) at the right moment.
+type lagcProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.Writer
+	stderr io.Reader
+	log    strings.Builder
+}
+
+func startLagc(t *testing.T, args ...string) *lagcProcess {
+	t.Helper()
+	p := &lagcProcess{cmd: lagcCommand(t, args...)}
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if p.stderr, err = p.cmd.StderrPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitFor reads stderr until s has appeared count times.
+func (p *lagcProcess) waitFor(t *testing.T, s string, count int) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	for strings.Count(p.log.String(), s) < count {
+		n, err := p.stderr.Read(buf)
+		p.log.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("lagc ended while the test waited for %q: %v\n%s", s, err, p.log.String())
+		}
+	}
+}
+
+// wait reads the rest of stderr and waits for the process to exit.
+func (p *lagcProcess) wait(t *testing.T) error {
+	t.Helper()
+	if _, err := io.Copy(&p.log, p.stderr); err != nil {
+		t.Fatal(err)
+	}
+	return p.cmd.Wait()
+}
+
 // TestHelpArgumentNames: `lagc help COMMAND` shows each flag's argument as
 // its type (bool flags take none). A back-quoted word in a usage string
 // becomes the argument name instead (flag.UnquoteUsage): `-raw
