@@ -158,7 +158,7 @@ func TestStopFilter(t *testing.T) {
 func TestRunNotices(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("LAGC_CACHE_DIR", cache)
-	code, _, errs := runCapture(t, "run", "--prompt", "x", "-n", "1", "--ctx", "5000", "--dtype", "f32")
+	code, _, errs := runCapture(t, "run", "--prompt", "x", "-n", "1", "--ctx", "5000", "--dtype", "bf16")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -172,7 +172,7 @@ func TestRunNotices(t *testing.T) {
 	if short == "" {
 		t.Skip("a GPU is available here: no CPU fallback notice to check")
 	}
-	if !strings.Contains(errs, "note: --dtype f32 is for the GPU") {
+	if !strings.Contains(errs, "note: --dtype bf16 is for the GPU") {
 		t.Errorf("no note for --dtype on the CPU:\n%s", errs)
 	}
 	want := "running on the CPU: " + short + " (--verbose for details)\n"

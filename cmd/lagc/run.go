@@ -202,7 +202,7 @@ func runRun(f *runFlags) error {
 	if trained := m.Config.MaxPositionEmbeddings; f.ctx > trained {
 		fmt.Fprintf(runIO.err, "warning: --ctx %d is beyond the model's max_position_embeddings %d: positions past it were never trained\n", f.ctx, trained)
 	}
-	if f.set["dtype"] && m.Device == "cpu" {
+	if f.set["dtype"] && f.dtype != "f32" && m.Device == "cpu" {
 		fmt.Fprintf(runIO.err, "note: --dtype %s is for the GPU; the CPU reference computes in f32\n", f.dtype)
 	}
 
