@@ -38,10 +38,14 @@ func (s *Sources) For(withTools bool) string {
 // chat_template.jinja if present (transformers writes it there since 4.43),
 // otherwise tokenizer_config.json's chat_template. It is an error if neither
 // has one.
-func LoadHFDir(dir string) (*Sources, error) {
+func LoadHFDir(dir string) (*Sources, error) { return LoadHFFS(os.DirFS(dir), dir) }
+
+// LoadHFFS is LoadHFDir for a checkpoint directory at the root of fsys (a
+// model embedded in the binary); dir names it in messages.
+func LoadHFFS(fsys fs.FS, dir string) (*Sources, error) {
 	s := &Sources{SpecialTokens: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(cfgPath)
+	data, err := fs.ReadFile(fsys, "tokenizer_config.json")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -52,7 +56,7 @@ func LoadHFDir(dir string) (*Sources, error) {
 		}
 	}
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	data, err = os.ReadFile(jinjaPath)
+	data, err = fs.ReadFile(fsys, "chat_template.jinja")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

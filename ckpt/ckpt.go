@@ -7,6 +7,7 @@ package ckpt
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"lagc/config"
 	"os"
 	"path/filepath"
@@ -131,6 +132,7 @@ type checkpoint struct {
 	order        []string
 	files        []*mappedFile
 	meta         map[string]any
+	dir          fs.FS // the files of a checkpoint opened with OpenFS
 	closed       bool
 }
 

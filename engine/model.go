@@ -1,4 +1,4 @@
-// Package exec loads a Laguna checkpoint into an executable model (YAML ->
+// Package engine loads a Laguna checkpoint into an executable model (YAML ->
 // ir.Graph -> passes -> backend) and runs generation on any backend: the
 // pure-Go CPU reference (exec/cpu) or the GPU (exec/gpu).
 package engine
@@ -52,6 +52,8 @@ type Model struct {
 	Passes     *passes.Result
 	Backend    Backend
 	Device     string
+
+	seq []int32 // the tokens in the backend's KV caches (Sequence)
 }
 
 // Open loads the checkpoint at path (HF directory or GGUF file), builds and
@@ -61,6 +63,13 @@ func Open(path string, o Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	return OpenCheckpoint(ck, o)
+}
+
+// OpenCheckpoint is Open for a checkpoint already opened (ckpt.OpenFS for
+// one in memory). The model owns ck from then on: Close closes it, and so
+// does a failure here.
+func OpenCheckpoint(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	m, err := build(ck, o)
 	if err != nil {
 		ck.Close()

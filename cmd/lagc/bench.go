@@ -135,6 +135,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		sizes = append(sizes, n)
 	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
 	var full *config.Config
 	var ck ckpt.Checkpoint
 	name := f.preset

@@ -94,7 +94,9 @@ func TestCompileErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"compile"}, 2, "give exactly one of --preset, --config or --model"},
-		{[]string{"compile", "--preset", "laguna-xl"}, 1, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "laguna-xl"}, 2, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "shapes,fuse-everything"}, 2, `--passes: unknown pass "fuse-everything"`},
+		{[]string{"compile", "--preset", "laguna-tiny", "--disable-pass", "nope"}, 2, `--disable-pass: unknown pass "nope"`},
 		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
 		{[]string{"compile", "--preset", "laguna-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
 		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, bad + ":"},
@@ -183,5 +185,52 @@ func TestCompileKernelCounts(t *testing.T) {
 		if strings.Join(m[1:], " ") != strings.Join(want, " ") {
 			t.Errorf("%v: kernels %v, want %v", c.args, m[1:], want)
 		}
+	}
+}
+
+func TestParamCount(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{117_560_000_000, "117.56B"}, {2_800_000, "2.80M"}, {999_999, "1.00M"}, {999_949, "999.9K"}, {999_996_000, "1.00B"}, {999_990_000, "999.99M"}, {51_442, "51.4K"}, {999, "999"}, {0, "0"}} {
+		if got := paramCount(c.n); got != c.want {
+			t.Errorf("paramCount(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny")
+	if code != 0 || !strings.Contains(out, "parameters: 51.4K total (51442)") {
+		t.Fatalf("exit %d (%s): the tiny preset's count is not in K:\n%s", code, errs, out)
+	}
+}
+
+// TestCompileDOTLayers: --emit dot draws each layer in a cluster (S-2.1:
+// 48), pos once per layer, and --layers selects layers.
+func TestCompileDOTLayers(t *testing.T) {
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-s-2.1", "--emit", "dot")
+	if code != 0 || strings.Count(out, "subgraph cluster_") != 48 || strings.Count(out, `label="%pos\ni32[T]"`) != 48 {
+		t.Fatalf("exit %d (%s): %d clusters, pos drawn %d times; want 48 and 48", code, errs,
+			strings.Count(out, "subgraph cluster_"), strings.Count(out, `label="%pos\ni32[T]"`))
+	}
+	out, errs, code = runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", "0-1,3")
+	for _, want := range []string{"cluster_0 ", "cluster_1 ", "cluster_3 ", "embedding", "outputs"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("--layers 0-1,3: exit %d (%s), lacks %q", code, errs, want)
+		}
+	}
+	if n := strings.Count(out, "subgraph cluster_"); n != 3 {
+		t.Fatalf("--layers 0-1,3 drew %d layers", n)
+	}
+	for _, c := range []struct{ layers, want string }{
+		{"4", "the model has layers 0-3"},
+		{"3-1", `"3-1" is not a range`},
+		{"a", "expected layer numbers"},
+		{"1,", "expected layer numbers"},
+	} {
+		if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", c.layers); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("--layers %s: exit %d, %q; want 2 and %q", c.layers, code, errs, c.want)
+		}
+	}
+	if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--layers", "1"); code != 2 || !strings.Contains(errs, "--layers goes with --emit dot") {
+		t.Errorf("--layers without --emit dot: exit %d, %q", code, errs)
 	}
 }

@@ -49,7 +49,7 @@ func runConvert(o convertOpts, log io.Writer) error {
 	} else {
 		dt, err := ckpt.ParseDType(o.dtype)
 		if err != nil {
-			return fmt.Errorf("%w: --dtype: %v", errUsage, err)
+			return fmt.Errorf("%w: --dtype %q: expected keep, f32, f16 or bf16", errUsage, o.dtype)
 		}
 		opt.DType = dt
 	}

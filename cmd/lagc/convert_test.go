@@ -59,7 +59,7 @@ func TestConvertErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"convert", "-o", out}, 2, "--model and -o are required"},
-		{[]string{"convert", "--model", dir, "-o", out, "--dtype", "q4_0"}, 2, "unknown dtype"},
+		{[]string{"convert", "--model", dir, "-o", out, "--dtype", "q4_0"}, 2, `--dtype "q4_0": expected keep, f32, f16 or bf16`},
 		{[]string{"convert", "--model", dir, "-o", out}, 1, "missing tensor blk.1.attn_q_norm.weight"},
 		{[]string{"convert", "--model", filepath.Join(dir, "nope"), "-o", out}, 1, "no such file"},
 	}

@@ -28,7 +28,9 @@ type planFlags struct {
 	passes, disable       string
 	dtype                 string
 	chunk, ctx, sms       int
+	gpuMem                float64
 	jsonOut               bool
+	warn                  io.Writer // stderr
 }
 
 // planStdout receives the plan; tests capture it.
@@ -45,8 +47,12 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
 	fs.IntVar(&f.sms, "sms", 132, "multiprocessors of the target GPU (sizes split-KV decode attention)")
+	fs.Float64Var(&f.gpuMem, "gpu-mem", 140, "memory of the target GPU in GiB (default: an H200's); warn when the plan needs more (0: no check)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
-	return func(args []string) error { return runPlan(planStdout, f, args) }
+	return func(args []string) error {
+		f.warn = fs.Output()
+		return runPlan(planStdout, f, args)
+	}
 }
 
 func runPlan(w io.Writer, f *planFlags, args []string) error {
@@ -57,8 +63,11 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
 	}
-	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 {
-		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx not negative", errUsage)
+	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 || f.gpuMem < 0 {
+		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx and --gpu-mem not negative", errUsage)
+	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
 	}
 	cfg, ck, _, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
@@ -91,8 +100,20 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnGPUMemory(f.warn, p, f.gpuMem)
 	if f.jsonOut {
 		return p.WriteJSON(w)
 	}
 	return p.Print(w)
+}
+
+// warnGPUMemory says when the plan's device memory (weights, KV caches, and
+// the decode and prefill arenas with their workspaces) exceeds gib GiB.
+func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
+	act := p.Decode.Arena + p.Decode.Workspace + p.Prefill.Arena + p.Prefill.Workspace
+	need := p.WeightBytes + p.KVBytes + act
+	if gib > 0 && float64(need) > gib*(1<<30) {
+		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
+			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
+	}
 }
