@@ -9,7 +9,9 @@ import (
 )
 
 func TestRecipeTypeFor(t *testing.T) {
-	m := func(name string, shape ...int) ckpt.TensorInfo { return ckpt.TensorInfo{Name: name, DType: ckpt.BF16, Shape: shape} }
+	m := func(name string, shape ...int) ckpt.TensorInfo {
+		return ckpt.TensorInfo{Name: name, DType: ckpt.BF16, Shape: shape}
+	}
 	cases := []struct {
 		recipe string
 		t      ckpt.TensorInfo
