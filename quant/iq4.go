@@ -63,12 +63,7 @@ func bestIndexIQ4(x float32) int {
 // an importance matrix (weights x²), with llama-quantize's ntry = 7: the
 // scale d and the levels L.
 func iq4Fit(xb []float32, L []uint8) float32 {
-	var amax, vmax float32
-	for _, v := range xb {
-		if ax := abs32(v); ax > amax {
-			amax, vmax = ax, v
-		}
-	}
+	amax, vmax := absMax(xb)
 	if amax < groupMaxEps {
 		clear(L[:32])
 		return 0
@@ -139,13 +134,10 @@ func quantIQ4XS(dst []byte, src []float32) {
 	)
 	for len(src) > 0 {
 		x, y := src[:QK], dst[:136]
-		var maxScale, amaxScale float32
 		for ib := range 8 {
 			scales[ib] = iq4Fit(x[32*ib:32*ib+32], L[32*ib:])
-			if a := abs32(scales[ib]); a > amaxScale {
-				amaxScale, maxScale = a, scales[ib]
-			}
 		}
+		_, maxScale := absMax(scales[:])
 		d := -maxScale / 32
 		putF16(y, d)
 		id := inverse(d)
