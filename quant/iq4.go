@@ -45,15 +45,23 @@ func dequantIQ4XS(dst []float32, src []byte) {
 	}
 }
 
+// iq4Mid2 holds twice the midpoints between neighbouring levels:
+// iq4Mid2[j] = k[j-1] + k[j], exact in float32.
+var iq4Mid2 = func() (m [16]float32) {
+	for j := 1; j < 16; j++ {
+		m[j] = float32(int(kvaluesIQ4NL[j-1]) + int(kvaluesIQ4NL[j]))
+	}
+	return m
+}()
+
 // bestIndexIQ4 is best_index_int8 over kvaluesIQ4NL: the nearest level,
-// the upper one at an exact midpoint.
+// the upper one at an exact midpoint (a branch-free binary search on 2x).
 func bestIndexIQ4(x float32) int {
 	x2 := x + x
 	idx := 0
 	for step := 8; step > 0; step >>= 1 {
-		j := idx + step
-		if x2 >= float32(int(kvaluesIQ4NL[j-1])+int(kvaluesIQ4NL[j])) {
-			idx = j
+		if x2 >= iq4Mid2[idx+step] {
+			idx += step
 		}
 	}
 	return idx
