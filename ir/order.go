@@ -15,6 +15,7 @@ import (
 // dataflow builds the gonum graph of g's nodes: an edge p -> c when c reads
 // an output of p. Node IDs are Node.ID.
 func (g *Graph) dataflow() (*simple.DirectedGraph, map[int64]*Node) {
+	g.Compact()
 	dg := simple.NewDirectedGraph()
 	byID := make(map[int64]*Node, len(g.Nodes))
 	for _, n := range g.Nodes {
@@ -38,6 +39,7 @@ func (g *Graph) dataflow() (*simple.DirectedGraph, map[int64]*Node) {
 // Order returns the nodes in a topological order, ties broken by node ID so
 // the order is deterministic. A cycle is an error naming its nodes.
 func (g *Graph) Order() ([]*Node, error) {
+	g.Compact()
 	for _, n := range g.Nodes {
 		for _, v := range n.Inputs {
 			if v.Def == n {

@@ -9,6 +9,7 @@ import (
 // ops with valid attributes, declared types equal to the inferred ones, no
 // cycles, outputs defined, derived weights consistent. Errors name the node.
 func Verify(g *Graph) error {
+	g.Compact()
 	defined := map[*Value]bool{}
 	names := map[string]*Value{}
 	define := func(v *Value, where string) error {

@@ -7,10 +7,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "memplan", Doc: "liveness of activations -> offsets in one arena (weights excluded), for decode and prefill step sizes", Run: memPlan})
-}
-
 // Alignment of every buffer in the arena, in bytes.
 const Alignment = 256
 
