@@ -142,8 +142,9 @@ type Graph struct {
 	Outputs []*Value
 	nextID  int
 	names   map[string]*Value
-	useDef  bool // Value.users and Value.derivs are current
-	erased  int  // nodes and weights erased but still in the slices
+	useDef  bool    // Value.users and Value.derivs are current
+	erased  int     // nodes and weights erased but still in the slices
+	order   []*Node // Order's result, until a method changes the nodes or edges
 }
 
 // NewGraph returns an empty graph with the given symbolic dimensions.
@@ -307,6 +308,7 @@ func (g *Graph) AddNode(op string, inputs []*Value, attrs Attrs, names ...string
 		g.index()[name] = v
 	}
 	g.Nodes = append(g.Nodes, n)
+	g.order = nil
 	if g.useDef {
 		for _, v := range n.Inputs {
 			v.users = append(v.users, n)
@@ -410,6 +412,7 @@ func (g *Graph) ReplaceUses(old, new *Value) {
 	if old == new {
 		return
 	}
+	g.order = nil
 	// users holds a node once per slot reading old: rewire one slot each.
 	for _, n := range old.users {
 		for i, v := range n.Inputs {
@@ -450,6 +453,7 @@ func (g *Graph) EraseNode(n *Node) {
 	}
 	n.erased = true
 	g.erased++
+	g.order = nil
 }
 
 // EraseWeight removes w from the graph (nothing may read it any more); it
@@ -536,6 +540,7 @@ func (g *Graph) Reindex() {
 	g.Compact()
 	g.names = nil
 	g.useDef = false
+	g.order = nil
 	g.index()
 	for _, n := range g.Nodes {
 		if n.ID >= g.nextID {

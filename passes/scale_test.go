@@ -1,0 +1,68 @@
+package passes
+
+import (
+	"testing"
+	"time"
+
+	"lagc/config"
+	"lagc/ir"
+	"lagc/models"
+)
+
+// manyLayers returns laguna-tiny's shape with n layers (layer 0 dense).
+func manyLayers(t testing.TB, n int) *config.Config {
+	t.Helper()
+	c, err := config.Preset("laguna-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.NumLayers = n
+	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = nil, nil, nil
+	if err := c.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestCompileMaxLayers guards against compile time growing faster than the
+// layer count: the deepest configuration accepted (config.MaxLayers) builds
+// and runs the default pipeline far within the bound. It takes about 2 s of
+// CPU (BenchmarkCompile1024 measures it); passes quadratic in the graph
+// took over a minute.
+func TestCompileMaxLayers(t *testing.T) {
+	const bound = 30 * time.Second
+	start := time.Now()
+	g, err := models.BuildLaguna(manyLayers(t, config.MaxLayers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > bound {
+		t.Errorf("%d layers took %v to build and compile, more than %v", config.MaxLayers, d, bound)
+	}
+	if n := g.OpCounts()["moe_grouped"]; n != config.MaxLayers-1 || res.State.Plan(1, ir.F32) == nil {
+		t.Errorf("%d fused MoE layers of %d, memory plans %d", n, config.MaxLayers-1, len(res.State.Memory))
+	}
+}
+
+func benchmarkCompile(b *testing.B, layers int) {
+	c := manyLayers(b, layers)
+	for b.Loop() {
+		g, err := models.BuildLaguna(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Run(g, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCompile256 and BenchmarkCompile1024 build and compile (default
+// pipeline) laguna-tiny with 256 and 1024 layers: the time should grow
+// linearly.
+func BenchmarkCompile256(b *testing.B)  { benchmarkCompile(b, 256) }
+func BenchmarkCompile1024(b *testing.B) { benchmarkCompile(b, 1024) }
