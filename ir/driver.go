@@ -70,7 +70,8 @@ func (g *Graph) Rewrite(patterns ...*RewritePattern) (*RewriteStats, error) {
 	}
 	declined := map[*Node]*RewritePattern{}
 	rw := &Rewriter{g: g}
-	limit, applied := 8*len(g.Nodes)+64, 0
+	nodes := len(g.Nodes)
+	limit, applied := 8*nodes+64, 0
 	for head := 0; head < len(queue); head++ {
 		n := queue[head]
 		queue[head] = nil
@@ -98,7 +99,7 @@ func (g *Graph) Rewrite(patterns ...*RewritePattern) (*RewriteStats, error) {
 			st.Applied[p.Name]++
 			delete(declined, n)
 			if applied++; applied > limit {
-				return st, fmt.Errorf("rewriting did not converge: %d rewrites in a graph of %d nodes (last: %s at %s)", applied, len(g.Nodes), p.Name, n)
+				return st, fmt.Errorf("rewriting did not converge: %d rewrites in a graph of %d nodes (last: %s at %s)", applied, nodes, p.Name, n)
 			}
 			for _, c := range rw.created {
 				push(c)
@@ -136,9 +137,6 @@ type Rewriter struct {
 	erased  []*Node  // by the current attempt
 	derived []*Value // weights added by the current attempt
 }
-
-// NewRewriter returns a Rewriter for changes outside Graph.Rewrite.
-func NewRewriter(g *Graph) *Rewriter { return &Rewriter{g: g} }
 
 func (rw *Rewriter) begin() {
 	rw.created, rw.erased, rw.derived = rw.created[:0], rw.erased[:0], rw.derived[:0]

@@ -476,9 +476,6 @@ func (g *Graph) EraseWeight(w *Value) {
 	g.erased++
 }
 
-// Erased reports whether n was erased from its graph.
-func (n *Node) Erased() bool { return n.erased }
-
 // removeOne deletes the last occurrence of x from xs, keeping the order.
 func removeOne[T comparable](xs []T, x T) []T {
 	for i := len(xs) - 1; i >= 0; i-- {
