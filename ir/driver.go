@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -229,7 +230,7 @@ func (rw *Rewriter) Derive(name, op string, attrs Attrs, srcs ...*Value) (*Value
 	if len(srcs) > 0 {
 		key := attrs.Key()
 		for _, w := range rw.g.Derivations(srcs[0]) {
-			if w.From.Op == op && sameValues(w.From.Srcs, srcs) && w.From.Attrs.Key() == key {
+			if w.From.Op == op && slices.Equal(w.From.Srcs, srcs) && w.From.Attrs.Key() == key {
 				return w, nil
 			}
 		}
@@ -250,18 +251,6 @@ func (rw *Rewriter) dropUnread() {
 			rw.g.EraseWeight(w)
 		}
 	}
-}
-
-func sameValues(a, b []*Value) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Key returns a canonical text of the attributes: equal attributes give

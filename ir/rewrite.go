@@ -6,7 +6,7 @@ import "fmt"
 // Graph.Rewrite (driver.go) applies rewrite patterns until none applies,
 // and a Rewriter gives them the mutations (Replace, Derive, EraseDead).
 //
-//	for _, m := range g.FindAll(ir.P("matmul", ir.Any("x"), ir.W("w")).As("y")) { ... }
+//	m, ok := ir.MatchValue(ir.P("add", ir.Any("r"), ir.P("matmul", ir.Any("x"), ir.W("w")).As("p")), v)
 
 // Pattern matches a value by the op that produced it. The operands of a
 // commutative op (OpDef.Commutative: add, mul) match in either order.

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"lagc/ir"
@@ -48,7 +49,7 @@ func derivedName(g *ir.Graph, src *ir.Value, old, new string) string {
 var moeOps = []string{"moe_experts", "moe_grouped"}
 
 // isMoE reports whether n is a routed-experts node of either form.
-func isMoE(n *ir.Node) bool { return n != nil && (n.Op == "moe_experts" || n.Op == "moe_grouped") }
+func isMoE(n *ir.Node) bool { return n != nil && slices.Contains(moeOps, n.Op) }
 
 // moeAttrs returns the moe_grouped attributes equivalent to n (moe_experts
 // is moe_grouped with the defaults).
