@@ -38,7 +38,6 @@ type RewritePattern struct {
 // RewriteStats counts, per pattern name, the rewrites applied and the
 // nodes at which a pattern declined and that no pattern rewrote later.
 type RewriteStats struct {
-	Visits            int
 	Applied, Declined map[string]int
 }
 
@@ -52,6 +51,7 @@ func (g *Graph) Rewrite(patterns ...*RewritePattern) (*RewriteStats, error) {
 	if err != nil {
 		return st, err
 	}
+	g.buildUseDef()
 	roots := map[string][]*RewritePattern{}
 	for _, p := range patterns {
 		for _, op := range p.Roots {
@@ -80,7 +80,6 @@ func (g *Graph) Rewrite(patterns ...*RewritePattern) (*RewriteStats, error) {
 		if n.erased {
 			continue
 		}
-		st.Visits++
 		for _, p := range roots[n.Op] {
 			rw.begin()
 			out, err := p.Apply(rw, n)

@@ -132,7 +132,9 @@ func (n *Node) AttrShape(name string) Shape {
 // Code that edits the slices or a node's Inputs directly (a parser, a
 // test) must call Reindex afterwards; the methods keep the name index and
 // the use-def information current themselves, each in time proportional to
-// what it changes, so that a pass is linear in the graph.
+// what it changes, so that a pass is linear in the graph. A Graph is not
+// safe for concurrent use, not even by readers: Order keeps its result and
+// the use-def information is built on first use.
 type Graph struct {
 	Name    string
 	Syms    []string // symbolic dimensions, e.g. T

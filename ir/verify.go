@@ -88,10 +88,10 @@ func Verify(g *Graph) error {
 			return err
 		}
 	}
-	if order, err := g.Order(); err != nil {
-		return err
-	} else if !g.checkOrder(order) {
-		g.order, g.useDef = nil, false // stale after a direct edit: sort again, naming the cycle
+	if order, err := g.Order(); err != nil || !g.checkOrder(order) {
+		// The kept order and use-def information are stale after a direct
+		// edit of the inputs: rebuild both before judging (and naming a cycle).
+		g.order, g.useDef = nil, false
 		if _, err := g.Order(); err != nil {
 			return err
 		}
