@@ -186,12 +186,14 @@ func Defaults() *Config {
 	}
 }
 
-// Limits of a configuration lagc builds: far beyond any real Laguna model,
-// and small enough that a hostile config.json or GGUF header can neither
-// make graph construction exhaust memory (one set of nodes per layer) nor
-// overflow a weight's element count.
+// Limits of a configuration lagc builds: far beyond any real Laguna model
+// (S-2.1 has 48 layers; the deepest published LLMs about 130), and small
+// enough that a hostile config.json or GGUF header can neither make graph
+// construction and the passes take long or exhaust memory (one set of
+// nodes per layer; 1024 layers compile in about 2 s of CPU) nor overflow a
+// weight's element count.
 const (
-	MaxLayers         = 1 << 16
+	MaxLayers         = 1024
 	MaxWeightElements = 1 << 40
 )
 

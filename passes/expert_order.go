@@ -4,10 +4,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "expert-order", Doc: "MoE grouped-GEMM schedule: experts in descending tokens-routed order, CTAs in N-bands for L2 weight reuse (order only, never results)", Run: expertOrder})
-}
-
 // L2BandBytes is the weight bytes one N-band of one expert may take: a
 // band of rows of an expert's matrix is read from memory once and reused
 // from L2 by every token tile of that expert. 1 MiB leaves the H200's 50
@@ -22,23 +18,26 @@ const L2BandBytes = 1 << 20
 // token's experts in a fixed order whatever the visit order. No
 // precondition; no weight transform.
 func expertOrder(s *State) error {
-	g := s.Graph
-	n := 0
-	for _, node := range append([]*ir.Node(nil), g.Nodes...) {
-		if !isMoE(node) {
-			continue
-		}
-		head, stacks, residual := moeParts(node)
-		a := moeAttrs(node)
-		a["order"] = ir.OrderDescending
-		a["band"] = bandWidth(stacks[0])
-		if _, err := rebuildMoE(g, []*ir.Node{node}, head, stacks, residual, a, node.Outputs[0]); err != nil {
-			return err // the same node with other schedule attributes: cannot fail on a verified graph
-		}
-		n++
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "expert-order", Roots: moeOps, Apply: scheduleExperts})
+	if err != nil {
+		return err
 	}
-	s.Notef("expert-order: %d MoE nodes scheduled descending", n)
+	s.Notef("expert-order: %d MoE nodes scheduled descending", st.Applied["expert-order"])
 	return nil
+}
+
+func scheduleExperts(rw *ir.Rewriter, node *ir.Node) (ir.Outcome, error) {
+	head, stacks, residual := moeParts(node)
+	a := moeAttrs(node)
+	a["order"] = ir.OrderDescending
+	a["band"] = bandWidth(stacks[0])
+	if node.Op == "moe_grouped" && a.Key() == moeAttrs(node).Key() {
+		return ir.NoMatch, nil // scheduled already
+	}
+	if _, err := rebuildMoE(rw, []*ir.Node{node}, head, stacks, residual, a, node.Outputs[0]); err != nil {
+		return ir.NoMatch, err // the same node with other schedule attributes: cannot fail on a verified graph
+	}
+	return ir.Applied, nil
 }
 
 // bandWidth is the N-band width for the first stack [E,N,K] (gate or

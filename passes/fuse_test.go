@@ -3,6 +3,7 @@ package passes
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -415,5 +416,31 @@ func TestFusionOrdering(t *testing.T) {
 				t.Errorf("disabled %s ran", p)
 			}
 		}
+	}
+}
+
+// TestFusionOperandOrder: with the operands of every add and mul swapped,
+// the fusions match as before (add and mul are commutative), so the fused
+// graph has the same ops.
+func TestFusionOperandOrder(t *testing.T) {
+	swap := regexp.MustCompile(`= (add|mul)\((%[^,]+), (%[^)]+)\)`)
+	src := laguna(t, "laguna-tiny").String()
+	swapped := swap.ReplaceAllString(src, "= $1($3, $2)")
+	if n := len(swap.FindAllString(src, -1)); n < 10 || swapped == src {
+		t.Fatalf("%d adds and muls swapped", n)
+	}
+	counts := map[string]map[string]int{}
+	var notes []string
+	for _, text := range []string{src, swapped} {
+		g := parse(t, text)
+		res, err := Run(g, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[text] = g.OpCounts()
+		notes = append(notes, strings.Join(res.State.Notes[1:6], "; "))
+	}
+	if !equalCounts(counts[src], counts[swapped]) || notes[0] != notes[1] || counts[src]["moe_grouped"] != 3 {
+		t.Errorf("ops %v, with operands swapped %v\nnotes %q", counts[src], counts[swapped], notes)
 	}
 }

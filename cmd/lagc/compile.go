@@ -45,7 +45,7 @@ func setupCompile(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config, weight dtypes and shapes")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default "+strings.Join(passes.DefaultPipeline, ",")+"); passes: "+passList())
 	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
-	fs.StringVar(&f.dumpAfter, "dump-after", "", "dump the graph after these passes (comma-separated) or all")
+	fs.StringVar(&f.dumpAfter, "dump-after", "", "dump the graph after these passes (comma-separated) or all; each dump starts with what the pass changed")
 	fs.StringVar(&f.dumpDir, "dump-dir", "lagc-dumps", "directory for dumps, named NN-pass.ext")
 	fs.StringVar(&f.dumpFormat, "dump-format", "text", "dump format: text, dot or json")
 	fs.StringVar(&f.emit, "emit", "", "print the final graph (text, dot or json) instead of the summary")
@@ -62,7 +62,11 @@ func passList() string {
 	var parts []string
 	for _, n := range passes.Names() {
 		p, _ := passes.Lookup(n)
-		parts = append(parts, n+" ("+p.Doc+")")
+		off := ""
+		if !p.Default {
+			off = ", off by default"
+		}
+		parts = append(parts, n+" ("+p.Doc+off+")")
 	}
 	return strings.Join(parts, "; ")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -79,6 +80,22 @@ func TestCompileDumps(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "01-shapes.json 02-cse.json 03-dce.json 04-memplan.json" {
 		t.Fatalf("dumps %v", got)
+	}
+	// cse, dce and memplan leave the graph as it was: their dumps say so
+	// instead of repeating it, and memplan's lists the arena offsets.
+	b, err := os.ReadFile(filepath.Join(dir, "04-memplan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		SameAs string `json:"same_as"`
+		Memory []struct {
+			Tokens  int
+			Buffers []struct{ Value string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil || d.SameAs != "03-dce.json" || len(d.Memory) != 4 || d.Memory[3].Tokens != 2048 || len(d.Memory[0].Buffers) < 50 {
+		t.Fatalf("memplan dump: %v, %+v", err, d)
 	}
 }
 
