@@ -51,9 +51,12 @@ type Config struct {
 	Budget int
 	// Vocab is the model's vocabulary size; prompt ids must be below it.
 	Vocab int
-	// OnStep, if set, is called after every step (on the scheduler's
-	// goroutine: keep it short).
-	OnStep func(StepStats)
+	// OnStep, if set, is called after every step, and OnToken for every
+	// token with the time since the request was submitted (the first) or
+	// since its previous token. Both run on the scheduler's goroutine: keep
+	// them short.
+	OnStep  func(StepStats)
+	OnToken func(first bool, latency time.Duration)
 }
 
 // StepStats describe one step.
@@ -103,10 +106,11 @@ type seq struct {
 	req     Request
 	stream  *Stream
 	slot    int
-	fed     int     // prompt tokens in the slot
-	history []int32 // prompt and generated tokens
-	pending bool    // the last generated token still has to be fed
-	made    int     // tokens generated
+	fed     int       // prompt tokens in the slot
+	history []int32   // prompt and generated tokens
+	pending bool      // the last generated token still has to be fed
+	made    int       // tokens generated
+	last    time.Time // when the request was submitted, then its latest token
 }
 
 // New starts a scheduler over b's slots. Close stops it.
@@ -151,7 +155,7 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 		return nil, fmt.Errorf("max tokens must be positive, got %d", r.MaxTokens)
 	}
 	st := newStream(ctx, s.wake)
-	q := &seq{req: r, stream: st, slot: -1, history: append([]int32(nil), r.Prompt...)}
+	q := &seq{req: r, stream: st, slot: -1, history: append([]int32(nil), r.Prompt...), last: time.Now()}
 	s.mu.Lock()
 	switch {
 	case s.closed:
@@ -390,6 +394,11 @@ func (s *Scheduler) emit(q *seq, logits []float32, argmax int32) {
 	}
 	q.history = append(q.history, id)
 	q.made++
+	if s.cfg.OnToken != nil {
+		now := time.Now()
+		s.cfg.OnToken(q.made == 1, now.Sub(q.last))
+		q.last = now
+	}
 	q.pending = true
 	q.stream.push(id)
 	switch {
