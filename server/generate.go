@@ -156,8 +156,12 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText f
 		s.metrics.cachedTokens.Add(float64(out.cached))
 		switch reason {
 		case sched.FinishCanceled:
-			s.metrics.canceled.Inc()
-			return out, errClientGone
+			if ctx.Err() != nil {
+				s.metrics.canceled.Inc()
+				return out, errClientGone
+			}
+			return out, &httpError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down",
+				msg: "the server shut down before the generation finished"}
 		case sched.FinishError:
 			return out, fmt.Errorf("generation failed: %w", err)
 		case sched.FinishStop:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // Laguna's reply markup: reasoning inside <think>...</think> (the generation
@@ -47,13 +48,14 @@ type replyParser struct {
 	pending   string
 	schemas   map[string]map[string]string // function -> argument -> JSON schema type
 	started   bool                         // content or calls have begun
-	hadCall   bool
+	segStart  bool                         // at the start of a content segment
+	scanned   int                          // bytes of a pending call searched for its end
 }
 
 // newReplyParser starts a parser; inReasoning says the prompt ended inside
 // <think>.
 func newReplyParser(inReasoning, calls bool, schemas map[string]map[string]string) *replyParser {
-	return &replyParser{reasoning: inReasoning, calls: calls, schemas: schemas}
+	return &replyParser{reasoning: inReasoning, calls: calls, schemas: schemas, segStart: true}
 }
 
 // Add consumes more reply text.
@@ -85,24 +87,29 @@ func (p *replyParser) drain(final bool) replyDelta {
 			}
 			d.Reasoning += p.pending[:i]
 			p.pending = p.pending[i+len(thinkClose):]
-			p.reasoning = false
+			p.reasoning, p.segStart = false, true
 		case p.inCall:
-			i := strings.Index(p.pending, callClose)
+			// A call is buffered whole: search only the text added since.
+			from := max(0, p.scanned-len(callClose)+1)
+			i := strings.Index(p.pending[from:], callClose)
 			if i < 0 {
+				p.scanned = len(p.pending)
 				if final {
 					d.Content += callOpen + p.pending
 					p.pending, p.inCall = "", false
 				}
 				return d
 			}
+			i += from
 			body := p.pending[:i]
 			p.pending = p.pending[i+len(callClose):]
-			p.inCall = false
+			p.inCall, p.scanned = false, 0
 			if c, err := parseCall(body, p.schemas); err == nil {
 				d.Calls = append(d.Calls, c)
-				p.hadCall = true
+				p.segStart = true
 			} else {
 				d.Content += callOpen + body + callClose // kept as text: nothing is lost
+				p.segStart = false
 			}
 		default:
 			markers := []string{}
@@ -119,33 +126,45 @@ func (p *replyParser) drain(final bool) replyDelta {
 				if !final {
 					n -= maxPartial(p.pending, markers)
 				}
-				text := p.pending[:n]
-				// Whitespace waits for what follows: around tool calls it is
-				// layout, not content.
-				if strings.TrimSpace(text) == "" && (!final || p.hadCall) {
-					if final {
-						p.pending = ""
-					}
-					return d
-				}
-				p.started = true
-				d.Content += text
-				p.pending = p.pending[n:]
+				d.Content += p.content(n, final)
 				return d
 			}
 			if m == thinkOpen {
+				if strings.TrimSpace(p.pending[:i]) != "" {
+					p.started = true // <think> after the answer began is text
+					continue
+				}
 				p.pending = p.pending[i+len(thinkOpen):]
 				p.reasoning = true
 				continue
 			}
-			if before := p.pending[:i]; strings.TrimSpace(before) != "" {
-				d.Content += before
-			}
-			p.started = true
-			p.pending = p.pending[i+len(callOpen):]
-			p.inCall = true
+			d.Content += strings.TrimRightFunc(p.content(i, true), unicode.IsSpace)
+			p.pending = p.pending[len(callOpen):] // content took what came before
+			p.started, p.inCall = true, true
 		}
 	}
+}
+
+// content takes the first n bytes of pending as content text. Whitespace
+// that opens the reply, or follows reasoning or a tool call, is dropped;
+// unless final, trailing whitespace is held back (before a tool call it is
+// dropped), so that however the text is split the result is the same.
+func (p *replyParser) content(n int, final bool) string {
+	text, rest := p.pending[:n], p.pending[n:]
+	if p.segStart {
+		text = strings.TrimLeftFunc(text, unicode.IsSpace)
+		if text == "" {
+			p.pending = rest
+			return ""
+		}
+		p.segStart, p.started = false, true
+	}
+	if !final {
+		kept := strings.TrimRightFunc(text, unicode.IsSpace)
+		text, rest = kept, text[len(kept):]+rest
+	}
+	p.pending = rest
+	return text
 }
 
 // firstOf returns the earliest index in s of any of markers, and which.
