@@ -227,11 +227,11 @@ type chatResponse struct {
 }
 
 type chatChoice struct {
-	Index        int          `json:"index"`
-	Message      *replyMsg    `json:"message,omitempty"`
-	Delta        *replyMsg    `json:"delta,omitempty"`
-	FinishReason *string      `json:"finish_reason"`
-	Logprobs     *struct{}    `json:"logprobs"`
+	Index        int       `json:"index"`
+	Message      *replyMsg `json:"message,omitempty"`
+	Delta        *replyMsg `json:"delta,omitempty"`
+	FinishReason *string   `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
 }
 
 // replyMsg is the assistant's message (or, streaming, a delta of it).
