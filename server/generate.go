@@ -129,7 +129,11 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText f
 		if text == "" {
 			return nil
 		}
-		return onText(text)
+		if err := onText(text); err != nil { // only writes to the client fail
+			s.metrics.canceled.Inc()
+			return errClientGone
+		}
+		return nil
 	}
 	for {
 		ids, reason, err := st.Next(ctx)
