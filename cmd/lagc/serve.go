@@ -96,13 +96,21 @@ func runServe(f *serveFlags) error {
 	// kills the process as usual.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	served, announced := make(chan struct{}), make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop()
-		fmt.Fprintf(runIO.err, "shutting down: running requests have %s to finish (a second signal exits now)\n", f.grace)
+		defer close(announced)
+		select {
+		case <-ctx.Done():
+			stop()
+			fmt.Fprintf(runIO.err, "shutting down: running requests have %s to finish (a second signal exits now)\n", f.grace)
+		case <-served:
+		}
 	}()
 	fmt.Fprintf(runIO.err, "listening on http://%s (OpenAI API under /v1)\n", ln.Addr())
-	return srv.Serve(ctx, ln, f.grace)
+	err = srv.Serve(ctx, ln, f.grace)
+	close(served)
+	<-announced
+	return err
 }
 
 // serveDevice resolves --device for serving. Batched steps (engine.Batcher)
