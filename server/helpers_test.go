@@ -121,14 +121,21 @@ func startScripted(t testing.TB, slots int, reply string, gate chan struct{}, sc
 	return srv, listen(t, srv)
 }
 
-// post sends a JSON body and decodes the JSON answer into out (if not nil).
-func post(t testing.TB, url string, body any, out any) int {
+// postJSON sends body as JSON; the caller closes the response.
+func postJSON(t testing.TB, url string, body any) *http.Response {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// post sends a JSON body and decodes the JSON answer into out (if not nil).
+func post(t testing.TB, url string, body any, out any) int {
+	t.Helper()
+	resp := postJSON(t, url, body)
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if out != nil {
@@ -143,11 +150,7 @@ func post(t testing.TB, url string, body any, out any) int {
 // final [DONE] included).
 func streamEvents(t testing.TB, url string, body any) []string {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postJSON(t, url, body)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		data, _ := io.ReadAll(resp.Body)

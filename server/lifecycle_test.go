@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -44,11 +43,7 @@ func TestQueueFull(t *testing.T) {
 		}()
 	}
 	waitLoad(t, srv, 1, 1)
-	b, _ := json.Marshal(body)
-	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postJSON(t, ts.URL+"/v1/chat/completions", body)
 	var e apiError
 	json.NewDecoder(resp.Body).Decode(&e)
 	resp.Body.Close()
@@ -96,11 +91,7 @@ func serveScripted(t *testing.T, grace time.Duration) (url string, gate chan str
 
 func openStream(t *testing.T, url string) io.ReadCloser {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postJSON(t, url+"/v1/chat/completions", map[string]any{"stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
