@@ -39,7 +39,8 @@ type Batcher interface {
 }
 
 // Batch returns the model's batched backend, opened with Options.Slots
-// sequence slots.
+// sequence slots. It shares the executor with Backend (whose sequence is
+// slot 0): use one or the other, not both at once.
 func (m *Model) Batch() (Batcher, error) {
 	b, ok := m.Backend.(Batcher)
 	if !ok {

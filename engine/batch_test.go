@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"lagc/internal/fixture"
 )
 
 // TestBatchStepEqualsAlone feeds several sequences through batched steps
@@ -199,4 +201,38 @@ func sameBits(got, want []float32) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkBatchDecode: aggregate decode speed of the bundled model on the
+// CPU with B sequences per step, each 64 positions in.
+func BenchmarkBatchDecode(b *testing.B) {
+	for _, B := range []int{1, 4, 8, 16} {
+		b.Run(fmt.Sprintf("batch%d", B), func(b *testing.B) {
+			m, err := Open(filepath.Join(fixture.Root(b), "models", "tiny"), Options{Slots: B, MaxContext: 1 << 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			bt, _ := m.Batch()
+			prompt := make([]int32, 64)
+			for i := range prompt {
+				prompt[i] = int32(100 + i)
+			}
+			segs := make([]Segment, B)
+			for s := range segs {
+				bt.ResetSlot(s)
+				if _, _, err := bt.Step([]Segment{{Slot: s, Tokens: prompt}}); err != nil {
+					b.Fatal(err)
+				}
+				segs[s] = Segment{Slot: s, Tokens: []int32{7}}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, _, err := bt.Step(segs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(B*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
 }
