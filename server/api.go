@@ -143,7 +143,6 @@ type chatRequest struct {
 	Messages           []chatMessage     `json:"messages"`
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
-	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
 	ChatTemplateKwargs map[string]any    `json:"chat_template_kwargs"`
 	ResponseFormat     *struct {
 		Type string `json:"type"`
@@ -217,13 +216,12 @@ type promptDetail struct {
 }
 
 type chatResponse struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             *usage       `json:"usage,omitempty"`
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
 }
 
 type chatChoice struct {

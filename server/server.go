@@ -93,10 +93,14 @@ func FromModel(m *engine.Model, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("serving needs the checkpoint's tokenizer: %w", err)
 		}
 	}
+	if cfg.Log == nil {
+		cfg.Log = os.Stderr
+	}
 	if cfg.Template == nil {
 		// A checkpoint without a chat template still serves /v1/completions.
 		if cfg.Template, cfg.SpecialTokens, err = engine.LoadChatTemplate(m.Checkpoint); err != nil {
 			cfg.Template = nil
+			fmt.Fprintf(cfg.Log, "chat completions are off: %v\n", err)
 		}
 		if cfg.Template != nil && m.Checkpoint.Format() != "gguf" {
 			if src, err := chat.LoadHFDir(m.Checkpoint.Path()); err == nil && src.For(true) != src.For(false) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lagc/engine"
+	"lagc/internal/fixture"
 	"lagc/sched"
 	"lagc/tokenizer"
 )
@@ -280,5 +281,37 @@ func TestBadRequests(t *testing.T) {
 				t.Errorf("code %v, want %q", d.Code, tc.code)
 			}
 		})
+	}
+}
+
+// TestFromModelNeedsTokenizer: a checkpoint without a tokenizer cannot be
+// served, and says so.
+func TestFromModelNeedsTokenizer(t *testing.T) {
+	m, err := engine.Open(fixture.Dirs(t)[0], engine.Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := FromModel(m, Config{Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "serving needs the checkpoint's tokenizer") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestNoChatTemplate: without a template chat completions are refused and
+// text completions still work.
+func TestNoChatTemplate(t *testing.T) {
+	tok := tinyTokenizer(t)
+	srv, err := New(newScript(1, tok.VocabSize(), tok.Encode("ok", false)), tok.VocabSize(), Config{Name: "m", Tokenizer: tok, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := listen(t, srv)
+	var e apiError
+	if code := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}}, &e); code != 400 || !strings.Contains(e.Error.Message, "no chat template") {
+		t.Errorf("chat: %d %+v", code, e.Error)
+	}
+	var c completionResponse
+	if code := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "a", "max_tokens": 1}, &c); code != 200 || c.Choices[0].Text != "ok" {
+		t.Errorf("completion: %d %+v", code, c)
 	}
 }
