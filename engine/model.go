@@ -37,6 +37,7 @@ type Options struct {
 	Disable    []string  // passes to skip
 	MaxContext int       // KV cache length; 0: the model's max_position_embeddings
 	Progress   io.Writer // where weight loading reports progress; nil: silent
+	Slots      int       // sequence slots for batched steps (Model.Batch); 0: 1
 	// GPU only.
 	DType   string // activations and weights: "bf16" (default) or "f32"
 	Chunk   int    // prefill tokens per step (0: 2048)
@@ -79,6 +80,9 @@ func OpenCheckpoint(ck ckpt.Checkpoint, o Options) (*Model, error) {
 }
 
 func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
+	if o.Slots < 0 {
+		return nil, fmt.Errorf("sequence slots must not be negative, got %d", o.Slots)
+	}
 	cfg := ck.Config()
 	g, err := BuildGraph(cfg, o.YAMLPath)
 	if err != nil {
@@ -105,7 +109,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	switch o.Device {
 	case "", "cpu":
 		src := withProgress(ck, g, o.Progress)
-		ex, err := cpu.NewExecutor(g, src, maxPos)
+		ex, err := cpu.NewBatchExecutor(g, src, maxPos, max(o.Slots, 1))
 		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}

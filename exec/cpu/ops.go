@@ -91,8 +91,8 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 	case "rope":
 		return RoPE(out[0], f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
 	case "attention":
-		return Attention(out[0], f[0], f[1], f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
-			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.caches[n.AttrInt("layer")])
+		return BatchAttention(out[0], f[0], f[1], f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
+			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.attnSeqs(n.AttrInt("layer")))
 	case "softplus_gate":
 		if len(x) != 3 {
 			return fmt.Errorf("softplus_gate input must be [T,nh,d], got %v", x)
