@@ -10,7 +10,7 @@ import (
 // (dtype dt; the logits) to out int32 [T]: the first on ties, a NaN above
 // every number, as exec/cpu.ArgMax. The decode step points out at the token
 // its next step's Embedding reads, so sampling stays on the device.
-func (k *Kernels) ArgMax(s *cuda.Stream, dt cuda.DType, out, x cuda.DevicePtr, T, V int) error {
+func (k *Kernels) ArgMax(s Queue, dt cuda.DType, out, x cuda.DevicePtr, T, V int) error {
 	const op = "ArgMax"
 	if err := checkDT(op, dt); err != nil {
 		return err

@@ -28,7 +28,7 @@ const (
 // per SM over all kv heads, and no split shorter than one 32-key tile (a
 // 512-slot ring: 16 splits). 1 means no split (and no combine launch).
 func (k *Kernels) DecodeSplits(c KVLayer) int {
-	sms := max(k.Dev.Props().SMs, 1)
+	sms := max(k.props().SMs, 1)
 	byLen := ceilDiv(c.Slots, minSplitKeys)
 	byBlocks := max(1, 2*sms/max(c.NKV, 1))
 	return max(1, min(byLen, byBlocks))
@@ -54,7 +54,7 @@ func decodeWorkspace(nsplit, nh, d int) int64 {
 // (one int32, device memory; see KVAppend), writing out [nh, d]. ws is a
 // workspace of DecodeWorkspaceBytes (may be 0 when that is 0). scale is
 // usually 1/sqrt(d).
-func (k *Kernels) AttentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
+func (k *Kernels) AttentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
 	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, ws, 0)
 }
 
@@ -62,7 +62,7 @@ func (k *Kernels) AttentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 // the combine): kx and vx are this token's key and value rows [NKV, d]
 // (contiguous), written into the cache at the position in pos by the
 // attention kernel itself, which reads that key from them.
-func (k *Kernels) AttentionDecodeAppend(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
+func (k *Kernels) AttentionDecodeAppend(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
 	if err := checkPtrs("AttentionDecodeAppend", "k", kx, "v", vx); err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func decodeGeometry(c KVLayer, nh int) (heads, zblocks, nch, shmem int) {
 // attentionDecode runs with an explicit split count, or DecodeSplits(c)
 // when nsplit is 0 (tests force both paths); kx, vx zero: the cache holds
 // this step's k, v already.
-func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
+func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
 	const op = "AttentionDecode"
 	if err := k.checkAttention(op, dt, c, nh); err != nil {
 		return err
@@ -112,7 +112,7 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 	if err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
-	if err := allowShared(kn, shmem); err != nil {
+	if err := k.allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	var partAcc, partML cuda.DevicePtr
@@ -147,7 +147,7 @@ func (k *Kernels) attentionDecode(s *cuda.Stream, dt cuda.DType, c KVLayer, out,
 // never reads a ring slot it overwrites. out is [T, nh, d], contiguous.
 // Key tiles wholly outside a query tile's window are skipped. Afterwards
 // store the chunk: KVAppend (linear) or KVCompactRing (ring).
-func (k *Kernels) AttentionPrefill(s *cuda.Stream, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32) error {
+func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32) error {
 	const op = "AttentionPrefill"
 	if err := k.checkAttention(op, dt, c, nh); err != nil {
 		return err
@@ -183,7 +183,7 @@ func (k *Kernels) AttentionPrefill(s *cuda.Stream, dt cuda.DType, c KVLayer, out
 	}
 	dp := 32 * dch
 	shmem := 4 * (prefillRows*(dp+1) + prefillKeys*(dp+1) + prefillKeys*dp + prefillRows*(prefillKeys+1) + 4*prefillRows)
-	if err := allowShared(kn, shmem); err != nil {
+	if err := k.allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	if err := s.Launch(kn, cuda.Dim(uint32(blocks), uint32(c.NKV)), cuda.Dim(128), shmem,

@@ -54,7 +54,7 @@ func prefillTCVec(ldq, ldkv int, ptrs ...cuda.DevicePtr) bool {
 // attentionPrefillTC launches attn_prefill_tc. The arguments are those of
 // AttentionPrefill after its checks, with ldq and ldkv resolved (elements);
 // dt is bf16 and prefillTCSupports holds. out is [T, nh, d], contiguous.
-func (k *Kernels) attentionPrefillTC(s *cuda.Stream, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32) error {
+func (k *Kernels) attentionPrefillTC(s Queue, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32) error {
 	const op = "AttentionPrefill"
 	d := c.HeadDim
 	if !prefillTCSupports(cuda.BF16, d) {
@@ -74,7 +74,7 @@ func (k *Kernels) attentionPrefillTC(s *cuda.Stream, c KVLayer, out, q, kx, vx c
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	shmem := prefillTCSmem(d)
-	if err := allowShared(kn, shmem); err != nil {
+	if err := k.allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	if err := s.Launch(kn, cuda.Dim(uint32(blocks), uint32(c.NKV)), cuda.Dim(tcThreads), shmem,

@@ -12,7 +12,7 @@ import (
 // of dtype dt. A kernel cannot fail: an id outside [0, V) gives a NaN row
 // (the host checks prompt ids before upload). T must be at most 65535 per
 // launch.
-func (k *Kernels) Embedding(s *cuda.Stream, dt cuda.DType, out, tokens, table cuda.DevicePtr, T, V, H int) error {
+func (k *Kernels) Embedding(s Queue, dt cuda.DType, out, tokens, table cuda.DevicePtr, T, V, H int) error {
 	const op = "Embedding"
 	if err := checkDT(op, dt); err != nil {
 		return err

@@ -38,8 +38,12 @@ type Executor struct {
 	dev    *cuda.Device
 	ownDev bool
 	k      *Kernels
-	s      *cuda.Stream
+	s      *cuda.Stream // nil on a dry run
+	q      Queue        // where launches and copies go: s, or a Recorder
 	act    cuda.DType
+	// dryNext is the next address a dry run hands out (no device).
+	dryNext cuda.DevicePtr
+	ropeMem []region // rope tables, in allocation order
 
 	allocs   []cuda.DevicePtr
 	weights  cuda.DevicePtr // plan.WeightBytes
@@ -98,8 +102,19 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	if e.s, err = e.dev.NewStream(); err != nil {
 		return nil, err
 	}
-	if err := e.allocate(); err != nil {
+	e.q = e.s
+	if err := e.start(ws); err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// start allocates and fills the executor's memory and binds both
+// schedules.
+func (e *Executor) start(ws WeightSource) (err error) {
+	plan, o := e.plan, e.o
+	if err := e.allocate(); err != nil {
+		return err
 	}
 	if ws == nil {
 		err = e.syntheticWeights(1)
@@ -107,24 +122,55 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 		err = e.uploadWeights(ws)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if e.decode, err = e.bind(plan.Decode); err != nil {
-		return nil, fmt.Errorf("gpu: decode schedule: %w", err)
+		return fmt.Errorf("gpu: decode schedule: %w", err)
 	}
 	if e.prefill, err = e.bind(plan.Prefill); err != nil {
-		return nil, fmt.Errorf("gpu: prefill schedule: %w", err)
+		return fmt.Errorf("gpu: prefill schedule: %w", err)
 	}
 	e.V = e.decode.logits.Shape[len(e.decode.logits.Shape)-1]
 	if o.Profile {
 		e.prof = newProfiler(e.dev)
 	}
-	return e, nil
+	return nil
 }
+
+// DryRun returns an executor of plan on no device, and the Recorder its
+// launches and copies go to: nothing is compiled, allocated or computed
+// (weights are synthetic, results zero), but every launch is made as on
+// a GPU, eagerly. It shows what a plan runs, launch by launch.
+func DryRun(plan *lower.Plan) (*Executor, *Recorder, error) {
+	if plan == nil || plan.Decode == nil || plan.Prefill == nil {
+		return nil, nil, fmt.Errorf("gpu.DryRun: incomplete plan")
+	}
+	act, err := dtypeOf(plan.DType)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpu.DryRun: %w", err)
+	}
+	rec := &Recorder{}
+	e := &Executor{plan: plan, o: Options{Eager: true}, act: act, ropes: map[string]Rope{},
+		k: &Kernels{fake: true}, q: rec, dryNext: dryBase}
+	if err := e.start(nil); err != nil {
+		return nil, nil, err
+	}
+	rec.Reset()
+	return e, rec, nil
+}
+
+// dryBase is the first address of a dry run's memory: far from 0, so no
+// offset is mistaken for a null pointer, and aligned like device memory.
+const dryBase = cuda.DevicePtr(1 << 40)
 
 func (e *Executor) alloc(n int64) (cuda.DevicePtr, error) {
 	if n <= 0 {
 		return 0, nil
+	}
+	if e.dev == nil {
+		p := e.dryNext
+		e.dryNext = e.dryNext.Add(align(n) + 1<<20)
+		return p, nil
 	}
 	p, err := e.dev.Alloc(n)
 	if err != nil {
@@ -168,7 +214,7 @@ func (e *Executor) allocate() error {
 		return err
 	}
 	e.tokens, e.pos = io, io.Add(align(4*n))
-	return e.s.Memset32(io, 0, 2*align(4*n)/4)
+	return e.q.Memset32(io, 0, 2*align(4*n)/4)
 }
 
 func align(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }
@@ -216,7 +262,9 @@ func (e *Executor) Close() error {
 		keep(e.s.Synchronize())
 	}
 	for _, p := range e.allocs {
-		keep(e.dev.Free(p))
+		if e.dev != nil {
+			keep(e.dev.Free(p))
+		}
 	}
 	e.allocs = nil
 	if e.s != nil {
@@ -273,23 +321,23 @@ func (e *Executor) setScalars(tokens []int32) error {
 	for i := range pos {
 		pos[i] = int32(e.next + i)
 	}
-	if err := cuda.Upload(e.s, e.tokens, tokens); err != nil {
+	if err := cuda.Upload(e.q, e.tokens, tokens); err != nil {
 		return err
 	}
-	return cuda.Upload(e.s, e.pos, pos)
+	return cuda.Upload(e.q, e.pos, pos)
 }
 
 // readOut copies the step's argmax (and logits) of T tokens to the host.
 func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {
 	next := make([]int32, T)
-	if err := cuda.Download(e.s, next, e.arena.Add(p.next.Offset)); err != nil {
+	if err := cuda.Download(e.q, next, e.arena.Add(p.next.Offset)); err != nil {
 		return nil, nil, fmt.Errorf("reading the argmax: %w", err)
 	}
 	if !logits {
 		return nil, next, nil
 	}
 	out := make([]float32, T*e.V)
-	if err := cuda.Download(e.s, out, e.arena.Add(p.logits.Offset)); err != nil {
+	if err := cuda.Download(e.q, out, e.arena.Add(p.logits.Offset)); err != nil {
 		return nil, nil, fmt.Errorf("reading the logits: %w", err)
 	}
 	return out, next, nil

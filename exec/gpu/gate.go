@@ -11,7 +11,7 @@ import (
 // [T, nh*d], contiguous (out may alias x); g is [T, G] with rows ldg
 // elements apart (0: G), e.g. the gate columns of a fused QKVG output. G ==
 // nh gates per head (broadcast over its d channels), G == nh*d per element.
-func (k *Kernels) SoftplusGate(s *cuda.Stream, dt cuda.DType, out, x, g cuda.DevicePtr, T, nh, d, G, ldg int) error {
+func (k *Kernels) SoftplusGate(s Queue, dt cuda.DType, out, x, g cuda.DevicePtr, T, nh, d, G, ldg int) error {
 	const op = "SoftplusGate"
 	if err := checkDT(op, dt); err != nil {
 		return err

@@ -47,7 +47,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 func (e *Executor) launchDecode() error {
 	if e.o.Eager || e.prof != nil || e.decodeSteps == 0 {
 		e.decodeSteps++
-		return e.decodeKernels(e.s)
+		return e.decodeKernels(e.q)
 	}
 	if e.graph == nil {
 		if err := e.capture(); err != nil {
@@ -59,7 +59,7 @@ func (e *Executor) launchDecode() error {
 }
 
 // decodeKernels queues the decode schedule and the step bookkeeping.
-func (e *Executor) decodeKernels(s *cuda.Stream) error {
+func (e *Executor) decodeKernels(s Queue) error {
 	if err := e.run(e.decode, 1); err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (e *Executor) capture() error {
 	if err := e.s.Synchronize(); err != nil {
 		return err
 	}
-	g, err := e.s.Capture(func() error { return e.decodeKernels(e.s) })
+	g, err := e.s.Capture(func() error { return e.decodeKernels(e.q) })
 	if err != nil {
 		return fmt.Errorf("capturing the decode step: %w", err)
 	}

@@ -18,6 +18,31 @@ import (
 // launches the Laguna kernels on one device.
 type Kernels struct {
 	Dev *cuda.Device
+	// fake stands in for the device: kernels are not compiled but only
+	// name their instantiation, so launches can be recorded without a GPU.
+	fake bool
+}
+
+// compile returns the kernel spec describes.
+func (k *Kernels) compile(spec cuda.KernelSpec) (*cuda.Kernel, error) {
+	if k.fake {
+		return &cuda.Kernel{NameExpr: spec.NameExpr()}, nil
+	}
+	if k.Dev == nil {
+		return nil, fmt.Errorf("kernel %s: no device", spec.NameExpr())
+	}
+	return k.Dev.Compile(context.Background(), spec)
+}
+
+// fakeProps are the properties a fake device reports: an H200's.
+var fakeProps = cuda.Props{Name: "recorder", SMs: 132}
+
+// props returns the device's properties.
+func (k *Kernels) props() cuda.Props {
+	if k.Dev == nil {
+		return fakeProps
+	}
+	return k.Dev.Props()
 }
 
 // NewKernels returns the launchers for dev.
@@ -32,7 +57,7 @@ func (k *Kernels) kernel(file, name string, dtypes []cuda.DType, ints ...int64) 
 		return nil, err
 	}
 	spec.Ints = ints
-	kn, err := k.Dev.Compile(context.Background(), spec)
+	kn, err := k.compile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s%v in %s: %w", name, dtypes, file, err)
 	}

@@ -56,7 +56,7 @@ func (c KVLayer) check(op string) error {
 // most Window tokens per call (more would race for slots: use
 // KVCompactRing after a prefill chunk's attention). The decode step
 // appends before AttentionDecode reads the cache.
-func (k *Kernels) KVAppend(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
+func (k *Kernels) KVAppend(s Queue, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
 	const op = "KVAppend"
 	if c.Window > 0 && T > c.Window {
 		return fmt.Errorf("gpu.%s: %d tokens into a ring of %d slots; use KVCompactRing", op, T, c.Window)
@@ -68,7 +68,7 @@ func (k *Kernels) KVAppend(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda
 // (laid out as for KVAppend, read linearly by AttentionPrefill) into a
 // sliding layer's ring. Run it after the chunk's attention, which still
 // reads the older keys of the ring.
-func (k *Kernels) KVCompactRing(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
+func (k *Kernels) KVCompactRing(s Queue, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
 	const op = "KVCompactRing"
 	if c.Window <= 0 {
 		return fmt.Errorf("gpu.%s: the cache is linear (window 0); use KVAppend", op)
@@ -76,7 +76,7 @@ func (k *Kernels) KVCompactRing(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx
 	return k.kvStore(op, "kv_compact_ring", s, dt, c, kx, vx, ld, pos, T)
 }
 
-func (k *Kernels) kvStore(op, name string, s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
+func (k *Kernels) kvStore(op, name string, s Queue, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
 	if err := checkDT(op, dt); err != nil {
 		return err
 	}

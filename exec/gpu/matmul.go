@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"context"
 	"fmt"
 	"sync"
 
@@ -60,7 +59,7 @@ type KernelLaunch struct {
 }
 
 // Launch queues l on s.
-func (l KernelLaunch) Launch(s *cuda.Stream) error {
+func (l KernelLaunch) Launch(s Queue) error {
 	if err := s.Launch(l.Kernel, l.Grid, l.Block, l.Shmem, l.Args...); err != nil {
 		return fmt.Errorf("%s: %w", l.Name, err)
 	}
@@ -147,8 +146,8 @@ func (k *Kernels) MatMulLaunch(a MatMulArgs) (KernelLaunch, error) {
 		return KernelLaunch{}, fmt.Errorf("matmul: %w", err)
 	}
 	sms := 132 // an H200's, where no device is open
-	if k.Dev != nil && k.Dev.Props().SMs > 0 {
-		sms = k.Dev.Props().SMs
+	if k.props().SMs > 0 {
+		sms = k.props().SMs
 	}
 	var (
 		l      KernelLaunch
@@ -200,7 +199,7 @@ func (k *Kernels) MatMulLaunch(a MatMulArgs) (KernelLaunch, error) {
 }
 
 // MatMul queues y = x w^T (see MatMulArgs) on s.
-func (k *Kernels) MatMul(s *cuda.Stream, a MatMulArgs) error {
+func (k *Kernels) MatMul(s Queue, a MatMulArgs) error {
 	l, err := k.MatMulLaunch(a)
 	if err != nil {
 		return err
@@ -218,6 +217,7 @@ var mmKernels sync.Map // mmKey -> *cuda.Kernel
 
 type mmKey struct {
 	dev    *cuda.Device
+	fake   bool
 	file   string
 	name   string
 	dtypes [3]cuda.DType
@@ -246,10 +246,10 @@ var mmSources = sync.OnceValues(func() (map[string]string, error) {
 // compiled once per device, allowing shmem bytes of dynamic shared memory
 // when that is above the 48 KiB default.
 func (k *Kernels) mmKernel(file, name string, dtypes []cuda.DType, ints []int64, shmem int) (*cuda.Kernel, error) {
-	if k.Dev == nil {
+	if k.Dev == nil && !k.fake {
 		return nil, fmt.Errorf("kernel %s: no device", name)
 	}
-	key := mmKey{dev: k.Dev, file: file, name: name}
+	key := mmKey{dev: k.Dev, fake: k.fake, file: file, name: name}
 	if len(dtypes) > len(key.dtypes) || len(ints) > len(key.ints) {
 		return nil, fmt.Errorf("kernel %s: too many template arguments", name)
 	}
@@ -263,11 +263,11 @@ func (k *Kernels) mmKernel(file, name string, dtypes []cuda.DType, ints []int64,
 		return nil, err
 	}
 	spec := cuda.KernelSpec{Name: name, File: file, Source: srcs[file], DTypes: dtypes, Ints: ints}
-	kn, err := k.Dev.Compile(context.Background(), spec)
+	kn, err := k.compile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s in %s: %w", spec.NameExpr(), file, err)
 	}
-	if shmem > 48<<10 {
+	if shmem > 48<<10 && !k.fake {
 		if err := kn.SetMaxDynamicShared(shmem); err != nil {
 			return nil, fmt.Errorf("kernel %s: allowing %d bytes of shared memory: %w", spec.NameExpr(), shmem, err)
 		}

@@ -210,7 +210,7 @@ func (k *Kernels) MoELaunches(a MoEArgs) ([]KernelLaunch, error) {
 }
 
 // MoEExperts queues the routed experts of one MoE layer on s (see MoEArgs).
-func (k *Kernels) MoEExperts(s *cuda.Stream, a MoEArgs) error {
+func (k *Kernels) MoEExperts(s Queue, a MoEArgs) error {
 	ls, err := k.MoELaunches(a)
 	if err != nil {
 		return err
@@ -309,7 +309,7 @@ type MoESchedule struct {
 
 // ReadMoESchedule downloads the schedule of the last grouped MoEExperts
 // call made with a's shapes and workspace (after synchronising s).
-func (k *Kernels) ReadMoESchedule(s *cuda.Stream, a MoEArgs) (MoESchedule, error) {
+func (k *Kernels) ReadMoESchedule(s Queue, a MoEArgs) (MoESchedule, error) {
 	l, err := a.layout()
 	if err != nil {
 		return MoESchedule{}, err

@@ -11,17 +11,17 @@ import (
 // as transformers' LagunaRMSNorm (no "+1" on w). The weight w is float32
 // [n] whatever dt is: norm weights are tiny, and the loader widens them.
 // out may alias x.
-func (k *Kernels) RMSNorm(s *cuda.Stream, dt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
+func (k *Kernels) RMSNorm(s Queue, dt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
 	return k.rmsNorm("RMSNorm", s, dt, dt, out, x, w, rows, n, eps)
 }
 
 // RMSNormCast is RMSNorm reading x as xdt and writing out as odt, e.g. an
 // f32 residual stream normalised into a bf16 GEMM input.
-func (k *Kernels) RMSNormCast(s *cuda.Stream, xdt, odt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
+func (k *Kernels) RMSNormCast(s Queue, xdt, odt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
 	return k.rmsNorm("RMSNormCast", s, xdt, odt, out, x, w, rows, n, eps)
 }
 
-func (k *Kernels) rmsNorm(op string, s *cuda.Stream, xdt, odt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
+func (k *Kernels) rmsNorm(op string, s Queue, xdt, odt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
 	if err := checkDT(op, xdt); err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ type boundStep struct {
 // profiler times.
 type call struct {
 	name string
-	run  func(s *cuda.Stream, T int) error
+	run  func(s Queue, T int) error
 }
 
 // run queues every step of p for T tokens on s.
@@ -37,9 +37,9 @@ func (e *Executor) run(p *program, T int) error {
 		for _, c := range bs.calls {
 			var err error
 			if e.prof != nil {
-				err = e.prof.timed(e.s, p.sch.Class, bs.st, c.name, func() error { return c.run(e.s, T) })
+				err = e.prof.timed(e.s, p.sch.Class, bs.st, c.name, func() error { return c.run(e.q, T) })
 			} else {
-				err = c.run(e.s, T)
+				err = c.run(e.q, T)
 			}
 			if err != nil {
 				return fmt.Errorf("%s %s (%s): %w", p.sch.Class, bs.st.Name, bs.st.Op, err)
@@ -148,7 +148,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		return nil, err
 	}
 	in, out, inT, outT := ops.in, ops.out, ops.inT, ops.outT
-	one := func(name string, f func(s *cuda.Stream, T int) error) []call { return []call{{name, f}} }
+	one := func(name string, f func(s Queue, T int) error) []call { return []call{{name, f}} }
 	same := func(what string, dts ...cuda.DType) error {
 		for _, d := range dts[1:] {
 			if d != dts[0] {
@@ -163,7 +163,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		if err := same("embedding table and output", inT[1], outT[0]); err != nil {
 			return nil, err
 		}
-		return one("Embedding", func(s *cuda.Stream, T int) error {
+		return one("Embedding", func(s Queue, T int) error {
 			return e.k.Embedding(s, outT[0], out[0], in[0], in[1], T, tab[0], tab[1])
 		}), nil
 	case "rms_norm":
@@ -171,7 +171,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 			return nil, fmt.Errorf("norm weight %s must be f32 on the device, is %v", st.In[1].Value, inT[1])
 		}
 		eps := float32(st.Float("eps"))
-		return one("RMSNorm", func(s *cuda.Stream, T int) error {
+		return one("RMSNorm", func(s Queue, T int) error {
 			n := st.In[0].Last(T)
 			return e.k.RMSNormCast(s, inT[0], outT[0], out[0], in[0], in[1], rows(st.In[0], T), n, eps)
 		}), nil
@@ -183,7 +183,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		if err := same("rope", inT[0], outT[0]); err != nil {
 			return nil, err
 		}
-		return one("RoPE", func(s *cuda.Stream, T int) error {
+		return one("RoPE", func(s Queue, T int) error {
 			d := st.In[0].Dims(T)
 			return e.k.RoPE(s, outT[0], out[0], in[0], in[1], d[0], d[1], d[2], r)
 		}), nil
@@ -193,7 +193,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		if err := same("softplus_gate", inT[0], inT[1], outT[0]); err != nil {
 			return nil, err
 		}
-		return one("SoftplusGate", func(s *cuda.Stream, T int) error {
+		return one("SoftplusGate", func(s Queue, T int) error {
 			x := st.In[0].Dims(T)
 			if len(x) != 3 {
 				return fmt.Errorf("x must be [T,nh,d], is %v", x)
@@ -204,7 +204,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		if err := same(st.Op, append(inT, outT[0])...); err != nil {
 			return nil, err
 		}
-		return one(st.Op, func(s *cuda.Stream, T int) error {
+		return one(st.Op, func(s Queue, T int) error {
 			n := st.Out[0].Elems(T)
 			switch st.Op {
 			case "silu":
@@ -220,12 +220,12 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 		}
 		k := st.Int("top_k")
 		softcap, scaling := float32(st.Float("softcap")), float32(st.Float("routed_scaling"))
-		return one("RouterTopK", func(s *cuda.Stream, T int) error {
+		return one("RouterTopK", func(s Queue, T int) error {
 			E := st.In[0].Last(T)
 			return e.k.RouterTopK(s, inT[0], out[0], out[1], in[0], in[1], rows(st.In[0], T), E, k, softcap, scaling)
 		}), nil
 	case "argmax":
-		return one("ArgMax", func(s *cuda.Stream, T int) error {
+		return one("ArgMax", func(s Queue, T int) error {
 			return e.k.ArgMax(s, inT[0], out[0], in[0], rows(st.In[0], T), st.In[0].Last(T))
 		}), nil
 	case "matmul", "matmul_swiglu", "matmul_add", "matmul_split":
@@ -253,11 +253,17 @@ func (e *Executor) rope(st *lower.Step) (Rope, error) {
 	if err != nil {
 		return Rope{}, err
 	}
-	mem, err := e.alloc(RopeTableBytes(tab))
+	n := RopeTableBytes(tab)
+	mem, err := e.alloc(n)
 	if err != nil {
 		return Rope{}, err
 	}
-	r, err := UploadRope(e.s, mem, tab)
+	var off int64
+	if k := len(e.ropeMem); k > 0 {
+		off = e.ropeMem[k-1].off + align(e.ropeMem[k-1].size)
+	}
+	e.ropeMem = append(e.ropeMem, region{"rope", mem, n, off})
+	r, err := UploadRope(e.q, mem, tab)
 	if err != nil {
 		return Rope{}, err
 	}
@@ -284,19 +290,19 @@ func (e *Executor) bindAttention(sch *lower.Schedule, st *lower.Step, ops *opera
 	scale := float32(st.Float("scale"))
 	if sch.Class == lower.Decode {
 		// The attention kernel appends this token's k, v itself.
-		return []call{{"AttentionDecode", func(s *cuda.Stream, T int) error {
+		return []call{{"AttentionDecode", func(s Queue, T int) error {
 			if T != 1 {
 				return fmt.Errorf("decode attention runs one token, got %d", T)
 			}
 			return e.k.AttentionDecodeAppend(s, dt, c, out[0], q, kx, vx, pos, nh, scale, e.ws)
 		}}}, nil
 	}
-	store := call{"KVAppend", func(s *cuda.Stream, T int) error { return e.k.KVAppend(s, dt, c, kx, vx, 0, pos, T) }}
+	store := call{"KVAppend", func(s Queue, T int) error { return e.k.KVAppend(s, dt, c, kx, vx, 0, pos, T) }}
 	if c.Window > 0 {
-		store = call{"KVCompactRing", func(s *cuda.Stream, T int) error { return e.k.KVCompactRing(s, dt, c, kx, vx, 0, pos, T) }}
+		store = call{"KVCompactRing", func(s Queue, T int) error { return e.k.KVCompactRing(s, dt, c, kx, vx, 0, pos, T) }}
 	}
 	return []call{
-		{"AttentionPrefill", func(s *cuda.Stream, T int) error {
+		{"AttentionPrefill", func(s Queue, T int) error {
 			return e.k.AttentionPrefill(s, dt, c, out[0], q, kx, vx, 0, 0, pos, T, nh, scale)
 		}},
 		store,
@@ -317,9 +323,9 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 	}
 	switch st.Op {
 	case "matmul":
-		return []call{{"MatMul", func(s *cuda.Stream, T int) error { return e.k.MatMul(s, base(T)) }}}, nil
+		return []call{{"MatMul", func(s Queue, T int) error { return e.k.MatMul(s, base(T)) }}}, nil
 	case "matmul_swiglu":
-		return []call{{"MatMul", func(s *cuda.Stream, T int) error {
+		return []call{{"MatMul", func(s Queue, T int) error {
 			a := base(T)
 			a.N, a.SwiGLU = N/2, true
 			return e.k.MatMul(s, a)
@@ -329,7 +335,7 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 		if inT[2] != outT[0] {
 			return nil, fmt.Errorf("residual and output dtypes differ")
 		}
-		return []call{{"MatMul", func(s *cuda.Stream, T int) error {
+		return []call{{"MatMul", func(s Queue, T int) error {
 			if out[0] != in[2] {
 				if err := s.CopyDtoD(out[0], in[2], int64(st.Out[0].Elems(T)*outT[0].Size())); err != nil {
 					return err
@@ -349,7 +355,7 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 		n := st.Out[i].Last(0)
 		wOff := row * int64(K) * int64(inT[1].Size())
 		yi, yt := out[i], outT[i]
-		calls = append(calls, call{"MatMul", func(s *cuda.Stream, T int) error {
+		calls = append(calls, call{"MatMul", func(s Queue, T int) error {
 			a := base(T)
 			a.N, a.W, a.Y, a.YType = n, in[1].Add(wOff), yi, yt
 			return e.k.MatMul(s, a)
@@ -359,7 +365,7 @@ func (e *Executor) bindMatMul(st *lower.Step, ops *operands) ([]call, error) {
 	if !st.SplitRow(1) || row != int64(N) {
 		return calls, nil
 	}
-	return []call{{"MatMul", func(s *cuda.Stream, T int) error {
+	return []call{{"MatMul", func(s Queue, T int) error {
 		if T != 1 { // the row layout holds for one token only
 			for _, c := range calls {
 				if err := c.run(s, T); err != nil {
@@ -428,7 +434,7 @@ func (e *Executor) bindMoE(st *lower.Step, ops *operands) ([]call, error) {
 		if ops.inT[len(ops.in)-1] != ops.outT[0] {
 			return nil, fmt.Errorf("residual and output dtypes differ")
 		}
-		calls = append(calls, call{"residual", func(s *cuda.Stream, T int) error {
+		calls = append(calls, call{"residual", func(s Queue, T int) error {
 			if r == ops.out[0] {
 				return nil
 			}
@@ -440,7 +446,7 @@ func (e *Executor) bindMoE(st *lower.Step, ops *operands) ([]call, error) {
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, call{"moe_add_shared", func(s *cuda.Stream, T int) error {
+		calls = append(calls, call{"moe_add_shared", func(s Queue, T int) error {
 			a, err := e.moeArgs(st, ops, T)
 			if err != nil {
 				return err
@@ -451,7 +457,7 @@ func (e *Executor) bindMoE(st *lower.Step, ops *operands) ([]call, error) {
 			return s.Launch(kn, g, b, 0, int32(a.T), int32(k), int32(shared), int32(a.E-shared), a.Weights, a.IDs, w2, ids2)
 		}})
 	}
-	calls = append(calls, call{"MoEExperts", func(s *cuda.Stream, T int) error {
+	calls = append(calls, call{"MoEExperts", func(s Queue, T int) error {
 		a, err := e.moeArgs(st, ops, T)
 		if err != nil {
 			return err
@@ -478,7 +484,7 @@ func (e *Executor) bindCopy(st *lower.Step, ops *operands) ([]call, error) {
 	}
 	esz := int64(ops.outT[0].Size())
 	if st.Op == "reshape" {
-		return []call{{"copy", func(s *cuda.Stream, T int) error {
+		return []call{{"copy", func(s Queue, T int) error {
 			return s.CopyDtoD(ops.out[0], ops.in[0], int64(st.Out[0].Elems(T))*esz)
 		}}}, nil
 	}
@@ -495,7 +501,7 @@ func (e *Executor) bindCopy(st *lower.Step, ops *operands) ([]call, error) {
 	var calls []call
 	for i := range pieces {
 		i := i
-		calls = append(calls, call{"copy_rows", func(s *cuda.Stream, T int) error {
+		calls = append(calls, call{"copy_rows", func(s Queue, T int) error {
 			wd := whole.Dims(T)
 			if axis < 0 || axis >= len(wd) {
 				return fmt.Errorf("axis %d out of range for %v", axis, wd)

@@ -22,7 +22,7 @@ func RopeTableBytes(tab *cpu.RopeTable) int64 { return int64(4 * len(tab.InvFreq
 
 // UploadRope copies tab's inverse frequencies to dst (RopeTableBytes(tab)
 // bytes, owned by the caller) and returns the launchers' view of it.
-func UploadRope(s *cuda.Stream, dst cuda.DevicePtr, tab *cpu.RopeTable) (Rope, error) {
+func UploadRope(s Queue, dst cuda.DevicePtr, tab *cpu.RopeTable) (Rope, error) {
 	if tab == nil || tab.RotaryDim <= 0 || tab.RotaryDim%2 != 0 || len(tab.InvFreq) != tab.RotaryDim/2 {
 		return Rope{}, fmt.Errorf("gpu.UploadRope: malformed rope table")
 	}
@@ -39,7 +39,7 @@ func UploadRope(s *cuda.Stream, dst cuda.DevicePtr, tab *cpu.RopeTable) (Rope, e
 // r.RotaryDim channels of each head; the rest pass through) to x [T,n,d]
 // at the positions pos [T] (int32 in device memory: one graph serves every
 // decode step), writing out [T,n,d]; out may alias x.
-func (k *Kernels) RoPE(s *cuda.Stream, dt cuda.DType, out, x, pos cuda.DevicePtr, T, n, d int, r Rope) error {
+func (k *Kernels) RoPE(s Queue, dt cuda.DType, out, x, pos cuda.DevicePtr, T, n, d int, r Rope) error {
 	if err := checkPtrs("RoPE", "out", out, "x", x); err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (k *Kernels) RoPE(s *cuda.Stream, dt cuda.DType, out, x, pos cuda.DevicePtr
 // key heads with wk (float32 [d]; a zero pointer skips that norm), then
 // rotated at positions pos [T]. For separate q and k buffers call it once
 // for each, with nk = 0.
-func (k *Kernels) QKNormRope(s *cuda.Stream, dt cuda.DType, x cuda.DevicePtr, ld, T, nq, nk, d int, wq, wk cuda.DevicePtr, eps float32, pos cuda.DevicePtr, r Rope) error {
+func (k *Kernels) QKNormRope(s Queue, dt cuda.DType, x cuda.DevicePtr, ld, T, nq, nk, d int, wq, wk cuda.DevicePtr, eps float32, pos cuda.DevicePtr, r Rope) error {
 	if ld == 0 {
 		ld = (nq + nk) * d
 	}
@@ -63,7 +63,7 @@ func (k *Kernels) QKNormRope(s *cuda.Stream, dt cuda.DType, x cuda.DevicePtr, ld
 	return k.normRope("QKNormRope", s, dt, x, x, ld, T, nq, nk, d, wq, wk, eps, pos, r)
 }
 
-func (k *Kernels) normRope(op string, s *cuda.Stream, dt cuda.DType, out, x cuda.DevicePtr, ld, T, nh1, nh2, d int, w1, w2 cuda.DevicePtr, eps float32, pos cuda.DevicePtr, r Rope) error {
+func (k *Kernels) normRope(op string, s Queue, dt cuda.DType, out, x cuda.DevicePtr, ld, T, nh1, nh2, d int, w1, w2 cuda.DevicePtr, eps float32, pos cuda.DevicePtr, r Rope) error {
 	if err := checkDT(op, dt); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (k *Kernels) normRope(op string, s *cuda.Stream, dt cuda.DType, out, x cuda
 	const warps = 4 // one warp per (token, head)
 	items := T * (nh1 + nh2)
 	shmem := warps * d * 4
-	if err := allowShared(kn, shmem); err != nil {
+	if err := k.allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	if err := s.Launch(kn, cuda.Dim(uint32(ceilDiv(items, warps))), cuda.Dim(32*warps), shmem,

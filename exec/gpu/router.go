@@ -15,7 +15,7 @@ import (
 // to ids int32 [T, topK], with weights float32 [T, topK] = s / sum(chosen
 // s) * scaling. It makes exactly the choices of exec/cpu.RouterTopK on the
 // same float32 inputs (ties to the lower index).
-func (k *Kernels) RouterTopK(s *cuda.Stream, dt cuda.DType, weights, ids, logits, bias cuda.DevicePtr, T, E, topK int, softcap, scaling float32) error {
+func (k *Kernels) RouterTopK(s Queue, dt cuda.DType, weights, ids, logits, bias cuda.DevicePtr, T, E, topK int, softcap, scaling float32) error {
 	const op = "RouterTopK"
 	if err := checkDT(op, dt); err != nil {
 		return err
@@ -37,10 +37,10 @@ func (k *Kernels) RouterTopK(s *cuda.Stream, dt cuda.DType, weights, ids, logits
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	shmem := routerShared(E, topK)
-	if shmem > k.Dev.Props().MaxSharedPerBlock && k.Dev.Props().MaxSharedPerBlock > 0 {
+	if max := k.props().MaxSharedPerBlock; shmem > max && max > 0 {
 		return fmt.Errorf("gpu.%s: %d experts need %d bytes of shared memory", op, E, shmem)
 	}
-	if err := allowShared(kn, shmem); err != nil {
+	if err := k.allowShared(kn, shmem); err != nil {
 		return fmt.Errorf("gpu.%s: %w", op, err)
 	}
 	if err := s.Launch(kn, cuda.Dim(uint32(T)), cuda.Dim(uint32(routerThreads(E))), shmem,

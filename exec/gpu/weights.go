@@ -73,7 +73,7 @@ func (e *Executor) uploadWeights(ws WeightSource) error {
 		if int64(len(b)) != w.Bytes {
 			return fmt.Errorf("weight %s: %d bytes encoded, the plan has %d", w.Name, len(b), w.Bytes)
 		}
-		if err := e.s.CopyHtoD(e.weights.Add(w.Offset), b); err != nil {
+		if err := e.q.CopyHtoD(e.weights.Add(w.Offset), b); err != nil {
 			return fmt.Errorf("uploading weight %s: %w", w.Name, err)
 		}
 	}
@@ -205,9 +205,12 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		}
 		n := int64(elems(w.Shape))
 		g, b := grid1D(n)
-		if err := e.s.Launch(kn, g, b, 0, n, seed*0x9e3779b9+uint32(i), offset, scale, e.weights.Add(w.Offset)); err != nil {
+		if err := e.q.Launch(kn, g, b, 0, n, seed*0x9e3779b9+uint32(i), offset, scale, e.weights.Add(w.Offset)); err != nil {
 			return fmt.Errorf("filling weight %s: %w", w.Name, err)
 		}
+	}
+	if e.s == nil {
+		return nil
 	}
 	return e.s.Synchronize()
 }
