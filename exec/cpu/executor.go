@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/prep"
 )
 
 // WeightSource provides a checkpoint's tensors as float32 by canonical name
@@ -21,7 +22,7 @@ type Executor struct {
 	order   []*ir.Node
 	weights map[*ir.Value][]float32
 	caches  map[int]*KVCache
-	ropes   map[*ir.Node]*RopeTable
+	ropes   map[*ir.Node]*prep.RopeTable
 	lastUse map[*ir.Value]int // index in order of a value's last reader
 	maxPos  int
 	next    int  // the next position to feed
@@ -50,7 +51,7 @@ func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{g: g, order: order, weights: map[*ir.Value][]float32{}, caches: map[int]*KVCache{},
-		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
+		ropes: map[*ir.Node]*prep.RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
 	for _, w := range g.Weights {
 		if _, err := e.weight(ws, w); err != nil {
 			return nil, err
@@ -120,26 +121,16 @@ func (e *Executor) weight(ws WeightSource, w *ir.Value) ([]float32, error) {
 
 // deriveWeight applies a load-time transform (concat or reshape).
 func deriveWeight(w *ir.Value, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		return srcs[0], nil
-	case "concat":
-		shapes := make([][]int, len(srcs))
-		for i, s := range w.From.Srcs {
-			sh, err := s.Type.Shape.Eval(nil)
-			if err != nil {
-				return nil, err
-			}
-			shapes[i] = sh
+	shapes := make([][]int, len(srcs))
+	for i, s := range w.From.Srcs {
+		sh, err := s.Type.Shape.Eval(nil)
+		if err != nil {
+			return nil, err
 		}
-		out := make([]float32, 0)
-		for _, s := range srcs {
-			out = append(out, make([]float32, len(s))...)
-		}
-		outer, sizes := axisSplit(shapes, w.From.Attrs["axis"].(int))
-		return out, Concat(out, srcs, outer, sizes)
+		shapes[i] = sh
 	}
-	return nil, fmt.Errorf("unsupported weight transform %q", w.From.Op)
+	axis, _ := w.From.Attrs["axis"].(int)
+	return prep.Derive(w.From.Op, axis, srcs, shapes)
 }
 
 // axisSplit views tensors of the given shapes as [outer, size_i] around axis.
@@ -171,7 +162,7 @@ func (e *Executor) prepare(n *ir.Node) error {
 		if len(d) != 3 || !d[2].IsConst() {
 			return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
 		}
-		tab, err := NewRopeTable(RopeParams{
+		tab, err := prep.NewRopeTable(prep.RopeParams{
 			RotaryDim: n.AttrInt("rotary_dim"), Theta: n.AttrFloat("theta"), Type: n.AttrString("rope_type"),
 			Factor: n.AttrFloat("factor"), OriginalContext: n.AttrInt("original_context"),
 			BetaFast: n.AttrFloat("beta_fast"), BetaSlow: n.AttrFloat("beta_slow"),

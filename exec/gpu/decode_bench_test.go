@@ -9,7 +9,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
-	"lagc/exec/cpu"
+	"lagc/prep"
 )
 
 // The decode kernels before the decode tuning (router_topk, rms_norm,
@@ -90,7 +90,7 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	})
 
 	// rope of 72 query heads (sliding layer: theta 1e4, all channels).
-	tab, err := cpu.NewRopeTable(cpu.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"})
+	tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"})
 	if err != nil {
 		b.Fatal(err)
 	}

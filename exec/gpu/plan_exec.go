@@ -5,8 +5,8 @@ import (
 	"math"
 
 	"lagc/cuda"
-	"lagc/exec/cpu"
 	"lagc/lower"
+	"lagc/prep"
 )
 
 // program is a schedule bound to the executor's memory: per step, the
@@ -240,7 +240,7 @@ func (e *Executor) bindStep(sch *lower.Schedule, st *lower.Step) ([]call, error)
 
 // rope uploads (once per distinct parameters) the inverse frequencies.
 func (e *Executor) rope(st *lower.Step) (Rope, error) {
-	p := cpu.RopeParams{
+	p := prep.RopeParams{
 		RotaryDim: st.Int("rotary_dim"), Theta: st.Float("theta"), Type: st.String("rope_type"),
 		Factor: st.Float("factor"), OriginalContext: st.Int("original_context"),
 		BetaFast: st.Float("beta_fast"), BetaSlow: st.Float("beta_slow"), AttentionFactor: st.Float("attention_factor"),
@@ -249,7 +249,7 @@ func (e *Executor) rope(st *lower.Step) (Rope, error) {
 	if r, ok := e.ropes[key]; ok {
 		return r, nil
 	}
-	tab, err := cpu.NewRopeTable(p)
+	tab, err := prep.NewRopeTable(p)
 	if err != nil {
 		return Rope{}, err
 	}

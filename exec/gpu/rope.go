@@ -4,12 +4,12 @@ import (
 	"fmt"
 
 	"lagc/cuda"
-	"lagc/exec/cpu"
+	"lagc/prep"
 )
 
 // Rope is one layer type's rotary embedding on the device: the inverse
 // frequencies of its RotaryDim/2 channel pairs (float32, computed on the
-// host by cpu.NewRopeTable exactly as transformers does, default or YaRN)
+// host by prep.NewRopeTable exactly as transformers does, default or YaRN)
 // and the factor cos and sin are multiplied by (YaRN's attention factor).
 type Rope struct {
 	InvFreq    cuda.DevicePtr // RotaryDim/2 float32
@@ -18,11 +18,11 @@ type Rope struct {
 }
 
 // RopeTableBytes is the device memory UploadRope writes for tab.
-func RopeTableBytes(tab *cpu.RopeTable) int64 { return int64(4 * len(tab.InvFreq)) }
+func RopeTableBytes(tab *prep.RopeTable) int64 { return int64(4 * len(tab.InvFreq)) }
 
 // UploadRope copies tab's inverse frequencies to dst (RopeTableBytes(tab)
 // bytes, owned by the caller) and returns the launchers' view of it.
-func UploadRope(s Queue, dst cuda.DevicePtr, tab *cpu.RopeTable) (Rope, error) {
+func UploadRope(s Queue, dst cuda.DevicePtr, tab *prep.RopeTable) (Rope, error) {
 	if tab == nil || tab.RotaryDim <= 0 || tab.RotaryDim%2 != 0 || len(tab.InvFreq) != tab.RotaryDim/2 {
 		return Rope{}, fmt.Errorf("gpu.UploadRope: malformed rope table")
 	}

@@ -8,8 +8,8 @@ import (
 	"sync"
 
 	"lagc/cuda"
-	"lagc/exec/cpu"
 	"lagc/lower"
+	"lagc/prep"
 )
 
 // uploadWeights reads every weight a kernel uses from ws as float32,
@@ -105,33 +105,20 @@ func elems(shape []int) int {
 	return n
 }
 
-// derive applies a load-time transform, as exec/cpu does.
+// derive applies a load-time transform.
 func derive(p *lower.Plan, w lower.Weight, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		if len(srcs) != 1 || len(srcs[0]) != elems(w.Shape) {
-			return nil, fmt.Errorf("weight %s: reshape of %d sources", w.Name, len(srcs))
-		}
-		return srcs[0], nil
-	case "concat":
-		ax := w.From.Axis
-		outer := 1
-		for _, d := range w.Shape[:ax] {
-			outer *= d
-		}
-		sizes := make([]int, len(srcs))
-		total := 0
-		for i, s := range w.From.Srcs {
-			sizes[i] = elems(p.Weights[s].Shape) / max(outer, 1)
-			total += len(srcs[i])
-		}
-		out := make([]float32, total)
-		if err := cpu.Concat(out, srcs, outer, sizes); err != nil {
-			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		return out, nil
+	shapes := make([][]int, len(w.From.Srcs))
+	for i, s := range w.From.Srcs {
+		shapes[i] = p.Weights[s].Shape
 	}
-	return nil, fmt.Errorf("weight %s: unsupported transform %q", w.Name, w.From.Op)
+	d, err := prep.Derive(w.From.Op, w.From.Axis, srcs, shapes)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	if len(d) != elems(w.Shape) {
+		return nil, fmt.Errorf("weight %s: derived %d elements, its shape %v has %d", w.Name, len(d), w.Shape, elems(w.Shape))
+	}
+	return d, nil
 }
 
 // encode converts float32 values to dt's bytes, in parallel for big tensors.
