@@ -1,3 +1,5 @@
+//go:build decodebaseline
+
 package gpu
 
 import (

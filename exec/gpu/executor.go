@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -43,22 +44,23 @@ type Executor struct {
 	act    cuda.DType
 	// dryNext is the next address a dry run hands out (no device).
 	dryNext cuda.DevicePtr
-	ropeMem []region // rope tables, in allocation order
 
-	allocs   []cuda.DevicePtr
-	weights  cuda.DevicePtr // plan.WeightBytes
-	kvMem    cuda.DevicePtr // plan.KVBytes
-	arena    cuda.DevicePtr // max arena of both schedules, then the workspace
-	ws       cuda.DevicePtr // shared scratch of wsBytes
-	wsBytes  int64
-	aux      cuda.DevicePtr // moe_grouped's extended routes, auxBytes
-	auxBytes int64
-	tokens   cuda.DevicePtr // i32 [chunk]: the step's token ids
-	pos      cuda.DevicePtr // i32 [chunk]: their positions
-	kv       []KVLayer
-	ropes    map[string]Rope
+	// The plan's regions (lower.Base*).
+	allocs      []cuda.DevicePtr
+	weights     cuda.DevicePtr // plan.WeightBytes
+	kvMem       cuda.DevicePtr // plan.KVBytes
+	arena       cuda.DevicePtr // max arena of both schedules, then the workspace and the routes
+	arenaBytes  int64
+	ws          cuda.DevicePtr // shared scratch of wsBytes
+	wsBytes     int64
+	routes      cuda.DevicePtr // moe_grouped's extended routes, routesBytes
+	routesBytes int64
+	tokens      cuda.DevicePtr // i32 [chunk]: the step's token ids
+	pos         cuda.DevicePtr // i32 [chunk]: their positions
+	ropes       cuda.DevicePtr // plan.RopeBytes
 
 	decode, prefill *program
+	ragged          *program // the prefill program of the last short chunk
 	graph           *cuda.GraphExec
 	decodeSteps     int // decode steps run since the last Reset or capture
 
@@ -84,7 +86,7 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	if o.Profile {
 		o.Eager = true
 	}
-	e := &Executor{plan: plan, o: o, act: act, ropes: map[string]Rope{}}
+	e := &Executor{plan: plan, o: o, act: act}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -124,10 +126,13 @@ func (e *Executor) start(ws WeightSource) (err error) {
 	if err != nil {
 		return err
 	}
-	if e.decode, err = e.bind(plan.Decode); err != nil {
+	if err := e.uploadRopes(); err != nil {
+		return err
+	}
+	if e.decode, err = e.bindPlanned(plan.Decode); err != nil {
 		return fmt.Errorf("gpu: decode schedule: %w", err)
 	}
-	if e.prefill, err = e.bind(plan.Prefill); err != nil {
+	if e.prefill, err = e.bindPlanned(plan.Prefill); err != nil {
 		return fmt.Errorf("gpu: prefill schedule: %w", err)
 	}
 	e.V = e.decode.logits.Shape[len(e.decode.logits.Shape)-1]
@@ -150,8 +155,7 @@ func DryRun(plan *lower.Plan) (*Executor, *Recorder, error) {
 		return nil, nil, fmt.Errorf("gpu.DryRun: %w", err)
 	}
 	rec := &Recorder{}
-	e := &Executor{plan: plan, o: Options{Eager: true}, act: act, ropes: map[string]Rope{},
-		k: &Kernels{fake: true}, q: rec, dryNext: dryBase}
+	e := &Executor{plan: plan, o: Options{Eager: true}, act: act, k: &Kernels{fake: true}, q: rec, dryNext: dryBase}
 	if err := e.start(nil); err != nil {
 		return nil, nil, err
 	}
@@ -180,7 +184,8 @@ func (e *Executor) alloc(n int64) (cuda.DevicePtr, error) {
 	return p, nil
 }
 
-// allocate makes the weight, KV, arena+workspace and scalar allocations.
+// allocate makes the plan's regions: weights, KV caches, arena with
+// workspace and routes, tokens and positions, rope tables.
 func (e *Executor) allocate() error {
 	p := e.plan
 	var err error
@@ -191,23 +196,29 @@ func (e *Executor) allocate() error {
 		return fmt.Errorf("KV caches (%d bytes): %w", p.KVBytes, err)
 	}
 	for _, c := range p.KV {
-		half := c.Half()
-		k := NewKVLayer(e.kvMem.Add(c.Offset), e.kvMem.Add(c.Offset+half), c.NKV, c.HeadDim, c.Window, p.MaxContext)
-		if k.Bytes(e.act) > half {
-			return fmt.Errorf("KV cache of layer %d: plan gives %d bytes, the kernels need %d", c.Layer, half, k.Bytes(e.act))
+		need := int64(c.Slots) * int64(c.NKV) * int64(c.HeadDim) * int64(e.act.Size())
+		if need > c.Half() || c.Offset < 0 || c.Offset+c.Bytes > p.KVBytes {
+			return fmt.Errorf("KV cache of layer %d: plan gives %d bytes at %d, the kernels need %d", c.Layer, c.Half(), c.Offset, need)
 		}
-		e.kv = append(e.kv, k)
 	}
-	if e.wsBytes, e.auxBytes, err = e.workspaceBytes(); err != nil {
-		return err
+	const maxBytes = math.MaxInt64 / 4
+	for _, n := range []int64{p.Decode.Arena, p.Prefill.Arena, p.Decode.Workspace, p.Prefill.Workspace, p.Decode.Routes, p.Prefill.Routes, p.RopeBytes} {
+		if n < 0 || n > maxBytes {
+			return fmt.Errorf("the plan asks for a region of %d bytes", n)
+		}
 	}
-	arena := align(max(p.Decode.Arena, p.Prefill.Arena))
-	total := arena + e.wsBytes + e.auxBytes
+	e.arenaBytes = align(max(p.Decode.Arena, p.Prefill.Arena))
+	e.wsBytes = align(max(p.Decode.Workspace, p.Prefill.Workspace))
+	e.routesBytes = align(max(p.Decode.Routes, p.Prefill.Routes))
+	total := e.arenaBytes + e.wsBytes + e.routesBytes
 	if e.arena, err = e.alloc(total); err != nil {
 		return fmt.Errorf("activation arena and workspace (%d bytes): %w", total, err)
 	}
-	e.ws = e.arena.Add(arena)
-	e.aux = e.ws.Add(e.wsBytes)
+	e.ws = e.arena.Add(e.arenaBytes)
+	e.routes = e.ws.Add(e.wsBytes)
+	if e.ropes, err = e.alloc(p.RopeBytes); err != nil {
+		return fmt.Errorf("rope tables (%d bytes): %w", p.RopeBytes, err)
+	}
 	n := int64(max(p.Prefill.Tokens, 1))
 	io, err := e.alloc(2 * align(4*n))
 	if err != nil {

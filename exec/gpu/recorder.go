@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"lagc/cuda"
+	"lagc/lower"
 )
 
 // Recorder is a Queue that keeps every launch and copy made on it, in
@@ -82,27 +83,26 @@ func (r *Recorder) Memset32(dst cuda.DevicePtr, v uint32, n int64) error {
 }
 
 // region is a named span of the executor's memory; pointers into it are
-// written as name+offset, offset counted from off at start.
+// written as name+offset.
 type region struct {
-	name      string
-	start     cuda.DevicePtr
-	size, off int64
+	name  string
+	start cuda.DevicePtr
+	size  int64
 }
 
 // regions lists the executor's memory by purpose.
 func (e *Executor) regions() []region {
 	p := e.plan
-	arena := align(max(p.Decode.Arena, p.Prefill.Arena))
-	rs := []region{
-		{"weights", e.weights, p.WeightBytes, 0},
-		{"kv", e.kvMem, p.KVBytes, 0},
-		{"arena", e.arena, arena, 0},
-		{"workspace", e.ws, e.wsBytes, 0},
-		{"routes", e.aux, e.auxBytes, 0},
-		{"tokens", e.tokens, align(4 * int64(max(p.Prefill.Tokens, 1))), 0},
-		{"pos", e.pos, align(4 * int64(max(p.Prefill.Tokens, 1))), 0},
+	return []region{
+		{lower.BaseWeights, e.weights, p.WeightBytes},
+		{lower.BaseKV, e.kvMem, p.KVBytes},
+		{lower.BaseArena, e.arena, e.arenaBytes},
+		{lower.BaseWorkspace, e.ws, e.wsBytes},
+		{lower.BaseRoutes, e.routes, e.routesBytes},
+		{lower.BaseTokens, e.tokens, align(4 * int64(max(p.Prefill.Tokens, 1)))},
+		{lower.BasePos, e.pos, align(4 * int64(max(p.Prefill.Tokens, 1)))},
+		{lower.BaseRope, e.ropes, p.RopeBytes},
 	}
-	return append(rs, e.ropeMem...)
 }
 
 // Symbol writes a pointer as region+offset ("arena+4096"), "null" for 0.
@@ -123,7 +123,7 @@ func (e *Executor) Symbol(ptr cuda.DevicePtr) string {
 	if at == nil {
 		return fmt.Sprintf("%#x", uint64(ptr))
 	}
-	return fmt.Sprintf("%s+%d", at.name, at.off+int64(ptr-at.start))
+	return fmt.Sprintf("%s+%d", at.name, int64(ptr-at.start))
 }
 
 // Format writes an event as one line, its pointers as Symbol does.

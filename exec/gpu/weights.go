@@ -171,14 +171,6 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		if w.Offset < 0 {
 			continue
 		}
-		dt, err := dtypeOf(w.DType)
-		if err != nil {
-			return fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		kn, err := e.k.op("executor.cu", "fill_hash", []cuda.DType{dt})
-		if err != nil {
-			return err
-		}
 		offset, scale := float32(0), float32(1)
 		switch {
 		case strings.HasSuffix(w.Name, "norm.weight"):
@@ -190,9 +182,12 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		case len(w.Shape) >= 2:
 			scale = float32(1 / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
 		}
-		n := int64(elems(w.Shape))
-		g, b := grid1D(n)
-		if err := e.q.Launch(kn, g, b, 0, n, seed*0x9e3779b9+uint32(i), offset, scale, e.weights.Add(w.Offset)); err != nil {
+		l := lower.FillHash(w.DType, int64(elems(w.Shape)), seed*0x9e3779b9+uint32(i), offset, scale, lower.Ptr{Base: lower.BaseWeights, Offset: w.Offset})
+		b, err := e.k.Bind(l, e.base)
+		if err == nil {
+			err = b.Launch(e.q)
+		}
+		if err != nil {
 			return fmt.Errorf("filling weight %s: %w", w.Name, err)
 		}
 	}
@@ -200,4 +195,24 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		return nil
 	}
 	return e.s.Synchronize()
+}
+
+// uploadRopes computes the plan's rotary tables and copies them to their
+// offsets.
+func (e *Executor) uploadRopes() error {
+	for _, r := range e.plan.Ropes {
+		tab, err := prep.NewRopeTable(r.Params)
+		if err != nil {
+			return fmt.Errorf("rope table at %d: %w", r.Offset, err)
+		}
+		if n := RopeTableBytes(tab); n != r.Bytes || r.Offset < 0 || r.Offset+n > e.plan.RopeBytes ||
+			tab.RotaryDim != r.RotaryDim || tab.AttnFactor != r.AttnFactor {
+			return fmt.Errorf("rope table at %d: %d bytes of rotary width %d (factor %g), the plan has %d bytes of %d (factor %g)",
+				r.Offset, n, tab.RotaryDim, tab.AttnFactor, r.Bytes, r.RotaryDim, r.AttnFactor)
+		}
+		if _, err := UploadRope(e.q, e.ropes.Add(r.Offset), tab); err != nil {
+			return err
+		}
+	}
+	return nil
 }
