@@ -28,7 +28,8 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		}
 		dev, own = d, true
 	}
-	plan, err := lower.Lower(g, lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: dev.Props().SMs})
+	plan, err := lower.Lower(g, lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: dev.Props().SMs,
+		PrefillFFMA: PrefillFFMA()})
 	if err != nil {
 		if own {
 			dev.Close()
