@@ -44,8 +44,10 @@ const (
 	traceContext = 4096
 )
 
-// tracePlan compiles m for the trace's shapes.
-func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan {
+// tracePlan compiles m for the trace's shapes, for an H200's 132 SMs.
+func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan { return tracePlanSMs(t, m, dt, 132) }
+
+func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan {
 	t.Helper()
 	cfg, err := m.config()
 	if err != nil {
@@ -66,7 +68,7 @@ func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan {
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: 132})
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms})
 	if err != nil {
 		t.Fatal(err)
 	}
