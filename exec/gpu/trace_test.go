@@ -45,7 +45,9 @@ const (
 )
 
 // tracePlan compiles m for the trace's shapes, for an H200's 132 SMs.
-func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan { return tracePlanSMs(t, m, dt, 132) }
+func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan {
+	return tracePlanSMs(t, m, dt, 132)
+}
 
 func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan {
 	t.Helper()
