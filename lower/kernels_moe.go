@@ -240,6 +240,23 @@ func MoE(a MoEArgs) ([]Launch, error) {
 	}, nil
 }
 
+// L2BandBytes is the weight bytes one N-band of one expert may take: a
+// band of rows of an expert's matrix is read from memory once and reused
+// from L2 by every token tile of that expert. 1 MiB leaves the H200's 50
+// MiB L2 room for the bands of the experts in flight on its 132 SMs.
+const L2BandBytes = 1 << 20
+
+// MoEBand is the N-band width of an expert matrix of n rows of rowBytes
+// bytes each: the most output columns, a multiple of 64 (a CTA tile),
+// whose rows fit in L2BandBytes; at least 64 (or n if smaller), at most n.
+func MoEBand(n int, rowBytes int64) int {
+	if n <= 0 || rowBytes <= 0 {
+		return 0
+	}
+	b := int(L2BandBytes/rowBytes) / 64 * 64
+	return min(max(64, b), n)
+}
+
 // MoEAddShared extends every token's k routes with the shared experts
 // first..first+shared-1 (weight 1) into w2 and ids2, [T, k+shared] each.
 func MoEAddShared(T, k, shared, first int, weights, ids, w2, ids2 Ptr) Launch {

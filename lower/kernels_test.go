@@ -58,3 +58,23 @@ func TestGEMVSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestMoEBand: the N-band of an expert matrix fits L2BandBytes of rows, in
+// multiples of a 64-column tile, within [64, rows].
+func TestMoEBand(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		row  int64
+		want int
+	}{
+		{2048, 2 * 3072, 128}, // S-2.1's bf16 gate_up stack: 170 rows fit, 128 taken
+		{1024, 4 * 2048, 128},
+		{32, 2 * 32, 32},      // capped at the rows
+		{4096, 2 * 65536, 64}, // at least one tile
+		{0, 64, 0},
+	} {
+		if got := MoEBand(c.n, c.row); got != c.want {
+			t.Errorf("MoEBand(%d, %d) = %d, want %d", c.n, c.row, got, c.want)
+		}
+	}
+}

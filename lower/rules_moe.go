@@ -41,10 +41,18 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 		T: c.rows(st.In[0]), H: H, I: I, E: E, TopK: st.In[1].Last(c.T) + st.Int("shared"),
 		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
 		XType: st.In[0].DType, WType: st.In[nd].DType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
-		Accumulate: res != 0, Band: st.Int("band"),
+		Accumulate: res != 0,
 	}
 	if st.String("order") == "descending" {
+		// The expert-order schedule; its GEMM tiles also run in N-bands
+		// sized for L2 by the first stack (gate or gate_up, the larger
+		// GEMM) as it is stored.
 		a.Order = ExpertsByLoad
+		w := st.In[3]
+		if w.Weight < 0 || w.Weight >= len(c.p.Weights) || len(w.Shape) != 3 || w.Shape[0]*w.Shape[1] <= 0 {
+			return MoEArgs{}, fmt.Errorf("expert stack %s must be a weight [E,N,K]", w.Value)
+		}
+		a.Band = MoEBand(w.Shape[1], c.p.Weights[w.Weight].Bytes/int64(w.Shape[0]*w.Shape[1]))
 	}
 	switch {
 	case st.Op == "moe_experts":
