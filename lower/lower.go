@@ -103,12 +103,11 @@ type lowerer struct {
 
 func (l *lowerer) act() string { return l.o.DType.String() }
 
-// weightDType is the dtype a kernel needs for weight input i of op: norm
-// weights and the router's correction bias stay f32 (tiny, read in f32 by
-// their kernels); everything else is stored like the activations.
+// weightDType is the dtype a kernel needs for weight input i of op: f32
+// where its rule says so (norm weights and the router's correction bias:
+// tiny, read in f32), else the plan's dtype.
 func (l *lowerer) weightDType(op string, i int) ir.DType {
-	switch {
-	case op == "rms_norm" && i == 1, op == "router_topk" && i == 1:
+	if rules[op].f32Input(i) {
 		return ir.F32
 	}
 	return l.o.DType
@@ -126,9 +125,8 @@ func (l *lowerer) weights() error {
 			}
 			dt := l.weightDType(n.Op, i)
 			lay := ""
-			// The MoE kernels read gate and up stacks separately.
-			if n.Op == "moe_grouped" && n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
-				lay = LayoutGateUpSplit
+			if r := rules[n.Op]; r.layout != nil {
+				lay = r.layout(n, i)
 			}
 			if old, ok := need[v]; ok && (old != dt || layout[v] != lay) {
 				return fmt.Errorf("lower: weight %s is read as %s%s by %s and as %s%s by %s", v.Name, old, layout[v], why[v], dt, lay, n)
@@ -219,9 +217,9 @@ func (l *lowerer) caches() error {
 	return nil
 }
 
-// valueDType is the storage of an activation: i32 stays, the graph's
-// outputs (logits), the router's logits and weights are f32, the rest is
-// stored in the plan's dtype.
+// valueDType is the storage of an activation: i32 stays; the graph's
+// outputs (logits) and what a rule reads or writes in f32 (the router's
+// logits and weights) are f32; the rest is stored in the plan's dtype.
 func (l *lowerer) valueDType(v *ir.Value, uses map[*ir.Value][]*ir.Node) ir.DType {
 	if !v.Type.DType.IsFloat() {
 		return v.Type.DType
@@ -231,12 +229,14 @@ func (l *lowerer) valueDType(v *ir.Value, uses map[*ir.Value][]*ir.Node) ir.DTyp
 			return ir.F32
 		}
 	}
-	if v.Def != nil && v.Def.Op == "router_topk" {
+	if v.Def != nil && rules[v.Def.Op].f32Outputs {
 		return ir.F32
 	}
 	for _, n := range uses[v] {
-		if n.Op == "router_topk" && n.Inputs[0] == v {
-			return ir.F32
+		for i, in := range n.Inputs {
+			if in == v && rules[n.Op].f32Input(i) {
+				return ir.F32
+			}
 		}
 	}
 	return l.o.DType

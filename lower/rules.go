@@ -2,7 +2,10 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+
+	"lagc/ir"
 )
 
 // A lowering rule turns one step of an op into its launches at T tokens.
@@ -14,7 +17,17 @@ type rule struct {
 	// scratch, when set, is the workspace and routes bytes the step needs
 	// at c.T tokens.
 	scratch func(c *stepCtx) (ws, routes int64, err error)
+	// f32Inputs are the inputs the kernels read in f32 whatever the plan's
+	// dtype: weights stored so, activations produced so.
+	f32Inputs []int
+	// f32Outputs: the kernels write every float output in f32.
+	f32Outputs bool
+	// layout, when set, is the device layout of weight input i of n ("":
+	// row-major).
+	layout func(n *ir.Node, i int) string
 }
+
+func (r rule) f32Input(i int) bool { return slices.Contains(r.f32Inputs, i) }
 
 var rules = map[string]rule{}
 

@@ -1,6 +1,10 @@
 package lower
 
-import "fmt"
+import (
+	"fmt"
+
+	"lagc/ir"
+)
 
 // Rules of moe_experts and moe_grouped. moe_grouped runs on the same
 // kernels: its fused gate_up stack is stored as separate gate and up stacks
@@ -10,9 +14,14 @@ import "fmt"
 // accumulate into.
 
 func init() {
-	for _, op := range []string{"moe_experts", "moe_grouped"} {
-		defRule(op, rule{launches: moeRule, scratch: moeScratch})
-	}
+	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch})
+	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, layout: func(n *ir.Node, i int) string {
+		// The MoE kernels read gate and up stacks separately.
+		if n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
+			return LayoutGateUpSplit
+		}
+		return ""
+	}})
 }
 
 // moeArgs describes the step at c.T tokens, its routes as the step reads

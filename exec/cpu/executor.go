@@ -154,10 +154,18 @@ func prodInts(s []int) int {
 	return p
 }
 
-// prepare builds per-node state that does not change between steps.
+// prepare builds per-node state that does not change between steps, for
+// the ops that have some.
 func (e *Executor) prepare(n *ir.Node) error {
-	switch n.Op {
-	case "rope":
+	if p, ok := preparers[n.Op]; ok {
+		return p(e, n)
+	}
+	return nil
+}
+
+var preparers = map[string]func(e *Executor, n *ir.Node) error{
+	// rope: the rotary table of the node's parameters.
+	"rope": func(e *Executor, n *ir.Node) error {
 		d := n.Inputs[0].Type.Shape
 		if len(d) != 3 || !d[2].IsConst() {
 			return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
@@ -172,7 +180,10 @@ func (e *Executor) prepare(n *ir.Node) error {
 			return err
 		}
 		e.ropes[n] = tab
-	case "attention":
+		return nil
+	},
+	// attention: the layer's KV cache.
+	"attention": func(e *Executor, n *ir.Node) error {
 		k := n.Inputs[1].Type.Shape
 		if len(k) != 3 || !k[1].IsConst() || !k[2].IsConst() {
 			return fmt.Errorf("attention keys must be [T,nkv,d] with constant nkv, d, got %v", k)
@@ -186,8 +197,8 @@ func (e *Executor) prepare(n *ir.Node) error {
 			return err
 		}
 		e.caches[layer] = c
-	}
-	return nil
+		return nil
+	},
 }
 
 // Pos returns the next position Forward expects (the tokens seen so far).
