@@ -35,6 +35,9 @@ type Value struct {
 	// load-time transform (e.g. concat of gate and up rows); nil for
 	// checkpoint tensors.
 	From *Transform
+	// Doc, for a weight, says where its shape comes from (the model file's
+	// declaration), for messages about a checkpoint that disagrees.
+	Doc string
 }
 
 // Transform is a load-time computation of a weight from other weights,
