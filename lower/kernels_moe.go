@@ -261,6 +261,6 @@ func MoEBand(n int, rowBytes int64) int {
 // first..first+shared-1 (weight 1) into w2 and ids2, [T, k+shared] each.
 func MoEAddShared(T, k, shared, first int, weights, ids, w2, ids2 Ptr) Launch {
 	g, b := grid1D(int64(T) * int64(k+shared))
-	return kernel("executor.cu", "moe_add_shared", nil, nil, g, b, 0,
+	return kernel("moe.cu", "moe_add_shared", nil, nil, g, b, 0,
 		i32(T), i32(k), i32(shared), i32(first), ptrArg(weights), ptrArg(ids), ptrArg(w2), ptrArg(ids2))
 }

@@ -208,13 +208,13 @@ func ArgMax(dt string, out, x Ptr, T, V int) (Launch, error) {
 // one piece of a split or concat along an inner axis.
 func CopyRows(dt string, rows, cols int64, src Ptr, ldi int64, dst Ptr, ldo int64) Launch {
 	g, b := grid1D(rows * cols)
-	return kernel("executor.cu", "copy_rows", []string{dt}, nil, g, b, 0, i64(rows), i64(cols), ptrArg(src), i64(ldi), ptrArg(dst), i64(ldo))
+	return kernel("copy.cu", "copy_rows", []string{dt}, nil, g, b, 0, i64(rows), i64(cols), ptrArg(src), i64(ldi), ptrArg(dst), i64(ldo))
 }
 
 // StepNext ends a decode step: its argmax (next) becomes the next step's
 // token and the position advances, on the device.
 func StepNext(next, tokens, pos Ptr) Launch {
-	return kernel("executor.cu", "step_next", nil, nil, dims(1), dims(32), 0, ptrArg(next), ptrArg(tokens), ptrArg(pos))
+	return kernel("step.cu", "step_next", nil, nil, dims(1), dims(32), 0, ptrArg(next), ptrArg(tokens), ptrArg(pos))
 }
 
 // FillHash fills n elements at out with offset + scale*u, u uniform in
@@ -222,5 +222,5 @@ func StepNext(next, tokens, pos Ptr) Launch {
 // device.
 func FillHash(dt string, n int64, seed uint32, offset, scale float32, out Ptr) Launch {
 	g, b := grid1D(n)
-	return kernel("executor.cu", "fill_hash", []string{dt}, nil, g, b, 0, i64(n), u32(seed), f32(offset), f32(scale), ptrArg(out))
+	return kernel("fill.cu", "fill_hash", []string{dt}, nil, g, b, 0, i64(n), u32(seed), f32(offset), f32(scale), ptrArg(out))
 }

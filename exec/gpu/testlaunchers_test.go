@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 
 	"lagc/cuda"
+	"lagc/cuda/cudatest"
 	"lagc/lower"
 )
 
@@ -25,16 +27,16 @@ func (k *Kernels) SwiGLU(s Queue, dt cuda.DType, out, a, b cuda.DevicePtr, rows,
 	case out == 0 || a == 0 || b == 0:
 		return fmt.Errorf("SwiGLU: null pointer")
 	}
+	spec, err := cudatest.Spec("test_elementwise.cu", "swiglu", dt)
+	if err != nil {
+		return err
+	}
+	kn, err := k.Dev.Compile(context.Background(), spec)
+	if err != nil {
+		return err
+	}
 	blocks := max(1, min((int64(rows)*int64(n)+255)/256, 8192))
-	return k.on(s).one(lower.Launch{Kernel: "swiglu", File: "elementwise_ops.cu", DTypes: []string{dt.String()},
-		Grid: [3]int{int(blocks), 1, 1}, Block: [3]int{256, 1, 1},
-		Args: []lower.Arg{{Kind: lower.ArgI32, Int: int64(rows)}, {Kind: lower.ArgI32, Int: int64(n)}, devArg(a), devArg(b),
-			{Kind: lower.ArgI64, Int: int64(ld)}, devArg(out)}}, nil)
-}
-
-func devArg(p cuda.DevicePtr) lower.Arg {
-	q := ptr(p)
-	return lower.Arg{Kind: lower.ArgPtr, Base: q.Base, Offset: q.Offset}
+	return s.Launch(kn, cuda.Dim(uint32(blocks)), cuda.Dim(256), 0, int32(rows), int32(n), a, b, int64(ld), out)
 }
 
 // QKNormRope is the fused per-head q/k RMS norm and rope, in place: token
