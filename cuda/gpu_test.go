@@ -94,7 +94,7 @@ func TestGPUDeviceProps(t *testing.T) {
 		p.Name, p.Major, p.Minor, d.Arch(), p.SMs, float64(p.TotalMem)/(1<<30), p.L2Bytes>>20, p.MaxSharedPerBlock>>10, p.DriverVersion, nv, cuda.LoadedLibraries())
 }
 
-// TestGPUAxpyF32F16 is the regression DESIGN.md describes: one template
+// TestGPUAxpyF32F16 guards against a cache regression: one template
 // instantiated for f32 and f16 must give two cache entries and the right
 // results for both (a cache keyed by name alone ran the f32 kernel on f16).
 func TestGPUAxpyF32F16(t *testing.T) {

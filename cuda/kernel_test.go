@@ -10,7 +10,7 @@ func baseSpec() KernelSpec {
 }
 
 // TestCacheKeyDistinguishesSignature: every part of the signature changes the
-// key. The f32/f16 pair is the regression DESIGN.md describes: a cache keyed
+// key. The f32/f16 pair is the regression it guards against: a cache keyed
 // by name alone ran an f32 kernel on f16 data.
 func TestCacheKeyDistinguishesSignature(t *testing.T) {
 	base := CacheKey(baseSpec(), "sm_90a", "13.0")

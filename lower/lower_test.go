@@ -16,7 +16,7 @@ import (
 // unfused is the pipeline without fusion passes: one kernel per YAML op.
 var unfused = []string{"shapes", "cse", "dce", "memplan"}
 
-// tinyGraph builds the laguna-tiny preset with checkpoint-like f32 weights
+// tinyGraph builds the synthetic-tiny preset with checkpoint-like f32 weights
 // (the router bias is f32 in the YAML) and runs the pipeline (nil: the
 // default one, with whatever fusions it has).
 func tinyGraph(t testing.TB, pipeline ...string) *ir.Graph {

@@ -8,7 +8,8 @@ import (
 )
 
 // refInvFreq recomputes inverse frequencies in float64 straight from the
-// formulas of LAGUNA.md (independently of NewRopeTable's float32 steps).
+// formulas of transformers' rope initialisation (independently of
+// NewRopeTable's float32 steps).
 func refInvFreq(p RopeParams) (inv []float64, low, high, attn float64) {
 	r := float64(p.RotaryDim)
 	inv = make([]float64, p.RotaryDim/2)

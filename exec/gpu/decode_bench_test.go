@@ -15,7 +15,7 @@ import (
 )
 
 // The decode kernels before the decode tuning (router_topk, rms_norm,
-// qk_norm_rope, attn_decode and its combine as of commit 8978202).
+// qk_norm_rope, attn_decode and its combine), kept to time against.
 //
 //go:embed testdata/decode_baseline.cu
 var decodeBaselineSrc string

@@ -45,7 +45,7 @@ type opSample struct {
 func tinyPresetGraph(pipeline []string) func(t testing.TB) *ir.Graph {
 	return func(t testing.TB) *ir.Graph {
 		t.Helper()
-		cfg, err := config.Preset("laguna-tiny")
+		cfg, err := config.Preset("synthetic-tiny")
 		if err != nil {
 			t.Fatal(err)
 		}

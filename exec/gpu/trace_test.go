@@ -28,8 +28,8 @@ type traceModel struct {
 var traceModels = []traceModel{
 	{name: "laguna-s-2.1", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4},
 	{name: "laguna-xs-2", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4},
-	{name: "tiny-preset", config: func() (*config.Config, error) { return config.Preset("laguna-tiny") }},
-	{name: "tiny-preset-unfused", config: func() (*config.Config, error) { return config.Preset("laguna-tiny") },
+	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
+	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
 		passes: []string{"shapes", "cse", "dce", "memplan"}},
 	{name: "bundled", config: func() (*config.Config, error) { return config.LoadHFConfig("../../models/tiny/config.json") }},
 }
