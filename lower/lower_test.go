@@ -479,5 +479,9 @@ func FuzzReadJSON(f *testing.F) {
 		}
 		var txt bytes.Buffer
 		_ = q.Print(&txt)
+		for _, s := range []*Schedule{q.Decode, q.Prefill} {
+			_, _ = q.At(s, 1)
+			_, _ = q.At(s, s.Tokens)
+		}
 	})
 }

@@ -25,6 +25,8 @@ type rule struct {
 	// layout, when set, is the device layout of weight input i of n ("":
 	// row-major).
 	layout func(n *ir.Node, i int) string
+	// outputs is the fewest outputs a step has (0: 1).
+	outputs int
 }
 
 func (r rule) f32Input(i int) bool { return slices.Contains(r.f32Inputs, i) }
@@ -59,6 +61,17 @@ type stepCtx struct {
 }
 
 func (p *Plan) newCtx(s *Schedule, st *Step, T int) (*stepCtx, error) {
+	// A plan read from JSON may hold any operand lists: the rules index
+	// the ones the op table gives.
+	if def, ok := ir.Op(st.Op); ok && len(st.In) < len(def.Inputs) {
+		return nil, fmt.Errorf("%s has %d inputs, the op takes %d", st.Op, len(st.In), len(def.Inputs))
+	}
+	if n := max(rules[st.Op].outputs, 1); len(st.Out) < n {
+		return nil, fmt.Errorf("%s has %d outputs, the op makes %d", st.Op, len(st.Out), n)
+	}
+	if st.Op == "concat" && len(st.In) == 0 {
+		return nil, fmt.Errorf("concat of no inputs")
+	}
 	c := &stepCtx{p: p, s: s, st: st, T: T}
 	for _, o := range st.In {
 		q, err := p.operandPtr(o)
