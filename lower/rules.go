@@ -2,8 +2,8 @@ package lower
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	"lagc/ir"
 )
@@ -41,14 +41,7 @@ func defRule(op string, r rule) {
 }
 
 // RuleOps lists the ops that have a lowering rule, sorted.
-func RuleOps() []string {
-	ops := make([]string, 0, len(rules))
-	for op := range rules {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
-	return ops
-}
+func RuleOps() []string { return slices.Sorted(maps.Keys(rules)) }
 
 // stepCtx is what a rule sees: the plan, the schedule, one step with its
 // operands' pointers, and the step's token count.

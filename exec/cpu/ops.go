@@ -2,7 +2,8 @@ package cpu
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"lagc/ir"
 )
@@ -156,14 +157,7 @@ var kernels = map[string]kernel{
 }
 
 // Ops lists the ops this package has a kernel for, sorted.
-func Ops() []string {
-	ops := make([]string, 0, len(kernels))
-	for op := range kernels {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
-	return ops
-}
+func Ops() []string { return slices.Sorted(maps.Keys(kernels)) }
 
 // moeGrouped binds moe_grouped, whose inputs depend on its layout
 // attributes: x, weights, ids, gate and up (or gate_up), down, [residual].

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -145,19 +146,11 @@ func TestOpCoverage(t *testing.T) {
 			}
 		}
 	}
-	for what, names := range map[string][]string{"exec/cpu kernel": cpu.Ops(), "lowering rule": lower.RuleOps(), "GPU-vs-CPU test": keys(gpuVsCPU)} {
+	for what, names := range map[string][]string{"exec/cpu kernel": cpu.Ops(), "lowering rule": lower.RuleOps(), "GPU-vs-CPU test": slices.Collect(maps.Keys(gpuVsCPU))} {
 		for _, op := range names {
 			if !slices.Contains(ops, op) {
 				t.Errorf("a %s for %q, which is not an op", what, op)
 			}
 		}
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"lagc/ir"
@@ -46,17 +47,8 @@ func checkLaunches(t *testing.T, what string, ex *Executor, rec *Recorder, s *lo
 		t.Fatalf("%s: %v", what, err)
 	}
 	got, want := launchedText(ex, rec), plannedText(t, ex.Plan(), s, T)
-	for i := 0; i < max(len(got), len(want)); i++ {
-		var g, w string
-		if i < len(got) {
-			g = got[i]
-		}
-		if i < len(want) {
-			w = want[i]
-		}
-		if g != w {
-			t.Fatalf("%s: launch %d of %d (plan: %d):\n got  %s\n want %s", what, i, len(got), len(want), g, w)
-		}
+	if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
+		t.Fatalf("%s: %d launches, the plan has %d; %s", what, len(got), len(want), firstDiff(g, w))
 	}
 }
 
