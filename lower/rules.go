@@ -165,11 +165,12 @@ func (p *Plan) scratch(s *Schedule) (ws, routes int64, err error) {
 		if r.scratch == nil {
 			continue
 		}
+		c, err := p.newCtx(s, st, s.Tokens)
+		if err != nil {
+			return 0, 0, err
+		}
 		for t := 1; t <= s.Tokens; t++ {
-			c, err := p.newCtx(s, st, t)
-			if err != nil {
-				return 0, 0, err
-			}
+			c.T = t
 			w, q, err := r.scratch(c)
 			if err != nil {
 				return 0, 0, fmt.Errorf("%s (%s) at T=%d: %w", st.Name, st.Op, t, err)
