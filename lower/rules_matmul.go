@@ -6,51 +6,73 @@ import "fmt"
 // epilogues implement.
 
 func init() {
-	for _, op := range []string{"matmul", "matmul_swiglu", "matmul_add", "matmul_split"} {
-		defRule(op, rule{launches: matmulRule})
-	}
-}
-
-func matmulRule(c *stepCtx) ([]Launch, error) {
-	st := c.st
-	w := st.In[1].Dims(0)
-	if len(w) != 2 {
-		return nil, fmt.Errorf("weight %s must be [N,K], is %v", st.In[1].Value, w)
-	}
-	N, K := w[0], w[1]
-	a := MatMulArgs{T: c.rows(st.In[0]), K: K, N: N, X: c.in[0], W: c.in[1], Y: c.out[0],
-		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs}
-	switch st.Op {
-	case "matmul":
-		return one(MatMul(a))
-	case "matmul_swiglu":
-		a.N, a.SwiGLU = N/2, true
-		return one(MatMul(a))
-	case "matmul_add":
-		// out = r + x w^T: the residual is copied into out (unless it is
-		// there already), and the GEMM accumulates into it.
-		if st.In[2].DType != st.Out[0].DType {
-			return nil, fmt.Errorf("residual and output dtypes differ")
-		}
-		var ls []Launch
-		if c.out[0] != c.in[2] {
-			ls = append(ls, memcpy(c.out[0], c.in[2], int64(st.Out[0].Elems(c.T)*dtypeSize(st.Out[0].DType))))
-		}
-		a.Accumulate = true
-		l, err := MatMul(a)
+	defRule("matmul", rule{launches: func(c *stepCtx) ([]Launch, error) {
+		a, _, err := matmulArgs(c)
 		if err != nil {
 			return nil, err
 		}
-		return append(ls, l), nil
+		return one(MatMul(a))
+	}})
+	defRule("matmul_swiglu", rule{launches: func(c *stepCtx) ([]Launch, error) {
+		a, _, err := matmulArgs(c)
+		if err != nil {
+			return nil, err
+		}
+		a.N, a.SwiGLU = a.N/2, true
+		return one(MatMul(a))
+	}})
+	defRule("matmul_add", rule{launches: matmulAdd})
+	defRule("matmul_split", rule{launches: matmulSplit})
+}
+
+// matmulArgs is the step's y = x w^T with w [N,K]; it returns K too.
+func matmulArgs(c *stepCtx) (MatMulArgs, int, error) {
+	st := c.st
+	w := st.In[1].Dims(0)
+	if len(w) != 2 {
+		return MatMulArgs{}, 0, fmt.Errorf("weight %s must be [N,K], is %v", st.In[1].Value, w)
 	}
-	// matmul_split: when the outputs are one row (decode: lower lays them
-	// out back to back), one GEMV over the whole weight writes that row;
-	// else one GEMM per row block of the concatenated weight.
+	return MatMulArgs{T: c.rows(st.In[0]), K: w[1], N: w[0], X: c.in[0], W: c.in[1], Y: c.out[0],
+		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs}, w[1], nil
+}
+
+// matmulAdd: out = r + x w^T. The residual is copied into out (unless it
+// is there already), and the GEMM accumulates into it.
+func matmulAdd(c *stepCtx) ([]Launch, error) {
+	st := c.st
+	a, _, err := matmulArgs(c)
+	if err != nil {
+		return nil, err
+	}
+	if st.In[2].DType != st.Out[0].DType {
+		return nil, fmt.Errorf("residual and output dtypes differ")
+	}
+	var ls []Launch
+	if c.out[0] != c.in[2] {
+		ls = append(ls, memcpy(c.out[0], c.in[2], int64(st.Out[0].Elems(c.T)*dtypeSize(st.Out[0].DType))))
+	}
+	a.Accumulate = true
+	l, err := MatMul(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(ls, l), nil
+}
+
+// matmulSplit: when the outputs are one row (decode: lower lays them out
+// back to back), one GEMV over the whole weight writes that row; else one
+// GEMM per row block of the concatenated weight.
+func matmulSplit(c *stepCtx) ([]Launch, error) {
+	st := c.st
+	a, K, err := matmulArgs(c)
+	if err != nil {
+		return nil, err
+	}
 	rows := 0
 	for _, o := range st.Out {
 		rows += o.Last(0)
 	}
-	if c.T == 1 && st.SplitRow(1) && rows == N {
+	if c.T == 1 && st.SplitRow(1) && rows == a.N {
 		return one(MatMul(a))
 	}
 	var ls []Launch
