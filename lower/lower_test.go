@@ -354,6 +354,22 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 			}
 		}
 	}
+	// A plan read back lowers to the same launches at any T.
+	for _, s := range []*Schedule{q.Decode, q.Prefill} {
+		for _, T := range []int{s.Tokens, max(1, s.Tokens/3)} {
+			got, err := q.At(s, T)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := p.At(p.Schedule(s.Class), T)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s at T=%d: the plan read back lowers differently", s.Class, T)
+			}
+		}
+	}
 	var txt bytes.Buffer
 	if err := p.Print(&txt); err != nil {
 		t.Fatal(err)
