@@ -72,9 +72,10 @@ type Executor struct {
 	prof     *profiler
 }
 
-// New uploads the plan's weights (from ws, or synthetic ones when ws is
-// nil), allocates the KV caches and the arena, and prepares both
-// schedules. Kernels are compiled on first use.
+// New allocates the plan's regions, uploads its weights (from ws, or
+// synthetic ones when ws is nil) and rope tables, and binds both
+// schedules: their kernels are compiled here, those of a shorter prefill
+// chunk when it first runs.
 func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) {
 	if plan == nil || plan.Decode == nil || plan.Prefill == nil {
 		return nil, fmt.Errorf("gpu.New: incomplete plan")
