@@ -63,7 +63,9 @@ type Checkpoint interface {
 
 // Open opens a checkpoint: a Hugging Face directory (config.json with
 // model.safetensors, or shards listed in model.safetensors.index.json), or
-// a .gguf file. The result has been checked with Validate.
+// a .gguf file. The result has been checked with Validate (configuration,
+// element types); the tensors a model reads are checked against its graph
+// (engine.BindCheckpoint).
 func Open(path string) (Checkpoint, error) {
 	ck, err := OpenUnchecked(path)
 	if err != nil {

@@ -166,20 +166,45 @@ func BuildGraph(cfg *config.Config, yamlPath string) (*ir.Graph, error) {
 	return models.Build(file, src, cfg, models.BuildOptions{WeightDType: ir.F32})
 }
 
-// BindCheckpoint checks every graph weight against the checkpoint (present,
-// same shape) and gives it the checkpoint's stored dtype.
-func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
+// ExpectedTensors lists the checkpoint tensors g reads: its weights that
+// are not derived from others, with their shapes and, as the reason, their
+// declaration in the model file.
+func ExpectedTensors(g *ir.Graph) ([]ckpt.Expected, error) {
+	var out []ckpt.Expected
 	for _, v := range g.Weights {
 		if v.From != nil {
 			continue
 		}
-		ti, ok := ck.Tensor(v.Name)
-		if !ok {
-			return fmt.Errorf("%s: checkpoint has no tensor %s that the graph reads", ck.Path(), v.Name)
+		shape, err := v.Type.Shape.Eval(nil)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", v.Name, err)
 		}
-		if want := ir.Consts(ti.Shape...); !want.Equal(v.Type.Shape) {
-			return fmt.Errorf("%s: tensor %s is %v, the graph expects %s", ck.Path(), v.Name, ti.Shape, v.Type.Shape)
+		why := v.Doc
+		if why == "" {
+			why = "read by the model graph"
 		}
+		out = append(out, ckpt.Expected{Name: v.Name, Shape: shape, Why: why})
+	}
+	return out, nil
+}
+
+// BindCheckpoint checks that the checkpoint holds exactly the tensors the
+// graph reads, with the graph's shapes (ckpt.CheckTensors: every problem
+// named with its reason), and gives each weight the checkpoint's stored
+// dtype.
+func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
+	want, err := ExpectedTensors(g)
+	if err != nil {
+		return err
+	}
+	if err := ckpt.CheckTensors(ck, want); err != nil {
+		return fmt.Errorf("%s: %w", ck.Path(), err)
+	}
+	for _, v := range g.Weights {
+		if v.From != nil {
+			continue
+		}
+		ti, _ := ck.Tensor(v.Name)
 		dt, err := ir.ParseDType(ti.DType.String())
 		if err != nil {
 			return fmt.Errorf("%s: tensor %s: lagc has no dtype %s yet", ck.Path(), v.Name, ti.DType)
@@ -190,6 +215,17 @@ func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
 		return fmt.Errorf("graph with checkpoint dtypes: %w", err)
 	}
 	return nil
+}
+
+// CheckCheckpoint checks ck against Laguna's model description (the
+// embedded laguna.yaml built for ck's configuration), for tools that read
+// a checkpoint without running it (convert).
+func CheckCheckpoint(ck ckpt.Checkpoint) error {
+	g, err := BuildGraph(ck.Config(), "")
+	if err != nil {
+		return err
+	}
+	return BindCheckpoint(g, ck)
 }
 
 // CheckInterface checks what the backends and Generate rely on: the graph's

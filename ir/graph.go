@@ -42,6 +42,10 @@ type Value struct {
 	users  []*Node
 	derivs []*Value
 	erased bool // a weight removed from the graph, awaiting Compact
+
+	// Doc, for a weight, says where its shape comes from (the model file's
+	// declaration), for messages about a checkpoint that disagrees.
+	Doc string
 }
 
 // Transform is a load-time computation of a weight from other weights,

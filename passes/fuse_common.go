@@ -55,10 +55,10 @@ func isMoE(n *ir.Node) bool { return n != nil && slices.Contains(moeOps, n.Op) }
 // is moe_grouped with the defaults).
 func moeAttrs(n *ir.Node) ir.Attrs {
 	if n.Op != "moe_grouped" {
-		return ir.Attrs{"gate_up": ir.GateUpSplit, "shared": 0, "residual": 0, "order": ir.OrderIndex, "band": 0}
+		return ir.Attrs{"gate_up": ir.GateUpSplit, "shared": 0, "residual": 0, "order": ir.OrderIndex}
 	}
 	return ir.Attrs{"gate_up": n.AttrString("gate_up"), "shared": n.AttrInt("shared"), "residual": n.AttrInt("residual"),
-		"order": n.AttrString("order"), "band": n.AttrInt("band")}
+		"order": n.AttrString("order")}
 }
 
 // moeParts splits a MoE node's inputs into x, weights, ids, the stacks and

@@ -108,17 +108,17 @@ func TestDefaultOff(t *testing.T) {
 		return append(ps, &Pass{Name: "count", Doc: "notes the node count", After: []string{"dce"},
 			Run: func(s *State) error { s.Notef("count: %d", len(s.Graph.Nodes)); return nil }})
 	}, func() {
-		res, err := Run(laguna(t, "laguna-tiny"), Options{})
+		res, err := Run(laguna(t, "synthetic-tiny"), Options{})
 		if err != nil || slices.ContainsFunc(res.State.Notes, func(n string) bool { return strings.HasPrefix(n, "count:") }) {
 			t.Errorf("default pipeline: %v, notes %q", err, res.State.Notes)
 		}
-		g := laguna(t, "laguna-tiny")
+		g := laguna(t, "synthetic-tiny")
 		want := fmt.Sprintf("count: %d", len(g.Nodes))
 		res, err = Run(g, Options{Passes: []string{"shapes", "dce", "count"}})
 		if err != nil || !slices.Contains(res.State.Notes, want) {
 			t.Errorf("named: %v, notes %q", err, res.State.Notes)
 		}
-		if _, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"count", "dce"}}); err == nil || !strings.Contains(err.Error(), "pass dce must run before count") {
+		if _, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"count", "dce"}}); err == nil || !strings.Contains(err.Error(), "pass dce must run before count") {
 			t.Errorf("constraint of an extra pass: %v", err)
 		}
 	})
@@ -141,7 +141,7 @@ func TestSelection(t *testing.T) {
 		{[]string{"cse"}, nil, "", "cse"},
 	}
 	for _, c := range cases {
-		g := laguna(t, "laguna-tiny")
+		g := laguna(t, "synthetic-tiny")
 		res, err := Run(g, Options{Passes: c.passes, Disable: c.disable})
 		if c.want != "" {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -171,7 +171,7 @@ func TestVerifierRunsAfterEachPass(t *testing.T) {
 			return nil
 		}})
 	}, func() {
-		_, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "test-break", "dce"}})
+		_, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"shapes", "test-break", "dce"}})
 		if err == nil || !strings.Contains(err.Error(), "after pass test-break: node %blk.0.a (rms_norm): output %blk.0.a declared f32[T,999]") {
 			t.Fatalf("got %v", err)
 		}
@@ -181,7 +181,7 @@ func TestVerifierRunsAfterEachPass(t *testing.T) {
 func TestDumps(t *testing.T) {
 	for _, format := range []string{"text", "dot", "json"} {
 		dir := t.TempDir()
-		res, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "gate-up-fuse", "cse", "dce", "memplan"}, DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
+		res, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"shapes", "gate-up-fuse", "cse", "dce", "memplan"}, DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,14 +235,14 @@ func TestDumps(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
+	res, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
 	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "08-dce.txt" {
 		t.Fatalf("dump after dce: %v %v", res, err)
 	}
-	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {
+	if _, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {
 		t.Fatal("dump after a disabled pass was accepted")
 	}
-	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpFormat: "svg"}); err == nil {
+	if _, err := Run(laguna(t, "synthetic-tiny"), Options{DumpFormat: "svg"}); err == nil {
 		t.Fatal("unknown dump format accepted")
 	}
 }
@@ -438,7 +438,7 @@ output %d
 }
 
 func TestMemoryPlanLaguna(t *testing.T) {
-	for _, name := range []string{"laguna-tiny", "laguna-s-2.1"} {
+	for _, name := range []string{"synthetic-tiny", "laguna-s-2.1"} {
 		res, err := Run(laguna(t, name), Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -9,10 +9,10 @@ import (
 	"lagc/models"
 )
 
-// manyLayers returns laguna-tiny's shape with n layers (layer 0 dense).
+// manyLayers returns synthetic-tiny's shape with n layers (layer 0 dense).
 func manyLayers(t testing.TB, n int) *config.Config {
 	t.Helper()
-	c, err := config.Preset("laguna-tiny")
+	c, err := config.Preset("synthetic-tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func benchmarkCompile(b *testing.B, layers int) {
 }
 
 // BenchmarkCompile256 and BenchmarkCompile1024 build and compile (default
-// pipeline) laguna-tiny with 256 and 1024 layers: the time should grow
+// pipeline) synthetic-tiny with 256 and 1024 layers: the time should grow
 // linearly.
 func BenchmarkCompile256(b *testing.B)  { benchmarkCompile(b, 256) }
 func BenchmarkCompile1024(b *testing.B) { benchmarkCompile(b, 1024) }

@@ -20,10 +20,10 @@ var table = []*Pass{
 	{Name: "residual-fold", Default: true, Fusion: true, Run: residualFold,
 		After: []string{"gate-up-fuse", "shared-expert-merge"},
 		Doc:   "add(r, matmul(x, W)) -> matmul_add (o_proj, down projections); add(r, moe) -> moe_grouped{residual=1}: the GEMM epilogue accumulates into r"},
-	// The band width depends on the final stacks.
+	// Scheduling sees the final MoE nodes.
 	{Name: "expert-order", Default: true, Fusion: true, Run: expertOrder,
 		After: []string{"gate-up-fuse", "shared-expert-merge", "residual-fold"},
-		Doc:   "MoE grouped-GEMM schedule: experts in descending tokens-routed order, CTAs in N-bands for L2 weight reuse (order only, never results)"},
+		Doc:   "MoE grouped-GEMM schedule: experts in descending tokens-routed order (order only, never results; lower adds the N-bands of L2 reuse)"},
 
 	// CSE compares types.
 	{Name: "cse", Default: true, Run: CSE,

@@ -239,9 +239,9 @@ func TestPlanWarnsGPUMemory(t *testing.T) {
 		warn bool
 	}{
 		{[]string{"--preset", "laguna-s-2.1", "--ctx", "4096"}, true}, // 219 GiB of bf16 weights
-		{[]string{"--preset", "laguna-tiny"}, false},
-		{[]string{"--preset", "laguna-tiny", "--gpu-mem", "0.00001"}, true}, // 10 KiB
-		{[]string{"--preset", "laguna-tiny", "--gpu-mem", "0"}, false},
+		{[]string{"--preset", "synthetic-tiny"}, false},
+		{[]string{"--preset", "synthetic-tiny", "--gpu-mem", "0.00001"}, true}, // 10 KiB
+		{[]string{"--preset", "synthetic-tiny", "--gpu-mem", "0"}, false},
 	} {
 		_, errs, code := runLagc(t, append([]string{"plan"}, c.args...)...)
 		warned := strings.Contains(errs, "warning: the plan needs ") && strings.Contains(errs, "of --gpu-mem")

@@ -69,7 +69,7 @@ func TestCompileS21(t *testing.T) {
 
 func TestCompileDumps(t *testing.T) {
 	dir := t.TempDir()
-	_, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--passes", "shapes,cse,dce,memplan", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
+	_, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--passes", "shapes,cse,dce,memplan", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -112,12 +112,12 @@ func TestCompileErrors(t *testing.T) {
 	}{
 		{[]string{"compile"}, 2, "give exactly one of --preset, --config or --model"},
 		{[]string{"compile", "--preset", "laguna-xl"}, 2, `unknown preset "laguna-xl"`},
-		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "shapes,fuse-everything"}, 2, `--passes: unknown pass "fuse-everything"`},
-		{[]string{"compile", "--preset", "laguna-tiny", "--disable-pass", "nope"}, 2, `--disable-pass: unknown pass "nope"`},
-		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
-		{[]string{"compile", "--preset", "laguna-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
-		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, bad + ":"},
-		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, `unknown op "rms_nrm"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--passes", "shapes,fuse-everything"}, 2, `--passes: unknown pass "fuse-everything"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--disable-pass", "nope"}, 2, `--disable-pass: unknown pass "nope"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
+		{[]string{"compile", bad, "--preset", "synthetic-tiny"}, 1, bad + ":"},
+		{[]string{"compile", bad, "--preset", "synthetic-tiny"}, 1, `unknown op "rms_nrm"`},
 	}
 	for _, c := range cases {
 		_, errs, code := runLagc(t, c.args...)
@@ -134,7 +134,7 @@ func TestCompileHelpAndEmit(t *testing.T) {
 			t.Errorf("%v: exit %d\n%s", args, code, out)
 		}
 	}
-	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "text", "--disable-pass", "memplan")
+	out, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "text", "--disable-pass", "memplan")
 	if code != 0 || !strings.HasPrefix(out, "graph laguna\n") {
 		t.Fatalf("emit text: %d %s\n%.200s", code, errs, out)
 	}
@@ -180,12 +180,12 @@ func TestCompileKernelCounts(t *testing.T) {
 		with, without int
 	}{
 		{[]string{"--preset", "laguna-s-2.1"}, 4 + 12*1 + 13*47, 4 + 20*1 + 24*47},
-		{[]string{"--preset", "laguna-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "synthetic-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
 		// Only residual-fold: o_proj and the dense down_proj absorb their
 		// adds (dense 20 -> 18); in a MoE layer o_proj and the shared
 		// down_proj do, and add(h, routed + shared) is left (24 -> 22).
-		{[]string{"--preset", "laguna-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
-		{[]string{"--preset", "laguna-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
+		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
 			4 + 20*1 + 24*3, 4 + 20*1 + 24*3},
 	}
 	row := regexp.MustCompile(`(?m)^  with fusions\s+(\d+)\s+(\d+)\n  without fusions\s+(\d+)\s+(\d+)$`)
@@ -214,7 +214,7 @@ func TestParamCount(t *testing.T) {
 			t.Errorf("paramCount(%d) = %q, want %q", c.n, got, c.want)
 		}
 	}
-	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny")
+	out, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny")
 	if code != 0 || !strings.Contains(out, "parameters: 51.4K total (51442)") {
 		t.Fatalf("exit %d (%s): the tiny preset's count is not in K:\n%s", code, errs, out)
 	}
@@ -228,7 +228,7 @@ func TestCompileDOTLayers(t *testing.T) {
 		t.Fatalf("exit %d (%s): %d clusters, pos drawn %d times; want 48 and 48", code, errs,
 			strings.Count(out, "subgraph cluster_"), strings.Count(out, `label="%pos\ni32[T]"`))
 	}
-	out, errs, code = runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", "0-1,3")
+	out, errs, code = runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "dot", "--layers", "0-1,3")
 	for _, want := range []string{"cluster_0 ", "cluster_1 ", "cluster_3 ", "embedding", "outputs"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("--layers 0-1,3: exit %d (%s), lacks %q", code, errs, want)
@@ -243,11 +243,11 @@ func TestCompileDOTLayers(t *testing.T) {
 		{"a", "expected layer numbers"},
 		{"1,", "expected layer numbers"},
 	} {
-		if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "dot", "--layers", c.layers); code != 2 || !strings.Contains(errs, c.want) {
+		if _, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "dot", "--layers", c.layers); code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("--layers %s: exit %d, %q; want 2 and %q", c.layers, code, errs, c.want)
 		}
 	}
-	if _, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--layers", "1"); code != 2 || !strings.Contains(errs, "--layers goes with --emit dot") {
+	if _, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--layers", "1"); code != 2 || !strings.Contains(errs, "--layers goes with --emit dot") {
 		t.Errorf("--layers without --emit dot: exit %d, %q", code, errs)
 	}
 }

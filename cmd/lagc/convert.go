@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lagc/ckpt"
+	"lagc/engine"
 	"lagc/progress"
 )
 
@@ -70,6 +71,9 @@ func runConvert(o convertOpts, log io.Writer) error {
 		return err
 	}
 	defer src.Close()
+	if err := engine.CheckCheckpoint(src); err != nil {
+		return err
+	}
 	var total int64
 	for _, t := range src.Tensors() {
 		total += t.Size
@@ -101,6 +105,9 @@ func runConvert(o convertOpts, log io.Writer) error {
 		return fmt.Errorf("the written file does not read back: %w", err)
 	}
 	defer check.Close()
+	if err := engine.CheckCheckpoint(check); err != nil {
+		return fmt.Errorf("the written file does not validate: %w", err)
+	}
 	st, err := os.Stat(o.out)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/prep"
 )
 
 // WeightSource provides a checkpoint's tensors as float32 by canonical name
@@ -28,7 +29,7 @@ type Executor struct {
 	weights map[*ir.Value][]float32
 	kv      map[int]kvShape // attention layer -> cache shape
 	slots   []*seqSlot
-	ropes   map[*ir.Node]*RopeTable
+	ropes   map[*ir.Node]*prep.RopeTable
 	lastUse map[*ir.Value]int // index in order of a value's last reader
 	maxPos  int
 	step    []Segment // the segments of the step running now
@@ -82,7 +83,7 @@ func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executo
 		return nil, err
 	}
 	e := &Executor{g: g, order: order, weights: map[*ir.Value][]float32{}, kv: map[int]kvShape{},
-		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
+		ropes: map[*ir.Node]*prep.RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
 	for _, w := range g.Weights {
 		if _, err := e.weight(ws, w); err != nil {
 			return nil, err
@@ -163,26 +164,16 @@ func (e *Executor) weight(ws WeightSource, w *ir.Value) ([]float32, error) {
 
 // deriveWeight applies a load-time transform (concat or reshape).
 func deriveWeight(w *ir.Value, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		return srcs[0], nil
-	case "concat":
-		shapes := make([][]int, len(srcs))
-		for i, s := range w.From.Srcs {
-			sh, err := s.Type.Shape.Eval(nil)
-			if err != nil {
-				return nil, err
-			}
-			shapes[i] = sh
+	shapes := make([][]int, len(srcs))
+	for i, s := range w.From.Srcs {
+		sh, err := s.Type.Shape.Eval(nil)
+		if err != nil {
+			return nil, err
 		}
-		out := make([]float32, 0)
-		for _, s := range srcs {
-			out = append(out, make([]float32, len(s))...)
-		}
-		outer, sizes := axisSplit(shapes, w.From.Attrs["axis"].(int))
-		return out, Concat(out, srcs, outer, sizes)
+		shapes[i] = sh
 	}
-	return nil, fmt.Errorf("unsupported weight transform %q", w.From.Op)
+	axis, _ := w.From.Attrs["axis"].(int)
+	return prep.Derive(w.From.Op, axis, srcs, shapes)
 }
 
 // axisSplit views tensors of the given shapes as [outer, size_i] around axis.
@@ -206,15 +197,23 @@ func prodInts(s []int) int {
 	return p
 }
 
-// prepare builds per-node state that does not change between steps.
+// prepare builds per-node state that does not change between steps, for
+// the ops that have some.
 func (e *Executor) prepare(n *ir.Node) error {
-	switch n.Op {
-	case "rope":
+	if p, ok := preparers[n.Op]; ok {
+		return p(e, n)
+	}
+	return nil
+}
+
+var preparers = map[string]func(e *Executor, n *ir.Node) error{
+	// rope: the rotary table of the node's parameters.
+	"rope": func(e *Executor, n *ir.Node) error {
 		d := n.Inputs[0].Type.Shape
 		if len(d) != 3 || !d[2].IsConst() {
 			return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
 		}
-		tab, err := NewRopeTable(RopeParams{
+		tab, err := prep.NewRopeTable(prep.RopeParams{
 			RotaryDim: n.AttrInt("rotary_dim"), Theta: n.AttrFloat("theta"), Type: n.AttrString("rope_type"),
 			Factor: n.AttrFloat("factor"), OriginalContext: n.AttrInt("original_context"),
 			BetaFast: n.AttrFloat("beta_fast"), BetaSlow: n.AttrFloat("beta_slow"),
@@ -224,7 +223,10 @@ func (e *Executor) prepare(n *ir.Node) error {
 			return err
 		}
 		e.ropes[n] = tab
-	case "attention":
+		return nil
+	},
+	// attention: the layer's KV cache.
+	"attention": func(e *Executor, n *ir.Node) error {
 		k := n.Inputs[1].Type.Shape
 		if len(k) != 3 || !k[1].IsConst() || !k[2].IsConst() {
 			return fmt.Errorf("attention keys must be [T,nkv,d] with constant nkv, d, got %v", k)
@@ -238,8 +240,8 @@ func (e *Executor) prepare(n *ir.Node) error {
 			return err
 		}
 		e.kv[layer] = kvShape{k[1].N, k[2].N, n.AttrInt("window")}
-	}
-	return nil
+		return nil
+	},
 }
 
 // Pos returns the next position Forward expects (the tokens seen so far).

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"lagc/ir"
 )
@@ -14,6 +16,8 @@ type operands struct {
 	sh  [][]int     // input shapes
 	out [][]float32 // float outputs
 	ids [][]int32   // int32 outputs
+	// rows and last view the first input as [rows, last].
+	rows, last int
 }
 
 // gather reads n's inputs from the step's values and allocates its outputs
@@ -56,75 +60,104 @@ func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Val
 	return o, nil
 }
 
-// run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
-// its kernel in this package.
+// run executes one node with the kernel registered for its op.
 func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) error {
+	k, ok := kernels[n.Op]
+	if !ok {
+		return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+	}
 	o, err := gather(n, env, f32, i32)
 	if err != nil {
 		return err
 	}
-	x, f, out := o.sh[0], o.f, o.out
-	last := x[len(x)-1]
-	rows := prodInts(x) / max(last, 1)
+	x := o.sh[0]
+	o.last = x[len(x)-1]
+	o.rows = prodInts(x) / max(o.last, 1)
+	return k(e, n, env, o)
+}
 
-	switch n.Op {
-	case "reshape":
+// kernel runs one node of an op on its gathered operands.
+type kernel func(e *Executor, n *ir.Node, env ir.Env, o *operands) error
+
+// kernels binds each ir op (docs/CONTRACTS.md) to its kernel in this
+// package.
+var kernels = map[string]kernel{
+	"reshape": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return nil // a view, bound by gather
-	case "embedding":
-		return Embedding(out[0], o.i[0], f[1], o.sh[1][0], o.sh[1][1])
-	case "rms_norm":
-		return RMSNorm(out[0], f[0], f[1], rows, last, float32(n.AttrFloat("eps")))
-	case "matmul":
-		return MatMul(out[0], f[0], f[1], rows, last, o.sh[1][0])
-	case "split":
+	},
+	"embedding": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return Embedding(o.out[0], o.i[0], o.f[1], o.sh[1][0], o.sh[1][1])
+	},
+	"rms_norm": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return RMSNorm(o.out[0], o.f[0], o.f[1], o.rows, o.last, float32(n.AttrFloat("eps")))
+	},
+	"matmul": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return MatMul(o.out[0], o.f[0], o.f[1], o.rows, o.last, o.sh[1][0])
+	},
+	"split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		shapes := make([][]int, len(n.Outputs))
 		for k, v := range n.Outputs {
-			if shapes[k], err = v.Type.Shape.Eval(env); err != nil {
+			s, err := v.Type.Shape.Eval(env)
+			if err != nil {
 				return err
 			}
+			shapes[k] = s
 		}
 		outer, sizes := axisSplit(shapes, n.AttrInt("axis"))
-		return Split(out, f[0], outer, sizes)
-	case "concat":
+		return Split(o.out, o.f[0], outer, sizes)
+	},
+	"concat": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		outer, sizes := axisSplit(o.sh, n.AttrInt("axis"))
-		return Concat(out[0], f, outer, sizes)
-	case "rope":
-		return RoPE(out[0], f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
-	case "attention":
-		return BatchAttention(out[0], f[0], f[1], f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
+		return Concat(o.out[0], o.f, outer, sizes)
+	},
+	"rope": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		return RoPE(o.out[0], o.f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
+	},
+	"attention": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		return BatchAttention(o.out[0], o.f[0], o.f[1], o.f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
 			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.attnSeqs(n.AttrInt("layer")))
-	case "softplus_gate":
+	},
+	"softplus_gate": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
 		if len(x) != 3 {
 			return fmt.Errorf("softplus_gate input must be [T,nh,d], got %v", x)
 		}
 		g := o.sh[1]
-		return SoftplusGate(out[0], f[0], f[1], x[0], x[1], x[2], g[len(g)-1])
-	case "silu":
-		return SiLU(out[0], f[0])
-	case "mul":
-		return Mul(out[0], f[0], f[1])
-	case "add":
-		return Add(out[0], f[0], f[1])
-	case "router_topk":
-		return RouterTopK(out[0], o.ids[1], f[0], f[1], rows, last, n.AttrInt("top_k"),
+		return SoftplusGate(o.out[0], o.f[0], o.f[1], x[0], x[1], x[2], g[len(g)-1])
+	},
+	"silu": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return SiLU(o.out[0], o.f[0]) },
+	"mul":  func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return Mul(o.out[0], o.f[0], o.f[1]) },
+	"add":  func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return Add(o.out[0], o.f[0], o.f[1]) },
+	"router_topk": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return RouterTopK(o.out[0], o.ids[1], o.f[0], o.f[1], o.rows, o.last, n.AttrInt("top_k"),
 			float32(n.AttrFloat("softcap")), float32(n.AttrFloat("routed_scaling")))
-	case "moe_experts":
+	},
+	"moe_experts": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		gate := o.sh[3]
-		return MoEExperts(out[0], f[0], f[1], o.i[2], f[3], f[4], f[5], rows, last, gate[0], gate[1], o.sh[1][1])
-	case "argmax":
-		return ArgMax(o.ids[0], f[0], rows, last)
+		return MoEExperts(o.out[0], o.f[0], o.f[1], o.i[2], o.f[3], o.f[4], o.f[5], o.rows, o.last, gate[0], gate[1], o.sh[1][1])
+	},
+	"argmax": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return ArgMax(o.ids[0], o.f[0], o.rows, o.last)
+	},
 	// Fused ops (passes/fuse_*.go).
-	case "matmul_split":
-		return MatMulSplit(out, f[0], f[1], rows, last, n.AttrInts("sizes"))
-	case "matmul_swiglu":
-		return MatMulSwiGLU(out[0], f[0], f[1], rows, last, o.sh[1][0]/2)
-	case "matmul_add":
-		return MatMulAdd(out[0], f[0], f[1], f[2], rows, last, o.sh[1][0])
-	case "moe_grouped":
-		return moeGrouped(n, o, rows, last)
-	}
-	return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+	"matmul_split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return MatMulSplit(o.out, o.f[0], o.f[1], o.rows, o.last, n.AttrInts("sizes"))
+	},
+	"matmul_swiglu": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return MatMulSwiGLU(o.out[0], o.f[0], o.f[1], o.rows, o.last, o.sh[1][0]/2)
+	},
+	"matmul_add": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return MatMulAdd(o.out[0], o.f[0], o.f[1], o.f[2], o.rows, o.last, o.sh[1][0])
+	},
+	"moe_grouped": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return moeGrouped(n, o, o.rows, o.last)
+	},
 }
+
+// Ops lists the ops this package has a kernel for, sorted.
+func Ops() []string { return slices.Sorted(maps.Keys(kernels)) }
 
 // moeGrouped binds moe_grouped, whose inputs depend on its layout
 // attributes: x, weights, ids, gate and up (or gate_up), down, [residual].
