@@ -4,7 +4,6 @@ import (
 	"lagc/ir"
 )
 
-
 // expertOrder sets the schedule attributes of every MoE node, turning
 // moe_experts into the equivalent moe_grouped: order="descending" (the
 // grouped GEMM starts the experts with the most tokens routed this step,
@@ -34,4 +33,3 @@ func scheduleExperts(rw *ir.Rewriter, node *ir.Node) (ir.Outcome, error) {
 	}
 	return ir.Applied, nil
 }
-
