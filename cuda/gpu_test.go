@@ -410,7 +410,7 @@ func TestGPUDynamicSharedOptIn(t *testing.T) {
 // threads; each call binds the context where it runs).
 func TestGPUConcurrentStreams(t *testing.T) {
 	d := cudatest.Device(t)
-	spec, err := cuda.EmbeddedSpec("test_elementwise.cu", "iota", cuda.I32)
+	spec, err := cudatest.Spec("test_elementwise.cu", "iota", cuda.I32)
 	must(t, err)
 	const workers, n, rounds = 8, 1 << 16, 50
 	errs := make(chan error, workers)
