@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ardanlabs/jinja"
+	"lagc/internal/jinja"
 )
 
 // Template is a compiled chat template, safe for concurrent use.
