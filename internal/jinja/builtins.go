@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // cachedBuiltins is a read-only scope populated once with all built-in
@@ -31,13 +32,13 @@ var cachedBuiltins = func() *scope {
 // =============================================================================
 
 func registerGlobals(s *scope) {
-	s.set("namespace", NewCallable("namespace", builtinNamespace))
-	s.set("raise_exception", NewCallable("raise_exception", builtinRaiseException))
-	s.set("range", NewCallable("range", builtinRange))
-	s.set("joiner", NewCallable("joiner", builtinJoiner))
-	s.set("dict", NewCallable("dict", builtinDict))
-	s.set("cycler", NewCallable("cycler", builtinCycler))
-	s.set("strftime_now", NewCallable("strftime_now", builtinStrftimeNow))
+	s.set("namespace", newBuiltin("namespace", builtinNamespace))
+	s.set("raise_exception", newBuiltin("raise_exception", builtinRaiseException))
+	s.set("range", newBuiltin("range", builtinRange))
+	s.set("joiner", newBuiltin("joiner", builtinJoiner))
+	s.set("dict", newBuiltin("dict", builtinDict))
+	s.set("cycler", newBuiltin("cycler", builtinCycler))
+	s.set("strftime_now", newBuiltin("strftime_now", builtinStrftimeNow))
 }
 
 func builtinNamespace(args []Value, kwargs map[string]Value) (Value, error) {
@@ -254,7 +255,7 @@ func registerFilters(s *scope) {
 	}
 
 	for name, fn := range filters {
-		s.set("__filter_"+name, NewCallable(name, fn))
+		s.set("__filter_"+name, newBuiltin(name, fn))
 	}
 }
 
@@ -392,7 +393,7 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	// Check both encoding paths before recursively converting containers.
-	if containsCycle(args[0], nil) {
+	if containsCycle(args[0], map[any]bool{}, 0) {
 		return Undefined(), fmt.Errorf("tojson: circular reference detected")
 	}
 
@@ -447,28 +448,33 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 }
 
 // Only references to ancestors form cycles; siblings may share a container.
-func containsCycle(v Value, ancestors []any) bool {
+// lagc: ancestors is a set and the depth is bounded, so a deep value costs
+// linear time and bounded stack.
+func containsCycle(v Value, ancestors map[any]bool, depth int) bool {
+	valueDepth(depth)
 	switch v.kind {
 	case KindList:
 		list := v.AsList()
-		if slices.Contains(ancestors, any(list)) {
+		if ancestors[list] {
 			return true
 		}
-		ancestors = append(ancestors, list)
+		ancestors[list] = true
+		defer delete(ancestors, list)
 		for _, item := range list.Items {
-			if containsCycle(item, ancestors) {
+			if containsCycle(item, ancestors, depth+1) {
 				return true
 			}
 		}
 
 	case KindDict:
 		d := v.AsDict()
-		if slices.Contains(ancestors, any(d)) {
+		if ancestors[d] {
 			return true
 		}
-		ancestors = append(ancestors, d)
+		ancestors[d] = true
+		defer delete(ancestors, d)
 		for _, key := range d.Keys {
-			if containsCycle(d.Data[key], ancestors) {
+			if containsCycle(d.Data[key], ancestors, depth+1) {
 				return true
 			}
 		}
@@ -491,6 +497,7 @@ func containsCycle(v Value, ancestors []any) bool {
 // Both differences would otherwise change the tokenization of every tool
 // definition that ends up in a chat prompt.
 func encodeValueJSON(sb *strings.Builder, v Value, itemSeparator, keySeparator string, padding *string, sortKeys bool, depth int) error {
+	valueDepth(depth) // lagc
 	newline := func(level int) {
 		if padding != nil {
 			sb.WriteByte('\n')
@@ -619,7 +626,7 @@ func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
 
 	dec := json.NewDecoder(strings.NewReader(args[0].AsString()))
 	dec.UseNumber()
-	result, err := decodeJSONValue(dec)
+	result, err := decodeJSONValue(dec, 0)
 	if err != nil {
 		return Undefined(), fmt.Errorf("fromjson: %w", err)
 	}
@@ -635,7 +642,8 @@ func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
 
 // decodeJSONValue builds ordered containers and converts numeric tokens without
 // the rounding or string fallback of decoding through plain Go values.
-func decodeJSONValue(dec *json.Decoder) (Value, error) {
+func decodeJSONValue(dec *json.Decoder, depth int) (Value, error) {
+	valueDepth(depth) // lagc
 	token, err := dec.Token()
 	if err != nil {
 		return Undefined(), err
@@ -665,7 +673,7 @@ func decodeJSONValue(dec *json.Decoder) (Value, error) {
 				if err != nil {
 					return Undefined(), err
 				}
-				value, err := decodeJSONValue(dec)
+				value, err := decodeJSONValue(dec, depth+1)
 				if err != nil {
 					return Undefined(), err
 				}
@@ -679,7 +687,7 @@ func decodeJSONValue(dec *json.Decoder) (Value, error) {
 		case '[':
 			var items []Value
 			for dec.More() {
-				value, err := decodeJSONValue(dec)
+				value, err := decodeJSONValue(dec, depth+1)
 				if err != nil {
 					return Undefined(), err
 				}
@@ -889,7 +897,7 @@ func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
 	case v.IsDict():
 		return NewInt(int64(v.AsDict().Len())), nil
 	case v.IsString():
-		return NewInt(int64(len([]rune(v.AsString())))), nil
+		return NewInt(int64(utf8.RuneCountInString(v.AsString()))), nil // lagc: no []rune copy
 	}
 
 	return NewInt(0), nil
@@ -1566,6 +1574,17 @@ func builtinAttribute(v Value, path string, fallback Value) Value {
 	for part := range strings.SplitSeq(path, ".") {
 		if v.IsDict() {
 			v, _ = v.AsDict().Get(part)
+		} else if index, err := strconv.Atoi(part); err == nil && index >= 0 && v.IsString() {
+			// lagc: index a string without a value per character.
+			s := v.AsString()
+			v = Undefined()
+			for _, r := range s {
+				if index == 0 {
+					v = NewString(string(r))
+					break
+				}
+				index--
+			}
 		} else if index, err := strconv.Atoi(part); err == nil && index >= 0 {
 			items := iterableItems(v)
 			v = Undefined()
@@ -1636,6 +1655,12 @@ func toFloat64(v Value) float64 {
 // compareValues returns the ordering and whether the values are ordered.
 // A comparison involving a floating-point NaN is unordered.
 func compareValues(a, b Value) (int, bool) {
+	return compareDepth(a, b, 0)
+}
+
+// lagc: compareDepth is compareValues with the depth of the walk bounded.
+func compareDepth(a, b Value, depth int) (int, bool) {
+	valueDepth(depth)
 	if a.IsString() && b.IsString() {
 		return strings.Compare(a.AsString(), b.AsString()), true
 	}
@@ -1645,7 +1670,7 @@ func compareValues(a, b Value) (int, bool) {
 			if left[i].Equals(right[i]) {
 				continue
 			}
-			return compareValues(left[i], right[i])
+			return compareDepth(left[i], right[i], depth+1)
 		}
 		return cmp.Compare(len(left), len(right)), true
 	}

@@ -52,6 +52,37 @@ type evaluator struct {
 	scope    *scope
 	builtins *scope
 	output   strings.Builder
+	b        *budget // lagc: the render's limits, shared by nested evaluators
+}
+
+// lagc: print is printValue with its allocation charged.
+func (e *evaluator) print(v Value) string {
+	e.b.printed(v)
+	return printValue(v)
+}
+
+// lagc: write appends to the output, charged to the output limit.
+func (e *evaluator) write(s string) {
+	e.b.write(len(s))
+	e.output.WriteString(s)
+}
+
+// lagc: invoke calls a callable, charging a builtin's cost before it runs
+// and its result after. Macros and methods charge their own work.
+func (e *evaluator) invoke(c *Callable, args []Value, kwargs map[string]Value) (Value, error) {
+	if !c.builtin {
+		return c.Fn(args, kwargs)
+	}
+	if cost, ok := builtinCosts[c.Name]; ok {
+		cost(e.b, args, kwargs)
+	} else {
+		scalarCost(e.b, args, kwargs)
+	}
+	v, err := c.Fn(args, kwargs)
+	if err == nil {
+		e.b.allocate(shallow(v))
+	}
+	return v, err
 }
 
 func (e *evaluator) execNodes(nodes []node) error {
@@ -64,9 +95,12 @@ func (e *evaluator) execNodes(nodes []node) error {
 }
 
 func (e *evaluator) execNode(n node) error {
+	e.b.push()
+	defer e.b.pop()
+	e.b.step(1)
 	switch nd := n.(type) {
 	case *textNode:
-		e.output.WriteString(nd.text)
+		e.write(nd.text)
 		return nil
 
 	case *outputNode:
@@ -74,7 +108,7 @@ func (e *evaluator) execNode(n node) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(val))
+		e.write(e.print(val))
 		return nil
 
 	case *ifNode:
@@ -142,10 +176,12 @@ func (e *evaluator) execForItems(n *forNode, iterVal Value, depth int64) error {
 		items = iterVal.AsList().Items
 	case iterVal.IsDict():
 		d := iterVal.AsDict()
+		e.b.items(iterVal)
 		for _, key := range d.Keys {
 			items = append(items, NewString(key))
 		}
 	case iterVal.IsString():
+		e.b.items(iterVal)
 		for _, r := range iterVal.AsString() {
 			items = append(items, NewString(string(r)))
 		}
@@ -157,6 +193,7 @@ func (e *evaluator) execForItems(n *forNode, iterVal Value, depth int64) error {
 	if n.filterExpr != nil {
 		var filtered []Value
 		for _, item := range items {
+			e.b.allocate(frameBytes)
 			child := newScope(e.scope)
 			bindLoopItem(child, n, item)
 			old := e.scope
@@ -190,6 +227,9 @@ func (e *evaluator) execForItems(n *forNode, iterVal Value, depth int64) error {
 	ld.Set("depth0", NewInt(depth))
 	var previous Value
 	ld.Set("changed", NewCallable("loop.changed", func(args []Value, kwargs map[string]Value) (Value, error) {
+		for _, a := range args {
+			e.b.deep(a) // lagc: Equals may walk the arguments whole
+		}
 		current := NewList(args)
 		changed := !current.Equals(previous)
 		previous = current
@@ -201,7 +241,9 @@ func (e *evaluator) execForItems(n *forNode, iterVal Value, depth int64) error {
 			if len(args) != 1 {
 				return Undefined(), fmt.Errorf("recursive loop requires one iterable")
 			}
-			nested := evaluator{scope: parent, builtins: e.builtins}
+			nested := evaluator{scope: parent, builtins: e.builtins, b: e.b}
+			e.b.call()
+			defer e.b.ret()
 			if err := nested.execForItems(n, args[0], depth+1); err != nil {
 				return Undefined(), err
 			}
@@ -210,6 +252,8 @@ func (e *evaluator) execForItems(n *forNode, iterVal Value, depth int64) error {
 	}
 
 	for i, item := range items {
+		e.b.step(1)
+		e.b.allocate(frameBytes)
 		child := newScope(e.scope)
 		child.set("loop", loop)
 		// Set loop variable(s).
@@ -316,6 +360,7 @@ func (e *evaluator) execSetBlock(n *setBlockNode) error {
 	bodyEval := evaluator{
 		scope:    e.scope,
 		builtins: e.builtins,
+		b:        e.b,
 	}
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
@@ -332,6 +377,9 @@ func (e *evaluator) execMacro(n *macroNode) error {
 	acceptsKwargs := referencesName("kwargs", body...)
 
 	fn := NewCallable(n.name, func(args []Value, kwargs map[string]Value) (Value, error) {
+		e.b.call()
+		defer e.b.ret()
+		e.b.allocate(frameBytes)
 		child := newScope(parentScope)
 
 		// Bind positional args.
@@ -344,7 +392,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 			} else if v, ok := kwargs[param.name]; ok {
 				child.set(param.name, v)
 			} else if param.defaultVal != nil {
-				defEval := evaluator{scope: child, builtins: e.builtins}
+				defEval := evaluator{scope: child, builtins: e.builtins, b: e.b}
 				defVal, err := defEval.evalExpr(param.defaultVal)
 				if err != nil {
 					return Undefined(), err
@@ -376,6 +424,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 		macroEval := evaluator{
 			scope:    child,
 			builtins: e.builtins,
+			b:        e.b,
 		}
 
 		if err := macroEval.execNodes(body); err != nil {
@@ -396,6 +445,9 @@ func (e *evaluator) execCall(n *callNode) error {
 	parentScope := e.scope
 
 	caller := NewCallable("caller", func(args []Value, kwargs map[string]Value) (Value, error) {
+		e.b.call()
+		defer e.b.ret()
+		e.b.allocate(frameBytes)
 		child := newScope(parentScope)
 		for i, argName := range callerArgs {
 			if i < len(args) {
@@ -406,6 +458,7 @@ func (e *evaluator) execCall(n *callNode) error {
 		callerEval := evaluator{
 			scope:    child,
 			builtins: e.builtins,
+			b:        e.b,
 		}
 		if err := callerEval.execNodes(body); err != nil {
 			return Undefined(), err
@@ -444,11 +497,11 @@ func (e *evaluator) execCall(n *callNode) error {
 			kwargs["caller"] = caller
 		}
 
-		result, err := fn.AsCallable().Fn(args, kwargs)
+		result, err := e.invoke(fn.AsCallable(), args, kwargs)
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
+		e.write(e.print(result))
 		return nil
 	}
 
@@ -461,11 +514,11 @@ func (e *evaluator) execCall(n *callNode) error {
 		return fmt.Errorf("call: expression is not callable")
 	}
 
-	result, err := fn.AsCallable().Fn(nil, map[string]Value{"caller": caller})
+	result, err := e.invoke(fn.AsCallable(), nil, map[string]Value{"caller": caller})
 	if err != nil {
 		return err
 	}
-	e.output.WriteString(printValue(result))
+	e.write(e.print(result))
 	return nil
 }
 
@@ -474,6 +527,7 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 	bodyEval := evaluator{
 		scope:    newScope(e.scope),
 		builtins: e.builtins,
+		b:        e.b,
 	}
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
@@ -484,7 +538,7 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 	if err != nil {
 		return err
 	}
-	e.output.WriteString(printValue(result))
+	e.write(e.print(result))
 	return nil
 }
 
@@ -493,6 +547,9 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 // =============================================================================
 
 func (e *evaluator) evalExpr(ex expr) (Value, error) {
+	e.b.push()
+	defer e.b.pop()
+	e.b.step(1)
 	switch n := ex.(type) {
 	case *litExpr:
 		return n.val, nil
@@ -547,6 +604,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 		return e.evalTestExpr(n)
 
 	case *listExpr:
+		e.b.allocate(satMul(int64(len(n.items)), valueBytes) + entryBytes)
 		items := make([]Value, len(n.items))
 		for i, item := range n.items {
 			v, err := e.evalExpr(item)
@@ -560,6 +618,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 		return value, nil
 
 	case *dictExpr:
+		e.b.allocate(satMul(int64(len(n.pairs)), entryBytes) + entryBytes)
 		d := NewDict()
 		dict := d.AsDict()
 		for _, pair := range n.pairs {
@@ -571,7 +630,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 			if err != nil {
 				return Undefined(), err
 			}
-			dict.Set(printValue(key), val)
+			dict.Set(e.print(key), val)
 		}
 		return d, nil
 
@@ -643,7 +702,7 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 	}
 
 	if obj.IsDict() {
-		k := printValue(key)
+		k := e.print(key)
 		if v, ok := obj.AsDict().Get(k); ok {
 			return v, nil
 		}
@@ -656,6 +715,8 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 		}
 		idx := int(toInt64(key))
 		s := obj.AsString()
+		e.b.scan(len(s))
+		e.b.allocate(satMul(int64(len(s)), 4))
 		runes := []rune(s)
 		if idx < 0 {
 			idx += len(runes)
@@ -680,8 +741,14 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 		length = obj.AsList().Len()
 	case obj.IsString():
 		length = utf8.RuneCountInString(obj.AsString())
+		e.b.scan(len(obj.AsString()))
+		e.b.allocate(satMul(int64(len(obj.AsString())), 5))
 	default:
 		return Undefined(), nil
+	}
+	if obj.IsList() {
+		e.b.step(int64(length)/32 + 1)
+		e.b.allocate(satMul(int64(length), valueBytes))
 	}
 	start, stop, step, err := resolveSlice(n, e, length)
 	if errors.Is(err, errSliceIndex) && constantExpr(n.obj) && constantExpr(n.start) && constantExpr(n.stop) && constantExpr(n.step) {
@@ -953,6 +1020,7 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 	if err != nil {
 		return Undefined(), err
 	}
+	e.b.binary(n.op, left, right)
 
 	switch n.op {
 	case "+":
@@ -1062,7 +1130,7 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		}
 	}
 	if !fn.IsCallable() {
-		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), fn.String())
+		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), shortRepr(fn))
 	}
 
 	args := make([]Value, len(n.args))
@@ -1080,7 +1148,7 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 	}
 
 	if fn.AsCallable().Name == "dict" {
-		value, err := fn.AsCallable().Fn(args, nil)
+		value, err := e.invoke(fn.AsCallable(), args, nil)
 		if err != nil {
 			return Undefined(), err
 		}
@@ -1089,7 +1157,7 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		}
 		return value, nil
 	}
-	return fn.AsCallable().Fn(args, kwargs)
+	return e.invoke(fn.AsCallable(), args, kwargs)
 }
 
 func (e *evaluator) evalKeywordArgs(keywords []kwarg) (map[string]Value, []string, error) {
@@ -1177,7 +1245,7 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	return filterVal.AsCallable().Fn(args, kwargs)
+	return e.invoke(filterVal.AsCallable(), args, kwargs)
 }
 
 func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
@@ -1195,6 +1263,7 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 		testArgs = append(testArgs, v)
 	}
 
+	e.b.test(n.name, val, testArgs)
 	result, err := evalTest(n.name, val, testArgs)
 	if err != nil {
 		return Undefined(), err
@@ -1213,12 +1282,15 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 
 func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	s := obj.AsString()
+	e.b.scan(len(s))
 
 	switch method {
 	case "strip":
 		return e.makeStringFunc("strip", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) > 0 && !args[0].IsNone() {
-				return NewString(strings.Trim(s, printValue(args[0]))), nil
+				cutset := e.print(args[0])
+				e.b.step(int64(len(s)/128+1) * int64(len(cutset)/8+1))
+				return NewString(strings.Trim(s, cutset)), nil
 			}
 			return NewString(strings.TrimFunc(s, pythonWhitespace)), nil
 		}), nil
@@ -1226,7 +1298,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	case "lstrip":
 		return e.makeStringFunc("lstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) > 0 && !args[0].IsNone() {
-				return NewString(strings.TrimLeft(s, printValue(args[0]))), nil
+				cutset := e.print(args[0])
+				e.b.step(int64(len(s)/128+1) * int64(len(cutset)/8+1))
+				return NewString(strings.TrimLeft(s, cutset)), nil
 			}
 			return NewString(strings.TrimLeftFunc(s, pythonWhitespace)), nil
 		}), nil
@@ -1234,7 +1308,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	case "rstrip":
 		return e.makeStringFunc("rstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) > 0 && !args[0].IsNone() {
-				return NewString(strings.TrimRight(s, printValue(args[0]))), nil
+				cutset := e.print(args[0])
+				e.b.step(int64(len(s)/128+1) * int64(len(cutset)/8+1))
+				return NewString(strings.TrimRight(s, cutset)), nil
 			}
 			return NewString(strings.TrimRightFunc(s, pythonWhitespace)), nil
 		}), nil
@@ -1247,6 +1323,7 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			}
 			var parts []string
 			if len(args) == 0 || args[0].IsNone() {
+				e.b.allocate(satMul(int64(len(s)/2+1), valueBytes+16))
 				rest := strings.TrimLeftFunc(s, pythonWhitespace)
 				for rest != "" {
 					if maxsplit >= 0 && len(parts) == maxsplit {
@@ -1262,10 +1339,11 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 					rest = strings.TrimLeftFunc(rest[index:], pythonWhitespace)
 				}
 			} else {
-				sep := printValue(args[0])
+				sep := e.print(args[0])
 				if sep == "" {
 					return Undefined(), fmt.Errorf("split: empty separator")
 				}
+				e.b.allocate(satMul(int64(strings.Count(s, sep)+1), valueBytes+16))
 				n := -1
 				if maxsplit >= 0 {
 					n = maxsplit + 1
@@ -1283,6 +1361,10 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 		return e.makeStringFunc(method, func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), fmt.Errorf("%s requires an argument", method)
+			}
+			e.b.allocate(satMul(int64(len(s)), 5))
+			for _, a := range args {
+				e.b.printed(a)
 			}
 			runes := []rune(s)
 			start, end := 0, len(runes)
@@ -1336,27 +1418,31 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) < 2 {
 				return NewString(s), nil
 			}
-			old := printValue(args[0])
-			newStr := printValue(args[1])
+			old := e.print(args[0])
+			newStr := e.print(args[1])
 			count := -1
 			if len(args) > 2 {
 				count = int(toInt64(args[2]))
 			}
+			e.b.allocate(replaced(e.b, s, old, newStr, count))
 			return NewString(strings.Replace(s, old, newStr, count)), nil
 		}), nil
 
 	case "upper":
 		return e.makeStringFunc("upper", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.b.allocate(satMul(int64(len(s)), 2))
 			return NewString(strings.ToUpper(s)), nil
 		}), nil
 
 	case "lower":
 		return e.makeStringFunc("lower", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.b.allocate(satMul(int64(len(s)), 2))
 			return NewString(strings.ToLower(s)), nil
 		}), nil
 
 	case "title":
 		return e.makeStringFunc("title", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.b.allocate(satMul(int64(len(s)), 6))
 			runes := []rune(s)
 			inWord := false
 			for i, r := range runes {
@@ -1375,6 +1461,7 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(s) == 0 {
 				return NewString(""), nil
 			}
+			e.b.allocate(satMul(int64(len(s)), 8))
 			runes := []rune(strings.ToLower(s))
 			runes[0] = unicode.ToTitle(runes[0])
 			return NewString(string(runes)), nil
@@ -1385,8 +1472,11 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			result := s
 			for i, arg := range args {
 				placeholder := fmt.Sprintf("{%d}", i)
-				result = strings.ReplaceAll(result, placeholder, printValue(arg))
-				result = strings.Replace(result, "{}", printValue(arg), 1)
+				text := e.print(arg)
+				e.b.allocate(satAdd(replaced(e.b, result, placeholder, text, -1), int64(len(text))))
+				result = strings.ReplaceAll(result, placeholder, text)
+				e.b.allocate(replaced(e.b, result, "{}", text, 1))
+				result = strings.Replace(result, "{}", text, 1)
 			}
 			return NewString(result), nil
 		}), nil
@@ -1409,6 +1499,8 @@ func pythonWhitespace(r rune) bool {
 
 func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 	list := obj.AsList()
+	e.b.step(int64(list.Len())/32 + 1)
+	e.b.allocate(valueBytes)
 
 	switch method {
 	case "append":
@@ -1461,6 +1553,10 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 
 func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 	d := obj.AsDict()
+	if method == "items" || method == "keys" || method == "values" || method == "pop" || method == "update" {
+		e.b.step(int64(d.Len())/8 + 1)
+		e.b.allocate(satMul(int64(d.Len()), 3*valueBytes))
+	}
 
 	switch method {
 	case "items":
@@ -1496,7 +1592,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key := e.print(args[0])
 			if v, ok := d.Get(key); ok {
 				return v, nil
 			}
@@ -1511,7 +1607,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key := e.print(args[0])
 			v, ok := d.Get(key)
 			if ok {
 				delete(d.Data, key)
@@ -1534,6 +1630,8 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 		return NewCallable("dict.update", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) > 0 && args[0].IsDict() {
 				other := args[0].AsDict()
+				e.b.step(int64(other.Len())/8 + 1)
+				e.b.allocate(satMul(int64(other.Len()), entryBytes))
 				for _, key := range other.Keys {
 					d.Set(key, other.Data[key])
 				}

@@ -235,11 +235,27 @@ func tokenizeExpr(s string) []tok {
 type exprParser struct {
 	tokens []tok
 	pos    int
+	depth  int // lagc: nesting of the expression being parsed
 }
 
 func newExprParser(tokens []tok) *exprParser {
 	return &exprParser{tokens: tokens, pos: 0}
 }
+
+// lagc: maxParseNesting bounds nested expressions and nested blocks, so a
+// template cannot exhaust the Go stack while parsing or rendering.
+const maxParseNesting = 256
+
+// enter counts one level of expression nesting; leave undoes it.
+func (p *exprParser) enter() error {
+	p.depth++
+	if p.depth > maxParseNesting {
+		return fmt.Errorf("expression nested deeper than %d levels", maxParseNesting)
+	}
+	return nil
+}
+
+func (p *exprParser) leave() { p.depth-- }
 
 func (p *exprParser) peek() tok {
 	if p.pos >= len(p.tokens) {
@@ -296,6 +312,10 @@ func parseExpr(s string) (expr, error) {
 
 // parseExpression handles the lowest precedence: inline if/else.
 func (p *exprParser) parseExpression() (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	e, err := p.parseOr()
 	if err != nil {
 		return nil, err
@@ -366,6 +386,10 @@ func (p *exprParser) parseAnd() (expr, error) {
 func (p *exprParser) parseNot() (expr, error) {
 	if p.peek().kind == tokName && p.peek().val == "not" {
 		p.advance()
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
 		operand, err := p.parseNot()
 		if err != nil {
 			return nil, err
@@ -567,6 +591,10 @@ func (p *exprParser) parseUnary() (expr, error) {
 func (p *exprParser) parseUnaryOperand() (expr, error) {
 	if p.peek().kind == tokOp && (p.peek().val == "-" || p.peek().val == "+") {
 		op := p.advance().val
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
 		operand, err := p.parseUnaryOperand()
 		return &unaryExpr{op: op, operand: operand}, err
 	}
@@ -978,38 +1006,48 @@ func applyTrimming(segs []segment) {
 	// the same effect by handling every tag's LEFT side first, then
 	// every tag's RIGHT side.
 
+	// lagc: the text segments nearest each tag are found in one pass each
+	// way (searching from every tag took quadratic time on a template of
+	// tags without text).
+	prevText := make([]int, len(segs)) // last text segment before i, or -1
+	last := -1
+	firstContent := -1 // first text or expression segment
+	for i := range segs {
+		prevText[i] = last
+		if segs[i].kind == segText {
+			last = i
+		}
+		if firstContent < 0 && (segs[i].kind == segText || segs[i].kind == segExpr) {
+			firstContent = i
+		}
+	}
+	nextText := make([]int, len(segs)) // first text segment after i, or -1
+	next := -1
+	for i := len(segs) - 1; i >= 0; i-- {
+		nextText[i] = next
+		if segs[i].kind == segText {
+			next = i
+		}
+	}
+
 	// Pass 1: left side of every tag.
 	for i := range segs {
 		seg := &segs[i]
 		applyDefaults := seg.kind == segStmt || seg.kind == segComment
+		j := prevText[i]
+		if j < 0 {
+			continue
+		}
 
 		switch {
 		case seg.trimLeft:
-			for j := i - 1; j >= 0; j-- {
-				if segs[j].kind == segText {
-					segs[j].text = trimTrailingWhitespace(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimTrailingWhitespace(segs[j].text)
 		case applyDefaults && !seg.keepLeft:
-			for j := i - 1; j >= 0; j-- {
-				if segs[j].kind == segText {
-					// Treat the very first text segment in the
-					// template as if it were preceded by a newline
-					// (start of file == start of line) so that a
-					// template that opens with `   {% if %}...`
-					// strips the indentation, matching Jinja2.
-					isFirstText := true
-					for k := j - 1; k >= 0; k-- {
-						if segs[k].kind == segText || segs[k].kind == segExpr {
-							isFirstText = false
-							break
-						}
-					}
-					segs[j].text = lstripBlock(segs[j].text, isFirstText)
-					break
-				}
-			}
+			// Treat the very first text segment in the template as if it
+			// were preceded by a newline (start of file == start of line)
+			// so that a template that opens with `   {% if %}...` strips
+			// the indentation, matching Jinja2.
+			segs[j].text = lstripBlock(segs[j].text, j == firstContent)
 		}
 	}
 
@@ -1017,22 +1055,16 @@ func applyTrimming(segs []segment) {
 	for i := range segs {
 		seg := &segs[i]
 		applyDefaults := seg.kind == segStmt || seg.kind == segComment
+		j := nextText[i]
+		if j < 0 {
+			continue
+		}
 
 		switch {
 		case seg.trimRight:
-			for j := i + 1; j < len(segs); j++ {
-				if segs[j].kind == segText {
-					segs[j].text = trimLeadingWhitespace(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimLeadingWhitespace(segs[j].text)
 		case applyDefaults && !seg.keepRight:
-			for j := i + 1; j < len(segs); j++ {
-				if segs[j].kind == segText {
-					segs[j].text = trimBlockNewline(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimBlockNewline(segs[j].text)
 		}
 	}
 }
@@ -1085,8 +1117,9 @@ func trimBlockNewline(s string) string {
 }
 
 type templateParser struct {
-	segs []segment
-	pos  int
+	segs  []segment
+	pos   int
+	depth int // lagc: nesting of blocks being parsed
 }
 
 func (p *templateParser) done() bool {
@@ -1110,6 +1143,11 @@ func (p *templateParser) advance() *segment {
 // stop keywords (e.g., "endif", "endfor", "elif", "else"). Returns the nodes
 // collected so far. The stop keyword segment is NOT consumed.
 func (p *templateParser) parseUntil(stopKeywords ...string) ([]node, error) {
+	p.depth++
+	defer func() { p.depth-- }()
+	if p.depth > maxParseNesting {
+		return nil, fmt.Errorf("blocks nested deeper than %d levels", maxParseNesting)
+	}
 	var nodes []node
 
 	for !p.done() {

@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -37,20 +38,29 @@ func (t *Template) Render(data map[string]any) (string, error) {
 		vals[k] = FromGoValue(v)
 	}
 
-	return render(t.nodes, vals)
+	return render(context.Background(), t.nodes, vals, Limits{})
 }
 
 // RenderValues is like Render but accepts pre-converted Value data.
 func (t *Template) RenderValues(data map[string]Value) (string, error) {
-	return render(t.nodes, data)
+	return render(context.Background(), t.nodes, data, Limits{})
+}
+
+// lagc: RenderContext is RenderValues within limits (zero fields take
+// DefaultLimits) that stops when ctx is done. Render and RenderValues use
+// DefaultLimits.
+func (t *Template) RenderContext(ctx context.Context, data map[string]Value, lim Limits) (string, error) {
+	return render(ctx, t.nodes, data, lim)
 }
 
 // =============================================================================
 
 // render executes the AST with the given data and returns the result.
-func render(nodes []node, data map[string]Value) (string, error) {
+func render(ctx context.Context, nodes []node, data map[string]Value, lim Limits) (out string, err error) {
+	defer recoverAbort(&err)
 	e := evaluator{
 		output: strings.Builder{},
+		b:      newBudget(ctx, lim),
 	}
 
 	// Use the cached builtins scope directly. The scope is initialized

@@ -79,6 +79,11 @@ func NewDict() Value {
 	return Value{kind: KindDict, v: &Dict{Data: make(map[string]Value)}}
 }
 
+// lagc: newBuiltin returns a filter or global function.
+func newBuiltin(name string, fn func(args []Value, kwargs map[string]Value) (Value, error)) Value {
+	return Value{kind: KindCallable, v: Callable{Name: name, Fn: fn, builtin: true}}
+}
+
 // NewCallable returns a callable value.
 func NewCallable(name string, fn func(args []Value, kwargs map[string]Value) (Value, error)) Value {
 	return Value{kind: KindCallable, v: Callable{Name: name, Fn: fn}}
@@ -177,6 +182,7 @@ func (v Value) String() string {
 
 // Track ancestors, not all visited containers: shared references are not cycles.
 func (v Value) string(ancestors []any) string {
+	valueDepth(len(ancestors)) // lagc
 	switch v.kind {
 	case KindUndefined:
 		return "Undefined"
@@ -283,6 +289,12 @@ func reprString(s string) string {
 // Equals reports whether v and other hold the same value. Numeric values
 // compare across integer, float, and boolean types without rounding integers.
 func (v Value) Equals(other Value) bool {
+	return v.equals(other, 0)
+}
+
+// lagc: equals is Equals with the depth of the walk bounded.
+func (v Value) equals(other Value, depth int) bool {
+	valueDepth(depth)
 	if v.kind != other.kind {
 		if !(v.IsNumber() || v.IsBool()) || !(other.IsNumber() || other.IsBool()) {
 			return false
@@ -331,7 +343,7 @@ func (v Value) Equals(other Value) bool {
 			return false
 		}
 		for i := range a.Items {
-			if !a.Items[i].Equals(b.Items[i]) {
+			if !a.Items[i].equals(b.Items[i], depth+1) {
 				return false
 			}
 		}
@@ -351,7 +363,7 @@ func (v Value) Equals(other Value) bool {
 			if !ok {
 				return false
 			}
-			if !a.Data[key].Equals(bv) {
+			if !a.Data[key].equals(bv, depth+1) {
 				return false
 			}
 		}
@@ -427,6 +439,9 @@ func (d *Dict) OrderedKeys() []string {
 type Callable struct {
 	Name string
 	Fn   func(args []Value, kwargs map[string]Value) (Value, error)
+	// lagc: builtin marks the engine's filters and global functions, whose
+	// cost is charged by name before they run.
+	builtin bool
 }
 
 // =============================================================================
