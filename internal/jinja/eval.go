@@ -1499,8 +1499,10 @@ func pythonWhitespace(r rune) bool {
 
 func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 	list := obj.AsList()
-	e.b.step(int64(list.Len())/32 + 1)
 	e.b.allocate(valueBytes)
+	if method == "pop" || method == "insert" {
+		e.b.step(int64(list.Len())/32 + 1) // they move the items after the index
+	}
 
 	switch method {
 	case "append":

@@ -97,8 +97,9 @@ func TestLimits(t *testing.T) {
 // TestWithinLimits: the same constructs at ordinary sizes render, under
 // the same small limits.
 func TestWithinLimits(t *testing.T) {
-	small := Limits{Steps: 100_000, Alloc: 1 << 20, Output: 1 << 16, Calls: 16, Nesting: 500}
+	small := Limits{Steps: 100_000, Alloc: 4 << 20, Output: 1 << 16, Calls: 16, Nesting: 500}
 	tests := []struct{ src, want string }{
+		{`{% set l = [] %}{% for i in range(3000) %}{% set _ = l.append(i) %}{% endfor %}{{ l | length }}`, "3000"},
 		{`{{ range(5) | join(",") }}`, "0,1,2,3,4"},
 		{`{{ "ab" * 3 }}{{ [1] * 2 }}`, "ababab[1, 1]"},
 		{`{{ "%5d|%-3s|" % (42, "x") }}`, "   42|x  |"},
