@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
+
+	"lagc/internal/fsutil"
 )
+
+// maxConfigBytes bounds tokenizer_config.json (some list every added token).
+const maxConfigBytes = 64 << 20
 
 // Sources are the chat templates and special-token strings a checkpoint
 // ships.
@@ -41,7 +45,7 @@ func (s *Sources) For(withTools bool) string {
 func LoadHFDir(dir string) (*Sources, error) {
 	s := &Sources{SpecialTokens: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(cfgPath)
+	data, err := fsutil.ReadFile(cfgPath, maxConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -52,7 +56,7 @@ func LoadHFDir(dir string) (*Sources, error) {
 		}
 	}
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	data, err = os.ReadFile(jinjaPath)
+	data, err = fsutil.ReadFile(jinjaPath, MaxTemplateBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"lagc/internal/fsutil"
 )
 
 // LoadHFDir loads the tokenizer of an HF checkpoint directory:
@@ -80,7 +81,7 @@ func LoadHFDir(dir string) (*Tokenizer, error) {
 
 // readJSON decodes path into v; a missing file is not an error.
 func readJSON(path string, v any) (bool, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, maxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
