@@ -150,7 +150,9 @@ func runRun(f *runFlags) error {
 		return runChat(ctx, m, tok, gen)
 	}
 	if f.prompt != "" {
-		ids = tok.Encode(f.prompt, !f.raw)
+		if ids, err = tok.EncodeContext(ctx, f.prompt, !f.raw); err != nil {
+			return fmt.Errorf("--prompt: %w", err)
+		}
 	}
 	if tok != nil {
 		gen.Stop = tok.IsEOG
@@ -274,12 +276,15 @@ func runChat(ctx context.Context, m *engine.Model, tok *tokenizer.Tokenizer, gen
 			return nil
 		}
 		history = append(history, chat.Message{Role: "user", Content: line})
-		text, err := tmpl.Render(history, chat.Options{AddGenerationPrompt: true, SpecialTokens: special})
+		text, err := tmpl.RenderContext(ctx, history, chat.Options{AddGenerationPrompt: true, SpecialTokens: special})
 		if err != nil {
 			return err
 		}
 		// The template writes its own special tokens.
-		ids := tok.Encode(text, false)
+		ids, err := tok.EncodeContext(ctx, text, false)
+		if err != nil {
+			return err
+		}
 		stream := tok.NewStreamDecoder(true)
 		var reply strings.Builder
 		gen.OnToken = func(id int32) error {
