@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"path/filepath"
 
 	"lagc/internal/atomicfile"
 )
@@ -27,25 +26,6 @@ func WriteGGUFFileContext(ctx context.Context, path string, ck Checkpoint, opt W
 		return err
 	}
 	return f.Commit()
-}
-
-// TempFiles lists the temporary files WriteGGUFFileContext may leave beside
-// path if the process is killed.
-func TempFiles(path string) ([]string, error) {
-	return filepath.Glob(filepath.Join(filepath.Dir(path), globEscape(filepath.Base(path))+".*"+atomicfile.TempSuffix))
-}
-
-// globEscape quotes the metacharacters of filepath.Match.
-func globEscape(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', '\\':
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
 
 // ctxWriter fails writes once ctx is done, so a long write stops at the
