@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"lagc/internal/fsutil"
 )
 
 // openHF opens a Hugging Face checkpoint directory.
@@ -63,11 +65,15 @@ type hfShard struct {
 	want []string // tensors the index places in this file
 }
 
+// maxIndexBytes bounds model.safetensors.index.json (a few hundred
+// kilobytes for the largest models).
+const maxIndexBytes = 256 << 20
+
 // hfShards lists the safetensors files of dir: those of the index if there
 // is one, else model.safetensors, else every *.safetensors file.
 func hfShards(dir string) ([]hfShard, error) {
 	idxPath := filepath.Join(dir, "model.safetensors.index.json")
-	data, err := os.ReadFile(idxPath)
+	data, err := fsutil.ReadFile(idxPath, maxIndexBytes)
 	switch {
 	case err == nil:
 		var idx struct {

@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
+
+	"lagc/internal/fsutil"
 )
 
 // Layer and MLP type names, spelled as in HF config.json.
@@ -108,9 +109,12 @@ func (r Rope) YarnAttentionFactor() float64 {
 	return 0.1*math.Log(r.Factor) + 1
 }
 
+// maxConfigBytes bounds config.json (real ones are a few kilobytes).
+const maxConfigBytes = 16 << 20
+
 // LoadHFConfig reads a Hugging Face config.json.
 func LoadHFConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading model config: %w", err)
 	}
