@@ -263,6 +263,9 @@ func (c *Config) Validate() error {
 	if n <= 0 || n > MaxLayers {
 		return fmt.Errorf("num_hidden_layers must be in [1, %d], got %d", MaxLayers, n)
 	}
+	if err := c.checkFloats(); err != nil {
+		return err
+	}
 	pos := []struct {
 		name string
 		v    int

@@ -64,6 +64,7 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 	t0 := time.Now()
 	var last []float32
 	var lastNext int32
+	var steps [][]int32 // what was fed, to locate non-finite logits
 	for s := 0; s < len(prompt); s += chunk {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -75,6 +76,10 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 		}
 		if err := checkStep(logits, next, len(part), V); err != nil {
 			return nil, fmt.Errorf("prefill at position %d: %w", s, err)
+		}
+		steps = append(steps, part)
+		if e := checkFinite(fmt.Sprintf("prefill at position %d", s), logits, len(part), V, o.Logits); e != nil {
+			return nil, locate(b, steps, e)
 		}
 		res.PromptNext = append(res.PromptNext, next...)
 		if o.Logits {
@@ -127,6 +132,12 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 		}
 		if err != nil {
 			return nil, fmt.Errorf("decode at position %d: %w", b.Pos(), err)
+		}
+		steps = append(steps, []int32{id})
+		if logits != nil {
+			if e := checkFinite(fmt.Sprintf("decode at position %d", b.Pos()-1), logits, 1, V, false); e != nil {
+				return nil, locate(b, steps, e)
+			}
 		}
 		last, lastNext = logits, next[0]
 	}

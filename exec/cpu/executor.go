@@ -26,6 +26,8 @@ type Executor struct {
 	maxPos  int
 	next    int  // the next position to feed
 	broken  bool // a step failed midway: the caches are inconsistent until Reset
+
+	checkNonFinite bool // SetCheckFinite
 }
 
 // Result is what one Forward step computed.
@@ -256,6 +258,12 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 			// Some layers may have appended this step's keys already.
 			e.broken = true
 			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		if e.checkNonFinite {
+			if err := e.checkFinite(n, f32); err != nil {
+				e.broken = true
+				return nil, err
+			}
 		}
 		// Drop activations nobody reads any more.
 		for _, v := range n.Inputs {
