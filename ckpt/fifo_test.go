@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"lagc/ckpt"
 	"lagc/ckpt/ckpttest"
+	"lagc/internal/fixture"
 )
 
 // TestOpenFIFO: a named pipe in place of a checkpoint file blocked Open
@@ -26,9 +26,7 @@ func TestOpenFIFO(t *testing.T) {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mkfifo(p, 0o644); err != nil {
-			t.Skipf("no named pipes here: %v", err)
-		}
+		fixture.FIFO(t, p)
 		return dir
 	}
 	for _, name := range []string{"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"} {
@@ -39,9 +37,7 @@ func TestOpenFIFO(t *testing.T) {
 	}
 	t.Run("gguf", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "m.gguf")
-		if err := syscall.Mkfifo(p, 0o644); err != nil {
-			t.Skipf("no named pipes here: %v", err)
-		}
+		fixture.FIFO(t, p)
 		openWithin(t, p, "m.gguf is a named pipe")
 	})
 }

@@ -7,18 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
+
+	"lagc/internal/fixture"
 )
 
 // TestDiskCacheNotRegular: a named pipe at an entry's path blocked the read
 // forever; it is treated as a corrupt entry and removed.
 func TestDiskCacheNotRegular(t *testing.T) {
 	dc := &diskCache{dir: t.TempDir()}
-	if err := syscall.Mkfifo(dc.path(testKey), 0o644); err != nil {
-		t.Skipf("no named pipes here: %v", err)
-	}
+	fixture.FIFO(t, dc.path(testKey))
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := dc.read(testKey)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"lagc/ckpt/ckpttest"
+	"lagc/internal/fixture"
 )
 
 // TestConvertRefusesOutput: outputs that are, or resolve to, a file the
@@ -51,9 +52,7 @@ func TestConvertRefusesOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(other, "fifo.gguf")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fixture.FIFO(t, fifo)
 	sock := filepath.Join(other, "sock.gguf")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

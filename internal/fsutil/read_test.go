@@ -8,8 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"lagc/internal/fixture"
 )
 
 func TestReadFile(t *testing.T) {
@@ -19,9 +20,7 @@ func TestReadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Skipf("no named pipes here: %v", err)
-	}
+	fixture.FIFO(t, fifo)
 	link := filepath.Join(dir, "link")
 	if err := os.Symlink(file, link); err != nil {
 		t.Fatal(err)
