@@ -52,23 +52,15 @@ func checkFinite(step string, logits []float32, T, V int, all bool) *NonFiniteEr
 	}
 	var e *NonFiniteError
 	for r := first; r < T; r++ {
-		row := logits[r*V : (r+1)*V]
-		if cpu.Finite(row) {
+		nan, inf, c := cpu.CountNonFinite(logits[r*V : (r+1)*V])
+		if c < 0 {
 			continue
 		}
-		for c, x := range row {
-			if x-x == 0 {
-				continue
-			}
-			if e == nil {
-				e = &NonFiniteError{Step: step, Row: r, Col: c}
-			}
-			if x != x {
-				e.NaN++
-			} else {
-				e.Inf++
-			}
+		if e == nil {
+			e = &NonFiniteError{Step: step, Row: r, Col: c}
 		}
+		e.NaN += nan
+		e.Inf += inf
 	}
 	return e
 }

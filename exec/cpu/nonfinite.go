@@ -29,9 +29,9 @@ func (e *NonFiniteError) Error() string {
 	return b.String()
 }
 
-// countNonFinite counts the NaN and infinite values of d and returns the
+// CountNonFinite counts the NaN and infinite values of d and returns the
 // index of the first (-1 if all are finite).
-func countNonFinite(d []float32) (nan, inf, first int) {
+func CountNonFinite(d []float32) (nan, inf, first int) {
 	first = -1
 	for i, x := range d {
 		if x-x == 0 { // x-x is 0 for finite x, NaN for NaN and infinities
@@ -57,14 +57,14 @@ func (e *Executor) checkFinite(n *ir.Node, f32 map[*ir.Value][]float32) error {
 		if !ok {
 			continue
 		}
-		nan, inf, first := countNonFinite(d)
+		nan, inf, first := CountNonFinite(d)
 		if first < 0 {
 			continue
 		}
 		err := &NonFiniteError{Node: n, Output: v, NaN: nan, Inf: inf, First: first}
 		for _, in := range n.Inputs {
 			if w, ok := e.weights[in]; ok && in.Kind == ir.Weight {
-				if wn, wi, _ := countNonFinite(w); wn+wi > 0 {
+				if wn, wi, _ := CountNonFinite(w); wn+wi > 0 {
 					err.BadWeights = append(err.BadWeights, fmt.Sprintf("%s (%d NaN, %d infinite)", in, wn, wi))
 				}
 			}
@@ -78,13 +78,3 @@ func (e *Executor) checkFinite(n *ir.Node, f32 map[*ir.Value][]float32) error {
 // Forward: the first node producing a NaN or an infinity fails the step with
 // a *NonFiniteError. It costs a pass over every activation.
 func (e *Executor) SetCheckFinite(on bool) { e.checkNonFinite = on }
-
-// Finite reports whether every value of d is finite.
-func Finite(d []float32) bool {
-	for _, x := range d {
-		if x-x != 0 {
-			return false
-		}
-	}
-	return true
-}
