@@ -276,15 +276,12 @@ func runChat(ctx context.Context, m *engine.Model, tok *tokenizer.Tokenizer, gen
 			return nil
 		}
 		history = append(history, chat.Message{Role: "user", Content: line})
-		text, err := tmpl.RenderContext(ctx, history, chat.Options{AddGenerationPrompt: true, SpecialTokens: special})
+		text, err := tmpl.Render(history, chat.Options{AddGenerationPrompt: true, SpecialTokens: special})
 		if err != nil {
 			return err
 		}
 		// The template writes its own special tokens.
-		ids, err := tok.EncodeContext(ctx, text, false)
-		if err != nil {
-			return err
-		}
+		ids := tok.Encode(text, false)
 		stream := tok.NewStreamDecoder(true)
 		var reply strings.Builder
 		gen.OnToken = func(id int32) error {
