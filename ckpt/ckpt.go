@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"lagc/internal/fsutil"
 )
 
 // TensorInfo describes one canonical tensor.
@@ -103,7 +105,7 @@ type mappedFile struct {
 }
 
 func mapPath(path string) (*mappedFile, error) {
-	f, err := os.Open(path)
+	f, err := fsutil.OpenRegular(path) // a named pipe would block the open
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ func openHF(dir string) (Checkpoint, error) { return openHFFrom(diskDir(dir)) }
 
 // openHFFrom opens the Hugging Face checkpoint whose files d reads.
 func openHFFrom(d hfDir) (_ Checkpoint, err error) {
-	data, err := d.readFile("config.json")
+	data, err := d.readFile("config.json", config.MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading model config: %w", err)
 	}
@@ -71,11 +71,15 @@ type hfShard struct {
 	want []string // tensors the index places in this file
 }
 
+// maxIndexBytes bounds model.safetensors.index.json (a few hundred
+// kilobytes for the largest models).
+const maxIndexBytes = 256 << 20
+
 // hfShards lists the safetensors files of dir: those of the index if there
 // is one, else model.safetensors, else every *.safetensors file.
 func hfShards(d hfDir) ([]hfShard, error) {
 	idxPath := d.path("model.safetensors.index.json")
-	data, err := d.readFile("model.safetensors.index.json")
+	data, err := d.readFile("model.safetensors.index.json", maxIndexBytes)
 	switch {
 	case err == nil:
 		var idx struct {

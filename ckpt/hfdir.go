@@ -3,6 +3,7 @@ package ckpt
 import (
 	"fmt"
 	"io/fs"
+	"lagc/internal/fsutil"
 	"os"
 	"path"
 	"path/filepath"
@@ -11,7 +12,7 @@ import (
 // hfDir reads the files of a Hugging Face checkpoint directory: one on disk
 // (shards mapped into memory) or one in an fs.FS (shards read into memory).
 type hfDir interface {
-	readFile(name string) ([]byte, error) // an error wrapping fs.ErrNotExist when missing
+	readFile(name string, max int64) ([]byte, error) // regular files up to max bytes; an error wrapping fs.ErrNotExist when missing
 	mapFile(name string) (*mappedFile, error)
 	exists(name string) bool
 	glob(pattern string) []string // base names
@@ -22,7 +23,9 @@ type hfDir interface {
 // diskDir is a checkpoint directory on disk.
 type diskDir string
 
-func (d diskDir) readFile(name string) ([]byte, error)     { return os.ReadFile(d.path(name)) }
+func (d diskDir) readFile(name string, max int64) ([]byte, error) {
+	return fsutil.ReadFile(d.path(name), max)
+}
 func (d diskDir) mapFile(name string) (*mappedFile, error) { return mapPath(d.path(name)) }
 func (d diskDir) exists(name string) bool                  { _, err := os.Stat(d.path(name)); return err == nil }
 func (d diskDir) fs() fs.FS                                { return nil }
@@ -49,10 +52,12 @@ type memDir struct {
 	name string
 }
 
-func (d memDir) readFile(name string) ([]byte, error) { return fs.ReadFile(d.fsys, name) }
-func (d memDir) exists(name string) bool              { _, err := fs.Stat(d.fsys, name); return err == nil }
-func (d memDir) glob(pattern string) []string         { m, _ := fs.Glob(d.fsys, pattern); return m }
-func (d memDir) fs() fs.FS                            { return d.fsys }
+func (d memDir) readFile(name string, max int64) ([]byte, error) {
+	return fsutil.ReadFileFS(d.fsys, name, d.path(name), max)
+}
+func (d memDir) exists(name string) bool      { _, err := fs.Stat(d.fsys, name); return err == nil }
+func (d memDir) glob(pattern string) []string { m, _ := fs.Glob(d.fsys, pattern); return m }
+func (d memDir) fs() fs.FS                    { return d.fsys }
 
 func (d memDir) path(name string) string {
 	if name == "" {

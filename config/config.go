@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
+
+	"lagc/internal/fsutil"
 )
 
 // Layer and MLP type names, spelled as in HF config.json.
@@ -108,9 +109,12 @@ func (r Rope) YarnAttentionFactor() float64 {
 	return 0.1*math.Log(r.Factor) + 1
 }
 
+// MaxConfigBytes bounds config.json (real ones are a few kilobytes).
+const MaxConfigBytes = 16 << 20
+
 // LoadHFConfig reads a Hugging Face config.json.
 func LoadHFConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading model config: %w", err)
 	}
@@ -260,6 +264,9 @@ func (c *Config) Validate() error {
 	n := c.NumLayers
 	if n <= 0 || n > MaxLayers {
 		return fmt.Errorf("num_hidden_layers must be in [1, %d], got %d", MaxLayers, n)
+	}
+	if err := c.checkFloats(); err != nil {
+		return err
 	}
 	pos := []struct {
 		name string

@@ -149,6 +149,9 @@ func (m *Model) prefill(ctx context.Context, tokens []int32, o GenOptions, res *
 		if err := checkStep(logits, next, len(part), V); err != nil {
 			return nil, 0, fmt.Errorf("prefill at position %d: %w", res.Start+s, err)
 		}
+		if e := checkFinite(fmt.Sprintf("prefill at position %d", res.Start+s), logits, len(part), V, o.Logits); e != nil {
+			return nil, 0, locate(b, m.stepsThrough(part), e)
+		}
 		m.seq = append(m.seq, part...)
 		s += len(part)
 		res.Fed = s
@@ -225,10 +228,24 @@ func (m *Model) decode(ctx context.Context, last []float32, lastNext int32, o Ge
 		if err != nil {
 			return fmt.Errorf("decode at position %d: %w", b.Pos(), err)
 		}
+		if logits != nil {
+			if e := checkFinite(fmt.Sprintf("decode at position %d", b.Pos()-1), logits, 1, V, false); e != nil {
+				return locate(b, m.stepsThrough([]int32{id}), e)
+			}
+		}
 		m.seq = append(m.seq, id)
 		last, lastNext = logits, next[0]
 	}
 	return nil
+}
+
+// stepsThrough is what the backend has been fed, as steps to feed again,
+// through part (fed last, not yet in m.seq): to locate non-finite logits.
+func (m *Model) stepsThrough(part []int32) [][]int32 {
+	if len(m.seq) == 0 {
+		return [][]int32{part}
+	}
+	return [][]int32{append([]int32(nil), m.seq...), part}
 }
 
 // checkStep checks that a backend returned T rows of V logits and T ids.

@@ -5,21 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"lagc/internal/fsutil"
 )
 
 // LoadHFDir loads the tokenizer of an HF checkpoint directory:
 // tokenizer.json, plus the special tokens named in tokenizer_config.json and
 // the end-of-generation ids of generation_config.json / config.json (Laguna
 // lists two there: 〈|EOS|〉 and </assistant>). Only tokenizer.json is required.
-func LoadHFDir(dir string) (*Tokenizer, error) { return LoadHFFS(os.DirFS(dir), dir) }
+func LoadHFDir(dir string) (*Tokenizer, error) { return LoadHFFS(fsutil.DirFS(dir), dir) }
 
 // LoadHFFS is LoadHFDir for a checkpoint directory at the root of fsys (a
 // model embedded in the binary); dir names it in messages.
 func LoadHFFS(fsys fs.FS, dir string) (*Tokenizer, error) {
-	data, err := fs.ReadFile(fsys, "tokenizer.json")
+	data, err := fsutil.ReadFileFS(fsys, "tokenizer.json", filepath.Join(dir, "tokenizer.json"), maxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read tokenizer: %w", err)
 	}
@@ -90,7 +91,7 @@ func LoadHFFS(fsys fs.FS, dir string) (*Tokenizer, error) {
 // missing file is not an error.
 func readJSON(fsys fs.FS, dir, name string, v any) (bool, error) {
 	path := filepath.Join(dir, name)
-	data, err := fs.ReadFile(fsys, name)
+	data, err := fsutil.ReadFileFS(fsys, name, path, maxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}

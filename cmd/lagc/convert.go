@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"lagc/ckpt"
@@ -62,8 +65,8 @@ func runConvert(o convertOpts, log io.Writer) error {
 	if opt.Name == "" {
 		opt.Name = strings.TrimSuffix(filepath.Base(filepath.Clean(o.model)), ".gguf")
 	}
-	if same(o.model, o.out) {
-		return fmt.Errorf("%w: the output would overwrite the input %s", errUsage, o.model)
+	if err := checkOutput(o.out, []string{o.model}); err != nil {
+		return err
 	}
 	start := time.Now()
 	src, err := ckpt.Open(o.model)
@@ -72,6 +75,9 @@ func runConvert(o convertOpts, log io.Writer) error {
 	}
 	defer src.Close()
 	if err := engine.CheckCheckpoint(src); err != nil {
+		return err
+	}
+	if err := checkOutput(o.out, ckpt.InputFiles(src)); err != nil {
 		return err
 	}
 	var total int64
@@ -95,7 +101,14 @@ func runConvert(o convertOpts, log io.Writer) error {
 	}
 	bar := progress.New(log, "convert", total, "B")
 	opt.Progress = func(done, n int, t ckpt.TensorInfo, out ckpt.DType) { bar.Add(t.Size) }
-	if err := ckpt.WriteGGUFFile(o.out, src, opt); err != nil {
+	// Ctrl-C or SIGTERM stops the write and removes the temporary file;
+	// the previous output, if any, stays.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := ckpt.WriteGGUFFileContext(ctx, o.out, src, opt); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: no partial file is left and %s is unchanged", o.out)
+		}
 		return err
 	}
 	bar.Done()
@@ -115,11 +128,4 @@ func runConvert(o convertOpts, log io.Writer) error {
 	fmt.Fprintf(log, "convert: wrote %s: %d tensors (%s), %.1f MiB in %.1fs; it reads back and validates\n",
 		o.out, len(check.Tensors()), typeSummary(check), float64(st.Size())/(1<<20), time.Since(start).Seconds())
 	return nil
-}
-
-// same reports whether two paths name the same existing file.
-func same(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

@@ -221,7 +221,9 @@ func runRun(f *runFlags) error {
 		return runChat(m, tok, gen, f)
 	}
 	if ids == nil {
-		ids = tok.Encode(text, !f.raw)
+		if ids, err = tok.EncodeContext(ctx, text, !f.raw); err != nil {
+			return fmt.Errorf("encoding the prompt: %w", err)
+		}
 		if len(ids) == 0 {
 			return fmt.Errorf("the prompt encodes to no tokens")
 		}

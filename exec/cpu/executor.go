@@ -33,6 +33,8 @@ type Executor struct {
 	lastUse map[*ir.Value]int // index in order of a value's last reader
 	maxPos  int
 	step    []Segment // the segments of the step running now
+
+	checkNonFinite bool // SetCheckFinite
 }
 
 // kvShape is what a layer's cache holds.
@@ -388,6 +390,14 @@ func (e *Executor) Step(segs []Segment) (*Result, error) {
 				e.slots[sg.Slot].broken = true
 			}
 			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		if e.checkNonFinite {
+			if err := e.checkFinite(n, f32); err != nil {
+				for _, sg := range segs {
+					e.slots[sg.Slot].broken = true
+				}
+				return nil, err
+			}
 		}
 		// Drop activations nobody reads any more.
 		for _, v := range n.Inputs {
