@@ -55,6 +55,10 @@ type MoEArgs struct {
 	// are reused from L2. 0: no banding. It changes the CTA order only,
 	// never a result.
 	Band int
+	// The target: multiprocessors and compute capability (90 and up runs
+	// the grouped GEMMs on the wgmma core), or PrefillMMA to keep mma.sync.
+	SMs, CC    int
+	PrefillMMA bool
 }
 
 func (a MoEArgs) validate() error {
@@ -116,8 +120,10 @@ func (a MoEArgs) grouped() (bool, error) {
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
 	Grouped         bool
-	MI, BK          int // tensor-core tile: rows / 32, K step
-	Chunk, Chunks   int // routes per scheduling chunk, chunks
+	Hopper          bool  // grouped on the wgmma core (moeHopper)
+	XG              int64 // Hopper: bf16 [R,H], the routes' x rows grouped
+	MI, BK          int   // tensor-core tile: rows / 32, K step
+	Chunk, Chunks   int   // routes per scheduling chunk, chunks
 	MaxTiles        int
 	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
 	Hist, Base      int64 // i32 [Chunks,E]
@@ -157,6 +163,9 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	if a.Tile.Rows != 0 {
 		l.MI = a.Tile.Rows / 32
 	}
+	if a.Tile == (MMATile{}) && moeHopperOK(a) == nil {
+		l.Hopper, l.MI = true, 4 // the wgmma GEMM's 128-row tiles
+	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
 	l.Chunk = max(256, (ceilDiv(int(R), 128)+31)&^31)
@@ -174,6 +183,9 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	l.Pos = take(4 * R)
 	l.Act = take(2 * R * int64(a.I))
 	l.Ys = take(2 * R * int64(a.H))
+	if l.Hopper {
+		l.XG = take(2 * R * int64(a.H))
+	}
 	l.Total = off
 	return l, nil
 }
@@ -214,6 +226,9 @@ func MoE(a MoEArgs) ([]Launch, error) {
 				dims(int((int64(a.T)*int64(a.H)+7)/8)), dims(256), 0,
 				i32(a.T), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ws(l.Act), ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down), ptrArg(a.Out), acc),
 		}, nil
+	}
+	if l.Hopper {
+		return moeHopper(a, l), nil
 	}
 	smem := MMASmem(l.MI, l.BK)
 	tile := []int64{int64(l.MI), int64(l.BK)}

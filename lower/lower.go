@@ -21,6 +21,12 @@ type Options struct {
 	// tensor-core one would run (A/B timing, or a way around a suspected
 	// kernel bug).
 	PrefillFFMA bool
+	// CC is the target's compute capability, major*10+minor (default 90,
+	// an H200): 90 and up gets the TMA + wgmma GEMMs (sm_90a).
+	CC int
+	// PrefillMMA keeps prefill GEMMs on the mma.sync kernels where the
+	// wgmma ones would run (A/B timing).
+	PrefillMMA bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -48,6 +54,9 @@ func (o *Options) fill() error {
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
 	}
+	if o.CC <= 0 {
+		o.CC = defaultCC
+	}
 	return nil
 }
 
@@ -65,7 +74,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

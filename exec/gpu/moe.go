@@ -49,6 +49,10 @@ type MoEArgs struct {
 	Order     ExpertOrder
 	// Tile forces the grouped GEMMs' tensor-core tile (zero: automatic).
 	Tile MMATile
+	// CC is the target compute capability: 90 and up runs the grouped GEMMs
+	// on the wgmma core where they apply (the up stack must then follow the
+	// gate stack); 0 keeps mma.sync. SMs sizes its persistent grid (0: 132).
+	CC, SMs int
 	// Band is the grouped GEMMs' N-band in output columns (lower.MoEArgs).
 	Band int
 }
@@ -57,7 +61,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 	return lower.MoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK,
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
-		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band}
+		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
