@@ -318,3 +318,13 @@ func (p *progressSource) ReadF32(name string) ([]float32, error) {
 	p.bar.Add(int64(4 * len(d)))
 	return d, err
 }
+
+// Raw gives a tensor's stored bytes (the blocks of quantised weights the
+// GPU keeps quantised), advancing the bar as ReadF32 would.
+func (p *progressSource) Raw(name string) ([]byte, error) {
+	b, err := p.ck.Raw(name)
+	if ti, ok := p.ck.Tensor(name); ok {
+		p.bar.Add(4 * ti.Elements())
+	}
+	return b, err
+}

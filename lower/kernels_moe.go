@@ -59,6 +59,10 @@ type MoEArgs struct {
 	// the grouped GEMMs on the wgmma core), or PrefillMMA to keep mma.sync.
 	SMs, CC    int
 	PrefillMMA bool
+	// QGate, QUp and QDown locate quantised stacks (WType a block type) as
+	// rows of their matrices in the device layout; Gate, Up and Down are
+	// then unused.
+	QGate, QUp, QDown QMatrix
 }
 
 func (a MoEArgs) validate() error {
@@ -69,11 +73,15 @@ func (a MoEArgs) validate() error {
 		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
 	}
 	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"out", a.OutType}} {
-		if d.dt != "f32" && d.dt != "bf16" {
+		if d.dt != "f32" && d.dt != "bf16" && (d.name != "weights" || !IsQuantized(d.dt)) {
 			return fmt.Errorf("moe_experts: %s dtype %q (want f32 or bf16)", d.name, d.dt)
 		}
 	}
-	for _, p := range []Ptr{a.X, a.Weights, a.IDs, a.Gate, a.Up, a.Down, a.Out, a.Workspace} {
+	stacks := []Ptr{a.Gate, a.Up, a.Down}
+	if IsQuantized(a.WType) {
+		stacks = []Ptr{a.QGate.W, a.QUp.W, a.QDown.W}
+	}
+	for _, p := range append([]Ptr{a.X, a.Weights, a.IDs, a.Out, a.Workspace}, stacks...) {
 		if p.Null() {
 			return fmt.Errorf("moe_experts: null pointer")
 		}
@@ -120,6 +128,8 @@ func (a MoEArgs) grouped() (bool, error) {
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
 	Grouped         bool
+	Quant           moeQuant // quantised stacks: which path
+	Dequant         int64    // moeQuantDequant: the bf16 stacks
 	Hopper          bool  // grouped on the wgmma core (moeHopper)
 	XG              int64 // Hopper: bf16 [R,H], the routes' x rows grouped
 	MI, BK          int   // tensor-core tile: rows / 32, K step
@@ -137,6 +147,9 @@ type MoELayout struct {
 // Layout places a's workspace (its pointers are not looked at, except to
 // decide the path).
 func (a MoEArgs) Layout() (MoELayout, error) {
+	if IsQuantized(a.WType) {
+		return a.quantLayout()
+	}
 	g, err := a.grouped()
 	if err != nil {
 		return MoELayout{}, err
@@ -190,6 +203,45 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	return l, nil
 }
 
+// quantLayout places the workspace of quantised stacks: the decode
+// GEMVs' scratch, the grouped wgmma path's, or the bf16 stacks and the
+// bf16 grouped path's after them.
+func (a MoEArgs) quantLayout() (MoELayout, error) {
+	q, err := a.quantPath()
+	if err != nil {
+		return MoELayout{}, err
+	}
+	switch q {
+	case moeQuantDecode:
+		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
+	case moeQuantHopper:
+		b := a
+		b.WType, b.Gate, b.Up, b.Down = "bf16", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}
+		b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
+		l, err := b.Layout()
+		if err != nil {
+			return MoELayout{}, err
+		}
+		if !l.Hopper {
+			return MoELayout{}, fmt.Errorf("moe_experts: the quantised grouped path needs the wgmma core's layout")
+		}
+		l.Quant = q
+		return l, nil
+	}
+	stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
+	_, b, err := a.dequantStacks(0)
+	if err != nil {
+		return MoELayout{}, err
+	}
+	b.Workspace = a.Workspace.At(stacks)
+	l, err := b.Layout()
+	if err != nil {
+		return MoELayout{}, err
+	}
+	l.Quant, l.Dequant, l.Total = q, 0, stacks+l.Total
+	return l, nil
+}
+
 // MoEWorkspace is the workspace MoE's launches need for a.
 func MoEWorkspace(a MoEArgs) (int64, error) {
 	l, err := a.Layout()
@@ -211,6 +263,25 @@ func MoE(a MoEArgs) ([]Launch, error) {
 	l, err := a.Layout()
 	if err != nil {
 		return nil, err
+	}
+	if IsQuantized(a.WType) {
+		switch l.Quant {
+		case moeQuantDecode:
+			return QMoE(a.qmoe())
+		case moeQuantHopper:
+			return moeHopperQ(a, l), nil
+		}
+		stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
+		dq, b, err := a.dequantStacks(0)
+		if err != nil {
+			return nil, err
+		}
+		b.Workspace = a.Workspace.At(stacks)
+		ms, err := MoE(b)
+		if err != nil {
+			return nil, err
+		}
+		return append(dq, ms...), nil
 	}
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK

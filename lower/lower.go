@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,6 +138,11 @@ func (l *lowerer) weights() error {
 			if r := rules[n.Op]; r.layout != nil {
 				lay = r.layout(n, i)
 			}
+			// Block-quantised weights stay so where the kernels read them.
+			if _, ok := QuantType(v.Type.DType.String()); ok && slices.Contains(rules[n.Op].quantInputs, i) {
+				dt = v.Type.DType
+				lay = quantLayout(lay)
+			}
 			if old, ok := need[v]; ok && (old != dt || layout[v] != lay) {
 				return fmt.Errorf("lower: weight %s is read as %s%s by %s and as %s%s by %s", v.Name, old, layout[v], why[v], dt, lay, n)
 			}
@@ -161,6 +167,13 @@ func (l *lowerer) weights() error {
 		if dt, used := need[w]; used {
 			wt.DType = dt.String()
 			wt.Bytes = dt.Bytes(n)
+			if IsQuantLayout(wt.Layout) {
+				t, _ := QuantType(wt.DType)
+				K := shape[len(shape)-1]
+				if wt.Bytes, err = QuantDeviceBytes(t, int(n)/K, K); err != nil {
+					return fmt.Errorf("lower: weight %s: %w", w.Name, err)
+				}
+			}
 			wt.Offset = off
 			off += align(wt.Bytes)
 		} else {

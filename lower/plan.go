@@ -76,8 +76,34 @@ type Weight struct {
 	Layout string `json:"layout,omitempty"`
 }
 
-// LayoutGateUpSplit: see Weight.Layout.
-const LayoutGateUpSplit = "gate_up_split"
+// Device layouts (see Weight.Layout). LayoutQuant is a block-quantised
+// matrix in the device layout of qlayout.go (its rows as the graph has
+// them); LayoutGateUpSplitQuant is both: the split rows, then quantised.
+const (
+	LayoutGateUpSplit      = "gate_up_split"
+	LayoutQuant            = "quant"
+	LayoutGateUpSplitQuant = "gate_up_split+quant"
+)
+
+// quantLayout is layout with the weight kept block-quantised.
+func quantLayout(layout string) string {
+	if layout == LayoutGateUpSplit {
+		return LayoutGateUpSplitQuant
+	}
+	return LayoutQuant
+}
+
+// IsQuantLayout reports whether a weight of this layout is stored
+// block-quantised in the device layout.
+func IsQuantLayout(layout string) bool {
+	return layout == LayoutQuant || layout == LayoutGateUpSplitQuant
+}
+
+// GateUpSplit reports whether a weight of this layout stores a fused
+// gate_up stack as all gate rows, then all up rows.
+func GateUpSplit(layout string) bool {
+	return layout == LayoutGateUpSplit || layout == LayoutGateUpSplitQuant
+}
 
 // Derive is a load-time transform: Op (concat or reshape) of the weights
 // at indices Srcs of Plan.Weights; Axis for concat.
