@@ -63,7 +63,7 @@ type kernelKey struct {
 	fake       bool
 	file, name string
 	dts        [4]cuda.DType
-	ints       [4]int64
+	ints       [6]int64
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for
