@@ -130,10 +130,10 @@ type MoELayout struct {
 	Grouped         bool
 	Quant           moeQuant // quantised stacks: which path
 	Dequant         int64    // moeQuantDequant: the bf16 stacks
-	Hopper          bool  // grouped on the wgmma core (moeHopper)
-	XG              int64 // Hopper: bf16 [R,H], the routes' x rows grouped
-	MI, BK          int   // tensor-core tile: rows / 32, K step
-	Chunk, Chunks   int   // routes per scheduling chunk, chunks
+	Hopper          bool     // grouped on the wgmma core (moeHopper)
+	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
+	MI, BK          int      // tensor-core tile: rows / 32, K step
+	Chunk, Chunks   int      // routes per scheduling chunk, chunks
 	MaxTiles        int
 	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
 	Hist, Base      int64 // i32 [Chunks,E]

@@ -94,11 +94,11 @@ type benchReport struct {
 	// The memory plan: weights at full depth (estimated from the benched
 	// layers), KV caches at the bench's context, the activation arena and
 	// scratch of the larger schedule.
-	WeightBytes48  int64 `json:"weight_bytes_full_depth"`
-	KVBytes        int64 `json:"kv_bytes"`
-	ArenaBytes     int64 `json:"arena_bytes"`
-	WorkspaceBytes int64 `json:"workspace_bytes"`
-	Bandwidth   float64  `json:"roofline_bytes_per_s"`
+	WeightBytes48  int64   `json:"weight_bytes_full_depth"`
+	KVBytes        int64   `json:"kv_bytes"`
+	ArenaBytes     int64   `json:"arena_bytes"`
+	WorkspaceBytes int64   `json:"workspace_bytes"`
+	Bandwidth      float64 `json:"roofline_bytes_per_s"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`

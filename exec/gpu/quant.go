@@ -43,7 +43,9 @@ type QMatrix struct {
 	Total, Row0 int
 }
 
-func (m QMatrix) lower() lower.QMatrix { return lower.QMatrix{W: ptr(m.W), Total: m.Total, Row0: m.Row0} }
+func (m QMatrix) lower() lower.QMatrix {
+	return lower.QMatrix{W: ptr(m.W), Total: m.Total, Row0: m.Row0}
+}
 
 // QMoEArgs is lower.QMoEArgs with device pointers: the routed experts of
 // T <= 8 decode tokens with quantised stacks.
