@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/exec/cpu"
+	"lagc/exec/gpu"
 )
 
 // Segment is one sequence's tokens in a batched step: they continue the
@@ -42,6 +43,9 @@ type Batcher interface {
 // sequence slots. It shares the executor with Backend (whose sequence is
 // slot 0): use one or the other, not both at once.
 func (m *Model) Batch() (Batcher, error) {
+	if ex, ok := m.Backend.(*gpu.Executor); ok {
+		return gpuBatch{ex}, nil
+	}
 	b, ok := m.Backend.(Batcher)
 	if !ok {
 		return nil, fmt.Errorf("the %s backend does not run batched steps yet", m.Device)

@@ -118,6 +118,9 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		}
 		m.Backend, m.Device = cpuBackend{ex}, "cpu"
 	case "cuda":
+		if o.Slots > 1 {
+			return nil, fmt.Errorf("%d sequence slots: the GPU executor runs one sequence at a time", o.Slots)
+		}
 		dt := ir.BF16
 		if o.DType != "" {
 			if dt, err = ir.ParseDType(o.DType); err != nil || (dt != ir.BF16 && dt != ir.F32) {

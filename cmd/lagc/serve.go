@@ -38,9 +38,9 @@ func setupServe(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.model, "model", "", "checkpoint: an HF directory or a .gguf file (default: the bundled tiny model)")
 	fs.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
 	fs.IntVar(&f.port, "port", 8080, "TCP port (0: any free port)")
-	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (batched serving runs on the CPU for now)")
+	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (cuda when a GPU is usable); the GPU serves one request at a time")
 	fs.StringVar(&f.name, "name", "", "model id clients name (default: the checkpoint's file or directory name)")
-	fs.IntVar(&f.slots, "slots", 8, "sequence slots: the most requests generating at once (one KV cache each)")
+	fs.IntVar(&f.slots, "slots", 0, "sequence slots: the most requests generating at once (one KV cache each); 0: 8 on the CPU, 1 on the GPU")
 	fs.IntVar(&f.maxQueue, "max-queue", 0, "requests waiting for a slot before new ones get 429 (0: 4 x slots)")
 	fs.IntVar(&f.budget, "budget", 256, "tokens per forward step: one per generating request, the rest prefill prompts")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of every slot; 0: the model's max_position_embeddings")
@@ -58,12 +58,21 @@ func runServe(f *serveFlags) error {
 	if f.port < 0 || f.port > 65535 {
 		return fmt.Errorf("%w: --port %d: expected 0 to 65535", errUsage, f.port)
 	}
-	if f.slots <= 0 || f.budget <= 0 || f.maxQueue < 0 || f.ctx < 0 || f.threads < 0 || f.grace < 0 {
-		return fmt.Errorf("%w: --slots and --budget must be positive; --max-queue, --ctx, --threads and --shutdown-timeout must not be negative", errUsage)
+	if f.slots < 0 || f.budget <= 0 || f.maxQueue < 0 || f.ctx < 0 || f.threads < 0 || f.grace < 0 {
+		return fmt.Errorf("%w: --budget must be positive; --slots, --max-queue, --ctx, --threads and --shutdown-timeout must not be negative", errUsage)
 	}
-	device, err := serveDevice(f.device)
+	device, err := pickDevice(f.device, false)
 	if err != nil {
 		return err
+	}
+	switch {
+	case device == "cuda" && f.slots > 1:
+		return fmt.Errorf("%w: --slots %d: the GPU executor serves one request at a time (batched GPU decode is not implemented); use --slots 1 or --device cpu", errUsage, f.slots)
+	case device == "cuda":
+		f.slots = 1
+		fmt.Fprintln(runIO.err, "serving on the GPU one request at a time (others wait in the queue); --device cpu batches requests on the CPU")
+	case f.slots == 0:
+		f.slots = 8
 	}
 	if f.threads > 0 {
 		cpu.SetMaxThreads(f.threads)
@@ -111,21 +120,4 @@ func runServe(f *serveFlags) error {
 	close(served)
 	<-announced
 	return err
-}
-
-// serveDevice resolves --device for serving. Batched steps (engine.Batcher)
-// exist on the CPU only so far: auto serves there, and cuda is refused.
-func serveDevice(want string) (string, error) {
-	switch want {
-	case "cpu":
-		return "cpu", nil
-	case "cuda":
-		return "", fmt.Errorf("%w: --device cuda: the GPU executor does not run batched steps yet; serve with --device cpu", errUsage)
-	case "auto", "":
-		if short, _ := gpuUnavailable(); short == "" {
-			fmt.Fprintln(runIO.err, "serving on the CPU: the GPU executor does not run batched steps yet")
-		}
-		return "cpu", nil
-	}
-	return "", fmt.Errorf("%w: --device %q: expected cpu, cuda or auto", errUsage, want)
 }

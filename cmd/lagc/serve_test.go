@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"lagc/cuda/cudatest"
 	"lagc/internal/fixture"
 )
 
@@ -22,9 +23,10 @@ func TestServeUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"serve", "--slots", "0"}, "--slots and --budget must be positive"},
+		{[]string{"serve", "--slots", "-1"}, "--slots, --max-queue"},
+		{[]string{"serve", "--budget", "0"}, "--budget must be positive"},
 		{[]string{"serve", "--port", "70000"}, "expected 0 to 65535"},
-		{[]string{"serve", "--device", "cuda"}, "the GPU executor does not run batched steps yet"},
+		{[]string{"serve", "--device", "cuda", "--slots", "4"}, "the GPU executor serves one request at a time"},
 		{[]string{"serve", "--device", "tpu"}, `--device "tpu": expected cpu, cuda or auto`},
 		{[]string{"serve", "extra"}, "unexpected arguments"},
 	} {
@@ -54,20 +56,41 @@ func (s *syncBuffer) String() string {
 }
 
 // TestServeCommand: `lagc serve` on a free port answers a completion, and
-// SIGTERM shuts it down cleanly (exit 0).
+// SIGTERM shuts it down cleanly (exit 0). On the GPU (one request at a
+// time) the greedy completion equals `lagc run --device cuda`'s.
 func TestServeCommand(t *testing.T) {
+	for _, device := range []string{"cpu", "cuda"} {
+		t.Run(device, func(t *testing.T) { testServeCommand(t, device) })
+	}
+}
+
+func testServeCommand(t *testing.T, device string) {
+	model := filepath.Join(fixture.Root(t), "models", "tiny")
+	const prompt = "func main() {"
+	args := []string{"serve", "--model", model, "--port", "0", "--device", device, "--name", "tiny-test"}
+	var want string
+	if device == "cuda" {
+		cudatest.Device(t) // skip (or fail) without a GPU
+		code, js, stderr := runCapture(t, "run", "--model", model, "--device", "cuda", "--prompt", prompt, "-n", "8", "--json")
+		var alone struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal([]byte(js), &alone); code != 0 || err != nil {
+			t.Fatalf("run --device cuda: exit %d, %v: %s", code, err, stderr)
+		}
+		want = alone.Text
+	} else {
+		args = append(args, "--slots", "2")
+	}
 	var stderr syncBuffer
 	saved := runIO
 	runIO.out, runIO.err = io.Discard, &stderr
 	defer func() { runIO = saved }()
 	done := make(chan int, 1)
-	model := filepath.Join(fixture.Root(t), "models", "tiny")
-	go func() {
-		done <- runMain([]string{"serve", "--model", model, "--port", "0", "--slots", "2", "--device", "cpu", "--name", "tiny-test"}, io.Discard, &stderr)
-	}()
+	go func() { done <- runMain(args, io.Discard, &stderr) }()
 	addr := regexp.MustCompile(`listening on (http://\S+)`)
 	var url string
-	for deadline := time.Now().Add(30 * time.Second); url == ""; {
+	for deadline := time.Now().Add(60 * time.Second); url == ""; {
 		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
 			url = m[1]
 			break
@@ -82,7 +105,10 @@ func TestServeCommand(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": "func main() {", "max_tokens": 8, "temperature": 0})
+	if device == "cuda" && !strings.Contains(stderr.String(), "on cuda") {
+		t.Errorf("serve --device cuda did not load on the GPU: %s", stderr.String())
+	}
+	body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": prompt, "max_tokens": 8, "temperature": 0})
 	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +125,9 @@ func TestServeCommand(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || len(out.Choices) != 1 || out.Usage.CompletionTokens != 8 {
 		t.Fatalf("completion: %d %+v", resp.StatusCode, out)
+	}
+	if device == "cuda" && out.Choices[0].Text != want {
+		t.Errorf("served on the GPU: %q; lagc run --device cuda: %q", out.Choices[0].Text, want)
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)

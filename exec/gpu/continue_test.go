@@ -45,3 +45,75 @@ func TestContinueAfterDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUBatchRewind: the GPU as a one-slot Batcher (what lagc serve
+// drives): a prompt sharing a prefix with the previous sequence continues
+// from the rewound cache as it runs from scratch; a rewind past a wrapped
+// sliding-window ring fails and changes nothing.
+func TestGPUBatchRewind(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	m, ex := openGPU(t, dir, engine.Options{DType: "f32", MaxContext: 512, Chunk: 64})
+	b, err := m.Batch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Slots() != 1 {
+		t.Fatalf("%d slots, want 1", b.Slots())
+	}
+	p := g.PromptIDs
+	if len(p) < 4 {
+		t.Fatalf("prompt of %d tokens: too short", len(p))
+	}
+	tail := []int32{p[1], p[0], p[2]}
+	b.ResetSlot(0)
+	fresh, _, err := b.Step([]engine.Segment{{Slot: 0, Tokens: slices.Concat(p[:3], tail)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.ResetSlot(0)
+	if _, _, err := b.Step([]engine.Segment{{Slot: 0, Tokens: p}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rewind(0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if b.SlotLen(0) != 3 {
+		t.Fatalf("after Rewind(0, 3) the slot holds %d positions", b.SlotLen(0))
+	}
+	got, _, err := b.Step([]engine.Segment{{Slot: 0, Tokens: tail}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := len(got) / len(tail)
+	if d := maxAbsDiff(got, fresh[len(fresh)-len(got):]); d > 1e-3 {
+		t.Errorf("after a rewind, the tail's logits differ from a fresh run by %g (V=%d)", d, V)
+	}
+	if _, _, err := b.Step([]engine.Segment{{Slot: 1, Tokens: tail}}); err == nil {
+		t.Error("a step on slot 1 of a one-slot GPU batcher succeeded")
+	}
+	// Fill past the smallest sliding window: the ring wraps.
+	window := 0
+	for _, kv := range ex.Plan().KV {
+		if kv.Window > 0 && (window == 0 || kv.Slots < window) {
+			window = kv.Slots
+		}
+	}
+	if window == 0 || window+2 > ex.MaxPos() {
+		t.Skipf("no sliding window below the context (%d)", ex.MaxPos())
+	}
+	b.ResetSlot(0)
+	long := make([]int32, window+2)
+	for i := range long {
+		long[i] = p[i%len(p)]
+	}
+	if _, _, err := b.Step([]engine.Segment{{Slot: 0, Tokens: long}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rewind(0, 3); err == nil {
+		t.Errorf("rewound to 3 after %d positions in a ring of %d", len(long), window)
+	}
+	if b.SlotLen(0) != len(long) {
+		t.Errorf("a failed rewind changed the slot to %d positions", b.SlotLen(0))
+	}
+}

@@ -355,3 +355,27 @@ func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, 
 	}
 	return out, next, nil
 }
+
+// Rewind keeps the first n positions fed, so that the next Forward
+// continues from position n (a prompt prefix shared with the previous
+// sequence). Full layers' caches are linear and always allow it; a sliding
+// layer's ring allows it until it has wrapped, after which positions before
+// n are already overwritten: then Rewind fails and changes nothing.
+func (e *Executor) Rewind(n int) error {
+	if n < 0 || n > e.next {
+		return fmt.Errorf("gpu: rewind to %d: the sequence holds %d positions", n, e.next)
+	}
+	if n == e.next {
+		return nil
+	}
+	if e.broken {
+		return fmt.Errorf("gpu: rewind: an earlier step failed; Reset to start a new sequence")
+	}
+	for _, kv := range e.plan.KV {
+		if kv.Window > 0 && e.next > kv.Slots {
+			return fmt.Errorf("gpu: rewind to %d: the sliding-window ring of %d positions has wrapped at %d", n, kv.Slots, e.next)
+		}
+	}
+	e.next, e.devState = n, false
+	return nil
+}
