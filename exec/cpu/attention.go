@@ -122,21 +122,3 @@ func softmax(s []float32) {
 		s[i] = float32(float64(e) / sum)
 	}
 }
-
-// axpy adds a*x to dst element by element (the order of elements does not
-// matter: each is one multiply-add).
-func axpy(dst []float32, a float32, x []float32) {
-	x = x[:len(dst)]
-	i := 0
-	for ; i+4 <= len(dst); i += 4 {
-		dd := dst[i : i+4 : i+4]
-		xx := x[i : i+4 : i+4]
-		dd[0] += a * xx[0]
-		dd[1] += a * xx[1]
-		dd[2] += a * xx[2]
-		dd[3] += a * xx[3]
-	}
-	for ; i < len(dst); i++ {
-		dst[i] += a * x[i]
-	}
-}

@@ -69,27 +69,3 @@ func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
 	parallelFor(nBlocks*tBlocks, weights*nb*tb*K, run)
 }
 
-// dot returns sum_i a[i]*b[i] with eight interleaved partial sums (for
-// instruction-level parallelism), combined pairwise. The order depends only
-// on len(a), never on where the slices live.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3, s4, s5, s6, s7 float32
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		aa := a[i : i+8 : i+8]
-		bb := b[i : i+8 : i+8]
-		s0 += aa[0] * bb[0]
-		s1 += aa[1] * bb[1]
-		s2 += aa[2] * bb[2]
-		s3 += aa[3] * bb[3]
-		s4 += aa[4] * bb[4]
-		s5 += aa[5] * bb[5]
-		s6 += aa[6] * bb[6]
-		s7 += aa[7] * bb[7]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-}
