@@ -39,12 +39,16 @@ type Checkpoint interface {
 	Tensors() []TensorInfo
 	// Tensor looks one tensor up by canonical name.
 	Tensor(name string) (TensorInfo, bool)
-	// ReadF32 returns a fresh float32 copy of a tensor (f16 and bf16 are
-	// converted exactly).
+	// ReadF32 returns a fresh float32 copy of a tensor: f16 and bf16 are
+	// converted exactly, quantised types dequantised as gguf-py does. It
+	// holds the whole tensor in float32: executors keep large quantised
+	// weights as Raw blocks instead.
 	ReadF32(name string) ([]float32, error)
-	// Raw returns the tensor's bytes in its stored DType. For a tensor stored
-	// in one piece this is the mapped file memory itself: read-only, valid
-	// until Close. Stacked expert tensors are assembled into a new buffer.
+	// Raw returns the tensor's bytes in its stored DType (for quantised
+	// types, its blocks, row after row: package quant reads them). For a
+	// tensor stored in one piece this is the mapped file memory itself:
+	// read-only, valid until Close. Stacked expert tensors are assembled
+	// into a new buffer.
 	Raw(name string) ([]byte, error)
 	// Format is "safetensors" or "gguf"; Path is what Open was given.
 	Format() string
@@ -193,18 +197,16 @@ func (c *checkpoint) ReadF32(name string) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !e.info.DType.Float() {
-		return nil, fmt.Errorf("%s (%s): %w", name, e.source, decodeInto(nil, nil, e.info.DType))
+	d := e.info.DType
+	if !d.Supported() {
+		return nil, fmt.Errorf("%s (%s): %w", name, e.source, decodeInto(nil, nil, d))
 	}
 	out := make([]float32, e.info.Elements())
-	es := int64(4)
-	if e.info.DType != F32 {
-		es = 2
-	}
+	be, bb := int64(d.BlockElems()), int64(d.BlockBytes())
 	at := int64(0)
 	for _, p := range e.pieces {
-		n := p.n / es
-		if err := decodeInto(out[at:at+n], p.bytes(), e.info.DType); err != nil {
+		n := p.n / bb * be
+		if err := decodeInto(out[at:at+n], p.bytes(), d); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		at += n

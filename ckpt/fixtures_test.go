@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"lagc/ckpt"
+	"lagc/quant"
 )
 
 // TestFixtures opens every transformers-made fixture in testdata/fixtures,
@@ -46,7 +47,7 @@ func TestFixtures(t *testing.T) {
 					for i := range a {
 						want := a[i]
 						if gi, _ := g.Tensor(ti.Name); gi.DType == ckpt.F16 {
-							want = ckpt.F16ToF32(ckpt.F32ToF16(want))
+							want = quant.F16ToF32(quant.F32ToF16(want))
 						}
 						if math.Float32bits(b[i]) != math.Float32bits(want) {
 							t.Fatalf("%s %s[%d] = %v, want %v", dt, ti.Name, i, b[i], want)

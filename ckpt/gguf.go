@@ -368,7 +368,10 @@ func parseGGUF(data []byte) (*ggufFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.name, err)
 		}
-		if t.size, err = t.typ.byteSize(n); err != nil {
+		if err := checkRows(t.shape(), t.typ); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", t.name, err)
+		}
+		if t.size, err = t.typ.Bytes(n); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.name, err)
 		}
 		if t.offset%uint64(g.alignment) != 0 {

@@ -11,6 +11,7 @@ import (
 	"lagc/ckpt"
 	"lagc/ckpt/ckpttest"
 	"lagc/config"
+	"lagc/quant"
 )
 
 // roundedFor returns want with each tensor rounded as WriteGGUF stores it.
@@ -192,10 +193,24 @@ func TestGGUFMetadataTypes(t *testing.T) {
 
 func TestGGUFQuantisedRead(t *testing.T) {
 	kv, ts := tinyGGUF(t)
+	var want []float32
 	for i := range ts {
-		if ts[i].Name == "blk.1.attn_v.weight" { // [16, 16]: 8 blocks of 32
-			ts[i].DType = ckpt.Q4_0
-			ts[i].Data = make([]byte, 8*18)
+		switch ts[i].Name {
+		case "blk.1.attn_output.weight": // [16, 32]: 16 blocks of 32
+			f := make([]float32, 16*32)
+			if err := quant.Dequantize(ts[i].DType, f, ts[i].Data); err != nil {
+				t.Fatal(err)
+			}
+			ts[i].DType, ts[i].Data = ckpt.Q8_0, make([]byte, 16*34)
+			if err := quant.Quantize(ckpt.Q8_0, ts[i].Data, f); err != nil {
+				t.Fatal(err)
+			}
+			want = make([]float32, len(f))
+			if err := quant.Dequantize(ckpt.Q8_0, want, ts[i].Data); err != nil {
+				t.Fatal(err)
+			}
+		case "blk.2.attn_output.weight": // a type lagc knows the size of but cannot read
+			ts[i].DType, ts[i].Data = quant.Q8_1, make([]byte, 16*36)
 		}
 	}
 	ck, err := ckpt.Open(writeGGUF(t, kv, ts))
@@ -203,18 +218,46 @@ func TestGGUFQuantisedRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	info, _ := ck.Tensor("blk.1.attn_v.weight")
-	if info.DType != ckpt.Q4_0 || info.Size != 144 {
+	info, _ := ck.Tensor("blk.1.attn_output.weight")
+	if info.DType != ckpt.Q8_0 || info.Size != 16*34 {
 		t.Errorf("info %+v", info)
 	}
-	if _, err := ck.ReadF32("blk.1.attn_v.weight"); err == nil || !strings.Contains(err.Error(), "quantised type q4_0 not supported yet") {
-		t.Errorf("ReadF32 of q4_0: %v", err)
+	got, err := ck.ReadF32("blk.1.attn_output.weight")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadF32 of q8_0 differs from quant.Dequantize (err %v)", err)
 	}
-	if raw, err := ck.Raw("blk.1.attn_v.weight"); err != nil || len(raw) != 144 {
-		t.Errorf("Raw of q4_0: %d bytes, %v", len(raw), err)
+	if raw, err := ck.Raw("blk.1.attn_output.weight"); err != nil || len(raw) != 16*34 {
+		t.Errorf("Raw of q8_0: %d bytes, %v", len(raw), err)
 	}
-	if err := ckpt.WriteGGUF(&bytes.Buffer{}, ck, ckpt.WriteOptions{DType: ckpt.F16}); err == nil || !strings.Contains(err.Error(), "quantised") {
-		t.Errorf("converting a quantised tensor: %v", err)
+	if _, err := ck.ReadF32("blk.2.attn_output.weight"); err == nil || !strings.Contains(err.Error(), "element type q8_1 is not supported") {
+		t.Errorf("ReadF32 of q8_1: %v", err)
+	}
+	if err := ckpt.WriteGGUF(&bytes.Buffer{}, ck, ckpt.WriteOptions{DType: ckpt.F16}); err == nil || !strings.Contains(err.Error(), "q8_1, which lagc cannot convert to f16") {
+		t.Errorf("converting a q8_1 tensor: %v", err)
+	}
+}
+
+// A quantised tensor whose rows are not whole blocks is rejected when the
+// file is opened, as ggml does, even if its total size is a whole number of
+// blocks.
+func TestGGUFQuantisedRowWidth(t *testing.T) {
+	kv, ts := tinyGGUF(t)
+	for i := range ts {
+		if ts[i].Name == "blk.1.attn_v.weight" { // [16, 16]: 256 elements, rows of 16
+			ts[i].DType, ts[i].Data = ckpt.Q8_0, make([]byte, 8*34)
+		}
+	}
+	var b bytes.Buffer
+	err := ckpt.EncodeGGUF(&b, kv, ts)
+	if err == nil {
+		path := filepath.Join(t.TempDir(), "x.gguf")
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ckpt.Open(path)
+	}
+	if err == nil || !strings.Contains(err.Error(), "rows of 16 are not a whole number of q8_0 blocks of 32") {
+		t.Errorf("q8_0 rows of 16: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"lagc/config"
+	"lagc/quant"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,8 +28,12 @@ type WriteOptions struct {
 	// Vectors, norms and the router (ffn_gate_inp) stay f32, as llama.cpp
 	// keeps them.
 	DType DType
-	// KeepDType writes every tensor in its stored type (DType is ignored).
+	// KeepDType writes every matrix in its stored type (DType is ignored);
+	// vectors, norms and the router are still written in f32.
 	KeepDType bool
+	// Recipe, when set, chooses each tensor's type (DType and KeepDType
+	// are ignored); quantised types are produced by package quant.
+	Recipe *Recipe
 	// Name is general.name; empty omits it.
 	Name string
 	// Extra metadata (a tokenizer, say), written after the model's keys.
@@ -136,23 +141,32 @@ func u32(v int) uint32 { return uint32(v) }
 
 // outDType picks the stored type of one tensor in the output.
 func outDType(t TensorInfo, opt WriteOptions) (DType, error) {
-	if opt.KeepDType {
-		return t.DType, nil
+	var out DType
+	switch {
+	case opt.Recipe != nil:
+		out = opt.Recipe.TypeFor(t)
+	case !Quantizable(t) && (t.DType.Float() || !opt.KeepDType):
+		out = F32
+	case opt.KeepDType:
+		out = t.DType
+	default:
+		out = opt.DType
 	}
-	if !t.DType.Float() {
-		return 0, fmt.Errorf("%s is %s: converting quantised tensors is not supported yet", t.Name, t.DType)
+	if out != t.DType && !t.DType.Supported() {
+		return 0, fmt.Errorf("%s is %s, which lagc cannot convert to %s (it reads %s)",
+			t.Name, t.DType, out, strings.Join(quant.Names(), ", "))
 	}
-	if len(t.Shape) <= 1 || strings.HasSuffix(t.Name, "_norm.weight") || strings.HasSuffix(t.Name, "ffn_gate_inp.weight") {
-		return F32, nil
+	if err := checkRows(t.Shape, out); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	return opt.DType, nil
+	return out, nil
 }
 
 // WriteGGUF writes ck as a GGUF v3 file to w, one tensor at a time: the
 // whole model is never held in memory.
 func WriteGGUF(w io.Writer, ck Checkpoint, opt WriteOptions) error {
-	if !opt.KeepDType && !opt.DType.Float() {
-		return fmt.Errorf("output dtype %s: want f32, f16 or bf16", opt.DType)
+	if opt.Recipe == nil && !opt.KeepDType && !opt.DType.Float() {
+		return fmt.Errorf("output dtype %s: want f32, f16 or bf16 (quantised types go through a Recipe)", opt.DType)
 	}
 	kv, err := ConfigMetadata(ck.Config())
 	if err != nil {
@@ -160,16 +174,20 @@ func WriteGGUF(w io.Writer, ck Checkpoint, opt WriteOptions) error {
 	}
 	tensors := ck.Tensors()
 	outs := make([]DType, len(tensors))
-	counts := map[DType]int{}
+	elems := map[DType]int64{}
 	for i, t := range tensors {
 		if outs[i], err = outDType(t, opt); err != nil {
 			return err
 		}
 		if len(t.Shape) >= 2 {
-			counts[outs[i]]++
+			elems[outs[i]] += t.Elements()
 		}
 	}
-	kv = append(kv, KV{"general.file_type", fileType(counts)})
+	ft := fileType(elems)
+	if opt.Recipe != nil {
+		ft = opt.Recipe.FileType
+	}
+	kv = append(kv, KV{"general.file_type", ft})
 	if opt.Name != "" {
 		kv = append(kv, KV{"general.name", opt.Name})
 	}
@@ -239,7 +257,10 @@ func ggufHeader(kv []KV, infos []TensorInfo) ([]byte, []int64, int64, error) {
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("%s: %w", t.Name, err)
 		}
-		if sizes[i], err = t.DType.byteSize(n); err != nil {
+		if err := checkRows(t.Shape, t.DType); err != nil {
+			return nil, nil, 0, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		if sizes[i], err = t.DType.Bytes(n); err != nil {
 			return nil, nil, 0, fmt.Errorf("%s: %w", t.Name, err)
 		}
 		writeString(&h, t.Name)
@@ -291,25 +312,22 @@ func EncodeGGUF(w io.Writer, kv []KV, tensors []GGUFTensor) error {
 	return nil
 }
 
-// fileType is llama.cpp's general.file_type for the dominant matrix type.
-func fileType(counts map[DType]int) uint32 {
-	best, bestN := F32, -1
-	for _, d := range []DType{F32, F16, BF16} {
-		if counts[d] > bestN {
-			best, bestN = d, counts[d]
+// fileType is llama.cpp's general.file_type for the type holding the most
+// matrix elements.
+func fileType(elems map[DType]int64) uint32 {
+	best, bestN := F32, int64(-1)
+	for t, n := range elems {
+		if _, ok := ftypes[t]; ok && (n > bestN || n == bestN && t < best) {
+			best, bestN = t, n
 		}
 	}
-	switch best {
-	case F16:
-		return 1
-	case BF16:
-		return 32
-	}
-	return 0
+	return ftypes[best]
 }
 
-// chunkElems bounds the conversion buffer (elements) while streaming.
-const chunkElems = 1 << 20
+// chunkElems bounds the conversion buffer (elements) while streaming: 16
+// MiB of float32, split across cores when quantising. A multiple of every
+// block size.
+const chunkElems = 1 << 22
 
 // writeTensor streams one tensor, converting piece by piece in chunks.
 func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
@@ -328,7 +346,11 @@ func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(encode(nil, f, out))
+		buf, err := encode(nil, f, out)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(buf)
 		return err
 	}
 	e, err := c.lookup(t.Name)
@@ -343,24 +365,23 @@ func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
 		}
 		return nil
 	}
-	es := 4
-	if t.DType != F32 {
-		es = 2
-	}
-	f := make([]float32, chunkElems)
+	be, bb := t.DType.BlockElems(), t.DType.BlockBytes()
+	f := make([]float32, min(chunkElems, t.Elements()))
 	var buf []byte
 	for _, p := range e.pieces {
 		raw := p.bytes()
 		for len(raw) > 0 {
-			n := min(len(raw)/es, chunkElems)
-			if err := decodeInto(f[:n], raw[:n*es], t.DType); err != nil {
+			n := min(len(raw)/bb*be, chunkElems)
+			if err := decodeInto(f[:n], raw[:n/be*bb], t.DType); err != nil {
 				return err
 			}
-			buf = encode(buf[:0], f[:n], out)
+			if buf, err = encode(buf[:0], f[:n], out); err != nil {
+				return err
+			}
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
-			raw = raw[n*es:]
+			raw = raw[n/be*bb:]
 		}
 	}
 	return nil

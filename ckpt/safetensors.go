@@ -77,7 +77,7 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
-		size, _ := dt.byteSize(n)
+		size, _ := dt.Bytes(n)
 		b, e := t.DataOffsets[0], t.DataOffsets[1]
 		if b < 0 || e < b {
 			return nil, fmt.Errorf("tensor %q: bad data_offsets [%d, %d]", name, b, e)

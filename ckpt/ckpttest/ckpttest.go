@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"sort"
 
-	"lagc/ckpt"
 	"lagc/config"
+	"lagc/quant"
 )
 
 // TinyConfig is a 4-layer model that exercises what varies between layers:
@@ -213,9 +213,9 @@ func Round(v []float32, dtype string) {
 	for i, x := range v {
 		switch dtype {
 		case "F16":
-			v[i] = ckpt.F16ToF32(ckpt.F32ToF16(x))
+			v[i] = quant.F16ToF32(quant.F32ToF16(x))
 		case "BF16":
-			v[i] = ckpt.BF16ToF32(ckpt.F32ToBF16(x))
+			v[i] = quant.BF16ToF32(quant.F32ToBF16(x))
 		}
 	}
 }
@@ -249,9 +249,9 @@ func WriteSafetensors(path string, ts map[string]*Tensor, names []string, dtype 
 			case "F32":
 				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
 			case "F16":
-				buf = binary.LittleEndian.AppendUint16(buf, ckpt.F32ToF16(x))
+				buf = binary.LittleEndian.AppendUint16(buf, quant.F32ToF16(x))
 			case "BF16":
-				buf = binary.LittleEndian.AppendUint16(buf, ckpt.F32ToBF16(x))
+				buf = binary.LittleEndian.AppendUint16(buf, quant.F32ToBF16(x))
 			default:
 				return fmt.Errorf("ckpttest: dtype %q", dtype)
 			}

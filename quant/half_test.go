@@ -1,4 +1,4 @@
-package ckpt
+package quant
 
 import (
 	"math"
@@ -108,34 +108,5 @@ func TestBF16(t *testing.T) {
 		if got := F32ToBF16(x); got != want {
 			t.Fatalf("F32ToBF16(%g) = %#04x, want %#04x", x, got, want)
 		}
-	}
-}
-
-func TestByteSize(t *testing.T) {
-	cases := []struct {
-		d    DType
-		n    int64
-		want int64
-		ok   bool
-	}{
-		{F32, 10, 40, true}, {F16, 10, 20, true}, {BF16, 3, 6, true},
-		{Q4_0, 64, 36, true}, {Q4_K, 512, 288, true}, {Q8_0, 33, 0, false}, {DType(99), 1, 0, false},
-	}
-	for _, c := range cases {
-		got, err := c.d.byteSize(c.n)
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("%s.byteSize(%d) = %d, %v", c.d, c.n, got, err)
-		}
-	}
-}
-
-func TestParseDType(t *testing.T) {
-	for s, want := range map[string]DType{"f32": F32, "f16": F16, "bf16": BF16} {
-		if got, err := ParseDType(s); err != nil || got != want {
-			t.Errorf("ParseDType(%q) = %v, %v", s, got, err)
-		}
-	}
-	if _, err := ParseDType("q4_0"); err == nil {
-		t.Errorf("ParseDType(q4_0) succeeded")
 	}
 }
