@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"lagc/quant"
 )
 
 // small is a one-layer MoE-free model in the text form.
@@ -341,5 +343,40 @@ func TestShapes(t *testing.T) {
 	}
 	if got := m[g.Value("token_embd.weight")]; got[0] != 16 || got[1] != 8 {
 		t.Fatalf("weight bound to %v", got)
+	}
+}
+
+// Every block type the quant package converts is an IR dtype with its
+// name and sizes, and maps back to its storage type.
+func TestQuantDTypes(t *testing.T) {
+	n := 0
+	for q := range quant.Type(256) {
+		if !q.Quantized() || !q.Supported() {
+			continue
+		}
+		n++
+		d, err := ParseDType(q.String())
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		want, err := q.RowBytes(4 * q.BlockElems())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.IsQuantized() || !d.IsFloat() || d.Quant() != q || d.BlockSize() != q.BlockElems() || d.Bytes(int64(4*q.BlockElems())) != want {
+			t.Errorf("%s: dtype %v quant %v block %d bytes %d, want block %d bytes %d", q, d, d.Quant(), d.BlockSize(),
+				d.Bytes(int64(4*q.BlockElems())), q.BlockElems(), want)
+		}
+		if back, ok := FromQuant(q); !ok || back != d {
+			t.Errorf("FromQuant(%s) = %v, %v", q, back, ok)
+		}
+	}
+	if n == 0 {
+		t.Fatal("quant converts no block type")
+	}
+	for _, d := range []DType{F32, F16, BF16} {
+		if back, ok := FromQuant(d.Quant()); !ok || back != d || d.IsQuantized() {
+			t.Errorf("%s: FromQuant(%v) = %v, %v", d, d.Quant(), back, ok)
+		}
 	}
 }
