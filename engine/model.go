@@ -37,6 +37,9 @@ type Options struct {
 	Disable    []string  // passes to skip
 	MaxContext int       // KV cache length; 0: the model's max_position_embeddings
 	Progress   io.Writer // where weight loading reports progress; nil: silent
+	// CPU only: bytes of float32 copies the executor may make of f16/bf16
+	// matrices (cpu.Options.F32Budget: 0 default, negative none).
+	F32Budget int64
 	// GPU only.
 	DType   string // activations and weights: "bf16" (default) or "f32"
 	Chunk   int    // prefill tokens per step (0: 2048)
@@ -96,7 +99,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	switch o.Device {
 	case "", "cpu":
 		src := withProgress(ck, g, o.Progress)
-		ex, err := cpu.NewExecutor(g, src, maxPos)
+		ex, err := cpu.NewExecutorWith(g, src, maxPos, cpu.Options{F32Budget: o.F32Budget})
 		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}
@@ -243,7 +246,7 @@ func (b cpuBackend) MaxPos() int  { return b.ex.MaxPos() }
 func (b cpuBackend) Reset()       { b.ex.Reset() }
 func (b cpuBackend) Close() error { return nil }
 
-// progressSource reports weight loading (as float32 bytes) on a bar.
+// progressSource reports weight loading (in stored bytes) on a bar.
 type progressSource struct {
 	ck  ckpt.Checkpoint
 	bar *progress.Bar
@@ -258,7 +261,7 @@ func withProgress(ck ckpt.Checkpoint, g *ir.Graph, w io.Writer) cpu.WeightSource
 	var total int64
 	for _, v := range g.Weights {
 		if ti, ok := ck.Tensor(v.Name); ok && v.From == nil {
-			total += 4 * ti.Elements()
+			total += ti.Size
 		}
 	}
 	return &progressSource{ck: ck, bar: progress.New(w, "loading weights", total, "B")}
@@ -266,6 +269,14 @@ func withProgress(ck ckpt.Checkpoint, g *ir.Graph, w io.Writer) cpu.WeightSource
 
 func (p *progressSource) ReadF32(name string) ([]float32, error) {
 	d, err := p.ck.ReadF32(name)
-	p.bar.Add(int64(4 * len(d)))
+	if ti, ok := p.ck.Tensor(name); ok && err == nil {
+		p.bar.Add(ti.Size)
+	}
 	return d, err
+}
+
+func (p *progressSource) Raw(name string) ([]byte, error) {
+	b, err := p.ck.Raw(name)
+	p.bar.Add(int64(len(b)))
+	return b, err
 }

@@ -4,13 +4,8 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/quant"
 )
-
-// WeightSource provides a checkpoint's tensors as float32 by canonical name
-// (ckpt.Checkpoint satisfies it).
-type WeightSource interface {
-	ReadF32(name string) ([]float32, error)
-}
 
 // Executor interprets an ir.Graph node by node with this package's kernels.
 // It owns the KV caches (one per attention node's `layer` attribute), so
@@ -19,7 +14,8 @@ type WeightSource interface {
 type Executor struct {
 	g       *ir.Graph
 	order   []*ir.Node
-	weights map[*ir.Value][]float32
+	weights map[*ir.Value]*Matrix // what the nodes read, in stored types
+	pool    bufPool               // activation buffers for reuse
 	caches  map[int]*KVCache
 	ropes   map[*ir.Node]*RopeTable
 	lastUse map[*ir.Value]int // index in order of a value's last reader
@@ -42,6 +38,11 @@ func (r *Result) LastLogits() []float32 { return r.Logits[(r.T-1)*r.V:] }
 // from ws (deriving those with a load-time transform) and makes empty KV
 // caches accepting positions below maxPos.
 func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
+	return NewExecutorWith(g, ws, maxPos, Options{})
+}
+
+// NewExecutorWith is NewExecutor with options.
+func NewExecutorWith(g *ir.Graph, ws WeightSource, maxPos int, o Options) (*Executor, error) {
 	if maxPos <= 0 {
 		return nil, fmt.Errorf("cpu executor: context length must be positive, got %d", maxPos)
 	}
@@ -49,25 +50,10 @@ func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{g: g, order: order, weights: map[*ir.Value][]float32{}, caches: map[int]*KVCache{},
+	e := &Executor{g: g, order: order, weights: map[*ir.Value]*Matrix{}, caches: map[int]*KVCache{},
 		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
-	for _, w := range g.Weights {
-		if _, err := e.weight(ws, w); err != nil {
-			return nil, err
-		}
-	}
-	// Weights read only to derive others (the sources of a fusion's
-	// concatenation) are not kept: no node reads them.
-	read := map[*ir.Value]bool{}
-	for _, n := range order {
-		for _, v := range n.Inputs {
-			read[v] = true
-		}
-	}
-	for w := range e.weights {
-		if !read[w] {
-			delete(e.weights, w)
-		}
+	if err := e.loadWeights(ws, o); err != nil {
+		return nil, err
 	}
 	for i, n := range order {
 		for _, v := range n.Inputs {
@@ -77,90 +63,8 @@ func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
 			return nil, fmt.Errorf("%s: %w", n, err)
 		}
 	}
+	e.pool.plan(g, order, e.lastUse)
 	return e, nil
-}
-
-// weight returns w's data, reading or deriving it once.
-func (e *Executor) weight(ws WeightSource, w *ir.Value) ([]float32, error) {
-	if d, ok := e.weights[w]; ok {
-		return d, nil
-	}
-	var data []float32
-	if w.From == nil {
-		d, err := ws.ReadF32(w.Name)
-		if err != nil {
-			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		data = d
-	} else {
-		srcs := make([][]float32, len(w.From.Srcs))
-		for i, s := range w.From.Srcs {
-			d, err := e.weight(ws, s)
-			if err != nil {
-				return nil, err
-			}
-			srcs[i] = d
-		}
-		d, err := deriveWeight(w, srcs)
-		if err != nil {
-			return nil, fmt.Errorf("deriving weight %s: %w", w.Name, err)
-		}
-		data = d
-	}
-	shape, err := w.Type.Shape.Eval(nil)
-	if err != nil {
-		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-	}
-	if want := prodInts(shape); len(data) != want {
-		return nil, fmt.Errorf("weight %s has %d elements, the graph expects %v = %d", w.Name, len(data), shape, want)
-	}
-	e.weights[w] = data
-	return data, nil
-}
-
-// deriveWeight applies a load-time transform (concat or reshape).
-func deriveWeight(w *ir.Value, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		return srcs[0], nil
-	case "concat":
-		shapes := make([][]int, len(srcs))
-		for i, s := range w.From.Srcs {
-			sh, err := s.Type.Shape.Eval(nil)
-			if err != nil {
-				return nil, err
-			}
-			shapes[i] = sh
-		}
-		out := make([]float32, 0)
-		for _, s := range srcs {
-			out = append(out, make([]float32, len(s))...)
-		}
-		outer, sizes := axisSplit(shapes, w.From.Attrs["axis"].(int))
-		return out, Concat(out, srcs, outer, sizes)
-	}
-	return nil, fmt.Errorf("unsupported weight transform %q", w.From.Op)
-}
-
-// axisSplit views tensors of the given shapes as [outer, size_i] around axis.
-func axisSplit(shapes [][]int, axis int) (outer int, sizes []int) {
-	r := len(shapes[0])
-	if axis < 0 {
-		axis += r
-	}
-	outer = prodInts(shapes[0][:axis])
-	for _, s := range shapes {
-		sizes = append(sizes, prodInts(s[axis:]))
-	}
-	return outer, sizes
-}
-
-func prodInts(s []int) int {
-	p := 1
-	for _, x := range s {
-		p *= x
-	}
-	return p
 }
 
 // prepare builds per-node state that does not change between steps.
@@ -232,6 +136,7 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 		pos[i] = int32(e.next + i)
 	}
 	env := e.g.Env(T)
+	e.pool.step(T)
 	f32 := map[*ir.Value][]float32{}
 	i32 := map[*ir.Value][]int32{}
 	for _, in := range e.g.Inputs {
@@ -244,8 +149,10 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 			return nil, fmt.Errorf("forward: graph input %s is not tokens or pos", in.Name)
 		}
 	}
-	for w, d := range e.weights {
-		f32[w] = d
+	for w, m := range e.weights {
+		if m.Type == quant.F32 {
+			f32[w] = m.F32
+		}
 	}
 	outputs := map[*ir.Value]bool{}
 	for _, o := range e.g.Outputs {
@@ -260,6 +167,7 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 		// Drop activations nobody reads any more.
 		for _, v := range n.Inputs {
 			if v.Kind == ir.Activation && e.lastUse[v] == idx && !outputs[v] {
+				e.pool.release(v, f32[v])
 				delete(f32, v)
 				delete(i32, v)
 			}

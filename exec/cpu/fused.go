@@ -14,6 +14,17 @@ import (
 // of w [sum(sizes), K] (sizes[i] rows each): the q/k/v/gate projections
 // against one concatenated weight. x is [T,K], outs[i] is [T,sizes[i]].
 func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error {
+	if K <= 0 {
+		return fmt.Errorf("cpu.MatMulSplit: K = %d must be positive", K)
+	}
+	if len(w)%K != 0 {
+		return fmt.Errorf("cpu.MatMulSplit: w has %d elements, not whole rows of %d", len(w), K)
+	}
+	return matmulSplit(outs, x, MatrixF32(w, len(w)/K, K), T, sizes)
+}
+
+// matmulSplit is MatMulSplit on a matrix of any stored type.
+func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) error {
 	const op = "MatMulSplit"
 	if len(outs) != len(sizes) || len(sizes) == 0 {
 		return fmt.Errorf("cpu.%s: %d outputs for %d sizes", op, len(outs), len(sizes))
@@ -27,13 +38,17 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 			return fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
 		}
 	}
+	if w == nil {
+		return fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K := w.Cols
 	if err := checkDims(op, dim{"T", T}, dim{"K", K}); err != nil {
 		return err
 	}
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
 		return err
 	}
-	if err := checkLen(op, "w", len(w), N, K); err != nil {
+	if err := w.check(op, "w", N, K); err != nil {
 		return err
 	}
 	for i, s := range sizes {
@@ -43,7 +58,7 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 	}
 	off := 0
 	for i, s := range sizes {
-		matmul(outs[i], x, w[off*K:(off+s)*K], T, K, s, true)
+		matmul(outs[i], x, w.Slice(off, off+s), T, K, s, true)
 		off += s
 	}
 	return nil
@@ -53,31 +68,45 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 // gate rows g then the up rows u: x is [T,K], y is [T,N]. It equals
 // MatMul, MatMul, SiLU and Mul bitwise.
 func MatMulSwiGLU(y, x, w []float32, T, K, N int) error {
+	if err := checkLen("MatMulSwiGLU", "w", len(w), 2, N, K); err != nil {
+		return err
+	}
+	return matmulSwiGLU(y, x, MatrixF32(w, 2*N, K), T)
+}
+
+// matmulSwiGLU is MatMulSwiGLU on a matrix [2N,K] of any stored type.
+func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 	const op = "MatMulSwiGLU"
+	if w == nil || w.Rows%2 != 0 {
+		return fmt.Errorf("cpu.%s: the weight must hold gate and up rows (an even row count)", op)
+	}
+	K, N := w.Cols, w.Rows/2
 	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return err
+	}
+	if err := w.check(op, "w", 2*N, K); err != nil {
 		return err
 	}
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
 		return err
 	}
-	if err := checkLen(op, "w", len(w), 2, N, K); err != nil {
-		return err
-	}
 	if err := checkLen(op, "y", len(y), T, N); err != nil {
 		return err
 	}
-	swiglu(y, x, w[:N*K], w[N*K:], T, K, N)
+	swiglu(y, x, w.Slice(0, N), w.Slice(N, 2*N), T, K, N)
 	return nil
 }
 
 // swiglu is the blocked loop of matmul with a silu*mul epilogue over two
 // weights g and u [N,K].
-func swiglu(y, x, g, u []float32, T, K, N int) {
-	blocked(T, K, N, 2, true, func(t, n0, n1 int) {
+func swiglu(y, x []float32, g, u *Matrix, T, K, N int) {
+	blocked(T, K, N, []*Matrix{g, u}, true, func(t, n0, n1 int, rows [][]float32) {
 		xr := x[t*K : t*K+K]
 		yr := y[t*N : t*N+N]
+		gr, ur := rows[0], rows[1]
 		for n := n0; n < n1; n++ {
-			yr[n] = silu(dot(xr, g[n*K:n*K+K])) * dot(xr, u[n*K:n*K+K])
+			o := (n - n0) * K
+			yr[n] = silu(dot(xr, gr[o:o+K])) * dot(xr, ur[o:o+K])
 		}
 	})
 }
@@ -86,17 +115,39 @@ func swiglu(y, x, g, u []float32, T, K, N int) {
 // may be r itself (the GEMM epilogue accumulating into the residual). It
 // equals MatMul then Add bitwise.
 func MatMulAdd(y, x, w, r []float32, T, K, N int) error {
+	if err := checkLen("MatMulAdd", "w", len(w), N, K); err != nil {
+		return err
+	}
+	return matmulAdd(y, x, r, MatrixF32(w, N, K), T)
+}
+
+// matmulAdd is MatMulAdd on a matrix [N,K] of any stored type.
+func matmulAdd(y, x, r []float32, w *Matrix, T int) error {
 	const op = "MatMulAdd"
-	if err := checkMatMul(op, y, x, w, T, K, N); err != nil {
+	if w == nil {
+		return fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K, N := w.Cols, w.Rows
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
 		return err
 	}
-	if err := checkLen(op, "r", len(r), T, N); err != nil {
+	if err := w.check(op, "w", N, K); err != nil {
 		return err
 	}
-	blocked(T, K, N, 1, true, func(t, n0, n1 int) {
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{{"x", len(x), prod(T, K)}, {"r", len(r), prod(T, N)}, {"y", len(y), prod(T, N)}} {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
+	}
+	blocked(T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, rows [][]float32) {
 		xr := x[t*K : t*K+K]
+		wr := rows[0]
 		for n := n0; n < n1; n++ {
-			p := dot(xr, w[n*K:n*K+K])
+			o := (n - n0) * K
+			p := dot(xr, wr[o:o+K])
 			y[t*N+n] = r[t*N+n] + p
 		}
 	})
@@ -111,10 +162,11 @@ type GroupedMoE struct {
 	K       int // routed experts per token (top-k)
 	E       int // experts in the stacks, shared ones included
 	Shared  int // the last Shared experts apply to every token with weight 1
-	// Either Gate and Up [E,I,H] (layout "split") or GateUp [E,2I,H], each
-	// expert's gate rows then its up rows (layout "fused").
-	Gate, Up, GateUp []float32
-	Down             []float32 // [E,H,I]
+	// Either Gate and Up [E*I,H] (layout "split") or GateUp [E*2I,H], each
+	// expert's gate rows then its up rows (layout "fused"); Down is
+	// [E*H,I]: the stacks as matrices of their rows, in any stored type.
+	Gate, Up, GateUp *Matrix
+	Down             *Matrix
 	Residual         []float32 // [T,H], added to the result; nil for none
 	// Descending visits experts with the most routed tokens first (the GPU
 	// schedule); it never changes a result.
@@ -140,26 +192,36 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 	if S < 0 || S >= E {
 		return fmt.Errorf("cpu.%s: %d shared experts of %d leave none routed", op, S, E)
 	}
-	type lenCheck struct {
+	for _, c := range []struct {
 		name      string
 		got, want int
+	}{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)}, {"out", len(out), prod(T, H)}} {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
 	}
-	lens := []lenCheck{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)},
-		{"down", len(m.Down), prod(E, H, I)}, {"out", len(out), prod(T, H)}}
+	type matCheck struct {
+		name       string
+		m          *Matrix
+		rows, cols int
+	}
+	mats := []matCheck{{"down", m.Down, prod(E, H), I}}
 	fused := m.GateUp != nil
 	if fused {
 		if m.Gate != nil || m.Up != nil {
 			return fmt.Errorf("cpu.%s: give either GateUp or Gate and Up", op)
 		}
-		lens = append(lens, lenCheck{"gate_up", len(m.GateUp), prod(E, 2, I, H)})
+		mats = append(mats, matCheck{"gate_up", m.GateUp, prod(E, 2, I), H})
 	} else {
-		lens = append(lens, lenCheck{"gate", len(m.Gate), prod(E, I, H)}, lenCheck{"up", len(m.Up), prod(E, I, H)})
+		mats = append(mats, matCheck{"gate", m.Gate, prod(E, I), H}, matCheck{"up", m.Up, prod(E, I), H})
+	}
+	for _, c := range mats {
+		if err := c.m.check(op, c.name, c.rows, c.cols); err != nil {
+			return err
+		}
 	}
 	if m.Residual != nil {
-		lens = append(lens, lenCheck{"residual", len(m.Residual), prod(T, H)})
-	}
-	for _, c := range lens {
-		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+		if err := checkLen(op, "residual", len(m.Residual), T, H); err != nil {
 			return err
 		}
 	}
@@ -207,15 +269,14 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 			t := r / per
 			copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
 		}
-		var ge, ue []float32
+		var ge, ue *Matrix
 		if fused {
-			gu := m.GateUp[e*2*I*H : (e+1)*2*I*H]
-			ge, ue = gu[:I*H], gu[I*H:]
+			ge, ue = m.GateUp.Slice(2*e*I, (2*e+1)*I), m.GateUp.Slice((2*e+1)*I, (2*e+2)*I)
 		} else {
-			ge, ue = m.Gate[e*I*H:(e+1)*I*H], m.Up[e*I*H:(e+1)*I*H]
+			ge, ue = m.Gate.Slice(e*I, (e+1)*I), m.Up.Slice(e*I, (e+1)*I)
 		}
 		swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I)
-		matmul(y[:n*H], act[:n*I], m.Down[e*H*I:(e+1)*H*I], n, I, H, true)
+		matmul(y[:n*H], act[:n*I], m.Down.Slice(e*H, (e+1)*H), n, I, H, true)
 		for i, r := range rs {
 			w := float32(1)
 			if t, j := r/per, r%per; j < k {

@@ -1,11 +1,42 @@
 package cpu
 
+import (
+	"fmt"
+
+	"lagc/quant"
+)
+
 // MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
 // row-major), y is [T,N]. Work is split over blocks of N and T; every
 // element is one dot product summed in a fixed order, so y[t] does not
 // depend on T or on the thread count.
 func MatMul(y, x, w []float32, T, K, N int) error {
 	if err := checkMatMul("MatMul", y, x, w, T, K, N); err != nil {
+		return err
+	}
+	matmul(y, x, MatrixF32(w, N, K), T, K, N, true)
+	return nil
+}
+
+// MatMulMatrix is MatMul with w [N,K] in any stored type: y = x w^T
+// computed on w's rows converted to float32 a block at a time, bitwise
+// equal to MatMul on the converted w.
+func MatMulMatrix(y, x []float32, w *Matrix, T int) error {
+	const op = "MatMulMatrix"
+	if w == nil {
+		return fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K, N := w.Cols, w.Rows
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return err
+	}
+	if err := w.check(op, "w", N, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "x", len(x), T, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "y", len(y), T, N); err != nil {
 		return err
 	}
 	matmul(y, x, w, T, K, N, true)
@@ -32,33 +63,53 @@ const (
 	matmulTokens   = 32
 )
 
-func matmul(y, x, w []float32, T, K, N int, parallel bool) {
-	blocked(T, K, N, 1, parallel, func(t, n0, n1 int) {
+func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
+	blocked(T, K, N, []*Matrix{w}, parallel, func(t, n0, n1 int, rows [][]float32) {
 		xr := x[t*K : t*K+K]
 		yr := y[t*N : t*N+N]
+		wr := rows[0]
 		for n := n0; n < n1; n++ {
-			yr[n] = dot(xr, w[n*K:n*K+K])
+			o := (n - n0) * K
+			yr[n] = dot(xr, wr[o:o+K])
 		}
 	})
 }
 
-// blocked runs body(t, n0, n1) for every token t and block [n0, n1) of
-// output columns, blocking columns so that the weight rows of a block
-// (weights matrices of K floats per column) stay in L2 while a block of
-// tokens passes over them; the blocks run in parallel when asked.
-func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
-	nb := max(4, min(matmulRowBytes/(4*weights*K), 256))
+// blocked runs body(t, n0, n1, rows) for every token t and block [n0, n1)
+// of output columns, where rows[i] holds rows n0..n1-1 of ws[i] as float32
+// ((n1-n0)*K values: the matrix itself for f32, else converted into
+// scratch once per block of columns and tokens). Columns are blocked so that
+// a block's weight rows stay in L2 while a block of tokens passes over them;
+// the blocks run in parallel when asked.
+func blocked(T, K, N int, ws []*Matrix, parallel bool, body func(t, n0, n1 int, rows [][]float32)) {
+	nw := len(ws)
+	nb := max(4, min(matmulRowBytes/(4*nw*K), 256))
 	nb = min(nb, N)
 	tb := min(T, matmulTokens)
 	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
 	run := func(lo, hi int) {
+		rows := make([][]float32, nw)
+		bufs := make([]*[]float32, nw)
+		for i, w := range ws {
+			if w.Type != quant.F32 {
+				bufs[i] = getScratch(nb * K)
+				defer putScratch(bufs[i])
+			}
+		}
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
 			n1 := min(n0+nb, N)
 			t0 := (b / nBlocks) * tb
 			t1 := min(t0+tb, T)
+			for i, w := range ws {
+				var buf []float32
+				if bufs[i] != nil {
+					buf = *bufs[i]
+				}
+				rows[i] = w.rowsF32(buf, n0, n1)
+			}
 			for t := t0; t < t1; t++ {
-				body(t, n0, n1)
+				body(t, n0, n1, rows)
 			}
 		}
 	}
@@ -66,6 +117,5 @@ func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
 		run(0, nBlocks*tBlocks)
 		return
 	}
-	parallelFor(nBlocks*tBlocks, weights*nb*tb*K, run)
+	parallelFor(nBlocks*tBlocks, nw*nb*tb*K, run)
 }
-

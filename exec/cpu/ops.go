@@ -4,12 +4,14 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/quant"
 )
 
 // operands are one node's data for a step: its inputs with their concrete
 // shapes and its freshly allocated outputs (float or int32 by dtype).
 type operands struct {
-	f   [][]float32 // float inputs
+	f   [][]float32 // float inputs (f32 weights included)
+	m   []*Matrix   // weight inputs, in their stored types
 	i   [][]int32   // int32 inputs
 	sh  [][]int     // input shapes
 	out [][]float32 // float outputs
@@ -18,16 +20,21 @@ type operands struct {
 
 // gather reads n's inputs from the step's values and allocates its outputs
 // (none for reshape, whose output is a view of its input).
-func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
-	o := &operands{f: make([][]float32, len(n.Inputs)), i: make([][]int32, len(n.Inputs)), sh: make([][]int, len(n.Inputs)),
-		out: make([][]float32, len(n.Outputs)), ids: make([][]int32, len(n.Outputs))}
+func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
+	o := &operands{f: make([][]float32, len(n.Inputs)), m: make([]*Matrix, len(n.Inputs)), i: make([][]int32, len(n.Inputs)),
+		sh: make([][]int, len(n.Inputs)), out: make([][]float32, len(n.Outputs)), ids: make([][]int32, len(n.Outputs))}
 	for k, v := range n.Inputs {
-		if v.Type.DType == ir.I32 {
+		if m, ok := e.weights[v]; ok {
+			o.m[k] = m
+			if m.Type == quant.F32 {
+				o.f[k] = m.F32
+			}
+		} else if v.Type.DType == ir.I32 {
 			o.i[k] = i32[v]
 		} else {
 			o.f[k] = f32[v]
 		}
-		if o.i[k] == nil && o.f[k] == nil {
+		if o.i[k] == nil && o.f[k] == nil && o.m[k] == nil {
 			return nil, fmt.Errorf("input %d (%s) has no value", k, v)
 		}
 		s, err := v.Type.Shape.Eval(env)
@@ -49,7 +56,7 @@ func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Val
 			o.ids[k] = make([]int32, prodInts(s))
 			i32[v] = o.ids[k]
 		} else {
-			o.out[k] = make([]float32, prodInts(s))
+			o.out[k] = e.pool.get(prodInts(s))
 			f32[v] = o.out[k]
 		}
 	}
@@ -59,7 +66,7 @@ func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Val
 // run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
 // its kernel in this package.
 func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) error {
-	o, err := gather(n, env, f32, i32)
+	o, err := e.gather(n, env, f32, i32)
 	if err != nil {
 		return err
 	}
@@ -71,11 +78,11 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 	case "reshape":
 		return nil // a view, bound by gather
 	case "embedding":
-		return Embedding(out[0], o.i[0], f[1], o.sh[1][0], o.sh[1][1])
+		return embedding(out[0], o.i[0], o.m[1])
 	case "rms_norm":
 		return RMSNorm(out[0], f[0], f[1], rows, last, float32(n.AttrFloat("eps")))
 	case "matmul":
-		return MatMul(out[0], f[0], f[1], rows, last, o.sh[1][0])
+		return MatMulMatrix(out[0], f[0], o.m[1], rows)
 	case "split":
 		shapes := make([][]int, len(n.Outputs))
 		for k, v := range n.Outputs {
@@ -110,16 +117,16 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 			float32(n.AttrFloat("softcap")), float32(n.AttrFloat("routed_scaling")))
 	case "moe_experts":
 		gate := o.sh[3]
-		return MoEExperts(out[0], f[0], f[1], o.i[2], f[3], f[4], f[5], rows, last, gate[0], gate[1], o.sh[1][1])
+		return moeExperts(out[0], f[0], f[1], o.i[2], o.m[3], o.m[4], o.m[5], rows, last, gate[0], gate[1], o.sh[1][1])
 	case "argmax":
 		return ArgMax(o.ids[0], f[0], rows, last)
 	// Fused ops (passes/fuse_*.go).
 	case "matmul_split":
-		return MatMulSplit(out, f[0], f[1], rows, last, n.AttrInts("sizes"))
+		return matmulSplit(out, f[0], o.m[1], rows, n.AttrInts("sizes"))
 	case "matmul_swiglu":
-		return MatMulSwiGLU(out[0], f[0], f[1], rows, last, o.sh[1][0]/2)
+		return matmulSwiGLU(out[0], f[0], o.m[1], rows)
 	case "matmul_add":
-		return MatMulAdd(out[0], f[0], f[1], f[2], rows, last, o.sh[1][0])
+		return matmulAdd(out[0], f[0], f[2], o.m[1], rows)
 	case "moe_grouped":
 		return moeGrouped(n, o, rows, last)
 	}
@@ -136,11 +143,11 @@ func moeGrouped(n *ir.Node, o *operands, rows, last int) error {
 	down := len(n.Inputs) - 1 - residual
 	ds := o.sh[down] // [E,H,I]
 	m := &GroupedMoE{T: rows, H: last, I: ds[2], K: o.sh[1][1], E: ds[0], Shared: n.AttrInt("shared"),
-		Down: o.f[down], Descending: n.AttrString("order") == ir.OrderDescending}
+		Down: o.m[down], Descending: n.AttrString("order") == ir.OrderDescending}
 	if layout == ir.GateUpFused {
-		m.GateUp = o.f[3]
+		m.GateUp = o.m[3]
 	} else {
-		m.Gate, m.Up = o.f[3], o.f[4]
+		m.Gate, m.Up = o.m[3], o.m[4]
 	}
 	if residual != 0 {
 		m.Residual = o.f[len(n.Inputs)-1]
