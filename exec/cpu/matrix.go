@@ -107,3 +107,13 @@ func getScratch(n int) *[]float32 {
 }
 
 func putScratch(p *[]float32) { scratch.Put(p) }
+
+// WeightTypes counts the weights the executor holds by the type it keeps
+// them in (f16 and bf16 expanded at load count as f32).
+func (e *Executor) WeightTypes() map[quant.Type]int {
+	n := map[quant.Type]int{}
+	for _, m := range e.weights {
+		n[m.Type]++
+	}
+	return n
+}
