@@ -22,7 +22,8 @@ func init() {
 // reader; otherwise the MLP is left as it is.
 func gateUpFuse(s *State) error {
 	g := s.Graph
-	mlps, moes, skipped := 0, 0, 0
+	mlps, moes := 0, 0
+	var skipped skips
 	gate := ir.P("silu", ir.P("matmul", ir.Any("x"), ir.W("wg")).As("g")).As("s")
 	up := ir.P("matmul", ir.Any("x"), ir.W("wu")).As("u")
 	var matches []ir.Match
@@ -35,7 +36,7 @@ func gateUpFuse(s *State) error {
 		if fuseSwiGLU(g, m) {
 			mlps++
 		} else {
-			skipped++
+			skipped.add(concatBlocker(m["wg"], m["wu"]))
 		}
 	}
 	for _, n := range append([]*ir.Node(nil), g.Nodes...) {
@@ -45,10 +46,11 @@ func gateUpFuse(s *State) error {
 		if fuseMoEGateUp(g, n) {
 			moes++
 		} else {
-			skipped++
+			_, stacks, _ := moeParts(n)
+			skipped.add(concatBlocker(stacks[0], stacks[1]))
 		}
 	}
-	s.Notef("gate-up-fuse: %d MLPs and %d expert stacks fused, %d skipped (precondition)", mlps, moes, skipped)
+	s.Notef("gate-up-fuse: %d MLPs and %d expert stacks fused, %s", mlps, moes, &skipped)
 	return nil
 }
 

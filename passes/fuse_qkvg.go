@@ -18,7 +18,8 @@ func init() {
 // matmuls of the same activation by weights of one dtype.
 func qkvgConcat(s *State) error {
 	g := s.Graph
-	done, skipped := 0, 0
+	done := 0
+	var skipped skips
 	var attns []*ir.Node
 	for _, n := range g.Nodes {
 		if n.Op == "attention" {
@@ -42,10 +43,10 @@ func qkvgConcat(s *State) error {
 		if ok := fuseProjections(g, projs); ok {
 			done++
 		} else {
-			skipped++
+			skipped.add(qkvgBlocker(projs))
 		}
 	}
-	s.Notef("qkvg-concat: %d attentions fused, %d skipped (precondition)", done, skipped)
+	s.Notef("qkvg-concat: %d attentions fused, %s", done, &skipped)
 	return nil
 }
 

@@ -23,7 +23,8 @@ func init() {
 // else reads the two summands or the shared expert's intermediates.
 func sharedExpertMerge(s *State) error {
 	g := s.Graph
-	done, skipped := 0, 0
+	done := 0
+	var skipped skips
 	var adds []*ir.Node
 	for _, n := range g.Nodes {
 		if n.Op == "add" {
@@ -36,15 +37,16 @@ func sharedExpertMerge(s *State) error {
 			if !isMoE(moe) || sd == nil || sd.Op != "matmul" {
 				continue
 			}
+			why := sharedBlocker(moe, sd) // before mergeShared rewrites anything
 			if mergeShared(g, add, moe, sd) {
 				done++
 			} else {
-				skipped++
+				skipped.add(why)
 			}
 			break
 		}
 	}
-	s.Notef("shared-expert-merge: %d shared experts merged, %d skipped (precondition)", done, skipped)
+	s.Notef("shared-expert-merge: %d shared experts merged, %s", done, &skipped)
 	return nil
 }
 
