@@ -1,10 +1,27 @@
 package engine
 
 import (
+	"syscall"
 	"testing"
+	"time"
 
 	"lagc/models"
 )
+
+// cpuTime returns the process's user+system time: on a shared machine the
+// CPU time per op varies much less than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds the CPU time per op since t0 to b's results.
+func reportCPU(b *testing.B, t0 time.Duration) {
+	b.ReportMetric(float64(cpuTime()-t0)/float64(b.N), "cpu-ns/op")
+}
 
 // Benchmarks of the CPU reference on the bundled model (`lagc bench
 // --device cpu` reports the same as tok/s).
@@ -38,6 +55,7 @@ func BenchmarkCPUDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	tok := next[len(next)-1]
+	t0 := cpuTime()
 	for b.Loop() {
 		if m.Backend.Pos() >= 1000 {
 			m.Backend.Reset()
@@ -50,11 +68,13 @@ func BenchmarkCPUDecode(b *testing.B) {
 		}
 		tok = next[0]
 	}
+	reportCPU(b, t0)
 }
 
 func BenchmarkCPUPrefill256(b *testing.B) {
 	m := openBundledCPU(b, 1024)
 	prompt := benchPrompt(256, m.Config.VocabSize)
+	t0 := cpuTime()
 	for b.Loop() {
 		m.Backend.Reset()
 		if _, _, err := m.Backend.Forward(prompt); err != nil {
@@ -62,4 +82,5 @@ func BenchmarkCPUPrefill256(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(prompt))/b.Elapsed().Seconds(), "tok/s")
+	reportCPU(b, t0)
 }

@@ -12,16 +12,17 @@ import (
 // consecutive Forward calls continue one sequence: a prefill of the prompt,
 // then one call per decoded token.
 type Executor struct {
-	g       *ir.Graph
-	order   []*ir.Node
-	weights map[*ir.Value]*Matrix // what the nodes read, in stored types
-	pool    bufPool               // activation buffers for reuse
-	caches  map[int]*KVCache
-	ropes   map[*ir.Node]*RopeTable
-	lastUse map[*ir.Value]int // index in order of a value's last reader
-	maxPos  int
-	next    int  // the next position to feed
-	broken  bool // a step failed midway: the caches are inconsistent until Reset
+	g        *ir.Graph
+	order    []*ir.Node
+	weights  map[*ir.Value]*Matrix  // what the nodes read, in stored types
+	pool     bufPool                // activation buffers for reuse
+	operands map[*ir.Node]*operands // each node's, kept across steps
+	caches   map[int]*KVCache
+	ropes    map[*ir.Node]*RopeTable
+	lastUse  map[*ir.Value]int // index in order of a value's last reader
+	maxPos   int
+	next     int  // the next position to feed
+	broken   bool // a step failed midway: the caches are inconsistent until Reset
 }
 
 // Result is what one Forward step computed.
@@ -51,7 +52,7 @@ func NewExecutorWith(g *ir.Graph, ws WeightSource, maxPos int, o Options) (*Exec
 		return nil, err
 	}
 	e := &Executor{g: g, order: order, weights: map[*ir.Value]*Matrix{}, caches: map[int]*KVCache{},
-		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
+		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos, operands: map[*ir.Node]*operands{}}
 	if err := e.loadWeights(ws, o); err != nil {
 		return nil, err
 	}

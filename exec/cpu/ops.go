@@ -8,22 +8,49 @@ import (
 )
 
 // operands are one node's data for a step: its inputs with their concrete
-// shapes and its freshly allocated outputs (float or int32 by dtype).
+// shapes and its outputs (float or int32 by dtype). Each node keeps its
+// operands across steps; the shapes are evaluated again only when the
+// step's token count changes.
 type operands struct {
 	f   [][]float32 // float inputs (f32 weights included)
 	m   []*Matrix   // weight inputs, in their stored types
 	i   [][]int32   // int32 inputs
 	sh  [][]int     // input shapes
+	osh [][]int     // output shapes
 	out [][]float32 // float outputs
 	ids [][]int32   // int32 outputs
+	env int         // the token count sh and osh were evaluated for (0: none yet)
 }
 
 // gather reads n's inputs from the step's values and allocates its outputs
 // (none for reshape, whose output is a view of its input).
 func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
-	o := &operands{f: make([][]float32, len(n.Inputs)), m: make([]*Matrix, len(n.Inputs)), i: make([][]int32, len(n.Inputs)),
-		sh: make([][]int, len(n.Inputs)), out: make([][]float32, len(n.Outputs)), ids: make([][]int32, len(n.Outputs))}
+	o := e.operands[n]
+	if o == nil {
+		o = &operands{f: make([][]float32, len(n.Inputs)), m: make([]*Matrix, len(n.Inputs)), i: make([][]int32, len(n.Inputs)),
+			sh: make([][]int, len(n.Inputs)), osh: make([][]int, len(n.Outputs)), out: make([][]float32, len(n.Outputs)),
+			ids: make([][]int32, len(n.Outputs))}
+		e.operands[n] = o
+	}
+	if key := envKey(env); key != o.env {
+		for k, v := range n.Inputs {
+			s, err := v.Type.Shape.Eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.sh[k] = s
+		}
+		for k, v := range n.Outputs {
+			s, err := v.Type.Shape.Eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.osh[k] = s
+		}
+		o.env = key
+	}
 	for k, v := range n.Inputs {
+		o.f[k], o.m[k], o.i[k] = nil, nil, nil
 		if m, ok := e.weights[v]; ok {
 			o.m[k] = m
 			if m.Type == quant.F32 {
@@ -37,30 +64,31 @@ func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i
 		if o.i[k] == nil && o.f[k] == nil && o.m[k] == nil {
 			return nil, fmt.Errorf("input %d (%s) has no value", k, v)
 		}
-		s, err := v.Type.Shape.Eval(env)
-		if err != nil {
-			return nil, err
-		}
-		o.sh[k] = s
 	}
 	if n.Op == "reshape" {
 		f32[n.Outputs[0]] = o.f[0]
 		return o, nil
 	}
 	for k, v := range n.Outputs {
-		s, err := v.Type.Shape.Eval(env)
-		if err != nil {
-			return nil, err
-		}
+		o.out[k], o.ids[k] = nil, nil
 		if v.Type.DType == ir.I32 {
-			o.ids[k] = make([]int32, prodInts(s))
+			o.ids[k] = make([]int32, prodInts(o.osh[k]))
 			i32[v] = o.ids[k]
 		} else {
-			o.out[k] = e.pool.get(prodInts(s))
+			o.out[k] = e.pool.get(prodInts(o.osh[k]))
 			f32[v] = o.out[k]
 		}
 	}
 	return o, nil
+}
+
+// envKey identifies a binding of the shape symbols: the step's token count
+// (the executor binds every symbol to it), -1 for a graph without any.
+func envKey(env ir.Env) int {
+	for _, t := range env {
+		return t
+	}
+	return -1
 }
 
 // run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
@@ -84,13 +112,7 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 	case "matmul":
 		return MatMulMatrix(out[0], f[0], o.m[1], rows)
 	case "split":
-		shapes := make([][]int, len(n.Outputs))
-		for k, v := range n.Outputs {
-			if shapes[k], err = v.Type.Shape.Eval(env); err != nil {
-				return err
-			}
-		}
-		outer, sizes := axisSplit(shapes, n.AttrInt("axis"))
+		outer, sizes := axisSplit(o.osh, n.AttrInt("axis"))
 		return Split(out, f[0], outer, sizes)
 	case "concat":
 		outer, sizes := axisSplit(o.sh, n.AttrInt("axis"))
