@@ -17,13 +17,15 @@ func init() {
 	register(&command{
 		name:    "convert",
 		summary: "convert a Laguna checkpoint (HF safetensors or GGUF) to GGUF with llama.cpp's laguna names",
-		usage:   "convert --model CKPT -o OUT.gguf [--dtype keep|f32|f16|bf16]",
+		usage:   "convert --model CKPT -o OUT.gguf [--dtype keep|f32|f16|bf16 | --quant TYPE|RECIPE]",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var o convertOpts
 			fs.StringVar(&o.model, "model", "", "checkpoint to convert: HF directory (config.json + safetensors) or .gguf file")
 			fs.StringVar(&o.out, "o", "", "output GGUF file")
 			fs.StringVar(&o.out, "output", "", "output GGUF file (same as -o)")
 			fs.StringVar(&o.dtype, "dtype", "keep", "type of weight matrices: keep (as stored), f32, f16 or bf16; vectors, norms and the router stay f32")
+			fs.StringVar(&o.quant, "quant", "", "quantise the weight matrices: a type (every matrix in it, with llama-quantize's fallbacks) or a recipe; one of "+
+				strings.Join(ckpt.RecipeNames(), ", ")+"; vectors, norms and the router stay f32")
 			fs.StringVar(&o.name, "name", "", "general.name to record (default: the checkpoint's base name)")
 			return func(args []string) error {
 				if len(args) != 0 {
@@ -39,7 +41,7 @@ func init() {
 }
 
 type convertOpts struct {
-	model, out, dtype, name string
+	model, out, dtype, quant, name string
 }
 
 func runConvert(o convertOpts, log io.Writer) error {
@@ -49,9 +51,12 @@ func runConvert(o convertOpts, log io.Writer) error {
 	} else {
 		dt, err := ckpt.ParseDType(o.dtype)
 		if err != nil {
-			return fmt.Errorf("%w: --dtype: %v", errUsage, err)
+			return fmt.Errorf("%w: --dtype: %v (quantised types go in --quant)", errUsage, err)
 		}
 		opt.DType = dt
+	}
+	if err := applyQuant(o, &opt); err != nil {
+		return err
 	}
 	if opt.Name == "" {
 		opt.Name = strings.TrimSuffix(filepath.Base(filepath.Clean(o.model)), ".gguf")
@@ -70,9 +75,12 @@ func runConvert(o convertOpts, log io.Writer) error {
 		total += t.Size
 	}
 	cfg := src.Config()
-	fmt.Fprintf(log, "convert: %s (%s): %d layers, hidden %d, %d experts, %d tensors, %.1f MiB -> %s (dtype %s)\n",
+	fmt.Fprintf(log, "convert: %s (%s): %d layers, hidden %d, %d experts, %d tensors, %.1f MiB -> %s (%s)\n",
 		o.model, src.Format(), cfg.NumLayers, cfg.HiddenSize, cfg.NumExperts, len(src.Tensors()),
-		float64(total)/(1<<20), o.out, o.dtype)
+		float64(total)/(1<<20), o.out, outputDesc(o))
+	for _, w := range requantWarnings(src, opt) {
+		fmt.Fprintf(log, "convert: warning: %s\n", w)
+	}
 	switch tok, err := ckpt.TokenizerMetadata(src); {
 	case err != nil:
 		fmt.Fprintf(log, "convert: warning: the tokenizer is not embedded: %v\n", err)
@@ -97,8 +105,8 @@ func runConvert(o convertOpts, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "convert: wrote %s: %d tensors, %.1f MiB in %.1fs; it reads back and validates\n",
-		o.out, len(check.Tensors()), float64(st.Size())/(1<<20), time.Since(start).Seconds())
+	fmt.Fprintf(log, "convert: wrote %s: %d tensors (%s), %.1f MiB in %.1fs; it reads back and validates\n",
+		o.out, len(check.Tensors()), typeSummary(check), float64(st.Size())/(1<<20), time.Since(start).Seconds())
 	return nil
 }
 

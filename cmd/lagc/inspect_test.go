@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"lagc/ckpt"
+	"lagc/ckpt/ckpttest"
+)
+
+func runInspectCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	inspectStdout = &out
+	defer func() { inspectStdout = os.Stdout }()
+	code := runMain(append([]string{"inspect"}, args...), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestInspectText(t *testing.T) {
+	out, stderr, code := runInspectCmd(t, "../../testdata/quant/q4_k_m.gguf")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"architecture:  laguna, name \"quant-fixture\"",
+		"2 layers (1 full + 1 sliding attention, window 8; 1 dense + 1 MoE), hidden 256, vocab 64",
+		"quantisation:  q4_k_m: weight matrices q4_k; attention, shared expert and LM head q8_0",
+		"general.file_type 15 (MOSTLY_Q4_K_M)",
+		"parameters:    1.41M total, 1.20M active per token",
+		"checks:        the tensors match the configuration",
+		"laguna.expert_count = 3",
+		"blk.1.ffn_down_exps.weight   q4_k  [3 256 256]  110592  4.50",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The JSON report's figures, recomputed here from the tensors and the
+// configuration.
+func TestInspectJSON(t *testing.T) {
+	path := "../../testdata/quant/q6_k.gguf"
+	out, stderr, code := runInspectCmd(t, path, "--json", "--ctx", "100")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r inspectJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	ck, err := ckpt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	cfg := ck.Config()
+	var total, active, bytes int64
+	for _, ti := range ck.Tensors() {
+		n := ti.Elements()
+		total += n
+		bytes += ti.Size
+		switch {
+		case ti.Name == "token_embd.weight":
+		case strings.HasSuffix(ti.Name, "_exps.weight"):
+			active += n * 2 / 3 // top-2 of 3
+		default:
+			active += n
+		}
+	}
+	// K and V in bf16: a full layer holds the context, a sliding one its window.
+	kv := int64(2*2*100*2*64 + 2*2*8*2*64)
+	if r.Recipe != "q6_k" || r.Parameters != total || r.ActiveParameters != active || r.WeightBytes != bytes ||
+		r.Memory.KVBytes != kv || r.Memory.TotalBytes != bytes+kv || r.Memory.Context != 100 || !r.Valid ||
+		len(r.Tensors) != len(ck.Tensors()) || r.Config.NumExperts != cfg.NumExperts || r.FileTypeName != "MOSTLY_Q6_K" {
+		t.Errorf("report %+v\nwant parameters %d, active %d, bytes %d, kv %d", r.Report, total, active, bytes, kv)
+	}
+	if len(r.Types) != 2 || r.Types[0].Type != "q6_k" || r.Types[0].BitsPerWeight != 6.5625 {
+		t.Errorf("types %+v", r.Types)
+	}
+}
+
+// Parameter counts agree with lagc compile's, which counts from the graph.
+func TestInspectParametersMatchCompile(t *testing.T) {
+	out, _, code := runInspectCmd(t, "../../models/tiny", "--json", "--tensors=false")
+	if code != 0 {
+		t.Fatalf("inspect: exit %d", code)
+	}
+	var r inspectJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	cout, cerr, code := runLagc(t, "compile", "--model", "../../models/tiny")
+	if code != 0 {
+		t.Fatalf("compile: exit %d: %s", code, cerr)
+	}
+	num := func(re string) int64 {
+		m := regexp.MustCompile(re).FindStringSubmatch(cout)
+		if m == nil {
+			t.Fatalf("compile output lacks %s", re)
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	if total, active := num(`parameters: \S+ total \((\d+)\)`), num(`active per token: \S+ \((\d+);`); r.Parameters != total || r.ActiveParameters != active {
+		t.Errorf("inspect: %d total, %d active; compile: %d, %d", r.Parameters, r.ActiveParameters, total, active)
+	}
+	if r.Recipe != "bf16" || r.Format != "safetensors" || len(r.Metadata) != 0 {
+		t.Errorf("recipe %q, format %q, %d metadata keys", r.Recipe, r.Format, len(r.Metadata))
+	}
+}
+
+// A checkpoint that does not match its configuration is still described,
+// with what is wrong.
+func TestInspectBrokenCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := ckpttest.WriteHF(dir, ckpttest.TinyConfig(), ckpttest.Options{Edit: func(ts map[string]*ckpttest.Tensor) {
+		delete(ts, "model.layers.1.self_attn.q_norm.weight")
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runInspectCmd(t, dir, "--tensors=false")
+	if code != 0 || !strings.Contains(out, "checks:        checkpoint does not match its configuration: missing tensor blk.1.attn_q_norm.weight") {
+		t.Errorf("exit %d, stderr %q, output:\n%s", code, stderr, out)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "want one checkpoint"},
+		{[]string{dir, dir}, 2, "got 2 arguments"},
+		{[]string{dir, "--ctx", "-1"}, 2, "--ctx -1"},
+		{[]string{filepath.Join(dir, "nope.gguf")}, 1, "no such file"},
+	}
+	for _, c := range cases {
+		_, stderr, code := runInspectCmd(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("inspect %v: exit %d, stderr %q; want %d with %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+}
