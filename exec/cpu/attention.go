@@ -60,10 +60,11 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 	if window > 0 {
 		span = min(span, window)
 	}
-	// One item is a token and a kv head with its group of query heads, so
-	// each cached row is read once for the whole group.
+	// One item is a token and a kv head with its group of query heads.
 	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
-		probs := make([]float32, group*span)
+		probs := alignedFloats(span)
+		qa := alignedFloats(d)
+		var runs []kvRun
 		for it := lo; it < hi; it++ {
 			t, kvh := it/nkv, it%nkv
 			p := p0 + t
@@ -71,31 +72,9 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 			if window > 0 {
 				first = max(0, p-window+1)
 			}
-			n := p - first + 1
-			rows := func(j int) (kr, vr []float32) {
-				if j >= p0 {
-					o := ((j-p0)*nkv + kvh) * d
-					return k[o : o+d], v[o : o+d]
-				}
-				return cache.keyRow(j, kvh), cache.valueRow(j, kvh)
-			}
-			h0 := t*nh + kvh*group // first query head of the group, as a row of q and out
-			for j := first; j <= p; j++ {
-				kr, _ := rows(j)
-				for g := 0; g < group; g++ {
-					probs[g*span+j-first] = dot(q[(h0+g)*d:(h0+g+1)*d], kr) * scale
-				}
-			}
-			for g := 0; g < group; g++ {
-				softmax(probs[g*span : g*span+n])
-			}
-			o := out[h0*d : (h0+group)*d]
-			clear(o)
-			for j := first; j <= p; j++ {
-				_, vr := rows(j)
-				for g := 0; g < group; g++ {
-					axpy(o[g*d:(g+1)*d], probs[g*span+j-first], vr)
-				}
+			runs = kvRuns(runs[:0], cache, k, v, first, p, p0, kvh, nkv, d)
+			for h := t*nh + kvh*group; h < t*nh+(kvh+1)*group; h++ { // rows of q and out
+				attendRuns(out[h*d:(h+1)*d], q[h*d:(h+1)*d], runs, nkv*d, d, scale, probs, qa)
 			}
 		}
 	})

@@ -9,7 +9,7 @@ import (
 // The vector primitives under every kernel: gonum's float32 assembly
 // (SSE on amd64), about 3x the scalar Go loop at K=128 and 5x at 4096
 // (BenchmarkDotOptions).
-var blas gonum.Implementation
+var gonumBLAS gonum.Implementation
 
 // dot returns sum_i a[i]*b[i]. gonum's Sdot peels elements until b is
 // 16-byte aligned, so its summation order depends on b's address; a b that
@@ -22,13 +22,13 @@ func dot(a, b []float32) float32 {
 	if len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%16 != 0 {
 		b = append(alignedFloats(len(b))[:0], b...)
 	}
-	return blas.Sdot(len(a), a, 1, b, 1)
+	return gonumBLAS.Sdot(len(a), a, 1, b, 1)
 }
 
 // axpy adds a*x to dst element by element (each element is one
 // multiply-add, so the order does not matter).
 func axpy(dst []float32, a float32, x []float32) {
-	blas.Saxpy(len(dst), a, x[:len(dst)], 1, dst, 1)
+	gonumBLAS.Saxpy(len(dst), a, x[:len(dst)], 1, dst, 1)
 }
 
 // alignedFloats returns n zeroed floats starting on a 64-byte boundary.
