@@ -84,8 +84,13 @@ func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
 func blocked(T, K, N int, ws []*Matrix, parallel bool, body func(t, n0, n1 int, rows [][]float32)) {
 	nw := len(ws)
 	nb := max(4, min(matmulRowBytes/(4*nw*K), 256))
-	nb = min(nb, N)
 	tb := min(T, matmulTokens)
+	if parallel && T <= tb {
+		// One block of tokens (decode): narrower column blocks, so that
+		// every thread gets a few.
+		nb = min(nb, max(16, (N+2*Threads()-1)/(2*Threads())))
+	}
+	nb = min(nb, N)
 	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
 	run := func(lo, hi int) {
 		rows := make([][]float32, nw)

@@ -65,19 +65,25 @@ func parallelFor(n, itemWork int, fn func(lo, hi int)) {
 	}
 	size := (n + chunks - 1) / chunks
 	var next atomic.Int64
+	loop := func() {
+		for {
+			lo := int(next.Add(int64(size))) - size
+			if lo >= n {
+				return
+			}
+			fn(lo, min(lo+size, n))
+		}
+	}
+	// The caller is one of the workers: one goroutine fewer to start and
+	// wake.
 	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
 		go func() {
 			defer wg.Done()
-			for {
-				lo := int(next.Add(int64(size))) - size
-				if lo >= n {
-					return
-				}
-				fn(lo, min(lo+size, n))
-			}
+			loop()
 		}()
 	}
+	loop()
 	wg.Wait()
 }
