@@ -108,19 +108,7 @@ func compareStored(t *testing.T, ck ckpt.Checkpoint, prompt []int32) {
 			if rt := ref.WeightTypes(); len(rt) != 1 || rt[quant.F32] == 0 {
 				t.Fatalf("the reference keeps %v, want f32 only", rt)
 			}
-			tokens := prompt
-			for step := 0; step < 6; step++ {
-				a, err := q.Forward(tokens)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := ref.Forward(tokens)
-				if err != nil {
-					t.Fatal(err)
-				}
-				requireSameBits(t, step, a.Logits, b.Logits)
-				tokens = []int32{a.Next[len(a.Next)-1]}
-			}
+			requireSameRuns(t, q, ref, prompt, 6)
 			t.Logf("stored types %v", types)
 		})
 	}
@@ -202,17 +190,24 @@ func TestStoredBF16EqualsExpanded(t *testing.T) {
 		t.Fatalf("no matrix kept in bf16: %v", kept.WeightTypes())
 	}
 	expanded := cpuExecutor(t, ck, f32Source{ck}, nil)
-	tokens := []int32{2, 100, 200, 300, 400, 500, 7}
-	for step := 0; step < 4; step++ {
-		a, err := kept.Forward(tokens)
+	requireSameRuns(t, kept, expanded, []int32{2, 100, 200, 300, 400, 500, 7}, 4)
+}
+
+// requireSameRuns feeds prompt to a and b, then steps-1 greedy tokens of a,
+// and requires bitwise equal logits at every step.
+func requireSameRuns(t *testing.T, a, b *cpu.Executor, prompt []int32, steps int) {
+	t.Helper()
+	tokens := prompt
+	for step := 0; step < steps; step++ {
+		ra, err := a.Forward(tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := expanded.Forward(tokens)
+		rb, err := b.Forward(tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
-		requireSameBits(t, step, a.Logits, b.Logits)
-		tokens = []int32{a.Next[len(a.Next)-1]}
+		requireSameBits(t, step, ra.Logits, rb.Logits)
+		tokens = []int32{ra.Next[len(ra.Next)-1]}
 	}
 }

@@ -77,16 +77,14 @@ func MatMulSwiGLU(y, x, w []float32, T, K, N int) error {
 // matmulSwiGLU is MatMulSwiGLU on a matrix [2N,K] of any stored type.
 func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 	const op = "MatMulSwiGLU"
-	if w == nil || w.Rows%2 != 0 {
-		return fmt.Errorf("cpu.%s: the weight must hold gate and up rows (an even row count)", op)
-	}
-	K, N := w.Cols, w.Rows/2
-	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+	K, N2, err := matrixDims(op, w, T)
+	if err != nil {
 		return err
 	}
-	if err := w.check(op, "w", 2*N, K); err != nil {
-		return err
+	if N2%2 != 0 {
+		return fmt.Errorf("cpu.%s: the weight must hold gate and up rows (an even row count), got %d rows", op, N2)
 	}
+	N := N2 / 2
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
 		return err
 	}
@@ -124,14 +122,8 @@ func MatMulAdd(y, x, w, r []float32, T, K, N int) error {
 // matmulAdd is MatMulAdd on a matrix [N,K] of any stored type.
 func matmulAdd(y, x, r []float32, w *Matrix, T int) error {
 	const op = "MatMulAdd"
-	if w == nil {
-		return fmt.Errorf("cpu.%s: no matrix", op)
-	}
-	K, N := w.Cols, w.Rows
-	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
-		return err
-	}
-	if err := w.check(op, "w", N, K); err != nil {
+	K, N, err := matrixDims(op, w, T)
+	if err != nil {
 		return err
 	}
 	for _, c := range []struct {

@@ -23,14 +23,8 @@ func MatMul(y, x, w []float32, T, K, N int) error {
 // equal to MatMul on the converted w.
 func MatMulMatrix(y, x []float32, w *Matrix, T int) error {
 	const op = "MatMulMatrix"
-	if w == nil {
-		return fmt.Errorf("cpu.%s: no matrix", op)
-	}
-	K, N := w.Cols, w.Rows
-	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
-		return err
-	}
-	if err := w.check(op, "w", N, K); err != nil {
+	K, N, err := matrixDims(op, w, T)
+	if err != nil {
 		return err
 	}
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
@@ -41,6 +35,19 @@ func MatMulMatrix(y, x []float32, w *Matrix, T int) error {
 	}
 	matmul(y, x, w, T, K, N, true)
 	return nil
+}
+
+// matrixDims checks the matrix and token count of a matrix op and returns
+// the matrix's columns K and rows N.
+func matrixDims(op string, w *Matrix, T int) (K, N int, err error) {
+	if w == nil {
+		return 0, 0, fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K, N = w.Cols, w.Rows
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return 0, 0, err
+	}
+	return K, N, w.check(op, "w", N, K)
 }
 
 func checkMatMul(op string, y, x, w []float32, T, K, N int) error {
