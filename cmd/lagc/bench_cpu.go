@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -24,11 +25,24 @@ type cpuBenchReport struct {
 	Prefill []cpuRate `json:"prefill"`
 }
 
-// cpuRate is one measurement: ms for Tokens tokens (decode: per token).
+// cpuRate is one measurement (the median run): wall and process CPU ms for
+// Tokens tokens (decode: per token).
 type cpuRate struct {
 	Tokens int     `json:"tokens"`
 	Ms     float64 `json:"ms"`
 	TokS   float64 `json:"tok_per_s"`
+	CPUMs  float64 `json:"cpu_ms"`
+}
+
+// timing is one run: wall time and the process's CPU time.
+type timing struct{ wall, cpu time.Duration }
+
+// medianRate returns the run of median wall time as the rate of tokens.
+func medianRate(runs []timing, tokens int) cpuRate {
+	sort.Slice(runs, func(i, j int) bool { return runs[i].wall < runs[j].wall })
+	m := runs[len(runs)/2]
+	s := m.wall.Seconds()
+	return cpuRate{Tokens: tokens, Ms: 1e3 * s, TokS: float64(tokens) / s, CPUMs: 1e3 * m.cpu.Seconds()}
 }
 
 // cpuPrefillDefault replaces the GPU's prefill lengths when --prefill is
@@ -87,32 +101,34 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		toks[i] = int32(rng.IntN(m.Config.VocabSize))
 	}
 	be := m.Backend
-	decode := func() (time.Duration, error) {
+	// decode times one greedy step (the mean of --decode-tokens).
+	decode := func() (timing, error) {
 		be.Reset()
 		_, next, err := be.Forward(toks[:f.ctx])
 		if err != nil {
-			return 0, err
+			return timing{}, err
 		}
 		tok := next[len(next)-1]
-		t0 := time.Now()
+		t0, c0 := time.Now(), processCPU()
 		for i := 0; i < f.tokens; i++ {
 			if _, next, err = be.Forward([]int32{tok}); err != nil {
-				return 0, err
+				return timing{}, err
 			}
 			tok = next[0]
 		}
-		return time.Since(t0) / time.Duration(f.tokens), nil
+		n := time.Duration(f.tokens)
+		return timing{time.Since(t0) / n, (processCPU() - c0) / n}, nil
 	}
-	prefill := func(n int) (time.Duration, error) {
+	prefill := func(n int) (timing, error) {
 		be.Reset()
-		t0 := time.Now()
+		t0, c0 := time.Now(), processCPU()
 		_, _, err := be.Forward(toks[:n])
-		return time.Since(t0), err
+		return timing{time.Since(t0), processCPU() - c0}, err
 	}
 	if _, err := decode(); err != nil { // warm up
 		return err
 	}
-	var ts []time.Duration
+	var ts []timing
 	for r := 0; r < f.runs; r++ {
 		t, err := decode()
 		if err != nil {
@@ -120,8 +136,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		}
 		ts = append(ts, t)
 	}
-	s := medianDur(ts).Seconds()
-	rep.Decode = cpuRate{Tokens: 1, Ms: 1e3 * s, TokS: 1 / s}
+	rep.Decode = medianRate(ts, 1)
 	for _, n := range sizes {
 		ts = ts[:0]
 		for r := 0; r < f.runs; r++ {
@@ -131,8 +146,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 			}
 			ts = append(ts, t)
 		}
-		s := medianDur(ts).Seconds()
-		rep.Prefill = append(rep.Prefill, cpuRate{Tokens: n, Ms: 1e3 * s, TokS: float64(n) / s})
+		rep.Prefill = append(rep.Prefill, medianRate(ts, n))
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(w)
@@ -140,11 +154,11 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		return enc.Encode(rep)
 	}
 	fmt.Fprintf(w, "lagc bench: %s on the CPU, %d threads, median of %d runs\n", rep.Model, rep.Threads, rep.Runs)
-	fmt.Fprintf(w, "decode at context %d: %.3f ms/token, %.0f tok/s\n", rep.Context, rep.Decode.Ms, rep.Decode.TokS)
+	fmt.Fprintf(w, "decode at context %d: %.3f ms/token (CPU time %.3f ms), %.0f tok/s\n", rep.Context, rep.Decode.Ms, rep.Decode.CPUMs, rep.Decode.TokS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "prefill tokens\tms\ttok/s\t")
+	fmt.Fprintln(tw, "prefill tokens\tms\tCPU ms\ttok/s\t")
 	for _, p := range rep.Prefill {
-		fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t\n", p.Tokens, p.Ms, p.TokS)
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.0f\t\n", p.Tokens, p.Ms, p.CPUMs, p.TokS)
 	}
 	return tw.Flush()
 }
