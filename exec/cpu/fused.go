@@ -98,13 +98,10 @@ func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 // swiglu is the blocked loop of matmul with a silu*mul epilogue over two
 // weights g and u [N,K].
 func swiglu(y, x []float32, g, u *Matrix, T, K, N int) {
-	blocked(T, K, N, []*Matrix{g, u}, true, func(t, n0, n1 int, rows [][]float32) {
-		xr := x[t*K : t*K+K]
-		yr := y[t*N : t*N+N]
-		gr, ur := rows[0], rows[1]
-		for n := n0; n < n1; n++ {
-			o := (n - n0) * K
-			yr[n] = silu(dot(xr, gr[o:o+K])) * dot(xr, ur[o:o+K])
+	blocked(x, T, K, N, []*Matrix{g, u}, true, func(t, n0, n1 int, p [][]float32) {
+		yr := y[t*N+n0 : t*N+n1]
+		for j, gv := range p[0] {
+			yr[j] = silu(gv) * p[1][j]
 		}
 	})
 }
@@ -134,13 +131,9 @@ func matmulAdd(y, x, r []float32, w *Matrix, T int) error {
 			return err
 		}
 	}
-	blocked(T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, rows [][]float32) {
-		xr := x[t*K : t*K+K]
-		wr := rows[0]
-		for n := n0; n < n1; n++ {
-			o := (n - n0) * K
-			p := dot(xr, wr[o:o+K])
-			y[t*N+n] = r[t*N+n] + p
+	blocked(x, T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, p [][]float32) {
+		for j, v := range p[0] {
+			y[t*N+n0+j] = r[t*N+n0+j] + v
 		}
 	})
 	return nil

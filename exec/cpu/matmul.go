@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 
+	"gonum.org/v1/gonum/blas"
+
 	"lagc/quant"
 )
 
@@ -71,24 +73,22 @@ const (
 )
 
 func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
-	blocked(T, K, N, []*Matrix{w}, parallel, func(t, n0, n1 int, rows [][]float32) {
-		xr := x[t*K : t*K+K]
-		yr := y[t*N : t*N+N]
-		wr := rows[0]
-		for n := n0; n < n1; n++ {
-			o := (n - n0) * K
-			yr[n] = dot(xr, wr[o:o+K])
-		}
+	blocked(x, T, K, N, []*Matrix{w}, parallel, func(t, n0, n1 int, p [][]float32) {
+		copy(y[t*N+n0:t*N+n1], p[0])
 	})
 }
 
-// blocked runs body(t, n0, n1, rows) for every token t and block [n0, n1)
-// of output columns, where rows[i] holds rows n0..n1-1 of ws[i] as float32
-// ((n1-n0)*K values: the matrix itself for f32, else converted into
-// scratch once per block of columns and tokens). Columns are blocked so that
-// a block's weight rows stay in L2 while a block of tokens passes over them;
-// the blocks run in parallel when asked.
-func blocked(T, K, N int, ws []*Matrix, parallel bool, body func(t, n0, n1 int, rows [][]float32)) {
+// blocked runs epi(t, n0, n1, p) for every token t of x [T,K] and block
+// [n0, n1) of output columns, where p[i][j] is the dot product of x's row
+// t with row n0+j of ws[i]. Each product is one gonum dot (DotUnitary) of
+// a weight row with the token's row copied to aligned scratch, so its
+// summation order depends on K alone: a product is the same for any T,
+// thread count or block split, and wherever the weight row lives. Weight
+// rows in a stored type are converted into scratch once per block of
+// columns and block of tokens. Columns are blocked so that a block's
+// weight rows stay in L2 while a block of tokens passes over them; the
+// blocks run in parallel when asked.
+func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, n0, n1 int, p [][]float32)) {
 	nw := len(ws)
 	nb := max(4, min(matmulRowBytes/(4*nw*K), 256))
 	tb := min(T, matmulTokens)
@@ -108,6 +108,10 @@ func blocked(T, K, N int, ws []*Matrix, parallel bool, body func(t, n0, n1 int, 
 				defer putScratch(bufs[i])
 			}
 		}
+		tmp := getScratch(K + nw*nb)
+		defer putScratch(tmp)
+		xa := (*tmp)[:K] // aligned: the scratch starts on a 64-byte boundary
+		p := make([][]float32, nw)
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
 			n1 := min(n0+nb, N)
@@ -119,9 +123,14 @@ func blocked(T, K, N int, ws []*Matrix, parallel bool, body func(t, n0, n1 int, 
 					buf = *bufs[i]
 				}
 				rows[i] = w.rowsF32(buf, n0, n1)
+				p[i] = (*tmp)[K+i*nb : K+i*nb+n1-n0]
 			}
 			for t := t0; t < t1; t++ {
-				body(t, n0, n1, rows)
+				copy(xa, x[t*K:t*K+K])
+				for i := range ws {
+					gonumBLAS.Sgemv(blas.NoTrans, n1-n0, K, 1, rows[i], K, xa, 1, 0, p[i], 1)
+				}
+				epi(t, n0, n1, p)
 			}
 		}
 	}
