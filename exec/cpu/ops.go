@@ -19,7 +19,7 @@ type operands struct {
 	osh [][]int     // output shapes
 	out [][]float32 // float outputs
 	ids [][]int32   // int32 outputs
-	env int         // the token count sh and osh were evaluated for (0: none yet)
+	env int         // the step's token count sh and osh were evaluated for (0: none yet)
 }
 
 // gather reads n's inputs from the step's values and allocates its outputs
@@ -32,7 +32,7 @@ func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i
 			ids: make([][]int32, len(n.Outputs))}
 		e.operands[n] = o
 	}
-	if key := envKey(env); key != o.env {
+	if key := e.pool.tokens; key != o.env {
 		for k, v := range n.Inputs {
 			s, err := v.Type.Shape.Eval(env)
 			if err != nil {
@@ -80,15 +80,6 @@ func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i
 		}
 	}
 	return o, nil
-}
-
-// envKey identifies a binding of the shape symbols: the step's token count
-// (the executor binds every symbol to it), -1 for a graph without any.
-func envKey(env ir.Env) int {
-	for _, t := range env {
-		return t
-	}
-	return -1
 }
 
 // run executes one node: the binding of each ir op (docs/CONTRACTS.md) to

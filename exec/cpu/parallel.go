@@ -31,12 +31,22 @@ func SetMaxThreads(n int) {
 	maxThreads.Store(int32(n))
 }
 
+// procs caches runtime.GOMAXPROCS(0), which takes the scheduler's lock:
+// every kernel call asks, so it is read again only every 1024th time.
+var procs struct {
+	n     atomic.Int32
+	calls atomic.Uint32
+}
+
 // Threads returns the number of goroutines a kernel call may use.
 func Threads() int {
 	if n := int(maxThreads.Load()); n > 0 {
 		return n
 	}
-	return runtime.GOMAXPROCS(0)
+	if procs.calls.Add(1)%1024 == 1 {
+		procs.n.Store(int32(runtime.GOMAXPROCS(0)))
+	}
+	return int(procs.n.Load())
 }
 
 // parallelFor runs fn over [0, n) split into contiguous chunks. itemWork is
