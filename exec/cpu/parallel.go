@@ -17,8 +17,12 @@ import (
 )
 
 // minParallelWork is the estimated work (multiply-adds) below which a kernel
-// runs on the calling goroutine: starting goroutines costs microseconds.
-const minParallelWork = 1 << 15
+// runs on the calling goroutine: starting and waking goroutines cost tens of
+// microseconds on a small machine, as much as 1<<19 multiply-adds (decode of
+// the bundled model ran slower on 2 threads than on 1 with 1<<15). A helper
+// pool spinning between kernels was tried and was slower still on a shared
+// machine.
+const minParallelWork = 1 << 19
 
 var maxThreads atomic.Int32 // 0: runtime.GOMAXPROCS
 
