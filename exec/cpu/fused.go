@@ -2,7 +2,7 @@ package cpu
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -91,14 +91,14 @@ func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 	if err := checkLen(op, "y", len(y), T, N); err != nil {
 		return err
 	}
-	swiglu(y, x, w.Slice(0, N), w.Slice(N, 2*N), T, K, N)
+	swiglu(y, x, w.Slice(0, N), w.Slice(N, 2*N), T, K, N, true)
 	return nil
 }
 
 // swiglu is the blocked loop of matmul with a silu*mul epilogue over two
 // weights g and u [N,K].
-func swiglu(y, x []float32, g, u *Matrix, T, K, N int) {
-	blocked(x, T, K, N, []*Matrix{g, u}, true, func(t, n0, n1 int, p [][]float32) {
+func swiglu(y, x []float32, g, u *Matrix, T, K, N int, parallel bool) {
+	blocked(x, T, K, N, []*Matrix{g, u}, parallel, func(t, n0, n1 int, p [][]float32) {
 		yr := y[t*N+n0 : t*N+n1]
 		for j, gv := range p[0] {
 			yr[j] = silu(gv) * p[1][j]
@@ -224,55 +224,79 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 		}
 		return routed + j - k
 	}
-	routes := make([][]int, E)
+	// Routes grouped by expert (a counting sort), each in (token, slot)
+	// order: expert e's are byExpert[start[e]:start[e+1]].
+	start := make([]int, E+1)
 	for r := 0; r < R; r++ {
 		e := expertOf(r)
 		if e < 0 || e >= routed && r%per < k {
 			return fmt.Errorf("cpu.%s: expert id %d (token %d) is outside [0, %d)", op, e, r/per, routed)
 		}
-		routes[e] = append(routes[e], r)
+		start[e+1]++
 	}
+	for e := 0; e < E; e++ {
+		start[e+1] += start[e]
+	}
+	byExpert := make([]int, R)
+	fill := append([]int(nil), start[:E]...)
+	for r := 0; r < R; r++ {
+		e := expertOf(r)
+		byExpert[fill[e]] = r
+		fill[e]++
+	}
+	routesOf := func(e int) []int { return byExpert[start[e]:start[e+1]] }
 	visit := make([]int, 0, E)
 	maxRoutes := 0
-	for e, rs := range routes {
-		if len(rs) > 0 {
+	for e := 0; e < E; e++ {
+		if n := len(routesOf(e)); n > 0 {
 			visit = append(visit, e)
-			maxRoutes = max(maxRoutes, len(rs))
+			maxRoutes = max(maxRoutes, n)
 		}
 	}
 	if m.Descending {
-		sort.SliceStable(visit, func(a, b int) bool { return len(routes[visit[a]]) > len(routes[visit[b]]) })
+		slices.SortStableFunc(visit, func(a, b int) int { return len(routesOf(b)) - len(routesOf(a)) })
 	}
-	yr := make([]float32, R*H) // each route's weighted output
-	xs := make([]float32, maxRoutes*H)
-	act := make([]float32, maxRoutes*I)
-	y := make([]float32, maxRoutes*H)
-	for _, e := range visit {
-		rs := routes[e]
-		n := len(rs)
-		for i, r := range rs {
-			t := r / per
-			copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
-		}
-		var ge, ue *Matrix
-		if fused {
-			ge, ue = m.GateUp.Slice(2*e*I, (2*e+1)*I), m.GateUp.Slice((2*e+1)*I, (2*e+2)*I)
-		} else {
-			ge, ue = m.Gate.Slice(e*I, (e+1)*I), m.Up.Slice(e*I, (e+1)*I)
-		}
-		swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I)
-		matmul(y[:n*H], act[:n*I], m.Down.Slice(e*H, (e+1)*H), n, I, H, true)
-		for i, r := range rs {
-			w := float32(1)
-			if t, j := r/per, r%per; j < k {
-				w = weights[t*k+j]
+	yrBuf := getScratch(R * H) // each route's weighted output
+	defer putScratch(yrBuf)
+	yr := *yrBuf
+	// Experts are independent (each writes its own routes' rows of yr):
+	// with enough work they run in parallel, each on one thread; else one
+	// after the other, each split across threads.
+	perRoute := 3 * I * H
+	across := len(visit) > 1 && Threads() > 1 && prod(R, perRoute) >= minParallelWork
+	parallelFor(len(visit), R/len(visit)*perRoute, func(lo, hi int) {
+		buf := getScratch(maxRoutes * (2*H + I))
+		defer putScratch(buf)
+		xs := (*buf)[:maxRoutes*H]
+		act := (*buf)[maxRoutes*H : maxRoutes*(H+I)]
+		y := (*buf)[maxRoutes*(H+I):]
+		for _, e := range visit[lo:hi] {
+			rs := routesOf(e)
+			n := len(rs)
+			for i, r := range rs {
+				t := r / per
+				copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
 			}
-			dst := yr[r*H : (r+1)*H]
-			for c, yv := range y[i*H : (i+1)*H] {
-				dst[c] = float32(yv * w)
+			var ge, ue *Matrix
+			if fused {
+				ge, ue = m.GateUp.Slice(2*e*I, (2*e+1)*I), m.GateUp.Slice((2*e+1)*I, (2*e+2)*I)
+			} else {
+				ge, ue = m.Gate.Slice(e*I, (e+1)*I), m.Up.Slice(e*I, (e+1)*I)
+			}
+			swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I, !across)
+			matmul(y[:n*H], act[:n*I], m.Down.Slice(e*H, (e+1)*H), n, I, H, !across)
+			for i, r := range rs {
+				w := float32(1)
+				if t, j := r/per, r%per; j < k {
+					w = weights[t*k+j]
+				}
+				dst := yr[r*H : (r+1)*H]
+				for c, yv := range y[i*H : (i+1)*H] {
+					dst[c] = float32(yv * w)
+				}
 			}
 		}
-	}
+	})
 	// Sum each token's routes in ascending expert order (shared last), as
 	// MoEExperts' ascending visit of experts adds them.
 	// out may be the residual itself (accumulating in place), so the sum is
@@ -281,10 +305,14 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 		order := make([]int, per)
 		acc := make([]float32, H)
 		for t := lo; t < hi; t++ {
-			for j := range order {
-				order[j] = t*per + j
+			for j := range order { // insertion sort by expert: per is small
+				r := t*per + j
+				i := j
+				for ; i > 0 && expertOf(order[i-1]) > expertOf(r); i-- {
+					order[i] = order[i-1]
+				}
+				order[i] = r
 			}
-			sort.SliceStable(order, func(a, b int) bool { return expertOf(order[a]) < expertOf(order[b]) })
 			clear(acc)
 			for _, r := range order {
 				for c, v := range yr[r*H : (r+1)*H] {
