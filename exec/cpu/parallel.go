@@ -17,12 +17,13 @@ import (
 )
 
 // minParallelWork is the estimated work (multiply-adds) below which a kernel
-// runs on the calling goroutine: starting and waking goroutines cost tens of
-// microseconds on a small machine, as much as 1<<19 multiply-adds (decode of
-// the bundled model ran slower on 2 threads than on 1 with 1<<15). A helper
-// pool spinning between kernels was tried and was slower still on a shared
-// machine. The tests lower it to 1 so that small shapes split too.
-var minParallelWork = 1 << 19
+// runs on the calling goroutine. Starting and waking goroutines cost tens of
+// microseconds on a small machine, the time of about 1<<19 multiply-adds:
+// split below 1<<20, decode of the bundled model ran slower on 2 threads
+// than on 1. A helper pool spinning between kernels was tried and was
+// slower still on a shared machine. The tests lower it to 1 so that small
+// shapes split too.
+var minParallelWork = 1 << 20
 
 var maxThreads atomic.Int32 // 0: runtime.GOMAXPROCS
 
