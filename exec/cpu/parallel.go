@@ -37,21 +37,21 @@ func SetMaxThreads(n int) {
 }
 
 // procs caches runtime.GOMAXPROCS(0), which takes the scheduler's lock:
-// every kernel call asks, so it is read again only every 1024th time.
-var procs struct {
-	n     atomic.Int32
-	calls atomic.Uint32
-}
+// every kernel call asks. The executor refreshes it once a step; kernels
+// called on their own read GOMAXPROCS until then.
+var procs atomic.Int32
+
+func refreshProcs() { procs.Store(int32(runtime.GOMAXPROCS(0))) }
 
 // Threads returns the number of goroutines a kernel call may use.
 func Threads() int {
 	if n := int(maxThreads.Load()); n > 0 {
 		return n
 	}
-	if procs.calls.Add(1)%1024 == 1 {
-		procs.n.Store(int32(runtime.GOMAXPROCS(0)))
+	if n := int(procs.Load()); n > 0 {
+		return n
 	}
-	return int(procs.n.Load())
+	return runtime.GOMAXPROCS(0)
 }
 
 // parallelFor runs fn over [0, n) split into contiguous chunks. itemWork is

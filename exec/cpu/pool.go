@@ -15,7 +15,9 @@ type bufPool struct {
 
 // step starts a step of T tokens. Buffers are kept only across steps of
 // one size (decode), so prompts of many lengths do not pile up buffers.
+// It also reads GOMAXPROCS for the step's kernels.
 func (p *bufPool) step(T int) {
+	refreshProcs()
 	if T != p.tokens {
 		clear(p.free)
 		p.tokens = T
