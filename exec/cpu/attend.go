@@ -19,7 +19,11 @@ func kvRuns(runs []kvRun, c *KVCache, k, v []float32, first, p, p0, h, nkv, d in
 			end = min(end, (j/c.Window+1)*c.Window) // the ring's last slot
 		}
 		kr, vr := c.keyRow(j, h), c.valueRow(j, h)
-		runs = append(runs, kvRun{kr[:cap(kr)], vr[:cap(vr)], end - j})
+		kr, vr = kr[:cap(kr)], vr[:cap(vr)]
+		if need := (end-j-1)*nkv*d + d; len(kr) < need || len(vr) < need {
+			end = j + 1 // rows not laid out at the stride: one at a time
+		}
+		runs = append(runs, kvRun{kr, vr, end - j})
 		j = end
 	}
 	if j := max(first, p0); j <= p {
