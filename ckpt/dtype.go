@@ -5,6 +5,7 @@ import (
 	"lagc/quant"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -82,7 +83,7 @@ func encode(dst []byte, src []float32, d DType) ([]byte, error) {
 		return dst, err
 	}
 	off := len(dst)
-	dst = append(dst, make([]byte, n)...)
+	dst = slices.Grow(dst, int(n))[:off+int(n)]
 	out := dst[off:]
 	be, bb := d.BlockElems(), d.BlockBytes()
 	grain := 1 << 16

@@ -188,6 +188,13 @@ func WriteGGUF(w io.Writer, ck Checkpoint, opt WriteOptions) error {
 		ft = opt.Recipe.FileType
 	}
 	kv = append(kv, KV{"general.file_type", ft})
+	for _, d := range outs {
+		if d.Quantized() {
+			// ggml's block layouts since 2023 (GGML_QNT_VERSION); llama-quantize writes it too.
+			kv = append(kv, KV{"general.quantization_version", uint32(2)})
+			break
+		}
+	}
 	if opt.Name != "" {
 		kv = append(kv, KV{"general.name", opt.Name})
 	}

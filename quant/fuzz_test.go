@@ -2,12 +2,14 @@ package quant
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 )
 
 // FuzzDequantize feeds arbitrary types, lengths and bytes: Dequantize,
-// Quantize and DotRow either succeed or return an error, never panic, and
-// on success write exactly the elements they were given room for.
+// Quantize and DotRow either succeed or return an error, never panic;
+// Dequantize succeeds exactly when the sizes fit a supported type, and what
+// Quantize writes dequantises.
 func FuzzDequantize(f *testing.F) {
 	f.Add(uint32(Q8_0), uint16(32), make([]byte, 34))
 	f.Add(uint32(Q4_K), uint16(256), make([]byte, 144))
@@ -18,13 +20,15 @@ func FuzzDequantize(f *testing.F) {
 		ty := Type(typ)
 		dst := make([]float32, n)
 		err := Dequantize(ty, dst, src)
-		if want, e := ty.RowBytes(int(n)); err == nil && (e != nil || want != int64(len(src)) || !ty.Supported()) {
-			t.Fatalf("Dequantize(%s, %d elements, %d bytes) succeeded; RowBytes = %d, %v", ty, n, len(src), want, e)
+		want, e := ty.RowBytes(int(n))
+		if fits := e == nil && want == int64(len(src)) && ty.Supported(); fits != (err == nil) {
+			t.Fatalf("Dequantize(%s, %d elements, %d bytes): %v; RowBytes = %d, %v", ty, n, len(src), err, want, e)
 		}
+		// Any float32 bit pattern, NaNs and infinities included.
 		x := make([]float32, n)
 		for i := range x {
 			if 4*i+4 <= len(src) {
-				x[i] = float32(binary.LittleEndian.Uint32(src[4*i:])&0x3fffffff) * 1e-30
+				x[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 			}
 		}
 		_, _ = DotRow(ty, src, x)

@@ -45,15 +45,23 @@ func dequantIQ4XS(dst []float32, src []byte) {
 	}
 }
 
+// iq4Mid2 holds twice the midpoints between neighbouring levels:
+// iq4Mid2[j] = k[j-1] + k[j], exact in float32.
+var iq4Mid2 = func() (m [16]float32) {
+	for j := 1; j < 16; j++ {
+		m[j] = float32(int(kvaluesIQ4NL[j-1]) + int(kvaluesIQ4NL[j]))
+	}
+	return m
+}()
+
 // bestIndexIQ4 is best_index_int8 over kvaluesIQ4NL: the nearest level,
-// the upper one at an exact midpoint.
+// the upper one at an exact midpoint (a branch-free binary search on 2x).
 func bestIndexIQ4(x float32) int {
 	x2 := x + x
 	idx := 0
 	for step := 8; step > 0; step >>= 1 {
-		j := idx + step
-		if x2 >= float32(int(kvaluesIQ4NL[j-1])+int(kvaluesIQ4NL[j])) {
-			idx = j
+		if x2 >= iq4Mid2[idx+step] {
+			idx += step
 		}
 	}
 	return idx
@@ -63,12 +71,7 @@ func bestIndexIQ4(x float32) int {
 // an importance matrix (weights x²), with llama-quantize's ntry = 7: the
 // scale d and the levels L.
 func iq4Fit(xb []float32, L []uint8) float32 {
-	var amax, vmax float32
-	for _, v := range xb {
-		if ax := abs32(v); ax > amax {
-			amax, vmax = ax, v
-		}
-	}
+	amax, vmax := absMax(xb)
 	if amax < groupMaxEps {
 		clear(L[:32])
 		return 0
@@ -139,13 +142,10 @@ func quantIQ4XS(dst []byte, src []float32) {
 	)
 	for len(src) > 0 {
 		x, y := src[:QK], dst[:136]
-		var maxScale, amaxScale float32
 		for ib := range 8 {
 			scales[ib] = iq4Fit(x[32*ib:32*ib+32], L[32*ib:])
-			if a := abs32(scales[ib]); a > amaxScale {
-				amaxScale, maxScale = a, scales[ib]
-			}
 		}
+		_, maxScale := absMax(scales[:])
 		d := -maxScale / 32
 		putF16(y, d)
 		id := inverse(d)

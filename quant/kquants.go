@@ -206,13 +206,10 @@ func quantQ3K(dst []byte, src []float32) {
 	)
 	for len(src) > 0 {
 		x, y := src[:QK], dst[:110]
-		var maxScale, amax float32
 		for j := range QK / 16 {
 			scales[j] = makeQ3Quants(4, x[16*j:16*j+16], L[16*j:])
-			if s := abs32(scales[j]); s > amax {
-				amax, maxScale = s, scales[j]
-			}
 		}
+		_, maxScale := absMax(scales[:])
 		sc := y[96:108]
 		clear(sc)
 		if maxScale != 0 {
@@ -392,13 +389,10 @@ func quantQ6K(dst []byte, src []float32) {
 	)
 	for len(src) > 0 {
 		x, y := src[:QK], dst[:210]
-		var maxScale, maxAbs float32
 		for ib := range QK / 16 {
 			scales[ib] = makeQXQuants(32, x[16*ib:16*ib+16], L[16*ib:])
-			if a := abs32(scales[ib]); a > maxAbs {
-				maxAbs, maxScale = a, scales[ib]
-			}
 		}
+		maxAbs, maxScale := absMax(scales[:])
 		if maxAbs < groupMaxEps {
 			clear(y)
 			src, dst = src[QK:], dst[210:]

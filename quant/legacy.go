@@ -70,16 +70,15 @@ func dequantQ5_1(dst []float32, src []byte) {
 	}
 }
 
-// absMax returns the element of largest magnitude (the first of equals),
-// as quantize_row_q4_0_ref and q5_0_ref find it.
-func absMax(x []float32) float32 {
-	var amax, vmax float32
+// absMax returns the largest magnitude and the element that has it (the
+// first of equals), as ggml's quantisers find them.
+func absMax(x []float32) (amax, vmax float32) {
 	for _, v := range x {
-		if amax < abs32(v) {
-			amax, vmax = abs32(v), v
+		if ax := abs32(v); ax > amax {
+			amax, vmax = ax, v
 		}
 	}
-	return vmax
+	return amax, vmax
 }
 
 // minMax returns the smallest and largest element, starting from ±FLT_MAX
@@ -109,7 +108,8 @@ func inverse(d float32) float32 {
 func quantQ4_0(dst []byte, src []float32) {
 	for len(src) > 0 {
 		x := src[:32]
-		d := absMax(x) / -8
+		_, vmax := absMax(x)
+		d := vmax / -8
 		id := inverse(d)
 		putF16(dst, d)
 		for j := range 16 {
@@ -143,7 +143,8 @@ func quantQ4_1(dst []byte, src []float32) {
 func quantQ5_0(dst []byte, src []float32) {
 	for len(src) > 0 {
 		x := src[:32]
-		d := absMax(x) / -16
+		_, vmax := absMax(x)
+		d := vmax / -16
 		id := inverse(d)
 		putF16(dst, d)
 		var qh uint32

@@ -124,3 +124,34 @@ func TestDotRow(t *testing.T) {
 		t.Error("DotRow with a short row should fail")
 	}
 }
+
+// Quantize writes every byte of its output: a buffer full of garbage gives
+// the same bytes as a zeroed one (the writer reuses its buffers).
+func TestQuantizeOverwritesAll(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	x := make([]float32, 4*QK)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	clear(x[QK : QK+64]) // zero sub-blocks and a zero 32-block
+	for _, name := range Names() {
+		ty, _ := ParseType(name)
+		if !ty.CanQuantize() {
+			continue
+		}
+		n, _ := ty.RowBytes(len(x))
+		clean, dirty := make([]byte, n), make([]byte, n)
+		for i := range dirty {
+			dirty[i] = 0xff
+		}
+		if err := Quantize(ty, clean, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := Quantize(ty, dirty, x); err != nil {
+			t.Fatal(err)
+		}
+		if string(clean) != string(dirty) {
+			t.Errorf("%s: output depends on what the buffer held before", name)
+		}
+	}
+}

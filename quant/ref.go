@@ -33,12 +33,7 @@ func float32ToInt(x float32) int32 { return int32(x) }
 // weights (w = x²): the symmetric scale for levels -nmax..nmax-1 (stored
 // as L + nmax) that maximises the weighted fit, searched over 19 scales.
 func makeQXQuants(nmax int, x []float32, L []int8) float32 {
-	var vmax, amax float32
-	for _, v := range x {
-		if ax := abs32(v); ax > amax {
-			amax, vmax = ax, v
-		}
-	}
+	amax, vmax := absMax(x)
 	if amax < groupMaxEps {
 		clear(L[:len(x)])
 		return 0
@@ -83,12 +78,7 @@ func makeQXQuants(nmax int, x []float32, L []int8) float32 {
 // makeQ3Quants is make_q3_quants with do_rmse: levels -nmax..nmax-1 (stored
 // as L + nmax), refined element by element for up to five rounds.
 func makeQ3Quants(nmax int, x []float32, L []int8) float32 {
-	var vmax, amax float32
-	for _, v := range x {
-		if ax := abs32(v); ax > amax {
-			amax, vmax = ax, v
-		}
-	}
+	amax, vmax := absMax(x)
 	if amax < groupMaxEps {
 		clear(L[:len(x)])
 		return 0
