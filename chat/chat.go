@@ -1,9 +1,13 @@
 // Package chat renders a checkpoint's chat template (Jinja, as shipped in
 // chat_template.jinja, tokenizer_config.json or GGUF tokenizer.chat_template)
-// the way transformers' apply_chat_template does, with
-// github.com/ardanlabs/jinja: a pure-Go engine written for LLM chat templates
-// that applies HF's trim_blocks/lstrip_blocks defaults and keeps dict key
-// order (so tojson of tool schemas matches Python byte for byte).
+// the way transformers' apply_chat_template does, with lagc/internal/jinja:
+// a fork of github.com/ardanlabs/jinja, a pure-Go engine written for LLM chat
+// templates that applies HF's trim_blocks/lstrip_blocks defaults and keeps
+// dict key order (so tojson of tool schemas matches Python byte for byte).
+//
+// A template comes with a downloaded checkpoint and is untrusted: the fork
+// adds limits on steps, allocation, output, call depth and nesting, and
+// renders stop when their context is done (see Limits).
 //
 // Known differences from Python's Jinja2, from the engine: floats print in
 // Go's shortest form (1.0 renders as "1", 123456789.0 as "1.23456789e+08"),
@@ -13,11 +17,12 @@ package chat
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 
-	"github.com/ardanlabs/jinja"
+	"lagc/internal/jinja"
 )
 
 // Template is a compiled chat template, safe for concurrent use.
@@ -26,9 +31,16 @@ type Template struct {
 	Source string
 }
 
+// MaxTemplateBytes bounds a chat template's source (real ones are a few
+// kilobytes).
+const MaxTemplateBytes = 1 << 20
+
 // Compile parses a chat template.
 func Compile(src string) (tmpl *Template, err error) {
 	defer recoverTo(&err, "compile chat template")
+	if len(src) > MaxTemplateBytes {
+		return nil, fmt.Errorf("compile chat template: %d bytes, more than the %d a chat template may have", len(src), MaxTemplateBytes)
+	}
 	t, err := jinja.Compile(src)
 	if err != nil {
 		return nil, fmt.Errorf("compile chat template: %w", err)
@@ -72,20 +84,52 @@ type Options struct {
 	// Vars are further template keyword arguments, e.g. "enable_thinking":
 	// false. Values are converted through JSON.
 	Vars map[string]any
+	// Limits bound the render; zero fields take DefaultLimits' values for
+	// the size of the conversation.
+	Limits Limits
+}
+
+// Limits bound one render: evaluation steps, bytes allocated, bytes of
+// output, nested macro calls and nested evaluation.
+type Limits = jinja.Limits
+
+// DefaultLimits are the limits for rendering inputBytes of messages, tools
+// and variables: the engine's defaults (20M steps, about a second; 256 MiB
+// allocated; 64 MiB of output; 256 nested calls) grown with the input, so a
+// long conversation renders and a hostile template stops early.
+func DefaultLimits(inputBytes int) Limits {
+	l := jinja.DefaultLimits()
+	n := int64(inputBytes)
+	l.Steps += n
+	l.Alloc += 32 * n
+	l.Output += 4 * n
+	return l
 }
 
 // Render renders a conversation.
 func (t *Template) Render(msgs []Message, opt Options) (string, error) {
+	return t.RenderContext(context.Background(), msgs, opt)
+}
+
+// RenderContext renders a conversation, stopping with ctx's error when ctx
+// is done.
+func (t *Template) RenderContext(ctx context.Context, msgs []Message, opt Options) (string, error) {
 	raw, err := json.Marshal(msgs)
 	if err != nil {
 		return "", fmt.Errorf("chat messages: %w", err)
 	}
-	return t.RenderJSON(raw, opt)
+	return t.RenderJSONContext(ctx, raw, opt)
 }
 
 // RenderJSON renders a conversation given as a JSON array of message
 // objects, which may carry fields Message lacks; key order is kept.
 func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, error) {
+	return t.RenderJSONContext(context.Background(), messages, opt)
+}
+
+// RenderJSONContext is RenderJSON stopping with ctx's error when ctx is done.
+func (t *Template) RenderJSONContext(ctx context.Context, messages json.RawMessage, opt Options) (string, error) {
+	input := len(messages)
 	msgs, err := FromJSON(messages)
 	if err != nil {
 		return "", fmt.Errorf("chat messages: %w", err)
@@ -101,6 +145,7 @@ func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, er
 	}
 	for k, v := range opt.SpecialTokens {
 		data[k] = jinja.NewString(v)
+		input += len(v)
 	}
 	for k, v := range opt.Vars {
 		raw, err := json.Marshal(v)
@@ -110,6 +155,7 @@ func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, er
 		if data[k], err = FromJSON(raw); err != nil {
 			return "", fmt.Errorf("chat template variable %q: %w", k, err)
 		}
+		input += len(raw)
 	}
 	if opt.Tools != nil {
 		items := make([]jinja.Value, len(opt.Tools))
@@ -119,20 +165,53 @@ func (t *Template) RenderJSON(messages json.RawMessage, opt Options) (string, er
 				return "", fmt.Errorf("chat tool %d: %w", i, err)
 			}
 			items[i] = v
+			input += len(raw)
 		}
 		data["tools"] = jinja.NewList(items)
 	}
-	return t.render(data)
+	lim := DefaultLimits(input)
+	if opt.Limits.Steps > 0 {
+		lim.Steps = opt.Limits.Steps
+	}
+	if opt.Limits.Alloc > 0 {
+		lim.Alloc = opt.Limits.Alloc
+	}
+	if opt.Limits.Output > 0 {
+		lim.Output = opt.Limits.Output
+	}
+	if opt.Limits.Calls > 0 {
+		lim.Calls = opt.Limits.Calls
+	}
+	if opt.Limits.Nesting > 0 {
+		lim.Nesting = opt.Limits.Nesting
+	}
+	return t.render(ctx, data, lim)
 }
 
-func (t *Template) render(data map[string]jinja.Value) (out string, err error) {
+func (t *Template) render(ctx context.Context, data map[string]jinja.Value, lim Limits) (out string, err error) {
 	defer recoverTo(&err, "render chat template")
-	out, err = t.tmpl.RenderValues(data)
+	out, err = t.tmpl.RenderContext(ctx, data, lim)
 	if err != nil {
-		return "", fmt.Errorf("render chat template: %w", err)
+		return "", fmt.Errorf("render chat template: %w", shortError{err})
 	}
 	return out, nil
 }
+
+// shortError cuts an error's message (raise_exception may carry a huge
+// one) to maxErrorBytes, keeping it for errors.Is and errors.As.
+type shortError struct{ err error }
+
+const maxErrorBytes = 1000
+
+func (e shortError) Error() string {
+	s := e.err.Error()
+	if len(s) > maxErrorBytes {
+		return s[:maxErrorBytes] + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return s
+}
+
+func (e shortError) Unwrap() error { return e.err }
 
 // recoverTo turns a panic inside the template engine (a template shipped
 // with a checkpoint is user input) into an error.

@@ -208,7 +208,7 @@ func FuzzFromJSON(f *testing.F) {
 }
 
 // FuzzTemplate: a template shipped with a checkpoint is user input; Compile
-// and Render must return errors, never panic.
+// and Render must return errors, never panic, and stay within their limits.
 func FuzzTemplate(f *testing.F) {
 	for _, name := range []string{"laguna_chat_template.jinja", "chatml_blocks_template.jinja"} {
 		src, err := os.ReadFile(filepath.Join(fixtureDir, name))
@@ -222,12 +222,29 @@ func FuzzTemplate(f *testing.F) {
 		"{% set x = namespace(a=1) %}{{ x.a.b.c }}", "{{ messages[::-1][0]['role'] | upper }}", "{%- generation -%}x"} {
 		f.Add(s)
 	}
+	hostile, err := filepath.Glob("../testdata/hostile/chat/*.jinja")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range hostile {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(src))
+	}
 	msgs := json.RawMessage(`[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"a":[1,2.5,null]}}}]}]`)
+	// Small limits keep every input fast; hostile ones must stop with an
+	// error, not hang, exhaust memory or overflow the stack.
+	lim := Limits{Steps: 200_000, Alloc: 32 << 20, Output: 4 << 20}
 	f.Fuzz(func(t *testing.T, src string) {
 		tmpl, err := Compile(src)
 		if err != nil {
 			return
 		}
-		_, _ = tmpl.RenderJSON(msgs, Options{AddGenerationPrompt: true, Vars: map[string]any{"enable_thinking": false}})
+		_, err = tmpl.RenderJSON(msgs, Options{AddGenerationPrompt: true, Vars: map[string]any{"enable_thinking": false}, Limits: lim})
+		if err != nil && strings.Contains(err.Error(), "template engine failed") {
+			t.Fatalf("the engine panicked: %v", err)
+		}
 	})
 }

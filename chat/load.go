@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
+
+	"lagc/internal/fsutil"
 )
+
+// maxConfigBytes bounds tokenizer_config.json (some list every added token).
+const maxConfigBytes = 64 << 20
 
 // Sources are the chat templates and special-token strings a checkpoint
 // ships.
@@ -38,10 +42,14 @@ func (s *Sources) For(withTools bool) string {
 // chat_template.jinja if present (transformers writes it there since 4.43),
 // otherwise tokenizer_config.json's chat_template. It is an error if neither
 // has one.
-func LoadHFDir(dir string) (*Sources, error) {
+func LoadHFDir(dir string) (*Sources, error) { return LoadHFFS(fsutil.DirFS(dir), dir) }
+
+// LoadHFFS is LoadHFDir for a checkpoint directory at the root of fsys (a
+// model embedded in the binary); dir names it in messages.
+func LoadHFFS(fsys fs.FS, dir string) (*Sources, error) {
 	s := &Sources{SpecialTokens: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(cfgPath)
+	data, err := fsutil.ReadFileFS(fsys, "tokenizer_config.json", cfgPath, maxConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -52,7 +60,7 @@ func LoadHFDir(dir string) (*Sources, error) {
 		}
 	}
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	data, err = os.ReadFile(jinjaPath)
+	data, err = fsutil.ReadFileFS(fsys, "chat_template.jinja", jinjaPath, MaxTemplateBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -7,12 +7,15 @@ package ckpt
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"lagc/config"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"lagc/internal/fsutil"
 )
 
 // TensorInfo describes one canonical tensor.
@@ -62,7 +65,9 @@ type Checkpoint interface {
 
 // Open opens a checkpoint: a Hugging Face directory (config.json with
 // model.safetensors, or shards listed in model.safetensors.index.json), or
-// a .gguf file. The result has been checked with Validate.
+// a .gguf file. The result has been checked with Validate (configuration,
+// element types); the tensors a model reads are checked against its graph
+// (engine.BindCheckpoint).
 func Open(path string) (Checkpoint, error) {
 	ck, err := OpenUnchecked(path)
 	if err != nil {
@@ -100,7 +105,7 @@ type mappedFile struct {
 }
 
 func mapPath(path string) (*mappedFile, error) {
-	f, err := os.Open(path)
+	f, err := fsutil.OpenRegular(path) // a named pipe would block the open
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +140,7 @@ type checkpoint struct {
 	order        []string
 	files        []*mappedFile
 	meta         map[string]any
+	dir          fs.FS // the files of a checkpoint opened with OpenFS
 	closed       bool
 }
 

@@ -359,6 +359,7 @@ func parseGGUF(data []byte) (*ggufFile, error) {
 		g.tensors = append(g.tensors, t)
 	}
 	g.dataStart = alignUp(int64(r.pos), g.alignment)
+	spans := make([]byteSpan, 0, len(g.tensors))
 	for i := range g.tensors {
 		t := &g.tensors[i]
 		if !t.typ.Known() {
@@ -378,10 +379,12 @@ func parseGGUF(data []byte) (*ggufFile, error) {
 			return nil, fmt.Errorf("tensor %s: offset %d is not a multiple of the alignment %d", t.name, t.offset, g.alignment)
 		}
 		if t.offset > uint64(len(data)) || g.dataStart+int64(t.offset)+t.size > int64(len(data)) {
-			b := uint64(g.dataStart) + t.offset
-			return nil, fmt.Errorf("tensor %s: its bytes [%d, %d) lie past the end of the file (%d bytes): the file is truncated",
-				t.name, b, b+uint64(t.size), len(data))
+			return nil, ggufPastEnd(t.name, g.dataStart, t.offset, t.size, len(data))
 		}
+		spans = append(spans, byteSpan{t.name, g.dataStart + int64(t.offset), g.dataStart + int64(t.offset) + t.size})
+	}
+	if err := checkOverlaps(spans); err != nil {
+		return nil, err
 	}
 	return g, nil
 }

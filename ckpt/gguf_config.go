@@ -3,6 +3,7 @@ package ckpt
 import (
 	"fmt"
 	"lagc/config"
+	"math"
 	"strconv"
 )
 
@@ -43,7 +44,10 @@ func (m *ggufMeta) int(key string, def int) int {
 	return int(i)
 }
 
-// float returns a float (or integer) key, or def when absent. float32
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// float returns a float (or integer) key, or def when absent; NaN and
+// infinities are errors (config.Validate checks ranges). float32
 // values convert through their shortest decimal form, so 1e-6 stored as
 // float32 reads back as exactly 1e-6.
 func (m *ggufMeta) float(key string, def float64) float64 {
@@ -53,9 +57,17 @@ func (m *ggufMeta) float(key string, def float64) float64 {
 	}
 	switch x := v.(type) {
 	case float32:
+		if !finite(float64(x)) {
+			m.fail(key, v, "a finite number")
+			return def
+		}
 		f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
 		return f
 	case float64:
+		if !finite(x) {
+			m.fail(key, v, "a finite number")
+			return def
+		}
 		return x
 	}
 	if i, ok := asInt(v); ok {

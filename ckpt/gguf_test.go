@@ -383,7 +383,7 @@ func TestGGUFErrors(t *testing.T) {
 				st, _ := os.Stat(p)
 				os.Truncate(p, st.Size()-int64(tc.cut))
 			}
-			ck, err := ckpt.Open(p)
+			ck, err := openChecked(p)
 			if err == nil {
 				ck.Close()
 				t.Fatalf("Open succeeded; want an error with %q", tc.want)

@@ -1,16 +1,14 @@
 package ckpt
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"lagc/config"
 	"lagc/quant"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -394,36 +392,9 @@ func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
 	return nil
 }
 
-// WriteGGUFFile writes ck to path atomically: into a temporary file in the
-// same directory, renamed into place once complete.
-func WriteGGUFFile(path string, ck Checkpoint, opt WriteOptions) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("creating output: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 4<<20)
-	if err := WriteGGUF(bw, ck, opt); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("moving output into place: %w", err)
-	}
-	return nil
+// WriteGGUFFile writes ck to path atomically (see WriteGGUFFileContext).
+func WriteGGUFFile(path string, ck Checkpoint, opt WriteOptions) error {
+	return WriteGGUFFileContext(context.Background(), path, ck, opt)
 }
 
 func writeString(b *bytes.Buffer, s string) {

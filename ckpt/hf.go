@@ -2,9 +2,10 @@ package ckpt
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"lagc/config"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -12,16 +13,23 @@ import (
 )
 
 // openHF opens a Hugging Face checkpoint directory.
-func openHF(dir string) (_ Checkpoint, err error) {
-	cfg, err := config.LoadHFConfig(filepath.Join(dir, "config.json"))
+func openHF(dir string) (Checkpoint, error) { return openHFFrom(diskDir(dir)) }
+
+// openHFFrom opens the Hugging Face checkpoint whose files d reads.
+func openHFFrom(d hfDir) (_ Checkpoint, err error) {
+	data, err := d.readFile("config.json", config.MaxConfigBytes)
+	if err != nil {
+		return nil, fmt.Errorf("reading model config: %w", err)
+	}
+	cfg, err := config.ParseHFConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.path("config.json"), err)
+	}
+	shards, err := hfShards(d)
 	if err != nil {
 		return nil, err
 	}
-	shards, err := hfShards(dir)
-	if err != nil {
-		return nil, err
-	}
-	c := &checkpoint{path: dir, format: "safetensors", cfg: cfg, entries: map[string]*entry{}}
+	c := &checkpoint{path: d.path(""), format: "safetensors", cfg: cfg, entries: map[string]*entry{}, dir: d.fs()}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -29,7 +37,7 @@ func openHF(dir string) (_ Checkpoint, err error) {
 	}()
 	m := newHFMapper(c)
 	for _, shard := range shards {
-		f, err := mapPath(filepath.Join(dir, shard.file))
+		f, err := d.mapFile(shard.file)
 		if err != nil {
 			return nil, fmt.Errorf("opening shard: %w", err)
 		}
@@ -63,11 +71,15 @@ type hfShard struct {
 	want []string // tensors the index places in this file
 }
 
+// maxIndexBytes bounds model.safetensors.index.json (a few hundred
+// kilobytes for the largest models).
+const maxIndexBytes = 256 << 20
+
 // hfShards lists the safetensors files of dir: those of the index if there
 // is one, else model.safetensors, else every *.safetensors file.
-func hfShards(dir string) ([]hfShard, error) {
-	idxPath := filepath.Join(dir, "model.safetensors.index.json")
-	data, err := os.ReadFile(idxPath)
+func hfShards(d hfDir) ([]hfShard, error) {
+	idxPath := d.path("model.safetensors.index.json")
+	data, err := d.readFile("model.safetensors.index.json", maxIndexBytes)
 	switch {
 	case err == nil:
 		var idx struct {
@@ -94,15 +106,15 @@ func hfShards(dir string) ([]hfShard, error) {
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].file < out[j].file })
 		return out, nil
-	case !os.IsNotExist(err):
+	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("reading shard index: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
+	if d.exists("model.safetensors") {
 		return []hfShard{{file: "model.safetensors"}}, nil
 	}
-	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	matches := d.glob("*.safetensors")
 	if len(matches) == 0 {
-		return nil, fmt.Errorf("%s has config.json but no model.safetensors, model.safetensors.index.json or other *.safetensors file", dir)
+		return nil, fmt.Errorf("%s has config.json but no model.safetensors, model.safetensors.index.json or other *.safetensors file", d.path(""))
 	}
 	sort.Strings(matches)
 	out := make([]hfShard, len(matches))

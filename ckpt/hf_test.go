@@ -14,6 +14,7 @@ import (
 	"lagc/ckpt"
 	"lagc/ckpt/ckpttest"
 	"lagc/config"
+	"lagc/engine"
 )
 
 // canonicalFromHF computes, from the HF tensors ckpttest wrote, what every
@@ -203,6 +204,20 @@ func TestTiedEmbeddings(t *testing.T) {
 	}
 }
 
+// openChecked opens a checkpoint as loading a model does: ckpt.Open, then
+// its tensors against the model's graph.
+func openChecked(path string) (ckpt.Checkpoint, error) {
+	ck, err := ckpt.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := engine.CheckCheckpoint(ck); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return ck, nil
+}
+
 func TestOpenErrors(t *testing.T) {
 	type tc struct {
 		name  string
@@ -221,15 +236,15 @@ func TestOpenErrors(t *testing.T) {
 		{name: "missing tensor", opt: ckpttest.Options{Edit: del("model.layers.2.self_attn.k_proj.weight")},
 			want: []string{"missing tensor blk.2.attn_k.weight [16 16]", "model.layers.2.self_attn.k_proj.weight"}},
 		{name: "missing lm_head", opt: ckpttest.Options{Edit: del("lm_head.weight")},
-			want: []string{"missing tensor output.weight", "tie_word_embeddings is false"}},
+			want: []string{"missing tensor output.weight", "absent when embeddings are tied"}},
 		{name: "missing expert", opt: ckpttest.Options{Edit: del("model.layers.1.mlp.experts.3.up_proj.weight")},
 			want: []string{"blk.1.ffn_up_exps.weight", "expert 3 of 6 is missing"}},
 		{name: "wrong shape", opt: ckpttest.Options{Edit: func(ts map[string]*ckpttest.Tensor) {
 			ts["model.layers.1.self_attn.q_proj.weight"] = &ckpttest.Tensor{Shape: []int{16, 16}, Data: make([]float32, 256)}
-		}}, want: []string{"blk.1.attn_q.weight", "has shape [16 16], expected [32 16]", "4 heads x head_dim 8"}},
+		}}, want: []string{"blk.1.attn_q.weight", "has shape [16 16], expected [32 16]", "[nh * d, H] at laguna.yaml", "nh = 4, d = 8"}},
 		{name: "wrong gate width", opt: ckpttest.Options{Edit: func(ts map[string]*ckpttest.Tensor) {
 			ts["model.layers.0.self_attn.g_proj.weight"] = &ckpttest.Tensor{Shape: []int{16, 16}, Data: make([]float32, 256)}
-		}}, want: []string{"blk.0.attn_gate.weight", "expected [2 16]", "per-head gating"}},
+		}}, want: []string{"blk.0.attn_gate.weight", "expected [2 16]", "[G, H]", "G = 2"}},
 		{name: "experts disagree", opt: ckpttest.Options{Edit: func(ts map[string]*ckpttest.Tensor) {
 			ts["model.layers.2.mlp.experts.4.down_proj.weight"] = &ckpttest.Tensor{Shape: []int{16, 11}, Data: make([]float32, 176)}
 		}}, want: []string{"blk.2.ffn_down_exps.weight", "experts must agree"}},
@@ -299,7 +314,7 @@ func TestOpenErrors(t *testing.T) {
 			if c.after != nil {
 				c.after(t, dir)
 			}
-			ck, err := ckpt.Open(dir)
+			ck, err := openChecked(dir)
 			if err == nil {
 				ck.Close()
 				t.Fatalf("Open succeeded; want an error containing %q", c.want)

@@ -46,6 +46,12 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 	if raw == nil {
 		return nil, fmt.Errorf("header is not a JSON object")
 	}
+	// Writers pad the header with spaces; anything else after the object is
+	// garbage, which the safetensors library rejects too.
+	end := dec.InputOffset()
+	if rest := bytes.TrimLeft(header[end:], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("header has %d bytes after its JSON object (at byte %d of the %d-byte header), not only space padding", len(header)-int(end), end, hlen)
+	}
 	out := make([]stTensor, 0, len(raw))
 	for name, msg := range raw {
 		if name == "__metadata__" {
@@ -109,6 +115,13 @@ func parseSafetensors(data []byte) ([]stTensor, error) {
 			return nil, fmt.Errorf("tensor %q: its bytes [%d, %d) of the file lie past the end of the file (%d bytes)%s: the file is truncated",
 				t.name, t.begin, t.end, len(data), more)
 		}
+	}
+	spans := make([]byteSpan, len(out))
+	for i, t := range out {
+		spans[i] = byteSpan{t.name, t.begin, t.end}
+	}
+	if err := checkOverlaps(spans); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

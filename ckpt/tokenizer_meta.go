@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"lagc/internal/fsutil"
 )
 
 // GGUF token types, as llama.cpp numbers them.
@@ -46,9 +48,12 @@ func TokenizerMetadata(ck Checkpoint) ([]KV, error) {
 	return hfTokenizerMetadata(ck.Path(), ck.Config().VocabSize)
 }
 
+// maxSideFileBytes bounds the tokenizer files read beside a checkpoint.
+const maxSideFileBytes = 512 << 20
+
 func hfTokenizerMetadata(dir string, vocabSize int) ([]KV, error) {
 	path := filepath.Join(dir, "tokenizer.json")
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, maxSideFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -140,10 +145,10 @@ func hfTokenizerMetadata(dir string, vocabSize int) ([]KV, error) {
 // chatTemplate reads chat_template.jinja, else tokenizer_config.json's
 // chat_template string; "" when neither exists.
 func chatTemplate(dir string) (string, error) {
-	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+	if b, err := fsutil.ReadFile(filepath.Join(dir, "chat_template.jinja"), maxSideFileBytes); err == nil {
 		return string(b), nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	b, err := fsutil.ReadFile(filepath.Join(dir, "tokenizer_config.json"), maxSideFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}

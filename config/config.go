@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
+
+	"lagc/internal/fsutil"
 )
 
 // Layer and MLP type names, spelled as in HF config.json.
@@ -108,9 +109,12 @@ func (r Rope) YarnAttentionFactor() float64 {
 	return 0.1*math.Log(r.Factor) + 1
 }
 
+// MaxConfigBytes bounds config.json (real ones are a few kilobytes).
+const MaxConfigBytes = 16 << 20
+
 // LoadHFConfig reads a Hugging Face config.json.
 func LoadHFConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading model config: %w", err)
 	}
@@ -186,12 +190,14 @@ func Defaults() *Config {
 	}
 }
 
-// Limits of a configuration lagc builds: far beyond any real Laguna model,
-// and small enough that a hostile config.json or GGUF header can neither
-// make graph construction exhaust memory (one set of nodes per layer) nor
-// overflow a weight's element count.
+// Limits of a configuration lagc builds: far beyond any real Laguna model
+// (S-2.1 has 48 layers; the deepest published LLMs about 130), and small
+// enough that a hostile config.json or GGUF header can neither make graph
+// construction and the passes take long or exhaust memory (one set of
+// nodes per layer; 1024 layers compile in about 2 s of CPU) nor overflow a
+// weight's element count.
 const (
-	MaxLayers         = 1 << 16
+	MaxLayers         = 1024
 	MaxWeightElements = 1 << 40
 )
 
@@ -258,6 +264,9 @@ func (c *Config) Validate() error {
 	n := c.NumLayers
 	if n <= 0 || n > MaxLayers {
 		return fmt.Errorf("num_hidden_layers must be in [1, %d], got %d", MaxLayers, n)
+	}
+	if err := c.checkFloats(); err != nil {
+		return err
 	}
 	pos := []struct {
 		name string

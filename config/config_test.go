@@ -38,11 +38,15 @@ func TestParseHFConfigLimits(t *testing.T) {
 	if _, err := ParseHFConfig(tinyHFConfig(t, nil)); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
+	if c, err := ParseHFConfig(tinyHFConfig(t, map[string]any{"num_hidden_layers": MaxLayers, "layer_types": nil})); err != nil || c.NumLayers != MaxLayers {
+		t.Fatalf("%d layers: %v", MaxLayers, err)
+	}
 	cases := []struct {
 		edits map[string]any
 		want  string
 	}{
-		{map[string]any{"num_hidden_layers": 1 << 40, "layer_types": nil}, "num_hidden_layers must be in [1, 65536]"},
+		{map[string]any{"num_hidden_layers": 1 << 40, "layer_types": nil}, "num_hidden_layers must be in [1, 1024], got 1099511627776"},
+		{map[string]any{"num_hidden_layers": 1025, "layer_types": nil}, "num_hidden_layers must be in [1, 1024], got 1025"},
 		{map[string]any{"num_hidden_layers": 0}, "num_hidden_layers must be in"},
 		{map[string]any{"hidden_size": 1 << 62}, "vocab_size x hidden_size"},
 		{map[string]any{"vocab_size": 1 << 40}, "vocab_size x hidden_size"},

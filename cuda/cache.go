@@ -7,10 +7,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"lagc/internal/fsutil"
 )
 
 // EnvCacheDir overrides the on-disk kernel cache directory.
@@ -133,8 +138,13 @@ var entryMagic = [8]byte{'L', 'A', 'G', 'C', 'K', 'R', 'N', '1'}
 
 var errCorruptEntry = errors.New("cuda: corrupt kernel cache entry")
 
-// maxCubin bounds a decoded entry so a corrupt length cannot exhaust memory.
-const maxCubin = 1 << 30
+// maxCubin bounds a decoded entry so a corrupt length cannot exhaust memory
+// (a kernel's cubin is kilobytes to a few megabytes), and maxEntry the file
+// read, checked before reading it.
+const (
+	maxCubin = 256 << 20
+	maxEntry = maxCubin + 1<<20
+)
 
 func encodeEntry(key, lowered string, cubin []byte) []byte {
 	var body bytes.Buffer
@@ -191,16 +201,64 @@ func decodeEntry(data []byte, wantKey string) (string, []byte, error) {
 	return lowered, body, nil
 }
 
-type diskCache struct{ dir string }
+// diskCache is the on-disk kernel cache. Its directory must be trusted: a
+// cubin planted there that matches its key and checksum is loaded and run.
+// What is checked guards against accidents, not an attacker: an entry that
+// is not a regular file (a named pipe would block the read) or is larger
+// than maxEntry is treated as corrupt, and temporary files left by killed
+// writers are removed.
+type diskCache struct {
+	dir   string
+	sweep sync.Once
+}
+
+// tempPrefix starts the names of entries being written.
+const tempPrefix = ".tmp-"
+
+// staleTemp is the age after which a temporary file is taken to belong to
+// a writer that was killed (a write takes milliseconds).
+const staleTemp = time.Hour
 
 func (c *diskCache) path(key string) string { return filepath.Join(c.dir, key+".cubin") }
 
+// sweepTemps removes temporary files older than staleTemp, once per cache.
+func (c *diskCache) sweepTemps() {
+	c.sweep.Do(func() {
+		ents, err := os.ReadDir(c.dir)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), tempPrefix) || e.IsDir() {
+				continue
+			}
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+				_ = os.Remove(filepath.Join(c.dir, e.Name()))
+			}
+		}
+	})
+}
+
 // read returns the entry for key; errCorruptEntry (after removing the file)
-// if it fails verification, os.ErrNotExist-wrapping errors if absent.
+// if it is not a regular file, too large or fails verification;
+// os.ErrNotExist-wrapping errors if absent.
 func (c *diskCache) read(key string) (string, []byte, error) {
-	data, err := os.ReadFile(c.path(key))
+	c.sweepTemps()
+	st, err := os.Lstat(c.path(key))
 	if err != nil {
 		return "", nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxEntry {
+		_ = os.Remove(c.path(key))
+		return "", nil, errCorruptEntry
+	}
+	data, err := fsutil.ReadFile(c.path(key), maxEntry)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil, err
+	}
+	if err != nil {
+		_ = os.Remove(c.path(key))
+		return "", nil, errCorruptEntry
 	}
 	lowered, cubin, err := decodeEntry(data, key)
 	if err != nil {
@@ -216,7 +274,8 @@ func (c *diskCache) write(key, lowered string, cubin []byte) error {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return fmt.Errorf("cuda: kernel cache: %w", err)
 	}
-	f, err := os.CreateTemp(c.dir, ".tmp-"+key[:16]+"-*")
+	c.sweepTemps()
+	f, err := os.CreateTemp(c.dir, tempPrefix+key[:16]+"-*")
 	if err != nil {
 		return fmt.Errorf("cuda: kernel cache: %w", err)
 	}

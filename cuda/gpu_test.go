@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 func compile(t *testing.T, d *cuda.Device, file, name string, dt ...cuda.DType) *cuda.Kernel {
 	t.Helper()
 	spec, err := cuda.EmbeddedSpec(file, name, dt...)
+	if strings.HasPrefix(file, "test_") {
+		spec, err = cudatest.Spec(file, name, dt...) // kernels only the tests use
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func TestGPUDeviceProps(t *testing.T) {
 		p.Name, p.Major, p.Minor, d.Arch(), p.SMs, float64(p.TotalMem)/(1<<30), p.L2Bytes>>20, p.MaxSharedPerBlock>>10, p.DriverVersion, nv, cuda.LoadedLibraries())
 }
 
-// TestGPUAxpyF32F16 is the regression DESIGN.md describes: one template
+// TestGPUAxpyF32F16 guards against a cache regression: one template
 // instantiated for f32 and f16 must give two cache entries and the right
 // results for both (a cache keyed by name alone ran the f32 kernel on f16).
 func TestGPUAxpyF32F16(t *testing.T) {
@@ -112,8 +115,8 @@ func TestGPUAxpyF32F16(t *testing.T) {
 	}
 	const a = float32(0.75)
 
-	k32 := compile(t, d, "elementwise.cu", "axpy", cuda.F32)
-	k16 := compile(t, d, "elementwise.cu", "axpy", cuda.F16)
+	k32 := compile(t, d, "bench.cu", "axpy", cuda.F32)
+	k16 := compile(t, d, "bench.cu", "axpy", cuda.F16)
 	if k32.Key == k16.Key || k32.Lowered == k16.Lowered {
 		t.Fatalf("f32 and f16 share a key or symbol: %s %s / %s %s", k32.Key, k32.Lowered, k16.Key, k16.Lowered)
 	}
@@ -167,7 +170,7 @@ func TestGPUAxpyF32F16(t *testing.T) {
 	}
 
 	// The same specs again: served from memory, nothing recompiled.
-	if k := compile(t, d, "elementwise.cu", "axpy", cuda.F16); k != k16 {
+	if k := compile(t, d, "bench.cu", "axpy", cuda.F16); k != k16 {
 		t.Error("second compile of axpy<half_t> returned another kernel")
 	}
 	if st := d.CacheStats(); st.Compiles != 2 || st.MemoryHits != 1 {
@@ -187,7 +190,7 @@ func TestGPUCasts(t *testing.T) {
 	}
 	src, dst := alloc(t, d, 2*n), alloc(t, d, 4*n)
 	must(t, cuda.Upload(s, src, all))
-	must(t, s.Launch(compile(t, d, "elementwise.cu", "cast", cuda.F16, cuda.F32), blocks(n), cuda.Dim(256), 0, int64(n), src, dst))
+	must(t, s.Launch(compile(t, d, "test_elementwise.cu", "cast", cuda.F16, cuda.F32), blocks(n), cuda.Dim(256), 0, int64(n), src, dst))
 	wide := make([]float32, n)
 	must(t, cuda.Download(s, wide, dst))
 	for i, f := range wide {
@@ -213,7 +216,7 @@ func TestGPUCasts(t *testing.T) {
 		dt   cuda.DType
 		conv func(float32) uint16
 	}{{cuda.F16, cuda.F32ToF16}, {cuda.BF16, cuda.F32ToBF16}} {
-		must(t, s.Launch(compile(t, d, "elementwise.cu", "cast", cuda.F32, c.dt), blocks(n), cuda.Dim(256), 0, int64(n), dst, src))
+		must(t, s.Launch(compile(t, d, "test_elementwise.cu", "cast", cuda.F32, c.dt), blocks(n), cuda.Dim(256), 0, int64(n), dst, src))
 		got := make([]uint16, n)
 		must(t, cuda.Download(s, got, src))
 		for i, v := range vals {
@@ -247,7 +250,7 @@ func TestGPURowSumDynamicShared(t *testing.T) {
 			}
 			must(t, cuda.Upload(s, dx, b))
 		}
-		k := compile(t, d, "reduce.cu", "row_sum", dt)
+		k := compile(t, d, "test_reduce.cu", "row_sum", dt)
 		must(t, s.Launch(k, cuda.Dim(rows), cuda.Dim(128), 128*4, int32(rows), int32(cols), dx, out))
 		got := make([]float32, rows)
 		must(t, cuda.Download(s, got, out))
@@ -276,12 +279,12 @@ func TestGPUDiskCacheCorruptRebuild(t *testing.T) {
 		return d
 	}
 	d1 := open()
-	k := compile(t, d1, "elementwise.cu", "iota", cuda.F32)
+	k := compile(t, d1, "test_elementwise.cu", "iota", cuda.F32)
 	if st := d1.CacheStats(); st.Compiles != 1 || st.DiskHits != 0 {
 		t.Fatalf("first: %+v", st)
 	}
 	d2 := open()
-	compile(t, d2, "elementwise.cu", "iota", cuda.F32)
+	compile(t, d2, "test_elementwise.cu", "iota", cuda.F32)
 	if st := d2.CacheStats(); st.Compiles != 0 || st.DiskHits != 1 {
 		t.Fatalf("second device: %+v, want a disk hit", st)
 	}
@@ -292,7 +295,7 @@ func TestGPUDiskCacheCorruptRebuild(t *testing.T) {
 	must(t, os.WriteFile(path, data, 0o644))
 
 	d3 := open()
-	k3 := compile(t, d3, "elementwise.cu", "iota", cuda.F32)
+	k3 := compile(t, d3, "test_elementwise.cu", "iota", cuda.F32)
 	if st := d3.CacheStats(); st.Corrupt != 1 || st.Compiles != 1 || st.DiskHits != 0 {
 		t.Fatalf("after corruption: %+v, want 1 corrupt entry rebuilt", st)
 	}
@@ -307,7 +310,7 @@ func TestGPUDiskCacheCorruptRebuild(t *testing.T) {
 		}
 	}
 	d4 := open()
-	compile(t, d4, "elementwise.cu", "iota", cuda.F32)
+	compile(t, d4, "test_elementwise.cu", "iota", cuda.F32)
 	if st := d4.CacheStats(); st.DiskHits != 1 {
 		t.Errorf("rebuilt entry not reused: %+v", st)
 	}
@@ -337,7 +340,7 @@ func TestGPUCompileErrorHasLog(t *testing.T) {
 func TestGPUBadLaunches(t *testing.T) {
 	d := cudatest.Device(t)
 	s := stream(t, d)
-	k := compile(t, d, "elementwise.cu", "iota", cuda.F32)
+	k := compile(t, d, "test_elementwise.cu", "iota", cuda.F32)
 	out := alloc(t, d, 4*256)
 	if k.NumParams() != 4 {
 		t.Errorf("iota has %d parameters, want 4", k.NumParams())
@@ -374,7 +377,7 @@ func TestGPUBadLaunches(t *testing.T) {
 func TestGPUDynamicSharedOptIn(t *testing.T) {
 	d := cudatest.Device(t)
 	s := stream(t, d)
-	k := compile(t, d, "reduce.cu", "row_sum", cuda.F32)
+	k := compile(t, d, "test_reduce.cu", "row_sum", cuda.F32)
 	a, err := k.Attrs()
 	must(t, err)
 	if a.Registers <= 0 || a.MaxThreadsPerBlock < 256 || a.MaxDynamicShared > 48<<10 {
@@ -407,7 +410,7 @@ func TestGPUDynamicSharedOptIn(t *testing.T) {
 // threads; each call binds the context where it runs).
 func TestGPUConcurrentStreams(t *testing.T) {
 	d := cudatest.Device(t)
-	spec, err := cuda.EmbeddedSpec("elementwise.cu", "iota", cuda.I32)
+	spec, err := cudatest.Spec("test_elementwise.cu", "iota", cuda.I32)
 	must(t, err)
 	const workers, n, rounds = 8, 1 << 16, 50
 	errs := make(chan error, workers)
@@ -480,7 +483,7 @@ func TestGPUIllegalAddress(t *testing.T) {
 	if os.Getenv("LAGC_CUDA_CHILD") == "wild" {
 		d := cudatest.Device(t)
 		s := stream(t, d)
-		k := compile(t, d, "step.cu", "wild_write")
+		k := compile(t, d, "test_step.cu", "wild_write")
 		p := alloc(t, d, 256)
 		err := s.Launch(k, cuda.Dim(1), cuda.Dim(1), 0, p)
 		if err == nil {
@@ -539,9 +542,9 @@ func TestGPUGraphReplay1000(t *testing.T) {
 	must(t, cuda.Upload(s, dx, x))
 	must(t, s.Memset32(pos, 0, 1))
 	must(t, s.Memset32(logs, 0xffffffff, steps))
-	kAdd := compile(t, d, "step.cu", "step_add_pos")
-	kLog := compile(t, d, "step.cu", "step_log_sum")
-	kAdv := compile(t, d, "step.cu", "step_advance")
+	kAdd := compile(t, d, "test_step.cu", "step_add_pos")
+	kLog := compile(t, d, "test_step.cu", "step_log_sum")
+	kAdv := compile(t, d, "test_step.cu", "step_advance")
 
 	g, err := s.Capture(func() error {
 		if err := s.Launch(kAdd, cuda.Dim(16), cuda.Dim(256), 0, int32(n), pos, dx, dy); err != nil {
@@ -584,8 +587,8 @@ func TestGPUGraphUpdate(t *testing.T) {
 	d := cudatest.Device(t)
 	s := stream(t, d)
 	const n = 1000
-	k := compile(t, d, "elementwise.cu", "iota", cuda.F32)
-	kAxpy := compile(t, d, "elementwise.cu", "axpy", cuda.F32)
+	k := compile(t, d, "test_elementwise.cu", "iota", cuda.F32)
+	kAxpy := compile(t, d, "bench.cu", "axpy", cuda.F32)
 	out, tmp := alloc(t, d, 4*n), alloc(t, d, 4*n)
 	capture := func(start float32, twoKernels bool) *cuda.Graph {
 		g, err := s.Capture(func() error {
@@ -711,7 +714,7 @@ func TestGPUPinnedArenaEvents(t *testing.T) {
 // (it once kept a runtime.Pinner alive, which panics when leaked).
 func TestGPUUnclosedStreamIsCollected(t *testing.T) {
 	d := cudatest.Device(t)
-	k := compile(t, d, "elementwise.cu", "noop")
+	k := compile(t, d, "bench.cu", "noop")
 	for i := 0; i < 4; i++ {
 		s, err := d.NewStream()
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelFS embed.FS
 
-// Source returns an embedded kernel source file, e.g. Source("elementwise.cu").
+// Source returns an embedded kernel source file, e.g. Source("matmul.cu").
 func Source(file string) (string, error) {
 	b, err := kernelFS.ReadFile("kernels/" + file)
 	if err != nil {

@@ -10,7 +10,7 @@ func baseSpec() KernelSpec {
 }
 
 // TestCacheKeyDistinguishesSignature: every part of the signature changes the
-// key. The f32/f16 pair is the regression DESIGN.md describes: a cache keyed
+// key. The f32/f16 pair is the regression it guards against: a cache keyed
 // by name alone ran an f32 kernel on f16 data.
 func TestCacheKeyDistinguishesSignature(t *testing.T) {
 	base := CacheKey(baseSpec(), "sm_90a", "13.0")
@@ -138,7 +138,7 @@ func TestDTypes(t *testing.T) {
 
 func TestEmbeddedSources(t *testing.T) {
 	files := SourceFiles()
-	for _, want := range []string{"prelude.cuh", "elementwise.cu", "reduce.cu", "step.cu"} {
+	for _, want := range []string{"prelude.cuh", "bench.cu", "matmul.cu", "step.cu"} {
 		found := false
 		for _, f := range files {
 			found = found || f == want
@@ -147,12 +147,12 @@ func TestEmbeddedSources(t *testing.T) {
 			t.Errorf("%s not embedded (have %v)", want, files)
 		}
 	}
-	spec, err := EmbeddedSpec("elementwise.cu", "axpy", F16)
-	if err != nil || !strings.Contains(spec.Source, "axpy") || spec.File != "elementwise.cu" {
+	spec, err := EmbeddedSpec("bench.cu", "axpy", F16)
+	if err != nil || !strings.Contains(spec.Source, "axpy") || spec.File != "bench.cu" {
 		t.Fatalf("EmbeddedSpec: %+v %v", spec, err)
 	}
 	full := spec.fullSource()
-	if !strings.Contains(full, "struct half_t") || !strings.Contains(full, "#line 1 \"elementwise.cu\"\n") {
+	if !strings.Contains(full, "struct half_t") || !strings.Contains(full, "#line 1 \"bench.cu\"\n") {
 		t.Error("full source lacks the prelude or the #line directive")
 	}
 	if _, err := Source("nope.cu"); err == nil {

@@ -84,11 +84,18 @@ func AsBytes[T Elem](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
 
+// Copier is what Upload and Download need of a stream: a *Stream, or a
+// wrapper around one (recording, for example).
+type Copier interface {
+	CopyHtoD(dst DevicePtr, src []byte) error
+	CopyDtoH(dst []byte, src DevicePtr) error
+}
+
 // Upload copies src to dst on s and waits for the copy.
-func Upload[T Elem](s *Stream, dst DevicePtr, src []T) error { return s.CopyHtoD(dst, AsBytes(src)) }
+func Upload[T Elem](s Copier, dst DevicePtr, src []T) error { return s.CopyHtoD(dst, AsBytes(src)) }
 
 // Download copies len(dst) elements from src on s and waits for them.
-func Download[T Elem](s *Stream, dst []T, src DevicePtr) error {
+func Download[T Elem](s Copier, dst []T, src DevicePtr) error {
 	return s.CopyDtoH(AsBytes(dst), src)
 }
 

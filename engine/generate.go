@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -12,70 +13,148 @@ type Sampler interface {
 	Greedy() bool
 }
 
+// ErrStop, returned by GenOptions.OnToken, ends generation after that token
+// with StopReason "stop" (a stop string was completed, say).
+var ErrStop = errors.New("stop generation")
+
 // GenOptions control one generation.
 type GenOptions struct {
 	MaxTokens int     // tokens to generate after the prompt
 	Sampler   Sampler // nil: greedy, the backend's own argmax
 	// Chunk splits the prompt into prefill steps of at most this many
 	// tokens; 0 feeds the whole prompt in one step.
-	Chunk   int
-	Stop    func(id int32) bool  // end of generation (eos/eot); nil: never
-	OnToken func(id int32) error // called as each token is produced
-	Logits  bool                 // keep every prompt position's logits
+	Chunk int
+	// ChunkTime, when positive, sizes prefill steps (at most Chunk tokens)
+	// to take about this long each, so that a cancelled context is noticed
+	// promptly on a slow backend. The first step is at most firstChunk
+	// tokens; later ones follow the measured time per token.
+	ChunkTime time.Duration
+	Stop      func(id int32) bool  // end of generation (eos/eot); nil: never
+	OnToken   func(id int32) error // called as each token is produced; may return ErrStop
+	Logits    bool                 // keep every prompt position's logits
 }
+
+// firstChunk bounds the first prefill step under GenOptions.ChunkTime,
+// before any step has been timed.
+const firstChunk = 16
 
 // GenResult is what a generation produced.
 type GenResult struct {
-	Prompt      []int32
+	Start       int     // tokens already in the sequence before Prompt
+	Prompt      []int32 // the tokens this call fed before generating
+	Fed         int     // how many of Prompt were fed (fewer when cancelled)
 	Generated   []int32
-	PromptNext  []int32     // argmax at every prompt position
+	PromptNext  []int32     // argmax at every fed prompt position
 	LastLogits  []float32   // the prompt's last-position logits
 	PromptRows  [][]float32 // every prompt position's logits, with GenOptions.Logits
-	StopReason  string      // "length", "stop" (an end token), "context" or "canceled"
+	StopReason  string      // "length", "stop" (an end token or ErrStop), "context" or "canceled"
 	PrefillTime time.Duration
 	DecodeTime  time.Duration
 }
 
-// Generate feeds the prompt, then generates up to o.MaxTokens tokens one
-// step at a time, continuing the backend's sequence from position 0.
+// Sequence returns the tokens the backend holds (its KV caches), in order:
+// what Continue extends. The last generated token is not among them until
+// the next call feeds it. The slice is valid until the next call that
+// changes the sequence and must not be modified.
+func (m *Model) Sequence() []int32 { return m.seq }
+
+// Reset starts a new, empty sequence.
+func (m *Model) Reset() {
+	m.Backend.Reset()
+	m.seq = nil
+}
+
+// Generate starts a new sequence: it feeds the prompt from position 0, then
+// generates up to o.MaxTokens tokens one step at a time.
 func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*GenResult, error) {
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("the prompt is empty")
 	}
+	m.Reset()
+	return m.Continue(ctx, prompt, o)
+}
+
+// Continue feeds tokens after Sequence() (keeping the KV caches of what
+// came before, as a chat turn or a server request with a cached prefix
+// does), then generates as Generate does. A cancelled context ends prefill
+// or decode with StopReason "canceled" and what was produced so far; the
+// sequence then holds the tokens fed. A backend error resets the sequence.
+func (m *Model) Continue(ctx context.Context, tokens []int32, o GenOptions) (*GenResult, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("nothing to feed: continuing a sequence needs at least one new token")
+	}
 	V := m.Config.VocabSize
-	for i, id := range prompt {
+	for i, id := range tokens {
 		if id < 0 || int(id) >= V {
 			return nil, fmt.Errorf("prompt id %d at index %d is outside the vocabulary [0, %d)", id, i, V)
 		}
 	}
 	b := m.Backend
-	if max := b.MaxPos(); len(prompt) > max {
-		return nil, fmt.Errorf("the prompt has %d tokens, longer than the context of %d", len(prompt), max)
+	if b.Pos() != len(m.seq) {
+		return nil, fmt.Errorf("the backend is at position %d but the model recorded %d tokens: it was driven outside Generate/Continue", b.Pos(), len(m.seq))
+	}
+	start := len(m.seq)
+	if max := b.MaxPos(); start+len(tokens) > max {
+		if start == 0 {
+			return nil, fmt.Errorf("the prompt has %d tokens, longer than the context of %d", len(tokens), max)
+		}
+		return nil, fmt.Errorf("%d new tokens after the %d in the cache exceed the context of %d", len(tokens), start, max)
 	}
 	if o.MaxTokens < 0 {
 		return nil, fmt.Errorf("max tokens must not be negative, got %d", o.MaxTokens)
 	}
-	b.Reset()
-	res := &GenResult{Prompt: prompt}
-	chunk := o.Chunk
-	if chunk <= 0 {
-		chunk = len(prompt)
+	res := &GenResult{Start: start, Prompt: tokens}
+	last, lastNext, err := m.prefill(ctx, tokens, o, res)
+	if err != nil {
+		m.Reset()
+		return nil, err
+	}
+	if res.StopReason == "canceled" {
+		return res, nil
+	}
+	if err := m.decode(ctx, last, lastNext, o, res); err != nil {
+		m.Reset()
+		return nil, err
+	}
+	return res, nil
+}
+
+// prefill feeds tokens in chunks, checking for cancellation between them,
+// and returns the last position's logits and argmax.
+func (m *Model) prefill(ctx context.Context, tokens []int32, o GenOptions, res *GenResult) ([]float32, int32, error) {
+	b, V := m.Backend, m.Config.VocabSize
+	limit := o.Chunk
+	if limit <= 0 {
+		limit = len(tokens)
+	}
+	chunk := limit
+	if o.ChunkTime > 0 {
+		chunk = min(limit, firstChunk)
 	}
 	t0 := time.Now()
+	defer func() { res.PrefillTime = time.Since(t0) }()
 	var last []float32
 	var lastNext int32
-	for s := 0; s < len(prompt); s += chunk {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	for s := 0; s < len(tokens); {
+		if ctx.Err() != nil {
+			res.StopReason = "canceled"
+			return nil, 0, nil
 		}
-		part := prompt[s:min(s+chunk, len(prompt))]
+		part := tokens[s:min(s+chunk, len(tokens))]
+		t := time.Now()
 		logits, next, err := b.Forward(part)
 		if err != nil {
-			return nil, fmt.Errorf("prefill at position %d: %w", s, err)
+			return nil, 0, fmt.Errorf("prefill at position %d: %w", res.Start+s, err)
 		}
 		if err := checkStep(logits, next, len(part), V); err != nil {
-			return nil, fmt.Errorf("prefill at position %d: %w", s, err)
+			return nil, 0, fmt.Errorf("prefill at position %d: %w", res.Start+s, err)
 		}
+		if e := checkFinite(fmt.Sprintf("prefill at position %d", res.Start+s), logits, len(part), V, o.Logits); e != nil {
+			return nil, 0, locate(b, m.stepsThrough(part), e)
+		}
+		m.seq = append(m.seq, part...)
+		s += len(part)
+		res.Fed = s
 		res.PromptNext = append(res.PromptNext, next...)
 		if o.Logits {
 			for t := range part {
@@ -83,26 +162,47 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 			}
 		}
 		last, lastNext = logits[(len(part)-1)*V:], next[len(part)-1]
+		if o.ChunkTime > 0 {
+			perToken := time.Since(t) / time.Duration(len(part))
+			chunk = limit
+			if perToken > 0 {
+				chunk = int(min(int64(limit), max(1, int64(o.ChunkTime/perToken))))
+			}
+		}
 	}
 	res.LastLogits = last
-	res.PrefillTime = time.Since(t0)
+	return last, lastNext, nil
+}
 
+// decode samples and feeds one token at a time from the prompt's last
+// logits until a stop condition.
+func (m *Model) decode(ctx context.Context, last []float32, lastNext int32, o GenOptions, res *GenResult) error {
+	b, V := m.Backend, m.Config.VocabSize
 	t1 := time.Now()
-	history := append([]int32(nil), prompt...)
+	defer func() { res.DecodeTime = time.Since(t1) }()
+	var history []int32 // the whole context, for the repetition penalty
+	if o.Sampler != nil {
+		history = append([]int32(nil), m.seq...)
+	}
 	res.StopReason = "length"
 	for len(res.Generated) < o.MaxTokens {
 		id := lastNext
 		if o.Sampler != nil {
 			var err error
 			if id, err = o.Sampler.Sample(last, history); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		res.Generated = append(res.Generated, id)
-		history = append(history, id)
+		if history != nil {
+			history = append(history, id)
+		}
 		if o.OnToken != nil {
-			if err := o.OnToken(id); err != nil {
-				return nil, err
+			if err := o.OnToken(id); errors.Is(err, ErrStop) {
+				res.StopReason = "stop"
+				break
+			} else if err != nil {
+				return err
 			}
 		}
 		if o.Stop != nil && o.Stop(id) {
@@ -126,12 +226,26 @@ func (m *Model) Generate(ctx context.Context, prompt []int32, o GenOptions) (*Ge
 			err = checkStep(logits, next, 1, V)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("decode at position %d: %w", b.Pos(), err)
+			return fmt.Errorf("decode at position %d: %w", b.Pos(), err)
 		}
+		if logits != nil {
+			if e := checkFinite(fmt.Sprintf("decode at position %d", b.Pos()-1), logits, 1, V, false); e != nil {
+				return locate(b, m.stepsThrough([]int32{id}), e)
+			}
+		}
+		m.seq = append(m.seq, id)
 		last, lastNext = logits, next[0]
 	}
-	res.DecodeTime = time.Since(t1)
-	return res, nil
+	return nil
+}
+
+// stepsThrough is what the backend has been fed, as steps to feed again,
+// through part (fed last, not yet in m.seq): to locate non-finite logits.
+func (m *Model) stepsThrough(part []int32) [][]int32 {
+	if len(m.seq) == 0 {
+		return [][]int32{part}
+	}
+	return [][]int32{append([]int32(nil), m.seq...), part}
 }
 
 // checkStep checks that a backend returned T rows of V logits and T ids.

@@ -1,4 +1,4 @@
-// Package exec loads a Laguna checkpoint into an executable model (YAML ->
+// Package engine loads a Laguna checkpoint into an executable model (YAML ->
 // ir.Graph -> passes -> backend) and runs generation on any backend: the
 // pure-Go CPU reference (exec/cpu) or the GPU (exec/gpu).
 package engine
@@ -37,6 +37,7 @@ type Options struct {
 	Disable    []string  // passes to skip
 	MaxContext int       // KV cache length; 0: the model's max_position_embeddings
 	Progress   io.Writer // where weight loading reports progress; nil: silent
+	Slots      int       // sequence slots for batched steps (Model.Batch); 0: 1
 	// CPU only: bytes of float32 copies the executor may make of f16/bf16
 	// matrices (cpu.Options.F32Budget: 0 default, negative none).
 	F32Budget int64
@@ -55,6 +56,8 @@ type Model struct {
 	Passes     *passes.Result
 	Backend    Backend
 	Device     string
+
+	seq []int32 // the tokens in the backend's KV caches (Sequence)
 }
 
 // Open loads the checkpoint at path (HF directory or GGUF file), builds and
@@ -64,6 +67,13 @@ func Open(path string, o Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	return OpenCheckpoint(ck, o)
+}
+
+// OpenCheckpoint is Open for a checkpoint already opened (ckpt.OpenFS for
+// one in memory). The model owns ck from then on: Close closes it, and so
+// does a failure here.
+func OpenCheckpoint(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	m, err := build(ck, o)
 	if err != nil {
 		ck.Close()
@@ -73,6 +83,9 @@ func Open(path string, o Options) (*Model, error) {
 }
 
 func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
+	if o.Slots < 0 {
+		return nil, fmt.Errorf("sequence slots must not be negative, got %d", o.Slots)
+	}
 	cfg := ck.Config()
 	g, err := BuildGraph(cfg, o.YAMLPath)
 	if err != nil {
@@ -99,7 +112,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	switch o.Device {
 	case "", "cpu":
 		src := withProgress(ck, g, o.Progress)
-		ex, err := cpu.NewExecutorWith(g, src, maxPos, cpu.Options{F32Budget: o.F32Budget})
+		ex, err := cpu.NewExecutorWith(g, src, maxPos, cpu.Options{Slots: max(o.Slots, 1), F32Budget: o.F32Budget})
 		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}
@@ -156,20 +169,45 @@ func BuildGraph(cfg *config.Config, yamlPath string) (*ir.Graph, error) {
 	return models.Build(file, src, cfg, models.BuildOptions{WeightDType: ir.F32})
 }
 
-// BindCheckpoint checks every graph weight against the checkpoint (present,
-// same shape) and gives it the checkpoint's stored dtype.
-func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
+// ExpectedTensors lists the checkpoint tensors g reads: its weights that
+// are not derived from others, with their shapes and, as the reason, their
+// declaration in the model file.
+func ExpectedTensors(g *ir.Graph) ([]ckpt.Expected, error) {
+	var out []ckpt.Expected
 	for _, v := range g.Weights {
 		if v.From != nil {
 			continue
 		}
-		ti, ok := ck.Tensor(v.Name)
-		if !ok {
-			return fmt.Errorf("%s: checkpoint has no tensor %s that the graph reads", ck.Path(), v.Name)
+		shape, err := v.Type.Shape.Eval(nil)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", v.Name, err)
 		}
-		if want := ir.Consts(ti.Shape...); !want.Equal(v.Type.Shape) {
-			return fmt.Errorf("%s: tensor %s is %v, the graph expects %s", ck.Path(), v.Name, ti.Shape, v.Type.Shape)
+		why := v.Doc
+		if why == "" {
+			why = "read by the model graph"
 		}
+		out = append(out, ckpt.Expected{Name: v.Name, Shape: shape, Why: why})
+	}
+	return out, nil
+}
+
+// BindCheckpoint checks that the checkpoint holds exactly the tensors the
+// graph reads, with the graph's shapes (ckpt.CheckTensors: every problem
+// named with its reason), and gives each weight the checkpoint's stored
+// dtype.
+func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
+	want, err := ExpectedTensors(g)
+	if err != nil {
+		return err
+	}
+	if err := ckpt.CheckTensors(ck, want); err != nil {
+		return fmt.Errorf("%s: %w", ck.Path(), err)
+	}
+	for _, v := range g.Weights {
+		if v.From != nil {
+			continue
+		}
+		ti, _ := ck.Tensor(v.Name)
 		dt, err := ir.ParseDType(ti.DType.String())
 		if err != nil {
 			return fmt.Errorf("%s: tensor %s: lagc has no dtype %s yet", ck.Path(), v.Name, ti.DType)
@@ -180,6 +218,17 @@ func BindCheckpoint(g *ir.Graph, ck ckpt.Checkpoint) error {
 		return fmt.Errorf("graph with checkpoint dtypes: %w", err)
 	}
 	return nil
+}
+
+// CheckCheckpoint checks ck against Laguna's model description (the
+// embedded laguna.yaml built for ck's configuration), for tools that read
+// a checkpoint without running it (convert).
+func CheckCheckpoint(ck ckpt.Checkpoint) error {
+	g, err := BuildGraph(ck.Config(), "")
+	if err != nil {
+		return err
+	}
+	return BindCheckpoint(g, ck)
 }
 
 // CheckInterface checks what the backends and Generate rely on: the graph's

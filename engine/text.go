@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -17,6 +18,12 @@ var ErrNoTokenizer = errors.New("the checkpoint has no tokenizer (no tokenizer.j
 // LoadTokenizer returns the tokenizer shipped with ck: tokenizer.json in an
 // HF directory, or the tokenizer.ggml.* metadata of a GGUF file.
 func LoadTokenizer(ck ckpt.Checkpoint) (*tokenizer.Tokenizer, error) {
+	if files := ckpt.FilesOf(ck); files != nil {
+		if _, err := fs.Stat(files, "tokenizer.json"); errors.Is(err, fs.ErrNotExist) {
+			return nil, ErrNoTokenizer
+		}
+		return tokenizer.LoadHFFS(files, ck.Path())
+	}
 	if ck.Format() != "gguf" {
 		dir := ck.Path()
 		if st, err := os.Stat(dir); err == nil && !st.IsDir() {
@@ -67,7 +74,13 @@ func LoadChatTemplate(ck ckpt.Checkpoint) (*chat.Template, map[string]string, er
 			return nil, nil, fmt.Errorf("%s has no tokenizer.chat_template", ck.Path())
 		}
 	} else {
-		s, err := chat.LoadHFDir(ck.Path())
+		var s *chat.Sources
+		var err error
+		if files := ckpt.FilesOf(ck); files != nil {
+			s, err = chat.LoadHFFS(files, ck.Path())
+		} else {
+			s, err = chat.LoadHFDir(ck.Path())
+		}
 		if err != nil {
 			return nil, nil, err
 		}

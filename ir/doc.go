@@ -35,9 +35,13 @@
 // # Building and rewriting (frontends, passes)
 //
 // NewGraph, AddInput, AddWeight, AddNode (infers output types) and Apply
-// build graphs; Pattern/FindAll match producer trees, ReplaceUses rewires,
-// DeriveWeight records weight transforms (e.g. concat gate and up rows),
-// Graph.Live and RemoveNodes drop dead code. Verify checks a graph: unique
+// build graphs; Pattern/MatchValue/Matches match producer trees (add and
+// mul in either operand order), ReplaceUses rewires, DeriveWeight records
+// weight transforms (e.g. concat gate and up rows), Graph.Live and
+// RemoveNodes drop dead code. Users, NumUses and Derivations give use-def
+// information, kept current by the mutation methods. Graph.Rewrite is a
+// greedy pattern-rewrite driver: RewritePatterns change the graph through
+// a Rewriter (Replace, Derive, EraseDead) until none applies. Verify checks a graph: unique
 // single assignment, every input defined, known ops and valid attributes,
 // declared types equal to inferred ones, no cycles (via gonum's topo).
 // Print/Parse are the text form, WriteDOT (gonum's DOT encoder) and

@@ -35,6 +35,17 @@ type Value struct {
 	// load-time transform (e.g. concat of gate and up rows); nil for
 	// checkpoint tensors.
 	From *Transform
+
+	// Use-def information, kept by the graph's mutation methods once built
+	// (see Graph.Users): the nodes reading the value, one entry per input
+	// slot, and the derived weights whose transform reads it.
+	users  []*Node
+	derivs []*Value
+	erased bool // a weight removed from the graph, awaiting Compact
+
+	// Doc, for a weight, says where its shape comes from (the model file's
+	// declaration), for messages about a checkpoint that disagrees.
+	Doc string
 }
 
 // Transform is a load-time computation of a weight from other weights,
@@ -59,6 +70,7 @@ type Node struct {
 	Inputs  []*Value
 	Outputs []*Value
 	Attrs   Attrs
+	erased  bool // removed from the graph, awaiting Compact
 }
 
 // String names the node by its first output and op, as errors do.
@@ -120,6 +132,13 @@ func (n *Node) AttrShape(name string) Shape {
 }
 
 // Graph is a dataflow graph in single-assignment form.
+//
+// Code that edits the slices or a node's Inputs directly (a parser, a
+// test) must call Reindex afterwards; the methods keep the name index and
+// the use-def information current themselves, each in time proportional to
+// what it changes, so that a pass is linear in the graph. A Graph is not
+// safe for concurrent use, not even by readers: Order keeps its result and
+// the use-def information is built on first use.
 type Graph struct {
 	Name    string
 	Syms    []string // symbolic dimensions, e.g. T
@@ -129,6 +148,9 @@ type Graph struct {
 	Outputs []*Value
 	nextID  int
 	names   map[string]*Value
+	useDef  bool    // Value.users and Value.derivs are current
+	erased  int     // nodes and weights erased but still in the slices
+	order   []*Node // Order's result, until a method changes the nodes or edges
 }
 
 // NewGraph returns an empty graph with the given symbolic dimensions.
@@ -154,6 +176,7 @@ func (g *Graph) Value(name string) *Value {
 
 // Values lists every value: inputs, weights, then node outputs in node order.
 func (g *Graph) Values() []*Value {
+	g.Compact()
 	vs := append(append([]*Value(nil), g.Inputs...), g.Weights...)
 	for _, n := range g.Nodes {
 		vs = append(vs, n.Outputs...)
@@ -220,6 +243,11 @@ func (g *Graph) DeriveWeight(name, op string, attrs Attrs, srcs ...*Value) (*Val
 		return nil, err
 	}
 	v.From = &Transform{Op: op, Srcs: srcs, Attrs: attrs}
+	if g.useDef {
+		for _, s := range srcs {
+			s.derivs = append(s.derivs, v)
+		}
+	}
 	return v, nil
 }
 
@@ -286,6 +314,12 @@ func (g *Graph) AddNode(op string, inputs []*Value, attrs Attrs, names ...string
 		g.index()[name] = v
 	}
 	g.Nodes = append(g.Nodes, n)
+	g.order = nil
+	if g.useDef {
+		for _, v := range n.Inputs {
+			v.users = append(v.users, n)
+		}
+	}
 	return n, nil
 }
 
@@ -305,6 +339,9 @@ func (d *OpDef) inferChecked(in []Type, a Attrs) ([]Type, error) {
 func (g *Graph) Uses() map[*Value][]*Node {
 	uses := map[*Value][]*Node{}
 	for _, n := range g.Nodes {
+		if n.erased {
+			continue
+		}
 		for _, v := range n.Inputs {
 			uses[v] = append(uses[v], n)
 		}
@@ -312,15 +349,87 @@ func (g *Graph) Uses() map[*Value][]*Node {
 	return uses
 }
 
-// ReplaceUses makes every node and graph output reading old read new.
-func (g *Graph) ReplaceUses(old, new *Value) {
+// buildUseDef computes the use-def information from scratch, once after
+// construction or Reindex; the mutation methods keep it current after that.
+func (g *Graph) buildUseDef() {
+	if g.useDef {
+		return
+	}
+	g.Compact()
+	for _, v := range g.Inputs {
+		v.users, v.derivs = nil, nil
+	}
+	for _, v := range g.Weights {
+		v.users, v.derivs = nil, nil
+	}
 	for _, n := range g.Nodes {
-		for i, v := range n.Inputs {
-			if v == old {
-				n.Inputs[i] = new
+		for _, v := range n.Outputs {
+			v.users, v.derivs = nil, nil
+		}
+	}
+	for _, n := range g.Nodes {
+		for _, v := range n.Inputs {
+			if v != nil {
+				v.users = append(v.users, n)
 			}
 		}
 	}
+	for _, w := range g.Weights {
+		if w.From != nil {
+			for _, s := range w.From.Srcs {
+				if s != nil {
+					s.derivs = append(s.derivs, w)
+				}
+			}
+		}
+	}
+	g.useDef = true
+}
+
+// Users returns the nodes reading v, one entry per input slot, in the order
+// they came to read it. The slice is the graph's own: do not modify it.
+func (g *Graph) Users(v *Value) []*Node {
+	g.buildUseDef()
+	return v.users
+}
+
+// NumUses counts the readers of v: node input slots and graph outputs.
+func (g *Graph) NumUses(v *Value) int {
+	g.buildUseDef()
+	n := len(v.users)
+	for _, o := range g.Outputs {
+		if o == v {
+			n++
+		}
+	}
+	return n
+}
+
+// Derivations returns the derived weights whose transform reads w. The
+// slice is the graph's own: do not modify it.
+func (g *Graph) Derivations(w *Value) []*Value {
+	g.buildUseDef()
+	return w.derivs
+}
+
+// ReplaceUses makes every node and graph output reading old read new.
+func (g *Graph) ReplaceUses(old, new *Value) {
+	g.buildUseDef()
+	if old == new {
+		return
+	}
+	g.order = nil
+	// users holds a node once per slot reading old: rewire one slot each.
+	for _, n := range old.users {
+		for i, v := range n.Inputs {
+			if v == old {
+				n.Inputs[i] = new
+				break
+			}
+		}
+		new.users = append(new.users, n)
+	}
+	old.users = nil
 	for i, v := range g.Outputs {
 		if v == old {
 			g.Outputs[i] = new
@@ -328,41 +437,113 @@ func (g *Graph) ReplaceUses(old, new *Value) {
 	}
 }
 
+// EraseNode removes n from the graph: its outputs leave the name index and
+// its inputs lose it as a reader. The caller must have rewired the uses of
+// its outputs. n leaves g.Nodes at the next Compact, which every method
+// reading the node list runs first.
+func (g *Graph) EraseNode(n *Node) {
+	if n.erased {
+		return
+	}
+	if g.useDef {
+		for _, v := range n.Inputs {
+			if v != nil {
+				v.users = removeOne(v.users, n)
+			}
+		}
+	}
+	for _, v := range n.Outputs {
+		if g.names != nil && g.names[v.Name] == v {
+			delete(g.names, v.Name)
+		}
+	}
+	n.erased = true
+	g.erased++
+	g.order = nil
+}
+
+// EraseWeight removes w from the graph (nothing may read it any more); it
+// leaves g.Weights at the next Compact.
+func (g *Graph) EraseWeight(w *Value) {
+	if w.erased {
+		return
+	}
+	if g.useDef && w.From != nil {
+		for _, s := range w.From.Srcs {
+			if s != nil {
+				s.derivs = removeOne(s.derivs, w)
+			}
+		}
+	}
+	if g.names != nil && g.names[w.Name] == w {
+		delete(g.names, w.Name)
+	}
+	w.erased = true
+	g.erased++
+}
+
+// removeOne deletes the last occurrence of x from xs, keeping the order.
+func removeOne[T comparable](xs []T, x T) []T {
+	for i := len(xs) - 1; i >= 0; i-- {
+		if xs[i] == x {
+			copy(xs[i:], xs[i+1:])
+			var zero T
+			xs[len(xs)-1] = zero
+			return xs[:len(xs)-1]
+		}
+	}
+	return xs
+}
+
+// Compact drops erased nodes and weights from g.Nodes and g.Weights. The
+// slices are new, so a caller ranging over the old ones is unaffected.
+func (g *Graph) Compact() {
+	if g.erased == 0 {
+		return
+	}
+	nodes := make([]*Node, 0, len(g.Nodes))
+	for _, n := range g.Nodes {
+		if !n.erased {
+			nodes = append(nodes, n)
+		}
+	}
+	weights := make([]*Value, 0, len(g.Weights))
+	for _, w := range g.Weights {
+		if !w.erased {
+			weights = append(weights, w)
+		}
+	}
+	g.Nodes, g.Weights, g.erased = nodes, weights, 0
+}
+
 // RemoveNodes deletes the given nodes (their outputs become undefined; the
 // caller must have rewired their uses).
 func (g *Graph) RemoveNodes(dead map[*Node]bool) {
-	kept := g.Nodes[:0]
 	for _, n := range g.Nodes {
 		if dead[n] {
-			for _, v := range n.Outputs {
-				delete(g.index(), v.Name)
-			}
-			continue
+			g.EraseNode(n)
 		}
-		kept = append(kept, n)
 	}
-	for i := len(kept); i < len(g.Nodes); i++ {
-		g.Nodes[i] = nil
-	}
-	g.Nodes = kept
+	g.Compact()
 }
 
 // RemoveWeights deletes weights for which dead returns true.
 func (g *Graph) RemoveWeights(dead func(*Value) bool) {
-	kept := g.Weights[:0]
 	for _, w := range g.Weights {
-		if dead(w) {
-			delete(g.index(), w.Name)
-			continue
+		if !w.erased && dead(w) {
+			g.EraseWeight(w)
 		}
-		kept = append(kept, w)
 	}
-	g.Weights = kept
+	g.Compact()
 }
 
-// Reindex rebuilds the name index after direct edits of the slices.
+// Reindex rebuilds the name index after direct edits of the slices; the
+// use-def information is rebuilt when next needed.
 func (g *Graph) Reindex() {
+	g.Compact()
 	g.names = nil
+	g.useDef = false
+	g.order = nil
 	g.index()
 	for _, n := range g.Nodes {
 		if n.ID >= g.nextID {
@@ -382,6 +563,7 @@ func (g *Graph) Env(t int) Env {
 
 // Clone returns a deep copy of g (values and nodes are new objects).
 func (g *Graph) Clone() *Graph {
+	g.Compact()
 	c := &Graph{Name: g.Name, Syms: append([]string(nil), g.Syms...), nextID: g.nextID}
 	m := map[*Value]*Value{}
 	cp := func(v *Value) *Value {
@@ -433,6 +615,7 @@ func (g *Graph) Clone() *Graph {
 
 // OpCounts returns how many nodes use each op.
 func (g *Graph) OpCounts() map[string]int {
+	g.Compact()
 	m := map[string]int{}
 	for _, n := range g.Nodes {
 		m[n.Op]++

@@ -26,6 +26,9 @@ type OpDef struct {
 	// SideEffect marks ops that change state outside the graph (attention
 	// appends to its KV cache): DCE and CSE leave them alone.
 	SideEffect bool
+	// Commutative marks two-operand ops whose operands may be swapped
+	// (add, mul): patterns match them in either order.
+	Commutative bool
 	// Infer returns the output types for the given input types and
 	// attributes (already checked against Attrs and defaulted).
 	Infer func(in []Type, a Attrs) ([]Type, error)

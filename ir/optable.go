@@ -210,7 +210,7 @@ func init() {
 			}})
 	}
 	binary := func(name, doc string) {
-		defOp(&OpDef{Name: name, Doc: doc, Inputs: []string{"a", "b"},
+		defOp(&OpDef{Name: name, Doc: doc, Inputs: []string{"a", "b"}, Commutative: true,
 			Infer: func(in []Type, a Attrs) ([]Type, error) {
 				if err := wantFloat(in, 0, "a", -1); err != nil {
 					return nil, err

@@ -78,7 +78,7 @@ func init() {
 			}
 			return []Type{in[2]}, nil
 		}})
-	defOp(&OpDef{Name: "moe_grouped", Doc: "routed experts (+ `shared` always-selected experts of weight 1 at the end of the stacks, + residual r) as one grouped GEMM; order/band schedule it",
+	defOp(&OpDef{Name: "moe_grouped", Doc: "routed experts (+ `shared` always-selected experts of weight 1 at the end of the stacks, + residual r) as one grouped GEMM; order schedules it",
 		Inputs: []string{"x", "weights", "ids", "stacks..."},
 		Attrs: []AttrSpec{
 			// split: stacks gate, up, down; fused: gate_up, down.
@@ -87,11 +87,9 @@ func init() {
 			{Name: "shared", Kind: AttrKindInt, Default: 0},
 			// 1: one more input r [T,H]; the result is r + the experts' sum.
 			{Name: "residual", Kind: AttrKindInt, Default: 0},
-			// Schedule only (results never depend on them): the order the
-			// grouped GEMM visits experts, and the width in output columns
-			// of the N-bands its CTAs are rasterised in (0: no banding).
+			// Schedule only (results never depend on it): the order the
+			// grouped GEMM visits experts.
 			{Name: "order", Kind: AttrKindString, Default: OrderIndex, Enum: []string{OrderIndex, OrderDescending}},
-			{Name: "band", Kind: AttrKindInt, Default: 0},
 		},
 		Infer: inferMoEGrouped})
 }
@@ -126,8 +124,8 @@ func MoEGroupedInputs(gateUp string, residual int) int {
 
 func inferMoEGrouped(in []Type, a Attrs) ([]Type, error) {
 	layout, shared, residual := a["gate_up"].(string), a["shared"].(int), a["residual"].(int)
-	if shared < 0 || shared > 1 || residual < 0 || residual > 1 || a["band"].(int) < 0 {
-		return nil, fmt.Errorf("shared and residual must be 0 or 1 and band >= 0, got %d, %d, %d", shared, residual, a["band"])
+	if shared < 0 || shared > 1 || residual < 0 || residual > 1 {
+		return nil, fmt.Errorf("shared and residual must be 0 or 1, got %d, %d", shared, residual)
 	}
 	if n := MoEGroupedInputs(layout, residual); len(in) != n {
 		return nil, fmt.Errorf("gate_up=%s residual=%d takes %d inputs, got %d", layout, residual, n, len(in))

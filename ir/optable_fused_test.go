@@ -36,7 +36,7 @@ func TestFusedOpTypes(t *testing.T) {
 		{"matmul_add", []Type{ty("f32[T,16]"), ty("bf16[32,16]"), ty("bf16[T,32]")}, nil, "must be f32[T,32]"},
 		{"moe_grouped", []Type{m, w, ids, g, g, d}, nil, "f32[T,32]"},
 		{"moe_grouped", []Type{m, w, ids, gu, d}, Attrs{"gate_up": "fused"}, "f32[T,32]"},
-		{"moe_grouped", []Type{m, w, ids, gu, d, x}, Attrs{"gate_up": "fused", "residual": 1, "shared": 1, "order": "descending", "band": 64}, "f32[T,32]"},
+		{"moe_grouped", []Type{m, w, ids, gu, d, x}, Attrs{"gate_up": "fused", "residual": 1, "shared": 1, "order": "descending"}, "f32[T,32]"},
 		{"moe_grouped", []Type{m, w, ids, gu, d}, nil, "takes 6 inputs, got 5"},
 		{"moe_grouped", []Type{m, w, ids, g, g, d}, Attrs{"residual": 1}, "takes 7 inputs"},
 		{"moe_grouped", []Type{m, w, ids, g, ty("bf16[6,16,31]"), d}, nil, "gate bf16[6,16,32] and up bf16[6,16,31] differ"},
@@ -81,7 +81,7 @@ weight @d: bf16[3,8,4]
 %q: f32[T,4], %g: f32[T,2] = matmul_split(%x, @wq) {sizes=[4,2]}
 %h: f32[T,8] = matmul_add(%q, @wo, %x)
 %s: f32[T,3] = matmul_swiglu(%h, @wq)
-%y: f32[T,8] = moe_grouped(%h, %w, %ids, @gu, @d, %x) {gate_up="fused", shared=1, residual=1, order="descending", band=64}
+%y: f32[T,8] = moe_grouped(%h, %w, %ids, @gu, @d, %x) {gate_up="fused", shared=1, residual=1, order="descending"}
 output %y, %s, %g
 `
 	g, err := Parse(src)

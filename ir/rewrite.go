@@ -2,14 +2,14 @@ package ir
 
 import "fmt"
 
-// The rewrite API, for passes: match a pattern of producers rooted at a
-// value, build replacement nodes with Apply (types inferred at once), send
-// the old value's uses to the new one with ReplaceUses, and let DCE drop
-// what is left dead. DeriveWeight records load-time weight transforms.
+// The rewrite API, for passes: a pattern matches the producers of a value;
+// Graph.Rewrite (driver.go) applies rewrite patterns until none applies,
+// and a Rewriter gives them the mutations (Replace, Derive, EraseDead).
 //
-//	for _, m := range g.FindAll(ir.P("matmul", ir.Any("x"), ir.W("w")).As("y")) { ... }
+//	m, ok := ir.MatchValue(ir.P("add", ir.Any("r"), ir.P("matmul", ir.Any("x"), ir.W("w")).As("p")), v)
 
-// Pattern matches a value by the op that produced it.
+// Pattern matches a value by the op that produced it. The operands of a
+// commutative op (OpDef.Commutative: add, mul) match in either order.
 type Pattern struct {
 	Op     string     // producing op; "" matches any value
 	Args   []*Pattern // patterns for the producer's inputs; nil leaves them free
@@ -44,51 +44,93 @@ func (m Match) Node(name string) *Node {
 	return nil
 }
 
-// MatchValue reports whether v matches p, with the bindings.
+// MatchValue reports whether v matches p, with the bindings of the first
+// match (operands of commutative ops in their given order first).
 func MatchValue(p *Pattern, v *Value) (Match, bool) {
-	m := Match{}
-	if !match(p, v, m) {
-		return nil, false
-	}
-	return m, true
+	var first Match
+	matches(p, v, func(m Match) bool { first = m; return true })
+	return first, first != nil
 }
 
-func match(p *Pattern, v *Value, m Match) bool {
-	if v == nil {
+// Matches returns every way v matches p, in the order MatchValue tries
+// them: a rewrite whose precondition fails on one operand order can try
+// the next.
+func Matches(p *Pattern, v *Value) []Match {
+	var out []Match
+	matches(p, v, func(m Match) bool { out = append(out, m); return false })
+	return out
+}
+
+// matches calls found with a copy of the bindings of each match of p at v
+// until found returns true.
+func matches(p *Pattern, v *Value, found func(Match) bool) {
+	m := Match{}
+	match(p, v, m, func() bool {
+		c := make(Match, len(m))
+		for k, x := range m {
+			c[k] = x
+		}
+		return found(c)
+	})
+}
+
+// match matches p at v and then calls k, backtracking over the operand
+// orders of commutative ops: it returns true as soon as k does, and undoes
+// its bindings when it returns false.
+func match(p *Pattern, v *Value, m Match, k func() bool) bool {
+	if v == nil || p.Weight && v.Kind != Weight {
 		return false
 	}
-	if p.Weight && v.Kind != Weight {
-		return false
-	}
+	var n *Node
 	if p.Op != "" {
-		n := v.Def
-		if n == nil || n.Op != p.Op {
+		if n = v.Def; n == nil || n.Op != p.Op {
 			return false
 		}
-		if p.Args != nil {
-			if len(p.Args) != len(n.Inputs) {
-				return false
-			}
-			for i, a := range p.Args {
-				if a != nil && !match(a, n.Inputs[i], m) {
-					return false
-				}
-			}
+		if p.Args != nil && len(p.Args) != len(n.Inputs) {
+			return false
 		}
 	}
 	if p.Where != nil && !p.Where(v) {
 		return false
 	}
-	if p.Bind != "" {
-		if old, ok := m[p.Bind]; ok && old != v {
-			return false // the same name bound twice must be the same value
+	rest := func() bool {
+		if n == nil || p.Args == nil {
+			return k()
 		}
-		m[p.Bind] = v
+		if matchArgs(p.Args, n.Inputs, m, k) {
+			return true
+		}
+		d, ok := n.Def()
+		if !ok || !d.Commutative || len(n.Inputs) != 2 || n.Inputs[0] == n.Inputs[1] {
+			return false
+		}
+		return matchArgs(p.Args, []*Value{n.Inputs[1], n.Inputs[0]}, m, k)
 	}
-	return true
+	if p.Bind == "" {
+		return rest()
+	}
+	if old, ok := m[p.Bind]; ok {
+		return old == v && rest() // the same name bound twice must be the same value
+	}
+	m[p.Bind] = v
+	if rest() {
+		return true
+	}
+	delete(m, p.Bind)
+	return false
 }
 
-// FindAll returns the matches of p rooted at every node output, in
+func matchArgs(ps []*Pattern, vs []*Value, m Match, k func() bool) bool {
+	if len(ps) == 0 {
+		return k()
+	}
+	if ps[0] == nil {
+		return matchArgs(ps[1:], vs[1:], m, k)
+	}
+	return match(ps[0], vs[0], m, func() bool { return matchArgs(ps[1:], vs[1:], m, k) })
+}
+
+// FindAll returns the first match of p rooted at every node output, in
 // topological order (node order if the graph has a cycle).
 func (g *Graph) FindAll(p *Pattern) []Match {
 	order, err := g.Order()

@@ -9,27 +9,29 @@ import (
 // ops with valid attributes, declared types equal to the inferred ones, no
 // cycles, outputs defined, derived weights consistent. Errors name the node.
 func Verify(g *Graph) error {
+	g.Compact()
 	defined := map[*Value]bool{}
 	names := map[string]*Value{}
-	define := func(v *Value, where string) error {
+	// where names the definition in a message; it is called only then.
+	define := func(v *Value, where func() string) error {
 		if v == nil {
-			return fmt.Errorf("%s: nil value", where)
+			return fmt.Errorf("%s: nil value", where())
 		}
 		if defined[v] {
-			return fmt.Errorf("%s: value %s is assigned twice", where, v)
+			return fmt.Errorf("%s: value %s is assigned twice", where(), v)
 		}
 		if o, dup := names[v.Name]; dup && o != v {
-			return fmt.Errorf("%s: name %s is used by two values", where, v)
+			return fmt.Errorf("%s: name %s is used by two values", where(), v)
 		}
 		if !isName(v.Name) {
-			return fmt.Errorf("%s: bad value name %q", where, v.Name)
+			return fmt.Errorf("%s: bad value name %q", where(), v.Name)
 		}
 		defined[v] = true
 		names[v.Name] = v
 		return nil
 	}
 	for _, v := range g.Inputs {
-		if err := define(v, "input "+v.String()); err != nil {
+		if err := define(v, func() string { return "input " + v.String() }); err != nil {
 			return err
 		}
 		if v.Kind != Input || v.Def != nil {
@@ -37,7 +39,7 @@ func Verify(g *Graph) error {
 		}
 	}
 	for _, v := range g.Weights {
-		if err := define(v, "weight "+v.String()); err != nil {
+		if err := define(v, func() string { return "weight " + v.String() }); err != nil {
 			return err
 		}
 		if v.Kind != Weight || v.Def != nil {
@@ -56,7 +58,7 @@ func Verify(g *Graph) error {
 		}
 		ids[n.ID] = n
 		for _, v := range n.Outputs {
-			if err := define(v, n.String()); err != nil {
+			if err := define(v, n.String); err != nil {
 				return err
 			}
 			if v.Def != n || v.Kind != Activation {
@@ -86,8 +88,13 @@ func Verify(g *Graph) error {
 			return err
 		}
 	}
-	if _, err := g.Order(); err != nil {
-		return err
+	if order, err := g.Order(); err != nil || !g.checkOrder(order) {
+		// The kept order and use-def information are stale after a direct
+		// edit of the inputs: rebuild both before judging (and naming a cycle).
+		g.order, g.useDef = nil, false
+		if _, err := g.Order(); err != nil {
+			return err
+		}
 	}
 	if len(g.Outputs) == 0 {
 		return fmt.Errorf("graph %s has no outputs", g.Name)

@@ -8,6 +8,7 @@ import (
 
 	"lagc/ir"
 	"lagc/passes"
+	"lagc/prep"
 )
 
 // Options choose what a plan is compiled for.
@@ -15,7 +16,11 @@ type Options struct {
 	DType      ir.DType // activations and matmul weights: ir.F32 or ir.BF16 (default)
 	Chunk      int      // prefill tokens per step (default 2048)
 	MaxContext int      // positions the KV caches hold (required)
-	SMs        int      // multiprocessors, sizing split-KV decode attention (default 132, an H200)
+	SMs        int      // multiprocessors of the target (default 132, an H200): split-KV attention, GEMV splits, tiles
+	// PrefillFFMA keeps prefill attention on the FFMA kernel where the
+	// tensor-core one would run (A/B timing, or a way around a suspected
+	// kernel bug).
+	PrefillFFMA bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -41,7 +46,7 @@ func (o *Options) fill() error {
 		return fmt.Errorf("lower: context length must be positive, got %d", o.MaxContext)
 	}
 	if o.SMs <= 0 {
-		o.SMs = 132
+		o.SMs = defaultSMs
 	}
 	return nil
 }
@@ -59,12 +64,15 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
-	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext},
-		widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
 	if err := l.caches(); err != nil {
+		return nil, err
+	}
+	if err := l.ropes(); err != nil {
 		return nil, err
 	}
 	for _, c := range []struct {
@@ -95,12 +103,11 @@ type lowerer struct {
 
 func (l *lowerer) act() string { return l.o.DType.String() }
 
-// weightDType is the dtype a kernel needs for weight input i of op: norm
-// weights and the router's correction bias stay f32 (tiny, read in f32 by
-// their kernels); everything else is stored like the activations.
+// weightDType is the dtype a kernel needs for weight input i of op: f32
+// where its rule says so (norm weights and the router's correction bias:
+// tiny, read in f32), else the plan's dtype.
 func (l *lowerer) weightDType(op string, i int) ir.DType {
-	switch {
-	case op == "rms_norm" && i == 1, op == "router_topk" && i == 1:
+	if rules[op].f32Input(i) {
 		return ir.F32
 	}
 	return l.o.DType
@@ -118,9 +125,8 @@ func (l *lowerer) weights() error {
 			}
 			dt := l.weightDType(n.Op, i)
 			lay := ""
-			// The MoE kernels read gate and up stacks separately.
-			if n.Op == "moe_grouped" && n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
-				lay = LayoutGateUpSplit
+			if r := rules[n.Op]; r.layout != nil {
+				lay = r.layout(n, i)
 			}
 			if old, ok := need[v]; ok && (old != dt || layout[v] != lay) {
 				return fmt.Errorf("lower: weight %s is read as %s%s by %s and as %s%s by %s", v.Name, old, layout[v], why[v], dt, lay, n)
@@ -211,9 +217,9 @@ func (l *lowerer) caches() error {
 	return nil
 }
 
-// valueDType is the storage of an activation: i32 stays, the graph's
-// outputs (logits), the router's logits and weights are f32, the rest is
-// stored in the plan's dtype.
+// valueDType is the storage of an activation: i32 stays; the graph's
+// outputs (logits) and what a rule reads or writes in f32 (the router's
+// logits and weights) are f32; the rest is stored in the plan's dtype.
 func (l *lowerer) valueDType(v *ir.Value, uses map[*ir.Value][]*ir.Node) ir.DType {
 	if !v.Type.DType.IsFloat() {
 		return v.Type.DType
@@ -223,12 +229,14 @@ func (l *lowerer) valueDType(v *ir.Value, uses map[*ir.Value][]*ir.Node) ir.DTyp
 			return ir.F32
 		}
 	}
-	if v.Def != nil && v.Def.Op == "router_topk" {
+	if v.Def != nil && rules[v.Def.Op].f32Outputs {
 		return ir.F32
 	}
 	for _, n := range uses[v] {
-		if n.Op == "router_topk" && n.Inputs[0] == v {
-			return ir.F32
+		for i, in := range n.Inputs {
+			if in == v && rules[n.Op].f32Input(i) {
+				return ir.F32
+			}
 		}
 	}
 	return l.o.DType
@@ -331,15 +339,79 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		if i, ok := l.kvidx[n]; ok {
 			st.KV = i
 		}
-		ls, ws, err := l.launches(&st, class, tokens)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", n, err)
-		}
-		st.Launches = ls
-		s.Workspace = max(s.Workspace, ws)
 		s.Steps = append(s.Steps, st)
 	}
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		ls, err := l.p.stepLaunches(s, st, tokens)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
+		}
+		st.Launches = ls
+	}
+	if s.Workspace, s.Routes, err = l.p.scratch(s); err != nil {
+		return nil, err
+	}
+	if class == Decode {
+		next, ok := s.Value("next")
+		if !ok || next.DType != "i32" {
+			return nil, fmt.Errorf("the graph has no output next (i32) for the decode step to feed back")
+		}
+		s.Finish = []Launch{StepNext(Ptr{BaseArena, next.Offset}, Ptr{BaseTokens, 0}, Ptr{BasePos, 0})}
+	}
 	return s, nil
+}
+
+// ropes makes one rotary table per distinct rope, in node order.
+func (l *lowerer) ropes() error {
+	var off int64
+	for _, n := range l.order {
+		if n.Op != "rope" {
+			continue
+		}
+		p := ropeParams(scalarAttrs(n))
+		if _, ok := l.p.ropeIndex(p); ok {
+			continue
+		}
+		tab, err := prep.NewRopeTable(p)
+		if err != nil {
+			return fmt.Errorf("lower: %s: %w", n, err)
+		}
+		r := Rope{Params: p, RotaryDim: tab.RotaryDim, AttnFactor: tab.AttnFactor, Offset: off, Bytes: int64(4 * len(tab.InvFreq))}
+		off += align(r.Bytes)
+		l.p.Ropes = append(l.p.Ropes, r)
+	}
+	l.p.RopeBytes = off
+	return nil
+}
+
+// ropeParams reads a rope step's attributes.
+func ropeParams(a map[string]any) prep.RopeParams {
+	st := Step{Attrs: a}
+	return prep.RopeParams{
+		RotaryDim: st.Int("rotary_dim"), Theta: st.Float("theta"), Type: st.String("rope_type"),
+		Factor: st.Float("factor"), OriginalContext: st.Int("original_context"),
+		BetaFast: st.Float("beta_fast"), BetaSlow: st.Float("beta_slow"), AttentionFactor: st.Float("attention_factor"),
+	}
+}
+
+func (p *Plan) ropeIndex(q prep.RopeParams) (int, bool) {
+	for i, r := range p.Ropes {
+		if r.Params == q {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// ropeFor is the table of a rope step.
+func (p *Plan) ropeFor(st *Step) (RoPETable, error) {
+	i, ok := p.ropeIndex(ropeParams(st.Attrs))
+	if !ok {
+		return RoPETable{}, fmt.Errorf("no rope table for %s", st.Name)
+	}
+	r := p.Ropes[i]
+	return RoPETable{InvFreq: Ptr{BaseRope, r.Offset}, RotaryDim: r.RotaryDim, AttnFactor: r.AttnFactor}, nil
 }
 
 // splitRows places the outputs of every matmul_split of the decode

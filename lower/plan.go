@@ -1,12 +1,17 @@
 // Package lower turns an optimised ir.Graph into a kernel schedule: for each
 // of two shape classes, decode (T=1) and prefill (T=chunk), one entry per
-// node with the kernels it launches (template, dtype signature, launch
-// geometry), the arena offsets of its operands from the memory plan
-// (passes.PlanMemory), and the weights to upload, with the load-time
-// transforms (concat, reshape) that fusion passes ask for.
+// node with its launches, complete (kernel instantiation, grid, block,
+// shared memory and every argument, pointers as region+offset), the arena
+// offsets of its operands from the memory plan (passes.PlanMemory), and the
+// weights to upload, with the load-time transforms (concat, reshape) that
+// fusion passes ask for.
 //
-// A Plan is plain data: it serialises to JSON and prints as text, and the
-// CUDA executor (exec/gpu) runs it without looking at the graph again.
+// Every choice of kernel, tile and geometry is made here, by pure functions
+// (the kernel functions of kernels_*.go, called by one lowering rule per op
+// in rules*.go). A Plan is plain data: it serialises to JSON and prints as
+// text, and the CUDA executor (exec/gpu) binds its regions to memory and
+// launches exactly its launches, in order; a prefill chunk shorter than the
+// planned one gets its launches from Plan.At.
 package lower
 
 import (
@@ -14,7 +19,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
+
+	"lagc/prep"
 )
 
 // Shape classes.
@@ -32,14 +38,20 @@ type Plan struct {
 	Model      string `json:"model"`
 	DType      string `json:"dtype"` // storage of activations and matmul weights: f32 or bf16
 	MaxContext int    `json:"max_context"`
+	SMs        int    `json:"sms"` // multiprocessors of the target GPU
+	// PrefillFFMA keeps prefill attention on the FFMA kernel.
+	PrefillFFMA bool `json:"prefill_ffma,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`
 	// KV caches, one per attention node, in one allocation of KVBytes.
-	KV      []KV      `json:"kv"`
-	KVBytes int64     `json:"kv_bytes"`
-	Decode  *Schedule `json:"decode"`
-	Prefill *Schedule `json:"prefill"`
+	KV      []KV  `json:"kv"`
+	KVBytes int64 `json:"kv_bytes"`
+	// Rotary tables, one per distinct rope, in one allocation of RopeBytes.
+	Ropes     []Rope    `json:"ropes"`
+	RopeBytes int64     `json:"rope_bytes"`
+	Decode    *Schedule `json:"decode"`
+	Prefill   *Schedule `json:"prefill"`
 }
 
 // Weight is one tensor on the device.
@@ -89,16 +101,33 @@ type KV struct {
 // Half returns the bytes of K (V follows at Offset+Half()).
 func (k KV) Half() int64 { return k.Bytes / 2 }
 
+// Rope is one rotary embedding's table on the device: the inverse
+// frequencies prep.NewRopeTable computes for Params (f32 [RotaryDim/2]) at
+// Offset in the rope allocation.
+type Rope struct {
+	Params     prep.RopeParams `json:"params"`
+	RotaryDim  int             `json:"rotary_dim"`
+	AttnFactor float32         `json:"attn_factor"`
+	Offset     int64           `json:"offset"`
+	Bytes      int64           `json:"bytes"`
+}
+
 // Schedule is the kernel sequence of one shape class.
 type Schedule struct {
 	Class  string `json:"class"`  // decode or prefill
 	Tokens int    `json:"tokens"` // T the arena is planned for (prefill runs 1..Tokens)
-	// Arena holds every activation at its offset; Workspace bytes of
-	// scratch (split-KV attention partials) follow it.
+	// Arena holds every activation at its offset. Workspace is the scratch
+	// the steps share (split-KV attention partials, the MoE schedule and
+	// grouped buffers), Routes moe_grouped's routes with its shared experts;
+	// both are the most any step needs at any T up to Tokens.
 	Arena     int64    `json:"arena_bytes"`
 	Workspace int64    `json:"workspace_bytes"`
+	Routes    int64    `json:"routes_bytes"`
 	Values    []Buffer `json:"values"`
 	Steps     []Step   `json:"steps"`
+	// Finish runs after the steps: decode's step_next (the argmax becomes
+	// the next token, the position advances).
+	Finish []Launch `json:"finish,omitempty"`
 }
 
 // Buffer is one activation or input's place in the arena.
@@ -120,7 +149,8 @@ type Step struct {
 	Out   []Operand      `json:"out"`
 	Attrs map[string]any `json:"attrs,omitempty"` // scalar attributes of the node
 	KV    int            `json:"kv"`              // index in Plan.KV; -1 if none
-	// Launches in order; geometry for the schedule's Tokens.
+	// Launches in order, at the schedule's Tokens (Plan.At gives them at
+	// fewer).
 	Launches []Launch `json:"launches"`
 }
 
@@ -132,16 +162,6 @@ type Operand struct {
 	Shape  []int  `json:"shape"`  // T (-1) for the token axis
 	Offset int64  `json:"offset"` // in the arena, or in the weight allocation
 	Weight int    `json:"weight"` // index in Plan.Weights; -1 for activations
-}
-
-// Launch is one kernel launch.
-type Launch struct {
-	Kernel string   `json:"kernel"` // template name in cuda/kernels
-	File   string   `json:"file"`
-	DTypes []string `json:"dtypes"` // template dtype arguments
-	Grid   [3]int   `json:"grid"`
-	Block  [3]int   `json:"block"`
-	Shmem  int      `json:"shmem"`
 }
 
 // Dims returns the shape with the token axis bound to t.
@@ -248,7 +268,8 @@ func ReadJSON(r io.Reader) (*Plan, error) {
 }
 
 // Print writes a readable summary: sizes, then every step of both
-// schedules with its kernels and operand offsets.
+// schedules with its operands and, under it, its launches as an executor
+// makes them (instantiation, grid, block, shared memory, arguments).
 func (p *Plan) Print(w io.Writer) error {
 	var up int
 	for _, wt := range p.Weights {
@@ -256,34 +277,51 @@ func (p *Plan) Print(w io.Writer) error {
 			up++
 		}
 	}
-	fmt.Fprintf(w, "plan %s: dtype %s, context %d\n", p.Model, p.DType, p.MaxContext)
+	fmt.Fprintf(w, "plan %s: dtype %s, context %d, %d SMs\n", p.Model, p.DType, p.MaxContext, p.SMs)
 	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), FormatBytes(p.WeightBytes))
 	fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
+	fmt.Fprintf(w, "rope tables: %d, %s\n", len(p.Ropes), FormatBytes(p.RopeBytes))
 	for _, s := range []*Schedule{p.Decode, p.Prefill} {
-		launches := 0
-		for _, st := range s.Steps {
-			launches += len(st.Launches)
+		launches := make([][]Launch, len(s.Steps))
+		for i, st := range s.Steps {
+			launches[i] = st.Launches
 		}
-		fmt.Fprintf(w, "\n%s T=%d: %d steps, %d launches, arena %s, workspace %s\n", s.Class, s.Tokens, len(s.Steps),
-			launches, FormatBytes(s.Arena), FormatBytes(s.Workspace))
-		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-		for _, st := range s.Steps {
-			var ks []string
-			for _, l := range st.Launches {
-				ks = append(ks, fmt.Sprintf("%s<%s> grid%v block%d shmem%d", l.Kernel, strings.Join(l.DTypes, ","),
-					trimDim(l.Grid), l.Block[0], l.Shmem))
-			}
-			var ins, outs []string
-			for _, o := range st.In {
-				ins = append(ins, operandText(o))
-			}
-			for _, o := range st.Out {
-				outs = append(outs, operandText(o))
-			}
-			fmt.Fprintf(tw, "  %s\t= %s(%s)\t%s\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "), strings.Join(ks, "; "))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := p.PrintSchedule(w, s, s.Tokens, launches); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// PrintSchedule writes schedule s at t tokens with the launches of its
+// steps (Plan.At(s, t)).
+func (p *Plan) PrintSchedule(w io.Writer, s *Schedule, t int, launches [][]Launch) error {
+	if len(launches) != len(s.Steps) {
+		return fmt.Errorf("lower: %d launch lists for %d steps", len(launches), len(s.Steps))
+	}
+	n := len(s.Finish)
+	for _, ls := range launches {
+		n += len(ls)
+	}
+	fmt.Fprintf(w, "\n%s T=%d: %d steps, %d launches, arena %s, workspace %s, routes %s\n", s.Class, t, len(s.Steps),
+		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes))
+	for i, st := range s.Steps {
+		var ins, outs []string
+		for _, o := range st.In {
+			ins = append(ins, operandText(o))
+		}
+		for _, o := range st.Out {
+			outs = append(outs, operandText(o))
+		}
+		fmt.Fprintf(w, "  %s = %s(%s)\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "))
+		for _, l := range launches[i] {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if len(s.Finish) > 0 {
+		fmt.Fprintf(w, "  finish\n")
+		for _, l := range s.Finish {
+			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
 	return nil
@@ -313,16 +351,6 @@ func operandText(o Operand) string {
 		at = fmt.Sprintf("w+%d", o.Offset)
 	}
 	return fmt.Sprintf("%s:%s[%s]@%s", o.Value, o.DType, strings.Join(dims, ","), at)
-}
-
-func trimDim(d [3]int) []int {
-	switch {
-	case d[2] > 1:
-		return d[:]
-	case d[1] > 1:
-		return d[:2]
-	}
-	return d[:1]
 }
 
 // FormatBytes writes a byte count for people: B, KiB, MiB or GiB.

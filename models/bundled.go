@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+
+	"lagc/ckpt"
 )
 
 // The bundled model: a small Laguna-architecture MoE trained on Go source
@@ -106,6 +108,23 @@ func CacheRoot() (string, error) {
 		return "", fmt.Errorf("no user cache directory (set %s): %w", EnvCacheDir, err)
 	}
 	return filepath.Join(base, "lagc"), nil
+}
+
+// BundledName is how messages name the bundled model.
+const BundledName = "bundled model"
+
+// OpenBundled opens the bundled model: from the cache, extracted there
+// first if needed (ExtractBundled), or, when the cache cannot be written,
+// from the copy embedded in the binary, read into memory. cacheErr says why
+// the cache was not used (nil when it was).
+func OpenBundled() (ck ckpt.Checkpoint, cacheErr, err error) {
+	dir, cacheErr := ExtractBundled()
+	if cacheErr == nil {
+		ck, err = ckpt.Open(dir)
+		return ck, nil, err
+	}
+	ck, err = ckpt.OpenFS(BundledFS(), BundledName)
+	return ck, cacheErr, err
 }
 
 // ExtractBundled writes the bundled model into CacheRoot()/bundled/HASH

@@ -374,3 +374,32 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// TestOpenBundledUnwritableCache: where the cache cannot be written (here
+// its root is a file, which stops root too), the bundled model is read from
+// the binary's own copy, with the same tensors; where it can, the cache is
+// used and no reason is given.
+func TestOpenBundledUnwritableCache(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvCacheDir, file)
+	mem, cacheErr, err := OpenBundled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if cacheErr == nil || mem.Path() != BundledName {
+		t.Fatalf("cache error %v, path %q; want an error and %q", cacheErr, mem.Path(), BundledName)
+	}
+	t.Setenv(EnvCacheDir, t.TempDir())
+	disk, cacheErr, err := OpenBundled()
+	if err != nil || cacheErr != nil {
+		t.Fatalf("writable cache: %v, %v", cacheErr, err)
+	}
+	defer disk.Close()
+	if len(disk.Tensors()) != len(mem.Tensors()) {
+		t.Fatalf("%d tensors from the cache, %d from memory", len(disk.Tensors()), len(mem.Tensors()))
+	}
+}

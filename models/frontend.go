@@ -165,6 +165,7 @@ type scope struct {
 
 type weightDecl struct {
 	name string // local name; canonical name is scope prefix + name
+	key  *yaml.Node
 	node *yaml.Node
 }
 
@@ -377,7 +378,7 @@ func (b *builder) weightDecls(n *yaml.Node, s *scope) error {
 		if !validName(kv[0].Value) {
 			return b.errf(kv[0], "expected a weight name")
 		}
-		s.weights[kv[0].Value] = &weightDecl{name: kv[0].Value, node: kv[1]}
+		s.weights[kv[0].Value] = &weightDecl{name: kv[0].Value, key: kv[0], node: kv[1]}
 	}
 	return nil
 }
@@ -696,11 +697,49 @@ func (b *builder) resolve(at *yaml.Node, off int, name string, s *scope) (*ir.Va
 			if err != nil {
 				return nil, b.errAt(at, off, "%v", err)
 			}
+			v.Doc = b.weightDoc(w, sc)
 			return v, nil
 		}
 	}
 	return nil, b.errAt(at, off, "expected a defined value, input or weight, got %q", name)
 }
+
+// weightDoc describes a weight's declaration for messages: the shape as
+// written, where, the values of the names it uses, and its comment, e.g.
+// "[nh * d, H] at laguna.yaml:56, nh = 4, d = 8, H = 32".
+func (b *builder) weightDoc(w *weightDecl, s *scope) string {
+	n := deref(w.node)
+	text := n.Value
+	if n.Kind == yaml.SequenceNode {
+		var parts []string
+		for _, d := range n.Content {
+			parts = append(parts, d.Value)
+		}
+		text = "[" + strings.Join(parts, ", ") + "]"
+	}
+	doc := fmt.Sprintf("%s at %s:%d", text, b.file, w.key.Line)
+	seen := map[string]bool{}
+	for _, name := range identRE.FindAllString(text, -1) {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if v, err := b.lookup(name, s, false); err == nil {
+			if _, isSym := v.(sym); !isSym {
+				doc += fmt.Sprintf(", %s = %v", name, v)
+			}
+		}
+	}
+	for _, c := range []string{w.key.LineComment, w.node.LineComment} {
+		if c = strings.TrimSpace(strings.TrimPrefix(c, "#")); c != "" {
+			doc += " (" + c + ")"
+			break
+		}
+	}
+	return doc
+}
+
+var identRE = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 
 // layers instantiates the layer template once per model layer, feeding each
 // layer's output to the next: `h2 = layers(h)`.

@@ -79,7 +79,7 @@ func TestLagunaXS2Layers(t *testing.T) {
 
 // TestTextRoundTrip prints the whole graph, parses it back, prints again.
 func TestTextRoundTrip(t *testing.T) {
-	for _, name := range []string{"laguna-tiny", "laguna-s-2.1"} {
+	for _, name := range []string{"synthetic-tiny", "laguna-s-2.1"} {
 		t.Run(name, func(t *testing.T) {
 			g := build(t, preset(t, name))
 			text := g.String()
@@ -97,7 +97,7 @@ func TestTextRoundTrip(t *testing.T) {
 // TestTinyGraph checks the small model end to end; on failure it prints
 // the whole graph.
 func TestTinyGraph(t *testing.T) {
-	c := preset(t, "laguna-tiny")
+	c := preset(t, "synthetic-tiny")
 	g := build(t, c)
 	text := g.String()
 	wants := []string{
@@ -131,7 +131,7 @@ func TestTinyGraph(t *testing.T) {
 
 // TestConfigVariants: tied embeddings, per-element gating, no shared expert.
 func TestConfigVariants(t *testing.T) {
-	c := preset(t, "laguna-tiny")
+	c := preset(t, "synthetic-tiny")
 	c.TieWordEmbeddings, c.Gating, c.SharedExpertSize = true, config.GatingPerElement, 0
 	g := build(t, c)
 	text := g.String()
@@ -161,7 +161,7 @@ func TestBadYAML(t *testing.T) {
 	if err != nil || len(files) < 10 {
 		t.Fatalf("bad-YAML cases: %v %v", files, err)
 	}
-	c := preset(t, "laguna-tiny")
+	c := preset(t, "synthetic-tiny")
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			src, err := os.ReadFile(f)
@@ -186,7 +186,7 @@ func TestBadYAML(t *testing.T) {
 }
 
 func TestBadYAMLLaguna(t *testing.T) {
-	c := preset(t, "laguna-tiny")
+	c := preset(t, "synthetic-tiny")
 	cases := []struct{ old, new, want string }{
 		{"    nh: num_attention_heads_per_layer[l]", "    nh: num_attention_heads_per_layer[l + 100]", "expected an index in [0, 4)"},
 		{"rot: int(head_dim * rope.partial_rotary_factor)", "rot: int(head_dim * rope.partial_factor)", "expected a field of {attention_factor, attention_scaling, beta_fast"},
@@ -278,7 +278,7 @@ func FuzzBuild(f *testing.F) {
 			f.Add(string(b))
 		}
 	}
-	c, err := config.Preset("laguna-tiny")
+	c, err := config.Preset("synthetic-tiny")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package models
 
 import (
 	"sort"
-	"strconv"
-	"strings"
 
 	"lagc/config"
 	"lagc/ir"
@@ -53,7 +51,7 @@ func LayerTable(g *ir.Graph) []LayerInfo {
 			continue
 		}
 		for _, v := range n.Inputs {
-			if l, ok := BlockOf(v.Name); ok && v.Kind == ir.Weight && byLayer[l] != nil {
+			if l, ok := ir.LayerOf(v.Name); ok && v.Kind == ir.Weight && byLayer[l] != nil {
 				byLayer[l].MLP = "moe"
 			}
 		}
@@ -64,18 +62,4 @@ func LayerTable(g *ir.Graph) []LayerInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Layer < out[j].Layer })
 	return out
-}
-
-// BlockOf returns N for a canonical per-layer name "blk.N....".
-func BlockOf(name string) (int, bool) {
-	rest, ok := strings.CutPrefix(name, "blk.")
-	if !ok {
-		return 0, false
-	}
-	num, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(num)
-	return n, err == nil && n >= 0
 }

@@ -7,12 +7,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "shapes", Doc: "infer every node's output types from its inputs, in topological order", Run: inferShapes})
-	Register(&Pass{Name: "dce", Doc: "drop nodes whose results reach no output (attention kept: it writes its cache) and unused weights", Run: DCE})
-	Register(&Pass{Name: "cse", Doc: "merge nodes applying the same op with the same attributes to the same inputs", Run: CSE})
-}
-
 // inferShapes recomputes output types so rewrites may leave them stale.
 func inferShapes(s *State) error {
 	order, err := s.Graph.Order()
@@ -123,8 +117,6 @@ func cseKey(n *ir.Node) string {
 		b.WriteByte(',')
 	}
 	b.WriteByte(')')
-	for _, k := range n.Attrs.Keys() {
-		fmt.Fprintf(&b, "%s=%#v;", k, n.Attrs[k])
-	}
+	b.WriteString(n.Attrs.Key())
 	return b.String()
 }

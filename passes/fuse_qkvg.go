@@ -4,10 +4,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "qkvg-concat", Doc: "the q, k, v and gate projections of each attention -> one matmul_split over their concatenated rows", Run: qkvgConcat})
-}
-
 // qkvgConcat rewrites, for every attention node, the matmuls producing its
 // q, k and v (through reshape, rms_norm and rope) and the gate of the
 // softplus_gate reading its output into one matmul_split against
@@ -17,42 +13,41 @@ func init() {
 // Precondition (else the attention is left as it is): all four are
 // matmuls of the same activation by weights of one dtype.
 func qkvgConcat(s *State) error {
-	g := s.Graph
-	done := 0
-	var skipped skips
-	var attns []*ir.Node
-	for _, n := range g.Nodes {
-		if n.Op == "attention" {
-			attns = append(attns, n)
-		}
+	why := newBlockers()
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "qkvg", Roots: []string{"attention"}, Apply: why.wrap(fuseQKVG, qkvgBlocker)})
+	if err != nil {
+		return err
 	}
-	readers := map[*ir.Value][]*ir.Node{}
-	for _, n := range g.Nodes {
-		for _, v := range n.Inputs {
-			readers[v] = append(readers[v], n)
-		}
-	}
-	for _, at := range attns {
-		projs := []*ir.Node{projection(at.Inputs[0]), projection(at.Inputs[1]), projection(at.Inputs[2])}
-		for _, r := range readers[at.Outputs[0]] {
-			if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
-				projs = append(projs, projection(r.Inputs[1]))
-				break
-			}
-		}
-		if ok := fuseProjections(g, projs); ok {
-			done++
-		} else {
-			skipped.add(qkvgBlocker(projs))
-		}
-	}
-	s.Notef("qkvg-concat: %d attentions fused, %s", done, &skipped)
+	s.Notef("qkvg-concat: %d attentions fused, %s", st.Applied["qkvg"], why.note(s.Graph, st.Declined["qkvg"]))
 	return nil
 }
 
+func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
+	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
+	for _, r := range rw.Users(at.Outputs[0]) {
+		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
+			ins = append(ins, r.Inputs[1])
+			break
+		}
+	}
+	var projs []*ir.Node
+	for _, v := range ins {
+		p, fused := projection(v)
+		if fused {
+			return ir.NoMatch, nil // fused already
+		}
+		projs = append(projs, p)
+	}
+	if !fuseProjections(rw, projs) {
+		return ir.Declined, nil
+	}
+	return ir.Applied, nil
+}
+
 // projection follows v back through views, norms and rope to the matmul by
-// a weight that produced it (nil if there is none).
-func projection(v *ir.Value) *ir.Node {
+// a weight that produced it (nil if there is none); fused reports a
+// matmul_split there instead.
+func projection(v *ir.Value) (p *ir.Node, fused bool) {
 	for v != nil && v.Def != nil {
 		n := v.Def
 		switch n.Op {
@@ -61,17 +56,19 @@ func projection(v *ir.Value) *ir.Node {
 			continue
 		case "matmul":
 			if plainWeight(n.Inputs[1]) && n.Inputs[0].Kind != ir.Weight {
-				return n
+				return n, false
 			}
+		case "matmul_split":
+			return nil, true
 		}
-		return nil
+		return nil, false
 	}
-	return nil
+	return nil, false
 }
 
 // fuseProjections turns matmuls of one activation by several weights into a
 // matmul_split; false when the precondition fails.
-func fuseProjections(g *ir.Graph, projs []*ir.Node) bool {
+func fuseProjections(rw *ir.Rewriter, projs []*ir.Node) bool {
 	if len(projs) < 2 {
 		return false
 	}
@@ -94,13 +91,10 @@ func fuseProjections(g *ir.Graph, projs []*ir.Node) bool {
 	if !sameDType(ws...) {
 		return false
 	}
-	cat, err := derive(g, derivedName(g, ws[0], "attn_q", "attn_qkvg"), "concat", ir.Attrs{"axis": 0}, ws...)
+	cat, err := rw.Derive(derivedName(rw.Graph(), ws[0], "attn_q", "attn_qkvg"), "concat", ir.Attrs{"axis": 0}, ws...)
 	if err != nil {
 		return false
 	}
-	if _, err := replace(g, projs, "matmul_split", []*ir.Value{projs[0].Inputs[0], cat}, ir.Attrs{"sizes": sizes}, outs...); err != nil {
-		dropUnread(g)
-		return false
-	}
-	return true
+	_, err = rw.Replace(projs, "matmul_split", []*ir.Value{projs[0].Inputs[0], cat}, ir.Attrs{"sizes": sizes}, outs...)
+	return err == nil
 }

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"lagc/ir"
@@ -31,63 +32,104 @@ func concatBlocker(ws ...*ir.Value) string {
 	return ""
 }
 
-// qkvgBlocker is concatBlocker over the weights of the projections found.
-func qkvgBlocker(projs []*ir.Node) string {
+// qkvgBlocker: the weights of the projections of an attention node.
+func qkvgBlocker(rw *ir.Rewriter, at *ir.Node) string {
+	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
+	for _, r := range rw.Users(at.Outputs[0]) {
+		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
+			ins = append(ins, r.Inputs[1])
+			break
+		}
+	}
 	var ws []*ir.Value
-	for _, p := range projs {
-		if p != nil {
+	for _, v := range ins {
+		if p, _ := projection(v); p != nil {
 			ws = append(ws, p.Inputs[1])
 		}
 	}
 	return concatBlocker(ws...)
 }
 
-// sharedBlocker returns why the shared expert computed by sd cannot join
-// the stacks of moe: its matrices and the stacks differ in dtype.
-func sharedBlocker(moe, sd *ir.Node) string {
-	sh, ok := matchShared(sd)
+// swigluBlocker: the gate and up weights of a SwiGLU MLP's mul.
+func swigluBlocker(rw *ir.Rewriter, mul *ir.Node) string {
+	if m, ok := ir.MatchValue(swiGLU, mul.Outputs[0]); ok {
+		return concatBlocker(m["wg"], m["wu"])
+	}
+	return ""
+}
+
+// stacksBlocker: the gate and up stacks of a MoE node.
+func stacksBlocker(rw *ir.Rewriter, n *ir.Node) string {
+	if _, stacks, _ := moeParts(n); len(stacks) >= 2 {
+		return concatBlocker(stacks[0], stacks[1])
+	}
+	return ""
+}
+
+// sharedBlocker: the shared expert's matrices against the routed stacks
+// of the add of the two.
+func sharedBlocker(rw *ir.Rewriter, add *ir.Node) string {
+	m, ok := ir.MatchValue(routedPlusShared, add.Outputs[0])
 	if !ok {
 		return ""
 	}
-	_, stacks, _ := moeParts(moe)
-	for _, m := range []*ir.Value{sh.g, sh.u, sh.gu, sh.down} {
-		if m == nil {
-			continue
-		}
-		if why := concatBlocker(stacks[0], m); why != "" {
+	sh, ok := matchShared(m.Node("sd"))
+	if !ok {
+		return ""
+	}
+	_, stacks, _ := moeParts(m.Node("moe"))
+	for _, w := range []*ir.Value{sh.g, sh.u, sh.gu, sh.down} {
+		if why := concatBlocker(stacks[0], w); w != nil && why != "" {
 			return why
 		}
 	}
 	return ""
 }
 
-// skips counts the candidates a fusion left alone, by reason: the weights'
-// dtypes differ (with the first example), or another precondition.
-type skips struct {
-	n, dtypes int
-	example   string
-}
+// blockers records, per root node a fusion declined at, what blocked it;
+// the note counts the nodes still declined when the rewrite ends.
+type blockers struct{ why map[*ir.Node]string }
 
-// add records one skipped candidate; why is a blocker's answer.
-func (s *skips) add(why string) {
-	s.n++
-	if why != "" {
-		if s.dtypes == 0 {
-			s.example = why
+func newBlockers() *blockers { return &blockers{why: map[*ir.Node]string{}} }
+
+// wrap returns apply, recording blocker's answer at each root it declines
+// (computed before apply runs) and forgetting it once a root is rewritten.
+func (b *blockers) wrap(apply func(*ir.Rewriter, *ir.Node) (ir.Outcome, error),
+	blocker func(*ir.Rewriter, *ir.Node) string) func(*ir.Rewriter, *ir.Node) (ir.Outcome, error) {
+	return func(rw *ir.Rewriter, root *ir.Node) (ir.Outcome, error) {
+		why := blocker(rw, root)
+		out, err := apply(rw, root)
+		switch out {
+		case ir.Declined:
+			b.why[root] = why
+		case ir.Applied:
+			delete(b.why, root)
 		}
-		s.dtypes++
+		return out, err
 	}
 }
 
-// String reads "N skipped (precondition)", or with dtype blockers
-// "N skipped (D: dtypes differ, e.g. W1 is q8_0, W2 q4_k; M: precondition)".
-func (s *skips) String() string {
-	if s.dtypes == 0 {
-		return fmt.Sprintf("%d skipped (precondition)", s.n)
+// note reads "N skipped (precondition)", or with dtype blockers
+// "N skipped (D: dtypes differ, e.g. W1 is q8_0, W2 q4_k; M: precondition)",
+// for the declined count the driver reports.
+func (b *blockers) note(g *ir.Graph, declined int) string {
+	live := map[*ir.Node]bool{}
+	for _, n := range g.Nodes {
+		live[n] = true
 	}
-	parts := []string{fmt.Sprintf("%d: dtypes differ, e.g. %s", s.dtypes, s.example)}
-	if other := s.n - s.dtypes; other > 0 {
+	var roots []*ir.Node
+	for n, why := range b.why {
+		if live[n] && why != "" {
+			roots = append(roots, n)
+		}
+	}
+	if len(roots) == 0 {
+		return fmt.Sprintf("%d skipped (precondition)", declined)
+	}
+	slices.SortFunc(roots, func(x, y *ir.Node) int { return x.ID - y.ID })
+	parts := []string{fmt.Sprintf("%d: dtypes differ, e.g. %s", len(roots), b.why[roots[0]])}
+	if other := declined - len(roots); other > 0 {
 		parts = append(parts, fmt.Sprintf("%d: precondition", other))
 	}
-	return fmt.Sprintf("%d skipped (%s)", s.n, strings.Join(parts, "; "))
+	return fmt.Sprintf("%d skipped (%s)", declined, strings.Join(parts, "; "))
 }

@@ -4,10 +4,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "residual-fold", Doc: "add(r, matmul(x, W)) -> matmul_add (o_proj, down projections); add(r, moe) -> moe_grouped{residual=1}: the GEMM epilogue accumulates into r", Run: residualFold})
-}
-
 // residualFold rewrites the residual adds of a layer into the epilogue of
 // the GEMM computing the other summand:
 //
@@ -19,60 +15,63 @@ func init() {
 // transform is needed. Precondition: the matmul or MoE result has no other
 // reader, and the MoE node has no residual yet.
 func residualFold(s *State) error {
-	g := s.Graph
-	mm, moe := 0, 0
-	var adds []*ir.Node
-	for _, n := range g.Nodes {
-		if n.Op == "add" {
-			adds = append(adds, n)
-		}
+	mm, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "matmul-add", Roots: []string{"add"}, Apply: foldMatMul})
+	if err != nil {
+		return err
 	}
-	for _, add := range adds {
-		if foldMatMul(g, add) {
-			mm++
-		}
+	moe, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "moe-residual", Roots: []string{"add"}, Apply: foldMoE})
+	if err != nil {
+		return err
 	}
-	for _, add := range adds {
-		if inGraph(g, add) && foldMoE(g, add) {
-			moe++
-		}
-	}
-	s.Notef("residual-fold: %d matmuls and %d MoE nodes accumulate into their residual", mm, moe)
+	s.Notef("residual-fold: %d matmuls and %d MoE nodes accumulate into their residual", mm.Applied["matmul-add"], moe.Applied["moe-residual"])
 	return nil
 }
 
-func foldMatMul(g *ir.Graph, add *ir.Node) bool {
-	u := uses(g)
-	for _, side := range []int{1, 0} {
-		p, r := add.Inputs[side], add.Inputs[1-side]
-		n := p.Def
-		if n == nil || n.Op != "matmul" || !plainWeight(n.Inputs[1]) || n.Inputs[0].Kind == ir.Weight || u[p] != 1 || p == r {
+// residualMatMul matches add(r, matmul(x, W)) in either order.
+var residualMatMul = ir.P("add", ir.Any("r"), ir.P("matmul", ir.Any("x"), ir.W("w")).As("p"))
+
+func foldMatMul(rw *ir.Rewriter, add *ir.Node) (ir.Outcome, error) {
+	for _, m := range ir.Matches(residualMatMul, add.Outputs[0]) {
+		p, r, x := m["p"], m["r"], m["x"]
+		if x.Kind == ir.Weight || rw.NumUses(p) != 1 || p == r {
 			continue
 		}
-		if _, err := replace(g, []*ir.Node{add, n}, "matmul_add", []*ir.Value{n.Inputs[0], n.Inputs[1], r}, nil, add.Outputs[0]); err == nil {
-			return true
+		if _, err := rw.Replace([]*ir.Node{add, p.Def}, "matmul_add", []*ir.Value{x, m["w"], r}, nil, add.Outputs[0]); err == nil {
+			return ir.Applied, nil
 		}
 	}
-	return false
+	return ir.NoMatch, nil
 }
 
-func foldMoE(g *ir.Graph, add *ir.Node) bool {
-	u := uses(g)
-	for _, side := range []int{1, 0} {
-		p, r := add.Inputs[side], add.Inputs[1-side]
-		old := []*ir.Node{add}
-		if p.Def != nil && p.Def.Op == "reshape" && p.Type.Equal(p.Def.Inputs[0].Type) && u[p] == 1 {
-			old = append(old, p.Def) // an identity view of the MoE output
-			p = p.Def.Inputs[0]
-		}
-		n := p.Def
-		if !isMoE(n) || u[p] != 1 || p == r || moeAttrs(n)["residual"] != 0 {
-			continue
-		}
-		head, stacks, _ := moeParts(n)
-		if _, err := rebuildMoE(g, append(old, n), head, stacks, r, moeAttrs(n), add.Outputs[0]); err == nil {
-			return true
+// residualMoE matches add(r, moe) in either order, the MoE output possibly
+// through a view (a layer without a shared expert reshapes it).
+var residualMoE = []*ir.Pattern{
+	ir.P("add", ir.Any("r"), ir.P("reshape", moeValue()).As("view")),
+	ir.P("add", ir.Any("r"), moeValue()),
+}
+
+func moeValue() *ir.Pattern { return ir.Any("moe").If(func(v *ir.Value) bool { return isMoE(v.Def) }) }
+
+func foldMoE(rw *ir.Rewriter, add *ir.Node) (ir.Outcome, error) {
+	for _, pat := range residualMoE {
+		for _, m := range ir.Matches(pat, add.Outputs[0]) {
+			old := []*ir.Node{add}
+			if view := m["view"]; view != nil {
+				if !view.Type.Equal(m["moe"].Type) || rw.NumUses(view) != 1 {
+					continue // not an identity view, or read elsewhere
+				}
+				old = append(old, view.Def)
+			}
+			p, r := m["moe"], m["r"]
+			n := p.Def
+			if rw.NumUses(p) != 1 || p == r || moeAttrs(n)["residual"] != 0 {
+				continue
+			}
+			head, stacks, _ := moeParts(n)
+			if _, err := rebuildMoE(rw, append(old, n), head, stacks, r, moeAttrs(n), add.Outputs[0]); err == nil {
+				return ir.Applied, nil
+			}
 		}
 	}
-	return false
+	return ir.NoMatch, nil
 }

@@ -4,10 +4,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "shared-expert-merge", Doc: "the shared expert -> one more always-selected expert (weight 1) at the end of the routed stacks, so one grouped GEMM does both", Run: sharedExpertMerge})
-}
-
 // sharedExpertMerge rewrites
 //
 //	add(moe(m, w, ids, stacks...), down_s(swiglu_s(m)))  ->  moe_grouped{shared=1}(m, w, ids, stacks'...)
@@ -22,33 +18,20 @@ func init() {
 // dtype, the MoE node has no shared expert or residual yet, and nothing
 // else reads the two summands or the shared expert's intermediates.
 func sharedExpertMerge(s *State) error {
-	g := s.Graph
-	done := 0
-	var skipped skips
-	var adds []*ir.Node
-	for _, n := range g.Nodes {
-		if n.Op == "add" {
-			adds = append(adds, n)
-		}
+	why := newBlockers()
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "shared-expert", Roots: []string{"add"}, Apply: why.wrap(mergeShared, sharedBlocker)})
+	if err != nil {
+		return err
 	}
-	for _, add := range adds {
-		for side := 0; side < 2; side++ {
-			moe, sd := add.Inputs[side].Def, add.Inputs[1-side].Def
-			if !isMoE(moe) || sd == nil || sd.Op != "matmul" {
-				continue
-			}
-			why := sharedBlocker(moe, sd) // before mergeShared rewrites anything
-			if mergeShared(g, add, moe, sd) {
-				done++
-			} else {
-				skipped.add(why)
-			}
-			break
-		}
-	}
-	s.Notef("shared-expert-merge: %d shared experts merged, %s", done, &skipped)
+	s.Notef("shared-expert-merge: %d shared experts merged, %s", st.Applied["shared-expert"], why.note(s.Graph, st.Declined["shared-expert"]))
 	return nil
 }
+
+// routedPlusShared matches the add of the routed experts' result and a
+// matmul (the shared expert's down projection), in either order.
+var routedPlusShared = ir.P("add",
+	ir.Any("moe").If(func(v *ir.Value) bool { return isMoE(v.Def) }),
+	ir.P("matmul").As("sd"))
 
 // sharedMLP is a recognised shared expert: down(act) with act either
 // matmul_swiglu(x, gu) or mul(silu(matmul(x, g)), matmul(x, u)).
@@ -68,19 +51,27 @@ func matchShared(sd *ir.Node) (*sharedMLP, bool) {
 		sh.nodes = append(sh.nodes, act.Def)
 		return sh, true
 	}
-	gate := ir.P("silu", ir.P("matmul", ir.Any("x"), ir.W("wg")).As("g")).As("s")
-	up := ir.P("matmul", ir.Any("x"), ir.W("wu")).As("u")
-	for _, p := range []*ir.Pattern{ir.P("mul", gate, up), ir.P("mul", up, gate)} {
-		if m, ok := ir.MatchValue(p, act); ok {
-			sh.x, sh.g, sh.u = m["x"], m["wg"], m["wu"]
-			sh.nodes = append(sh.nodes, act.Def, m.Node("s"), m.Node("g"), m.Node("u"))
-			return sh, true
-		}
+	if m, ok := ir.MatchValue(swiGLU, act); ok {
+		sh.x, sh.g, sh.u = m["x"], m["wg"], m["wu"]
+		sh.nodes = append(sh.nodes, act.Def, m.Node("s"), m.Node("g"), m.Node("u"))
+		return sh, true
 	}
 	return nil, false
 }
 
-func mergeShared(g *ir.Graph, add, moe, sd *ir.Node) bool {
+func mergeShared(rw *ir.Rewriter, add *ir.Node) (ir.Outcome, error) {
+	m, ok := ir.MatchValue(routedPlusShared, add.Outputs[0])
+	if !ok {
+		return ir.NoMatch, nil
+	}
+	if !mergeSharedMatch(rw, add, m.Node("moe"), m.Node("sd")) {
+		return ir.Declined, nil
+	}
+	return ir.Applied, nil
+}
+
+func mergeSharedMatch(rw *ir.Rewriter, add, moe, sd *ir.Node) bool {
+	g := rw.Graph()
 	a := moeAttrs(moe)
 	if a["shared"] != 0 || a["residual"] != 0 {
 		return false
@@ -90,12 +81,11 @@ func mergeShared(g *ir.Graph, add, moe, sd *ir.Node) bool {
 	if !ok || sh.x != head[0] {
 		return false
 	}
-	u := uses(g)
-	if u[moe.Outputs[0]] != 1 || u[sd.Outputs[0]] != 1 {
+	if rw.NumUses(moe.Outputs[0]) != 1 || rw.NumUses(sd.Outputs[0]) != 1 {
 		return false
 	}
 	for _, n := range sh.nodes[1:] {
-		if u[n.Outputs[0]] != 1 {
+		if rw.NumUses(n.Outputs[0]) != 1 {
 			return false
 		}
 	}
@@ -108,7 +98,7 @@ func mergeShared(g *ir.Graph, add, moe, sd *ir.Node) bool {
 				return false
 			}
 			var err error
-			if gu, err = derive(g, derivedName(g, sh.g, "gate", "gate_up"), "concat", ir.Attrs{"axis": 0}, sh.g, sh.u); err != nil {
+			if gu, err = rw.Derive(derivedName(g, sh.g, "gate", "gate_up"), "concat", ir.Attrs{"axis": 0}, sh.g, sh.u); err != nil {
 				return false
 			}
 		}
@@ -129,25 +119,21 @@ func mergeShared(g *ir.Graph, add, moe, sd *ir.Node) bool {
 		m := mats[i]
 		ss, ms := st.Type.Shape, m.Type.Shape
 		if !plainWeight(st) || st.Type.DType != m.Type.DType || len(ss) != 3 || len(ms) != 2 || ss[1] != ms[0] || ss[2] != ms[1] {
-			dropUnread(g)
 			return false // widths differ (shared != expert width) or dtypes differ
 		}
-		one, err := derive(g, derivedName(g, m, "_shexp", "_shexp_stacked"), "reshape", ir.Attrs{"shape": ir.Shape{ir.C(1), ms[0], ms[1]}}, m)
+		one, err := rw.Derive(derivedName(g, m, "_shexp", "_shexp_stacked"), "reshape", ir.Attrs{"shape": ir.Shape{ir.C(1), ms[0], ms[1]}}, m)
 		if err != nil {
-			dropUnread(g)
 			return false
 		}
-		if merged[i], err = derive(g, derivedName(g, st, "_exps", "_exps_shexp"), "concat", ir.Attrs{"axis": 0}, st, one); err != nil {
-			dropUnread(g)
+		if merged[i], err = rw.Derive(derivedName(g, st, "_exps", "_exps_shexp"), "concat", ir.Attrs{"axis": 0}, st, one); err != nil {
 			return false
 		}
 	}
 	a["shared"] = 1
 	// One node now computes the add: it takes the add's place and name.
-	if _, err := rebuildMoE(g, []*ir.Node{add, moe}, head, merged, nil, a, add.Outputs[0]); err != nil {
-		dropUnread(g)
+	if _, err := rebuildMoE(rw, []*ir.Node{add, moe}, head, merged, nil, a, add.Outputs[0]); err != nil {
 		return false
 	}
-	removeDead(g, sh.nodes...)
+	rw.EraseDead(sh.nodes...)
 	return true
 }

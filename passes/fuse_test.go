@@ -3,6 +3,7 @@ package passes
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,12 +60,12 @@ func moeNode(t *testing.T, g *ir.Graph, l int) *ir.Node {
 	return nil
 }
 
-// dumpAfter runs shapes then pass on laguna-tiny, dumping after both, and
+// dumpAfter runs shapes then pass on synthetic-tiny, dumping after both, and
 // returns the two dumps parsed back (the text form must round-trip).
 func dumpAfter(t *testing.T, pass string) (before, after *ir.Graph) {
 	t.Helper()
 	dir := t.TempDir()
-	res, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", pass}, DumpAfter: []string{"shapes", pass}, DumpDir: dir})
+	res, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"shapes", pass}, DumpAfter: []string{"shapes", pass}, DumpDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func dumpAfter(t *testing.T, pass string) (before, after *ir.Graph) {
 	return gs[0], gs[1]
 }
 
-// TestFusionDumps: the dump of laguna-tiny's layers 0 (dense) and 1 (MoE)
+// TestFusionDumps: the dump of synthetic-tiny's layers 0 (dense) and 1 (MoE)
 // after each pass shows the fused node kinds, and the originals are gone.
 func TestFusionDumps(t *testing.T) {
 	cases := []struct {
@@ -178,7 +179,7 @@ func TestFusionDumps(t *testing.T) {
 		{"expert-order", func(t *testing.T, g *ir.Graph) {
 			for l := 1; l < 4; l++ {
 				moe := moeNode(t, g, l)
-				if moe.Op != "moe_grouped" || moe.AttrString("order") != ir.OrderDescending || moe.AttrInt("band") != 16 {
+				if moe.Op != "moe_grouped" || moe.AttrString("order") != ir.OrderDescending {
 					t.Errorf("layer %d: MoE node %s %v", l, moe.Op, moe.Attrs)
 				}
 			}
@@ -204,7 +205,7 @@ func blk(l int, local string) string {
 // matmul_swiglu, matmul_add; a MoE layer ends in norm, router, top-k and
 // one moe_grouped (shared expert merged, residual folded, scheduled).
 func TestFusedLayers(t *testing.T) {
-	for _, preset := range []string{"laguna-tiny", "laguna-s-2.1"} {
+	for _, preset := range []string{"synthetic-tiny", "laguna-s-2.1"} {
 		g := laguna(t, preset)
 		if _, err := Run(g, Options{}); err != nil {
 			t.Fatal(err)
@@ -360,7 +361,7 @@ func TestFusionPreconditions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := config.Preset("laguna-tiny")
+			cfg, err := config.Preset("synthetic-tiny")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,7 +422,7 @@ output %y, %z
 
 // TestFusionIdempotent: a second run of every fusion finds nothing to do.
 func TestFusionIdempotent(t *testing.T) {
-	g := laguna(t, "laguna-tiny")
+	g := laguna(t, "synthetic-tiny")
 	if _, err := Run(g, Options{Passes: append([]string{"shapes"}, FusionPasses...)}); err != nil {
 		t.Fatal(err)
 	}
@@ -446,14 +447,14 @@ func TestFusionOrdering(t *testing.T) {
 		{[]string{"shapes", "expert-order", "gate-up-fuse"}, "pass gate-up-fuse must run before expert-order"},
 		{[]string{"memplan", "expert-order"}, "pass expert-order must run before memplan"},
 	} {
-		_, err := Run(laguna(t, "laguna-tiny"), Options{Passes: c.passes})
+		_, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: c.passes})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want %q", c.passes, err, c.want)
 		}
 	}
 	// Each fusion is selectable alone and can be disabled from the default.
 	for _, p := range FusionPasses {
-		res, err := Run(laguna(t, "laguna-tiny"), Options{Disable: []string{p}})
+		res, err := Run(laguna(t, "synthetic-tiny"), Options{Disable: []string{p}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,5 +463,31 @@ func TestFusionOrdering(t *testing.T) {
 				t.Errorf("disabled %s ran", p)
 			}
 		}
+	}
+}
+
+// TestFusionOperandOrder: with the operands of every add and mul swapped,
+// the fusions match as before (add and mul are commutative), so the fused
+// graph has the same ops.
+func TestFusionOperandOrder(t *testing.T) {
+	swap := regexp.MustCompile(`= (add|mul)\((%[^,]+), (%[^)]+)\)`)
+	src := laguna(t, "synthetic-tiny").String()
+	swapped := swap.ReplaceAllString(src, "= $1($3, $2)")
+	if n := len(swap.FindAllString(src, -1)); n < 10 || swapped == src {
+		t.Fatalf("%d adds and muls swapped", n)
+	}
+	counts := map[string]map[string]int{}
+	var notes []string
+	for _, text := range []string{src, swapped} {
+		g := parse(t, text)
+		res, err := Run(g, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[text] = g.OpCounts()
+		notes = append(notes, strings.Join(res.State.Notes[1:6], "; "))
+	}
+	if !equalCounts(counts[src], counts[swapped]) || notes[0] != notes[1] || counts[src]["moe_grouped"] != 3 {
+		t.Errorf("ops %v, with operands swapped %v\nnotes %q", counts[src], counts[swapped], notes)
 	}
 }

@@ -7,10 +7,6 @@ import (
 	"lagc/ir"
 )
 
-func init() {
-	Register(&Pass{Name: "memplan", Doc: "liveness of activations -> offsets in one arena (weights excluded), for decode and prefill step sizes", Run: memPlan})
-}
-
 // Alignment of every buffer in the arena, in bytes.
 const Alignment = 256
 
@@ -141,23 +137,27 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 			p.Buffers[b].Last = len(order)
 		}
 	}
-	// Greedy placement, biggest first.
+	// Greedy placement, biggest first, against the placed buffers whose
+	// lifetimes intersect (found once for all by a sweep over time, so the
+	// cost is in the pairs that are live together, not in all pairs).
+	overlaps := overlapping(p.Buffers)
 	byIdx := make([]int, len(p.Buffers))
 	for i := range byIdx {
 		byIdx[i] = i
 	}
 	sort.SliceStable(byIdx, func(a, b int) bool { return p.Buffers[byIdx[a]].Size > p.Buffers[byIdx[b]].Size })
-	var placed []int
+	placed := make([]bool, len(p.Buffers))
+	var clash [][2]int64
 	for _, bi := range byIdx {
 		b := &p.Buffers[bi]
 		size := align(b.Size)
 		if size > maxArena-p.NoReuse {
 			return nil, fmt.Errorf("T=%d: the activations need more than %d bytes", tokens, int64(maxArena))
 		}
-		var clash [][2]int64
-		for _, oi := range placed {
-			o := p.Buffers[oi]
-			if o.First <= b.Last && b.First <= o.Last {
+		clash = clash[:0]
+		for _, oi := range overlaps[bi] {
+			if placed[oi] {
+				o := p.Buffers[oi]
 				clash = append(clash, [2]int64{o.Offset, o.Offset + align(o.Size)})
 			}
 		}
@@ -172,7 +172,7 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 			}
 		}
 		b.Offset = off
-		placed = append(placed, bi)
+		placed[bi] = true
 		if off+size > p.Arena {
 			p.Arena = off + size
 		}
@@ -194,18 +194,45 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 	for i, b := range p.Buffers {
 		p.byName[b.Value] = i
 	}
-	for step := -1; step <= len(order); step++ {
-		var live int64
-		for _, b := range p.Buffers {
-			if !b.View && b.First <= step && step <= b.Last {
-				live += align(b.Size)
-			}
-		}
-		if live > p.PeakLive {
-			p.PeakLive = live
+	// Live bytes per step -1..len(order), as differences between steps.
+	diff := make([]int64, len(order)+3)
+	for _, b := range p.Buffers {
+		if !b.View {
+			diff[b.First+1] += align(b.Size)
+			diff[b.Last+2] -= align(b.Size)
 		}
 	}
+	var live int64
+	for _, d := range diff {
+		live += d
+		p.PeakLive = max(p.PeakLive, live)
+	}
 	return p, nil
+}
+
+// overlapping lists, for each buffer, the buffers whose lifetimes
+// [First, Last] intersect its own: a sweep in order of First keeps the
+// buffers still live.
+func overlapping(bs []Buffer) [][]int {
+	byFirst := make([]int, len(bs))
+	for i := range byFirst {
+		byFirst[i] = i
+	}
+	sort.SliceStable(byFirst, func(a, b int) bool { return bs[byFirst[a]].First < bs[byFirst[b]].First })
+	out := make([][]int, len(bs))
+	var live []int
+	for _, i := range byFirst {
+		kept := live[:0]
+		for _, j := range live {
+			if bs[j].Last >= bs[i].First {
+				kept = append(kept, j)
+				out[i] = append(out[i], j)
+				out[j] = append(out[j], i)
+			}
+		}
+		live = append(kept, i)
+	}
+	return out
 }
 
 func align(n int64) int64 { return (n + Alignment - 1) / Alignment * Alignment }

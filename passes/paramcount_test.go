@@ -11,7 +11,7 @@ import (
 // shared expert merged into the routed gather) counts the same parameters,
 // total and active per token, as the graph before the passes.
 func TestParamCountSurvivesFusion(t *testing.T) {
-	for _, name := range []string{"laguna-s-2.1", "laguna-tiny"} {
+	for _, name := range []string{"laguna-s-2.1", "synthetic-tiny"} {
 		cfg, err := config.Preset(name)
 		if err != nil {
 			t.Fatal(err)

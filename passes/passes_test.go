@@ -2,8 +2,10 @@ package passes
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,32 +36,92 @@ func parse(t testing.TB, src string) *ir.Graph {
 	return g
 }
 
+// withTable runs f with a modified copy of the pass table in place.
+func withTable(t *testing.T, edit func([]*Pass) []*Pass, f func()) {
+	t.Helper()
+	saved := table
+	defer func() { table = saved }()
+	cp := make([]*Pass, len(saved))
+	for i, p := range saved {
+		q := *p
+		q.After = append([]string(nil), p.After...)
+		cp[i] = &q
+	}
+	table = edit(cp)
+	f()
+}
+
 func TestConstraintTable(t *testing.T) {
 	if err := CheckConstraints(); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range DefaultPipeline {
 		p, ok := Lookup(name)
-		if !ok || p.Doc == "" {
-			t.Errorf("pass %s: registered %v, needs a doc", name, ok)
+		if !ok || p.Doc == "" || p.Run == nil {
+			t.Errorf("pass %s: in the table %v, needs a doc and a run function", name, ok)
 		}
 	}
-	saved := Constraints
-	defer func() { Constraints = saved }()
+	find := func(ps []*Pass, name string) *Pass {
+		for _, p := range ps {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("no pass %s", name)
+		return nil
+	}
+	after := func(pass string, before ...string) func([]*Pass) []*Pass {
+		return func(ps []*Pass) []*Pass {
+			p := find(ps, pass)
+			p.After = append(p.After, before...)
+			return ps
+		}
+	}
 	cases := []struct {
-		extra []Constraint
-		want  string
+		name string
+		edit func([]*Pass) []*Pass
+		want string
 	}{
-		{[]Constraint{{"memplan", "shapes"}}, "cycle"},
-		{[]Constraint{{"dce", "fusion"}}, `unknown pass "fusion"`},
-		{[]Constraint{{"dce", "cse"}}, "cycle"},
+		{"memplan before shapes", after("shapes", "memplan"), "cycle"},
+		{"unknown pass", after("dce", "fusion"), `ordering constraint fusion < dce names unknown pass "fusion"`},
+		{"dce before cse", after("cse", "dce"), "cycle"},
+		{"self", after("cse", "cse"), "ordering constraint cse < cse is a cycle"},
+		{"duplicate", func(ps []*Pass) []*Pass { return append(ps, &Pass{Name: "dce"}) }, `pass "dce" is in the table twice`},
+		{"default order", func(ps []*Pass) []*Pass {
+			i, j := slices.IndexFunc(ps, func(p *Pass) bool { return p.Name == "cse" }), slices.IndexFunc(ps, func(p *Pass) bool { return p.Name == "dce" })
+			ps[i], ps[j] = ps[j], ps[i]
+			return ps
+		}, "default pipeline: pass cse must run before dce"},
 	}
 	for _, c := range cases {
-		Constraints = append(append([]Constraint(nil), saved...), c.extra...)
-		if err := CheckConstraints(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: got %v, want %q", c.extra, err, c.want)
-		}
+		withTable(t, c.edit, func() {
+			if err := CheckConstraints(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+			}
+		})
 	}
+}
+
+func TestDefaultOff(t *testing.T) {
+	// A pass off by default runs only when named.
+	withTable(t, func(ps []*Pass) []*Pass {
+		return append(ps, &Pass{Name: "count", Doc: "notes the node count", After: []string{"dce"},
+			Run: func(s *State) error { s.Notef("count: %d", len(s.Graph.Nodes)); return nil }})
+	}, func() {
+		res, err := Run(laguna(t, "synthetic-tiny"), Options{})
+		if err != nil || slices.ContainsFunc(res.State.Notes, func(n string) bool { return strings.HasPrefix(n, "count:") }) {
+			t.Errorf("default pipeline: %v, notes %q", err, res.State.Notes)
+		}
+		g := laguna(t, "synthetic-tiny")
+		want := fmt.Sprintf("count: %d", len(g.Nodes))
+		res, err = Run(g, Options{Passes: []string{"shapes", "dce", "count"}})
+		if err != nil || !slices.Contains(res.State.Notes, want) {
+			t.Errorf("named: %v, notes %q", err, res.State.Notes)
+		}
+		if _, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"count", "dce"}}); err == nil || !strings.Contains(err.Error(), "pass dce must run before count") {
+			t.Errorf("constraint of an extra pass: %v", err)
+		}
+	})
 }
 
 func TestSelection(t *testing.T) {
@@ -79,7 +141,7 @@ func TestSelection(t *testing.T) {
 		{[]string{"cse"}, nil, "", "cse"},
 	}
 	for _, c := range cases {
-		g := laguna(t, "laguna-tiny")
+		g := laguna(t, "synthetic-tiny")
 		res, err := Run(g, Options{Passes: c.passes, Disable: c.disable})
 		if c.want != "" {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -102,27 +164,29 @@ func TestSelection(t *testing.T) {
 }
 
 func TestVerifierRunsAfterEachPass(t *testing.T) {
-	Register(&Pass{Name: "test-break", Doc: "corrupts the graph", Run: func(s *State) error {
-		n := s.Graph.Nodes[1]
-		n.Outputs[0].Type.Shape = ir.Shape{ir.S("T"), ir.C(999)}
-		return nil
-	}})
-	defer delete(registry, "test-break")
-	_, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "test-break", "dce"}})
-	if err == nil || !strings.Contains(err.Error(), "after pass test-break: node %blk.0.a (rms_norm): output %blk.0.a declared f32[T,999]") {
-		t.Fatalf("got %v", err)
-	}
+	withTable(t, func(ps []*Pass) []*Pass {
+		return append(ps, &Pass{Name: "test-break", Doc: "corrupts the graph", Run: func(s *State) error {
+			n := s.Graph.Nodes[1]
+			n.Outputs[0].Type.Shape = ir.Shape{ir.S("T"), ir.C(999)}
+			return nil
+		}})
+	}, func() {
+		_, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"shapes", "test-break", "dce"}})
+		if err == nil || !strings.Contains(err.Error(), "after pass test-break: node %blk.0.a (rms_norm): output %blk.0.a declared f32[T,999]") {
+			t.Fatalf("got %v", err)
+		}
+	})
 }
 
 func TestDumps(t *testing.T) {
 	for _, format := range []string{"text", "dot", "json"} {
 		dir := t.TempDir()
-		res, err := Run(laguna(t, "laguna-tiny"), Options{Passes: []string{"shapes", "cse", "dce", "memplan"}, DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
+		res, err := Run(laguna(t, "synthetic-tiny"), Options{Passes: []string{"shapes", "gate-up-fuse", "cse", "dce", "memplan"}, DumpAfter: []string{"all"}, DumpDir: dir, DumpFormat: format})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ext, _ := DumpExt(format)
-		want := []string{"01-shapes", "02-cse", "03-dce", "04-memplan"}
+		want := []string{"01-shapes", "02-gate-up-fuse", "03-cse", "04-dce", "05-memplan"}
 		entries, _ := os.ReadDir(dir)
 		if len(entries) != len(want) || len(res.Dumps) != len(want) {
 			t.Fatalf("%s: %d files, %v", format, len(entries), res.Dumps)
@@ -135,33 +199,91 @@ func TestDumps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			switch format {
-			case "text":
-				if _, err := ir.Parse(string(data)); err != nil {
-					t.Errorf("%s does not parse: %v", entries[i].Name(), err)
-				}
-			case "json":
-				var v map[string]any
-				if err := json.Unmarshal(data, &v); err != nil || v["name"] != "laguna" {
-					t.Errorf("%s: %v", entries[i].Name(), err)
-				}
-			case "dot":
-				if !strings.HasPrefix(string(data), "strict digraph laguna {") {
-					t.Errorf("%s: %.40q", entries[i].Name(), data)
+			// gate-up-fuse changes the graph; cse, dce and memplan do not.
+			same := ""
+			if i >= 2 {
+				same = want[i-1] + ext
+			}
+			checkDump(t, format, entries[i].Name(), string(data), same)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "02-gate-up-fuse"+ext))
+		fused := string(b)
+		wants := []string{"after pass 2 of 5, gate-up-fuse", "nodes 112 -> 100", "matmul_swiglu      0 -> 4", "gate-up-fuse: 4 MLPs and 3 expert stacks fused, 0 skipped (precondition)"}
+		if format == "json" {
+			wants = []string{`"index": 2`, `"matmul_swiglu": [`, "gate-up-fuse: 4 MLPs and 3 expert stacks fused, 0 skipped (precondition)"}
+		}
+		for _, s := range wants {
+			if !strings.Contains(fused, s) {
+				t.Errorf("%s dump after gate-up-fuse lacks %q", format, s)
+			}
+		}
+		b, _ = os.ReadFile(filepath.Join(dir, "05-memplan"+ext))
+		plan := string(b)
+		p := res.State.Plan(1, ir.F32)
+		off, _ := p.Offset("blk.1.h")
+		var row string
+		for _, b := range p.Buffers {
+			if b.Value == "blk.1.h" {
+				row = fmt.Sprintf("%12d %12d %6d..%-6d %%blk.1.h", b.Offset, b.Size, b.First, b.Last)
+				if format == "json" {
+					row = fmt.Sprintf(`"value": "blk.1.h",%s"offset": %d,%s"size": %d`, "\n     ", off, "\n     ", b.Size)
 				}
 			}
 		}
+		if row == "" || !strings.Contains(plan, row) || !strings.Contains(plan, "T=2048") {
+			t.Errorf("%s: the memplan dump lacks the offset of %%blk.1.h (%q)", format, row)
+		}
 	}
 	dir := t.TempDir()
-	res, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
+	res, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
 	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "08-dce.txt" {
 		t.Fatalf("dump after dce: %v %v", res, err)
 	}
-	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {
+	if _, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {
 		t.Fatal("dump after a disabled pass was accepted")
 	}
-	if _, err := Run(laguna(t, "laguna-tiny"), Options{DumpFormat: "svg"}); err == nil {
+	if _, err := Run(laguna(t, "synthetic-tiny"), Options{DumpFormat: "svg"}); err == nil {
 		t.Fatal("unknown dump format accepted")
+	}
+}
+
+// checkDump checks a dump's header and body; same names the previous dump
+// when the graph did not change, so the body is not repeated.
+func checkDump(t *testing.T, format, name, data, same string) {
+	t.Helper()
+	pass := strings.TrimSuffix(name[3:], filepath.Ext(name))
+	switch format {
+	case "text", "dot":
+		comment := map[string]string{"text": "# ", "dot": "// "}[format]
+		if !strings.HasPrefix(data, comment+"after pass ") || !strings.Contains(data, ", "+pass+": ") {
+			t.Errorf("%s: header %.60q", name, data)
+		}
+		idx := strings.Index(data, "identical to "+same+"'s: not repeated")
+		if (same != "") != (idx >= 0) {
+			t.Errorf("%s: identical to %q: %v", name, same, idx >= 0)
+		}
+		if same != "" {
+			return
+		}
+		if format == "text" {
+			if _, err := ir.Parse(data); err != nil {
+				t.Errorf("%s does not parse: %v", name, err)
+			}
+		} else if !strings.Contains(data, "\nstrict digraph laguna {") {
+			t.Errorf("%s: no digraph after the header", name)
+		}
+	case "json":
+		var v struct {
+			Pass   string
+			SameAs string `json:"same_as"`
+			Graph  map[string]any
+		}
+		if err := json.Unmarshal([]byte(data), &v); err != nil || v.Pass != pass || v.SameAs != same {
+			t.Errorf("%s: %v, pass %q, same_as %q", name, err, v.Pass, v.SameAs)
+		}
+		if (same == "") != (v.Graph["name"] == "laguna") {
+			t.Errorf("%s: graph %v with same_as %q", name, v.Graph != nil, same)
+		}
 	}
 }
 
@@ -316,7 +438,7 @@ output %d
 }
 
 func TestMemoryPlanLaguna(t *testing.T) {
-	for _, name := range []string{"laguna-tiny", "laguna-s-2.1"} {
+	for _, name := range []string{"synthetic-tiny", "laguna-s-2.1"} {
 		res, err := Run(laguna(t, name), Options{})
 		if err != nil {
 			t.Fatal(err)

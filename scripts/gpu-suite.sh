@@ -4,7 +4,8 @@
 #
 # The GPU machine has no Go toolchain, so this works in two steps:
 #   scripts/gpu-suite.sh build [PKG...]   here: compile test binaries into .gpu/
-#                                         (default: every package with tests)
+#                                         (default: the packages with GPU tests),
+#                                         gzipped: a device call carries at most 64 MiB
 #   scripts/gpu-suite.sh run              there: run .gpu/*.test, each from its
 #                                         package directory, with LAGC_REQUIRE_GPU=1
 # Binaries are named after their package: .gpu/exec__gpu.test runs in exec/gpu.
@@ -23,7 +24,7 @@ build)
 	export CGO_ENABLED=0
 	mkdir -p .gpu
 	pkgs=("$@")
-	[ ${#pkgs[@]} -eq 0 ] && pkgs=(./...)
+	[ ${#pkgs[@]} -eq 0 ] && pkgs=(./cuda/... ./exec/gpu ./engine ./cmd/lagc)
 	mod=$(go list -m)
 	n=0
 	for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}"); do
@@ -32,6 +33,7 @@ build)
 		name=${rel:-root}
 		name=${name//\//__}
 		go test -c -ldflags='-s -w' -o ".gpu/$name.test" "$pkg" || exit 1
+		gzip -f ".gpu/$name.test" || exit 1
 		n=$((n + 1))
 	done
 	echo "built $n test binaries in .gpu/"
@@ -43,6 +45,7 @@ run)
 	passed=0 failed=0 skipped=0
 	failures=()
 	shopt -s nullglob
+	for z in .gpu/*.test.gz; do gunzip -f "$z" || exit 1; done
 	bins=(.gpu/*.test)
 	if [ ${#bins[@]} -eq 0 ]; then
 		echo "no test binaries in .gpu/ (run: scripts/gpu-suite.sh build)" >&2

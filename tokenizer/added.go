@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"unicode"
 	"unicode/utf8"
 )
@@ -18,55 +19,32 @@ type addedToken struct {
 	normalized bool // matched after normalization (second pass)
 }
 
-// trieNode is a byte trie over added-token contents.
-type trieNode struct {
-	next map[byte]*trieNode
-	tok  *addedToken // a token ends here
-}
-
+// addedMatcher finds added tokens in text.
 type addedMatcher struct {
-	root trieNode
-	n    int
+	byContent map[string]*addedToken
+	n         int
+	rev       reversedAC
 }
 
 func (m *addedMatcher) add(t *addedToken) {
 	if t.content == "" {
 		return
 	}
-	n := &m.root
-	for i := 0; i < len(t.content); i++ {
-		if n.next == nil {
-			n.next = make(map[byte]*trieNode)
-		}
-		c := n.next[t.content[i]]
-		if c == nil {
-			c = &trieNode{}
-			n.next[t.content[i]] = c
-		}
-		n = c
+	if m.byContent == nil {
+		m.byContent = map[string]*addedToken{}
 	}
-	if n.tok == nil { // the first token with a given content wins
-		n.tok = t
+	if _, dup := m.byContent[t.content]; !dup { // the first token with a given content wins
+		m.byContent[t.content] = t
+		m.rev.add(t)
 	}
 	m.n++
 }
 
-// longestAt returns the longest token matching s at position i.
-func (m *addedMatcher) longestAt(s string, i int) (*addedToken, int) {
-	n := &m.root
-	var best *addedToken
-	end := 0
-	for j := i; j < len(s) && n.next != nil; j++ {
-		n = n.next[s[j]]
-		if n == nil {
-			break
-		}
-		if n.tok != nil {
-			best, end = n.tok, j+1
-		}
-	}
-	return best, end
-}
+// compile prepares split once every token is added.
+func (m *addedMatcher) compile() { m.rev.compile() }
+
+// exact returns the token whose content is s.
+func (m *addedMatcher) exact(s string) *addedToken { return m.byContent[s] }
 
 // segment is a piece of input text: an added token (tok != nil) or plain
 // text still to be pre-tokenized.
@@ -85,14 +63,20 @@ func (m *addedMatcher) split(s string, out []segment) []segment {
 		}
 		return out
 	}
+	// The longest token starting at each position, found in one pass:
+	// trying the trie at every position took time quadratic in the length
+	// of a long token that nearly matches a long text.
+	starts := m.rev.longestStarts(s)
 	startOffset := 0
 	for i := 0; i < len(s); {
-		tok, stop := m.longestAt(s, i)
-		if tok == nil {
-			i++
-			continue
+		for len(starts) > 0 && starts[0].pos < i {
+			starts = starts[1:]
 		}
-		start := i
+		if len(starts) == 0 {
+			break
+		}
+		tok, start := starts[0].tok, starts[0].pos
+		stop := start + len(tok.content)
 		i = stop // the scan resumes after this match even when it is rejected
 		if tok.singleWord {
 			if (start > 0 && endsWithWord(s[:start])) || (stop < len(s) && startsWithWord(s[stop:])) {
@@ -101,7 +85,7 @@ func (m *addedMatcher) split(s string, out []segment) []segment {
 		}
 		if tok.lstrip {
 			ns := start
-			for ns > 0 {
+			for ns > startOffset { // no further: start is clamped to startOffset
 				r, n := utf8.DecodeLastRuneInString(s[:ns])
 				if !unicode.IsSpace(r) {
 					break
@@ -144,4 +128,116 @@ func endsWithWord(s string) bool {
 func startsWithWord(s string) bool {
 	r, _ := utf8.DecodeRuneInString(s)
 	return isWordRune(r)
+}
+
+// reversedAC is an Aho-Corasick automaton over the reversed contents of the
+// added tokens. Run over a text from its end, the longest reversed token
+// ending at position i is the longest token starting there, so one linear
+// pass finds the longest token at every position.
+type reversedAC struct {
+	nodes []acNode
+}
+
+type acNode struct {
+	edges   []acEdge // sorted by byte
+	fail    int32
+	tok     *addedToken // a token's reversed content ends here
+	longest *addedToken // the longest token that is a suffix of this state
+}
+
+type acEdge struct {
+	c  byte
+	to int32
+}
+
+// child returns the state reached from n on c, or -1.
+func (n *acNode) child(c byte) int32 {
+	i, ok := slices.BinarySearchFunc(n.edges, c, func(e acEdge, c byte) int { return int(e.c) - int(c) })
+	if !ok {
+		return -1
+	}
+	return n.edges[i].to
+}
+
+// tokenStart is the longest added token starting at pos.
+type tokenStart struct {
+	pos int
+	tok *addedToken
+}
+
+func (a *reversedAC) add(t *addedToken) {
+	if len(a.nodes) == 0 {
+		a.nodes = []acNode{{}}
+	}
+	n := int32(0)
+	for i := len(t.content) - 1; i >= 0; i-- {
+		c := t.content[i]
+		next := a.nodes[n].child(c)
+		if next < 0 {
+			next = int32(len(a.nodes))
+			a.nodes = append(a.nodes, acNode{})
+			e := a.nodes[n].edges
+			at, _ := slices.BinarySearchFunc(e, c, func(e acEdge, c byte) int { return int(e.c) - int(c) })
+			a.nodes[n].edges = slices.Insert(e, at, acEdge{c: c, to: next})
+		}
+		n = next
+	}
+	a.nodes[n].tok = t
+}
+
+// compile sets the failure links and each state's longest token, breadth
+// first (a state's failure is shallower than the state).
+func (a *reversedAC) compile() {
+	if len(a.nodes) == 0 {
+		return
+	}
+	queue := []int32{0}
+	for len(queue) > 0 {
+		u := queue[0]
+		queue = queue[1:]
+		for _, e := range a.nodes[u].edges {
+			f := int32(0)
+			if u != 0 {
+				f = a.step(a.nodes[u].fail, e.c)
+			}
+			v := &a.nodes[e.to]
+			v.fail = f
+			v.longest = v.tok
+			if v.longest == nil {
+				v.longest = a.nodes[f].longest
+			}
+			queue = append(queue, e.to)
+		}
+	}
+}
+
+// step is the automaton's transition from state s on byte c.
+func (a *reversedAC) step(s int32, c byte) int32 {
+	for {
+		if next := a.nodes[s].child(c); next >= 0 {
+			return next
+		}
+		if s == 0 {
+			return 0
+		}
+		s = a.nodes[s].fail
+	}
+}
+
+// longestStarts lists, in increasing position, the positions of s where an
+// added token starts, each with the longest one.
+func (a *reversedAC) longestStarts(s string) []tokenStart {
+	if len(a.nodes) == 0 {
+		return nil
+	}
+	var out []tokenStart
+	state := int32(0)
+	for i := len(s) - 1; i >= 0; i-- {
+		state = a.step(state, s[i])
+		if t := a.nodes[state].longest; t != nil {
+			out = append(out, tokenStart{pos: i, tok: t})
+		}
+	}
+	slices.Reverse(out)
+	return out
 }

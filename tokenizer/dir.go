@@ -5,19 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"lagc/internal/fsutil"
 )
 
 // LoadHFDir loads the tokenizer of an HF checkpoint directory:
 // tokenizer.json, plus the special tokens named in tokenizer_config.json and
 // the end-of-generation ids of generation_config.json / config.json (Laguna
 // lists two there: 〈|EOS|〉 and </assistant>). Only tokenizer.json is required.
-func LoadHFDir(dir string) (*Tokenizer, error) {
-	t, err := LoadHFJSON(filepath.Join(dir, "tokenizer.json"))
+func LoadHFDir(dir string) (*Tokenizer, error) { return LoadHFFS(fsutil.DirFS(dir), dir) }
+
+// LoadHFFS is LoadHFDir for a checkpoint directory at the root of fsys (a
+// model embedded in the binary); dir names it in messages.
+func LoadHFFS(fsys fs.FS, dir string) (*Tokenizer, error) {
+	data, err := fsutil.ReadFileFS(fsys, "tokenizer.json", filepath.Join(dir, "tokenizer.json"), maxJSONBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read tokenizer: %w", err)
+	}
+	t, err := FromHFJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "tokenizer.json"), err)
 	}
 	var cfg struct {
 		BOS         json.RawMessage `json:"bos_token"`
@@ -26,7 +35,7 @@ func LoadHFDir(dir string) (*Tokenizer, error) {
 		UNK         json.RawMessage `json:"unk_token"`
 		AddBOSToken *bool           `json:"add_bos_token"`
 	}
-	found, err := readJSON(filepath.Join(dir, "tokenizer_config.json"), &cfg)
+	found, err := readJSON(fsys, dir, "tokenizer_config.json", &cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +64,7 @@ func LoadHFDir(dir string) (*Tokenizer, error) {
 		var gc struct {
 			EOS json.RawMessage `json:"eos_token_id"`
 		}
-		ok, err := readJSON(filepath.Join(dir, name), &gc)
+		ok, err := readJSON(fsys, dir, name, &gc)
 		if err != nil {
 			return nil, err
 		}
@@ -78,9 +87,11 @@ func LoadHFDir(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// readJSON decodes path into v; a missing file is not an error.
-func readJSON(path string, v any) (bool, error) {
-	data, err := os.ReadFile(path)
+// readJSON decodes the file name of fsys (dir in messages) into v; a
+// missing file is not an error.
+func readJSON(fsys fs.FS, dir, name string, v any) (bool, error) {
+	path := filepath.Join(dir, name)
+	data, err := fsutil.ReadFileFS(fsys, name, path, maxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}

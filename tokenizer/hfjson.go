@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
+
+	"lagc/internal/fsutil"
 )
 
 // hfFile is the part of tokenizer.json this package reads.
@@ -35,9 +36,13 @@ type hfFile struct {
 	} `json:"model"`
 }
 
+// maxJSONBytes bounds tokenizer.json (real ones are 2-30 MB) and the other
+// JSON files of a checkpoint directory read here.
+const maxJSONBytes = 512 << 20
+
 // LoadHFJSON reads a tokenizer.json file.
 func LoadHFJSON(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := fsutil.ReadFile(path, maxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read tokenizer: %w", err)
 	}

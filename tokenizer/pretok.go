@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2/v2"
@@ -11,7 +13,7 @@ import (
 // A stage is one pre-tokenizer of a Sequence: it cuts every piece of text
 // into smaller pieces (and may rewrite them, as ByteLevel's prefix space does).
 type stage interface {
-	apply(pieces []string) ([]string, error)
+	apply(ctx context.Context, pieces []string) ([]string, error)
 }
 
 // splitBehavior is HF's SplitDelimiterBehavior.
@@ -43,7 +45,7 @@ func parseBehavior(s string) (splitBehavior, error) {
 
 // matcher finds non-overlapping matches in a piece, as byte ranges.
 type matcher interface {
-	find(s string) ([][2]int, error)
+	find(ctx context.Context, s string) ([][2]int, error)
 }
 
 // regexMatcher runs a pattern with look-around (which Go's regexp lacks)
@@ -53,15 +55,25 @@ type regexMatcher struct {
 	re *regexp2.Regexp
 }
 
+// matchTimeout bounds one regex search of a pre-tokenizer: the regex comes
+// with the checkpoint, and a backtracking engine can take exponential time
+// (`(\w+)+$` on a long line). A search of a real tokenizer's regex takes
+// microseconds. A variable so tests can shorten it.
+var matchTimeout = time.Second
+
+// ctxCheckEvery is how many matches pass between context checks.
+const ctxCheckEvery = 256
+
 func newRegexMatcher(pattern string) (*regexMatcher, error) {
 	re, err := regexp2.Compile(pattern, regexp2.None)
 	if err != nil {
 		return nil, fmt.Errorf("compile pre-tokenizer regex %q: %w", pattern, err)
 	}
+	re.MatchTimeout = matchTimeout
 	return &regexMatcher{re: re}, nil
 }
 
-func (m *regexMatcher) find(s string) (out [][2]int, err error) {
+func (m *regexMatcher) find(ctx context.Context, s string) (out [][2]int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("pre-tokenizer regex %q failed: %v", m.re.String(), r)
@@ -76,15 +88,27 @@ func (m *regexMatcher) find(s string) (out [][2]int, err error) {
 		i += n
 	}
 	offs = append(offs, len(s))
+	var ctxErr error
+	matches := 0
 	err = m.re.FindRunesMatches(runes, 0, func(v regexp2.MatchView) bool {
 		idx, n, ok := v.GroupRange(0)
 		if ok && n > 0 {
 			out = append(out, [2]int{offs[idx], offs[idx+n]})
 		}
-		return true
+		if matches++; matches%ctxCheckEvery == 0 {
+			ctxErr = ctx.Err()
+		}
+		return ctxErr == nil
 	})
+	if ctxErr != nil {
+		return nil, ctxErr
+	}
 	if err != nil {
-		return nil, fmt.Errorf("pre-tokenizer regex: %w", err)
+		// regexp2's message quotes the whole input; name its size instead.
+		if strings.HasPrefix(err.Error(), "match timeout") {
+			return nil, fmt.Errorf("pre-tokenizer regex %#q took longer than %v on a piece of %d bytes (catastrophic backtracking)", m.re.String(), m.re.MatchTimeout, len(s))
+		}
+		return nil, fmt.Errorf("pre-tokenizer regex %q: %w", m.re.String(), err)
 	}
 	return out, nil
 }
@@ -92,7 +116,7 @@ func (m *regexMatcher) find(s string) (out [][2]int, err error) {
 // literalMatcher is Split's String pattern.
 type literalMatcher struct{ lit string }
 
-func (m literalMatcher) find(s string) ([][2]int, error) {
+func (m literalMatcher) find(_ context.Context, s string) ([][2]int, error) {
 	var out [][2]int
 	if m.lit == "" {
 		return nil, nil
@@ -120,10 +144,13 @@ type span struct {
 	match      bool
 }
 
-func (st *splitStage) apply(pieces []string) ([]string, error) {
+func (st *splitStage) apply(ctx context.Context, pieces []string) ([]string, error) {
 	out := make([]string, 0, len(pieces))
 	for _, p := range pieces {
-		ms, err := st.m.find(p)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ms, err := st.m.find(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +240,7 @@ type byteLevelStage struct {
 	split          *splitStage // nil unless use_regex
 }
 
-func (st *byteLevelStage) apply(pieces []string) ([]string, error) {
+func (st *byteLevelStage) apply(ctx context.Context, pieces []string) ([]string, error) {
 	if st.addPrefixSpace {
 		for i, p := range pieces {
 			if len(p) == 0 || p[0] != ' ' {
@@ -224,7 +251,7 @@ func (st *byteLevelStage) apply(pieces []string) ([]string, error) {
 	if st.split == nil {
 		return pieces, nil
 	}
-	return st.split.apply(pieces)
+	return st.split.apply(ctx, pieces)
 }
 
 func newByteLevelStage(addPrefixSpace, useRegex bool) (*byteLevelStage, error) {

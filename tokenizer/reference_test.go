@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -110,7 +111,7 @@ func checkPreTokens(t *testing.T, tk *Tokenizer, ref *reference) {
 		pieces := []string{text}
 		for _, st := range tk.stages {
 			var err error
-			if pieces, err = st.apply(pieces); err != nil {
+			if pieces, err = st.apply(context.Background(), pieces); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -37,7 +38,7 @@ func TestSplitBehaviors(t *testing.T) {
 			}
 			st.m = rm
 		}
-		got, err := st.apply([]string{text})
+		got, err := st.apply(context.Background(), []string{text})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestLagunaNewlineSplit(t *testing.T) {
 		{"", nil},
 	}
 	for _, tc := range tests {
-		got, err := stages[0].apply([]string{tc.in})
+		got, err := stages[0].apply(context.Background(), []string{tc.in})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,6 +84,7 @@ func TestAddedTokenMatching(t *testing.T) {
 	for i, c := range []string{"<a>", "<a><b>", "<b>", "</a>"} {
 		m.add(&addedToken{id: int32(i), content: c})
 	}
+	m.compile()
 	type seg struct {
 		text string
 		id   int32

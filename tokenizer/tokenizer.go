@@ -7,6 +7,7 @@
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 )
@@ -19,6 +20,9 @@ const NoToken int32 = -1
 const (
 	maxVocab = 1 << 22
 	maxIDGap = 1 << 16
+	// maxAddedBytes bounds the added tokens' contents (real tokenizers have
+	// tens of kilobytes), and with them the matcher's memory.
+	maxAddedBytes = 4 << 20
 )
 
 // Tokenizer encodes text to token ids and back. It is safe for concurrent use.
@@ -59,6 +63,13 @@ func build(model *bpeModel, stages []stage, added []*addedToken) (*Tokenizer, er
 	if size > maxVocab || size > len(model.vocab)+len(added)+maxIDGap {
 		return nil, fmt.Errorf("token id %d is implausibly large for %d tokens", size-1, len(model.vocab)+len(added))
 	}
+	addedBytes := 0
+	for _, a := range added {
+		addedBytes += len(a.content)
+	}
+	if addedBytes > maxAddedBytes {
+		return nil, fmt.Errorf("added tokens hold %d bytes, more than the %d allowed", addedBytes, maxAddedBytes)
+	}
 	t.tokens = make([]string, size)
 	t.bytes = make([][]byte, size)
 	t.special = make([]bool, size)
@@ -85,6 +96,8 @@ func build(model *bpeModel, stages []stage, added []*addedToken) (*Tokenizer, er
 			t.rawAdded.add(a)
 		}
 	}
+	t.rawAdded.compile()
+	t.normAdded.compile()
 	if model.unk >= 0 && int(model.unk) >= size {
 		return nil, fmt.Errorf("unk id %d outside vocabulary of %d", model.unk, size)
 	}
@@ -113,10 +126,10 @@ func (t *Tokenizer) TokenBytes(id int32) []byte {
 // ID looks up a token by its stored text (an added token's content, or a
 // vocabulary entry in byte-level form).
 func (t *Tokenizer) ID(token string) (int32, bool) {
-	if tok, end := t.rawAdded.longestAt(token, 0); tok != nil && end == len(token) {
+	if tok := t.rawAdded.exact(token); tok != nil {
 		return tok.id, true
 	}
-	if tok, end := t.normAdded.longestAt(token, 0); tok != nil && end == len(token) {
+	if tok := t.normAdded.exact(token); tok != nil {
 		return tok.id, true
 	}
 	id, ok := t.model.vocab[token]
@@ -143,9 +156,21 @@ func (t *Tokenizer) SetPostProcessor(prefix, suffix []int32) {
 // Encode tokenizes text. With addSpecial the post-processor's ids (such as
 // Laguna's leading 〈|EOS|〉) are added, like HF's add_special_tokens=True.
 // Any bytes, valid UTF-8 or not, are accepted: Decode(Encode(x)) == x.
-// Should a pre-tokenizer regex fail (regexp2's backtracking limit), the text
-// is encoded with the pieces split so far, so no input is ever lost.
+// Should a pre-tokenizer regex fail (a search longer than a second), the
+// rest of the text is encoded without regex splitting, so no input is lost
+// and at most one search times out; EncodeContext reports the failure.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
+	ids, _ := t.encode(context.Background(), text, addSpecial, false)
+	return ids
+}
+
+// EncodeContext is Encode that returns a pre-tokenizer regex's failure as an
+// error and stops with ctx's error when ctx is done.
+func (t *Tokenizer) EncodeContext(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
+	return t.encode(ctx, text, addSpecial, true)
+}
+
+func (t *Tokenizer) encode(ctx context.Context, text string, addSpecial, strict bool) ([]int32, error) {
 	var ids []int32
 	if addSpecial {
 		ids = append(ids, t.prefix...)
@@ -162,35 +187,50 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 		}
 		segs = second
 	}
+	regexOK := true
 	for _, s := range segs {
 		if s.tok != nil {
 			ids = append(ids, s.tok.id)
 			continue
 		}
-		ids = t.encodePlain(s.text, ids)
+		var err error
+		ids, err = t.encodePlain(ctx, s.text, ids, regexOK)
+		if err != nil {
+			if strict {
+				return nil, err
+			}
+			regexOK = false
+		}
 	}
 	if addSpecial {
 		ids = append(ids, t.suffix...)
 	}
-	return ids
+	return ids, nil
 }
 
-// encodePlain pre-tokenizes and BPE-encodes text that holds no added token.
-func (t *Tokenizer) encodePlain(text string, ids []int32) []int32 {
+// encodePlain pre-tokenizes (unless split is false) and BPE-encodes text
+// that holds no added token. When a stage fails, the pieces split so far are
+// encoded and the error returned.
+func (t *Tokenizer) encodePlain(ctx context.Context, text string, ids []int32, split bool) ([]int32, error) {
 	pieces := []string{text}
+	var err error
 	for _, st := range t.stages {
-		next, err := st.apply(pieces)
-		if err != nil {
-			// Only a regexp2 backtracking limit can fail here; fall back to
-			// the unsplit text rather than losing input.
+		if !split {
+			break
+		}
+		var next []string
+		if next, err = st.apply(ctx, pieces); err != nil {
 			break
 		}
 		pieces = next
 	}
-	for _, p := range pieces {
+	for i, p := range pieces {
+		if i%ctxCheckEvery == 0 && ctx.Err() != nil {
+			return ids, ctx.Err()
+		}
 		ids = t.model.encodeWord(byteLevelString(p), ids)
 	}
-	return ids
+	return ids, err
 }
 
 // DecodeOptions tunes Decode.

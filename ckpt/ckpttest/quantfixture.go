@@ -1,6 +1,7 @@
 package ckpttest
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -41,7 +42,7 @@ func QuantConfig() *config.Config {
 const QuantSeed = 11
 
 // QuantTensors returns float32 weights for cfg under GGUF names, in
-// ckpt.ExpectedTensors order: normal with standard deviation 1/sqrt(fan-in)
+// fixtureOrder: normal with standard deviation 1/sqrt(fan-in)
 // (embeddings 1, norms around 1), and in matrices every 17th row (from
 // row 5) starts with 64 values that stress a quantiser's edge cases in
 // turn: zeros, a constant, magnitudes below ggml's GROUP_MAX_EPS, and a
@@ -49,7 +50,7 @@ const QuantSeed = 11
 func QuantTensors(cfg *config.Config, seed uint64) []ckpt.GGUFTensor {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b9))
 	var out []ckpt.GGUFTensor
-	for _, e := range ckpt.ExpectedTensors(cfg) {
+	for _, e := range fixtureOrder(cfg) {
 		n := 1
 		for _, d := range e.Shape {
 			n *= d
@@ -106,4 +107,59 @@ func QuantF32() ([]ckpt.KV, []ckpt.GGUFTensor, error) {
 	}
 	kv = append(kv, ckpt.KV{Key: "general.file_type", Value: uint32(0)}, ckpt.KV{Key: "general.name", Value: "quant-fixture"})
 	return kv, QuantTensors(cfg, QuantSeed), nil
+}
+
+type fixtureTensor struct {
+	Name  string
+	Shape []int
+}
+
+// fixtureOrder lists the GGUF tensors of cfg in the order the committed
+// quantised fixtures drew their random weights in (the seed's stream
+// depends on it, so it must not change). What a checkpoint must hold is
+// the graph's business (engine.ExpectedTensors); this only orders a
+// generator.
+func fixtureOrder(cfg *config.Config) []fixtureTensor {
+	V, H, d, kv := cfg.VocabSize, cfg.HiddenSize, cfg.HeadDim, cfg.NumKVHeads
+	out := []fixtureTensor{{"token_embd.weight", []int{V, H}}, {"output_norm.weight", []int{H}}}
+	if !cfg.TieWordEmbeddings {
+		out = append(out, fixtureTensor{"output.weight", []int{V, H}})
+	}
+	for l := 0; l < cfg.NumLayers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		nh := cfg.Heads(l)
+		out = append(out,
+			fixtureTensor{p + "attn_norm.weight", []int{H}},
+			fixtureTensor{p + "attn_q.weight", []int{nh * d, H}},
+			fixtureTensor{p + "attn_k.weight", []int{kv * d, H}},
+			fixtureTensor{p + "attn_v.weight", []int{kv * d, H}},
+			fixtureTensor{p + "attn_q_norm.weight", []int{d}},
+			fixtureTensor{p + "attn_k_norm.weight", []int{d}},
+			fixtureTensor{p + "attn_gate.weight", []int{cfg.GateRows(l), H}},
+			fixtureTensor{p + "attn_output.weight", []int{H, nh * d}},
+			fixtureTensor{p + "ffn_norm.weight", []int{H}},
+		)
+		if !cfg.IsMoE(l) {
+			I := cfg.IntermediateSize
+			out = append(out,
+				fixtureTensor{p + "ffn_gate.weight", []int{I, H}},
+				fixtureTensor{p + "ffn_up.weight", []int{I, H}},
+				fixtureTensor{p + "ffn_down.weight", []int{H, I}})
+			continue
+		}
+		E, Ie, Is := cfg.NumExperts, cfg.MoEIntermediateSize, cfg.SharedExpertSize
+		out = append(out,
+			fixtureTensor{p + "ffn_gate_inp.weight", []int{E, H}},
+			fixtureTensor{p + "exp_probs_b.bias", []int{E}},
+			fixtureTensor{p + "ffn_gate_exps.weight", []int{E, Ie, H}},
+			fixtureTensor{p + "ffn_up_exps.weight", []int{E, Ie, H}},
+			fixtureTensor{p + "ffn_down_exps.weight", []int{E, H, Ie}})
+		if Is > 0 {
+			out = append(out,
+				fixtureTensor{p + "ffn_gate_shexp.weight", []int{Is, H}},
+				fixtureTensor{p + "ffn_up_shexp.weight", []int{Is, H}},
+				fixtureTensor{p + "ffn_down_shexp.weight", []int{H, Is}})
+		}
+	}
+	return out
 }

@@ -46,6 +46,25 @@ type benchFlags struct {
 }
 
 func setupBench(fs *flag.FlagSet) func([]string) error {
+	f := benchFlagSet(fs)
+	return func(args []string) error {
+		if len(args) != 0 {
+			return fmt.Errorf("%w: bench takes no arguments", errUsage)
+		}
+		switch f.device {
+		case "cpu":
+			prefillSet := false
+			fs.Visit(func(fl *flag.Flag) { prefillSet = prefillSet || fl.Name == "prefill" })
+			return runCPUBench(os.Stdout, f, prefillSet)
+		case "cuda":
+			return runBench(os.Stdout, f)
+		}
+		return fmt.Errorf("%w: --device %q: expected cuda or cpu", errUsage, f.device)
+	}
+}
+
+// benchFlagSet defines bench's flags on fs.
+func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	f := &benchFlags{}
 	fs.StringVar(&f.preset, "preset", "", "model shape by name: "+strings.Join(config.PresetNames(), ", "))
 	fs.BoolVar(&f.synthetic, "synthetic", false, "random weights of the preset's shapes, made on the GPU (required with --preset)")
@@ -65,20 +84,7 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.profile, "profile", "", "write the profiled decode and prefill-2048 runs' kernel times to FILE (pprof)")
 	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu: the reference executor on a checkpoint (default the bundled model)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU only: goroutines per kernel (0: GOMAXPROCS)")
-	return func(args []string) error {
-		if len(args) != 0 {
-			return fmt.Errorf("%w: bench takes no arguments", errUsage)
-		}
-		switch f.device {
-		case "cpu":
-			prefillSet := false
-			fs.Visit(func(fl *flag.Flag) { prefillSet = prefillSet || fl.Name == "prefill" })
-			return runCPUBench(os.Stdout, f, prefillSet)
-		case "cuda":
-			return runBench(os.Stdout, f)
-		}
-		return fmt.Errorf("%w: --device %q: expected cuda or cpu", errUsage, f.device)
-	}
+	return f
 }
 
 // benchReport is what `lagc bench` measures; --json prints it.
@@ -139,13 +145,12 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
 	}
-	var sizes []int
-	for _, s := range splitList(f.prefill) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return fmt.Errorf("%w: --prefill %q: positive token counts", errUsage, f.prefill)
-		}
-		sizes = append(sizes, n)
+	sizes, err := benchSizes(f)
+	if err != nil {
+		return err
+	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
 	}
 	var full *config.Config
 	var ck ckpt.Checkpoint
@@ -168,30 +173,15 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
+	g, ran, err := benchGraph(f, dt, cfg, ck)
 	if err != nil {
 		return err
 	}
 	var ws gpu.WeightSource
 	if ck != nil {
-		if err := engine.BindCheckpoint(g, ck); err != nil {
-			return err
-		}
 		ws = ck
 	}
-	pres, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)})
-	if err != nil {
-		return err
-	}
-	var ran []string
-	for _, t := range pres.Timings {
-		ran = append(ran, t.Name)
-	}
-	maxCtx := f.ctx + f.tokens + 2
-	for _, n := range sizes {
-		maxCtx = max(maxCtx, n)
-	}
-	ex, err := gpu.Compile(g, ws, gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx})
+	ex, err := gpu.Compile(g, ws, benchConfig(f, dt, sizes))
 	if err != nil {
 		return err
 	}
@@ -294,6 +284,52 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	printBench(w, rep)
 	return nil
+}
+
+// benchSizes are the prefill lengths bench times.
+func benchSizes(f *benchFlags) ([]int, error) {
+	var sizes []int
+	for _, s := range splitList(f.prefill) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: --prefill %q: positive token counts", errUsage, f.prefill)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+// benchGraph builds the graph bench runs (checkpoint dtypes bound when
+// there is one) and runs the passes; it returns the passes that ran.
+func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoint) (*ir.Graph, []string, error) {
+	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
+	if err != nil {
+		return nil, nil, err
+	}
+	if ck != nil {
+		if err := engine.BindCheckpoint(g, ck); err != nil {
+			return nil, nil, err
+		}
+	}
+	pres, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)})
+	if err != nil {
+		return nil, nil, err
+	}
+	var ran []string
+	for _, t := range pres.Timings {
+		ran = append(ran, t.Name)
+	}
+	return g, ran, nil
+}
+
+// benchConfig is the executor bench runs: its KV caches hold the decode
+// context and its steps, or the longest prefill.
+func benchConfig(f *benchFlags, dt ir.DType, sizes []int) gpu.Config {
+	maxCtx := f.ctx + f.tokens + 2
+	for _, n := range sizes {
+		maxCtx = max(maxCtx, n)
+	}
+	return gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx}
 }
 
 func writeBenchProfile(path string, entries []gpu.ProfileEntry, steps map[string]int) error {

@@ -74,16 +74,12 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		}
 		sizes = append(sizes, n)
 	}
-	path, name := f.model, f.model
-	if path == "" {
-		p, err := bundledModelPath()
-		if err != nil {
-			return err
-		}
-		path, name = p, "bundled model"
+	ck, name, err := openModelCheckpoint(f.model, false)
+	if err != nil {
+		return err
 	}
 	maxCtx := max(f.ctx+f.tokens+1, maxInts(sizes))
-	m, err := engine.Open(path, engine.Options{Device: "cpu", Passes: splitList(f.passes), Disable: splitList(f.disable), MaxContext: maxCtx})
+	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: "cpu", Passes: splitList(f.passes), Disable: splitList(f.disable), MaxContext: maxCtx})
 	if err != nil {
 		return err
 	}

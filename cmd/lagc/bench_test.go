@@ -24,7 +24,7 @@ func runPlanCmd(t *testing.T, args ...string) (string, string, int) {
 }
 
 func TestPlanCommand(t *testing.T) {
-	out, errs, code := runPlanCmd(t, "plan", "--preset", "laguna-tiny", "--chunk", "16", "--ctx", "40")
+	out, errs, code := runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--chunk", "16", "--ctx", "40")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -33,7 +33,7 @@ func TestPlanCommand(t *testing.T) {
 			t.Errorf("plan output lacks %q", want)
 		}
 	}
-	out, errs, code = runPlanCmd(t, "plan", "--preset", "laguna-tiny", "--json", "--dtype", "f32")
+	out, errs, code = runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--json", "--dtype", "f32")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -46,8 +46,8 @@ func TestPlanCommand(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"plan"},
-		{"plan", "--preset", "laguna-tiny", "--dtype", "f16"},
-		{"plan", "--preset", "laguna-tiny", "--chunk", "0"},
+		{"plan", "--preset", "synthetic-tiny", "--dtype", "f16"},
+		{"plan", "--preset", "synthetic-tiny", "--chunk", "0"},
 	} {
 		if _, _, code := runPlanCmd(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
@@ -58,12 +58,12 @@ func TestPlanCommand(t *testing.T) {
 func TestBenchUsage(t *testing.T) {
 	for _, bad := range [][]string{
 		{"bench"},
-		{"bench", "--preset", "laguna-tiny"}, // no --synthetic
-		{"bench", "--preset", "laguna-tiny", "--synthetic", "--runs", "0"},
-		{"bench", "--preset", "laguna-tiny", "--synthetic", "--prefill", "12,x"},
-		{"bench", "--preset", "laguna-tiny", "--synthetic", "--dtype", "f16"},
+		{"bench", "--preset", "synthetic-tiny"}, // no --synthetic
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--runs", "0"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--prefill", "12,x"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--dtype", "f16"},
 		{"bench", "--device", "tpu"},
-		{"bench", "--device", "cpu", "--preset", "laguna-tiny", "--synthetic"},
+		{"bench", "--device", "cpu", "--preset", "synthetic-tiny", "--synthetic"},
 		{"bench", "--device", "cpu", "--threads", "-1"},
 		{"bench", "--device", "cpu", "--layers", "2"},
 		{"bench", "--device", "cpu", "--prefill", "0"},

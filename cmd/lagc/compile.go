@@ -33,6 +33,7 @@ type compileFlags struct {
 	passes, disable       string
 	dumpAfter, dumpDir    string
 	dumpFormat, emit      string
+	layers                string
 	weightDType           string
 	prefill               int
 }
@@ -44,10 +45,11 @@ func setupCompile(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config, weight dtypes and shapes")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default "+strings.Join(passes.DefaultPipeline, ",")+"); passes: "+passList())
 	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
-	fs.StringVar(&f.dumpAfter, "dump-after", "", "dump the graph after these passes (comma-separated) or all")
+	fs.StringVar(&f.dumpAfter, "dump-after", "", "dump the graph after these passes (comma-separated) or all; each dump starts with what the pass changed")
 	fs.StringVar(&f.dumpDir, "dump-dir", "lagc-dumps", "directory for dumps, named NN-pass.ext")
 	fs.StringVar(&f.dumpFormat, "dump-format", "text", "dump format: text, dot or json")
 	fs.StringVar(&f.emit, "emit", "", "print the final graph (text, dot or json) instead of the summary")
+	fs.StringVar(&f.layers, "layers", "", "with --emit dot: draw only these layers, e.g. 0-3 or 0,5-7")
 	fs.StringVar(&f.weightDType, "weight-dtype", "bf16", "dtype of weights (overridden per tensor by --model)")
 	fs.IntVar(&f.prefill, "prefill", 2048, "prefill step size for the memory plan")
 	return func(args []string) error { return runCompile(compileStdout, f, args) }
@@ -60,7 +62,11 @@ func passList() string {
 	var parts []string
 	for _, n := range passes.Names() {
 		p, _ := passes.Lookup(n)
-		parts = append(parts, n+" ("+p.Doc+")")
+		off := ""
+		if !p.Default {
+			off = ", off by default"
+		}
+		parts = append(parts, n+" ("+p.Doc+off+")")
 	}
 	return strings.Join(parts, "; ")
 }
@@ -100,12 +106,24 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if f.prefill <= 0 {
 		return fmt.Errorf("%w: --prefill must be positive", errUsage)
 	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
+	if f.layers != "" && f.emit != "dot" {
+		return fmt.Errorf("%w: --layers goes with --emit dot", errUsage)
+	}
 	cfg, ck, source, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
 		defer ck.Close()
 	}
 	if err != nil {
 		return err
+	}
+	var layers func(int) bool
+	if f.layers != "" {
+		if layers, err = parseLayers(f.layers, cfg.NumLayers); err != nil {
+			return err
+		}
 	}
 	g, err := models.Build(file, src, cfg, models.BuildOptions{WeightDType: wdt})
 	if err != nil {
@@ -139,7 +157,7 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	case "text":
 		return ir.Print(w, g)
 	case "dot":
-		return ir.WriteDOT(w, g)
+		return ir.WriteDOTWith(w, g, ir.DOTOptions{Layers: layers})
 	case "json":
 		return ir.WriteJSON(w, g)
 	}
@@ -166,8 +184,8 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 	fmt.Fprintf(w, "graph: %d nodes, %d weights, inputs %d, outputs %s\n\n", len(g.Nodes), len(g.Weights), len(g.Inputs), strings.Join(outs, ", "))
 
 	total, active := model.total, model.active
-	fmt.Fprintf(w, "parameters: %s total (%d)\n", billions(total), total)
-	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", billions(active), active)
+	fmt.Fprintf(w, "parameters: %s total (%d)\n", paramCount(total), total)
+	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", paramCount(active), active)
 
 	fmt.Fprintln(w, "ops by kind:")
 	counts := g.OpCounts()
@@ -239,7 +257,20 @@ func planSize(p *passes.MemoryPlan) string {
 	return lower.FormatBytes(p.Arena)
 }
 
-func billions(n int64) string { return fmt.Sprintf("%.2fB", float64(n)/1e9) }
+// paramCount writes a parameter count as people quote them: 117.56B,
+// 2.80M, 51.4K. A count that would round to 1000 of a unit takes the next.
+func paramCount(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 999.995e6:
+		return fmt.Sprintf("%.2fB", f/1e9)
+	case f >= 999.95e3:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case n >= 1000:
+		return fmt.Sprintf("%.1fK", f/1e3)
+	}
+	return fmt.Sprint(n)
+}
 
 // kernelCounts compares the kernel launches of a step with and without the
 // fusion passes.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -68,7 +69,7 @@ func TestCompileS21(t *testing.T) {
 
 func TestCompileDumps(t *testing.T) {
 	dir := t.TempDir()
-	_, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--passes", "shapes,cse,dce,memplan", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
+	_, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--passes", "shapes,cse,dce,memplan", "--dump-after", "all", "--dump-dir", dir, "--dump-format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -79,6 +80,22 @@ func TestCompileDumps(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "01-shapes.json 02-cse.json 03-dce.json 04-memplan.json" {
 		t.Fatalf("dumps %v", got)
+	}
+	// cse, dce and memplan leave the graph as it was: their dumps say so
+	// instead of repeating it, and memplan's lists the arena offsets.
+	b, err := os.ReadFile(filepath.Join(dir, "04-memplan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		SameAs string `json:"same_as"`
+		Memory []struct {
+			Tokens  int
+			Buffers []struct{ Value string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil || d.SameAs != "03-dce.json" || len(d.Memory) != 4 || d.Memory[3].Tokens != 2048 || len(d.Memory[0].Buffers) < 50 {
+		t.Fatalf("memplan dump: %v, %+v", err, d)
 	}
 }
 
@@ -94,11 +111,13 @@ func TestCompileErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"compile"}, 2, "give exactly one of --preset, --config or --model"},
-		{[]string{"compile", "--preset", "laguna-xl"}, 1, `unknown preset "laguna-xl"`},
-		{[]string{"compile", "--preset", "laguna-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
-		{[]string{"compile", "--preset", "laguna-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
-		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, bad + ":"},
-		{[]string{"compile", bad, "--preset", "laguna-tiny"}, 1, `unknown op "rms_nrm"`},
+		{[]string{"compile", "--preset", "laguna-xl"}, 2, `unknown preset "laguna-xl"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--passes", "shapes,fuse-everything"}, 2, `--passes: unknown pass "fuse-everything"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--disable-pass", "nope"}, 2, `--disable-pass: unknown pass "nope"`},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--passes", "memplan,dce"}, 1, "pass dce must run before memplan"},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--dump-format", "svg"}, 2, "expected text, dot or json"},
+		{[]string{"compile", bad, "--preset", "synthetic-tiny"}, 1, bad + ":"},
+		{[]string{"compile", bad, "--preset", "synthetic-tiny"}, 1, `unknown op "rms_nrm"`},
 	}
 	for _, c := range cases {
 		_, errs, code := runLagc(t, c.args...)
@@ -115,7 +134,7 @@ func TestCompileHelpAndEmit(t *testing.T) {
 			t.Errorf("%v: exit %d\n%s", args, code, out)
 		}
 	}
-	out, errs, code := runLagc(t, "compile", "--preset", "laguna-tiny", "--emit", "text", "--disable-pass", "memplan")
+	out, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "text", "--disable-pass", "memplan")
 	if code != 0 || !strings.HasPrefix(out, "graph laguna\n") {
 		t.Fatalf("emit text: %d %s\n%.200s", code, errs, out)
 	}
@@ -161,12 +180,12 @@ func TestCompileKernelCounts(t *testing.T) {
 		with, without int
 	}{
 		{[]string{"--preset", "laguna-s-2.1"}, 4 + 12*1 + 13*47, 4 + 20*1 + 24*47},
-		{[]string{"--preset", "laguna-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "synthetic-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
 		// Only residual-fold: o_proj and the dense down_proj absorb their
 		// adds (dense 20 -> 18); in a MoE layer o_proj and the shared
 		// down_proj do, and add(h, routed + shared) is left (24 -> 22).
-		{[]string{"--preset", "laguna-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
-		{[]string{"--preset", "laguna-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
+		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
 			4 + 20*1 + 24*3, 4 + 20*1 + 24*3},
 	}
 	row := regexp.MustCompile(`(?m)^  with fusions\s+(\d+)\s+(\d+)\n  without fusions\s+(\d+)\s+(\d+)$`)
@@ -183,5 +202,52 @@ func TestCompileKernelCounts(t *testing.T) {
 		if strings.Join(m[1:], " ") != strings.Join(want, " ") {
 			t.Errorf("%v: kernels %v, want %v", c.args, m[1:], want)
 		}
+	}
+}
+
+func TestParamCount(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{117_560_000_000, "117.56B"}, {2_800_000, "2.80M"}, {999_999, "1.00M"}, {999_949, "999.9K"}, {999_996_000, "1.00B"}, {999_990_000, "999.99M"}, {51_442, "51.4K"}, {999, "999"}, {0, "0"}} {
+		if got := paramCount(c.n); got != c.want {
+			t.Errorf("paramCount(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	out, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny")
+	if code != 0 || !strings.Contains(out, "parameters: 51.4K total (51442)") {
+		t.Fatalf("exit %d (%s): the tiny preset's count is not in K:\n%s", code, errs, out)
+	}
+}
+
+// TestCompileDOTLayers: --emit dot draws each layer in a cluster (S-2.1:
+// 48), pos once per layer, and --layers selects layers.
+func TestCompileDOTLayers(t *testing.T) {
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-s-2.1", "--emit", "dot")
+	if code != 0 || strings.Count(out, "subgraph cluster_") != 48 || strings.Count(out, `label="%pos\ni32[T]"`) != 48 {
+		t.Fatalf("exit %d (%s): %d clusters, pos drawn %d times; want 48 and 48", code, errs,
+			strings.Count(out, "subgraph cluster_"), strings.Count(out, `label="%pos\ni32[T]"`))
+	}
+	out, errs, code = runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "dot", "--layers", "0-1,3")
+	for _, want := range []string{"cluster_0 ", "cluster_1 ", "cluster_3 ", "embedding", "outputs"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("--layers 0-1,3: exit %d (%s), lacks %q", code, errs, want)
+		}
+	}
+	if n := strings.Count(out, "subgraph cluster_"); n != 3 {
+		t.Fatalf("--layers 0-1,3 drew %d layers", n)
+	}
+	for _, c := range []struct{ layers, want string }{
+		{"4", "the model has layers 0-3"},
+		{"3-1", `"3-1" is not a range`},
+		{"a", "expected layer numbers"},
+		{"1,", "expected layer numbers"},
+	} {
+		if _, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--emit", "dot", "--layers", c.layers); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("--layers %s: exit %d, %q; want 2 and %q", c.layers, code, errs, c.want)
+		}
+	}
+	if _, errs, code := runLagc(t, "compile", "--preset", "synthetic-tiny", "--layers", "1"); code != 2 || !strings.Contains(errs, "--layers goes with --emit dot") {
+		t.Errorf("--layers without --emit dot: exit %d, %q", code, errs)
 	}
 }

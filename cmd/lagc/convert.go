@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"lagc/ckpt"
+	"lagc/engine"
 	"lagc/progress"
 )
 
@@ -51,7 +55,7 @@ func runConvert(o convertOpts, log io.Writer) error {
 	} else {
 		dt, err := ckpt.ParseDType(o.dtype)
 		if err != nil {
-			return fmt.Errorf("%w: --dtype: %v (quantised types go in --quant)", errUsage, err)
+			return fmt.Errorf("%w: --dtype %q: expected keep, f32, f16 or bf16 (quantised types go in --quant)", errUsage, o.dtype)
 		}
 		opt.DType = dt
 	}
@@ -61,8 +65,8 @@ func runConvert(o convertOpts, log io.Writer) error {
 	if opt.Name == "" {
 		opt.Name = strings.TrimSuffix(filepath.Base(filepath.Clean(o.model)), ".gguf")
 	}
-	if same(o.model, o.out) {
-		return fmt.Errorf("%w: the output would overwrite the input %s", errUsage, o.model)
+	if err := checkOutput(o.out, []string{o.model}); err != nil {
+		return err
 	}
 	start := time.Now()
 	src, err := ckpt.Open(o.model)
@@ -70,6 +74,12 @@ func runConvert(o convertOpts, log io.Writer) error {
 		return err
 	}
 	defer src.Close()
+	if err := engine.CheckCheckpoint(src); err != nil {
+		return err
+	}
+	if err := checkOutput(o.out, ckpt.InputFiles(src)); err != nil {
+		return err
+	}
 	var total int64
 	for _, t := range src.Tensors() {
 		total += t.Size
@@ -91,7 +101,14 @@ func runConvert(o convertOpts, log io.Writer) error {
 	}
 	bar := progress.New(log, "convert", total, "B")
 	opt.Progress = func(done, n int, t ckpt.TensorInfo, out ckpt.DType) { bar.Add(t.Size) }
-	if err := ckpt.WriteGGUFFile(o.out, src, opt); err != nil {
+	// Ctrl-C or SIGTERM stops the write and removes the temporary file;
+	// the previous output, if any, stays.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := ckpt.WriteGGUFFileContext(ctx, o.out, src, opt); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: no partial file is left and %s is unchanged", o.out)
+		}
 		return err
 	}
 	bar.Done()
@@ -101,6 +118,9 @@ func runConvert(o convertOpts, log io.Writer) error {
 		return fmt.Errorf("the written file does not read back: %w", err)
 	}
 	defer check.Close()
+	if err := engine.CheckCheckpoint(check); err != nil {
+		return fmt.Errorf("the written file does not validate: %w", err)
+	}
 	st, err := os.Stat(o.out)
 	if err != nil {
 		return err
@@ -108,11 +128,4 @@ func runConvert(o convertOpts, log io.Writer) error {
 	fmt.Fprintf(log, "convert: wrote %s: %d tensors (%s), %.1f MiB in %.1fs; it reads back and validates\n",
 		o.out, len(check.Tensors()), typeSummary(check), float64(st.Size())/(1<<20), time.Since(start).Seconds())
 	return nil
-}
-
-// same reports whether two paths name the same existing file.
-func same(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

@@ -63,7 +63,7 @@ func TestConvertErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"convert", "-o", out}, 2, "--model and -o are required"},
-		{[]string{"convert", "--model", dir, "-o", out, "--dtype", "q4_0"}, 2, "quantised types go in --quant"},
+		{[]string{"convert", "--model", dir, "-o", out, "--dtype", "q4_0"}, 2, `--dtype "q4_0": expected keep, f32, f16 or bf16 (quantised types go in --quant)`},
 		{[]string{"convert", "--model", dir, "-o", out, "--quant", "q9_k"}, 2, `unknown quantisation "q9_k": want one of`},
 		{[]string{"convert", "--model", dir, "-o", out, "--quant", "q8_0", "--dtype", "f16"}, 2, "--dtype f16 and --quant q8_0 exclude each other"},
 		{[]string{"convert", "--model", dir, "-o", out}, 1, "missing tensor blk.1.attn_q_norm.weight"},

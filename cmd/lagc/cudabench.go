@@ -118,7 +118,7 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 		Driver: p.DriverVersion, NVRTC: nv, Runs: o.runs, GraphKernels: o.graphKernels, Launches: o.launches}
 
 	ctx := context.Background()
-	axpySpec, err := cuda.EmbeddedSpec("elementwise.cu", "axpy", cuda.F32)
+	axpySpec, err := cuda.EmbeddedSpec("bench.cu", "axpy", cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 		}
 		d2.Close()
 	}
-	noopSpec, err := cuda.EmbeddedSpec("elementwise.cu", "noop")
+	noopSpec, err := cuda.EmbeddedSpec("bench.cu", "noop")
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	copySpec, err := cuda.EmbeddedSpec("elementwise.cu", "copy16")
+	copySpec, err := cuda.EmbeddedSpec("bench.cu", "copy16")
 	if err != nil {
 		return err
 	}

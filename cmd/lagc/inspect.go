@@ -14,6 +14,7 @@ import (
 
 	"lagc/ckpt"
 	"lagc/config"
+	"lagc/engine"
 	"lagc/lower"
 )
 
@@ -54,7 +55,8 @@ type inspectJSON struct {
 	*ckpt.Report
 	FileBytes int64          `json:"file_bytes"`
 	Config    *config.Config `json:"config"`
-	// Valid says whether the tensors match the configuration (ckpt.Validate);
+	// Valid says whether the configuration is valid (ckpt.Validate) and the
+	// tensors are the ones the model graph reads (engine.CheckCheckpoint);
 	// Problems lists what does not.
 	Valid    bool           `json:"valid"`
 	Problems string         `json:"problems,omitempty"`
@@ -70,6 +72,8 @@ func runInspect(path string, o inspectOpts, stdout io.Writer) error {
 	rep := ckpt.Inspect(ck, o.ctx)
 	out := inspectJSON{Report: rep, Config: ck.Config(), Valid: true, FileBytes: fileBytes(path), Metadata: map[string]any{}}
 	if err := ckpt.Validate(ck); err != nil {
+		out.Valid, out.Problems = false, err.Error()
+	} else if err := engine.CheckCheckpoint(ck); err != nil {
 		out.Valid, out.Problems = false, err.Error()
 	}
 	for k, v := range ck.Metadata() {

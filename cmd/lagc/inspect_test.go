@@ -127,7 +127,7 @@ func TestInspectBrokenCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, stderr, code := runInspectCmd(t, dir, "--tensors=false")
-	if code != 0 || !strings.Contains(out, "checks:        checkpoint does not match its configuration: missing tensor blk.1.attn_q_norm.weight") {
+	if code != 0 || !strings.Contains(out, "checkpoint does not match the model: missing tensor blk.1.attn_q_norm.weight") {
 		t.Errorf("exit %d, stderr %q, output:\n%s", code, stderr, out)
 	}
 	cases := []struct {

@@ -22,6 +22,15 @@ type command struct {
 	// setup declares the command's flags on fs and returns the function that
 	// runs it with the remaining positional arguments.
 	setup func(fs *flag.FlagSet) func(args []string) error
+	// groups, when set, order the flags under headings in `lagc help`;
+	// flags in no group follow under "Other flags".
+	groups []flagGroup
+}
+
+// flagGroup is a heading of a command's help and the flags under it.
+type flagGroup struct {
+	title string
+	flags []string
 }
 
 var commands = map[string]*command{}
@@ -41,6 +50,9 @@ func main() {
 }
 
 func runMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) >= 2 && args[0] == "help" {
 			if c, ok := commands[args[1]]; ok {
@@ -145,7 +157,56 @@ func printHelp(w io.Writer) {
 }
 
 func printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "lagc %s: %s\n\nUsage: lagc %s\n\nFlags:\n", c.name, c.summary, c.usage)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	fmt.Fprintf(w, "lagc %s: %s\n\nUsage: lagc %s\n", c.name, c.summary, c.usage)
+	listed := map[string]bool{}
+	for _, g := range c.groups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.flags {
+			if f := fs.Lookup(name); f != nil {
+				printFlag(w, f)
+				listed[name] = true
+			}
+		}
+	}
+	title := "Flags"
+	if len(c.groups) > 0 {
+		title = "Other flags"
+	}
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if listed[f.Name] {
+			return
+		}
+		if first {
+			fmt.Fprintf(w, "\n%s:\n", title)
+			first = false
+		}
+		printFlag(w, f)
+	})
+}
+
+// printFlag prints one flag as flag.PrintDefaults does.
+func printFlag(w io.Writer, f *flag.Flag) {
+	arg, usage := flag.UnquoteUsage(f)
+	if arg == "value" {
+		arg = "string" // a repeatable string flag
+	}
+	line := "  -" + f.Name
+	if arg != "" {
+		line += " " + arg
+	}
+	if len(line) <= 4 { // a one-letter flag without argument name fits
+		line += "\t"
+	} else {
+		line += "\n    \t"
+	}
+	line += strings.ReplaceAll(usage, "\n", "\n    \t")
+	switch {
+	case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "[]":
+	case arg == "string":
+		line += fmt.Sprintf(" (default %q)", f.DefValue)
+	default:
+		line += fmt.Sprintf(" (default %s)", f.DefValue)
+	}
+	fmt.Fprintln(w, line)
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"lagc/config"
 	"lagc/engine"
+	"lagc/exec/gpu"
 	"lagc/ir"
 	"lagc/lower"
 	"lagc/passes"
@@ -28,7 +30,10 @@ type planFlags struct {
 	passes, disable       string
 	dtype                 string
 	chunk, ctx, sms       int
+	gpuMem                float64
+	at                    string
 	jsonOut               bool
+	warn                  io.Writer // stderr
 }
 
 // planStdout receives the plan; tests capture it.
@@ -45,8 +50,13 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
 	fs.IntVar(&f.sms, "sms", 132, "multiprocessors of the target GPU (sizes split-KV decode attention)")
+	fs.Float64Var(&f.gpuMem, "gpu-mem", 140, "memory of the target GPU in GiB (default: an H200's); warn when the plan needs more (0: no check)")
+	fs.StringVar(&f.at, "at", "", "also print the prefill launches at these chunk sizes (a prompt's last chunk), comma-separated")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
-	return func(args []string) error { return runPlan(planStdout, f, args) }
+	return func(args []string) error {
+		f.warn = fs.Output()
+		return runPlan(planStdout, f, args)
+	}
 }
 
 func runPlan(w io.Writer, f *planFlags, args []string) error {
@@ -57,8 +67,22 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
 	}
-	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 {
-		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx not negative", errUsage)
+	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 || f.gpuMem < 0 {
+		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx and --gpu-mem not negative", errUsage)
+	}
+	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
+	var at []int
+	for _, s := range splitList(f.at) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > f.chunk {
+			return fmt.Errorf("%w: --at %q: chunk sizes from 1 to --chunk (%d)", errUsage, f.at, f.chunk)
+		}
+		at = append(at, n)
+	}
+	if len(at) > 0 && f.jsonOut {
+		return fmt.Errorf("%w: --at prints text; the JSON plan holds what Plan.At needs", errUsage)
 	}
 	cfg, ck, _, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
@@ -87,12 +111,36 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if ctx == 0 {
 		ctx = cfg.MaxPositionEmbeddings
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: f.chunk, MaxContext: ctx, SMs: f.sms})
+	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx}, f.sms))
 	if err != nil {
 		return err
 	}
+	warnGPUMemory(f.warn, p, f.gpuMem)
 	if f.jsonOut {
 		return p.WriteJSON(w)
 	}
-	return p.Print(w)
+	if err := p.Print(w); err != nil {
+		return err
+	}
+	for _, n := range at {
+		ls, err := p.At(p.Prefill, n)
+		if err != nil {
+			return err
+		}
+		if err := p.PrintSchedule(w, p.Prefill, n, ls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warnGPUMemory says when the plan's device memory (weights, KV caches, and
+// the decode and prefill arenas with their workspaces) exceeds gib GiB.
+func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
+	act := p.Decode.Arena + p.Decode.Workspace + p.Prefill.Arena + p.Prefill.Workspace
+	need := p.WeightBytes + p.KVBytes + act
+	if gib > 0 && float64(need) > gib*(1<<30) {
+		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
+			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
+	}
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"lagc/chat"
 	"lagc/engine"
 	"lagc/exec/cpu"
+	"lagc/ir"
 	"lagc/tokenizer"
 )
 
@@ -24,23 +22,33 @@ func init() {
 	register(&command{
 		name:    "run",
 		summary: "generate text or token ids with a model (CPU reference or GPU)",
-		usage:   "run [--model CKPT] (--prompt TEXT | --prompt-ids 1,2,3 | --chat) [flags]",
+		usage:   "run [--model CKPT] (--prompt TEXT | --prompt-file FILE | --prompt-ids 1,2,3 | --chat) [flags]",
 		setup:   setupRun,
+		groups: []flagGroup{
+			{"Prompt (one of --prompt, --prompt-file, --prompt-ids, --chat)", []string{"prompt", "prompt-file", "prompt-ids", "chat", "system", "raw"}},
+			{"Generation", []string{"n", "stop", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed"}},
+			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype"}},
+			{"Output", []string{"json", "logits", "verbose", "profile"}},
+			{"Graph (for engine development)", []string{"yaml", "passes", "disable-pass"}},
+		},
 	})
 }
 
 type runFlags struct {
-	model, prompt, promptIDs string
-	chat, jsonOut, logits    bool
-	n, chunk, ctx, threads   int
-	device, yaml             string
-	dtype, profile           string
-	passes, disable          string
-	temperature, topP, minP  float64
-	topK                     int
-	repeatPenalty            float64
-	seed                     uint64
-	raw                      bool
+	model, prompt, promptFile, promptIDs string
+	chat, jsonOut, logits, verbose       bool
+	system                               string
+	stops                                stringList
+	n, chunk, ctx, threads               int
+	device, yaml                         string
+	dtype, profile                       string
+	passes, disable                      string
+	temperature, topP, minP              float64
+	topK                                 int
+	repeatPenalty                        float64
+	seed                                 uint64
+	raw                                  bool
+	set                                  map[string]bool // flags given on the command line
 }
 
 // runIO lets tests capture the command's streams.
@@ -49,19 +57,27 @@ var runIO = struct {
 	out, err io.Writer
 }{os.Stdin, os.Stdout, os.Stderr}
 
+// cpuChunkTime is how long one prefill step on the CPU may take, so that
+// Ctrl-C during a long prefill is noticed within about this time.
+const cpuChunkTime = 100 * time.Millisecond
+
 func setupRun(fs *flag.FlagSet) func([]string) error {
 	f := &runFlags{}
 	fs.StringVar(&f.model, "model", "", "checkpoint: an HF directory or a .gguf file (default: the bundled tiny model)")
-	fs.StringVar(&f.prompt, "prompt", "", "prompt text (needs the checkpoint's tokenizer)")
+	fs.StringVar(&f.prompt, "prompt", "", "prompt text (needs the checkpoint's tokenizer); printed before the continuation")
+	fs.StringVar(&f.promptFile, "prompt-file", "", "read the prompt text from this file (- for stdin); only the continuation is printed")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids")
-	fs.BoolVar(&f.chat, "chat", false, "interactive conversation using the checkpoint's chat template")
-	fs.BoolVar(&f.raw, "raw", false, "with --prompt: encode the text as is (no bos), as tokenizer.encode(add_special_tokens=False) does")
-	fs.IntVar(&f.n, "n", 64, "maximum number of tokens to generate")
+	fs.BoolVar(&f.chat, "chat", false, "interactive conversation using the checkpoint's chat template (/reset, /exit)")
+	fs.StringVar(&f.system, "system", "", "with --chat: the system message (default: the template's own)")
+	fs.BoolVar(&f.raw, "raw", false, "with --prompt or --prompt-file: encode the text as is (no bos), as tokenizer.encode(add_special_tokens=False) does")
+	fs.IntVar(&f.n, "n", 64, "maximum number of tokens to generate, per turn with --chat")
+	fs.Var(&f.stops, "stop", "stop when the generated text contains this string, which is not printed (repeatable)")
 	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (cuda where a GPU is found, else cpu)")
-	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text; one per turn with --chat")
 	fs.BoolVar(&f.logits, "logits", false, "with --json: include the prompt's last-position logits as last_logits")
-	fs.IntVar(&f.chunk, "chunk", 2048, "prefill chunk size in tokens")
-	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing)")
+	fs.BoolVar(&f.verbose, "verbose", false, "say why the GPU is not used, where the bundled model comes from, and how --chat reuses its cache")
+	fs.IntVar(&f.chunk, "chunk", 2048, "prefill chunk size in tokens (on the CPU, steps are also kept short enough for Ctrl-C)")
+	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing); the CPU computes in f32")
 	fs.StringVar(&f.profile, "profile", "", "GPU: write the GPU time of every kernel (eager launches) to FILE as a pprof profile")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length (KV cache size); 0: the model's max_position_embeddings")
 	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
@@ -72,31 +88,70 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.topK, "top-k", 0, "keep the k most likely tokens (0: all)")
 	fs.Float64Var(&f.topP, "top-p", 1, "nucleus sampling: keep the smallest set with this much probability")
 	fs.Float64Var(&f.minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one")
-	fs.Float64Var(&f.repeatPenalty, "repeat-penalty", 1, "penalty for tokens already in the context (1: none)")
+	fs.Float64Var(&f.repeatPenalty, "repeat-penalty", 1, "penalty for tokens already in the context; 1 is none")
 	fs.Uint64Var(&f.seed, "seed", 0, "random seed for sampling (0: from the clock)")
 	return func(args []string) error {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
 		}
+		f.set = setFlags(fs)
 		return runRun(f)
 	}
 }
 
-func runRun(f *runFlags) error {
-	given := 0
-	for _, b := range []bool{f.prompt != "", f.promptIDs != "", f.chat} {
-		if b {
-			given++
+// check refuses contradictory or meaningless flags before anything loads.
+func (f *runFlags) check() error {
+	var given []string
+	for _, name := range []string{"prompt", "prompt-file", "prompt-ids", "chat"} {
+		if f.set[name] && (name != "chat" || f.chat) {
+			given = append(given, "--"+name)
 		}
 	}
-	if given != 1 {
-		return fmt.Errorf("%w: give exactly one of --prompt, --prompt-ids or --chat", errUsage)
+	usage := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	if f.n < 0 || f.chunk <= 0 || f.ctx < 0 || f.threads < 0 {
-		return fmt.Errorf("%w: -n, --chunk, --ctx and --threads must not be negative (--chunk positive)", errUsage)
+	switch {
+	case len(given) == 0:
+		return usage("give one of --prompt, --prompt-file, --prompt-ids or --chat")
+	case len(given) > 1:
+		return usage("give only one of --prompt, --prompt-file, --prompt-ids or --chat, not %s", strings.Join(given, " and "))
+	case f.set["prompt"] && f.prompt == "":
+		return usage("--prompt is empty: give the text to continue")
+	case f.set["prompt-file"] && f.promptFile == "":
+		return usage("--prompt-file is empty: give a file name, or - for stdin")
+	case f.set["system"] && !f.chat:
+		return usage("--system goes with --chat")
+	case f.raw && f.prompt == "" && f.promptFile == "":
+		return usage("--raw goes with --prompt or --prompt-file")
+	case f.logits && !f.jsonOut:
+		return usage("--logits goes with --json")
+	case f.logits && f.chat:
+		return usage("--logits goes with a single prompt, not --chat")
+	case f.n < 0:
+		return usage("-n %d: expected 0 or more tokens", f.n)
+	case f.chunk <= 0:
+		return usage("--chunk %d: expected a positive number of tokens", f.chunk)
+	case f.ctx < 0:
+		return usage("--ctx %d: expected 0 (the model's length) or more tokens", f.ctx)
+	case f.threads < 0:
+		return usage("--threads %d: expected 0 (all cores) or more", f.threads)
+	case f.temperature < 0:
+		return usage("--temperature %g: expected 0 (greedy) or more", f.temperature)
 	}
-	if f.logits && !f.jsonOut {
-		return fmt.Errorf("%w: --logits goes with --json", errUsage)
+	for _, s := range f.stops {
+		if s == "" {
+			return usage("--stop is empty: give the string that ends generation")
+		}
+	}
+	if dt, err := ir.ParseDType(f.dtype); err != nil || (dt != ir.BF16 && dt != ir.F32) {
+		return usage("--dtype %q: expected bf16 or f32", f.dtype)
+	}
+	return checkPassNames(f.passes, f.disable)
+}
+
+func runRun(f *runFlags) error {
+	if err := f.check(); err != nil {
+		return err
 	}
 	var ids []int32
 	if f.promptIDs != "" {
@@ -113,63 +168,81 @@ func runRun(f *runFlags) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	path, err := modelPath(f.model)
-	if err != nil {
-		return err
-	}
-	device, err := pickDevice(f.device)
+	device, err := pickDevice(f.device, f.verbose)
 	if err != nil {
 		return err
 	}
 	if f.profile != "" && device != "cuda" {
 		return fmt.Errorf("%w: --profile times GPU kernels: it needs --device cuda", errUsage)
 	}
+	text := f.prompt
+	if f.promptFile != "" {
+		if text, err = readPromptFile(f.promptFile); err != nil {
+			return err
+		}
+	}
 	t0 := time.Now()
-	m, err := engine.Open(path, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
+	ck, name, err := openModelCheckpoint(f.model, f.verbose)
+	if err != nil {
+		return err
+	}
+	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
 		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
 		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != ""})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	fmt.Fprintf(runIO.err, "loaded %s on %s in %.2fs (%d layers, hidden %d, vocab %d)\n", path, m.Device,
-		time.Since(t0).Seconds(), m.Config.NumLayers, m.Config.HiddenSize, m.Config.VocabSize)
-
-	// Ctrl-C stops generation cleanly: the tokens so far are printed.
+	// From here Ctrl-C stops prefill or generation cleanly and keeps what
+	// was produced.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	fmt.Fprintf(runIO.err, "loaded %s on %s in %.2fs (%d layers, hidden %d, vocab %d)\n", name, m.Device,
+		time.Since(t0).Seconds(), m.Config.NumLayers, m.Config.HiddenSize, m.Config.VocabSize)
+	if trained := m.Config.MaxPositionEmbeddings; f.ctx > trained {
+		fmt.Fprintf(runIO.err, "warning: --ctx %d is beyond the model's max_position_embeddings %d: positions past it were never trained\n", f.ctx, trained)
+	}
+	if f.set["dtype"] && f.dtype != "f32" && m.Device == "cpu" {
+		fmt.Fprintf(runIO.err, "note: --dtype %s is for the GPU; the CPU reference computes in f32\n", f.dtype)
+	}
 
 	var tok *tokenizer.Tokenizer
-	if f.prompt != "" || f.chat {
+	if ids == nil || len(f.stops) > 0 {
 		if tok, err = engine.LoadTokenizer(m.Checkpoint); err != nil {
-			return fmt.Errorf("--prompt/--chat need a tokenizer: %w", err)
+			return fmt.Errorf("--prompt, --prompt-file, --chat and --stop need a tokenizer: %w", err)
 		}
 	}
 	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk}
+	if m.Device == "cpu" {
+		gen.ChunkTime = cpuChunkTime
+	}
 	if f.chat {
-		return runChat(ctx, m, tok, gen)
+		stop() // the chat handles Ctrl-C per turn
+		return runChat(m, tok, gen, f)
 	}
-	if f.prompt != "" {
-		ids = tok.Encode(f.prompt, !f.raw)
+	if ids == nil {
+		if ids, err = tok.EncodeContext(ctx, text, !f.raw); err != nil {
+			return fmt.Errorf("encoding the prompt: %w", err)
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("the prompt encodes to no tokens")
+		}
 	}
-	if tok != nil {
+	if max := m.Backend.MaxPos(); len(ids) > max {
+		if f.promptIDs != "" {
+			return fmt.Errorf("the prompt is %d tokens, longer than the context of %d tokens (--ctx)", len(ids), max)
+		}
+		return fmt.Errorf("the prompt is %d tokens (%d bytes), longer than the context of %d tokens (--ctx)", len(ids), len(text), max)
+	}
+	if f.promptIDs == "" {
 		gen.Stop = tok.IsEOG
 	} else if eos := m.Config.EOSTokenIDs; len(eos) > 0 && !f.jsonOut {
 		gen.Stop = func(id int32) bool { return containsID(eos, id) }
 	}
-	var stream *tokenizer.StreamDecoder
-	if tok != nil && !f.jsonOut {
-		stream = tok.NewStreamDecoder(true)
+	out := newTokenOutput(tok, f.stops, !f.jsonOut && f.promptIDs == "", f.jsonOut)
+	gen.OnToken = out.add
+	if f.prompt != "" && !f.jsonOut {
 		fmt.Fprint(runIO.out, f.prompt)
-		gen.OnToken = func(id int32) error {
-			_, err := io.WriteString(runIO.out, stream.Add(id))
-			return err
-		}
-	} else if !f.jsonOut {
-		gen.OnToken = func(id int32) error {
-			_, err := fmt.Fprintf(runIO.out, "%d ", id)
-			return err
-		}
 	}
 	res, err := m.Generate(ctx, ids, gen)
 	if err != nil {
@@ -180,37 +253,154 @@ func runRun(f *runFlags) error {
 			return err
 		}
 	}
-	if stream != nil {
-		fmt.Fprintln(runIO.out, stream.Flush())
-	} else if !f.jsonOut {
-		fmt.Fprintln(runIO.out)
-	}
+	out.finish()
 	reportSpeed(res)
 	if f.jsonOut {
-		return writeRunJSON(res, tok, f.logits)
+		return writeRunJSON(res, out, f.logits)
 	}
 	return nil
 }
 
-// modelPath returns the checkpoint to load: the flag, or the bundled model.
-func modelPath(flagValue string) (string, error) {
-	if flagValue != "" {
-		return flagValue, nil
+// readPromptFile reads --prompt-file: a file, or stdin for "-".
+func readPromptFile(name string) (string, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(runIO.in)
+	} else {
+		b, err = os.ReadFile(name)
 	}
-	return bundledModelPath()
+	if err != nil {
+		return "", fmt.Errorf("--prompt-file: %w", err)
+	}
+	if len(b) == 0 {
+		if name == "-" {
+			name = "stdin"
+		}
+		return "", fmt.Errorf("--prompt-file: %s is empty", name)
+	}
+	return string(b), nil
 }
 
-// pickDevice resolves --device; auto falls back to the CPU with one line on
-// stderr saying why.
-func pickDevice(want string) (string, error) {
+// tokenOutput streams generated tokens: as text (with a tokenizer) or as
+// ids, holding back text that may start a stop string; with a stop string
+// complete it ends generation (engine.ErrStop).
+type tokenOutput struct {
+	tok    *tokenizer.Tokenizer
+	stream *tokenizer.StreamDecoder
+	stops  *stopFilter
+	asText bool // print text rather than ids
+	quiet  bool // print nothing (--json)
+	text   strings.Builder
+}
+
+func newTokenOutput(tok *tokenizer.Tokenizer, stops []string, asText, quiet bool) *tokenOutput {
+	o := &tokenOutput{tok: tok, asText: asText && tok != nil, quiet: quiet, stops: &stopFilter{stops: stops}}
+	if tok != nil {
+		o.stream = tok.NewStreamDecoder(true)
+	}
+	return o
+}
+
+func (o *tokenOutput) add(id int32) error {
+	if !o.quiet && !o.asText {
+		if _, err := fmt.Fprintf(runIO.out, "%d ", id); err != nil {
+			return err
+		}
+	}
+	if o.stream == nil {
+		return nil
+	}
+	s, stopped := o.stops.add(o.stream.Add(id))
+	o.text.WriteString(s)
+	if !o.quiet && o.asText {
+		if _, err := io.WriteString(runIO.out, s); err != nil {
+			return err
+		}
+	}
+	if stopped {
+		return engine.ErrStop
+	}
+	return nil
+}
+
+// finish prints what was held back and ends the line.
+func (o *tokenOutput) finish() {
+	var s string
+	if o.stream != nil && !o.stops.stopped {
+		s, _ = o.stops.add(o.stream.Flush())
+		s += o.stops.flush()
+		o.text.WriteString(s)
+	}
+	if !o.quiet {
+		if !o.asText {
+			s = ""
+		}
+		fmt.Fprintln(runIO.out, s)
+	}
+}
+
+// stopFilter finds stop strings in streamed text, holding back a tail that
+// may be the start of one.
+type stopFilter struct {
+	stops   []string
+	pending string
+	stopped bool
+}
+
+// add appends s and returns the text that can be shown; stop reports that a
+// stop string is complete (the text before it is returned, the rest
+// dropped).
+func (f *stopFilter) add(s string) (out string, stop bool) {
+	if f.stopped {
+		return "", true
+	}
+	f.pending += s
+	first := -1
+	for _, st := range f.stops {
+		if i := strings.Index(f.pending, st); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	if first >= 0 {
+		out, f.pending, f.stopped = f.pending[:first], "", true
+		return out, true
+	}
+	keep := 0
+	for _, st := range f.stops {
+		for k := min(len(st)-1, len(f.pending)); k > keep; k-- {
+			if strings.HasSuffix(f.pending, st[:k]) {
+				keep = k
+				break
+			}
+		}
+	}
+	out, f.pending = f.pending[:len(f.pending)-keep], f.pending[len(f.pending)-keep:]
+	return out, false
+}
+
+// flush returns the held-back tail at the end of generation.
+func (f *stopFilter) flush() string {
+	out := f.pending
+	f.pending = ""
+	return out
+}
+
+// pickDevice resolves --device; auto falls back to the CPU with one short
+// line on stderr (the details with verbose).
+func pickDevice(want string, verbose bool) (string, error) {
 	switch want {
 	case "cpu":
 		return "cpu", nil
 	case "cuda":
 		return "cuda", nil
 	case "auto", "":
-		if reason := gpuUnavailable(); reason != "" {
-			fmt.Fprintf(runIO.err, "running on the CPU: %s\n", reason)
+		if short, detail := gpuUnavailable(); short != "" {
+			if verbose {
+				fmt.Fprintf(runIO.err, "running on the CPU: %s\n", detail)
+			} else {
+				fmt.Fprintf(runIO.err, "running on the CPU: %s (--verbose for details)\n", short)
+			}
 			return "cpu", nil
 		}
 		return "cuda", nil
@@ -219,29 +409,35 @@ func pickDevice(want string) (string, error) {
 }
 
 func reportSpeed(res *engine.GenResult) {
-	pre := float64(len(res.Prompt)) / res.PrefillTime.Seconds()
+	cached := ""
+	if res.Start > 0 {
+		cached = fmt.Sprintf(" (after %d cached)", res.Start)
+	}
+	if res.Fed < len(res.Prompt) {
+		fmt.Fprintf(runIO.err, "prefill: stopped after %d of %d tokens%s; stop: %s\n", res.Fed, len(res.Prompt), cached, res.StopReason)
+		return
+	}
 	dec := 0.0
 	if n := len(res.Generated) - 1; n > 0 && res.DecodeTime > 0 {
 		dec = float64(n) / res.DecodeTime.Seconds()
 	}
-	fmt.Fprintf(runIO.err, "prefill: %d tokens, %.1f tok/s; decode: %d tokens, %.1f tok/s; stop: %s\n",
-		len(res.Prompt), pre, len(res.Generated), dec, res.StopReason)
+	fmt.Fprintf(runIO.err, "prefill: %d tokens%s, %.1f tok/s; decode: %d tokens, %.1f tok/s; stop: %s\n",
+		res.Fed, cached, float64(res.Fed)/res.PrefillTime.Seconds(), len(res.Generated), dec, res.StopReason)
 }
 
-func writeRunJSON(res *engine.GenResult, tok *tokenizer.Tokenizer, logits bool) error {
-	out := map[string]any{
+func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool) error {
+	obj := map[string]any{
 		"prompt_ids":    nonNil(res.Prompt),
 		"generated_ids": nonNil(res.Generated),
 		"stop_reason":   res.StopReason,
 	}
-	if tok != nil {
-		out["text"] = tok.DecodeWith(res.Generated, tokenizer.DecodeOptions{SkipSpecial: true})
+	if out.stream != nil {
+		obj["text"] = out.text.String()
 	}
 	if logits {
-		out["last_logits"] = res.LastLogits
+		obj["last_logits"] = res.LastLogits
 	}
-	enc := json.NewEncoder(runIO.out)
-	return enc.Encode(out)
+	return json.NewEncoder(runIO.out).Encode(obj)
 }
 
 func nonNil(s []int32) []int32 {
@@ -249,59 +445,6 @@ func nonNil(s []int32) []int32 {
 		return []int32{}
 	}
 	return s
-}
-
-// runChat runs an interactive conversation: each user line is appended to
-// the history, the whole conversation is rendered with the checkpoint's
-// template and the reply streamed until an end-of-generation token.
-func runChat(ctx context.Context, m *engine.Model, tok *tokenizer.Tokenizer, gen engine.GenOptions) error {
-	tmpl, special, err := engine.LoadChatTemplate(m.Checkpoint)
-	if err != nil {
-		return fmt.Errorf("--chat: %w", err)
-	}
-	gen.Stop = tok.IsEOG
-	var history []chat.Message
-	in := bufio.NewScanner(runIO.in)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	fmt.Fprintln(runIO.err, "chat: type a message and press Enter; an empty line or Ctrl-D ends")
-	for {
-		fmt.Fprint(runIO.err, "> ")
-		if !in.Scan() {
-			return in.Err()
-		}
-		line := strings.TrimSpace(in.Text())
-		if line == "" {
-			return nil
-		}
-		history = append(history, chat.Message{Role: "user", Content: line})
-		text, err := tmpl.Render(history, chat.Options{AddGenerationPrompt: true, SpecialTokens: special})
-		if err != nil {
-			return err
-		}
-		// The template writes its own special tokens.
-		ids := tok.Encode(text, false)
-		stream := tok.NewStreamDecoder(true)
-		var reply strings.Builder
-		gen.OnToken = func(id int32) error {
-			s := stream.Add(id)
-			reply.WriteString(s)
-			_, err := io.WriteString(runIO.out, s)
-			return err
-		}
-		turnCtx, cancel := signal.NotifyContext(ctx, os.Interrupt)
-		res, err := m.Generate(turnCtx, ids, gen)
-		cancel()
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		s := stream.Flush()
-		reply.WriteString(s)
-		fmt.Fprintln(runIO.out, s)
-		if res != nil {
-			reportSpeed(res)
-		}
-		history = append(history, chat.Message{Role: "assistant", Content: strings.TrimSpace(reply.String())})
-	}
 }
 
 // writeProfile writes the backend's kernel timings as a pprof profile.
@@ -325,21 +468,19 @@ func writeProfile(m *engine.Model, path string) error {
 	return nil
 }
 
+// parseIDs parses --prompt-ids: comma-separated token ids, none empty.
 func parseIDs(s string) ([]int32, error) {
 	var ids []int32
-	for _, p := range strings.Split(s, ",") {
+	for i, p := range strings.Split(s, ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {
-			continue
+			return nil, fmt.Errorf("id %d of %q is empty", i+1, s)
 		}
 		v, err := strconv.ParseInt(p, 10, 32)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not a token id", p)
 		}
 		ids = append(ids, int32(v))
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("no ids")
 	}
 	return ids, nil
 }

@@ -24,7 +24,10 @@ func modelShape(preset, configPath, model string) (*config.Config, ckpt.Checkpoi
 	switch {
 	case preset != "":
 		cfg, err := config.Preset(preset)
-		return cfg, nil, "preset " + preset, err
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("%w: --preset: %v", errUsage, err)
+		}
+		return cfg, nil, "preset " + preset, nil
 	case configPath != "":
 		cfg, err := config.LoadHFConfig(configPath)
 		return cfg, nil, configPath, err

@@ -5,6 +5,8 @@
 package cudatest
 
 import (
+	"embed"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -60,4 +62,18 @@ func Device(t testing.TB) *cuda.Device {
 	}
 	t.Fatalf("opening CUDA device 0: %v", err)
 	return nil
+}
+
+//go:embed kernels/*.cu
+var testKernels embed.FS
+
+// Spec is the kernel spec of a test-only kernel (cuda/cudatest/kernels:
+// conversions, reductions, a toy decode step, a wild write): kernels the
+// tests compile that have no place in the lagc binary.
+func Spec(file, name string, dtypes ...cuda.DType) (cuda.KernelSpec, error) {
+	b, err := testKernels.ReadFile("kernels/" + file)
+	if err != nil {
+		return cuda.KernelSpec{}, fmt.Errorf("cudatest: no test kernel source %q: %w", file, err)
+	}
+	return cuda.KernelSpec{Name: name, Source: string(b), File: file, DTypes: dtypes}, nil
 }

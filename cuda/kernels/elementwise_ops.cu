@@ -19,15 +19,3 @@ template <typename T>
 __global__ void add(long long n, const T* a, const T* b, T* out) {
   LAGC_FOR(i, n) { out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i])); }
 }
-
-// swiglu: out[r, c] = silu(a[r, c]) * b[r, c] for out [rows, n]; a and b
-// rows are ld elements apart, so a fused gate|up GEMM output [rows, 2n]
-// passes a = base, b = base + n, ld = 2n.
-template <typename T>
-__global__ void swiglu(int rows, int n, const T* a, const T* b, long long ld, T* out) {
-  long long total = (long long)rows * n;
-  LAGC_FOR(i, total) {
-    long long r = i / n, c = i - r * n;
-    out[i] = from_f32<T>(ew_silu(to_f32(a[r * ld + c])) * to_f32(b[r * ld + c]));
-  }
-}

@@ -373,3 +373,22 @@ __global__ void __launch_bounds__(256) moe_combine(int T, int k, int H, const fl
     }
   }
 }
+
+// Routes of a moe_grouped with shared experts: token t's k routed experts
+// and their weights, then the shared experts first..first+S-1 with weight 1
+// (they sit at the end of the stacks and serve every token).
+extern "C" __global__ void moe_add_shared(int T, int k, int S, int first, const float* __restrict__ w,
+                                          const int* __restrict__ ids, float* __restrict__ w2, int* __restrict__ ids2) {
+  long long n = (long long)T * (k + S);
+  LAGC_FOR(i, n) {
+    long long t = i / (k + S);
+    int j = (int)(i - t * (k + S));
+    if (j < k) {
+      w2[i] = w[t * k + j];
+      ids2[i] = ids[t * k + j];
+    } else {
+      w2[i] = 1.f;
+      ids2[i] = first + (j - k);
+    }
+  }
+}

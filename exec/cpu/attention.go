@@ -23,18 +23,27 @@ import (
 // cache or from this step, so the result does not depend on how a prompt is
 // split into steps.
 func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window int, scale float32, cache *KVCache) error {
+	return BatchAttention(out, q, k, v, pos, T, nh, nkv, d, window, scale, []AttnSeq{{Rows: T, Cache: cache}})
+}
+
+// AttnSeq is a run of consecutive rows of one sequence in a batched
+// attention step, with that sequence's cache.
+type AttnSeq struct {
+	Rows  int
+	Cache *KVCache
+}
+
+// BatchAttention is Attention over several sequences in one step: the T
+// rows are the seqs' rows one run after the other, each run attending only
+// to its own cache and its own rows, with positions consecutive within the
+// run. Every (row, kv head) pair is computed exactly as Attention computes
+// it for that sequence alone, so batching never changes a result.
+func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window int, scale float32, seqs []AttnSeq) error {
 	if err := checkDims("Attention", dim{"T", T}, dim{"nh", nh}, dim{"nkv", nkv}, dim{"d", d}); err != nil {
 		return err
 	}
 	if nh%nkv != 0 {
 		return fmt.Errorf("cpu.Attention: %d query heads are not a multiple of %d kv heads", nh, nkv)
-	}
-	if cache == nil {
-		return fmt.Errorf("cpu.Attention: no KV cache")
-	}
-	if cache.NKV != nkv || cache.HeadDim != d || cache.Window != window {
-		return fmt.Errorf("cpu.Attention: cache is for %d kv heads x %d channels, window %d; the op has %d x %d, window %d",
-			cache.NKV, cache.HeadDim, cache.Window, nkv, d, window)
 	}
 	for _, c := range []struct {
 		name      string
@@ -44,22 +53,52 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 			return err
 		}
 	}
-	p0 := int(pos[0])
-	for t, p := range pos {
-		if int(p) != p0+t {
-			return fmt.Errorf("cpu.Attention: positions must be consecutive: pos[%d] = %d after pos[0] = %d", t, p, p0)
+	seqOf := make([]int32, T) // the sequence of each row
+	row0 := make([]int, len(seqs))
+	span := 0 // longest key range of any query
+	r := 0
+	for s, sq := range seqs {
+		cache := sq.Cache
+		if cache == nil {
+			return fmt.Errorf("cpu.Attention: no KV cache")
 		}
+		if cache.NKV != nkv || cache.HeadDim != d || cache.Window != window {
+			return fmt.Errorf("cpu.Attention: cache is for %d kv heads x %d channels, window %d; the op has %d x %d, window %d",
+				cache.NKV, cache.HeadDim, cache.Window, nkv, d, window)
+		}
+		if sq.Rows <= 0 || sq.Rows > T-r {
+			return fmt.Errorf("cpu.Attention: sequence %d has %d rows; %d of the %d rows are left", s, sq.Rows, T-r, T)
+		}
+		for i := range seqs[:s] {
+			if seqs[i].Cache == cache {
+				return fmt.Errorf("cpu.Attention: sequences %d and %d share a KV cache", i, s)
+			}
+		}
+		p0 := int(pos[r])
+		for t, p := range pos[r : r+sq.Rows] {
+			if int(p) != p0+t {
+				return fmt.Errorf("cpu.Attention: positions must be consecutive: pos[%d] = %d after pos[%d] = %d", r+t, p, r, p0)
+			}
+			seqOf[r+t] = int32(s)
+		}
+		if err := cache.canAppend(p0, sq.Rows); err != nil {
+			return fmt.Errorf("cpu.Attention: %w", err)
+		}
+		row0[s] = r
+		span = max(span, p0+sq.Rows)
+		r += sq.Rows
 	}
-	if err := cache.canAppend(p0, T); err != nil {
-		return fmt.Errorf("cpu.Attention: %w", err)
+	if r != T {
+		return fmt.Errorf("cpu.Attention: the sequences have %d rows, the step %d", r, T)
 	}
-	cache.grow(p0 + T) // so a linear cache's rows exist before they are read
-
-	group := nh / nkv
-	span := p0 + T // longest key range of any query
 	if window > 0 {
 		span = min(span, window)
 	}
+	for s, sq := range seqs {
+		sq.Cache.grow(int(pos[row0[s]]) + sq.Rows) // so a linear cache's rows exist before they are read
+	}
+
+	group := nh / nkv
 	// One item is a token and a kv head with its group of query heads.
 	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
 		probs := alignedFloats(span)
@@ -67,18 +106,25 @@ func Attention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, window in
 		var runs []kvRun
 		for it := lo; it < hi; it++ {
 			t, kvh := it/nkv, it%nkv
-			p := p0 + t
+			s := seqOf[t]
+			cache, r0 := seqs[s].Cache, row0[s]
+			p0 := int(pos[r0])
+			p := int(pos[t])
 			first := 0
 			if window > 0 {
 				first = max(0, p-window+1)
 			}
-			runs = kvRuns(runs[:0], cache, k, v, first, p, p0, kvh, nkv, d)
+			row := r0 * nkv * d // the sequence's first row of this step's k and v
+			runs = kvRuns(runs[:0], cache, k[row:], v[row:], first, p, p0, kvh, nkv, d)
 			for h := t*nh + kvh*group; h < t*nh+(kvh+1)*group; h++ { // rows of q and out
 				attendRuns(out[h*d:(h+1)*d], q[h*d:(h+1)*d], runs, nkv*d, d, scale, probs, qa)
 			}
 		}
 	})
-	cache.store(k, v, p0, T)
+	for s, sq := range seqs {
+		r0, row := row0[s], nkv*d
+		sq.Cache.store(k[r0*row:(r0+sq.Rows)*row], v[r0*row:(r0+sq.Rows)*row], int(pos[r0]), sq.Rows)
+	}
 	return nil
 }
 

@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"math"
+
+	"lagc/prep"
 )
 
 // SiLU computes out = x * sigmoid(x) = x / (1 + exp(-x)), element-wise
@@ -64,14 +66,7 @@ func Concat(out []float32, parts [][]float32, outer int, sizes []int) error {
 	if err := checkLen("Concat", "out", len(out), outer, total); err != nil {
 		return err
 	}
-	for o := 0; o < outer; o++ {
-		off := o * total
-		for i, p := range parts {
-			s := sizes[i]
-			copy(out[off:off+s], p[o*s:o*s+s])
-			off += s
-		}
-	}
+	prep.ConcatRows(out, parts, outer, sizes)
 	return nil
 }
 

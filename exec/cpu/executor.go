@@ -4,25 +4,51 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/prep"
 	"lagc/quant"
 )
 
 // Executor interprets an ir.Graph node by node with this package's kernels.
-// It owns the KV caches (one per attention node's `layer` attribute), so
-// consecutive Forward calls continue one sequence: a prefill of the prompt,
-// then one call per decoded token.
+// It owns the KV caches of a fixed number of sequence slots (each slot has
+// one cache per attention node's `layer` attribute), so consecutive Forward
+// calls continue one sequence: a prefill of the prompt, then one call per
+// decoded token. Step runs several slots' sequences in one forward pass.
+//
+// Which sequence a row belongs to is executor state, not a graph input:
+// every op but attention treats rows independently, and attention already
+// reads executor state (the caches), so Step tells it which rows go with
+// which slot and the graph keeps its tokens/pos interface.
 type Executor struct {
 	g        *ir.Graph
 	order    []*ir.Node
 	weights  map[*ir.Value]*Matrix  // what the nodes read, in stored types
 	pool     bufPool                // activation buffers for reuse
 	operands map[*ir.Node]*operands // each node's, kept across steps
-	caches   map[int]*KVCache
-	ropes    map[*ir.Node]*RopeTable
+	kv       map[int]kvShape        // attention layer -> cache shape
+	slots    []*seqSlot
+	ropes    map[*ir.Node]*prep.RopeTable
 	lastUse  map[*ir.Value]int // index in order of a value's last reader
 	maxPos   int
-	next     int  // the next position to feed
-	broken   bool // a step failed midway: the caches are inconsistent until Reset
+	step     []Segment // the segments of the step running now
+
+	checkNonFinite bool // SetCheckFinite
+}
+
+// kvShape is what a layer's cache holds.
+type kvShape struct{ nkv, headDim, window int }
+
+// seqSlot is one sequence's state: its caches and next position.
+type seqSlot struct {
+	caches map[int]*KVCache
+	next   int  // the next position to feed
+	broken bool // a step failed midway: the caches are inconsistent until reset
+}
+
+// Segment is one sequence's part of a batched step: Tokens continue the
+// sequence in slot Slot from its next position.
+type Segment struct {
+	Slot   int
+	Tokens []int32
 }
 
 // Result is what one Forward step computed.
@@ -37,22 +63,36 @@ func (r *Result) LastLogits() []float32 { return r.Logits[(r.T-1)*r.V:] }
 
 // NewExecutor prepares g for execution: orders its nodes, reads its weights
 // from ws (deriving those with a load-time transform) and makes empty KV
-// caches accepting positions below maxPos.
+// caches accepting positions below maxPos, for one sequence.
 func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
 	return NewExecutorWith(g, ws, maxPos, Options{})
 }
 
+// NewBatchExecutor is NewExecutor with slots sequence slots for Step. A
+// cache takes memory only as its sequence's positions arrive.
+func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executor, error) {
+	return NewExecutorWith(g, ws, maxPos, Options{Slots: slots})
+}
+
 // NewExecutorWith is NewExecutor with options.
 func NewExecutorWith(g *ir.Graph, ws WeightSource, maxPos int, o Options) (*Executor, error) {
+	slots := o.Slots
+	if slots == 0 {
+		slots = 1
+	}
 	if maxPos <= 0 {
 		return nil, fmt.Errorf("cpu executor: context length must be positive, got %d", maxPos)
+	}
+	if slots <= 0 {
+		return nil, fmt.Errorf("cpu executor: the number of sequence slots must be positive, got %d", slots)
 	}
 	order, err := g.Order()
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{g: g, order: order, weights: map[*ir.Value]*Matrix{}, caches: map[int]*KVCache{},
-		ropes: map[*ir.Node]*RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos, operands: map[*ir.Node]*operands{}}
+	e := &Executor{g: g, order: order, weights: map[*ir.Value]*Matrix{}, kv: map[int]kvShape{},
+		ropes: map[*ir.Node]*prep.RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos,
+		operands: map[*ir.Node]*operands{}}
 	if err := e.loadWeights(ws, o); err != nil {
 		return nil, err
 	}
@@ -65,18 +105,37 @@ func NewExecutorWith(g *ir.Graph, ws WeightSource, maxPos int, o Options) (*Exec
 		}
 	}
 	e.pool.plan(g, order, e.lastUse)
+	for range slots {
+		s := &seqSlot{caches: map[int]*KVCache{}}
+		for layer, sh := range e.kv {
+			c, err := NewKVCache(sh.nkv, sh.headDim, sh.window, maxPos)
+			if err != nil {
+				return nil, fmt.Errorf("KV cache of layer %d: %w", layer, err)
+			}
+			s.caches[layer] = c
+		}
+		e.slots = append(e.slots, s)
+	}
 	return e, nil
 }
 
-// prepare builds per-node state that does not change between steps.
+// prepare builds per-node state that does not change between steps, for
+// the ops that have some.
 func (e *Executor) prepare(n *ir.Node) error {
-	switch n.Op {
-	case "rope":
+	if p, ok := preparers[n.Op]; ok {
+		return p(e, n)
+	}
+	return nil
+}
+
+var preparers = map[string]func(e *Executor, n *ir.Node) error{
+	// rope: the rotary table of the node's parameters.
+	"rope": func(e *Executor, n *ir.Node) error {
 		d := n.Inputs[0].Type.Shape
 		if len(d) != 3 || !d[2].IsConst() {
 			return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
 		}
-		tab, err := NewRopeTable(RopeParams{
+		tab, err := prep.NewRopeTable(prep.RopeParams{
 			RotaryDim: n.AttrInt("rotary_dim"), Theta: n.AttrFloat("theta"), Type: n.AttrString("rope_type"),
 			Factor: n.AttrFloat("factor"), OriginalContext: n.AttrInt("original_context"),
 			BetaFast: n.AttrFloat("beta_fast"), BetaSlow: n.AttrFloat("beta_slow"),
@@ -86,55 +145,141 @@ func (e *Executor) prepare(n *ir.Node) error {
 			return err
 		}
 		e.ropes[n] = tab
-	case "attention":
+		return nil
+	},
+	// attention: the layer's KV cache.
+	"attention": func(e *Executor, n *ir.Node) error {
 		k := n.Inputs[1].Type.Shape
 		if len(k) != 3 || !k[1].IsConst() || !k[2].IsConst() {
 			return fmt.Errorf("attention keys must be [T,nkv,d] with constant nkv, d, got %v", k)
 		}
 		layer := n.AttrInt("layer")
-		if _, dup := e.caches[layer]; dup {
+		if _, dup := e.kv[layer]; dup {
 			return fmt.Errorf("two attention nodes use KV cache %d", layer)
 		}
-		c, err := NewKVCache(k[1].N, k[2].N, n.AttrInt("window"), e.maxPos)
-		if err != nil {
+		// Checked here so that a bad shape fails at load time.
+		if _, err := NewKVCache(k[1].N, k[2].N, n.AttrInt("window"), e.maxPos); err != nil {
 			return err
 		}
-		e.caches[layer] = c
-	}
-	return nil
+		e.kv[layer] = kvShape{k[1].N, k[2].N, n.AttrInt("window")}
+		return nil
+	},
 }
 
 // Pos returns the next position Forward expects (the tokens seen so far).
-func (e *Executor) Pos() int { return e.next }
+func (e *Executor) Pos() int { return e.slots[0].next }
 
 // MaxPos returns the context length the caches accept.
 func (e *Executor) MaxPos() int { return e.maxPos }
 
-// Reset empties the KV caches to start a new sequence.
-func (e *Executor) Reset() {
-	for _, c := range e.caches {
-		c.Reset()
+// Slots returns the number of sequence slots.
+func (e *Executor) Slots() int { return len(e.slots) }
+
+// SlotPos returns the next position of slot's sequence (its length).
+func (e *Executor) SlotPos(slot int) (int, error) {
+	s, err := e.slot(slot)
+	if err != nil {
+		return 0, err
 	}
-	e.next = 0
-	e.broken = false
+	return s.next, nil
 }
 
-// Forward runs the graph over tokens at positions Pos(), Pos()+1, ...,
-// appending them to the KV caches.
+func (e *Executor) slot(i int) (*seqSlot, error) {
+	if i < 0 || i >= len(e.slots) {
+		return nil, fmt.Errorf("sequence slot %d is outside [0, %d)", i, len(e.slots))
+	}
+	return e.slots[i], nil
+}
+
+// Reset empties every slot's KV caches: Forward starts a new sequence.
+func (e *Executor) Reset() {
+	for i := range e.slots {
+		e.ResetSlot(i)
+	}
+}
+
+// ResetSlot empties one slot's caches (an index out of range is ignored).
+func (e *Executor) ResetSlot(slot int) {
+	s, err := e.slot(slot)
+	if err != nil {
+		return
+	}
+	for _, c := range s.caches {
+		c.Reset()
+	}
+	s.next, s.broken = 0, false
+}
+
+// Rewind keeps the first n positions of slot's sequence, so that the next
+// step continues from position n (reusing the KV of a shared prompt
+// prefix). It fails, changing nothing, where a sliding-window cache has
+// already overwritten what position n needs (see KVCache.Truncate).
+func (e *Executor) Rewind(slot, n int) error {
+	s, err := e.slot(slot)
+	if err != nil {
+		return err
+	}
+	if s.broken {
+		return fmt.Errorf("sequence slot %d: an earlier step failed; reset the slot", slot)
+	}
+	if n < 0 || n > s.next {
+		return fmt.Errorf("sequence slot %d holds %d positions: cannot rewind to %d", slot, s.next, n)
+	}
+	for _, c := range s.caches { // check all before changing any
+		if err := c.canTruncate(n); err != nil {
+			return fmt.Errorf("sequence slot %d: %w", slot, err)
+		}
+	}
+	for _, c := range s.caches {
+		c.n = n
+	}
+	s.next = n
+	return nil
+}
+
+// Forward runs the graph over tokens at positions Pos(), Pos()+1, ... of
+// slot 0, appending them to its KV caches.
 func (e *Executor) Forward(tokens []int32) (*Result, error) {
-	T := len(tokens)
-	if T == 0 {
+	if len(tokens) == 0 {
 		return nil, fmt.Errorf("forward: no tokens")
 	}
-	if e.broken {
-		return nil, fmt.Errorf("forward: an earlier step failed; Reset the executor to start a new sequence")
+	return e.Step([]Segment{{Slot: 0, Tokens: tokens}})
+}
+
+// Step runs one forward pass over several sequences: the rows of the result
+// are the segments' tokens in order. Every row is computed exactly as it
+// would be in a step of its sequence alone.
+func (e *Executor) Step(segs []Segment) (*Result, error) {
+	if len(segs) == 0 {
+		return nil, fmt.Errorf("step: no segments")
 	}
-	if e.next+T > e.maxPos {
-		return nil, fmt.Errorf("forward: %d tokens at position %d exceed the context length %d", T, e.next, e.maxPos)
+	T := 0
+	seen := map[int]bool{}
+	for i, sg := range segs {
+		s, err := e.slot(sg.Slot)
+		if err != nil {
+			return nil, fmt.Errorf("step: segment %d: %w", i, err)
+		}
+		switch {
+		case seen[sg.Slot]:
+			return nil, fmt.Errorf("step: segments for sequence slot %d appear twice", sg.Slot)
+		case len(sg.Tokens) == 0:
+			return nil, fmt.Errorf("step: segment %d (slot %d) has no tokens", i, sg.Slot)
+		case s.broken:
+			return nil, fmt.Errorf("step: sequence slot %d: an earlier step failed; Reset the executor to start a new sequence", sg.Slot)
+		case s.next+len(sg.Tokens) > e.maxPos:
+			return nil, fmt.Errorf("step: %d tokens at position %d exceed the context length %d", len(sg.Tokens), s.next, e.maxPos)
+		}
+		seen[sg.Slot] = true
+		T += len(sg.Tokens)
 	}
-	pos := make([]int32, T)
-	for i := range pos {
-		pos[i] = int32(e.next + i)
+	tokens := make([]int32, 0, T)
+	pos := make([]int32, 0, T)
+	for _, sg := range segs {
+		tokens = append(tokens, sg.Tokens...)
+		for i := range sg.Tokens {
+			pos = append(pos, int32(e.slots[sg.Slot].next+i))
+		}
 	}
 	env := e.g.Env(T)
 	e.pool.step(T)
@@ -159,11 +304,23 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 	for _, o := range e.g.Outputs {
 		outputs[o] = true
 	}
+	e.step = segs
+	defer func() { e.step = nil }()
 	for idx, n := range e.order {
 		if err := e.run(n, env, f32, i32); err != nil {
 			// Some layers may have appended this step's keys already.
-			e.broken = true
+			for _, sg := range segs {
+				e.slots[sg.Slot].broken = true
+			}
 			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		if e.checkNonFinite {
+			if err := e.checkFinite(n, f32); err != nil {
+				for _, sg := range segs {
+					e.slots[sg.Slot].broken = true
+				}
+				return nil, err
+			}
 		}
 		// Drop activations nobody reads any more.
 		for _, v := range n.Inputs {
@@ -174,7 +331,9 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 			}
 		}
 	}
-	e.next += T
+	for _, sg := range segs {
+		e.slots[sg.Slot].next += len(sg.Tokens)
+	}
 	res := &Result{T: T}
 	for _, o := range e.g.Outputs {
 		switch o.Name {
@@ -189,4 +348,13 @@ func (e *Executor) Forward(tokens []int32) (*Result, error) {
 		return nil, fmt.Errorf("forward: graph has no logits output")
 	}
 	return res, nil
+}
+
+// attnSeqs returns the step's sequences with their caches of layer.
+func (e *Executor) attnSeqs(layer int) []AttnSeq {
+	seqs := make([]AttnSeq, len(e.step))
+	for i, sg := range e.step {
+		seqs[i] = AttnSeq{Rows: len(sg.Tokens), Cache: e.slots[sg.Slot].caches[layer]}
+	}
+	return seqs
 }

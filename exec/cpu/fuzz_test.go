@@ -3,6 +3,8 @@ package cpu
 import (
 	"math"
 	"testing"
+
+	"lagc/prep"
 )
 
 // FuzzKernelShapes calls every kernel with dimensions and slice lengths that
@@ -36,7 +38,7 @@ func FuzzKernelShapes(f *testing.F) {
 		_ = SiLU(x, y)
 		_ = Mul(x, y, z)
 		_ = Add(x, y, z)
-		if tab, err := NewRopeTable(RopeParams{RotaryDim: C, Theta: float64(D) * 100, Type: "yarn", Factor: float64(B), OriginalContext: A}); err == nil {
+		if tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: C, Theta: float64(D) * 100, Type: "yarn", Factor: float64(B), OriginalContext: A}); err == nil {
 			_ = RoPE(x, y, ids, A, B, C, tab)
 		}
 		if cache, err := NewKVCache(C, D, B&7, A&1023); err == nil {

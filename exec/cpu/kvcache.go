@@ -63,6 +63,29 @@ func (c *KVCache) Len() int { return c.n }
 // Reset empties the cache, keeping its memory.
 func (c *KVCache) Reset() { c.n = 0 }
 
+// Truncate keeps positions 0..n-1 and forgets the rest, so that the next
+// append starts at n (reusing a prompt prefix the cache already holds). A
+// linear cache can go back anywhere. A ring can go back only while the
+// window before n is intact: to Len-1, or anywhere before its first
+// wrap-around (Len <= Window).
+func (c *KVCache) Truncate(n int) error {
+	if err := c.canTruncate(n); err != nil {
+		return err
+	}
+	c.n = n
+	return nil
+}
+
+func (c *KVCache) canTruncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("cannot truncate a cache of %d positions to %d", c.n, n)
+	}
+	if c.Window > 0 && n < c.n-1 && c.n > c.Window {
+		return fmt.Errorf("a sliding-window cache of %d positions (window %d) cannot go back to position %d", c.n, c.Window, n)
+	}
+	return nil
+}
+
 // canAppend reports whether positions p0.. may be written next. A linear
 // cache accepts any p0 <= Len (rewriting from p0 discards later positions).
 // A ring accepts p0 = Len, or Len-1: from any earlier p0 the positions its

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"lagc/ir"
 	"lagc/quant"
@@ -20,6 +22,8 @@ type operands struct {
 	out [][]float32 // float outputs
 	ids [][]int32   // int32 outputs
 	env int         // the step's token count sh and osh were evaluated for (0: none yet)
+	// rows and last view the first input as [rows, last].
+	rows, last int
 }
 
 // gather reads n's inputs from the step's values and allocates its outputs
@@ -64,6 +68,13 @@ func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i
 		if o.i[k] == nil && o.f[k] == nil && o.m[k] == nil {
 			return nil, fmt.Errorf("input %d (%s) has no value", k, v)
 		}
+		if o.m[k] == nil && o.f[k] != nil && isMatrixInput(n.Op, k) {
+			// An activation in a weight's place (a reshape node of a
+			// weight, say): a float32 matrix of its rows.
+			sh := o.sh[k]
+			cols := sh[len(sh)-1]
+			o.m[k] = MatrixF32(o.f[k], prodInts(sh)/max(cols, 1), cols)
+		}
 	}
 	if n.Op == "reshape" {
 		f32[n.Outputs[0]] = o.f[0]
@@ -82,69 +93,96 @@ func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i
 	return o, nil
 }
 
-// run executes one node: the binding of each ir op (docs/CONTRACTS.md) to
-// its kernel in this package.
+// run executes one node with the kernel registered for its op.
 func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) error {
+	k, ok := kernels[n.Op]
+	if !ok {
+		return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+	}
 	o, err := e.gather(n, env, f32, i32)
 	if err != nil {
 		return err
 	}
-	x, f, out := o.sh[0], o.f, o.out
-	last := x[len(x)-1]
-	rows := prodInts(x) / max(last, 1)
+	x := o.sh[0]
+	o.last = x[len(x)-1]
+	o.rows = prodInts(x) / max(o.last, 1)
+	return k(e, n, env, o)
+}
 
-	switch n.Op {
-	case "reshape":
+// kernel runs one node of an op on its gathered operands.
+type kernel func(e *Executor, n *ir.Node, env ir.Env, o *operands) error
+
+// kernels binds each ir op (docs/CONTRACTS.md) to its kernel in this
+// package. Weight matrices (o.m) are in their stored types.
+var kernels = map[string]kernel{
+	"reshape": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return nil // a view, bound by gather
-	case "embedding":
-		return embedding(out[0], o.i[0], o.m[1])
-	case "rms_norm":
-		return RMSNorm(out[0], f[0], f[1], rows, last, float32(n.AttrFloat("eps")))
-	case "matmul":
-		return MatMulMatrix(out[0], f[0], o.m[1], rows)
-	case "split":
+	},
+	"embedding": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return embedding(o.out[0], o.i[0], o.m[1])
+	},
+	"rms_norm": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return RMSNorm(o.out[0], o.f[0], o.f[1], o.rows, o.last, float32(n.AttrFloat("eps")))
+	},
+	"matmul": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return MatMulMatrix(o.out[0], o.f[0], o.m[1], o.rows)
+	},
+	"split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		outer, sizes := axisSplit(o.osh, n.AttrInt("axis"))
-		return Split(out, f[0], outer, sizes)
-	case "concat":
+		return Split(o.out, o.f[0], outer, sizes)
+	},
+	"concat": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		outer, sizes := axisSplit(o.sh, n.AttrInt("axis"))
-		return Concat(out[0], f, outer, sizes)
-	case "rope":
-		return RoPE(out[0], f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
-	case "attention":
-		return Attention(out[0], f[0], f[1], f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
-			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.caches[n.AttrInt("layer")])
-	case "softplus_gate":
+		return Concat(o.out[0], o.f, outer, sizes)
+	},
+	"rope": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		return RoPE(o.out[0], o.f[0], o.i[1], x[0], x[1], x[2], e.ropes[n])
+	},
+	"attention": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		return BatchAttention(o.out[0], o.f[0], o.f[1], o.f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
+			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.attnSeqs(n.AttrInt("layer")))
+	},
+	"softplus_gate": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
 		if len(x) != 3 {
 			return fmt.Errorf("softplus_gate input must be [T,nh,d], got %v", x)
 		}
 		g := o.sh[1]
-		return SoftplusGate(out[0], f[0], f[1], x[0], x[1], x[2], g[len(g)-1])
-	case "silu":
-		return SiLU(out[0], f[0])
-	case "mul":
-		return Mul(out[0], f[0], f[1])
-	case "add":
-		return Add(out[0], f[0], f[1])
-	case "router_topk":
-		return RouterTopK(out[0], o.ids[1], f[0], f[1], rows, last, n.AttrInt("top_k"),
+		return SoftplusGate(o.out[0], o.f[0], o.f[1], x[0], x[1], x[2], g[len(g)-1])
+	},
+	"silu": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return SiLU(o.out[0], o.f[0]) },
+	"mul":  func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return Mul(o.out[0], o.f[0], o.f[1]) },
+	"add":  func(e *Executor, n *ir.Node, env ir.Env, o *operands) error { return Add(o.out[0], o.f[0], o.f[1]) },
+	"router_topk": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return RouterTopK(o.out[0], o.ids[1], o.f[0], o.f[1], o.rows, o.last, n.AttrInt("top_k"),
 			float32(n.AttrFloat("softcap")), float32(n.AttrFloat("routed_scaling")))
-	case "moe_experts":
+	},
+	"moe_experts": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		gate := o.sh[3]
-		return moeExperts(out[0], f[0], f[1], o.i[2], o.m[3], o.m[4], o.m[5], rows, last, gate[0], gate[1], o.sh[1][1])
-	case "argmax":
-		return ArgMax(o.ids[0], f[0], rows, last)
+		return moeExperts(o.out[0], o.f[0], o.f[1], o.i[2], o.m[3], o.m[4], o.m[5], o.rows, o.last, gate[0], gate[1], o.sh[1][1])
+	},
+	"argmax": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return ArgMax(o.ids[0], o.f[0], o.rows, o.last)
+	},
 	// Fused ops (passes/fuse_*.go).
-	case "matmul_split":
-		return matmulSplit(out, f[0], o.m[1], rows, n.AttrInts("sizes"))
-	case "matmul_swiglu":
-		return matmulSwiGLU(out[0], f[0], o.m[1], rows)
-	case "matmul_add":
-		return matmulAdd(out[0], f[0], f[2], o.m[1], rows)
-	case "moe_grouped":
-		return moeGrouped(n, o, rows, last)
-	}
-	return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
+	"matmul_split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return matmulSplit(o.out, o.f[0], o.m[1], o.rows, n.AttrInts("sizes"))
+	},
+	"matmul_swiglu": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return matmulSwiGLU(o.out[0], o.f[0], o.m[1], o.rows)
+	},
+	"matmul_add": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return matmulAdd(o.out[0], o.f[0], o.f[2], o.m[1], o.rows)
+	},
+	"moe_grouped": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		return moeGrouped(n, o, o.rows, o.last)
+	},
 }
+
+// Ops lists the ops this package has a kernel for, sorted.
+func Ops() []string { return slices.Sorted(maps.Keys(kernels)) }
 
 // moeGrouped binds moe_grouped, whose inputs depend on its layout
 // attributes: x, weights, ids, gate and up (or gate_up), down, [residual].

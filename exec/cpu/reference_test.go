@@ -3,11 +3,13 @@ package cpu
 import (
 	"encoding/json"
 	"fmt"
-	"lagc/config"
 	"math"
 	"os"
 	"strings"
 	"testing"
+
+	"lagc/config"
+	"lagc/prep"
 )
 
 // This test runs the whole Laguna forward pass, composed from this
@@ -61,7 +63,7 @@ func refValues(name string, n int, offset, scale float64) []float32 {
 type lagunaRef struct {
 	cfg    *config.Config
 	w      map[string][]float32
-	ropes  map[string]*RopeTable
+	ropes  map[string]*prep.RopeTable
 	caches []*KVCache
 }
 
@@ -218,7 +220,7 @@ func TestLagunaForwardMatchesTransformers(t *testing.T) {
 		t.Run(rm.Name, func(t *testing.T) {
 			cfg, err := config.ParseHFConfig(rm.Config)
 			must(t, err)
-			m := &lagunaRef{cfg: cfg, w: map[string][]float32{}, ropes: map[string]*RopeTable{}}
+			m := &lagunaRef{cfg: cfg, w: map[string][]float32{}, ropes: map[string]*prep.RopeTable{}}
 			for _, ts := range rm.Tensors {
 				n := 1
 				for _, s := range ts.Shape {
@@ -228,7 +230,7 @@ func TestLagunaForwardMatchesTransformers(t *testing.T) {
 			}
 			// Rotary tables: the same float32 frequencies and factor as transformers.
 			for lt, want := range rm.Rope {
-				tab, err := NewRopeTable(RopeParamsOf(cfg.RopeParameters[lt], cfg.HeadDim))
+				tab, err := prep.NewRopeTable(prep.RopeParamsOf(cfg.RopeParameters[lt], cfg.HeadDim))
 				must(t, err)
 				m.ropes[lt] = tab
 				for i, f := range want.InvFreq {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/ir"
+	"lagc/prep"
 	"lagc/quant"
 )
 
@@ -24,6 +25,8 @@ type RawSource interface {
 
 // Options tune NewExecutorWith.
 type Options struct {
+	// Slots is the number of sequence slots for Step (0: 1).
+	Slots int
 	// F32Budget bounds the bytes of float32 copies made of f16 and bf16
 	// matrices at load (exact, and several times faster to multiply than
 	// converting rows at every step); matrices past it stay in their
@@ -45,6 +48,12 @@ var matrixInputs = map[string]func(i int) bool{
 	"matmul_add":    func(i int) bool { return i == 1 },
 	"moe_experts":   func(i int) bool { return i >= 3 },
 	"moe_grouped":   func(i int) bool { return i >= 3 }, // the residual is an activation
+}
+
+// isMatrixInput reports whether input i of op is read as a Matrix.
+func isMatrixInput(op string, i int) bool {
+	m := matrixInputs[op]
+	return m != nil && m(i)
 }
 
 // weightLoader reads a graph's weights once each, deriving the load-time
@@ -75,7 +84,7 @@ func (e *Executor) loadWeights(ws WeightSource, o Options) error {
 				continue
 			}
 			read[v] = true
-			if m := matrixInputs[n.Op]; m == nil || !m(i) {
+			if !isMatrixInput(n.Op, i) {
 				asF32[v] = true
 			}
 		}
@@ -241,27 +250,16 @@ func (l *weightLoader) concatStored(w *ir.Value) ([]byte, error) {
 // deriveWeight applies a load-time transform (concat or reshape) to
 // float32 sources.
 func deriveWeight(w *ir.Value, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		return srcs[0], nil
-	case "concat":
-		shapes := make([][]int, len(srcs))
-		for i, s := range w.From.Srcs {
-			sh, err := s.Type.Shape.Eval(nil)
-			if err != nil {
-				return nil, err
-			}
-			shapes[i] = sh
+	shapes := make([][]int, len(srcs))
+	for i, s := range w.From.Srcs {
+		sh, err := s.Type.Shape.Eval(nil)
+		if err != nil {
+			return nil, err
 		}
-		n := 0
-		for _, s := range srcs {
-			n += len(s)
-		}
-		out := alignedFloats(n)
-		outer, sizes := axisSplit(shapes, w.From.Attrs["axis"].(int))
-		return out, Concat(out, srcs, outer, sizes)
+		shapes[i] = sh
 	}
-	return nil, fmt.Errorf("unsupported weight transform %q", w.From.Op)
+	axis, _ := w.From.Attrs["axis"].(int)
+	return prep.Derive(w.From.Op, axis, srcs, shapes)
 }
 
 // axisSplit views tensors of the given shapes as [outer, size_i] around axis.

@@ -178,14 +178,14 @@ func (g *tcRig) want(t *testing.T) []float32 {
 	return w
 }
 
-func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error {
-	return k.attentionPrefillTC(s, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, g.c.T, g.c.nh, g.scale)
-}
+func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, true) }
 
 // runFFMA runs attn_prefill through AttentionPrefill with the fast path off.
-func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error {
+func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false) }
+
+func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc bool) error {
 	saved := prefillTC
-	prefillTC = false
+	prefillTC = tc
 	defer func() { prefillTC = saved }()
 	return k.AttentionPrefill(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, g.c.T, g.c.nh, g.scale)
 }
@@ -286,37 +286,4 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 	}
 	slices.Sort(ds)
 	return ds[n/2]
-}
-
-// TestPrefillTCDispatch checks which shapes take the tensor-core kernel and
-// which of its variants; it needs no GPU.
-func TestPrefillTCDispatch(t *testing.T) {
-	for _, c := range []struct {
-		dt   cuda.DType
-		d    int
-		want bool
-	}{
-		{cuda.BF16, 128, true}, {cuda.BF16, 64, true}, {cuda.BF16, 40, false}, {cuda.BF16, 256, false},
-		{cuda.F32, 128, false}, {cuda.F16, 128, false},
-	} {
-		if got := prefillTCSupports(c.dt, c.d); got != c.want {
-			t.Errorf("prefillTCSupports(%v, %d) = %v, want %v", c.dt, c.d, got, c.want)
-		}
-	}
-	a := cuda.DevicePtr(1 << 20)
-	for _, c := range []struct {
-		name      string
-		ldq, ldkv int
-		ptrs      []cuda.DevicePtr
-		want      bool
-	}{
-		{"aligned", 72 * 128, 8 * 128, []cuda.DevicePtr{a, a.Add(4096)}, true},
-		{"fused odd row", 88*128 + 3, 88*128 + 3, []cuda.DevicePtr{a}, false},
-		{"kv columns off 16 bytes", 88 * 128, 88 * 128, []cuda.DevicePtr{a, a.Add(72*128*2 + 8)}, false},
-		{"ldkv not a multiple of 8", 64, 36, []cuda.DevicePtr{a}, false},
-	} {
-		if got := prefillTCVec(c.ldq, c.ldkv, c.ptrs...); got != c.want {
-			t.Errorf("%s: prefillTCVec = %v, want %v", c.name, got, c.want)
-		}
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
 	"lagc/exec/cpu"
+	"lagc/lower"
 )
 
 // attnRig runs one attention layer on both sides: exec/cpu.Attention over a
@@ -49,7 +50,7 @@ func newAttnRig(t *testing.T, k *Kernels, s *cuda.Stream, dt cuda.DType, nh, nkv
 	a.qkv = alloc(t, k, int64(maxT*a.ld()*dt.Size()))
 	a.out = alloc(t, k, int64(maxT*nh*d*dt.Size()))
 	a.pos = alloc(t, k, int64(4*maxT))
-	a.ws = alloc(t, k, decodeWorkspace(attnRigMaxSplits, nh, d))
+	a.ws = alloc(t, k, lower.DecodeWorkspace(attnRigMaxSplits, nh, d))
 	return a
 }
 
@@ -357,7 +358,7 @@ func TestAttentionArgs(t *testing.T) {
 		{"head dim too big", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 1, HeadDim: 300, Slots: 4}, p, p, p, 1, 1, p)},
 		{"null q", k.AttentionDecode(nil, cuda.F32, good, p, 0, p, 4, 1, p)},
 		{"append null v", k.AttentionDecodeAppend(nil, cuda.F32, good, p, p, p, 0, p, 4, 1, p)},
-		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, p, maxSplits+1)},
+		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, p, lower.MaxSplits+1)},
 		{"ring slots", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 2, HeadDim: 16, Window: 4, Slots: 10}, p, p, p, 4, 1, p)},
 		{"null cache", k.AttentionPrefill(nil, cuda.F32, KVLayer{NKV: 2, HeadDim: 16, Slots: 10}, p, p, p, p, 0, 0, p, 3, 4, 1)},
 		{"prefill T 0", k.AttentionPrefill(nil, cuda.F32, good, p, p, p, p, 0, 0, p, 0, 4, 1)},

@@ -16,6 +16,13 @@ type Config struct {
 	Options
 }
 
+// PlanOptions are the lowering options Compile uses for a device of sms
+// multiprocessors (LAGC_PREFILL_ATTN=ffma included), so that a plan made
+// without the device is the one the executor would run.
+func PlanOptions(c Config, sms int) lower.Options {
+	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, PrefillFFMA: PrefillFFMA()}
+}
+
 // Compile lowers g (optimised, weights bound to the checkpoint's dtypes)
 // for the device and starts an executor with the weights of ws (nil:
 // synthetic). The executor satisfies engine.Backend.
@@ -28,7 +35,7 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		}
 		dev, own = d, true
 	}
-	plan, err := lower.Lower(g, lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: dev.Props().SMs})
+	plan, err := lower.Lower(g, PlanOptions(c, dev.Props().SMs))
 	if err != nil {
 		if own {
 			dev.Close()

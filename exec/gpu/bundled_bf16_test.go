@@ -13,7 +13,7 @@ import (
 // TestBundledBF16: on the bundled trained model (real, decisive logits,
 // unlike the random fixtures) the bf16 engine continues exactly as
 // transformers' float32 reference up to the first step whose top-2 logit
-// gap is below 0.05 (issue 5's bf16 criterion), and f32 matches fully.
+// gap is below 0.05 (the bf16 criterion), and f32 matches fully.
 func TestBundledBF16(t *testing.T) {
 	t.Setenv(models.EnvCacheDir, t.TempDir())
 	dir, err := models.ExtractBundled()

@@ -1,3 +1,5 @@
+//go:build decodebaseline
+
 package gpu
 
 import (
@@ -9,11 +11,11 @@ import (
 
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
-	"lagc/exec/cpu"
+	"lagc/prep"
 )
 
 // The decode kernels before the decode tuning (router_topk, rms_norm,
-// qk_norm_rope, attn_decode and its combine as of commit 8978202).
+// qk_norm_rope, attn_decode and its combine), kept to time against.
 //
 //go:embed testdata/decode_baseline.cu
 var decodeBaselineSrc string
@@ -90,7 +92,7 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	})
 
 	// rope of 72 query heads (sliding layer: theta 1e4, all channels).
-	tab, err := cpu.NewRopeTable(cpu.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"})
+	tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -38,23 +39,28 @@ type Executor struct {
 	dev    *cuda.Device
 	ownDev bool
 	k      *Kernels
-	s      *cuda.Stream
+	s      *cuda.Stream // nil on a dry run
+	q      Queue        // where launches and copies go: s, or a Recorder
 	act    cuda.DType
+	// dryNext is the next address a dry run hands out (no device).
+	dryNext cuda.DevicePtr
 
-	allocs   []cuda.DevicePtr
-	weights  cuda.DevicePtr // plan.WeightBytes
-	kvMem    cuda.DevicePtr // plan.KVBytes
-	arena    cuda.DevicePtr // max arena of both schedules, then the workspace
-	ws       cuda.DevicePtr // shared scratch of wsBytes
-	wsBytes  int64
-	aux      cuda.DevicePtr // moe_grouped's extended routes, auxBytes
-	auxBytes int64
-	tokens   cuda.DevicePtr // i32 [chunk]: the step's token ids
-	pos      cuda.DevicePtr // i32 [chunk]: their positions
-	kv       []KVLayer
-	ropes    map[string]Rope
+	// The plan's regions (lower.Base*).
+	allocs      []cuda.DevicePtr
+	weights     cuda.DevicePtr // plan.WeightBytes
+	kvMem       cuda.DevicePtr // plan.KVBytes
+	arena       cuda.DevicePtr // max arena of both schedules, then the workspace and the routes
+	arenaBytes  int64
+	ws          cuda.DevicePtr // shared scratch of wsBytes
+	wsBytes     int64
+	routes      cuda.DevicePtr // moe_grouped's extended routes, routesBytes
+	routesBytes int64
+	tokens      cuda.DevicePtr // i32 [chunk]: the step's token ids
+	pos         cuda.DevicePtr // i32 [chunk]: their positions
+	ropes       cuda.DevicePtr // plan.RopeBytes
 
 	decode, prefill *program
+	ragged          *program // the prefill program of the last short chunk
 	graph           *cuda.GraphExec
 	decodeSteps     int // decode steps run since the last Reset or capture
 
@@ -66,9 +72,10 @@ type Executor struct {
 	prof     *profiler
 }
 
-// New uploads the plan's weights (from ws, or synthetic ones when ws is
-// nil), allocates the KV caches and the arena, and prepares both
-// schedules. Kernels are compiled on first use.
+// New allocates the plan's regions, uploads its weights (from ws, or
+// synthetic ones when ws is nil) and rope tables, and binds both
+// schedules: their kernels are compiled here, those of a shorter prefill
+// chunk when it first runs.
 func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) {
 	if plan == nil || plan.Decode == nil || plan.Prefill == nil {
 		return nil, fmt.Errorf("gpu.New: incomplete plan")
@@ -80,7 +87,7 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	if o.Profile {
 		o.Eager = true
 	}
-	e := &Executor{plan: plan, o: o, act: act, ropes: map[string]Rope{}}
+	e := &Executor{plan: plan, o: o, act: act}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -98,8 +105,19 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	if e.s, err = e.dev.NewStream(); err != nil {
 		return nil, err
 	}
-	if err := e.allocate(); err != nil {
+	e.q = e.s
+	if err := e.start(ws); err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// start allocates and fills the executor's memory and binds both
+// schedules.
+func (e *Executor) start(ws WeightSource) (err error) {
+	plan, o := e.plan, e.o
+	if err := e.allocate(); err != nil {
+		return err
 	}
 	if ws == nil {
 		err = e.syntheticWeights(1)
@@ -107,24 +125,57 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 		err = e.uploadWeights(ws)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if e.decode, err = e.bind(plan.Decode); err != nil {
-		return nil, fmt.Errorf("gpu: decode schedule: %w", err)
+	if err := e.uploadRopes(); err != nil {
+		return err
 	}
-	if e.prefill, err = e.bind(plan.Prefill); err != nil {
-		return nil, fmt.Errorf("gpu: prefill schedule: %w", err)
+	if e.decode, err = e.bindPlanned(plan.Decode); err != nil {
+		return fmt.Errorf("gpu: decode schedule: %w", err)
+	}
+	if e.prefill, err = e.bindPlanned(plan.Prefill); err != nil {
+		return fmt.Errorf("gpu: prefill schedule: %w", err)
 	}
 	e.V = e.decode.logits.Shape[len(e.decode.logits.Shape)-1]
 	if o.Profile {
 		e.prof = newProfiler(e.dev)
 	}
-	return e, nil
+	return nil
 }
+
+// DryRun returns an executor of plan on no device, and the Recorder its
+// launches and copies go to: nothing is compiled, allocated or computed
+// (weights are synthetic, results zero), but every launch is made as on
+// a GPU, eagerly. It shows what a plan runs, launch by launch.
+func DryRun(plan *lower.Plan) (*Executor, *Recorder, error) {
+	if plan == nil || plan.Decode == nil || plan.Prefill == nil {
+		return nil, nil, fmt.Errorf("gpu.DryRun: incomplete plan")
+	}
+	act, err := dtypeOf(plan.DType)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpu.DryRun: %w", err)
+	}
+	rec := &Recorder{}
+	e := &Executor{plan: plan, o: Options{Eager: true}, act: act, k: &Kernels{fake: true}, q: rec, dryNext: dryBase}
+	if err := e.start(nil); err != nil {
+		return nil, nil, err
+	}
+	rec.Reset()
+	return e, rec, nil
+}
+
+// dryBase is the first address of a dry run's memory: far from 0, so no
+// offset is mistaken for a null pointer, and aligned like device memory.
+const dryBase = cuda.DevicePtr(1 << 40)
 
 func (e *Executor) alloc(n int64) (cuda.DevicePtr, error) {
 	if n <= 0 {
 		return 0, nil
+	}
+	if e.dev == nil {
+		p := e.dryNext
+		e.dryNext = e.dryNext.Add(align(n) + 1<<20)
+		return p, nil
 	}
 	p, err := e.dev.Alloc(n)
 	if err != nil {
@@ -134,7 +185,8 @@ func (e *Executor) alloc(n int64) (cuda.DevicePtr, error) {
 	return p, nil
 }
 
-// allocate makes the weight, KV, arena+workspace and scalar allocations.
+// allocate makes the plan's regions: weights, KV caches, arena with
+// workspace and routes, tokens and positions, rope tables.
 func (e *Executor) allocate() error {
 	p := e.plan
 	var err error
@@ -145,30 +197,36 @@ func (e *Executor) allocate() error {
 		return fmt.Errorf("KV caches (%d bytes): %w", p.KVBytes, err)
 	}
 	for _, c := range p.KV {
-		half := c.Half()
-		k := NewKVLayer(e.kvMem.Add(c.Offset), e.kvMem.Add(c.Offset+half), c.NKV, c.HeadDim, c.Window, p.MaxContext)
-		if k.Bytes(e.act) > half {
-			return fmt.Errorf("KV cache of layer %d: plan gives %d bytes, the kernels need %d", c.Layer, half, k.Bytes(e.act))
+		need := int64(c.Slots) * int64(c.NKV) * int64(c.HeadDim) * int64(e.act.Size())
+		if need > c.Half() || c.Offset < 0 || c.Offset+c.Bytes > p.KVBytes {
+			return fmt.Errorf("KV cache of layer %d: plan gives %d bytes at %d, the kernels need %d", c.Layer, c.Half(), c.Offset, need)
 		}
-		e.kv = append(e.kv, k)
 	}
-	if e.wsBytes, e.auxBytes, err = e.workspaceBytes(); err != nil {
-		return err
+	const maxBytes = math.MaxInt64 / 4
+	for _, n := range []int64{p.Decode.Arena, p.Prefill.Arena, p.Decode.Workspace, p.Prefill.Workspace, p.Decode.Routes, p.Prefill.Routes, p.RopeBytes} {
+		if n < 0 || n > maxBytes {
+			return fmt.Errorf("the plan asks for a region of %d bytes", n)
+		}
 	}
-	arena := align(max(p.Decode.Arena, p.Prefill.Arena))
-	total := arena + e.wsBytes + e.auxBytes
+	e.arenaBytes = align(max(p.Decode.Arena, p.Prefill.Arena))
+	e.wsBytes = align(max(p.Decode.Workspace, p.Prefill.Workspace))
+	e.routesBytes = align(max(p.Decode.Routes, p.Prefill.Routes))
+	total := e.arenaBytes + e.wsBytes + e.routesBytes
 	if e.arena, err = e.alloc(total); err != nil {
 		return fmt.Errorf("activation arena and workspace (%d bytes): %w", total, err)
 	}
-	e.ws = e.arena.Add(arena)
-	e.aux = e.ws.Add(e.wsBytes)
+	e.ws = e.arena.Add(e.arenaBytes)
+	e.routes = e.ws.Add(e.wsBytes)
+	if e.ropes, err = e.alloc(p.RopeBytes); err != nil {
+		return fmt.Errorf("rope tables (%d bytes): %w", p.RopeBytes, err)
+	}
 	n := int64(max(p.Prefill.Tokens, 1))
 	io, err := e.alloc(2 * align(4*n))
 	if err != nil {
 		return err
 	}
 	e.tokens, e.pos = io, io.Add(align(4*n))
-	return e.s.Memset32(io, 0, 2*align(4*n)/4)
+	return e.q.Memset32(io, 0, 2*align(4*n)/4)
 }
 
 func align(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }
@@ -216,7 +274,9 @@ func (e *Executor) Close() error {
 		keep(e.s.Synchronize())
 	}
 	for _, p := range e.allocs {
-		keep(e.dev.Free(p))
+		if e.dev != nil {
+			keep(e.dev.Free(p))
+		}
 	}
 	e.allocs = nil
 	if e.s != nil {
@@ -273,23 +333,23 @@ func (e *Executor) setScalars(tokens []int32) error {
 	for i := range pos {
 		pos[i] = int32(e.next + i)
 	}
-	if err := cuda.Upload(e.s, e.tokens, tokens); err != nil {
+	if err := cuda.Upload(e.q, e.tokens, tokens); err != nil {
 		return err
 	}
-	return cuda.Upload(e.s, e.pos, pos)
+	return cuda.Upload(e.q, e.pos, pos)
 }
 
 // readOut copies the step's argmax (and logits) of T tokens to the host.
 func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {
 	next := make([]int32, T)
-	if err := cuda.Download(e.s, next, e.arena.Add(p.next.Offset)); err != nil {
+	if err := cuda.Download(e.q, next, e.arena.Add(p.next.Offset)); err != nil {
 		return nil, nil, fmt.Errorf("reading the argmax: %w", err)
 	}
 	if !logits {
 		return nil, next, nil
 	}
 	out := make([]float32, T*e.V)
-	if err := cuda.Download(e.s, out, e.arena.Add(p.logits.Offset)); err != nil {
+	if err := cuda.Download(e.q, out, e.arena.Add(p.logits.Offset)); err != nil {
 		return nil, nil, fmt.Errorf("reading the logits: %w", err)
 	}
 	return out, next, nil

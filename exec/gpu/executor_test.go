@@ -8,8 +8,6 @@ package gpu_test
 import (
 	"bytes"
 	"context"
-	"lagc/config"
-	"lagc/internal/fixture"
 	"math"
 	"path/filepath"
 	"slices"
@@ -17,9 +15,11 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/engine"
 	"lagc/exec/gpu"
+	"lagc/internal/fixture"
 	"lagc/ir"
 	"lagc/models"
 	"lagc/passes"

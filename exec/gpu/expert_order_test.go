@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"lagc/cuda"
+	"lagc/lower"
 )
 
-// TestExpertOrderSkewedGPU is the expert-order A/B of issue 6: the grouped
+// TestExpertOrderSkewedGPU is the expert-order A/B: the grouped
 // MoE at Laguna-S-2.1 prefill shapes (T=2048, E=256, top-10, H=3072,
 // I=1024, bf16) on skewed routing, experts visited by id and by descending
 // load. The outputs must be bitwise identical; the times are logged (a
@@ -20,12 +21,7 @@ func TestExpertOrderSkewedGPU(t *testing.T) {
 	const T, E, K, H, I = 2048, 256, 10, 3072, 1024
 	fill := func(n int64, seed uint32, scale float32) cuda.DevicePtr {
 		p := alloc(t, k, 2*n)
-		kn, err := k.op("executor.cu", "fill_hash", []cuda.DType{cuda.BF16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, b := grid1D(n)
-		if err := s.Launch(kn, g, b, 0, n, seed, float32(0), scale, p); err != nil {
+		if err := k.on(s).one(lower.FillHash("bf16", n, seed, 0, scale, ptr(p)), nil); err != nil {
 			t.Fatal(err)
 		}
 		return p

@@ -33,7 +33,7 @@ func gpuTrace(t *testing.T, m *engine.Model, prompt []int32, steps int) (rows []
 	return rows, toks
 }
 
-// TestFusionPassesGPU is issue 6's gate on the H200: on every fixture, in
+// TestFusionPassesGPU is the fusions' gate on the GPU: on every fixture, in
 // f32, each fusion pass alone and all of them give the same greedy tokens
 // as the unfused pipeline and logits within 1e-5.
 func TestFusionPassesGPU(t *testing.T) {

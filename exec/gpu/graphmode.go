@@ -3,7 +3,6 @@ package gpu
 import (
 	"fmt"
 
-	"lagc/cuda"
 	"lagc/lower"
 )
 
@@ -47,7 +46,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 func (e *Executor) launchDecode() error {
 	if e.o.Eager || e.prof != nil || e.decodeSteps == 0 {
 		e.decodeSteps++
-		return e.decodeKernels(e.s)
+		return e.decodeKernels()
 	}
 	if e.graph == nil {
 		if err := e.capture(); err != nil {
@@ -58,24 +57,16 @@ func (e *Executor) launchDecode() error {
 	return e.graph.Launch(e.s)
 }
 
-// decodeKernels queues the decode schedule and the step bookkeeping.
-func (e *Executor) decodeKernels(s *cuda.Stream) error {
-	if err := e.run(e.decode, 1); err != nil {
-		return err
-	}
-	kn, err := e.k.op("executor.cu", "step_next", nil)
-	if err != nil {
-		return err
-	}
-	return s.Launch(kn, cuda.Dim(1), cuda.Dim(32), 0, e.arena.Add(e.decode.next.Offset), e.tokens, e.pos)
-}
+// decodeKernels queues the decode schedule, which ends with the step
+// bookkeeping (step_next).
+func (e *Executor) decodeKernels() error { return e.run(e.decode) }
 
 // capture records the decode step once as a CUDA graph.
 func (e *Executor) capture() error {
 	if err := e.s.Synchronize(); err != nil {
 		return err
 	}
-	g, err := e.s.Capture(func() error { return e.decodeKernels(e.s) })
+	g, err := e.s.Capture(e.decodeKernels)
 	if err != nil {
 		return fmt.Errorf("capturing the decode step: %w", err)
 	}

@@ -173,3 +173,5 @@ func checkClose(t *testing.T, what string, got, want []float32, tol float64) {
 		t.Fatalf("%s: relative error %.3g > %.3g (worst |diff| %.4g at %d: got %v want %v)", what, rel, tol, worst, wi, got[wi], want[wi])
 	}
 }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,6 +1,14 @@
-// Package gpu runs Laguna on NVIDIA GPUs: launchers for every op's CUDA
-// kernel (checked against exec/cpu by the tests in this package), and the
-// executor that runs a lowered plan eagerly or as a captured CUDA graph.
+// Package gpu runs Laguna on NVIDIA GPUs: the executor that runs a lowered
+// plan eagerly or as a captured CUDA graph, and launchers for every op's
+// kernels (checked against exec/cpu by the tests in this package).
+//
+// Every decision of what to launch is lower's: a lower.Launch names the
+// instantiation, geometry and arguments. This package compiles the
+// instantiation (cached by its full signature), binds the arguments'
+// regions to device memory and queues the launch. The launchers
+// (Kernels.MatMul, MoEExperts, AttentionDecode, ...) take device pointers,
+// ask lower's kernel functions for the launch and bind it, so the kernel
+// tests exercise the same rules the plan uses.
 //
 // Kernel sources live in cuda/kernels/ (one file per op family, named after
 // the op: rms_norm in norm.cu, attention in attention.cu, ...). Activations
@@ -10,37 +18,268 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"lagc/cuda"
+	"lagc/lower"
 )
 
 // Kernels compiles (through the cuda package's memory and disk caches) and
 // launches the Laguna kernels on one device.
 type Kernels struct {
 	Dev *cuda.Device
+	// fake stands in for the device: kernels are not compiled but only
+	// name their instantiation, so launches can be recorded without a GPU.
+	fake bool
 }
 
 // NewKernels returns the launchers for dev.
 func NewKernels(dev *cuda.Device) *Kernels { return &Kernels{Dev: dev} }
 
-// kernel returns the instantiation of template name from an embedded file
-// for the given dtypes and non-type arguments. Compile caches it, so calling
-// this on every launch costs a map lookup; hot paths may keep the result.
-func (k *Kernels) kernel(file, name string, dtypes []cuda.DType, ints ...int64) (*cuda.Kernel, error) {
-	spec, err := cuda.EmbeddedSpec(file, name, dtypes...)
-	if err != nil {
-		return nil, err
+// DTypes lists the activation/weight dtypes the kernels are built for.
+var DTypes = []cuda.DType{cuda.F32, cuda.BF16}
+
+// fakeProps are the properties a fake device reports: an H200's SM count.
+var fakeProps = cuda.Props{Name: "recorder", SMs: 132}
+
+// props returns the device's properties.
+func (k *Kernels) props() cuda.Props {
+	if k.Dev == nil {
+		return fakeProps
 	}
-	spec.Ints = ints
-	kn, err := k.Dev.Compile(context.Background(), spec)
-	if err != nil {
-		return nil, fmt.Errorf("kernel %s%v in %s: %w", name, dtypes, file, err)
+	return k.Dev.Props()
+}
+
+// SMs is the device's multiprocessor count, which lower's rules size
+// grids and splits by.
+func (k *Kernels) SMs() int { return k.props().SMs }
+
+// kernelKey identifies one instantiation on one device.
+type kernelKey struct {
+	dev        *cuda.Device
+	fake       bool
+	file, name string
+	dts        [4]cuda.DType
+	ints       [4]int64
+}
+
+// compiled memoises instantiations: Compile hashes the whole source for
+// its cache key, which would cost an eager launch more than the launch.
+var compiled sync.Map // kernelKey -> *cuda.Kernel
+
+// sourceDeps are files a kernel file is compiled after: moe.cu uses
+// matmul.cu's tensor-core pieces.
+var sourceDeps = map[string][]string{"moe.cu": {"matmul.cu"}}
+
+// source is the text NVRTC compiles for file: its dependencies, then the
+// file, each keeping its own line numbers in diagnostics.
+func source(file string) (string, error) {
+	deps := sourceDeps[file]
+	if len(deps) == 0 {
+		return cuda.Source(file)
+	}
+	var text string
+	for _, f := range append(append([]string(nil), deps...), file) {
+		s, err := cuda.Source(f)
+		if err != nil {
+			return "", err
+		}
+		if text != "" {
+			text += "\n"
+		}
+		text += "#line 1 \"" + f + "\"\n" + s
+	}
+	return text, nil
+}
+
+// Kernel returns the compiled instantiation l names, allowed l.Shmem bytes
+// of dynamic shared memory.
+func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
+	key := kernelKey{dev: k.Dev, fake: k.fake, file: l.File, name: l.Kernel}
+	if len(l.DTypes) > len(key.dts) || len(l.Ints) > len(key.ints) {
+		return nil, fmt.Errorf("kernel %s: too many template arguments", l.NameExpr())
+	}
+	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints}
+	for i, s := range l.DTypes {
+		dt, err := cuda.ParseDType(s)
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", l.Kernel, err)
+		}
+		key.dts[i] = dt
+		spec.DTypes = append(spec.DTypes, dt)
+	}
+	copy(key.ints[:], l.Ints)
+	if k.fake {
+		if v, ok := compiled.Load(key); ok {
+			return v.(*cuda.Kernel), nil
+		}
+		kn := &cuda.Kernel{NameExpr: spec.NameExpr()}
+		compiled.Store(key, kn)
+		return kn, nil
+	}
+	if k.Dev == nil {
+		return nil, fmt.Errorf("kernel %s: no device", spec.NameExpr())
+	}
+	if max := k.props().MaxSharedPerBlock; max > 0 && l.Shmem > max {
+		return nil, fmt.Errorf("kernel %s needs %d bytes of shared memory, the device allows %d", spec.NameExpr(), l.Shmem, max)
+	}
+	var kn *cuda.Kernel
+	if v, ok := compiled.Load(key); ok {
+		kn = v.(*cuda.Kernel)
+	} else {
+		src, err := source(l.File)
+		if err != nil {
+			return nil, err
+		}
+		spec.Source = src
+		if kn, err = k.Dev.Compile(context.Background(), spec); err != nil {
+			return nil, fmt.Errorf("kernel %s in %s: %w", spec.NameExpr(), l.File, err)
+		}
+		compiled.Store(key, kn)
+	}
+	if err := allowShared(kn, l.Shmem); err != nil {
+		return nil, err
 	}
 	return kn, nil
 }
 
-// DTypes lists the activation/weight dtypes the kernels are built for.
-var DTypes = []cuda.DType{cuda.F32, cuda.BF16}
+// sharedSet remembers the dynamic shared memory each kernel was allowed
+// (one instantiation may launch with several sizes: it is only raised).
+var sharedSet sync.Map // *cuda.Kernel -> int
 
-// ceilDiv is used for launch geometry.
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// allowShared lets kn launch with bytes of dynamic shared memory: the
+// driver wants an opt-in above 48 KiB.
+func allowShared(kn *cuda.Kernel, bytes int) error {
+	if bytes <= 48<<10 {
+		return nil
+	}
+	if v, ok := sharedSet.Load(kn); ok && v.(int) >= bytes {
+		return nil
+	}
+	if err := kn.SetMaxDynamicShared(bytes); err != nil {
+		return fmt.Errorf("allowing %d bytes of shared memory to %s: %w", bytes, kn.NameExpr, err)
+	}
+	sharedSet.Store(kn, bytes)
+	return nil
+}
+
+// KernelLaunch is a launch bound to a device: what the executor queues or
+// captures, and what a profiler times and names. A copy has no Kernel; its
+// Args are the destination, the source and the byte count (int64).
+type KernelLaunch struct {
+	Name        string // the instantiation, e.g. "gemv<bf16_t, bf16_t, bf16_t, 1, 0, 1>", or "memcpy"
+	Kernel      *cuda.Kernel
+	Grid, Block cuda.Dim3
+	Shmem       int // dynamic shared memory, bytes
+	Args        []any
+}
+
+// Launch queues l on s.
+func (l KernelLaunch) Launch(s Queue) error {
+	if l.Kernel == nil {
+		dst, _ := l.Args[0].(cuda.DevicePtr)
+		src, _ := l.Args[1].(cuda.DevicePtr)
+		n, _ := l.Args[2].(int64)
+		if err := s.CopyDtoD(dst, src, n); err != nil {
+			return fmt.Errorf("memcpy of %d bytes: %w", n, err)
+		}
+		return nil
+	}
+	if err := s.Launch(l.Kernel, l.Grid, l.Block, l.Shmem, l.Args...); err != nil {
+		return fmt.Errorf("%s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// Bind compiles l's kernel and resolves its arguments, each region through
+// base.
+func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr, error)) (KernelLaunch, error) {
+	args := make([]any, len(l.Args))
+	for i, a := range l.Args {
+		switch a.Kind {
+		case lower.ArgPtr:
+			if a.Base == "" {
+				args[i] = cuda.DevicePtr(0)
+				continue
+			}
+			b, err := base(a.Base)
+			if err != nil {
+				return KernelLaunch{}, fmt.Errorf("%s argument %d: %w", l.Kernel, i, err)
+			}
+			args[i] = b.Add(a.Offset)
+		case lower.ArgI32:
+			args[i] = int32(a.Int)
+		case lower.ArgI64:
+			args[i] = a.Int
+		case lower.ArgU32:
+			args[i] = uint32(a.Int)
+		case lower.ArgF32:
+			args[i] = a.Float
+		default:
+			return KernelLaunch{}, fmt.Errorf("%s argument %d: unknown kind %q", l.Kernel, i, a.Kind)
+		}
+	}
+	if l.Kernel == lower.Memcpy {
+		if len(args) != 3 || l.Args[0].Kind != lower.ArgPtr || l.Args[1].Kind != lower.ArgPtr || l.Args[2].Kind != lower.ArgI64 {
+			return KernelLaunch{}, fmt.Errorf("memcpy takes a destination, a source and a byte count, got %v", l.Args)
+		}
+		return KernelLaunch{Name: lower.Memcpy, Args: args}, nil
+	}
+	for _, d := range append(l.Grid[:], l.Block[:]...) {
+		if d < 1 || d > 1<<31-1 {
+			return KernelLaunch{}, fmt.Errorf("%s: grid %v block %v", l.NameExpr(), l.Grid, l.Block)
+		}
+	}
+	kn, err := k.Kernel(l)
+	if err != nil {
+		return KernelLaunch{}, err
+	}
+	return KernelLaunch{Name: kn.NameExpr, Kernel: kn,
+		Grid:  cuda.Dim(uint32(l.Grid[0]), uint32(l.Grid[1]), uint32(l.Grid[2])),
+		Block: cuda.Dim(uint32(l.Block[0]), uint32(l.Block[1]), uint32(l.Block[2])),
+		Shmem: l.Shmem, Args: args}, nil
+}
+
+// deviceBase binds the regions a launcher uses: lower.BaseDevice is
+// address 0, so its offsets are device addresses.
+func deviceBase(region string) (cuda.DevicePtr, error) {
+	if region == lower.BaseDevice {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("region %q outside an executor", region)
+}
+
+// ptr is the lower pointer of a device address.
+func ptr(p cuda.DevicePtr) lower.Ptr { return lower.DevicePtr(uint64(p)) }
+
+// queuer binds launches lower made for device pointers and queues them:
+// k.on(s).one(lower.RMSNorm(...)).
+type queuer struct {
+	k *Kernels
+	s Queue
+}
+
+func (k *Kernels) on(s Queue) queuer { return queuer{k, s} }
+
+func (q queuer) one(l lower.Launch, err error) error {
+	if err != nil {
+		return fmt.Errorf("gpu.%w", err)
+	}
+	return q.all([]lower.Launch{l}, nil)
+}
+
+func (q queuer) all(ls []lower.Launch, err error) error {
+	if err != nil {
+		return fmt.Errorf("gpu.%w", err)
+	}
+	for _, l := range ls {
+		b, err := q.k.Bind(l, deviceBase)
+		if err != nil {
+			return err
+		}
+		if err := b.Launch(q.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}

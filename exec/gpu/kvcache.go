@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"lagc/cuda"
+	"lagc/lower"
 )
 
 // KVLayer is one layer's KV cache on the device: K and V, each
@@ -39,14 +40,8 @@ func (c KVLayer) Bytes(dt cuda.DType) int64 {
 	return int64(c.Slots) * int64(c.NKV) * int64(c.HeadDim) * int64(dt.Size())
 }
 
-func (c KVLayer) check(op string) error {
-	if err := checkPos(op, "cache kv heads", c.NKV, "cache head_dim", c.HeadDim, "cache slots", c.Slots); err != nil {
-		return err
-	}
-	if c.Window < 0 || (c.Window > 0 && c.Slots != c.Window) {
-		return fmt.Errorf("gpu.%s: a ring cache has Slots == Window (got %d slots, window %d)", op, c.Slots, c.Window)
-	}
-	return checkPtrs(op, "cache K", c.K, "cache V", c.V)
+func (c KVLayer) cache() lower.Cache {
+	return lower.Cache{K: ptr(c.K), V: ptr(c.V), NKV: c.NKV, HeadDim: c.HeadDim, Window: c.Window, Slots: c.Slots}
 }
 
 // KVAppend writes T tokens' keys and values into the cache at positions
@@ -56,71 +51,21 @@ func (c KVLayer) check(op string) error {
 // most Window tokens per call (more would race for slots: use
 // KVCompactRing after a prefill chunk's attention). The decode step
 // appends before AttentionDecode reads the cache.
-func (k *Kernels) KVAppend(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
-	const op = "KVAppend"
-	if c.Window > 0 && T > c.Window {
-		return fmt.Errorf("gpu.%s: %d tokens into a ring of %d slots; use KVCompactRing", op, T, c.Window)
-	}
-	return k.kvStore(op, "kv_append", s, dt, c, kx, vx, ld, pos, T)
+func (k *Kernels) KVAppend(s Queue, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
+	return k.on(s).one(lower.KVAppend(kvStore(dt, c, kx, vx, ld, pos, T)))
 }
 
 // KVCompactRing moves the last min(T, Window) tokens of a prefill chunk
 // (laid out as for KVAppend, read linearly by AttentionPrefill) into a
 // sliding layer's ring. Run it after the chunk's attention, which still
 // reads the older keys of the ring.
-func (k *Kernels) KVCompactRing(s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
-	const op = "KVCompactRing"
-	if c.Window <= 0 {
-		return fmt.Errorf("gpu.%s: the cache is linear (window 0); use KVAppend", op)
-	}
-	return k.kvStore(op, "kv_compact_ring", s, dt, c, kx, vx, ld, pos, T)
+func (k *Kernels) KVCompactRing(s Queue, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
+	return k.on(s).one(lower.KVCompactRing(kvStore(dt, c, kx, vx, ld, pos, T)))
 }
 
-func (k *Kernels) kvStore(op, name string, s *cuda.Stream, dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) error {
-	if err := checkDT(op, dt); err != nil {
-		return err
-	}
-	if err := c.check(op); err != nil {
-		return err
-	}
-	if err := checkPos(op, "T", T); err != nil {
-		return err
-	}
-	row := c.NKV * c.HeadDim
-	if ld == 0 {
-		ld = row
-	}
-	if ld < row {
-		return fmt.Errorf("gpu.%s: row stride %d is below %d kv heads x %d channels", op, ld, c.NKV, c.HeadDim)
-	}
-	if err := checkPtrs(op, "k", kx, "v", vx, "pos", pos); err != nil {
-		return err
-	}
-	kn, err := k.op("kvcache.cu", name, []cuda.DType{dt})
-	if err != nil {
-		return fmt.Errorf("gpu.%s: %w", op, err)
-	}
-	const threads = 256
-	bx := uint32(ceilDiv(row, threads))
-	var err2 error
-	if name == "kv_append" {
-		if T > 65535 {
-			return fmt.Errorf("gpu.%s: %d tokens exceed the 65535 of one launch", op, T)
-		}
-		err2 = s.Launch(kn, cuda.Dim(bx, uint32(T)), cuda.Dim(threads), 0,
-			int32(T), int32(c.NKV), int32(c.HeadDim), int32(c.Window), int32(c.Slots), pos,
-			kx, vx, int64(ld), int64(ld), c.K, c.V)
-	} else {
-		keep := min(T, c.Window)
-		if keep > 65535 {
-			return fmt.Errorf("gpu.%s: a window of %d exceeds the 65535 tokens of one launch", op, keep)
-		}
-		err2 = s.Launch(kn, cuda.Dim(bx, uint32(keep)), cuda.Dim(threads), 0,
-			int32(T), int32(c.NKV), int32(c.HeadDim), int32(c.Window), pos,
-			kx, vx, int64(ld), int64(ld), c.K, c.V)
-	}
-	if err2 != nil {
-		return fmt.Errorf("gpu.%s: %w", op, err2)
-	}
-	return nil
+func kvStore(dt cuda.DType, c KVLayer, kx, vx cuda.DevicePtr, ld int, pos cuda.DevicePtr, T int) lower.KVStoreArgs {
+	return lower.KVStoreArgs{DType: dt.String(), Cache: c.cache(), K: ptr(kx), V: ptr(vx), LD: ld, Pos: ptr(pos), T: T}
 }
+
+// errNull reports a null pointer a launcher was given.
+func errNull(op, what string) error { return fmt.Errorf("gpu.%s: %s must not be null", op, what) }

@@ -199,22 +199,3 @@ func TestMatMulErrors(t *testing.T) {
 		}
 	}
 }
-
-// TestGEMVSplit pins the split rule's edges (no GPU needed).
-func TestGEMVSplit(t *testing.T) {
-	for _, c := range []struct {
-		n, k, want int
-		wt         cuda.DType
-	}{
-		{100352, 3072, 1, cuda.BF16}, // lm_head: rows enough
-		{3072, 3072, 2, cuda.BF16},
-		{17, 3072, 8, cuda.BF16},
-		{17, 64, 1, cuda.BF16}, // too short to share
-		{1000, 1000, 2, cuda.BF16},
-		{1000, 1000, 4, cuda.F32}, // 250 vectors of 4 floats
-	} {
-		if got := gemvSplit(c.n, c.k, c.wt, 132); got != c.want {
-			t.Errorf("gemvSplit(%d, %d, %v) = %d, want %d", c.n, c.k, c.wt, got, c.want)
-		}
-	}
-}

@@ -9,6 +9,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/exec/cpu"
+	"lagc/lower"
 )
 
 // moeIDs draws [T,k] expert ids by distribution:
@@ -310,7 +311,7 @@ func TestMoEDeterministic(t *testing.T) {
 func TestMoEArgs(t *testing.T) {
 	ok := MoEArgs{T: 2048, H: 3072, I: 1024, E: 256, TopK: 10, X: 256, Weights: 256, IDs: 256, Gate: 256,
 		Up: 256, Down: 256, Out: 256, Workspace: 256, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16}
-	if err := ok.validate(); err != nil {
+	if _, err := lower.MoE(ok.lower()); err != nil {
 		t.Fatal(err)
 	}
 	ws, err := MoEWorkspaceBytes(ok)
@@ -338,11 +339,7 @@ func TestMoEArgs(t *testing.T) {
 	} {
 		a := ok
 		mut(&a)
-		err := a.validate()
-		if err == nil {
-			_, err = a.layout()
-		}
-		if err == nil {
+		if _, err := lower.MoE(a.lower()); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -40,10 +40,14 @@ func (e *Executor) prefillChunk(part []int32, logits bool) ([]float32, []int32, 
 		return nil, nil, err
 	}
 	e.devState = false
-	if err := e.run(e.prefill, T); err != nil {
+	p, err := e.prefillAt(T)
+	if err != nil {
 		return nil, nil, err
 	}
-	lg, nx, err := e.readOut(e.prefill, T, logits)
+	if err := e.run(p); err != nil {
+		return nil, nil, err
+	}
+	lg, nx, err := e.readOut(p, T, logits)
 	if err != nil {
 		return nil, nil, err
 	}

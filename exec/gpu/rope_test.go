@@ -8,15 +8,16 @@ import (
 
 	"lagc/cuda"
 	"lagc/exec/cpu"
+	"lagc/prep"
 )
 
 // ropeTables are the rope flavours Laguna uses: S-2.1's full layers (YaRN
 // factor 32 over 8192, theta 5e5, half the channels), its sliding layers
 // (default, theta 1e4, all channels), and a small default partial one.
-func ropeTables(t *testing.T, d int) map[string]*cpu.RopeTable {
+func ropeTables(t *testing.T, d int) map[string]*prep.RopeTable {
 	t.Helper()
-	out := map[string]*cpu.RopeTable{}
-	for name, p := range map[string]cpu.RopeParams{
+	out := map[string]*prep.RopeTable{}
+	for name, p := range map[string]prep.RopeParams{
 		"yarn-half":    {RotaryDim: d / 2, Theta: 5e5, Type: "yarn", Factor: 32, OriginalContext: 8192},
 		"default-full": {RotaryDim: d, Theta: 1e4, Type: "default"},
 		"default-half": {RotaryDim: d / 2, Theta: 1e4},
@@ -24,7 +25,7 @@ func ropeTables(t *testing.T, d int) map[string]*cpu.RopeTable {
 		if p.RotaryDim%2 != 0 {
 			continue
 		}
-		tab, err := cpu.NewRopeTable(p)
+		tab, err := prep.NewRopeTable(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func ropeTables(t *testing.T, d int) map[string]*cpu.RopeTable {
 }
 
 // ropeUpload puts tab on the device.
-func ropeUpload(t *testing.T, k *Kernels, s *cuda.Stream, tab *cpu.RopeTable) Rope {
+func ropeUpload(t *testing.T, k *Kernels, s *cuda.Stream, tab *prep.RopeTable) Rope {
 	t.Helper()
 	r, err := UploadRope(s, alloc(t, k, RopeTableBytes(tab)), tab)
 	if err != nil {

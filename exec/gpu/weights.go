@@ -8,8 +8,8 @@ import (
 	"sync"
 
 	"lagc/cuda"
-	"lagc/exec/cpu"
 	"lagc/lower"
+	"lagc/prep"
 )
 
 // uploadWeights reads every weight a kernel uses from ws as float32,
@@ -73,7 +73,7 @@ func (e *Executor) uploadWeights(ws WeightSource) error {
 		if int64(len(b)) != w.Bytes {
 			return fmt.Errorf("weight %s: %d bytes encoded, the plan has %d", w.Name, len(b), w.Bytes)
 		}
-		if err := e.s.CopyHtoD(e.weights.Add(w.Offset), b); err != nil {
+		if err := e.q.CopyHtoD(e.weights.Add(w.Offset), b); err != nil {
 			return fmt.Errorf("uploading weight %s: %w", w.Name, err)
 		}
 	}
@@ -105,33 +105,20 @@ func elems(shape []int) int {
 	return n
 }
 
-// derive applies a load-time transform, as exec/cpu does.
+// derive applies a load-time transform.
 func derive(p *lower.Plan, w lower.Weight, srcs [][]float32) ([]float32, error) {
-	switch w.From.Op {
-	case "reshape":
-		if len(srcs) != 1 || len(srcs[0]) != elems(w.Shape) {
-			return nil, fmt.Errorf("weight %s: reshape of %d sources", w.Name, len(srcs))
-		}
-		return srcs[0], nil
-	case "concat":
-		ax := w.From.Axis
-		outer := 1
-		for _, d := range w.Shape[:ax] {
-			outer *= d
-		}
-		sizes := make([]int, len(srcs))
-		total := 0
-		for i, s := range w.From.Srcs {
-			sizes[i] = elems(p.Weights[s].Shape) / max(outer, 1)
-			total += len(srcs[i])
-		}
-		out := make([]float32, total)
-		if err := cpu.Concat(out, srcs, outer, sizes); err != nil {
-			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		return out, nil
+	shapes := make([][]int, len(w.From.Srcs))
+	for i, s := range w.From.Srcs {
+		shapes[i] = p.Weights[s].Shape
 	}
-	return nil, fmt.Errorf("weight %s: unsupported transform %q", w.Name, w.From.Op)
+	d, err := prep.Derive(w.From.Op, w.From.Axis, srcs, shapes)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	if len(d) != elems(w.Shape) {
+		return nil, fmt.Errorf("weight %s: derived %d elements, its shape %v has %d", w.Name, len(d), w.Shape, elems(w.Shape))
+	}
+	return d, nil
 }
 
 // encode converts float32 values to dt's bytes, in parallel for big tensors.
@@ -184,14 +171,6 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		if w.Offset < 0 {
 			continue
 		}
-		dt, err := dtypeOf(w.DType)
-		if err != nil {
-			return fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		kn, err := e.k.op("executor.cu", "fill_hash", []cuda.DType{dt})
-		if err != nil {
-			return err
-		}
 		offset, scale := float32(0), float32(1)
 		switch {
 		case strings.HasSuffix(w.Name, "norm.weight"):
@@ -203,11 +182,37 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 		case len(w.Shape) >= 2:
 			scale = float32(1 / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
 		}
-		n := int64(elems(w.Shape))
-		g, b := grid1D(n)
-		if err := e.s.Launch(kn, g, b, 0, n, seed*0x9e3779b9+uint32(i), offset, scale, e.weights.Add(w.Offset)); err != nil {
+		l := lower.FillHash(w.DType, int64(elems(w.Shape)), seed*0x9e3779b9+uint32(i), offset, scale, lower.Ptr{Base: lower.BaseWeights, Offset: w.Offset})
+		b, err := e.k.Bind(l, e.base)
+		if err == nil {
+			err = b.Launch(e.q)
+		}
+		if err != nil {
 			return fmt.Errorf("filling weight %s: %w", w.Name, err)
 		}
 	}
+	if e.s == nil {
+		return nil
+	}
 	return e.s.Synchronize()
+}
+
+// uploadRopes computes the plan's rotary tables and copies them to their
+// offsets.
+func (e *Executor) uploadRopes() error {
+	for _, r := range e.plan.Ropes {
+		tab, err := prep.NewRopeTable(r.Params)
+		if err != nil {
+			return fmt.Errorf("rope table at %d: %w", r.Offset, err)
+		}
+		if n := RopeTableBytes(tab); n != r.Bytes || r.Offset < 0 || r.Offset+n > e.plan.RopeBytes ||
+			tab.RotaryDim != r.RotaryDim || tab.AttnFactor != r.AttnFactor {
+			return fmt.Errorf("rope table at %d: %d bytes of rotary width %d (factor %g), the plan has %d bytes of %d (factor %g)",
+				r.Offset, n, tab.RotaryDim, tab.AttnFactor, r.Bytes, r.RotaryDim, r.AttnFactor)
+		}
+		if _, err := UploadRope(e.q, e.ropes.Add(r.Offset), tab); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
-// The decode kernels as they were at commit 8978202, before the decode
-// tuning: BenchmarkDecodeKernels (decode_bench_test.go) times them against
-// the current ones. Not used by the executor.
+// The decode kernels as they were before the decode tuning:
+// BenchmarkDecodeKernels (decode_bench_test.go, -tags decodebaseline)
+// times them against the current ones. Not used by the executor.
 
 // MoE router: for each token's expert logits (float32 normally), optionally
 // soft-capped (softcap > 0: c*tanh(l/c)), s = sigmoid(l); the top k experts

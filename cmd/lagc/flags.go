@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"lagc/passes"
+)
+
+// stringList is a repeatable string flag (--stop A --stop B).
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// setFlags returns the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// checkPassNames refuses unknown names in --passes and --disable-pass as
+// usage errors, before anything is loaded.
+func checkPassNames(pipeline, disable string) error {
+	for _, l := range []struct{ flag, list string }{{"--passes", pipeline}, {"--disable-pass", disable}} {
+		for _, name := range splitList(l.list) {
+			if _, ok := passes.Lookup(name); !ok {
+				return fmt.Errorf("%w: %s: unknown pass %q (known: %s)", errUsage, l.flag, name, strings.Join(passes.Names(), ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// parseLayers parses --layers, a list of layer numbers and ranges such as
+// "0-3,7", for a model of n layers.
+func parseLayers(s string, n int) (func(int) bool, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: --layers %q: "+format, append([]any{errUsage, s}, a...)...)
+	}
+	set := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		switch {
+		case err != nil:
+			return nil, bad("expected layer numbers and ranges such as 0-3,7")
+		case a < 0 || b < a:
+			return nil, bad("%q is not a range of layers", part)
+		case b >= n:
+			return nil, bad("the model has layers 0-%d", n-1)
+		}
+		for l := a; l <= b; l++ {
+			set[l] = true
+		}
+	}
+	return func(l int) bool { return set[l] }, nil
+}

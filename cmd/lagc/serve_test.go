@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"lagc/internal/fixture"
+)
+
+func TestServeUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--slots", "0"}, "--slots and --budget must be positive"},
+		{[]string{"serve", "--port", "70000"}, "expected 0 to 65535"},
+		{[]string{"serve", "--device", "cuda"}, "the GPU executor does not run batched steps yet"},
+		{[]string{"serve", "--device", "tpu"}, `--device "tpu": expected cpu, cuda or auto`},
+		{[]string{"serve", "extra"}, "unexpected arguments"},
+	} {
+		code, _, stderr := runCapture(t, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeCommand: `lagc serve` on a free port answers a completion, and
+// SIGTERM shuts it down cleanly (exit 0).
+func TestServeCommand(t *testing.T) {
+	var stderr syncBuffer
+	saved := runIO
+	runIO.out, runIO.err = io.Discard, &stderr
+	defer func() { runIO = saved }()
+	done := make(chan int, 1)
+	model := filepath.Join(fixture.Root(t), "models", "tiny")
+	go func() {
+		done <- runMain([]string{"serve", "--model", model, "--port", "0", "--slots", "2", "--device", "cpu", "--name", "tiny-test"}, io.Discard, &stderr)
+	}()
+	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	var url string
+	for deadline := time.Now().Add(30 * time.Second); url == ""; {
+		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": "func main() {", "max_tokens": 8, "temperature": 0})
+	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(out.Choices) != 1 || out.Usage.CompletionTokens != 8 {
+		t.Fatalf("completion: %d %+v", resp.StatusCode, out)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(stderr.String(), "shutting down") {
+			t.Errorf("after SIGTERM: exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve still running 30s after SIGTERM: %s", stderr.String())
+	}
+}

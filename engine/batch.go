@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"fmt"
+
+	"lagc/exec/cpu"
+)
+
+// Segment is one sequence's tokens in a batched step: they continue the
+// sequence held in KV slot Slot from its next position.
+type Segment struct {
+	Slot   int
+	Tokens []int32
+}
+
+// Batcher runs forward steps over several sequences at once (continuous
+// batching). A backend has a fixed number of sequence slots, each with its
+// own KV caches (linear for full layers, a ring of `window` for sliding
+// ones); a step is one forward pass over the rows of all its segments, so a
+// decode step of B sequences reads the weights once. Which slot a row
+// belongs to is backend state set by Step, not a graph input: the graph
+// keeps its tokens/pos interface, and only attention reads the slot.
+//
+// Every row must come out exactly as it would in a step of its sequence
+// alone: batching never changes a greedy result.
+type Batcher interface {
+	Slots() int
+	MaxPos() int
+	// SlotLen returns the positions slot holds (0 for a slot out of range).
+	SlotLen(slot int) int
+	// Step feeds every segment (at most one per slot) and returns the
+	// logits [T*V] and argmax [T] of all T rows, segments in order.
+	Step(segs []Segment) (logits []float32, next []int32, err error)
+	// ResetSlot empties a slot for a new sequence.
+	ResetSlot(slot int)
+	// Rewind keeps a slot's first n positions (a prompt prefix it already
+	// holds), or fails changing nothing where its caches cannot go back.
+	Rewind(slot, n int) error
+}
+
+// Batch returns the model's batched backend, opened with Options.Slots
+// sequence slots. It shares the executor with Backend (whose sequence is
+// slot 0): use one or the other, not both at once.
+func (m *Model) Batch() (Batcher, error) {
+	b, ok := m.Backend.(Batcher)
+	if !ok {
+		return nil, fmt.Errorf("the %s backend does not run batched steps yet", m.Device)
+	}
+	return b, nil
+}
+
+func (b cpuBackend) Slots() int { return b.ex.Slots() }
+
+func (b cpuBackend) SlotLen(slot int) int {
+	n, err := b.ex.SlotPos(slot)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func (b cpuBackend) Step(segs []Segment) ([]float32, []int32, error) {
+	cs := make([]cpu.Segment, len(segs))
+	for i, s := range segs {
+		cs[i] = cpu.Segment{Slot: s.Slot, Tokens: s.Tokens}
+	}
+	r, err := b.ex.Step(cs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.Logits, r.Next, nil
+}
+
+func (b cpuBackend) ResetSlot(slot int)       { b.ex.ResetSlot(slot) }
+func (b cpuBackend) Rewind(slot, n int) error { return b.ex.Rewind(slot, n) }

@@ -1,0 +1,113 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"lagc/ir"
+	"lagc/lower"
+)
+
+// plannedText is what the plan says a run of schedule s at T tokens
+// launches: its steps' launches at T (Plan.At), then Finish.
+func plannedText(t testing.TB, p *lower.Plan, s *lower.Schedule, T int) []string {
+	t.Helper()
+	steps, err := p.At(s, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ls := range append(steps, s.Finish) {
+		for _, l := range ls {
+			out = append(out, l.String())
+		}
+	}
+	return out
+}
+
+// launchedText is what rec recorded the executor launching (kernels and
+// device copies; uploads and downloads are the executor's own).
+func launchedText(ex *Executor, rec *Recorder) []string {
+	var out []string
+	for _, ev := range rec.Events {
+		if ev.Kind == "launch" || ev.Kind == "memcpy" {
+			out = append(out, ex.Format(ev))
+		}
+	}
+	return out
+}
+
+// checkLaunches runs f with rec reset and fails unless the executor
+// launched exactly what the plan says schedule s launches at T tokens.
+func checkLaunches(t *testing.T, what string, ex *Executor, rec *Recorder, s *lower.Schedule, T int, f func() error) {
+	t.Helper()
+	rec.Reset()
+	if err := f(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	got, want := launchedText(ex, rec), plannedText(t, ex.Plan(), s, T)
+	if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
+		t.Fatalf("%s: %d launches, the plan has %d; %s", what, len(got), len(want), firstDiff(g, w))
+	}
+}
+
+// planRuns drives ex through a full prefill chunk, a ragged one, a short
+// one after a reset and a decode step, checking each against the plan.
+func planRuns(t *testing.T, ex *Executor, rec *Recorder) {
+	p := ex.Plan()
+	toks := make([]int32, p.Prefill.Tokens)
+	for i := range toks {
+		toks[i] = int32(1 + i%5)
+	}
+	prefill := func(n int) func() error {
+		return func() error { _, err := ex.Prefill(toks[:n]); return err }
+	}
+	for _, T := range []int{p.Prefill.Tokens, traceRagged, traceShort} {
+		ex.Reset()
+		checkLaunches(t, fmt.Sprintf("prefill T=%d", T), ex, rec, p.Prefill, T, prefill(T))
+	}
+	checkLaunches(t, "decode", ex, rec, p.Decode, 1, func() error { _, err := ex.DecodeNext(1); return err })
+}
+
+// TestDryRunIsThePlan: for every trace model, in bf16 and f32, the
+// executor launches exactly the plan's launches (decode, a full prefill
+// chunk, a ragged and a short one), recorded without a GPU.
+func TestDryRunIsThePlan(t *testing.T) {
+	for _, m := range traceModels {
+		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
+			t.Run(m.name+"-"+dt.String(), func(t *testing.T) {
+				ex, rec, err := DryRun(tracePlan(t, m, dt))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ex.Close()
+				planRuns(t, ex, rec)
+			})
+		}
+	}
+}
+
+// TestExecutorIsThePlanGPU is TestDryRunIsThePlan on the GPU: the real
+// executor's launches, recorded on their way to its stream (the
+// S-2.1 and XS-2 layers in bf16 only: f32 doubles their 20 GB).
+func TestExecutorIsThePlanGPU(t *testing.T) {
+	k, _ := gpu(t)
+	for _, m := range traceModels {
+		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
+			if m.layers > 0 && dt == ir.F32 {
+				continue
+			}
+			t.Run(m.name+"-"+dt.String(), func(t *testing.T) {
+				ex, err := New(tracePlanSMs(t, m, dt, k.SMs()), nil, Options{Device: k.Dev, Eager: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ex.Close()
+				rec := &Recorder{Next: ex.s}
+				ex.q = rec
+				planRuns(t, ex, rec)
+			})
+		}
+	}
+}

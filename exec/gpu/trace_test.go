@@ -1,0 +1,160 @@
+package gpu
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"lagc/config"
+	"lagc/ir"
+	"lagc/lower"
+	"lagc/models"
+	"lagc/passes"
+)
+
+var update = flag.Bool("update", false, "rewrite the launch traces in testdata/launches")
+
+// traceModel is a model whose launches are pinned in testdata/launches.
+type traceModel struct {
+	name   string
+	config func() (*config.Config, error)
+	layers int      // 0: all
+	passes []string // nil: the default pipeline
+}
+
+var traceModels = []traceModel{
+	{name: "laguna-s-2.1", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4},
+	{name: "laguna-xs-2", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4},
+	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
+	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
+		passes: []string{"shapes", "cse", "dce", "memplan"}},
+	{name: "bundled", config: func() (*config.Config, error) { return config.LoadHFConfig("../../models/tiny/config.json") }},
+}
+
+// Trace shapes: a prompt of a full prefill chunk and a ragged one, a
+// decode step, then a new sequence of a short prompt (a chunk the GEMV
+// paths serve).
+const (
+	traceChunk   = 2048
+	traceRagged  = 37
+	traceShort   = 5
+	traceContext = 4096
+)
+
+// tracePlan compiles m for the trace's shapes, for an H200's 132 SMs.
+func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan {
+	return tracePlanSMs(t, m, dt, 132)
+}
+
+func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan {
+	t.Helper()
+	cfg, err := m.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.layers > 0 && m.layers < cfg.NumLayers {
+		c := *cfg
+		c.NumLayers = m.layers
+		c.LayerTypes = c.LayerTypes[:m.layers]
+		c.MLPLayerTypes = c.MLPLayerTypes[:m.layers]
+		c.HeadsPerLayer = c.HeadsPerLayer[:m.layers]
+		cfg = &c
+	}
+	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runTrace feeds the trace's tokens to ex and returns what rec recorded,
+// one line per event under a header per call.
+func runTrace(t testing.TB, ex *Executor, rec *Recorder) string {
+	t.Helper()
+	var b strings.Builder
+	step := func(what string, f func() error) {
+		rec.Reset()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		fmt.Fprintf(&b, "# %s\n", what)
+		for _, ev := range rec.Events {
+			b.WriteString(ex.Format(ev))
+			b.WriteByte('\n')
+		}
+	}
+	toks := make([]int32, traceChunk+traceRagged)
+	for i := range toks {
+		toks[i] = int32(1 + i%7)
+	}
+	// Prefill reads back no logits (a dry run's are zero anyway).
+	prefill := func(n int) func() error {
+		return func() error { _, err := ex.Prefill(toks[:n]); return err }
+	}
+	step(fmt.Sprintf("prefill %d tokens (chunks of %d)", len(toks), traceChunk), prefill(len(toks)))
+	step("decode", func() error { _, _, err := ex.Forward(toks[:1]); return err })
+	ex.Reset()
+	step(fmt.Sprintf("reset, prefill %d tokens", traceShort), prefill(traceShort))
+	return b.String()
+}
+
+// TestLaunchTraces: a dry run of each model makes exactly the launches
+// pinned in testdata/launches (go test -run LaunchTraces -update rewrites
+// them).
+func TestLaunchTraces(t *testing.T) {
+	for _, m := range traceModels {
+		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
+			name := m.name + "-" + dt.String()
+			t.Run(name, func(t *testing.T) {
+				ex, rec, err := DryRun(tracePlan(t, m, dt))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ex.Close()
+				got := runTrace(t, ex, rec)
+				path := filepath.Join("testdata", "launches", name+".txt")
+				if *update {
+					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (go test -run LaunchTraces -update writes it)", err)
+				}
+				if got != string(want) {
+					t.Fatalf("the launches differ from %s:\n%s", path, firstDiff(got, string(want)))
+				}
+			})
+		}
+	}
+}
+
+// firstDiff shows the first line where two texts differ.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			return fmt.Sprintf("line %d:\n got  %s\n want %s", i+1, a, b)
+		}
+	}
+	return "(no difference)"
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package fsutil
+
+const nonblock = 0

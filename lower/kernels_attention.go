@@ -1,0 +1,303 @@
+package lower
+
+import "fmt"
+
+// Attention kernels: causal GQA attention over a KV cache, float32 scores
+// and online softmax (attention.cu, attention_prefill_tc.cu), and the
+// cache stores (kvcache.cu). Query head h uses kv head h/(nh/NKV); a
+// sliding layer's query at position p sees keys j with p-Window < j <= p.
+
+// Cache is one layer's KV cache: K and V, each [Slots, NKV, HeadDim] of the
+// activation dtype. A full layer (Window 0) is linear, position p in slot
+// p; a sliding layer is a ring of Window slots, position p in slot
+// p % Window.
+type Cache struct {
+	K, V         Ptr
+	NKV, HeadDim int
+	Window       int
+	Slots        int
+}
+
+// Tile constants of attention.cu and attention_prefill_tc.cu.
+const (
+	decodeTile   = 32 // DEC_TILE: keys per tile of attn_decode
+	decodeHeads  = 16 // DEC_HEADS: query heads (warps) per attn_decode block at most
+	prefillRows  = 32 // ATT_BQ
+	prefillKeys  = 32 // ATT_BK
+	tcRows       = 64 // FA_BQ: (token, head) rows per CTA of attn_prefill_tc
+	tcKeys       = 64 // FA_BK
+	tcThreads    = 128
+	MaxHeadDim   = 256
+	minSplitKeys = 32 // a decode split covers at least this many slots
+	MaxSplits    = 4096
+)
+
+func (c Cache) check(op string) error {
+	if err := checkPos(op, "cache kv heads", c.NKV, "cache head_dim", c.HeadDim, "cache slots", c.Slots); err != nil {
+		return err
+	}
+	if c.Window < 0 || (c.Window > 0 && c.Slots != c.Window) {
+		return fmt.Errorf("%s: a ring cache has Slots == Window (got %d slots, window %d)", op, c.Slots, c.Window)
+	}
+	return checkPtrs(op, "cache K", c.K, "cache V", c.V)
+}
+
+func checkAttention(op, dt string, c Cache, nh int) error {
+	if err := checkDT(op, dt); err != nil {
+		return err
+	}
+	if err := c.check(op); err != nil {
+		return err
+	}
+	if err := checkPos(op, "nh", nh); err != nil {
+		return err
+	}
+	if nh%c.NKV != 0 {
+		return fmt.Errorf("%s: %d query heads are not a multiple of %d kv heads", op, nh, c.NKV)
+	}
+	if c.HeadDim > MaxHeadDim {
+		return fmt.Errorf("%s: head_dim %d exceeds %d", op, c.HeadDim, MaxHeadDim)
+	}
+	return nil
+}
+
+// DecodeSplits is the number of blocks per kv head the decode attention
+// splits a cache of `slots` over (flash-decoding). It depends on the
+// cache's capacity only, never on the position, so a captured graph stays
+// valid: about two blocks per SM over all kv heads, and no split shorter
+// than one 32-key tile (a 512-slot ring: 16 splits). 1 means no split (and
+// no combine launch).
+func DecodeSplits(slots, nkv, sms int) int {
+	byLen := ceilDiv(slots, minSplitKeys)
+	byBlocks := max(1, 2*max(sms, 1)/max(nkv, 1))
+	return max(1, min(byLen, byBlocks))
+}
+
+// DecodeWorkspace is the workspace of a decode attention of nsplit splits
+// over nh query heads of d channels: float32 partial outputs, maxima and
+// sums of every split (0 without a split).
+func DecodeWorkspace(nsplit, nh, d int) int64 {
+	if nsplit <= 1 {
+		return 0
+	}
+	return 4 * int64(nsplit) * int64(nh) * int64(d+2)
+}
+
+// AttentionDecodeArgs is the decode step's attention (one token): q [nh, d]
+// attends over the cache, which holds this step's k and v at the position
+// in pos, or gets them from K and V rows [NKV, d] when those are given
+// (the kernel appends them itself), writing out [nh, d].
+type AttentionDecodeArgs struct {
+	DType        string
+	Cache        Cache
+	Out, Q, K, V Ptr // K, V: null when the cache already holds this token
+	Pos          Ptr // i32, the token's position
+	NH           int
+	Scale        float32
+	Workspace    Ptr // DecodeWorkspace bytes; may be null without a split
+	Splits, SMs  int // Splits 0: DecodeSplits
+}
+
+// AttentionDecode returns attn_decode and, when it splits the keys, the
+// combine of the splits.
+func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
+	const op = "AttentionDecode"
+	c := a.Cache
+	if err := checkAttention(op, a.DType, c, a.NH); err != nil {
+		return nil, err
+	}
+	if err := checkPtrs(op, "out", a.Out, "q", a.Q, "pos", a.Pos); err != nil {
+		return nil, err
+	}
+	if a.K.Null() != a.V.Null() {
+		return nil, fmt.Errorf("%s: k and v rows must be given together", op)
+	}
+	nsplit := a.Splits
+	if nsplit == 0 {
+		nsplit = DecodeSplits(c.Slots, c.NKV, sms(a.SMs))
+	}
+	if nsplit < 1 || nsplit > MaxSplits {
+		return nil, fmt.Errorf("%s: %d splits (1 to %d)", op, nsplit, MaxSplits)
+	}
+	d := c.HeadDim
+	if nsplit > 1 && a.Workspace.Null() {
+		return nil, fmt.Errorf("%s: %d splits need a workspace of %d bytes", op, nsplit, DecodeWorkspace(nsplit, a.NH, d))
+	}
+	group := a.NH / c.NKV
+	heads := min(group, decodeHeads)
+	d4 := (d + 3) &^ 3
+	kp := d4 + (36-d4%32)%32 // key pitch: 4 mod 32 floats
+	shmem := 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+	var partAcc, partML Ptr
+	if nsplit > 1 {
+		partAcc = a.Workspace
+		partML = a.Workspace.At(4 * int64(nsplit) * int64(a.NH) * int64(d))
+	}
+	ls := []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
+		dims(nsplit, c.NKV, ceilDiv(group, heads)), dims(32*heads), shmem,
+		i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), i32(nsplit), f32(a.Scale),
+		ptrArg(a.Pos), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML))}
+	if nsplit > 1 {
+		ls = append(ls, kernel("attention.cu", "attn_decode_combine", []string{a.DType}, nil,
+			dims(a.NH), dims(min(128, 32*ceilDiv(d, 32))), 4*(nsplit+1),
+			i32(a.NH), i32(d), i32(nsplit), ptrArg(partAcc), ptrArg(partML), ptrArg(a.Out)))
+	}
+	return ls, nil
+}
+
+// AttentionPrefillArgs is a prefill chunk's attention: T queries q [T, nh,
+// d] (rows LDQ elements apart; 0: nh*d) at consecutive positions pos[0],
+// pos[0]+1, ... attend over the cache's keys before pos[0] and the chunk's
+// own keys K, V [T, NKV, d] (rows LDKV apart; 0: NKV*d), read directly, so
+// a chunk longer than a sliding window never reads a ring slot it
+// overwrites. out is [T, nh, d], contiguous. Afterwards the chunk is
+// stored with KVAppend (linear) or KVCompactRing (ring).
+type AttentionPrefillArgs struct {
+	DType        string
+	Cache        Cache
+	Out, Q, K, V Ptr
+	LDQ, LDKV    int
+	Pos          Ptr // i32 [T]
+	T, NH        int
+	Scale        float32
+	// FFMA keeps the FFMA kernel where the tensor-core one would run
+	// (bf16, head_dim 64 or 128).
+	FFMA bool
+}
+
+// PrefillTC reports whether the tensor-core prefill attention is built for
+// dtype dt and head_dim d.
+func PrefillTC(dt string, d int) bool { return dt == "bf16" && (d == 64 || d == 128) }
+
+// PrefillTCSmem is FaCfg<D>::SMEM: Q and two stages of K and V, bf16 rows
+// padded to d+8 elements.
+func PrefillTCSmem(d int) int { return 2 * (d + 8) * (tcRows + 4*tcKeys) }
+
+// AttentionPrefill returns the chunk's attention launch: tensor cores
+// where PrefillTC holds (the 16-byte-load variant when every pointer and
+// row stride allows it), else the FFMA kernel.
+func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
+	const op = "AttentionPrefill"
+	c := a.Cache
+	if err := checkAttention(op, a.DType, c, a.NH); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", a.T); err != nil {
+		return Launch{}, err
+	}
+	d := c.HeadDim
+	ldq, ldkv := a.LDQ, a.LDKV
+	if ldq == 0 {
+		ldq = a.NH * d
+	}
+	if ldkv == 0 {
+		ldkv = c.NKV * d
+	}
+	if ldq < a.NH*d || ldkv < c.NKV*d {
+		return Launch{}, fmt.Errorf("%s: row strides %d (q), %d (k, v) are below the rows %d, %d", op, ldq, ldkv, a.NH*d, c.NKV*d)
+	}
+	if err := checkPtrs(op, "out", a.Out, "q", a.Q, "k", a.K, "v", a.V, "pos", a.Pos); err != nil {
+		return Launch{}, err
+	}
+	rows := int64(a.T) * int64(a.NH/c.NKV)
+	if !a.FFMA && PrefillTC(a.DType, d) {
+		blocks := (rows + tcRows - 1) / tcRows
+		if blocks > 1<<31-1 || rows > 1<<31-1 {
+			return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
+		}
+		vec := true
+		for _, p := range []Ptr{a.Out, a.Q, a.K, a.V, c.K, c.V} {
+			vec = vec && p.Aligned(16)
+		}
+		vec = vec && ldq%8 == 0 && ldkv%8 == 0
+		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},
+			dims(int(blocks), c.NKV), dims(tcThreads), PrefillTCSmem(d),
+			i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos),
+			ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), i64(int64(a.NH*d))), nil
+	}
+	blocks := (rows + prefillRows - 1) / prefillRows
+	if blocks > 1<<31-1 {
+		return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
+	}
+	dch := ceilDiv(d, 32)
+	dp := 32 * dch
+	shmem := 4 * (prefillRows*(dp+1) + prefillKeys*(dp+1) + prefillKeys*dp + prefillRows*(prefillKeys+1) + 4*prefillRows)
+	return kernel("attention.cu", "attn_prefill", []string{a.DType}, []int64{int64(dch)},
+		dims(int(blocks), c.NKV), dims(128), shmem,
+		i32(a.T), i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos),
+		ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), i64(int64(a.NH*d))), nil
+}
+
+// KVStoreArgs writes T tokens' keys and values into a cache at positions
+// pos [T]: token t's k row at K + t*LD elements (v likewise), NKV*HeadDim
+// values; LD 0 means NKV*HeadDim.
+type KVStoreArgs struct {
+	DType string
+	Cache Cache
+	K, V  Ptr
+	LD    int
+	Pos   Ptr
+	T     int
+}
+
+// KVAppend stores every token. A ring takes at most Window tokens per call
+// (more would race for slots: use KVCompactRing after a prefill chunk).
+func KVAppend(a KVStoreArgs) (Launch, error) {
+	const op = "KVAppend"
+	if a.Cache.Window > 0 && a.T > a.Cache.Window {
+		return Launch{}, fmt.Errorf("%s: %d tokens into a ring of %d slots; use KVCompactRing", op, a.T, a.Cache.Window)
+	}
+	return kvStore(op, "kv_append", a)
+}
+
+// KVCompactRing moves the last min(T, Window) tokens of a prefill chunk
+// into a sliding layer's ring, after the chunk's attention, which still
+// reads the older keys of the ring.
+func KVCompactRing(a KVStoreArgs) (Launch, error) {
+	const op = "KVCompactRing"
+	if a.Cache.Window <= 0 {
+		return Launch{}, fmt.Errorf("%s: the cache is linear (window 0); use KVAppend", op)
+	}
+	return kvStore(op, "kv_compact_ring", a)
+}
+
+func kvStore(op, name string, a KVStoreArgs) (Launch, error) {
+	c := a.Cache
+	if err := checkDT(op, a.DType); err != nil {
+		return Launch{}, err
+	}
+	if err := c.check(op); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", a.T); err != nil {
+		return Launch{}, err
+	}
+	row := c.NKV * c.HeadDim
+	ld := a.LD
+	if ld == 0 {
+		ld = row
+	}
+	if ld < row {
+		return Launch{}, fmt.Errorf("%s: row stride %d is below %d kv heads x %d channels", op, ld, c.NKV, c.HeadDim)
+	}
+	if err := checkPtrs(op, "k", a.K, "v", a.V, "pos", a.Pos); err != nil {
+		return Launch{}, err
+	}
+	const threads = 256
+	bx := ceilDiv(row, threads)
+	if name == "kv_append" {
+		if a.T > 65535 {
+			return Launch{}, fmt.Errorf("%s: %d tokens exceed the 65535 of one launch", op, a.T)
+		}
+		return kernel("kvcache.cu", name, []string{a.DType}, nil, dims(bx, a.T), dims(threads), 0,
+			i32(a.T), i32(c.NKV), i32(c.HeadDim), i32(c.Window), i32(c.Slots), ptrArg(a.Pos),
+			ptrArg(a.K), ptrArg(a.V), i64(int64(ld)), i64(int64(ld)), ptrArg(c.K), ptrArg(c.V)), nil
+	}
+	keep := min(a.T, c.Window)
+	if keep > 65535 {
+		return Launch{}, fmt.Errorf("%s: a window of %d exceeds the 65535 tokens of one launch", op, keep)
+	}
+	return kernel("kvcache.cu", name, []string{a.DType}, nil, dims(bx, keep), dims(threads), 0,
+		i32(a.T), i32(c.NKV), i32(c.HeadDim), i32(c.Window), ptrArg(a.Pos),
+		ptrArg(a.K), ptrArg(a.V), i64(int64(ld)), i64(int64(ld)), ptrArg(c.K), ptrArg(c.V)), nil
+}

@@ -1,0 +1,144 @@
+package lower
+
+import "fmt"
+
+// MatMulArgs is one matmul, y = x w^T, with weights in HF layout.
+type MatMulArgs struct {
+	T, K, N int // x [T,K], w [N,K] ([2N,K] with SwiGLU), y [T,N]
+	X, W, Y Ptr
+	// Element types: f32 or bf16 each, in any combination.
+	XType, WType, YType string
+	// Accumulate adds into y (y += x w^T): the residual folded into the
+	// epilogue.
+	Accumulate bool
+	// SwiGLU: w is [gate; up] ([2N,K], gate rows first) and
+	// y = silu(x gate^T) * (x up^T).
+	SwiGLU bool
+	// Tile forces the tensor-core tile; zero fields choose automatically.
+	Tile MMATile
+	SMs  int // multiprocessors of the target (0: 132)
+}
+
+// MMATile is a tensor-core GEMM tile: Rows (64 or 128) of x per CTA and K
+// (32 or 64) per pipeline stage. Zero fields choose automatically.
+type MMATile struct{ Rows, K int }
+
+// Tensor-core tiles of matmul.cu: the K step when MMATile.K is 0, the
+// tile's width (MMA_BN), and the rows up to which the GEMV serves.
+const (
+	DefaultMMAK = 64
+	mmaBN       = 128
+	GEMVMaxRows = 8
+)
+
+func (t MMATile) check() error {
+	if (t.Rows != 0 && t.Rows != 64 && t.Rows != 128) || (t.K != 0 && t.K != 32 && t.K != 64) {
+		return fmt.Errorf("tensor-core tile %dx%d: rows must be 64 or 128, K 32 or 64", t.Rows, t.K)
+	}
+	return nil
+}
+
+func (t MMATile) bk() int {
+	if t.K != 0 {
+		return t.K
+	}
+	return DefaultMMAK
+}
+
+// MMASmem is matmul.cu's MmaCfg<MI, BK>::SMEM: pipeline stages (3 for a K
+// step of 64, 4 for 32) of x and w tiles, rows padded by 8 elements.
+func MMASmem(mi, bk int) int {
+	stages := 3
+	if bk == 32 {
+		stages = 4
+	}
+	return stages * (32*mi + mmaBN) * (bk + 8) * 2
+}
+
+func sms(n int) int {
+	if n > 0 {
+		return n
+	}
+	return defaultSMs
+}
+
+// defaultSMs is an H200's multiprocessor count.
+const defaultSMs = 132
+
+func (a MatMulArgs) validate() error {
+	if a.T <= 0 || a.K <= 0 || a.N <= 0 {
+		return fmt.Errorf("matmul: T, K, N must be positive (got %d, %d, %d)", a.T, a.K, a.N)
+	}
+	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"w", a.WType}, {"y", a.YType}} {
+		if d.dt != "f32" && d.dt != "bf16" {
+			return fmt.Errorf("matmul: %s dtype %q (want f32 or bf16)", d.name, d.dt)
+		}
+	}
+	if a.X.Null() || a.W.Null() || a.Y.Null() {
+		return fmt.Errorf("matmul: null pointer")
+	}
+	const maxDim = 1 << 30
+	if a.T > maxDim || a.K > maxDim || a.N > maxDim/2 {
+		return fmt.Errorf("matmul: dimension too large (T %d, K %d, N %d)", a.T, a.K, a.N)
+	}
+	return a.Tile.check()
+}
+
+// GEMVSplit is how many warps share an output row of the GEMV: enough to
+// fill the GPU (about 32 per SM), never so many that a warp gets no
+// 512-byte stretch of the row.
+func GEMVSplit(n, k, wsize, sms int) int {
+	vecs := k / (16 / wsize) // 16-byte vectors per row
+	split := 1
+	for split < 8 && n*split < 32*sms && vecs/(32*split*2) >= 1 {
+		split *= 2
+	}
+	return split
+}
+
+// MatMul is the launch of a: the GEMV for T <= GEMVMaxRows, the bf16
+// tensor-core GEMM where x and w are bf16 with K a multiple of 8 (and
+// 16-byte aligned), else the FFMA GEMM.
+func MatMul(a MatMulArgs) (Launch, error) {
+	if err := a.validate(); err != nil {
+		return Launch{}, err
+	}
+	sm := sms(a.SMs)
+	sw := int64(b2i(a.SwiGLU))
+	acc := i32(b2i(a.Accumulate))
+	var l Launch
+	switch {
+	case a.T <= GEMVMaxRows:
+		ws := dtypeSize(a.WType)
+		vec := int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
+		split := GEMVSplit(a.N, a.K, ws, sm)
+		l = kernel("matmul.cu", "gemv", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), sw, vec},
+			dims(ceilDiv(a.N, 8/split)), dims(256), 0,
+			i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W), ptrArg(a.Y), acc)
+	case a.XType == "bf16" && a.WType == "bf16" && a.K%8 == 0 && a.X.Aligned(16) && a.W.Aligned(16):
+		bn := mmaBN
+		if a.SwiGLU {
+			bn = 64
+		}
+		// 128-row tiles where they still give two CTAs per SM, else 64.
+		mi := a.Tile.Rows / 32
+		if mi == 0 {
+			mi = 4
+			if ceilDiv(a.T, 128)*ceilDiv(a.N, bn) < 2*sm {
+				mi = 2
+			}
+		}
+		bk := a.Tile.bk()
+		l = kernel("matmul.cu", "gemm_bf16", []string{a.YType}, []int64{int64(mi), sw, int64(bk)},
+			dims(ceilDiv(a.T, 32*mi), ceilDiv(a.N, bn)), dims(256), MMASmem(mi, bk),
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(a.X), ptrArg(a.W), ptrArg(a.Y), acc)
+	default:
+		l = kernel("matmul.cu", "gemm_simple", []string{a.XType, a.WType, a.YType}, []int64{sw},
+			dims(ceilDiv(a.T, 64), ceilDiv(a.N, 64)), dims(256), 0,
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(a.X), ptrArg(a.W), ptrArg(a.Y), acc)
+	}
+	if l.Grid[1] > 65535 {
+		return Launch{}, fmt.Errorf("matmul: N=%d needs %d column tiles (limit 65535)", a.N, l.Grid[1])
+	}
+	return l, nil
+}

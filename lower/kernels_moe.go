@@ -1,0 +1,266 @@
+package lower
+
+import "fmt"
+
+// MoEPath selects the kernels of the routed experts.
+type MoEPath int
+
+const (
+	// MoEAuto takes the decode path for T <= GEMVMaxRows or where the
+	// grouped path cannot run (f32, H or I not a multiple of 8), else the
+	// grouped path.
+	MoEAuto MoEPath = iota
+	// MoEDecode: per-route GEMVs reading only the selected experts' rows
+	// (any dtypes, any T; meant for decode).
+	MoEDecode
+	// MoEGrouped: routes grouped by expert on the device, grouped bf16
+	// tensor-core GEMMs, a fixed-order combine (prefill).
+	MoEGrouped
+)
+
+// ExpertOrder is the order the grouped path schedules experts in: their
+// rows in the grouped buffers and the order GEMM tiles are started.
+type ExpertOrder int32
+
+const (
+	ExpertsByID   ExpertOrder = 0 // ascending expert id
+	ExpertsByLoad ExpertOrder = 1 // descending routes per expert, ties by id
+)
+
+// MaxExperts is the most experts the grouped path schedules (one block).
+const MaxExperts = 1024
+
+// MoEArgs is one moe_experts op:
+// out[t] = sum_j weights[t,j] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t,j].
+type MoEArgs struct {
+	T, H, I, E, TopK int
+	X                Ptr // [T,H] XType
+	Weights          Ptr // f32 [T,TopK]
+	IDs              Ptr // i32 [T,TopK]; ids outside [0,E) contribute nothing
+	Gate, Up         Ptr // [E,I,H] WType
+	Down             Ptr // [E,H,I] WType
+	Out              Ptr // [T,H] OutType
+	// Element types: f32 or bf16; the grouped path needs bf16 x and weights.
+	XType, WType, OutType string
+	Accumulate            bool // out += the routed sum
+	// Workspace of at least MoEWorkspace(a) bytes, 16-byte aligned; it
+	// needs no initialisation and holds nothing between calls.
+	Workspace Ptr
+	Path      MoEPath
+	Order     ExpertOrder
+	// Tile forces the grouped GEMMs' tensor-core tile (zero: automatic).
+	Tile MMATile
+	// Band is the grouped GEMMs' N-band in output columns: each tile
+	// computes a band's columns back to back so weight and activation rows
+	// are reused from L2. 0: no banding. It changes the CTA order only,
+	// never a result.
+	Band int
+}
+
+func (a MoEArgs) validate() error {
+	if a.T <= 0 || a.H <= 0 || a.I <= 0 || a.E <= 0 || a.TopK <= 0 {
+		return fmt.Errorf("moe_experts: T, H, I, E, k must be positive (got %d, %d, %d, %d, %d)", a.T, a.H, a.I, a.E, a.TopK)
+	}
+	if int64(a.T)*int64(a.TopK) > 1<<30 || int64(a.T)*int64(a.H) > 1<<40 || a.H > 1<<24 || a.I > 1<<24 {
+		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
+	}
+	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"out", a.OutType}} {
+		if d.dt != "f32" && d.dt != "bf16" {
+			return fmt.Errorf("moe_experts: %s dtype %q (want f32 or bf16)", d.name, d.dt)
+		}
+	}
+	for _, p := range []Ptr{a.X, a.Weights, a.IDs, a.Gate, a.Up, a.Down, a.Out, a.Workspace} {
+		if p.Null() {
+			return fmt.Errorf("moe_experts: null pointer")
+		}
+	}
+	if !a.Workspace.Aligned(16) {
+		return fmt.Errorf("moe_experts: workspace %s is not 16-byte aligned", a.Workspace)
+	}
+	if err := a.Tile.check(); err != nil {
+		return fmt.Errorf("moe_experts: %w", err)
+	}
+	return nil
+}
+
+// groupedOK says whether the grouped tensor-core path can run a.
+func (a MoEArgs) groupedOK() error {
+	switch {
+	case a.XType != "bf16" || a.WType != "bf16":
+		return fmt.Errorf("the grouped path needs bf16 x and weights (have %s, %s)", a.XType, a.WType)
+	case a.H%8 != 0 || a.I%8 != 0:
+		return fmt.Errorf("the grouped path needs H and I multiples of 8 (have %d, %d)", a.H, a.I)
+	case !a.X.Aligned(16) || !a.Gate.Aligned(16) || !a.Up.Aligned(16) || !a.Down.Aligned(16):
+		return fmt.Errorf("the grouped path needs 16-byte aligned x and weights")
+	case a.E > MaxExperts:
+		return fmt.Errorf("the grouped path schedules at most %d experts (have %d)", MaxExperts, a.E)
+	}
+	return nil
+}
+
+func (a MoEArgs) grouped() (bool, error) {
+	switch a.Path {
+	case MoEDecode:
+		return false, nil
+	case MoEGrouped:
+		if err := a.groupedOK(); err != nil {
+			return false, fmt.Errorf("moe_experts: %w", err)
+		}
+		return true, nil
+	case MoEAuto:
+		return a.T > GEMVMaxRows && a.groupedOK() == nil, nil
+	}
+	return false, fmt.Errorf("moe_experts: unknown path %d", a.Path)
+}
+
+// MoELayout is the workspace of one call: byte offsets into it.
+type MoELayout struct {
+	Grouped         bool
+	MI, BK          int // tensor-core tile: rows / 32, K step
+	Chunk, Chunks   int // routes per scheduling chunk, chunks
+	MaxTiles        int
+	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
+	Hist, Base      int64 // i32 [Chunks,E]
+	Counts, Order   int64 // i32 [E]
+	Offsets, NTiles int64 // i32 [E], i32
+	Tiles           int64 // int4 [MaxTiles]
+	Sorted, Pos, Ys int64 // i32 [R], i32 [R], bf16 [R,H]
+	Total           int64
+}
+
+// Layout places a's workspace (its pointers are not looked at, except to
+// decide the path).
+func (a MoEArgs) Layout() (MoELayout, error) {
+	g, err := a.grouped()
+	if err != nil {
+		return MoELayout{}, err
+	}
+	R := int64(a.T) * int64(a.TopK)
+	l := MoELayout{Grouped: g}
+	var off int64
+	take := func(n int64) int64 {
+		o := off
+		off += (n + 255) &^ 255
+		return o
+	}
+	if !g {
+		l.Act = take(4 * R * int64(a.I))
+		l.Total = off
+		return l, nil
+	}
+	// 128-row tiles once experts average 64 rows: each expert's weights are
+	// then mostly streamed once, not once per 64-row tile.
+	l.MI = 2
+	if R >= 64*int64(a.E) {
+		l.MI = 4
+	}
+	if a.Tile.Rows != 0 {
+		l.MI = a.Tile.Rows / 32
+	}
+	l.BK = a.Tile.bk()
+	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
+	l.Chunk = max(256, (ceilDiv(int(R), 128)+31)&^31)
+	l.Chunks = ceilDiv(int(R), l.Chunk)
+	l.MaxTiles = ceilDiv(int(R), 32*l.MI) + min(a.E, int(R))
+	E := int64(a.E)
+	l.Hist = take(4 * int64(l.Chunks) * E)
+	l.Base = take(4 * int64(l.Chunks) * E)
+	l.Counts = take(4 * E)
+	l.Order = take(4 * E)
+	l.Offsets = take(4 * E)
+	l.NTiles = take(4)
+	l.Tiles = take(16 * int64(l.MaxTiles))
+	l.Sorted = take(4 * R)
+	l.Pos = take(4 * R)
+	l.Act = take(2 * R * int64(a.I))
+	l.Ys = take(2 * R * int64(a.H))
+	l.Total = off
+	return l, nil
+}
+
+// MoEWorkspace is the workspace MoE's launches need for a.
+func MoEWorkspace(a MoEArgs) (int64, error) {
+	l, err := a.Layout()
+	if err != nil {
+		return 0, err
+	}
+	return l.Total, nil
+}
+
+// combineMaxBlocks caps moe_combine's grid-stride grid (32 blocks per SM
+// of an H200).
+const combineMaxBlocks = 132 * 32
+
+// MoE returns the launches of the routed experts of a, in order.
+func MoE(a MoEArgs) ([]Launch, error) {
+	if err := a.validate(); err != nil {
+		return nil, err
+	}
+	l, err := a.Layout()
+	if err != nil {
+		return nil, err
+	}
+	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
+	R := a.T * a.TopK
+	acc := i32(b2i(a.Accumulate))
+	if !l.Grouped {
+		p := 16 / dtypeSize(a.WType)
+		vec := int64(b2i(a.H%p == 0 && a.I%p == 0 && a.X.Aligned(16) && a.Gate.Aligned(16) && a.Up.Aligned(16) && a.Down.Aligned(16)))
+		return []Launch{
+			kernel("moe.cu", "moe_gateup_gemv", []string{a.XType, a.WType}, []int64{vec},
+				dims(int((int64(R)*int64(a.I)+7)/8)), dims(256), 0,
+				i32(R), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(a.X), ptrArg(a.IDs), ptrArg(a.Gate), ptrArg(a.Up), ws(l.Act)),
+			kernel("moe.cu", "moe_down_gemv", []string{a.WType, a.OutType}, []int64{vec},
+				dims(int((int64(a.T)*int64(a.H)+7)/8)), dims(256), 0,
+				i32(a.T), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ws(l.Act), ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down), ptrArg(a.Out), acc),
+		}, nil
+	}
+	smem := MMASmem(l.MI, l.BK)
+	tile := []int64{int64(l.MI), int64(l.BK)}
+	v := 1
+	if a.H%8 == 0 {
+		v = 8 // ys rows and the workspace are 16-byte aligned
+	}
+	return []Launch{
+		kernel("moe.cu", "moe_hist", nil, nil, dims(l.Chunks), dims(256), 0,
+			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Hist)),
+		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
+			i32(a.E), i32(l.Chunks), i32(32*l.MI), i32(int(a.Order)), ws(l.Hist),
+			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
+		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(32), 0,
+			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),
+		kernel("moe.cu", "moe_gateup_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.I, 64)), dims(256), smem,
+			i32(a.TopK), i32(a.H), i32(a.I), ptrArg(a.X), ws(l.Sorted), ws(l.Tiles), ws(l.NTiles),
+			ptrArg(a.Gate), ptrArg(a.Up), ws(l.Act), i32(a.Band/64)),
+		kernel("moe.cu", "moe_down_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.H, mmaBN)), dims(256), smem,
+			i32(a.H), i32(a.I), ws(l.Act), ws(l.Tiles), ws(l.NTiles), ptrArg(a.Down), ws(l.Ys), i32(a.Band*a.H/max(a.I, 1)/mmaBN)),
+		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
+			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
+			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), acc),
+	}, nil
+}
+
+// L2BandBytes is the weight bytes one N-band of one expert may take: a
+// band of rows of an expert's matrix is read from memory once and reused
+// from L2 by every token tile of that expert. 1 MiB leaves the H200's 50
+// MiB L2 room for the bands of the experts in flight on its 132 SMs.
+const L2BandBytes = 1 << 20
+
+// MoEBand is the N-band width of an expert matrix of n rows of rowBytes
+// bytes each: the most output columns, a multiple of 64 (a CTA tile),
+// whose rows fit in L2BandBytes; at least 64 (or n if smaller), at most n.
+func MoEBand(n int, rowBytes int64) int {
+	if n <= 0 || rowBytes <= 0 {
+		return 0
+	}
+	b := int(L2BandBytes/rowBytes) / 64 * 64
+	return min(max(64, b), n)
+}
+
+// MoEAddShared extends every token's k routes with the shared experts
+// first..first+shared-1 (weight 1) into w2 and ids2, [T, k+shared] each.
+func MoEAddShared(T, k, shared, first int, weights, ids, w2, ids2 Ptr) Launch {
+	g, b := grid1D(int64(T) * int64(k+shared))
+	return kernel("moe.cu", "moe_add_shared", nil, nil, g, b, 0,
+		i32(T), i32(k), i32(shared), i32(first), ptrArg(weights), ptrArg(ids), ptrArg(w2), ptrArg(ids2))
+}

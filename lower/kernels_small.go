@@ -1,0 +1,226 @@
+package lower
+
+import "fmt"
+
+// The kernels of the small ops: one launch each, no selection beyond the
+// row length of rms_norm.
+
+// Embedding gathers rows of table [V,H] into out [T,H] for the T token ids
+// at tokens (i32; the previous step's argmax writes there, so a captured
+// decode graph serves every step). An id outside [0, V) gives a NaN row.
+func Embedding(dt string, out, tokens, table Ptr, T, V, H int) (Launch, error) {
+	const op = "Embedding"
+	if err := checkDT(op, dt); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", T, "V", V, "H", H); err != nil {
+		return Launch{}, err
+	}
+	if T > 65535 {
+		return Launch{}, fmt.Errorf("%s: %d tokens exceed the 65535 of one launch", op, T)
+	}
+	if err := checkPtrs(op, "out", out, "tokens", tokens, "table", table); err != nil {
+		return Launch{}, err
+	}
+	return kernel("embedding.cu", "embedding", []string{dt}, nil, dims(min(ceilDiv(H, 256), 64), T), dims(256), 0,
+		i32(T), i32(H), i32(V), ptrArg(tokens), ptrArg(table), ptrArg(out)), nil
+}
+
+// RMSNorm computes out = w * x / sqrt(mean(x^2) + eps) over each of rows
+// rows of n values, x read as xdt and out written as odt; w is f32 [n].
+// Short rows (per-head norms, small models) take a warp each, 8 per block;
+// long rows (the hidden state) a block each, 8 values per thread.
+func RMSNorm(xdt, odt string, out, x, w Ptr, rows, n int, eps float32) (Launch, error) {
+	const op = "RMSNorm"
+	if err := checkDT(op, xdt, odt); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "rows", rows, "n", n); err != nil {
+		return Launch{}, err
+	}
+	if !(eps >= 0) {
+		return Launch{}, fmt.Errorf("%s: eps = %g must not be negative", op, eps)
+	}
+	if err := checkPtrs(op, "out", out, "x", x, "w", w); err != nil {
+		return Launch{}, err
+	}
+	args := []Arg{i32(rows), i32(n), f32(eps), ptrArg(x), ptrArg(w), ptrArg(out)}
+	if n < 1024 {
+		const rowsPerBlock = 8
+		return kernel("norm.cu", "rms_norm_warp", []string{xdt, odt}, nil, dims(ceilDiv(rows, rowsPerBlock)), dims(32*rowsPerBlock), 0, args...), nil
+	}
+	return kernel("norm.cu", "rms_norm_block", []string{xdt, odt}, nil, dims(rows), dims(min(1024, 32*ceilDiv(ceilDiv(n, 8), 32))), 0, args...), nil
+}
+
+// RoPETable is a rotary embedding's frequency table on the device: the
+// inverse frequencies (f32 [RotaryDim/2]) and the factor cos and sin are
+// multiplied by (YaRN's attention factor).
+type RoPETable struct {
+	InvFreq    Ptr
+	RotaryDim  int
+	AttnFactor float32
+}
+
+// NormRoPEArgs is rotary position embedding (NeoX rotate-half on the first
+// RotaryDim channels of each head; the rest pass through), optionally after
+// a per-head RMS norm: token t's row at X + t*LD elements holds NQ heads
+// normalised with WQ, then NK heads normalised with WK (f32 [d]; null
+// skips the norm), rotated at positions pos [T] and written to Out (same
+// layout; may be X).
+type NormRoPEArgs struct {
+	DType     string
+	Out, X    Ptr
+	LD        int
+	T, NQ, NK int
+	D         int
+	WQ, WK    Ptr
+	Eps       float32
+	Pos       Ptr
+	Table     RoPETable
+}
+
+// NormRoPE returns the launch of qk_norm_rope, a warp per (token, head).
+func NormRoPE(a NormRoPEArgs) (Launch, error) {
+	const op = "RoPE"
+	if err := checkDT(op, a.DType); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", a.T, "heads", a.NQ+a.NK, "d", a.D); err != nil {
+		return Launch{}, err
+	}
+	if a.NQ < 0 || a.NK < 0 {
+		return Launch{}, fmt.Errorf("%s: negative head count", op)
+	}
+	if a.LD < (a.NQ+a.NK)*a.D {
+		return Launch{}, fmt.Errorf("%s: row stride %d is below %d heads x %d channels", op, a.LD, a.NQ+a.NK, a.D)
+	}
+	r := a.Table.RotaryDim
+	if r <= 0 || r%2 != 0 || r > a.D {
+		return Launch{}, fmt.Errorf("%s: rotary width %d must be even and in [2, head_dim %d]", op, r, a.D)
+	}
+	if err := checkPtrs(op, "out", a.Out, "x", a.X, "pos", a.Pos, "rope table", a.Table.InvFreq); err != nil {
+		return Launch{}, err
+	}
+	if !(a.Eps >= 0) {
+		return Launch{}, fmt.Errorf("%s: eps = %g must not be negative", op, a.Eps)
+	}
+	const warps = 4
+	items := a.T * (a.NQ + a.NK)
+	return kernel("rope.cu", "qk_norm_rope", []string{a.DType}, nil, dims(ceilDiv(items, warps)), dims(32*warps), warps*a.D*4,
+		i32(a.T), i32(a.NQ), i32(a.NK), i32(a.D), i64(int64(a.LD)), i64(int64(a.LD)), ptrArg(a.X), ptrArg(a.Out),
+		ptrArg(a.WQ), ptrArg(a.WK), f32(a.Eps), ptrArg(a.Pos), ptrArg(a.Table.InvFreq), i32(r), f32(a.Table.AttnFactor)), nil
+}
+
+// SoftplusGate computes Laguna's attention output gate out = x *
+// softplus(g): x and out [T, nh*d] contiguous, g [T, G] with rows ldg
+// elements apart (0: G); G == nh gates per head, G == nh*d per element.
+func SoftplusGate(dt string, out, x, g Ptr, T, nh, d, G, ldg int) (Launch, error) {
+	const op = "SoftplusGate"
+	if err := checkDT(op, dt); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", T, "nh", nh, "d", d, "G", G); err != nil {
+		return Launch{}, err
+	}
+	if G != nh && G != nh*d {
+		return Launch{}, fmt.Errorf("%s: gate width %d is neither nh = %d (per-head) nor nh*d = %d (per-element)", op, G, nh, nh*d)
+	}
+	if ldg == 0 {
+		ldg = G
+	}
+	if ldg < G {
+		return Launch{}, fmt.Errorf("%s: gate row stride %d is below its width %d", op, ldg, G)
+	}
+	if err := checkPtrs(op, "out", out, "x", x, "g", g); err != nil {
+		return Launch{}, err
+	}
+	gr, bl := grid1D(int64(T) * int64(nh) * int64(d))
+	return kernel("gate.cu", "softplus_gate", []string{dt}, nil, gr, bl, 0,
+		i32(T), i32(nh), i32(d), i32(G), ptrArg(x), ptrArg(g), i64(int64(ldg)), ptrArg(out)), nil
+}
+
+// Elementwise is one of the n-element kernels of elementwise_ops.cu (silu,
+// mul, add), its pointers in the kernel's order: inputs, then out.
+func Elementwise(name, dt string, n int, ptrs ...Ptr) (Launch, error) {
+	if err := checkDT(name, dt); err != nil {
+		return Launch{}, err
+	}
+	if n <= 0 {
+		return Launch{}, fmt.Errorf("%s: n = %d must be positive", name, n)
+	}
+	args := []Arg{i64(int64(n))}
+	for i, p := range ptrs {
+		if p.Null() {
+			return Launch{}, fmt.Errorf("%s: pointer %d is null", name, i)
+		}
+		args = append(args, ptrArg(p))
+	}
+	g, b := grid1D(int64(n))
+	return kernel("elementwise_ops.cu", name, []string{dt}, nil, g, b, 0, args...), nil
+}
+
+// RouterTopK is the MoE router, one block per token (a thread per expert
+// up to 1024): logits [T, E] (dtype dt), optionally soft-capped, s =
+// sigmoid; the top topK experts by s + bias (f32 [E], or null; it only
+// chooses) go best first to ids i32 [T, topK], with weights f32 [T, topK]
+// = s / sum(chosen s) * scaling.
+func RouterTopK(dt string, weights, ids, logits, bias Ptr, T, E, topK int, softcap, scaling float32) (Launch, error) {
+	const op = "RouterTopK"
+	if err := checkDT(op, dt); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", T, "E", E, "top_k", topK); err != nil {
+		return Launch{}, err
+	}
+	if topK > E {
+		return Launch{}, fmt.Errorf("%s: top_k = %d exceeds the %d experts", op, topK, E)
+	}
+	if !(softcap >= 0) {
+		return Launch{}, fmt.Errorf("%s: softcap = %g must not be negative", op, softcap)
+	}
+	if err := checkPtrs(op, "weights", weights, "ids", ids, "logits", logits); err != nil {
+		return Launch{}, err
+	}
+	// Shared memory: a 64-bit selection key and a float score per expert,
+	// and the k chosen indices.
+	return kernel("router.cu", "router_topk", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(E, 32))), 12*E+4*topK,
+		i32(T), i32(E), i32(topK), f32(softcap), f32(scaling), ptrArg(logits), i64(int64(E)), ptrArg(bias), ptrArg(weights), ptrArg(ids)), nil
+}
+
+// ArgMax writes the index of the largest element of each row of x [T, V]
+// to out i32 [T]: the first on ties, a NaN above every number.
+func ArgMax(dt string, out, x Ptr, T, V int) (Launch, error) {
+	const op = "ArgMax"
+	if err := checkDT(op, dt); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPos(op, "T", T, "V", V); err != nil {
+		return Launch{}, err
+	}
+	if err := checkPtrs(op, "out", out, "x", x); err != nil {
+		return Launch{}, err
+	}
+	return kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(V, 32))), 0,
+		i32(T), i32(V), ptrArg(x), ptrArg(out)), nil
+}
+
+// CopyRows copies rows x cols elements: dst[r*ldo + c] = src[r*ldi + c],
+// one piece of a split or concat along an inner axis.
+func CopyRows(dt string, rows, cols int64, src Ptr, ldi int64, dst Ptr, ldo int64) Launch {
+	g, b := grid1D(rows * cols)
+	return kernel("copy.cu", "copy_rows", []string{dt}, nil, g, b, 0, i64(rows), i64(cols), ptrArg(src), i64(ldi), ptrArg(dst), i64(ldo))
+}
+
+// StepNext ends a decode step: its argmax (next) becomes the next step's
+// token and the position advances, on the device.
+func StepNext(next, tokens, pos Ptr) Launch {
+	return kernel("step.cu", "step_next", nil, nil, dims(1), dims(32), 0, ptrArg(next), ptrArg(tokens), ptrArg(pos))
+}
+
+// FillHash fills n elements at out with offset + scale*u, u uniform in
+// [-1, 1) from a hash of (seed, index): synthetic weights made on the
+// device.
+func FillHash(dt string, n int64, seed uint32, offset, scale float32, out Ptr) Launch {
+	g, b := grid1D(n)
+	return kernel("fill.cu", "fill_hash", []string{dt}, nil, g, b, 0, i64(n), u32(seed), f32(offset), f32(scale), ptrArg(out))
+}

@@ -1,0 +1,125 @@
+package lower
+
+import (
+	"fmt"
+
+	"lagc/ir"
+)
+
+// Rules of moe_experts and moe_grouped. moe_grouped runs on the same
+// kernels: its fused gate_up stack is stored as separate gate and up stacks
+// (LayoutGateUpSplit), its shared experts (at the end of the stacks) become
+// extra routes of weight 1 appended to every token's by moe_add_shared, and
+// its residual is copied into the output first, which the experts then
+// accumulate into.
+
+func init() {
+	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch})
+	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, layout: func(n *ir.Node, i int) string {
+		// The MoE kernels read gate and up stacks separately.
+		if n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
+			return LayoutGateUpSplit
+		}
+		return ""
+	}})
+}
+
+// moeArgs describes the step at c.T tokens, its routes as the step reads
+// them (before moe_add_shared).
+func moeArgs(c *stepCtx) (MoEArgs, error) {
+	st := c.st
+	res := st.Int("residual")
+	nd := len(st.In) - 1 - res // down [E,H,I]
+	if nd < 4 {
+		return MoEArgs{}, fmt.Errorf("%s has %d inputs", st.Op, len(st.In))
+	}
+	d := st.In[nd].Dims(0)
+	if len(d) != 3 {
+		return MoEArgs{}, fmt.Errorf("down stack must be [E,H,I], is %v", d)
+	}
+	if st.In[1].DType != "f32" || st.In[2].DType != "i32" {
+		return MoEArgs{}, fmt.Errorf("router weights must be f32 and ids i32")
+	}
+	for _, o := range st.In[3 : nd+1] {
+		if o.DType != st.In[nd].DType {
+			return MoEArgs{}, fmt.Errorf("expert stacks of mixed dtypes")
+		}
+	}
+	E, H, I := d[0], d[1], d[2]
+	a := MoEArgs{
+		T: c.rows(st.In[0]), H: H, I: I, E: E, TopK: st.In[1].Last(c.T) + st.Int("shared"),
+		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
+		XType: st.In[0].DType, WType: st.In[nd].DType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
+		Accumulate: res != 0,
+	}
+	if st.String("order") == "descending" {
+		// The expert-order schedule; its GEMM tiles also run in N-bands
+		// sized for L2 by the first stack (gate or gate_up, the larger
+		// GEMM) as it is stored.
+		a.Order = ExpertsByLoad
+		w := st.In[3]
+		if w.Weight < 0 || w.Weight >= len(c.p.Weights) || len(w.Shape) != 3 || w.Shape[0]*w.Shape[1] <= 0 {
+			return MoEArgs{}, fmt.Errorf("expert stack %s must be a weight [E,N,K]", w.Value)
+		}
+		a.Band = MoEBand(w.Shape[1], c.p.Weights[w.Weight].Bytes/int64(w.Shape[0]*w.Shape[1]))
+	}
+	switch {
+	case st.Op == "moe_experts":
+		a.Gate, a.Up = c.in[3], c.in[4]
+	case st.String("gate_up") == "fused":
+		if st.In[3].Weight < 0 || st.In[3].Weight >= len(c.p.Weights) || c.p.Weights[st.In[3].Weight].Layout != LayoutGateUpSplit {
+			return MoEArgs{}, fmt.Errorf("fused gate_up stack %s is not stored split", st.In[3].Value)
+		}
+		a.Gate, a.Up = c.in[3], c.in[3].At(int64(E)*int64(I)*int64(H)*int64(dtypeSize(st.In[3].DType)))
+	default:
+		a.Gate, a.Up = c.in[3], c.in[4]
+	}
+	return a, nil
+}
+
+// routes are where moe_add_shared writes the extended weights and ids.
+func routes(a MoEArgs) (w, ids Ptr) {
+	return Ptr{BaseRoutes, 0}, Ptr{BaseRoutes, align(4 * int64(a.T) * int64(a.TopK))}
+}
+
+func moeRule(c *stepCtx) ([]Launch, error) {
+	st := c.st
+	a, err := moeArgs(c)
+	if err != nil {
+		return nil, err
+	}
+	var ls []Launch
+	if st.Int("residual") != 0 {
+		r := len(st.In) - 1
+		if st.In[r].DType != st.Out[0].DType {
+			return nil, fmt.Errorf("residual and output dtypes differ")
+		}
+		if c.in[r] != c.out[0] {
+			ls = append(ls, memcpy(c.out[0], c.in[r], int64(st.Out[0].Elems(c.T)*dtypeSize(st.Out[0].DType))))
+		}
+	}
+	if shared := st.Int("shared"); shared > 0 {
+		w2, ids2 := routes(a)
+		ls = append(ls, MoEAddShared(a.T, a.TopK-shared, shared, a.E-shared, a.Weights, a.IDs, w2, ids2))
+		a.Weights, a.IDs = w2, ids2
+	}
+	ms, err := MoE(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(ls, ms...), nil
+}
+
+func moeScratch(c *stepCtx) (ws, rt int64, err error) {
+	a, err := moeArgs(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	if ws, err = MoEWorkspace(a); err != nil {
+		return 0, 0, err
+	}
+	if c.st.Int("shared") > 0 {
+		rt = 2 * align(4*int64(a.T)*int64(a.TopK))
+	}
+	return ws, rt, nil
+}

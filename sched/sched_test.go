@@ -1,0 +1,449 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"lagc/engine"
+	"lagc/exec/cpu"
+	"lagc/internal/fixture"
+)
+
+// openTiny opens the bundled model on the CPU with the given slots and
+// context.
+func openTiny(t *testing.T, slots, ctx int) *engine.Model {
+	t.Helper()
+	m, err := engine.Open(filepath.Join(fixture.Root(t), "models", "tiny"), engine.Options{Slots: slots, MaxContext: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func newSched(t *testing.T, m *engine.Model, cfg Config) *Scheduler {
+	t.Helper()
+	b, err := m.Batch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Vocab = m.Config.VocabSize
+	s, err := New(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// collect reads a stream to its end.
+func collect(t *testing.T, st *Stream) ([]int32, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ids []int32
+	for {
+		toks, reason, err := st.Next(ctx)
+		ids = append(ids, toks...)
+		if reason != "" || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				t.Fatal("stream did not finish within a minute")
+			}
+			return ids, reason, err
+		}
+	}
+}
+
+type job struct {
+	prompt []int32
+	max    int
+	seed   uint64 // 0: greedy
+}
+
+func (j job) sampler(t *testing.T) engine.Sampler {
+	if j.seed == 0 {
+		return nil
+	}
+	s, err := cpu.NewSampler(cpu.SamplerConfig{Temperature: 0.9, TopK: 40, TopP: 0.95, MinP: 0.02, Seed: j.seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// jobs returns prompts of 1 to 170 tokens (the tiny model's window is 64),
+// some sharing a prefix, some repeated, some sampled with a seed.
+func jobs(n int) []job {
+	rng := rand.New(rand.NewPCG(3, 4))
+	shared := make([]int32, 70)
+	for i := range shared {
+		shared[i] = int32(100 + rng.IntN(3000))
+	}
+	var js []job
+	for i := range n {
+		p := make([]int32, 1+rng.IntN(100))
+		for k := range p {
+			p[k] = int32(100 + rng.IntN(3000))
+		}
+		if i%3 == 1 {
+			p = append(slices.Clone(shared[:10+rng.IntN(60)]), p...)
+		}
+		j := job{prompt: p, max: 5 + rng.IntN(40)}
+		if i%4 == 3 {
+			j.seed = uint64(i)
+		}
+		js = append(js, j)
+		if i%5 == 4 {
+			js = append(js, js[len(js)-2]) // the same request again
+		}
+	}
+	return js
+}
+
+// TestBatchedEqualsAlone: requests served together (more than the slots,
+// prefill chunks beside decode rows, prefixes reused) produce exactly the
+// tokens each produces alone with engine.Generate, greedy or sampled with a
+// seed.
+func TestBatchedEqualsAlone(t *testing.T) {
+	m := openTiny(t, 4, 256)
+	js := jobs(10)
+	want := make([][]int32, len(js))
+	for i, j := range js {
+		res, err := m.Generate(context.Background(), j.prompt, engine.GenOptions{MaxTokens: j.max, Sampler: j.sampler(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = res.Generated
+	}
+	var mu sync.Mutex
+	var batchRows []int
+	s := newSched(t, m, Config{Budget: 24, OnStep: func(st StepStats) {
+		mu.Lock()
+		batchRows = append(batchRows, st.Sequences)
+		mu.Unlock()
+	}})
+	streams := make([]*Stream, len(js))
+	for i, j := range js {
+		st, err := s.Submit(context.Background(), Request{Prompt: j.prompt, MaxTokens: j.max, Sampler: j.sampler(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = st
+	}
+	cached := 0
+	for i, st := range streams {
+		got, reason, err := collect(t, st)
+		if err != nil || reason != FinishLength {
+			t.Fatalf("request %d: finish %q, %v", i, reason, err)
+		}
+		if !slices.Equal(got, want[i]) {
+			t.Errorf("request %d (prompt %d tokens, seed %d):\n batched %v\n alone   %v", i, len(js[i].prompt), js[i].seed, got, want[i])
+		}
+		cached += st.CachedTokens()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Max(batchRows) < 4 {
+		t.Errorf("at most %d sequences ran in one step; expected all 4 slots busy at times", slices.Max(batchRows))
+	}
+	t.Logf("%d steps, %d prompt tokens reused", len(batchRows), cached)
+	if w, r := s.Load(); w != 0 || r != 0 {
+		t.Errorf("after all finished: %d waiting, %d running", w, r)
+	}
+}
+
+// TestPrefixReuse: a prompt continuing what a free slot holds (the next
+// turn of a chat), or repeating a prompt that has not outgrown the sliding
+// window, continues from the slot's KV and gets exactly what it gets alone;
+// where the window has moved on, the prompt is computed afresh.
+func TestPrefixReuse(t *testing.T) {
+	m := openTiny(t, 2, 512)
+	ref := openTiny(t, 1, 512) // Generate uses slot 0: not the scheduler's model
+	W := m.Config.SlidingWindow
+	alone := func(prompt []int32, n int) []int32 {
+		res, err := ref.Generate(context.Background(), prompt, engine.GenOptions{MaxTokens: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Generated
+	}
+	long := make([]int32, 2*W)
+	for i := range long {
+		long[i] = int32(200 + 13*i)
+	}
+	turn1 := alone(long, 10)
+	next := append(append(slices.Clone(long), turn1...), 300, 301, 302)
+	short := long[:W/2]
+	cases := []struct {
+		name   string
+		prompt []int32
+		cached int
+	}{
+		{"first turn", long, 0},
+		{"next turn", next, len(long) + len(turn1) - 1}, // the last token made was never fed
+		{"short prompt", short, 0},
+		{"short prompt again", short, len(short) - 1},
+		// The slot holding long has moved its window on, so the one
+		// holding short (inside its window) serves the shared start.
+		{"long prompt again", long, len(short)},
+	}
+	s := newSched(t, m, Config{})
+	for _, tc := range cases {
+		want := alone(tc.prompt, 10)
+		st, err := s.Submit(context.Background(), Request{Prompt: tc.prompt, MaxTokens: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := collect(t, st)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: %v (%v), alone %v", tc.name, got, err, want)
+		}
+		if st.CachedTokens() != tc.cached {
+			t.Errorf("%s: %d prompt tokens reused, want %d", tc.name, st.CachedTokens(), tc.cached)
+		}
+	}
+}
+
+// TestStopAndContext: a stop id ends a stream and is kept; a sequence that
+// fills the context ends with FinishContext; a prompt longer than the
+// context is refused.
+func TestStopAndContext(t *testing.T) {
+	m := openTiny(t, 2, 40)
+	s := newSched(t, m, Config{})
+	prompt := []int32{2, 500, 600, 700}
+	ref, err := m.Generate(context.Background(), prompt, engine.GenOptions{MaxTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAt := ref.Generated[3]
+	st, err := s.Submit(context.Background(), Request{Prompt: prompt, MaxTokens: 10, Stop: func(id int32) bool { return id == stopAt }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, reason, _ := collect(t, st)
+	if i := slices.Index(ref.Generated, stopAt); reason != FinishStop || !slices.Equal(got, ref.Generated[:i+1]) {
+		t.Errorf("stop: %q %v, want stop after %v", reason, got, ref.Generated[:i+1])
+	}
+	st, err = s.Submit(context.Background(), Request{Prompt: make([]int32, 38), MaxTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, reason, _ = collect(t, st)
+	if reason != FinishContext || len(got) != 3 { // positions 38, 39 fed, the third token has no room
+		t.Errorf("context: %q after %d tokens, want %q after 3", reason, len(got), FinishContext)
+	}
+	_, err = s.Submit(context.Background(), Request{Prompt: make([]int32, 41), MaxTokens: 1})
+	var ce *ContextError
+	if !errors.As(err, &ce) || ce.Prompt != 41 || ce.Context != 40 {
+		t.Errorf("prompt of 41 in a context of 40: %v", err)
+	}
+}
+
+func TestSubmitErrors(t *testing.T) {
+	m := openTiny(t, 1, 64)
+	s := newSched(t, m, Config{})
+	for _, tc := range []struct {
+		name string
+		r    Request
+		want string
+	}{
+		{"empty prompt", Request{MaxTokens: 1}, "empty"},
+		{"id outside the vocabulary", Request{Prompt: []int32{1, 4096}, MaxTokens: 1}, "outside the vocabulary [0, 4096)"},
+		{"negative id", Request{Prompt: []int32{-1}, MaxTokens: 1}, "outside the vocabulary"},
+		{"no tokens to make", Request{Prompt: []int32{1}}, "max tokens must be positive, got 0"},
+	} {
+		if _, err := s.Submit(context.Background(), tc.r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	s.Close()
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{1}, MaxTokens: 1}); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
+// gateBackend is a Batcher whose steps wait for permits from the test, for
+// checks that need the scheduler held mid-step; every row yields token 1.
+type gateBackend struct {
+	slots, vocab int
+	fail         error
+	lens         []int
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	permits int
+	open    bool
+}
+
+func newGate(slots, vocab int) *gateBackend {
+	g := &gateBackend{slots: slots, vocab: vocab, lens: make([]int, slots)}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// allow lets n more steps run; n < 0 lets all run.
+func (g *gateBackend) allow(n int) {
+	g.mu.Lock()
+	if n < 0 {
+		g.open = true
+	}
+	g.permits += n
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+func (g *gateBackend) Slots() int               { return g.slots }
+func (g *gateBackend) MaxPos() int              { return 1000 }
+func (g *gateBackend) SlotLen(slot int) int     { return g.lens[slot] }
+func (g *gateBackend) ResetSlot(slot int)       { g.lens[slot] = 0 }
+func (g *gateBackend) Rewind(slot, n int) error { return fmt.Errorf("no rewinding") }
+func (g *gateBackend) Step(segs []engine.Segment) ([]float32, []int32, error) {
+	g.mu.Lock()
+	for !g.open && g.permits <= 0 {
+		g.cond.Wait()
+	}
+	g.permits--
+	fail := g.fail
+	g.mu.Unlock()
+	if fail != nil {
+		return nil, nil, fail
+	}
+	T := 0
+	for _, s := range segs {
+		T += len(s.Tokens)
+		g.lens[s.Slot] += len(s.Tokens)
+	}
+	logits := make([]float32, T*g.vocab)
+	next := make([]int32, T)
+	for r := range next {
+		next[r] = 1
+		logits[r*g.vocab+1] = 1
+	}
+	return logits, next, nil
+}
+
+// waitLoad waits until the scheduler has that many waiting and running.
+func waitLoad(t *testing.T, s *Scheduler, waiting, running int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w, r := s.Load()
+		if w == waiting && r == running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiting, %d running; want %d and %d", w, r, waiting, running)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestQueueFullAndCancel: beyond the slots and the queue Submit refuses; a
+// cancelled request (waiting or running) finishes as cancelled and frees
+// its place.
+func TestQueueFullAndCancel(t *testing.T) {
+	g := newGate(2, 8)
+	s, err := New(g, Config{MaxQueue: 1, Vocab: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { g.allow(-1); s.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	var streams []*Stream
+	for i := range 3 {
+		c := context.Background()
+		if i == 0 {
+			c = ctx
+		}
+		st, err := s.Submit(c, Request{Prompt: []int32{3, 4}, MaxTokens: 100})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		streams = append(streams, st)
+	}
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 1}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("fourth request with 2 slots and a queue of 1: %v", err)
+	}
+	waitLoad(t, s, 1, 2)
+	cancel()            // a running one
+	streams[2].Cancel() // the waiting one
+	g.allow(3)
+	for _, i := range []int{0, 2} {
+		if _, reason, _ := collect(t, streams[i]); reason != FinishCanceled {
+			t.Errorf("request %d: finish %q, want %q", i, reason, FinishCanceled)
+		}
+	}
+	waitLoad(t, s, 0, 1)
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 1}); err != nil {
+		t.Errorf("after cancelling two: %v", err)
+	}
+}
+
+// TestBackendError: a failed step ends the streams of that step with the
+// error, and the scheduler goes on.
+func TestBackendError(t *testing.T) {
+	g := newGate(1, 8)
+	g.fail = errors.New("device lost")
+	g.allow(-1)
+	s, err := New(g, Config{Vocab: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), "device lost") {
+		t.Errorf("finish %q, %v", reason, err)
+	}
+	g.mu.Lock()
+	g.fail = nil
+	g.mu.Unlock()
+	st, err = s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, reason, err := collect(t, st); reason != FinishLength || err != nil || !slices.Equal(got, []int32{1, 1}) {
+		t.Errorf("after the error: %v %q %v", got, reason, err)
+	}
+}
+
+// TestCloseCancels: Close ends running and waiting streams.
+func TestCloseCancels(t *testing.T) {
+	g := newGate(1, 8)
+	s, err := New(g, Config{Vocab: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 50})
+	b, _ := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 50})
+	waitLoad(t, s, 1, 1)
+	g.allow(2)
+	go s.Close()
+	// Let steps run only once Close has begun.
+	for {
+		st, err := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 1})
+		if errors.Is(err, ErrClosed) {
+			break
+		}
+		if st != nil {
+			st.Cancel()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.allow(-1)
+	for i, st := range []*Stream{a, b} {
+		if got, reason, _ := collect(t, st); reason != FinishCanceled {
+			t.Errorf("stream %d: finish %q after %d tokens; want %q", i, reason, len(got), FinishCanceled)
+		}
+	}
+}

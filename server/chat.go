@@ -1,0 +1,219 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"lagc/chat"
+)
+
+// chatJob is a rendered chat request.
+type chatJob struct {
+	*job
+	inReasoning bool // the prompt ends inside <think>
+	parseCalls  bool
+	schemas     map[string]map[string]string
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cj, err := s.prepareChat(&req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st, err := s.start(r.Context(), cj.job)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id, created := newID("chatcmpl-"), time.Now().Unix()
+	parser := newReplyParser(cj.inReasoning, cj.parseCalls, cj.schemas)
+	resp := func(choice chatChoice, u *usage) chatResponse {
+		obj := "chat.completion"
+		if req.Stream {
+			obj = "chat.completion.chunk"
+		}
+		return chatResponse{ID: id, Object: obj, Created: created, Model: s.cfg.Name, Choices: []chatChoice{choice}, Usage: u}
+	}
+	calls := 0
+	toCalls := func(pc []parsedCall) []toolCall {
+		var out []toolCall
+		for _, c := range pc {
+			tc := toolCall{ID: newID("call_"), Type: "function"}
+			tc.Function.Name, tc.Function.Arguments = c.Name, c.Arguments
+			if req.Stream {
+				tc.Index = ptr(calls)
+			}
+			calls++
+			out = append(out, tc)
+		}
+		return out
+	}
+	finishOf := func(o outcome) string {
+		if calls > 0 && o.finish == "stop" {
+			return "tool_calls"
+		}
+		return o.finish
+	}
+
+	if !req.Stream {
+		var reasoning, content strings.Builder
+		var tcs []toolCall
+		add := func(d replyDelta) {
+			reasoning.WriteString(d.Reasoning)
+			content.WriteString(d.Content)
+			tcs = append(tcs, toCalls(d.Calls)...)
+		}
+		o, err := s.consume(r.Context(), st, cj.job, func(text string) error { add(parser.Add(text)); return nil })
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		add(parser.Finish())
+		msg := &replyMsg{Role: "assistant", ToolCalls: tcs}
+		if content.Len() > 0 || len(tcs) == 0 {
+			msg.Content = ptr(content.String())
+		}
+		if reasoning.Len() > 0 {
+			msg.ReasoningContent = ptr(reasoning.String())
+		}
+		writeJSON(w, http.StatusOK, resp(chatChoice{Message: msg, FinishReason: ptr(finishOf(o))}, usageOf(cj.job, o)))
+		return
+	}
+
+	ev := startSSE(w)
+	send := func(d replyDelta) error {
+		if d.Reasoning != "" {
+			if err := ev.send(resp(chatChoice{Delta: &replyMsg{ReasoningContent: ptr(d.Reasoning)}}, nil)); err != nil {
+				return err
+			}
+		}
+		if d.Content != "" {
+			if err := ev.send(resp(chatChoice{Delta: &replyMsg{Content: ptr(d.Content)}}, nil)); err != nil {
+				return err
+			}
+		}
+		if len(d.Calls) > 0 {
+			return ev.send(resp(chatChoice{Delta: &replyMsg{ToolCalls: toCalls(d.Calls)}}, nil))
+		}
+		return nil
+	}
+	if err := ev.send(resp(chatChoice{Delta: &replyMsg{Role: "assistant", Content: ptr("")}}, nil)); err != nil {
+		return
+	}
+	o, err := s.consume(r.Context(), st, cj.job, func(text string) error { return send(parser.Add(text)) })
+	if err == nil {
+		err = send(parser.Finish())
+	}
+	if err == nil {
+		err = ev.send(resp(chatChoice{Delta: &replyMsg{}, FinishReason: ptr(finishOf(o))}, nil))
+	}
+	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		u := resp(chatChoice{}, usageOf(cj.job, o))
+		u.Choices = []chatChoice{}
+		err = ev.send(u)
+	}
+	ev.end(err)
+}
+
+// prepareChat validates a chat request, renders its prompt and builds its
+// job.
+func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
+	if s.cfg.Template == nil {
+		return nil, badRequest("messages", "this model has no chat template: use /v1/completions")
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	cj := &chatJob{parseCalls: len(req.Tools) > 0}
+	switch tc := string(bytes.TrimSpace(req.ToolChoice)); tc {
+	case "", "null", `"auto"`:
+	case `"none"`:
+		cj.parseCalls = false
+	default:
+		return nil, badRequest("tool_choice", "tool_choice %s is not supported: expected \"auto\" or \"none\"", tc)
+	}
+	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+		return nil, badRequest("response_format", "response_format %q is not supported: expected \"text\"", rf.Type)
+	}
+	var err error
+	if cj.schemas, err = toolSchemas(req.Tools); err != nil {
+		return nil, badRequest("tools", "%v", err)
+	}
+	msgs := make([]chat.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		if msgs[i], err = toTemplateMessage(m); err != nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
+		}
+	}
+	tmpl := s.cfg.Template
+	opt := chat.Options{AddGenerationPrompt: true, SpecialTokens: s.cfg.SpecialTokens, Vars: req.ChatTemplateKwargs}
+	if len(req.Tools) > 0 {
+		opt.Tools = req.Tools
+		if s.cfg.ToolTemplate != nil {
+			tmpl = s.cfg.ToolTemplate
+		}
+	}
+	text, err := tmpl.Render(msgs, opt)
+	if err != nil {
+		return nil, badRequest("messages", "%v", err)
+	}
+	cj.inReasoning = endsInsideThink(text)
+	// The template writes its own special tokens (Laguna's leading 〈|EOS|〉).
+	ids := s.cfg.Tokenizer.Encode(text, false)
+	if cj.job, err = s.newJob(&req.samplingParams, ids, "messages"); err != nil {
+		return nil, err
+	}
+	return cj, nil
+}
+
+// toTemplateMessage turns an OpenAI message into the template's shape:
+// content as one string, tool call arguments as a JSON object.
+func toTemplateMessage(m chatMessage) (chat.Message, error) {
+	switch m.Role {
+	case "system", "user", "assistant", "tool":
+	case "developer":
+		m.Role = "system"
+	default:
+		return chat.Message{}, fmt.Errorf("role %q: expected system, developer, user, assistant or tool", m.Role)
+	}
+	text, err := m.text()
+	if err != nil {
+		return chat.Message{}, err
+	}
+	out := chat.Message{Role: m.Role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID}
+	if m.ReasoningContent != nil {
+		out.ReasoningContent = *m.ReasoningContent
+	}
+	for k, tc := range m.ToolCalls {
+		args := strings.TrimSpace(tc.Function.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(args), &obj); err != nil || obj == nil {
+			return chat.Message{}, fmt.Errorf("tool_calls[%d].function.arguments: expected a JSON object as a string, got %q", k, tc.Function.Arguments)
+		}
+		if tc.Function.Name == "" {
+			return chat.Message{}, fmt.Errorf("tool_calls[%d].function.name is empty", k)
+		}
+		out.ToolCalls = append(out.ToolCalls, chat.ToolCall{ID: tc.ID, Type: "function",
+			Function: chat.FunctionCall{Name: tc.Function.Name, Arguments: json.RawMessage(args)}})
+	}
+	return out, nil
+}
+
+// endsInsideThink reports whether a rendered prompt leaves the model inside
+// a <think> block (Laguna's generation prompt with thinking on).
+func endsInsideThink(prompt string) bool {
+	return strings.LastIndex(prompt, thinkOpen) > strings.LastIndex(prompt, thinkClose)
+}

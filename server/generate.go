@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"lagc/engine"
+	"lagc/exec/cpu"
+	"lagc/sched"
+)
+
+// job is a validated generation: what the scheduler runs and what the
+// server does with its text.
+type job struct {
+	prompt    []int32
+	maxTokens int
+	sampler   engine.Sampler
+	stops     []string
+}
+
+// newJob checks p against the prompt and the context and builds the job.
+func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string) (*job, error) {
+	if param, err := p.check(); err != nil {
+		return nil, badRequest(param, "%v", err)
+	}
+	if err := s.checkModel(p.Model); err != nil {
+		return nil, err
+	}
+	if len(prompt) == 0 {
+		return nil, badRequest(promptParam, "the prompt is empty")
+	}
+	ctx := s.batch.MaxPos()
+	room := ctx - len(prompt)
+	if room <= 0 {
+		return nil, contextError(promptParam, fmt.Sprintf("This model's maximum context length is %d tokens; the prompt has %d tokens, leaving no room for a completion.", ctx, len(prompt)))
+	}
+	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop}
+	if n := p.maxTokens(); n != nil {
+		if *n > room {
+			return nil, contextError("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion).",
+				ctx, len(prompt)+*n, len(prompt), *n))
+		}
+		j.maxTokens = *n
+	}
+	var err error
+	if j.sampler, err = newSampler(p); err != nil {
+		return nil, badRequest("", "%v", err)
+	}
+	return j, nil
+}
+
+func contextError(param, msg string) *httpError {
+	return &httpError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded", msg: msg}
+}
+
+// newSampler returns the request's sampler: nil (the backend's argmax) for
+// temperature 0 without a penalty. The temperature defaults to 1, as in
+// OpenAI's API; without a seed the draws are seeded from the clock.
+func newSampler(p *samplingParams) (engine.Sampler, error) {
+	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	if p.Temperature != nil {
+		cfg.Temperature = *p.Temperature
+	}
+	if p.TopP != nil {
+		cfg.TopP = *p.TopP
+	}
+	if p.TopK != nil && *p.TopK > 0 {
+		cfg.TopK = *p.TopK
+	}
+	if p.MinP != nil {
+		cfg.MinP = *p.MinP
+	}
+	if p.RepetitionPenalty != nil {
+		cfg.RepetitionPenalty = *p.RepetitionPenalty
+	}
+	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 {
+		return nil, nil
+	}
+	if p.Seed != nil {
+		cfg.Seed = uint64(*p.Seed)
+	} else {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	return cpu.NewSampler(cfg)
+}
+
+// start submits j; the stream ends with ctx (the client's connection).
+func (s *Server) start(ctx context.Context, j *job) (*sched.Stream, error) {
+	st, err := s.sched.Submit(ctx, sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: j.sampler, Stop: s.cfg.Tokenizer.IsEOG})
+	var ce *sched.ContextError
+	switch {
+	case err == nil:
+		s.metrics.promptTokens.Add(float64(len(j.prompt)))
+		return st, nil
+	case errors.Is(err, sched.ErrQueueFull):
+		return nil, &httpError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_full", retryAfterS: 1,
+			msg: "the server is busy: every sequence slot is taken and the queue is full; retry later"}
+	case errors.Is(err, sched.ErrClosed):
+		return nil, &httpError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down", msg: "the server is shutting down"}
+	case errors.As(err, &ce):
+		return nil, contextError("", err.Error())
+	}
+	return nil, badRequest("", "%v", err)
+}
+
+// outcome is how a generation ended.
+type outcome struct {
+	finish     string // OpenAI's finish_reason: "stop" or "length"
+	completion int    // tokens generated
+	cached     int    // prompt tokens reused from the KV of a slot
+}
+
+// errClientGone ends a generation whose client disconnected.
+var errClientGone = errors.New("the client went away")
+
+// consume reads st to its end, passing the text on as it is decoded: held
+// back only where it may begin a stop string (which ends the generation
+// and is not passed on). It returns errClientGone when ctx ends first.
+func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText func(string) error) (outcome, error) {
+	defer st.Cancel()
+	dec := s.cfg.Tokenizer.NewStreamDecoder(true)
+	stop := stopMatcher{stops: j.stops}
+	var out outcome
+	pass := func(text string) error {
+		if text == "" {
+			return nil
+		}
+		if err := onText(text); err != nil { // only writes to the client fail
+			s.metrics.canceled.Inc()
+			return errClientGone
+		}
+		return nil
+	}
+	for {
+		ids, reason, err := st.Next(ctx)
+		if ctx.Err() != nil {
+			s.metrics.canceled.Inc()
+			return out, errClientGone
+		}
+		out.completion += len(ids)
+		for _, id := range ids {
+			text, hit := stop.Add(dec.Add(id))
+			if err := pass(text); err != nil {
+				return out, err
+			}
+			if hit {
+				out.finish, out.cached = "stop", st.CachedTokens()
+				s.metrics.cachedTokens.Add(float64(out.cached))
+				return out, nil
+			}
+		}
+		if reason == "" {
+			continue
+		}
+		out.cached = st.CachedTokens()
+		s.metrics.cachedTokens.Add(float64(out.cached))
+		switch reason {
+		case sched.FinishCanceled:
+			if ctx.Err() != nil {
+				s.metrics.canceled.Inc()
+				return out, errClientGone
+			}
+			return out, &httpError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down",
+				msg: "the server shut down before the generation finished"}
+		case sched.FinishError:
+			return out, fmt.Errorf("generation failed: %w", err)
+		case sched.FinishStop:
+			out.finish = "stop"
+		default: // max tokens or a full context
+			out.finish = "length"
+		}
+		text, hit := stop.Add(dec.Flush())
+		if !hit {
+			text += stop.Flush()
+		}
+		return out, pass(text)
+	}
+}
+
+// sse writes a server-sent-event stream.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	e := &sse{w: w, rc: http.NewResponseController(w)}
+	e.rc.Flush()
+	return e
+}
+
+func (e *sse) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+// end closes the stream, after an error event if err is not nil.
+func (e *sse) end(err error) {
+	if err != nil && !errors.Is(err, errClientGone) {
+		var he *httpError
+		d := errorDetail{Message: err.Error(), Type: "server_error"}
+		if errors.As(err, &he) {
+			d.Type = he.typ
+		}
+		e.send(apiError{Error: d})
+	}
+	fmt.Fprint(e.w, "data: [DONE]\n\n")
+	e.rc.Flush()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func usageOf(j *job, o outcome) *usage {
+	u := &usage{PromptTokens: len(j.prompt), CompletionTokens: o.completion, TotalTokens: len(j.prompt) + o.completion}
+	if o.cached > 0 {
+		u.PromptDetails = &promptDetail{CachedTokens: o.cached}
+	}
+	return u
+}
