@@ -1,22 +1,16 @@
 package engine
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
+	"lagc/internal/cputime"
 	"lagc/models"
 )
 
-// cpuTime returns the process's user+system time: on a shared machine the
-// CPU time per op varies much less than the wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// cpuTime is the process's CPU time: on a shared machine it varies much
+// less per op than the wall time.
+func cpuTime() time.Duration { return cputime.Process() }
 
 // reportCPU adds the CPU time per op since t0 to b's results.
 func reportCPU(b *testing.B, t0 time.Duration) {

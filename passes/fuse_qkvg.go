@@ -23,15 +23,8 @@ func qkvgConcat(s *State) error {
 }
 
 func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
-	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
-	for _, r := range rw.Users(at.Outputs[0]) {
-		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
-			ins = append(ins, r.Inputs[1])
-			break
-		}
-	}
 	var projs []*ir.Node
-	for _, v := range ins {
+	for _, v := range qkvgInputs(rw, at) {
 		p, fused := projection(v)
 		if fused {
 			return ir.NoMatch, nil // fused already
@@ -42,6 +35,18 @@ func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
 		return ir.Declined, nil
 	}
 	return ir.Applied, nil
+}
+
+// qkvgInputs returns q, k and v of an attention node, and the gate of the
+// softplus_gate reading its output if there is one.
+func qkvgInputs(rw *ir.Rewriter, at *ir.Node) []*ir.Value {
+	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
+	for _, r := range rw.Users(at.Outputs[0]) {
+		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
+			return append(ins, r.Inputs[1])
+		}
+	}
+	return ins
 }
 
 // projection follows v back through views, norms and rope to the matmul by

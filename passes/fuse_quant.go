@@ -34,15 +34,8 @@ func concatBlocker(ws ...*ir.Value) string {
 
 // qkvgBlocker: the weights of the projections of an attention node.
 func qkvgBlocker(rw *ir.Rewriter, at *ir.Node) string {
-	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
-	for _, r := range rw.Users(at.Outputs[0]) {
-		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
-			ins = append(ins, r.Inputs[1])
-			break
-		}
-	}
 	var ws []*ir.Value
-	for _, v := range ins {
+	for _, v := range qkvgInputs(rw, at) {
 		if p, _ := projection(v); p != nil {
 			ws = append(ws, p.Inputs[1])
 		}

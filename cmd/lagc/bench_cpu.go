@@ -12,6 +12,7 @@ import (
 
 	"lagc/engine"
 	"lagc/exec/cpu"
+	"lagc/internal/cputime"
 )
 
 // cpuBenchReport is what `lagc bench --device cpu` measures; --json prints it.
@@ -105,7 +106,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 			return timing{}, err
 		}
 		tok := next[len(next)-1]
-		t0, c0 := time.Now(), processCPU()
+		t0, c0 := time.Now(), cputime.Process()
 		for i := 0; i < f.tokens; i++ {
 			if _, next, err = be.Forward([]int32{tok}); err != nil {
 				return timing{}, err
@@ -113,13 +114,13 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 			tok = next[0]
 		}
 		n := time.Duration(f.tokens)
-		return timing{time.Since(t0) / n, (processCPU() - c0) / n}, nil
+		return timing{time.Since(t0) / n, (cputime.Process() - c0) / n}, nil
 	}
 	prefill := func(n int) (timing, error) {
 		be.Reset()
-		t0, c0 := time.Now(), processCPU()
+		t0, c0 := time.Now(), cputime.Process()
 		_, _, err := be.Forward(toks[:n])
-		return timing{time.Since(t0), processCPU() - c0}, err
+		return timing{time.Since(t0), cputime.Process() - c0}, err
 	}
 	if _, err := decode(); err != nil { // warm up
 		return err
