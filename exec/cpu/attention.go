@@ -101,9 +101,10 @@ func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, wind
 	group := nh / nkv
 	// One item is a token and a kv head with its group of query heads.
 	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
-		probs := alignedFloats(span)
-		qa := alignedFloats(d)
-		var runs []kvRun
+		buf := getScratch(d + span) // d first: qa starts aligned
+		defer putScratch(buf)
+		qa, probs := (*buf)[:d], (*buf)[d:]
+		runs := make([]kvRun, 0, 4)
 		for it := lo; it < hi; it++ {
 			t, kvh := it/nkv, it%nkv
 			s := seqOf[t]

@@ -56,11 +56,21 @@ func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) e
 			return err
 		}
 	}
-	off := 0
+	// One pass over all the rows; each block's products go to the outputs
+	// their rows belong to.
+	starts := make([]int, len(sizes)+1)
 	for i, s := range sizes {
-		matmul(outs[i], x, w.Slice(off, off+s), T, K, s, true)
-		off += s
+		starts[i+1] = starts[i] + s
 	}
+	blocked(x, T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, p [][]float32) {
+		for i := range sizes {
+			lo, hi := max(n0, starts[i]), min(n1, starts[i+1])
+			if lo < hi {
+				s := sizes[i]
+				copy(outs[i][t*s+lo-starts[i]:t*s+hi-starts[i]], p[0][lo-n0:hi-n0])
+			}
+		}
+	})
 	return nil
 }
 
