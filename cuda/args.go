@@ -118,6 +118,10 @@ func packArgs(buf []byte, offs []int, args []any, params []int, kernel string) (
 			if b = put(len(v)); b != nil {
 				copy(b, v)
 			}
+		case TensorMapArg:
+			if b = put(len(v.Map)); b != nil {
+				copy(b, v.Map[:])
+			}
 		case int, uint, uintptr:
 			return nil, fmt.Errorf("cuda: %s argument %d is a Go %T; pass int32 or int64 (uint32 or uint64) to match the kernel", kernel, i, a)
 		default:

@@ -26,6 +26,7 @@ type driverAPI struct {
 	funcGetAttribute, funcSetAttribute, funcGetParamInfo, launchKernel uintptr
 	streamBeginCapture, streamEndCapture, graphInstantiate             uintptr
 	graphLaunch, graphDestroy, graphExecDestroy, graphExecUpdate       uintptr
+	tensorMapEncodeTiled                                               uintptr
 }
 
 func bindDriver(lib uintptr, name string) (*driverAPI, error) {
@@ -74,6 +75,7 @@ func bindDriver(lib uintptr, name string) (*driverAPI, error) {
 	s.need(&d.funcSetAttribute, "cuFuncSetAttribute")
 	s.want(&d.funcGetParamInfo, "cuFuncGetParamInfo") // CUDA 12.4+; launch checks are skipped without it
 	s.need(&d.launchKernel, "cuLaunchKernel")
+	s.want(&d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled") // CUDA 12+; Hopper TMA kernels need it
 	s.need(&d.streamBeginCapture, "cuStreamBeginCapture_v2")
 	s.need(&d.streamEndCapture, "cuStreamEndCapture")
 	s.need(&d.graphInstantiate, "cuGraphInstantiateWithFlags")

@@ -324,8 +324,12 @@ func (p *progressSource) ReadF32(name string) ([]float32, error) {
 	return d, err
 }
 
+// Raw gives a tensor's stored bytes (the blocks of quantised weights the
+// executors keep quantised), advancing the bar by them.
 func (p *progressSource) Raw(name string) ([]byte, error) {
 	b, err := p.ck.Raw(name)
-	p.bar.Add(int64(len(b)))
+	if ti, ok := p.ck.Tensor(name); ok && err == nil {
+		p.bar.Add(ti.Size)
+	}
 	return b, err
 }

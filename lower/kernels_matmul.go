@@ -17,6 +17,12 @@ type MatMulArgs struct {
 	// Tile forces the tensor-core tile; zero fields choose automatically.
 	Tile MMATile
 	SMs  int // multiprocessors of the target (0: 132)
+	// CC is the target's compute capability (major*10+minor; 90 and up
+	// gets the wgmma GEMM); PrefillMMA keeps the mma.sync one.
+	CC         int
+	PrefillMMA bool
+	// HopperBN forces the wgmma GEMM's tile width (128 or 256; 0 chooses).
+	HopperBN int
 }
 
 // MMATile is a tensor-core GEMM tile: Rows (64 or 128) of x per CTA and K
@@ -62,8 +68,12 @@ func sms(n int) int {
 	return defaultSMs
 }
 
-// defaultSMs is an H200's multiprocessor count.
-const defaultSMs = 132
+// defaultSMs is an H200's multiprocessor count, defaultCC its compute
+// capability.
+const (
+	defaultSMs = 132
+	defaultCC  = 90
+)
 
 func (a MatMulArgs) validate() error {
 	if a.T <= 0 || a.K <= 0 || a.N <= 0 {
@@ -96,12 +106,16 @@ func GEMVSplit(n, k, wsize, sms int) int {
 	return split
 }
 
-// MatMul is the launch of a: the GEMV for T <= GEMVMaxRows, the bf16
-// tensor-core GEMM where x and w are bf16 with K a multiple of 8 (and
-// 16-byte aligned), else the FFMA GEMM.
+// MatMul is the launch of a: the GEMV for T <= GEMVMaxRows; on Hopper the
+// TMA + wgmma GEMM where it applies (HopperGEMM); the mma.sync tensor-core
+// GEMM where x and w are bf16 with K a multiple of 8 (and 16-byte
+// aligned); else the FFMA GEMM.
 func MatMul(a MatMulArgs) (Launch, error) {
 	if err := a.validate(); err != nil {
 		return Launch{}, err
+	}
+	if a.T > GEMVMaxRows && hopperOK(a) == nil && a.Tile == (MMATile{}) {
+		return HopperGEMM(a)
 	}
 	sm := sms(a.SMs)
 	sw := int64(b2i(a.SwiGLU))

@@ -55,6 +55,14 @@ type MoEArgs struct {
 	// are reused from L2. 0: no banding. It changes the CTA order only,
 	// never a result.
 	Band int
+	// The target: multiprocessors and compute capability (90 and up runs
+	// the grouped GEMMs on the wgmma core), or PrefillMMA to keep mma.sync.
+	SMs, CC    int
+	PrefillMMA bool
+	// QGate, QUp and QDown locate quantised stacks (WType a block type) as
+	// rows of their matrices in the device layout; Gate, Up and Down are
+	// then unused.
+	QGate, QUp, QDown QMatrix
 }
 
 func (a MoEArgs) validate() error {
@@ -65,11 +73,15 @@ func (a MoEArgs) validate() error {
 		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
 	}
 	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"out", a.OutType}} {
-		if d.dt != "f32" && d.dt != "bf16" {
+		if d.dt != "f32" && d.dt != "bf16" && (d.name != "weights" || !IsQuantized(d.dt)) {
 			return fmt.Errorf("moe_experts: %s dtype %q (want f32 or bf16)", d.name, d.dt)
 		}
 	}
-	for _, p := range []Ptr{a.X, a.Weights, a.IDs, a.Gate, a.Up, a.Down, a.Out, a.Workspace} {
+	stacks := []Ptr{a.Gate, a.Up, a.Down}
+	if IsQuantized(a.WType) {
+		stacks = []Ptr{a.QGate.W, a.QUp.W, a.QDown.W}
+	}
+	for _, p := range append([]Ptr{a.X, a.Weights, a.IDs, a.Out, a.Workspace}, stacks...) {
 		if p.Null() {
 			return fmt.Errorf("moe_experts: null pointer")
 		}
@@ -116,8 +128,12 @@ func (a MoEArgs) grouped() (bool, error) {
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
 	Grouped         bool
-	MI, BK          int // tensor-core tile: rows / 32, K step
-	Chunk, Chunks   int // routes per scheduling chunk, chunks
+	Quant           moeQuant // quantised stacks: which path
+	Dequant         int64    // moeQuantDequant: the bf16 stacks
+	Hopper          bool     // grouped on the wgmma core (moeHopper)
+	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
+	MI, BK          int      // tensor-core tile: rows / 32, K step
+	Chunk, Chunks   int      // routes per scheduling chunk, chunks
 	MaxTiles        int
 	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
 	Hist, Base      int64 // i32 [Chunks,E]
@@ -131,6 +147,9 @@ type MoELayout struct {
 // Layout places a's workspace (its pointers are not looked at, except to
 // decide the path).
 func (a MoEArgs) Layout() (MoELayout, error) {
+	if IsQuantized(a.WType) {
+		return a.quantLayout()
+	}
 	g, err := a.grouped()
 	if err != nil {
 		return MoELayout{}, err
@@ -157,6 +176,9 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	if a.Tile.Rows != 0 {
 		l.MI = a.Tile.Rows / 32
 	}
+	if a.Tile == (MMATile{}) && moeHopperOK(a) == nil {
+		l.Hopper, l.MI = true, 4 // the wgmma GEMM's 128-row tiles
+	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
 	l.Chunk = max(256, (ceilDiv(int(R), 128)+31)&^31)
@@ -174,7 +196,49 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	l.Pos = take(4 * R)
 	l.Act = take(2 * R * int64(a.I))
 	l.Ys = take(2 * R * int64(a.H))
+	if l.Hopper {
+		l.XG = take(2 * R * int64(a.H))
+	}
 	l.Total = off
+	return l, nil
+}
+
+// quantLayout places the workspace of quantised stacks: the decode
+// GEMVs' scratch, the grouped wgmma path's, or the bf16 stacks and the
+// bf16 grouped path's after them.
+func (a MoEArgs) quantLayout() (MoELayout, error) {
+	q, err := a.quantPath()
+	if err != nil {
+		return MoELayout{}, err
+	}
+	switch q {
+	case moeQuantDecode:
+		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
+	case moeQuantHopper:
+		b := a
+		b.WType, b.Gate, b.Up, b.Down = "bf16", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}
+		b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
+		l, err := b.Layout()
+		if err != nil {
+			return MoELayout{}, err
+		}
+		if !l.Hopper {
+			return MoELayout{}, fmt.Errorf("moe_experts: the quantised grouped path needs the wgmma core's layout")
+		}
+		l.Quant = q
+		return l, nil
+	}
+	stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
+	_, b, err := a.dequantStacks(0)
+	if err != nil {
+		return MoELayout{}, err
+	}
+	b.Workspace = a.Workspace.At(stacks)
+	l, err := b.Layout()
+	if err != nil {
+		return MoELayout{}, err
+	}
+	l.Quant, l.Dequant, l.Total = q, 0, stacks+l.Total
 	return l, nil
 }
 
@@ -200,6 +264,25 @@ func MoE(a MoEArgs) ([]Launch, error) {
 	if err != nil {
 		return nil, err
 	}
+	if IsQuantized(a.WType) {
+		switch l.Quant {
+		case moeQuantDecode:
+			return QMoE(a.qmoe())
+		case moeQuantHopper:
+			return moeHopperQ(a, l), nil
+		}
+		stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
+		dq, b, err := a.dequantStacks(0)
+		if err != nil {
+			return nil, err
+		}
+		b.Workspace = a.Workspace.At(stacks)
+		ms, err := MoE(b)
+		if err != nil {
+			return nil, err
+		}
+		return append(dq, ms...), nil
+	}
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	acc := i32(b2i(a.Accumulate))
@@ -214,6 +297,9 @@ func MoE(a MoEArgs) ([]Launch, error) {
 				dims(int((int64(a.T)*int64(a.H)+7)/8)), dims(256), 0,
 				i32(a.T), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ws(l.Act), ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down), ptrArg(a.Out), acc),
 		}, nil
+	}
+	if l.Hopper {
+		return moeHopper(a, l), nil
 	}
 	smem := MMASmem(l.MI, l.BK)
 	tile := []int64{int64(l.MI), int64(l.BK)}

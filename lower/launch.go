@@ -74,25 +74,43 @@ func DevicePtr(addr uint64) Ptr {
 	return Ptr{BaseDevice, int64(addr)}
 }
 
-// Arg is one kernel argument: a pointer, or a scalar of its C type.
+// Arg is one kernel argument: a pointer, a scalar of its C type, or a TMA
+// tensor map over the matrix at a pointer.
 type Arg struct {
-	Kind   string  `json:"kind"` // ptr, i32, i64, u32 or f32
+	Kind   string  `json:"kind"` // ptr, i32, i64, u32, f32 or tmap
 	Base   string  `json:"base,omitempty"`
 	Offset int64   `json:"offset,omitempty"`
 	Int    int64   `json:"int,omitempty"`   // i32, i64, u32
 	Float  float32 `json:"float,omitempty"` // f32
+	Map    *TMap   `json:"map,omitempty"`   // tmap
+}
+
+// TMap is a TMA tensor map (CUtensorMap) over the row-major matrix at an
+// Arg's pointer, which the executor encodes when it binds the launch: the
+// kernel reads it in boxes of BoxRows x BoxCols elements.
+type TMap struct {
+	Elem    string `json:"elem"` // bf16 (128-byte swizzled boxes) or u8 (bytes, unswizzled)
+	Rows    int64  `json:"rows"`
+	Cols    int64  `json:"cols"`
+	LD      int64  `json:"ld"` // elements from one row to the next
+	BoxRows int    `json:"box_rows"`
+	BoxCols int    `json:"box_cols"`
 }
 
 // Arg kinds.
 const (
-	ArgPtr = "ptr"
-	ArgI32 = "i32"
-	ArgI64 = "i64"
-	ArgU32 = "u32"
-	ArgF32 = "f32"
+	ArgPtr  = "ptr"
+	ArgI32  = "i32"
+	ArgI64  = "i64"
+	ArgU32  = "u32"
+	ArgF32  = "f32"
+	ArgTMap = "tmap"
 )
 
-func ptrArg(p Ptr) Arg     { return Arg{Kind: ArgPtr, Base: p.Base, Offset: p.Offset} }
+func ptrArg(p Ptr) Arg { return Arg{Kind: ArgPtr, Base: p.Base, Offset: p.Offset} }
+func tmapArg(p Ptr, m TMap) Arg {
+	return Arg{Kind: ArgTMap, Base: p.Base, Offset: p.Offset, Map: &m}
+}
 func i32(v int) Arg        { return Arg{Kind: ArgI32, Int: int64(v)} }
 func i64(v int64) Arg      { return Arg{Kind: ArgI64, Int: v} }
 func u32(v uint32) Arg     { return Arg{Kind: ArgU32, Int: int64(v)} }
@@ -115,6 +133,12 @@ func (a Arg) String() string {
 		return a.Ptr().String()
 	case ArgF32:
 		return "f32 " + strconv.FormatFloat(float64(a.Float), 'g', -1, 32)
+	case ArgTMap:
+		if a.Map == nil {
+			return "tmap(" + a.Ptr().String() + ", ?)"
+		}
+		m := a.Map
+		return fmt.Sprintf("tmap(%s, %s %dx%d ld %d, box %dx%d)", a.Ptr(), m.Elem, m.Rows, m.Cols, m.LD, m.BoxRows, m.BoxCols)
 	}
 	return a.Kind + " " + strconv.FormatInt(a.Int, 10)
 }

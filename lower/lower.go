@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,12 @@ type Options struct {
 	// tensor-core one would run (A/B timing, or a way around a suspected
 	// kernel bug).
 	PrefillFFMA bool
+	// CC is the target's compute capability, major*10+minor (default 90,
+	// an H200): 90 and up gets the TMA + wgmma GEMMs (sm_90a).
+	CC int
+	// PrefillMMA keeps prefill GEMMs on the mma.sync kernels where the
+	// wgmma ones would run (A/B timing).
+	PrefillMMA bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -48,6 +55,9 @@ func (o *Options) fill() error {
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
 	}
+	if o.CC <= 0 {
+		o.CC = defaultCC
+	}
 	return nil
 }
 
@@ -65,7 +75,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
@@ -128,6 +138,11 @@ func (l *lowerer) weights() error {
 			if r := rules[n.Op]; r.layout != nil {
 				lay = r.layout(n, i)
 			}
+			// Block-quantised weights stay so where the kernels read them.
+			if _, ok := QuantType(v.Type.DType.String()); ok && slices.Contains(rules[n.Op].quantInputs, i) {
+				dt = v.Type.DType
+				lay = quantLayout(lay)
+			}
 			if old, ok := need[v]; ok && (old != dt || layout[v] != lay) {
 				return fmt.Errorf("lower: weight %s is read as %s%s by %s and as %s%s by %s", v.Name, old, layout[v], why[v], dt, lay, n)
 			}
@@ -152,6 +167,13 @@ func (l *lowerer) weights() error {
 		if dt, used := need[w]; used {
 			wt.DType = dt.String()
 			wt.Bytes = dt.Bytes(n)
+			if IsQuantLayout(wt.Layout) {
+				t, _ := QuantType(wt.DType)
+				K := shape[len(shape)-1]
+				if wt.Bytes, err = QuantDeviceBytes(t, int(n)/K, K); err != nil {
+					return fmt.Errorf("lower: weight %s: %w", w.Name, err)
+				}
+			}
 			wt.Offset = off
 			off += align(wt.Bytes)
 		} else {

@@ -47,15 +47,17 @@ func TestLowerTiny(t *testing.T) {
 	for _, c := range []struct {
 		dt        ir.DType
 		chunk     int
+		cc        int
 		matmulPre string // kernel of a prefill projection
 	}{
-		{ir.BF16, 64, "gemm_bf16"},
-		{ir.F32, 64, "gemm_simple"},
-		{ir.BF16, 7, "gemv"}, // chunks of at most 8 rows stay on the GEMV
+		{ir.BF16, 64, 0, "gemm_wgmma"}, // the default target, an H200
+		{ir.BF16, 64, 80, "gemm_bf16"}, // before Hopper: mma.sync
+		{ir.F32, 64, 0, "gemm_simple"},
+		{ir.BF16, 7, 0, "gemv"}, // chunks of at most 8 rows stay on the GEMV
 	} {
-		t.Run(fmt.Sprintf("%s/chunk%d", c.dt, c.chunk), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/chunk%d/cc%d", c.dt, c.chunk, c.cc), func(t *testing.T) {
 			g := tinyGraph(t, unfused...)
-			p, err := Lower(g, Options{DType: c.dt, Chunk: c.chunk, MaxContext: 100})
+			p, err := Lower(g, Options{DType: c.dt, Chunk: c.chunk, MaxContext: 100, CC: c.cc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,7 +376,7 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	if err := p.Print(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"decode T=1", "prefill T=16", "attn_decode", "gemm_bf16", "kv caches: 4 layers"} {
+	for _, want := range []string{"decode T=1", "prefill T=16", "attn_decode", "gemm_wgmma", "tmap(", "kv caches: 4 layers"} {
 		if !strings.Contains(txt.String(), want) {
 			t.Errorf("printed plan lacks %q", want)
 		}

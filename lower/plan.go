@@ -39,6 +39,9 @@ type Plan struct {
 	DType      string `json:"dtype"` // storage of activations and matmul weights: f32 or bf16
 	MaxContext int    `json:"max_context"`
 	SMs        int    `json:"sms"` // multiprocessors of the target GPU
+	CC         int    `json:"cc"`  // its compute capability, major*10+minor
+	// PrefillMMA keeps prefill GEMMs on the mma.sync kernels.
+	PrefillMMA bool `json:"prefill_mma,omitempty"`
 	// PrefillFFMA keeps prefill attention on the FFMA kernel.
 	PrefillFFMA bool `json:"prefill_ffma,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
@@ -73,8 +76,34 @@ type Weight struct {
 	Layout string `json:"layout,omitempty"`
 }
 
-// LayoutGateUpSplit: see Weight.Layout.
-const LayoutGateUpSplit = "gate_up_split"
+// Device layouts (see Weight.Layout). LayoutQuant is a block-quantised
+// matrix in the device layout of qlayout.go (its rows as the graph has
+// them); LayoutGateUpSplitQuant is both: the split rows, then quantised.
+const (
+	LayoutGateUpSplit      = "gate_up_split"
+	LayoutQuant            = "quant"
+	LayoutGateUpSplitQuant = "gate_up_split+quant"
+)
+
+// quantLayout is layout with the weight kept block-quantised.
+func quantLayout(layout string) string {
+	if layout == LayoutGateUpSplit {
+		return LayoutGateUpSplitQuant
+	}
+	return LayoutQuant
+}
+
+// IsQuantLayout reports whether a weight of this layout is stored
+// block-quantised in the device layout.
+func IsQuantLayout(layout string) bool {
+	return layout == LayoutQuant || layout == LayoutGateUpSplitQuant
+}
+
+// GateUpSplit reports whether a weight of this layout stores a fused
+// gate_up stack as all gate rows, then all up rows.
+func GateUpSplit(layout string) bool {
+	return layout == LayoutGateUpSplit || layout == LayoutGateUpSplitQuant
+}
 
 // Derive is a load-time transform: Op (concat or reshape) of the weights
 // at indices Srcs of Plan.Weights; Axis for concat.
@@ -238,6 +267,15 @@ func (s *Schedule) Value(name string) (Buffer, bool) {
 	return Buffer{}, false
 }
 
+// cc is the target's compute capability (plans written before it was
+// recorded target an H200).
+func (p *Plan) cc() int {
+	if p.CC > 0 {
+		return p.CC
+	}
+	return defaultCC
+}
+
 // Schedule returns the schedule of a shape class.
 func (p *Plan) Schedule(class string) *Schedule {
 	if class == Decode {
@@ -277,7 +315,7 @@ func (p *Plan) Print(w io.Writer) error {
 			up++
 		}
 	}
-	fmt.Fprintf(w, "plan %s: dtype %s, context %d, %d SMs\n", p.Model, p.DType, p.MaxContext, p.SMs)
+	fmt.Fprintf(w, "plan %s: dtype %s, context %d, %d SMs, compute capability %d.%d\n", p.Model, p.DType, p.MaxContext, p.SMs, p.CC/10, p.CC%10)
 	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), FormatBytes(p.WeightBytes))
 	fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
 	fmt.Fprintf(w, "rope tables: %d, %s\n", len(p.Ropes), FormatBytes(p.RopeBytes))

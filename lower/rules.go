@@ -25,6 +25,10 @@ type rule struct {
 	// layout, when set, is the device layout of weight input i of n ("":
 	// row-major).
 	layout func(n *ir.Node, i int) string
+	// quantInputs are the weight inputs the kernels may read block-
+	// quantised (in the device layout of qlayout.go), where the
+	// checkpoint stores them in a type with GPU kernels.
+	quantInputs []int
 	// outputs is the fewest outputs a step has (0: 1).
 	outputs int
 }

@@ -6,23 +6,113 @@ import "fmt"
 // epilogues implement.
 
 func init() {
+	// The weight (input 1) may stay block-quantised: quantMatMul.
+	quantW := []int{1}
 	defRule("matmul", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		a, _, err := matmulArgs(c)
 		if err != nil {
 			return nil, err
 		}
-		return one(MatMul(a))
-	}})
+		return matmulOrQuant(c, a, a.N, 0)
+	}, scratch: matmulScratch, quantInputs: quantW})
 	defRule("matmul_swiglu", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		a, _, err := matmulArgs(c)
 		if err != nil {
 			return nil, err
 		}
+		rows := a.N
 		a.N, a.SwiGLU = a.N/2, true
-		return one(MatMul(a))
-	}})
-	defRule("matmul_add", rule{launches: matmulAdd})
-	defRule("matmul_split", rule{launches: matmulSplit})
+		return matmulOrQuant(c, a, rows, 0)
+	}, scratch: matmulScratch, quantInputs: quantW})
+	defRule("matmul_add", rule{launches: matmulAdd, scratch: matmulScratch, quantInputs: quantW})
+	defRule("matmul_split", rule{launches: matmulSplit, scratch: matmulScratch, quantInputs: quantW})
+}
+
+// matmulOrQuant is a's launches: MatMul's, or quantMatMul's when the
+// weight is block-quantised (rows [row0, row0+N) of a matrix of wrows).
+func matmulOrQuant(c *stepCtx, a MatMulArgs, wrows, row0 int) ([]Launch, error) {
+	if IsQuantized(a.WType) {
+		return quantMatMul(a, wrows, row0)
+	}
+	return one(MatMul(a))
+}
+
+// quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
+// SwiGLU) of a block-quantised matrix of wrows rows: for a few tokens, x
+// quantised into the workspace and the quantised GEMV; on Hopper the
+// wgmma GEMM dequantising in registers; else the rows dequantised into the
+// workspace and the GEMM of a's other dtypes over them.
+func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
+	t, ok := QuantType(a.WType)
+	if !ok {
+		return nil, fmt.Errorf("matmul: no GPU kernels for %s weights", a.WType)
+	}
+	ws := Ptr{BaseWorkspace, 0}
+	if a.T <= QGEMVMaxRows {
+		q, err := Q8XQuantize(a.XType, a.X, ws, a.T, a.K)
+		if err != nil {
+			return nil, err
+		}
+		g, err := QGEMV(QGEMVArgs{T: a.T, K: a.K, N: a.N, XQ: ws, W: a.W, WType: t, WRows: wrows, Row0: row0,
+			Y: a.Y, YType: a.YType, SwiGLU: a.SwiGLU, Accumulate: a.Accumulate})
+		if err != nil {
+			return nil, err
+		}
+		return []Launch{q, g}, nil
+	}
+	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) {
+		epi := EpiStore
+		switch {
+		case a.SwiGLU:
+			epi = EpiSwiGLU
+		case a.Accumulate:
+			epi = EpiAccumulate
+		}
+		return []Launch{HopperQGEMM(a.T, a.N, a.K, a.X, a.W, t, wrows, row0, a.Y, a.YType, epi, a.N, sms(a.SMs))}, nil
+	}
+	rows, dt := a.N, dequantDType(a.XType)
+	if a.SwiGLU {
+		rows *= 2
+	}
+	dq, err := QDequant(t, a.W, wrows, a.K, row0, rows, ws, dt)
+	if err != nil {
+		return nil, err
+	}
+	b := a
+	b.W, b.WType = ws, dt
+	l, err := MatMul(b)
+	if err != nil {
+		return nil, err
+	}
+	return []Launch{dq, l}, nil
+}
+
+// dequantDType is what quantised weights are dequantised to for a GEMM
+// with x of xType: bf16 for the tensor cores, f32 beside f32 activations.
+func dequantDType(xType string) string {
+	if xType == "f32" {
+		return "f32"
+	}
+	return "bf16"
+}
+
+// matmulScratch is the workspace of a matmul step with quantised weights:
+// x quantised (decode), or the weight dequantised (prefill without the
+// quantised wgmma GEMM). quantMatMul decides which; this takes the larger
+// of what it may need at c.T.
+func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
+	a, K, err := matmulArgs(c)
+	if err != nil || !IsQuantized(a.WType) {
+		return 0, 0, err
+	}
+	if a.T <= QGEMVMaxRows {
+		return Q8XBytes(a.T, K), 0, nil
+	}
+	t, _ := QuantType(a.WType)
+	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, K) == nil {
+		return 0, 0, nil
+	}
+	return int64(a.N) * int64(K) * int64(dtypeSize(dequantDType(a.XType))), 0, nil
 }
 
 // matmulArgs is the step's y = x w^T with w [N,K]; it returns K too.
@@ -33,7 +123,8 @@ func matmulArgs(c *stepCtx) (MatMulArgs, int, error) {
 		return MatMulArgs{}, 0, fmt.Errorf("weight %s must be [N,K], is %v", st.In[1].Value, w)
 	}
 	return MatMulArgs{T: c.rows(st.In[0]), K: w[1], N: w[0], X: c.in[0], W: c.in[1], Y: c.out[0],
-		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs}, w[1], nil
+		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs, CC: c.p.cc(),
+		PrefillMMA: c.p.PrefillMMA}, w[1], nil
 }
 
 // matmulAdd: out = r + x w^T. The residual is copied into out (unless it
@@ -52,11 +143,11 @@ func matmulAdd(c *stepCtx) ([]Launch, error) {
 		ls = append(ls, memcpy(c.out[0], c.in[2], int64(st.Out[0].Elems(c.T)*dtypeSize(st.Out[0].DType))))
 	}
 	a.Accumulate = true
-	l, err := MatMul(a)
+	ms, err := matmulOrQuant(c, a, a.N, 0)
 	if err != nil {
 		return nil, err
 	}
-	return append(ls, l), nil
+	return append(ls, ms...), nil
 }
 
 // matmulSplit: when the outputs are one row (decode: lower lays them out
@@ -73,14 +164,26 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 		rows += o.Last(0)
 	}
 	if c.T == 1 && st.SplitRow(1) && rows == a.N {
-		return one(MatMul(a))
+		return matmulOrQuant(c, a, a.N, 0)
 	}
 	var ls []Launch
 	row := 0
 	for i, o := range st.Out {
 		n := o.Last(0)
 		b := a
-		b.N, b.W, b.Y, b.YType = n, c.in[1].At(int64(row)*int64(K)*int64(dtypeSize(st.In[1].DType))), c.out[i], o.DType
+		b.N, b.Y, b.YType = n, c.out[i], o.DType
+		if IsQuantized(a.WType) {
+			// A row block of a quantised matrix is not a byte offset (the
+			// device layout keeps heads apart): the kernels take its rows.
+			qs, err := quantMatMul(b, a.N, row)
+			if err != nil {
+				return nil, err
+			}
+			ls = append(ls, qs...)
+			row += n
+			continue
+		}
+		b.W = c.in[1].At(int64(row) * int64(K) * int64(dtypeSize(st.In[1].DType)))
 		l, err := MatMul(b)
 		if err != nil {
 			return nil, err

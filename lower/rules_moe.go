@@ -14,8 +14,10 @@ import (
 // accumulate into.
 
 func init() {
-	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch})
-	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, layout: func(n *ir.Node, i int) string {
+	// The expert stacks may stay block-quantised (moe_grouped's unfused
+	// form reads gate, up, down at 3, 4, 5; fused, gate_up and down at 3, 4).
+	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}})
+	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}, layout: func(n *ir.Node, i int) string {
 		// The MoE kernels read gate and up stacks separately.
 		if n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
 			return LayoutGateUpSplit
@@ -50,7 +52,7 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 		T: c.rows(st.In[0]), H: H, I: I, E: E, TopK: st.In[1].Last(c.T) + st.Int("shared"),
 		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
 		XType: st.In[0].DType, WType: st.In[nd].DType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
-		Accumulate: res != 0,
+		Accumulate: res != 0, SMs: c.p.SMs, CC: c.p.cc(), PrefillMMA: c.p.PrefillMMA,
 	}
 	if st.String("order") == "descending" {
 		// The expert-order schedule; its GEMM tiles also run in N-bands
@@ -63,11 +65,26 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 		}
 		a.Band = MoEBand(w.Shape[1], c.p.Weights[w.Weight].Bytes/int64(w.Shape[0]*w.Shape[1]))
 	}
+	if IsQuantized(a.WType) {
+		// Quantised stacks are rows of matrices in the device layout; a
+		// fused gate_up stack is one matrix, gate rows then up rows.
+		EI := E * I
+		a.QDown = QMatrix{W: c.in[nd], Total: E * H}
+		if st.Op == "moe_grouped" && st.String("gate_up") == "fused" {
+			if w := st.In[3].Weight; w < 0 || w >= len(c.p.Weights) || !GateUpSplit(c.p.Weights[w].Layout) {
+				return MoEArgs{}, fmt.Errorf("fused gate_up stack %s is not stored split", st.In[3].Value)
+			}
+			a.QGate, a.QUp = QMatrix{W: c.in[3], Total: 2 * EI}, QMatrix{W: c.in[3], Total: 2 * EI, Row0: EI}
+		} else {
+			a.QGate, a.QUp = QMatrix{W: c.in[3], Total: EI}, QMatrix{W: c.in[4], Total: EI}
+		}
+		return a, nil
+	}
 	switch {
 	case st.Op == "moe_experts":
 		a.Gate, a.Up = c.in[3], c.in[4]
 	case st.String("gate_up") == "fused":
-		if st.In[3].Weight < 0 || st.In[3].Weight >= len(c.p.Weights) || c.p.Weights[st.In[3].Weight].Layout != LayoutGateUpSplit {
+		if st.In[3].Weight < 0 || st.In[3].Weight >= len(c.p.Weights) || !GateUpSplit(c.p.Weights[st.In[3].Weight].Layout) {
 			return MoEArgs{}, fmt.Errorf("fused gate_up stack %s is not stored split", st.In[3].Value)
 		}
 		a.Gate, a.Up = c.in[3], c.in[3].At(int64(E)*int64(I)*int64(H)*int64(dtypeSize(st.In[3].DType)))

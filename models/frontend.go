@@ -834,3 +834,25 @@ func validName(s string) bool {
 	}
 	return true
 }
+
+// SetWeightTypes gives every weight of g read from a checkpoint (not the
+// derived ones) the dtype typeFor names for it: a quantisation recipe's
+// types, for a synthetic quantised model. Run it before the passes.
+func SetWeightTypes(g *ir.Graph, typeFor func(name string, shape []int) string) error {
+	for _, v := range g.Weights {
+		if v.From != nil {
+			continue
+		}
+		shape, err := v.Type.Shape.Eval(nil)
+		if err != nil {
+			return fmt.Errorf("weight %s: %w", v.Name, err)
+		}
+		name := typeFor(v.Name, shape)
+		dt, err := ir.ParseDType(name)
+		if err != nil {
+			return fmt.Errorf("weight %s: %w", v.Name, err)
+		}
+		v.Type.DType = dt
+	}
+	return ir.Verify(g)
+}

@@ -39,6 +39,7 @@ type benchFlags struct {
 	profile                       string
 	passes, disable               string
 	synthetic, jsonOut            bool
+	quant                         string
 	layers, runs, tokens, ctx     int
 	chunk                         int
 	bw                            float64
@@ -71,6 +72,7 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.StringVar(&f.model, "model", "", "a checkpoint to bench with its real weights instead")
 	fs.IntVar(&f.layers, "layers", 0, "bench only the first N layers (0: all); results are also scaled to the full depth")
 	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights: bf16 or f32")
+	fs.StringVar(&f.quant, "quant", "", "with --synthetic: weights in a quantisation recipe or type (q4_k_m, q8_0, q4_k, ...), as lagc convert --quant stores them")
 	fs.IntVar(&f.runs, "runs", 5, "runs of each measurement; the median is reported")
 	fs.IntVar(&f.tokens, "decode-tokens", 64, "decode steps per run")
 	fs.IntVar(&f.ctx, "ctx", 512, "context (tokens prefilled) before the decode steps")
@@ -101,7 +103,14 @@ type benchReport struct {
 	Runs        int      `json:"runs"`
 	Device      string   `json:"device"`
 	WeightBytes int64    `json:"weight_bytes"`
-	Bandwidth   float64  `json:"roofline_bytes_per_s"`
+	// The memory plan: weights at full depth (estimated from the benched
+	// layers), KV caches at the bench's context, the activation arena and
+	// scratch of the larger schedule.
+	WeightBytes48  int64   `json:"weight_bytes_full_depth"`
+	KVBytes        int64   `json:"kv_bytes"`
+	ArenaBytes     int64   `json:"arena_bytes"`
+	WorkspaceBytes int64   `json:"workspace_bytes"`
+	Bandwidth      float64 `json:"roofline_bytes_per_s"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
@@ -137,6 +146,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	if f.preset != "" && !f.synthetic {
 		return fmt.Errorf("%w: --preset has no weights: add --synthetic", errUsage)
+	}
+	if f.quant != "" && !f.synthetic {
+		return fmt.Errorf("%w: --quant makes synthetic weights: add --synthetic (a checkpoint keeps its own types)", errUsage)
 	}
 	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw > 0) {
 		return fmt.Errorf("%w: --runs, --decode-tokens, --ctx, --chunk and --bw must be positive", errUsage)
@@ -188,12 +200,20 @@ func runBench(w io.Writer, f *benchFlags) error {
 	defer ex.Close()
 	plan := ex.Plan()
 	props := ex.Kernels().Dev.Props()
-	rep := &benchReport{Model: name, Weights: "synthetic", DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
+	weights := "synthetic"
+	if f.quant != "" {
+		weights = "synthetic " + f.quant
+	}
+	rep := &benchReport{Model: name, Weights: weights, DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
 		Chunk: f.chunk, Context: f.ctx, Runs: f.runs, Device: fmt.Sprintf("%s (%d SMs)", props.Name, props.SMs),
 		WeightBytes: plan.WeightBytes, Bandwidth: f.bw, Passes: ran, Kernels: len(g.Nodes) - g.OpCounts()["reshape"]}
 	if ck != nil {
 		rep.Weights = f.model
 	}
+	rep.WeightBytes48 = fullWeightBytes(plan, cfg, full)
+	rep.KVBytes = plan.KVBytes
+	rep.ArenaBytes = max(plan.Decode.Arena, plan.Prefill.Arena)
+	rep.WorkspaceBytes = max(plan.Decode.Workspace, plan.Prefill.Workspace)
 	rng := rand.New(rand.NewPCG(f.seed, 7))
 	maxTok := max(f.ctx, maxInts(sizes))
 	toks := make([]int32, maxTok)
@@ -309,6 +329,17 @@ func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoi
 	if ck != nil {
 		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return nil, nil, err
+		}
+	}
+	if f.quant != "" {
+		r, err := ckpt.ParseRecipe(f.quant)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --quant: %v", errUsage, err)
+		}
+		if err := models.SetWeightTypes(g, func(name string, shape []int) string {
+			return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
+		}); err != nil {
+			return nil, nil, fmt.Errorf("--quant %s: %w", f.quant, err)
 		}
 	}
 	pres, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)})
@@ -572,10 +603,34 @@ func scaleBytes(per map[int]int64, benched, full *config.Config) (int64, int64) 
 	return int64(total), int64(moe / n)
 }
 
+// fullWeightBytes estimates the weight bytes of the full depth from the
+// benched layers' (each layer by the benched layers of its kind).
+func fullWeightBytes(p *lower.Plan, benched, full *config.Config) int64 {
+	per := map[int]float64{}
+	for _, w := range p.Weights {
+		if w.Offset < 0 {
+			continue
+		}
+		l, ok := ir.LayerOf(w.Name)
+		if !ok {
+			l = -1
+		}
+		per[l] += float64(w.Bytes)
+	}
+	total := per[-1]
+	for _, v := range estimate(per, benched, full) {
+		total += v
+	}
+	return int64(total)
+}
+
 func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "lagc bench: %s, %s weights (%s), %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
 	fmt.Fprintf(w, "passes: %s (%d graph nodes launch work)\n", strings.Join(r.Passes, ","), r.Kernels)
-	fmt.Fprintf(w, "weights on the GPU %s; median of %d runs; roofline %.2f TB/s\n\n", lower.FormatBytes(r.WeightBytes), r.Runs, r.Bandwidth/1e12)
+	fmt.Fprintf(w, "memory: weights %s (%s at full depth), KV caches %s (context %d), activations %s, scratch %s\n",
+		lower.FormatBytes(r.WeightBytes), lower.FormatBytes(r.WeightBytes48), lower.FormatBytes(r.KVBytes), r.Context,
+		lower.FormatBytes(r.ArenaBytes), lower.FormatBytes(r.WorkspaceBytes))
+	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s\n\n", r.Runs, r.Bandwidth/1e12)
 	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
 		r.Context, lower.FormatBytes(r.BytesPerToken), lower.FormatBytes(r.BytesPerToken48), lower.FormatBytes(r.LayerBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -29,7 +29,7 @@ type planFlags struct {
 	preset, config, model string
 	passes, disable       string
 	dtype                 string
-	chunk, ctx, sms       int
+	chunk, ctx, sms, cc   int
 	gpuMem                float64
 	at                    string
 	jsonOut               bool
@@ -50,6 +50,7 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
 	fs.IntVar(&f.sms, "sms", 132, "multiprocessors of the target GPU (sizes split-KV decode attention)")
+	fs.IntVar(&f.cc, "cc", 90, "compute capability of the target GPU, major*10+minor (90 and up: the TMA + wgmma GEMMs)")
 	fs.Float64Var(&f.gpuMem, "gpu-mem", 140, "memory of the target GPU in GiB (default: an H200's); warn when the plan needs more (0: no check)")
 	fs.StringVar(&f.at, "at", "", "also print the prefill launches at these chunk sizes (a prompt's last chunk), comma-separated")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
@@ -67,8 +68,8 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
 	}
-	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 || f.gpuMem < 0 {
-		return fmt.Errorf("%w: --chunk and --sms must be positive, --ctx and --gpu-mem not negative", errUsage)
+	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 || f.cc < 1 || f.gpuMem < 0 {
+		return fmt.Errorf("%w: --chunk, --sms and --cc must be positive, --ctx and --gpu-mem not negative", errUsage)
 	}
 	if err := checkPassNames(f.passes, f.disable); err != nil {
 		return err
@@ -111,7 +112,7 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if ctx == 0 {
 		ctx = cfg.MaxPositionEmbeddings
 	}
-	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx}, f.sms))
+	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx}, f.sms, f.cc))
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func TestPlanPrintsBenchLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	bc := benchConfig(f, ir.BF16, sizes)
-	plan, err := lower.Lower(g, gpu.PlanOptions(bc, 132))
+	plan, err := lower.Lower(g, gpu.PlanOptions(bc, 132, 90))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestPlanPrintsBenchLaunches(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	pf := &planFlags{preset: f.preset, dtype: "bf16", chunk: f.chunk, ctx: bc.MaxContext, sms: 132, at: strings.Join(short, ",")}
+	pf := &planFlags{preset: f.preset, dtype: "bf16", chunk: f.chunk, ctx: bc.MaxContext, sms: 132, cc: 90, at: strings.Join(short, ",")}
 	if err := runPlan(&out, pf, nil); err != nil {
 		t.Fatal(err)
 	}

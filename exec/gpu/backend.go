@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"os"
 
 	"lagc/cuda"
 	"lagc/ir"
@@ -17,10 +18,12 @@ type Config struct {
 }
 
 // PlanOptions are the lowering options Compile uses for a device of sms
-// multiprocessors (LAGC_PREFILL_ATTN=ffma included), so that a plan made
-// without the device is the one the executor would run.
-func PlanOptions(c Config, sms int) lower.Options {
-	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, PrefillFFMA: PrefillFFMA()}
+// multiprocessors and compute capability cc (major*10+minor;
+// LAGC_PREFILL_ATTN=ffma and LAGC_PREFILL_GEMM=mma included), so that a
+// plan made without the device is the one the executor would run.
+func PlanOptions(c Config, sms, cc int) lower.Options {
+	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc,
+		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma"}
 }
 
 // Compile lowers g (optimised, weights bound to the checkpoint's dtypes)
@@ -35,7 +38,7 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		}
 		dev, own = d, true
 	}
-	plan, err := lower.Lower(g, PlanOptions(c, dev.Props().SMs))
+	plan, err := lower.Lower(g, PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor))
 	if err != nil {
 		if own {
 			dev.Close()

@@ -39,8 +39,8 @@ func NewKernels(dev *cuda.Device) *Kernels { return &Kernels{Dev: dev} }
 // DTypes lists the activation/weight dtypes the kernels are built for.
 var DTypes = []cuda.DType{cuda.F32, cuda.BF16}
 
-// fakeProps are the properties a fake device reports: an H200's SM count.
-var fakeProps = cuda.Props{Name: "recorder", SMs: 132}
+// fakeProps are the properties a fake device reports: an H200's.
+var fakeProps = cuda.Props{Name: "recorder", SMs: 132, Major: 9}
 
 // props returns the device's properties.
 func (k *Kernels) props() cuda.Props {
@@ -54,13 +54,16 @@ func (k *Kernels) props() cuda.Props {
 // grids and splits by.
 func (k *Kernels) SMs() int { return k.props().SMs }
 
+// CC is the device's compute capability, major*10+minor.
+func (k *Kernels) CC() int { p := k.props(); return p.Major*10 + p.Minor }
+
 // kernelKey identifies one instantiation on one device.
 type kernelKey struct {
 	dev        *cuda.Device
 	fake       bool
 	file, name string
 	dts        [4]cuda.DType
-	ints       [4]int64
+	ints       [6]int64
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for
@@ -215,6 +218,16 @@ func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr,
 			args[i] = uint32(a.Int)
 		case lower.ArgF32:
 			args[i] = a.Float
+		case lower.ArgTMap:
+			b, err := base(a.Base)
+			if err != nil {
+				return KernelLaunch{}, fmt.Errorf("%s argument %d: %w", l.Kernel, i, err)
+			}
+			m, err := k.tensorMap(b.Add(a.Offset), a)
+			if err != nil {
+				return KernelLaunch{}, fmt.Errorf("%s argument %d: %w", l.Kernel, i, err)
+			}
+			args[i] = m
 		default:
 			return KernelLaunch{}, fmt.Errorf("%s argument %d: unknown kind %q", l.Kernel, i, a.Kind)
 		}
@@ -238,6 +251,32 @@ func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr,
 		Grid:  cuda.Dim(uint32(l.Grid[0]), uint32(l.Grid[1]), uint32(l.Grid[2])),
 		Block: cuda.Dim(uint32(l.Block[0]), uint32(l.Block[1]), uint32(l.Block[2])),
 		Shmem: l.Shmem, Args: args}, nil
+}
+
+// tensorMap encodes the TMA tensor map a describes over the matrix at p (on
+// a fake device only its description).
+func (k *Kernels) tensorMap(p cuda.DevicePtr, a lower.Arg) (cuda.TensorMapArg, error) {
+	m := a.Map
+	if m == nil {
+		return cuda.TensorMapArg{}, fmt.Errorf("tensor map without its matrix")
+	}
+	t := cuda.TensorMapArg{Desc: a.String()}
+	if k.fake {
+		return t, nil
+	}
+	if k.Dev == nil {
+		return t, fmt.Errorf("tensor map: no device")
+	}
+	var err error
+	switch m.Elem {
+	case "bf16":
+		t.Map, err = k.Dev.TensorMapBF16(p, m.Rows, m.Cols, m.LD, m.BoxRows, m.BoxCols)
+	case "u8":
+		t.Map, err = k.Dev.TensorMapBytes(p, m.Rows, m.Cols, m.LD, m.BoxRows, m.BoxCols)
+	default:
+		err = fmt.Errorf("tensor map of %q elements", m.Elem)
+	}
+	return t, err
 }
 
 // deviceBase binds the regions a launcher uses: lower.BaseDevice is

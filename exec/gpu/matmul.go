@@ -21,6 +21,12 @@ type MatMulArgs struct {
 	SwiGLU bool
 	// Tile forces the tensor-core tile; zero fields choose automatically.
 	Tile MMATile
+	// CC is the target compute capability (major*10+minor): 90 and up
+	// runs T > GEMVMaxRows on the TMA + wgmma GEMM where it applies; 0
+	// keeps the mma.sync one.
+	CC int
+	// HopperBN forces the wgmma GEMM's tile width (128 or 256; 0 chooses).
+	HopperBN int
 }
 
 // MMATile is a tensor-core GEMM tile (lower.MMATile).
@@ -35,7 +41,7 @@ const DefaultMMAK = lower.DefaultMMAK
 func (a MatMulArgs) lower(sms int) lower.MatMulArgs {
 	return lower.MatMulArgs{T: a.T, K: a.K, N: a.N, X: ptr(a.X), W: ptr(a.W), Y: ptr(a.Y),
 		XType: a.XType.String(), WType: a.WType.String(), YType: a.YType.String(),
-		Accumulate: a.Accumulate, SwiGLU: a.SwiGLU, Tile: a.Tile, SMs: sms}
+		Accumulate: a.Accumulate, SwiGLU: a.SwiGLU, Tile: a.Tile, SMs: sms, CC: a.CC, HopperBN: a.HopperBN}
 }
 
 // MatMulLaunch returns the launch MatMul queues for a (lower.MatMul's

@@ -117,29 +117,39 @@ func BenchmarkMoEExperts(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
-	gate, up, down := m.rand(E*I*H), m.rand(E*I*H), m.rand(E*H*I)
-	for _, T := range []int{1, 2048} {
-		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
-			ids := make([]int32, T*K)
-			wts := make([]float32, T*K)
-			for t := 0; t < T; t++ {
-				for j, e := range r.Perm(E)[:K] {
-					ids[t*K+j], wts[t*K+j] = int32(e), 0.1
+	gate, down := m.rand(2*E*I*H), m.rand(E*H*I) // gate stack, then up: the wgmma path's layout
+	up := gate.Add(2 * E * I * H)
+	for _, T := range []int{1, 512, 2048} {
+		for _, v := range []struct {
+			name string
+			cc   int
+		}{{"mma", 0}, {"wgmma", 90}} {
+			if T == 1 && v.cc != 0 {
+				continue // decode: the same GEMVs either way
+			}
+			b.Run(fmt.Sprintf("T=%d/%s", T, v.name), func(b *testing.B) {
+				ids := make([]int32, T*K)
+				wts := make([]float32, T*K)
+				for t := 0; t < T; t++ {
+					for j, e := range r.Perm(E)[:K] {
+						ids[t*K+j], wts[t*K+j] = int32(e), 0.1
+					}
 				}
-			}
-			a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-				X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad}
-			a.IDs = m.upload(cuda.AsBytes(ids))
-			a.Weights = m.upload(cuda.AsBytes(wts))
-			ws, err := MoEWorkspaceBytes(a)
-			if err != nil {
-				b.Fatal(err)
-			}
-			a.Workspace = m.rand(int(ws / 2))
-			// Decode reads the k selected experts (repeats across tokens counted again).
-			bytes := float64(min(T*K, E)) * 3 * I * H * 2
-			m.run(b, bytes, 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
-		})
+				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
+					CC: v.cc, SMs: m.k.SMs()}
+				a.IDs = m.upload(cuda.AsBytes(ids))
+				a.Weights = m.upload(cuda.AsBytes(wts))
+				ws, err := MoEWorkspaceBytes(a)
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.Workspace = m.rand(int(ws / 2))
+				// Decode reads the k selected experts (repeats across tokens counted again).
+				bytes := float64(min(T*K, E)) * 3 * I * H * 2
+				m.run(b, bytes, 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/lower"
+	"lagc/quant"
 )
 
 // MoEPath selects the kernels of the routed experts (lower.MoEPath).
@@ -49,15 +50,30 @@ type MoEArgs struct {
 	Order     ExpertOrder
 	// Tile forces the grouped GEMMs' tensor-core tile (zero: automatic).
 	Tile MMATile
+	// CC is the target compute capability: 90 and up runs the grouped GEMMs
+	// on the wgmma core where they apply (the up stack must then follow the
+	// gate stack); 0 keeps mma.sync. SMs sizes its persistent grid (0: 132).
+	CC, SMs int
+	// Quantised stacks (WQuant a block type): rows of matrices in the
+	// device layout; Gate, Up, Down and WType are then unused.
+	WQuant            quant.Type
+	QGate, QUp, QDown QMatrix
 	// Band is the grouped GEMMs' N-band in output columns (lower.MoEArgs).
 	Band int
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
+	if a.WQuant.Quantized() {
+		b := a
+		b.WQuant, b.Gate, b.Up, b.Down = 0, a.QGate.W, a.QUp.W, a.QDown.W
+		l := b.lower()
+		l.WType, l.QGate, l.QUp, l.QDown = a.WQuant.String(), a.QGate.lower(), a.QUp.lower(), a.QDown.lower()
+		return l
+	}
 	return lower.MoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK,
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
-		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band}
+		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers

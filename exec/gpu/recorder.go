@@ -160,6 +160,8 @@ func (e *Executor) formatArg(a any) string {
 		return "u32 " + strconv.FormatUint(uint64(v), 10)
 	case float32:
 		return "f32 " + strconv.FormatFloat(float64(v), 'g', -1, 32)
+	case cuda.TensorMapArg:
+		return v.Desc
 	}
 	return fmt.Sprintf("%T %v", a, a)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/ckpt"
 	"lagc/config"
 	"lagc/ir"
 	"lagc/lower"
@@ -23,11 +24,13 @@ type traceModel struct {
 	config func() (*config.Config, error)
 	layers int      // 0: all
 	passes []string // nil: the default pipeline
+	quant  string   // a quantisation recipe for the weights ("": the plan's dtype)
 }
 
 var traceModels = []traceModel{
 	{name: "laguna-s-2.1", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4},
 	{name: "laguna-xs-2", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4},
+	{name: "laguna-s-2.1-q4_k_m", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
 		passes: []string{"shapes", "cse", "dce", "memplan"}},
@@ -66,6 +69,17 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m.quant != "" {
+		r, err := ckpt.ParseRecipe(m.quant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := models.SetWeightTypes(g, func(name string, shape []int) string {
+			return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"lagc/cuda"
 	"lagc/lower"
 	"lagc/prep"
+	"lagc/quant"
 )
 
 // uploadWeights reads every weight a kernel uses from ws as float32,
@@ -54,6 +55,12 @@ func (e *Executor) uploadWeights(ws WeightSource) error {
 		if w.Offset < 0 {
 			continue
 		}
+		if lower.IsQuantLayout(w.Layout) {
+			if err := e.uploadQuant(ws, i); err != nil {
+				return err
+			}
+			continue
+		}
 		d, err := read(i)
 		if err != nil {
 			return err
@@ -78,6 +85,121 @@ func (e *Executor) uploadWeights(ws WeightSource) error {
 		}
 	}
 	return nil
+}
+
+// RawSource is a WeightSource that also gives tensors as stored: the
+// blocks of a quantised one (ckpt.Checkpoint is one).
+type RawSource interface {
+	Raw(name string) ([]byte, error)
+}
+
+// uploadQuant uploads block-quantised weight i in the device layout: its
+// blocks as stored (derived ones joined as whole rows of blocks), the gate
+// and up rows of a fused stack split, then repacked.
+func (e *Executor) uploadQuant(ws WeightSource, i int) error {
+	p := e.plan
+	w := p.Weights[i]
+	t, err := quant.ParseType(w.DType)
+	if err != nil {
+		return fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	rs, ok := ws.(RawSource)
+	if !ok {
+		return fmt.Errorf("weight %s is %s: the weight source cannot give stored blocks", w.Name, t)
+	}
+	raw, err := rawWeight(p, rs, i)
+	if err != nil {
+		return err
+	}
+	K := w.Shape[len(w.Shape)-1]
+	rows := elems(w.Shape) / K
+	if lower.GateUpSplit(w.Layout) {
+		if raw, err = splitGateUpRows(raw, w.Shape, t); err != nil {
+			return fmt.Errorf("weight %s: %w", w.Name, err)
+		}
+	}
+	dst := make([]byte, w.Bytes)
+	if err := lower.RepackQuant(t, rows, K, raw, dst); err != nil {
+		return fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	if err := e.q.CopyHtoD(e.weights.Add(w.Offset), dst); err != nil {
+		return fmt.Errorf("uploading weight %s: %w", w.Name, err)
+	}
+	return nil
+}
+
+// rawWeight is weight i's stored bytes: read, or derived from its
+// sources' (a concatenation of whole rows of blocks, or a reshape).
+func rawWeight(p *lower.Plan, rs RawSource, i int) ([]byte, error) {
+	w := p.Weights[i]
+	t, err := quant.ParseType(w.Source)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	want, err := t.RowBytes(elems(w.Shape))
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	var b []byte
+	switch {
+	case w.From == nil:
+		if b, err = rs.Raw(w.Name); err != nil {
+			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+		}
+	case w.From.Op == "reshape" && len(w.From.Srcs) == 1:
+		if b, err = rawWeight(p, rs, w.From.Srcs[0]); err != nil {
+			return nil, err
+		}
+	case w.From.Op == "concat":
+		// outer runs of each source's inner bytes, in source order
+		outer := 1
+		for _, d := range w.Shape[:w.From.Axis] {
+			outer *= d
+		}
+		parts := make([][]byte, len(w.From.Srcs))
+		inner := make([]int64, len(w.From.Srcs))
+		for j, s := range w.From.Srcs {
+			if parts[j], err = rawWeight(p, rs, s); err != nil {
+				return nil, err
+			}
+			inner[j] = int64(len(parts[j])) / int64(outer)
+		}
+		b = make([]byte, 0, want)
+		for o := 0; o < outer; o++ {
+			for j := range parts {
+				b = append(b, parts[j][int64(o)*inner[j]:int64(o+1)*inner[j]]...)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("weight %s: transform %s of quantised weights", w.Name, w.From.Op)
+	}
+	if int64(len(b)) != want {
+		return nil, fmt.Errorf("weight %s: %d bytes of %s, its shape %v needs %d", w.Name, len(b), t, w.Shape, want)
+	}
+	return b, nil
+}
+
+// splitGateUpRows is splitGateUp on rows of blocks.
+func splitGateUpRows(d []byte, shape []int, t quant.Type) ([]byte, error) {
+	if len(shape) != 3 || shape[1]%2 != 0 {
+		return nil, fmt.Errorf("a fused gate_up stack must be [E,2I,H], is %v", shape)
+	}
+	E, I := shape[0], shape[1]/2
+	row, err := t.RowBytes(shape[2])
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(d)) != int64(E)*2*int64(I)*row {
+		return nil, fmt.Errorf("a fused gate_up stack of %d bytes, not %v of %s", len(d), shape, t)
+	}
+	out := make([]byte, len(d))
+	half := int64(E) * int64(I) * row
+	for ex := int64(0); ex < int64(E); ex++ {
+		src := d[ex*2*int64(I)*row:]
+		copy(out[ex*int64(I)*row:], src[:int64(I)*row])
+		copy(out[half+ex*int64(I)*row:], src[int64(I)*row:2*int64(I)*row])
+	}
+	return out, nil
 }
 
 // splitGateUp reorders a fused expert stack [E,2I,H] (per expert: I gate
@@ -169,6 +291,24 @@ func parallel(n int, f func(lo, hi int)) {
 func (e *Executor) syntheticWeights(seed uint32) error {
 	for i, w := range e.plan.Weights {
 		if w.Offset < 0 {
+			continue
+		}
+		if lower.IsQuantLayout(w.Layout) {
+			t, err := quant.ParseType(w.DType)
+			if err != nil {
+				return fmt.Errorf("filling weight %s: %w", w.Name, err)
+			}
+			K := w.Shape[len(w.Shape)-1]
+			l, err := lower.QSynth(t, lower.Ptr{Base: lower.BaseWeights, Offset: w.Offset}, elems(w.Shape)/K, K, seed*0x9e3779b9+uint32(i))
+			if err == nil {
+				var b KernelLaunch
+				if b, err = e.k.Bind(l, e.base); err == nil {
+					err = b.Launch(e.q)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("filling weight %s: %w", w.Name, err)
+			}
 			continue
 		}
 		offset, scale := float32(0), float32(1)

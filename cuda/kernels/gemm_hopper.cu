@@ -1,0 +1,596 @@
+// gemm_wgmma: y [M, N] = x [M, K] w [N, K]^T on Hopper (sm_90a), bf16
+// inputs and f32 accumulation. Both operands are K-major (activations
+// row-major, weights in HF layout), the layout wgmma reads from shared
+// memory without transposition.
+//
+// A persistent CTA of three warpgroups walks output tiles of 128 x BN:
+//   producer   one thread issues TMA bulk tensor copies (x and w tiles of
+//              64 columns, 128-byte swizzled) into a ring of STAGES shared
+//              memory stages; `full` mbarriers count the bytes landing,
+//              `empty` mbarriers count the consumers done with a stage
+//   consumers  two warpgroups, 64 rows each, run wgmma m64nBNk16 on the
+//              stage (descriptors into the swizzled tiles), one k-block of
+//              MMAs kept in flight, then the epilogue from registers
+// Registers move from the producer to the consumers with setmaxnreg.
+// Tiles of a column band are consecutive (t % tilesM): a weight tile is
+// read from memory once and reused from L2 by the other row tiles.
+// TMA zero-fills reads past M, N and K, so ragged shapes need no masks but
+// the epilogue's. Epilogues: 0 store, 1 accumulate (y += x w^T: residual
+// folding), 2 SwiGLU (w rows [0, up_row) are gate rows, [up_row, ...) up
+// rows; a tile loads BN/2 of each and writes silu(gate) * up).
+//
+// GROUPED (the routed experts of a prefill): x is the routes' rows grouped
+// by expert and the row tiles come from moe_schedule's table, written on
+// the device (tiles[i] = {expert e, first row, rows}, ntiles[0] of them):
+// tile i reads weight rows from e * expert_rows (gate and up: up_row +
+// e * expert_rows) and writes only its own rows.
+
+struct __align__(64) TmaMap {
+  unsigned long long v[16];
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int c0, int c1, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// A shared-memory matrix descriptor for a K-major tile with the 128-byte
+// swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator accesses across the fences.
+template <int R> __device__ __forceinline__ void wg_pin(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], unsigned long long da, unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accum));
+}
+
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], unsigned long long da, unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(accum));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], unsigned long long da, unsigned long long db,
+                                                          int accum) {
+  if constexpr (BN == 128)
+    wgmma_m64n128(d, da, db, accum);
+  else
+    wgmma_m64n256(d, da, db, accum);
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n256(float (&d)[128], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long db,
+                                                          int accum) {
+  if constexpr (BN == 64)
+    wgmma_rs_m64n64(d, a, db, accum);
+  else if constexpr (BN == 128)
+    wgmma_rs_m64n128(d, a, db, accum);
+  else
+    wgmma_rs_m64n256(d, a, db, accum);
+}
+
+template <int BN> struct WgCfg {
+  static constexpr int BM = 128, BK = 64;
+  static constexpr int STAGES = BN == 256 ? 4 : 6;
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  static constexpr int STAGE = A_BYTES + B_BYTES;
+  static constexpr int SMEM = STAGES * STAGE + 1024;  // + alignment slack
+};
+
+__device__ __forceinline__ float silu_h(float v) { return v / (1.f + expf(-v)); }
+
+// RowTile is where output row tile tm lies: rows [m0, m0 + rows) of x and
+// y, weight rows from wrow.
+struct RowTile {
+  int m0, rows, wrow;
+};
+template <int GROUPED>
+__device__ __forceinline__ RowTile row_tile(int tm, int M, const int4* tiles, int expert_rows) {
+  if constexpr (GROUPED) {
+    const int4 td = tiles[tm];
+    return RowTile{td.y, td.z, td.x * expert_rows};
+  } else {
+    return RowTile{tm * 128, min(128, M - tm * 128), 0};
+  }
+}
+
+template <typename TY, int BN, int EPI, int GROUPED>
+__global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
+                                                     int N, int K, TY* __restrict__ y, int up_row,
+                                                     const int4* __restrict__ tiles, const int* __restrict__ ntiles,
+                                                     int expert_rows) {
+  using C = WgCfg<BN>;
+  constexpr int ST = C::STAGES;
+  constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
+  unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
+  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int tilesM = GROUPED ? ntiles[0] : (M + C::BM - 1) / C::BM, tilesN = (N + OW - 1) / OW, ntile = tilesM * tilesN;
+  const int nk = (K + C::BK - 1) / C::BK;
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid == 0) {
+      int it = 0;
+      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+        const RowTile rt = row_tile<GROUPED>(t % tilesM, M, tiles, expert_rows);
+        const int n0 = (t / tilesM) * OW;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          const int s = it % ST;
+          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+          const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
+          mbar_expect_tx(fb, C::STAGE);
+          tma_load_2d(sa, &ta, kb * C::BK, rt.m0, fb);
+          if constexpr (EPI == 2) {
+            tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
+            tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
+          } else {
+            tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int c = wg - 1;  // this warpgroup's 64 rows of the tile
+  const int warp = tid >> 5, lane = tid & 31;
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+  int it = 0;
+  for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+    const RowTile rt = row_tile<GROUPED>(t % tilesM, M, tiles, expert_rows);
+    const int n0 = (t / tilesM) * OW;
+    int prev = -1;
+    wg_pin(acc);
+    for (int kb = 0; kb < nk; kb++, it++) {
+      const int s = it % ST;
+      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+      const unsigned sa = smem_addr(smem + s * C::STAGE) + c * 64 * 128, sb = smem_addr(smem + s * C::STAGE + C::A_BYTES);
+      wg_fence();
+#pragma unroll
+      for (int k = 0; k < C::BK / 16; k++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * k), wg_desc(sb + 32 * k), kb > 0 || k > 0);
+      wg_commit();
+      wg_wait<1>();  // the previous k-block's MMAs are done: release its stage
+      if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+      prev = s;
+    }
+    wg_wait<0>();
+    wg_pin(acc);
+    if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+    if (nk == 0) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+    }
+
+    // Epilogue: register i of chunk j = i/4 holds row (lane/4) + 8*((i/2)&1)
+    // of this warp's 16, column 8j + 2*(lane%4) + (i&1).
+    const int r0 = 64 * c + 16 * warp + (lane >> 2);  // within the tile
+#pragma unroll
+    for (int j = 0; j < OW / 8; j++) {
+      const int col = n0 + 8 * j + 2 * (lane & 3);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        if (r0 + 8 * h >= rt.rows) continue;
+        const int row = rt.m0 + r0 + 8 * h;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if constexpr (EPI == 2) {
+          v0 = silu_h(v0) * acc[4 * (j + OW / 8) + 2 * h];
+          v1 = silu_h(v1) * acc[4 * (j + OW / 8) + 2 * h + 1];
+        }
+        TY* p = y + (long long)row * N + col;
+        if (col + 1 < N) {
+          if constexpr (EPI == 1) {
+            v0 += to_f32(p[0]);
+            v1 += to_f32(p[1]);
+          }
+          p[0] = from_f32<TY>(v0);
+          p[1] = from_f32<TY>(v1);
+        } else if (col < N) {
+          if constexpr (EPI == 1) v0 += to_f32(p[0]);
+          p[0] = from_f32<TY>(v0);
+        }
+      }
+    }
+  }
+}
+
+// xg[p] = x[sorted[p] / k]: the routes' activation rows grouped by expert
+// (R rows of H bf16, H a multiple of 8), for the grouped GEMM's TMA loads.
+__global__ void __launch_bounds__(256) moe_gather_rows(int R, int k, int H, const bf16_t* __restrict__ x,
+                                                       const int* __restrict__ sorted, bf16_t* __restrict__ xg) {
+  const int hv = H / 8;
+  LAGC_FOR(i, (long long)R * hv) {
+    const long long p = i / hv;
+    const int v = (int)(i % hv);
+    const uint4* src = reinterpret_cast<const uint4*>(x + (long long)(sorted[p] / k) * H) + v;
+    reinterpret_cast<uint4*>(xg + p * H)[v] = *src;
+  }
+}
+
+
+#define QT_Q8_0_H 8
+#define QT_Q4_K_H 12
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float f16_bits_h(unsigned short b) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+  return f;
+}
+__device__ __forceinline__ long long align256h(long long n) { return (n + 255) & ~255LL; }
+// row_tile_n: token tile tm of BN tokens (dense) or of the schedule
+// (grouped: rows of one expert, weight rows from row0 + expert *
+// expert_rows; dense: from row0, a row block of the matrix).
+template <int GROUPED, int BN>
+__device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, int expert_rows, int row0) {
+  if constexpr (GROUPED) {
+    const int4 td = tiles[tm];
+    return RowTile{td.y, td.z, row0 + td.x * expert_rows};
+  } else {
+    return RowTile{tm * BN, min(BN, T - tm * BN), row0};
+  }
+}
+
+// ------------------------------------------------- quantised weights (A)
+//
+// gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
+// q4_k in the device layout of quant.cu), for prefill. The weights are the
+// MMA's A operand, dequantised in registers straight into wgmma's register
+// fragments (no bf16 copy anywhere); the tokens are the B operand, bf16
+// from TMA-loaded swizzled tiles. A CTA computes 128 weight rows (two
+// consumer warpgroups of 64) x BN tokens. The producer brings each stage's
+// raw quant bytes of 128 rows (two TMA boxes of 64 rows: QB bytes per row)
+// and the token tile; scales and k-quant heads are read through L1.
+// Fragment rows: in a warpgroup's 64 rows, warp w, lane l holds rows
+// 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
+// and up row f of one output feature f, so the epilogue pairs them in
+// registers: a CTA then covers 64 features.
+
+template <int QT> struct QA;
+
+// st_swz stores 8 bf16 (16 bytes) as 16-byte chunk kc of row r of a
+// 128-byte-swizzled K-major tile (row base rowp).
+__device__ __forceinline__ void st_swz(unsigned char* rowp, int r, int kc, unsigned a, unsigned b, unsigned c, unsigned d) {
+  *reinterpret_cast<uint4*>(rowp + ((kc ^ (r & 7)) << 4)) = make_uint4(a, b, c, d);
+}
+
+
+template <> struct QA<QT_Q8_0_H> {
+  static constexpr int QB = 64;  // quant bytes of a row per 64-element stage
+  static __device__ __forceinline__ void tile(const unsigned char* qrow, const unsigned char* w, long long wrows, long long grow,
+                                              int K, int kb, int hh, unsigned char* dqrow, int r) {
+    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + grow * (K / 32) + 2 * kb + hh;
+    const float d = f16_bits_h(__ldg(dp));
+    const uint4 q0 = *reinterpret_cast<const uint4*>(qrow + 32 * hh), q1 = *reinterpret_cast<const uint4*>(qrow + 32 * hh + 16);
+    const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      unsigned p[4];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const unsigned v = words[2 * i + h];
+        p[2 * h] = pack_bf16(d * (float)(signed char)(v & 0xFF), d * (float)(signed char)((v >> 8) & 0xFF));
+        p[2 * h + 1] = pack_bf16(d * (float)(signed char)((v >> 16) & 0xFF), d * (float)(signed char)(v >> 24));
+      }
+      st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
+    }
+  }
+  // The 4 k16 fragments of one row: words[kk][u] = bf16 pair of columns
+  // 16kk + 2t + 8u (+0, +1).
+  static __device__ __forceinline__ void frag(const unsigned char* srow, const unsigned char* w, long long wrows, long long row,
+                                              int K, int kb, int t, unsigned (&words)[4][2]) {
+    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + row * (K / 32) + 2 * kb;
+    const float d0 = f16_bits_h(__ldg(dp)), d1 = f16_bits_h(__ldg(dp + 1));
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+      for (int u = 0; u < 2; u++) {
+        const unsigned v = *reinterpret_cast<const unsigned short*>(srow + 16 * kk + 2 * t + 8 * u);
+        const float d = kk < 2 ? d0 : d1;
+        words[kk][u] = pack_bf16(d * (float)(signed char)(v & 0xFF), d * (float)(signed char)(v >> 8));
+      }
+  }
+};
+
+// k4_scales reads sub-block s's scale and min and the block's d and dmin
+// of a q4_k row in the device layout (bodies start with scales[8],
+// mins[8]; (d, dmin) pairs follow the bodies).
+__device__ __forceinline__ void k4_scales(const unsigned char* w, long long wrows, long long row, int K, int b, int s, float& d,
+                                          float& dmin, int& sc, int& m) {
+  const long long bi = row * (K / 256) + b;
+  const unsigned char* blk = w + bi * 144;
+  sc = __ldg(blk + s);
+  m = __ldg(blk + 8 + s);
+  const unsigned dd = __ldg(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi);
+  d = f16_bits_h((unsigned short)(dd & 0xFFFF));
+  dmin = f16_bits_h((unsigned short)(dd >> 16));
+}
+
+template <> struct QA<QT_Q4_K_H> {
+  static constexpr int QB = 32;
+  // tile: columns 32hh..32hh+31 of one row (quant bytes at qrow, weight
+  // row grow) dequantised into row r of a swizzled bf16 tile.
+  static __device__ __forceinline__ void tile(const unsigned char* qrow, const unsigned char* w, long long wrows, long long grow,
+                                              int K, int kb, int hh, unsigned char* dqrow, int r) {
+    const int b = kb >> 2, j = kb & 3;
+    float d, dmin;
+    int sc, m;
+    k4_scales(w, wrows, grow, K, b, 2 * j + hh, d, dmin, sc, m);
+    const float f = d * (float)sc, o = dmin * (float)m;
+    const uint4 q0 = *reinterpret_cast<const uint4*>(qrow), q1 = *reinterpret_cast<const uint4*>(qrow + 16);
+    const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {  // 16-byte chunk 4hh+i: columns 32hh+8i .. +8
+      unsigned p[4];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const unsigned v = words[2 * i + h] >> (4 * hh);
+        p[2 * h] = pack_bf16(f * (float)(v & 15) - o, f * (float)((v >> 8) & 15) - o);
+        p[2 * h + 1] = pack_bf16(f * (float)((v >> 16) & 15) - o, f * (float)((v >> 24) & 15) - o);
+      }
+      st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
+    }
+  }
+  static __device__ __forceinline__ void frag(const unsigned char* srow, const unsigned char* w, long long wrows, long long row,
+                                              int K, int kb, int t, unsigned (&words)[4][2]) {
+    const int b = kb >> 2, j = kb & 3;
+    float d, dmin;
+    int s0, m0, s1, m1;
+    k4_scales(w, wrows, row, K, b, 2 * j, d, dmin, s0, m0);
+    k4_scales(w, wrows, row, K, b, 2 * j + 1, d, dmin, s1, m1);
+    const float f[2] = {d * (float)s0, d * (float)s1}, o[2] = {dmin * (float)m0, dmin * (float)m1};
+    // Element e < 32 of the chunk is the low nibble of byte e, e >= 32 the
+    // high nibble of byte e - 32: fragments kk and kk + 2 share bytes.
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int u = 0; u < 2; u++) {
+        const unsigned v = *reinterpret_cast<const unsigned short*>(srow + 16 * h + 2 * t + 8 * u);
+#pragma unroll
+        for (int nib = 0; nib < 2; nib++) {
+          const unsigned q0 = (v >> (4 * nib)) & 15, q1 = (v >> (8 + 4 * nib)) & 15;
+          words[h + 2 * nib][u] = pack_bf16(f[nib] * (float)q0 - o[nib], f[nib] * (float)q1 - o[nib]);
+        }
+      }
+  }
+};
+
+template <int QT> struct WqCfg {
+  static constexpr int QB = QA<QT>::QB;
+};
+
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int SMEMA>
+__global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
+                                                       const unsigned char* __restrict__ w, long long wrows, int row0, int T,
+                                                       int N, int K, TY* __restrict__ y, int up_row,
+                                                       const int4* __restrict__ tiles, const int* __restrict__ ntiles,
+                                                       int expert_rows) {
+  constexpr int QB = QA<QT>::QB;
+  constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
+  constexpr int DQ = SMEMA ? 4 * 8192 : 0;  // dequantised A tiles: 2 warpgroups x 2 buffers
+  constexpr int ST = (200 * 1024 - DQ) / STAGE < 8 ? (200 * 1024 - DQ) / STAGE : 8;
+  constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
+  unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
+  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&empty_bar[s]), 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  // Token tiles (of BN) are the "row tiles" here; feature tiles of FW.
+  const int tilesT = GROUPED ? ntiles[0] : (T + BN - 1) / BN, tilesF = (N + FW - 1) / FW, ntile = tilesT * tilesF;
+  const int nk = K / 64;
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid == 0) {
+      int it = 0;
+      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+        const RowTile rt = row_tile_n<GROUPED, BN>(t % tilesT, T, tiles, expert_rows, row0);
+        const int f0 = (t / tilesT) * FW;
+        const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          const int s = it % ST;
+          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+          const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
+          mbar_expect_tx(fb, STAGE);
+          tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
+          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+          tma_load_2d(sq, &tq, qc, r0, fb);
+          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int c = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+  // This thread's two fragment rows in the stage's 128 quant rows (box 0:
+  // rows 0..63, box 1: 64..127).
+  const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
+  const int lb = EPI == 2 ? 64 + la : la + 8;
+  int it = 0;
+  for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+    const RowTile rt = row_tile_n<GROUPED, BN>(t % tilesT, T, tiles, expert_rows, row0);
+    const int f0 = (t / tilesT) * FW;
+    // Global weight rows of la and lb (clamped: rows past the matrix are
+    // zero-filled by TMA, their scales must still be readable).
+    const long long rowa = min((long long)rt.wrow + f0 + la, wrows - 1);
+    const long long rowb = EPI == 2 ? min((long long)up_row + rt.wrow + f0 + la, wrows - 1)
+                                    : min((long long)rt.wrow + f0 + lb, wrows - 1);
+    // SMEMA: this thread dequantises half (tid & 1) of A row dq_row of its
+    // warpgroup's tile; A row 16w + g + 8h holds fragment row ra (h = 0) or
+    // rb (h = 1), i.e. quant row la or lb of warp w, lane row g.
+    const int dq_row = tid >> 1;
+    const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
+    const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
+    const int dq_q = dq_h ? (EPI == 2 ? 64 + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
+    const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
+                                       : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
+    int prev = -1;
+    // A fragments, double-buffered: a stage's wgmmas read theirs until the
+    // next stage has been issued and waited for.
+    unsigned fa0[4][4], fa1[4][4];
+    auto stage = [&](int kb, unsigned(&fa)[4][4]) {
+      const int s = it % ST;
+      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+      const unsigned char* sq = smem + s * STAGE + X_BYTES;
+      const unsigned sx = smem_addr(smem + s * STAGE);
+      if constexpr (SMEMA) {
+        // Dequantise this warpgroup's 64 x 64 A tile into shared memory in
+        // the 128-byte swizzled K-major layout, then multiply from there.
+        unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
+        QA<QT>::tile(sq + dq_q * QB, w, wrows, dq_rowg, K, kb, tid & 1, dq + dq_row * 128, dq_row);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+        const unsigned sa = smem_addr(dq);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
+      } else {
+        unsigned wa[4][2], wbv[4][2];
+        QA<QT>::frag(sq + la * QB, w, wrows, rowa, K, kb, tq4, wa);
+        QA<QT>::frag(sq + lb * QB, w, wrows, rowb, K, kb, tq4, wbv);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          fa[kk][0] = wa[kk][0];
+          fa[kk][1] = wbv[kk][0];
+          fa[kk][2] = wa[kk][1];
+          fa[kk][3] = wbv[kk][1];
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs<BN>(acc, fa[kk], wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
+      }
+      wg_commit();
+      wg_wait<1>();  // the previous stage's MMAs are done: its smem and fragments are free
+      if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+      prev = s;
+      it++;
+    };
+    wg_pin(acc);
+#pragma unroll 1
+    for (int kb = 0; kb < nk; kb += 2) {
+      stage(kb, fa0);
+      if (kb + 1 < nk) stage(kb + 1, fa1);
+    }
+    wg_wait<0>();
+    wg_pin(acc);
+    if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+
+    // Epilogue: acc register i of chunk j = i/4 is fragment row
+    // (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 + (i&1) of the tile.
+    const int fa_out = f0 + (EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+      for (int q = 0; q < 2; q++) {
+        const int tok = 8 * j + 2 * tq4 + q;
+        if (tok >= rt.rows) continue;
+        const long long yrow = (long long)(rt.m0 + tok) * N;
+        const float va = acc[4 * j + q], vb = acc[4 * j + 2 + q];
+        if constexpr (EPI == 2) {
+          if (fa_out < N) y[yrow + fa_out] = from_f32<TY>(silu_h(va) * vb);
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int f = fa_out + 8 * h;
+            if (f >= N) continue;
+            float v = h ? vb : va;
+            if constexpr (EPI == 1) v += to_f32(y[yrow + f]);
+            y[yrow + f] = from_f32<TY>(v);
+          }
+        }
+      }
+  }
+}

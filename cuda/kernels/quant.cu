@@ -1,0 +1,646 @@
+// Block-quantised weights (ggml's types) on the GPU: decode GEMVs that read
+// the quantised blocks directly, the routed-expert MoE GEMVs, and a
+// dequantiser (prefill fallback and tests).
+//
+// Activations are quantised once per GEMV input to int8 in groups of 32
+// (q8x_quantize: scale d = max|x|/127 and the sums d*sum(q) of each half,
+// as ggml's q8_1 with one more sum), so the inner products run on dp4a: reading x as f32 or bf16
+// would move 4-8 bytes through L1 for every 0.56-byte 4-bit weight. Every
+// product is accumulated in f32 per group of 32 (or 16) and scaled there.
+//
+// Weight layouts on the device (lagc's; lower's weight transforms repack
+// ggml's blocks where the block size is not a multiple of 16 bytes, so
+// every load is a 16-byte vector). A matrix has `rows` rows of K elements
+// (an expert stack [E,N,K] has E*N rows); nb = K / block elements.
+//   q8_0    int8 qs [rows][K], then f16 d [rows][K/32] at align256(rows*K)
+//   q4_k    144-byte bodies (scales[8], mins[8] as bytes, unpacked from
+//           ggml's 6-bit packing; qs[128]) [rows][nb], then (f16 d, f16
+//           dmin) [rows][nb] at align256(rows*nb*144)
+//   q5_k    176-byte bodies (scales[8], mins[8], qh[32], qs[128]), then
+//           (d, dmin) as q4_k
+//   q6_k    208-byte bodies (ql[128], qh[64], int8 scales[16]) [rows][nb],
+//           then f16 d [rows][nb] at align256(rows*nb*208)
+//   iq4_xs  qs[128] [rows][nb], then 8-byte heads (f16 d, u16 scales_h,
+//           scales_l[4]) [rows][nb] at align256(rows*nb*128)
+// Template type ids are ggml's type numbers.
+
+#define QT_Q8_0 8
+#define QT_Q4_K 12
+#define QT_Q5_K 13
+#define QT_Q6_K 14
+#define QT_IQ4_XS 23
+
+__device__ __forceinline__ float silu_q(float v) { return v / (1.f + expf(-v)); }
+
+__device__ __forceinline__ float warp_sum_q(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float f16_bits(unsigned short b) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+  return f;
+}
+
+// Weights are read once: 16-byte loads that do not allocate in L1.
+__device__ __forceinline__ uint4 ldq(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+  int d;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ long long align256(long long n) { return (n + 255) & ~255LL; }
+
+// Quantised activations of R rows: xq int8 [R][K], xs [R][K/32] of
+// (d, d*sum(q[0..16)), d*sum(q[16..32)), 0) per group of 32.
+struct QX {
+  const signed char* q;
+  const float4* s;
+  int K;
+};
+
+__device__ __forceinline__ uint2 ldq2(const void* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ int dot16(const int (&wq)[4], int4 xv) {
+  int s = dp4a(wq[0], xv.x, 0);
+  s = dp4a(wq[1], xv.y, s);
+  s = dp4a(wq[2], xv.z, s);
+  return dp4a(wq[3], xv.w, s);
+}
+
+__device__ __forceinline__ int4 ldx16(const QX& x, int r, int e) {
+  return *reinterpret_cast<const int4*>(x.q + (long long)r * x.K + e);
+}
+__device__ __forceinline__ float4 xsc(const QX& x, int r, int e) { return x.s[(long long)r * (x.K / 32) + e / 32]; }
+
+// Byte i of 16 bytes held in registers (a runtime index must not take the
+// registers' address: that would put them in local memory).
+__device__ __forceinline__ int reg_byte(const uint4& v, int i) {
+  const unsigned w = i < 8 ? (i < 4 ? v.x : v.y) : (i < 12 ? v.z : v.w);
+  return (int)((w >> (8 * (i & 3))) & 0xFF);
+}
+
+// ------------------------------------------------------------ per type
+//
+// Every type is read in units of 32 weights of a row, so a row of K = 1024,
+// 3072 or 9216 gives each lane of a warp the same number of units. QW<QT>
+// has W (a unit's weight bytes in registers) with load(), X (the matching
+// activations of one row) with xload(), and dot(), the unit's product. A
+// lane's units are 32 apart, a multiple of every type's units per block, so
+// a unit's place in its block is the same for all of a lane's units.
+
+template <int QT> struct QW;
+
+// x16: 16 activations as int8 words with their group's scale.
+struct X32 {
+  int4 a, b;
+  float d;
+};
+
+template <> struct QW<QT_Q8_0> {
+  struct W {
+    uint4 a, b;
+    float d;
+  };
+  using X = X32;
+  static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
+    const unsigned char* qs = w + row * K + (long long)u * 32;
+    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * K));
+    return W{ldq(qs), ldq(qs + 16), f16_bits(__ldg(dp + row * (K / 32) + u))};
+  }
+  static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
+    return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
+  }
+  static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
+    const int wa[4] = {(int)w.a.x, (int)w.a.y, (int)w.a.z, (int)w.a.w};
+    const int wb[4] = {(int)w.b.x, (int)w.b.y, (int)w.b.z, (int)w.b.w};
+    return w.d * x.d * (float)(dot16(wa, x.a) + dot16(wb, x.b));
+  }
+};
+
+// Q4_K and Q5_K: unit u is half h of 64-element chunk j of block b: its 16
+// bytes of qs hold elements 64j+16h+[0,16) in the low nibbles (sub-block
+// 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
+template <int QT> struct QWK45 {
+  static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
+  struct W {
+    uint4 q, sm, qh;  // quants, (scales[8], mins[8]), high bits (q5_k)
+    unsigned dd;      // f16 d, f16 dmin
+  };
+  struct X {
+    int4 lo, hi;
+    float da, db, suma, sumb;
+  };
+  static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
+    const int nb = K / 256;
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    const long long bi = row * nb + b;
+    const unsigned char* blk = w + bi * BYTES;
+    W v;
+    v.sm = __ldg(reinterpret_cast<const uint4*>(blk));  // shared by the block's 8 units
+    v.q = ldq(blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+    if constexpr (QT == QT_Q5_K) v.qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
+    v.dd = __ldg(reinterpret_cast<const unsigned*>(w + align256(rows * nb * BYTES)) + bi);
+    return v;
+  }
+  static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    const int e = b * 256 + 64 * j + 16 * h;
+    const float4 sa = xsc(x, r, e), sb = xsc(x, r, e + 32);
+    return X{ldx16(x, r, e), ldx16(x, r, e + 32), sa.x, sb.x, h ? sa.z : sa.y, h ? sb.z : sb.y};
+  }
+  static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
+    const int j = (u >> 1) & 3;
+    const int raw[4] = {(int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w};
+    int lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      lo[i] = raw[i] & 0x0F0F0F0F;
+      hi[i] = (raw[i] >> 4) & 0x0F0F0F0F;
+    }
+    if constexpr (QT == QT_Q5_K) {
+      const int qh[4] = {(int)w.qh.x, (int)w.qh.y, (int)w.qh.z, (int)w.qh.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        lo[i] |= ((qh[i] >> (2 * j)) & 0x01010101) << 4;
+        hi[i] |= ((qh[i] >> (2 * j + 1)) & 0x01010101) << 4;
+      }
+    }
+    // scales 2j, 2j+1 are bytes 2j, 2j+1 of sm; mins bytes 8+2j, 9+2j
+    const unsigned sw = (j < 2 ? w.sm.x : w.sm.y) >> (16 * (j & 1)), mw = (j < 2 ? w.sm.z : w.sm.w) >> (16 * (j & 1));
+    const float d = f16_bits((unsigned short)(w.dd & 0xFFFF)), dmin = f16_bits((unsigned short)(w.dd >> 16));
+    const float s0 = (float)(sw & 0xFF), s1 = (float)((sw >> 8) & 0xFF), m0 = (float)(mw & 0xFF), m1 = (float)((mw >> 8) & 0xFF);
+    return d * (s0 * x.da * (float)dot16(lo, x.lo) + s1 * x.db * (float)dot16(hi, x.hi)) - dmin * (m0 * x.suma + m1 * x.sumb);
+  }
+};
+template <> struct QW<QT_Q4_K> : QWK45<QT_Q4_K> {};
+template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
+
+// Q6_K: unit u is l in [8v, 8v+8) of 128-element half `half` of block b:
+// elements n+l, n+32+l, n+64+l and n+96+l (n = 128 half), four groups of 8.
+template <> struct QW<QT_Q6_K> {
+  struct W {
+    uint2 la, lb, hh;
+    uint4 sc;
+    float d;
+  };
+  struct X {
+    int2 v[4];
+    float d[4];
+  };
+  static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
+    const int nb = K / 256;
+    const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
+    const long long bi = row * nb + b;
+    const unsigned char* body = w + bi * 208;
+    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * nb * 208));
+    W x;
+    x.la = ldq2(body + 64 * half + 8 * v);        // ql[n/2 + l]
+    x.lb = ldq2(body + 64 * half + 32 + 8 * v);   // ql[n/2 + 32 + l]
+    x.hh = ldq2(body + 128 + 32 * half + 8 * v);  // qh[n/4 + l]
+    x.sc = __ldg(reinterpret_cast<const uint4*>(body + 192));  // int8 scales[16]
+    x.d = f16_bits(__ldg(dp + bi));
+    return x;
+  }
+  static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
+    const int e0 = (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
+    X o;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+      o.v[g] = *reinterpret_cast<const int2*>(x.q + (long long)r * x.K + e0 + 32 * g);
+      o.d[g] = xsc(x, r, e0 + 32 * g).x;
+    }
+    return o;
+  }
+  static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
+    const int half = (u >> 2) & 1, v = u & 3;
+    const int a[2] = {(int)w.la.x, (int)w.la.y}, c[2] = {(int)w.lb.x, (int)w.lb.y}, h[2] = {(int)w.hh.x, (int)w.hh.y};
+    int q[4][2];  // [group][word]: signed bytes q - 32
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      q[0][i] = (a[i] & 0x0F0F0F0F) | ((h[i] << 4) & 0x30303030);
+      q[1][i] = (c[i] & 0x0F0F0F0F) | ((h[i] << 2) & 0x30303030);
+      q[2][i] = ((a[i] >> 4) & 0x0F0F0F0F) | (h[i] & 0x30303030);
+      q[3][i] = ((c[i] >> 4) & 0x0F0F0F0F) | ((h[i] >> 2) & 0x30303030);
+#pragma unroll
+      for (int g = 0; g < 4; g++) q[g][i] = (q[g][i] + 0x60606060) ^ (int)0x80808080;  // bytes q - 32, no carries
+    }
+    const int sc0 = 8 * half + v / 2;
+    float sum = 0.f;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+      const float scf = (float)(signed char)reg_byte(w.sc, sc0 + 2 * g);
+      const int s = dp4a(q[g][1], x.v[g].y, dp4a(q[g][0], x.v[g].x, 0));
+      sum = fmaf(scf * x.d[g], (float)s, sum);
+    }
+    return w.d * sum;
+  }
+};
+
+// IQ4_XS: unit u is sub-block ib of block b (16 bytes of qs: element i in
+// the low nibble of byte i, element 16+i in the high one), mapped through
+// the non-linear table.
+__device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
+  // kvalues_iq4nl as int8 bytes, entries 0-3, 4-7, 8-11, 12-15.
+  const unsigned int t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+  int r[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const unsigned int sel = (unsigned int)q >> (16 * i);  // nibbles of bytes 2i, 2i+1
+    const unsigned int idx = sel & 0x7777;
+    const unsigned int a = __byte_perm(t0, t1, idx), b = __byte_perm(t2, t3, idx);
+    // per output byte: bit 3 of its nibble picks the upper half of the table
+    const unsigned int pick = 0x3210 | ((sel & 0x8888) >> 1);
+    r[i] = (int)__byte_perm(a, b, pick);
+  }
+  // r[i] bytes: [elem 2i (low), elem 2i+16 (high), elem 2i+1, elem 2i+17]
+  lo = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x6420);
+  hi = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x7531);
+}
+
+template <> struct QW<QT_IQ4_XS> {
+  struct W {
+    uint4 q;
+    uint2 hd;
+  };
+  using X = X32;
+  static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
+    const int nb = K / 256;
+    const long long bi = row * nb + (u >> 3);
+    return W{ldq(w + bi * 128 + 16 * (u & 7)), __ldg(reinterpret_cast<const uint2*>(w + align256(rows * nb * 128)) + bi)};
+  }
+  static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
+    return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
+  }
+  static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
+    const int ib = u & 7;
+    const float d = f16_bits((unsigned short)(w.hd.x & 0xFFFF));
+    const int sh = (int)(w.hd.x >> 16);
+    const int sl = (int)((w.hd.y >> (8 * (ib / 2))) & 0xFF);
+    const int ls = ((sl >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+    const int words[4] = {(int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w};
+    int lo[4], hi[4];  // elements 0..15, 16..31
+#pragma unroll
+    for (int i = 0; i < 4; i++) iq4_lookup(words[i], lo[i], hi[i]);
+    return d * (float)(ls - 32) * x.d * (float)(dot16(lo, x.a) + dot16(hi, x.b));
+  }
+};
+
+// wdots: NR weight rows (rowv) dotted with R activation rows over K; this
+// lane's share is units first, first+step, ..., two at a time so that the
+// loads of 2*NR units are in flight before any is used; each activation
+// unit is loaded once for all NR rows.
+template <int QT, int NR, int R>
+__device__ __forceinline__ void wdots(const unsigned char* w, long long rows, const long long (&rowv)[NR], int K, const QX& x,
+                                      int first, int step, float (&acc)[NR][R]) {
+  using Q = QW<QT>;
+  const int units = K / 32;
+  int u = first;
+  for (; u + step < units; u += 2 * step) {
+    typename Q::W wv[2][NR];
+#pragma unroll
+    for (int q = 0; q < NR; q++) {
+      wv[0][q] = Q::load(w, rows, rowv[q], K, u);
+      wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
+#pragma unroll
+      for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
+    }
+  }
+  if (u < units) {
+    typename Q::W wv[NR];
+#pragma unroll
+    for (int q = 0; q < NR; q++) wv[q] = Q::load(w, rows, rowv[q], K, u);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const typename Q::X xa = Q::xload(x, r, u);
+#pragma unroll
+      for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[q], xa, u);
+    }
+  }
+}
+
+// ------------------------------------------------------------- kernels
+
+// xq, xs = the int8 groups of x [R, K] (K a multiple of 32): one warp per
+// group of 32, lane i element i.
+template <typename TX>
+__global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* __restrict__ x, signed char* __restrict__ xq,
+                                                    float4* __restrict__ xs) {
+  const int lane = threadIdx.x & 31;
+  for (long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; g < groups;
+       g += ((long long)gridDim.x * blockDim.x) >> 5) {
+    const float v = to_f32(x[g * 32 + lane]);
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+    int s = q;  // sums over each half of the group
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const int s16 = __shfl_sync(0xffffffffu, s, 16);
+    xq[g * 32 + lane] = (signed char)q;
+    if (lane == 0) xs[g] = make_float4(d, d * (float)s, d * (float)s16, 0.f);
+  }
+}
+
+// y[r, n] = w[row0 + n] . x[r] for R (<= 8) rows of quantised activations
+// (w has `rows` rows; row0 picks a row block of it); a group of SPLIT
+// warps of a block computes NW consecutive output rows,
+// each warp every SPLIT-th run of 32 units of K, their sums added in warp
+// order (with SWIGLU, w is [2N, K] and y = silu(gate) * up, gate row n and
+// up row N+n).
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
+__global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                             const signed char* __restrict__ xq, const float4* __restrict__ xs,
+                                             TY* __restrict__ y, int accumulate) {
+  constexpr int NR = SWIGLU ? 2 * NW : NW;
+  __shared__ float part[8][NR][R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slice = warp % SPLIT;
+  const int n0 = (blockIdx.x * (8 / SPLIT) + warp / SPLIT) * NW;
+  const QX x{xq, xs, K};
+  long long rowv[NR];
+#pragma unroll
+  for (int q = 0; q < NW; q++) {
+    rowv[q] = row0 + min(n0 + q, N - 1);  // past N: a valid row, result unused
+    if constexpr (SWIGLU) rowv[NW + q] = (long long)N + rowv[q];
+  }
+  float acc[NR][R];
+#pragma unroll
+  for (int q = 0; q < NR; q++)
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[q][r] = 0.f;
+  if (n0 < N) wdots<QT, NR, R>(w, rows, rowv, K, x, slice * 32 + lane, SPLIT * 32, acc);
+#pragma unroll
+  for (int q = 0; q < NR; q++)
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[q][r] = warp_sum_q(acc[q][r]);
+  if constexpr (SPLIT > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++) part[warp][q][r] = acc[q][r];
+    __syncthreads();
+    if (lane == 0 && slice == 0)
+#pragma unroll
+      for (int q = 0; q < NR; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float v = 0.f;
+          for (int i = 0; i < SPLIT; i++) v += part[warp + i][q][r];
+          acc[q][r] = v;
+        }
+  }
+  if (lane != 0 || slice != 0) return;
+#pragma unroll
+  for (int q = 0; q < NW; q++)
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (n0 + q < N) {
+        float v = SWIGLU ? silu_q(acc[q][r]) * acc[SWIGLU ? NW + q : q][r] : acc[q][r];
+        const long long o = (long long)r * N + n0 + q;
+        if (accumulate) v += to_f32(y[o]);
+        y[o] = from_f32<TY>(v);
+      }
+}
+
+// act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
+// e = ids[r]; the gate stack's E*I rows start at row gate_row0 of a matrix
+// of gate_rows rows, the up stack's likewise (one matrix holding both, or
+// two). A warp computes NW consecutive i of one route.
+template <int QT, int NW>
+__global__ void __launch_bounds__(256) moe_gateup_qgemv(int R, int k, int H, int I, int E,
+                                                        const signed char* __restrict__ xq, const float4* __restrict__ xs,
+                                                        const int* __restrict__ ids, const unsigned char* __restrict__ gate,
+                                                        long long gate_rows, long long gate_row0,
+                                                        const unsigned char* __restrict__ up, long long up_rows,
+                                                        long long up_row0, float* __restrict__ act) {
+  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  const int per = (I + NW - 1) / NW;
+  if (gw >= (long long)R * per) return;
+  const int r = (int)(gw / per), i0 = (int)(gw % per) * NW;
+  const int e = ids[r];
+  if (e < 0 || e >= E) {
+    if (lane < NW && i0 + lane < I) act[(long long)r * I + i0 + lane] = 0.f;
+    return;
+  }
+  const int t = r / k;
+  const QX x{xq + (long long)t * H, xs + (long long)t * (H / 32), H};
+  long long grow[NW], urow[NW];
+#pragma unroll
+  for (int q = 0; q < NW; q++) {
+    const long long row = (long long)e * I + min(i0 + q, I - 1);
+    grow[q] = gate_row0 + row;
+    urow[q] = up_row0 + row;
+  }
+  float g[NW][1], u[NW][1];
+#pragma unroll
+  for (int q = 0; q < NW; q++) g[q][0] = u[q][0] = 0.f;
+  wdots<QT, NW, 1>(gate, gate_rows, grow, H, x, lane, 32, g);
+  wdots<QT, NW, 1>(up, up_rows, urow, H, x, lane, 32, u);
+#pragma unroll
+  for (int q = 0; q < NW; q++) {
+    const float gs = warp_sum_q(g[q][0]), us = warp_sum_q(u[q][0]);
+    if (lane == 0 && i0 + q < I) act[(long long)r * I + i0 + q] = silu_q(gs) * us;
+  }
+}
+
+// out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), with
+// act quantised (aq, as [T*k, I]); down is a stack of E*H rows of I from
+// row row0 of a matrix of `rows` rows. A
+// warp computes NW consecutive h of one token; the k slots' units are one
+// sequence over the lanes, so loads of several slots are in flight
+// together.
+template <typename TY, int QT, int NW>
+__global__ void __launch_bounds__(256) moe_down_qgemv(int T, int k, int H, int I, int E, long long rows, long long row0,
+                                                      const signed char* __restrict__ aq, const float4* __restrict__ as,
+                                                      const float* __restrict__ weights, const int* __restrict__ ids,
+                                                      const unsigned char* __restrict__ down, TY* __restrict__ out,
+                                                      int accumulate) {
+  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  const int per = (H + NW - 1) / NW;
+  if (gw >= (long long)T * per) return;
+  const int t = (int)(gw / per), h0 = (int)(gw % per) * NW;
+  const int units = I / 32;
+  float total[NW];
+#pragma unroll
+  for (int q = 0; q < NW; q++) total[q] = 0.f;
+  for (int v = lane; v < k * units; v += 32) {
+    const int j = v / units, u = v - j * units;
+    const int r = t * k + j;
+    const int e = ids[r];
+    if (e < 0 || e >= E) continue;
+    const QX x{aq + (long long)r * I, as + (long long)r * (I / 32), I};
+    typename QW<QT>::W wv[NW];
+#pragma unroll
+    for (int q = 0; q < NW; q++) wv[q] = QW<QT>::load(down, rows, row0 + (long long)e * H + min(h0 + q, H - 1), I, u);
+    const float wt = weights[r];
+    const typename QW<QT>::X xu = QW<QT>::xload(x, 0, u);
+#pragma unroll
+    for (int q = 0; q < NW; q++) total[q] = fmaf(wt, QW<QT>::dot(wv[q], xu, u), total[q]);
+  }
+#pragma unroll
+  for (int q = 0; q < NW; q++) {
+    const float s = warp_sum_q(total[q]);
+    if (lane == 0 && h0 + q < H) {
+      const long long o = (long long)t * H + h0 + q;
+      float v = s;
+      if (accumulate) v += to_f32(out[o]);
+      out[o] = from_f32<TY>(v);
+    }
+  }
+}
+
+// ---------------------------------------------------------- dequantiser
+
+// QD<QT>::group writes the 32 floats of group g (elements 32g..32g+31) of
+// a row.
+template <int QT> struct QD;
+template <> struct QD<QT_Q8_0> {
+  static __device__ void group(const unsigned char* w, long long rows, long long row, int K, int g, float* o) {
+    const signed char* qs = reinterpret_cast<const signed char*>(w + row * K + 32LL * g);
+    const float d = f16_bits(reinterpret_cast<const unsigned short*>(w + align256(rows * K))[row * (K / 32) + g]);
+    for (int i = 0; i < 32; i++) o[i] = d * (float)qs[i];
+  }
+};
+template <int QT> struct QDK45 {
+  static __device__ void group(const unsigned char* w, long long rows, long long row, int K, int g, float* o) {
+    const int nb = K / 256;
+    const int b = g / 8, s = g % 8, j = s / 2;
+    const long long bi = row * nb + b;
+    const unsigned char* blk = w + bi * QWK45<QT>::BYTES;
+    const unsigned short* dd = reinterpret_cast<const unsigned short*>(w + align256(rows * nb * QWK45<QT>::BYTES)) + 2 * bi;
+    const float d = f16_bits(dd[0]), dmin = f16_bits(dd[1]);
+    const float sc = d * (float)blk[s], m = dmin * (float)blk[8 + s];
+    const unsigned char* qs = blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j;
+    for (int l = 0; l < 32; l++) {
+      int q = (s & 1) ? (qs[l] >> 4) : (qs[l] & 0xF);
+      if (QT == QT_Q5_K) q += ((blk[16 + l] >> s) & 1) << 4;
+      o[l] = sc * (float)q - m;
+    }
+  }
+};
+template <> struct QD<QT_Q4_K> : QDK45<QT_Q4_K> {};
+template <> struct QD<QT_Q5_K> : QDK45<QT_Q5_K> {};
+template <> struct QD<QT_Q6_K> {
+  static __device__ void group(const unsigned char* w, long long rows, long long row, int K, int g, float* o) {
+    const int nb = K / 256;
+    const int b = g / 8, e0 = 32 * (g % 8);  // element within the block
+    const long long bi = row * nb + b;
+    const unsigned char* body = w + bi * 208;
+    const float d = f16_bits(reinterpret_cast<const unsigned short*>(w + align256(rows * nb * 208))[bi]);
+    const signed char* sc = reinterpret_cast<const signed char*>(body + 192);
+    for (int i = 0; i < 32; i++) {
+      const int e = e0 + i, half = e / 128, rem = e % 128, grp = rem / 32, l = rem % 32;
+      const unsigned char lq = body[64 * half + (grp & 1) * 32 + l];
+      const int lo4 = grp < 2 ? (lq & 0xF) : (lq >> 4);
+      const int h2 = (body[128 + 32 * half + l] >> (2 * grp)) & 3;
+      o[i] = d * (float)sc[8 * half + l / 16 + 2 * grp] * (float)((lo4 | (h2 << 4)) - 32);
+    }
+  }
+};
+template <> struct QD<QT_IQ4_XS> {
+  static __device__ void group(const unsigned char* w, long long rows, long long row, int K, int g, float* o) {
+    const signed char kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    const int nb = K / 256;
+    const int b = g / 8, ib = g % 8;
+    const long long bi = row * nb + b;
+    const unsigned char* qs = w + bi * 128 + 16 * ib;
+    const unsigned char* hd = w + align256(rows * nb * 128) + bi * 8;
+    const float d = f16_bits((unsigned short)(hd[0] | (hd[1] << 8)));
+    const int sh = hd[2] | (hd[3] << 8);
+    const int ls = ((hd[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+    const float dl = d * (float)(ls - 32);
+    for (int j = 0; j < 16; j++) {
+      o[j] = dl * (float)kv[qs[j] & 0xF];
+      o[j + 16] = dl * (float)kv[qs[j] >> 4];
+    }
+  }
+};
+
+// out [rows, K] (TY) = the dequantised rows [row0, row0+n) of w.
+template <typename TY, int QT>
+__global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long row0, long long n,
+                                                const unsigned char* __restrict__ w, TY* __restrict__ out) {
+  const long long groups = n * (K / 32);
+  LAGC_FOR(i, groups) {
+    const long long row = row0 + i / (K / 32);
+    const int g = (int)(i % (K / 32));
+    float v[32];
+    QD<QT>::group(w, rows, row, K, g, v);
+    TY* o = out + (row - row0) * K + 32LL * g;
+    for (int j = 0; j < 32; j++) o[j] = from_f32<TY>(v[j]);
+  }
+}
+
+// ------------------------------------------------------ synthetic weights
+
+__device__ __forceinline__ unsigned qhash(unsigned long long x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return (unsigned)x;
+}
+
+// A small positive f16 scale from a hash, in [2^-12, 2^-11): k-quant
+// weights up to about 0.5, q8_0 weights up to 0.06.
+__device__ __forceinline__ unsigned short qscale(unsigned h) { return (unsigned short)(0x1000 + (h & 0x3FF)); }
+
+// qsynth fills a [rows, K] matrix in the device layout with random quants
+// and small positive scales (benchmarks with synthetic weights): one
+// thread per block of the type.
+template <int QT>
+__global__ void __launch_bounds__(256) qsynth(long long rows, int K, unsigned char* __restrict__ w, unsigned seed) {
+  constexpr int BE = QT == QT_Q8_0 ? 32 : 256;
+  const long long nb = rows * (K / BE);
+  LAGC_FOR(b, nb) {
+    const unsigned long long key = ((unsigned long long)seed << 40) ^ (unsigned long long)b;
+    unsigned* body;
+    int words;
+    if constexpr (QT == QT_Q8_0) {
+      body = reinterpret_cast<unsigned*>(w + b * 32), words = 8;
+      reinterpret_cast<unsigned short*>(w + align256(rows * K))[b] = qscale(qhash(key * 7 + 1));
+    } else if constexpr (QT == QT_Q4_K || QT == QT_Q5_K) {
+      constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
+      body = reinterpret_cast<unsigned*>(w + b * BYTES + 16), words = BYTES / 4 - 4;
+      unsigned* sm = reinterpret_cast<unsigned*>(w + b * BYTES);  // 6-bit scales and mins
+      for (int i = 0; i < 4; i++) sm[i] = qhash(key * 7 + 4 + i) & 0x3F3F3F3Fu;
+      const unsigned h = qhash(key * 7 + 1);
+      reinterpret_cast<unsigned*>(w + align256(rows * (K / 256) * BYTES))[b] = (unsigned)qscale(h) | ((unsigned)qscale(h >> 11) << 16);
+    } else if constexpr (QT == QT_Q6_K) {
+      body = reinterpret_cast<unsigned*>(w + b * 208), words = 52;
+      reinterpret_cast<unsigned short*>(w + align256(rows * (K / 256) * 208))[b] = qscale(qhash(key * 7 + 1));
+    } else {
+      body = reinterpret_cast<unsigned*>(w + b * 128), words = 32;
+      const unsigned h = qhash(key * 7 + 1);
+      unsigned* hd = reinterpret_cast<unsigned*>(w + align256(rows * (K / 256) * 128) + b * 8);
+      hd[0] = (unsigned)qscale(h) | (qhash(key * 7 + 2) & 0xFFFF0000u);
+      hd[1] = qhash(key * 7 + 3);
+    }
+    for (int i = 0; i < words; i++) body[i] = qhash(key * 64 + 8 + i);
+  }
+}

@@ -1,0 +1,86 @@
+package gpu
+
+import (
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/ir"
+	"lagc/lower"
+)
+
+// EnvRequireNVRTC makes TestPlanKernelsCompile fail instead of skipping
+// where NVRTC cannot be loaded.
+const EnvRequireNVRTC = "LAGC_REQUIRE_NVRTC"
+
+// TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
+// needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
+// every kernel instantiation the trace models' plans launch, for sm_90a,
+// and reports spills: a kernel source that does not compile fails here
+// before it reaches a GPU.
+func TestPlanKernelsCompile(t *testing.T) {
+	if _, err := cuda.NVRTCVersion(); err != nil {
+		if os.Getenv(EnvRequireNVRTC) == "1" {
+			t.Fatalf("%s=1 but NVRTC is unavailable: %v", EnvRequireNVRTC, err)
+		}
+		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
+	}
+	specs := map[string]lower.Launch{}
+	for _, m := range traceModels {
+		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
+			p := tracePlan(t, m, dt)
+			for _, sch := range []*lower.Schedule{p.Decode, p.Prefill} {
+				for _, T := range []int{sch.Tokens, 1, 37} {
+					if T < 1 || T > sch.Tokens {
+						continue
+					}
+					all, err := p.At(sch, T)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, ls := range all {
+						for _, l := range ls {
+							if l.Kernel != lower.Memcpy {
+								specs[l.File+":"+l.NameExpr()] = l
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	keys := make([]string, 0, len(specs))
+	for k := range specs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		l := specs[key]
+		spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints, Options: []string{"--ptxas-options=-v"}}
+		for _, s := range l.DTypes {
+			dt, err := cuda.ParseDType(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.DTypes = append(spec.DTypes, dt)
+		}
+		src, err := source(l.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Source = src
+		log, err := cuda.CompileCheck(spec, "sm_90a")
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+			continue
+		}
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, "spill stores") && !strings.Contains(line, " 0 bytes spill stores") {
+				t.Logf("%s: %s", key, strings.TrimSpace(line))
+			}
+		}
+	}
+	t.Logf("%d instantiations compiled", len(keys))
+}

@@ -1,0 +1,349 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/cuda/cudatest"
+	"lagc/lower"
+	"lagc/quant"
+)
+
+// hopperGPU is gpu for the Hopper-only kernels: it skips (fails with
+// LAGC_REQUIRE_GPU=1) on other architectures.
+func hopperGPU(t *testing.T) (*Kernels, *cuda.Stream) {
+	t.Helper()
+	k, s := gpu(t)
+	if k.CC() < 90 {
+		if os.Getenv(cudatest.EnvRequireGPU) == "1" {
+			t.Fatalf("LAGC_REQUIRE_GPU=1 but %s is compute capability %d.%d, not Hopper", k.Dev.Props().Name, k.Dev.Props().Major, k.Dev.Props().Minor)
+		}
+		t.Skipf("%s is not a Hopper GPU", k.Dev.Props().Name)
+	}
+	return k, s
+}
+
+// TestMatMulHopperGPU: the TMA + wgmma GEMM (what MatMul runs for T > 8
+// on Hopper) against the CPU reference over ragged M and N, K not a
+// multiple of 64, every epilogue, both tile widths and output dtypes.
+func TestMatMulHopperGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	cases := []struct{ M, N, K int }{
+		{9, 64, 64}, {100, 200, 72}, {128, 256, 128}, {300, 520, 1000}, {257, 130, 3072}, {2048, 384, 256},
+	}
+	for _, bn := range []int{128, 256} {
+		for _, epi := range []string{"store", "accumulate", "swiglu"} {
+			for _, c := range cases {
+				for _, yt := range []cuda.DType{cuda.F32, cuda.BF16} {
+					name := fmt.Sprintf("BN%d/%s/M%d_N%d_K%d/%v", bn, epi, c.M, c.N, c.K, yt)
+					t.Run(name, func(t *testing.T) {
+						a := MatMulArgs{T: c.M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: yt,
+							SwiGLU: epi == "swiglu", Accumulate: epi == "accumulate", CC: k.CC(), HopperBN: bn}
+						l, err := k.MatMulLaunch(a)
+						if err == nil && l.Name[:len("gemm_wgmma")] != "gemm_wgmma" {
+							t.Fatalf("MatMul chose %s, not the wgmma GEMM", l.Name)
+						}
+						got, want := mmRun(t, k, s, r, a)
+						checkClose(t, name, got, want, tolFor(yt))
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestMoEExpertsHopperGPU: the grouped routed experts on the wgmma core
+// against the CPU reference: skewed and same-expert routing (experts with
+// 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders.
+func TestMoEExpertsHopperGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	cases := []moeCase{
+		{T: 9, H: 128, I: 64, E: 8, k: 3, dist: "distinct"},
+		{T: 64, H: 192, I: 128, E: 8, k: 3, dist: "skewed", acc: true},
+		{T: 129, H: 128, I: 192, E: 256, k: 10, dist: "skewed"},
+		{T: 200, H: 256, I: 128, E: 16, k: 4, dist: "same"},
+		{T: 129, H: 128, I: 64, E: 256, k: 10, dist: "invalid", acc: true},
+		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
+	}
+	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("order%d/%+v", order, c), func(t *testing.T) {
+				d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+				a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
+				// One allocation: the gate stack, then the up stack.
+				gu := append(append([]float32(nil), d.gate...), d.up...)
+				a.Gate = upload(t, k, s, cuda.BF16, gu)
+				a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
+				a.CC, a.SMs = k.CC(), k.SMs()
+				ls, err := k.MoELaunches(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !hasKernel(ls, "gemm_wgmma") {
+					t.Fatalf("the grouped path did not choose the wgmma core")
+				}
+				ws, err := MoEWorkspaceBytes(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.Workspace = alloc(t, k, ws)
+				poison(t, s, a.Workspace, ws)
+				if err := k.MoEExperts(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
+				checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
+			})
+		}
+	}
+}
+
+func hasKernel(ls []KernelLaunch, prefix string) bool {
+	for _, l := range ls {
+		if len(l.Name) >= len(prefix) && l.Name[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkGEMMHopper: Laguna-S-2.1 prefill GEMMs (T = 2048) on the wgmma
+// core at both tile widths and on mma.sync (CC 0), for comparison.
+func BenchmarkGEMMHopper(b *testing.B) {
+	m := newMMBench(b)
+	for _, c := range []struct {
+		name    string
+		M, N, K int
+		swiglu  bool
+	}{
+		{"qkvg", 2048, 11336, 3072, false},
+		{"o_proj", 2048, 3072, 9216, false},
+		{"dense_gate_up", 2048, 12288, 3072, true},
+		{"dense_down", 2048, 3072, 12288, false},
+		{"shared_gate_up", 2048, 1024, 3072, true},
+		{"shared_down", 2048, 3072, 1024, false},
+	} {
+		for _, v := range []struct {
+			name   string
+			cc, bn int
+		}{{"mma", 0, 0}, {"wgmma-auto", 90, 0}, {"wgmma-128", 90, 128}, {"wgmma-256", 90, 256}} {
+			b.Run(fmt.Sprintf("%s/%s", c.name, v.name), func(b *testing.B) {
+				rows := c.N
+				if c.swiglu {
+					rows = 2 * c.N
+				}
+				a := MatMulArgs{T: c.M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu,
+					CC: v.cc, HopperBN: v.bn, X: m.rand(c.M * c.K), W: m.rand(rows * c.K), Y: m.rand(c.M * c.N)}
+				bytes := 2 * float64(rows*c.K+c.M*(c.K+c.N))
+				m.run(b, bytes, 2*float64(c.M)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
+			})
+		}
+	}
+}
+
+// quantRefBF16 dequantises ggml blocks on the CPU and rounds to bf16: the
+// values the quantised wgmma GEMM multiplies.
+func quantRefBF16(t *testing.T, qt quant.Type, blocks []byte, n int) []float32 {
+	return roundTo(cuda.BF16, dequantRef(t, qt, blocks, n))
+}
+
+// TestHopperQGEMMGPU: the wgmma GEMM with quantised weights against the
+// CPU reference on the dequantised (bf16-rounded) weights, over every
+// epilogue, ragged T and N, and a row block of a bigger matrix.
+func TestHopperQGEMMGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	cases := []struct{ T, N, K, row0 int }{{9, 64, 256, 0}, {100, 200, 512, 0}, {300, 130, 3072, 0}, {257, 384, 1024, 0}, {129, 100, 512, 37}}
+	for _, qt := range lower.HopperQTypes {
+		for _, epi := range []int{lower.EpiStore, lower.EpiAccumulate, lower.EpiSwiGLU} {
+			for _, c := range cases {
+				if epi == lower.EpiSwiGLU && c.row0 != 0 {
+					continue
+				}
+				yt := cuda.F32
+				if epi == lower.EpiAccumulate {
+					yt = cuda.BF16
+				}
+				name := fmt.Sprintf("%s/epi%d/T%d_N%d_K%d_row0%d", qt, epi, c.T, c.N, c.K, c.row0)
+				t.Run(name, func(t *testing.T) {
+					rows := c.N
+					if epi == lower.EpiSwiGLU {
+						rows *= 2
+					}
+					total := c.row0 + rows + 5 // rows after the block must not be read
+					blocks := randQuantBlocks(r, qt, total, c.K)
+					wAll := quantRefBF16(t, qt, blocks, total*c.K)
+					w := wAll[c.row0*c.K : (c.row0+rows)*c.K]
+					x := roundTo(cuda.BF16, randF32(r, c.T*c.K, 1))
+					wp := uploadQuant(t, k, s, qt, total, c.K, blocks)
+					xp := upload(t, k, s, cuda.BF16, x)
+					ref := MatMulArgs{T: c.T, K: c.K, N: c.N, SwiGLU: epi == lower.EpiSwiGLU, Accumulate: epi == lower.EpiAccumulate}
+					var y0 []float32
+					var yp cuda.DevicePtr
+					if ref.Accumulate {
+						y0 = roundTo(yt, randF32(r, c.T*c.N, 4))
+						yp = upload(t, k, s, yt, y0)
+					} else {
+						yp = alloc(t, k, int64(c.T*c.N*yt.Size()))
+						poison(t, s, yp, int64(c.T*c.N*yt.Size()))
+					}
+					if err := k.HopperQGEMM(s, c.T, c.N, c.K, xp, wp, qt, total, c.row0, yp, yt, epi, c.N); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, yt, yp, c.T*c.N)
+					tol := 2e-3 // the CPU and GPU dequantisers may round a weight to bf16 one ulp apart
+					if yt == cuda.BF16 {
+						tol = tolFor(yt)
+					}
+					checkClose(t, name, got, mmRef(t, ref, x, w, y0), tol)
+				})
+			}
+		}
+	}
+}
+
+// TestMoEExpertsQuantGPU: the routed experts with quantised stacks through
+// MoEExperts, on every path lower picks: the decode GEMVs (T <= 8), the
+// grouped wgmma GEMMs (Hopper, q8_0 and q4_k) and the stacks dequantised
+// for the bf16 grouped path (mma.sync target, and the types without a
+// wgmma kernel), against the CPU reference on the dequantised weights.
+func TestMoEExpertsQuantGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(41, 42))
+	cases := []moeCase{
+		{T: 3, H: 256, I: 256, E: 8, k: 3, dist: "distinct"},
+		{T: 9, H: 256, I: 256, E: 8, k: 3, dist: "distinct", acc: true},
+		{T: 129, H: 512, I: 256, E: 64, k: 6, dist: "skewed"},
+		{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
+		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
+	}
+	for _, qt := range lower.QuantKernelTypes {
+		for _, cc := range []int{90, 0} {
+			for _, c := range cases {
+				t.Run(fmt.Sprintf("%s/cc%d/%+v", qt, cc, c), func(t *testing.T) {
+					gub := randQuantBlocks(r, qt, 2*c.E*c.I, c.H)
+					db := randQuantBlocks(r, qt, c.E*c.H, c.I)
+					gu := dequantRef(t, qt, gub, 2*c.E*c.I*c.H)
+					dn := dequantRef(t, qt, db, c.E*c.H*c.I)
+					if c.T > GEMVMaxRows { // the prefill paths multiply bf16
+						gu, dn = roundTo(cuda.BF16, gu), roundTo(cuda.BF16, dn)
+					}
+					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
+					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt}
+					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
+					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
+					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
+					a.QDown = QMatrix{W: uploadQuant(t, k, s, qt, c.E*c.H, c.I, db), Total: c.E * c.H}
+					a.X = upload(t, k, s, cuda.BF16, d.x)
+					a.Weights = upload(t, k, s, cuda.F32, d.w)
+					a.IDs = uploadI32(t, k, s, d.ids)
+					if c.acc {
+						a.Out = upload(t, k, s, cuda.BF16, d.out0)
+					} else {
+						a.Out = alloc(t, k, int64(2*c.T*c.H))
+					}
+					ws, err := MoEWorkspaceBytes(a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					a.Workspace = alloc(t, k, ws)
+					poison(t, s, a.Workspace, ws)
+					if err := k.MoEExperts(s, a); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
+					// Decode quantises the activations to int8: a little
+					// looser than bf16.
+					checkClose(t, "moe", got, moeRef(t, c, d), 2*tolFor(cuda.BF16))
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkHopperQGEMM: prefill GEMMs (T = 2048) with q8_0 and q4_k
+// weights at Laguna-S-2.1 shapes.
+func BenchmarkHopperQGEMM(b *testing.B) {
+	m := newMMBench(b)
+	for _, qt := range lower.HopperQTypes {
+		for _, c := range []struct {
+			name   string
+			N, K   int
+			swiglu bool
+		}{
+			{"qkvg", 11336, 3072, false},
+			{"o_proj", 3072, 9216, false},
+			{"shared_gate_up", 1024, 3072, true},
+			{"shared_down", 3072, 1024, false},
+		} {
+			b.Run(fmt.Sprintf("%s/%s", qt, c.name), func(b *testing.B) {
+				rows, epi := c.N, lower.EpiStore
+				if c.swiglu {
+					rows, epi = 2*c.N, lower.EpiSwiGLU
+				}
+				wb, err := lower.QuantDeviceBytes(qt, rows, c.K)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w := m.rand(int(wb / 2))
+				if err := m.k.QSynth(m.s, qt, w, rows, c.K, 1); err != nil {
+					b.Fatal(err)
+				}
+				const T = 2048
+				x, y := m.rand(T*c.K), m.rand(T*c.N)
+				m.run(b, float64(wb)+2*float64(T*(c.K+c.N)), 2*float64(T)*float64(rows)*float64(c.K), func() error {
+					return m.k.HopperQGEMM(m.s, T, c.N, c.K, x, w, qt, rows, 0, y, cuda.BF16, epi, c.N)
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkMoEQuant: the routed experts of a prefill with quantised
+// stacks (top-10 of 256, H 3072, I 1024) on the path lower picks.
+func BenchmarkMoEQuant(b *testing.B) {
+	m := newMMBench(b)
+	r := rand.New(rand.NewPCG(3, 4))
+	const E, K, H, I = 256, 10, 3072, 1024
+	for _, qt := range lower.QuantKernelTypes {
+		gub, _ := lower.QuantDeviceBytes(qt, 2*E*I, H)
+		db, _ := lower.QuantDeviceBytes(qt, E*H, I)
+		gu, down := m.rand(int(gub/2)), m.rand(int(db/2))
+		if err := m.k.QSynth(m.s, qt, gu, 2*E*I, H, 1); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.k.QSynth(m.s, qt, down, E*H, I, 2); err != nil {
+			b.Fatal(err)
+		}
+		for _, T := range []int{512, 2048} {
+			b.Run(fmt.Sprintf("%s/T=%d", qt, T), func(b *testing.B) {
+				ids := make([]int32, T*K)
+				wts := make([]float32, T*K)
+				for t := 0; t < T; t++ {
+					for j, e := range r.Perm(E)[:K] {
+						ids[t*K+j], wts[t*K+j] = int32(e), 0.1
+					}
+				}
+				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+					Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
+					QGate: QMatrix{W: gu, Total: 2 * E * I}, QUp: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
+					QDown: QMatrix{W: down, Total: E * H}}
+				a.IDs = m.upload(cuda.AsBytes(ids))
+				a.Weights = m.upload(cuda.AsBytes(wts))
+				ws, err := MoEWorkspaceBytes(a)
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.Workspace = m.rand(int(ws / 2))
+				m.run(b, float64(gub+db), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+			})
+		}
+	}
+}

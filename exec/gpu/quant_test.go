@@ -1,0 +1,363 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/lower"
+	"lagc/quant"
+)
+
+// randQuantBlocks returns the ggml blocks of a [rows, K] matrix of type t:
+// random quants and scale bytes, and f16 super-scales small and finite.
+func randQuantBlocks(r *rand.Rand, t quant.Type, rows, K int) []byte {
+	nb := rows * K / t.BlockElems()
+	bb := t.BlockBytes()
+	b := make([]byte, nb*bb)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	put := func(p []byte, v float32) {
+		h := quant.F32ToF16(v)
+		p[0], p[1] = byte(h), byte(h>>8)
+	}
+	for i := 0; i < nb; i++ {
+		blk := b[i*bb : (i+1)*bb]
+		switch t {
+		case quant.Q8_0, quant.IQ4_XS:
+			put(blk, 0.002+0.02*r.Float32())
+		case quant.Q4_K, quant.Q5_K:
+			put(blk, 0.002+0.02*r.Float32())
+			put(blk[2:], 0.002+0.02*r.Float32())
+		case quant.Q6_K:
+			put(blk[208:], 0.002+0.02*r.Float32())
+		}
+	}
+	return b
+}
+
+func dequantRef(t *testing.T, qt quant.Type, blocks []byte, n int) []float32 {
+	t.Helper()
+	w := make([]float32, n)
+	if err := quant.Dequantize(qt, w, blocks); err != nil {
+		t.Fatalf("reference dequantisation of %s: %v", qt, err)
+	}
+	return w
+}
+
+// uploadQuant repacks blocks into the device layout and uploads them.
+func uploadQuant(t *testing.T, k *Kernels, s *cuda.Stream, qt quant.Type, rows, K int, blocks []byte) cuda.DevicePtr {
+	t.Helper()
+	n, err := lower.QuantDeviceBytes(qt, rows, K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := make([]byte, n)
+	if err := lower.RepackQuant(qt, rows, K, blocks, dev); err != nil {
+		t.Fatal(err)
+	}
+	p := alloc(t, k, n)
+	if err := s.CopyHtoD(p, dev); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// q8xRef is what q8x_quantize makes of x: each value replaced by d*q.
+func q8xRef(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for g := 0; g+32 <= len(x); g += 32 {
+		var amax float32
+		for _, v := range x[g : g+32] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := amax / 127
+		for i, v := range x[g : g+32] {
+			q := float32(0)
+			if amax > 0 {
+				q = float32(math.RoundToEven(float64(v / d)))
+			}
+			out[g+i] = d * q
+		}
+	}
+	return out
+}
+
+// TestQDequantGPU: the device decoders of every type against the CPU
+// reference dequantiser.
+func TestQDequantGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, qt := range lower.QuantKernelTypes {
+		t.Run(qt.String(), func(t *testing.T) {
+			rows, K := 7, 768
+			blocks := randQuantBlocks(r, qt, rows, K)
+			want := dequantRef(t, qt, blocks, rows*K)
+			w := uploadQuant(t, k, s, qt, rows, K, blocks)
+			out := alloc(t, k, int64(4*rows*K))
+			if err := k.QDequant(s, qt, w, rows, K, 2, 5, out, cuda.F32); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, cuda.F32, out, 5*K)
+			checkClose(t, "rows 2..6", got, want[2*K:7*K], 1e-6)
+		})
+	}
+}
+
+// qgemvRef is y[r, n] = w[n] . q8x(x[r]) in float64 (SwiGLU: silu(gate) *
+// up), plus y0 when accumulating, and the sum of |terms| per output (for
+// the tolerance).
+func qgemvRef(w, x, y0 []float32, T, K, N int, swiglu bool) (y, mag []float64) {
+	y, mag = make([]float64, T*N), make([]float64, T*N)
+	for r := 0; r < T; r++ {
+		xe := q8xRef(x[r*K : (r+1)*K])
+		for n := 0; n < N; n++ {
+			dot := func(row int) (float64, float64) {
+				var s, m float64
+				for i := 0; i < K; i++ {
+					p := float64(w[row*K+i]) * float64(xe[i])
+					s += p
+					m += math.Abs(p)
+				}
+				return s, m
+			}
+			v, m := dot(n)
+			if swiglu {
+				u, mu := dot(N + n)
+				sig := 1 / (1 + math.Exp(-v))
+				v, m = v*sig*u, m*math.Abs(u)+mu*math.Abs(v*sig)
+			}
+			if y0 != nil {
+				v += float64(y0[r*N+n])
+				m += math.Abs(float64(y0[r*N+n]))
+			}
+			y[r*N+n], mag[r*N+n] = v, m
+		}
+	}
+	return y, mag
+}
+
+func checkQuantResult(t *testing.T, what string, got []float32, want, mag []float64, rel float64) {
+	t.Helper()
+	bad := 0
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); !(d <= rel*mag[i]+1e-6) {
+			if bad < 5 {
+				t.Errorf("%s: [%d] = %g, want %g (tolerance %.3g)", what, i, got[i], want[i], rel*mag[i]+1e-6)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d outputs off", what, bad, len(want))
+	}
+}
+
+// TestQGEMVGPU: the quantised GEMV of every type against the CPU reference
+// on the same quantised activations, over row counts, ragged N, the
+// SwiGLU and accumulate epilogues and both output dtypes.
+func TestQGEMVGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := []struct {
+		T, K, N     int
+		swiglu, acc bool
+		y           cuda.DType
+		nw, split   int
+	}{
+		{T: 1, K: 3072, N: 37, y: cuda.F32},
+		{T: 3, K: 1024, N: 64, y: cuda.F32, acc: true},
+		{T: 8, K: 512, N: 9, y: cuda.F32, swiglu: true},
+		{T: 2, K: 256, N: 40, y: cuda.BF16, swiglu: true, acc: true},
+		{T: 1, K: 12288, N: 5, y: cuda.BF16},
+		{T: 1, K: 9216, N: 131, y: cuda.F32, nw: 4, split: 8},
+		{T: 2, K: 3072, N: 33, y: cuda.F32, swiglu: true, nw: 2, split: 4},
+		{T: 5, K: 1024, N: 17, y: cuda.F32, nw: 1, split: 2},
+	}
+	for _, qt := range lower.QuantKernelTypes {
+		for _, c := range cases {
+			name := fmt.Sprintf("%s/T%d_K%d_N%d_sw%v_acc%v_%v_nw%d_split%d", qt, c.T, c.K, c.N, c.swiglu, c.acc, c.y, c.nw, c.split)
+			t.Run(name, func(t *testing.T) {
+				rows := c.N
+				if c.swiglu {
+					rows *= 2
+				}
+				blocks := randQuantBlocks(r, qt, rows, c.K)
+				w := dequantRef(t, qt, blocks, rows*c.K)
+				x := randF32(r, c.T*c.K, 1)
+				var y0 []float32
+				a := QGEMVArgs{T: c.T, K: c.K, N: c.N, WType: qt, WRows: rows, YType: c.y, SwiGLU: c.swiglu, Accumulate: c.acc, RowsPerWarp: c.nw, Split: c.split}
+				a.W = uploadQuant(t, k, s, qt, rows, c.K, blocks)
+				xp := upload(t, k, s, cuda.F32, x)
+				a.XQ = alloc(t, k, lower.Q8XBytes(c.T, c.K))
+				if err := k.Q8XQuantize(s, cuda.F32, xp, a.XQ, c.T, c.K); err != nil {
+					t.Fatal(err)
+				}
+				if c.acc {
+					y0 = roundTo(c.y, randF32(r, c.T*c.N, 2))
+					a.Y = upload(t, k, s, c.y, y0)
+				} else {
+					a.Y = alloc(t, k, int64(c.T*c.N*c.y.Size()))
+				}
+				if err := k.QGEMV(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, c.y, a.Y, c.T*c.N)
+				want, mag := qgemvRef(w, x, y0, c.T, c.K, c.N, c.swiglu)
+				rel := 1e-5
+				if c.y == cuda.BF16 {
+					rel = 8e-3
+				}
+				checkQuantResult(t, name, got, want, mag, rel)
+			})
+		}
+	}
+}
+
+// TestQMoEGPU: the quantised routed experts against the CPU reference
+// (with the activations quantised as the kernels do), invalid ids
+// included.
+func TestQMoEGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, qt := range lower.QuantKernelTypes {
+		for _, T := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/T%d", qt, T), func(t *testing.T) {
+				E, H, I, topK := 5, 512, 256, 3
+				gb := randQuantBlocks(r, qt, E*I, H)
+				ub := randQuantBlocks(r, qt, E*I, H)
+				db := randQuantBlocks(r, qt, E*H, I)
+				gw, uw, dw := dequantRef(t, qt, gb, E*I*H), dequantRef(t, qt, ub, E*I*H), dequantRef(t, qt, db, E*H*I)
+				x := randF32(r, T*H, 1)
+				ids := make([]int32, T*topK)
+				wts := make([]float32, T*topK)
+				for i := range ids {
+					ids[i] = int32(r.IntN(E))
+					wts[i] = r.Float32()
+				}
+				ids[len(ids)-1] = int32(E) // out of range: contributes nothing
+				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, OutType: cuda.F32, XType: cuda.F32}
+				a.Gate = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, gb), Total: E * I}
+				a.Up = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, ub), Total: E * I}
+				a.Down = QMatrix{W: uploadQuant(t, k, s, qt, E*H, I, db), Total: E * H}
+				a.X = upload(t, k, s, cuda.F32, x)
+				a.IDs = uploadI32(t, k, s, ids)
+				a.Weights = upload(t, k, s, cuda.F32, wts)
+				a.Out = alloc(t, k, int64(4*T*H))
+				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
+				if err := k.QMoE(s, a); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, cuda.F32, a.Out, T*H)
+				want := make([]float64, T*H)
+				mag := make([]float64, T*H)
+				for tok := 0; tok < T; tok++ {
+					xe := q8xRef(x[tok*H : (tok+1)*H])
+					for j := 0; j < topK; j++ {
+						e := int(ids[tok*topK+j])
+						if e < 0 || e >= E {
+							continue
+						}
+						act := make([]float32, I)
+						for i := 0; i < I; i++ {
+							var g, u float64
+							for h := 0; h < H; h++ {
+								g += float64(gw[(e*I+i)*H+h]) * float64(xe[h])
+								u += float64(uw[(e*I+i)*H+h]) * float64(xe[h])
+							}
+							act[i] = float32(g / (1 + math.Exp(-g)) * u)
+						}
+						ae := q8xRef(act)
+						for h := 0; h < H; h++ {
+							var d, m float64
+							for i := 0; i < I; i++ {
+								p := float64(dw[(e*H+h)*I+i]) * float64(ae[i])
+								d += p
+								m += math.Abs(p)
+							}
+							want[tok*H+h] += float64(wts[tok*topK+j]) * d
+							mag[tok*H+h] += float64(wts[tok*topK+j]) * m
+						}
+					}
+				}
+				// The activations are re-quantised from the GPU's own f32
+				// values: a rounding tie may land one step apart.
+				checkQuantResult(t, "moe", got, want, mag, 2e-3)
+			})
+		}
+	}
+}
+
+// BenchmarkQGEMV: quantised decode GEMVs at Laguna-S-2.1 shapes (T = 1),
+// GB/s of weights read (the roofline is the HBM bandwidth).
+func BenchmarkQGEMV(b *testing.B) {
+	m := newMMBench(b)
+	for _, qt := range lower.QuantKernelTypes {
+		for _, c := range []struct {
+			name   string
+			N, K   int
+			swiglu bool
+		}{
+			{"lm_head", 100352, 3072, false},
+			{"qkvg", 13384, 3072, false},
+			{"o_proj", 3072, 9216, false},
+			{"shared_gate_up", 1024, 3072, true},
+			{"shared_down", 3072, 1024, false},
+		} {
+			for _, sh := range [][2]int{{0, 0}} {
+				if (qt != quant.Q8_0 && qt != quant.Q4_K) && sh[0] != 0 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/%s/nw%d_split%d", qt, c.name, sh[0], sh[1]), func(b *testing.B) {
+					rows := c.N
+					if c.swiglu {
+						rows *= 2
+					}
+					wb, err := lower.QuantDeviceBytes(qt, rows, c.K)
+					if err != nil {
+						b.Fatal(err)
+					}
+					// Random bytes: scales may be anything, speed does not care.
+					a := QGEMVArgs{T: 1, K: c.K, N: c.N, WType: qt, WRows: rows, YType: cuda.BF16, SwiGLU: c.swiglu, RowsPerWarp: sh[0], Split: sh[1],
+						W: m.rand(int(wb / 2)), XQ: m.rand(int(lower.Q8XBytes(1, c.K) / 2)), Y: m.rand(c.N)}
+					m.run(b, float64(wb), 2*float64(rows*c.K), func() error { return m.k.QGEMV(m.s, a) })
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkQMoE: the routed experts of one decode token (top-10 of 256,
+// H 3072, I 1024, gate and up one matrix); GB/s of the ten experts'
+// weights.
+func BenchmarkQMoE(b *testing.B) {
+	m := newMMBench(b)
+	r := rand.New(rand.NewPCG(3, 4))
+	const E, K, H, I = 256, 10, 3072, 1024
+	for _, qt := range lower.QuantKernelTypes {
+		b.Run(qt.String(), func(b *testing.B) {
+			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
+			if err != nil {
+				b.Fatal(err)
+			}
+			db, _ := lower.QuantDeviceBytes(qt, E*H, I)
+			ids := make([]int32, K)
+			wts := make([]float32, K)
+			for j, e := range r.Perm(E)[:K] {
+				ids[j], wts[j] = int32(e), 0.1
+			}
+			gu := m.rand(int(gb / 2))
+			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
+				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
+				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H)}
+			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
+			a.IDs = m.upload(cuda.AsBytes(ids))
+			a.Weights = m.upload(cuda.AsBytes(wts))
+			bytes := float64(K) * float64(gb+db) / E
+			m.run(b, bytes, 2*float64(K)*3*I*H, func() error { return m.k.QMoE(m.s, a) })
+		})
+	}
+}

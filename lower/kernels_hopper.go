@@ -1,0 +1,158 @@
+package lower
+
+import "fmt"
+
+// The Hopper GEMMs of gemm_hopper.cu (sm_90a): TMA loads into swizzled
+// shared memory, an mbarrier pipeline, a producer warpgroup and two
+// consumer warpgroups running wgmma, persistent CTAs over 128 x BN output
+// tiles.
+
+// Epilogues of the Hopper GEMMs.
+const (
+	EpiStore      = 0
+	EpiAccumulate = 1 // y += x w^T
+	EpiSwiGLU     = 2 // w = [gate; up]; y = silu(x gate^T) * (x up^T)
+)
+
+// HopperSmem is gemm_wgmma's dynamic shared memory for tile width bn:
+// pipeline stages of a 128 x 64 x tile and a bn x 64 w tile, and 1 KiB to
+// align them for the 128-byte swizzle.
+func HopperSmem(bn int) int {
+	stages := 6
+	if bn == 256 {
+		stages = 4
+	}
+	return stages*(128*64*2+bn*64*2) + 1024
+}
+
+// HopperBN is the tile width (weight rows per tile: 128 or 256) for an
+// M x N output: the one whose tiles fill the GPU's waves better, 256 on a
+// tie (a wider tile reuses each x tile more).
+func HopperBN(M, N int, swiglu bool, sms int) int {
+	best, bestEff := 256, -1.0
+	for _, bn := range []int{256, 128} {
+		ow := bn
+		if swiglu {
+			ow /= 2
+		}
+		tiles := ceilDiv(M, 128) * ceilDiv(N, ow)
+		waves := ceilDiv(tiles, sms)
+		if eff := float64(tiles) / float64(waves*sms); eff > bestEff+1e-9 {
+			best, bestEff = bn, eff
+		}
+	}
+	return best
+}
+
+// hopperOK says why a cannot run on the Hopper GEMM, or nil.
+func hopperOK(a MatMulArgs) error {
+	switch {
+	case a.CC < 90:
+		return fmt.Errorf("compute capability %d.%d (the wgmma GEMM needs 9.0)", a.CC/10, a.CC%10)
+	case a.PrefillMMA:
+		return fmt.Errorf("prefill GEMMs kept on mma.sync")
+	case a.XType != "bf16" || a.WType != "bf16":
+		return fmt.Errorf("x and w are %s and %s (the wgmma GEMM reads bf16)", a.XType, a.WType)
+	case a.K%8 != 0 || !a.X.Aligned(16) || !a.W.Aligned(16):
+		return fmt.Errorf("K %d or the operands' alignment do not allow 16-byte TMA rows", a.K)
+	case a.SwiGLU && a.Accumulate:
+		return fmt.Errorf("no SwiGLU epilogue that also accumulates")
+	}
+	return nil
+}
+
+// HopperGEMM is the launch of a (T > GEMVMaxRows rows) on gemm_wgmma.
+func HopperGEMM(a MatMulArgs) (Launch, error) {
+	if err := a.validate(); err != nil {
+		return Launch{}, err
+	}
+	if err := hopperOK(a); err != nil {
+		return Launch{}, fmt.Errorf("matmul: %w", err)
+	}
+	epi, wrows := EpiStore, a.N
+	switch {
+	case a.SwiGLU:
+		epi, wrows = EpiSwiGLU, 2*a.N
+	case a.Accumulate:
+		epi = EpiAccumulate
+	}
+	sm := sms(a.SMs)
+	bn := HopperBN(a.T, a.N, a.SwiGLU, sm)
+	switch a.HopperBN {
+	case 0:
+	case 128, 256:
+		bn = a.HopperBN
+	default:
+		return Launch{}, fmt.Errorf("matmul: wgmma tile width %d (128 or 256)", a.HopperBN)
+	}
+	box := bn
+	if a.SwiGLU {
+		box = bn / 2
+	}
+	tiles := ceilDiv(a.T, 128) * ceilDiv(a.N, box)
+	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0},
+		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
+		tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
+		tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
+		i32(a.T), i32(a.N), i32(a.K), ptrArg(a.Y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)), nil
+}
+
+// moeHopperOK says why the grouped experts of a cannot run on the wgmma
+// core, or nil: it needs bf16 stacks with the up stack right after the
+// gate stack (one matrix of 2*E*I rows for its TMA map).
+func moeHopperOK(a MoEArgs) error {
+	switch {
+	case a.CC < 90 || a.PrefillMMA:
+		return fmt.Errorf("not a Hopper target, or prefill GEMMs kept on mma.sync")
+	case a.H%64 != 0 || a.I%64 != 0:
+		return fmt.Errorf("H %d and I %d must be multiples of 64", a.H, a.I)
+	case a.Up != a.Gate.At(2*int64(a.E)*int64(a.I)*int64(a.H)):
+		return fmt.Errorf("the up stack does not follow the gate stack")
+	}
+	return nil
+}
+
+// moeHopper returns the grouped experts' launches on the wgmma core: the
+// routes grouped by expert (hist, schedule with 128-row tiles, scatter),
+// their x rows gathered for TMA, the grouped gate+up GEMM with the SwiGLU
+// epilogue, the grouped down GEMM, and the fixed-order combine. The tile
+// table stays on the device: nothing waits for the host.
+func moeHopper(a MoEArgs, l MoELayout) []Launch {
+	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
+	wsp := func(off int64) Ptr { return a.Workspace.At(off) }
+	R := a.T * a.TopK
+	sm := sms(a.SMs)
+	EI := a.E * a.I
+	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr) Launch {
+		const bn = 256
+		box := bn
+		if epi == EpiSwiGLU {
+			box = bn / 2
+		}
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{bn, int64(epi), 1},
+			dims(sm), dims(384), HopperSmem(bn),
+			tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
+			i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows))
+	}
+	v := 1
+	if a.H%8 == 0 {
+		v = 8
+	}
+	return []Launch{
+		kernel("moe.cu", "moe_hist", nil, nil, dims(l.Chunks), dims(256), 0,
+			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Hist)),
+		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
+			i32(a.E), i32(l.Chunks), i32(32*l.MI), i32(int(a.Order)), ws(l.Hist),
+			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
+		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(32), 0,
+			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),
+		kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
+			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
+		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act)),
+		grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys)),
+		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
+			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
+			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate))),
+	}
+}

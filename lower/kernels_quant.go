@@ -1,0 +1,415 @@
+package lower
+
+import (
+	"fmt"
+
+	"lagc/quant"
+)
+
+// Block-quantised weights on the GPU (cuda/kernels/quant.cu and the
+// quantised wgmma GEMM of gemm_hopper.cu), in the device layouts of
+// qlayout.go. Decode GEMVs read the blocks directly, with the activations
+// quantised to int8 groups of 32 first (q8x_quantize) so that the products
+// run on dp4a; prefill dequantises in registers before wgmma.
+
+// QuantType returns the block type a dtype name stands for when the GPU
+// has kernels for it.
+func QuantType(dtype string) (quant.Type, bool) {
+	t, err := quant.ParseType(dtype)
+	if err != nil || !HasQuantKernels(t) {
+		return 0, false
+	}
+	return t, true
+}
+
+// IsQuantized reports whether dtype names a block-quantised type.
+func IsQuantized(dtype string) bool {
+	t, err := quant.ParseType(dtype)
+	return err == nil && t.Quantized()
+}
+
+// Q8XBytes is the scratch the quantised copy of activations [rows, K]
+// takes: the int8 values, then per group of 32 (d, sum of each half, 0)
+// at a 256-byte boundary (q8xScales).
+func Q8XBytes(rows, K int) int64 {
+	return align256(int64(rows)*int64(K)) + 16*int64(rows)*int64(K/32)
+}
+
+func q8xScales(xq Ptr, rows, K int) Ptr { return xq.At(align256(int64(rows) * int64(K))) }
+
+// Q8XQuantize quantises x [rows, K] (f32 or bf16, K a multiple of 32) into
+// xq (Q8XBytes).
+func Q8XQuantize(xType string, x, xq Ptr, rows, K int) (Launch, error) {
+	if rows <= 0 || K <= 0 || K%32 != 0 {
+		return Launch{}, fmt.Errorf("q8x_quantize: %d rows of %d: K must be a positive multiple of 32", rows, K)
+	}
+	if x.Null() || xq.Null() || !xq.Aligned(16) || (xType != "f32" && xType != "bf16") {
+		return Launch{}, fmt.Errorf("q8x_quantize: %s x, or a null or unaligned pointer", xType)
+	}
+	groups := int64(rows) * int64(K/32)
+	return kernel("quant.cu", "q8x_quantize", []string{xType}, nil, dims(int(min((groups+7)/8, 4096))), dims(256), 0,
+		i64(groups), ptrArg(x), ptrArg(xq), ptrArg(q8xScales(xq, rows, K))), nil
+}
+
+// QGEMVMaxRows is the most activation rows one quantised GEMV serves.
+const QGEMVMaxRows = 8
+
+// QGEMVArgs is y = x w^T for T <= QGEMVMaxRows rows of activations already
+// quantised into XQ, with w the rows [Row0, Row0+N) ([Row0, Row0+2N) with
+// SwiGLU: gate rows then up rows) of a quantised matrix of WRows rows.
+type QGEMVArgs struct {
+	T, K, N    int
+	XQ, W, Y   Ptr
+	WType      quant.Type
+	WRows      int
+	Row0       int
+	YType      string
+	SwiGLU     bool
+	Accumulate bool
+	// RowsPerWarp (1, 2, 4) and Split (1, 2, 4, 8) force the kernel's
+	// shape; zero chooses (QGEMVShape).
+	RowsPerWarp, Split int
+}
+
+// QGEMVShape chooses how qgemv covers an [N, K] matrix for T activation
+// rows: nw weight rows per warp group (four keep enough loads in flight
+// and share the activation loads through L1; more activation rows need
+// the registers) and split warps per group, so that about 4096 warp
+// groups (32 warps per SM of an H200) stream the matrix: short rows give
+// up rows per warp first, long ones split K.
+func QGEMVShape(N, K, T int, swiglu bool) (nw, split int) {
+	nw = 4
+	switch {
+	case T > 4:
+		nw = 1
+	case T > 2:
+		nw = 2
+	}
+	if swiglu {
+		nw = max(1, nw/2)
+	}
+	units := K / 32
+	const want = 4096
+	for nw > 1 && ceilDiv(N, nw) < want && units < 4*32 {
+		nw /= 2
+	}
+	split = 1
+	for split < 8 && ceilDiv(N, nw)*split < want && units >= 2*32*2*split {
+		split *= 2
+	}
+	return nw, split
+}
+
+func checkQuantMatrix(op string, t quant.Type, rows, K int) error {
+	if !HasQuantKernels(t) {
+		return fmt.Errorf("%s: no GPU kernels for %s weights", op, t)
+	}
+	if rows <= 0 || K <= 0 || K%t.BlockElems() != 0 {
+		return fmt.Errorf("%s: %s matrix [%d, %d]: K must be a positive multiple of %d", op, t, rows, K, t.BlockElems())
+	}
+	return nil
+}
+
+// QGEMV is the launch of a.
+func QGEMV(a QGEMVArgs) (Launch, error) {
+	rows := a.N
+	if a.SwiGLU {
+		rows = 2 * a.N
+	}
+	if err := checkQuantMatrix("qgemv", a.WType, a.WRows, a.K); err != nil {
+		return Launch{}, err
+	}
+	switch {
+	case a.T <= 0 || a.T > QGEMVMaxRows:
+		return Launch{}, fmt.Errorf("qgemv: %d activation rows (1 to %d)", a.T, QGEMVMaxRows)
+	case a.Row0 < 0 || a.Row0+rows > a.WRows:
+		return Launch{}, fmt.Errorf("qgemv: rows [%d, %d) outside the matrix's %d", a.Row0, a.Row0+rows, a.WRows)
+	case a.W.Null() || a.XQ.Null() || a.Y.Null() || !a.W.Aligned(16) || !a.XQ.Aligned(16):
+		return Launch{}, fmt.Errorf("qgemv: null or unaligned pointer")
+	case a.YType != "f32" && a.YType != "bf16":
+		return Launch{}, fmt.Errorf("qgemv: output dtype %q", a.YType)
+	}
+	nw, split := QGEMVShape(a.N, a.K, a.T, a.SwiGLU)
+	if a.RowsPerWarp != 0 {
+		nw = a.RowsPerWarp
+	}
+	if a.Split != 0 {
+		split = a.Split
+	}
+	if (nw != 1 && nw != 2 && nw != 4) || (split != 1 && split != 2 && split != 4 && split != 8) {
+		return Launch{}, fmt.Errorf("qgemv: %d rows per warp, split %d (1, 2, 4; 1, 2, 4, 8)", nw, split)
+	}
+	groups := ceilDiv(a.N, nw)
+	return kernel("quant.cu", "qgemv", []string{a.YType}, []int64{int64(a.WType), int64(a.T), int64(b2i(a.SwiGLU)), int64(nw), int64(split)},
+		dims(ceilDiv(groups, 8/split)), dims(256), 0,
+		i32(a.N), i32(a.K), i64(int64(a.WRows)), i64(int64(a.Row0)), ptrArg(a.W), ptrArg(a.XQ), ptrArg(q8xScales(a.XQ, a.T, a.K)),
+		ptrArg(a.Y), i32(b2i(a.Accumulate))), nil
+}
+
+// QMatrix is a stack of rows of a quantised matrix: Rows rows from Row0 of
+// a matrix of Total rows at W.
+type QMatrix struct {
+	W           Ptr
+	Total, Row0 int
+}
+
+// QMoEArgs is the routed experts of T <= QGEMVMaxRows decode tokens with
+// quantised stacks: gate and up [E*I rows of H], down [E*H rows of I].
+type QMoEArgs struct {
+	T, H, I, E, TopK int
+	X                Ptr // [T, H] XType
+	XType            string
+	Weights, IDs     Ptr // f32 and i32 [T, TopK]
+	Gate, Up, Down   QMatrix
+	WType            quant.Type
+	Out              Ptr // [T, H] OutType
+	OutType          string
+	Accumulate       bool
+	Workspace        Ptr // QMoEWorkspace bytes
+}
+
+// qmoeRowsPerWarp: rows a warp of the MoE GEMVs computes.
+const qmoeRowsPerWarp = 2
+
+type qmoeLayout struct{ xq, act, aq, total int64 }
+
+func (a QMoEArgs) layout() qmoeLayout {
+	R := a.T * a.TopK
+	var l qmoeLayout
+	l.xq = 0
+	l.act = align256(Q8XBytes(a.T, a.H))
+	l.aq = l.act + align256(4*int64(R)*int64(a.I))
+	l.total = l.aq + Q8XBytes(R, a.I)
+	return l
+}
+
+// QMoEWorkspace is the scratch QMoE needs: x quantised, the routes' f32
+// activations and their quantised copy.
+func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
+
+// QMoE returns the launches of the quantised routed experts: x quantised,
+// the gate+up GEMVs with SwiGLU per route, the activations quantised, the
+// down GEMVs summed per token with the routing weights.
+func QMoE(a QMoEArgs) ([]Launch, error) {
+	for _, m := range []struct {
+		q    QMatrix
+		n, k int
+	}{{a.Gate, a.E * a.I, a.H}, {a.Up, a.E * a.I, a.H}, {a.Down, a.E * a.H, a.I}} {
+		if err := checkQuantMatrix("moe", a.WType, m.q.Total, m.k); err != nil {
+			return nil, err
+		}
+		if m.q.Row0 < 0 || m.q.Row0+m.n > m.q.Total || m.q.W.Null() || !m.q.W.Aligned(16) {
+			return nil, fmt.Errorf("moe: stack of %d rows from %d outside its matrix of %d, or unaligned", m.n, m.q.Row0, m.q.Total)
+		}
+	}
+	if a.T <= 0 || a.T > QGEMVMaxRows || a.TopK <= 0 || a.E <= 0 {
+		return nil, fmt.Errorf("moe: T %d (1 to %d), k %d, E %d", a.T, QGEMVMaxRows, a.TopK, a.E)
+	}
+	for _, p := range []Ptr{a.X, a.Weights, a.IDs, a.Out, a.Workspace} {
+		if p.Null() {
+			return nil, fmt.Errorf("moe: null pointer")
+		}
+	}
+	l := a.layout()
+	R := a.T * a.TopK
+	xq, act, aq := a.Workspace.At(l.xq), a.Workspace.At(l.act), a.Workspace.At(l.aq)
+	qx, err := Q8XQuantize(a.XType, a.X, xq, a.T, a.H)
+	if err != nil {
+		return nil, err
+	}
+	qa, err := Q8XQuantize("f32", act, aq, R, a.I)
+	if err != nil {
+		return nil, err
+	}
+	const nw = qmoeRowsPerWarp
+	return []Launch{
+		qx,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), nw}, dims(ceilDiv(R*ceilDiv(a.I, nw), 8)), dims(256), 0,
+			i32(R), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
+			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
+			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(act)),
+		qa,
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), nw}, dims(ceilDiv(a.T*ceilDiv(a.H, nw), 8)),
+			dims(256), 0, i32(a.T), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
+			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(q8xScales(aq, R, a.I)),
+			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
+	}, nil
+}
+
+// QDequant writes rows [row0, row0+n) of the quantised matrix w (rows x K)
+// to out as outType (f32 or bf16): the prefill path for types and shapes
+// without a quantised GEMM.
+func QDequant(t quant.Type, w Ptr, rows, K, row0, n int, out Ptr, outType string) (Launch, error) {
+	if err := checkQuantMatrix("qdequant", t, rows, K); err != nil {
+		return Launch{}, err
+	}
+	if row0 < 0 || n <= 0 || row0+n > rows || w.Null() || out.Null() {
+		return Launch{}, fmt.Errorf("qdequant: rows [%d, %d) outside [0, %d), or a null pointer", row0, row0+n, rows)
+	}
+	groups := int64(n) * int64(K/32)
+	return kernel("quant.cu", "qdequant", []string{outType}, []int64{int64(t)}, dims(int(min((groups+255)/256, strideBlocks))), dims(256), 0,
+		i64(int64(rows)), i32(K), i64(int64(row0)), i64(int64(n)), ptrArg(w), ptrArg(out)), nil
+}
+
+// QSynth fills the quantised matrix (rows x K) at w with random quants and
+// small scales in the device layout: synthetic weights for benchmarks.
+func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
+	if err := checkQuantMatrix("qsynth", t, rows, K); err != nil {
+		return Launch{}, err
+	}
+	nb := int64(rows) * int64(K/t.BlockElems())
+	return kernel("quant.cu", "qsynth", nil, []int64{int64(t)}, dims(int(min((nb+255)/256, strideBlocks))), dims(256), 0,
+		i64(int64(rows)), i32(K), ptrArg(w), u32(seed)), nil
+}
+
+// HopperQTypes are the weight types the quantised wgmma GEMM reads.
+var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K}
+
+// hopperQBytes is the quant bytes of a row per 64-element stage.
+func hopperQBytes(t quant.Type) int {
+	if t == quant.Q4_K {
+		return 32
+	}
+	return 64
+}
+
+// hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
+// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles, and
+// 1 KiB of alignment slack.
+func hopperQSmem(t quant.Type, bn int) int {
+	stage := bn*128 + 128*hopperQBytes(t)
+	const dq = 4 * 8192
+	st := min((200*1024-dq)/stage, 8)
+	return st*stage + dq + 1024
+}
+
+// hopperQOK says why gemm_wgmma_q cannot run a GEMM of K with t weights and
+// xType activations, or nil.
+func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
+	switch {
+	case cc < 90 || mma:
+		return fmt.Errorf("not a Hopper target, or prefill GEMMs kept on mma.sync")
+	case t != quant.Q8_0 && t != quant.Q4_K:
+		return fmt.Errorf("no wgmma kernel for %s weights", t)
+	case xType != "bf16":
+		return fmt.Errorf("%s activations (the wgmma kernel reads bf16)", xType)
+	case K%64 != 0 || K%t.BlockElems() != 0:
+		return fmt.Errorf("K = %d must be a multiple of 64 and of %s's block", K, t)
+	}
+	return nil
+}
+
+// hopperQMaps are the tensor maps of gemm_wgmma_q: the tokens (bf16 [T,
+// K], boxes of bn x 64) and the weights' quant bytes (boxes of 64 rows).
+func hopperQMaps(x Ptr, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
+	cols := int64(K) // q8_0: the int8 plane
+	if t == quant.Q4_K {
+		cols = int64(K/256) * 144
+	}
+	return tmapArg(x, TMap{Elem: "bf16", Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
+		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBytes(t)})
+}
+
+// HopperQGEMM is y [T, N] = x [T, K] w^T on gemm_wgmma_q for w the rows
+// [row0, row0+N) (SwiGLU: gate rows there, up rows from upRow) of a
+// quantised matrix of wrows rows; epi is EpiStore, EpiAccumulate or
+// EpiSwiGLU.
+func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr, yType string, epi, upRow, sms int) Launch {
+	const bn = 128
+	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
+	fw := 128
+	if epi == EpiSwiGLU {
+		fw = 64
+	}
+	tiles := ceilDiv(T, bn) * ceilDiv(N, fw)
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
+		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn),
+		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
+		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
+}
+
+// moeQuant is how MoE runs quantised stacks (MoEArgs.QGate etc.): the
+// decode GEMVs, the grouped wgmma GEMMs that dequantise in registers, or
+// (types and shapes without those) the stacks dequantised into the
+// workspace for the bf16 grouped path.
+type moeQuant int
+
+const (
+	moeQuantDecode moeQuant = iota
+	moeQuantHopper
+	moeQuantDequant
+)
+
+func (a MoEArgs) quantPath() (moeQuant, error) {
+	t, ok := QuantType(a.WType)
+	if !ok {
+		return 0, fmt.Errorf("moe_experts: no GPU kernels for %s stacks", a.WType)
+	}
+	if a.T <= QGEMVMaxRows {
+		return moeQuantDecode, nil
+	}
+	fused := a.QUp.W == a.QGate.W && a.QUp.Total == a.QGate.Total && a.QUp.Row0 == a.QGate.Row0+a.E*a.I
+	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) == nil && hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.I) == nil &&
+		a.H%64 == 0 && a.I%64 == 0 && fused && a.E <= MaxExperts {
+		return moeQuantHopper, nil
+	}
+	return moeQuantDequant, nil
+}
+
+// qmoe is the decode path's arguments.
+func (a MoEArgs) qmoe() QMoEArgs {
+	t, _ := QuantType(a.WType)
+	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
+		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
+		Workspace: a.Workspace}
+}
+
+// dequantStacks are the launches writing the quantised stacks as bf16
+// gate, up and down stacks into the workspace at off, and a with its
+// stacks pointing there.
+func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
+	t, _ := QuantType(a.WType)
+	b := a
+	b.WType = "bf16"
+	EIH := int64(a.E) * int64(a.I) * int64(a.H)
+	b.Gate = a.Workspace.At(off)
+	b.Up = b.Gate.At(2 * EIH)
+	b.Down = b.Up.At(2 * EIH)
+	b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
+	var ls []Launch
+	for _, m := range []struct {
+		q    QMatrix
+		n, k int
+		out  Ptr
+	}{{a.QGate, a.E * a.I, a.H, b.Gate}, {a.QUp, a.E * a.I, a.H, b.Up}, {a.QDown, a.E * a.H, a.I, b.Down}} {
+		l, err := QDequant(t, m.q.W, m.q.Total, m.k, m.q.Row0, m.n, m.out, "bf16")
+		if err != nil {
+			return nil, b, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, b, nil
+}
+
+// moeHopperQ returns the grouped experts' launches with quantised stacks
+// on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
+// and up rows (one matrix, up after gate) and the down rows in registers.
+func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
+	t, _ := QuantType(a.WType)
+	ls := moeHopper(a, l)
+	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
+	R := a.T * a.TopK
+	sm := sms(a.SMs)
+	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
+		const bn = 128
+		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), bn, int64(epi), 1, 1},
+			dims(sm), dims(384), hopperQSmem(t, bn),
+			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
+			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
+	}
+	// moeHopper's two bf16 grouped GEMMs are launches 4 and 5.
+	ls[4] = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
+	ls[5] = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
+	return ls
+}
