@@ -17,7 +17,9 @@ type WeightSource interface {
 // RawSource is a WeightSource that also gives a tensor's stored bytes, in
 // the dtype the graph declares for it (ckpt.Checkpoint satisfies it, and
 // engine binds the graph to the checkpoint's dtypes). With one, matrices
-// stay in their stored type.
+// stay in their stored type; a source with ReadF32 only has every weight
+// read as float32 (a quantised one dequantised whole by the source: the
+// reference the tests hold the stored path to).
 type RawSource interface {
 	WeightSource
 	Raw(name string) ([]byte, error)
