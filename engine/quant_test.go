@@ -176,11 +176,7 @@ func requireSameBits(t *testing.T, step int, got, want []float32) {
 // matrices kept as stored bf16 and expanded to f32 at load: the same
 // logits, bit for bit.
 func TestStoredBF16EqualsExpanded(t *testing.T) {
-	dir, err := models.ExtractBundled()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ck, err := ckpt.Open(dir)
+	ck, _, err := models.OpenBundled()
 	if err != nil {
 		t.Fatal(err)
 	}
