@@ -228,11 +228,10 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 		l.Quant = q
 		return l, nil
 	}
+	// The workspace's address does not matter here (it may be unset).
 	stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
-	_, b, err := a.dequantStacks(0)
-	if err != nil {
-		return MoELayout{}, err
-	}
+	a.Workspace = Ptr{BaseDevice, Alignment}
+	b := a.dequantArgs(0)
 	b.Workspace = a.Workspace.At(stacks)
 	l, err := b.Layout()
 	if err != nil {

@@ -364,11 +364,9 @@ func (a MoEArgs) qmoe() QMoEArgs {
 		Workspace: a.Workspace}
 }
 
-// dequantStacks are the launches writing the quantised stacks as bf16
-// gate, up and down stacks into the workspace at off, and a with its
-// stacks pointing there.
-func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
-	t, _ := QuantType(a.WType)
+// dequantArgs is a with bf16 stacks in the workspace at off, where
+// dequantStacks writes them.
+func (a MoEArgs) dequantArgs(off int64) MoEArgs {
 	b := a
 	b.WType = "bf16"
 	EIH := int64(a.E) * int64(a.I) * int64(a.H)
@@ -376,6 +374,15 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 	b.Up = b.Gate.At(2 * EIH)
 	b.Down = b.Up.At(2 * EIH)
 	b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
+	return b
+}
+
+// dequantStacks are the launches writing the quantised stacks as bf16
+// gate, up and down stacks into the workspace at off, and a with its
+// stacks pointing there.
+func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
+	t, _ := QuantType(a.WType)
+	b := a.dequantArgs(off)
 	var ls []Launch
 	for _, m := range []struct {
 		q    QMatrix

@@ -71,3 +71,50 @@ func packK4(sm []byte) []byte {
 	}
 	return q
 }
+
+// TestMoEQuantPaths: quantised stacks take the decode GEMVs for a few
+// tokens, the grouped wgmma GEMMs for q8_0 and q4_k on Hopper, and the
+// stacks dequantised into the workspace otherwise; the workspace is sized
+// before it is placed (its address unset).
+func TestMoEQuantPaths(t *testing.T) {
+	for _, c := range []struct {
+		qt   quant.Type
+		T    int
+		cc   int
+		want moeQuant
+		kern string
+	}{
+		{quant.Q4_K, 1, 90, moeQuantDecode, "moe_gateup_qgemv"},
+		{quant.Q4_K, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.Q8_0, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.Q6_K, 100, 90, moeQuantDequant, "qdequant"},
+		{quant.Q4_K, 100, 80, moeQuantDequant, "qdequant"},
+	} {
+		E, H, I := 8, 256, 256
+		w := Ptr{BaseWeights, 0}
+		a := MoEArgs{T: c.T, H: H, I: I, E: E, TopK: 2, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
+			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.qt.String(), OutType: "bf16",
+			CC: c.cc, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
+			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}}
+		n, err := MoEWorkspace(a)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s T=%d cc %d: workspace %d, %v", c.qt, c.T, c.cc, n, err)
+		}
+		l, err := a.Layout()
+		if err != nil || l.Quant != c.want {
+			t.Errorf("%s T=%d cc %d: path %d, want %d (%v)", c.qt, c.T, c.cc, l.Quant, c.want, err)
+		}
+		a.Workspace = Ptr{BaseWorkspace, 0}
+		ls, err := MoE(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, x := range ls {
+			found = found || x.Kernel == c.kern
+		}
+		if !found {
+			t.Errorf("%s T=%d cc %d: no %s launch", c.qt, c.T, c.cc, c.kern)
+		}
+	}
+}

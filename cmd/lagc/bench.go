@@ -625,7 +625,7 @@ func fullWeightBytes(p *lower.Plan, benched, full *config.Config) int64 {
 }
 
 func printBench(w io.Writer, r *benchReport) {
-	fmt.Fprintf(w, "lagc bench: %s, %s weights (%s), %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
+	fmt.Fprintf(w, "lagc bench: %s, %s weights, activations %s, %d of %d layers, on %s\n", r.Model, r.Weights, r.DType, r.Layers, r.FullLayers, r.Device)
 	fmt.Fprintf(w, "passes: %s (%d graph nodes launch work)\n", strings.Join(r.Passes, ","), r.Kernels)
 	fmt.Fprintf(w, "memory: weights %s (%s at full depth), KV caches %s (context %d), activations %s, scratch %s\n",
 		lower.FormatBytes(r.WeightBytes), lower.FormatBytes(r.WeightBytes48), lower.FormatBytes(r.KVBytes), r.Context,

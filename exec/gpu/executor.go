@@ -69,6 +69,7 @@ type Executor struct {
 	devState bool // device tokens[0], pos[0] hold (lastNext, next): a decode step advanced them
 	lastNext int32
 	broken   bool
+	checking bool // LocateNonFinite: check every step's outputs
 	prof     *profiler
 }
 

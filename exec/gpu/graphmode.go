@@ -44,7 +44,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 // compiles every kernel, the warm-up) and in eager mode; afterwards a
 // replay of the graph captured from the eager launches.
 func (e *Executor) launchDecode() error {
-	if e.o.Eager || e.prof != nil || e.decodeSteps == 0 {
+	if e.o.Eager || e.prof != nil || e.checking || e.decodeSteps == 0 {
 		e.decodeSteps++
 		return e.decodeKernels()
 	}

@@ -33,6 +33,11 @@ func (e *Executor) run(p *program) error {
 				return fmt.Errorf("%s %s (%s): %w", p.sch.Class, st.Name, st.Op, err)
 			}
 		}
+		if e.checking {
+			if err := e.checkStep(st, p.T); err != nil {
+				return err
+			}
+		}
 	}
 	for _, l := range p.finish {
 		if err := l.Launch(e.q); err != nil {
