@@ -38,6 +38,9 @@ type Options struct {
 	MaxContext int       // KV cache length; 0: the model's max_position_embeddings
 	Progress   io.Writer // where weight loading reports progress; nil: silent
 	Slots      int       // sequence slots for batched steps (Model.Batch); 0: 1
+	// CPU only: bytes of float32 copies the executor may make of f16/bf16
+	// matrices (cpu.Options.F32Budget: 0 default, negative none).
+	F32Budget int64
 	// GPU only.
 	DType   string // activations and weights: "bf16" (default) or "f32"
 	Chunk   int    // prefill tokens per step (0: 2048)
@@ -109,7 +112,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	switch o.Device {
 	case "", "cpu":
 		src := withProgress(ck, g, o.Progress)
-		ex, err := cpu.NewBatchExecutor(g, src, maxPos, max(o.Slots, 1))
+		ex, err := cpu.NewExecutorWith(g, src, maxPos, cpu.Options{Slots: max(o.Slots, 1), F32Budget: o.F32Budget})
 		if ps, ok := src.(*progressSource); ok && err == nil {
 			ps.bar.Done()
 		}
@@ -295,7 +298,7 @@ func (b cpuBackend) MaxPos() int  { return b.ex.MaxPos() }
 func (b cpuBackend) Reset()       { b.ex.Reset() }
 func (b cpuBackend) Close() error { return nil }
 
-// progressSource reports weight loading (as float32 bytes) on a bar.
+// progressSource reports weight loading (in stored bytes) on a bar.
 type progressSource struct {
 	ck  ckpt.Checkpoint
 	bar *progress.Bar
@@ -310,7 +313,7 @@ func withProgress(ck ckpt.Checkpoint, g *ir.Graph, w io.Writer) cpu.WeightSource
 	var total int64
 	for _, v := range g.Weights {
 		if ti, ok := ck.Tensor(v.Name); ok && v.From == nil {
-			total += 4 * ti.Elements()
+			total += ti.Size
 		}
 	}
 	return &progressSource{ck: ck, bar: progress.New(w, "loading weights", total, "B")}
@@ -318,16 +321,18 @@ func withProgress(ck ckpt.Checkpoint, g *ir.Graph, w io.Writer) cpu.WeightSource
 
 func (p *progressSource) ReadF32(name string) ([]float32, error) {
 	d, err := p.ck.ReadF32(name)
-	p.bar.Add(int64(4 * len(d)))
+	if ti, ok := p.ck.Tensor(name); ok && err == nil {
+		p.bar.Add(ti.Size)
+	}
 	return d, err
 }
 
 // Raw gives a tensor's stored bytes (the blocks of quantised weights the
-// GPU keeps quantised), advancing the bar as ReadF32 would.
+// executors keep quantised), advancing the bar by them.
 func (p *progressSource) Raw(name string) ([]byte, error) {
 	b, err := p.ck.Raw(name)
-	if ti, ok := p.ck.Tensor(name); ok {
-		p.bar.Add(4 * ti.Elements())
+	if ti, ok := p.ck.Tensor(name); ok && err == nil {
+		p.bar.Add(ti.Size)
 	}
 	return b, err
 }

@@ -3,42 +3,69 @@ package ir
 import (
 	"fmt"
 	"strings"
+
+	"lagc/quant"
 )
 
 // DType is the element type of a value.
 type DType uint8
 
-// Element types. Quantised weight types are stored in blocks: BlockSize
-// elements take BlockBytes bytes.
+// Element types. The plain ones are constants; the block-quantised weight
+// types follow them, one per block type the quant package converts (in
+// ggml's order), named as gguf-py names them: Q8_0, Q4_K and so on.
 const (
 	Invalid DType = iota
 	F32
 	F16
 	BF16
 	I32
-	Q8_0 // GGML q8_0: blocks of 32 int8 with one f16 scale
-	Q4_0 // GGML q4_0: blocks of 32 4-bit values with one f16 scale
-	Q4_K // GGML k-quants: super-blocks of 256
-	Q5_K
-	Q6_K
 )
 
-var dtypeInfo = [...]struct {
+// Q8_0 is the quantised type tests name directly.
+var Q8_0 = mustQuant(quant.Q8_0)
+
+type dtypeTraits struct {
 	name       string
 	blockSize  int // elements per block
 	blockBytes int // bytes per block
 	float      bool
-}{
-	Invalid: {"invalid", 1, 0, false},
-	F32:     {"f32", 1, 4, true},
-	F16:     {"f16", 1, 2, true},
-	BF16:    {"bf16", 1, 2, true},
-	I32:     {"i32", 1, 4, false},
-	Q8_0:    {"q8_0", 32, 34, true},
-	Q4_0:    {"q4_0", 32, 18, true},
-	Q4_K:    {"q4_k", 256, 144, true},
-	Q5_K:    {"q5_k", 256, 176, true},
-	Q6_K:    {"q6_k", 256, 210, true},
+	q          quant.Type // the storage type; quant.F32 etc. for plain floats
+}
+
+var dtypeInfo = func() []dtypeTraits {
+	info := []dtypeTraits{
+		Invalid: {"invalid", 1, 0, false, 0},
+		F32:     {"f32", 1, 4, true, quant.F32},
+		F16:     {"f16", 1, 2, true, quant.F16},
+		BF16:    {"bf16", 1, 2, true, quant.BF16},
+		I32:     {"i32", 1, 4, false, quant.I32},
+	}
+	for t := range quant.Type(256) {
+		if t.Quantized() && t.Supported() {
+			info = append(info, dtypeTraits{t.String(), t.BlockElems(), t.BlockBytes(), true, t})
+		}
+	}
+	return info
+}()
+
+func mustQuant(t quant.Type) DType {
+	d, ok := FromQuant(t)
+	if !ok {
+		// quant is linked into every binary with the types it converts;
+		// a type named here that it lacks is a build error in disguise.
+		panic(fmt.Sprintf("ir: quant does not convert %s", t))
+	}
+	return d
+}
+
+// FromQuant returns the dtype of a ggml storage type, if the IR has one.
+func FromQuant(t quant.Type) (DType, bool) {
+	for i, d := range dtypeInfo {
+		if i != int(Invalid) && d.q == t {
+			return DType(i), true
+		}
+	}
+	return Invalid, false
 }
 
 func (t DType) valid() bool { return t > Invalid && int(t) < len(dtypeInfo) }
@@ -49,6 +76,14 @@ func (t DType) String() string {
 		return dtypeInfo[t].name
 	}
 	return fmt.Sprintf("dtype(%d)", int(t))
+}
+
+// Quant returns the ggml storage type of t (quant.F32 for f32, and so on).
+func (t DType) Quant() quant.Type {
+	if !t.valid() {
+		return quant.Type(^uint32(0))
+	}
+	return dtypeInfo[t].q
 }
 
 // IsFloat reports whether t holds real numbers (plain or quantised).
@@ -75,7 +110,7 @@ func (t DType) Bytes(n int64) int64 {
 	return (n + bs - 1) / bs * int64(dtypeInfo[t].blockBytes)
 }
 
-// ParseDType parses a dtype name such as "bf16".
+// ParseDType parses a dtype name such as "bf16" or "q4_k".
 func ParseDType(s string) (DType, error) {
 	for i := range dtypeInfo {
 		if i != int(Invalid) && dtypeInfo[i].name == s {

@@ -269,7 +269,7 @@ func transformType(op string, attrs Attrs, srcs []*Value) (Type, error) {
 	if err != nil {
 		return Type{}, err
 	}
-	return out[0], nil
+	return out[0], checkBlockRuns(op, attrs, srcs, out[0])
 }
 
 // AddNode appends a node applying op to inputs, infers its output types and

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"lagc/quant"
 )
 
 // small is a one-layer MoE-free model in the text form.
@@ -341,5 +343,80 @@ func TestShapes(t *testing.T) {
 	}
 	if got := m[g.Value("token_embd.weight")]; got[0] != 16 || got[1] != 8 {
 		t.Fatalf("weight bound to %v", got)
+	}
+}
+
+// Every block type the quant package converts is an IR dtype with its
+// name and sizes, and maps back to its storage type.
+func TestQuantDTypes(t *testing.T) {
+	n := 0
+	for q := range quant.Type(256) {
+		if !q.Quantized() || !q.Supported() {
+			continue
+		}
+		n++
+		d, err := ParseDType(q.String())
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		want, err := q.RowBytes(4 * q.BlockElems())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.IsQuantized() || !d.IsFloat() || d.Quant() != q || d.BlockSize() != q.BlockElems() || d.Bytes(int64(4*q.BlockElems())) != want {
+			t.Errorf("%s: dtype %v quant %v block %d bytes %d, want block %d bytes %d", q, d, d.Quant(), d.BlockSize(),
+				d.Bytes(int64(4*q.BlockElems())), q.BlockElems(), want)
+		}
+		if back, ok := FromQuant(q); !ok || back != d {
+			t.Errorf("FromQuant(%s) = %v, %v", q, back, ok)
+		}
+	}
+	if n == 0 {
+		t.Fatal("quant converts no block type")
+	}
+	for _, d := range []DType{F32, F16, BF16} {
+		if back, ok := FromQuant(d.Quant()); !ok || back != d || d.IsQuantized() {
+			t.Errorf("%s: FromQuant(%v) = %v, %v", d, d.Quant(), back, ok)
+		}
+	}
+}
+
+// TestDeriveQuantisedWeights: load-time transforms of quantised weights
+// must join or keep whole blocks (blocks of 32 for q8_0).
+func TestDeriveQuantisedWeights(t *testing.T) {
+	g := NewGraph("q")
+	a, _ := g.AddWeight("a", Type{DType: Q8_0, Shape: Consts(4, 64)})
+	b, _ := g.AddWeight("b", Type{DType: Q8_0, Shape: Consts(2, 64)})
+	c, _ := g.AddWeight("c", Type{DType: Q8_0, Shape: Consts(4, 32)})
+	d, _ := g.AddWeight("d", Type{DType: BF16, Shape: Consts(4, 64)})
+	for _, tc := range []struct {
+		name  string
+		op    string
+		attrs Attrs
+		srcs  []*Value
+		err   string
+	}{
+		{"rows", "concat", Attrs{"axis": 0}, []*Value{a, b}, ""},
+		{"columns of whole blocks", "concat", Attrs{"axis": 1}, []*Value{a, c}, ""},
+		{"columns of whole blocks, axis -1", "concat", Attrs{"axis": -1}, []*Value{a, c}, ""},
+		{"stack of rows", "reshape", Attrs{"shape": Consts(1, 4, 64)}, []*Value{a}, ""},
+		{"rows of one block", "reshape", Attrs{"shape": Consts(8, 32)}, []*Value{a}, ""},
+		{"half blocks", "reshape", Attrs{"shape": Consts(16, 16)}, []*Value{a}, "rows of 16 elements, not whole q8_0 blocks of 32"},
+		{"mixed dtypes", "concat", Attrs{"axis": 0}, []*Value{a, d}, "bf16[4,64] does not match input 0 q8_0[4,64]"},
+	} {
+		_, err := g.DeriveWeight(g.UniqueName("w"), tc.op, tc.attrs, tc.srcs...)
+		if tc.err == "" && err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.err)
+		}
+	}
+	// A run that is not whole blocks: a [4,16] q8_0 source joined along
+	// the columns (such a weight cannot come from a checkpoint, but the
+	// check must not rely on that).
+	e, _ := g.AddWeight("e", Type{DType: Q8_0, Shape: Consts(4, 16)})
+	if _, err := g.DeriveWeight("ae", "concat", Attrs{"axis": 1}, c, e); err == nil || !strings.Contains(err.Error(), "runs of 16 elements of e") {
+		t.Errorf("concat of half blocks: %v", err)
 	}
 }

@@ -19,16 +19,17 @@ import (
 // intermediate results (the two products and the silu) have no other
 // reader; otherwise the MLP is left as it is.
 func gateUpFuse(s *State) error {
-	mlps, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "swiglu", Roots: []string{"mul"}, Apply: fuseSwiGLU})
+	why := newBlockers()
+	mlps, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "swiglu", Roots: []string{"mul"}, Apply: why.wrap(fuseSwiGLU, swigluBlocker)})
 	if err != nil {
 		return err
 	}
-	moes, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "moe-gate-up", Roots: moeOps, Apply: fuseMoEGateUp})
+	moes, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "moe-gate-up", Roots: moeOps, Apply: why.wrap(fuseMoEGateUp, stacksBlocker)})
 	if err != nil {
 		return err
 	}
-	s.Notef("gate-up-fuse: %d MLPs and %d expert stacks fused, %d skipped (precondition)",
-		mlps.Applied["swiglu"], moes.Applied["moe-gate-up"], mlps.Declined["swiglu"]+moes.Declined["moe-gate-up"])
+	s.Notef("gate-up-fuse: %d MLPs and %d expert stacks fused, %s",
+		mlps.Applied["swiglu"], moes.Applied["moe-gate-up"], why.note(s.Graph, mlps.Declined["swiglu"]+moes.Declined["moe-gate-up"]))
 	return nil
 }
 

@@ -13,24 +13,18 @@ import (
 // Precondition (else the attention is left as it is): all four are
 // matmuls of the same activation by weights of one dtype.
 func qkvgConcat(s *State) error {
-	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "qkvg", Roots: []string{"attention"}, Apply: fuseQKVG})
+	why := newBlockers()
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "qkvg", Roots: []string{"attention"}, Apply: why.wrap(fuseQKVG, qkvgBlocker)})
 	if err != nil {
 		return err
 	}
-	s.Notef("qkvg-concat: %d attentions fused, %d skipped (precondition)", st.Applied["qkvg"], st.Declined["qkvg"])
+	s.Notef("qkvg-concat: %d attentions fused, %s", st.Applied["qkvg"], why.note(s.Graph, st.Declined["qkvg"]))
 	return nil
 }
 
 func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
-	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
-	for _, r := range rw.Users(at.Outputs[0]) {
-		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
-			ins = append(ins, r.Inputs[1])
-			break
-		}
-	}
 	var projs []*ir.Node
-	for _, v := range ins {
+	for _, v := range qkvgInputs(rw, at) {
 		p, fused := projection(v)
 		if fused {
 			return ir.NoMatch, nil // fused already
@@ -41,6 +35,18 @@ func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
 		return ir.Declined, nil
 	}
 	return ir.Applied, nil
+}
+
+// qkvgInputs returns q, k and v of an attention node, and the gate of the
+// softplus_gate reading its output if there is one.
+func qkvgInputs(rw *ir.Rewriter, at *ir.Node) []*ir.Value {
+	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
+	for _, r := range rw.Users(at.Outputs[0]) {
+		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
+			return append(ins, r.Inputs[1])
+		}
+	}
+	return ins
 }
 
 // projection follows v back through views, norms and rope to the matmul by

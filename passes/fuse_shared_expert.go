@@ -18,11 +18,12 @@ import (
 // dtype, the MoE node has no shared expert or residual yet, and nothing
 // else reads the two summands or the shared expert's intermediates.
 func sharedExpertMerge(s *State) error {
-	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "shared-expert", Roots: []string{"add"}, Apply: mergeShared})
+	why := newBlockers()
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "shared-expert", Roots: []string{"add"}, Apply: why.wrap(mergeShared, sharedBlocker)})
 	if err != nil {
 		return err
 	}
-	s.Notef("shared-expert-merge: %d shared experts merged, %d skipped (precondition)", st.Applied["shared-expert"], st.Declined["shared-expert"])
+	s.Notef("shared-expert-merge: %d shared experts merged, %s", st.Applied["shared-expert"], why.note(s.Graph, st.Declined["shared-expert"]))
 	return nil
 }
 

@@ -252,6 +252,14 @@ func equalCounts(a, b map[string]int) bool {
 
 // TestFusionPreconditions: a pass whose precondition fails leaves that part
 // of the graph alone and rewrites the rest.
+// quantiseRows makes w q8_0 where its rows are whole q8_0 blocks (of 32),
+// as llama-quantize's fallback leaves narrower rows in another type.
+func quantiseRows(w *ir.Value) {
+	if sh := w.Type.Shape; len(sh) >= 2 && sh[len(sh)-1].N%32 == 0 {
+		w.Type.DType = ir.Q8_0
+	}
+}
+
 func TestFusionPreconditions(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -298,7 +306,7 @@ func TestFusionPreconditions(t *testing.T) {
 			if n := moeNode(t, g, 1); n.AttrString("gate_up") != ir.GateUpFused {
 				t.Errorf("layer 1 experts not fused: %s", n.Op)
 			}
-			if !slices.Contains(notes, "gate-up-fuse: 3 MLPs and 2 expert stacks fused, 2 skipped (precondition)") {
+			if !slices.Contains(notes, "gate-up-fuse: 3 MLPs and 2 expert stacks fused, 2 skipped (2: dtypes differ, e.g. blk.0.ffn_gate.weight is bf16, blk.0.ffn_up.weight f32)") {
 				t.Errorf("notes %q", notes)
 			}
 		}},
@@ -307,10 +315,49 @@ func TestFusionPreconditions(t *testing.T) {
 				if ops := layerOps(g, 1); ops["matmul_split"] != 0 || ops["matmul"] != 9 {
 					t.Errorf("layer 1 fused: %v", ops)
 				}
-				if !slices.Contains(notes, "qkvg-concat: 3 attentions fused, 1 skipped (precondition)") {
+				if !slices.Contains(notes, "qkvg-concat: 3 attentions fused, 1 skipped (1: dtypes differ, e.g. blk.1.attn_q.weight is bf16, blk.1.attn_v.weight f16)") {
 					t.Errorf("notes %q", notes)
 				}
 			}},
+		{"quantised shared expert of another type than the stacks", "shared-expert-merge", nil, func(g *ir.Graph) {
+			for _, w := range g.Weights {
+				quantiseRows(w)
+				if strings.Contains(w.Name, "_shexp") && strings.HasPrefix(w.Name, "blk.2.") {
+					w.Type.DType = ir.F16
+				}
+			}
+		}, func(t *testing.T, g *ir.Graph, notes []string) {
+			if n := moeNode(t, g, 1); n.AttrInt("shared") != 1 {
+				t.Errorf("layer 1 (all q8_0) not merged: %v", n.Attrs)
+			}
+			if n := moeNode(t, g, 2); n.Op != "moe_experts" {
+				t.Errorf("layer 2 (f16 shared, q8_0 stacks) merged: %v", n.Attrs)
+			}
+			if !slices.Contains(notes, "shared-expert-merge: 2 shared experts merged, 1 skipped (1: dtypes differ, e.g. blk.2.ffn_gate_exps.weight is q8_0, blk.2.ffn_gate_shexp.weight f16)") {
+				t.Errorf("notes %q", notes)
+			}
+		}},
+		{"quantised matrices: all fusions apply", "gate-up-fuse", nil, func(g *ir.Graph) {
+			for _, w := range g.Weights {
+				quantiseRows(w)
+			}
+		}, func(t *testing.T, g *ir.Graph, notes []string) {
+			if !slices.Contains(notes, "gate-up-fuse: 4 MLPs and 3 expert stacks fused, 0 skipped (precondition)") {
+				t.Errorf("notes %q", notes)
+			}
+			quantised := 0
+			for _, w := range g.Weights {
+				if w.From != nil && w.Type.DType != w.From.Srcs[0].Type.DType {
+					t.Errorf("derived %s is %s, its source %s", w.Name, w.Type.DType, w.From.Srcs[0].Type.DType)
+				}
+				if w.From != nil && w.Type.DType == ir.Q8_0 {
+					quantised++
+				}
+			}
+			if quantised != 7 { // 4 MLPs (dense, 3 shared), 3 expert stacks
+				t.Errorf("%d derived q8_0 weights, want 7", quantised)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,14 +26,16 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "GPU decode and prefill speed: synthetic weights of a preset's shapes, or a checkpoint",
-		usage:   "bench (--preset NAME --synthetic | --model CKPT) [--layers N] [--json] [flags]",
+		summary: "decode and prefill speed: GPU (synthetic weights of a preset's shapes, or a checkpoint) or CPU",
+		usage:   "bench (--preset NAME --synthetic | --model CKPT) [--layers N] [--json] [flags]\n       lagc bench --device cpu [--model CKPT] [--threads N] [--json] [flags]",
 		setup:   setupBench,
 	})
 }
 
 type benchFlags struct {
 	preset, model, prefill, dtype string
+	device                        string
+	threads                       int
 	profile                       string
 	passes, disable               string
 	synthetic, jsonOut            bool
@@ -50,7 +52,15 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 		if len(args) != 0 {
 			return fmt.Errorf("%w: bench takes no arguments", errUsage)
 		}
-		return runBench(os.Stdout, f)
+		switch f.device {
+		case "cpu":
+			prefillSet := false
+			fs.Visit(func(fl *flag.Flag) { prefillSet = prefillSet || fl.Name == "prefill" })
+			return runCPUBench(os.Stdout, f, prefillSet)
+		case "cuda":
+			return runBench(os.Stdout, f)
+		}
+		return fmt.Errorf("%w: --device %q: expected cuda or cpu", errUsage, f.device)
 	}
 }
 
@@ -74,6 +84,8 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one, with every fusion)")
 	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip, e.g. qkvg-concat,gate-up-fuse")
 	fs.StringVar(&f.profile, "profile", "", "write the profiled decode and prefill-2048 runs' kernel times to FILE (pprof)")
+	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu: the reference executor on a checkpoint (default the bundled model)")
+	fs.IntVar(&f.threads, "threads", 0, "CPU only: goroutines per kernel (0: GOMAXPROCS)")
 	return f
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -61,9 +62,41 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--runs", "0"},
 		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--prefill", "12,x"},
 		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--dtype", "f16"},
+		{"bench", "--device", "tpu"},
+		{"bench", "--device", "cpu", "--preset", "synthetic-tiny", "--synthetic"},
+		{"bench", "--device", "cpu", "--threads", "-1"},
+		{"bench", "--device", "cpu", "--layers", "2"},
+		{"bench", "--device", "cpu", "--prefill", "0"},
 	} {
 		if _, _, code := runPlanCmd(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// TestCPUBench runs the CPU bench on the bundled model, briefly.
+func TestCPUBench(t *testing.T) {
+	var out bytes.Buffer
+	f := &benchFlags{device: "cpu", runs: 1, tokens: 2, ctx: 3, prefill: "5,9", seed: 1, jsonOut: true, threads: 1}
+	if err := runCPUBench(&out, f, true); err != nil {
+		t.Fatal(err)
+	}
+	var r cpuBenchReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if r.Model != "bundled model" || r.Threads != 1 || r.Context != 3 || !(r.Decode.TokS > 0) || r.Decode.Tokens != 1 ||
+		len(r.Prefill) != 2 || r.Prefill[1].Tokens != 9 || !(r.Prefill[1].Ms > 0) {
+		t.Errorf("report %+v", r)
+	}
+	out.Reset()
+	f.jsonOut = false
+	if err := runCPUBench(&out, f, false); err != nil { // --prefill not given: the CPU defaults
+		t.Fatal(err)
+	}
+	for _, want := range []string{"bundled model on the CPU, 1 threads", "decode at context 3", "\n             128", "\n             512"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -99,10 +99,12 @@ func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, wind
 	}
 
 	group := nh / nkv
-	// One item is a token and a kv head with its group of query heads, so
-	// each cached row is read once for the whole group.
+	// One item is a token and a kv head with its group of query heads.
 	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
-		probs := make([]float32, group*span)
+		buf := getScratch(d + span) // d first: qa starts aligned
+		defer putScratch(buf)
+		qa, probs := (*buf)[:d], (*buf)[d:]
+		runs := make([]kvRun, 0, 4)
 		for it := lo; it < hi; it++ {
 			t, kvh := it/nkv, it%nkv
 			s := seqOf[t]
@@ -113,31 +115,10 @@ func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, wind
 			if window > 0 {
 				first = max(0, p-window+1)
 			}
-			n := p - first + 1
-			rows := func(j int) (kr, vr []float32) {
-				if j >= p0 {
-					o := ((r0+j-p0)*nkv + kvh) * d
-					return k[o : o+d], v[o : o+d]
-				}
-				return cache.keyRow(j, kvh), cache.valueRow(j, kvh)
-			}
-			h0 := t*nh + kvh*group // first query head of the group, as a row of q and out
-			for j := first; j <= p; j++ {
-				kr, _ := rows(j)
-				for g := 0; g < group; g++ {
-					probs[g*span+j-first] = dot(q[(h0+g)*d:(h0+g+1)*d], kr) * scale
-				}
-			}
-			for g := 0; g < group; g++ {
-				softmax(probs[g*span : g*span+n])
-			}
-			o := out[h0*d : (h0+group)*d]
-			clear(o)
-			for j := first; j <= p; j++ {
-				_, vr := rows(j)
-				for g := 0; g < group; g++ {
-					axpy(o[g*d:(g+1)*d], probs[g*span+j-first], vr)
-				}
+			row := r0 * nkv * d // the sequence's first row of this step's k and v
+			runs = kvRuns(runs[:0], cache, k[row:], v[row:], first, p, p0, kvh, nkv, d)
+			for h := t*nh + kvh*group; h < t*nh+(kvh+1)*group; h++ { // rows of q and out
+				attendRuns(out[h*d:(h+1)*d], q[h*d:(h+1)*d], runs, nkv*d, d, scale, probs, qa)
 			}
 		}
 	})
@@ -165,23 +146,5 @@ func softmax(s []float32) {
 	}
 	for i, e := range s {
 		s[i] = float32(float64(e) / sum)
-	}
-}
-
-// axpy adds a*x to dst element by element (the order of elements does not
-// matter: each is one multiply-add).
-func axpy(dst []float32, a float32, x []float32) {
-	x = x[:len(dst)]
-	i := 0
-	for ; i+4 <= len(dst); i += 4 {
-		dd := dst[i : i+4 : i+4]
-		xx := x[i : i+4 : i+4]
-		dd[0] += a * xx[0]
-		dd[1] += a * xx[1]
-		dd[2] += a * xx[2]
-		dd[3] += a * xx[3]
-	}
-	for ; i < len(dst); i++ {
-		dst[i] += a * x[i]
 	}
 }

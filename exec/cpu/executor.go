@@ -5,13 +5,8 @@ import (
 
 	"lagc/ir"
 	"lagc/prep"
+	"lagc/quant"
 )
-
-// WeightSource provides a checkpoint's tensors as float32 by canonical name
-// (ckpt.Checkpoint satisfies it).
-type WeightSource interface {
-	ReadF32(name string) ([]float32, error)
-}
 
 // Executor interprets an ir.Graph node by node with this package's kernels.
 // It owns the KV caches of a fixed number of sequence slots (each slot has
@@ -24,15 +19,17 @@ type WeightSource interface {
 // reads executor state (the caches), so Step tells it which rows go with
 // which slot and the graph keeps its tokens/pos interface.
 type Executor struct {
-	g       *ir.Graph
-	order   []*ir.Node
-	weights map[*ir.Value][]float32
-	kv      map[int]kvShape // attention layer -> cache shape
-	slots   []*seqSlot
-	ropes   map[*ir.Node]*prep.RopeTable
-	lastUse map[*ir.Value]int // index in order of a value's last reader
-	maxPos  int
-	step    []Segment // the segments of the step running now
+	g        *ir.Graph
+	order    []*ir.Node
+	weights  map[*ir.Value]*Matrix  // what the nodes read, in stored types
+	pool     bufPool                // activation buffers for reuse
+	operands map[*ir.Node]*operands // each node's, kept across steps
+	kv       map[int]kvShape        // attention layer -> cache shape
+	slots    []*seqSlot
+	ropes    map[*ir.Node]*prep.RopeTable
+	lastUse  map[*ir.Value]int // index in order of a value's last reader
+	maxPos   int
+	step     []Segment // the segments of the step running now
 
 	checkNonFinite bool // SetCheckFinite
 }
@@ -68,12 +65,21 @@ func (r *Result) LastLogits() []float32 { return r.Logits[(r.T-1)*r.V:] }
 // from ws (deriving those with a load-time transform) and makes empty KV
 // caches accepting positions below maxPos, for one sequence.
 func NewExecutor(g *ir.Graph, ws WeightSource, maxPos int) (*Executor, error) {
-	return NewBatchExecutor(g, ws, maxPos, 1)
+	return NewExecutorWith(g, ws, maxPos, Options{})
 }
 
 // NewBatchExecutor is NewExecutor with slots sequence slots for Step. A
 // cache takes memory only as its sequence's positions arrive.
 func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executor, error) {
+	return NewExecutorWith(g, ws, maxPos, Options{Slots: slots})
+}
+
+// NewExecutorWith is NewExecutor with options.
+func NewExecutorWith(g *ir.Graph, ws WeightSource, maxPos int, o Options) (*Executor, error) {
+	slots := o.Slots
+	if slots == 0 {
+		slots = 1
+	}
 	if maxPos <= 0 {
 		return nil, fmt.Errorf("cpu executor: context length must be positive, got %d", maxPos)
 	}
@@ -84,25 +90,11 @@ func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executo
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{g: g, order: order, weights: map[*ir.Value][]float32{}, kv: map[int]kvShape{},
-		ropes: map[*ir.Node]*prep.RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos}
-	for _, w := range g.Weights {
-		if _, err := e.weight(ws, w); err != nil {
-			return nil, err
-		}
-	}
-	// Weights read only to derive others (the sources of a fusion's
-	// concatenation) are not kept: no node reads them.
-	read := map[*ir.Value]bool{}
-	for _, n := range order {
-		for _, v := range n.Inputs {
-			read[v] = true
-		}
-	}
-	for w := range e.weights {
-		if !read[w] {
-			delete(e.weights, w)
-		}
+	e := &Executor{g: g, order: order, weights: map[*ir.Value]*Matrix{}, kv: map[int]kvShape{},
+		ropes: map[*ir.Node]*prep.RopeTable{}, lastUse: map[*ir.Value]int{}, maxPos: maxPos,
+		operands: map[*ir.Node]*operands{}}
+	if err := e.loadWeights(ws, o); err != nil {
+		return nil, err
 	}
 	for i, n := range order {
 		for _, v := range n.Inputs {
@@ -112,6 +104,7 @@ func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executo
 			return nil, fmt.Errorf("%s: %w", n, err)
 		}
 	}
+	e.pool.plan(g, order, e.lastUse)
 	for range slots {
 		s := &seqSlot{caches: map[int]*KVCache{}}
 		for layer, sh := range e.kv {
@@ -124,79 +117,6 @@ func NewBatchExecutor(g *ir.Graph, ws WeightSource, maxPos, slots int) (*Executo
 		e.slots = append(e.slots, s)
 	}
 	return e, nil
-}
-
-// weight returns w's data, reading or deriving it once.
-func (e *Executor) weight(ws WeightSource, w *ir.Value) ([]float32, error) {
-	if d, ok := e.weights[w]; ok {
-		return d, nil
-	}
-	var data []float32
-	if w.From == nil {
-		d, err := ws.ReadF32(w.Name)
-		if err != nil {
-			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		data = d
-	} else {
-		srcs := make([][]float32, len(w.From.Srcs))
-		for i, s := range w.From.Srcs {
-			d, err := e.weight(ws, s)
-			if err != nil {
-				return nil, err
-			}
-			srcs[i] = d
-		}
-		d, err := deriveWeight(w, srcs)
-		if err != nil {
-			return nil, fmt.Errorf("deriving weight %s: %w", w.Name, err)
-		}
-		data = d
-	}
-	shape, err := w.Type.Shape.Eval(nil)
-	if err != nil {
-		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-	}
-	if want := prodInts(shape); len(data) != want {
-		return nil, fmt.Errorf("weight %s has %d elements, the graph expects %v = %d", w.Name, len(data), shape, want)
-	}
-	e.weights[w] = data
-	return data, nil
-}
-
-// deriveWeight applies a load-time transform (concat or reshape).
-func deriveWeight(w *ir.Value, srcs [][]float32) ([]float32, error) {
-	shapes := make([][]int, len(srcs))
-	for i, s := range w.From.Srcs {
-		sh, err := s.Type.Shape.Eval(nil)
-		if err != nil {
-			return nil, err
-		}
-		shapes[i] = sh
-	}
-	axis, _ := w.From.Attrs["axis"].(int)
-	return prep.Derive(w.From.Op, axis, srcs, shapes)
-}
-
-// axisSplit views tensors of the given shapes as [outer, size_i] around axis.
-func axisSplit(shapes [][]int, axis int) (outer int, sizes []int) {
-	r := len(shapes[0])
-	if axis < 0 {
-		axis += r
-	}
-	outer = prodInts(shapes[0][:axis])
-	for _, s := range shapes {
-		sizes = append(sizes, prodInts(s[axis:]))
-	}
-	return outer, sizes
-}
-
-func prodInts(s []int) int {
-	p := 1
-	for _, x := range s {
-		p *= x
-	}
-	return p
 }
 
 // prepare builds per-node state that does not change between steps, for
@@ -362,6 +282,7 @@ func (e *Executor) Step(segs []Segment) (*Result, error) {
 		}
 	}
 	env := e.g.Env(T)
+	e.pool.step(T)
 	f32 := map[*ir.Value][]float32{}
 	i32 := map[*ir.Value][]int32{}
 	for _, in := range e.g.Inputs {
@@ -374,8 +295,10 @@ func (e *Executor) Step(segs []Segment) (*Result, error) {
 			return nil, fmt.Errorf("forward: graph input %s is not tokens or pos", in.Name)
 		}
 	}
-	for w, d := range e.weights {
-		f32[w] = d
+	for w, m := range e.weights {
+		if m.Type == quant.F32 {
+			f32[w] = m.F32
+		}
 	}
 	outputs := map[*ir.Value]bool{}
 	for _, o := range e.g.Outputs {
@@ -402,6 +325,7 @@ func (e *Executor) Step(segs []Segment) (*Result, error) {
 		// Drop activations nobody reads any more.
 		for _, v := range n.Inputs {
 			if v.Kind == ir.Activation && e.lastUse[v] == idx && !outputs[v] {
+				e.pool.release(v, f32[v])
 				delete(f32, v)
 				delete(i32, v)
 			}

@@ -12,17 +12,40 @@ import "fmt"
 // projections are matmuls over the tokens routed to it, split across cores.
 func MoEExperts(out, x, weights []float32, ids []int32, gate, up, down []float32, T, H, E, I, k int) error {
 	const op = "MoEExperts"
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{{"gate", len(gate), prod(E, I, H)}, {"up", len(up), prod(E, I, H)}, {"down", len(down), prod(E, H, I)}} {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
+	}
+	return moeExperts(out, x, weights, ids, MatrixF32(gate, E*I, H), MatrixF32(up, E*I, H), MatrixF32(down, E*H, I), T, H, E, I, k)
+}
+
+// moeExperts is MoEExperts on stacks of any stored type, viewed as
+// matrices of their rows: gate and up [E*I,H], down [E*H,I].
+func moeExperts(out, x, weights []float32, ids []int32, gate, up, down *Matrix, T, H, E, I, k int) error {
+	const op = "MoEExperts"
 	if err := checkDims(op, dim{"T", T}, dim{"H", H}, dim{"E", E}, dim{"I", I}, dim{"k", k}); err != nil {
 		return err
 	}
 	for _, c := range []struct {
 		name      string
 		got, want int
-	}{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)},
-		{"gate", len(gate), prod(E, I, H)}, {"up", len(up), prod(E, I, H)}, {"down", len(down), prod(E, H, I)}, {"out", len(out), prod(T, H)}} {
+	}{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)}, {"out", len(out), prod(T, H)}} {
 		if err := checkLen(op, c.name, c.got, c.want); err != nil {
 			return err
 		}
+	}
+	if err := gate.check(op, "gate", E*I, H); err != nil {
+		return err
+	}
+	if err := up.check(op, "up", E*I, H); err != nil {
+		return err
+	}
+	if err := down.check(op, "down", E*H, I); err != nil {
+		return err
 	}
 	// Routes of each expert, in (token, slot) order.
 	routes := make([][]int, E)
@@ -50,9 +73,7 @@ func MoEExperts(out, x, weights []float32, ids []int32, gate, up, down []float32
 			t := r / k
 			copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
 		}
-		ge := gate[e*I*H : (e+1)*I*H]
-		ue := up[e*I*H : (e+1)*I*H]
-		de := down[e*H*I : (e+1)*H*I]
+		ge, ue, de := gate.Slice(e*I, (e+1)*I), up.Slice(e*I, (e+1)*I), down.Slice(e*H, (e+1)*H)
 		matmul(g[:n*I], xs[:n*H], ge, n, H, I, true)
 		matmul(u[:n*I], xs[:n*H], ue, n, H, I, true)
 		for i := range g[:n*I] {

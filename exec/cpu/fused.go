@@ -2,7 +2,7 @@ package cpu
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -14,6 +14,17 @@ import (
 // of w [sum(sizes), K] (sizes[i] rows each): the q/k/v/gate projections
 // against one concatenated weight. x is [T,K], outs[i] is [T,sizes[i]].
 func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error {
+	if K <= 0 {
+		return fmt.Errorf("cpu.MatMulSplit: K = %d must be positive", K)
+	}
+	if len(w)%K != 0 {
+		return fmt.Errorf("cpu.MatMulSplit: w has %d elements, not whole rows of %d", len(w), K)
+	}
+	return matmulSplit(outs, x, MatrixF32(w, len(w)/K, K), T, sizes)
+}
+
+// matmulSplit is MatMulSplit on a matrix of any stored type.
+func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) error {
 	const op = "MatMulSplit"
 	if len(outs) != len(sizes) || len(sizes) == 0 {
 		return fmt.Errorf("cpu.%s: %d outputs for %d sizes", op, len(outs), len(sizes))
@@ -27,13 +38,17 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 			return fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
 		}
 	}
+	if w == nil {
+		return fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K := w.Cols
 	if err := checkDims(op, dim{"T", T}, dim{"K", K}); err != nil {
 		return err
 	}
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
 		return err
 	}
-	if err := checkLen(op, "w", len(w), N, K); err != nil {
+	if err := w.check(op, "w", N, K); err != nil {
 		return err
 	}
 	for i, s := range sizes {
@@ -41,11 +56,21 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 			return err
 		}
 	}
-	off := 0
+	// One pass over all the rows; each block's products go to the outputs
+	// their rows belong to.
+	starts := make([]int, len(sizes)+1)
 	for i, s := range sizes {
-		matmul(outs[i], x, w[off*K:(off+s)*K], T, K, s, true)
-		off += s
+		starts[i+1] = starts[i] + s
 	}
+	blocked(x, T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, p [][]float32) {
+		for i := range sizes {
+			lo, hi := max(n0, starts[i]), min(n1, starts[i+1])
+			if lo < hi {
+				s := sizes[i]
+				copy(outs[i][t*s+lo-starts[i]:t*s+hi-starts[i]], p[0][lo-n0:hi-n0])
+			}
+		}
+	})
 	return nil
 }
 
@@ -53,31 +78,40 @@ func MatMulSplit(outs [][]float32, x, w []float32, T, K int, sizes []int) error 
 // gate rows g then the up rows u: x is [T,K], y is [T,N]. It equals
 // MatMul, MatMul, SiLU and Mul bitwise.
 func MatMulSwiGLU(y, x, w []float32, T, K, N int) error {
+	if err := checkLen("MatMulSwiGLU", "w", len(w), 2, N, K); err != nil {
+		return err
+	}
+	return matmulSwiGLU(y, x, MatrixF32(w, 2*N, K), T)
+}
+
+// matmulSwiGLU is MatMulSwiGLU on a matrix [2N,K] of any stored type.
+func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 	const op = "MatMulSwiGLU"
-	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+	K, N2, err := matrixDims(op, w, T)
+	if err != nil {
 		return err
 	}
+	if N2%2 != 0 {
+		return fmt.Errorf("cpu.%s: the weight must hold gate and up rows (an even row count), got %d rows", op, N2)
+	}
+	N := N2 / 2
 	if err := checkLen(op, "x", len(x), T, K); err != nil {
-		return err
-	}
-	if err := checkLen(op, "w", len(w), 2, N, K); err != nil {
 		return err
 	}
 	if err := checkLen(op, "y", len(y), T, N); err != nil {
 		return err
 	}
-	swiglu(y, x, w[:N*K], w[N*K:], T, K, N)
+	swiglu(y, x, w.Slice(0, N), w.Slice(N, 2*N), T, K, N, true)
 	return nil
 }
 
 // swiglu is the blocked loop of matmul with a silu*mul epilogue over two
 // weights g and u [N,K].
-func swiglu(y, x, g, u []float32, T, K, N int) {
-	blocked(T, K, N, 2, true, func(t, n0, n1 int) {
-		xr := x[t*K : t*K+K]
-		yr := y[t*N : t*N+N]
-		for n := n0; n < n1; n++ {
-			yr[n] = silu(dot(xr, g[n*K:n*K+K])) * dot(xr, u[n*K:n*K+K])
+func swiglu(y, x []float32, g, u *Matrix, T, K, N int, parallel bool) {
+	blocked(x, T, K, N, []*Matrix{g, u}, parallel, func(t, n0, n1 int, p [][]float32) {
+		yr := y[t*N+n0 : t*N+n1]
+		for j, gv := range p[0] {
+			yr[j] = silu(gv) * p[1][j]
 		}
 	})
 }
@@ -86,18 +120,30 @@ func swiglu(y, x, g, u []float32, T, K, N int) {
 // may be r itself (the GEMM epilogue accumulating into the residual). It
 // equals MatMul then Add bitwise.
 func MatMulAdd(y, x, w, r []float32, T, K, N int) error {
+	if err := checkLen("MatMulAdd", "w", len(w), N, K); err != nil {
+		return err
+	}
+	return matmulAdd(y, x, r, MatrixF32(w, N, K), T)
+}
+
+// matmulAdd is MatMulAdd on a matrix [N,K] of any stored type.
+func matmulAdd(y, x, r []float32, w *Matrix, T int) error {
 	const op = "MatMulAdd"
-	if err := checkMatMul(op, y, x, w, T, K, N); err != nil {
+	K, N, err := matrixDims(op, w, T)
+	if err != nil {
 		return err
 	}
-	if err := checkLen(op, "r", len(r), T, N); err != nil {
-		return err
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{{"x", len(x), prod(T, K)}, {"r", len(r), prod(T, N)}, {"y", len(y), prod(T, N)}} {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
 	}
-	blocked(T, K, N, 1, true, func(t, n0, n1 int) {
-		xr := x[t*K : t*K+K]
-		for n := n0; n < n1; n++ {
-			p := dot(xr, w[n*K:n*K+K])
-			y[t*N+n] = r[t*N+n] + p
+	blocked(x, T, K, N, []*Matrix{w}, true, func(t, n0, n1 int, p [][]float32) {
+		for j, v := range p[0] {
+			y[t*N+n0+j] = r[t*N+n0+j] + v
 		}
 	})
 	return nil
@@ -111,10 +157,11 @@ type GroupedMoE struct {
 	K       int // routed experts per token (top-k)
 	E       int // experts in the stacks, shared ones included
 	Shared  int // the last Shared experts apply to every token with weight 1
-	// Either Gate and Up [E,I,H] (layout "split") or GateUp [E,2I,H], each
-	// expert's gate rows then its up rows (layout "fused").
-	Gate, Up, GateUp []float32
-	Down             []float32 // [E,H,I]
+	// Either Gate and Up [E*I,H] (layout "split") or GateUp [E*2I,H], each
+	// expert's gate rows then its up rows (layout "fused"); Down is
+	// [E*H,I]: the stacks as matrices of their rows, in any stored type.
+	Gate, Up, GateUp *Matrix
+	Down             *Matrix
 	Residual         []float32 // [T,H], added to the result; nil for none
 	// Descending visits experts with the most routed tokens first (the GPU
 	// schedule); it never changes a result.
@@ -140,26 +187,36 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 	if S < 0 || S >= E {
 		return fmt.Errorf("cpu.%s: %d shared experts of %d leave none routed", op, S, E)
 	}
-	type lenCheck struct {
+	for _, c := range []struct {
 		name      string
 		got, want int
+	}{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)}, {"out", len(out), prod(T, H)}} {
+		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+			return err
+		}
 	}
-	lens := []lenCheck{{"x", len(x), prod(T, H)}, {"weights", len(weights), prod(T, k)}, {"ids", len(ids), prod(T, k)},
-		{"down", len(m.Down), prod(E, H, I)}, {"out", len(out), prod(T, H)}}
+	type matCheck struct {
+		name       string
+		m          *Matrix
+		rows, cols int
+	}
+	mats := []matCheck{{"down", m.Down, prod(E, H), I}}
 	fused := m.GateUp != nil
 	if fused {
 		if m.Gate != nil || m.Up != nil {
 			return fmt.Errorf("cpu.%s: give either GateUp or Gate and Up", op)
 		}
-		lens = append(lens, lenCheck{"gate_up", len(m.GateUp), prod(E, 2, I, H)})
+		mats = append(mats, matCheck{"gate_up", m.GateUp, prod(E, 2, I), H})
 	} else {
-		lens = append(lens, lenCheck{"gate", len(m.Gate), prod(E, I, H)}, lenCheck{"up", len(m.Up), prod(E, I, H)})
+		mats = append(mats, matCheck{"gate", m.Gate, prod(E, I), H}, matCheck{"up", m.Up, prod(E, I), H})
+	}
+	for _, c := range mats {
+		if err := c.m.check(op, c.name, c.rows, c.cols); err != nil {
+			return err
+		}
 	}
 	if m.Residual != nil {
-		lens = append(lens, lenCheck{"residual", len(m.Residual), prod(T, H)})
-	}
-	for _, c := range lens {
-		if err := checkLen(op, c.name, c.got, c.want); err != nil {
+		if err := checkLen(op, "residual", len(m.Residual), T, H); err != nil {
 			return err
 		}
 	}
@@ -177,56 +234,79 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 		}
 		return routed + j - k
 	}
-	routes := make([][]int, E)
+	// Routes grouped by expert (a counting sort), each in (token, slot)
+	// order: expert e's are byExpert[start[e]:start[e+1]].
+	start := make([]int, E+1)
 	for r := 0; r < R; r++ {
 		e := expertOf(r)
 		if e < 0 || e >= routed && r%per < k {
 			return fmt.Errorf("cpu.%s: expert id %d (token %d) is outside [0, %d)", op, e, r/per, routed)
 		}
-		routes[e] = append(routes[e], r)
+		start[e+1]++
 	}
+	for e := 0; e < E; e++ {
+		start[e+1] += start[e]
+	}
+	byExpert := make([]int, R)
+	fill := append([]int(nil), start[:E]...)
+	for r := 0; r < R; r++ {
+		e := expertOf(r)
+		byExpert[fill[e]] = r
+		fill[e]++
+	}
+	routesOf := func(e int) []int { return byExpert[start[e]:start[e+1]] }
 	visit := make([]int, 0, E)
 	maxRoutes := 0
-	for e, rs := range routes {
-		if len(rs) > 0 {
+	for e := 0; e < E; e++ {
+		if n := len(routesOf(e)); n > 0 {
 			visit = append(visit, e)
-			maxRoutes = max(maxRoutes, len(rs))
+			maxRoutes = max(maxRoutes, n)
 		}
 	}
 	if m.Descending {
-		sort.SliceStable(visit, func(a, b int) bool { return len(routes[visit[a]]) > len(routes[visit[b]]) })
+		slices.SortStableFunc(visit, func(a, b int) int { return len(routesOf(b)) - len(routesOf(a)) })
 	}
-	yr := make([]float32, R*H) // each route's weighted output
-	xs := make([]float32, maxRoutes*H)
-	act := make([]float32, maxRoutes*I)
-	y := make([]float32, maxRoutes*H)
-	for _, e := range visit {
-		rs := routes[e]
-		n := len(rs)
-		for i, r := range rs {
-			t := r / per
-			copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
-		}
-		var ge, ue []float32
-		if fused {
-			gu := m.GateUp[e*2*I*H : (e+1)*2*I*H]
-			ge, ue = gu[:I*H], gu[I*H:]
-		} else {
-			ge, ue = m.Gate[e*I*H:(e+1)*I*H], m.Up[e*I*H:(e+1)*I*H]
-		}
-		swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I)
-		matmul(y[:n*H], act[:n*I], m.Down[e*H*I:(e+1)*H*I], n, I, H, true)
-		for i, r := range rs {
-			w := float32(1)
-			if t, j := r/per, r%per; j < k {
-				w = weights[t*k+j]
+	yrBuf := getScratch(R * H) // each route's weighted output
+	defer putScratch(yrBuf)
+	yr := *yrBuf
+	// Experts are independent (each writes its own routes' rows of yr):
+	// with enough work they run in parallel, each on one thread; else one
+	// after the other, each split across threads.
+	perRoute := 3 * I * H
+	across := len(visit) > 1 && Threads() > 1 && prod(R, perRoute) >= minParallelWork
+	parallelFor(len(visit), R/len(visit)*perRoute, func(lo, hi int) {
+		buf := getScratch(maxRoutes * (2*H + I))
+		defer putScratch(buf)
+		xs := (*buf)[:maxRoutes*H]
+		act := (*buf)[maxRoutes*H : maxRoutes*(H+I)]
+		y := (*buf)[maxRoutes*(H+I):]
+		for _, e := range visit[lo:hi] {
+			rs := routesOf(e)
+			n := len(rs)
+			for i, r := range rs {
+				t := r / per
+				copy(xs[i*H:(i+1)*H], x[t*H:(t+1)*H])
 			}
-			dst := yr[r*H : (r+1)*H]
-			for c, yv := range y[i*H : (i+1)*H] {
-				dst[c] = float32(yv * w)
+			var ge, ue *Matrix
+			if fused {
+				ge, ue = m.GateUp.Slice(2*e*I, (2*e+1)*I), m.GateUp.Slice((2*e+1)*I, (2*e+2)*I)
+			} else {
+				ge, ue = m.Gate.Slice(e*I, (e+1)*I), m.Up.Slice(e*I, (e+1)*I)
+			}
+			swiglu(act[:n*I], xs[:n*H], ge, ue, n, H, I, !across)
+			matmul(y[:n*H], act[:n*I], m.Down.Slice(e*H, (e+1)*H), n, I, H, !across)
+			for i, r := range rs {
+				w := float32(1)
+				if t, j := r/per, r%per; j < k {
+					w = weights[t*k+j]
+				}
+				dst := yr[r*H : (r+1)*H]
+				for c, yv := range y[i*H : (i+1)*H] {
+					dst[c] = float32(yv * w)
+				}
 			}
 		}
-	}
+	})
 	// Sum each token's routes in ascending expert order (shared last), as
 	// MoEExperts' ascending visit of experts adds them.
 	// out may be the residual itself (accumulating in place), so the sum is
@@ -235,10 +315,14 @@ func MoEGrouped(out, x, weights []float32, ids []int32, m *GroupedMoE) error {
 		order := make([]int, per)
 		acc := make([]float32, H)
 		for t := lo; t < hi; t++ {
-			for j := range order {
-				order[j] = t*per + j
+			for j := range order { // insertion sort by expert: per is small
+				r := t*per + j
+				i := j
+				for ; i > 0 && expertOf(order[i-1]) > expertOf(r); i-- {
+					order[i] = order[i-1]
+				}
+				order[i] = r
 			}
-			sort.SliceStable(order, func(a, b int) bool { return expertOf(order[a]) < expertOf(order[b]) })
 			clear(acc)
 			for _, r := range order {
 				for c, v := range yr[r*H : (r+1)*H] {

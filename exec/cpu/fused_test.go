@@ -179,16 +179,18 @@ func (c *moeCase) unfused(t testing.TB, shared, residual bool) []float32 {
 }
 
 func (c *moeCase) grouped(fused, shared, residual, descending bool) (*GroupedMoE, []float32) {
-	m := &GroupedMoE{T: c.T, H: c.H, I: c.I, K: c.k, E: c.E, Down: c.down, Descending: descending}
+	H, I := c.H, c.I
+	m := &GroupedMoE{T: c.T, H: H, I: I, K: c.k, E: c.E, Down: MatrixF32(c.down, c.E*H, I), Descending: descending}
+	E1 := c.E + 1
 	switch {
 	case shared && fused:
-		m.GateUp, m.Down, m.E, m.Shared = c.gateUpS, c.downS, c.E+1, 1
+		m.GateUp, m.Down, m.E, m.Shared = MatrixF32(c.gateUpS, E1*2*I, H), MatrixF32(c.downS, E1*H, I), E1, 1
 	case shared:
-		m.Gate, m.Up, m.Down, m.E, m.Shared = c.gateS, c.upS, c.downS, c.E+1, 1
+		m.Gate, m.Up, m.Down, m.E, m.Shared = MatrixF32(c.gateS, E1*I, H), MatrixF32(c.upS, E1*I, H), MatrixF32(c.downS, E1*H, I), E1, 1
 	case fused:
-		m.GateUp = c.gateUp
+		m.GateUp = MatrixF32(c.gateUp, c.E*2*I, H)
 	default:
-		m.Gate, m.Up = c.gate, c.up
+		m.Gate, m.Up = MatrixF32(c.gate, c.E*I, H), MatrixF32(c.up, c.E*I, H)
 	}
 	if residual {
 		m.Residual = c.res
@@ -262,7 +264,7 @@ func TestFusedKernelErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"split sizes", MatMulSplit([][]float32{make([]float32, 2)}, x, w, 2, 4, []int{3}), "w has 16 elements, want 12"},
+		{"split sizes", MatMulSplit([][]float32{make([]float32, 2)}, x, w, 2, 4, []int{3}), "w is [4,4], want [3,4]"},
 		{"split outputs", MatMulSplit(nil, x, w, 2, 4, []int{4}), "0 outputs for 1 sizes"},
 		{"split zero", MatMulSplit([][]float32{nil}, x, w, 2, 4, []int{0}), "sizes[0] = 0"},
 		{"swiglu odd", MatMulSwiGLU(make([]float32, 6), x, w, 2, 4, 3), "w has 16 elements, want 24"},
@@ -285,7 +287,7 @@ func TestFusedKernelErrors(t *testing.T) {
 		t.Errorf("routed to the shared expert: %v", err)
 	}
 	m, _ = c.grouped(true, false, false, false)
-	m.Gate = c.gate
+	m.Gate = MatrixF32(c.gate, c.E*c.I, c.H)
 	if err := MoEGrouped(out, c.x, c.w, c.ids, m); err == nil || !strings.Contains(err.Error(), "either GateUp or Gate and Up") {
 		t.Errorf("both layouts: %v", err)
 	}
@@ -316,11 +318,12 @@ func FuzzFusedKernelShapes(f *testing.F) {
 		_ = MatMulSwiGLU(y, x, w, A, B, C)
 		_ = MatMulAdd(y, x, w, y, A, B, C)
 		for _, fused := range []bool{false, true} {
-			m := &GroupedMoE{T: A, H: B, I: C, K: D, E: C + 1, Shared: int(sh), Down: w, Residual: x}
+			wm := MatrixF32(w, len(w)/max(B, 1), B)
+			m := &GroupedMoE{T: A, H: B, I: C, K: D, E: C + 1, Shared: int(sh), Down: MatrixF32(w, len(w)/max(C, 1), C), Residual: x}
 			if fused {
-				m.GateUp = w
+				m.GateUp = wm
 			} else {
-				m.Gate, m.Up = w, w
+				m.Gate, m.Up = wm, wm
 			}
 			_ = MoEGrouped(y, x, y, ids, m)
 		}

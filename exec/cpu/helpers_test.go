@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 )
 
@@ -50,4 +51,11 @@ func to64(s []float32) []float64 {
 		d[i] = float64(v)
 	}
 	return d
+}
+
+// TestMain makes every kernel of the tests split its work however small,
+// so comparisons of one thread with several exercise the parallel paths.
+func TestMain(m *testing.M) {
+	minParallelWork = 1
+	os.Exit(m.Run())
 }

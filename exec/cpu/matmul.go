@@ -1,5 +1,13 @@
 package cpu
 
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/blas"
+
+	"lagc/quant"
+)
+
 // MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
 // row-major), y is [T,N]. Work is split over blocks of N and T; every
 // element is one dot product summed in a fixed order, so y[t] does not
@@ -8,8 +16,40 @@ func MatMul(y, x, w []float32, T, K, N int) error {
 	if err := checkMatMul("MatMul", y, x, w, T, K, N); err != nil {
 		return err
 	}
+	matmul(y, x, MatrixF32(w, N, K), T, K, N, true)
+	return nil
+}
+
+// MatMulMatrix is MatMul with w [N,K] in any stored type: y = x w^T
+// computed on w's rows converted to float32 a block at a time, bitwise
+// equal to MatMul on the converted w.
+func MatMulMatrix(y, x []float32, w *Matrix, T int) error {
+	const op = "MatMulMatrix"
+	K, N, err := matrixDims(op, w, T)
+	if err != nil {
+		return err
+	}
+	if err := checkLen(op, "x", len(x), T, K); err != nil {
+		return err
+	}
+	if err := checkLen(op, "y", len(y), T, N); err != nil {
+		return err
+	}
 	matmul(y, x, w, T, K, N, true)
 	return nil
+}
+
+// matrixDims checks the matrix and token count of a matrix op and returns
+// the matrix's columns K and rows N.
+func matrixDims(op string, w *Matrix, T int) (K, N int, err error) {
+	if w == nil {
+		return 0, 0, fmt.Errorf("cpu.%s: no matrix", op)
+	}
+	K, N = w.Cols, w.Rows
+	if err := checkDims(op, dim{"T", T}, dim{"K", K}, dim{"N", N}); err != nil {
+		return 0, 0, err
+	}
+	return K, N, w.check(op, "w", N, K)
 }
 
 func checkMatMul(op string, y, x, w []float32, T, K, N int) error {
@@ -32,33 +72,65 @@ const (
 	matmulTokens   = 32
 )
 
-func matmul(y, x, w []float32, T, K, N int, parallel bool) {
-	blocked(T, K, N, 1, parallel, func(t, n0, n1 int) {
-		xr := x[t*K : t*K+K]
-		yr := y[t*N : t*N+N]
-		for n := n0; n < n1; n++ {
-			yr[n] = dot(xr, w[n*K:n*K+K])
-		}
+func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
+	blocked(x, T, K, N, []*Matrix{w}, parallel, func(t, n0, n1 int, p [][]float32) {
+		copy(y[t*N+n0:t*N+n1], p[0])
 	})
 }
 
-// blocked runs body(t, n0, n1) for every token t and block [n0, n1) of
-// output columns, blocking columns so that the weight rows of a block
-// (weights matrices of K floats per column) stay in L2 while a block of
-// tokens passes over them; the blocks run in parallel when asked.
-func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
-	nb := max(4, min(matmulRowBytes/(4*weights*K), 256))
-	nb = min(nb, N)
+// blocked runs epi(t, n0, n1, p) for every token t of x [T,K] and block
+// [n0, n1) of output columns, where p[i][j] is the dot product of x's row
+// t with row n0+j of ws[i]. Each product is one gonum dot (DotUnitary) of
+// a weight row with the token's row copied to aligned scratch, so its
+// summation order depends on K alone: a product is the same for any T,
+// thread count or block split, and wherever the weight row lives. Weight
+// rows in a stored type are converted into scratch once per block of
+// columns and block of tokens. Columns are blocked so that a block's
+// weight rows stay in L2 while a block of tokens passes over them; the
+// blocks run in parallel when asked.
+func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, n0, n1 int, p [][]float32)) {
+	nw := len(ws)
+	nb := max(4, min(matmulRowBytes/(4*nw*K), 256))
 	tb := min(T, matmulTokens)
+	if parallel && T <= tb {
+		// One block of tokens (decode): narrower column blocks, so that
+		// every thread gets a few.
+		nb = min(nb, max(16, (N+2*Threads()-1)/(2*Threads())))
+	}
+	nb = min(nb, N)
 	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
 	run := func(lo, hi int) {
+		rows := make([][]float32, nw)
+		bufs := make([]*[]float32, nw)
+		for i, w := range ws {
+			if w.Type != quant.F32 {
+				bufs[i] = getScratch(nb * K)
+				defer putScratch(bufs[i])
+			}
+		}
+		tmp := getScratch(K + nw*nb)
+		defer putScratch(tmp)
+		xa := (*tmp)[:K] // aligned: the scratch starts on a 64-byte boundary
+		p := make([][]float32, nw)
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
 			n1 := min(n0+nb, N)
 			t0 := (b / nBlocks) * tb
 			t1 := min(t0+tb, T)
+			for i, w := range ws {
+				var buf []float32
+				if bufs[i] != nil {
+					buf = *bufs[i]
+				}
+				rows[i] = w.rowsF32(buf, n0, n1)
+				p[i] = (*tmp)[K+i*nb : K+i*nb+n1-n0]
+			}
 			for t := t0; t < t1; t++ {
-				body(t, n0, n1)
+				copy(xa, x[t*K:t*K+K])
+				for i := range ws {
+					gonumBLAS.Sgemv(blas.NoTrans, n1-n0, K, 1, rows[i], K, xa, 1, 0, p[i], 1)
+				}
+				epi(t, n0, n1, p)
 			}
 		}
 	}
@@ -66,30 +138,5 @@ func blocked(T, K, N, weights int, parallel bool, body func(t, n0, n1 int)) {
 		run(0, nBlocks*tBlocks)
 		return
 	}
-	parallelFor(nBlocks*tBlocks, weights*nb*tb*K, run)
-}
-
-// dot returns sum_i a[i]*b[i] with eight interleaved partial sums (for
-// instruction-level parallelism), combined pairwise. The order depends only
-// on len(a), never on where the slices live.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3, s4, s5, s6, s7 float32
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		aa := a[i : i+8 : i+8]
-		bb := b[i : i+8 : i+8]
-		s0 += aa[0] * bb[0]
-		s1 += aa[1] * bb[1]
-		s2 += aa[2] * bb[2]
-		s3 += aa[3] * bb[3]
-		s4 += aa[4] * bb[4]
-		s5 += aa[5] * bb[5]
-		s6 += aa[6] * bb[6]
-		s7 += aa[7] * bb[7]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+	parallelFor(nBlocks*tBlocks, nw*nb*tb*K, run)
 }

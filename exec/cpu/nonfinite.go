@@ -64,7 +64,7 @@ func (e *Executor) checkFinite(n *ir.Node, f32 map[*ir.Value][]float32) error {
 		err := &NonFiniteError{Node: n, Output: v, NaN: nan, Inf: inf, First: first}
 		for _, in := range n.Inputs {
 			if w, ok := e.weights[in]; ok && in.Kind == ir.Weight {
-				if wn, wi, _ := CountNonFinite(w); wn+wi > 0 {
+				if wn, wi := w.countNonFinite(); wn+wi > 0 {
 					err.BadWeights = append(err.BadWeights, fmt.Sprintf("%s (%d NaN, %d infinite)", in, wn, wi))
 				}
 			}

@@ -6,54 +6,87 @@ import (
 	"slices"
 
 	"lagc/ir"
+	"lagc/quant"
 )
 
 // operands are one node's data for a step: its inputs with their concrete
-// shapes and its freshly allocated outputs (float or int32 by dtype).
+// shapes and its outputs (float or int32 by dtype). Each node keeps its
+// operands across steps; the shapes are evaluated again only when the
+// step's token count changes.
 type operands struct {
-	f   [][]float32 // float inputs
+	f   [][]float32 // float inputs (f32 weights included)
+	m   []*Matrix   // weight inputs, in their stored types
 	i   [][]int32   // int32 inputs
 	sh  [][]int     // input shapes
+	osh [][]int     // output shapes
 	out [][]float32 // float outputs
 	ids [][]int32   // int32 outputs
+	env int         // the step's token count sh and osh were evaluated for (0: none yet)
 	// rows and last view the first input as [rows, last].
 	rows, last int
 }
 
 // gather reads n's inputs from the step's values and allocates its outputs
 // (none for reshape, whose output is a view of its input).
-func gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
-	o := &operands{f: make([][]float32, len(n.Inputs)), i: make([][]int32, len(n.Inputs)), sh: make([][]int, len(n.Inputs)),
-		out: make([][]float32, len(n.Outputs)), ids: make([][]int32, len(n.Outputs))}
+func (e *Executor) gather(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 map[*ir.Value][]int32) (*operands, error) {
+	o := e.operands[n]
+	if o == nil {
+		o = &operands{f: make([][]float32, len(n.Inputs)), m: make([]*Matrix, len(n.Inputs)), i: make([][]int32, len(n.Inputs)),
+			sh: make([][]int, len(n.Inputs)), osh: make([][]int, len(n.Outputs)), out: make([][]float32, len(n.Outputs)),
+			ids: make([][]int32, len(n.Outputs))}
+		e.operands[n] = o
+	}
+	if key := e.pool.tokens; key != o.env {
+		for k, v := range n.Inputs {
+			s, err := v.Type.Shape.Eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.sh[k] = s
+		}
+		for k, v := range n.Outputs {
+			s, err := v.Type.Shape.Eval(env)
+			if err != nil {
+				return nil, err
+			}
+			o.osh[k] = s
+		}
+		o.env = key
+	}
 	for k, v := range n.Inputs {
-		if v.Type.DType == ir.I32 {
+		o.f[k], o.m[k], o.i[k] = nil, nil, nil
+		if m, ok := e.weights[v]; ok {
+			o.m[k] = m
+			if m.Type == quant.F32 {
+				o.f[k] = m.F32
+			}
+		} else if v.Type.DType == ir.I32 {
 			o.i[k] = i32[v]
 		} else {
 			o.f[k] = f32[v]
 		}
-		if o.i[k] == nil && o.f[k] == nil {
+		if o.i[k] == nil && o.f[k] == nil && o.m[k] == nil {
 			return nil, fmt.Errorf("input %d (%s) has no value", k, v)
 		}
-		s, err := v.Type.Shape.Eval(env)
-		if err != nil {
-			return nil, err
+		if o.m[k] == nil && o.f[k] != nil && isMatrixInput(n.Op, k) {
+			// An activation in a weight's place (a reshape node of a
+			// weight, say): a float32 matrix of its rows.
+			sh := o.sh[k]
+			cols := sh[len(sh)-1]
+			o.m[k] = MatrixF32(o.f[k], prodInts(sh)/max(cols, 1), cols)
 		}
-		o.sh[k] = s
 	}
 	if n.Op == "reshape" {
 		f32[n.Outputs[0]] = o.f[0]
 		return o, nil
 	}
 	for k, v := range n.Outputs {
-		s, err := v.Type.Shape.Eval(env)
-		if err != nil {
-			return nil, err
-		}
+		o.out[k], o.ids[k] = nil, nil
 		if v.Type.DType == ir.I32 {
-			o.ids[k] = make([]int32, prodInts(s))
+			o.ids[k] = make([]int32, prodInts(o.osh[k]))
 			i32[v] = o.ids[k]
 		} else {
-			o.out[k] = make([]float32, prodInts(s))
+			o.out[k] = e.pool.get(prodInts(o.osh[k]))
 			f32[v] = o.out[k]
 		}
 	}
@@ -66,7 +99,7 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 	if !ok {
 		return fmt.Errorf("the CPU executor has no kernel for op %q", n.Op)
 	}
-	o, err := gather(n, env, f32, i32)
+	o, err := e.gather(n, env, f32, i32)
 	if err != nil {
 		return err
 	}
@@ -80,30 +113,22 @@ func (e *Executor) run(n *ir.Node, env ir.Env, f32 map[*ir.Value][]float32, i32 
 type kernel func(e *Executor, n *ir.Node, env ir.Env, o *operands) error
 
 // kernels binds each ir op (docs/CONTRACTS.md) to its kernel in this
-// package.
+// package. Weight matrices (o.m) are in their stored types.
 var kernels = map[string]kernel{
 	"reshape": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return nil // a view, bound by gather
 	},
 	"embedding": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		return Embedding(o.out[0], o.i[0], o.f[1], o.sh[1][0], o.sh[1][1])
+		return embedding(o.out[0], o.i[0], o.m[1])
 	},
 	"rms_norm": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return RMSNorm(o.out[0], o.f[0], o.f[1], o.rows, o.last, float32(n.AttrFloat("eps")))
 	},
 	"matmul": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		return MatMul(o.out[0], o.f[0], o.f[1], o.rows, o.last, o.sh[1][0])
+		return MatMulMatrix(o.out[0], o.f[0], o.m[1], o.rows)
 	},
 	"split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		shapes := make([][]int, len(n.Outputs))
-		for k, v := range n.Outputs {
-			s, err := v.Type.Shape.Eval(env)
-			if err != nil {
-				return err
-			}
-			shapes[k] = s
-		}
-		outer, sizes := axisSplit(shapes, n.AttrInt("axis"))
+		outer, sizes := axisSplit(o.osh, n.AttrInt("axis"))
 		return Split(o.out, o.f[0], outer, sizes)
 	},
 	"concat": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
@@ -136,20 +161,20 @@ var kernels = map[string]kernel{
 	},
 	"moe_experts": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		gate := o.sh[3]
-		return MoEExperts(o.out[0], o.f[0], o.f[1], o.i[2], o.f[3], o.f[4], o.f[5], o.rows, o.last, gate[0], gate[1], o.sh[1][1])
+		return moeExperts(o.out[0], o.f[0], o.f[1], o.i[2], o.m[3], o.m[4], o.m[5], o.rows, o.last, gate[0], gate[1], o.sh[1][1])
 	},
 	"argmax": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return ArgMax(o.ids[0], o.f[0], o.rows, o.last)
 	},
 	// Fused ops (passes/fuse_*.go).
 	"matmul_split": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		return MatMulSplit(o.out, o.f[0], o.f[1], o.rows, o.last, n.AttrInts("sizes"))
+		return matmulSplit(o.out, o.f[0], o.m[1], o.rows, n.AttrInts("sizes"))
 	},
 	"matmul_swiglu": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		return MatMulSwiGLU(o.out[0], o.f[0], o.f[1], o.rows, o.last, o.sh[1][0]/2)
+		return matmulSwiGLU(o.out[0], o.f[0], o.m[1], o.rows)
 	},
 	"matmul_add": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
-		return MatMulAdd(o.out[0], o.f[0], o.f[1], o.f[2], o.rows, o.last, o.sh[1][0])
+		return matmulAdd(o.out[0], o.f[0], o.f[2], o.m[1], o.rows)
 	},
 	"moe_grouped": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return moeGrouped(n, o, o.rows, o.last)
@@ -169,11 +194,11 @@ func moeGrouped(n *ir.Node, o *operands, rows, last int) error {
 	down := len(n.Inputs) - 1 - residual
 	ds := o.sh[down] // [E,H,I]
 	m := &GroupedMoE{T: rows, H: last, I: ds[2], K: o.sh[1][1], E: ds[0], Shared: n.AttrInt("shared"),
-		Down: o.f[down], Descending: n.AttrString("order") == ir.OrderDescending}
+		Down: o.m[down], Descending: n.AttrString("order") == ir.OrderDescending}
 	if layout == ir.GateUpFused {
-		m.GateUp = o.f[3]
+		m.GateUp = o.m[3]
 	} else {
-		m.Gate, m.Up = o.f[3], o.f[4]
+		m.Gate, m.Up = o.m[3], o.m[4]
 	}
 	if residual != 0 {
 		m.Residual = o.f[len(n.Inputs)-1]

@@ -17,8 +17,13 @@ import (
 )
 
 // minParallelWork is the estimated work (multiply-adds) below which a kernel
-// runs on the calling goroutine: starting goroutines costs microseconds.
-const minParallelWork = 1 << 15
+// runs on the calling goroutine. Starting and waking goroutines cost tens of
+// microseconds on a small machine, the time of about 1<<19 multiply-adds:
+// split below 1<<20, decode of the bundled model ran slower on 2 threads
+// than on 1. A helper pool spinning between kernels was tried and was
+// slower still on a shared machine. The tests lower it to 1 so that small
+// shapes split too.
+var minParallelWork = 1 << 20
 
 var maxThreads atomic.Int32 // 0: runtime.GOMAXPROCS
 
@@ -31,9 +36,19 @@ func SetMaxThreads(n int) {
 	maxThreads.Store(int32(n))
 }
 
+// procs caches runtime.GOMAXPROCS(0), which takes the scheduler's lock:
+// every kernel call asks. The executor refreshes it once a step; kernels
+// called on their own read GOMAXPROCS until then.
+var procs atomic.Int32
+
+func refreshProcs() { procs.Store(int32(runtime.GOMAXPROCS(0))) }
+
 // Threads returns the number of goroutines a kernel call may use.
 func Threads() int {
 	if n := int(maxThreads.Load()); n > 0 {
+		return n
+	}
+	if n := int(procs.Load()); n > 0 {
 		return n
 	}
 	return runtime.GOMAXPROCS(0)
@@ -65,19 +80,25 @@ func parallelFor(n, itemWork int, fn func(lo, hi int)) {
 	}
 	size := (n + chunks - 1) / chunks
 	var next atomic.Int64
+	loop := func() {
+		for {
+			lo := int(next.Add(int64(size))) - size
+			if lo >= n {
+				return
+			}
+			fn(lo, min(lo+size, n))
+		}
+	}
+	// The caller is one of the workers: one goroutine fewer to start and
+	// wake.
 	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
 		go func() {
 			defer wg.Done()
-			for {
-				lo := int(next.Add(int64(size))) - size
-				if lo >= n {
-					return
-				}
-				fn(lo, min(lo+size, n))
-			}
+			loop()
 		}()
 	}
+	loop()
 	wg.Wait()
 }
