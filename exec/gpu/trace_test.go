@@ -31,6 +31,7 @@ var traceModels = []traceModel{
 	{name: "laguna-s-2.1", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4},
 	{name: "laguna-xs-2", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4},
 	{name: "laguna-s-2.1-q4_k_m", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m"},
+	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
 		passes: []string{"shapes", "cse", "dce", "memplan"}},
