@@ -15,6 +15,11 @@ import (
 // to bytes (the decode kernels would otherwise unpack them for every 32
 // weights) and (d, dmin) heads.
 
+// QuantLayoutVersion versions the device layouts below: bump it whenever
+// RepackQuant writes different bytes, so that weight cache entries of the
+// old layout are not used.
+const QuantLayoutVersion = 1
+
 // QuantKernelTypes are the types with GEMV kernels, in ggml order.
 var QuantKernelTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS}
 
