@@ -262,6 +262,15 @@ func (c *diskCache) write(key, lowered string, cubin []byte) error {
 	return nil
 }
 
+// WriteCacheEntry stores a kernel's cubin in the kernel cache in dir under
+// key, as a compile does (for tools that fill or test a cache).
+func WriteCacheEntry(dir, key, kernel string, cubin []byte) error {
+	if len(key) < 16 || kernel == "" || len(cubin) == 0 || len(cubin) > maxCubin {
+		return fmt.Errorf("cuda: kernel cache entry: a key, a kernel name and 1 to %d bytes of cubin are needed", maxCubin)
+	}
+	return (&diskCache{dir: dir}).write(key, kernel, cubin)
+}
+
 // CacheEntry is one kernel cache entry, as ReadCacheEntry found it.
 type CacheEntry struct {
 	Key    string // the cache key (hex SHA-256 of the kernel's full signature)
