@@ -47,6 +47,12 @@ func quantPlan(t testing.TB) (*lower.Plan, ckpt.Checkpoint) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ck.Close() })
+	return lowerCheckpoint(t, ck), ck
+}
+
+// lowerCheckpoint is the plan of ck for an H200 (bf16 activations).
+func lowerCheckpoint(t testing.TB, ck ckpt.Checkpoint) *lower.Plan {
+	t.Helper()
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, ck.Config(), models.BuildOptions{WeightDType: ir.BF16})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +70,7 @@ func quantPlan(t testing.TB) (*lower.Plan, ckpt.Checkpoint) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, ck
+	return p
 }
 
 // serialWeights is every uploaded weight converted one after another.
@@ -194,7 +200,8 @@ func TestHostLoadDamagedEntry(t *testing.T) {
 			t.Errorf("weight %s: a damaged entry was used", p.Weights[i].Name)
 		}
 	}
-	if st.Hits != len(want)-st.Rebuilt || st.Rebuilt != len(entries) || len(warnings) != len(entries) {
+	// Weights of identical contents share an entry: one may find it rebuilt.
+	if st.Hits != len(want)-st.Rebuilt || st.Rebuilt < len(entries) || len(warnings) != st.Rebuilt {
 		t.Errorf("%d hits, %d rebuilt, %d warnings; %d entries damaged", st.Hits, st.Rebuilt, len(warnings), len(entries))
 	}
 	if len(warnings) > 0 && !strings.Contains(warnings[0], "damaged") {
