@@ -29,7 +29,7 @@ type Options struct {
 	// weight cache warnings; nil: silent.
 	LoadLog io.Writer
 	// LoadMemory bounds the host bytes held by weights being prepared at
-	// once (0: a quarter of physical memory, between 1 and 32 GiB).
+	// once (0: an eighth of physical memory, between 1 and 16 GiB).
 	LoadMemory int64
 }
 

@@ -102,7 +102,7 @@ func hostLoad(p *lower.Plan, ws WeightSource, c loadConfig, sink func(i int, b [
 			order = append(order, i)
 		}
 	}
-	cost := func(i int) int64 { return min(hostCost(p.Weights[i]), st.Budget) }
+	cost := func(i int) int64 { return min(hostCost(p, i), st.Budget) }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -192,11 +192,16 @@ func hostLoad(p *lower.Plan, ws WeightSource, c loadConfig, sink func(i int, b [
 	return st, err
 }
 
-// hostCost is what preparing w may hold in host memory at once: its device
-// bytes, plus the stored blocks and a split copy (quantised) or float32
-// values (sources of derived weights included).
-func hostCost(w lower.Weight) int64 {
-	if lower.IsQuantLayout(w.Layout) {
+// hostCost is what preparing weight i may hold in host memory at once: its
+// device bytes, plus joined and split copies of its blocks (quantised;
+// none for a gate_up stack repacked in place) or float32 values (sources
+// of derived weights included).
+func hostCost(p *lower.Plan, i int) int64 {
+	w := p.Weights[i]
+	switch {
+	case gateUpInPlace(p, i):
+		return w.Bytes
+	case lower.IsQuantLayout(w.Layout):
 		return 3 * w.Bytes
 	}
 	return w.Bytes + 8*int64(elems(w.Shape))

@@ -66,6 +66,9 @@ func BenchmarkWeightStages(b *testing.B) {
 			}
 		}
 	})
+	if err := c.Put(key, wcache.Meta{Name: "blk.1.ffn_down_exps.weight"}, dst); err != nil {
+		b.Fatal(err)
+	}
 	b.Run("cache-read", func(b *testing.B) {
 		b.SetBytes(int64(len(src)))
 		for b.Loop() {

@@ -20,6 +20,7 @@ import (
 	"lagc/lower"
 	"lagc/models"
 	"lagc/passes"
+	"lagc/quant"
 	"lagc/wcache"
 )
 
@@ -125,8 +126,8 @@ func TestHostLoadMatchesSerial(t *testing.T) {
 		}
 	}
 	var largest int64
-	for _, w := range p.Weights {
-		largest = max(largest, hostCost(w))
+	for i := range p.Weights {
+		largest = max(largest, hostCost(p, i))
 	}
 	dir := t.TempDir()
 	cache := wcache.Open(dir)
@@ -164,6 +165,46 @@ func TestHostLoadMatchesSerial(t *testing.T) {
 				t.Errorf("cold: %d hits, %d of %d written", st.Hits, st.Written, len(want))
 			}
 		})
+	}
+}
+
+// TestGateUpParts: a split gate_up stack repacked from its gate and up
+// stacks in place is the stack joined, split and repacked.
+func TestGateUpParts(t *testing.T) {
+	p, ck := quantPlan(t)
+	n := 0
+	for i, w := range p.Weights {
+		if w.Offset < 0 || w.Layout != lower.LayoutGateUpSplitQuant {
+			continue
+		}
+		n++
+		got, err := convertWeight(p, ck, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qt, _ := quant.ParseType(w.DType)
+		raw, err := rawWeight(p, ck, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, err := splitGateUpRows(raw, w.Shape, qt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, w.Bytes)
+		K := w.Shape[2]
+		if err := lower.RepackQuant(qt, elems(w.Shape)/K, K, split, want); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from joining, splitting and repacking", w.Name)
+		}
+		if _, ok, _ := gateUpParts(p, ck, i); !ok {
+			t.Errorf("%s did not take the in-place path", w.Name)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no split gate_up stack in the plan")
 	}
 }
 
@@ -235,9 +276,9 @@ func (s *countingSource) Raw(name string) ([]byte, error) {
 func TestHostLoadBounded(t *testing.T) {
 	p, ck := quantPlan(t)
 	var costs []int64
-	for _, w := range p.Weights {
+	for i, w := range p.Weights {
 		if w.Offset >= 0 && lower.IsQuantLayout(w.Layout) && w.From == nil {
-			costs = append(costs, hostCost(w))
+			costs = append(costs, hostCost(p, i))
 		}
 	}
 	slices.Sort(costs)

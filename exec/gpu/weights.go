@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -91,22 +92,48 @@ func convertQuant(p *lower.Plan, ws WeightSource, i int) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("weight %s is %s: the weight source cannot give stored blocks", w.Name, t)
 	}
-	raw, err := rawWeight(p, rs, i)
+	parts, ok, err := gateUpParts(p, rs, i)
 	if err != nil {
 		return nil, err
 	}
+	if !ok {
+		raw, err := rawWeight(p, rs, i)
+		if err != nil {
+			return nil, err
+		}
+		if lower.GateUpSplit(w.Layout) {
+			if raw, err = splitGateUpRows(raw, w.Shape, t); err != nil {
+				return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+			}
+		}
+		parts = [][]byte{raw}
+	}
 	K := w.Shape[len(w.Shape)-1]
 	rows := elems(w.Shape) / K
-	if lower.GateUpSplit(w.Layout) {
-		if raw, err = splitGateUpRows(raw, w.Shape, t); err != nil {
-			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-	}
 	dst := make([]byte, w.Bytes)
-	if err := lower.RepackQuant(t, rows, K, raw, dst); err != nil {
+	if err := lower.RepackQuantParts(t, rows, K, parts, dst); err != nil {
 		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
 	}
 	return dst, nil
+}
+
+// gateUpParts gives the split rows of a gate_up stack made by joining a
+// gate and an up stack ([E,I,H] each) along the rows without copying
+// them: the split puts every gate row before every up row, which is the
+// gate stack's blocks, then the up stack's. ok is false for any other
+// weight.
+func gateUpParts(p *lower.Plan, rs RawSource, i int) (parts [][]byte, ok bool, err error) {
+	if !gateUpInPlace(p, i) {
+		return nil, false, nil
+	}
+	for _, s := range p.Weights[i].From.Srcs {
+		b, err := rawWeight(p, rs, s)
+		if err != nil {
+			return nil, false, err
+		}
+		parts = append(parts, b)
+	}
+	return parts, true, nil
 }
 
 // rawWeight is weight i's stored bytes: read, or derived from its
@@ -158,6 +185,24 @@ func rawWeight(p *lower.Plan, rs RawSource, i int) ([]byte, error) {
 		return nil, fmt.Errorf("weight %s: %d bytes of %s, its shape %v needs %d", w.Name, len(b), t, w.Shape, want)
 	}
 	return b, nil
+}
+
+// gateUpInPlace reports whether weight i is a split gate_up stack joined
+// from a gate and an up stack of the same type ([E,I,H] each) along the
+// rows, which gateUpParts repacks without copies.
+func gateUpInPlace(p *lower.Plan, i int) bool {
+	w := p.Weights[i]
+	f := w.From
+	if !lower.GateUpSplit(w.Layout) || f == nil || f.Op != "concat" || f.Axis != 1 || len(f.Srcs) != 2 || len(w.Shape) != 3 {
+		return false
+	}
+	half := []int{w.Shape[0], w.Shape[1] / 2, w.Shape[2]}
+	for _, s := range f.Srcs {
+		if s < 0 || s >= len(p.Weights) || !slices.Equal(p.Weights[s].Shape, half) || p.Weights[s].Source != w.Source {
+			return false
+		}
+	}
+	return true
 }
 
 // splitGateUpRows is splitGateUp on rows of blocks.
