@@ -95,9 +95,9 @@ func TestDamagedEntries(t *testing.T) {
 		name   string
 		damage func(t *testing.T, c *Cache, k Key)
 	}{
-		{"payload bit flip", func(t *testing.T, c *Cache, k Key) { flip(t, c.path(k), -100) }},
-		{"metadata bit flip", func(t *testing.T, c *Cache, k Key) { flip(t, c.path(k), fixedHead+3) }},
-		{"length field", func(t *testing.T, c *Cache, k Key) { flip(t, c.path(k), 24) }},
+		{"payload bit flip", func(t *testing.T, c *Cache, k Key) { fixture.FlipBit(t, c.path(k), -100) }},
+		{"metadata bit flip", func(t *testing.T, c *Cache, k Key) { fixture.FlipBit(t, c.path(k), fixedHead+3) }},
+		{"length field", func(t *testing.T, c *Cache, k Key) { fixture.FlipBit(t, c.path(k), 24) }},
 		{"truncated payload", func(t *testing.T, c *Cache, k Key) { truncate(t, c.path(k), -1) }},
 		{"truncated header", func(t *testing.T, c *Cache, k Key) { truncate(t, c.path(k), 40) }},
 		{"empty", func(t *testing.T, c *Cache, k Key) { truncate(t, c.path(k), 0) }},
@@ -175,21 +175,6 @@ func TestDamagedEntries(t *testing.T) {
 				t.Error("rebuilt entry differs")
 			}
 		})
-	}
-}
-
-func flip(t *testing.T, p string, at int64) {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if at < 0 {
-		at += int64(len(b))
-	}
-	b[at] ^= 0x10
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

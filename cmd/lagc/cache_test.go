@@ -11,6 +11,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/internal/cachedir"
+	"lagc/internal/fixture"
 	"lagc/wcache"
 )
 
@@ -56,14 +57,7 @@ func fillCaches(t *testing.T) (root string, damagedKernel, damagedWeight, oldWei
 		}
 	}
 	damagedWeight = filepath.Join(wdir, hexKey('d')+wcache.EntrySuffix)
-	b, err := os.ReadFile(damagedWeight)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)-1] ^= 1
-	if err := os.WriteFile(damagedWeight, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fixture.FlipBit(t, damagedWeight, -1) // in the payload: the header stays sound
 	oldWeight = filepath.Join(wdir, hexKey('e')+wcache.EntrySuffix)
 	old := time.Now().Add(-3 * time.Hour)
 	if err := os.Chtimes(oldWeight, old, old); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"lagc/ckpt"
+	"lagc/internal/fixture"
 	"lagc/ir"
 	"lagc/lower"
 	"lagc/models"
@@ -222,16 +223,8 @@ func TestHostLoadDamagedEntry(t *testing.T) {
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("no entries written: %v", err)
 	}
-	// Flip a payload byte of every entry.
 	for _, e := range entries {
-		b, err := os.ReadFile(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b[len(b)-1] ^= 1
-		if err := os.WriteFile(e, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		fixture.FlipBit(t, e, -1) // in the payload
 	}
 	var mu sync.Mutex
 	var warnings []string

@@ -17,6 +17,7 @@ import (
 	"lagc/engine"
 	"lagc/exec/gpu"
 	"lagc/internal/cachedir"
+	"lagc/internal/fixture"
 	"lagc/wcache"
 )
 
@@ -92,14 +93,7 @@ func TestWeightCacheGPU(t *testing.T) {
 		t.Fatal("no entries in the cache")
 	}
 	for _, e := range entries {
-		b, err := os.ReadFile(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b[len(b)-1] ^= 0x40
-		if err := os.WriteFile(e, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		fixture.FlipBit(t, e, -1) // in the payload
 	}
 	damaged := load(false)
 	// Weights of identical contents share an entry: one may find it rebuilt.
