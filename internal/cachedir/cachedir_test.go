@@ -10,13 +10,17 @@ import (
 )
 
 func TestDirs(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", "/xdg")
-	t.Setenv("HOME", "/home/u")
+	t.Setenv(Env, "")
+	user, err := os.UserCacheDir()
+	if err != nil {
+		t.Skipf("no user cache directory: %v", err)
+	}
+	base := filepath.Join(user, "lagc")
 	for _, c := range []struct {
 		env                    string
 		root, kernels, weights string
 	}{
-		{"", "/xdg/lagc", "/xdg/lagc/kernels", "/xdg/lagc/weights"},
+		{"", base, filepath.Join(base, "kernels"), filepath.Join(base, "weights")},
 		{"/c", "/c", "/c", "/c/weights"},
 	} {
 		t.Setenv(Env, c.env)
