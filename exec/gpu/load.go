@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -41,7 +42,7 @@ type LoadStats struct {
 	Weights  int    // weights uploaded
 	Bytes    int64  // their device bytes
 	Hits     int    // weights copied from the weight cache
-	HitBytes int64  //
+	HitBytes int64  // their device bytes
 	Written  int    // cache entries written
 	Rebuilt  int    // damaged entries found (and rebuilt)
 	Cache    string // the cache directory, or "off: WHY"
@@ -69,6 +70,20 @@ type loadConfig struct {
 	budget  int64
 	warn    func(msg string) // damaged entries, write failures; nil: silent
 	source  string           // the checkpoint, recorded in entries
+	// failed says which cache failures were warned about: an entry that
+	// cannot be read (other than missing or damaged) or written (a full or
+	// read-only disk) is reported once; after a failed write no more are
+	// tried.
+	failed *loadFailures
+}
+
+type loadFailures struct{ read, write atomic.Bool }
+
+// warnf reports through c.warn, if set.
+func (c loadConfig) warnf(format string, a ...any) {
+	if c.warn != nil {
+		c.warn(fmt.Sprintf(format, a...))
+	}
 }
 
 // ExtentSource is a WeightSource that says where each tensor's stored bytes
@@ -254,16 +269,12 @@ func prepareWeight(p *lower.Plan, ws WeightSource, c loadConfig, i int, st *work
 		case err == nil: // sound, but not this weight's size: a key collision or a bug
 			e.Close()
 			st.rebuilt = true
-			if c.warn != nil {
-				c.warn(fmt.Sprintf("weight cache entry for %s has %d bytes, the plan %d: rebuilt", w.Name, len(e.Data), w.Bytes))
-			}
+			c.warnf("weight cache entry for %s has %d bytes, the plan %d: rebuilt", w.Name, len(e.Data), w.Bytes)
 		case errors.Is(err, wcache.ErrCorrupt):
 			st.rebuilt = true
-			if c.warn != nil {
-				c.warn(fmt.Sprintf("weight cache entry for %s was damaged (%v): rebuilt", w.Name, err))
-			}
-		case !errors.Is(err, fs.ErrNotExist) && c.warn != nil:
-			c.warn(fmt.Sprintf("weight cache: %v (converting %s instead)", err, w.Name))
+			c.warnf("weight cache entry for %s was damaged (%v): rebuilt", w.Name, err)
+		case !errors.Is(err, fs.ErrNotExist) && (c.failed == nil || c.failed.read.CompareAndSwap(false, true)):
+			c.warnf("weight cache: %v (converting instead)", err)
 		}
 	}
 	t := time.Now()
@@ -272,14 +283,17 @@ func prepareWeight(p *lower.Plan, ws WeightSource, c loadConfig, i int, st *work
 	if err != nil {
 		return prepared{err: err}
 	}
-	if c.cache != nil {
+	if c.cache != nil && (c.failed == nil || !c.failed.write.Load()) {
 		t = time.Now()
 		err := c.cache.Put(key, wcache.Meta{Name: w.Name, DType: w.DType, Shape: w.Shape, Layout: w.Layout, Source: c.source}, b)
 		st.write = time.Since(t)
-		if err == nil {
+		switch {
+		case err == nil:
 			st.written = true
-		} else if c.warn != nil {
-			c.warn(err.Error())
+		case c.failed == nil:
+			c.warnf("%v", err)
+		case c.failed.write.CompareAndSwap(false, true):
+			c.warnf("%v; loading on without writing entries", err)
 		}
 	}
 	return prepared{data: b}
@@ -363,7 +377,7 @@ func weightKeyV(p *lower.Plan, i int, sum func(name string) (wcache.Sum, error),
 // loadConfigFor is the load of e's options: the default cache unless
 // disabled (option or LAGC_WEIGHT_CACHE=off) or ws cannot key entries.
 func loadConfigFor(o Options, ws WeightSource, warn func(string)) loadConfig {
-	c := loadConfig{workers: runtime.GOMAXPROCS(0), budget: o.LoadMemory, warn: warn}
+	c := loadConfig{workers: runtime.GOMAXPROCS(0), budget: o.LoadMemory, warn: warn, failed: &loadFailures{}}
 	if c.budget <= 0 {
 		c.budget = defaultLoadBudget()
 	}

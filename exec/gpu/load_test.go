@@ -247,6 +247,30 @@ func TestHostLoadDamagedEntry(t *testing.T) {
 	}
 }
 
+// TestHostLoadUnwritableCache: a cache that cannot be read or written is
+// warned about once each, and every weight is still right.
+func TestHostLoadUnwritableCache(t *testing.T) {
+	p, ck := quantPlan(t)
+	want := serialWeights(t, p, ck)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var warnings []string
+	c := loadConfig{workers: 3, budget: 1 << 40, cache: wcache.Open(notDir), hasher: wcache.NewHasher(""), failed: &loadFailures{},
+		warn: func(m string) { mu.Lock(); warnings = append(warnings, m); mu.Unlock() }}
+	_, got, st := collect(t, p, ck, c)
+	for i, b := range want {
+		if !bytes.Equal(got[i], b) {
+			t.Errorf("weight %s differs", p.Weights[i].Name)
+		}
+	}
+	if st.Written != 0 || len(warnings) != 2 || !strings.Contains(warnings[0]+warnings[1], "without writing entries") {
+		t.Errorf("%d written; warnings %q", st.Written, warnings)
+	}
+}
+
 // countingSource counts conversions of weights running at once.
 type countingSource struct {
 	ckpt.Checkpoint
