@@ -42,6 +42,8 @@ func TestImportGraph(t *testing.T) {
 		{"lagc/lower", "lagc/exec/cpu", "lower decides launches without the executor"},
 		{"lagc/passes", "lagc/lower", "passes run before lowering"},
 		{"lagc/ir", "lagc/passes", "the IR knows no passes"},
+		{"lagc/wcache", "lagc/cuda", "the weight cache is host code: it runs and is tested without a GPU"},
+		{"lagc/wcache", "lagc/exec/gpu", "the weight cache is host code: it runs and is tested without a GPU"},
 	} {
 		if deps(t, c.pkg)[c.forbidden] {
 			t.Errorf("%s imports %s: %s", c.pkg, c.forbidden, c.why)

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"lagc/internal/fsutil"
+	"lagc/internal/mmap"
 )
 
 // TensorInfo describes one canonical tensor.
@@ -102,6 +103,7 @@ type mappedFile struct {
 	path  string
 	data  []byte
 	unmap func() error
+	info  os.FileInfo // of the file mapped (nil for one read from an fs.FS)
 }
 
 func mapPath(path string) (*mappedFile, error) {
@@ -110,11 +112,15 @@ func mapPath(path string) (*mappedFile, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, unmap, err := mapFile(f)
+	info, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &mappedFile{path: path, data: data, unmap: unmap}, nil
+	data, unmap, err := mmap.Map(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &mappedFile{path: path, data: data, unmap: unmap, info: info}, nil
 }
 
 // piece is a byte range of a mapped file; a canonical tensor is the
@@ -194,6 +200,30 @@ func (c *checkpoint) Raw(name string) ([]byte, error) {
 	out := make([]byte, 0, e.info.Size)
 	for _, p := range e.pieces {
 		out = append(out, p.bytes()...)
+	}
+	return out, nil
+}
+
+// Extent is a byte range of a checkpoint file holding part of a tensor's
+// stored bytes.
+type Extent struct {
+	Path   string
+	Info   os.FileInfo // the file as it was opened (fstat); nil when not read from disk
+	Offset int64
+	Data   []byte // the mapped bytes: read-only, valid until Close
+}
+
+// Extents returns where the stored bytes of tensor name lie, in order: Raw
+// is their concatenation. ckpt.Checkpoint values returned by Open have it;
+// callers keying caches by file identity use it to avoid copies.
+func (c *checkpoint) Extents(name string) ([]Extent, error) {
+	e, err := c.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Extent, len(e.pieces))
+	for i, p := range e.pieces {
+		out[i] = Extent{Path: p.file.path, Info: p.file.info, Offset: p.off, Data: p.bytes()}
 	}
 	return out, nil
 }

@@ -336,6 +336,9 @@ const chunkElems = 1 << 22
 
 // writeTensor streams one tensor, converting piece by piece in chunks.
 func writeTensor(w io.Writer, ck Checkpoint, t TensorInfo, out DType) error {
+	if s, ok := ck.(*synthetic); ok && t.DType == out {
+		return s.stream(w, t)
+	}
 	c, ok := ck.(*checkpoint)
 	if !ok {
 		// Another implementation: go through its public methods.

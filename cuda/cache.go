@@ -7,31 +7,29 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"lagc/internal/cachedir"
 	"lagc/internal/fsutil"
 )
 
 // EnvCacheDir overrides the on-disk kernel cache directory.
-const EnvCacheDir = "LAGC_CACHE_DIR"
+const EnvCacheDir = cachedir.Env
 
 // CacheDir is where compiled kernels are kept: $LAGC_CACHE_DIR, else
 // os.UserCacheDir()/lagc/kernels.
 func CacheDir() (string, error) {
-	if d := os.Getenv(EnvCacheDir); d != "" {
-		return d, nil
-	}
-	base, err := os.UserCacheDir()
+	d, err := cachedir.Kernels()
 	if err != nil {
-		return "", fmt.Errorf("cuda: no user cache directory (set %s): %w", EnvCacheDir, err)
+		return "", fmt.Errorf("cuda: %w", err)
 	}
-	return filepath.Join(base, "lagc", "kernels"), nil
+	return d, nil
 }
 
 // CacheStats counts how Compile calls were served.
@@ -212,31 +210,14 @@ type diskCache struct {
 	sweep sync.Once
 }
 
-// tempPrefix starts the names of entries being written.
-const tempPrefix = ".tmp-"
+// EntrySuffix ends the names of kernel cache entries.
+const EntrySuffix = ".cubin"
 
-// staleTemp is the age after which a temporary file is taken to belong to
-// a writer that was killed (a write takes milliseconds).
-const staleTemp = time.Hour
+func (c *diskCache) path(key string) string { return filepath.Join(c.dir, key+EntrySuffix) }
 
-func (c *diskCache) path(key string) string { return filepath.Join(c.dir, key+".cubin") }
-
-// sweepTemps removes temporary files older than staleTemp, once per cache.
+// sweepTemps removes temporary files of killed writers, once per cache.
 func (c *diskCache) sweepTemps() {
-	c.sweep.Do(func() {
-		ents, err := os.ReadDir(c.dir)
-		if err != nil {
-			return
-		}
-		for _, e := range ents {
-			if !strings.HasPrefix(e.Name(), tempPrefix) || e.IsDir() {
-				continue
-			}
-			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
-				_ = os.Remove(filepath.Join(c.dir, e.Name()))
-			}
-		}
-	})
+	c.sweep.Do(func() { cachedir.SweepTemps(c.dir) })
 }
 
 // read returns the entry for key; errCorruptEntry (after removing the file)
@@ -268,29 +249,53 @@ func (c *diskCache) read(key string) (string, []byte, error) {
 	return lowered, cubin, nil
 }
 
-// write stores an entry atomically: temp file in the same directory, then
-// rename over the final name.
+// write stores an entry atomically (cachedir.Write).
 func (c *diskCache) write(key, lowered string, cubin []byte) error {
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return fmt.Errorf("cuda: kernel cache: %w", err)
-	}
 	c.sweepTemps()
-	f, err := os.CreateTemp(c.dir, tempPrefix+key[:16]+"-*")
+	err := cachedir.Write(c.dir, key+EntrySuffix, func(w io.Writer) error {
+		_, err := w.Write(encodeEntry(key, lowered, cubin))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("cuda: kernel cache: %w", err)
 	}
-	tmp := f.Name()
-	_, werr := f.Write(encodeEntry(key, lowered, cubin))
-	cerr := f.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, c.path(key))
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("cuda: kernel cache: writing %s: %w", c.path(key), werr)
-	}
 	return nil
+}
+
+// WriteCacheEntry stores a kernel's cubin in the kernel cache in dir under
+// key, as a compile does (for tools that fill or test a cache).
+func WriteCacheEntry(dir, key, kernel string, cubin []byte) error {
+	if len(key) < 16 || kernel == "" || len(cubin) == 0 || len(cubin) > maxCubin {
+		return fmt.Errorf("cuda: kernel cache entry: a key, a kernel name and 1 to %d bytes of cubin are needed", maxCubin)
+	}
+	return (&diskCache{dir: dir}).write(key, kernel, cubin)
+}
+
+// CacheEntry is one kernel cache entry, as ReadCacheEntry found it.
+type CacheEntry struct {
+	Key    string // the cache key (hex SHA-256 of the kernel's full signature)
+	Kernel string // the lowered kernel name
+	Cubin  int    // bytes of machine code
+}
+
+// ReadCacheEntry reads and verifies the kernel cache entry at path (for
+// lagc cache): its checksum, and that it is stored under its own key.
+func ReadCacheEntry(path string) (CacheEntry, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return CacheEntry{}, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxEntry {
+		return CacheEntry{}, fmt.Errorf("%w: not a regular file of at most %d bytes", errCorruptEntry, int64(maxEntry))
+	}
+	data, err := fsutil.ReadFile(path, maxEntry)
+	if err != nil {
+		return CacheEntry{}, err
+	}
+	key := strings.TrimSuffix(filepath.Base(path), EntrySuffix)
+	lowered, cubin, err := decodeEntry(data, key)
+	if err != nil {
+		return CacheEntry{}, err
+	}
+	return CacheEntry{Key: key, Kernel: lowered, Cubin: len(cubin)}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"lagc/internal/atomicfile"
+	"lagc/internal/cachedir"
 	"lagc/internal/fixture"
 )
 
@@ -64,14 +66,14 @@ func TestDiskCacheOversized(t *testing.T) {
 // once stale; a fresh one (a writer at work) is kept.
 func TestDiskCacheSweepsTemps(t *testing.T) {
 	dc := &diskCache{dir: t.TempDir()}
-	stale := filepath.Join(dc.dir, tempPrefix+"0011223344556677-123")
-	fresh := filepath.Join(dc.dir, tempPrefix+"0011223344556677-456")
+	stale := filepath.Join(dc.dir, testKey+EntrySuffix+".0011223344556677"+atomicfile.TempSuffix)
+	fresh := filepath.Join(dc.dir, testKey+EntrySuffix+".8899aabbccddeeff"+atomicfile.TempSuffix)
 	for _, p := range []string{stale, fresh} {
 		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	old := time.Now().Add(-2 * staleTemp)
+	old := time.Now().Add(-2 * cachedir.StaleTemp)
 	if err := os.Chtimes(stale, old, old); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,9 @@ type Options struct {
 	Chunk   int    // prefill tokens per step (0: 2048)
 	Eager   bool   // launch every decode kernel instead of replaying a CUDA graph
 	Profile bool   // time every kernel (eager); the backend writes it as pprof
+	// NoWeightCache converts every weight at load instead of using the
+	// on-disk weight cache (gpu.Options.NoWeightCache).
+	NoWeightCache bool
 }
 
 // Model is a loaded checkpoint ready to run.
@@ -130,12 +133,10 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 				return nil, fmt.Errorf("--dtype %q: the GPU runs bf16 or f32", o.DType)
 			}
 		}
-		src := withProgress(ck, g, o.Progress)
-		ex, err := gpu.Compile(g, src, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
-			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile}})
-		if ps, ok := src.(*progressSource); ok && err == nil {
-			ps.bar.Done()
-		}
+		// The executor reports loading itself: weights come from its
+		// weight cache or are converted, several at once.
+		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
+			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile, NoWeightCache: o.NoWeightCache, LoadLog: o.Progress}})
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)
 		}

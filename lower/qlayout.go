@@ -15,6 +15,11 @@ import (
 // to bytes (the decode kernels would otherwise unpack them for every 32
 // weights) and (d, dmin) heads.
 
+// QuantLayoutVersion versions the device layouts below: bump it whenever
+// RepackQuant writes different bytes, so that weight cache entries of the
+// old layout are not used.
+const QuantLayoutVersion = 1
+
 // QuantKernelTypes are the types with GEMV kernels, in ggml order.
 var QuantKernelTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS}
 
@@ -70,35 +75,54 @@ func QuantDeviceBytes(t quant.Type, rows, K int) (int64, error) {
 // RepackQuant writes the ggml blocks of a [rows, K] matrix (src, row-major)
 // into dst in the device layout (dst has QuantDeviceBytes bytes).
 func RepackQuant(t quant.Type, rows, K int, src, dst []byte) error {
+	return RepackQuantParts(t, rows, K, [][]byte{src}, dst)
+}
+
+// RepackQuantParts is RepackQuant of a matrix whose blocks are the
+// concatenation of parts (each whole blocks), without joining them first.
+func RepackQuantParts(t quant.Type, rows, K int, parts [][]byte, dst []byte) error {
 	n, err := QuantDeviceBytes(t, rows, K)
 	if err != nil {
 		return err
 	}
 	blocks := int64(rows) * int64(K) / int64(t.BlockElems())
 	bb := int64(t.BlockBytes())
-	if int64(len(src)) != blocks*bb || int64(len(dst)) != n {
+	var have int64
+	for _, p := range parts {
+		if int64(len(p))%bb != 0 {
+			return fmt.Errorf("repacking %s [%d, %d]: a part of %d bytes is not whole blocks of %d", t, rows, K, len(p), bb)
+		}
+		have += int64(len(p))
+	}
+	if have != blocks*bb || int64(len(dst)) != n {
 		return fmt.Errorf("repacking %s [%d, %d]: have %d source and %d destination bytes, need %d and %d",
-			t, rows, K, len(src), len(dst), blocks*bb, n)
+			t, rows, K, have, len(dst), blocks*bb, n)
 	}
 	sp, ok := quantSplit(t)
 	if !ok {
-		copy(dst, src)
+		at := 0
+		for _, p := range parts {
+			at += copy(dst[at:], p)
+		}
 		return nil
 	}
 	heads := align256(blocks * int64(sp.body))
 	kq := t == quant.Q4_K || t == quant.Q5_K
-	for b := int64(0); b < blocks; b++ {
-		blk := src[b*bb : (b+1)*bb]
-		copy(dst[heads+b*int64(sp.head):], blk[sp.headAt:sp.headAt+sp.head])
-		if kq {
-			kBody(dst[b*int64(sp.body):(b+1)*int64(sp.body)], blk)
-			continue
+	b := int64(0) // block index in the whole matrix
+	for _, src := range parts {
+		for o := int64(0); o < int64(len(src)); o, b = o+bb, b+1 {
+			blk := src[o : o+bb]
+			copy(dst[heads+b*int64(sp.head):], blk[sp.headAt:sp.headAt+sp.head])
+			if kq {
+				kBody(dst[b*int64(sp.body):(b+1)*int64(sp.body)], blk)
+				continue
+			}
+			body := blk[:sp.headAt]
+			if sp.headAt == 0 {
+				body = blk[sp.head:]
+			}
+			copy(dst[b*int64(sp.body):], body[:sp.body])
 		}
-		body := blk[:sp.headAt]
-		if sp.headAt == 0 {
-			body = blk[sp.head:]
-		}
-		copy(dst[b*int64(sp.body):], body[:sp.body])
 	}
 	return nil
 }

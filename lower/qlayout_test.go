@@ -52,6 +52,18 @@ func TestRepackQuant(t *testing.T) {
 		if err := RepackQuant(qt, rows, K+1, src, dst); err == nil {
 			t.Errorf("%s: a row width off the block size was accepted", qt)
 		}
+		// In parts (split anywhere between blocks), the same bytes.
+		cut := bb * (nb/2 + 1)
+		parts := make([]byte, n)
+		if err := RepackQuantParts(qt, rows, K, [][]byte{src[:cut], nil, src[cut:]}, parts); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(parts, dst) {
+			t.Errorf("%s: repacking in parts differs", qt)
+		}
+		if err := RepackQuantParts(qt, rows, K, [][]byte{src[:cut+1], src[cut+1:]}, parts); err == nil {
+			t.Errorf("%s: a part of partial blocks was accepted", qt)
+		}
 	}
 }
 

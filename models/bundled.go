@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"lagc/ckpt"
+	"lagc/internal/cachedir"
 )
 
 // The bundled model: a small Laguna-architecture MoE trained on Go source
@@ -29,7 +30,7 @@ var bundledRoot embed.FS
 // EnvCacheDir names the environment variable that overrides lagc's cache
 // root (default os.UserCacheDir()/lagc); the bundled model is extracted
 // under ROOT/bundled/HASH.
-const EnvCacheDir = "LAGC_CACHE_DIR"
+const EnvCacheDir = cachedir.Env
 
 type bundledFile struct {
 	name string
@@ -99,16 +100,7 @@ func BundledHash() (string, error) {
 
 // CacheRoot returns lagc's cache root: $LAGC_CACHE_DIR if set, else
 // os.UserCacheDir()/lagc.
-func CacheRoot() (string, error) {
-	if d := os.Getenv(EnvCacheDir); d != "" {
-		return d, nil
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no user cache directory (set %s): %w", EnvCacheDir, err)
-	}
-	return filepath.Join(base, "lagc"), nil
-}
+func CacheRoot() (string, error) { return cachedir.Root() }
 
 // BundledName is how messages name the bundled model.
 const BundledName = "bundled model"

@@ -44,6 +44,7 @@ type benchFlags struct {
 	chunk                         int
 	bw                            float64
 	seed                          uint64
+	weightCache                   weightCacheFlag
 }
 
 func setupBench(fs *flag.FlagSet) func([]string) error {
@@ -86,6 +87,7 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.StringVar(&f.profile, "profile", "", "write the profiled decode and prefill-2048 runs' kernel times to FILE (pprof)")
 	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu: the reference executor on a checkpoint (default the bundled model)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU only: goroutines per kernel (0: GOMAXPROCS)")
+	addWeightCacheFlag(fs, &f.weightCache)
 	return f
 }
 
@@ -123,6 +125,57 @@ type benchReport struct {
 	DecodeLayerFrac float64 `json:"decode_moe_layer_roofline_fraction"`
 	PrefillLayerMs  float64 `json:"prefill_2048_moe_layer_ms"`
 	ScaledNote      string  `json:"scaling"`
+	// Load: how --model's weights were loaded (absent with synthetic ones).
+	Load *loadReport `json:"load,omitempty"`
+}
+
+// loadReport is the time of a checkpoint's load, by stage. The stage times
+// are summed over the workers that prepare weights at once; uploading is
+// one goroutine's.
+type loadReport struct {
+	Seconds       float64 `json:"seconds"`         // plan, allocation, weights and kernels
+	WeightSeconds float64 `json:"weights_seconds"` // preparing and uploading the weights
+	Cache         string  `json:"weight_cache"`    // its directory, or "off: why"
+	Weights       int     `json:"weights"`
+	Bytes         int64   `json:"bytes"`
+	Hits          int     `json:"cache_hits"`
+	HitBytes      int64   `json:"cache_hit_bytes"`
+	Written       int     `json:"cache_written"`
+	Rebuilt       int     `json:"cache_rebuilt"`
+	Workers       int     `json:"workers"`
+	Budget        int64   `json:"budget_bytes"`
+	HashedBytes   int64   `json:"hashed_bytes"`
+	MemoisedBytes int64   `json:"memoised_bytes"`
+	Hash          float64 `json:"hash_seconds"`
+	Read          float64 `json:"cache_read_seconds"`
+	Convert       float64 `json:"convert_seconds"`
+	Write         float64 `json:"cache_write_seconds"`
+	Upload        float64 `json:"upload_seconds"`
+}
+
+func newLoadReport(total time.Duration, st gpu.LoadStats) *loadReport {
+	return &loadReport{Seconds: total.Seconds(), WeightSeconds: st.Wall.Seconds(), Cache: st.Cache,
+		Weights: st.Weights, Bytes: st.Bytes, Hits: st.Hits, HitBytes: st.HitBytes, Written: st.Written,
+		Rebuilt: st.Rebuilt, Workers: st.Workers, Budget: st.Budget, HashedBytes: st.HashedBytes,
+		MemoisedBytes: st.MemoisedBytes, Hash: st.Hash.Seconds(), Read: st.Read.Seconds(),
+		Convert: st.Convert.Seconds(), Write: st.Write.Seconds(), Upload: st.Upload.Seconds()}
+}
+
+func printLoad(w io.Writer, l *loadReport) {
+	fmt.Fprintf(w, "load: %.2fs (weights %.2fs: %d, %s; the rest is planning, allocation and kernels)\n",
+		l.Seconds, l.WeightSeconds, l.Weights, lower.FormatBytes(l.Bytes))
+	switch {
+	case strings.HasPrefix(l.Cache, "off"):
+		fmt.Fprintf(w, "weight cache %s\n", l.Cache)
+	case l.Hits == l.Weights:
+		fmt.Fprintf(w, "weight cache: hit, all %d weights (%s) from %s\n", l.Hits, lower.FormatBytes(l.HitBytes), l.Cache)
+	default:
+		fmt.Fprintf(w, "weight cache: %d of %d weights hit (%s), %d entries written, %d damaged and rebuilt, in %s\n",
+			l.Hits, l.Weights, lower.FormatBytes(l.HitBytes), l.Written, l.Rebuilt, l.Cache)
+	}
+	fmt.Fprintf(w, "weight stages, summed over %d workers (at most %s in flight): reading+hashing sources %.2fs (%s hashed, %s from the memo), cache reads %.2fs, converting %.2fs, cache writes %.2fs; uploading %.2fs (one goroutine, in plan order)\n\n",
+		l.Workers, lower.FormatBytes(l.Budget), l.Hash, lower.FormatBytes(l.HashedBytes), lower.FormatBytes(l.MemoisedBytes),
+		l.Read, l.Convert, l.Write, l.Upload)
 }
 
 type decodeRow struct {
@@ -193,11 +246,13 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if ck != nil {
 		ws = ck
 	}
+	loadStart := time.Now()
 	ex, err := gpu.Compile(g, ws, benchConfig(f, dt, sizes))
 	if err != nil {
 		return err
 	}
 	defer ex.Close()
+	loadTime := time.Since(loadStart)
 	plan := ex.Plan()
 	props := ex.Kernels().Dev.Props()
 	weights := "synthetic"
@@ -209,6 +264,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 		WeightBytes: plan.WeightBytes, Bandwidth: f.bw, Passes: ran, Kernels: len(g.Nodes) - g.OpCounts()["reshape"]}
 	if ck != nil {
 		rep.Weights = f.model
+		rep.Load = newLoadReport(loadTime, ex.LoadStats())
 	}
 	rep.WeightBytes48 = fullWeightBytes(plan, cfg, full)
 	rep.KVBytes = plan.KVBytes
@@ -360,7 +416,11 @@ func benchConfig(f *benchFlags, dt ir.DType, sizes []int) gpu.Config {
 	for _, n := range sizes {
 		maxCtx = max(maxCtx, n)
 	}
-	return gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx}
+	c := gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx}
+	if f.model != "" {
+		c.NoWeightCache, c.LoadLog = f.weightCache.off, os.Stderr
+	}
+	return c
 }
 
 func writeBenchProfile(path string, entries []gpu.ProfileEntry, steps map[string]int) error {
@@ -631,6 +691,9 @@ func printBench(w io.Writer, r *benchReport) {
 		lower.FormatBytes(r.WeightBytes), lower.FormatBytes(r.WeightBytes48), lower.FormatBytes(r.KVBytes), r.Context,
 		lower.FormatBytes(r.ArenaBytes), lower.FormatBytes(r.WorkspaceBytes))
 	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s\n\n", r.Runs, r.Bandwidth/1e12)
+	if r.Load != nil {
+		printLoad(w, r.Load)
+	}
 	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
 		r.Context, lower.FormatBytes(r.BytesPerToken), lower.FormatBytes(r.BytesPerToken48), lower.FormatBytes(r.LayerBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

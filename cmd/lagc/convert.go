@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"lagc/ckpt"
+	"lagc/config"
 	"lagc/engine"
 	"lagc/progress"
 )
@@ -21,7 +22,7 @@ func init() {
 	register(&command{
 		name:    "convert",
 		summary: "convert a Laguna checkpoint (HF safetensors or GGUF) to GGUF with llama.cpp's laguna names",
-		usage:   "convert --model CKPT -o OUT.gguf [--dtype keep|f32|f16|bf16 | --quant TYPE|RECIPE]",
+		usage:   "convert (--model CKPT | --synthetic --preset NAME [--layers N]) -o OUT.gguf [--dtype keep|f32|f16|bf16 | --quant TYPE|RECIPE]",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var o convertOpts
 			fs.StringVar(&o.model, "model", "", "checkpoint to convert: HF directory (config.json + safetensors) or .gguf file")
@@ -31,9 +32,16 @@ func init() {
 			fs.StringVar(&o.quant, "quant", "", "quantise the weight matrices: a type (every matrix in it, with llama-quantize's fallbacks) or a recipe; one of "+
 				strings.Join(ckpt.RecipeNames(), ", ")+"; vectors, norms and the router stay f32")
 			fs.StringVar(&o.name, "name", "", "general.name to record (default: the checkpoint's base name)")
+			fs.BoolVar(&o.synthetic, "synthetic", false, "write random weights of a preset's shapes instead of converting a checkpoint (with --preset; for load benchmarks)")
+			fs.StringVar(&o.preset, "preset", "", "with --synthetic: the model shape, one of "+strings.Join(config.PresetNames(), ", "))
+			fs.IntVar(&o.layers, "layers", 0, "with --synthetic: only the first N layers (0: all)")
+			fs.Uint64Var(&o.seed, "seed", 1, "with --synthetic: the random seed (the same seed writes the same file)")
 			return func(args []string) error {
 				if len(args) != 0 {
 					return fmt.Errorf("%w: unexpected arguments %q (the checkpoint goes in --model)", errUsage, args)
+				}
+				if set := setFlags(fs); o.synthetic || set["preset"] || set["layers"] || set["seed"] {
+					return runConvertSynthetic(o, fs.Output())
 				}
 				if o.model == "" || o.out == "" {
 					return fmt.Errorf("%w: --model and -o are required", errUsage)
@@ -46,6 +54,10 @@ func init() {
 
 type convertOpts struct {
 	model, out, dtype, quant, name string
+	synthetic                      bool
+	preset                         string
+	layers                         int
+	seed                           uint64
 }
 
 func runConvert(o convertOpts, log io.Writer) error {
@@ -99,6 +111,12 @@ func runConvert(o convertOpts, log io.Writer) error {
 	default:
 		opt.Extra = tok
 	}
+	return writeConverted(o, src, opt, total, start, log)
+}
+
+// writeConverted writes src to o.out under opt, reads the result back and
+// validates it, reporting on log.
+func writeConverted(o convertOpts, src ckpt.Checkpoint, opt ckpt.WriteOptions, total int64, start time.Time, log io.Writer) error {
 	bar := progress.New(log, "convert", total, "B")
 	opt.Progress = func(done, n int, t ckpt.TensorInfo, out ckpt.DType) { bar.Add(t.Size) }
 	// Ctrl-C or SIGTERM stops the write and removes the temporary file;

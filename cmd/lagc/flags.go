@@ -63,3 +63,31 @@ func parseLayers(s string, n int) (func(int) bool, error) {
 	}
 	return func(l int) bool { return set[l] }, nil
 }
+
+// weightCacheFlag is --weight-cache on|off: whether the GPU executor keeps
+// converted weights in the on-disk weight cache.
+type weightCacheFlag struct{ off bool }
+
+func (f *weightCacheFlag) String() string {
+	if f == nil || !f.off {
+		return "on"
+	}
+	return "off"
+}
+
+func (f *weightCacheFlag) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "on", "true", "1":
+		f.off = false
+	case "off", "false", "0":
+		f.off = true
+	default:
+		return fmt.Errorf("expected on or off, got %q", v)
+	}
+	return nil
+}
+
+// addWeightCacheFlag defines --weight-cache on fs, stored in f.
+func addWeightCacheFlag(fs *flag.FlagSet, f *weightCacheFlag) {
+	fs.Var(f, "weight-cache", "GPU: on keeps converted weights in the on-disk weight cache ($LAGC_CACHE_DIR/weights; see lagc cache); off converts them at every load")
+}

@@ -27,7 +27,7 @@ func init() {
 		groups: []flagGroup{
 			{"Prompt (one of --prompt, --prompt-file, --prompt-ids, --chat)", []string{"prompt", "prompt-file", "prompt-ids", "chat", "system", "raw"}},
 			{"Generation", []string{"n", "stop", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed"}},
-			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype"}},
+			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype", "weight-cache"}},
 			{"Output", []string{"json", "logits", "verbose", "profile"}},
 			{"Graph (for engine development)", []string{"yaml", "passes", "disable-pass"}},
 		},
@@ -48,6 +48,7 @@ type runFlags struct {
 	repeatPenalty                        float64
 	seed                                 uint64
 	raw                                  bool
+	weightCache                          weightCacheFlag
 	set                                  map[string]bool // flags given on the command line
 }
 
@@ -80,6 +81,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing); the CPU computes in f32")
 	fs.StringVar(&f.profile, "profile", "", "GPU: write the GPU time of every kernel (eager launches) to FILE as a pprof profile")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length (KV cache size); 0: the model's max_position_embeddings")
+	addWeightCacheFlag(fs, &f.weightCache)
 	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fs.StringVar(&f.yaml, "yaml", "", "model description (default: the embedded models/laguna.yaml)")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one)")
@@ -188,7 +190,7 @@ func runRun(f *runFlags) error {
 	}
 	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
 		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
-		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != ""})
+		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != "", NoWeightCache: f.weightCache.off})
 	if err != nil {
 		return err
 	}

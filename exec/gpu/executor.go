@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"io"
 	"math"
 
 	"lagc/cuda"
@@ -21,6 +22,15 @@ type Options struct {
 	// SkipDecodeLogits: single-token Forward calls copy only the argmax to
 	// the host and return nil logits (for callers that need the token only).
 	SkipDecodeLogits bool
+	// NoWeightCache converts every weight at load instead of using the
+	// on-disk weight cache (package wcache; also LAGC_WEIGHT_CACHE=off).
+	NoWeightCache bool
+	// LoadLog receives weight loading's progress bar, its summary line and
+	// weight cache warnings; nil: silent.
+	LoadLog io.Writer
+	// LoadMemory bounds the host bytes held by weights being prepared at
+	// once (0: an eighth of physical memory, between 1 and 16 GiB).
+	LoadMemory int64
 }
 
 // WeightSource provides checkpoint tensors as float32 by canonical name
@@ -71,6 +81,8 @@ type Executor struct {
 	broken   bool
 	checking bool // LocateNonFinite: check every step's outputs
 	prof     *profiler
+	// loadStats: how the weights were loaded.
+	loadStats LoadStats
 }
 
 // New allocates the plan's regions, uploads its weights (from ws, or

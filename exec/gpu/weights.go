@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -13,78 +14,63 @@ import (
 	"lagc/quant"
 )
 
-// uploadWeights reads every weight a kernel uses from ws as float32,
-// derives the transformed ones (concat, reshape) on the host, converts to
-// the plan's device dtype (bf16 rounds to nearest even) and copies it to
-// its offset. One tensor is held at a time, plus the sources of derived
-// weights.
-func (e *Executor) uploadWeights(ws WeightSource) error {
-	p := e.plan
-	host := map[int][]float32{} // sources of derived weights, read once
-	var read func(i int) ([]float32, error)
-	read = func(i int) ([]float32, error) {
-		if d, ok := host[i]; ok {
-			return d, nil
-		}
-		w := p.Weights[i]
-		if w.From == nil {
-			d, err := ws.ReadF32(w.Name)
-			if err != nil {
-				return nil, fmt.Errorf("weight %s: %w", w.Name, err)
-			}
-			if len(d) != elems(w.Shape) {
-				return nil, fmt.Errorf("weight %s has %d elements, the plan expects %v", w.Name, len(d), w.Shape)
-			}
-			return d, nil
-		}
-		srcs := make([][]float32, len(w.From.Srcs))
-		for j, s := range w.From.Srcs {
-			if s < 0 || s >= len(p.Weights) {
-				return nil, fmt.Errorf("weight %s derives from weight #%d, outside the plan", w.Name, s)
-			}
-			d, err := read(s)
-			if err != nil {
-				return nil, err
-			}
-			host[s] = d
-			srcs[j] = d
-		}
-		return derive(p, w, srcs)
+// convertWeight returns weight i of p as the device holds it (w.Bytes
+// bytes): a block-quantised one repacked into its device layout, any other
+// read as float32, derived (concat, reshape) and converted to the device
+// dtype (bf16 rounds to nearest even). It only reads ws, so several may
+// run at once; the sources of a derived weight are read for it alone.
+func convertWeight(p *lower.Plan, ws WeightSource, i int) ([]byte, error) {
+	w := p.Weights[i]
+	if lower.IsQuantLayout(w.Layout) {
+		return convertQuant(p, ws, i)
 	}
-	for i, w := range p.Weights {
-		if w.Offset < 0 {
-			continue
-		}
-		if lower.IsQuantLayout(w.Layout) {
-			if err := e.uploadQuant(ws, i); err != nil {
-				return err
-			}
-			continue
-		}
-		d, err := read(i)
-		if err != nil {
-			return err
-		}
-		dt, err := dtypeOf(w.DType)
-		if err != nil {
-			return fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-		if w.Layout == lower.LayoutGateUpSplit {
-			if d, err = splitGateUp(d, w.Shape); err != nil {
-				return fmt.Errorf("weight %s: %w", w.Name, err)
-			}
-		} else if w.Layout != "" {
-			return fmt.Errorf("weight %s: unknown layout %q", w.Name, w.Layout)
-		}
-		b := encode(d, dt)
-		if int64(len(b)) != w.Bytes {
-			return fmt.Errorf("weight %s: %d bytes encoded, the plan has %d", w.Name, len(b), w.Bytes)
-		}
-		if err := e.q.CopyHtoD(e.weights.Add(w.Offset), b); err != nil {
-			return fmt.Errorf("uploading weight %s: %w", w.Name, err)
-		}
+	d, err := readWeightF32(p, ws, i)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	dt, err := dtypeOf(w.DType)
+	if err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+	}
+	if w.Layout == lower.LayoutGateUpSplit {
+		if d, err = splitGateUp(d, w.Shape); err != nil {
+			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+		}
+	} else if w.Layout != "" {
+		return nil, fmt.Errorf("weight %s: unknown layout %q", w.Name, w.Layout)
+	}
+	b := encode(d, dt)
+	if int64(len(b)) != w.Bytes {
+		return nil, fmt.Errorf("weight %s: %d bytes encoded, the plan has %d", w.Name, len(b), w.Bytes)
+	}
+	return b, nil
+}
+
+// readWeightF32 reads weight i as float32, deriving it from its sources.
+func readWeightF32(p *lower.Plan, ws WeightSource, i int) ([]float32, error) {
+	w := p.Weights[i]
+	if w.From == nil {
+		d, err := ws.ReadF32(w.Name)
+		if err != nil {
+			return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+		}
+		if len(d) != elems(w.Shape) {
+			return nil, fmt.Errorf("weight %s has %d elements, the plan expects %v", w.Name, len(d), w.Shape)
+		}
+		return d, nil
+	}
+	srcs := make([][]float32, len(w.From.Srcs))
+	for j, s := range w.From.Srcs {
+		if s < 0 || s >= len(p.Weights) {
+			return nil, fmt.Errorf("weight %s derives from weight #%d, outside the plan", w.Name, s)
+		}
+		d, err := readWeightF32(p, ws, s)
+		if err != nil {
+			return nil, err
+		}
+		srcs[j] = d
+	}
+	return derive(p, w, srcs)
 }
 
 // RawSource is a WeightSource that also gives tensors as stored: the
@@ -93,39 +79,61 @@ type RawSource interface {
 	Raw(name string) ([]byte, error)
 }
 
-// uploadQuant uploads block-quantised weight i in the device layout: its
+// convertQuant is block-quantised weight i in the device layout: its
 // blocks as stored (derived ones joined as whole rows of blocks), the gate
 // and up rows of a fused stack split, then repacked.
-func (e *Executor) uploadQuant(ws WeightSource, i int) error {
-	p := e.plan
+func convertQuant(p *lower.Plan, ws WeightSource, i int) ([]byte, error) {
 	w := p.Weights[i]
 	t, err := quant.ParseType(w.DType)
 	if err != nil {
-		return fmt.Errorf("weight %s: %w", w.Name, err)
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
 	}
 	rs, ok := ws.(RawSource)
 	if !ok {
-		return fmt.Errorf("weight %s is %s: the weight source cannot give stored blocks", w.Name, t)
+		return nil, fmt.Errorf("weight %s is %s: the weight source cannot give stored blocks", w.Name, t)
 	}
-	raw, err := rawWeight(p, rs, i)
+	parts, ok, err := gateUpParts(p, rs, i)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if !ok {
+		raw, err := rawWeight(p, rs, i)
+		if err != nil {
+			return nil, err
+		}
+		if lower.GateUpSplit(w.Layout) {
+			if raw, err = splitGateUpRows(raw, w.Shape, t); err != nil {
+				return nil, fmt.Errorf("weight %s: %w", w.Name, err)
+			}
+		}
+		parts = [][]byte{raw}
 	}
 	K := w.Shape[len(w.Shape)-1]
 	rows := elems(w.Shape) / K
-	if lower.GateUpSplit(w.Layout) {
-		if raw, err = splitGateUpRows(raw, w.Shape, t); err != nil {
-			return fmt.Errorf("weight %s: %w", w.Name, err)
-		}
-	}
 	dst := make([]byte, w.Bytes)
-	if err := lower.RepackQuant(t, rows, K, raw, dst); err != nil {
-		return fmt.Errorf("weight %s: %w", w.Name, err)
+	if err := lower.RepackQuantParts(t, rows, K, parts, dst); err != nil {
+		return nil, fmt.Errorf("weight %s: %w", w.Name, err)
 	}
-	if err := e.q.CopyHtoD(e.weights.Add(w.Offset), dst); err != nil {
-		return fmt.Errorf("uploading weight %s: %w", w.Name, err)
+	return dst, nil
+}
+
+// gateUpParts gives the split rows of a gate_up stack made by joining a
+// gate and an up stack ([E,I,H] each) along the rows without copying
+// them: the split puts every gate row before every up row, which is the
+// gate stack's blocks, then the up stack's. ok is false for any other
+// weight.
+func gateUpParts(p *lower.Plan, rs RawSource, i int) (parts [][]byte, ok bool, err error) {
+	if !gateUpInPlace(p, i) {
+		return nil, false, nil
 	}
-	return nil
+	for _, s := range p.Weights[i].From.Srcs {
+		b, err := rawWeight(p, rs, s)
+		if err != nil {
+			return nil, false, err
+		}
+		parts = append(parts, b)
+	}
+	return parts, true, nil
 }
 
 // rawWeight is weight i's stored bytes: read, or derived from its
@@ -177,6 +185,24 @@ func rawWeight(p *lower.Plan, rs RawSource, i int) ([]byte, error) {
 		return nil, fmt.Errorf("weight %s: %d bytes of %s, its shape %v needs %d", w.Name, len(b), t, w.Shape, want)
 	}
 	return b, nil
+}
+
+// gateUpInPlace reports whether weight i is a split gate_up stack joined
+// from a gate and an up stack of the same type ([E,I,H] each) along the
+// rows, which gateUpParts repacks without copies.
+func gateUpInPlace(p *lower.Plan, i int) bool {
+	w := p.Weights[i]
+	f := w.From
+	if !lower.GateUpSplit(w.Layout) || f == nil || f.Op != "concat" || f.Axis != 1 || len(f.Srcs) != 2 || len(w.Shape) != 3 {
+		return false
+	}
+	half := []int{w.Shape[0], w.Shape[1] / 2, w.Shape[2]}
+	for _, s := range f.Srcs {
+		if s < 0 || s >= len(p.Weights) || !slices.Equal(p.Weights[s].Shape, half) || p.Weights[s].Source != w.Source {
+			return false
+		}
+	}
+	return true
 }
 
 // splitGateUpRows is splitGateUp on rows of blocks.

@@ -1,6 +1,8 @@
 //go:build unix
 
-package ckpt
+// Package mmap maps files read-only into memory (a plain read where the
+// platform has no mmap).
+package mmap
 
 import (
 	"fmt"
@@ -9,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mapFile maps a whole file read-only. An empty file maps to an empty slice.
-func mapFile(f *os.File) ([]byte, func() error, error) {
+// Map maps a whole file read-only. An empty file maps to an empty slice.
+func Map(f *os.File) ([]byte, func() error, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, err

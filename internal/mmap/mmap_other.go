@@ -1,14 +1,14 @@
 //go:build !unix
 
-package ckpt
+package mmap
 
 import (
 	"io"
 	"os"
 )
 
-// mapFile reads the whole file where mmap is unavailable.
-func mapFile(f *os.File) ([]byte, func() error, error) {
+// Map reads the whole file where mmap is unavailable.
+func Map(f *os.File) ([]byte, func() error, error) {
 	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, nil, err
