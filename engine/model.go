@@ -49,6 +49,9 @@ type Options struct {
 	// NoWeightCache converts every weight at load instead of using the
 	// on-disk weight cache (gpu.Options.NoWeightCache).
 	NoWeightCache bool
+	// CacheQuantised caches quantised weights' repacked blocks too
+	// (gpu.Options.CacheQuantised).
+	CacheQuantised bool
 }
 
 // Model is a loaded checkpoint ready to run.
@@ -136,7 +139,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		// The executor reports loading itself: weights come from its
 		// weight cache or are converted, several at once.
 		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
-			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile, NoWeightCache: o.NoWeightCache, LoadLog: o.Progress}})
+			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile, NoWeightCache: o.NoWeightCache, CacheQuantised: o.CacheQuantised, LoadLog: o.Progress}})
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)
 		}

@@ -418,7 +418,7 @@ func benchConfig(f *benchFlags, dt ir.DType, sizes []int) gpu.Config {
 	}
 	c := gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx}
 	if f.model != "" {
-		c.NoWeightCache, c.LoadLog = f.weightCache.off, os.Stderr
+		c.NoWeightCache, c.CacheQuantised, c.LoadLog = f.weightCache.off, f.weightCache.all, os.Stderr
 	}
 	return c
 }

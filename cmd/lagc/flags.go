@@ -64,30 +64,38 @@ func parseLayers(s string, n int) (func(int) bool, error) {
 	return func(l int) bool { return set[l] }, nil
 }
 
-// weightCacheFlag is --weight-cache on|off: whether the GPU executor keeps
-// converted weights in the on-disk weight cache.
-type weightCacheFlag struct{ off bool }
+// weightCacheFlag is --weight-cache on|off|all: whether the GPU executor
+// keeps converted weights in the on-disk weight cache (all: quantised ones
+// too).
+type weightCacheFlag struct{ off, all bool }
 
 func (f *weightCacheFlag) String() string {
-	if f == nil || !f.off {
+	switch {
+	case f == nil:
 		return "on"
+	case f.off:
+		return "off"
+	case f.all:
+		return "all"
 	}
-	return "off"
+	return "on"
 }
 
 func (f *weightCacheFlag) Set(v string) error {
 	switch strings.ToLower(v) {
 	case "on", "true", "1":
-		f.off = false
+		f.off, f.all = false, false
 	case "off", "false", "0":
-		f.off = true
+		f.off, f.all = true, false
+	case "all":
+		f.off, f.all = false, true
 	default:
-		return fmt.Errorf("expected on or off, got %q", v)
+		return fmt.Errorf("expected on, off or all, got %q", v)
 	}
 	return nil
 }
 
 // addWeightCacheFlag defines --weight-cache on fs, stored in f.
 func addWeightCacheFlag(fs *flag.FlagSet, f *weightCacheFlag) {
-	fs.Var(f, "weight-cache", "GPU: on keeps converted weights in the on-disk weight cache ($LAGC_CACHE_DIR/weights; see lagc cache); off converts them at every load")
+	fs.Var(f, "weight-cache", "GPU: on keeps weights converted through float32 in the on-disk weight cache ($LAGC_CACHE_DIR/weights; see lagc cache); all also keeps quantised weights' repacked blocks; off converts everything at every load")
 }

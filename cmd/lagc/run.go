@@ -190,7 +190,7 @@ func runRun(f *runFlags) error {
 	}
 	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
 		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
-		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != "", NoWeightCache: f.weightCache.off})
+		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != "", NoWeightCache: f.weightCache.off, CacheQuantised: f.weightCache.all})
 	if err != nil {
 		return err
 	}

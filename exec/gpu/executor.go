@@ -25,6 +25,12 @@ type Options struct {
 	// NoWeightCache converts every weight at load instead of using the
 	// on-disk weight cache (package wcache; also LAGC_WEIGHT_CACHE=off).
 	NoWeightCache bool
+	// CacheQuantised also caches weights kept block-quantised (also
+	// LAGC_WEIGHT_CACHE=all). By default only weights converted through
+	// float32 are cached: a quantised weight's repack is a byte shuffle
+	// about as fast as checking and copying its entry, and caching it would
+	// double the disk a quantised model takes.
+	CacheQuantised bool
 	// LoadLog receives weight loading's progress bar, its summary line and
 	// weight cache warnings; nil: silent.
 	LoadLog io.Writer

@@ -21,7 +21,8 @@ import (
 )
 
 // EnvWeightCache set to "off" converts every weight at load instead of
-// using the on-disk weight cache; EnvWeightCacheMax caps the cache's size
+// using the on-disk weight cache, "all" caches quantised weights too
+// (Options.CacheQuantised); EnvWeightCacheMax caps the cache's size
 // (bytes, with an optional K, M, G or T suffix, powers of 1024): after a
 // load the least recently used entries beyond it are removed.
 const (
@@ -45,6 +46,7 @@ type LoadStats struct {
 	HitBytes int64  // their device bytes
 	Written  int    // cache entries written
 	Rebuilt  int    // damaged entries found (and rebuilt)
+	Repacked int    // quantised weights repacked without the cache (Options.CacheQuantised off)
 	Cache    string // the cache directory, or "off: WHY"
 	Workers  int    // weights prepared at once, at most
 	Budget   int64  // host bytes held by weights in flight, at most
@@ -64,6 +66,7 @@ type LoadStats struct {
 // loadConfig is how hostLoad prepares weights.
 type loadConfig struct {
 	cache   *wcache.Cache  // nil: convert everything
+	quant   bool           // cache quantised weights too
 	hasher  *wcache.Hasher // content hashes (with cache)
 	off     string         // why cache is nil, for LoadStats.Cache
 	workers int
@@ -195,7 +198,7 @@ func hostLoad(p *lower.Plan, ws WeightSource, c loadConfig, sink func(i int, b [
 	} else {
 		wg.Wait()
 	}
-	st.Hits, st.HitBytes, st.Written, st.Rebuilt = acc.Hits, acc.HitBytes, acc.Written, acc.Rebuilt
+	st.Hits, st.HitBytes, st.Written, st.Rebuilt, st.Repacked = acc.Hits, acc.HitBytes, acc.Written, acc.Rebuilt, acc.Repacked
 	st.Hash, st.Read, st.Convert, st.Write = acc.Hash, acc.Read, acc.Convert, acc.Write
 	if c.hasher != nil {
 		st.HashedBytes, st.MemoisedBytes = c.hasher.Bytes()
@@ -225,6 +228,7 @@ func hostCost(p *lower.Plan, i int) int64 {
 // workerStats are one weight's contributions to LoadStats.
 type workerStats struct {
 	hit, written, rebuilt      bool
+	repacked                   bool
 	bytes                      int64
 	hash, read, convert, write time.Duration
 }
@@ -240,6 +244,9 @@ func (s *LoadStats) add(w workerStats) {
 	if w.rebuilt {
 		s.Rebuilt++
 	}
+	if w.repacked {
+		s.Repacked++
+	}
 	s.Hash += w.hash
 	s.Read += w.read
 	s.Convert += w.convert
@@ -251,7 +258,11 @@ func (s *LoadStats) add(w workerStats) {
 func prepareWeight(p *lower.Plan, ws WeightSource, c loadConfig, i int, st *workerStats) prepared {
 	w := p.Weights[i]
 	var key wcache.Key
-	if c.cache != nil {
+	cached := c.cache != nil && (c.quant || !lower.IsQuantLayout(w.Layout))
+	if c.cache != nil && !cached {
+		st.repacked = true
+	}
+	if cached {
 		t := time.Now()
 		k, err := weightKey(p, i, func(name string) (wcache.Sum, error) { return sourceSum(ws, c.hasher, name) })
 		st.hash = time.Since(t)
@@ -283,7 +294,7 @@ func prepareWeight(p *lower.Plan, ws WeightSource, c loadConfig, i int, st *work
 	if err != nil {
 		return prepared{err: err}
 	}
-	if c.cache != nil && (c.failed == nil || !c.failed.write.Load()) {
+	if cached && (c.failed == nil || !c.failed.write.Load()) {
 		t = time.Now()
 		err := c.cache.Put(key, wcache.Meta{Name: w.Name, DType: w.DType, Shape: w.Shape, Layout: w.Layout, Source: c.source}, b)
 		st.write = time.Since(t)
@@ -384,7 +395,9 @@ func loadConfigFor(o Options, ws WeightSource, warn func(string)) loadConfig {
 	if s, ok := ws.(interface{ Path() string }); ok {
 		c.source = s.Path()
 	}
-	switch v := strings.ToLower(os.Getenv(EnvWeightCache)); {
+	v := strings.ToLower(os.Getenv(EnvWeightCache))
+	c.quant = o.CacheQuantised || v == "all"
+	switch {
 	case o.NoWeightCache:
 		c.off = "off"
 	case v == "off" || v == "0" || v == "false":
@@ -490,6 +503,9 @@ func (s LoadStats) Summary() string {
 		}
 		if s.Rebuilt > 0 {
 			fmt.Fprintf(&b, ", %d damaged and rebuilt", s.Rebuilt)
+		}
+		if s.Repacked > 0 {
+			fmt.Fprintf(&b, ", %d quantised repacked (not cached)", s.Repacked)
 		}
 	}
 	fmt.Fprintf(&b, "; summed over %d workers: hashing %.2fs (%s hashed, %s memoised), cache reads %.2fs, converting %.2fs, cache writes %.2fs; uploading %.2fs",

@@ -140,8 +140,8 @@ func TestHostLoadMatchesSerial(t *testing.T) {
 		{"serial, no cache", loadConfig{workers: 1, budget: 1 << 40, off: "off"}, false},
 		{"parallel, no cache", loadConfig{workers: 4, budget: 1 << 40, off: "off"}, false},
 		{"budget below the largest weight", loadConfig{workers: 4, budget: largest / 2, off: "off"}, false},
-		{"cold cache", loadConfig{workers: 3, budget: 1 << 40, cache: cache, hasher: wcache.NewHasher(wcache.SourcesDir(dir))}, false},
-		{"warm cache", loadConfig{workers: 3, budget: 1 << 40, cache: cache, hasher: wcache.NewHasher(wcache.SourcesDir(dir))}, true},
+		{"cold cache", loadConfig{workers: 3, budget: 1 << 40, cache: cache, quant: true, hasher: wcache.NewHasher(wcache.SourcesDir(dir))}, false},
+		{"warm cache", loadConfig{workers: 3, budget: 1 << 40, cache: cache, quant: true, hasher: wcache.NewHasher(wcache.SourcesDir(dir))}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			order, got, st := collect(t, p, ck, c.cfg)
@@ -166,6 +166,41 @@ func TestHostLoadMatchesSerial(t *testing.T) {
 				t.Errorf("cold: %d hits, %d of %d written", st.Hits, st.Written, len(want))
 			}
 		})
+	}
+}
+
+// TestHostLoadQuantisedUncached: by default quantised weights are
+// repacked at every load, not cached; the others are cached.
+func TestHostLoadQuantisedUncached(t *testing.T) {
+	p, ck := quantPlan(t)
+	want := serialWeights(t, p, ck)
+	quantised := 0
+	for i, w := range p.Weights {
+		if w.Offset >= 0 && lower.IsQuantLayout(w.Layout) {
+			quantised++
+		} else if w.Offset >= 0 && want[i] == nil {
+			t.Fatalf("weight %s has no serial conversion", w.Name)
+		}
+	}
+	if quantised == 0 || quantised == len(want) {
+		t.Fatalf("%d of %d weights quantised: the test needs both kinds", quantised, len(want))
+	}
+	dir := t.TempDir()
+	cfg := loadConfig{workers: 2, budget: 1 << 40, cache: wcache.Open(dir), hasher: wcache.NewHasher(wcache.SourcesDir(dir))}
+	for _, warm := range []bool{false, true} {
+		_, got, st := collect(t, p, ck, cfg)
+		for i, b := range want {
+			if !bytes.Equal(got[i], b) {
+				t.Errorf("weight %s differs from the serial conversion", p.Weights[i].Name)
+			}
+		}
+		hits, written := 0, len(want)-quantised
+		if warm {
+			hits, written = len(want)-quantised, 0
+		}
+		if st.Repacked != quantised || st.Hits != hits || st.Written != written {
+			t.Errorf("warm %v: %d repacked, %d hits, %d written; want %d, %d, %d", warm, st.Repacked, st.Hits, st.Written, quantised, hits, written)
+		}
 	}
 }
 
@@ -216,7 +251,7 @@ func TestHostLoadDamagedEntry(t *testing.T) {
 	want := serialWeights(t, p, ck)
 	dir := t.TempDir()
 	cfg := func(warn func(string)) loadConfig {
-		return loadConfig{workers: 2, budget: 1 << 40, cache: wcache.Open(dir), hasher: wcache.NewHasher(wcache.SourcesDir(dir)), warn: warn}
+		return loadConfig{workers: 2, budget: 1 << 40, cache: wcache.Open(dir), quant: true, hasher: wcache.NewHasher(wcache.SourcesDir(dir)), warn: warn}
 	}
 	collect(t, p, ck, cfg(nil))
 	entries, err := filepath.Glob(filepath.Join(dir, "*"+wcache.EntrySuffix))

@@ -30,7 +30,7 @@ func TestWeightCacheGPU(t *testing.T) {
 	cudatest.Device(t)
 	root := t.TempDir()
 	t.Setenv(cachedir.Env, root)
-	t.Setenv(gpu.EnvWeightCache, "")
+	t.Setenv(gpu.EnvWeightCache, "all") // quantised weights too: every kind of entry
 	// A copy modified an hour ago, so the hash memo keeps it.
 	data, err := os.ReadFile("../../testdata/quant/q4_k_m.gguf")
 	if err != nil {
