@@ -3,8 +3,7 @@ package cpu
 import (
 	"fmt"
 
-	"gonum.org/v1/gonum/blas"
-
+	"lagc/exec/cpu/internal/gemv"
 	"lagc/quant"
 )
 
@@ -80,10 +79,9 @@ func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
 
 // blocked runs epi(t, n0, n1, p) for every token t of x [T,K] and block
 // [n0, n1) of output columns, where p[i][j] is the dot product of x's row
-// t with row n0+j of ws[i]. Each product is one gonum dot (DotUnitary) of
-// a weight row with the token's row copied to aligned scratch, so its
-// summation order depends on K alone: a product is the same for any T,
-// thread count or block split, and wherever the weight row lives. Weight
+// t with row n0+j of ws[i]. Each product is summed by gemv.Dots in an
+// order that depends on K alone: a product is the same for any T, thread
+// count or block split, and wherever the rows live. Weight
 // rows in a stored type are converted into scratch once per block of
 // columns and block of tokens. Columns are blocked so that a block's
 // weight rows stay in L2 while a block of tokens passes over them; the
@@ -108,9 +106,8 @@ func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, 
 				defer putScratch(bufs[i])
 			}
 		}
-		tmp := getScratch(K + nw*nb)
+		tmp := getScratch(nw * nb)
 		defer putScratch(tmp)
-		xa := (*tmp)[:K] // aligned: the scratch starts on a 64-byte boundary
 		p := make([][]float32, nw)
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
@@ -123,12 +120,11 @@ func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, 
 					buf = *bufs[i]
 				}
 				rows[i] = w.rowsF32(buf, n0, n1)
-				p[i] = (*tmp)[K+i*nb : K+i*nb+n1-n0]
+				p[i] = (*tmp)[i*nb : i*nb+n1-n0]
 			}
 			for t := t0; t < t1; t++ {
-				copy(xa, x[t*K:t*K+K])
 				for i := range ws {
-					gonumBLAS.Sgemv(blas.NoTrans, n1-n0, K, 1, rows[i], K, xa, 1, 0, p[i], 1)
+					gemv.Dots(p[i], rows[i], K, x[t*K:t*K+K])
 				}
 				epi(t, n0, n1, p)
 			}

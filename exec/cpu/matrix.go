@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"lagc/exec/cpu/internal/gemv"
 	"lagc/quant"
 )
 
@@ -102,7 +103,7 @@ func getScratch(n int) *[]float32 {
 		*p = (*p)[:n]
 		return p
 	}
-	b := alignedFloats(n)
+	b := gemv.AlignedFloats(n)
 	return &b
 }
 
