@@ -31,8 +31,8 @@ func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) e
 	}
 	N := 0
 	for i, s := range sizes {
-		if err := checkDims(op, dim{fmt.Sprintf("sizes[%d]", i), s}); err != nil {
-			return err
+		if s <= 0 {
+			return fmt.Errorf("cpu.%s: sizes[%d] = %d must be positive", op, i, s)
 		}
 		if N += s; N < 0 {
 			return fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
@@ -52,8 +52,8 @@ func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) e
 		return err
 	}
 	for i, s := range sizes {
-		if err := checkLen(op, fmt.Sprintf("output %d", i), len(outs[i]), T, s); err != nil {
-			return err
+		if len(outs[i]) != prod(T, s) {
+			return checkLen(op, fmt.Sprintf("output %d", i), len(outs[i]), T, s)
 		}
 	}
 	// One pass over all the rows; each block's products go to the outputs

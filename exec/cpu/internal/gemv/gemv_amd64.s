@@ -39,9 +39,9 @@ TEXT ·dotsFMA(SB), NOSPLIT, $0-80
 	SHRQ    $0x03, DI
 	LEAQ    (BX)(BX*2), R9
 
-rows8:
+dotsFMA_rows8:
 	CMPQ   CX, $0x08
-	JL     rows4
+	JL     dotsFMA_rows4
 	MOVQ   DX, R10
 	LEAQ   (DX)(R9*1), R11
 	MOVQ   SI, R12
@@ -55,9 +55,9 @@ rows8:
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
 	TESTQ  R13, R13
-	JZ     dots8_tail
+	JZ     dotsFMA_tail8
 
-dots8_loop:
+dotsFMA_loop8:
 	VMOVUPS     (R12), Y9
 	VFMADD231PS (R10), Y9, Y1
 	VFMADD231PS (R10)(BX*1), Y9, Y2
@@ -71,11 +71,11 @@ dots8_loop:
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, R12
 	DECQ        R13
-	JNZ         dots8_loop
+	JNZ         dotsFMA_loop8
 
-dots8_tail:
+dotsFMA_tail8:
 	TESTQ       R8, R8
-	JZ          dots8_sum
+	JZ          dotsFMA_sum8
 	VMASKMOVPS  (R12), Y0, Y9
 	VMASKMOVPS  (R10), Y0, Y10
 	VFMADD231PS Y10, Y9, Y1
@@ -94,7 +94,7 @@ dots8_tail:
 	VMASKMOVPS  (R11)(BX*4), Y0, Y10
 	VFMADD231PS Y10, Y9, Y8
 
-dots8_sum:
+dotsFMA_sum8:
 	VHADDPS    Y2, Y1, Y1
 	VHADDPS    Y4, Y3, Y2
 	VHADDPS    Y6, Y5, Y3
@@ -108,11 +108,11 @@ dots8_sum:
 	ADDQ       $0x20, AX
 	LEAQ       (DX)(BX*8), DX
 	SUBQ       $0x08, CX
-	JMP        rows8
+	JMP        dotsFMA_rows8
 
-rows4:
+dotsFMA_rows4:
 	CMPQ   CX, $0x04
-	JL     rows1
+	JL     dotsFMA_rows1
 	MOVQ   DX, R10
 	LEAQ   (DX)(R9*1), R11
 	MOVQ   SI, R12
@@ -122,9 +122,9 @@ rows4:
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	TESTQ  R13, R13
-	JZ     dots4_tail
+	JZ     dotsFMA_tail4
 
-dots4_loop:
+dotsFMA_loop4:
 	VMOVUPS     (R12), Y5
 	VFMADD231PS (R10), Y5, Y1
 	VFMADD231PS (R10)(BX*1), Y5, Y2
@@ -134,11 +134,11 @@ dots4_loop:
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, R12
 	DECQ        R13
-	JNZ         dots4_loop
+	JNZ         dotsFMA_loop4
 
-dots4_tail:
+dotsFMA_tail4:
 	TESTQ       R8, R8
-	JZ          dots4_sum
+	JZ          dotsFMA_sum4
 	VMASKMOVPS  (R12), Y0, Y5
 	VMASKMOVPS  (R10), Y0, Y6
 	VFMADD231PS Y6, Y5, Y1
@@ -149,7 +149,7 @@ dots4_tail:
 	VMASKMOVPS  (R11), Y0, Y6
 	VFMADD231PS Y6, Y5, Y4
 
-dots4_sum:
+dotsFMA_sum4:
 	VHADDPS      Y2, Y1, Y1
 	VHADDPS      Y4, Y3, Y2
 	VHADDPS      Y2, Y1, Y1
@@ -159,36 +159,36 @@ dots4_sum:
 	ADDQ         $0x10, AX
 	LEAQ         (DX)(BX*4), DX
 	SUBQ         $0x04, CX
-	JMP          rows4
+	JMP          dotsFMA_rows4
 
-rows1:
+dotsFMA_rows1:
 	CMPQ   CX, $0x01
-	JL     done
+	JL     dotsFMA_done
 	MOVQ   DX, R10
 	LEAQ   (DX)(R9*1), R11
 	MOVQ   SI, R12
 	MOVQ   DI, R13
 	VXORPS Y1, Y1, Y1
 	TESTQ  R13, R13
-	JZ     dots1_tail
+	JZ     dotsFMA_tail1
 
-dots1_loop:
+dotsFMA_loop1:
 	VMOVUPS     (R12), Y2
 	VFMADD231PS (R10), Y2, Y1
 	ADDQ        $0x20, R10
 	ADDQ        $0x20, R11
 	ADDQ        $0x20, R12
 	DECQ        R13
-	JNZ         dots1_loop
+	JNZ         dotsFMA_loop1
 
-dots1_tail:
+dotsFMA_tail1:
 	TESTQ       R8, R8
-	JZ          dots1_sum
+	JZ          dotsFMA_sum1
 	VMASKMOVPS  (R12), Y0, Y2
 	VMASKMOVPS  (R10), Y0, Y3
 	VFMADD231PS Y3, Y2, Y1
 
-dots1_sum:
+dotsFMA_sum1:
 	VHADDPS      Y1, Y1, Y1
 	VHADDPS      Y1, Y1, Y1
 	VEXTRACTF128 $0x01, Y1, X2
@@ -197,9 +197,634 @@ dots1_sum:
 	ADDQ         $0x04, AX
 	LEAQ         (DX)(BX*1), DX
 	SUBQ         $0x01, CX
-	JMP          rows1
+	JMP          dotsFMA_rows1
 
-done:
+dotsFMA_done:
+	VZEROUPPER
+	RET
+
+// func dotsBF16(y []float32, a []uint16, lda int, x []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotsBF16(SB), NOSPLIT, $0-80
+	MOVQ    y_base+0(FP), AX
+	MOVQ    y_len+8(FP), CX
+	MOVQ    a_base+24(FP), DX
+	MOVQ    lda+48(FP), BX
+	MOVQ    x_base+56(FP), SI
+	MOVQ    x_len+64(FP), DI
+	SHLQ    $0x01, BX
+	MOVQ    DI, R8
+	ANDQ    $0x07, R8
+	MOVQ    $0x00000008, R9
+	SUBQ    R8, R9
+	LEAQ    tailmask<>+0(SB), R8
+	VMOVDQU (R8)(R9*4), Y0
+	SHRQ    $0x03, DI
+	LEAQ    (BX)(BX*2), R8
+
+dotsBF16_rows8:
+	CMPQ   CX, $0x08
+	JL     dotsBF16_rows4
+	MOVQ   DX, R9
+	LEAQ   (DX)(R8*1), R10
+	MOVQ   SI, R11
+	MOVQ   DI, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	TESTQ  R12, R12
+	JZ     dotsBF16_tail8
+
+dotsBF16_loop8:
+	VMOVUPS     (R11), Y8
+	VPMOVZXWD   (R9), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y0
+	VPMOVZXWD   (R9)(BX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y1
+	VPMOVZXWD   (R9)(BX*2), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y2
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y3
+	VPMOVZXWD   (R9)(BX*4), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y4
+	VPMOVZXWD   (R10)(BX*2), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y5
+	VPMOVZXWD   (R9)(R8*2), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y6
+	VPMOVZXWD   (R10)(BX*4), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x10, R9
+	ADDQ        $0x10, R10
+	ADDQ        $0x20, R11
+	DECQ        R12
+	JNZ         dotsBF16_loop8
+
+dotsBF16_tail8:
+	VHADDPS    Y1, Y0, Y0
+	VHADDPS    Y3, Y2, Y1
+	VHADDPS    Y5, Y4, Y2
+	VHADDPS    Y7, Y6, Y3
+	VHADDPS    Y1, Y0, Y0
+	VHADDPS    Y3, Y2, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VMOVUPS    Y2, (AX)
+	ADDQ       $0x20, AX
+	LEAQ       (DX)(BX*8), DX
+	SUBQ       $0x08, CX
+	JMP        dotsBF16_rows8
+
+dotsBF16_rows4:
+	CMPQ   CX, $0x04
+	JL     dotsBF16_rows1
+	MOVQ   DX, R9
+	LEAQ   (DX)(R8*1), R10
+	MOVQ   SI, R11
+	MOVQ   DI, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ  R12, R12
+	JZ     dotsBF16_tail4
+
+dotsBF16_loop4:
+	VMOVUPS     (R11), Y4
+	VPMOVZXWD   (R9), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS Y5, Y4, Y0
+	VPMOVZXWD   (R9)(BX*1), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS Y5, Y4, Y1
+	VPMOVZXWD   (R9)(BX*2), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS Y5, Y4, Y2
+	VPMOVZXWD   (R10), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS Y5, Y4, Y3
+	ADDQ        $0x10, R9
+	ADDQ        $0x10, R10
+	ADDQ        $0x20, R11
+	DECQ        R12
+	JNZ         dotsBF16_loop4
+
+dotsBF16_tail4:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVUPS      X1, (AX)
+	ADDQ         $0x10, AX
+	LEAQ         (DX)(BX*4), DX
+	SUBQ         $0x04, CX
+	JMP          dotsBF16_rows4
+
+dotsBF16_rows1:
+	CMPQ   CX, $0x01
+	JL     dotsBF16_done
+	MOVQ   DX, R9
+	LEAQ   (DX)(R8*1), R10
+	MOVQ   SI, R11
+	MOVQ   DI, R12
+	VXORPS Y0, Y0, Y0
+	TESTQ  R12, R12
+	JZ     dotsBF16_tail1
+
+dotsBF16_loop1:
+	VMOVUPS     (R11), Y1
+	VPMOVZXWD   (R9), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS Y2, Y1, Y0
+	ADDQ        $0x10, R9
+	ADDQ        $0x10, R10
+	ADDQ        $0x20, R11
+	DECQ        R12
+	JNZ         dotsBF16_loop1
+
+dotsBF16_tail1:
+	VHADDPS      Y0, Y0, Y0
+	VHADDPS      Y0, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDSS       X1, X0, X1
+	VMOVSS       X1, (AX)
+	ADDQ         $0x04, AX
+	LEAQ         (DX)(BX*1), DX
+	SUBQ         $0x01, CX
+	JMP          dotsBF16_rows1
+
+dotsBF16_done:
+	VZEROUPPER
+	RET
+
+// func dotsAVX512(y []float32, a []float32, lda int, x []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·dotsAVX512(SB), NOSPLIT, $0-80
+	MOVQ  y_base+0(FP), AX
+	MOVQ  y_len+8(FP), CX
+	MOVQ  a_base+24(FP), DX
+	MOVQ  lda+48(FP), BX
+	MOVQ  x_base+56(FP), SI
+	MOVQ  x_len+64(FP), DI
+	SHLQ  $0x02, BX
+	MOVQ  DI, R8
+	ANDQ  $0x0f, R8
+	MOVQ  $0x00000001, R9
+	SHLXQ R8, R9, R9
+	DECQ  R9
+	KMOVW R9, K1
+	SHRQ  $0x04, DI
+	LEAQ  (BX)(BX*2), R9
+
+dotsAVX512_rows8:
+	CMPQ   CX, $0x08
+	JL     dotsAVX512_rows4
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  R13, R13
+	JZ     dotsAVX512_tail8
+
+dotsAVX512_loop8:
+	VMOVUPS     (R12), Z24
+	VFMADD231PS (R10), Z24, Z16
+	VFMADD231PS (R10)(BX*1), Z24, Z17
+	VFMADD231PS (R10)(BX*2), Z24, Z18
+	VFMADD231PS (R11), Z24, Z19
+	VFMADD231PS (R10)(BX*4), Z24, Z20
+	VFMADD231PS (R11)(BX*2), Z24, Z21
+	VFMADD231PS (R10)(R9*2), Z24, Z22
+	VFMADD231PS (R11)(BX*4), Z24, Z23
+	ADDQ        $0x40, R10
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsAVX512_loop8
+
+dotsAVX512_tail8:
+	TESTQ       R8, R8
+	JZ          dotsAVX512_sum8
+	VMOVUPS.Z   (R12), K1, Z24
+	VMOVUPS.Z   (R10), K1, Z25
+	VFMADD231PS Z25, Z24, Z16
+	VMOVUPS.Z   (R10)(BX*1), K1, Z25
+	VFMADD231PS Z25, Z24, Z17
+	VMOVUPS.Z   (R10)(BX*2), K1, Z25
+	VFMADD231PS Z25, Z24, Z18
+	VMOVUPS.Z   (R11), K1, Z25
+	VFMADD231PS Z25, Z24, Z19
+	VMOVUPS.Z   (R10)(BX*4), K1, Z25
+	VFMADD231PS Z25, Z24, Z20
+	VMOVUPS.Z   (R11)(BX*2), K1, Z25
+	VFMADD231PS Z25, Z24, Z21
+	VMOVUPS.Z   (R10)(R9*2), K1, Z25
+	VFMADD231PS Z25, Z24, Z22
+	VMOVUPS.Z   (R11)(BX*4), K1, Z25
+	VFMADD231PS Z25, Z24, Z23
+
+dotsAVX512_sum8:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF64X4 $0x01, Z17, Y1
+	VADDPS        Y1, Y17, Y1
+	VEXTRACTF64X4 $0x01, Z18, Y2
+	VADDPS        Y2, Y18, Y2
+	VEXTRACTF64X4 $0x01, Z19, Y3
+	VADDPS        Y3, Y19, Y3
+	VEXTRACTF64X4 $0x01, Z20, Y4
+	VADDPS        Y4, Y20, Y4
+	VEXTRACTF64X4 $0x01, Z21, Y5
+	VADDPS        Y5, Y21, Y5
+	VEXTRACTF64X4 $0x01, Z22, Y6
+	VADDPS        Y6, Y22, Y6
+	VEXTRACTF64X4 $0x01, Z23, Y7
+	VADDPS        Y7, Y23, Y7
+	VHADDPS       Y1, Y0, Y8
+	VHADDPS       Y3, Y2, Y9
+	VHADDPS       Y5, Y4, Y10
+	VHADDPS       Y7, Y6, Y11
+	VHADDPS       Y9, Y8, Y12
+	VHADDPS       Y11, Y10, Y13
+	VPERM2F128    $0x20, Y13, Y12, Y14
+	VPERM2F128    $0x31, Y13, Y12, Y15
+	VADDPS        Y15, Y14, Y14
+	VMOVUPS       Y14, (AX)
+	ADDQ          $0x20, AX
+	LEAQ          (DX)(BX*8), DX
+	SUBQ          $0x08, CX
+	JMP           dotsAVX512_rows8
+
+dotsAVX512_rows4:
+	CMPQ   CX, $0x04
+	JL     dotsAVX512_rows1
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  R13, R13
+	JZ     dotsAVX512_tail4
+
+dotsAVX512_loop4:
+	VMOVUPS     (R12), Z20
+	VFMADD231PS (R10), Z20, Z16
+	VFMADD231PS (R10)(BX*1), Z20, Z17
+	VFMADD231PS (R10)(BX*2), Z20, Z18
+	VFMADD231PS (R11), Z20, Z19
+	ADDQ        $0x40, R10
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsAVX512_loop4
+
+dotsAVX512_tail4:
+	TESTQ       R8, R8
+	JZ          dotsAVX512_sum4
+	VMOVUPS.Z   (R12), K1, Z20
+	VMOVUPS.Z   (R10), K1, Z21
+	VFMADD231PS Z21, Z20, Z16
+	VMOVUPS.Z   (R10)(BX*1), K1, Z21
+	VFMADD231PS Z21, Z20, Z17
+	VMOVUPS.Z   (R10)(BX*2), K1, Z21
+	VFMADD231PS Z21, Z20, Z18
+	VMOVUPS.Z   (R11), K1, Z21
+	VFMADD231PS Z21, Z20, Z19
+
+dotsAVX512_sum4:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF64X4 $0x01, Z17, Y1
+	VADDPS        Y1, Y17, Y1
+	VEXTRACTF64X4 $0x01, Z18, Y2
+	VADDPS        Y2, Y18, Y2
+	VEXTRACTF64X4 $0x01, Z19, Y3
+	VADDPS        Y3, Y19, Y3
+	VHADDPS       Y1, Y0, Y4
+	VHADDPS       Y3, Y2, Y5
+	VHADDPS       Y5, Y4, Y6
+	VEXTRACTF128  $0x01, Y6, X7
+	VADDPS        X7, X6, X7
+	VMOVUPS       X7, (AX)
+	ADDQ          $0x10, AX
+	LEAQ          (DX)(BX*4), DX
+	SUBQ          $0x04, CX
+	JMP           dotsAVX512_rows4
+
+dotsAVX512_rows1:
+	CMPQ   CX, $0x01
+	JL     dotsAVX512_done
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	TESTQ  R13, R13
+	JZ     dotsAVX512_tail1
+
+dotsAVX512_loop1:
+	VMOVUPS     (R12), Z17
+	VFMADD231PS (R10), Z17, Z16
+	ADDQ        $0x40, R10
+	ADDQ        $0x40, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsAVX512_loop1
+
+dotsAVX512_tail1:
+	TESTQ       R8, R8
+	JZ          dotsAVX512_sum1
+	VMOVUPS.Z   (R12), K1, Z17
+	VMOVUPS.Z   (R10), K1, Z18
+	VFMADD231PS Z18, Z17, Z16
+
+dotsAVX512_sum1:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VHADDPS       Y0, Y0, Y1
+	VHADDPS       Y1, Y1, Y2
+	VEXTRACTF128  $0x01, Y2, X3
+	VADDSS        X3, X2, X3
+	VMOVSS        X3, (AX)
+	ADDQ          $0x04, AX
+	LEAQ          (DX)(BX*1), DX
+	SUBQ          $0x01, CX
+	JMP           dotsAVX512_rows1
+
+dotsAVX512_done:
+	VZEROUPPER
+	RET
+
+// func dotsBF16AVX512(y []float32, a []uint16, lda int, x []float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·dotsBF16AVX512(SB), NOSPLIT, $0-80
+	MOVQ  y_base+0(FP), AX
+	MOVQ  y_len+8(FP), CX
+	MOVQ  a_base+24(FP), DX
+	MOVQ  lda+48(FP), BX
+	MOVQ  x_base+56(FP), SI
+	MOVQ  x_len+64(FP), DI
+	SHLQ  $0x01, BX
+	MOVQ  DI, R8
+	ANDQ  $0x0f, R8
+	MOVQ  $0x00000001, R9
+	SHLXQ R8, R9, R9
+	DECQ  R9
+	KMOVW R9, K1
+	SHRQ  $0x04, DI
+	LEAQ  (BX)(BX*2), R9
+
+dotsBF16AVX512_rows8:
+	CMPQ   CX, $0x08
+	JL     dotsBF16AVX512_rows4
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  R13, R13
+	JZ     dotsBF16AVX512_tail8
+
+dotsBF16AVX512_loop8:
+	VMOVUPS     (R12), Z24
+	VPMOVZXWD   (R10), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z16
+	VPMOVZXWD   (R10)(BX*1), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z17
+	VPMOVZXWD   (R10)(BX*2), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z18
+	VPMOVZXWD   (R11), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z19
+	VPMOVZXWD   (R10)(BX*4), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z20
+	VPMOVZXWD   (R11)(BX*2), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z21
+	VPMOVZXWD   (R10)(R9*2), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z22
+	VPMOVZXWD   (R11)(BX*4), Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z23
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsBF16AVX512_loop8
+
+dotsBF16AVX512_tail8:
+	TESTQ       R8, R8
+	JZ          dotsBF16AVX512_sum8
+	VMOVUPS.Z   (R12), K1, Z24
+	VPMOVZXWD.Z (R10), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z16
+	VPMOVZXWD.Z (R10)(BX*1), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z17
+	VPMOVZXWD.Z (R10)(BX*2), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z18
+	VPMOVZXWD.Z (R11), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z19
+	VPMOVZXWD.Z (R10)(BX*4), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z20
+	VPMOVZXWD.Z (R11)(BX*2), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z21
+	VPMOVZXWD.Z (R10)(R9*2), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z22
+	VPMOVZXWD.Z (R11)(BX*4), K1, Z25
+	VPSLLD      $0x10, Z25, Z25
+	VFMADD231PS Z25, Z24, Z23
+
+dotsBF16AVX512_sum8:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF64X4 $0x01, Z17, Y1
+	VADDPS        Y1, Y17, Y1
+	VEXTRACTF64X4 $0x01, Z18, Y2
+	VADDPS        Y2, Y18, Y2
+	VEXTRACTF64X4 $0x01, Z19, Y3
+	VADDPS        Y3, Y19, Y3
+	VEXTRACTF64X4 $0x01, Z20, Y4
+	VADDPS        Y4, Y20, Y4
+	VEXTRACTF64X4 $0x01, Z21, Y5
+	VADDPS        Y5, Y21, Y5
+	VEXTRACTF64X4 $0x01, Z22, Y6
+	VADDPS        Y6, Y22, Y6
+	VEXTRACTF64X4 $0x01, Z23, Y7
+	VADDPS        Y7, Y23, Y7
+	VHADDPS       Y1, Y0, Y8
+	VHADDPS       Y3, Y2, Y9
+	VHADDPS       Y5, Y4, Y10
+	VHADDPS       Y7, Y6, Y11
+	VHADDPS       Y9, Y8, Y12
+	VHADDPS       Y11, Y10, Y13
+	VPERM2F128    $0x20, Y13, Y12, Y14
+	VPERM2F128    $0x31, Y13, Y12, Y15
+	VADDPS        Y15, Y14, Y14
+	VMOVUPS       Y14, (AX)
+	ADDQ          $0x20, AX
+	LEAQ          (DX)(BX*8), DX
+	SUBQ          $0x08, CX
+	JMP           dotsBF16AVX512_rows8
+
+dotsBF16AVX512_rows4:
+	CMPQ   CX, $0x04
+	JL     dotsBF16AVX512_rows1
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  R13, R13
+	JZ     dotsBF16AVX512_tail4
+
+dotsBF16AVX512_loop4:
+	VMOVUPS     (R12), Z20
+	VPMOVZXWD   (R10), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z16
+	VPMOVZXWD   (R10)(BX*1), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z17
+	VPMOVZXWD   (R10)(BX*2), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z18
+	VPMOVZXWD   (R11), Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z19
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsBF16AVX512_loop4
+
+dotsBF16AVX512_tail4:
+	TESTQ       R8, R8
+	JZ          dotsBF16AVX512_sum4
+	VMOVUPS.Z   (R12), K1, Z20
+	VPMOVZXWD.Z (R10), K1, Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z16
+	VPMOVZXWD.Z (R10)(BX*1), K1, Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z17
+	VPMOVZXWD.Z (R10)(BX*2), K1, Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z18
+	VPMOVZXWD.Z (R11), K1, Z21
+	VPSLLD      $0x10, Z21, Z21
+	VFMADD231PS Z21, Z20, Z19
+
+dotsBF16AVX512_sum4:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF64X4 $0x01, Z17, Y1
+	VADDPS        Y1, Y17, Y1
+	VEXTRACTF64X4 $0x01, Z18, Y2
+	VADDPS        Y2, Y18, Y2
+	VEXTRACTF64X4 $0x01, Z19, Y3
+	VADDPS        Y3, Y19, Y3
+	VHADDPS       Y1, Y0, Y4
+	VHADDPS       Y3, Y2, Y5
+	VHADDPS       Y5, Y4, Y6
+	VEXTRACTF128  $0x01, Y6, X7
+	VADDPS        X7, X6, X7
+	VMOVUPS       X7, (AX)
+	ADDQ          $0x10, AX
+	LEAQ          (DX)(BX*4), DX
+	SUBQ          $0x04, CX
+	JMP           dotsBF16AVX512_rows4
+
+dotsBF16AVX512_rows1:
+	CMPQ   CX, $0x01
+	JL     dotsBF16AVX512_done
+	MOVQ   DX, R10
+	LEAQ   (DX)(R9*1), R11
+	MOVQ   SI, R12
+	MOVQ   DI, R13
+	VPXORD Z16, Z16, Z16
+	TESTQ  R13, R13
+	JZ     dotsBF16AVX512_tail1
+
+dotsBF16AVX512_loop1:
+	VMOVUPS     (R12), Z17
+	VPMOVZXWD   (R10), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VFMADD231PS Z18, Z17, Z16
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x40, R12
+	DECQ        R13
+	JNZ         dotsBF16AVX512_loop1
+
+dotsBF16AVX512_tail1:
+	TESTQ       R8, R8
+	JZ          dotsBF16AVX512_sum1
+	VMOVUPS.Z   (R12), K1, Z17
+	VPMOVZXWD.Z (R10), K1, Z18
+	VPSLLD      $0x10, Z18, Z18
+	VFMADD231PS Z18, Z17, Z16
+
+dotsBF16AVX512_sum1:
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VHADDPS       Y0, Y0, Y1
+	VHADDPS       Y1, Y1, Y2
+	VEXTRACTF128  $0x01, Y2, X3
+	VADDSS        X3, X2, X3
+	VMOVSS        X3, (AX)
+	ADDQ          $0x04, AX
+	LEAQ          (DX)(BX*1), DX
+	SUBQ          $0x01, CX
+	JMP           dotsBF16AVX512_rows1
+
+dotsBF16AVX512_done:
 	VZEROUPPER
 	RET
 

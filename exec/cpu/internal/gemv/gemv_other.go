@@ -2,15 +2,18 @@
 
 package gemv
 
-var useFMA = false
+// Only amd64 has the assembly kernels.
+var (
+	use     = gonumKernels
+	hasAVX2 = false
+)
 
-// HasFMA reports whether this machine runs the AVX+FMA kernels: only
-// amd64 has them.
-func HasFMA() bool { return false }
+func best() kernels { return gonumKernels }
 
-func dotsFMA(y, a []float32, lda int, x []float32) {
-	panic("gemv: no FMA kernels on this architecture")
-}
-func addScaledFMA(y, a []float32, lda int, x []float32) {
-	panic("gemv: no FMA kernels on this architecture")
-}
+func unreachable() { panic("gemv: no assembly kernels on this architecture") }
+
+func dotsFMA(y, a []float32, lda int, x []float32)                 { unreachable() }
+func dotsAVX512(y, a []float32, lda int, x []float32)              { unreachable() }
+func dotsBF16(y []float32, a []uint16, lda int, x []float32)       { unreachable() }
+func dotsBF16AVX512(y []float32, a []uint16, lda int, x []float32) { unreachable() }
+func addScaledFMA(y, a []float32, lda int, x []float32)            { unreachable() }

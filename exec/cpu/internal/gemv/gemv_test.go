@@ -7,20 +7,23 @@ import (
 	"testing"
 )
 
-// paths runs f once per implementation this machine has: the FMA kernels
-// where present, and the gonum fallback.
+// paths runs f once per implementation this machine has.
 func paths(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	saved := useFMA
-	defer func() { useFMA = saved }()
-	for _, fma := range []bool{true, false} {
-		if fma && !HasFMA() {
-			t.Logf("no AVX+FMA here: only the fallback is checked")
-			continue
-		}
-		useFMA = fma
-		t.Run(map[bool]string{true: "fma", false: "gonum"}[fma], f)
+	if best() != avx512Kernels {
+		t.Logf("this machine runs %s at best: the wider kernels are not checked", best())
 	}
+	for k := best(); k >= gonumKernels; k-- {
+		withKernels(k, func() { t.Run(k.String(), f) })
+	}
+}
+
+// withKernels runs f on kernels k.
+func withKernels(k kernels, f func()) {
+	saved := use
+	defer func() { use = saved }()
+	use = k
+	f()
 }
 
 func randFloats(r *rand.Rand, n int) []float32 {
@@ -112,6 +115,67 @@ func TestDots(t *testing.T) {
 			}
 		}
 	})
+}
+
+// bf16Rows returns n random bfloat16 values as bytes.
+func bf16Rows(r *rand.Rand, n int) []byte {
+	b := make([]byte, 2*n)
+	for i := range n {
+		h := math.Float32bits(float32(r.NormFloat64())) >> 16
+		b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+	}
+	return b
+}
+
+// checkDotsBF16 checks that DotsBF16 gives bitwise Dots on the widened
+// rows, wherever the operands lie.
+func checkDotsBF16(t *testing.T, seed uint64, rows, k, pad, off int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 3))
+	lda := k + pad
+	n := max(0, (rows-1)*lda+k)
+	a := bf16Rows(r, n)
+	x := randFloats(r, k)
+	wide := make([]float32, n)
+	WidenBF16(wide, a)
+	want := make([]float32, rows)
+	Dots(want, wide, lda, x)
+	got := make([]float32, rows)
+	DotsBF16(got, a, lda, x)
+	moved := make([]byte, len(a)+2*off+1)[2*off+1:]
+	copy(moved, a)
+	gotMoved := make([]float32, rows)
+	DotsBF16(gotMoved, moved, lda, shift(x, (off+9)%16))
+	for i := range want {
+		if got[i] != want[i] || gotMoved[i] != want[i] {
+			t.Fatalf("rows %d k %d lda %d: row %d: bf16 %g (moved %g), widened float32 %g", rows, k, lda, i, got[i], gotMoved[i], want[i])
+		}
+	}
+}
+
+func TestDotsBF16(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		for _, rows := range []int{1, 3, 4, 8, 9, 13, 64} {
+			for _, k := range []int{0, 1, 7, 8, 9, 16, 24, 32, 64, 100, 128, 512} {
+				for _, pad := range []int{0, 8, 3} {
+					checkDotsBF16(t, uint64(rows*1000+k), rows, k, pad, (rows+k)%16)
+				}
+			}
+		}
+	})
+}
+
+// TestWidenBF16 against quant's definition: the bits shifted up by 16.
+func TestWidenBF16(t *testing.T) {
+	src := []byte{0x80, 0x3f, 0x00, 0xc0, 0x80, 0x7f, 0xc1, 0xff, 0x00, 0x80}
+	want := []uint32{0x3f800000, 0xc0000000, 0x7f800000, 0xffc10000, 0x80000000}
+	dst := make([]float32, len(want))
+	WidenBF16(dst, src)
+	for i, w := range want {
+		if math.Float32bits(dst[i]) != w {
+			t.Errorf("value %d: bits %#x, want %#x", i, math.Float32bits(dst[i]), w)
+		}
+	}
 }
 
 // addScaledRef is the float64 y0 + sum_i x[i]*a[i,:] and the sum of the
@@ -210,12 +274,11 @@ func FuzzDots(f *testing.F) {
 			return
 		}
 		k %= 2048
-		checkDots(t, seed, int(rows%64)+1, int(k), int(pad%32), int(off%16))
-		if HasFMA() {
-			saved := useFMA
-			defer func() { useFMA = saved }()
-			useFMA = false
-			checkDots(t, seed, int(rows%64)+1, int(k), int(pad%32), int(off%16))
+		for ks := best(); ks >= gonumKernels; ks-- {
+			withKernels(ks, func() {
+				checkDots(t, seed, int(rows%64)+1, int(k), int(pad%32), int(off%16))
+				checkDotsBF16(t, seed, int(rows%64)+1, int(k), int(pad%32), int(off%16))
+			})
 		}
 	})
 }
@@ -233,6 +296,40 @@ func FuzzAddScaled(f *testing.F) {
 
 var sink float32
 
+// BenchmarkDotsLarge: a matrix of rows x 128 against one vector, 64 rows a
+// call, in float32 and in bfloat16: past the 1 MiB L2 the rows stream
+// from L3, and bfloat16 reads half the bytes.
+func BenchmarkDotsLarge(b *testing.B) {
+	const K = 128
+	for _, rows := range []int{2048, 16384} {
+		r := rand.New(rand.NewPCG(1, 1))
+		a, x, y := randFloats(r, rows*K), randFloats(r, K), make([]float32, 64)
+		h := bf16Rows(r, rows*K)
+		for ks := best(); ks >= fmaKernels; ks-- {
+			b.Run(fmt.Sprintf("%s/f32/rows=%d", ks, rows), func(b *testing.B) {
+				withKernels(ks, func() {
+					for b.Loop() {
+						for i := 0; i < rows; i += 64 {
+							Dots(y, a[i*K:], K, x)
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)*float64(rows*K)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+			b.Run(fmt.Sprintf("%s/bf16/rows=%d", ks, rows), func(b *testing.B) {
+				withKernels(ks, func() {
+					for b.Loop() {
+						for i := 0; i < rows; i += 64 {
+							DotsBF16(y, h[2*i*K:], K, x)
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)*float64(rows*K)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+	}
+}
+
 // BenchmarkDots: 64 rows of K against one vector, as a matrix kernel's
 // block computes them (y stays in cache; a is 64*K floats).
 func BenchmarkDots(b *testing.B) {
@@ -240,17 +337,13 @@ func BenchmarkDots(b *testing.B) {
 	for _, K := range []int{32, 128, 512, 4096} {
 		r := rand.New(rand.NewPCG(1, 1))
 		a, x, y := randFloats(r, rows*K), randFloats(r, K), make([]float32, rows)
-		for _, fma := range []bool{true, false} {
-			if fma && !HasFMA() {
-				continue
-			}
-			b.Run(fmt.Sprintf("%s/K=%d", map[bool]string{true: "fma", false: "gonum"}[fma], K), func(b *testing.B) {
-				saved := useFMA
-				defer func() { useFMA = saved }()
-				useFMA = fma
-				for b.Loop() {
-					Dots(y, a, K, x)
-				}
+		for ks := best(); ks >= gonumKernels; ks-- {
+			b.Run(fmt.Sprintf("%s/K=%d", ks, K), func(b *testing.B) {
+				withKernels(ks, func() {
+					for b.Loop() {
+						Dots(y, a, K, x)
+					}
+				})
 				sink = y[0]
 				b.ReportMetric(float64(b.N)*rows*float64(K)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})

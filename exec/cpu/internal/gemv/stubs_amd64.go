@@ -5,5 +5,14 @@ package gemv
 // dotsFMA sets y[r] to the dot product of row r of a (rows lda apart) with x.
 func dotsFMA(y []float32, a []float32, lda int, x []float32)
 
+// dotsBF16 sets y[r] to the dot product of bfloat16 row r of a (rows lda apart) with x. len(x) must be a multiple of 8.
+func dotsBF16(y []float32, a []uint16, lda int, x []float32)
+
+// dotsAVX512 sets y[r] to the dot product of row r of a (rows lda apart) with x.
+func dotsAVX512(y []float32, a []float32, lda int, x []float32)
+
+// dotsBF16AVX512 sets y[r] to the dot product of bfloat16 row r of a (rows lda apart) with x.
+func dotsBF16AVX512(y []float32, a []uint16, lda int, x []float32)
+
 // addScaledFMA adds x[i] times row i of a (rows lda apart) to y, for ascending i.
 func addScaledFMA(y []float32, a []float32, lda int, x []float32)

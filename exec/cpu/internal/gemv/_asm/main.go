@@ -26,70 +26,199 @@ func main() {
 		}
 		DATA(4*i, U32(v))
 	}
-	dots()
+	dots("dotsFMA", avx2, false)
+	dots("dotsBF16", avx2, true)
+	dots("dotsAVX512", avx512, false)
+	dots("dotsBF16AVX512", avx512, true)
 	addScaled()
 	Generate()
+}
+
+// vreg is a vector register, virtual or physical.
+type vreg interface {
+	Register
+	Vec
+}
+
+// isa is the vector width a dots kernel is written for.
+type isa struct {
+	lanes int // float32 lanes per vector: 8 (AVX2) or 16 (AVX-512)
+}
+
+var (
+	avx2   = isa{8}
+	avx512 = isa{16}
+)
+
+// regs hands out the vector registers of one group of rows. The AVX2
+// kernels take virtual ones. The AVX-512 kernels name physical ones: the
+// allocator would also hand out Y16-Y31, which the VEX-encoded
+// reduction (VHADDPS) cannot address, so the accumulators live in
+// Z16-Z25 and the reduction in Y0-Y15.
+type regs struct {
+	wide func() vreg // accumulators, x and scratch
+	ymm  func() vreg // the reduction's
+}
+
+func (v isa) regs() regs {
+	if v.lanes == 8 {
+		return regs{func() vreg { return YMM() }, func() vreg { return YMM() }}
+	}
+	z, y := 16, 0
+	return regs{
+		func() vreg { z++; return phys(Z16, z-1-16).(vreg) },
+		func() vreg { y++; return phys(Y0, y-1).(vreg) },
+	}
+}
+
+// phys is the vector register i places after r.
+func phys(r VecPhysical, i int) Register {
+	switch r {
+	case Z16:
+		return [...]VecPhysical{Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
+	default:
+		return [...]VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}[i]
+	}
 }
 
 // dots: y[r] = a[r*lda : r*lda+k] . x for every row r < len(y), k = len(x).
 //
 // Every row is summed the same way, whichever group of rows it falls in:
-// element i goes to lane i%8 of the row's accumulator by a fused
-// multiply-add, in ascending i (the last k%8 elements through masked loads,
-// which read nothing past them), and the eight lanes are added as
-// ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). Groups of 8 rows share each load of
-// x; the rows left over go 4 and then 1 at a time.
-func dots() {
-	TEXT("dotsFMA", NOSPLIT, "func(y, a []float32, lda int, x []float32)")
-	Doc("dotsFMA sets y[r] to the dot product of row r of a (rows lda apart) with x.")
+// element i goes to lane i%L of the row's accumulator (L lanes) by a fused
+// multiply-add, in ascending i (the last k%L elements through masked loads,
+// which read nothing past them). With 16 lanes, lane l+8 is then added to
+// lane l; the eight lanes are added as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+// Groups of 8 rows share each load of x; the rows left over go 4 and then 1
+// at a time.
+//
+// With bf16 rows (a holds bfloat16 bits) each element is widened to float32
+// exactly (its bits shifted up by 16) before the same multiply-add, so the
+// result is bitwise that of the float32 rows. The AVX2 bf16 kernel has no
+// masked 16-bit loads: k must be a multiple of 8.
+func dots(name string, v isa, bf16 bool) {
+	sig := "func(y, a []float32, lda int, x []float32)"
+	doc := name + " sets y[r] to the dot product of row r of a (rows lda apart) with x."
+	rt := f32Rows
+	if bf16 {
+		sig = "func(y []float32, a []uint16, lda int, x []float32)"
+		doc = name + " sets y[r] to the dot product of bfloat16 row r of a (rows lda apart) with x."
+		if v.lanes == 8 {
+			doc += " len(x) must be a multiple of 8."
+		}
+		rt = bf16Rows
+	}
+	TEXT(name, NOSPLIT, sig)
+	Doc(doc)
 	y := Load(Param("y").Base(), GP64())
 	n := Load(Param("y").Len(), GP64())
 	a := Load(Param("a").Base(), GP64())
 	lda := Load(Param("lda"), GP64())
 	x := Load(Param("x").Base(), GP64())
 	k := Load(Param("x").Len(), GP64())
-	SHLQ(U8(2), lda) // row stride in bytes
+	SHLQ(U8(rt.shift), lda) // row stride in bytes
 
-	// The mask of the last k%8 elements (tail of them).
+	// The mask of the last k%L elements (tail of them).
 	tail := GP64()
 	MOVQ(k, tail)
-	ANDQ(U8(7), tail)
-	off, lea := GP64(), GP64()
-	MOVQ(U32(8), off)
-	SUBQ(tail, off)
-	LEAQ(tailMask, lea)
-	mask := YMM()
-	VMOVDQU(Mem{Base: lea, Index: off, Scale: 4}, mask)
-	SHRQ(U8(3), k) // whole vectors per row
+	ANDQ(U8(v.lanes-1), tail)
+	var m mask
+	if v.lanes == 8 {
+		off, lea := GP64(), GP64()
+		MOVQ(U32(8), off)
+		SUBQ(tail, off)
+		LEAQ(tailMask, lea)
+		m.v = YMM()
+		VMOVDQU(Mem{Base: lea, Index: off, Scale: 4}, m.v)
+	} else {
+		bitsReg := GP64()
+		MOVQ(U32(1), bitsReg)
+		SHLXQ(tail, bitsReg, bitsReg)
+		DECQ(bitsReg)
+		m.k = K()
+		KMOVW(bitsReg.As32(), m.k)
+	}
+	SHRQ(U8(log2(v.lanes)), k) // whole vectors per row
 
 	lda3 := GP64()
 	LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, lda3)
 
 	groups := []int{8, 4, 1}
 	for i, g := range groups {
-		name := fmt.Sprintf("rows%d", g)
-		Label(name)
+		label := fmt.Sprintf("%s_rows%d", name, g)
+		Label(label)
 		CMPQ(n, U8(g))
 		if i+1 == len(groups) {
-			JL(LabelRef("done"))
+			JL(LabelRef(name + "_done"))
 		} else {
-			JL(LabelRef(fmt.Sprintf("rows%d", groups[i+1])))
+			JL(LabelRef(fmt.Sprintf("%s_rows%d", name, groups[i+1])))
 		}
-		dotGroup(g, y, a, lda, lda3, x, k, tail, mask)
+		dotGroup(name, v, rt, g, y, a, lda, lda3, x, k, tail, m)
 		ADDQ(U8(4*g), y)
 		LEAQ(Mem{Base: a, Index: lda, Scale: uint8(g)}, a)
 		SUBQ(U8(g), n)
-		JMP(LabelRef(name))
+		JMP(LabelRef(label))
 	}
-	Label("done")
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }
 
+// mask selects the tail elements: a vector of all-ones lanes (AVX2) or an
+// opmask (AVX-512).
+type mask struct {
+	v VecVirtual
+	k OpmaskVirtual
+}
+
+func log2(n int) int {
+	l := 0
+	for ; n > 1; n >>= 1 {
+		l++
+	}
+	return l
+}
+
+// rowType is how a kernel reads a vector of a row's elements as float32.
+type rowType struct {
+	shift int // log2 of the element size
+	// fma adds the elements at m times xv to acc; tmp is scratch.
+	fma func(m Mem, xv, acc, tmp vreg)
+	// load reads the elements at m that the mask selects into tmp, zeros
+	// elsewhere, reading nothing past them.
+	load func(m Mem, mk mask, tmp vreg)
+}
+
+var (
+	f32Rows = rowType{
+		shift: 2,
+		fma:   func(m Mem, xv, acc, _ vreg) { VFMADD231PS(m, xv, acc) },
+		load: func(m Mem, mk mask, tmp vreg) {
+			if mk.k != nil {
+				VMOVUPS_Z(m, mk.k, tmp)
+			} else {
+				VMASKMOVPS(m, mk.v, tmp)
+			}
+		},
+	}
+	// bfloat16 widens exactly: its bits are the high half of a float32's.
+	bf16Rows = rowType{
+		shift: 1,
+		fma: func(m Mem, xv, acc, tmp vreg) {
+			VPMOVZXWD(m, tmp)
+			VPSLLD(U8(16), tmp, tmp)
+			VFMADD231PS(tmp, xv, acc)
+		},
+		load: func(m Mem, mk mask, tmp vreg) {
+			VPMOVZXWD_Z(m, mk.k, tmp) // AVX-512 only
+			VPSLLD(U8(16), tmp, tmp)
+		},
+	}
+)
+
 // dotGroup computes the dot products of rows a, a+lda, ... (g of them) with
 // x and stores them at y. k is the number of whole vectors per row; tail
-// elements follow them, selected by mask.
-func dotGroup(g int, y, a, lda, lda3, x, k, tail Register, mask VecVirtual) {
+// elements follow them, selected by m.
+func dotGroup(name string, v isa, rt rowType, g int, y, a, lda, lda3, x, k, tail Register, m mask) {
 	p, p3, xp, cnt := GP64(), GP64(), GP64(), GP64()
 	MOVQ(a, p)
 	LEAQ(Mem{Base: a, Index: lda3, Scale: 1}, p3)
@@ -116,42 +245,61 @@ func dotGroup(g int, y, a, lda, lda3, x, k, tail Register, mask VecVirtual) {
 			return Mem{Base: p3, Index: lda, Scale: 4}
 		}
 	}
-	acc := make([]VecVirtual, g)
+	rg := v.regs()
+	acc := make([]vreg, g)
 	for r := range acc {
-		acc[r] = YMM()
-		VXORPS(acc[r], acc[r], acc[r])
+		acc[r] = rg.wide()
+		if v.lanes == 16 {
+			VPXORD(acc[r], acc[r], acc[r]) // VXORPS on a ZMM needs AVX512DQ
+		} else {
+			VXORPS(acc[r], acc[r], acc[r])
+		}
 	}
-	xv := YMM()
-	loop, rest, sum := fmt.Sprintf("dots%d_loop", g), fmt.Sprintf("dots%d_tail", g), fmt.Sprintf("dots%d_sum", g)
+	xv, tmp := rg.wide(), rg.wide()
+	loop := fmt.Sprintf("%s_loop%d", name, g)
+	rest := fmt.Sprintf("%s_tail%d", name, g)
+	sum := fmt.Sprintf("%s_sum%d", name, g)
 	TESTQ(cnt, cnt)
 	JZ(LabelRef(rest))
 	Label(loop)
 	VMOVUPS(Mem{Base: xp}, xv)
 	for r := range acc {
-		VFMADD231PS(row(r), xv, acc[r])
+		rt.fma(row(r), xv, acc[r], tmp)
 	}
-	ADDQ(U8(32), p)
-	ADDQ(U8(32), p3)
-	ADDQ(U8(32), xp)
+	step := U8(v.lanes << rt.shift)
+	ADDQ(step, p)
+	ADDQ(step, p3)
+	ADDQ(U8(4*v.lanes), xp)
 	DECQ(cnt)
 	JNZ(LabelRef(loop))
 	Label(rest)
-	// The last k%8 elements: masked-off lanes load zeros and read nothing.
-	TESTQ(tail, tail)
-	JZ(LabelRef(sum))
-	VMASKMOVPS(Mem{Base: xp}, mask, xv)
-	w := YMM()
-	for r := range acc {
-		VMASKMOVPS(row(r), mask, w)
-		VFMADD231PS(w, xv, acc[r])
+	if rt.shift == 2 || v.lanes == 16 {
+		// The last k%L elements: masked-off lanes load zeros and read
+		// nothing.
+		TESTQ(tail, tail)
+		JZ(LabelRef(sum))
+		f32Rows.load(Mem{Base: xp}, m, xv)
+		for r := range acc {
+			rt.load(row(r), m, tmp)
+			VFMADD231PS(tmp, xv, acc[r])
+		}
 	}
 	Label(sum)
-	reduce(g, acc, y)
+	if v.lanes == 16 {
+		// Lane l+8 onto lane l.
+		for r, z := range acc {
+			hi := rg.ymm()
+			VEXTRACTF64X4(U8(1), z, hi)
+			VADDPS(hi, z.AsY(), hi)
+			acc[r] = hi
+		}
+	}
+	reduce(g, acc, y, rg.ymm)
 }
 
 // reduce adds the eight lanes of each of the g accumulators as
 // ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) and stores the g sums at y.
-func reduce(g int, acc []VecVirtual, y Register) {
+func reduce(g int, acc []vreg, y Register, YMM func() vreg) {
 	switch g {
 	case 8:
 		h01, h23, h45, h67 := YMM(), YMM(), YMM(), YMM()
@@ -172,7 +320,7 @@ func reduce(g int, acc []VecVirtual, y Register) {
 		VHADDPS(acc[1], acc[0], h01)
 		VHADDPS(acc[3], acc[2], h23)
 		VHADDPS(h23, h01, q)
-		top := XMM()
+		top := YMM().AsX()
 		VEXTRACTF128(U8(1), q, top)
 		VADDPS(top, q.AsX(), top)
 		VMOVUPS(top, Mem{Base: y})
@@ -180,7 +328,7 @@ func reduce(g int, acc []VecVirtual, y Register) {
 		h, q := YMM(), YMM()
 		VHADDPS(acc[0], acc[0], h)
 		VHADDPS(h, h, q)
-		top := XMM()
+		top := YMM().AsX()
 		VEXTRACTF128(U8(1), q, top)
 		VADDSS(top, q.AsX(), top)
 		VMOVSS(top, Mem{Base: y})
