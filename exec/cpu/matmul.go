@@ -7,6 +7,10 @@ import (
 	"lagc/quant"
 )
 
+// Kernels names the vector kernels under the matrix products and the
+// attention on this machine: avx512, avx2-fma or gonum (see gemv).
+func Kernels() string { return gemv.Kernels() }
+
 // MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
 // row-major), y is [T,N]. Work is split over blocks of N and T; every
 // element is one dot product summed in a fixed order, so y[t] does not

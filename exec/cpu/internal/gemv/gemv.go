@@ -17,6 +17,7 @@ package gemv
 import (
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -37,9 +38,39 @@ func (k kernels) String() string {
 	return [...]string{"gonum", "avx2-fma", "avx512"}[k]
 }
 
-// Kernels names the implementation of the products on this machine:
-// "avx512", "avx2-fma" or "gonum".
-func Kernels() string { return use.String() }
+// EnvKernels names the environment variable that selects narrower
+// kernels than the machine's best, to reproduce another machine's results
+// or to compare speeds: avx512, avx2-fma or gonum.
+const EnvKernels = "LAGC_CPU_KERNELS"
+
+// use selects the kernels; envNote says why EnvKernels was not followed.
+var use, envNote = fromEnv(os.Getenv(EnvKernels), best())
+
+// fromEnv returns the kernels that env asks for, or best with a note when
+// it names none that this machine runs.
+func fromEnv(env string, best kernels) (kernels, string) {
+	if env == "" {
+		return best, ""
+	}
+	for k := gonumKernels; k <= avx512Kernels; k++ {
+		if env == k.String() {
+			if k > best {
+				return best, fmt.Sprintf("%s=%s ignored: this machine runs %s at best", EnvKernels, env, best)
+			}
+			return k, ""
+		}
+	}
+	return best, fmt.Sprintf("%s=%q ignored: want avx512, avx2-fma or gonum", EnvKernels, env)
+}
+
+// Kernels names the implementation of the products in use: "avx512",
+// "avx2-fma" or "gonum", followed by why EnvKernels was ignored if it was.
+func Kernels() string {
+	if envNote != "" {
+		return use.String() + " (" + envNote + ")"
+	}
+	return use.String()
+}
 
 // Dots sets y[r] to the dot product of a[r*lda : r*lda+len(x)] with x, for
 // every r < len(y). Element i of a row is summed into partial sum i%L and

@@ -2,10 +2,6 @@ package gemv
 
 import "golang.org/x/sys/cpu"
 
-// use selects the kernels (the tests switch it to check each one this
-// machine runs).
-var use = best()
-
 // hasAVX2: the bfloat16 kernel of fmaKernels widens with AVX2.
 var hasAVX2 = cpu.X86.HasAVX2
 

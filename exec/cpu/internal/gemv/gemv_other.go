@@ -3,10 +3,7 @@
 package gemv
 
 // Only amd64 has the assembly kernels.
-var (
-	use     = gonumKernels
-	hasAVX2 = false
-)
+const hasAVX2 = false
 
 func best() kernels { return gonumKernels }
 

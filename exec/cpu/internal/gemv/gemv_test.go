@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -240,6 +241,25 @@ func checkAddScaled(t *testing.T, seed uint64, n, m, pad, off int) {
 	for c := range y {
 		if ys[c] != y[c] {
 			t.Fatalf("n %d m %d: y[%d] moved in memory = %g, was %g", n, m, c, ys[c], y[c])
+		}
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env        string
+		best, want kernels
+		note       string
+	}{
+		{"", avx512Kernels, avx512Kernels, ""},
+		{"gonum", avx512Kernels, gonumKernels, ""},
+		{"avx2-fma", avx512Kernels, fmaKernels, ""},
+		{"avx512", fmaKernels, fmaKernels, "this machine runs avx2-fma at best"},
+		{"sse", fmaKernels, fmaKernels, `"sse" ignored: want avx512, avx2-fma or gonum`},
+	} {
+		got, note := fromEnv(c.env, c.best)
+		if got != c.want || c.note == "" && note != "" || !strings.Contains(note, c.note) {
+			t.Errorf("%s=%q with %s at best: %s, note %q; want %s, note with %q", EnvKernels, c.env, c.best, got, note, c.want, c.note)
 		}
 	}
 }
