@@ -1,6 +1,6 @@
 package cpu
 
-import "lagc/exec/cpu/internal/gemv"
+import "lagc/exec/cpu/internal/vec"
 
 // kvRun is a run of consecutive key positions whose key and value rows lie
 // at one stride in one buffer: row i at k[i*stride:], v[i*stride:].
@@ -44,7 +44,7 @@ func attendRuns(out, q []float32, runs []kvRun, stride, d int, scale float32, pr
 	i := 0
 	for _, r := range runs {
 		s := probs[i : i+r.n]
-		gemv.Dots(s, r.k, stride, q)
+		vec.Dots(s, r.k, stride, q)
 		for j := range s {
 			s[j] *= scale
 		}
@@ -54,7 +54,7 @@ func attendRuns(out, q []float32, runs []kvRun, stride, d int, scale float32, pr
 	clear(out)
 	i = 0
 	for _, r := range runs {
-		gemv.AddScaled(out, r.v, stride, probs[i:i+r.n])
+		vec.AddScaled(out, r.v, stride, probs[i:i+r.n])
 		i += r.n
 	}
 }

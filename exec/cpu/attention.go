@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"math"
+
+	"lagc/exec/cpu/internal/vec"
 )
 
 // Attention is the attention op: causal grouped-query attention of q
@@ -138,13 +140,10 @@ func softmax(s []float32) {
 			m = x
 		}
 	}
+	vec.ExpShifted(s, m)
 	var sum float64
-	for i, x := range s {
-		e := float32(math.Exp(float64(x - m)))
-		s[i] = e
+	for _, e := range s {
 		sum += float64(e)
 	}
-	for i, e := range s {
-		s[i] = float32(float64(e) / sum)
-	}
+	vec.Divide(s, sum)
 }

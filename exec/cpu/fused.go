@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"slices"
+
+	"lagc/exec/cpu/internal/vec"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -109,10 +111,7 @@ func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 // weights g and u [N,K].
 func swiglu(y, x []float32, g, u *Matrix, T, K, N int, parallel bool) {
 	blocked(x, T, K, N, []*Matrix{g, u}, parallel, func(t, n0, n1 int, p [][]float32) {
-		yr := y[t*N+n0 : t*N+n1]
-		for j, gv := range p[0] {
-			yr[j] = silu(gv) * p[1][j]
-		}
+		vec.SiLUMul(y[t*N+n0:t*N+n1], p[0], p[1])
 	})
 }
 

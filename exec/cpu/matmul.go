@@ -3,13 +3,13 @@ package cpu
 import (
 	"fmt"
 
-	"lagc/exec/cpu/internal/gemv"
+	"lagc/exec/cpu/internal/vec"
 	"lagc/quant"
 )
 
 // Kernels names the vector kernels under the matrix products and the
-// attention on this machine: avx512, avx2-fma or gonum (see gemv).
-func Kernels() string { return gemv.Kernels() }
+// attention on this machine: avx512, avx2-fma or gonum (see vec).
+func Kernels() string { return vec.Kernels() }
 
 // MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
 // row-major), y is [T,N]. Work is split over blocks of N and T; every
@@ -84,9 +84,9 @@ func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
 // blocked runs epi(t, n0, n1, p) for every token t of x [T,K] and block
 // [n0, n1) of output columns, where p[i][j] is the dot product of x's row
 // t with row n0+j of ws[i] (at most maxFused weights). Each product is
-// summed by gemv in an order that depends on K alone: a product is the
+// summed by vec in an order that depends on K alone: a product is the
 // same for any T, thread count or block split, and wherever the rows live.
-// bf16 rows are multiplied in place where gemv has a kernel for them;
+// bf16 rows are multiplied in place where vec has a kernel for them;
 // rows in other stored types are converted into scratch once per block of
 // columns and block of tokens. Both give bitwise the products of the
 // rows converted to float32. Columns are blocked so that a block's
@@ -138,9 +138,9 @@ func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, 
 				xt := x[t*K : t*K+K]
 				for i, w := range ws {
 					if rows[i] == nil {
-						gemv.DotsBF16(p[i], w.Raw[n0*w.RowBytes:n1*w.RowBytes], K, xt)
+						vec.DotsBF16(p[i], w.Raw[n0*w.RowBytes:n1*w.RowBytes], K, xt)
 					} else {
-						gemv.Dots(p[i], rows[i], K, xt)
+						vec.Dots(p[i], rows[i], K, xt)
 					}
 				}
 				epi(t, n0, n1, p)

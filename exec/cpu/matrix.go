@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"lagc/exec/cpu/internal/gemv"
+	"lagc/exec/cpu/internal/vec"
 	"lagc/quant"
 )
 
@@ -79,7 +79,7 @@ func (m *Matrix) rowsF32(buf []float32, r0, r1 int) []float32 {
 // directBF16 reports whether the matrix kernels multiply m's rows in place
 // (bf16 on a machine with a kernel for them) rather than converting them.
 func (m *Matrix) directBF16() bool {
-	return m.Type == quant.BF16 && gemv.DirectBF16(m.Cols)
+	return m.Type == quant.BF16 && vec.DirectBF16(m.Cols)
 }
 
 // check reports a matrix that is not rows x cols.
@@ -109,7 +109,7 @@ func getScratch(n int) *[]float32 {
 		*p = (*p)[:n]
 		return p
 	}
-	b := gemv.AlignedFloats(n)
+	b := vec.AlignedFloats(n)
 	return &b
 }
 

@@ -1,7 +1,7 @@
 package cpu
 
 import (
-	"lagc/exec/cpu/internal/gemv"
+	"lagc/exec/cpu/internal/vec"
 	"lagc/ir"
 )
 
@@ -82,7 +82,7 @@ func (p *bufPool) get(n int) []float32 {
 		clear(b)
 		return b
 	}
-	return gemv.AlignedFloats(n)
+	return vec.AlignedFloats(n)
 }
 
 // release takes back the buffer of v, whose last reader has run, if no

@@ -3,7 +3,7 @@ package cpu
 import (
 	"fmt"
 
-	"lagc/exec/cpu/internal/gemv"
+	"lagc/exec/cpu/internal/vec"
 	"lagc/ir"
 	"lagc/prep"
 	"lagc/quant"
@@ -120,7 +120,7 @@ func (l *weightLoader) matrix(w *ir.Value, needF32 bool) (*Matrix, error) {
 	}
 	t := w.Type.DType.Quant()
 	expand := t == quant.F32 || needF32 || l.raw == nil
-	kept := t == quant.BF16 && gemv.DirectBF16(cols) // multiplied in place, as fast as f32
+	kept := t == quant.BF16 && vec.DirectBF16(cols) // multiplied in place, as fast as f32
 	if !expand && !kept && (t == quant.F16 || t == quant.BF16) && int64(4*rows*cols) <= l.budget {
 		l.budget -= int64(4 * rows * cols)
 		expand = true

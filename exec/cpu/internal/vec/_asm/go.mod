@@ -1,4 +1,4 @@
-module lagc/exec/cpu/internal/gemv/_asm
+module lagc/exec/cpu/internal/vec/_asm
 
 go 1.26.8
 

@@ -1,4 +1,4 @@
-// Package gemv holds the float32 matrix-vector products under the CPU
+// Package vec holds the float32 matrix-vector products under the CPU
 // executor's matrix kernels and attention, with a summation order that
 // depends on the vector length alone: the same inputs give the same bits
 // whatever the number of rows, the group a row falls in, or where the
@@ -10,9 +10,9 @@
 // they run on gonum's float32 routines, with x copied to aligned memory
 // where gonum's order would depend on its alignment. The three paths round
 // differently; Kernels names the one in use.
-package gemv
+package vec
 
-//go:generate go run -C _asm . -out ../gemv_amd64.s -stubs ../stubs_amd64.go -pkg gemv
+//go:generate go run -C _asm . -out ../vec_amd64.s -stubs ../stubs_amd64.go -pkg vec
 
 import (
 	"fmt"
@@ -144,7 +144,7 @@ func DirectBF16(k int) bool {
 // 2*len(dst) bytes.
 func WidenBF16(dst []float32, src []byte) {
 	if len(src) < 2*len(dst) {
-		panic(fmt.Sprintf("gemv.WidenBF16: %d bytes for %d values", len(src), len(dst)))
+		panic(fmt.Sprintf("vec.WidenBF16: %d bytes for %d values", len(src), len(dst)))
 	}
 	for i := range dst {
 		dst[i] = math.Float32frombits((uint32(src[2*i]) | uint32(src[2*i+1])<<8) << 16)
@@ -169,7 +169,7 @@ func AddScaled(y, a []float32, lda int, x []float32) {
 // checkRows panics unless a holds rows rows of cols elements, lda apart.
 func checkRows(op string, la, rows, lda, cols int) {
 	if lda < cols || rows > 0 && la < (rows-1)*lda+cols {
-		panic(fmt.Sprintf("gemv.%s: %d rows of %d, %d apart, need %d elements, have %d", op, rows, cols, lda, (rows-1)*lda+cols, la))
+		panic(fmt.Sprintf("vec.%s: %d rows of %d, %d apart, need %d elements, have %d", op, rows, cols, lda, (rows-1)*lda+cols, la))
 	}
 }
 

@@ -1,4 +1,4 @@
-package gemv
+package vec
 
 import (
 	"math/rand/v2"

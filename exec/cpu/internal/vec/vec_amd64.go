@@ -1,4 +1,4 @@
-package gemv
+package vec
 
 import "golang.org/x/sys/cpu"
 

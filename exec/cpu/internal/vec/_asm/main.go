@@ -1,6 +1,6 @@
-// Command _asm generates the AVX+FMA kernels of package gemv with avo:
+// Command _asm generates the assembly kernels of package vec with avo:
 //
-//	go run -C _asm . -out ../gemv_amd64.s -stubs ../stubs_amd64.go -pkg gemv
+//	go run -C _asm . -out ../vec_amd64.s -stubs ../stubs_amd64.go -pkg vec
 //
 // It is a module of its own so that the main module does not depend on avo.
 package main
@@ -31,6 +31,7 @@ func main() {
 	dots("dotsAVX512", avx512, false)
 	dots("dotsBF16AVX512", avx512, true)
 	addScaled()
+	expKernels()
 	Generate()
 }
 
