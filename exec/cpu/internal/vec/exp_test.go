@@ -31,20 +31,9 @@ func expInputs() []float32 {
 	return v
 }
 
-// withEachKernel runs f on every kernel set this machine has.
-func withEachKernel(t *testing.T, f func(t *testing.T)) {
-	t.Helper()
-	if best() != avx512Kernels {
-		t.Logf("no AVX-512 here (%s): only the scalar loops are checked", best())
-	}
-	for k := best(); k >= gonumKernels; k-- {
-		withKernels(k, func() { t.Run(k.String(), f) })
-	}
-}
-
 func TestExpShifted(t *testing.T) {
 	in := expInputs()
-	withEachKernel(t, func(t *testing.T) {
+	paths(t, func(t *testing.T) {
 		for _, m := range []float32{0, 3.5, -2, 700, float32(math.Inf(1))} {
 			s := append([]float32(nil), in...)
 			ExpShifted(s, m)
@@ -72,7 +61,7 @@ func TestExp64Float64(t *testing.T) {
 	for i := range u {
 		u[i] = float32(r.NormFloat64())
 	}
-	withEachKernel(t, func(t *testing.T) {
+	paths(t, func(t *testing.T) {
 		y := make([]float32, len(g))
 		SiLUMul(y, g, u)
 		for i := range y {
@@ -85,7 +74,7 @@ func TestExp64Float64(t *testing.T) {
 
 func TestDivide(t *testing.T) {
 	in := expInputs()
-	withEachKernel(t, func(t *testing.T) {
+	paths(t, func(t *testing.T) {
 		for _, d := range []float64{1, 3, 0.1, 1e-300, 1e300, 7.000000000000001, math.Inf(1)} {
 			s := append([]float32(nil), in...)
 			Divide(s, d)
@@ -101,7 +90,7 @@ func TestDivide(t *testing.T) {
 // TestElementwiseLengths: every length 0..40 (whole vectors and masked
 // tails), no element outside the slices written.
 func TestElementwiseLengths(t *testing.T) {
-	withEachKernel(t, func(t *testing.T) {
+	paths(t, func(t *testing.T) {
 		for n := 0; n <= 40; n++ {
 			const guard = float32(-12345)
 			buf := make([]float32, n+2)

@@ -14,6 +14,7 @@ func paths(t *testing.T, f func(t *testing.T)) {
 	if best() != avx512Kernels {
 		t.Logf("this machine runs %s at best: the wider kernels are not checked", best())
 	}
+	// gonum names the scalar Go loops of the element-wise functions too.
 	for k := best(); k >= gonumKernels; k-- {
 		withKernels(k, func() { t.Run(k.String(), f) })
 	}

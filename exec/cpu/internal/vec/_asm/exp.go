@@ -103,19 +103,13 @@ func exp64(x VecVirtual) VecVirtual {
 	// Times 2^n: the biased exponent n+1023 into the exponent bits.
 	bx := YMM()
 	VPADDD_BCST(ec(cBias), n, bx)
-	r := ZMM()
-	VPMOVSXDQ(bx, r)
-	VPSLLQ(U8(52), r, r)
-	VMULPD(r, x0, r)
+	r := timesPow2(x0, bx)
 	// A subnormal result: times 2^(n+1022), then 2^-1022.
 	sub := K()
 	VPCMPD_BCST(U8(2), ec(cZero32), bx, sub) // bx <= 0
 	bd := YMM()
 	VPADDD_BCST(ec(cBias1), bx, bd)
-	d := ZMM()
-	VPMOVSXDQ(bd, d)
-	VPSLLQ(U8(52), d, d)
-	VMULPD(d, x0, d)
+	d := timesPow2(x0, bd)
 	VMULPD_BCST(ec(cTiny), d, d)
 	VBLENDMPD(d, r, sub, r)
 	// Underflow to 0, overflow to +Inf, and the special arguments.
@@ -134,6 +128,16 @@ func exp64(x VecVirtual) VecVirtual {
 	VBLENDMPD(zero, r, k, r)
 	VCMPPD(U8(3), x, x, k) // NaN: x itself
 	VBLENDMPD(x, r, k, r)
+	return r
+}
+
+// timesPow2 returns x times the float64 whose exponent bits are e (int32
+// lanes; mantissa zero).
+func timesPow2(x, e VecVirtual) VecVirtual {
+	r := ZMM()
+	VPMOVSXDQ(e, r)
+	VPSLLQ(U8(52), r, r)
+	VMULPD(r, x, r)
 	return r
 }
 

@@ -225,27 +225,13 @@ func dotGroup(name string, v isa, rt rowType, g int, y, a, lda, lda3, x, k, tail
 	LEAQ(Mem{Base: a, Index: lda3, Scale: 1}, p3)
 	MOVQ(x, xp)
 	MOVQ(k, cnt)
-	// Row r of the group, relative to p (p3 = p + 3 rows).
-	row := func(r int) Mem {
-		switch r {
-		case 0:
-			return Mem{Base: p}
-		case 1:
-			return Mem{Base: p, Index: lda, Scale: 1}
-		case 2:
-			return Mem{Base: p, Index: lda, Scale: 2}
-		case 3:
-			return Mem{Base: p3}
-		case 4:
-			return Mem{Base: p, Index: lda, Scale: 4}
-		case 5:
-			return Mem{Base: p3, Index: lda, Scale: 2}
-		case 6:
-			return Mem{Base: p, Index: lda3, Scale: 2}
-		default:
-			return Mem{Base: p3, Index: lda, Scale: 4}
-		}
-	}
+	// Row r of the group, relative to p (p3 = p + 3 rows): the addressing
+	// modes reach rows 0-7 from p and p3 with strides lda and 3*lda.
+	rows := [8]struct {
+		base, index Register
+		scale       uint8
+	}{{p, nil, 0}, {p, lda, 1}, {p, lda, 2}, {p3, nil, 0}, {p, lda, 4}, {p3, lda, 2}, {p, lda3, 2}, {p3, lda, 4}}
+	row := func(r int) Mem { return Mem{Base: rows[r].base, Index: rows[r].index, Scale: rows[r].scale} }
 	rg := v.regs()
 	acc := make([]vreg, g)
 	for r := range acc {
