@@ -110,13 +110,7 @@ func dots(name string, v isa, bf16 bool) {
 	}
 	TEXT(name, NOSPLIT, sig)
 	Doc(doc)
-	y := Load(Param("y").Base(), GP64())
-	n := Load(Param("y").Len(), GP64())
-	a := Load(Param("a").Base(), GP64())
-	lda := Load(Param("lda"), GP64())
-	x := Load(Param("x").Base(), GP64())
-	k := Load(Param("x").Len(), GP64())
-	SHLQ(U8(rt.shift), lda) // row stride in bytes
+	y, n, a, lda, x, k := matrixArgs(rt.shift)
 
 	// The mask of the last k%L elements (tail of them).
 	tail := GP64()
@@ -322,6 +316,20 @@ func reduce(g int, acc []vreg, y Register, YMM func() vreg) {
 	}
 }
 
+// matrixArgs loads the arguments (y, a, lda, x) of a matrix kernel: y's
+// base and length, a's base, the row stride in bytes (lda elements of
+// 1<<shift bytes), x's base and length.
+func matrixArgs(shift int) (y, n, a, lda, x, k Register) {
+	y = Load(Param("y").Base(), GP64())
+	n = Load(Param("y").Len(), GP64())
+	a = Load(Param("a").Base(), GP64())
+	lda = Load(Param("lda"), GP64())
+	x = Load(Param("x").Base(), GP64())
+	k = Load(Param("x").Len(), GP64())
+	SHLQ(U8(shift), lda)
+	return y, n, a, lda, x, k
+}
+
 // addScaled: y[c] += sum over i of x[i]*a[i*lda+c] for every c < len(y),
 // i < len(x), one fused multiply-add per (i, c) in ascending i. Columns go
 // 32 and then 8 at a time and the last len(y)%8 one at a time, each with
@@ -329,13 +337,7 @@ func reduce(g int, acc []vreg, y Register, YMM func() vreg) {
 func addScaled() {
 	TEXT("addScaledFMA", NOSPLIT, "func(y, a []float32, lda int, x []float32)")
 	Doc("addScaledFMA adds x[i] times row i of a (rows lda apart) to y, for ascending i.")
-	y := Load(Param("y").Base(), GP64())
-	n := Load(Param("y").Len(), GP64())
-	a := Load(Param("a").Base(), GP64())
-	lda := Load(Param("lda"), GP64())
-	x := Load(Param("x").Base(), GP64())
-	m := Load(Param("x").Len(), GP64())
-	SHLQ(U8(2), lda)
+	y, n, a, lda, x, m := matrixArgs(2)
 	widths := []int{32, 8, 1}
 	for i, width := range widths {
 		cols := fmt.Sprintf("cols%d", width)
