@@ -20,6 +20,7 @@ type cpuBenchReport struct {
 	Model   string    `json:"model"`
 	Device  string    `json:"device"`
 	Threads int       `json:"threads"`
+	Kernels string    `json:"kernels"`
 	Runs    int       `json:"runs"`
 	Context int       `json:"decode_context"`
 	Decode  cpuRate   `json:"decode"`
@@ -90,7 +91,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 	}
 	cpu.SetMaxThreads(f.threads)
 	defer cpu.SetMaxThreads(0)
-	rep := &cpuBenchReport{Model: name, Device: "cpu", Threads: cpu.Threads(), Runs: f.runs, Context: f.ctx}
+	rep := &cpuBenchReport{Model: name, Device: "cpu", Threads: cpu.Threads(), Kernels: cpu.Kernels(), Runs: f.runs, Context: f.ctx}
 
 	rng := rand.New(rand.NewPCG(f.seed, 7))
 	toks := make([]int32, max(f.ctx, maxInts(sizes)))
@@ -150,7 +151,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Fprintf(w, "lagc bench: %s on the CPU, %d threads, median of %d runs\n", rep.Model, rep.Threads, rep.Runs)
+	fmt.Fprintf(w, "lagc bench: %s on the CPU, %d threads, kernels %s, median of %d runs\n", rep.Model, rep.Threads, rep.Kernels, rep.Runs)
 	fmt.Fprintf(w, "decode at context %d: %.3f ms/token (CPU time %.3f ms), %.0f tok/s\n", rep.Context, rep.Decode.Ms, rep.Decode.CPUMs, rep.Decode.TokS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "prefill tokens\tms\tCPU ms\ttok/s\t")

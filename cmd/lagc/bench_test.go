@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lagc/config"
+	"lagc/exec/cpu"
 	"lagc/exec/gpu"
 	"lagc/lower"
 	"lagc/models"
@@ -85,7 +86,7 @@ func TestCPUBench(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if r.Model != "bundled model" || r.Threads != 1 || r.Context != 3 || !(r.Decode.TokS > 0) || r.Decode.Tokens != 1 ||
+	if r.Model != "bundled model" || r.Threads != 1 || r.Kernels != cpu.Kernels() || r.Context != 3 || !(r.Decode.TokS > 0) || r.Decode.Tokens != 1 ||
 		len(r.Prefill) != 2 || r.Prefill[1].Tokens != 9 || !(r.Prefill[1].Ms > 0) {
 		t.Errorf("report %+v", r)
 	}
@@ -94,7 +95,7 @@ func TestCPUBench(t *testing.T) {
 	if err := runCPUBench(&out, f, false); err != nil { // --prefill not given: the CPU defaults
 		t.Fatal(err)
 	}
-	for _, want := range []string{"bundled model on the CPU, 1 threads", "decode at context 3", "\n             128", "\n             512"} {
+	for _, want := range []string{"bundled model on the CPU, 1 threads, kernels " + cpu.Kernels(), "decode at context 3", "\n             128", "\n             512"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -1,6 +1,6 @@
 package cpu
 
-import "gonum.org/v1/gonum/blas"
+import "lagc/exec/cpu/internal/vec"
 
 // kvRun is a run of consecutive key positions whose key and value rows lie
 // at one stride in one buffer: row i at k[i*stride:], v[i*stride:].
@@ -37,24 +37,24 @@ func kvRuns(runs []kvRun, c *KVCache, k, v []float32, first, p, p0, h, nkv, d in
 // the keys of runs (rows at stride apart): scores q.k*scale, their softmax
 // (probs holds one per key), then the sum of probability times value,
 // keys in position order. Each score is one dot product and each output
-// element one multiply-add per key, in an order fixed by d alone (q is
-// copied to aligned scratch qa), so the result does not depend on where
-// the rows live or how a prompt was split into steps.
-func attendRuns(out, q []float32, runs []kvRun, stride, d int, scale float32, probs, qa []float32) {
-	copy(qa, q)
+// element one chain of multiply-adds over the keys, in an order fixed by d
+// alone, so the result does not depend on where the rows live or how a
+// prompt was split into steps.
+func attendRuns(out, q []float32, runs []kvRun, stride, d int, scale float32, probs []float32) {
 	i := 0
 	for _, r := range runs {
-		gonumBLAS.Sgemv(blas.NoTrans, r.n, d, scale, r.k, stride, qa, 1, 0, probs[i:i+r.n], 1)
+		s := probs[i : i+r.n]
+		vec.Dots(s, r.k, stride, q)
+		for j := range s {
+			s[j] *= scale
+		}
 		i += r.n
 	}
 	softmax(probs[:i])
+	clear(out)
 	i = 0
-	for ri, r := range runs {
-		beta := float32(1)
-		if ri == 0 {
-			beta = 0
-		}
-		gonumBLAS.Sgemv(blas.Trans, r.n, d, 1, r.v, stride, probs[i:i+r.n], 1, beta, out, 1)
+	for _, r := range runs {
+		vec.AddScaled(out, r.v, stride, probs[i:i+r.n])
 		i += r.n
 	}
 }

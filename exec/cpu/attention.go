@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"math"
+
+	"lagc/exec/cpu/internal/vec"
 )
 
 // Attention is the attention op: causal grouped-query attention of q
@@ -101,9 +103,9 @@ func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, wind
 	group := nh / nkv
 	// One item is a token and a kv head with its group of query heads.
 	parallelFor(T*nkv, 2*group*span*d, func(lo, hi int) {
-		buf := getScratch(d + span) // d first: qa starts aligned
+		buf := getScratch(span)
 		defer putScratch(buf)
-		qa, probs := (*buf)[:d], (*buf)[d:]
+		probs := *buf
 		runs := make([]kvRun, 0, 4)
 		for it := lo; it < hi; it++ {
 			t, kvh := it/nkv, it%nkv
@@ -118,7 +120,7 @@ func BatchAttention(out, q, k, v []float32, pos []int32, T, nh, nkv, d int, wind
 			row := r0 * nkv * d // the sequence's first row of this step's k and v
 			runs = kvRuns(runs[:0], cache, k[row:], v[row:], first, p, p0, kvh, nkv, d)
 			for h := t*nh + kvh*group; h < t*nh+(kvh+1)*group; h++ { // rows of q and out
-				attendRuns(out[h*d:(h+1)*d], q[h*d:(h+1)*d], runs, nkv*d, d, scale, probs, qa)
+				attendRuns(out[h*d:(h+1)*d], q[h*d:(h+1)*d], runs, nkv*d, d, scale, probs)
 			}
 		}
 	})
@@ -138,13 +140,10 @@ func softmax(s []float32) {
 			m = x
 		}
 	}
+	vec.ExpShifted(s, m)
 	var sum float64
-	for i, x := range s {
-		e := float32(math.Exp(float64(x - m)))
-		s[i] = e
+	for _, e := range s {
 		sum += float64(e)
 	}
-	for i, e := range s {
-		s[i] = float32(float64(e) / sum)
-	}
+	vec.Divide(s, sum)
 }

@@ -2,8 +2,8 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
+	"lagc/exec/cpu/internal/vec"
 	"lagc/prep"
 )
 
@@ -15,15 +15,10 @@ func SiLU(out, x []float32) error {
 	}
 	parallelFor(len(x), 16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			out[i] = silu(x[i])
+			out[i] = vec.SiLU(x[i])
 		}
 	})
 	return nil
-}
-
-func silu(x float32) float32 {
-	v := float64(x)
-	return float32(v / (1 + math.Exp(-v)))
 }
 
 // Mul computes out = a * b element-wise (same shapes). out may alias either.

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // checkLen reports a slice whose length is not the product of dims (or a
@@ -19,16 +20,21 @@ func checkLen(op, name string, got int, dims ...int) error {
 }
 
 // prod returns the product of dims, or -1 if one is negative or the product
-// overflows.
+// overflows. Every kernel call checks its lengths with it: overflow is
+// found by a full-width multiply, not a division.
 func prod(dims ...int) int {
-	p := 1
+	p := uint64(1)
 	for _, d := range dims {
-		if d < 0 || (d > 0 && p > math.MaxInt/d) {
+		if d < 0 {
 			return -1
 		}
-		p *= d
+		hi, lo := bits.Mul64(p, uint64(d))
+		if hi != 0 || lo > math.MaxInt {
+			return -1
+		}
+		p = lo
 	}
-	return p
+	return int(p)
 }
 
 // dim is a named dimension, for checkDims.

@@ -1,6 +1,10 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"lagc/exec/cpu/internal/vec"
+)
 
 // MoEExperts computes the routed experts of an MoE layer:
 // out[t] = sum_j weights[t,j] * down_e(silu(gate_e x[t]) * up_e x[t]) with
@@ -76,9 +80,7 @@ func moeExperts(out, x, weights []float32, ids []int32, gate, up, down *Matrix, 
 		ge, ue, de := gate.Slice(e*I, (e+1)*I), up.Slice(e*I, (e+1)*I), down.Slice(e*H, (e+1)*H)
 		matmul(g[:n*I], xs[:n*H], ge, n, H, I, true)
 		matmul(u[:n*I], xs[:n*H], ue, n, H, I, true)
-		for i := range g[:n*I] {
-			g[i] = silu(g[i]) * u[i]
-		}
+		vec.SiLUMul(g[:n*I], g[:n*I], u[:n*I])
 		matmul(y[:n*H], g[:n*I], de, n, I, H, true)
 		for i, r := range rs {
 			t, w := r/k, weights[r]

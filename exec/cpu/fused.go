@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"slices"
+
+	"lagc/exec/cpu/internal/vec"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -31,8 +33,8 @@ func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) e
 	}
 	N := 0
 	for i, s := range sizes {
-		if err := checkDims(op, dim{fmt.Sprintf("sizes[%d]", i), s}); err != nil {
-			return err
+		if s <= 0 {
+			return fmt.Errorf("cpu.%s: sizes[%d] = %d must be positive", op, i, s)
 		}
 		if N += s; N < 0 {
 			return fmt.Errorf("cpu.%s: sizes %v overflow", op, sizes)
@@ -52,8 +54,8 @@ func matmulSplit(outs [][]float32, x []float32, w *Matrix, T int, sizes []int) e
 		return err
 	}
 	for i, s := range sizes {
-		if err := checkLen(op, fmt.Sprintf("output %d", i), len(outs[i]), T, s); err != nil {
-			return err
+		if len(outs[i]) != prod(T, s) {
+			return checkLen(op, fmt.Sprintf("output %d", i), len(outs[i]), T, s)
 		}
 	}
 	// One pass over all the rows; each block's products go to the outputs
@@ -109,10 +111,7 @@ func matmulSwiGLU(y, x []float32, w *Matrix, T int) error {
 // weights g and u [N,K].
 func swiglu(y, x []float32, g, u *Matrix, T, K, N int, parallel bool) {
 	blocked(x, T, K, N, []*Matrix{g, u}, parallel, func(t, n0, n1 int, p [][]float32) {
-		yr := y[t*N+n0 : t*N+n1]
-		for j, gv := range p[0] {
-			yr[j] = silu(gv) * p[1][j]
-		}
+		vec.SiLUMul(y[t*N+n0:t*N+n1], p[0], p[1])
 	})
 }
 

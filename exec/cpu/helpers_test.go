@@ -26,6 +26,15 @@ func maxAbsDiff(a []float32, b []float64) float64 {
 	return m
 }
 
+// maxAbs is the largest magnitude in v.
+func maxAbs(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, math.Abs(x))
+	}
+	return m
+}
+
 func requireBitwise(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	if len(got) != len(want) {

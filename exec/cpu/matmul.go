@@ -3,10 +3,13 @@ package cpu
 import (
 	"fmt"
 
-	"gonum.org/v1/gonum/blas"
-
+	"lagc/exec/cpu/internal/vec"
 	"lagc/quant"
 )
+
+// Kernels names the vector kernels under the matrix products and the
+// attention on this machine: avx512, avx2-fma or gonum (see vec).
+func Kernels() string { return vec.Kernels() }
 
 // MatMul computes y = x w^T: x is [T,K], w is [N,K] (a weight in HF layout,
 // row-major), y is [T,N]. Work is split over blocks of N and T; every
@@ -80,12 +83,13 @@ func matmul(y, x []float32, w *Matrix, T, K, N int, parallel bool) {
 
 // blocked runs epi(t, n0, n1, p) for every token t of x [T,K] and block
 // [n0, n1) of output columns, where p[i][j] is the dot product of x's row
-// t with row n0+j of ws[i]. Each product is one gonum dot (DotUnitary) of
-// a weight row with the token's row copied to aligned scratch, so its
-// summation order depends on K alone: a product is the same for any T,
-// thread count or block split, and wherever the weight row lives. Weight
-// rows in a stored type are converted into scratch once per block of
-// columns and block of tokens. Columns are blocked so that a block's
+// t with row n0+j of ws[i] (at most maxFused weights). Each product is
+// summed by vec in an order that depends on K alone: a product is the
+// same for any T, thread count or block split, and wherever the rows live.
+// bf16 rows are multiplied in place where vec has a kernel for them;
+// rows in other stored types are converted into scratch once per block of
+// columns and block of tokens. Both give bitwise the products of the
+// rows converted to float32. Columns are blocked so that a block's
 // weight rows stay in L2 while a block of tokens passes over them; the
 // blocks run in parallel when asked.
 func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, n0, n1 int, p [][]float32)) {
@@ -100,35 +104,44 @@ func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, 
 	nb = min(nb, N)
 	nBlocks, tBlocks := (N+nb-1)/nb, (T+tb-1)/tb
 	run := func(lo, hi int) {
-		rows := make([][]float32, nw)
-		bufs := make([]*[]float32, nw)
+		var sc struct { // one allocation: p escapes into epi
+			rows, p [maxFused][]float32
+			bufs    [maxFused]*[]float32
+		}
+		rows, p := sc.rows[:nw], sc.p[:nw]
 		for i, w := range ws {
-			if w.Type != quant.F32 {
-				bufs[i] = getScratch(nb * K)
-				defer putScratch(bufs[i])
+			if w.Type != quant.F32 && !w.directBF16() {
+				sc.bufs[i] = getScratch(nb * K)
+				defer putScratch(sc.bufs[i])
 			}
 		}
-		tmp := getScratch(K + nw*nb)
+		tmp := getScratch(nw * nb)
 		defer putScratch(tmp)
-		xa := (*tmp)[:K] // aligned: the scratch starts on a 64-byte boundary
-		p := make([][]float32, nw)
 		for b := lo; b < hi; b++ {
 			n0 := (b % nBlocks) * nb
 			n1 := min(n0+nb, N)
 			t0 := (b / nBlocks) * tb
 			t1 := min(t0+tb, T)
 			for i, w := range ws {
-				var buf []float32
-				if bufs[i] != nil {
-					buf = *bufs[i]
+				if w.directBF16() {
+					rows[i] = nil
+				} else {
+					var buf []float32
+					if sc.bufs[i] != nil {
+						buf = *sc.bufs[i]
+					}
+					rows[i] = w.rowsF32(buf, n0, n1)
 				}
-				rows[i] = w.rowsF32(buf, n0, n1)
-				p[i] = (*tmp)[K+i*nb : K+i*nb+n1-n0]
+				p[i] = (*tmp)[i*nb : i*nb+n1-n0]
 			}
 			for t := t0; t < t1; t++ {
-				copy(xa, x[t*K:t*K+K])
-				for i := range ws {
-					gonumBLAS.Sgemv(blas.NoTrans, n1-n0, K, 1, rows[i], K, xa, 1, 0, p[i], 1)
+				xt := x[t*K : t*K+K]
+				for i, w := range ws {
+					if rows[i] == nil {
+						vec.DotsBF16(p[i], w.Raw[n0*w.RowBytes:n1*w.RowBytes], K, xt)
+					} else {
+						vec.Dots(p[i], rows[i], K, xt)
+					}
 				}
 				epi(t, n0, n1, p)
 			}
@@ -140,3 +153,6 @@ func blocked(x []float32, T, K, N int, ws []*Matrix, parallel bool, epi func(t, 
 	}
 	parallelFor(nBlocks*tBlocks, nw*nb*tb*K, run)
 }
+
+// maxFused is the most weights blocked multiplies together (gate and up).
+const maxFused = 2

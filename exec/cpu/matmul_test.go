@@ -79,8 +79,8 @@ func TestMatMulErrors(t *testing.T) {
 }
 
 // TestMatMulIndependentOfAlignment: the products do not depend on where x
-// and w start (gonum's dot peels to align one operand; the kernels give it
-// an aligned copy of x).
+// and w start (the assembly kernels never align; the gonum fallback gets
+// an aligned copy of x, since gonum's dot peels to align it).
 func TestMatMulIndependentOfAlignment(t *testing.T) {
 	const T, K, N = 3, 40, 5
 	x, w := randSlice(3, T*K, 1), randSlice(4, N*K, 1)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"lagc/exec/cpu/internal/vec"
 	"lagc/quant"
 )
 
@@ -75,6 +76,12 @@ func (m *Matrix) rowsF32(buf []float32, r0, r1 int) []float32 {
 	return out
 }
 
+// directBF16 reports whether the matrix kernels multiply m's rows in place
+// (bf16 on a machine with a kernel for them) rather than converting them.
+func (m *Matrix) directBF16() bool {
+	return m.Type == quant.BF16 && vec.DirectBF16(m.Cols)
+}
+
 // check reports a matrix that is not rows x cols.
 func (m *Matrix) check(op, name string, rows, cols int) error {
 	if m == nil {
@@ -102,7 +109,7 @@ func getScratch(n int) *[]float32 {
 		*p = (*p)[:n]
 		return p
 	}
-	b := alignedFloats(n)
+	b := vec.AlignedFloats(n)
 	return &b
 }
 

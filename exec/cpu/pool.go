@@ -1,6 +1,9 @@
 package cpu
 
-import "lagc/ir"
+import (
+	"lagc/exec/cpu/internal/vec"
+	"lagc/ir"
+)
 
 // bufPool recycles activation buffers within and across steps, so a decode
 // step allocates little beyond its outputs. A buffer goes back when the last
@@ -79,7 +82,7 @@ func (p *bufPool) get(n int) []float32 {
 		clear(b)
 		return b
 	}
-	return alignedFloats(n)
+	return vec.AlignedFloats(n)
 }
 
 // release takes back the buffer of v, whose last reader has run, if no

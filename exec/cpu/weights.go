@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 
+	"lagc/exec/cpu/internal/vec"
 	"lagc/ir"
 	"lagc/prep"
 	"lagc/quant"
@@ -33,7 +34,9 @@ type Options struct {
 	// matrices at load (exact, and several times faster to multiply than
 	// converting rows at every step); matrices past it stay in their
 	// stored bytes. 0 means DefaultF32Budget, negative none. Block-quantised
-	// matrices are never expanded.
+	// matrices are never expanded, nor bf16 ones where the machine has a
+	// kernel that multiplies them in place (at least as fast, half the
+	// bytes, the same results).
 	F32Budget int64
 }
 
@@ -117,7 +120,8 @@ func (l *weightLoader) matrix(w *ir.Value, needF32 bool) (*Matrix, error) {
 	}
 	t := w.Type.DType.Quant()
 	expand := t == quant.F32 || needF32 || l.raw == nil
-	if !expand && (t == quant.F16 || t == quant.BF16) && int64(4*rows*cols) <= l.budget {
+	kept := t == quant.BF16 && vec.DirectBF16(cols) // multiplied in place, as fast as f32
+	if !expand && !kept && (t == quant.F16 || t == quant.BF16) && int64(4*rows*cols) <= l.budget {
 		l.budget -= int64(4 * rows * cols)
 		expand = true
 	}
