@@ -259,3 +259,16 @@ func WriteSafetensors(path string, ts map[string]*Tensor, names []string, dtype 
 	}
 	return os.WriteFile(path, buf, 0o644)
 }
+
+// WriteOverflowHF writes the tiny model into dir with finite weights whose
+// products overflow float32: layer 1's post-attention norm is all 3e38, so
+// its output is infinite from finite inputs.
+func WriteOverflowHF(dir string) error {
+	_, err := WriteHF(dir, TinyConfig(), Options{Seed: 4, Edit: func(ts map[string]*Tensor) {
+		w := ts["model.layers.1.post_attention_layernorm.weight"]
+		for i := range w.Data {
+			w.Data[i] = 3e38
+		}
+	}})
+	return err
+}
