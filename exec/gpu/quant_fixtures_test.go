@@ -1,0 +1,140 @@
+package gpu_test
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"lagc/engine"
+	"lagc/internal/fixture"
+)
+
+// TestQuantFixturesGPU: every llama-quantize fixture (each ggml type, and
+// the q4_k_m recipe) on the GPU against the CPU engine on the same file,
+// which is bitwise the float32 executor on the dequantised weights. The GPU
+// is fed the CPU's tokens (a prompt, then 16 greedy steps), so every row
+// compares the same inputs. Decode multiplies through activations quantised
+// to int8 groups and bf16 rounds on top, and a small difference can flip
+// the MoE layer's expert choice: so the bounds are on the median row and on
+// argmax agreement over rows the CPU does not call a near-tie, with every
+// figure logged. A broken kernel lands far outside them (random logits
+// agree with the argmax on about 1 row in 64). Graph replay must equal
+// eager launches bitwise on the quantised plan.
+func TestQuantFixturesGPU(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(fixture.Root(t), "testdata", "quant", "*.gguf"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no quantised fixtures: %v", err)
+	}
+	prompt := []int32{1, 5, 9, 13, 17, 21, 25, 29}
+	const steps = 16
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
+		t.Run(name, func(t *testing.T) {
+			ref, err := engine.Open(path, engine.Options{Device: "cpu"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			seq, want := teacherRun(t, ref.Backend, prompt, nil, steps)
+			for _, dt := range []string{"f32", "bf16"} {
+				m, _ := openGPU(t, path, engine.Options{DType: dt})
+				_, got := teacherRun(t, m.Backend, prompt, seq, steps)
+				var errs []float64
+				agree, decided := 0, 0
+				for r := range want {
+					errs = append(errs, relL2(got[r], want[r]))
+					if gap(want[r]) >= nearTie {
+						decided++
+						if argmaxOf(got[r]) == argmaxOf(want[r]) {
+							agree++
+						}
+					}
+				}
+				sort.Float64s(errs)
+				med, worst := errs[len(errs)/2], errs[len(errs)-1]
+				t.Logf("%s: %d rows, relative L2 error median %.3g, worst %.3g; argmax agrees on %d of %d decided rows",
+					dt, len(errs), med, worst, agree, decided)
+				tol := 2e-2
+				if dt == "bf16" {
+					tol = 4e-2
+				}
+				if med > tol {
+					t.Errorf("%s: median row error %.3g > %.3g", dt, med, tol)
+				}
+				if decided == 0 || float64(agree) < 0.8*float64(decided) {
+					t.Errorf("%s: argmax agrees with the CPU on %d of %d rows without a near-tie", dt, agree, decided)
+				}
+			}
+			if name != "q4_k_m" {
+				return
+			}
+			_, eager := openGPU(t, path, engine.Options{DType: "bf16", Eager: true})
+			_, graph := openGPU(t, path, engine.Options{DType: "bf16"})
+			ta, la, _ := decodeRun(t, eager, prompt, false, steps)
+			tb, lb, _ := decodeRun(t, graph, prompt, false, steps)
+			if !graph.Captured() || !slices.Equal(ta, tb) {
+				t.Fatalf("graph replay (captured %v): tokens %v, eager %v", graph.Captured(), tb, ta)
+			}
+			for i := range la {
+				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+					t.Fatalf("decode step %d: graph replay logits differ from eager", i)
+				}
+			}
+		})
+	}
+}
+
+// teacherRun feeds prompt, then steps more tokens: seq's when given, else
+// each step's argmax. It returns the tokens fed after the prompt and every
+// logits row (the prompt's, then each step's).
+func teacherRun(t *testing.T, b engine.Backend, prompt, seq []int32, steps int) ([]int32, [][]float32) {
+	t.Helper()
+	b.Reset()
+	logits, next, err := b.Forward(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := len(logits) / len(prompt)
+	var rows [][]float32
+	for r := range prompt {
+		rows = append(rows, logits[r*V:(r+1)*V])
+	}
+	var fed []int32
+	tok := next[len(next)-1]
+	for i := 0; i < steps; i++ {
+		if seq != nil {
+			tok = seq[i]
+		}
+		fed = append(fed, tok)
+		lg, nx, err := b.Forward([]int32{tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, lg)
+		tok = nx[0]
+	}
+	return fed, rows
+}
+
+func relL2(got, want []float32) float64 {
+	var num, den float64
+	for i := range got {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / math.Max(den, 1e-30))
+}
+
+func argmaxOf(row []float32) int {
+	best := 0
+	for i, x := range row {
+		if x > row[best] {
+			best = i
+		}
+	}
+	return best
+}
