@@ -139,14 +139,7 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 	if a.H%8 == 0 {
 		v = 8
 	}
-	return []Launch{
-		kernel("moe.cu", "moe_hist", nil, nil, dims(l.Chunks), dims(256), 0,
-			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Hist)),
-		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
-			i32(a.E), i32(l.Chunks), i32(32*l.MI), i32(int(a.Order)), ws(l.Hist),
-			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
-		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(32), 0,
-			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),
+	return append(moeRouting(a, l),
 		kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
 		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act)),
@@ -154,5 +147,5 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate))),
-	}
+	)
 }
