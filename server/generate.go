@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"lagc/internal/stopseq"
 	"net/http"
 	"time"
 
@@ -123,7 +124,7 @@ var errClientGone = errors.New("the client went away")
 func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText func(string) error) (outcome, error) {
 	defer st.Cancel()
 	dec := s.cfg.Tokenizer.NewStreamDecoder(true)
-	stop := stopMatcher{stops: j.stops}
+	stop := stopseq.New(j.stops)
 	var out outcome
 	pass := func(text string) error {
 		if text == "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"lagc/internal/stopseq"
 	"strings"
 	"unicode"
 )
@@ -79,7 +80,7 @@ func (p *replyParser) drain(final bool) replyDelta {
 			if i < 0 {
 				n := len(p.pending)
 				if !final {
-					n -= partialSuffix(p.pending, thinkClose)
+					n -= stopseq.Partial(p.pending, []string{thinkClose})
 				}
 				d.Reasoning += p.pending[:n]
 				p.pending = p.pending[n:]
@@ -120,11 +121,11 @@ func (p *replyParser) drain(final bool) replyDelta {
 				// A model may open its reasoning itself when the prompt did not.
 				markers = append(markers, thinkOpen)
 			}
-			i, m := firstOf(p.pending, markers)
+			i, m := stopseq.First(p.pending, markers)
 			if i < 0 {
 				n := len(p.pending)
 				if !final {
-					n -= maxPartial(p.pending, markers)
+					n -= stopseq.Partial(p.pending, markers)
 				}
 				d.Content += p.content(n, final)
 				return d
@@ -165,36 +166,6 @@ func (p *replyParser) content(n int, final bool) string {
 	}
 	p.pending = rest
 	return text
-}
-
-// firstOf returns the earliest index in s of any of markers, and which.
-func firstOf(s string, markers []string) (int, string) {
-	best, which := -1, ""
-	for _, m := range markers {
-		if i := strings.Index(s, m); i >= 0 && (best < 0 || i < best) {
-			best, which = i, m
-		}
-	}
-	return best, which
-}
-
-// partialSuffix returns the length of the longest proper prefix of marker
-// that s ends with.
-func partialSuffix(s, marker string) int {
-	for n := min(len(s), len(marker)-1); n > 0; n-- {
-		if strings.HasSuffix(s, marker[:n]) {
-			return n
-		}
-	}
-	return 0
-}
-
-func maxPartial(s string, markers []string) int {
-	n := 0
-	for _, m := range markers {
-		n = max(n, partialSuffix(s, m))
-	}
-	return n
 }
 
 // parseCall parses the inside of <tool_call>...</tool_call>. An argument is

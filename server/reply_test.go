@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"lagc/internal/stopseq"
 	"reflect"
 	"strings"
 	"testing"
@@ -119,7 +120,7 @@ func TestStopMatcher(t *testing.T) {
 		{[]string{"é!"}, "caféé!", "café", true},
 	} {
 		for _, step := range []int{1, 2, 100} {
-			m := stopMatcher{stops: tc.stops}
+			m := stopseq.New(tc.stops)
 			var out string
 			hit := false
 			for i := 0; i < len(tc.text) && !hit; i += step {
@@ -145,7 +146,7 @@ func FuzzStopMatcher(f *testing.F) {
 			return
 		}
 		want, _, found := strings.Cut(text, stop)
-		m := stopMatcher{stops: []string{stop}}
+		m := stopseq.New([]string{stop})
 		var out string
 		hit := false
 		for i := 0; i < len(text) && !hit; i += step {

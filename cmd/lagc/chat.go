@@ -200,7 +200,7 @@ func (s *chatSession) turn(ctx context.Context, line string) error {
 		return nil // stopped before the model saw the message: it is not part of the conversation
 	}
 	text := s.replyText(res)
-	if out.stops.stopped {
+	if out.stops.Stopped() {
 		text = out.text.String()
 	}
 	s.history = append(s.history, user, assistantMessage(rendered, text))

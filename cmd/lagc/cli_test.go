@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"lagc/internal/stopseq"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -132,18 +133,18 @@ func TestStopFilter(t *testing.T) {
 		{"multibyte", []string{"é!"}, []string{"café", "!"}, "caf|"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := &stopFilter{stops: c.stops}
+			f := stopseq.New(c.stops)
 			var got strings.Builder
 			for _, ch := range c.chunks {
-				s, stop := f.add(ch)
+				s, stop := f.Add(ch)
 				got.WriteString(s)
 				if stop {
 					got.WriteString("|")
 					break
 				}
 			}
-			if !f.stopped {
-				got.WriteString(f.flush())
+			if !f.Stopped() {
+				got.WriteString(f.Flush())
 			}
 			if got.String() != c.want {
 				t.Fatalf("got %q, want %q", got.String(), c.want)

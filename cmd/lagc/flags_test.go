@@ -1,6 +1,7 @@
 package main
 
 import (
+	"lagc/internal/stopseq"
 	"slices"
 	"strings"
 	"testing"
@@ -84,11 +85,11 @@ func FuzzStopFilter(f *testing.F) {
 		if stop == "" {
 			return
 		}
-		fl := &stopFilter{stops: []string{stop}}
+		fl := stopseq.New([]string{stop})
 		var out strings.Builder
 		stopped := false
 		for _, ch := range []string{a, b} {
-			s, st := fl.add(ch)
+			s, st := fl.Add(ch)
 			out.WriteString(s)
 			if st {
 				stopped = true
@@ -97,7 +98,7 @@ func FuzzStopFilter(f *testing.F) {
 		}
 		in := a + b
 		if !stopped {
-			out.WriteString(fl.flush())
+			out.WriteString(fl.Flush())
 			if out.String() != in || strings.Contains(in, stop) {
 				t.Fatalf("no stop: released %q of %q (stop %q)", out.String(), in, stop)
 			}

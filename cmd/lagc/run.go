@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"lagc/internal/stopseq"
 	"os"
 	"os/signal"
 	"strconv"
@@ -290,14 +291,14 @@ func readPromptFile(name string) (string, error) {
 type tokenOutput struct {
 	tok    *tokenizer.Tokenizer
 	stream *tokenizer.StreamDecoder
-	stops  *stopFilter
+	stops  *stopseq.Matcher
 	asText bool // print text rather than ids
 	quiet  bool // print nothing (--json)
 	text   strings.Builder
 }
 
 func newTokenOutput(tok *tokenizer.Tokenizer, stops []string, asText, quiet bool) *tokenOutput {
-	o := &tokenOutput{tok: tok, asText: asText && tok != nil, quiet: quiet, stops: &stopFilter{stops: stops}}
+	o := &tokenOutput{tok: tok, asText: asText && tok != nil, quiet: quiet, stops: stopseq.New(stops)}
 	if tok != nil {
 		o.stream = tok.NewStreamDecoder(true)
 	}
@@ -313,7 +314,7 @@ func (o *tokenOutput) add(id int32) error {
 	if o.stream == nil {
 		return nil
 	}
-	s, stopped := o.stops.add(o.stream.Add(id))
+	s, stopped := o.stops.Add(o.stream.Add(id))
 	o.text.WriteString(s)
 	if !o.quiet && o.asText {
 		if _, err := io.WriteString(runIO.out, s); err != nil {
@@ -329,9 +330,9 @@ func (o *tokenOutput) add(id int32) error {
 // finish prints what was held back and ends the line.
 func (o *tokenOutput) finish() {
 	var s string
-	if o.stream != nil && !o.stops.stopped {
-		s, _ = o.stops.add(o.stream.Flush())
-		s += o.stops.flush()
+	if o.stream != nil && !o.stops.Stopped() {
+		s, _ = o.stops.Add(o.stream.Flush())
+		s += o.stops.Flush()
 		o.text.WriteString(s)
 	}
 	if !o.quiet {
@@ -340,52 +341,6 @@ func (o *tokenOutput) finish() {
 		}
 		fmt.Fprintln(runIO.out, s)
 	}
-}
-
-// stopFilter finds stop strings in streamed text, holding back a tail that
-// may be the start of one.
-type stopFilter struct {
-	stops   []string
-	pending string
-	stopped bool
-}
-
-// add appends s and returns the text that can be shown; stop reports that a
-// stop string is complete (the text before it is returned, the rest
-// dropped).
-func (f *stopFilter) add(s string) (out string, stop bool) {
-	if f.stopped {
-		return "", true
-	}
-	f.pending += s
-	first := -1
-	for _, st := range f.stops {
-		if i := strings.Index(f.pending, st); i >= 0 && (first < 0 || i < first) {
-			first = i
-		}
-	}
-	if first >= 0 {
-		out, f.pending, f.stopped = f.pending[:first], "", true
-		return out, true
-	}
-	keep := 0
-	for _, st := range f.stops {
-		for k := min(len(st)-1, len(f.pending)); k > keep; k-- {
-			if strings.HasSuffix(f.pending, st[:k]) {
-				keep = k
-				break
-			}
-		}
-	}
-	out, f.pending = f.pending[:len(f.pending)-keep], f.pending[len(f.pending)-keep:]
-	return out, false
-}
-
-// flush returns the held-back tail at the end of generation.
-func (f *stopFilter) flush() string {
-	out := f.pending
-	f.pending = ""
-	return out
 }
 
 // pickDevice resolves --device; auto falls back to the CPU with one short
