@@ -1,43 +1,24 @@
 package engine
 
-import (
-	"fmt"
+import "lagc/exec/gpu"
 
-	"lagc/exec/gpu"
-)
-
-// gpuBatch is the GPU executor as a Batcher of one sequence slot: the
-// scheduler runs one request at a time on it and queues the others. A
-// decode step over several sequences (one weight read for all) is not
-// implemented on the GPU yet.
+// gpuBatch is the GPU executor as a Batcher: its sequence slots
+// (Options.Slots) each hold KV caches; a step's decode rows run as one
+// batched decode step (a CUDA graph per batch-size bucket), its prompt
+// chunks on the prefill schedule bound to their slots (exec/gpu/batch.go).
 type gpuBatch struct{ ex *gpu.Executor }
 
-func (b gpuBatch) Slots() int  { return 1 }
-func (b gpuBatch) MaxPos() int { return b.ex.MaxPos() }
-
-func (b gpuBatch) SlotLen(slot int) int {
-	if slot != 0 {
-		return 0
-	}
-	return b.ex.Pos()
-}
+func (b gpuBatch) Slots() int           { return b.ex.Seqs() }
+func (b gpuBatch) MaxPos() int          { return b.ex.MaxPos() }
+func (b gpuBatch) SlotLen(slot int) int { return b.ex.SlotLen(slot) }
 
 func (b gpuBatch) Step(segs []Segment) ([]float32, []int32, error) {
-	if len(segs) != 1 || segs[0].Slot != 0 {
-		return nil, nil, fmt.Errorf("the GPU executor has one sequence slot: a step feeds slot 0 only, got %d segments", len(segs))
+	gs := make([]gpu.Segment, len(segs))
+	for i, s := range segs {
+		gs[i] = gpu.Segment{Slot: s.Slot, Tokens: s.Tokens}
 	}
-	return b.ex.Forward(segs[0].Tokens)
+	return b.ex.Step(gs)
 }
 
-func (b gpuBatch) ResetSlot(slot int) {
-	if slot == 0 {
-		b.ex.Reset()
-	}
-}
-
-func (b gpuBatch) Rewind(slot, n int) error {
-	if slot != 0 {
-		return fmt.Errorf("the GPU executor has one sequence slot, not %d", slot)
-	}
-	return b.ex.Rewind(n)
-}
+func (b gpuBatch) ResetSlot(slot int)       { b.ex.ResetSlot(slot) }
+func (b gpuBatch) Rewind(slot, n int) error { return b.ex.RewindSlot(slot, n) }

@@ -52,6 +52,10 @@ type Options struct {
 	// CacheQuantised caches quantised weights' repacked blocks too
 	// (gpu.Options.CacheQuantised).
 	CacheQuantised bool
+	// BatchGEMM: batched decode steps of more than 8 sequences run the
+	// GEMMs, faster, but a row's rounding then depends on its batch
+	// (gpu.Config.BatchGEMM).
+	BatchGEMM bool
 }
 
 // Model is a loaded checkpoint ready to run.
@@ -127,9 +131,6 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		}
 		m.Backend, m.Device = cpuBackend{ex}, "cpu"
 	case "cuda":
-		if o.Slots > 1 {
-			return nil, fmt.Errorf("%d sequence slots: the GPU executor runs one sequence at a time", o.Slots)
-		}
 		dt := ir.BF16
 		if o.DType != "" {
 			if dt, err = ir.ParseDType(o.DType); err != nil || (dt != ir.BF16 && dt != ir.F32) {
@@ -138,7 +139,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		}
 		// The executor reports loading itself: weights come from its
 		// weight cache or are converted, several at once.
-		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos,
+		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos, Seqs: max(o.Slots, 1), BatchGEMM: o.BatchGEMM,
 			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile, NoWeightCache: o.NoWeightCache, CacheQuantised: o.CacheQuantised, LoadLog: o.Progress}})
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)

@@ -94,8 +94,15 @@ type AttentionDecodeArgs struct {
 	Pos          Ptr // i32, the token's position
 	NH           int
 	Scale        float32
-	Workspace    Ptr // DecodeWorkspace bytes; may be null without a split
+	Workspace    Ptr // DecodeWorkspace bytes (times Rows); may be null without a split
 	Splits, SMs  int // Splits 0: DecodeSplits
+	// Rows > 1 is a batched decode step: row r's q, k, v, out follow row
+	// r-1's, at position Pos[r], in sequence slot Seq[r] (i32 [Rows]; -1
+	// pads a bucket), whose caches lie Seq[r]*SeqStride elements after
+	// Cache's. Seq null: every row in slot 0.
+	Rows      int
+	Seq       Ptr
+	SeqStride int64
 }
 
 // AttentionDecode returns attn_decode and, when it splits the keys, the
@@ -123,6 +130,13 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	if nsplit > 1 && a.Workspace.Null() {
 		return nil, fmt.Errorf("%s: %d splits need a workspace of %d bytes", op, nsplit, DecodeWorkspace(nsplit, a.NH, d))
 	}
+	rows := max(a.Rows, 1)
+	if rows > 65535/ceilDiv(a.NH/c.NKV, decodeHeads) {
+		return nil, fmt.Errorf("%s: %d rows are too many for one launch", op, rows)
+	}
+	if a.SeqStride < 0 || (!a.Seq.Null() && a.SeqStride == 0) {
+		return nil, fmt.Errorf("%s: sequence slots %d elements apart", op, a.SeqStride)
+	}
 	group := a.NH / c.NKV
 	heads := min(group, decodeHeads)
 	d4 := (d + 3) &^ 3
@@ -131,16 +145,17 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	var partAcc, partML Ptr
 	if nsplit > 1 {
 		partAcc = a.Workspace
-		partML = a.Workspace.At(4 * int64(nsplit) * int64(a.NH) * int64(d))
+		partML = a.Workspace.At(4 * int64(rows) * int64(nsplit) * int64(a.NH) * int64(d))
 	}
 	ls := []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
-		dims(nsplit, c.NKV, ceilDiv(group, heads)), dims(32*heads), shmem,
+		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem,
 		i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), i32(nsplit), f32(a.Scale),
-		ptrArg(a.Pos), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML))}
+		ptrArg(a.Pos), ptrArg(a.Seq), i64(a.SeqStride), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out),
+		ptrArg(partAcc), ptrArg(partML))}
 	if nsplit > 1 {
 		ls = append(ls, kernel("attention.cu", "attn_decode_combine", []string{a.DType}, nil,
-			dims(a.NH), dims(min(128, 32*ceilDiv(d, 32))), 4*(nsplit+1),
-			i32(a.NH), i32(d), i32(nsplit), ptrArg(partAcc), ptrArg(partML), ptrArg(a.Out)))
+			dims(a.NH, rows), dims(min(128, 32*ceilDiv(d, 32))), 4*(nsplit+1),
+			i32(a.NH), i32(d), i32(nsplit), ptrArg(a.Seq), ptrArg(partAcc), ptrArg(partML), ptrArg(a.Out)))
 	}
 	return ls, nil
 }

@@ -28,6 +28,14 @@ type Options struct {
 	// PrefillMMA keeps prefill GEMMs on the mma.sync kernels where the
 	// wgmma ones would run (A/B timing).
 	PrefillMMA bool
+	// Seqs is the number of sequence slots (default 1), each with its own
+	// KV caches, for batched decode steps (Plan.AtBatch).
+	Seqs int
+	// BatchGEMM runs batched decode steps of more than GEMVMaxRows rows on
+	// the GEMMs (fewer weight reads) rather than on the GEMVs in runs of
+	// GEMVMaxRows rows: faster at large batches, but a row's rounding then
+	// depends on its batch's size.
+	BatchGEMM bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -58,6 +66,12 @@ func (o *Options) fill() error {
 	if o.CC <= 0 {
 		o.CC = defaultCC
 	}
+	if o.Seqs == 0 {
+		o.Seqs = 1
+	}
+	if o.Seqs < 1 || o.Seqs > MaxSeqs {
+		return fmt.Errorf("lower: %d sequence slots (1 to %d)", o.Seqs, MaxSeqs)
+	}
 	return nil
 }
 
@@ -75,7 +89,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
@@ -365,7 +379,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	}
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		ls, err := l.p.stepLaunches(s, st, tokens)
+		ls, err := l.p.stepLaunches(s, st, tokens, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}

@@ -44,10 +44,17 @@ type Plan struct {
 	PrefillMMA bool `json:"prefill_mma,omitempty"`
 	// PrefillFFMA keeps prefill attention on the FFMA kernel.
 	PrefillFFMA bool `json:"prefill_ffma,omitempty"`
+	// Seqs is the number of sequence slots: the executor allocates the KV
+	// caches Seqs times, KVSeqBytes apart (0 in older plans: one).
+	Seqs int `json:"seqs,omitempty"`
+	// BatchGEMM: batched decode steps above GEMVMaxRows rows run the GEMMs
+	// (Options.BatchGEMM).
+	BatchGEMM bool `json:"batch_gemm,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`
-	// KV caches, one per attention node, in one allocation of KVBytes.
+	// KV caches, one per attention node, in one allocation of KVBytes
+	// (per sequence slot).
 	KV      []KV  `json:"kv"`
 	KVBytes int64 `json:"kv_bytes"`
 	// Rotary tables, one per distinct rope, in one allocation of RopeBytes.
@@ -317,7 +324,12 @@ func (p *Plan) Print(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "plan %s: dtype %s, context %d, %d SMs, compute capability %d.%d\n", p.Model, p.DType, p.MaxContext, p.SMs, p.CC/10, p.CC%10)
 	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), FormatBytes(p.WeightBytes))
-	fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
+	if p.seqs() > 1 {
+		fmt.Fprintf(w, "kv caches: %d layers, %s per sequence, %d sequence slots (%s), batch buckets %v\n", len(p.KV),
+			FormatBytes(p.KVBytes), p.seqs(), FormatBytes(int64(p.seqs())*p.KVSeqBytes()), BatchBuckets(p.seqs(), p.Prefill.Tokens))
+	} else {
+		fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
+	}
 	fmt.Fprintf(w, "rope tables: %d, %s\n", len(p.Ropes), FormatBytes(p.RopeBytes))
 	for _, s := range []*Schedule{p.Decode, p.Prefill} {
 		launches := make([][]Launch, len(s.Steps))
@@ -334,14 +346,27 @@ func (p *Plan) Print(w io.Writer) error {
 // PrintSchedule writes schedule s at t tokens with the launches of its
 // steps (Plan.At(s, t)).
 func (p *Plan) PrintSchedule(w io.Writer, s *Schedule, t int, launches [][]Launch) error {
+	return p.printSteps(w, fmt.Sprintf("%s T=%d", s.Class, t), s, launches, true)
+}
+
+// PrintBatch writes a batched decode step of b rows with its launches
+// (Plan.AtBatch(b)): the prefill schedule's steps.
+func (p *Plan) PrintBatch(w io.Writer, b int, launches [][]Launch) error {
+	return p.printSteps(w, fmt.Sprintf("batched decode of %d sequences (on the prefill schedule)", b), p.Prefill, launches, false)
+}
+
+func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]Launch, finish bool) error {
 	if len(launches) != len(s.Steps) {
 		return fmt.Errorf("lower: %d launch lists for %d steps", len(launches), len(s.Steps))
 	}
-	n := len(s.Finish)
+	n := 0
+	if finish {
+		n = len(s.Finish)
+	}
 	for _, ls := range launches {
 		n += len(ls)
 	}
-	fmt.Fprintf(w, "\n%s T=%d: %d steps, %d launches, arena %s, workspace %s, routes %s\n", s.Class, t, len(s.Steps),
+	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s\n", title, len(s.Steps),
 		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes))
 	for i, st := range s.Steps {
 		var ins, outs []string
@@ -356,7 +381,7 @@ func (p *Plan) PrintSchedule(w io.Writer, s *Schedule, t int, launches [][]Launc
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
-	if len(s.Finish) > 0 {
+	if finish && len(s.Finish) > 0 {
 		fmt.Fprintf(w, "  finish\n")
 		for _, l := range s.Finish {
 			fmt.Fprintf(w, "    %s\n", l)

@@ -55,6 +55,8 @@ type stepCtx struct {
 	st      *Step
 	T       int
 	in, out []Ptr
+	// batch: the T rows are decode rows of T sequences (Plan.AtBatch).
+	batch bool
 }
 
 func (p *Plan) newCtx(s *Schedule, st *Step, T int) (*stepCtx, error) {
@@ -129,7 +131,7 @@ func one(l Launch, err error) ([]Launch, error) {
 }
 
 // stepLaunches lowers one step at T tokens.
-func (p *Plan) stepLaunches(s *Schedule, st *Step, T int) ([]Launch, error) {
+func (p *Plan) stepLaunches(s *Schedule, st *Step, T int, batch bool) ([]Launch, error) {
 	r, ok := rules[st.Op]
 	if !ok {
 		return nil, fmt.Errorf("no lowering rule for op %q", st.Op)
@@ -138,6 +140,7 @@ func (p *Plan) stepLaunches(s *Schedule, st *Step, T int) ([]Launch, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.batch = batch
 	return r.launches(c)
 }
 
@@ -148,12 +151,20 @@ func (p *Plan) At(s *Schedule, t int) ([][]Launch, error) {
 	if t < 1 || t > s.Tokens {
 		return nil, fmt.Errorf("lower: %s runs 1 to %d tokens, not %d", s.Class, s.Tokens, t)
 	}
+	return p.at(s, t, false)
+}
+
+func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 	out := make([][]Launch, len(s.Steps))
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		ls, err := p.stepLaunches(s, st, t)
+		ls, err := p.stepLaunches(s, st, t, batch)
 		if err != nil {
-			return nil, fmt.Errorf("lower: %s %s (%s) at T=%d: %w", s.Class, st.Name, st.Op, t, err)
+			what := "T"
+			if batch {
+				what = "batch"
+			}
+			return nil, fmt.Errorf("lower: %s %s (%s) at %s=%d: %w", s.Class, st.Name, st.Op, what, t, err)
 		}
 		out[i] = ls
 	}

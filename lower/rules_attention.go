@@ -38,6 +38,13 @@ func attentionRule(c *stepCtx) ([]Launch, error) {
 		return nil, fmt.Errorf("attention q must be [T,nh,d], is %v", q)
 	}
 	nh, scale, dt := q[1], float32(st.Float("scale")), kv.DType
+	if c.batch {
+		// One decode row per sequence: each appends its k, v to its
+		// slot's caches and attends over them.
+		return AttentionDecode(AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
+			Pos: c.in[3], NH: nh, Scale: scale, Workspace: Ptr{BaseWorkspace, 0}, SMs: c.p.SMs,
+			Rows: c.T, Seq: Ptr{BaseSeq, 0}, SeqStride: c.p.KVSeqBytes() / int64(dtypeSize(dt))})
+	}
 	if c.s.Class == Decode {
 		if c.T != 1 {
 			return nil, fmt.Errorf("decode attention runs one token, got %d", c.T)
@@ -65,10 +72,16 @@ func attentionRule(c *stepCtx) ([]Launch, error) {
 }
 
 // attentionScratch: a split decode attention keeps every split's partial
-// results in the workspace.
+// results in the workspace, for each row of a batched decode step (which
+// runs on the prefill schedule's workspace).
 func attentionScratch(c *stepCtx) (int64, int64, error) {
+	rows := 1
 	if c.s.Class != Decode {
-		return 0, 0, nil
+		if c.p.seqs() == 1 {
+			return 0, 0, nil
+		}
+		bs := BatchBuckets(c.p.seqs(), c.s.Tokens)
+		rows = bs[len(bs)-1]
 	}
 	_, kv, err := c.cacheOf()
 	if err != nil {
@@ -78,5 +91,5 @@ func attentionScratch(c *stepCtx) (int64, int64, error) {
 	if len(q) != 3 {
 		return 0, 0, fmt.Errorf("attention q must be [T,nh,d], is %v", q)
 	}
-	return DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), q[1], kv.HeadDim), 0, nil
+	return int64(rows) * DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), q[1], kv.HeadDim), 0, nil
 }

@@ -31,10 +31,35 @@ func init() {
 // matmulOrQuant is a's launches: MatMul's, or quantMatMul's when the
 // weight is block-quantised (rows [row0, row0+N) of a matrix of wrows).
 func matmulOrQuant(c *stepCtx, a MatMulArgs, wrows, row0 int) ([]Launch, error) {
-	if IsQuantized(a.WType) {
-		return quantMatMul(a, wrows, row0)
+	return c.gemvRows(a, func(b MatMulArgs) ([]Launch, error) {
+		if IsQuantized(b.WType) {
+			return quantMatMul(b, wrows, row0)
+		}
+		return one(MatMul(b))
+	})
+}
+
+// gemvRows is f(a), or in a batched decode step of more rows than a GEMV
+// takes, f of every run of GEMVMaxRows rows: each row then gets exactly
+// the arithmetic it gets in any other batch (Plan.AtBatch), unless the
+// plan lets large batches run the GEMMs (Options.BatchGEMM).
+func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) ([]Launch, error) {
+	if !c.batch || c.p.BatchGEMM || a.T <= GEMVMaxRows {
+		return f(a)
 	}
-	return one(MatMul(a))
+	xs, ys := int64(a.K*dtypeSize(a.XType)), int64(a.N*dtypeSize(a.YType))
+	var ls []Launch
+	for r := 0; r < a.T; r += GEMVMaxRows {
+		b := a
+		b.T = min(GEMVMaxRows, a.T-r)
+		b.X, b.Y = a.X.At(int64(r)*xs), a.Y.At(int64(r)*ys)
+		l, err := f(b)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l...)
+	}
+	return ls, nil
 }
 
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
@@ -175,7 +200,8 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 		if IsQuantized(a.WType) {
 			// A row block of a quantised matrix is not a byte offset (the
 			// device layout keeps heads apart): the kernels take its rows.
-			qs, err := quantMatMul(b, a.N, row)
+			r0 := row
+			qs, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return quantMatMul(b, a.N, r0) })
 			if err != nil {
 				return nil, err
 			}
@@ -184,11 +210,11 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 			continue
 		}
 		b.W = c.in[1].At(int64(row) * int64(K) * int64(dtypeSize(st.In[1].DType)))
-		l, err := MatMul(b)
+		l, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return one(MatMul(b)) })
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
+		ls = append(ls, l...)
 		row += n
 	}
 	return ls, nil

@@ -45,6 +45,8 @@ type benchFlags struct {
 	bw                            float64
 	seed                          uint64
 	weightCache                   weightCacheFlag
+	batch                         string
+	batchGEMM                     bool
 }
 
 func setupBench(fs *flag.FlagSet) func([]string) error {
@@ -55,6 +57,9 @@ func setupBench(fs *flag.FlagSet) func([]string) error {
 		}
 		switch f.device {
 		case "cpu":
+			if f.batch != "" {
+				return fmt.Errorf("%w: --batch times batched GPU decode; the CPU's batching is measured by lagc serve's load tests", errUsage)
+			}
 			prefillSet := false
 			fs.Visit(func(fl *flag.Flag) { prefillSet = prefillSet || fl.Name == "prefill" })
 			return runCPUBench(os.Stdout, f, prefillSet)
@@ -88,6 +93,8 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu: the reference executor on a checkpoint (default the bundled model)")
 	fs.IntVar(&f.threads, "threads", 0, "CPU only: goroutines per kernel (0: GOMAXPROCS)")
 	addWeightCacheFlag(fs, &f.weightCache)
+	fs.StringVar(&f.batch, "batch", "", "time batched decode instead: aggregate throughput at these batch sizes (e.g. 1,8,32,64), one sequence slot per row")
+	fs.BoolVar(&f.batchGEMM, "batch-gemm", false, "with --batch: batches above 8 rows run the GEMMs (rows then round differently by batch size)")
 	return f
 }
 
@@ -214,6 +221,13 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
+	batches, err := batchSizes(f)
+	if err != nil {
+		return err
+	}
+	if len(batches) > 0 {
+		sizes = nil
+	}
 	if err := checkPassNames(f.passes, f.disable); err != nil {
 		return err
 	}
@@ -247,11 +261,14 @@ func runBench(w io.Writer, f *benchFlags) error {
 		ws = ck
 	}
 	loadStart := time.Now()
-	ex, err := gpu.Compile(g, ws, benchConfig(f, dt, sizes))
+	ex, err := gpu.Compile(g, ws, benchConfig(f, dt, sizes, batches))
 	if err != nil {
 		return err
 	}
 	defer ex.Close()
+	if len(batches) > 0 {
+		return runBatchBench(w, f, ex, name, cfg, batches)
+	}
 	loadTime := time.Since(loadStart)
 	plan := ex.Plan()
 	props := ex.Kernels().Dev.Props()
@@ -411,12 +428,16 @@ func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoi
 
 // benchConfig is the executor bench runs: its KV caches hold the decode
 // context and its steps, or the longest prefill.
-func benchConfig(f *benchFlags, dt ir.DType, sizes []int) gpu.Config {
+func benchConfig(f *benchFlags, dt ir.DType, sizes, batches []int) gpu.Config {
 	maxCtx := f.ctx + f.tokens + 2
 	for _, n := range sizes {
 		maxCtx = max(maxCtx, n)
 	}
 	c := gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: maxCtx}
+	if len(batches) > 0 {
+		c.MaxContext = f.ctx + (f.runs+1)*f.tokens + 2
+		c.Seqs, c.BatchGEMM = maxInts(batches), f.batchGEMM
+	}
 	if f.model != "" {
 		c.NoWeightCache, c.CacheQuantised, c.LoadLog = f.weightCache.off, f.weightCache.all, os.Stderr
 	}

@@ -45,10 +45,21 @@ func TestPlanCommand(t *testing.T) {
 	if p.DType != "f32" || p.MaxContext != 64 || p.Prefill.Tokens != lower.DefaultChunk {
 		t.Errorf("plan: dtype %s context %d chunk %d", p.DType, p.MaxContext, p.Prefill.Tokens)
 	}
+	out, errs, code = runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--ctx", "40", "--slots", "12", "--batch", "3,9")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"12 sequence slots", "batch buckets [1 2 4 8 16]", "batched decode of 4 sequences", "batched decode of 16 sequences", "seq+0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan --slots 12 --batch 3,9 output lacks %q", want)
+		}
+	}
 	for _, bad := range [][]string{
 		{"plan"},
 		{"plan", "--preset", "synthetic-tiny", "--dtype", "f16"},
 		{"plan", "--preset", "synthetic-tiny", "--chunk", "0"},
+		{"plan", "--preset", "synthetic-tiny", "--slots", "2", "--batch", "3"},
+		{"plan", "--preset", "synthetic-tiny", "--slots", "2000"},
 	} {
 		if _, _, code := runPlanCmd(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
@@ -68,6 +79,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--device", "cpu", "--threads", "-1"},
 		{"bench", "--device", "cpu", "--layers", "2"},
 		{"bench", "--device", "cpu", "--prefill", "0"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "0"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "1,x"},
 	} {
 		if _, _, code := runPlanCmd(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)

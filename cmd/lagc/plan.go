@@ -31,7 +31,9 @@ type planFlags struct {
 	dtype                 string
 	chunk, ctx, sms, cc   int
 	gpuMem                float64
-	at                    string
+	at, batch             string
+	slots                 int
+	batchGEMM             bool
 	jsonOut               bool
 	warn                  io.Writer // stderr
 }
@@ -53,6 +55,9 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.cc, "cc", 90, "compute capability of the target GPU, major*10+minor (90 and up: the TMA + wgmma GEMMs)")
 	fs.Float64Var(&f.gpuMem, "gpu-mem", 140, "memory of the target GPU in GiB (default: an H200's); warn when the plan needs more (0: no check)")
 	fs.StringVar(&f.at, "at", "", "also print the prefill launches at these chunk sizes (a prompt's last chunk), comma-separated")
+	fs.IntVar(&f.slots, "slots", 1, "sequence slots (lagc serve --slots): KV caches for each, and batched decode steps")
+	fs.StringVar(&f.batch, "batch", "", "also print the batched decode launches at these batch sizes (rounded up to a bucket), comma-separated")
+	fs.BoolVar(&f.batchGEMM, "batch-gemm", false, "batches above 8 rows on the GEMMs (lagc serve --batch-gemm)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
 	return func(args []string) error {
 		f.warn = fs.Output()
@@ -82,8 +87,22 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		}
 		at = append(at, n)
 	}
-	if len(at) > 0 && f.jsonOut {
-		return fmt.Errorf("%w: --at prints text; the JSON plan holds what Plan.At needs", errUsage)
+	if f.slots == 0 {
+		f.slots = 1
+	}
+	if f.slots < 1 || f.slots > lower.MaxSeqs {
+		return fmt.Errorf("%w: --slots %d: 1 to %d", errUsage, f.slots, lower.MaxSeqs)
+	}
+	var batches []int
+	for _, s := range splitList(f.batch) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > f.slots {
+			return fmt.Errorf("%w: --batch %q: batch sizes from 1 to --slots (%d)", errUsage, f.batch, f.slots)
+		}
+		batches = append(batches, n)
+	}
+	if (len(at) > 0 || len(batches) > 0) && f.jsonOut {
+		return fmt.Errorf("%w: --at and --batch print text; the JSON plan holds what Plan.At and Plan.AtBatch need", errUsage)
 	}
 	cfg, ck, _, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
@@ -112,7 +131,7 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if ctx == 0 {
 		ctx = cfg.MaxPositionEmbeddings
 	}
-	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx}, f.sms, f.cc))
+	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx, Seqs: f.slots, BatchGEMM: f.batchGEMM}, f.sms, f.cc))
 	if err != nil {
 		return err
 	}
@@ -132,6 +151,16 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 			return err
 		}
 	}
+	for _, n := range batches {
+		b := p.Bucket(n)
+		ls, err := p.AtBatch(b)
+		if err != nil {
+			return err
+		}
+		if err := p.PrintBatch(w, b, ls); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -139,7 +168,7 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 // the decode and prefill arenas with their workspaces) exceeds gib GiB.
 func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
 	act := p.Decode.Arena + p.Decode.Workspace + p.Prefill.Arena + p.Prefill.Workspace
-	need := p.WeightBytes + p.KVBytes + act
+	need := p.WeightBytes + int64(p.SeqSlots())*p.KVSeqBytes() + act
 	if gib > 0 && float64(need) > gib*(1<<30) {
 		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
 			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)

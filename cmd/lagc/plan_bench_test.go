@@ -56,7 +56,7 @@ func TestPlanPrintsBenchLaunches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc := benchConfig(f, ir.BF16, sizes)
+	bc := benchConfig(f, ir.BF16, sizes, nil)
 	plan, err := lower.Lower(g, gpu.PlanOptions(bc, 132, 90))
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,6 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--slots", "-1"}, "--slots, --max-queue"},
 		{[]string{"serve", "--budget", "0"}, "--budget must be positive"},
 		{[]string{"serve", "--port", "70000"}, "expected 0 to 65535"},
-		{[]string{"serve", "--device", "cuda", "--slots", "4"}, "the GPU executor serves one request at a time"},
 		{[]string{"serve", "--device", "tpu"}, `--device "tpu": expected cpu, cuda or auto`},
 		{[]string{"serve", "extra"}, "unexpected arguments"},
 	} {

@@ -31,6 +31,12 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 // unnormalised partial (acc, max, sum) to the workspace and
 // attn_decode_combine merges.
 //
+// Batched decode (continuous batching): grid z holds rows x head blocks;
+// row r is token r of the step, at position pos[r], in sequence slot
+// seq[r], whose caches lie seq[r]*seq_stride elements after kc, vc (slot
+// -1 pads a batch-size bucket: it writes zeros). Each row is computed
+// exactly as alone: the split count depends on the cache only.
+//
 // This step's k and v: with kx != null (vx too) they are rows [nkv, d] of
 // this token, read from there for key pos and written into the cache by
 // the one block per kv head whose keys include pos (no other block reads
@@ -111,16 +117,39 @@ __device__ __forceinline__ int dec_pitch(int d4) { return d4 + ((36 - (d4 & 31))
 template <typename T, int NCH>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
-                const T* __restrict__ q, const T* __restrict__ kx, const T* __restrict__ vx, T* kc, T* vc,
-                T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml) {
+                const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
+                T* out, float* part_acc, float* part_ml) {
   extern __shared__ __align__(16) float dec_smem[];
   const int VN = DecVec<T>::N;
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
   int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = blockDim.x;
   int hb = nthr >> 5;                      // heads (warps) per block
-  int g = blockIdx.z * hb + warp;          // this warp's head in the group
+  int zh = (group + hb - 1) / hb;          // head blocks per row
+  int row = blockIdx.z / zh, hz = blockIdx.z - row * zh;
+  int g = hz * hb + warp;                  // this warp's head in the group
   bool active = g < group;                 // uniform per warp
+  // Row `row` of a batched step: its own query, keys, output, partials,
+  // position and sequence slot (seq null: every row is slot 0).
+  int sq = seq ? seq[row] : 0;
+  q += (long long)row * nh * d;
+  out += (long long)row * nh * d;
+  if (kx) {
+    kx += (long long)row * nkv * d;
+    vx += (long long)row * nkv * d;
+  }
+  pos += row;
+  if (nsplit > 1) {
+    part_acc += (long long)row * nsplit * nh * d;
+    part_ml += (long long)row * nsplit * nh * 2;
+  }
+  if (sq < 0) {  // a bucket's padding row: no cache, zero output
+    if (nsplit == 1 && active)
+      for (int c = lane; c < d; c += 32) out[(long long)(kvh * group + g) * d + c] = from_f32<T>(0.f);
+    return;
+  }
+  kc += (long long)sq * seq_stride;
+  vc += (long long)sq * seq_stride;
   int d4 = (d + 3) & ~3, kp = dec_pitch(d4);
   float* qs = dec_smem;                    // [hb][d4]
   float* Ks = qs + hb * d4;                // [DEC_TILE][kp]
@@ -141,7 +170,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   long long rowstride = (long long)nkv * d;
   bool fresh = kx != nullptr;  // this step's k, v come from kx, vx
 
-  if (fresh && blockIdx.z == 0 && p >= j0 && p < j1) {
+  if (fresh && hz == 0 && p >= j0 && p < j1) {
     long long dst = (long long)att_slot(p, window) * rowstride + (long long)kvh * d;
     for (int c = tid; c < d; c += nthr) {
       kc[dst + c] = kx[(long long)kvh * d + c];
@@ -294,15 +323,22 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   }
 }
 
-// Merges the nsplit partials of every query head: grid nh, any block size
+// Merges the nsplit partials of every query head: grid (nh, rows), any block size
 // of whole warps. Warp 0 turns the splits' maxima and sums into weights
 // exp(m_s - M) (0 for an empty split) in shared memory (nsplit + 1 floats:
 // the weights, then the denominator); then a thread per channel sums.
 template <typename T>
-__global__ void attn_decode_combine(int nh, int d, int nsplit, const float* __restrict__ part_acc,
-                                    const float* __restrict__ part_ml, T* __restrict__ out) {
+__global__ void attn_decode_combine(int nh, int d, int nsplit, const int* __restrict__ seq, const float* part_acc,
+                                    const float* part_ml, T* out) {
   extern __shared__ float cmb_w[];
-  int h = blockIdx.x;
+  int h = blockIdx.x, row = blockIdx.y;
+  part_acc += (long long)row * nsplit * nh * d;
+  part_ml += (long long)row * nsplit * nh * 2;
+  out += (long long)row * nh * d;
+  if (seq && seq[row] < 0) {  // padding row
+    for (int c = threadIdx.x; c < d; c += blockDim.x) out[(long long)h * d + c] = from_f32<T>(0.f);
+    return;
+  }
   if (threadIdx.x < 32) {
     int lane = threadIdx.x;
     float M = ATT_NEG_INF;

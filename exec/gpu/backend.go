@@ -14,6 +14,10 @@ type Config struct {
 	DType      ir.DType // activations and matmul weights: ir.BF16 (default) or ir.F32
 	Chunk      int      // prefill tokens per step (default lower.DefaultChunk)
 	MaxContext int      // KV cache positions
+	Seqs       int      // sequence slots for batched steps (default 1)
+	// BatchGEMM: batched decode steps above 8 rows run the GEMMs
+	// (lower.Options.BatchGEMM; also LAGC_BATCH_GEMM=1).
+	BatchGEMM bool
 	Options
 }
 
@@ -22,7 +26,8 @@ type Config struct {
 // LAGC_PREFILL_ATTN=ffma and LAGC_PREFILL_GEMM=mma included), so that a
 // plan made without the device is the one the executor would run.
 func PlanOptions(c Config, sms, cc int) lower.Options {
-	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc,
+	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
+		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma"}
 }
 

@@ -46,7 +46,8 @@ type WeightSource interface {
 	ReadF32(name string) ([]float32, error)
 }
 
-// Executor runs a lower.Plan on one GPU for one sequence at a time:
+// Executor runs a lower.Plan on one GPU, for one sequence (slot 0) or, with
+// batched steps, for each of the plan's sequence slots (batch.go):
 // weights, KV caches, an activation arena at the plan's offsets, and the
 // per-step scalars (tokens, positions) in device memory.
 type Executor struct {
@@ -64,7 +65,8 @@ type Executor struct {
 	// The plan's regions (lower.Base*).
 	allocs      []cuda.DevicePtr
 	weights     cuda.DevicePtr // plan.WeightBytes
-	kvMem       cuda.DevicePtr // plan.KVBytes
+	kvMem       cuda.DevicePtr // plan.KVSeqBytes() for each sequence slot
+	kvSlot      int            // the slot whose caches BaseKV binds to
 	arena       cuda.DevicePtr // max arena of both schedules, then the workspace and the routes
 	arenaBytes  int64
 	ws          cuda.DevicePtr // shared scratch of wsBytes
@@ -73,6 +75,7 @@ type Executor struct {
 	routesBytes int64
 	tokens      cuda.DevicePtr // i32 [chunk]: the step's token ids
 	pos         cuda.DevicePtr // i32 [chunk]: their positions
+	seq         cuda.DevicePtr // i32 [chunk]: their sequence slots (batched decode)
 	ropes       cuda.DevicePtr // plan.RopeBytes
 
 	decode, prefill *program
@@ -80,8 +83,10 @@ type Executor struct {
 	graph           *cuda.GraphExec
 	decodeSteps     int // decode steps run since the last Reset or capture
 
+	batch batchState // sequence slots and batched decode (batch.go)
+
 	V        int
-	next     int  // positions fed so far
+	next     int  // positions fed so far (sequence slot 0)
 	devState bool // device tokens[0], pos[0] hold (lastNext, next): a decode step advanced them
 	lastNext int32
 	broken   bool
@@ -212,7 +217,14 @@ func (e *Executor) allocate() error {
 	if e.weights, err = e.alloc(p.WeightBytes); err != nil {
 		return fmt.Errorf("weights (%d bytes): %w", p.WeightBytes, err)
 	}
-	if e.kvMem, err = e.alloc(p.KVBytes); err != nil {
+	seqs := int64(p.SeqSlots())
+	if p.KVBytes < 0 || p.KVSeqBytes() > math.MaxInt64/4/seqs {
+		return fmt.Errorf("the plan asks for %d sequence slots of %d KV bytes", seqs, p.KVBytes)
+	}
+	if e.kvMem, err = e.alloc(seqs * p.KVSeqBytes()); err != nil {
+		if seqs > 1 {
+			return fmt.Errorf("KV caches (%d sequence slots of %s): %w", seqs, lower.FormatBytes(p.KVSeqBytes()), err)
+		}
 		return fmt.Errorf("KV caches (%d bytes): %w", p.KVBytes, err)
 	}
 	for _, c := range p.KV {
@@ -240,12 +252,13 @@ func (e *Executor) allocate() error {
 		return fmt.Errorf("rope tables (%d bytes): %w", p.RopeBytes, err)
 	}
 	n := int64(max(p.Prefill.Tokens, 1))
-	io, err := e.alloc(2 * align(4*n))
+	io, err := e.alloc(3 * align(4*n))
 	if err != nil {
 		return err
 	}
-	e.tokens, e.pos = io, io.Add(align(4*n))
-	return e.q.Memset32(io, 0, 2*align(4*n)/4)
+	e.tokens, e.pos, e.seq = io, io.Add(align(4*n)), io.Add(2*align(4*n))
+	e.batch.init(p)
+	return e.q.Memset32(io, 0, 3*align(4*n)/4)
 }
 
 func align(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }
@@ -286,6 +299,7 @@ func (e *Executor) Close() error {
 		keep(e.graph.Close())
 		e.graph = nil
 	}
+	keep(e.batch.close())
 	if e.prof != nil {
 		e.prof.close()
 	}
@@ -347,16 +361,7 @@ func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
 
 // setScalars writes the step's tokens and positions (from e.next) to the
 // device.
-func (e *Executor) setScalars(tokens []int32) error {
-	pos := make([]int32, len(tokens))
-	for i := range pos {
-		pos[i] = int32(e.next + i)
-	}
-	if err := cuda.Upload(e.q, e.tokens, tokens); err != nil {
-		return err
-	}
-	return cuda.Upload(e.q, e.pos, pos)
-}
+func (e *Executor) setScalars(tokens []int32) error { return e.upload(tokens, e.next, nil, nil) }
 
 // readOut copies the step's argmax (and logits) of T tokens to the host.
 func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {

@@ -71,6 +71,9 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 		p = e.weights
 	case lower.BaseKV:
 		p = e.kvMem
+		if e.kvSlot > 0 && p != 0 {
+			p = p.Add(int64(e.kvSlot) * e.plan.KVSeqBytes())
+		}
 	case lower.BaseWorkspace:
 		p = e.ws
 	case lower.BaseRoutes:
@@ -79,6 +82,8 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 		p = e.tokens
 	case lower.BasePos:
 		p = e.pos
+	case lower.BaseSeq:
+		p = e.seq
 	case lower.BaseRope:
 		p = e.ropes
 	default:

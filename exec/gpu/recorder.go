@@ -95,12 +95,13 @@ func (e *Executor) regions() []region {
 	p := e.plan
 	return []region{
 		{lower.BaseWeights, e.weights, p.WeightBytes},
-		{lower.BaseKV, e.kvMem, p.KVBytes},
+		{lower.BaseKV, e.kvMem, int64(p.SeqSlots()) * p.KVSeqBytes()},
 		{lower.BaseArena, e.arena, e.arenaBytes},
 		{lower.BaseWorkspace, e.ws, e.wsBytes},
 		{lower.BaseRoutes, e.routes, e.routesBytes},
 		{lower.BaseTokens, e.tokens, align(4 * int64(max(p.Prefill.Tokens, 1)))},
 		{lower.BasePos, e.pos, align(4 * int64(max(p.Prefill.Tokens, 1)))},
+		{lower.BaseSeq, e.seq, align(4 * int64(max(p.Prefill.Tokens, 1)))},
 		{lower.BaseRope, e.ropes, p.RopeBytes},
 	}
 }

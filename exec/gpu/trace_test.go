@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +26,7 @@ type traceModel struct {
 	layers int      // 0: all
 	passes []string // nil: the default pipeline
 	quant  string   // a quantisation recipe for the weights ("": the plan's dtype)
+	seqs   int      // sequence slots (0: 1)
 }
 
 var traceModels = []traceModel{
@@ -85,7 +87,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms})
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +155,71 @@ func TestLaunchTraces(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Batched traces: 16 sequence slots, a prompt in slot 3, then decode
+// steps of 3 rows (bucket 4) with a prompt chunk beside them, and of 9
+// rows (bucket 16).
+var batchTraceModels = []string{"synthetic-tiny", "laguna-s-2.1", "laguna-s-2.1-q4_k_m"}
+
+func runBatchTrace(t testing.TB, ex *Executor, rec *Recorder) string {
+	t.Helper()
+	var b strings.Builder
+	step := func(what string, segs []Segment) {
+		rec.Reset()
+		if _, _, err := ex.Step(segs); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		fmt.Fprintf(&b, "# %s\n", what)
+		for _, ev := range rec.Events {
+			b.WriteString(ex.Format(ev))
+			b.WriteByte('\n')
+		}
+	}
+	rows := func(slots ...int) []Segment {
+		var segs []Segment
+		for _, s := range slots {
+			segs = append(segs, Segment{Slot: s, Tokens: []int32{int32(1 + s)}})
+		}
+		return segs
+	}
+	step("slot 3: prefill 5 tokens", []Segment{{Slot: 3, Tokens: []int32{1, 2, 3, 4, 5}}})
+	step("decode rows of slots 0, 3, 5 and a 4-token prompt in slot 7", append(rows(0, 3, 5), Segment{Slot: 7, Tokens: []int32{4, 3, 2, 1}}))
+	step("decode rows of 9 slots", rows(0, 1, 2, 3, 5, 7, 8, 9, 15))
+	return b.String()
+}
+
+// TestBatchTraces pins the launches of batched steps like TestLaunchTraces.
+func TestBatchTraces(t *testing.T) {
+	for _, m := range traceModels {
+		if !slices.Contains(batchTraceModels, m.name) {
+			continue
+		}
+		m.seqs = 16
+		name := "batch-" + m.name + "-bf16"
+		t.Run(name, func(t *testing.T) {
+			ex, rec, err := DryRun(tracePlan(t, m, ir.BF16))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.Close()
+			got := runBatchTrace(t, ex, rec)
+			path := filepath.Join("testdata", "launches", name+".txt")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test -run BatchTraces -update writes it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("the launches differ from %s:\n%s", path, firstDiff(got, string(want)))
+			}
+		})
 	}
 }
 

@@ -1,0 +1,380 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lagc/cuda"
+	"lagc/lower"
+)
+
+// Sequence slots and batched steps (continuous batching). The plan's
+// Seqs slots each own a full set of KV caches, KVSeqBytes apart; slot 0 is
+// also the sequence of the single-sequence API (Forward, Pos, Reset).
+//
+// A step's one-token segments are decode rows: they run together as one
+// batched decode step of a bucket's size (lower.Plan.AtBatch), its own
+// CUDA graph per bucket once the bucket has run eagerly (the warm-up that
+// compiles its kernels); each row's token, position and slot are uploaded
+// before the replay, padding rows get slot -1. Longer segments are prompt
+// chunks: each runs the prefill schedule bound to its slot's caches.
+
+// Segment is one sequence's tokens in a batched step: they continue the
+// sequence in slot Slot from its next position.
+type Segment struct {
+	Slot   int
+	Tokens []int32
+}
+
+type batchState struct {
+	lens    []int // positions held by slots 1.. (slot 0: Executor.next)
+	buckets []int
+	progs   map[int]*program        // bucket -> batched decode program
+	graphs  map[int]*cuda.GraphExec // bucket -> its captured graph
+	runs    map[int]int             // bucket -> steps run
+	slotPre map[[2]int]*program     // (slot >= 1, T) -> prefill program bound to the slot's caches
+	rows    []int32                 // upload staging: tokens, pos, seq
+}
+
+func (b *batchState) init(p *lower.Plan) {
+	b.lens = make([]int, p.SeqSlots())
+	b.buckets = lower.BatchBuckets(p.SeqSlots(), p.Prefill.Tokens)
+	b.progs = map[int]*program{}
+	b.graphs = map[int]*cuda.GraphExec{}
+	b.runs = map[int]int{}
+	b.slotPre = map[[2]int]*program{}
+}
+
+func (b *batchState) close() error {
+	var first error
+	for k, g := range b.graphs {
+		if err := g.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(b.graphs, k)
+	}
+	return first
+}
+
+// Seqs returns the number of sequence slots.
+func (e *Executor) Seqs() int { return e.plan.SeqSlots() }
+
+// SlotLen returns the positions slot holds (0 for a slot out of range).
+func (e *Executor) SlotLen(slot int) int {
+	switch {
+	case slot == 0:
+		return e.next
+	case slot > 0 && slot < len(e.batch.lens):
+		return e.batch.lens[slot]
+	}
+	return 0
+}
+
+func (e *Executor) setSlotLen(slot, n int) {
+	if slot == 0 {
+		e.next = n
+		return
+	}
+	e.batch.lens[slot] = n
+}
+
+// ResetSlot empties a slot for a new sequence.
+func (e *Executor) ResetSlot(slot int) {
+	if slot == 0 {
+		e.Reset()
+		return
+	}
+	if slot > 0 && slot < len(e.batch.lens) {
+		e.batch.lens[slot] = 0
+	}
+}
+
+// RewindSlot keeps a slot's first n positions (Rewind for any slot).
+func (e *Executor) RewindSlot(slot, n int) error {
+	if slot == 0 {
+		return e.Rewind(n)
+	}
+	if slot < 0 || slot >= len(e.batch.lens) {
+		return fmt.Errorf("gpu: rewind: slot %d of %d", slot, e.Seqs())
+	}
+	have := e.batch.lens[slot]
+	if n < 0 || n > have {
+		return fmt.Errorf("gpu: rewind slot %d to %d: it holds %d positions", slot, n, have)
+	}
+	if n == have {
+		return nil
+	}
+	for _, kv := range e.plan.KV {
+		if kv.Window > 0 && have > kv.Slots {
+			return fmt.Errorf("gpu: rewind slot %d to %d: the sliding-window ring of %d positions has wrapped at %d", slot, n, kv.Slots, have)
+		}
+	}
+	e.batch.lens[slot] = n
+	return nil
+}
+
+// Step feeds every segment (at most one per slot) and returns the logits
+// [T*V] and argmax [T] of all T rows, segments in order.
+func (e *Executor) Step(segs []Segment) ([]float32, []int32, error) { return e.step(segs, true) }
+
+// StepArgmax is Step without copying the logits to the host.
+func (e *Executor) StepArgmax(segs []Segment) ([]int32, error) {
+	_, next, err := e.step(segs, false)
+	return next, err
+}
+
+func (e *Executor) step(segs []Segment, withLogits bool) ([]float32, []int32, error) {
+	T, seen := 0, map[int]bool{}
+	for i, sg := range segs {
+		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
+			return nil, nil, fmt.Errorf("gpu: step: segment %d is for slot %d of %d", i, sg.Slot, e.Seqs())
+		}
+		if seen[sg.Slot] {
+			return nil, nil, fmt.Errorf("gpu: step: two segments for slot %d", sg.Slot)
+		}
+		seen[sg.Slot] = true
+		if len(sg.Tokens) == 0 {
+			return nil, nil, fmt.Errorf("gpu: step: segment %d (slot %d) has no tokens", i, sg.Slot)
+		}
+		if at := e.SlotLen(sg.Slot); at+len(sg.Tokens) > e.plan.MaxContext {
+			return nil, nil, fmt.Errorf("gpu: step: %d tokens at position %d of slot %d exceed the context length %d", len(sg.Tokens), at, sg.Slot, e.plan.MaxContext)
+		}
+		for j, id := range sg.Tokens {
+			if id < 0 || int(id) >= e.V {
+				return nil, nil, fmt.Errorf("gpu: step: token %d at index %d of slot %d is outside the vocabulary [0, %d)", id, j, sg.Slot, e.V)
+			}
+		}
+		T += len(sg.Tokens)
+	}
+	if T == 0 {
+		return nil, nil, fmt.Errorf("gpu: step: no tokens")
+	}
+	// Batched steps overwrite the device's token and position: slot 0's
+	// next decode step uploads them again.
+	e.devState = false
+	var logits []float32
+	if withLogits {
+		logits = make([]float32, T*e.V)
+	}
+	next := make([]int32, T)
+	var dec []int // rows of the decode segments
+	row := 0
+	for _, sg := range segs {
+		if len(sg.Tokens) == 1 {
+			dec = append(dec, row)
+			row++
+			continue
+		}
+		var lg []float32
+		if withLogits {
+			lg = logits[row*e.V:]
+		}
+		if err := e.prefillSlot(sg.Slot, sg.Tokens, lg, next[row:]); err != nil {
+			return nil, nil, fmt.Errorf("gpu: step: slot %d: %w", sg.Slot, err)
+		}
+		row += len(sg.Tokens)
+	}
+	if len(dec) > 0 {
+		// The rows' segments, in order.
+		ds := make([]Segment, 0, len(dec))
+		for _, sg := range segs {
+			if len(sg.Tokens) == 1 {
+				ds = append(ds, sg)
+			}
+		}
+		maxB := e.batch.buckets[len(e.batch.buckets)-1]
+		for s := 0; s < len(ds); s += maxB {
+			n := min(maxB, len(ds)-s)
+			if err := e.decodeBatch(ds[s:s+n], dec[s:s+n], logits, next); err != nil {
+				return nil, nil, fmt.Errorf("gpu: batched decode step: %w", err)
+			}
+		}
+	}
+	return logits, next, nil
+}
+
+// prefillSlot feeds a prompt chunk (or chunks) to slot on the prefill
+// schedule bound to the slot's caches, writing its rows' logits (unless
+// lg is nil) and argmax to lg and nx.
+func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int32) error {
+	chunk := e.plan.Prefill.Tokens
+	for s := 0; s < len(tokens); s += chunk {
+		part := tokens[s:min(s+chunk, len(tokens))]
+		T, at := len(part), e.SlotLen(slot)
+		if err := e.upload(part, at, nil, nil); err != nil {
+			return err
+		}
+		p, err := e.slotPrefill(slot, T)
+		if err != nil {
+			return err
+		}
+		if err := e.run(p); err != nil {
+			return fmt.Errorf("prefill at position %d: %w", at, err)
+		}
+		l, n, err := e.readOut(p, T, lg != nil)
+		if err != nil {
+			return err
+		}
+		if lg != nil {
+			copy(lg[s*e.V:], l)
+		}
+		copy(nx[s:], n)
+		if e.prof != nil {
+			if err := e.prof.collect(lower.Prefill); err != nil {
+				return err
+			}
+		}
+		e.setSlotLen(slot, at+T)
+	}
+	return nil
+}
+
+// upload writes a step's tokens, their positions (consecutive from at, or
+// pos) and, for batched rows, their slots.
+func (e *Executor) upload(tokens []int32, at int, pos, seq []int32) error {
+	if pos == nil {
+		pos = make([]int32, len(tokens))
+		for i := range pos {
+			pos[i] = int32(at + i)
+		}
+	}
+	if err := cuda.Upload(e.q, e.tokens, tokens); err != nil {
+		return err
+	}
+	if err := cuda.Upload(e.q, e.pos, pos); err != nil {
+		return err
+	}
+	if seq != nil {
+		return cuda.Upload(e.q, e.seq, seq)
+	}
+	return nil
+}
+
+// slotPrefill is the prefill program of T tokens bound to slot's caches.
+func (e *Executor) slotPrefill(slot, T int) (*program, error) {
+	if slot == 0 {
+		return e.prefillAt(T)
+	}
+	key := [2]int{slot, T}
+	if p := e.batch.slotPre[key]; p != nil {
+		return p, nil
+	}
+	launches, err := e.plan.At(e.plan.Prefill, T)
+	if err != nil {
+		return nil, err
+	}
+	e.kvSlot = slot
+	p, err := e.bind(e.plan.Prefill, T, launches)
+	e.kvSlot = 0
+	if err != nil {
+		return nil, fmt.Errorf("prefill at T=%d for slot %d: %w", T, slot, err)
+	}
+	// A slot's full chunks recur; short chunks are each prompt's last.
+	if len(e.batch.slotPre) >= 4*len(e.batch.lens) {
+		clear(e.batch.slotPre)
+	}
+	e.batch.slotPre[key] = p
+	return p, nil
+}
+
+// batchProgram is the batched decode program of bucket b.
+func (e *Executor) batchProgram(b int) (*program, error) {
+	if p := e.batch.progs[b]; p != nil {
+		return p, nil
+	}
+	launches, err := e.plan.AtBatch(b)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.bind(e.plan.Prefill, b, launches)
+	if err != nil {
+		return nil, fmt.Errorf("batched decode of %d rows: %w", b, err)
+	}
+	e.batch.progs[b] = p
+	return p, nil
+}
+
+// decodeBatch runs one decode row for each of segs (one token each; rows
+// are their indices in the step's logits) in the smallest bucket that
+// holds them.
+func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, next []int32) error {
+	n := len(segs)
+	b := e.plan.Bucket(n)
+	st := e.batch.rows[:0]
+	st = append(st, make([]int32, 3*b)...)
+	tok, pos, seq := st[:b], st[b:2*b], st[2*b:]
+	for i := range b {
+		if i < n {
+			tok[i], pos[i], seq[i] = segs[i].Tokens[0], int32(e.SlotLen(segs[i].Slot)), int32(segs[i].Slot)
+		} else {
+			seq[i] = -1 // padding: no cache read or written
+		}
+	}
+	e.batch.rows = st
+	if err := e.upload(tok, 0, pos, seq); err != nil {
+		return err
+	}
+	p, err := e.batchProgram(b)
+	if err != nil {
+		return err
+	}
+	if err := e.launchBatch(p, b); err != nil {
+		return err
+	}
+	lg, nx, err := e.readOut(p, n, logits != nil)
+	if err != nil {
+		return err
+	}
+	for i, r := range rows {
+		if logits != nil {
+			copy(logits[r*e.V:(r+1)*e.V], lg[i*e.V:(i+1)*e.V])
+		}
+		next[r] = nx[i]
+	}
+	if e.prof != nil {
+		if err := e.prof.collect(lower.Prefill); err != nil {
+			return err
+		}
+	}
+	for _, sg := range segs {
+		e.setSlotLen(sg.Slot, e.SlotLen(sg.Slot)+1)
+	}
+	return nil
+}
+
+// launchBatch queues a batched decode step of bucket b: eagerly the first
+// time (compiling its kernels) and in eager mode, else a replay of the
+// bucket's graph, captured on its second step.
+func (e *Executor) launchBatch(p *program, b int) error {
+	runs := e.batch.runs[b]
+	e.batch.runs[b]++
+	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
+		return e.run(p)
+	}
+	g := e.batch.graphs[b]
+	if g == nil {
+		if err := e.s.Synchronize(); err != nil {
+			return err
+		}
+		cg, err := e.s.Capture(func() error { return e.run(p) })
+		if err != nil {
+			return fmt.Errorf("capturing the batched decode step of %d rows: %w", b, err)
+		}
+		defer cg.Close()
+		if g, err = cg.Instantiate(); err != nil {
+			return fmt.Errorf("instantiating the batched decode graph of %d rows: %w", b, err)
+		}
+		e.batch.graphs[b] = g
+	}
+	return g.Launch(e.s)
+}
+
+// BatchGraphs reports the buckets whose batched decode replays a graph.
+func (e *Executor) BatchGraphs() []int {
+	var out []int
+	for _, b := range e.batch.buckets {
+		if e.batch.graphs[b] != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+package lower
+
+import "fmt"
+
+// Batched decode (continuous batching): a step of B decode rows, one for
+// each of B sequences, each sequence in its own slot of KV caches. It runs
+// the prefill schedule at T=B (its arena holds B <= Tokens rows and every
+// op but attention treats rows independently), with the attention step
+// lowered to the decode kernel over B rows: row r appends its k, v at
+// pos[r] in the caches of slot seq[r] and attends over them. B is a bucket
+// (BatchBuckets) so that one CUDA graph per bucket serves every step;
+// padding rows have slot -1.
+//
+// A row's result does not depend on B: the matmuls and experts run their
+// decode GEMVs, which compute each row in the same order at any row count
+// up to GEMVMaxRows, over runs of GEMVMaxRows rows; every other kernel
+// treats rows alike at any T (norms are chosen by row length, attention's
+// split count by the cache). So a sequence decodes the same bits in any
+// batch. Options.BatchGEMM trades that for fewer weight reads: buckets
+// above GEMVMaxRows run the GEMMs, whose rounding differs from the GEMVs'.
+
+// BaseSeq is the region of each row's sequence slot, i32 [T].
+const BaseSeq = "seq"
+
+// MaxSeqs bounds Options.Seqs: every slot holds a full set of KV caches.
+const MaxSeqs = 1024
+
+// BatchBuckets are the batch sizes a plan of seqs sequence slots and
+// prefill chunk runs decode steps at: powers of two up to the first that
+// holds every slot, none above the chunk (the arena's rows).
+func BatchBuckets(seqs, chunk int) []int {
+	var out []int
+	for b := 1; b <= chunk; b *= 2 {
+		out = append(out, b)
+		if b >= seqs {
+			break
+		}
+	}
+	return out
+}
+
+// Bucket is the smallest of BatchBuckets that holds n rows, or the largest
+// when none does (the caller splits the rows).
+func (p *Plan) Bucket(n int) int {
+	bs := BatchBuckets(p.seqs(), p.Prefill.Tokens)
+	for _, b := range bs {
+		if b >= n {
+			return b
+		}
+	}
+	return bs[len(bs)-1]
+}
+
+// SeqSlots is the plan's sequence slots (plans written before they
+// existed hold one).
+func (p *Plan) SeqSlots() int { return max(p.Seqs, 1) }
+
+func (p *Plan) seqs() int { return p.SeqSlots() }
+
+// KVSeqBytes is the distance between two sequence slots' KV caches: the
+// executor allocates Seqs times KVBytes, slot s at s*KVBytes.
+func (p *Plan) KVSeqBytes() int64 { return align(p.KVBytes) }
+
+// AtBatch returns the launches of a batched decode step of b rows (a
+// bucket): the prefill schedule at T=b with batched decode attention.
+func (p *Plan) AtBatch(b int) ([][]Launch, error) {
+	if b < 1 || b > p.Prefill.Tokens {
+		return nil, fmt.Errorf("lower: a batched decode step runs 1 to %d rows (the prefill chunk), not %d", p.Prefill.Tokens, b)
+	}
+	return p.at(p.Prefill, b, true)
+}
