@@ -2,8 +2,7 @@ package engine
 
 import (
 	"fmt"
-
-	"lagc/exec/cpu"
+	"lagc/prep"
 )
 
 // NonFiniteLocator is implemented by a Backend that can say which graph
@@ -52,7 +51,7 @@ func checkFinite(step string, logits []float32, T, V int, all bool) *NonFiniteEr
 	}
 	var e *NonFiniteError
 	for r := first; r < T; r++ {
-		nan, inf, c := cpu.CountNonFinite(logits[r*V : (r+1)*V])
+		nan, inf, c := prep.CountNonFinite(logits[r*V : (r+1)*V])
 		if c < 0 {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"lagc/exec/cpu/internal/vec"
+	"lagc/prep"
 	"lagc/quant"
 )
 
@@ -129,14 +130,14 @@ func (e *Executor) WeightTypes() map[quant.Type]int {
 // converting a block of rows at a time.
 func (m *Matrix) countNonFinite() (nan, inf int) {
 	if m.Type == quant.F32 {
-		nan, inf, _ = CountNonFinite(m.F32)
+		nan, inf, _ = prep.CountNonFinite(m.F32)
 		return nan, inf
 	}
 	step := max(1, 4096/max(m.Cols, 1))
 	buf := getScratch(step * m.Cols)
 	defer putScratch(buf)
 	for r := 0; r < m.Rows; r += step {
-		a, b, _ := CountNonFinite(m.rowsF32(*buf, r, min(r+step, m.Rows)))
+		a, b, _ := prep.CountNonFinite(m.rowsF32(*buf, r, min(r+step, m.Rows)))
 		nan, inf = nan+a, inf+b
 	}
 	return nan, inf

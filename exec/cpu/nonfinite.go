@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"lagc/ir"
+	"lagc/prep"
 )
 
 // NonFiniteError names the first node of a step whose output held a NaN or
@@ -29,26 +30,6 @@ func (e *NonFiniteError) Error() string {
 	return b.String()
 }
 
-// CountNonFinite counts the NaN and infinite values of d and returns the
-// index of the first (-1 if all are finite).
-func CountNonFinite(d []float32) (nan, inf, first int) {
-	first = -1
-	for i, x := range d {
-		if x-x == 0 { // x-x is 0 for finite x, NaN for NaN and infinities
-			continue
-		}
-		if x != x {
-			nan++
-		} else {
-			inf++
-		}
-		if first < 0 {
-			first = i
-		}
-	}
-	return nan, inf, first
-}
-
 // checkFinite returns a *NonFiniteError if a float output of n holds a
 // non-finite value.
 func (e *Executor) checkFinite(n *ir.Node, f32 map[*ir.Value][]float32) error {
@@ -57,7 +38,7 @@ func (e *Executor) checkFinite(n *ir.Node, f32 map[*ir.Value][]float32) error {
 		if !ok {
 			continue
 		}
-		nan, inf, first := CountNonFinite(d)
+		nan, inf, first := prep.CountNonFinite(d)
 		if first < 0 {
 			continue
 		}

@@ -3,11 +3,11 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"lagc/cuda"
 	"lagc/lower"
+	"lagc/prep"
 )
 
 // NonFiniteError names the first plan step whose output held a NaN or an
@@ -78,7 +78,7 @@ func (e *Executor) checkStep(st *lower.Step, T int) error {
 		if !ok {
 			continue
 		}
-		nan, inf, first := countNonFinite(d)
+		nan, inf, first := prep.CountNonFinite(d)
 		if nan+inf == 0 {
 			continue
 		}
@@ -91,7 +91,7 @@ func (e *Executor) checkStep(st *lower.Step, T int) error {
 			if err != nil {
 				return fmt.Errorf("checking weight %s: %w", in.Value, err)
 			}
-			if wn, wi, _ := countNonFinite(w); ok && wn+wi > 0 {
+			if wn, wi, _ := prep.CountNonFinite(w); ok && wn+wi > 0 {
 				nf.BadWeights = append(nf.BadWeights, fmt.Sprintf("@%s (%d NaN, %d infinite)", e.plan.Weights[in.Weight].Name, wn, wi))
 			}
 		}
@@ -123,24 +123,4 @@ func (e *Executor) readFloats(p cuda.DevicePtr, dtype string, n int) ([]float32,
 		return out, true, nil
 	}
 	return nil, false, nil
-}
-
-// countNonFinite counts the NaN and infinite values of d and returns the
-// index of the first (-1 if all are finite).
-func countNonFinite(d []float32) (nan, inf, first int) {
-	first = -1
-	for i, x := range d {
-		switch {
-		case math.IsNaN(float64(x)):
-			nan++
-		case math.IsInf(float64(x), 0):
-			inf++
-		default:
-			continue
-		}
-		if first < 0 {
-			first = i
-		}
-	}
-	return nan, inf, first
 }
