@@ -299,8 +299,11 @@ func (e *Executor) batchProgram(b int) (*program, error) {
 func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, next []int32) error {
 	n := len(segs)
 	b := e.plan.Bucket(n)
-	st := e.batch.rows[:0]
-	st = append(st, make([]int32, 3*b)...)
+	if cap(e.batch.rows) < 3*b {
+		e.batch.rows = make([]int32, 3*b)
+	}
+	st := e.batch.rows[:3*b]
+	clear(st)
 	tok, pos, seq := st[:b], st[b:2*b], st[2*b:]
 	for i := range b {
 		if i < n {
@@ -309,7 +312,6 @@ func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, nex
 			seq[i] = -1 // padding: no cache read or written
 		}
 	}
-	e.batch.rows = st
 	if err := e.upload(tok, 0, pos, seq); err != nil {
 		return err
 	}
