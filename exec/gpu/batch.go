@@ -200,7 +200,7 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int3
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
 		T, at := len(part), e.SlotLen(slot)
-		if err := e.upload(part, at, nil, nil); err != nil {
+		if err := e.upload(part, at); err != nil {
 			return err
 		}
 		p, err := e.slotPrefill(slot, T)
@@ -228,25 +228,16 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int3
 	return nil
 }
 
-// upload writes a step's tokens, their positions (consecutive from at, or
-// pos) and, for batched rows, their slots.
-func (e *Executor) upload(tokens []int32, at int, pos, seq []int32) error {
-	if pos == nil {
-		pos = make([]int32, len(tokens))
-		for i := range pos {
-			pos[i] = int32(at + i)
-		}
+// upload writes a step's tokens and their positions, consecutive from at.
+func (e *Executor) upload(tokens []int32, at int) error {
+	pos := make([]int32, len(tokens))
+	for i := range pos {
+		pos[i] = int32(at + i)
 	}
 	if err := cuda.Upload(e.q, e.tokens, tokens); err != nil {
 		return err
 	}
-	if err := cuda.Upload(e.q, e.pos, pos); err != nil {
-		return err
-	}
-	if seq != nil {
-		return cuda.Upload(e.q, e.seq, seq)
-	}
-	return nil
+	return cuda.Upload(e.q, e.pos, pos)
 }
 
 // slotPrefill is the prefill program of T tokens bound to slot's caches.
@@ -299,12 +290,14 @@ func (e *Executor) batchProgram(b int) (*program, error) {
 func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, next []int32) error {
 	n := len(segs)
 	b := e.plan.Bucket(n)
-	if cap(e.batch.rows) < 3*b {
-		e.batch.rows = make([]int32, 3*b)
+	// tokens, pos and seq lie one after the other, `stride` words apart
+	// (allocate): one copy writes all three.
+	stride := int(e.pos-e.tokens) / 4
+	if cap(e.batch.rows) < 2*stride+b {
+		e.batch.rows = make([]int32, 2*stride+b)
 	}
-	st := e.batch.rows[:3*b]
-	clear(st)
-	tok, pos, seq := st[:b], st[b:2*b], st[2*b:]
+	st := e.batch.rows[:2*stride+b]
+	tok, pos, seq := st[:b], st[stride:stride+b], st[2*stride:]
 	for i := range b {
 		if i < n {
 			tok[i], pos[i], seq[i] = segs[i].Tokens[0], int32(e.SlotLen(segs[i].Slot)), int32(segs[i].Slot)
@@ -312,7 +305,10 @@ func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, nex
 			seq[i] = -1 // padding: no cache read or written
 		}
 	}
-	if err := e.upload(tok, 0, pos, seq); err != nil {
+	if e.seq-e.pos != e.pos-e.tokens {
+		return fmt.Errorf("the step's token, position and slot arrays are not evenly spaced")
+	}
+	if err := cuda.Upload(e.q, e.tokens, st); err != nil {
 		return err
 	}
 	p, err := e.batchProgram(b)

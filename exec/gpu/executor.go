@@ -361,7 +361,7 @@ func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
 
 // setScalars writes the step's tokens and positions (from e.next) to the
 // device.
-func (e *Executor) setScalars(tokens []int32) error { return e.upload(tokens, e.next, nil, nil) }
+func (e *Executor) setScalars(tokens []int32) error { return e.upload(tokens, e.next) }
 
 // readOut copies the step's argmax (and logits) of T tokens to the host.
 func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {
