@@ -3,6 +3,7 @@ package lower
 import (
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"lagc/ir"
@@ -62,6 +63,14 @@ func TestNormRoPEPairsInDecode(t *testing.T) {
 		}
 		if pairs != 4 {
 			t.Errorf("%s: %d q/k pairs in the decode schedule, want 4", dt, pairs)
+		}
+		var txt strings.Builder
+		if err := p.Print(&txt); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(txt.String(), "= norm_rope(blk."); n != 16 || strings.Count(txt.String(), "(launched by the step before)") != 4 {
+			t.Errorf("%s: the printed plan has %d norm_rope steps, %d marked launched by the step before; want 16 and 4", dt, n,
+				strings.Count(txt.String(), "(launched by the step before)"))
 		}
 		at, err := p.At(p.Decode, 1)
 		if err != nil {
