@@ -219,7 +219,7 @@ func TestTypesAndDTypes(t *testing.T) {
 func TestOpTableComplete(t *testing.T) {
 	// The op set of docs/CONTRACTS.md.
 	want := []string{"add", "argmax", "attention", "concat", "embedding", "matmul", "matmul_add", "matmul_split",
-		"matmul_swiglu", "moe_experts", "moe_grouped", "mul", "reshape", "rms_norm", "rope", "router_topk", "silu",
+		"matmul_swiglu", "moe_experts", "moe_grouped", "mul", "norm_rope", "reshape", "rms_norm", "rope", "router_topk", "silu",
 		"softplus_gate", "split"}
 	got := OpNames()
 	if strings.Join(got, ",") != strings.Join(want, ",") {

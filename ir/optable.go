@@ -21,22 +21,8 @@ func init() {
 		}})
 	defOp(&OpDef{Name: "rms_norm", Doc: "w * x / sqrt(mean(x^2) + eps) over the last axis of x [...,N] with w [N], in float32",
 		Inputs: []string{"x", "w"},
-		Attrs:  []AttrSpec{{Name: "eps", Kind: AttrKindFloat, Required: true}},
-		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			if eps, ok := a["eps"].(float64); ok && !(eps > 0) {
-				return nil, fmt.Errorf("eps must be positive, got %g", eps)
-			}
-			if err := wantFloat(in, 0, "x", -1); err != nil {
-				return nil, err
-			}
-			if err := wantFloat(in, 1, "w", 1); err != nil {
-				return nil, err
-			}
-			if len(in[0].Shape) == 0 || in[0].Shape[len(in[0].Shape)-1] != in[1].Shape[0] {
-				return nil, fmt.Errorf("w %s does not match the last axis of x %s", in[1], in[0])
-			}
-			return []Type{in[0]}, nil
-		}})
+		Attrs:  []AttrSpec{epsAttr},
+		Infer:  inferRMSNorm})
 	defOp(&OpDef{Name: "matmul", Doc: "y = x w^T for x [...,K] and a weight w [N,K] in HF layout -> [...,N]",
 		Inputs: []string{"x", "w"},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
@@ -121,32 +107,9 @@ func init() {
 		}})
 	defOp(&OpDef{Name: "rope", Doc: "NeoX rotate-half rotary embedding of the first rotary_dim channels of x [T,n,d] at pos (default or YaRN)",
 		Inputs: []string{"x", "pos"},
-		Attrs: []AttrSpec{
-			{Name: "rotary_dim", Kind: AttrKindInt, Required: true},
-			{Name: "theta", Kind: AttrKindFloat, Required: true},
-			{Name: "rope_type", Kind: AttrKindString, Default: "default", Enum: []string{"default", "yarn"}},
-			{Name: "factor", Kind: AttrKindFloat, Default: 1.0},
-			{Name: "original_context", Kind: AttrKindInt, Default: 0},
-			{Name: "beta_fast", Kind: AttrKindFloat, Default: 32.0},
-			{Name: "beta_slow", Kind: AttrKindFloat, Default: 1.0},
-			// The resolved multiplier of cos and sin (1 for default rope).
-			{Name: "attention_factor", Kind: AttrKindFloat, Default: 1.0},
-		},
+		Attrs:  ropeAttrs,
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			if err := wantFloat(in, 0, "x", 3); err != nil {
-				return nil, err
-			}
-			if err := wantPos(in, 1, in[0].Shape[0]); err != nil {
-				return nil, err
-			}
-			d, r := in[0].Shape[2], a["rotary_dim"].(int)
-			if !d.IsConst() || r <= 0 || r%2 != 0 || r > d.N {
-				return nil, fmt.Errorf("rotary_dim %d must be even and in (0, %s]", r, d)
-			}
-			if a["rope_type"] == "yarn" && (a["factor"].(float64) <= 0 || a["original_context"].(int) <= 0) {
-				return nil, fmt.Errorf("yarn rope needs factor > 0 and original_context > 0")
-			}
-			return []Type{in[0]}, nil
+			return inferRoPE(in, 0, 1, a)
 		}})
 	defOp(&OpDef{Name: "attention", Doc: "append k,v at pos to KV cache `layer` (ring of `window` slots if window > 0), then causal GQA attention of q",
 		Inputs: []string{"q", "k", "v", "pos"},
@@ -356,4 +319,58 @@ func sameElems(a, b Shape) bool {
 		}
 	}
 	return pa == pb
+}
+
+// epsAttr is the epsilon of rms_norm (and of norm_rope).
+var epsAttr = AttrSpec{Name: "eps", Kind: AttrKindFloat, Required: true}
+
+// inferRMSNorm checks x [...,N] (input 0), w [N] (input 1) and eps; the
+// result is x's type.
+func inferRMSNorm(in []Type, a Attrs) ([]Type, error) {
+	if eps, ok := a["eps"].(float64); ok && !(eps > 0) {
+		return nil, fmt.Errorf("eps must be positive, got %g", eps)
+	}
+	if err := wantFloat(in, 0, "x", -1); err != nil {
+		return nil, err
+	}
+	if err := wantFloat(in, 1, "w", 1); err != nil {
+		return nil, err
+	}
+	if len(in[0].Shape) == 0 || in[0].Shape[len(in[0].Shape)-1] != in[1].Shape[0] {
+		return nil, fmt.Errorf("w %s does not match the last axis of x %s", in[1], in[0])
+	}
+	return []Type{in[0]}, nil
+}
+
+// ropeAttrs are the rotary parameters of rope (and of norm_rope).
+var ropeAttrs = []AttrSpec{
+	{Name: "rotary_dim", Kind: AttrKindInt, Required: true},
+	{Name: "theta", Kind: AttrKindFloat, Required: true},
+	{Name: "rope_type", Kind: AttrKindString, Default: "default", Enum: []string{"default", "yarn"}},
+	{Name: "factor", Kind: AttrKindFloat, Default: 1.0},
+	{Name: "original_context", Kind: AttrKindInt, Default: 0},
+	{Name: "beta_fast", Kind: AttrKindFloat, Default: 32.0},
+	{Name: "beta_slow", Kind: AttrKindFloat, Default: 1.0},
+	// The resolved multiplier of cos and sin (1 for default rope).
+	{Name: "attention_factor", Kind: AttrKindFloat, Default: 1.0},
+}
+
+// inferRoPE checks the rotated input x [T,n,d] (input xi) and the
+// positions (input pi) against the rotary attributes; the result is x's
+// type.
+func inferRoPE(in []Type, xi, pi int, a Attrs) ([]Type, error) {
+	if err := wantFloat(in, xi, "x", 3); err != nil {
+		return nil, err
+	}
+	if err := wantPos(in, pi, in[xi].Shape[0]); err != nil {
+		return nil, err
+	}
+	d, r := in[xi].Shape[2], a["rotary_dim"].(int)
+	if !d.IsConst() || r <= 0 || r%2 != 0 || r > d.N {
+		return nil, fmt.Errorf("rotary_dim %d must be even and in (0, %s]", r, d)
+	}
+	if a["rope_type"] == "yarn" && (a["factor"].(float64) <= 0 || a["original_context"].(int) <= 0) {
+		return nil, fmt.Errorf("yarn rope needs factor > 0 and original_context > 0")
+	}
+	return []Type{in[xi]}, nil
 }

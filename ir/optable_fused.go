@@ -3,9 +3,10 @@ package ir
 import "fmt"
 
 // Fused ops: the forms the fusion passes (passes/fuse_*.go) rewrite the
-// graph into. Each is one GPU kernel launch (a GEMM with an epilogue, or
-// the MoE grouped GEMM) and computes exactly what its unfused composition
-// does; docs/CONTRACTS.md ("Fused ops") is the contract.
+// graph into. Each is one GPU kernel launch (a GEMM with an epilogue, the
+// MoE grouped GEMM, a head norm with its rope) and computes exactly what
+// its unfused composition does; docs/CONTRACTS.md ("Fused ops") is the
+// contract.
 
 // MoE grouped-GEMM schedules (the `order` attribute of moe_grouped).
 const (
@@ -77,6 +78,15 @@ func init() {
 				return nil, fmt.Errorf("residual r %s must be %s", in[2], Type{in[0].DType, want})
 			}
 			return []Type{in[2]}, nil
+		}})
+	defOp(&OpDef{Name: "norm_rope", Doc: "rope(rms_norm(x, w), pos) for x [T,n,d], w [d]: each head's d channels normalised, then rotated, in float32",
+		Inputs: []string{"x", "w", "pos"},
+		Attrs:  append([]AttrSpec{epsAttr}, ropeAttrs...),
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if _, err := inferRMSNorm(in, a); err != nil {
+				return nil, err
+			}
+			return inferRoPE(in, 0, 2, a)
 		}})
 	defOp(&OpDef{Name: "moe_grouped", Doc: "routed experts (+ `shared` always-selected experts of weight 1 at the end of the stacks, + residual r) as one grouped GEMM; order schedules it",
 		Inputs: []string{"x", "weights", "ids", "stacks..."},

@@ -18,6 +18,7 @@ func TestFusedOpTypes(t *testing.T) {
 	w, ids := ty("f32[T,2]"), ty("i32[T,2]")
 	g, d := ty("bf16[6,16,32]"), ty("bf16[6,32,16]")
 	gu := ty("bf16[6,32,32]")
+	rope := Attrs{"eps": 1e-6, "rotary_dim": 4, "theta": 1e4}
 	cases := []struct {
 		op    string
 		in    []Type
@@ -47,6 +48,15 @@ func TestFusedOpTypes(t *testing.T) {
 		{"moe_grouped", []Type{m, w, ids, g, g, d}, Attrs{"order": "random"}, "expected one of"},
 		{"moe_grouped", []Type{m, w, ids, g, g, d, ty("f32[T,16]")}, Attrs{"residual": 1}, "must match x"},
 		{"moe_grouped", []Type{m, w, ty("f32[T,2]"), g, g, d}, nil, "input ids: expected i32"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, rope, "f32[T,4,8]"},
+		{"norm_rope", []Type{ty("bf16[T,4,8]"), ty("bf16[8]"), ty("i32[T]")}, Attrs{"eps": 1e-6, "rotary_dim": 8, "theta": 1e4, "rope_type": "yarn", "factor": 4.0, "original_context": 64}, "bf16[T,4,8]"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[4]"), ty("i32[T]")}, rope, "does not match the last axis"},
+		{"norm_rope", []Type{ty("f32[T,32]"), ty("f32[32]"), ty("i32[T]")}, rope, "input x: expected rank 3"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[2]")}, rope, "expected i32[T]"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"eps": 0.0, "rotary_dim": 4, "theta": 1e4}, "eps must be positive"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"eps": 1e-6, "rotary_dim": 10, "theta": 1e4}, "rotary_dim 10 must be even"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"rotary_dim": 4, "theta": 1e4}, "needs attribute eps"},
+		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"eps": 1e-6, "rotary_dim": 4, "theta": 1e4, "rope_type": "yarn"}, "yarn rope needs"},
 	}
 	for _, c := range cases {
 		out, err := InferTypes(c.op, c.in, c.attrs)

@@ -398,11 +398,12 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	return s, nil
 }
 
-// ropes makes one rotary table per distinct rope, in node order.
+// ropes makes one rotary table per distinct rope (of rope and norm_rope
+// nodes), in node order.
 func (l *lowerer) ropes() error {
 	var off int64
 	for _, n := range l.order {
-		if n.Op != "rope" {
+		if n.Op != "rope" && n.Op != "norm_rope" {
 			continue
 		}
 		p := ropeParams(scalarAttrs(n))
@@ -455,8 +456,9 @@ func (p *Plan) ropeFor(st *Step) (RoPETable, error) {
 // arena, in the order of the weight's row blocks, so that at T=1 they are
 // one row [1, sum(sizes)] that a single GEMV over the concatenated weight
 // writes (the executor checks the layout and launches one GEMV instead of
-// one per block). A region is never shared, so no lifetime can clash. It
-// returns the new offsets by value and the arena's new size.
+// one per block). A region is never shared, so no lifetime can clash. A
+// norm_rope that reads such an output, its only reader, writes its result
+// over it. It returns the new offsets by value and the arena's new size.
 func (l *lowerer) splitRows(class string, tokens int, arena int64, dtOf func(*ir.Value) ir.DType) (map[*ir.Value]int64, int64, error) {
 	reloc := map[*ir.Value]int64{}
 	if class != Decode || tokens != 1 {
@@ -485,7 +487,34 @@ func (l *lowerer) splitRows(class string, tokens int, arena int64, dtOf func(*ir
 		}
 		arena = align(off)
 	}
+	// A norm_rope whose input is a relocated output, read by nothing else,
+	// runs in place: q and k then stay back to back for one launch.
+	for _, n := range l.order {
+		if n.Op != "norm_rope" {
+			continue
+		}
+		if owner := l.soleView(n.Inputs[0]); owner != nil && dtOf(owner) == dtOf(n.Outputs[0]) {
+			if off, ok := reloc[owner]; ok {
+				reloc[n.Outputs[0]] = off
+			}
+		}
+	}
 	return reloc, arena, nil
+}
+
+// soleView returns the value v's storage belongs to (v itself, or what
+// the views v reshapes were made from) if v and every view on the way are
+// read once; else nil.
+func (l *lowerer) soleView(v *ir.Value) *ir.Value {
+	for {
+		if l.g.NumUses(v) != 1 {
+			return nil
+		}
+		if v.Def == nil || v.Def.Op != "reshape" || v.Def.Inputs[0].Kind == ir.Weight {
+			return v
+		}
+		v = v.Def.Inputs[0]
+	}
 }
 
 // layerOf returns the layer a node belongs to: the attention's `layer`

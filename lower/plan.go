@@ -376,7 +376,11 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 		for _, o := range st.Out {
 			outs = append(outs, operandText(o))
 		}
-		fmt.Fprintf(w, "  %s = %s(%s)\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "))
+		note := ""
+		if len(launches[i]) == 0 && st.Op == "norm_rope" {
+			note = "  (launched by the step before)"
+		}
+		fmt.Fprintf(w, "  %s = %s(%s)%s\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "), note)
 		for _, l := range launches[i] {
 			fmt.Fprintf(w, "    %s\n", l)
 		}

@@ -24,22 +24,6 @@ func init() {
 		}
 		return one(RMSNorm(st.In[0].DType, st.Out[0].DType, c.out[0], c.in[0], c.in[1], c.rows(st.In[0]), st.In[0].Last(c.T), float32(st.Float("eps"))))
 	}, f32Inputs: []int{1}})
-	defRule("rope", rule{launches: func(c *stepCtx) ([]Launch, error) {
-		st := c.st
-		tab, err := c.p.ropeFor(st)
-		if err != nil {
-			return nil, err
-		}
-		if err := same("rope", st.In[0].DType, st.Out[0].DType); err != nil {
-			return nil, err
-		}
-		d := st.In[0].Dims(c.T)
-		if len(d) != 3 {
-			return nil, fmt.Errorf("rope input must be [T,n,d], is %v", d)
-		}
-		return one(NormRoPE(NormRoPEArgs{DType: st.Out[0].DType, Out: c.out[0], X: c.in[0], LD: d[1] * d[2],
-			T: d[0], NQ: d[1], D: d[2], Pos: c.in[1], Table: tab}))
-	}})
 	defRule("softplus_gate", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		st := c.st
 		if err := same("softplus_gate", st.In[0].DType, st.In[1].DType, st.Out[0].DType); err != nil {

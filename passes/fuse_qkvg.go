@@ -5,7 +5,7 @@ import (
 )
 
 // qkvgConcat rewrites, for every attention node, the matmuls producing its
-// q, k and v (through reshape, rms_norm and rope) and the gate of the
+// q, k and v (through reshape, rms_norm and rope, or norm_rope) and the gate of the
 // softplus_gate reading its output into one matmul_split against
 // blk.N.attn_qkvg.weight = concat(attn_q, attn_k, attn_v, attn_gate) along
 // the rows, whose outputs are the four projections as before.
@@ -56,7 +56,7 @@ func projection(v *ir.Value) (p *ir.Node, fused bool) {
 	for v != nil && v.Def != nil {
 		n := v.Def
 		switch n.Op {
-		case "reshape", "rms_norm", "rope":
+		case "reshape", "rms_norm", "rope", "norm_rope":
 			v = n.Inputs[0]
 			continue
 		case "matmul":

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -116,6 +117,18 @@ func TestFusionDumps(t *testing.T) {
 				}
 			}
 		}},
+		{"norm-rope", func(t *testing.T, g *ir.Graph) {
+			for l := 0; l < 4; l++ {
+				if ops := layerOps(g, l); ops["norm_rope"] != 2 || ops["rope"] != 0 || ops["rms_norm"] != 2 {
+					t.Errorf("layer %d: ops %v", l, ops)
+				}
+				for _, w := range []string{"attn_q_norm", "attn_k_norm"} {
+					if r := readers(g, blk(l, w)); !slices.Equal(r, []string{"norm_rope"}) {
+						t.Errorf("layer %d: %s read by %v", l, w, r)
+					}
+				}
+			}
+		}},
 		{"gate-up-fuse", func(t *testing.T, g *ir.Graph) {
 			for l := 0; l < 4; l++ {
 				ops := layerOps(g, l)
@@ -201,7 +214,7 @@ func blk(l int, local string) string {
 }
 
 // TestFusedLayers: with every fusion a dense layer launches norm,
-// matmul_split, q/k norms, ropes, attention, gate, matmul_add, norm,
+// matmul_split, q and k norm_ropes, attention, gate, matmul_add, norm,
 // matmul_swiglu, matmul_add; a MoE layer ends in norm, router, top-k and
 // one moe_grouped (shared expert merged, residual folded, scheduled).
 func TestFusedLayers(t *testing.T) {
@@ -210,8 +223,8 @@ func TestFusedLayers(t *testing.T) {
 		if _, err := Run(g, Options{}); err != nil {
 			t.Fatal(err)
 		}
-		attn := map[string]int{"rms_norm": 3, "matmul_split": 1, "reshape": 4, "rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 1}
-		dense := map[string]int{"rms_norm": 4, "matmul_split": 1, "reshape": 4, "rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 2, "matmul_swiglu": 1}
+		attn := map[string]int{"rms_norm": 1, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 1}
+		dense := map[string]int{"rms_norm": 2, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 2, "matmul_swiglu": 1}
 		moe := map[string]int{"matmul": 1, "router_topk": 1, "moe_grouped": 1}
 		for k, v := range attn {
 			moe[k] += v
@@ -420,6 +433,85 @@ output %y, %z
 	}
 }
 
+// TestNormRoPEAttrs: each norm_rope carries its rope's attributes and its
+// norm's eps, and reads the norm's input and weight.
+func TestNormRoPEAttrs(t *testing.T) {
+	before, after := dumpAfter(t, "norm-rope")
+	n := 0
+	for _, fused := range after.Nodes {
+		if fused.Op != "norm_rope" {
+			continue
+		}
+		n++
+		rope := before.Value(fused.Outputs[0].Name).Def
+		norm := rope.Inputs[0].Def
+		if rope.Op != "rope" || norm.Op != "rms_norm" {
+			t.Fatalf("%s replaced %s of %s", fused, rope.Op, norm.Op)
+		}
+		want := ir.Attrs{"eps": norm.Attrs["eps"]}
+		maps.Copy(want, rope.Attrs)
+		if fused.Attrs.Key() != want.Key() {
+			t.Errorf("%s: attrs %s, want %s", fused.Outputs[0].Name, fused.Attrs.Key(), want.Key())
+		}
+		for i, v := range []*ir.Value{norm.Inputs[0], norm.Inputs[1], rope.Inputs[1]} {
+			if fused.Inputs[i].Name != v.Name {
+				t.Errorf("%s: input %d is %s, want %s", fused.Outputs[0].Name, i, fused.Inputs[i].Name, v.Name)
+			}
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d norm_rope nodes, want 8 (q and k of 4 layers)", n)
+	}
+}
+
+// TestNormRoPENeedsSingleUse: a norm whose output is read elsewhere stays
+// unfused.
+func TestNormRoPENeedsSingleUse(t *testing.T) {
+	src := `graph g
+sym T
+input %x: f32[T,2,8]
+input %pos: i32[T]
+weight @w: f32[8]
+%n: f32[T,2,8] = rms_norm(%x, @w) {eps=1e-06}
+%r: f32[T,2,8] = rope(%n, %pos) {rotary_dim=4, theta=10000}
+%s: f32[T,2,8] = silu(%n)
+output %r, %s
+`
+	g := parse(t, src)
+	res, err := Run(g, Options{Passes: []string{"norm-rope"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.OpCounts()["norm_rope"] != 0 || res.State.Notes[0] != "norm-rope: 0 head norms fused into their rope, 1 skipped (the norm's output is read elsewhere)" {
+		t.Fatalf("fused a shared norm (%q):\n%s", res.State.Notes, g)
+	}
+	g = parse(t, strings.Replace(src, "silu(%n)", "silu(%x)", 1))
+	res, err = Run(g, Options{Passes: []string{"norm-rope"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.String(), "%r: f32[T,2,8] = norm_rope(%x, @w, %pos) {eps=1e-06, rotary_dim=4, theta=10000.0}") ||
+		g.OpCounts()["rms_norm"] != 0 || res.State.Notes[0] != "norm-rope: 1 head norms fused into their rope, 0 skipped (the norm's output is read elsewhere)" {
+		t.Fatalf("not fused (%q):\n%s", res.State.Notes, g)
+	}
+}
+
+// TestNormRoPEEitherSideOfQKVG: qkvg-concat finds the projections through
+// norm_rope as through rms_norm and rope, so the two passes commute.
+func TestNormRoPEEitherSideOfQKVG(t *testing.T) {
+	var counts []map[string]int
+	for _, order := range [][]string{{"shapes", "qkvg-concat", "norm-rope"}, {"shapes", "norm-rope", "qkvg-concat"}} {
+		g := laguna(t, "synthetic-tiny")
+		if _, err := Run(g, Options{Passes: order}); err != nil {
+			t.Fatal(err)
+		}
+		counts = append(counts, g.OpCounts())
+	}
+	if !equalCounts(counts[0], counts[1]) || counts[0]["norm_rope"] != 8 || counts[0]["matmul_split"] != 4 {
+		t.Errorf("ops %v, in the other order %v", counts[0], counts[1])
+	}
+}
+
 // TestFusionIdempotent: a second run of every fusion finds nothing to do.
 func TestFusionIdempotent(t *testing.T) {
 	g := laguna(t, "synthetic-tiny")
@@ -485,7 +577,7 @@ func TestFusionOperandOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		counts[text] = g.OpCounts()
-		notes = append(notes, strings.Join(res.State.Notes[1:6], "; "))
+		notes = append(notes, strings.Join(res.State.Notes[1:7], "; "))
 	}
 	if !equalCounts(counts[src], counts[swapped]) || notes[0] != notes[1] || counts[src]["moe_grouped"] != 3 {
 		t.Errorf("ops %v, with operands swapped %v\nnotes %q", counts[src], counts[swapped], notes)

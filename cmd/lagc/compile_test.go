@@ -56,8 +56,8 @@ func TestCompileS21(t *testing.T) {
 			t.Errorf("layer row %d: %q, want %v", i, r[0], want)
 		}
 	}
-	for _, p := range []string{"01  shapes", "02  qkvg-concat", "03  gate-up-fuse", "04  shared-expert-merge",
-		"05  residual-fold", "06  expert-order", "07  cse", "08  dce", "09  memplan"} {
+	for _, p := range []string{"01  shapes", "02  qkvg-concat", "03  norm-rope", "04  gate-up-fuse", "05  shared-expert-merge",
+		"06  residual-fold", "07  expert-order", "08  cse", "09  dce", "10  memplan"} {
 		if !strings.Contains(out, p) {
 			t.Errorf("pass timing %q missing", p)
 		}
@@ -172,20 +172,23 @@ func mustRead(t *testing.T, path string) string {
 // add), dense MLP 7 (norm, gate, up, silu, mul, down, add), MoE 11 (norm,
 // router matmul, top-k, experts, shared gate, up, silu, mul, down, add,
 // add); plus 4 (embedding, final norm, lm_head, argmax). Fused: attention
-// 9 (matmul_split, matmul_add), dense 3 (norm, matmul_swiglu, matmul_add),
-// MoE 4 (norm, router matmul, top-k, moe_grouped).
+// 7 (norm, matmul_split, two norm_ropes, attention, gate, matmul_add),
+// dense 3 (norm, matmul_swiglu, matmul_add), MoE 4 (norm, router matmul,
+// top-k, moe_grouped).
 func TestCompileKernelCounts(t *testing.T) {
 	cases := []struct {
 		args          []string
 		with, without int
 	}{
-		{[]string{"--preset", "laguna-s-2.1"}, 4 + 12*1 + 13*47, 4 + 20*1 + 24*47},
-		{[]string{"--preset", "synthetic-tiny"}, 4 + 12*1 + 13*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "laguna-s-2.1"}, 4 + 10*1 + 11*47, 4 + 20*1 + 24*47},
+		{[]string{"--preset", "synthetic-tiny"}, 4 + 10*1 + 11*3, 4 + 20*1 + 24*3},
+		// Only norm-rope: each attention's q and k norms join their ropes.
+		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,norm-rope,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
 		// Only residual-fold: o_proj and the dense down_proj absorb their
 		// adds (dense 20 -> 18); in a MoE layer o_proj and the shared
 		// down_proj do, and add(h, routed + shared) is left (24 -> 22).
 		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
-		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
+		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "norm-rope", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
 			4 + 20*1 + 24*3, 4 + 20*1 + 24*3},
 	}
 	row := regexp.MustCompile(`(?m)^  with fusions\s+(\d+)\s+(\d+)\n  without fusions\s+(\d+)\s+(\d+)$`)

@@ -129,24 +129,9 @@ func (e *Executor) prepare(n *ir.Node) error {
 }
 
 var preparers = map[string]func(e *Executor, n *ir.Node) error{
-	// rope: the rotary table of the node's parameters.
-	"rope": func(e *Executor, n *ir.Node) error {
-		d := n.Inputs[0].Type.Shape
-		if len(d) != 3 || !d[2].IsConst() {
-			return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
-		}
-		tab, err := prep.NewRopeTable(prep.RopeParams{
-			RotaryDim: n.AttrInt("rotary_dim"), Theta: n.AttrFloat("theta"), Type: n.AttrString("rope_type"),
-			Factor: n.AttrFloat("factor"), OriginalContext: n.AttrInt("original_context"),
-			BetaFast: n.AttrFloat("beta_fast"), BetaSlow: n.AttrFloat("beta_slow"),
-			AttentionFactor: n.AttrFloat("attention_factor"),
-		})
-		if err != nil {
-			return err
-		}
-		e.ropes[n] = tab
-		return nil
-	},
+	// rope and norm_rope: the rotary table of the node's parameters.
+	"rope":      prepareRoPE,
+	"norm_rope": prepareRoPE,
 	// attention: the layer's KV cache.
 	"attention": func(e *Executor, n *ir.Node) error {
 		k := n.Inputs[1].Type.Shape
@@ -357,4 +342,23 @@ func (e *Executor) attnSeqs(layer int) []AttnSeq {
 		seqs[i] = AttnSeq{Rows: len(sg.Tokens), Cache: e.slots[sg.Slot].caches[layer]}
 	}
 	return seqs
+}
+
+// prepareRoPE makes the rotary table of a rope or norm_rope node.
+func prepareRoPE(e *Executor, n *ir.Node) error {
+	d := n.Inputs[0].Type.Shape
+	if len(d) != 3 || !d[2].IsConst() {
+		return fmt.Errorf("rope input must be [T,n,d] with constant d, got %v", d)
+	}
+	tab, err := prep.NewRopeTable(prep.RopeParams{
+		RotaryDim: n.AttrInt("rotary_dim"), Theta: n.AttrFloat("theta"), Type: n.AttrString("rope_type"),
+		Factor: n.AttrFloat("factor"), OriginalContext: n.AttrInt("original_context"),
+		BetaFast: n.AttrFloat("beta_fast"), BetaSlow: n.AttrFloat("beta_slow"),
+		AttentionFactor: n.AttrFloat("attention_factor"),
+	})
+	if err != nil {
+		return err
+	}
+	e.ropes[n] = tab
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"lagc/exec/cpu/internal/vec"
+	"lagc/prep"
 )
 
 // Reference kernels of the fused ops (ir/optable_fused.go). Each computes
@@ -113,6 +114,23 @@ func swiglu(y, x []float32, g, u *Matrix, T, K, N int, parallel bool) {
 	blocked(x, T, K, N, []*Matrix{g, u}, parallel, func(t, n0, n1 int, p [][]float32) {
 		vec.SiLUMul(y[t*N+n0:t*N+n1], p[0], p[1])
 	})
+}
+
+// NormRoPE computes out = rope(rms_norm(x, w), pos) for x and out [T,n,d]
+// (out may alias x): RMSNorm over each head's d channels with w [d] and
+// eps, then RoPE with tab, one after the other on out. The normalised
+// value passes between them in float32, as it does between the unfused
+// ops here (the device kernel keeps it in registers in float32 too, where
+// the unfused device ops round it to the activation dtype).
+func NormRoPE(out, x, w []float32, pos []int32, T, n, d int, eps float32, tab *prep.RopeTable) error {
+	if err := checkRoPE(out, x, pos, T, n, d, tab); err != nil {
+		return fmt.Errorf("cpu.NormRoPE: %w", err)
+	}
+	if err := RMSNorm(out, x, w, T*n, d, eps); err != nil {
+		return fmt.Errorf("cpu.NormRoPE: %w", err)
+	}
+	rope(out, out, pos, T, n, d, tab)
+	return nil
 }
 
 // MatMulAdd computes y = r + x w^T for x [T,K], w [N,K], r and y [T,N]; y

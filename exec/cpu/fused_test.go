@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"lagc/prep"
 )
 
 // Each fused kernel against the composition of unfused kernels it replaces:
@@ -106,6 +108,64 @@ func TestMatMulAddEqualsComposition(t *testing.T) {
 			}
 			requireBitwise(t, "matmul_add in place", rr, want)
 		})
+	}
+}
+
+func TestNormRoPEEqualsComposition(t *testing.T) {
+	for _, tc := range []struct {
+		T, n, d int
+		p       prep.RopeParams
+	}{
+		{1, 48, 128, prep.RopeParams{RotaryDim: 64, Theta: 5e5, Type: "yarn", Factor: 32, OriginalContext: 8192}},
+		{5, 8, 128, prep.RopeParams{RotaryDim: 128, Theta: 1e4}},
+		{3, 3, 10, prep.RopeParams{RotaryDim: 6, Theta: 1e4}},
+		{70, 2, 16, prep.RopeParams{RotaryDim: 8, Theta: 5e5}},
+	} {
+		t.Run(fmt.Sprint(tc.T, tc.n, tc.d, tc.p.Type), func(t *testing.T) {
+			tab, err := prep.NewRopeTable(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := randSlice(8, tc.T*tc.n*tc.d, 3)
+			w := randSlice(9, tc.d, 1)
+			pos := make([]int32, tc.T)
+			for i := range pos {
+				pos[i] = int32(7*i + 4000*(i%2))
+			}
+			const eps = 1e-6
+			want := make([]float32, len(x))
+			mustTB(t, RMSNorm(want, x, w, tc.T*tc.n, tc.d, eps))
+			mustTB(t, RoPE(want, want, pos, tc.T, tc.n, tc.d, tab))
+			for _, threads := range []int{1, 0} {
+				withThreads(threads, func() {
+					out := make([]float32, len(x))
+					mustTB(t, NormRoPE(out, x, w, pos, tc.T, tc.n, tc.d, eps, tab))
+					requireBitwise(t, "norm_rope", out, want)
+					in := append([]float32(nil), x...)
+					mustTB(t, NormRoPE(in, in, w, pos, tc.T, tc.n, tc.d, eps, tab))
+					requireBitwise(t, "norm_rope in place", in, want)
+				})
+			}
+		})
+	}
+}
+
+// TestNormRoPEHandComputed: a head [3, 4, 0, 0, 5, 0] has rms sqrt(50/6);
+// with w = [2, 1, 1, 1, 1, 1] and rotary width 4 at position 1, pair
+// (0, 2) turns by 1 rad and pair (1, 3) by 0.01 rad; channels 4 and 5
+// are only normalised.
+func TestNormRoPEHandComputed(t *testing.T) {
+	tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: 4, Theta: 1e4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 6)
+	mustTB(t, NormRoPE(out, []float32{3, 4, 0, 0, 5, 0}, []float32{2, 1, 1, 1, 1, 1}, []int32{1}, 1, 1, 6, 1e-12, tab))
+	r := math.Sqrt(50.0 / 6)
+	a, b := 2*3/r, 4/r
+	want := []float64{a * math.Cos(1), b * math.Cos(0.01), a * math.Sin(1), b * math.Sin(0.01), 5 / r, 0}
+	if d := maxAbsDiff(out, want); d > 1e-6 {
+		t.Fatalf("got %v, want %v", out, want)
 	}
 }
 
@@ -259,6 +319,10 @@ func TestExpertOrderSkewed(t *testing.T) {
 
 func TestFusedKernelErrors(t *testing.T) {
 	x, w := make([]float32, 8), make([]float32, 16)
+	tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: 4, Theta: 1e4})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		err  error
@@ -269,6 +333,11 @@ func TestFusedKernelErrors(t *testing.T) {
 		{"split zero", MatMulSplit([][]float32{nil}, x, w, 2, 4, []int{0}), "sizes[0] = 0"},
 		{"swiglu odd", MatMulSwiGLU(make([]float32, 6), x, w, 2, 4, 3), "w has 16 elements, want 24"},
 		{"add residual", MatMulAdd(make([]float32, 8), x, w, make([]float32, 7), 2, 4, 4), "r has 7 elements"},
+		{"norm_rope table", NormRoPE(x, x, w[:4], []int32{0, 1}, 2, 1, 4, 1e-6, nil), "no rope table"},
+		{"norm_rope weight", NormRoPE(x, x, w[:3], []int32{0, 1}, 2, 1, 4, 1e-6, tab), "w has 3 elements, want 4"},
+		{"norm_rope pos", NormRoPE(x, x, w[:4], []int32{0}, 2, 1, 4, 1e-6, tab), "pos has 1 elements, want 2"},
+		{"norm_rope negative pos", NormRoPE(x, x, w[:4], []int32{0, -1}, 2, 1, 4, 1e-6, tab), "position -1"},
+		{"norm_rope rotary", NormRoPE(x, x, w[:2], []int32{0, 1, 2, 3}, 4, 1, 2, 1e-6, tab), "rotary width 4"},
 	}
 	for _, c := range cases {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
@@ -317,6 +386,13 @@ func FuzzFusedKernelShapes(f *testing.F) {
 		_ = MatMulSplit([][]float32{y, x}, x, w, A, B, []int{C, D})
 		_ = MatMulSwiGLU(y, x, w, A, B, C)
 		_ = MatMulAdd(y, x, w, y, A, B, C)
+		if tab, err := prep.NewRopeTable(prep.RopeParams{RotaryDim: 2 * (int(la) % 5), Theta: 1e4}); err == nil {
+			pos := make([]int32, int(lb)%9)
+			for i := range pos {
+				pos[i] = p + int32(i)
+			}
+			_ = NormRoPE(y, x, w, pos, A, B, C, 1e-6, tab)
+		}
 		for _, fused := range []bool{false, true} {
 			wm := MatrixF32(w, len(w)/max(B, 1), B)
 			m := &GroupedMoE{T: A, H: B, I: C, K: D, E: C + 1, Shared: int(sh), Down: MatrixF32(w, len(w)/max(C, 1), C), Residual: x}

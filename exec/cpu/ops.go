@@ -179,6 +179,10 @@ var kernels = map[string]kernel{
 	"moe_grouped": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		return moeGrouped(n, o, o.rows, o.last)
 	},
+	"norm_rope": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		return NormRoPE(o.out[0], o.f[0], o.f[1], o.i[2], x[0], x[1], x[2], float32(n.AttrFloat("eps")), e.ropes[n])
+	},
 }
 
 // Ops lists the ops this package has a kernel for, sorted.

@@ -13,6 +13,15 @@ import (
 // float32(pos) * inv_freq in float32, cos and sin times the attention factor,
 // out = x*cos + rotate_half(x)*sin with each product rounded to float32.
 func RoPE(out, x []float32, pos []int32, T, n, d int, tab *prep.RopeTable) error {
+	if err := checkRoPE(out, x, pos, T, n, d, tab); err != nil {
+		return err
+	}
+	rope(out, x, pos, T, n, d, tab)
+	return nil
+}
+
+// checkRoPE checks RoPE's arguments.
+func checkRoPE(out, x []float32, pos []int32, T, n, d int, tab *prep.RopeTable) error {
 	if tab == nil {
 		return fmt.Errorf("cpu.RoPE: no rope table")
 	}
@@ -37,6 +46,12 @@ func RoPE(out, x []float32, pos []int32, T, n, d int, tab *prep.RopeTable) error
 			return fmt.Errorf("cpu.RoPE: position %d (at %d) is negative", p, t)
 		}
 	}
+	return nil
+}
+
+// rope is RoPE on checked arguments.
+func rope(out, x []float32, pos []int32, T, n, d int, tab *prep.RopeTable) {
+	r := tab.RotaryDim
 	half := r / 2
 	parallelFor(T, n*d+half*32, func(lo, hi int) {
 		cs := make([]float32, 2*half)
@@ -58,5 +73,4 @@ func RoPE(out, x []float32, pos []int32, T, n, d int, tab *prep.RopeTable) error
 			}
 		}
 	})
-	return nil
 }

@@ -25,8 +25,9 @@ var decodeBaselineSrc string
 // graph runs it: 50 calls captured in a CUDA graph and replayed, so launch
 // gaps are those of graph replay. "old" is the kernel (and geometry) this
 // tree replaced, "new" the current one; matmul_split compares q, k, v and
-// gate as four GEMVs with one GEMV over the concatenated weight. Reports
-// microseconds per call.
+// gate as four GEMVs with one GEMV over the concatenated weight, and
+// qk_norm_rope the four launches of the unfused q/k norms and ropes with
+// norm_rope's one. Reports microseconds per call.
 //
 //	./exec__gpu.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 5x
 func BenchmarkDecodeKernels(b *testing.B) {
@@ -110,6 +111,31 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	})
 	b.Run("rope_q/new", func(b *testing.B) {
 		decodeTime(b, s, func() error { return k.RoPE(s, cuda.BF16, y, x, pos, 1, 72, d, rope) })
+	})
+
+	// q and k norms and ropes of a 72-head layer, in place in one row:
+	// four launches (rms_norm and rope of q, then of k), or norm_rope's
+	// one launch of both.
+	qk, qkd := m.rand(80*d), int64(2*72*d)
+	b.Run("qk_norm_rope/unfused", func(b *testing.B) {
+		decodeTime(b, s, func() error {
+			for _, part := range []struct {
+				at    int64
+				heads int
+			}{{0, 72}, {qkd, nkv}} {
+				h := qk.Add(part.at)
+				if err := k.RMSNorm(s, cuda.BF16, h, h, w, part.heads, d, 1e-6); err != nil {
+					return err
+				}
+				if err := k.RoPE(s, cuda.BF16, h, h, pos, 1, part.heads, d, rope); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	b.Run("qk_norm_rope/fused", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.QKNormRope(s, cuda.BF16, qk, 0, 1, 72, nkv, d, w, w, 1e-6, pos, rope) })
 	})
 
 	// matmul_split of a 72-head layer: q 9216, k 1024, v 1024, gate 72 rows.

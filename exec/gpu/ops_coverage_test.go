@@ -32,6 +32,7 @@ var gpuVsCPU = map[string][]string{
 	"moe_experts":   {"TestMoEExperts"},
 	"moe_grouped":   {"TestMoEExperts", "TestOpsGPU"},
 	"mul":           {"TestElementwiseGPU"},
+	"norm_rope":     {"TestNormRoPEGPU", "TestQKNormRopeGPU", "TestOpsGPU"},
 	"reshape":       {"TestOpsGPU"},
 	"rms_norm":      {"TestRMSNormGPU", "TestRMSNormCastGPU"},
 	"rope":          {"TestRoPEGPU"},

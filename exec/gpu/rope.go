@@ -45,6 +45,13 @@ func UploadRope(s Queue, dst cuda.DevicePtr, tab *prep.RopeTable) (Rope, error) 
 // at the positions pos [T] (int32 in device memory: one graph serves every
 // decode step), writing out [T,n,d]; out may alias x.
 func (k *Kernels) RoPE(s Queue, dt cuda.DType, out, x, pos cuda.DevicePtr, T, n, d int, r Rope) error {
+	return k.NormRoPE(s, dt, out, x, 0, pos, T, n, d, 0, r)
+}
+
+// NormRoPE is norm_rope: each head of x [T,n,d] RMS-normalised with w
+// (f32 [d]) and eps, then rotated as RoPE does, in one kernel that keeps
+// the normalised head in float32; out may alias x. A zero w skips the norm.
+func (k *Kernels) NormRoPE(s Queue, dt cuda.DType, out, x, w, pos cuda.DevicePtr, T, n, d int, eps float32, r Rope) error {
 	return k.on(s).one(lower.NormRoPE(lower.NormRoPEArgs{DType: dt.String(), Out: ptr(out), X: ptr(x), LD: n * d,
-		T: T, NQ: n, D: d, Pos: ptr(pos), Table: r.table()}))
+		T: T, NQ: n, D: d, WQ: ptr(w), Eps: eps, Pos: ptr(pos), Table: r.table()}))
 }

@@ -79,6 +79,43 @@ func TestRoPEGPU(t *testing.T) {
 	}
 }
 
+// TestNormRoPEGPU: norm_rope's kernel (one group of heads, its own
+// weight) against cpu.NormRoPE, out of place over a poisoned buffer and in
+// place.
+func TestNormRoPEGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
+	r := rand.New(rand.NewPCG(13, 14))
+	const eps = 1e-6
+	for _, c := range []struct{ T, n, d int }{{1, 72, 128}, {1, 8, 128}, {7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {33, 1, 8}} {
+		for name, tab := range ropeTables(t, c.d) {
+			for _, dt := range DTypes {
+				t.Run(fmt.Sprintf("T%d-n%d-d%d-%s/%v", c.T, c.n, c.d, name, dt), func(t *testing.T) {
+					x := roundTo(dt, randF32(r, c.T*c.n*c.d, 2))
+					w := normWeights(r, c.d)
+					pos := ropePositions(r, c.T)
+					want := make([]float32, len(x))
+					if err := cpu.NormRoPE(want, x, w, pos, c.T, c.n, c.d, eps, tab); err != nil {
+						t.Fatal(err)
+					}
+					bytes := int64(len(x) * dt.Size())
+					dx, dw, dpos, rope := upload(t, k, s, dt, x), upload(t, k, s, cuda.F32, w), uploadI32(t, k, s, pos), ropeUpload(t, k, s, tab)
+					out := alloc(t, k, bytes)
+					poison(t, s, out, bytes)
+					if err := k.NormRoPE(s, dt, out, dx, dw, dpos, c.T, c.n, c.d, eps, rope); err != nil {
+						t.Fatal(err)
+					}
+					checkClose(t, "norm_rope", download(t, s, dt, out, len(x)), want, tolFor(dt))
+					if err := k.NormRoPE(s, dt, dx, dx, dw, dpos, c.T, c.n, c.d, eps, rope); err != nil {
+						t.Fatal(err)
+					}
+					checkClose(t, "norm_rope in place", download(t, s, dt, dx, len(x)), want, tolFor(dt))
+				})
+			}
+		}
+	}
+}
+
 // TestQKNormRopeGPU: the fused per-head norm + rope, in place on a fused
 // QKV buffer (q heads, k heads, v heads, spare columns: 5 of them make the
 // rows unaligned, 0 keeps them aligned for the vector path), against
