@@ -309,12 +309,10 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	// offset is a value's place: its storage owner's relocated row, or the
 	// memory plan's.
 	offset := func(v *ir.Value) (int64, bool) {
-		o := v
-		for o.Def != nil && o.Def.Op == "reshape" && o.Def.Inputs[0].Kind != ir.Weight {
-			o = o.Def.Inputs[0]
-		}
-		if off, ok := reloc[o]; ok {
-			return off, true
+		if o, ok := mp.Owner(v.Name); ok {
+			if off, ok := reloc[l.g.Value(o)]; ok {
+				return off, true
+			}
 		}
 		return mp.Offset(v.Name)
 	}
