@@ -375,13 +375,16 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		}
 		s.Steps = append(s.Steps, st)
 	}
+	launches := make([][]Launch, len(s.Steps))
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		ls, err := l.p.stepLaunches(s, st, tokens, false)
-		if err != nil {
+		if launches[i], err = l.p.stepLaunches(s, st, tokens, false); err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
-		st.Launches = ls
+	}
+	reuseQ8X(launches)
+	for i := range s.Steps {
+		s.Steps[i].Launches = launches[i]
 	}
 	if s.Workspace, s.Routes, err = l.p.scratch(s); err != nil {
 		return nil, err
