@@ -139,9 +139,7 @@ func TestReuseQ8XPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := models.SetWeightTypes(g, func(name string, shape []int) string {
-		return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
-	}); err != nil {
+	if err := models.SetRecipeTypes(g, r); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := passes.Run(g, passes.Options{}); err != nil {
