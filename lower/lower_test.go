@@ -261,9 +261,10 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 
 // TestLowerDefaultPipeline lowers the graph the default passes make (with
 // their fused ops) in both modes: every op has kernels, operands fit, a
-// fused expert stack is stored split for the MoE kernels, and every decode
+// fused expert stack is stored split for the MoE kernels, every decode
 // matmul_split writes one row (its outputs back to back: one GEMV) while
-// the prefill ones keep a GEMM per block.
+// the prefill ones keep a GEMM per block, and residuals are accumulated
+// into in place.
 func TestLowerDefaultPipeline(t *testing.T) {
 	for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 32, MaxContext: 64})
@@ -289,6 +290,29 @@ func TestLowerDefaultPipeline(t *testing.T) {
 		}
 		if splits == 0 {
 			t.Errorf("%s: no matmul_split in the decode schedule", dt)
+		}
+		// Every residual dies at the node accumulating into it: each such
+		// node writes in place, with no copy.
+		for _, s := range []*Schedule{p.Decode, p.Prefill} {
+			inPlace := 0
+			for _, st := range s.Steps {
+				k := inPlaceInput(st)
+				if k < 0 {
+					continue
+				}
+				if st.In[k].Offset != st.Out[0].Offset {
+					t.Errorf("%s %s (%s): residual at %d, output at %d", s.Class, st.Name, st.Op, st.In[k].Offset, st.Out[0].Offset)
+				}
+				inPlace++
+				for _, l := range st.Launches {
+					if l.Kernel == Memcpy {
+						t.Errorf("%s %s (%s) writes in place but copies: %s", s.Class, st.Name, st.Op, l)
+					}
+				}
+			}
+			if inPlace == 0 {
+				t.Errorf("%s %s: no step writes in place", dt, s.Class)
+			}
 		}
 		for _, st := range p.Prefill.Steps {
 			if st.Op == "matmul_split" && len(st.Launches) != len(st.Out) {
