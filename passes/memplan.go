@@ -178,10 +178,14 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 			continue
 		}
 		if r, ok := overwritten(n, owner); ok {
-			v, b := n.Outputs[0], idx[owner(r)]
-			if n, err := size(v); err != nil {
+			v := n.Outputs[0]
+			sz, err := size(v)
+			if err != nil {
 				return nil, err
-			} else if n == p.Buffers[b].Size && p.Buffers[b].First >= 0 && readBy[b] <= i {
+			}
+			// Not over a graph input (the caller fills it), nor a buffer
+			// read later.
+			if b, ok := idx[owner(r)]; ok && sz == p.Buffers[b].Size && p.Buffers[b].First >= 0 && readBy[b] <= i {
 				root[v] = r
 				p.byName[v.Name] = b
 				readBy[b] = read(v)
