@@ -29,6 +29,11 @@ type OpDef struct {
 	// Commutative marks two-operand ops whose operands may be swapped
 	// (add, mul): patterns match them in either order.
 	Commutative bool
+	// InPlace, when set, returns the input of n whose buffer n's output may
+	// take over once no later node reads that input (-1: none): the output
+	// has the input's type, and each of its elements is the input's element
+	// plus what the other inputs give, so the kernels accumulate into it.
+	InPlace func(n *Node) int
 	// Infer returns the output types for the given input types and
 	// attributes (already checked against Attrs and defaulted).
 	Infer func(in []Type, a Attrs) ([]Type, error)

@@ -63,7 +63,8 @@ func init() {
 			return []Type{{in[0].DType, out}}, nil
 		}})
 	defOp(&OpDef{Name: "matmul_add", Doc: "r + x w^T for x [...,K], w [N,K], r [...,N]: a GEMM whose epilogue accumulates into the residual r",
-		Inputs: []string{"x", "w", "r"},
+		Inputs:  []string{"x", "w", "r"},
+		InPlace: func(*Node) int { return 2 },
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
 			x, w, err := matmulOperands(in)
 			if err != nil {
@@ -100,6 +101,13 @@ func init() {
 			// Schedule only (results never depend on it): the order the
 			// grouped GEMM visits experts.
 			{Name: "order", Kind: AttrKindString, Default: OrderIndex, Enum: []string{OrderIndex, OrderDescending}},
+		},
+		// The residual, when there is one, is the last input.
+		InPlace: func(n *Node) int {
+			if n.AttrInt("residual") == 0 {
+				return -1
+			}
+			return len(n.Inputs) - 1
 		},
 		Infer: inferMoEGrouped})
 }

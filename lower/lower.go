@@ -309,12 +309,10 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	// offset is a value's place: its storage owner's relocated row, or the
 	// memory plan's.
 	offset := func(v *ir.Value) (int64, bool) {
-		o := v
-		for o.Def != nil && o.Def.Op == "reshape" && o.Def.Inputs[0].Kind != ir.Weight {
-			o = o.Def.Inputs[0]
-		}
-		if off, ok := reloc[o]; ok {
-			return off, true
+		if o, ok := mp.Owner(v.Name); ok {
+			if off, ok := reloc[l.g.Value(o)]; ok {
+				return off, true
+			}
 		}
 		return mp.Offset(v.Name)
 	}
@@ -377,13 +375,16 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		}
 		s.Steps = append(s.Steps, st)
 	}
+	launches := make([][]Launch, len(s.Steps))
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		ls, err := l.p.stepLaunches(s, st, tokens, false)
-		if err != nil {
+		if launches[i], err = l.p.stepLaunches(s, st, tokens, false); err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
-		st.Launches = ls
+	}
+	reuseQ8X(launches)
+	for i := range s.Steps {
+		s.Steps[i].Launches = launches[i]
 	}
 	if s.Workspace, s.Routes, err = l.p.scratch(s); err != nil {
 		return nil, err

@@ -167,6 +167,15 @@ func checkWeights(t *testing.T, p *Plan, act string) {
 	}
 }
 
+// inPlaceInput is the input a step's op may overwrite, or -1.
+func inPlaceInput(st Step) int {
+	d, ok := ir.Op(st.Op)
+	if !ok || d.InPlace == nil {
+		return -1
+	}
+	return d.InPlace(&ir.Node{Op: st.Op, Attrs: ir.Attrs(st.Attrs), Inputs: make([]*ir.Value, len(st.In))})
+}
+
 func elems(s []int) int {
 	n := 1
 	for _, d := range s {
@@ -176,10 +185,11 @@ func elems(s []int) int {
 }
 
 // checkSchedule: every operand lies in the arena; a step never writes
-// bytes it also reads (unless they are the same buffer, as a decode
-// norm_rope's are) nor two outputs over each other; the outputs are where
-// the executor looks for them. A step launches kernels, unless it is a
-// norm_rope whose heads the one before launched.
+// bytes it also reads, unless its output is exactly the buffer of the
+// input its op may overwrite (ir.OpDef.InPlace) or it is a decode
+// norm_rope rotating its heads in place, nor two outputs over each other;
+// the outputs are where the executor looks for them. A step launches
+// kernels, unless it is a norm_rope whose heads the one before launched.
 func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 	t.Helper()
 	T := s.Tokens
@@ -208,8 +218,12 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 		for _, o := range st.Out {
 			spans = append(spans, [2]int64{o.Offset, o.Offset + size(o)})
 		}
-		for _, o := range st.In {
+		over := inPlaceInput(st)
+		for k, o := range st.In {
 			if o.Kind != "activation" {
+				continue
+			}
+			if k == over && o.Offset == st.Out[0].Offset && size(o) == size(st.Out[0]) {
 				continue
 			}
 			for _, sp := range spans {
@@ -250,9 +264,10 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 
 // TestLowerDefaultPipeline lowers the graph the default passes make (with
 // their fused ops) in both modes: every op has kernels, operands fit, a
-// fused expert stack is stored split for the MoE kernels, and every decode
+// fused expert stack is stored split for the MoE kernels, every decode
 // matmul_split writes one row (its outputs back to back: one GEMV) while
-// the prefill ones keep a GEMM per block.
+// the prefill ones keep a GEMM per block, and residuals are accumulated
+// into in place.
 func TestLowerDefaultPipeline(t *testing.T) {
 	for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 32, MaxContext: 64})
@@ -278,6 +293,29 @@ func TestLowerDefaultPipeline(t *testing.T) {
 		}
 		if splits == 0 {
 			t.Errorf("%s: no matmul_split in the decode schedule", dt)
+		}
+		// Every residual dies at the node accumulating into it: each such
+		// node writes in place, with no copy.
+		for _, s := range []*Schedule{p.Decode, p.Prefill} {
+			inPlace := 0
+			for _, st := range s.Steps {
+				k := inPlaceInput(st)
+				if k < 0 {
+					continue
+				}
+				if st.In[k].Offset != st.Out[0].Offset {
+					t.Errorf("%s %s (%s): residual at %d, output at %d", s.Class, st.Name, st.Op, st.In[k].Offset, st.Out[0].Offset)
+				}
+				inPlace++
+				for _, l := range st.Launches {
+					if l.Kernel == Memcpy {
+						t.Errorf("%s %s (%s) writes in place but copies: %s", s.Class, st.Name, st.Op, l)
+					}
+				}
+			}
+			if inPlace == 0 {
+				t.Errorf("%s %s: no step writes in place", dt, s.Class)
+			}
 		}
 		for _, st := range p.Prefill.Steps {
 			if st.Op == "matmul_split" && len(st.Launches) != len(st.Out) {

@@ -152,8 +152,8 @@ func matmulArgs(c *stepCtx) (MatMulArgs, int, error) {
 		PrefillMMA: c.p.PrefillMMA}, w[1], nil
 }
 
-// matmulAdd: out = r + x w^T. The residual is copied into out (unless it
-// is there already), and the GEMM accumulates into it.
+// matmulAdd: out = r + x w^T. The residual is copied into out unless the
+// memory plan wrote out in place over it, and the GEMM accumulates into it.
 func matmulAdd(c *stepCtx) ([]Launch, error) {
 	st := c.st
 	a, _, err := matmulArgs(c)

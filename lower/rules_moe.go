@@ -10,8 +10,8 @@ import (
 // kernels: its fused gate_up stack is stored as separate gate and up stacks
 // (LayoutGateUpSplit), its shared experts (at the end of the stacks) become
 // extra routes of weight 1 appended to every token's by moe_add_shared, and
-// its residual is copied into the output first, which the experts then
-// accumulate into.
+// the experts accumulate into its output, which holds the residual: its
+// buffer when the memory plan wrote the output in place, else a copy.
 
 func init() {
 	// The expert stacks may stay block-quantised (moe_grouped's unfused

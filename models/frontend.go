@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"lagc/ckpt"
 	"lagc/config"
 	"lagc/ir"
 )
@@ -833,6 +834,13 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// SetRecipeTypes is SetWeightTypes with the types recipe r gives.
+func SetRecipeTypes(g *ir.Graph, r *ckpt.Recipe) error {
+	return SetWeightTypes(g, func(name string, shape []int) string {
+		return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
+	})
 }
 
 // SetWeightTypes gives every weight of g read from a checkpoint (not the

@@ -203,8 +203,11 @@ func (p *MemoryPlan) describe() []string {
 	}
 	for _, b := range p.Buffers {
 		view := ""
-		if b.View {
-			view = " (view)"
+		switch {
+		case b.InPlace:
+			view = " (in place of %" + b.Owner + ")"
+		case b.View:
+			view = " (view of %" + b.Owner + ")"
 		}
 		lines = append(lines, fmt.Sprintf("  %12d %12d %6d..%-6d %%%s%s", b.Offset, b.Size, b.First, b.Last, b.Value, view))
 	}
@@ -235,12 +238,14 @@ type jsonMemoryPlan struct {
 }
 
 type jsonBuffer struct {
-	Value  string `json:"value"`
-	Offset int64  `json:"offset"`
-	Size   int64  `json:"size"`
-	First  int    `json:"first"`
-	Last   int    `json:"last"`
-	View   bool   `json:"view,omitempty"`
+	Value   string `json:"value"`
+	Offset  int64  `json:"offset"`
+	Size    int64  `json:"size"`
+	First   int    `json:"first"`
+	Last    int    `json:"last"`
+	View    bool   `json:"view,omitempty"`
+	InPlace bool   `json:"in_place,omitempty"`
+	Owner   string `json:"owner,omitempty"`
 }
 
 func (ch *change) writeJSON(w *bytes.Buffer) error {

@@ -16,6 +16,9 @@ const maxArena = 1 << 60
 
 // MemoryPlan places every activation (and graph input) of one step size in
 // a single arena. A reshape output is a view: it shares its input's buffer.
+// An output its op may write in place (ir.OpDef.InPlace) takes over that
+// input's buffer when no later node reads the input: the kernels then
+// accumulate into it instead of copying it first.
 type MemoryPlan struct {
 	Tokens int      // T
 	DType  ir.DType // storage of float activations (integer ones keep theirs)
@@ -34,7 +37,11 @@ type Buffer struct {
 	Offset      int64
 	Size        int64
 	First, Last int
-	View        bool // shares the buffer of the value it reshapes
+	// View: the value shares the buffer of Owner, which it reshapes or,
+	// InPlace, its node overwrites.
+	View    bool
+	InPlace bool
+	Owner   string
 }
 
 // Offset returns the arena offset of the named value.
@@ -44,6 +51,19 @@ func (p *MemoryPlan) Offset(name string) (int64, bool) {
 		return 0, false
 	}
 	return p.Buffers[i].Offset, true
+}
+
+// Owner returns the value owning the named value's buffer: the value
+// itself, or the one a view shares.
+func (p *MemoryPlan) Owner(name string) (string, bool) {
+	i, ok := p.byName[name]
+	if !ok {
+		return "", false
+	}
+	if b := p.Buffers[i]; b.View {
+		return b.Owner, true
+	}
+	return name, true
 }
 
 // Plan returns the memory plan made for T tokens and float activations
@@ -87,26 +107,55 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 	}
 	env := g.Env(tokens)
 	p := &MemoryPlan{Tokens: tokens, DType: floatAs, byName: map[string]int{}}
-	root := map[*ir.Value]*ir.Value{} // view -> value owning the storage
+	root := map[*ir.Value]*ir.Value{} // view or in-place output -> the value it shares storage with
 	idx := map[*ir.Value]int{}        // owner -> buffer index
-	add := func(v *ir.Value, first int) error {
+	inPlace := map[string]bool{}
+	size := func(v *ir.Value) (int64, error) {
 		dt := v.Type.DType
 		if dt.IsFloat() && !dt.IsQuantized() {
 			dt = floatAs
 		}
 		n, err := v.Type.Shape.Elems(env)
 		if err != nil {
-			return fmt.Errorf("%s: %w", v, err)
+			return 0, fmt.Errorf("%s: %w", v, err)
+		}
+		return dt.Bytes(n), nil
+	}
+	add := func(v *ir.Value, first int) error {
+		n, err := size(v)
+		if err != nil {
+			return err
 		}
 		idx[v] = len(p.Buffers)
 		p.byName[v.Name] = len(p.Buffers)
-		p.Buffers = append(p.Buffers, Buffer{Value: v.Name, Size: dt.Bytes(n), First: first, Last: first})
+		p.Buffers = append(p.Buffers, Buffer{Value: v.Name, Size: n, First: first, Last: first})
 		return nil
 	}
+	// lastRead is the index of the last node reading a value (len(order):
+	// a graph output); readBy, per buffer, the latest over the values
+	// sharing it so far. A node may overwrite a buffer whose readBy is its
+	// own index: no later node reads any value stored there.
+	lastRead := map[*ir.Value]int{}
+	for i, n := range order {
+		for _, v := range n.Inputs {
+			lastRead[v] = i
+		}
+	}
+	for _, v := range g.Outputs {
+		lastRead[v] = len(order)
+	}
+	read := func(v *ir.Value) int {
+		if i, ok := lastRead[v]; ok {
+			return i
+		}
+		return -1
+	}
+	readBy := map[int]int{}
 	for _, v := range g.Inputs {
 		if err := add(v, -1); err != nil {
 			return nil, err
 		}
+		readBy[idx[v]] = read(v)
 	}
 	owner := func(v *ir.Value) *ir.Value {
 		for root[v] != nil {
@@ -123,13 +172,32 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 		if n.Op == "reshape" && n.Inputs[0].Kind != ir.Weight {
 			v := n.Outputs[0]
 			root[v] = n.Inputs[0]
-			p.byName[v.Name] = idx[owner(v)]
+			b := idx[owner(v)]
+			p.byName[v.Name] = b
+			readBy[b] = max(readBy[b], read(v))
 			continue
+		}
+		if r, ok := overwritten(n, owner); ok {
+			v := n.Outputs[0]
+			sz, err := size(v)
+			if err != nil {
+				return nil, err
+			}
+			// Not over a graph input (the caller fills it), nor a buffer
+			// read later.
+			if b, ok := idx[owner(r)]; ok && sz == p.Buffers[b].Size && p.Buffers[b].First >= 0 && readBy[b] <= i {
+				root[v] = r
+				p.byName[v.Name] = b
+				readBy[b] = read(v)
+				inPlace[v.Name] = true
+				continue
+			}
 		}
 		for _, v := range n.Outputs {
 			if err := add(v, i); err != nil {
 				return nil, err
 			}
+			readBy[idx[v]] = read(v)
 		}
 	}
 	for _, v := range g.Outputs {
@@ -180,9 +248,9 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 	}
 	// Views take their owner's offset; they need no storage of their own.
 	for name, bi := range p.byName {
-		if p.Buffers[bi].Value != name {
-			p.Buffers = append(p.Buffers, Buffer{Value: name, Offset: p.Buffers[bi].Offset, Size: p.Buffers[bi].Size,
-				First: p.Buffers[bi].First, Last: p.Buffers[bi].Last, View: true})
+		if o := p.Buffers[bi]; o.Value != name {
+			p.Buffers = append(p.Buffers, Buffer{Value: name, Offset: o.Offset, Size: o.Size,
+				First: o.First, Last: o.Last, View: true, InPlace: inPlace[name], Owner: o.Value})
 		}
 	}
 	sort.SliceStable(p.Buffers, func(i, j int) bool {
@@ -208,6 +276,27 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 		p.PeakLive = max(p.PeakLive, live)
 	}
 	return p, nil
+}
+
+// overwritten returns the input whose buffer n's single output may take
+// over (ir.OpDef.InPlace): an activation that shares no storage with n's
+// other inputs, which the kernels read while they write the output.
+func overwritten(n *ir.Node, owner func(*ir.Value) *ir.Value) (*ir.Value, bool) {
+	d, ok := n.Def()
+	if !ok || d.InPlace == nil || len(n.Outputs) != 1 {
+		return nil, false
+	}
+	k := d.InPlace(n)
+	if k < 0 || k >= len(n.Inputs) || n.Inputs[k].Kind == ir.Weight || !n.Inputs[k].Type.Equal(n.Outputs[0].Type) {
+		return nil, false
+	}
+	r := owner(n.Inputs[k])
+	for j, v := range n.Inputs {
+		if j != k && owner(v) == r {
+			return nil, false
+		}
+	}
+	return n.Inputs[k], true
 }
 
 // overlapping lists, for each buffer, the buffers whose lifetimes

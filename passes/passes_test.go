@@ -446,9 +446,15 @@ func TestMemoryPlanLaguna(t *testing.T) {
 		if len(res.State.Memory) != 4 {
 			t.Fatalf("%d plans", len(res.State.Memory))
 		}
+		inPlace := 0
 		for _, p := range res.State.Memory {
 			checkPlan(t, p)
+			checkHolds(t, res.State.Graph, p)
+			inPlace += len(inPlaceOf(p))
 			t.Logf("%s T=%d %s: arena %d bytes (peak live %d, no reuse %d)", name, p.Tokens, p.DType, p.Arena, p.PeakLive, p.NoReuse)
+		}
+		if inPlace == 0 {
+			t.Errorf("%s: no output written in place", name)
 		}
 	}
 }

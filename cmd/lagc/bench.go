@@ -409,9 +409,7 @@ func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoi
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: --quant: %v", errUsage, err)
 		}
-		if err := models.SetWeightTypes(g, func(name string, shape []int) string {
-			return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
-		}); err != nil {
+		if err := models.SetRecipeTypes(g, r); err != nil {
 			return nil, nil, fmt.Errorf("--quant %s: %w", f.quant, err)
 		}
 	}

@@ -78,9 +78,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := models.SetWeightTypes(g, func(name string, shape []int) string {
-			return r.TypeFor(ckpt.TensorInfo{Name: name, Shape: shape}).String()
-		}); err != nil {
+		if err := models.SetRecipeTypes(g, r); err != nil {
 			t.Fatal(err)
 		}
 	}
