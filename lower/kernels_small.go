@@ -52,6 +52,32 @@ func RMSNorm(xdt, odt string, out, x, w Ptr, rows, n int, eps float32) (Launch, 
 	return kernel("norm.cu", "rms_norm_block", []string{xdt, odt}, nil, dims(rows), dims(min(1024, 32*ceilDiv(ceilDiv(n, 8), 32))), 0, args...), nil
 }
 
+// RMSNormQ8X is RMSNorm that also quantises out, as stored, into xq
+// (Q8XBytes(rows, n)) bit for bit as Q8XQuantize(odt, out, xq, rows, n)
+// then would: a quantised GEMV can read out's int8 groups without a
+// quantisation launch of its own. odt is f32 or bf16 and n a multiple of
+// 32; xq lies apart from x and out.
+func RMSNormQ8X(xdt, odt string, out, x, w, xq Ptr, rows, n int, eps float32) (Launch, error) {
+	const op = "RMSNormQ8X"
+	l, err := RMSNorm(xdt, odt, out, x, w, rows, n, eps)
+	if err != nil {
+		return Launch{}, err
+	}
+	if n%32 != 0 || (odt != "f32" && odt != "bf16") {
+		return Launch{}, fmt.Errorf("%s: %s rows of %d: want f32 or bf16 rows of a multiple of 32", op, odt, n)
+	}
+	if xq.Null() || !xq.Aligned(16) {
+		return Launch{}, fmt.Errorf("%s: xq %s is null or not 16-byte aligned", op, xq)
+	}
+	elems, q := int64(rows)*int64(n), Q8XBytes(rows, n)
+	if overlaps(xq, q, x, elems*int64(dtypeSize(xdt))) || overlaps(xq, q, out, elems*int64(dtypeSize(odt))) {
+		return Launch{}, fmt.Errorf("%s: the quantised copy at %s overlaps x or out", op, xq)
+	}
+	l.Kernel += "_q8x"
+	l.Args = append(l.Args, ptrArg(xq), ptrArg(q8xScales(xq, rows, n)))
+	return l, nil
+}
+
 // RoPETable is a rotary embedding's frequency table on the device: the
 // inverse frequencies (f32 [RotaryDim/2]) and the factor cos and sin are
 // multiplied by (YaRN's attention factor).

@@ -10,6 +10,13 @@
 // (NORM_CHUNKS per thread at most), and stores 8 at a time; otherwise it
 // goes element by element and reads x twice. A thread writes only the
 // elements it read, so out may alias x either way.
+//
+// The _q8x kernels also quantise each output row, as stored, into int8
+// groups of 32 exactly as q8x_quantize (quant.cu) does: xq int8 [rows][n]
+// and xs [rows][n/32] of (d, d*sum(q[0..16)), d*sum(q[16..32)), 0), n a
+// multiple of 32, xq 8-byte and xs 16-byte aligned. A group's max and its
+// integer half sums do not depend on the order they are combined in, and d
+// and q come from the same expressions, so the bits are q8x_quantize's.
 
 #define NORM_CHUNKS 4
 
@@ -63,11 +70,41 @@ __device__ __forceinline__ bool norm_aligned(const void* a, const void* b, const
   return (((unsigned long long)a | (unsigned long long)b | (unsigned long long)c) & 15ull) == 0;
 }
 
+// norm_q8x quantises chunk c of a row, its 8 values v (has: the thread
+// holds one), into int8 groups of 32 as q8x_quantize does: a group is the
+// chunks of four consecutive lanes, which combine their max and the sums of
+// their halves. Every lane of the warp calls it; a group's four lanes have
+// chunks or none do.
+__device__ __forceinline__ void norm_q8x(const float* v, bool has, int c, signed char* xq, float4* xs) {
+  float amax = fabsf(v[0]);
+#pragma unroll
+  for (int e = 1; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d = amax / 127.f;
+  unsigned int lo = 0, hi = 0;
+  int s = 0;
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    const int q = amax > 0.f ? __float2int_rn(v[e] / d) : 0;
+    s += q;
+    const unsigned int b = (unsigned int)(unsigned char)(signed char)q;
+    if (e < 4) lo |= b << (8 * e);
+    else hi |= b << (8 * (e - 4));
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);  // this half's sum
+  const int s16 = __shfl_xor_sync(0xffffffffu, s, 2);
+  if (!has) return;
+  *reinterpret_cast<uint2*>(xq + 8 * c) = make_uint2(lo, hi);
+  if ((c & 3) == 0) xs[c >> 2] = make_float4(d, d * (float)s, d * (float)s16, 0.f);
+}
+
 // norm_row normalises one row with `lanes` threads (a warp, or a block
-// whose warps combine through red) of which this is thread `me`.
-template <typename Tx, typename To, bool BLOCK>
+// whose warps combine through red) of which this is thread `me`; with Q8
+// it also quantises the row into xq, xs (the row's own).
+template <typename Tx, typename To, bool BLOCK, bool Q8>
 __device__ __forceinline__ void norm_row(int n, float eps, const Tx* xr, const float* __restrict__ w, To* orow, int me,
-                                         int lanes, float* red) {
+                                         int lanes, float* red, signed char* xq, float4* xs) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int nc = n >> 3;
   bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, orow);
@@ -100,35 +137,81 @@ __device__ __forceinline__ void norm_row(int n, float eps, const Tx* xr, const f
 #pragma unroll
     for (int i = 0; i < NORM_CHUNKS; i++) {
       int c = me + i * lanes;
-      if (c < nc) {
-        float wv[8], o[8];
+      if (Q8 && i * lanes >= nc) break;  // no thread has chunk i: uniform
+      bool has = c < nc;
+      float o[8];
+      if (has) {
+        float wv[8];
         norm_load8(w + 8 * c, wv);
 #pragma unroll
         for (int e = 0; e < 8; e++) o[e] = wv[e] * (v[i][e] * inv);
         norm_store8(orow + 8 * c, o);
       }
+      if (Q8) {
+        float st[8];  // the values as stored
+#pragma unroll
+        for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
+        norm_q8x(st, has, c, xq, xs);
+      }
     }
   } else {
     for (int c = me; c < n; c += lanes) orow[c] = from_f32<To>(w[c] * (to_f32(xr[c]) * inv));
+    if (Q8) {  // quantise the row as stored, read back
+      if (BLOCK) __syncthreads();
+      else __syncwarp();
+      for (int c0 = 0; c0 < nc; c0 += lanes) {
+        int c = c0 + me;
+        float st[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) st[e] = c < nc ? to_f32(orow[8 * c + e]) : 0.f;
+        norm_q8x(st, c < nc, c, xq, xs);
+      }
+    }
   }
 }
 
 // One warp per row (short rows: per-head norms, small models). Block of
 // blockDim.x threads handles blockDim.x/32 rows.
-template <typename Tx, typename To>
-__global__ void rms_norm_warp(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+template <typename Tx, typename To, bool Q8>
+__device__ __forceinline__ void norm_warp_rows(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
+                                               signed char* xq, float4* xs) {
   int warps = blockDim.x >> 5;
   int r = blockIdx.x * warps + (threadIdx.x >> 5);
   if (r >= rows) return;  // uniform per warp
-  norm_row<Tx, To, false>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x & 31, 32, nullptr);
+  norm_row<Tx, To, false, Q8>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x & 31, 32, nullptr,
+                              Q8 ? xq + (long long)r * n : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr);
 }
 
 // One block per row (long rows: the hidden state; for one token, a single
 // block whose threads each hold a 16-byte chunk).
-template <typename Tx, typename To>
-__global__ void rms_norm_block(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+template <typename Tx, typename To, bool Q8>
+__device__ __forceinline__ void norm_block_rows(int rows, int n, float eps, const Tx* x, const float* __restrict__ w,
+                                                To* out, signed char* xq, float4* xs) {
   __shared__ float red[32];
   int r = blockIdx.x;
   if (r >= rows) return;
-  norm_row<Tx, To, true>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x, blockDim.x, red);
+  norm_row<Tx, To, true, Q8>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x, blockDim.x, red,
+                             Q8 ? xq + (long long)r * n : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr);
+}
+
+template <typename Tx, typename To>
+__global__ void rms_norm_warp(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+  norm_warp_rows<Tx, To, false>(rows, n, eps, x, w, out, nullptr, nullptr);
+}
+
+template <typename Tx, typename To>
+__global__ void rms_norm_block(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+  norm_block_rows<Tx, To, false>(rows, n, eps, x, w, out, nullptr, nullptr);
+}
+
+template <typename Tx, typename To>
+__global__ void rms_norm_warp_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
+                                  signed char* __restrict__ xq, float4* __restrict__ xs) {
+  norm_warp_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
+}
+
+template <typename Tx, typename To>
+__global__ void rms_norm_block_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
+                                   signed char* __restrict__ xq, float4* __restrict__ xs) {
+  norm_block_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
 }

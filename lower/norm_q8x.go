@@ -1,0 +1,165 @@
+package lower
+
+import "reflect"
+
+// The activations of most quantised GEMVs in decode are an RMS norm's
+// output: the attention input, the MLP or MoE input, the LM head's input.
+// fuseNormQ8X lets the norm quantise them as it stores them (RMSNormQ8X),
+// so the quantisation is no launch of its own. Its invariant:
+//
+//	a q8x_quantize launch Q is dropped, and the rms_norm launch N before
+//	it becomes RMSNormQ8X of N's arguments and Q's quantised copy, only
+//	when N is as RMSNorm builds it, Q is exactly Q8XQuantize of N's whole
+//	output, and every launch between them is a gemv or router_topk (as
+//	MatMul and RouterTopK build them) with no pointer into the workspace
+//	and no output overlapping N's.
+//
+// Nothing between writes N's output, so Q would quantise the values the
+// fused kernel quantises as it stores them, and it computes the same bits
+// (cuda/kernels/norm.cu). The launches between have no pointer into the
+// workspace, so they neither read nor write it (a kernel touches only what
+// its arguments point at): writing Q's bytes at N instead of at Q changes
+// nothing they see, and from Q's place on, memory is what it was without
+// the fusion. A launch in between that is not as stated, another norm or
+// another quantisation ends the chance.
+
+// dropQ8X removes the quantisation launches a stream need not make, a
+// list of launches per step, in place: the repeats (reuseQ8X) first, then
+// those fused into a norm. In that order because reuseQ8X recognises a
+// repeat by the quantisation it repeats, which the fusion removes; the
+// fusion moves a quantisation's writes earlier past launches that do not
+// touch the workspace, so the repeats stay valid.
+func dropQ8X(steps [][]Launch) {
+	reuseQ8X(steps)
+	fuseNormQ8X(steps)
+}
+
+// fuseNormQ8X fuses quantisations into the norms producing their source.
+func fuseNormQ8X(steps [][]Launch) {
+	type pos struct{ step, i int }
+	fused := map[pos]Launch{} // a norm's replacement
+	dropped := map[pos]bool{}
+	var norm normLaunch
+	var at pos
+	pending := false // norm at `at` is a candidate, the invariant holding since
+	for i, ls := range steps {
+		for j, l := range ls {
+			switch {
+			case l.Kernel == "q8x_quantize" && pending:
+				pending = false
+				if len(l.Args) != 4 || l.Args[2].Kind != ArgPtr {
+					continue
+				}
+				xq := l.Args[2].Ptr()
+				q, err := Q8XQuantize(norm.odt, norm.out, xq, norm.rows, norm.n)
+				if err != nil || !reflect.DeepEqual(q, l) {
+					continue
+				}
+				f, err := RMSNormQ8X(norm.xdt, norm.odt, norm.out, norm.x, norm.w, xq, norm.rows, norm.n, norm.eps)
+				if err != nil {
+					continue
+				}
+				fused[at], dropped[pos{i, j}] = f, true
+			case l.Kernel == "rms_norm_block" || l.Kernel == "rms_norm_warp":
+				norm, pending = parseNorm(l)
+				at = pos{i, j}
+			case pending:
+				pending = leavesNormQ8X(l, norm.out, norm.outBytes())
+			}
+		}
+	}
+	if len(dropped) == 0 {
+		return
+	}
+	for i, ls := range steps {
+		var kept []Launch
+		for j, l := range ls {
+			if f, ok := fused[pos{i, j}]; ok {
+				l = f
+			}
+			if !dropped[pos{i, j}] {
+				kept = append(kept, l)
+			}
+		}
+		steps[i] = kept
+	}
+}
+
+// normLaunch is the arguments of an RMSNorm launch.
+type normLaunch struct {
+	xdt, odt  string
+	out, x, w Ptr
+	rows, n   int
+	eps       float32
+}
+
+func (m normLaunch) outBytes() int64 { return int64(m.rows) * int64(m.n) * int64(dtypeSize(m.odt)) }
+
+// parseNorm reads an rms_norm launch's arguments (rows, n, eps, x, w, out);
+// it fails unless RMSNorm builds exactly that launch from them.
+func parseNorm(l Launch) (normLaunch, bool) {
+	a := l.Args
+	if len(a) != 6 || len(l.DTypes) != 2 || a[0].Kind != ArgI32 || a[1].Kind != ArgI32 || a[2].Kind != ArgF32 ||
+		a[3].Kind != ArgPtr || a[4].Kind != ArgPtr || a[5].Kind != ArgPtr {
+		return normLaunch{}, false
+	}
+	m := normLaunch{xdt: l.DTypes[0], odt: l.DTypes[1], rows: int(a[0].Int), n: int(a[1].Int), eps: a[2].Float,
+		x: a[3].Ptr(), w: a[4].Ptr(), out: a[5].Ptr()}
+	want, err := RMSNorm(m.xdt, m.odt, m.out, m.x, m.w, m.rows, m.n, m.eps)
+	return m, err == nil && reflect.DeepEqual(want, l)
+}
+
+// leavesNormQ8X reports whether l may run between a norm writing out
+// [out, out+n) and the quantisation fused into it: a gemv or router_topk
+// with no pointer into the workspace whose outputs lie apart from out.
+func leavesNormQ8X(l Launch, out Ptr, n int64) bool {
+	for _, a := range l.Args {
+		if (a.Kind == ArgPtr || a.Kind == ArgTMap) && a.Base == BaseWorkspace {
+			return false
+		}
+	}
+	var writes []span
+	ok := false
+	switch l.Kernel {
+	case "gemv":
+		var y span
+		y.at, y.n, ok = gemvOutput(l)
+		writes = []span{y}
+	case "router_topk":
+		writes, ok = routerTopKOutputs(l)
+	}
+	for _, w := range writes {
+		ok = ok && !overlaps(out, n, w.at, w.n)
+	}
+	return ok
+}
+
+// span is the n bytes at at.
+type span struct {
+	at Ptr
+	n  int64
+}
+
+// gemvOutput is what a gemv launch (MatMul's GEMV: N, K, split, x, w, y,
+// accumulate) writes: y [R, N] of DTypes[2], R its first integer
+// parameter.
+func gemvOutput(l Launch) (Ptr, int64, bool) {
+	a := l.Args
+	if len(a) != 7 || a[0].Kind != ArgI32 || a[5].Kind != ArgPtr || len(l.DTypes) != 3 || len(l.Ints) != 3 {
+		return Ptr{}, 0, false
+	}
+	R, N, size := l.Ints[0], a[0].Int, int64(dtypeSize(l.DTypes[2]))
+	return a[5].Ptr(), R * N * size, R > 0 && N > 0 && size > 0
+}
+
+// routerTopKOutputs is what a router_topk launch (RouterTopK: T, E, k,
+// softcap, scaling, logits, ld, bias, weights, ids) writes: weights f32
+// and ids i32, each [T, k].
+func routerTopKOutputs(l Launch) ([]span, bool) {
+	a := l.Args
+	if len(a) != 10 || a[0].Kind != ArgI32 || a[2].Kind != ArgI32 || a[8].Kind != ArgPtr || a[9].Kind != ArgPtr {
+		return nil, false
+	}
+	n := 4 * a[0].Int * a[2].Int
+	return []span{{a[8].Ptr(), n}, {a[9].Ptr(), n}}, a[0].Int > 0 && a[2].Int > 0
+}
