@@ -10,9 +10,10 @@ import "reflect"
 //	a q8x_quantize launch Q is dropped, and the rms_norm launch N before
 //	it becomes RMSNormQ8X of N's arguments and Q's quantised copy, only
 //	when N is as RMSNorm builds it, Q is exactly Q8XQuantize of N's whole
-//	output, and every launch between them is a gemv or router_topk (as
-//	MatMul and RouterTopK build them) with no pointer into the workspace
-//	and no output overlapping N's.
+//	output, and every launch between them is a gemv, router_topk or
+//	moe_add_shared (as MatMul, RouterTopK and MoEAddShared build them: the
+//	MoE router) with no pointer into the workspace and no output
+//	overlapping N's.
 //
 // Nothing between writes N's output, so Q would quantise the values the
 // fused kernel quantises as it stores them, and it computes the same bits
@@ -110,24 +111,16 @@ func parseNorm(l Launch) (normLaunch, bool) {
 }
 
 // leavesNormQ8X reports whether l may run between a norm writing out
-// [out, out+n) and the quantisation fused into it: a gemv or router_topk
-// with no pointer into the workspace whose outputs lie apart from out.
+// [out, out+n) and the quantisation fused into it: a launch of the router
+// (routerOutputs) with no pointer into the workspace whose outputs lie
+// apart from out.
 func leavesNormQ8X(l Launch, out Ptr, n int64) bool {
 	for _, a := range l.Args {
 		if (a.Kind == ArgPtr || a.Kind == ArgTMap) && a.Base == BaseWorkspace {
 			return false
 		}
 	}
-	var writes []span
-	ok := false
-	switch l.Kernel {
-	case "gemv":
-		var y span
-		y.at, y.n, ok = gemvOutput(l)
-		writes = []span{y}
-	case "router_topk":
-		writes, ok = routerTopKOutputs(l)
-	}
+	writes, ok := routerOutputs(l)
 	for _, w := range writes {
 		ok = ok && !overlaps(out, n, w.at, w.n)
 	}
@@ -140,26 +133,40 @@ type span struct {
 	n  int64
 }
 
-// gemvOutput is what a gemv launch (MatMul's GEMV: N, K, split, x, w, y,
-// accumulate) writes: y [R, N] of DTypes[2], R its first integer
-// parameter.
-func gemvOutput(l Launch) (Ptr, int64, bool) {
+// routerOutputs is what a launch of a MoE router writes, read off its
+// arguments as its builder lays them out:
+//   - gemv (MatMul's GEMV: N, K, split, x, w, y, accumulate): y [R, N] of
+//     DTypes[2], R its first integer parameter;
+//   - router_topk (RouterTopK: T, E, k, softcap, scaling, logits, ld, bias,
+//     weights, ids): weights f32 and ids i32, each [T, k];
+//   - moe_add_shared (MoEAddShared: T, k, S, first, weights, ids, w2,
+//     ids2): w2 f32 and ids2 i32, each [T, k+S].
+//
+// It fails for any other launch or one that does not read as stated.
+func routerOutputs(l Launch) ([]span, bool) {
 	a := l.Args
-	if len(a) != 7 || a[0].Kind != ArgI32 || a[5].Kind != ArgPtr || len(l.DTypes) != 3 || len(l.Ints) != 3 {
-		return Ptr{}, 0, false
+	is := func(kinds ...string) bool {
+		if len(a) != len(kinds) {
+			return false
+		}
+		for i, k := range kinds {
+			if a[i].Kind != k {
+				return false
+			}
+		}
+		return true
 	}
-	R, N, size := l.Ints[0], a[0].Int, int64(dtypeSize(l.DTypes[2]))
-	return a[5].Ptr(), R * N * size, R > 0 && N > 0 && size > 0
-}
-
-// routerTopKOutputs is what a router_topk launch (RouterTopK: T, E, k,
-// softcap, scaling, logits, ld, bias, weights, ids) writes: weights f32
-// and ids i32, each [T, k].
-func routerTopKOutputs(l Launch) ([]span, bool) {
-	a := l.Args
-	if len(a) != 10 || a[0].Kind != ArgI32 || a[2].Kind != ArgI32 || a[8].Kind != ArgPtr || a[9].Kind != ArgPtr {
-		return nil, false
+	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
+	switch {
+	case l.Kernel == "gemv" && is(i, i, i, p, p, p, i) && len(l.DTypes) == 3 && len(l.Ints) == 3:
+		R, N, size := l.Ints[0], a[0].Int, int64(dtypeSize(l.DTypes[2]))
+		return []span{{a[5].Ptr(), R * N * size}}, R > 0 && N > 0 && size > 0
+	case l.Kernel == "router_topk" && is(i, i, i, f, f, p, x, p, p, p):
+		T, k := a[0].Int, a[2].Int
+		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
+	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):
+		T, k, S := a[0].Int, a[1].Int, a[2].Int
+		return []span{{a[6].Ptr(), 4 * T * (k + S)}, {a[7].Ptr(), 4 * T * (k + S)}}, T > 0 && k >= 0 && S >= 0
 	}
-	n := 4 * a[0].Int * a[2].Int
-	return []span{{a[8].Ptr(), n}, {a[9].Ptr(), n}}, a[0].Int > 0 && a[2].Int > 0
+	return nil, false
 }

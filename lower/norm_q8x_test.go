@@ -121,14 +121,23 @@ func TestNormQ8XLaunchArgs(t *testing.T) {
 		t.Errorf("a norm launch RMSNorm does not build is parsed: %s", odd)
 	}
 	g, r := routerTestLaunches(t, Ptr{BaseArena, 0}, 256, 1024, 2048)
-	if y, n, ok := gemvOutput(g); !ok || y != (Ptr{BaseArena, 1024}) || n != 4*64 {
-		t.Errorf("gemv output %v %d %v, want arena+1024 256", y, n, ok)
-	}
-	if w, ok := routerTopKOutputs(r); !ok || !reflect.DeepEqual(w, []span{{Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}}) {
-		t.Errorf("router_topk outputs %v %v, want arena+2048 and arena+2064, 16 bytes each", w, ok)
-	}
-	if _, _, ok := gemvOutput(r); ok {
-		t.Errorf("router_topk read as a gemv")
+	sh := MoEAddShared(3, 4, 2, 64, Ptr{BaseArena, 2048}, Ptr{BaseArena, 2064}, Ptr{BaseRoutes, 0}, Ptr{BaseRoutes, 256})
+	bad := g
+	bad.Args = bad.Args[:6]
+	for _, c := range []struct {
+		l    Launch
+		want []span
+	}{
+		{g, []span{{Ptr{BaseArena, 1024}, 4 * 64}}},
+		{r, []span{{Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}}},
+		{sh, []span{{Ptr{BaseRoutes, 0}, 72}, {Ptr{BaseRoutes, 256}, 72}}},
+		{bad, nil},
+		{qgemvTestLaunch(t, 1, 64, 32, 0), nil},
+		{normTestLaunch(t, "bf16", 1, 64, 0), nil},
+	} {
+		if w, ok := routerOutputs(c.l); ok != (c.want != nil) || ok && !reflect.DeepEqual(w, c.want) {
+			t.Errorf("%s: writes %v %v, want %v", c.l, w, ok, c.want)
+		}
 	}
 }
 
@@ -143,6 +152,8 @@ func TestFuseNormQ8X(t *testing.T) {
 	rgOverOut, _ := routerTestLaunches(t, Ptr{BaseArena, out}, n, out+256, 2048)
 	_, rtOverOut := routerTestLaunches(t, Ptr{BaseArena, out}, n, 1024, out)
 	rgFromWS, _ := routerTestLaunches(t, Ptr{BaseWorkspace, 1 << 20}, n, 1024, 2048)
+	sh := MoEAddShared(1, 4, 1, 64, Ptr{BaseArena, 2048}, Ptr{BaseArena, 2064}, Ptr{BaseRoutes, 0}, Ptr{BaseRoutes, 256})
+	shOverOut := MoEAddShared(1, 4, 1, 64, Ptr{BaseArena, 2048}, Ptr{BaseArena, 2064}, Ptr{BaseArena, out + 64}, Ptr{BaseRoutes, 256})
 	norm5, fused5 := normTestLaunch(t, "f32", 5, 1024, out), fusedTestLaunch(t, "f32", 5, 1024, out)
 	q5 := q8xOfTestLaunch(t, "f32", 5, 1024, out)
 	norm16, fused8 := normTestLaunch(t, "bf16", 16, 3072, out), fusedTestLaunch(t, "bf16", 8, 3072, out)
@@ -163,6 +174,8 @@ func TestFuseNormQ8X(t *testing.T) {
 		{name: "back to back", steps: [][]Launch{{norm, q, g}}, want: [][]Launch{{fused, g}}},
 		{name: "across steps", steps: [][]Launch{{norm}, {q, g}}, want: [][]Launch{{fused}, {g}}},
 		{name: "a router between", steps: [][]Launch{{norm}, {rg, rt}, {q, g}}, want: [][]Launch{{fused}, {rg, rt}, {g}}},
+		{name: "a router adding shared experts", steps: [][]Launch{{norm}, {rg, rt, sh}, {q, g}}, want: [][]Launch{{fused}, {rg, rt, sh}, {g}}},
+		{name: "shared experts' routes over the norm's output", steps: [][]Launch{{norm, rg, rt, shOverOut, q, g}}, unchanged: true},
 		{name: "rows of a batch, f32", steps: [][]Launch{{norm5, q5, g}}, want: [][]Launch{{fused5, g}}},
 		{name: "the last of two norms", steps: [][]Launch{{norm, other, q8xOfTestLaunch(t, "bf16", 1, n, 4096), g}},
 			want: [][]Launch{{norm, otherFused, g}}},
@@ -403,8 +416,8 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 
 // launchWrites is what the memory model of TestDropQ8XPlans knows a
 // launch to write (nil: it may write anywhere): a qgemv its y, and where
-// they have no pointer into the workspace, an rms_norm its output, a gemv
-// its y and a router_topk its weights and ids.
+// they have no pointer into the workspace, an rms_norm its output and the
+// router's launches their outputs.
 func launchWrites(l Launch) []span {
 	for _, a := range l.Args {
 		if (a.Kind == ArgPtr || a.Kind == ArgTMap) && a.Base == BaseWorkspace && l.Kernel != "qgemv" {
@@ -420,13 +433,7 @@ func launchWrites(l Launch) []span {
 		if m, ok := parseNorm(l); ok {
 			return []span{{m.out, m.outBytes()}}
 		}
-	case "gemv":
-		if y, n, ok := gemvOutput(l); ok {
-			return []span{{y, n}}
-		}
-	case "router_topk":
-		w, _ := routerTopKOutputs(l)
-		return w
 	}
-	return nil
+	w, _ := routerOutputs(l)
+	return w
 }

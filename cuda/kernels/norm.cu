@@ -210,8 +210,10 @@ __global__ void rms_norm_warp_q8x(int rows, int n, float eps, const Tx* x, const
   norm_warp_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
 }
 
+// At most 64 registers a thread, so that a block of 1024 threads (rows of
+// 8K values or more) can launch.
 template <typename Tx, typename To>
-__global__ void rms_norm_block_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
+__global__ void __launch_bounds__(1024) rms_norm_block_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
                                    signed char* __restrict__ xq, float4* __restrict__ xs) {
   norm_block_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
 }

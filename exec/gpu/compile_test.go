@@ -17,8 +17,8 @@ const EnvRequireNVRTC = "LAGC_REQUIRE_NVRTC"
 
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
-// every kernel instantiation the trace models' plans launch, for sm_90a,
-// and reports spills: a kernel source that does not compile fails here
+// every kernel instantiation the trace models' plans launch (and the fused
+// norm forms they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
 // before it reaches a GPU.
 func TestPlanKernelsCompile(t *testing.T) {
 	if _, err := cuda.NVRTCVersion(); err != nil {
@@ -49,6 +49,18 @@ func TestPlanKernelsCompile(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+	// Norms fused with the quantisation in forms no trace model launches:
+	// the warp kernel (rows under 1024 values) and the casts.
+	for _, n := range []int{256, 3072} {
+		for _, dts := range [][2]string{{"bf16", "bf16"}, {"f32", "f32"}, {"f32", "bf16"}, {"bf16", "f32"}} {
+			l, err := lower.RMSNormQ8X(dts[0], dts[1], lower.Ptr{Base: lower.BaseArena}, lower.Ptr{Base: lower.BaseArena, Offset: 1 << 20},
+				lower.Ptr{Base: lower.BaseWeights}, lower.Ptr{Base: lower.BaseWorkspace}, 1, n, 1e-6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs[l.File+":"+l.NameExpr()] = l
 		}
 	}
 	keys := make([]string, 0, len(specs))

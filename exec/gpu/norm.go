@@ -19,3 +19,10 @@ func (k *Kernels) RMSNorm(s Queue, dt cuda.DType, out, x, w cuda.DevicePtr, rows
 func (k *Kernels) RMSNormCast(s Queue, xdt, odt cuda.DType, out, x, w cuda.DevicePtr, rows, n int, eps float32) error {
 	return k.on(s).one(lower.RMSNorm(xdt.String(), odt.String(), ptr(out), ptr(x), ptr(w), rows, n, eps))
 }
+
+// RMSNormQ8X is RMSNormCast (odt F32 or BF16, n a multiple of 32) that also
+// quantises out, as stored, into xq (lower.Q8XBytes(rows, n) bytes) bit for
+// bit as Q8XQuantize of out then would.
+func (k *Kernels) RMSNormQ8X(s Queue, xdt, odt cuda.DType, out, x, w, xq cuda.DevicePtr, rows, n int, eps float32) error {
+	return k.on(s).one(lower.RMSNormQ8X(xdt.String(), odt.String(), ptr(out), ptr(x), ptr(w), ptr(xq), rows, n, eps))
+}

@@ -2,11 +2,13 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
 	"lagc/cuda"
 	"lagc/exec/cpu"
+	"lagc/lower"
 )
 
 // normWeights are float32 weights around 1 (never rounded: norm weights are
@@ -123,4 +125,106 @@ func TestRMSNormArgs(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// TestRMSNormQ8XGPU: the fused norm writes the output rms_norm writes and
+// the int8 groups and scales q8x_quantize then makes of it, bit for bit:
+// one row or several (a batch), the block and the warp kernel, their
+// 16-byte and element-wise paths (x and out one element off alignment),
+// groups of zeros and a row of NaNs.
+func TestRMSNormQ8XGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(25, 26))
+	const eps = 1e-6
+	type tc struct {
+		xdt, odt  cuda.DType
+		rows, n   int
+		unaligned bool
+	}
+	var cases []tc
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F32} {
+		for _, n := range []int{3072, 1024, 256} {
+			for _, rows := range []int{1, 2, 3, 5, 8} {
+				cases = append(cases, tc{dt, dt, rows, n, false})
+			}
+			cases = append(cases, tc{dt, dt, 3, n, true})
+		}
+	}
+	cases = append(cases, tc{cuda.F32, cuda.BF16, 4, 3072, false}, tc{cuda.BF16, cuda.F32, 2, 1024, false})
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%v-to-%v-%dx%d-unaligned%v", c.xdt, c.odt, c.rows, c.n, c.unaligned), func(t *testing.T) {
+			x := roundTo(c.xdt, randF32(r, c.rows*c.n, 3))
+			for row := 0; row < c.rows; row++ {
+				clear(x[row*c.n+64 : row*c.n+96]) // a group of zeros
+			}
+			if c.rows > 2 {
+				x[c.n+5] = float32(math.NaN()) // row 1: NaN everywhere
+			}
+			off := int64(0)
+			if c.unaligned {
+				off = int64(c.odt.Size())
+			}
+			dx := upload(t, k, s, c.xdt, x)
+			if c.unaligned {
+				dx = upload(t, k, s, c.xdt, append([]float32{0}, x...)).Add(int64(c.xdt.Size()))
+			}
+			w := upload(t, k, s, cuda.F32, normWeights(r, c.n))
+			outBytes, qBytes := int64(c.rows*c.n*c.odt.Size()), lower.Q8XBytes(c.rows, c.n)
+			run := func(fused bool, fill byte) (out, xq []byte) {
+				o := alloc(t, k, outBytes+off).Add(off)
+				q := alloc(t, k, qBytes)
+				for _, b := range []struct {
+					p cuda.DevicePtr
+					n int64
+				}{{o, outBytes}, {q, qBytes}} {
+					if err := s.Memset8(b.p, fill, b.n); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var err error
+				if fused {
+					err = k.RMSNormQ8X(s, c.xdt, c.odt, o, dx, w, q, c.rows, c.n, eps)
+				} else if err = k.RMSNormCast(s, c.xdt, c.odt, o, dx, w, c.rows, c.n, eps); err == nil {
+					err = k.Q8XQuantize(s, c.odt, o, q, c.rows, c.n)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, xq = make([]byte, outBytes), make([]byte, qBytes)
+				if err := cuda.Download(s, out, o); err != nil {
+					t.Fatal(err)
+				}
+				if err := cuda.Download(s, xq, q); err != nil {
+					t.Fatal(err)
+				}
+				return out, xq
+			}
+			// Different fills: a byte one of them leaves unwritten differs.
+			gotOut, gotQ := run(true, 0xFF)
+			wantOut, wantQ := run(false, 0x00)
+			if i := firstByteDiff(gotOut, wantOut); i >= 0 {
+				t.Fatalf("output byte %d: fused %#02x, rms_norm %#02x", i, gotOut[i], wantOut[i])
+			}
+			scales := qBytes - int64(16*c.rows*c.n/32)
+			for _, part := range []struct {
+				what          string
+				lo, hi, group int64 // bytes, and bytes a group
+			}{{"int8 values", 0, int64(c.rows * c.n), 32}, {"scales", scales, qBytes, 16}} {
+				if i := firstByteDiff(gotQ[part.lo:part.hi], wantQ[part.lo:part.hi]); i >= 0 {
+					t.Fatalf("%s: byte %d (group %d): fused %#02x, q8x_quantize %#02x", part.what, i, int64(i)/part.group,
+						gotQ[part.lo+int64(i)], wantQ[part.lo+int64(i)])
+				}
+			}
+		})
+	}
+}
+
+// firstByteDiff is the first index where a and b differ, or -1.
+func firstByteDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }
