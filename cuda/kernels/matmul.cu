@@ -117,18 +117,31 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
         }
       }
     }
-    for (; v < nv; v += step) {
-      float wf[NW][P];
+    // The rest (fewer than U vectors): every load issued before any is
+    // used, as above, so a short row (few vectors per lane) waits for
+    // memory once; the sums keep the order of a plain loop.
+    if (v < nv) {
+      uint4 raw[NW][U - 1];
 #pragma unroll
-      for (int q = 0; q < NW; q++) Pack<TW>::unpack(ld_stream(wr[q] + (long long)v * P), wf[q]);
+      for (int u = 0; u < U - 1; u++)
+        if (v + u * step < nv)
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        float xf[P];
-        load_x<P>(x + r * ldx + (long long)v * P, xf);
+          for (int q = 0; q < NW; q++) raw[q][u] = ld_stream(wr[q] + (long long)(v + u * step) * P);
 #pragma unroll
-        for (int q = 0; q < NW; q++)
+      for (int u = 0; u < U - 1; u++) {
+        if (v + u * step >= nv) break;
+        float wf[NW][P];
 #pragma unroll
-          for (int i = 0; i < P; i++) acc[q][r] = fmaf(xf[i], wf[q][i], acc[q][r]);
+        for (int q = 0; q < NW; q++) Pack<TW>::unpack(raw[q][u], wf[q]);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float xf[P];
+          load_x<P>(x + r * ldx + (long long)(v + u * step) * P, xf);
+#pragma unroll
+          for (int q = 0; q < NW; q++)
+#pragma unroll
+            for (int i = 0; i < P; i++) acc[q][r] = fmaf(xf[i], wf[q][i], acc[q][r]);
+        }
       }
     }
   } else {
