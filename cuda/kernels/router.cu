@@ -29,9 +29,9 @@ template <typename T> __device__ __forceinline__ float rt_score(T logit, float s
 // power of two with 32*PER >= E.
 template <typename T, int PER>
 __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float softcap, float scaling,
-                                                             const T* __restrict__ logits, long long ld,
-                                                             const float* __restrict__ bias,
-                                                             float* __restrict__ weights, int* __restrict__ ids) {
+                                                   const T* __restrict__ logits, long long ld,
+                                                   const float* __restrict__ bias, float* __restrict__ weights,
+                                                   int* __restrict__ ids) {
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= ntok) return;  // the whole warp
@@ -49,17 +49,17 @@ __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float
   }
   int mine = 0;  // lane j: the j-th choice
   for (int j = 0; j < k; j++) {
-    // This lane's best: the highest ord, the lowest slot (expert) on ties.
-    unsigned int bo = ord[0];
-    int bi = 0;
+    // This lane's best key (a tree, log2(PER) deep), then the warp's.
+    // Every untaken expert's key is above a taken one's (ord 0), and
+    // k <= E leaves one.
+    unsigned long long key[PER];
 #pragma unroll
-    for (int i = 1; i < PER; i++)
-      if (ord[i] > bo) {
-        bo = ord[i];
-        bi = i;
-      }
-    // Every untaken expert's ord is above 0, and k <= E leaves one.
-    const int e = key_index(warp_max_u64(ord_key(bo, lane + 32 * bi)));
+    for (int i = 0; i < PER; i++) key[i] = ord_key(ord[i], lane + 32 * i);
+#pragma unroll
+    for (int w = PER / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int i = 0; i < w; i++) key[i] = max_u64(key[i], key[i + w]);
+    const int e = key_index(warp_max_u64(key[0]));
 #pragma unroll
     for (int i = 0; i < PER; i++)
       if (lane + 32 * i == e) ord[i] = 0u;
