@@ -119,7 +119,9 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	amws := m.rand(int(k.ArgMaxWorkspace(1, vocab)/2) + 1)
 	oldArgMax := old("argmax", cuda.F32)
 	b.Run("argmax/old", func(b *testing.B) {
-		decodeTime(b, s, func() error { return s.Launch(oldArgMax, cuda.Dim(1), cuda.Dim(1024), 0, int32(1), int32(vocab), dv, am) })
+		decodeTime(b, s, func() error {
+			return s.Launch(oldArgMax, cuda.Dim(1), cuda.Dim(1024), 0, int32(1), int32(vocab), dv, am)
+		})
 	})
 	b.Run("argmax/new", func(b *testing.B) {
 		decodeTime(b, s, func() error { return k.ArgMax(s, cuda.F32, am, dv, amws, 1, vocab) })
