@@ -4,11 +4,13 @@
 // where the next step's embedding reads its token.
 //
 // A candidate is one 64-bit key (ord_key, prelude.cuh), so a plain
-// unsigned maximum is the answer, in any order of reduction. argmax: grid (rows, parts); block p of a row takes
-// chunks of AM_CHUNK elements p, p+parts, ... and writes its best key to
+// unsigned maximum is the answer, in any order of reduction.
+//
+// argmax: grid (rows, parts); block p of a row takes its chunks of
+// AM_CHUNK elements p, p+parts, ... and writes its best key to
 // part[row*parts + p], or, with one part, the index to out[row].
-// argmax_final reduces a row's parts (a warp per row). Two launches and
-// no counter, so a captured graph replays them as they are.
+// argmax_final then reduces each row's parts. Two launches and no counter
+// or flag, so nothing carries over from one graph replay to the next.
 
 #define AM_THREADS 256
 #define AM_PER 4  // loads in flight per thread

@@ -10,7 +10,8 @@
 //
 // A candidate is one 64-bit key, ord_key(ord_bits(s + bias), expert)
 // (prelude.cuh), so a plain unsigned maximum picks the best score and,
-// among equal scores, the lower index; a taken expert's key is 0.
+// among equal scores, the lower index; a taken expert's ord is 0, below
+// every candidate's.
 //
 // router_topk: a warp per token (E <= 1024, k <= 32), the token's scores in
 // registers (lane l holds experts l, l+32, ...); a selection round is the
