@@ -185,11 +185,12 @@ func Elementwise(name, dt string, n int, ptrs ...Ptr) (Launch, error) {
 	return kernel("elementwise_ops.cu", name, []string{dt}, nil, g, b, 0, args...), nil
 }
 
-// RouterTopK is the MoE router, one block per token (a thread per expert
-// up to 1024): logits [T, E] (dtype dt), optionally soft-capped, s =
-// sigmoid; the top topK experts by s + bias (f32 [E], or null; it only
-// chooses) go best first to ids i32 [T, topK], with weights f32 [T, topK]
-// = s / sum(chosen s) * scaling.
+// RouterTopK is the MoE router: logits [T, E] (dtype dt), optionally
+// soft-capped, s = sigmoid; the top topK experts by s + bias (f32 [E], or
+// null; it only chooses) go best first to ids i32 [T, topK], with weights
+// f32 [T, topK] = s / sum(chosen s) * scaling. A warp per token with the
+// scores in registers (RouterWarpMaxE experts and RouterWarpMaxK choices
+// at most), four tokens a block; beyond those, a block per token.
 func RouterTopK(dt string, weights, ids, logits, bias Ptr, T, E, topK int, softcap, scaling float32) (Launch, error) {
 	const op = "RouterTopK"
 	if err := checkDT(op, dt); err != nil {
@@ -207,27 +208,88 @@ func RouterTopK(dt string, weights, ids, logits, bias Ptr, T, E, topK int, softc
 	if err := checkPtrs(op, "weights", weights, "ids", ids, "logits", logits); err != nil {
 		return Launch{}, err
 	}
+	args := []Arg{i32(T), i32(E), i32(topK), f32(softcap), f32(scaling), ptrArg(logits), i64(int64(E)), ptrArg(bias), ptrArg(weights), ptrArg(ids)}
+	if E <= RouterWarpMaxE && topK <= RouterWarpMaxK {
+		per := 1 // experts per lane: a power of two
+		for 32*per < E {
+			per *= 2
+		}
+		w := min(T, routerWarps)
+		return kernel("router.cu", "router_topk", []string{dt}, []int64{int64(per)}, dims(ceilDiv(T, w)), dims(32*w), 0, args...), nil
+	}
 	// Shared memory: a 64-bit selection key and a float score per expert,
 	// and the k chosen indices.
-	return kernel("router.cu", "router_topk", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(E, 32))), 12*E+4*topK,
-		i32(T), i32(E), i32(topK), f32(softcap), f32(scaling), ptrArg(logits), i64(int64(E)), ptrArg(bias), ptrArg(weights), ptrArg(ids)), nil
+	return kernel("router.cu", "router_topk_block", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(E, 32))), 12*E+4*topK, args...), nil
 }
 
+// The router's warp kernel holds up to 32 experts per lane and one choice
+// per lane; a block takes up to routerWarps tokens (router.cu's launch
+// bounds).
+const (
+	RouterWarpMaxE = 1024
+	RouterWarpMaxK = 32
+	routerWarps    = 4
+)
+
 // ArgMax writes the index of the largest element of each row of x [T, V]
-// to out i32 [T]: the first on ties, a NaN above every number.
-func ArgMax(dt string, out, x Ptr, T, V int) (Launch, error) {
+// to out i32 [T]: the first on ties, a NaN above every number. Each row is
+// split into ArgMaxParts blocks (enough for the GPU's nsm SMs; 0: an
+// H200's); with
+// more than one, their best candidates go to the workspace ws
+// (ArgMaxWorkspace bytes) and a second launch reduces them. The result does
+// not depend on the split: the maximum of the keys is exact.
+func ArgMax(dt string, out, x, ws Ptr, T, V, nsm int) ([]Launch, error) {
 	const op = "ArgMax"
 	if err := checkDT(op, dt); err != nil {
-		return Launch{}, err
+		return nil, err
 	}
 	if err := checkPos(op, "T", T, "V", V); err != nil {
-		return Launch{}, err
+		return nil, err
 	}
 	if err := checkPtrs(op, "out", out, "x", x); err != nil {
-		return Launch{}, err
+		return nil, err
 	}
-	return kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(V, 32))), 0,
-		i32(T), i32(V), ptrArg(x), ptrArg(out)), nil
+	parts := ArgMaxParts(T, V, nsm)
+	if parts == 1 {
+		return []Launch{kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T, 1), dims(argmaxThreads), 0,
+			i32(T), i32(V), ptrArg(x), ptrArg(Ptr{}), ptrArg(out))}, nil
+	}
+	if ws.Null() {
+		return nil, fmt.Errorf("%s: %d parts a row need a workspace of %d bytes", op, parts, ArgMaxWorkspace(T, V, nsm))
+	}
+	if !ws.Aligned(8) {
+		return nil, fmt.Errorf("%s: workspace %s is not 8-byte aligned", op, ws)
+	}
+	w := min(T, 8) // rows (warps) a block of argmax_final
+	return []Launch{
+		kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T, parts), dims(argmaxThreads), 0,
+			i32(T), i32(V), ptrArg(x), ptrArg(ws), ptrArg(out)),
+		kernel("argmax.cu", "argmax_final", nil, nil, dims(ceilDiv(T, w)), dims(32*w), 0,
+			i32(T), i32(parts), ptrArg(ws), ptrArg(out)),
+	}, nil
+}
+
+// argmax.cu's block (AM_THREADS) and the elements it reads in one pass
+// (AM_CHUNK).
+const (
+	argmaxThreads = 256
+	argmaxChunk   = 4 * argmaxThreads
+)
+
+// ArgMaxParts is how many blocks share a row of ArgMax: about two blocks
+// per SM over all T rows, no more than the row has chunks (nor than a
+// grid's second dimension allows).
+func ArgMaxParts(T, V, nsm int) int {
+	return max(1, min(ceilDiv(V, argmaxChunk), ceilDiv(2*sms(nsm), T), 65535))
+}
+
+// ArgMaxWorkspace is the workspace ArgMax needs: a 64-bit key per part of
+// every row when a row has more than one part.
+func ArgMaxWorkspace(T, V, nsm int) int64 {
+	if parts := ArgMaxParts(T, V, nsm); parts > 1 {
+		return 8 * int64(T) * int64(parts)
+	}
+	return 0
 }
 
 // CopyRows copies rows x cols elements: dst[r*ldo + c] = src[r*ldi + c],

@@ -78,3 +78,82 @@ func TestMoEBand(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterTopKChoice: the warp kernel, with experts per lane the power of
+// two that holds E, up to 1024 experts and 32 choices; the block kernel
+// beyond. A block takes up to four tokens.
+func TestRouterTopKChoice(t *testing.T) {
+	p := Ptr{BaseArena, 0}
+	for _, c := range []struct {
+		T, E, k    int
+		kernel     string
+		per        int64
+		grid, bloc int
+	}{
+		{1, 256, 10, "router_topk", 8, 1, 32},
+		{3, 256, 10, "router_topk", 8, 1, 96},
+		{8, 256, 8, "router_topk", 8, 2, 128},
+		{2048, 256, 10, "router_topk", 8, 512, 128},
+		{5, 6, 2, "router_topk", 1, 2, 128},
+		{1, 33, 4, "router_topk", 2, 1, 32},
+		{1, 64, 8, "router_topk", 2, 1, 32},
+		{1, 1024, 32, "router_topk", 32, 1, 32},
+		{3, 1025, 8, "router_topk_block", 0, 3, 1024},
+		{3, 256, 33, "router_topk_block", 0, 3, 256},
+	} {
+		l, err := RouterTopK("f32", p, p, p, Ptr{}, c.T, c.E, c.k, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var per int64
+		if len(l.Ints) > 0 {
+			per = l.Ints[0]
+		}
+		if l.Kernel != c.kernel || per != c.per || l.Grid[0] != c.grid || l.Block[0] != c.bloc {
+			t.Errorf("T %d, E %d, k %d: %s grid %d block %d, want %s<%d> grid %d block %d",
+				c.T, c.E, c.k, l.NameExpr(), l.Grid[0], l.Block[0], c.kernel, c.per, c.grid, c.bloc)
+		}
+	}
+}
+
+// TestArgMaxSplit: a row is split into parts for about two blocks per SM
+// in all, never more parts than 1024-element chunks; with one part there
+// is one launch and no workspace, with several a second launch reduces
+// the parts from a workspace of one key each, which must be given.
+func TestArgMaxSplit(t *testing.T) {
+	p := Ptr{BaseArena, 0}
+	ws := Ptr{BaseWorkspace, 0}
+	for _, c := range []struct {
+		T, V, parts int
+	}{
+		{1, 100352, 98},
+		{1, 100353, 99},
+		{8, 100352, 33},
+		{264, 100352, 1},
+		{2048, 100352, 1},
+		{1, 1024, 1},
+		{1, 1025, 2},
+		{3, 37, 1},
+	} {
+		if got := ArgMaxParts(c.T, c.V, 132); got != c.parts {
+			t.Errorf("ArgMaxParts(%d, %d) = %d, want %d", c.T, c.V, got, c.parts)
+		}
+		ls, err := ArgMax("bf16", p, p, ws, c.T, c.V, 132)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wsBytes := ArgMaxWorkspace(c.T, c.V, 132)
+		if c.parts == 1 {
+			if len(ls) != 1 || ls[0].Grid != [3]int{c.T, 1, 1} || !ls[0].Args[3].Ptr().Null() || wsBytes != 0 {
+				t.Errorf("T %d, V %d: %v, workspace %d; want one launch of %d blocks, no workspace", c.T, c.V, ls, wsBytes, c.T)
+			}
+			continue
+		}
+		if len(ls) != 2 || ls[0].Grid != [3]int{c.T, c.parts, 1} || ls[1].Kernel != "argmax_final" || wsBytes != 8*int64(c.T*c.parts) {
+			t.Errorf("T %d, V %d: %v, workspace %d; want %dx%d blocks and the reduction", c.T, c.V, ls, wsBytes, c.T, c.parts)
+		}
+		if _, err := ArgMax("bf16", p, p, Ptr{}, c.T, c.V, 132); err == nil {
+			t.Errorf("T %d, V %d: %d parts without a workspace: no error", c.T, c.V, c.parts)
+		}
+	}
+}

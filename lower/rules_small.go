@@ -58,7 +58,9 @@ func init() {
 	}, f32Inputs: []int{0, 1}, f32Outputs: true, outputs: 2})
 	defRule("argmax", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		st := c.st
-		return one(ArgMax(st.In[0].DType, c.out[0], c.in[0], c.rows(st.In[0]), st.In[0].Last(c.T)))
+		return ArgMax(st.In[0].DType, c.out[0], c.in[0], Ptr{BaseWorkspace, 0}, c.rows(st.In[0]), st.In[0].Last(c.T), c.p.SMs)
+	}, scratch: func(c *stepCtx) (int64, int64, error) {
+		return ArgMaxWorkspace(c.rows(c.st.In[0]), c.st.In[0].Last(c.T), c.p.SMs), 0, nil
 	}})
 	for _, op := range []string{"split", "concat", "reshape"} {
 		defRule(op, rule{launches: copies})

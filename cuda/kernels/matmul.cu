@@ -81,12 +81,34 @@ template <int N> __device__ __forceinline__ void load_x(const bf16_t* p, float* 
   }
 }
 
+// dot_vec: acc[q][r] += 16-byte vector v of weight row q (raw[q], as
+// loaded) times the same elements of activation row r (x, row stride ldx).
+template <typename TX, typename TW, int NW, int R>
+__device__ __forceinline__ void dot_vec(const uint4 (&raw)[NW], const TX* __restrict__ x, long long ldx, int v,
+                                        float (&acc)[NW][R]) {
+  constexpr int P = Pack<TW>::N;
+  float wf[NW][P];
+#pragma unroll
+  for (int q = 0; q < NW; q++) Pack<TW>::unpack(raw[q], wf[q]);
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    float xf[P];
+    load_x<P>(x + r * ldx + (long long)v * P, xf);
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+      for (int i = 0; i < P; i++) acc[q][r] = fmaf(xf[i], wf[q][i], acc[q][r]);
+  }
+}
+
 // warp_dots: this lane's share of NW weight rows (wr) dotted with R
 // activation rows (x, row stride ldx), over K. Lanes of `step/32` warps
 // split the row: this lane takes 16-byte vectors first, first+step, ...,
-// UNROLL of them in flight before any is used. VEC=0: scalar loads for
-// shapes or addresses that are not 16-byte aligned. The caller reduces acc
-// over the lanes (warp_sum).
+// U of them in flight before any is used, and the last fewer than U
+// likewise (so a row of few vectors per lane waits for memory once); the
+// sums are in vector order. VEC=0: scalar loads for shapes or addresses
+// that are not 16-byte aligned. The caller reduces acc over the lanes
+// (warp_sum).
 template <typename TX, typename TW, int NW, int R, int VEC>
 __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* __restrict__ x, long long ldx, int K,
                                           int first, int step, float (&acc)[NW][R]) {
@@ -96,39 +118,25 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
     const int nv = K / P;
     int v = first;
     for (; v + (U - 1) * step < nv; v += U * step) {
-      uint4 raw[NW][U];
+      uint4 raw[U][NW];
 #pragma unroll
       for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int q = 0; q < NW; q++) raw[q][u] = ld_stream(wr[q] + (long long)(v + u * step) * P);
+        for (int q = 0; q < NW; q++) raw[u][q] = ld_stream(wr[q] + (long long)(v + u * step) * P);
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        float wf[NW][P];
-#pragma unroll
-        for (int q = 0; q < NW; q++) Pack<TW>::unpack(raw[q][u], wf[q]);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-          float xf[P];
-          load_x<P>(x + r * ldx + (long long)(v + u * step) * P, xf);
-#pragma unroll
-          for (int q = 0; q < NW; q++)
-#pragma unroll
-            for (int i = 0; i < P; i++) acc[q][r] = fmaf(xf[i], wf[q][i], acc[q][r]);
-        }
-      }
+      for (int u = 0; u < U; u++) dot_vec<TX, TW, NW, R>(raw[u], x, ldx, v + u * step, acc);
     }
-    for (; v < nv; v += step) {
-      float wf[NW][P];
+    if (v < nv) {
+      uint4 raw[U - 1][NW];
 #pragma unroll
-      for (int q = 0; q < NW; q++) Pack<TW>::unpack(ld_stream(wr[q] + (long long)v * P), wf[q]);
+      for (int u = 0; u < U - 1; u++)
+        if (v + u * step < nv)
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        float xf[P];
-        load_x<P>(x + r * ldx + (long long)v * P, xf);
+          for (int q = 0; q < NW; q++) raw[u][q] = ld_stream(wr[q] + (long long)(v + u * step) * P);
 #pragma unroll
-        for (int q = 0; q < NW; q++)
-#pragma unroll
-          for (int i = 0; i < P; i++) acc[q][r] = fmaf(xf[i], wf[q][i], acc[q][r]);
+      for (int u = 0; u < U - 1; u++) {
+        if (v + u * step >= nv) break;
+        dot_vec<TX, TW, NW, R>(raw[u], x, ldx, v + u * step, acc);
       }
     }
   } else {

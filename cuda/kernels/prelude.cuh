@@ -34,3 +34,30 @@ template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
 #define LAGC_FOR(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)gridDim.x * blockDim.x)
+
+// Arg-max keys: ord_bits maps a float to unsigned bits in the float order
+// (every NaN above +inf, -0 with +0 as they compare equal, every float
+// above 0); ord_key(ord_bits(v), i) is then a 64-bit key whose unsigned
+// maximum is the largest value and, among equal ones, the lowest index i,
+// in any order of reduction. Key 0 is below every candidate.
+__device__ __forceinline__ unsigned int ord_bits(float x) {
+  if (x != x) return 0xffffffffu;
+  unsigned int u = x == 0.f ? 0u : __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ unsigned long long ord_key(unsigned int ord, int i) {
+  return ((unsigned long long)ord << 32) | (0xffffffffu - (unsigned int)i);
+}
+__device__ __forceinline__ int key_index(unsigned long long key) { return (int)(0xffffffffu - (unsigned int)key); }
+__device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+// warp_max_u64: the warp's maximum of a 64-bit value, the high words'
+// maximum and then the low words' among the lanes that hold it (two
+// redux.sync, sm_80 and up). All 32 lanes take part.
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+  const unsigned int hi = (unsigned int)(v >> 32);
+  const unsigned int mh = __reduce_max_sync(0xffffffffu, hi);
+  const unsigned int ml = __reduce_max_sync(0xffffffffu, hi == mh ? (unsigned int)v : 0u);
+  return ((unsigned long long)mh << 32) | ml;
+}

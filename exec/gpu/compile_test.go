@@ -63,6 +63,9 @@ func TestPlanKernelsCompile(t *testing.T) {
 			specs[l.File+":"+l.NameExpr()] = l
 		}
 	}
+	for _, l := range unplannedLaunches(t) {
+		specs[l.File+":"+l.NameExpr()] = l
+	}
 	keys := make([]string, 0, len(specs))
 	for k := range specs {
 		keys = append(keys, k)
@@ -95,4 +98,27 @@ func TestPlanKernelsCompile(t *testing.T) {
 		}
 	}
 	t.Logf("%d instantiations compiled", len(keys))
+}
+
+// unplannedLaunches are instantiations no traced plan reaches: the router
+// at every experts-per-lane count and past the warp kernel's limits, the
+// argmax split over several parts, in both activation dtypes.
+func unplannedLaunches(t *testing.T) []lower.Launch {
+	p := lower.DevicePtr(256)
+	var out []lower.Launch
+	for _, dt := range []string{"f32", "bf16"} {
+		for _, c := range []struct{ E, k int }{{8, 2}, {64, 8}, {128, 8}, {256, 10}, {512, 8}, {1024, 32}, {1500, 12}, {256, 33}} {
+			l, err := lower.RouterTopK(dt, p, p, p, p, 3, c.E, c.k, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+		ls, err := lower.ArgMax(dt, p, p, p, 1, 100352, 132)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ls...)
+	}
+	return out
 }

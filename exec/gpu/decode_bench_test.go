@@ -5,17 +5,20 @@ package gpu
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
+	"lagc/lower"
 	"lagc/prep"
 )
 
 // The decode kernels before the decode tuning (router_topk, rms_norm,
-// qk_norm_rope, attn_decode and its combine), kept to time against.
+// qk_norm_rope, attn_decode and its combine) and the one-block argmax,
+// kept to time against.
 //
 //go:embed testdata/decode_baseline.cu
 var decodeBaselineSrc string
@@ -48,22 +51,81 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	)
 	pos := m.upload(cuda.AsBytes([]int32{p}))
 
-	// Router: f32 logits of 256 experts, top 10.
-	logits := make([]float32, 256)
+	// Router: f32 logits of 256 experts, top 10, of one token (decode) and
+	// of 8 (batched decode). "block" is the block-per-token kernel the warp
+	// kernel replaced (router.cu keeps it past 1024 experts or 32 choices).
+	logits := make([]float32, 8*256)
 	for i := range logits {
 		logits[i] = float32(math.Sin(float64(i)*1.7)) * 3
 	}
 	dl, bias := f32(logits), f32(make([]float32, 256))
-	rw, rid := m.rand(64), m.rand(64)
+	rw, rid := m.rand(8*64), m.rand(8*64)
 	oldRouter := old("router_topk", cuda.F32)
-	b.Run("router_topk/old", func(b *testing.B) {
+	routerSrc, err := source("router.cu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	blockRouter, err := k.Dev.Compile(context.Background(), cuda.KernelSpec{Name: "router_topk_block", Source: routerSrc,
+		File: "router.cu", DTypes: []cuda.DType{cuda.F32}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, T := range []int{1, 8} {
+		name := "router_topk"
+		if T > 1 {
+			name = fmt.Sprintf("router_topk_T%d", T)
+		}
+		b.Run(name+"/old", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				return s.Launch(oldRouter, cuda.Dim(uint32(T)), cuda.Dim(256), 8*256+4*10+256,
+					int32(T), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
+			})
+		})
+		b.Run(name+"/block", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				return s.Launch(blockRouter, cuda.Dim(uint32(T)), cuda.Dim(256), 12*256+4*10,
+					int32(T), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
+			})
+		})
+		b.Run(name+"/new", func(b *testing.B) {
+			decodeTime(b, s, func() error { return k.RouterTopK(s, cuda.F32, rw, rid, dl, bias, T, 256, 10, 0, 1) })
+		})
+	}
+
+	// The router logits' GEMV (256 x 3072 bf16 -> f32), weights cycled
+	// through 64 copies (96 MiB, more than L2) as 48 layers' routers are in
+	// a decode step; one token and 8.
+	const routerN, copies = 256, 64
+	rwts, rx, ry := m.rand(copies*routerN*H), m.rand(8*H), m.rand(2*8*routerN)
+	for _, T := range []int{1, 8} {
+		b.Run(fmt.Sprintf("router_gemv_T%d", T), func(b *testing.B) {
+			i := 0
+			decodeTime(b, s, func() error {
+				i = (i + 1) % copies
+				return k.MatMul(s, MatMulArgs{T: T, K: H, N: routerN, X: rx, W: rwts.Add(int64(i * 2 * routerN * H)), Y: ry,
+					XType: cuda.BF16, WType: cuda.BF16, YType: cuda.F32})
+			})
+		})
+	}
+
+	// argmax of S-2.1's 100352 f32 logits, one row: one block (old), or
+	// split over blocks and reduced by a second launch (new).
+	const vocab = 100352
+	vl := make([]float32, vocab)
+	for i := range vl {
+		vl[i] = float32(math.Sin(float64(i) * 0.37))
+	}
+	dv, am := f32(vl), m.rand(2)
+	amws := m.rand(int(k.ArgMaxWorkspace(1, vocab)/2) + 1)
+	oldArgMax := old("argmax", cuda.F32)
+	b.Run("argmax/old", func(b *testing.B) {
 		decodeTime(b, s, func() error {
-			return s.Launch(oldRouter, cuda.Dim(1), cuda.Dim(256), 8*256+4*10+256,
-				int32(1), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
+			return s.Launch(oldArgMax, cuda.Dim(1), cuda.Dim(1024), 0, int32(1), int32(vocab), dv, am)
 		})
 	})
-	b.Run("router_topk/new", func(b *testing.B) {
-		decodeTime(b, s, func() error { return k.RouterTopK(s, cuda.F32, rw, rid, dl, bias, 1, 256, 10, 0, 1) })
+	b.Run("argmax/new", func(b *testing.B) {
+		decodeTime(b, s, func() error { return k.ArgMax(s, cuda.F32, am, dv, amws, 1, vocab) })
+		b.ReportMetric(float64(lower.ArgMaxParts(1, vocab, k.SMs())), "parts")
 	})
 
 	// rms_norm of the hidden state and of 72 query heads.

@@ -5,9 +5,9 @@ import (
 	"lagc/lower"
 )
 
-// RouterTopK is the MoE router on the device, one block per token (a
-// thread per expert up to 1024 experts, k selection rounds of one barrier
-// each; see router.cu): logits
+// RouterTopK is the MoE router on the device, a warp per token with the
+// scores in registers up to 1024 experts and 32 choices, a block per token
+// beyond (see router.cu): logits
 // [T, E] of dtype dt (float32 from the router GEMM normally), optionally
 // soft-capped (softcap > 0), s = sigmoid; the top topK experts by s + bias
 // (bias float32 [E], or 0 for none; it only chooses) are written best first

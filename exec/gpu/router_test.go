@@ -11,19 +11,31 @@ import (
 
 // TestRouterTopKGPU: the device router must choose exactly the experts the
 // CPU reference chooses, in the same order, with the same weights (the
-// arithmetic is the reference's, step for step), for S-2.1's 256/10,
-// small and odd expert counts, more experts than threads (1500: two per
-// thread), k = E, soft-capping, no bias, rows of tied logits (ties go to
-// the lower index), selection scores of exactly zero and a subnormal score.
+// arithmetic is the reference's, step for step): S-2.1's 256/10 and
+// XS.2's 256/8 at decode (1 token), batched decode (3, 8) and prefill row
+// counts (100, a partial last block), 64 experts, small and odd expert
+// counts, the warp kernel's limits (1024 experts, 32 choices) and the
+// block kernel past them (1025 and 1500 experts, 33 choices), k = E,
+// soft-capping, no bias, rows of tied logits (ties go to the lower index),
+// selection scores of exactly zero and a subnormal score.
 func TestRouterTopKGPU(t *testing.T) {
 	k, s := gpu(t)
-	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, c := range []struct {
 		T, E, topK       int
 		softcap, scaling float32
 		bias, ties       bool
 	}{
+		{1, 256, 10, 0, 2.5, true, false},
+		{3, 256, 10, 0, 2.5, true, false},
+		{8, 256, 10, 0, 1, true, false},
+		{100, 256, 10, 0, 1, true, false},
+		{1, 256, 8, 0, 1, true, false},
+		{8, 256, 8, 0, 2.5, true, true},
+		{100, 256, 8, 30, 1, true, false},
+		{1, 64, 8, 0, 1, true, false},
+		{3, 64, 10, 0, 1, true, true},
+		{100, 64, 8, 0, 1, false, false},
 		{5, 256, 10, 0, 2.5, true, false},
 		{64, 256, 10, 30, 1, true, false},
 		{3, 8, 2, 30, 1, false, false},
@@ -32,8 +44,12 @@ func TestRouterTopKGPU(t *testing.T) {
 		{2, 6, 6, 0, 1, true, false},
 		{3, 40, 4, 0, 1, false, true},
 		{3, 40, 4, 0, 1, true, true},
+		{3, 1024, 32, 0, 1, true, false},
+		{3, 1024, 32, 0, 1, true, true},
+		{3, 1025, 10, 0, 1, true, false},
 		{2, 1500, 12, 0, 1, true, false},
 		{2, 33, 33, 0, 1, true, true},
+		{3, 256, 33, 0, 1, true, false},
 	} {
 		for _, dt := range DTypes {
 			t.Run(fmt.Sprintf("T%d-E%d-k%d-cap%g-bias%v-ties%v/%v", c.T, c.E, c.topK, c.softcap, c.bias, c.ties, dt), func(t *testing.T) {
