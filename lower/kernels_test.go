@@ -90,16 +90,16 @@ func TestRouterTopKChoice(t *testing.T) {
 		per        int64
 		grid, bloc int
 	}{
-		{1, 256, 10, "router_topk", 8, 1, 32},
-		{3, 256, 10, "router_topk", 8, 1, 96},
-		{8, 256, 8, "router_topk", 8, 2, 128},
+		{1, 256, 10, "router_topk_block", 0, 1, 256},
+		{8, 256, 8, "router_topk_block", 0, 8, 256},
+		{64, 256, 8, "router_topk_block", 0, 64, 256},
+		{65, 256, 10, "router_topk", 8, 17, 128},
 		{2048, 256, 10, "router_topk", 8, 512, 128},
-		{5, 6, 2, "router_topk", 1, 2, 128},
-		{1, 33, 4, "router_topk", 2, 1, 32},
-		{1, 64, 8, "router_topk", 2, 1, 32},
-		{1, 1024, 32, "router_topk", 32, 1, 32},
-		{3, 1025, 8, "router_topk_block", 0, 3, 1024},
-		{3, 256, 33, "router_topk_block", 0, 3, 256},
+		{66, 6, 2, "router_topk", 1, 17, 128},
+		{100, 33, 4, "router_topk", 2, 25, 128},
+		{100, 1024, 32, "router_topk", 32, 25, 128},
+		{100, 1025, 8, "router_topk_block", 0, 100, 1024},
+		{100, 256, 33, "router_topk_block", 0, 100, 256},
 	} {
 		l, err := RouterTopK("f32", p, p, p, Ptr{}, c.T, c.E, c.k, 0, 1)
 		if err != nil {

@@ -52,14 +52,14 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	pos := m.upload(cuda.AsBytes([]int32{p}))
 
 	// Router: f32 logits of 256 experts, top 10, of one token (decode) and
-	// of 8 (batched decode). "block" is the block-per-token kernel the warp
-	// kernel replaced (router.cu keeps it past 1024 experts or 32 choices).
-	logits := make([]float32, 8*256)
+	// of 8 (batched decode) and a prefill chunk of 2048. "block" and "warp"
+	// are router.cu's two kernels; "new" is lower's choice.
+	logits := make([]float32, 2048*256)
 	for i := range logits {
 		logits[i] = float32(math.Sin(float64(i)*1.7)) * 3
 	}
 	dl, bias := f32(logits), f32(make([]float32, 256))
-	rw, rid := m.rand(8*64), m.rand(8*64)
+	rw, rid := m.rand(2048*64), m.rand(2048*64)
 	oldRouter := old("router_topk", cuda.F32)
 	routerSrc, err := source("router.cu")
 	if err != nil {
@@ -70,7 +70,12 @@ func BenchmarkDecodeKernels(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, T := range []int{1, 8} {
+	warpRouter, err := k.Dev.Compile(context.Background(), cuda.KernelSpec{Name: "router_topk", Source: routerSrc,
+		File: "router.cu", DTypes: []cuda.DType{cuda.F32}, Ints: []int64{8}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, T := range []int{1, 8, 2048} {
 		name := "router_topk"
 		if T > 1 {
 			name = fmt.Sprintf("router_topk_T%d", T)
@@ -84,6 +89,12 @@ func BenchmarkDecodeKernels(b *testing.B) {
 		b.Run(name+"/block", func(b *testing.B) {
 			decodeTime(b, s, func() error {
 				return s.Launch(blockRouter, cuda.Dim(uint32(T)), cuda.Dim(256), 12*256+4*10,
+					int32(T), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
+			})
+		})
+		b.Run(name+"/warp", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				return s.Launch(warpRouter, cuda.Dim(uint32((T+3)/4)), cuda.Dim(32*min(T, 4)), 0,
 					int32(T), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
 			})
 		})
