@@ -368,8 +368,8 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 	for _, ls := range launches {
 		n += len(ls)
 	}
-	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s\n", title, len(s.Steps),
-		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes))
+	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
+		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
 	for i, st := range s.Steps {
 		var ins, outs []string
 		for _, o := range st.In {
