@@ -143,8 +143,11 @@ __device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int 
 // splits' maxima and sums give weights exp(m_s - M) (0 for an empty split)
 // and the denominator, held by the lanes a split each and broadcast by
 // shuffles; o gets this lane's channels of sum_s w_s acc_s / den. Loads
-// bypass L1 (other blocks wrote the partials during this launch).
-template <int NCH>
+// bypass L1 (other blocks wrote the partials during this launch); VEC4
+// (d a multiple of 4) reads 4 channels at once. Unrolled over splits, so
+// several loads are in flight (the merge is latency bound; 4 keeps the
+// kernel at the registers of its key loop).
+template <int NCH, bool VEC4>
 __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_acc, const float* part_ml, int nsplit,
                                           int nh, int d, int h, int lane) {
   long long mstride = (long long)nh * 2, astride = (long long)nh * d;
@@ -165,7 +168,6 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
   for (int i = 0; i < NCH; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) num[i][e] = 0.f;
-  bool vec = (d & 3) == 0;
   for (int s0 = 0; s0 < nsplit; s0 += 32) {
     float wl = 0.f;
     if (s0 + lane < nsplit) {
@@ -173,19 +175,22 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
       wl = ls > 0.f ? expf(__ldcg(ml + (s0 + lane) * mstride) - M) : 0.f;
     }
     int ns = min(32, nsplit - s0);
+#pragma unroll 4
     for (int j = 0; j < ns; j++) {
       float w = __shfl_sync(0xffffffffu, wl, j);
       const float* ps = pa + (s0 + j) * astride;
 #pragma unroll
       for (int i = 0; i < NCH; i++) {
         int c = 4 * (lane + 32 * i);
-        if (vec && c < d) {
-          float4 a = __ldcg(reinterpret_cast<const float4*>(ps + c));
-          num[i][0] += w * a.x;
-          num[i][1] += w * a.y;
-          num[i][2] += w * a.z;
-          num[i][3] += w * a.w;
-        } else if (!vec) {
+        if (VEC4) {
+          if (c < d) {
+            float4 a = __ldcg(reinterpret_cast<const float4*>(ps + c));
+            num[i][0] += w * a.x;
+            num[i][1] += w * a.y;
+            num[i][2] += w * a.z;
+            num[i][3] += w * a.w;
+          }
+        } else {
 #pragma unroll
           for (int e = 0; e < 4; e++)
             if (c + e < d) num[i][e] += w * __ldcg(ps + c + e);
@@ -421,7 +426,10 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   if (!dec_last || !active) return;
   __threadfence();
   float o[NCH][4];
-  dec_merge<NCH>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
+  if ((d & 3) == 0)
+    dec_merge<NCH, true>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
+  else
+    dec_merge<NCH, false>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
   dec_write<T, NCH>(out, o, lane, d, nh, (int)head, gate, G);
 }
 
