@@ -67,7 +67,7 @@ func TestFusionPassesCPU(t *testing.T) {
 		passes []string
 	}{
 		{"all (default pipeline)", nil},
-		{"merge before gate-up", []string{"shapes", "qkvg-concat", "norm-rope", "shared-expert-merge", "gate-up-fuse", "residual-fold", "expert-order", "cse", "dce", "memplan"}},
+		{"merge before gate-up", []string{"shapes", "qkvg-concat", "norm-rope", "attention-gate", "shared-expert-merge", "gate-up-fuse", "residual-fold", "expert-order", "cse", "dce", "memplan"}},
 	}
 	for _, p := range passes.FusionPasses {
 		configs = append(configs, struct {

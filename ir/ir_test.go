@@ -218,7 +218,7 @@ func TestTypesAndDTypes(t *testing.T) {
 
 func TestOpTableComplete(t *testing.T) {
 	// The op set of docs/CONTRACTS.md.
-	want := []string{"add", "argmax", "attention", "concat", "embedding", "matmul", "matmul_add", "matmul_split",
+	want := []string{"add", "argmax", "attention", "attention_gate", "concat", "embedding", "matmul", "matmul_add", "matmul_split",
 		"matmul_swiglu", "moe_experts", "moe_grouped", "mul", "norm_rope", "reshape", "rms_norm", "rope", "router_topk", "silu",
 		"softplus_gate", "split"}
 	got := OpNames()
@@ -229,6 +229,14 @@ func TestOpTableComplete(t *testing.T) {
 		d, _ := Op(n)
 		if d.Doc == "" || strings.Contains(d.Doc, "\n") || d.Infer == nil {
 			t.Errorf("op %s needs a one-line doc and an inference rule", n)
+		}
+		// The KV-cache ops: attention and its fused forms, which own a cache.
+		attends := n == "attention" || n == "attention_gate"
+		if got := IsAttention(&Node{Op: n}); got != attends || d.KVCache != attends || (attends && !d.SideEffect) {
+			t.Errorf("op %s: IsAttention %v, KVCache %v, SideEffect %v", n, got, d.KVCache, d.SideEffect)
+		}
+		if attends && (len(d.Inputs) < 4 || strings.Join(d.Inputs[:4], ",") != "q,k,v,pos") {
+			t.Errorf("op %s: inputs %v do not begin q, k, v, pos", n, d.Inputs)
 		}
 	}
 }

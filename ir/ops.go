@@ -26,6 +26,11 @@ type OpDef struct {
 	// SideEffect marks ops that change state outside the graph (attention
 	// appends to its KV cache): DCE and CSE leave them alone.
 	SideEffect bool
+	// KVCache marks the ops that append to and attend over the KV cache
+	// of their `layer` attribute (attention and its gated form): their
+	// inputs begin q, k, v, pos and their attributes include layer,
+	// window and scale.
+	KVCache bool
 	// Commutative marks two-operand ops whose operands may be swapped
 	// (add, mul): patterns match them in either order.
 	Commutative bool
@@ -73,6 +78,12 @@ func defOp(d *OpDef) {
 		panic("ir: op defined twice: " + d.Name) // programming error in this file
 	}
 	opTable[d.Name] = d
+}
+
+// IsAttention reports whether n attends over a KV cache (OpDef.KVCache).
+func IsAttention(n *Node) bool {
+	d, ok := n.Def()
+	return ok && d.KVCache
 }
 
 // Op returns the definition of the named op.

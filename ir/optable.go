@@ -112,56 +112,16 @@ func init() {
 			return inferRoPE(in, 0, 1, a)
 		}})
 	defOp(&OpDef{Name: "attention", Doc: "append k,v at pos to KV cache `layer` (ring of `window` slots if window > 0), then causal GQA attention of q",
-		Inputs: []string{"q", "k", "v", "pos"},
-		Attrs: []AttrSpec{
-			{Name: "layer", Kind: AttrKindInt, Required: true},
-			{Name: "window", Kind: AttrKindInt, Default: 0},
-			{Name: "scale", Kind: AttrKindFloat, Required: true},
-		},
+		Inputs:     []string{"q", "k", "v", "pos"},
+		Attrs:      attentionAttrs,
 		SideEffect: true,
-		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			for i, n := range []string{"q", "k", "v"} {
-				if err := wantFloat(in, i, n, 3); err != nil {
-					return nil, err
-				}
-			}
-			q, k, v := in[0].Shape, in[1].Shape, in[2].Shape
-			if !k.Equal(v) || k[0] != q[0] || k[2] != q[2] {
-				return nil, fmt.Errorf("q %s, k %s, v %s: expected [T,nh,d], [T,nkv,d], [T,nkv,d]", in[0], in[1], in[2])
-			}
-			if !q[1].IsConst() || !k[1].IsConst() || k[1].N == 0 || q[1].N%k[1].N != 0 {
-				return nil, fmt.Errorf("query heads %s must be a multiple of kv heads %s", q[1], k[1])
-			}
-			if err := wantPos(in, 3, q[0]); err != nil {
-				return nil, err
-			}
-			if a["layer"].(int) < 0 || a["window"].(int) < 0 {
-				return nil, fmt.Errorf("layer and window must be non-negative")
-			}
-			return []Type{in[0]}, nil
-		}})
+		KVCache:    true,
+		Infer:      inferAttention})
 	defOp(&OpDef{Name: "softplus_gate", Doc: "x [T,nh,d] * softplus(g) with g [T,nh] (per-head) or [T,nh*d] (per-element), in float32",
 		Inputs: []string{"x", "g"},
-		Attrs:  []AttrSpec{{Name: "gating", Kind: AttrKindString, Required: true, Enum: []string{"per-head", "per-element"}}},
+		Attrs:  []AttrSpec{gatingAttr},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			if err := wantFloat(in, 0, "x", 3); err != nil {
-				return nil, err
-			}
-			if err := wantFloat(in, 1, "g", 2); err != nil {
-				return nil, err
-			}
-			x, g := in[0].Shape, in[1].Shape
-			want := x[1]
-			if a["gating"] == "per-element" {
-				if !x[1].IsConst() || !x[2].IsConst() {
-					return nil, fmt.Errorf("per-element gating needs constant heads and head_dim in %s", in[0])
-				}
-				want = C(x[1].N * x[2].N)
-			}
-			if g[0] != x[0] || g[1] != want {
-				return nil, fmt.Errorf("g %s does not fit x %s with %s gating: expected [%s,%s]", in[1], in[0], a["gating"], x[0], want)
-			}
-			return []Type{in[0]}, nil
+			return inferSoftplusGate(in, 0, 1, a)
 		}})
 	unary := func(name, doc string) {
 		defOp(&OpDef{Name: name, Doc: doc, Inputs: []string{"x"},
@@ -371,6 +331,64 @@ func inferRoPE(in []Type, xi, pi int, a Attrs) ([]Type, error) {
 	}
 	if a["rope_type"] == "yarn" && (a["factor"].(float64) <= 0 || a["original_context"].(int) <= 0) {
 		return nil, fmt.Errorf("yarn rope needs factor > 0 and original_context > 0")
+	}
+	return []Type{in[xi]}, nil
+}
+
+// attentionAttrs are the attributes of attention (and of attention_gate).
+var attentionAttrs = []AttrSpec{
+	{Name: "layer", Kind: AttrKindInt, Required: true},
+	{Name: "window", Kind: AttrKindInt, Default: 0},
+	{Name: "scale", Kind: AttrKindFloat, Required: true},
+}
+
+// inferAttention checks q [T,nh,d], k and v [T,nkv,d] and pos (inputs 0
+// to 3) and the attributes; the result is q's type.
+func inferAttention(in []Type, a Attrs) ([]Type, error) {
+	for i, n := range []string{"q", "k", "v"} {
+		if err := wantFloat(in, i, n, 3); err != nil {
+			return nil, err
+		}
+	}
+	q, k, v := in[0].Shape, in[1].Shape, in[2].Shape
+	if !k.Equal(v) || k[0] != q[0] || k[2] != q[2] {
+		return nil, fmt.Errorf("q %s, k %s, v %s: expected [T,nh,d], [T,nkv,d], [T,nkv,d]", in[0], in[1], in[2])
+	}
+	if !q[1].IsConst() || !k[1].IsConst() || k[1].N == 0 || q[1].N%k[1].N != 0 {
+		return nil, fmt.Errorf("query heads %s must be a multiple of kv heads %s", q[1], k[1])
+	}
+	if err := wantPos(in, 3, q[0]); err != nil {
+		return nil, err
+	}
+	if a["layer"].(int) < 0 || a["window"].(int) < 0 {
+		return nil, fmt.Errorf("layer and window must be non-negative")
+	}
+	return []Type{in[0]}, nil
+}
+
+// gatingAttr is the gate granularity of softplus_gate (and of
+// attention_gate).
+var gatingAttr = AttrSpec{Name: "gating", Kind: AttrKindString, Required: true, Enum: []string{"per-head", "per-element"}}
+
+// inferSoftplusGate checks the gated x [T,nh,d] (input xi) and the gate g
+// (input gi) against the gating; the result is x's type.
+func inferSoftplusGate(in []Type, xi, gi int, a Attrs) ([]Type, error) {
+	if err := wantFloat(in, xi, "x", 3); err != nil {
+		return nil, err
+	}
+	if err := wantFloat(in, gi, "g", 2); err != nil {
+		return nil, err
+	}
+	x, g := in[xi].Shape, in[gi].Shape
+	want := x[1]
+	if a["gating"] == "per-element" {
+		if !x[1].IsConst() || !x[2].IsConst() {
+			return nil, fmt.Errorf("per-element gating needs constant heads and head_dim in %s", in[xi])
+		}
+		want = C(x[1].N * x[2].N)
+	}
+	if g[0] != x[0] || g[1] != want {
+		return nil, fmt.Errorf("g %s does not fit x %s with %s gating: expected [%s,%s]", in[gi], in[xi], a["gating"], x[0], want)
 	}
 	return []Type{in[xi]}, nil
 }

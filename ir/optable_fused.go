@@ -3,9 +3,10 @@ package ir
 import "fmt"
 
 // Fused ops: the forms the fusion passes (passes/fuse_*.go) rewrite the
-// graph into. Each is one GPU kernel launch (a GEMM with an epilogue, the
-// MoE grouped GEMM, a head norm with its rope) and computes exactly what
-// its unfused composition does; docs/CONTRACTS.md ("Fused ops") is the
+// graph into. Each runs as one GPU kernel where its parts ran as several
+// (a GEMM with an epilogue, the MoE grouped GEMM, a head norm with its
+// rope, an attention with its output gate) and computes exactly what its
+// unfused composition does; docs/CONTRACTS.md ("Fused ops") is the
 // contract.
 
 // MoE grouped-GEMM schedules (the `order` attribute of moe_grouped).
@@ -88,6 +89,17 @@ func init() {
 				return nil, err
 			}
 			return inferRoPE(in, 0, 2, a)
+		}})
+	defOp(&OpDef{Name: "attention_gate", Doc: "softplus_gate(attention(q, k, v, pos), g): the attention (appending k, v to KV cache `layer`) with its output gate applied as it writes",
+		Inputs:     []string{"q", "k", "v", "pos", "g"},
+		Attrs:      append(append([]AttrSpec(nil), attentionAttrs...), gatingAttr),
+		SideEffect: true,
+		KVCache:    true,
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if _, err := inferAttention(in, a); err != nil {
+				return nil, err
+			}
+			return inferSoftplusGate(in, 0, 4, a)
 		}})
 	defOp(&OpDef{Name: "moe_grouped", Doc: "routed experts (+ `shared` always-selected experts of weight 1 at the end of the stacks, + residual r) as one grouped GEMM; order schedules it",
 		Inputs: []string{"x", "weights", "ids", "stacks..."},

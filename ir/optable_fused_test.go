@@ -19,6 +19,8 @@ func TestFusedOpTypes(t *testing.T) {
 	g, d := ty("bf16[6,16,32]"), ty("bf16[6,32,16]")
 	gu := ty("bf16[6,32,32]")
 	rope := Attrs{"eps": 1e-6, "rotary_dim": 4, "theta": 1e4}
+	aq, akv, apos := ty("bf16[T,6,8]"), ty("bf16[T,2,8]"), ty("i32[T]")
+	attn := func(gating string) Attrs { return Attrs{"layer": 3, "window": 4, "scale": 0.35, "gating": gating} }
 	cases := []struct {
 		op    string
 		in    []Type
@@ -57,6 +59,16 @@ func TestFusedOpTypes(t *testing.T) {
 		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"eps": 1e-6, "rotary_dim": 10, "theta": 1e4}, "rotary_dim 10 must be even"},
 		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"rotary_dim": 4, "theta": 1e4}, "needs attribute eps"},
 		{"norm_rope", []Type{ty("f32[T,4,8]"), ty("f32[8]"), ty("i32[T]")}, Attrs{"eps": 1e-6, "rotary_dim": 4, "theta": 1e4, "rope_type": "yarn"}, "yarn rope needs"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,6]")}, attn("per-head"), "bf16[T,6,8]"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,48]")}, attn("per-element"), "bf16[T,6,8]"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,48]")}, attn("per-head"), "g bf16[T,48] does not fit x bf16[T,6,8] with per-head gating: expected [T,6]"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,6]")}, attn("per-element"), "expected [T,48]"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,6,1]")}, attn("per-head"), "input g: expected rank 2"},
+		{"attention_gate", []Type{aq, ty("bf16[T,4,8]"), ty("bf16[T,4,8]"), apos, ty("bf16[T,6]")}, attn("per-head"), "must be a multiple of kv heads"},
+		{"attention_gate", []Type{aq, akv, akv, ty("i32[2]"), ty("bf16[T,6]")}, attn("per-head"), "expected i32[T]"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,6]")}, Attrs{"layer": 0, "scale": 0.5}, "needs attribute gating"},
+		{"attention_gate", []Type{aq, akv, akv, apos, ty("bf16[T,6]")}, Attrs{"layer": -1, "scale": 0.5, "gating": "per-head"}, "must be non-negative"},
+		{"attention_gate", []Type{aq, akv, akv, apos}, attn("per-head"), "takes 5 inputs"},
 	}
 	for _, c := range cases {
 		out, err := InferTypes(c.op, c.in, c.attrs)

@@ -15,7 +15,8 @@ import "fmt"
 // decode GEMVs, which compute each row in the same order at any row count
 // up to GEMVMaxRows, over runs of GEMVMaxRows rows; every other kernel
 // treats rows alike at any T (norms are chosen by row length, attention's
-// split count by the cache). So a sequence decodes the same bits in any
+// split count by the cache, and its splits are merged in split order). So
+// a sequence decodes the same bits in any
 // batch. Options.BatchGEMM trades that for fewer weight reads: buckets
 // above GEMVMaxRows run the GEMMs, whose rounding differs from the GEMVs'.
 

@@ -57,6 +57,12 @@ func TestAtBatchKernels(t *testing.T) {
 						if !strings.Contains(l.String(), "seq+0") || l.Grid[2]%b != 0 {
 							t.Errorf("batch %d: attention not over %d rows' slots: %s", b, b, l)
 						}
+						// A split one counts its blocks per row in BaseSync,
+						// sized for the largest bucket.
+						if nh, nkv := int(l.Args[0].Int), int(l.Args[1].Int); l.Grid[0] > 1 &&
+							(!strings.HasSuffix(l.String(), "sync+0)") || p.Prefill.Sync < DecodeCounters(64, nh, nkv)) {
+							t.Errorf("batch %d: counters of %d bytes for %s", b, p.Prefill.Sync, l)
+						}
 					}
 				}
 			}

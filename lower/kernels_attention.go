@@ -66,7 +66,7 @@ func checkAttention(op, dt string, c Cache, nh int) error {
 // cache's capacity only, never on the position, so a captured graph stays
 // valid: about two blocks per SM over all kv heads, and no split shorter
 // than one 32-key tile (a 512-slot ring: 16 splits). 1 means no split (and
-// no combine launch).
+// no merge of partials).
 func DecodeSplits(slots, nkv, sms int) int {
 	byLen := ceilDiv(slots, minSplitKeys)
 	byBlocks := max(1, 2*max(sms, 1)/max(nkv, 1))
@@ -83,10 +83,47 @@ func DecodeWorkspace(nsplit, nh, d int) int64 {
 	return 4 * int64(nsplit) * int64(nh) * int64(d+2)
 }
 
+// DecodeCounters is the counters region of a split decode attention of
+// rows rows, nh query heads over nkv kv heads: one u32 per row, kv head
+// and block of query heads (the group of blocks that merges its
+// partials), in bytes.
+func DecodeCounters(rows, nh, nkv int) int64 {
+	return 4 * int64(max(rows, 1)) * int64(nkv) * int64(ceilDiv(nh/max(nkv, 1), decodeHeads))
+}
+
+// OutputGate is Laguna's attention output gate applied by the attention
+// kernels as they write (attention_gate): out *= softplus(g) for the gate
+// rows G at Gate, one per token, LDG elements apart (0: G); G == NH gates
+// per head, G == NH*HeadDim per element. The zero OutputGate is no gate.
+type OutputGate struct {
+	Gate   Ptr
+	G, LDG int
+}
+
+// args checks the gate against nh heads of d channels and returns its
+// kernel arguments (pointer, row stride, width).
+func (g OutputGate) args(op string, nh, d int) ([]Arg, error) {
+	if g.Gate.Null() {
+		return []Arg{ptrArg(Ptr{}), i64(0), i32(0)}, nil
+	}
+	if g.G != nh && g.G != nh*d {
+		return nil, fmt.Errorf("%s: gate width %d is neither nh = %d (per-head) nor nh*d = %d (per-element)", op, g.G, nh, nh*d)
+	}
+	ldg := g.LDG
+	if ldg == 0 {
+		ldg = g.G
+	}
+	if ldg < g.G {
+		return nil, fmt.Errorf("%s: gate row stride %d is below its width %d", op, ldg, g.G)
+	}
+	return []Arg{ptrArg(g.Gate), i64(int64(ldg)), i32(g.G)}, nil
+}
+
 // AttentionDecodeArgs is the decode step's attention (one token): q [nh, d]
 // attends over the cache, which holds this step's k and v at the position
 // in pos, or gets them from K and V rows [NKV, d] when those are given
-// (the kernel appends them itself), writing out [nh, d].
+// (the kernel appends them itself), writing out [nh, d], times the output
+// gate when one is given.
 type AttentionDecodeArgs struct {
 	DType        string
 	Cache        Cache
@@ -94,19 +131,23 @@ type AttentionDecodeArgs struct {
 	Pos          Ptr // i32, the token's position
 	NH           int
 	Scale        float32
-	Workspace    Ptr // DecodeWorkspace bytes (times Rows); may be null without a split
-	Splits, SMs  int // Splits 0: DecodeSplits
-	// Rows > 1 is a batched decode step: row r's q, k, v, out follow row
-	// r-1's, at position Pos[r], in sequence slot Seq[r] (i32 [Rows]; -1
-	// pads a bucket), whose caches lie Seq[r]*SeqStride elements after
-	// Cache's. Seq null: every row in slot 0.
+	Gate         OutputGate
+	// Workspace: DecodeWorkspace bytes (times Rows); Counters:
+	// DecodeCounters bytes, zero before the launch (it leaves them zero).
+	// Both may be null without a split.
+	Workspace, Counters Ptr
+	Splits, SMs         int // Splits 0: DecodeSplits
+	// Rows > 1 is a batched decode step: row r's q, k, v, gate and out
+	// follow row r-1's, at position Pos[r], in sequence slot Seq[r] (i32
+	// [Rows]; -1 pads a bucket), whose caches lie Seq[r]*SeqStride
+	// elements after Cache's. Seq null: every row in slot 0.
 	Rows      int
 	Seq       Ptr
 	SeqStride int64
 }
 
-// AttentionDecode returns attn_decode and, when it splits the keys, the
-// combine of the splits.
+// AttentionDecode returns attn_decode: one launch, whose blocks merge
+// their splits of the keys themselves (the last of each group to finish).
 func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	const op = "AttentionDecode"
 	c := a.Cache
@@ -127,37 +168,37 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 		return nil, fmt.Errorf("%s: %d splits (1 to %d)", op, nsplit, MaxSplits)
 	}
 	d := c.HeadDim
-	if nsplit > 1 && a.Workspace.Null() {
-		return nil, fmt.Errorf("%s: %d splits need a workspace of %d bytes", op, nsplit, DecodeWorkspace(nsplit, a.NH, d))
-	}
 	rows := max(a.Rows, 1)
+	if nsplit > 1 && (a.Workspace.Null() || a.Counters.Null()) {
+		return nil, fmt.Errorf("%s: %d splits need a workspace of %d bytes and %d bytes of counters", op, nsplit,
+			int64(rows)*DecodeWorkspace(nsplit, a.NH, d), DecodeCounters(rows, a.NH, c.NKV))
+	}
 	if rows > 65535/ceilDiv(a.NH/c.NKV, decodeHeads) {
 		return nil, fmt.Errorf("%s: %d rows are too many for one launch", op, rows)
 	}
 	if a.SeqStride < 0 || (!a.Seq.Null() && a.SeqStride == 0) {
 		return nil, fmt.Errorf("%s: sequence slots %d elements apart", op, a.SeqStride)
 	}
+	gate, err := a.Gate.args(op, a.NH, d)
+	if err != nil {
+		return nil, err
+	}
 	group := a.NH / c.NKV
 	heads := min(group, decodeHeads)
 	d4 := (d + 3) &^ 3
 	kp := d4 + (36-d4%32)%32 // key pitch: 4 mod 32 floats
 	shmem := 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
-	var partAcc, partML Ptr
+	var partAcc, partML, counters Ptr
 	if nsplit > 1 {
 		partAcc = a.Workspace
 		partML = a.Workspace.At(4 * int64(rows) * int64(nsplit) * int64(a.NH) * int64(d))
+		counters = a.Counters
 	}
-	ls := []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
-		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem,
-		i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), i32(nsplit), f32(a.Scale),
-		ptrArg(a.Pos), ptrArg(a.Seq), i64(a.SeqStride), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out),
-		ptrArg(partAcc), ptrArg(partML))}
-	if nsplit > 1 {
-		ls = append(ls, kernel("attention.cu", "attn_decode_combine", []string{a.DType}, nil,
-			dims(a.NH, rows), dims(min(128, 32*ceilDiv(d, 32))), 4*(nsplit+1),
-			i32(a.NH), i32(d), i32(nsplit), ptrArg(a.Seq), ptrArg(partAcc), ptrArg(partML), ptrArg(a.Out)))
-	}
-	return ls, nil
+	args := []Arg{i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), i32(nsplit), f32(a.Scale),
+		ptrArg(a.Pos), ptrArg(a.Seq), i64(a.SeqStride), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V)}
+	args = append(append(args, gate...), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML), ptrArg(counters))
+	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
+		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem, args...)}, nil
 }
 
 // AttentionPrefillArgs is a prefill chunk's attention: T queries q [T, nh,
@@ -175,6 +216,8 @@ type AttentionPrefillArgs struct {
 	Pos          Ptr // i32 [T]
 	T, NH        int
 	Scale        float32
+	// Gate, when given, multiplies the output as it is written.
+	Gate OutputGate
 	// FFMA keeps the FFMA kernel where the tensor-core one would run
 	// (bf16, head_dim 64 or 128).
 	FFMA bool
@@ -214,7 +257,14 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 	if err := checkPtrs(op, "out", a.Out, "q", a.Q, "k", a.K, "v", a.V, "pos", a.Pos); err != nil {
 		return Launch{}, err
 	}
+	gate, err := a.Gate.args(op, a.NH, d)
+	if err != nil {
+		return Launch{}, err
+	}
 	rows := int64(a.T) * int64(a.NH/c.NKV)
+	// The operands after the positions, the same in both kernels.
+	tail := append([]Arg{ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V),
+		ptrArg(a.Out), i64(int64(a.NH * d))}, gate...)
 	if !a.FFMA && PrefillTC(a.DType, d) {
 		blocks := (rows + tcRows - 1) / tcRows
 		if blocks > 1<<31-1 || rows > 1<<31-1 {
@@ -227,8 +277,7 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 		vec = vec && ldq%8 == 0 && ldkv%8 == 0
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},
 			dims(int(blocks), c.NKV), dims(tcThreads), PrefillTCSmem(d),
-			i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos),
-			ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), i64(int64(a.NH*d))), nil
+			append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 	}
 	blocks := (rows + prefillRows - 1) / prefillRows
 	if blocks > 1<<31-1 {
@@ -239,8 +288,7 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 	shmem := 4 * (prefillRows*(dp+1) + prefillKeys*(dp+1) + prefillKeys*dp + prefillRows*(prefillKeys+1) + 4*prefillRows)
 	return kernel("attention.cu", "attn_prefill", []string{a.DType}, []int64{int64(dch)},
 		dims(int(blocks), c.NKV), dims(128), shmem,
-		i32(a.T), i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos),
-		ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V), ptrArg(a.Out), i64(int64(a.NH*d))), nil
+		append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 }
 
 // KVStoreArgs writes T tokens' keys and values into a cache at positions

@@ -1,6 +1,9 @@
 package lower
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestPrefillAttentionChoice pins which shapes take the tensor-core prefill
 // attention and which of its variants (16-byte loads need every pointer
@@ -155,5 +158,70 @@ func TestArgMaxSplit(t *testing.T) {
 		if _, err := ArgMax("bf16", p, p, Ptr{}, c.T, c.V, 132); err == nil {
 			t.Errorf("T %d, V %d: %d parts without a workspace: no error", c.T, c.V, c.parts)
 		}
+	}
+}
+
+// TestAttentionDecodeLaunch pins the decode attention's one launch: its
+// grid (splits, kv heads, rows x blocks of heads), the counters it needs
+// when it splits (one per row, kv head and block of heads), and the
+// output gate's arguments and checks.
+func TestAttentionDecodeLaunch(t *testing.T) {
+	at := func(off int64) Ptr { return Ptr{BaseArena, off} }
+	s21 := Cache{K: Ptr{BaseKV, 0}, V: Ptr{BaseKV, 1 << 20}, NKV: 8, HeadDim: 128, Window: 512, Slots: 512}
+	small := Cache{K: Ptr{BaseKV, 0}, V: Ptr{BaseKV, 1 << 20}, NKV: 2, HeadDim: 64, Slots: 100}
+	ws, cnt := Ptr{BaseWorkspace, 0}, Ptr{BaseSync, 0}
+	for _, c := range []struct {
+		name        string
+		cache       Cache
+		nh, rows    int
+		splits      int
+		gate        OutputGate
+		ws, cnt     Ptr
+		grid        [3]int
+		counters    int64 // DecodeCounters(rows, nh, nkv)
+		gateArgs    string
+		wantErr     string
+		countersArg string
+	}{
+		{"s21 sliding: 16 splits", s21, 72, 1, 0, OutputGate{}, ws, cnt, [3]int{16, 8, 1}, 32, "null, i64 0, i32 0", "", "sync+0"},
+		{"s21 sliding gated per head, 4 rows", s21, 72, 4, 0, OutputGate{Gate: at(64), G: 72}, ws, cnt, [3]int{16, 8, 4}, 128, "arena+64, i64 72, i32 72", "", "sync+0"},
+		{"per element, strided", s21, 72, 1, 0, OutputGate{Gate: at(64), G: 72 * 128, LDG: 72*128 + 8}, ws, cnt, [3]int{16, 8, 1}, 32, "arena+64, i64 9224, i32 9216", "", "sync+0"},
+		{"two blocks of heads a kv head", small, 40, 3, 5, OutputGate{}, ws, cnt, [3]int{5, 2, 6}, 48, "", "", "sync+0"},
+		{"no split: no counters", small, 4, 1, 1, OutputGate{}, Ptr{}, Ptr{}, [3]int{1, 2, 1}, 8, "", "", "null"},
+		{"split without counters", small, 4, 1, 2, OutputGate{}, ws, Ptr{}, [3]int{}, 8, "", "2 splits need a workspace of", ""},
+		{"split without workspace", small, 4, 1, 2, OutputGate{}, Ptr{}, cnt, [3]int{}, 8, "", "2 splits need a workspace of", ""},
+		{"gate width", small, 4, 1, 0, OutputGate{Gate: at(64), G: 5}, ws, cnt, [3]int{}, 8, "", "gate width 5 is neither nh = 4", ""},
+		{"gate stride", small, 4, 1, 0, OutputGate{Gate: at(64), G: 4, LDG: 3}, ws, cnt, [3]int{}, 8, "", "gate row stride 3 is below its width 4", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := DecodeCounters(c.rows, c.nh, c.cache.NKV); got != c.counters {
+				t.Errorf("DecodeCounters(%d, %d, %d) = %d, want %d", c.rows, c.nh, c.cache.NKV, got, c.counters)
+			}
+			a := AttentionDecodeArgs{DType: "bf16", Cache: c.cache, Out: at(0), Q: at(1 << 20), K: at(2 << 20), V: at(3 << 20),
+				Pos: Ptr{BasePos, 0}, NH: c.nh, Scale: 0.1, Gate: c.gate, Workspace: c.ws, Counters: c.cnt, Splits: c.splits, SMs: 132, Rows: c.rows}
+			if c.rows > 1 {
+				a.Seq, a.SeqStride = Ptr{BaseSeq, 0}, 1<<20
+			}
+			ls, err := AttentionDecode(a)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ls) != 1 || ls[0].Kernel != "attn_decode" || ls[0].Grid != c.grid {
+				t.Fatalf("launches %v, want one attn_decode of grid %v", ls, c.grid)
+			}
+			text := ls[0].String()
+			if !strings.HasSuffix(text, ", "+c.countersArg+")") {
+				t.Errorf("counters argument: %s, want %s last", text, c.countersArg)
+			}
+			if c.gateArgs != "" && !strings.Contains(text, "kv+1048576, "+c.gateArgs+", arena+0,") {
+				t.Errorf("gate arguments: %s, want %s before the output", text, c.gateArgs)
+			}
+		})
 	}
 }

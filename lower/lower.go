@@ -221,12 +221,12 @@ func (l *lowerer) weights() error {
 	return nil
 }
 
-// caches makes one KV cache per attention node.
+// caches makes one KV cache per attention node (ir.IsAttention).
 func (l *lowerer) caches() error {
 	seen := map[int]bool{}
 	var off int64
 	for _, n := range l.order {
-		if n.Op != "attention" {
+		if !ir.IsAttention(n) {
 			continue
 		}
 		ks := n.Inputs[1].Type.Shape
@@ -386,7 +386,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}
-	if s.Workspace, s.Routes, err = l.p.scratch(s); err != nil {
+	if s.Workspace, s.Routes, s.Sync, err = l.p.scratch(s); err != nil {
 		return nil, err
 	}
 	if class == Decode {
@@ -521,7 +521,7 @@ func (l *lowerer) soleView(v *ir.Value) *ir.Value {
 // layerOf returns the layer a node belongs to: the attention's `layer`
 // attribute, else the N of a "blk.N." output name; -1 outside the layers.
 func layerOf(n *ir.Node) int {
-	if n.Op == "attention" {
+	if ir.IsAttention(n) {
 		return n.AttrInt("layer")
 	}
 	name := n.Outputs[0].Name

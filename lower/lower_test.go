@@ -104,10 +104,13 @@ func TestLowerTiny(t *testing.T) {
 				want := map[string]string{
 					"embedding": "embedding", "rms_norm": "rms_norm_warp", "rope": "qk_norm_rope",
 					"softplus_gate": "softplus_gate", "silu": "silu", "mul": "mul", "add": "add",
-					"router_topk": "router_topk", "argmax": "argmax",
+					"router_topk": "router_topk_block", "argmax": "argmax",
+				}
+				if s.Class == Prefill && c.chunk > RouterBlockMaxT {
+					want["router_topk"] = "router_topk"
 				}
 				if s.Class == Decode {
-					want["attention/full"] = "attn_decode+attn_decode_combine" // 100 slots: 4 splits
+					want["attention/full"] = "attn_decode" // 100 slots: 4 splits, merged in the launch
 					want["attention/sliding"] = "attn_decode"
 					want["moe_experts"] = "moe_gateup_gemv+moe_down_gemv"
 				} else {
@@ -245,7 +248,7 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 				t.Errorf("%s %s: weight operand %+v does not match the weight table", s.Class, st.Name, o)
 			}
 		}
-		if st.Op == "attention" && (st.KV < 0 || p.KV[st.KV].Layer != st.Layer || st.Layer != st.Int("layer")) {
+		if (st.Op == "attention" || st.Op == "attention_gate") && (st.KV < 0 || p.KV[st.KV].Layer != st.Layer || st.Layer != st.Int("layer")) {
 			t.Errorf("%s %s: kv %d layer %d", s.Class, st.Name, st.KV, st.Layer)
 		}
 	}
@@ -322,6 +325,47 @@ func TestLowerDefaultPipeline(t *testing.T) {
 				t.Errorf("prefill %s: %d launches for %d outputs", st.Name, len(st.Launches), len(st.Out))
 			}
 		}
+		checkGatedAttention(t, p)
+	}
+}
+
+// checkGatedAttention: every attention is an attention_gate whose kernel
+// reads the gate: decode one attn_decode launch (a split one meeting at
+// counters in BaseSync, which the schedule sizes), prefill the attention
+// then the cache store.
+func checkGatedAttention(t *testing.T, p *Plan) {
+	t.Helper()
+	for _, s := range []*Schedule{p.Decode, p.Prefill} {
+		gated := 0
+		for _, st := range s.Steps {
+			if st.Op == "attention" || st.Op == "softplus_gate" {
+				t.Errorf("%s %s: %s left unfused", s.Class, st.Name, st.Op)
+			}
+			if st.Op != "attention_gate" {
+				continue
+			}
+			gated++
+			gate := Ptr{BaseArena, st.In[4].Offset}
+			l := st.Launches[0]
+			switch {
+			case s.Class == Decode && (len(st.Launches) != 1 || l.Kernel != "attn_decode" || l.Args[15].Ptr() != gate):
+				t.Errorf("decode %s: %v, want one attn_decode reading the gate at %v", st.Name, st.Launches, gate)
+			case s.Class == Prefill && (len(st.Launches) != 2 || !strings.HasPrefix(l.Kernel, "attn_prefill") || l.Args[len(l.Args)-3].Ptr() != gate):
+				t.Errorf("prefill %s: %v, want the attention reading the gate at %v, then the store", st.Name, st.Launches, gate)
+			}
+			if s.Class == Decode && l.Args[5].Int > 1 {
+				nkv := int(l.Args[1].Int)
+				if cnt := l.Args[len(l.Args)-1]; cnt.Ptr() != (Ptr{BaseSync, 0}) || s.Sync < DecodeCounters(1, int(l.Args[0].Int), nkv) {
+					t.Errorf("decode %s: counters at %v, %d bytes of sync", st.Name, cnt.Ptr(), s.Sync)
+				}
+			}
+		}
+		if gated == 0 {
+			t.Errorf("%s: no attention_gate", s.Class)
+		}
+	}
+	if p.Decode.Sync == 0 {
+		t.Errorf("no decode counters: no attention splits at context %d?", p.MaxContext)
 	}
 }
 

@@ -10,7 +10,7 @@ import "reflect"
 //	a q8x_quantize launch Q is dropped, and the rms_norm launch N before
 //	it becomes RMSNormQ8X of N's arguments and Q's quantised copy, only
 //	when N is as RMSNorm builds it, Q is exactly Q8XQuantize of N's whole
-//	output, and every launch between them is a gemv, router_topk or
+//	output, and every launch between them is a gemv, router_topk(_block) or
 //	moe_add_shared (as MatMul, RouterTopK and MoEAddShared build them: the
 //	MoE router) with no pointer into the workspace and no output
 //	overlapping N's.
@@ -137,8 +137,9 @@ type span struct {
 // arguments as its builder lays them out:
 //   - gemv (MatMul's GEMV: N, K, split, x, w, y, accumulate): y [R, N] of
 //     DTypes[2], R its first integer parameter;
-//   - router_topk (RouterTopK: T, E, k, softcap, scaling, logits, ld, bias,
-//     weights, ids): weights f32 and ids i32, each [T, k];
+//   - router_topk or router_topk_block (RouterTopK: T, E, k, softcap,
+//     scaling, logits, ld, bias, weights, ids): weights f32 and ids i32,
+//     each [T, k];
 //   - moe_add_shared (MoEAddShared: T, k, S, first, weights, ids, w2,
 //     ids2): w2 f32 and ids2 i32, each [T, k+S].
 //
@@ -161,7 +162,7 @@ func routerOutputs(l Launch) ([]span, bool) {
 	case l.Kernel == "gemv" && is(i, i, i, p, p, p, i) && len(l.DTypes) == 3 && len(l.Ints) == 3:
 		R, N, size := l.Ints[0], a[0].Int, int64(dtypeSize(l.DTypes[2]))
 		return []span{{a[5].Ptr(), R * N * size}}, R > 0 && N > 0 && size > 0
-	case l.Kernel == "router_topk" && is(i, i, i, f, f, p, x, p, p, p):
+	case (l.Kernel == "router_topk" || l.Kernel == "router_topk_block") && is(i, i, i, f, f, p, x, p, p, p):
 		T, k := a[0].Int, a[2].Int
 		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
 	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):

@@ -154,11 +154,13 @@ type Schedule struct {
 	Tokens int    `json:"tokens"` // T the arena is planned for (prefill runs 1..Tokens)
 	// Arena holds every activation at its offset. Workspace is the scratch
 	// the steps share (split-KV attention partials, the MoE schedule and
-	// grouped buffers), Routes moe_grouped's routes with its shared experts;
-	// both are the most any step needs at any T up to Tokens.
+	// grouped buffers), Routes moe_grouped's routes with its shared
+	// experts, Sync the counters of BaseSync (the split decode
+	// attention's); each is the most any step needs at any T up to Tokens.
 	Arena     int64    `json:"arena_bytes"`
 	Workspace int64    `json:"workspace_bytes"`
 	Routes    int64    `json:"routes_bytes"`
+	Sync      int64    `json:"sync_bytes,omitempty"`
 	Values    []Buffer `json:"values"`
 	Steps     []Step   `json:"steps"`
 	// Finish runs after the steps: decode's step_next (the argmax becomes
@@ -366,8 +368,8 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 	for _, ls := range launches {
 		n += len(ls)
 	}
-	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s\n", title, len(s.Steps),
-		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes))
+	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
+		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
 	for i, st := range s.Steps {
 		var ins, outs []string
 		for _, o := range st.In {

@@ -17,6 +17,9 @@ type rule struct {
 	// scratch, when set, is the workspace and routes bytes the step needs
 	// at c.T tokens.
 	scratch func(c *stepCtx) (ws, routes int64, err error)
+	// counters, when set, is the sync bytes (BaseSync) the step needs at
+	// c.T tokens.
+	counters func(c *stepCtx) (int64, error)
 	// f32Inputs are the inputs the kernels read in f32 whatever the plan's
 	// dtype: weights stored so, activations produced so.
 	f32Inputs []int
@@ -175,27 +178,37 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 	return out, nil
 }
 
-// scratch sizes the workspace and routes of s: the most any step needs at
-// any T up to s.Tokens (steps run one at a time and share them).
-func (p *Plan) scratch(s *Schedule) (ws, routes int64, err error) {
+// scratch sizes the workspace, routes and counters of s: the most any
+// step needs at any T up to s.Tokens (steps run one at a time and share
+// them).
+func (p *Plan) scratch(s *Schedule) (ws, routes, sync int64, err error) {
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		r := rules[st.Op]
-		if r.scratch == nil {
+		if r.scratch == nil && r.counters == nil {
 			continue
 		}
 		c, err := p.newCtx(s, st, s.Tokens)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		for t := 1; t <= s.Tokens; t++ {
 			c.T = t
-			w, q, err := r.scratch(c)
-			if err != nil {
-				return 0, 0, fmt.Errorf("%s (%s) at T=%d: %w", st.Name, st.Op, t, err)
+			if r.scratch != nil {
+				w, q, err := r.scratch(c)
+				if err != nil {
+					return 0, 0, 0, fmt.Errorf("%s (%s) at T=%d: %w", st.Name, st.Op, t, err)
+				}
+				ws, routes = max(ws, w), max(routes, q)
 			}
-			ws, routes = max(ws, w), max(routes, q)
+			if r.counters != nil {
+				n, err := r.counters(c)
+				if err != nil {
+					return 0, 0, 0, fmt.Errorf("%s (%s) at T=%d: %w", st.Name, st.Op, t, err)
+				}
+				sync = max(sync, n)
+			}
 		}
 	}
-	return align(ws), align(routes), nil
+	return align(ws), align(routes), align(sync), nil
 }

@@ -2,13 +2,23 @@ package lower
 
 import "fmt"
 
-// The attention rule: decode appends this token's k, v and attends over
-// the cache in one kernel (split over the keys when the cache is long,
-// then a combine); prefill attends over the cache and the chunk's own
-// keys, then stores the chunk (a ring keeps its last window of keys).
+// The attention rules: decode appends this token's k, v and attends over
+// the cache in one kernel (split over the keys when the cache is long, the
+// blocks merging their splits themselves); prefill attends over the cache
+// and the chunk's own keys, then stores the chunk (a ring keeps its last
+// window of keys). attention_gate is attention whose kernels multiply by
+// the output gate as they write.
 
 func init() {
-	defRule("attention", rule{launches: attentionRule, scratch: attentionScratch})
+	defRule("attention", rule{launches: func(c *stepCtx) ([]Launch, error) { return attentionRule(c, OutputGate{}) },
+		scratch: attentionScratch, counters: attentionCounters})
+	defRule("attention_gate", rule{launches: func(c *stepCtx) ([]Launch, error) {
+		st := c.st
+		if st.In[4].DType != st.Out[0].DType {
+			return nil, fmt.Errorf("attention gate %s is %s, the output %s", st.In[4].Value, st.In[4].DType, st.Out[0].DType)
+		}
+		return attentionRule(c, OutputGate{Gate: c.in[4], G: st.In[4].Last(c.T)})
+	}, scratch: attentionScratch, counters: attentionCounters})
 }
 
 // cacheOf is the step's KV cache in the plan's KV allocation.
@@ -22,7 +32,7 @@ func (c *stepCtx) cacheOf() (Cache, KV, error) {
 		Window: kv.Window, Slots: kv.Slots}, kv, nil
 }
 
-func attentionRule(c *stepCtx) ([]Launch, error) {
+func attentionRule(c *stepCtx, gate OutputGate) ([]Launch, error) {
 	st := c.st
 	cache, kv, err := c.cacheOf()
 	if err != nil {
@@ -38,23 +48,22 @@ func attentionRule(c *stepCtx) ([]Launch, error) {
 		return nil, fmt.Errorf("attention q must be [T,nh,d], is %v", q)
 	}
 	nh, scale, dt := q[1], float32(st.Float("scale")), kv.DType
-	if c.batch {
-		// One decode row per sequence: each appends its k, v to its
-		// slot's caches and attends over them.
-		return AttentionDecode(AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
-			Pos: c.in[3], NH: nh, Scale: scale, Workspace: Ptr{BaseWorkspace, 0}, SMs: c.p.SMs,
-			Rows: c.T, Seq: Ptr{BaseSeq, 0}, SeqStride: c.p.KVSeqBytes() / int64(dtypeSize(dt))})
-	}
-	if c.s.Class == Decode {
-		if c.T != 1 {
+	if c.batch || c.s.Class == Decode {
+		a := AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
+			Pos: c.in[3], NH: nh, Scale: scale, Gate: gate, Workspace: Ptr{BaseWorkspace, 0}, Counters: Ptr{BaseSync, 0},
+			SMs: c.p.SMs}
+		if c.batch {
+			// One decode row per sequence: each appends its k, v to its
+			// slot's caches and attends over them.
+			a.Rows, a.Seq, a.SeqStride = c.T, Ptr{BaseSeq, 0}, c.p.KVSeqBytes()/int64(dtypeSize(dt))
+		} else if c.T != 1 {
 			return nil, fmt.Errorf("decode attention runs one token, got %d", c.T)
 		}
 		// The attention kernel appends this token's k, v itself.
-		return AttentionDecode(AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
-			Pos: c.in[3], NH: nh, Scale: scale, Workspace: Ptr{BaseWorkspace, 0}, SMs: c.p.SMs})
+		return AttentionDecode(a)
 	}
 	att, err := AttentionPrefill(AttentionPrefillArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
-		Pos: c.in[3], T: c.T, NH: nh, Scale: scale, FFMA: c.p.PrefillFFMA})
+		Pos: c.in[3], T: c.T, NH: nh, Scale: scale, Gate: gate, FFMA: c.p.PrefillFFMA})
 	if err != nil {
 		return nil, err
 	}
@@ -71,25 +80,59 @@ func attentionRule(c *stepCtx) ([]Launch, error) {
 	return []Launch{att, st2}, nil
 }
 
+// decodeRows is the most rows a step's decode attention runs: 1 in the
+// decode schedule, the largest batch bucket in the prefill schedule of a
+// plan with several sequence slots (batched decode runs on it), 0 where
+// no decode attention runs.
+func (c *stepCtx) decodeRows() int {
+	if c.s.Class == Decode {
+		return 1
+	}
+	if c.p.seqs() == 1 {
+		return 0
+	}
+	bs := BatchBuckets(c.p.seqs(), c.s.Tokens)
+	return bs[len(bs)-1]
+}
+
+// attentionHeads returns the step's query heads and KV cache.
+func (c *stepCtx) attentionHeads() (int, KV, error) {
+	_, kv, err := c.cacheOf()
+	if err != nil {
+		return 0, KV{}, err
+	}
+	q := c.st.In[0].Dims(1)
+	if len(q) != 3 {
+		return 0, KV{}, fmt.Errorf("attention q must be [T,nh,d], is %v", q)
+	}
+	return q[1], kv, nil
+}
+
 // attentionScratch: a split decode attention keeps every split's partial
 // results in the workspace, for each row of a batched decode step (which
 // runs on the prefill schedule's workspace).
 func attentionScratch(c *stepCtx) (int64, int64, error) {
-	rows := 1
-	if c.s.Class != Decode {
-		if c.p.seqs() == 1 {
-			return 0, 0, nil
-		}
-		bs := BatchBuckets(c.p.seqs(), c.s.Tokens)
-		rows = bs[len(bs)-1]
+	rows := c.decodeRows()
+	if rows == 0 {
+		return 0, 0, nil
 	}
-	_, kv, err := c.cacheOf()
+	nh, kv, err := c.attentionHeads()
 	if err != nil {
 		return 0, 0, err
 	}
-	q := c.st.In[0].Dims(1)
-	if len(q) != 3 {
-		return 0, 0, fmt.Errorf("attention q must be [T,nh,d], is %v", q)
+	return int64(rows) * DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), nh, kv.HeadDim), 0, nil
+}
+
+// attentionCounters: a split decode attention's blocks count themselves
+// done per row, kv head and block of query heads (BaseSync).
+func attentionCounters(c *stepCtx) (int64, error) {
+	rows := c.decodeRows()
+	if rows == 0 {
+		return 0, nil
 	}
-	return int64(rows) * DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), q[1], kv.HeadDim), 0, nil
+	nh, kv, err := c.attentionHeads()
+	if err != nil || DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)) == 1 {
+		return 0, err
+	}
+	return DecodeCounters(rows, nh, kv.NKV), nil
 }

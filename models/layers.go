@@ -32,7 +32,7 @@ func (li LayerInfo) Kind() string {
 func LayerTable(g *ir.Graph) []LayerInfo {
 	byLayer := map[int]*LayerInfo{}
 	for _, n := range g.Nodes {
-		if n.Op != "attention" || len(n.Inputs) < 2 {
+		if !ir.IsAttention(n) || len(n.Inputs) < 2 {
 			continue
 		}
 		l := n.AttrInt("layer")

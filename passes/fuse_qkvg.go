@@ -5,8 +5,9 @@ import (
 )
 
 // qkvgConcat rewrites, for every attention node, the matmuls producing its
-// q, k and v (through reshape, rms_norm and rope, or norm_rope) and the gate of the
-// softplus_gate reading its output into one matmul_split against
+// q, k and v (through reshape, rms_norm and rope, or norm_rope) and its
+// output gate's (the gate of the softplus_gate reading its output, or of
+// attention_gate) into one matmul_split against
 // blk.N.attn_qkvg.weight = concat(attn_q, attn_k, attn_v, attn_gate) along
 // the rows, whose outputs are the four projections as before.
 //
@@ -14,7 +15,7 @@ import (
 // matmuls of the same activation by weights of one dtype.
 func qkvgConcat(s *State) error {
 	why := newBlockers()
-	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "qkvg", Roots: []string{"attention"}, Apply: why.wrap(fuseQKVG, qkvgBlocker)})
+	st, err := s.Graph.Rewrite(&ir.RewritePattern{Name: "qkvg", Roots: []string{"attention", "attention_gate"}, Apply: why.wrap(fuseQKVG, qkvgBlocker)})
 	if err != nil {
 		return err
 	}
@@ -37,10 +38,14 @@ func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (ir.Outcome, error) {
 	return ir.Applied, nil
 }
 
-// qkvgInputs returns q, k and v of an attention node, and the gate of the
-// softplus_gate reading its output if there is one.
+// qkvgInputs returns q, k and v of an attention node, and its output
+// gate's gate if there is one: attention_gate's, or that of the
+// softplus_gate reading attention's output.
 func qkvgInputs(rw *ir.Rewriter, at *ir.Node) []*ir.Value {
 	ins := []*ir.Value{at.Inputs[0], at.Inputs[1], at.Inputs[2]}
+	if at.Op == "attention_gate" {
+		return append(ins, at.Inputs[4])
+	}
 	for _, r := range rw.Users(at.Outputs[0]) {
 		if r.Op == "softplus_gate" && r.Inputs[0] == at.Outputs[0] {
 			return append(ins, r.Inputs[1])

@@ -129,6 +129,13 @@ func TestFusionDumps(t *testing.T) {
 				}
 			}
 		}},
+		{"attention-gate", func(t *testing.T, g *ir.Graph) {
+			for l := 0; l < 4; l++ {
+				if ops := layerOps(g, l); ops["attention_gate"] != 1 || ops["attention"] != 0 || ops["softplus_gate"] != 0 {
+					t.Errorf("layer %d: ops %v", l, ops)
+				}
+			}
+		}},
 		{"gate-up-fuse", func(t *testing.T, g *ir.Graph) {
 			for l := 0; l < 4; l++ {
 				ops := layerOps(g, l)
@@ -214,17 +221,18 @@ func blk(l int, local string) string {
 }
 
 // TestFusedLayers: with every fusion a dense layer launches norm,
-// matmul_split, q and k norm_ropes, attention, gate, matmul_add, norm,
-// matmul_swiglu, matmul_add; a MoE layer ends in norm, router, top-k and
-// one moe_grouped (shared expert merged, residual folded, scheduled).
+// matmul_split, q and k norm_ropes, attention with its gate, matmul_add,
+// norm, matmul_swiglu, matmul_add; a MoE layer ends in norm, router,
+// top-k and one moe_grouped (shared expert merged, residual folded,
+// scheduled).
 func TestFusedLayers(t *testing.T) {
 	for _, preset := range []string{"synthetic-tiny", "laguna-s-2.1"} {
 		g := laguna(t, preset)
 		if _, err := Run(g, Options{}); err != nil {
 			t.Fatal(err)
 		}
-		attn := map[string]int{"rms_norm": 1, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 1}
-		dense := map[string]int{"rms_norm": 2, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention": 1, "softplus_gate": 1, "matmul_add": 2, "matmul_swiglu": 1}
+		attn := map[string]int{"rms_norm": 1, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention_gate": 1, "matmul_add": 1}
+		dense := map[string]int{"rms_norm": 2, "matmul_split": 1, "reshape": 4, "norm_rope": 2, "attention_gate": 1, "matmul_add": 2, "matmul_swiglu": 1}
 		moe := map[string]int{"matmul": 1, "router_topk": 1, "moe_grouped": 1}
 		for k, v := range attn {
 			moe[k] += v
@@ -508,6 +516,93 @@ func TestNormRoPEEitherSideOfQKVG(t *testing.T) {
 		counts = append(counts, g.OpCounts())
 	}
 	if !equalCounts(counts[0], counts[1]) || counts[0]["norm_rope"] != 8 || counts[0]["matmul_split"] != 4 {
+		t.Errorf("ops %v, in the other order %v", counts[0], counts[1])
+	}
+}
+
+// TestAttentionGateAttrs: each attention_gate carries its attention's
+// attributes and its gate's gating, and reads the attention's inputs and
+// the gate.
+func TestAttentionGateAttrs(t *testing.T) {
+	before, after := dumpAfter(t, "attention-gate")
+	n := 0
+	for _, fused := range after.Nodes {
+		if fused.Op != "attention_gate" {
+			continue
+		}
+		n++
+		gate := before.Value(fused.Outputs[0].Name).Def
+		at := gate.Inputs[0].Def
+		if gate.Op != "softplus_gate" || at.Op != "attention" {
+			t.Fatalf("%s replaced %s of %s", fused, gate.Op, at.Op)
+		}
+		want := maps.Clone(at.Attrs)
+		want["gating"] = gate.Attrs["gating"]
+		if fused.Attrs.Key() != want.Key() {
+			t.Errorf("%s: attrs %s, want %s", fused.Outputs[0].Name, fused.Attrs.Key(), want.Key())
+		}
+		for i, v := range append(append([]*ir.Value(nil), at.Inputs...), gate.Inputs[1]) {
+			if fused.Inputs[i].Name != v.Name {
+				t.Errorf("%s: input %d is %s, want %s", fused.Outputs[0].Name, i, fused.Inputs[i].Name, v.Name)
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d attention_gate nodes, want 4 (one per layer)", n)
+	}
+}
+
+// TestAttentionGateNeedsSingleUse: an attention whose output is read
+// elsewhere keeps its separate gate.
+func TestAttentionGateNeedsSingleUse(t *testing.T) {
+	src := `graph g
+sym T
+input %q: f32[T,4,8]
+input %k: f32[T,2,8]
+input %pos: i32[T]
+input %g: f32[T,4]
+%o: f32[T,4,8] = attention(%q, %k, %k, %pos) {layer=0, scale=0.35}
+%og: f32[T,4,8] = softplus_gate(%o, %g) {gating="per-head"}
+%s: f32[T,4,8] = silu(%o)
+output %og, %s
+`
+	g := parse(t, src)
+	res, err := Run(g, Options{Passes: []string{"attention-gate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.OpCounts()["attention_gate"] != 0 || res.State.Notes[0] != "attention-gate: 0 output gates fused into their attention, 1 skipped (the attention's output is read elsewhere)" {
+		t.Fatalf("fused a shared attention output (%q):\n%s", res.State.Notes, g)
+	}
+	g = parse(t, strings.Replace(src, "silu(%o)", "silu(%q)", 1))
+	res, err = Run(g, Options{Passes: []string{"attention-gate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.String(), `%og: f32[T,4,8] = attention_gate(%q, %k, %k, %pos, %g) {layer=0, scale=0.35, gating="per-head"}`) ||
+		g.OpCounts()["attention"] != 0 || res.State.Notes[0] != "attention-gate: 1 output gates fused into their attention, 0 skipped (the attention's output is read elsewhere)" {
+		t.Fatalf("not fused (%q):\n%s", res.State.Notes, g)
+	}
+}
+
+// TestAttentionGateEitherSideOfQKVG: qkvg-concat finds the gate projection
+// through attention_gate as through softplus_gate, so the two passes
+// commute.
+func TestAttentionGateEitherSideOfQKVG(t *testing.T) {
+	var counts []map[string]int
+	for _, order := range [][]string{{"shapes", "qkvg-concat", "attention-gate"}, {"shapes", "attention-gate", "qkvg-concat"}} {
+		g := laguna(t, "synthetic-tiny")
+		if _, err := Run(g, Options{Passes: order}); err != nil {
+			t.Fatal(err)
+		}
+		counts = append(counts, g.OpCounts())
+		for l := 0; l < 4; l++ {
+			if r := readers(g, blk(l, "attn_gate")); len(r) != 0 {
+				t.Errorf("%v: layer %d: attn_gate still read by %v", order, l, r)
+			}
+		}
+	}
+	if !equalCounts(counts[0], counts[1]) || counts[0]["attention_gate"] != 4 || counts[0]["matmul_split"] != 4 {
 		t.Errorf("ops %v, in the other order %v", counts[0], counts[1])
 	}
 }

@@ -130,8 +130,8 @@ func TestSelection(t *testing.T) {
 		want            string // error substring; "" for success
 		ran             string
 	}{
-		{nil, nil, "", "shapes,qkvg-concat,norm-rope,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,cse,dce,memplan"},
-		{nil, []string{"cse"}, "", "shapes,qkvg-concat,norm-rope,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,dce,memplan"},
+		{nil, nil, "", "shapes,qkvg-concat,norm-rope,attention-gate,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,cse,dce,memplan"},
+		{nil, []string{"cse"}, "", "shapes,qkvg-concat,norm-rope,attention-gate,gate-up-fuse,shared-expert-merge,residual-fold,expert-order,dce,memplan"},
 		{[]string{"shapes", "cse", "dce", "memplan"}, nil, "", "shapes,cse,dce,memplan"},
 		{[]string{"dce", "shapes"}, nil, "pass shapes must run before dce", ""},
 		{[]string{"memplan", "dce"}, nil, "pass dce must run before memplan", ""},
@@ -236,7 +236,7 @@ func TestDumps(t *testing.T) {
 	}
 	dir := t.TempDir()
 	res, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"dce"}, DumpDir: dir})
-	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "09-dce.txt" {
+	if err != nil || len(res.Dumps) != 1 || filepath.Base(res.Dumps[0]) != "10-dce.txt" {
 		t.Fatalf("dump after dce: %v %v", res, err)
 	}
 	if _, err := Run(laguna(t, "synthetic-tiny"), Options{DumpAfter: []string{"cse"}, Disable: []string{"cse"}, DumpDir: dir}); err == nil {

@@ -14,6 +14,10 @@ var table = []*Pass{
 	// Either side of qkvg-concat, which follows q and k back through it.
 	{Name: "norm-rope", Default: true, Fusion: true, Run: normRoPE,
 		Doc: "rope(rms_norm(x, w), pos) -> norm_rope: each attention head normalised and rotated by one kernel (q_norm, k_norm)"},
+	// Either side of qkvg-concat, which finds the gate projection through
+	// either form.
+	{Name: "attention-gate", Default: true, Fusion: true, Run: attentionGate,
+		Doc: "softplus_gate(attention(q, k, v, pos), g) -> attention_gate: the attention kernels apply the output gate as they write"},
 	{Name: "gate-up-fuse", Default: true, Fusion: true, Run: gateUpFuse,
 		Doc: "SwiGLU gate and up projections (dense, shared expert, routed expert stacks) -> one GEMM with a silu*mul epilogue"},
 	{Name: "shared-expert-merge", Default: true, Fusion: true, Run: sharedExpertMerge,
@@ -30,15 +34,15 @@ var table = []*Pass{
 
 	// CSE compares types.
 	{Name: "cse", Default: true, Run: CSE,
-		After: []string{"shapes", "qkvg-concat", "norm-rope", "gate-up-fuse", "shared-expert-merge", "residual-fold"},
+		After: []string{"shapes", "qkvg-concat", "norm-rope", "attention-gate", "gate-up-fuse", "shared-expert-merge", "residual-fold"},
 		Doc:   "merge nodes applying the same op with the same attributes to the same inputs"},
 	// DCE drops what CSE left dead; shapes keeps its view of types current.
 	{Name: "dce", Default: true, Run: DCE,
-		After: []string{"shapes", "cse", "qkvg-concat", "norm-rope", "gate-up-fuse", "shared-expert-merge", "residual-fold"},
+		After: []string{"shapes", "cse", "qkvg-concat", "norm-rope", "attention-gate", "gate-up-fuse", "shared-expert-merge", "residual-fold"},
 		Doc:   "drop nodes whose results reach no output (attention kept: it writes its cache) and unused weights"},
 	// Plan only what runs, in its final form.
 	{Name: "memplan", Default: true, Run: memPlan,
-		After: []string{"shapes", "cse", "dce", "qkvg-concat", "norm-rope", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"},
+		After: []string{"shapes", "cse", "dce", "qkvg-concat", "norm-rope", "attention-gate", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"},
 		Doc:   "liveness of activations -> offsets in one arena (weights excluded), for decode and prefill step sizes"},
 }
 

@@ -637,7 +637,7 @@ func decodeBytes(p *lower.Plan, ctx int) (int64, map[int]int64) {
 			}
 			b += n
 		}
-		if st.Op == "attention" && st.KV >= 0 {
+		if st.KV >= 0 { // an attention step: the keys and values it reads
 			kv := p.KV[st.KV]
 			visible := ctx + 1
 			if kv.Window > 0 {

@@ -56,8 +56,8 @@ func TestCompileS21(t *testing.T) {
 			t.Errorf("layer row %d: %q, want %v", i, r[0], want)
 		}
 	}
-	for _, p := range []string{"01  shapes", "02  qkvg-concat", "03  norm-rope", "04  gate-up-fuse", "05  shared-expert-merge",
-		"06  residual-fold", "07  expert-order", "08  cse", "09  dce", "10  memplan"} {
+	for _, p := range []string{"01  shapes", "02  qkvg-concat", "03  norm-rope", "04  attention-gate", "05  gate-up-fuse",
+		"06  shared-expert-merge", "07  residual-fold", "08  expert-order", "09  cse", "10  dce", "11  memplan"} {
 		if !strings.Contains(out, p) {
 			t.Errorf("pass timing %q missing", p)
 		}
@@ -150,7 +150,7 @@ func TestCompileCheckpoint(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	// Tied embeddings, per-element gate, weights stored as f32.
-	for _, want := range []string{"= matmul(%hn, @token_embd.weight)", `{gating="per-element"}`, "weight @token_embd.weight: f32["} {
+	for _, want := range []string{"= matmul(%hn, @token_embd.weight)", `gating="per-element"}`, "weight @token_embd.weight: f32["} {
 		if !strings.Contains(out, want) {
 			t.Errorf("graph lacks %q", want)
 		}
@@ -172,7 +172,7 @@ func mustRead(t *testing.T, path string) string {
 // add), dense MLP 7 (norm, gate, up, silu, mul, down, add), MoE 11 (norm,
 // router matmul, top-k, experts, shared gate, up, silu, mul, down, add,
 // add); plus 4 (embedding, final norm, lm_head, argmax). Fused: attention
-// 7 (norm, matmul_split, two norm_ropes, attention, gate, matmul_add),
+// 6 (norm, matmul_split, two norm_ropes, attention_gate, matmul_add),
 // dense 3 (norm, matmul_swiglu, matmul_add), MoE 4 (norm, router matmul,
 // top-k, moe_grouped).
 func TestCompileKernelCounts(t *testing.T) {
@@ -180,15 +180,17 @@ func TestCompileKernelCounts(t *testing.T) {
 		args          []string
 		with, without int
 	}{
-		{[]string{"--preset", "laguna-s-2.1"}, 4 + 10*1 + 11*47, 4 + 20*1 + 24*47},
-		{[]string{"--preset", "synthetic-tiny"}, 4 + 10*1 + 11*3, 4 + 20*1 + 24*3},
+		{[]string{"--preset", "laguna-s-2.1"}, 4 + 9*1 + 10*47, 4 + 20*1 + 24*47},
+		{[]string{"--preset", "synthetic-tiny"}, 4 + 9*1 + 10*3, 4 + 20*1 + 24*3},
+		// Only attention-gate: each attention writes its gated output (20 -> 19, 24 -> 23).
+		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,attention-gate,cse,dce,memplan"}, 4 + 19*1 + 23*3, 4 + 20*1 + 24*3},
 		// Only norm-rope: each attention's q and k norms join their ropes.
 		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,norm-rope,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
 		// Only residual-fold: o_proj and the dense down_proj absorb their
 		// adds (dense 20 -> 18); in a MoE layer o_proj and the shared
 		// down_proj do, and add(h, routed + shared) is left (24 -> 22).
 		{[]string{"--preset", "synthetic-tiny", "--passes", "shapes,residual-fold,cse,dce,memplan"}, 4 + 18*1 + 22*3, 4 + 20*1 + 24*3},
-		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "norm-rope", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
+		{[]string{"--preset", "synthetic-tiny", "--disable-pass", strings.Join([]string{"qkvg-concat", "norm-rope", "attention-gate", "gate-up-fuse", "shared-expert-merge", "residual-fold", "expert-order"}, ",")},
 			4 + 20*1 + 24*3, 4 + 20*1 + 24*3},
 	}
 	row := regexp.MustCompile(`(?m)^  with fusions\s+(\d+)\s+(\d+)\n  without fusions\s+(\d+)\s+(\d+)$`)

@@ -27,9 +27,19 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 // evenly over nsplit blocks per kv head (flash-decoding); a block takes up
 // to DEC_HEADS query heads of its kv head (all of the group when it fits),
 // a warp per head, so each key is read once per block. With nsplit == 1
-// the block writes the output directly; otherwise it writes its
-// unnormalised partial (acc, max, sum) to the workspace and
-// attn_decode_combine merges.
+// the block writes the output directly. Otherwise each block writes its
+// unnormalised partial (acc, max, sum) to the workspace and counts itself
+// done on its group's counter (one per row, kv head and head block, in
+// `counters`); the last block of the group to finish merges the group's
+// partials and writes the output, and sets the counter back to 0, so the
+// counters are zero between launches (they start zeroed) and a captured
+// graph replays. The merge reads every partial from memory in split order
+// (its own too), so the result's bits do not depend on which block came
+// last.
+//
+// Output gate (attention_gate): with gate != null the output is multiplied
+// by softplus of the gate as it is written (gate_of in gate.cu): gate rows
+// [G] ldg elements apart, one per token, G == nh per head, nh*d per element.
 //
 // Batched decode (continuous batching): grid z holds rows x head blocks;
 // row r is token r of the step, at position pos[r], in sequence slot
@@ -114,12 +124,94 @@ __device__ __forceinline__ void dec_st4(float* p, const float* f) {
 // dec_pitch is the K tile's row pitch: d4 floats padded to 4 mod 32.
 __device__ __forceinline__ int dec_pitch(int d4) { return d4 + ((36 - (d4 & 31)) & 31); }
 
+// dec_write stores this warp's head of the output, o[i][e] being channel
+// 4*(lane+32i)+e, times its gate (gr: the token's gate row, or null).
+template <typename T, int NCH>
+__device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int lane, int d, int nh, int h,
+                                          const T* gr, int G) {
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int c = 4 * (lane + 32 * i) + e;
+      if (c < d) out[(long long)h * d + c] = from_f32<T>(o[i][e] * gate_of(gr, nh, d, G, h, c));
+    }
+}
+
+// dec_merge merges the nsplit partials of query head h (part_acc [nsplit][nh][d],
+// part_ml [nsplit][nh][2], this row's) in split order, as one warp: the
+// splits' maxima and sums give weights exp(m_s - M) (0 for an empty split)
+// and the denominator, held by the lanes a split each and broadcast by
+// shuffles; o gets this lane's channels of sum_s w_s acc_s / den. Loads
+// bypass L1 (other blocks wrote the partials during this launch); VEC4
+// (d a multiple of 4) reads 4 channels at once. Unrolled over splits, so
+// several loads are in flight (the merge is latency bound; 4 keeps the
+// kernel at the registers of its key loop).
+template <int NCH, bool VEC4>
+__device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_acc, const float* part_ml, int nsplit,
+                                          int nh, int d, int h, int lane) {
+  long long mstride = (long long)nh * 2, astride = (long long)nh * d;
+  const float* ml = part_ml + (long long)h * 2;
+  const float* pa = part_acc + (long long)h * d;
+  float M = ATT_NEG_INF;
+  for (int s = lane; s < nsplit; s += 32)
+    if (__ldcg(ml + s * mstride + 1) > 0.f) M = fmaxf(M, __ldcg(ml + s * mstride));
+  M = att_warp_max(M);
+  float den = 0.f;
+  for (int s = lane; s < nsplit; s += 32) {
+    float ls = __ldcg(ml + s * mstride + 1);
+    den += ls > 0.f ? expf(__ldcg(ml + s * mstride) - M) * ls : 0.f;
+  }
+  den = att_warp_sum(den);
+  float num[NCH][4];
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) num[i][e] = 0.f;
+  for (int s0 = 0; s0 < nsplit; s0 += 32) {
+    float wl = 0.f;
+    if (s0 + lane < nsplit) {
+      float ls = __ldcg(ml + (s0 + lane) * mstride + 1);
+      wl = ls > 0.f ? expf(__ldcg(ml + (s0 + lane) * mstride) - M) : 0.f;
+    }
+    int ns = min(32, nsplit - s0);
+#pragma unroll 4
+    for (int j = 0; j < ns; j++) {
+      float w = __shfl_sync(0xffffffffu, wl, j);
+      const float* ps = pa + (s0 + j) * astride;
+#pragma unroll
+      for (int i = 0; i < NCH; i++) {
+        int c = 4 * (lane + 32 * i);
+        if (VEC4) {
+          if (c < d) {
+            float4 a = __ldcg(reinterpret_cast<const float4*>(ps + c));
+            num[i][0] += w * a.x;
+            num[i][1] += w * a.y;
+            num[i][2] += w * a.z;
+            num[i][3] += w * a.w;
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            if (c + e < d) num[i][e] += w * __ldcg(ps + c + e);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[i][e] = num[i][e] / den;
+}
+
 template <typename T, int NCH>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
                 const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
-                T* out, float* part_acc, float* part_ml) {
+                const T* gate, long long ldg, int G, T* out, float* part_acc, float* part_ml,
+                unsigned int* counters) {
   extern __shared__ __align__(16) float dec_smem[];
+  __shared__ bool dec_last;
   const int VN = DecVec<T>::N;
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
@@ -129,7 +221,8 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   int row = blockIdx.z / zh, hz = blockIdx.z - row * zh;
   int g = hz * hb + warp;                  // this warp's head in the group
   bool active = g < group;                 // uniform per warp
-  // Row `row` of a batched step: its own query, keys, output, partials,
+  // Row `row` of a batched step: its own query, keys, output, gate,
+  // partials (offset after the key loop, which need not hold them),
   // position and sequence slot (seq null: every row is slot 0).
   int sq = seq ? seq[row] : 0;
   q += (long long)row * nh * d;
@@ -139,13 +232,10 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     vx += (long long)row * nkv * d;
   }
   pos += row;
-  if (nsplit > 1) {
-    part_acc += (long long)row * nsplit * nh * d;
-    part_ml += (long long)row * nsplit * nh * 2;
-  }
-  if (sq < 0) {  // a bucket's padding row: no cache, zero output
-    if (nsplit == 1 && active)
-      for (int c = lane; c < d; c += 32) out[(long long)(kvh * group + g) * d + c] = from_f32<T>(0.f);
+  long long head = (long long)kvh * group + g;
+  if (sq < 0) {  // a bucket's padding row: no cache, zero output (written by split 0)
+    if (split == 0 && active)
+      for (int c = lane; c < d; c += 32) out[head * d + c] = from_f32<T>(0.f);
     return;
   }
   kc += (long long)sq * seq_stride;
@@ -154,7 +244,6 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   float* qs = dec_smem;                    // [hb][d4]
   float* Ks = qs + hb * d4;                // [DEC_TILE][kp]
   float* Vs = Ks + DEC_TILE * kp;          // [DEC_TILE][d4]
-  long long head = (long long)kvh * group + g;
 
   // q first: it does not wait for pos.
   for (int c = lane; c < d4; c += 32) qs[warp * d4 + c] = active && c < d ? to_f32(q[head * d + c]) : 0.f;
@@ -294,78 +383,54 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
       }
     }
   }
-  if (!active) return;
-
+  if (gate) gate += (long long)row * ldg;
   if (nsplit == 1) {
+    if (!active) return;
     float inv = 1.f / l;
+#pragma unroll
+    for (int i = 0; i < NCH; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] *= inv;
+    dec_write<T, NCH>(out, acc, lane, d, nh, (int)head, gate, G);
+    return;
+  }
+  // Partials: part_acc [nsplit][nh][d], part_ml [nsplit][nh][2] (max, sum).
+  // An empty split (short contexts) writes max -inf, sum 0, acc 0.
+  part_acc += (long long)row * nsplit * nh * d;
+  part_ml += (long long)row * nsplit * nh * 2;
+  if (active) {
+    long long ph = (long long)split * nh + head;
 #pragma unroll
     for (int i = 0; i < NCH; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int c = 4 * (lane + 32 * i) + e;
-        if (c < d) out[head * d + c] = from_f32<T>(acc[i][e] * inv);
+        if (c < d) part_acc[ph * d + c] = acc[i][e];
       }
-    return;
-  }
-  // Partials: part_acc [nsplit][nh][d], part_ml [nsplit][nh][2] (max, sum).
-  // An empty split (short contexts) writes max -inf, sum 0, acc 0.
-  long long ph = (long long)split * nh + head;
-#pragma unroll
-  for (int i = 0; i < NCH; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      int c = 4 * (lane + 32 * i) + e;
-      if (c < d) part_acc[ph * d + c] = acc[i][e];
+    if (lane == 0) {
+      part_ml[ph * 2] = m;
+      part_ml[ph * 2 + 1] = l;
     }
-  if (lane == 0) {
-    part_ml[ph * 2] = m;
-    part_ml[ph * 2 + 1] = l;
   }
-}
-
-// Merges the nsplit partials of every query head: grid (nh, rows), any block size
-// of whole warps. Warp 0 turns the splits' maxima and sums into weights
-// exp(m_s - M) (0 for an empty split) in shared memory (nsplit + 1 floats:
-// the weights, then the denominator); then a thread per channel sums.
-template <typename T>
-__global__ void attn_decode_combine(int nh, int d, int nsplit, const int* __restrict__ seq, const float* part_acc,
-                                    const float* part_ml, T* out) {
-  extern __shared__ float cmb_w[];
-  int h = blockIdx.x, row = blockIdx.y;
-  part_acc += (long long)row * nsplit * nh * d;
-  part_ml += (long long)row * nsplit * nh * 2;
-  out += (long long)row * nh * d;
-  if (seq && seq[row] < 0) {  // padding row
-    for (int c = threadIdx.x; c < d; c += blockDim.x) out[(long long)h * d + c] = from_f32<T>(0.f);
-    return;
-  }
-  if (threadIdx.x < 32) {
-    int lane = threadIdx.x;
-    float M = ATT_NEG_INF;
-    for (int s = lane; s < nsplit; s += 32) {
-      long long o = ((long long)s * nh + h) * 2;
-      if (part_ml[o + 1] > 0.f) M = fmaxf(M, part_ml[o]);
-    }
-    M = att_warp_max(M);
-    float den = 0.f;
-    for (int s = lane; s < nsplit; s += 32) {
-      long long o = ((long long)s * nh + h) * 2;
-      float ls = part_ml[o + 1];
-      float e = ls > 0.f ? expf(part_ml[o] - M) : 0.f;
-      cmb_w[s] = e;
-      den += e * ls;
-    }
-    den = att_warp_sum(den);
-    if (lane == 0) cmb_w[nsplit] = den;
+  // Publish the partials, then count this block done; the last one of the
+  // group merges (and returns the counter to 0 for the next launch).
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned int* cnt = counters + (long long)blockIdx.z * nkv + kvh;
+    bool last = atomicAdd(cnt, 1u) == (unsigned int)nsplit - 1;
+    if (last) *cnt = 0u;
+    dec_last = last;
   }
   __syncthreads();
-  float den = cmb_w[nsplit];
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float num = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < nsplit; s++) num += cmb_w[s] * part_acc[((long long)s * nh + h) * d + c];
-    out[(long long)h * d + c] = from_f32<T>(num / den);
-  }
+  if (!dec_last || !active) return;
+  __threadfence();
+  float o[NCH][4];
+  if ((d & 3) == 0)
+    dec_merge<NCH, true>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
+  else
+    dec_merge<NCH, false>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
+  dec_write<T, NCH>(out, o, lane, d, nh, (int)head, gate, G);
 }
 
 // ---------------------------------------------------------------------------
@@ -384,6 +449,9 @@ __global__ void attn_decode_combine(int nh, int d, int nsplit, const int* __rest
 // register tiles, output rows 8 per warp with DCH channel chunks of 32 per
 // lane (d <= 32*DCH).
 //
+// With gate != null the output is multiplied by the output gate as it is
+// written (attention_gate), as in attn_decode.
+//
 // Dynamic shared memory (floats, dp = 32*DCH): Q [BQ][dp+1], K [BK][dp+1],
 // V [BK][dp], S [BQ][BK+1], and 4*BQ for row max, sum, rescale, position.
 
@@ -397,7 +465,8 @@ __global__ void __launch_bounds__(128) attn_prefill(int ntok, int nh, int nkv, i
                                                     const T* __restrict__ k, const T* __restrict__ v,
                                                     long long ldkv, const T* __restrict__ kc,
                                                     const T* __restrict__ vc, T* __restrict__ out,
-                                                    long long ldo) {
+                                                    long long ldo, const T* __restrict__ gate, long long ldg,
+                                                    int G) {
   const int dp = 32 * DCH;
   extern __shared__ float pf_smem[];
   float* Qs = pf_smem;                  // [BQ][dp+1]
@@ -554,10 +623,11 @@ __global__ void __launch_bounds__(128) attn_prefill(int ntok, int nh, int nkv, i
     if (r < nr) {
       int row = r0 + r, t = row / group, h = kvh * group + row % group;
       float inv = 1.f / rl[r];
+      const T* gr = gate ? gate + t * ldg : nullptr;
 #pragma unroll
       for (int i = 0; i < DCH; i++) {
         int c = lane + 32 * i;
-        if (c < d) out[t * ldo + (long long)h * d + c] = from_f32<T>(o[rr][i] * inv);
+        if (c < d) out[t * ldo + (long long)h * d + c] = from_f32<T>(o[rr][i] * inv * gate_of(gr, nh, d, G, h, c));
       }
     }
   }

@@ -22,6 +22,10 @@
 // stores); VEC = 0 loads and stores element by element (fused QKV rows of
 // odd length) with the same arithmetic.
 //
+// With gate != null the output is multiplied by the output gate as it is
+// written (attention_gate; gate_of in gate.cu): gate rows [G] ldg elements
+// apart, one per token.
+//
 // Shared memory (bf16, rows padded to D+8 elements: an odd number of
 // 16-byte units, so ldmatrix's eight rows fall in distinct banks):
 // Q [BQ][D+8], K [2][BK][D+8], V [2][BK][D+8]. exec/gpu mirrors FaCfg::SMEM.
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     attn_prefill_tc(int ntok, int nh, int nkv, int window, int slots, float scale, const int* __restrict__ pos,
                     const T* __restrict__ q, long long ldq, const T* __restrict__ k, const T* __restrict__ v,
                     long long ldkv, const T* __restrict__ kc, const T* __restrict__ vc, T* __restrict__ out,
-                    long long ldo) {
+                    long long ldo, const T* __restrict__ gate, long long ldg, int G) {
   static_assert(sizeof(T) == 2, "attn_prefill_tc is for bf16");
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
   using Cfg = FaCfg<D>;
@@ -293,18 +297,25 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   }
   fa_wait<0>();
 
-  // Normalise and stage this warp's 16 rows in its own part of Qs (only
-  // this warp read those rows), then write whole rows.
+  // Normalise (times the output gate, if any) and stage this warp's 16
+  // rows in its own part of Qs (only this warp read those rows), then
+  // write whole rows.
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float tot = l[r];
     tot += __shfl_xor_sync(0xffffffffu, tot, 1);
     tot += __shfl_xor_sync(0xffffffffu, tot, 2);
     const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
-    unsigned short* dst = Qs + (warp * 16 + g + 8 * r) * P + 2 * tq;
+    const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
+    const T* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
+    const int h = kvh * group + row % group;
+    unsigned short* dst = Qs + rr * P + 2 * tq;
 #pragma unroll
-    for (int db = 0; db < DB; db++)
-      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o[db][2 * r] * inv, o[db][2 * r + 1] * inv);
+    for (int db = 0; db < DB; db++) {
+      const int c = db * 8 + 2 * tq;
+      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o[db][2 * r] * inv * gate_of(gr, nh, D, G, h, c),
+                                                           o[db][2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
+    }
   }
   __syncwarp();
   for (int i = lane; i < 16 * CH; i += 32) {

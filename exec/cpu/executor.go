@@ -132,23 +132,27 @@ var preparers = map[string]func(e *Executor, n *ir.Node) error{
 	// rope and norm_rope: the rotary table of the node's parameters.
 	"rope":      prepareRoPE,
 	"norm_rope": prepareRoPE,
-	// attention: the layer's KV cache.
-	"attention": func(e *Executor, n *ir.Node) error {
-		k := n.Inputs[1].Type.Shape
-		if len(k) != 3 || !k[1].IsConst() || !k[2].IsConst() {
-			return fmt.Errorf("attention keys must be [T,nkv,d] with constant nkv, d, got %v", k)
-		}
-		layer := n.AttrInt("layer")
-		if _, dup := e.kv[layer]; dup {
-			return fmt.Errorf("two attention nodes use KV cache %d", layer)
-		}
-		// Checked here so that a bad shape fails at load time.
-		if _, err := NewKVCache(k[1].N, k[2].N, n.AttrInt("window"), e.maxPos); err != nil {
-			return err
-		}
-		e.kv[layer] = kvShape{k[1].N, k[2].N, n.AttrInt("window")}
-		return nil
-	},
+	// attention and attention_gate: the layer's KV cache.
+	"attention":      prepareAttention,
+	"attention_gate": prepareAttention,
+}
+
+// prepareAttention makes the KV cache of an attention node's layer.
+func prepareAttention(e *Executor, n *ir.Node) error {
+	k := n.Inputs[1].Type.Shape
+	if len(k) != 3 || !k[1].IsConst() || !k[2].IsConst() {
+		return fmt.Errorf("attention keys must be [T,nkv,d] with constant nkv, d, got %v", k)
+	}
+	layer := n.AttrInt("layer")
+	if _, dup := e.kv[layer]; dup {
+		return fmt.Errorf("two attention nodes use KV cache %d", layer)
+	}
+	// Checked here so that a bad shape fails at load time.
+	if _, err := NewKVCache(k[1].N, k[2].N, n.AttrInt("window"), e.maxPos); err != nil {
+		return err
+	}
+	e.kv[layer] = kvShape{k[1].N, k[2].N, n.AttrInt("window")}
+	return nil
 }
 
 // Pos returns the next position Forward expects (the tokens seen so far).

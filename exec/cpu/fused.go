@@ -133,6 +133,22 @@ func NormRoPE(out, x, w []float32, pos []int32, T, n, d int, eps float32, tab *p
 	return nil
 }
 
+// AttentionGate computes out = softplus_gate(attention(q, k, v, pos), g):
+// BatchAttention over the seqs' caches (appending k and v), then the
+// output gate with g [T,G] (G = nh per head, nh*d per element) on out in
+// place, bitwise the two ops in turn. The gate is checked before the
+// caches change.
+func AttentionGate(out, q, k, v, g []float32, pos []int32, T, nh, nkv, d, G, window int, scale float32, seqs []AttnSeq) error {
+	if err := checkSoftplusGate(out, out, g, T, nh, d, G); err != nil {
+		return fmt.Errorf("cpu.AttentionGate: %w", err)
+	}
+	if err := BatchAttention(out, q, k, v, pos, T, nh, nkv, d, window, scale, seqs); err != nil {
+		return fmt.Errorf("cpu.AttentionGate: %w", err)
+	}
+	softplusGate(out, out, g, T, nh, d, G)
+	return nil
+}
+
 // MatMulAdd computes y = r + x w^T for x [T,K], w [N,K], r and y [T,N]; y
 // may be r itself (the GEMM epilogue accumulating into the residual). It
 // equals MatMul then Add bitwise.

@@ -169,6 +169,82 @@ func TestNormRoPEHandComputed(t *testing.T) {
 	}
 }
 
+// TestAttentionGateEqualsComposition: AttentionGate gives bitwise the
+// outputs of BatchAttention then SoftplusGate and leaves the caches the
+// same, over steps of a sequence (a prefill chunk, then decode rows) and a
+// batched step of two sequences, per-head and per-element gates (gates
+// past softplus's threshold of 20 included), full and sliding layers.
+func TestAttentionGateEqualsComposition(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		nh, nkv, d     int
+		window, perEl  int
+		chunks         []int
+		batchOfTwoRows bool
+	}{
+		{"full-gqa6-per-head", 12, 2, 8, 0, 0, []int{5, 1, 1}, false},
+		{"sliding-gqa9-per-head", 9, 1, 16, 4, 0, []int{7, 1, 1, 1}, false},
+		{"sliding-per-element", 4, 2, 6, 3, 1, []int{2, 1, 1, 1, 1}, false},
+		{"full-per-element-batched", 6, 3, 4, 0, 1, []int{3}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			G := tc.nh
+			if tc.perEl == 1 {
+				G = tc.nh * tc.d
+			}
+			scale := float32(1 / math.Sqrt(float64(tc.d)))
+			newCaches := func(n int) []*KVCache {
+				cs := make([]*KVCache, n)
+				for i := range cs {
+					c, err := NewKVCache(tc.nkv, tc.d, tc.window, 64)
+					mustTB(t, err)
+					cs[i] = c
+				}
+				return cs
+			}
+			seqs := 1
+			if tc.batchOfTwoRows {
+				seqs = 2
+			}
+			fused, unfused := newCaches(seqs), newCaches(seqs)
+			next := 0
+			for step, T := range tc.chunks {
+				rows := T * seqs
+				q := randSlice(uint64(10*step+1), rows*tc.nh*tc.d, 2)
+				k := randSlice(uint64(10*step+2), rows*tc.nkv*tc.d, 2)
+				v := randSlice(uint64(10*step+3), rows*tc.nkv*tc.d, 1)
+				g := randSlice(uint64(10*step+4), rows*G, 12) // some past 20 after the shift
+				for i := range g {
+					g[i] += 6
+				}
+				pos := make([]int32, rows)
+				for i := range pos {
+					pos[i] = int32(next + i%T)
+				}
+				run := func(cs []*KVCache) []AttnSeq {
+					var as []AttnSeq
+					for _, c := range cs {
+						as = append(as, AttnSeq{Rows: T, Cache: c})
+					}
+					return as
+				}
+				want := make([]float32, rows*tc.nh*tc.d)
+				mustTB(t, BatchAttention(want, q, k, v, pos, rows, tc.nh, tc.nkv, tc.d, tc.window, scale, run(unfused)))
+				mustTB(t, SoftplusGate(want, want, g, rows, tc.nh, tc.d, G))
+				got := make([]float32, len(want))
+				mustTB(t, AttentionGate(got, q, k, v, g, pos, rows, tc.nh, tc.nkv, tc.d, G, tc.window, scale, run(fused)))
+				requireBitwise(t, fmt.Sprintf("step %d", step), got, want)
+				next += T
+			}
+			for i := range fused {
+				if fused[i].Len() != unfused[i].Len() {
+					t.Fatalf("cache %d holds %d positions, the composition's %d", i, fused[i].Len(), unfused[i].Len())
+				}
+			}
+		})
+	}
+}
+
 // moeCase is one MoE layer: routed stacks, a shared expert of the same
 // width, router output and a residual.
 type moeCase struct {
@@ -323,6 +399,10 @@ func TestFusedKernelErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cache, err := NewKVCache(1, 4, 0, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		err  error
@@ -338,11 +418,17 @@ func TestFusedKernelErrors(t *testing.T) {
 		{"norm_rope pos", NormRoPE(x, x, w[:4], []int32{0}, 2, 1, 4, 1e-6, tab), "pos has 1 elements, want 2"},
 		{"norm_rope negative pos", NormRoPE(x, x, w[:4], []int32{0, -1}, 2, 1, 4, 1e-6, tab), "position -1"},
 		{"norm_rope rotary", NormRoPE(x, x, w[:2], []int32{0, 1, 2, 3}, 4, 1, 2, 1e-6, tab), "rotary width 4"},
+		{"attention_gate width", AttentionGate(x, x, x[:4], x[:4], x[:3], []int32{0}, 1, 2, 1, 4, 3, 0, 1, []AttnSeq{{Rows: 1, Cache: cache}}), "gate width 3"},
+		{"attention_gate gate length", AttentionGate(x, x, x[:4], x[:4], x[:1], []int32{0}, 1, 2, 1, 4, 2, 0, 1, []AttnSeq{{Rows: 1, Cache: cache}}), "g has 1 elements"},
+		{"attention_gate cache", AttentionGate(x, x, x[:4], x[:4], x[:2], []int32{0}, 1, 2, 1, 4, 2, 0, 1, nil), "cpu.AttentionGate"},
 	}
 	for _, c := range cases {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.name, c.err, c.want)
 		}
+	}
+	if cache.Len() != 0 {
+		t.Errorf("a refused attention_gate appended %d positions to the cache", cache.Len())
 	}
 	c := newMoECase(t, 2, 4, 3, 5, 2, false)
 	m, out := c.grouped(false, false, false, false)
@@ -392,6 +478,9 @@ func FuzzFusedKernelShapes(f *testing.F) {
 				pos[i] = p + int32(i)
 			}
 			_ = NormRoPE(y, x, w, pos, A, B, C, 1e-6, tab)
+		}
+		if cache, err := NewKVCache(max(D, 1), max(C, 1)%64, int(sh)&7, 64); err == nil {
+			_ = AttentionGate(y, x, w, w, y, ids[:min(len(ids), max(A, 0))], A, B, D, C, int(lc)%7, int(sh)&7, 1, []AttnSeq{{Rows: A, Cache: cache}})
 		}
 		for _, fused := range []bool{false, true} {
 			wm := MatrixF32(w, len(w)/max(B, 1), B)

@@ -9,6 +9,15 @@ import (
 // x is [T,nh,d]; g is [T,G] with G = nh (per-head: one gate per head,
 // broadcast over its d channels) or G = nh*d (per-element). out may alias x.
 func SoftplusGate(out, x, g []float32, T, nh, d, G int) error {
+	if err := checkSoftplusGate(out, x, g, T, nh, d, G); err != nil {
+		return err
+	}
+	softplusGate(out, x, g, T, nh, d, G)
+	return nil
+}
+
+// checkSoftplusGate checks SoftplusGate's arguments.
+func checkSoftplusGate(out, x, g []float32, T, nh, d, G int) error {
 	if err := checkDims("SoftplusGate", dim{"T", T}, dim{"nh", nh}, dim{"d", d}); err != nil {
 		return err
 	}
@@ -21,9 +30,11 @@ func SoftplusGate(out, x, g []float32, T, nh, d, G int) error {
 	if err := checkLen("SoftplusGate", "g", len(g), T, G); err != nil {
 		return err
 	}
-	if err := checkLen("SoftplusGate", "out", len(out), T, nh, d); err != nil {
-		return err
-	}
+	return checkLen("SoftplusGate", "out", len(out), T, nh, d)
+}
+
+// softplusGate is SoftplusGate on checked arguments.
+func softplusGate(out, x, g []float32, T, nh, d, G int) {
 	perHead := G == nh && G != nh*d // d == 1 makes the two the same
 	for t := 0; t < T; t++ {
 		xr := x[t*nh*d : (t+1)*nh*d]
@@ -42,7 +53,6 @@ func SoftplusGate(out, x, g []float32, T, nh, d, G int) error {
 			or[c] = xr[c] * Softplus(gr[c])
 		}
 	}
-	return nil
 }
 
 // Softplus is log(1 + exp(x)) as torch computes it with beta 1 and threshold

@@ -144,6 +144,12 @@ var kernels = map[string]kernel{
 		return BatchAttention(o.out[0], o.f[0], o.f[1], o.f[2], o.i[3], x[0], x[1], o.sh[1][1], x[2],
 			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.attnSeqs(n.AttrInt("layer")))
 	},
+	"attention_gate": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
+		x := o.sh[0]
+		g := o.sh[4]
+		return AttentionGate(o.out[0], o.f[0], o.f[1], o.f[2], o.f[4], o.i[3], x[0], x[1], o.sh[1][1], x[2], g[len(g)-1],
+			n.AttrInt("window"), float32(n.AttrFloat("scale")), e.attnSeqs(n.AttrInt("layer")))
+	},
 	"softplus_gate": func(e *Executor, n *ir.Node, env ir.Env, o *operands) error {
 		x := o.sh[0]
 		if len(x) != 3 {

@@ -27,38 +27,76 @@ func PrefillFFMA() bool { return !prefillTC }
 func (k *Kernels) DecodeSplits(c KVLayer) int { return lower.DecodeSplits(c.Slots, c.NKV, k.SMs()) }
 
 // DecodeWorkspaceBytes is the workspace AttentionDecode needs for nh query
-// heads (0 when it does not split).
+// heads (0 when it does not split): the blocks' counters, then the
+// splits' partial results. Zero it once before the first call; every call
+// leaves the counters zero.
 func (k *Kernels) DecodeWorkspaceBytes(c KVLayer, nh int) int64 {
-	return lower.DecodeWorkspace(k.DecodeSplits(c), nh, c.HeadDim)
+	return decodeWorkspaceBytes(k.DecodeSplits(c), c, nh)
+}
+
+func decodeWorkspaceBytes(nsplit int, c KVLayer, nh int) int64 {
+	if nsplit <= 1 {
+		return 0
+	}
+	return decodeCountersBytes(c, nh) + lower.DecodeWorkspace(nsplit, nh, c.HeadDim)
+}
+
+// decodeCountersBytes is the counters' part of a decode workspace, 16-byte
+// aligned.
+func decodeCountersBytes(c KVLayer, nh int) int64 {
+	return (lower.DecodeCounters(1, nh, c.NKV) + 15) &^ 15
+}
+
+// Gate is an attention output gate for the attention launchers: the output
+// is multiplied by softplus of the gates at G, one row of Width per token,
+// LD elements apart (0: Width); Width nh is a gate per head, nh*d one per
+// channel. The zero Gate is no gate.
+type Gate struct {
+	G         cuda.DevicePtr
+	Width, LD int
+}
+
+func (g Gate) lower() lower.OutputGate {
+	return lower.OutputGate{Gate: ptr(g.G), G: g.Width, LDG: g.LD}
 }
 
 // AttentionDecode is the decode step's attention (one token): q [nh, d]
 // (contiguous heads; the start of a fused QKV row will do) attends over the
 // cache, which already holds this step's k and v at the position in pos
 // (one int32, device memory; see KVAppend), writing out [nh, d]. ws is a
-// workspace of DecodeWorkspaceBytes (may be 0 when that is 0). scale is
-// usually 1/sqrt(d).
+// workspace of DecodeWorkspaceBytes, zeroed before its first use (may be 0
+// when that is 0). scale is usually 1/sqrt(d).
 func (k *Kernels) AttentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
-	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, ws, 0)
+	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, Gate{}, ws, 0)
 }
 
-// AttentionDecodeAppend is KVAppend and AttentionDecode in one launch (and
-// the combine): kx and vx are this token's key and value rows [NKV, d]
-// (contiguous), written into the cache at the position in pos by the
-// attention kernel itself, which reads that key from them.
+// AttentionDecodeAppend is KVAppend and AttentionDecode in one launch:
+// kx and vx are this token's key and value rows [NKV, d] (contiguous),
+// written into the cache at the position in pos by the attention kernel
+// itself, which reads that key from them.
 func (k *Kernels) AttentionDecodeAppend(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
+	return k.AttentionDecodeGate(s, dt, c, out, q, kx, vx, pos, nh, scale, Gate{}, ws)
+}
+
+// AttentionDecodeGate is AttentionDecodeAppend with the output gate g
+// applied as the output is written (attention_gate at decode).
+func (k *Kernels) AttentionDecodeGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, g Gate, ws cuda.DevicePtr) error {
 	if kx == 0 || vx == 0 {
 		return errNull("AttentionDecodeAppend", "k and v rows")
 	}
-	return k.attentionDecode(s, dt, c, out, q, kx, vx, pos, nh, scale, ws, 0)
+	return k.attentionDecode(s, dt, c, out, q, kx, vx, pos, nh, scale, g, ws, 0)
 }
 
 // attentionDecode runs with an explicit split count, or DecodeSplits(c)
 // when nsplit is 0 (tests force both paths).
-func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr, nsplit int) error {
-	return k.on(s).all(lower.AttentionDecode(lower.AttentionDecodeArgs{DType: dt.String(), Cache: c.cache(),
-		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), Pos: ptr(pos), NH: nh, Scale: scale, Workspace: ptr(ws),
-		Splits: nsplit, SMs: k.SMs()}))
+func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, g Gate, ws cuda.DevicePtr, nsplit int) error {
+	a := lower.AttentionDecodeArgs{DType: dt.String(), Cache: c.cache(),
+		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), Pos: ptr(pos), NH: nh, Scale: scale, Gate: g.lower(),
+		Splits: nsplit, SMs: k.SMs()}
+	if ws != 0 {
+		a.Counters, a.Workspace = ptr(ws), ptr(ws.Add(decodeCountersBytes(c, nh)))
+	}
+	return k.on(s).all(lower.AttentionDecode(a))
 }
 
 // AttentionPrefill is a prefill chunk's attention: T queries q [T, nh, d]
@@ -70,7 +108,13 @@ func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx,
 // Key tiles wholly outside a query tile's window are skipped. Afterwards
 // store the chunk: KVAppend (linear) or KVCompactRing (ring).
 func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32) error {
+	return k.AttentionPrefillGate(s, dt, c, out, q, kx, vx, ldq, ldkv, pos, T, nh, scale, Gate{})
+}
+
+// AttentionPrefillGate is AttentionPrefill with the output gate g applied
+// as the output is written (attention_gate in a prefill chunk).
+func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		FFMA: !prefillTC}))
+		Gate: g.lower(), FFMA: !prefillTC}))
 }

@@ -25,9 +25,13 @@ type attnRig struct {
 	ref                      *cpu.KVCache
 	c                        KVLayer
 	qkv, out, pos, ws        cuda.DevicePtr
-	wsSplits                 int
 	next                     int // next position
 	r                        *rand.Rand
+	// G > 0 gates every step's output (attention_gate): G gates a token,
+	// nh (per head) or nh*d (per element), rows G+3 elements apart at gate.
+	G    int
+	gate cuda.DevicePtr
+	g    []float32 // the last inputs' gates [T, G]
 }
 
 // attnRigMaxSplits bounds the decode split counts the rig's workspace fits.
@@ -50,8 +54,30 @@ func newAttnRig(t *testing.T, k *Kernels, s *cuda.Stream, dt cuda.DType, nh, nkv
 	a.qkv = alloc(t, k, int64(maxT*a.ld()*dt.Size()))
 	a.out = alloc(t, k, int64(maxT*nh*d*dt.Size()))
 	a.pos = alloc(t, k, int64(4*maxT))
-	a.ws = alloc(t, k, lower.DecodeWorkspace(attnRigMaxSplits, nh, d))
+	wsBytes := decodeWorkspaceBytes(attnRigMaxSplits, a.c, nh)
+	a.ws = alloc(t, k, wsBytes)
+	if err := s.Memset8(a.ws, 0, max(wsBytes, 4)); err != nil { // the counters start at zero
+		t.Fatal(err)
+	}
 	return a
+}
+
+// withGate makes every later step apply an output gate of G gates a token.
+func (a *attnRig) withGate(G int) *attnRig {
+	a.G = G
+	a.gate = alloc(a.t, a.k, int64(a.maxT*a.ldg()*a.dt.Size()))
+	return a
+}
+
+// ldg is the gate rows' stride: 3 spare values, as a fused row has others.
+func (a *attnRig) ldg() int { return a.G + 3 }
+
+// gateGPU is the rig's gate for the launchers (none when G is 0).
+func (a *attnRig) gateGPU() Gate {
+	if a.G == 0 {
+		return Gate{}
+	}
+	return Gate{G: a.gate, Width: a.G, LD: a.ldg()}
 }
 
 // ld is the fused QKV row: q heads, k heads, v heads, and 3 spare values
@@ -81,6 +107,15 @@ func (a *attnRig) inputs(T int) (q, kk, vv []float32, pos []int32) {
 		copy(buf[tk*ld+qd+kd:], vv[tk*kd:(tk+1)*kd])
 	}
 	a.uploadTo(a.qkv, buf)
+	if a.G > 0 {
+		// Gates spread to +-25: both sides of softplus's threshold at 20.
+		a.g = roundTo(a.dt, randF32(a.r, T*a.G, 25))
+		gbuf := make([]float32, T*a.ldg())
+		for tk := 0; tk < T; tk++ {
+			copy(gbuf[tk*a.ldg():], a.g[tk*a.G:(tk+1)*a.G])
+		}
+		a.uploadTo(a.gate, gbuf)
+	}
 	pos = make([]int32, T)
 	for i := range pos {
 		pos[i] = int32(a.next + i)
@@ -116,14 +151,20 @@ func (a *attnRig) kvPtrs() (qp, kp, vp cuda.DevicePtr) {
 	return a.qkv, a.qkv.Add(int64(a.nh*a.d) * es), a.qkv.Add(int64((a.nh+a.nkv)*a.d) * es)
 }
 
-// reference runs cpu.Attention with the rig's cache; nh may differ from
-// the rig's (the cache does not depend on it) to fill history cheaply.
+// reference runs cpu.Attention with the rig's cache, then the rig's gate;
+// nh may differ from the rig's (the cache does not depend on it) to fill
+// history cheaply, ungated.
 func (a *attnRig) reference(q, kk, vv []float32, pos []int32, nh int) []float32 {
 	a.t.Helper()
 	T := len(pos)
 	want := make([]float32, T*nh*a.d)
 	if err := cpu.Attention(want, q, kk, vv, pos, T, nh, a.nkv, a.d, a.window, a.scale, a.ref); err != nil {
 		a.t.Fatal(err)
+	}
+	if a.G > 0 && nh == a.nh {
+		if err := cpu.SoftplusGate(want, want, a.g, T, nh, a.d, a.G); err != nil {
+			a.t.Fatal(err)
+		}
 	}
 	return want
 }
@@ -137,7 +178,7 @@ func (a *attnRig) prefill(T int) (got, want []float32) {
 	want = a.reference(q, kk, vv, pos, a.nh)
 	poison(t, a.s, a.out, int64(T*a.nh*a.d*a.dt.Size()))
 	qp, kp, vp := a.kvPtrs()
-	if err := a.k.AttentionPrefill(a.s, a.dt, a.c, a.out, qp, kp, vp, a.ld(), a.ld(), a.pos, T, a.nh, a.scale); err != nil {
+	if err := a.k.AttentionPrefillGate(a.s, a.dt, a.c, a.out, qp, kp, vp, a.ld(), a.ld(), a.pos, T, a.nh, a.scale, a.gateGPU()); err != nil {
 		t.Fatal(err)
 	}
 	a.store(kp, vp, T)
@@ -178,12 +219,12 @@ func (a *attnRig) decodeStep(nsplit int, fused bool) (got, want []float32) {
 	}
 	var err error
 	if fused {
-		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.ws, nsplit)
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit)
 	} else {
 		if err := a.k.KVAppend(a.s, a.dt, a.c, kp, vp, a.ld(), a.pos, 1); err != nil {
 			t.Fatal(err)
 		}
-		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, 0, 0, a.pos, a.nh, a.scale, a.ws, nsplit)
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, 0, 0, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +399,11 @@ func TestAttentionArgs(t *testing.T) {
 		{"head dim too big", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 1, HeadDim: 300, Slots: 4}, p, p, p, 1, 1, p)},
 		{"null q", k.AttentionDecode(nil, cuda.F32, good, p, 0, p, 4, 1, p)},
 		{"append null v", k.AttentionDecodeAppend(nil, cuda.F32, good, p, p, p, 0, p, 4, 1, p)},
-		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, p, lower.MaxSplits+1)},
+		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, lower.MaxSplits+1)},
+		{"gate width", k.AttentionDecodeGate(nil, cuda.F32, good, p, p, p, p, p, 4, 1, Gate{G: p, Width: 5}, p)},
+		{"gate stride", k.AttentionDecodeGate(nil, cuda.F32, good, p, p, p, p, p, 4, 1, Gate{G: p, Width: 4, LD: 3}, p)},
+		{"split without workspace", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, 0, 2)},
+		{"prefill gate width", k.AttentionPrefillGate(nil, cuda.F32, good, p, p, p, p, 0, 0, p, 3, 4, 1, Gate{G: p, Width: 63})},
 		{"ring slots", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 2, HeadDim: 16, Window: 4, Slots: 10}, p, p, p, 4, 1, p)},
 		{"null cache", k.AttentionPrefill(nil, cuda.F32, KVLayer{NKV: 2, HeadDim: 16, Slots: 10}, p, p, p, p, 0, 0, p, 3, 4, 1)},
 		{"prefill T 0", k.AttentionPrefill(nil, cuda.F32, good, p, p, p, p, 0, 0, p, 0, 4, 1)},

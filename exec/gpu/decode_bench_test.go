@@ -30,7 +30,8 @@ var decodeBaselineSrc string
 // tree replaced, "new" the current one; matmul_split compares q, k, v and
 // gate as four GEMVs with one GEMV over the concatenated weight, and
 // qk_norm_rope the four launches of the unfused q/k norms and ropes with
-// norm_rope's one. Reports microseconds per call.
+// norm_rope's one; attention compares the decode attention's forms (see
+// there). Reports microseconds per call.
 //
 //	./exec__gpu.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 5x
 func BenchmarkDecodeKernels(b *testing.B) {
@@ -240,9 +241,17 @@ func BenchmarkDecodeKernels(b *testing.B) {
 
 	// Attention at position 543: a sliding layer (72 heads, 512-slot ring)
 	// and a full one (48 heads, 546 slots, as lagc bench --ctx 512 sizes it).
+	// "old" is the pre-tuning kernel and its combine; "new" the current one
+	// launch (the last block of each kv head merges the splits); "gated"
+	// the same with the output gate applied (attention_gate), against
+	// "gate_separate", the current kernel then softplus_gate; "splits-N"
+	// the gated kernel forced to N splits, to choose DecodeSplits by.
 	oldAttn := old("attn_decode", cuda.BF16)
 	oldComb := old("attn_decode_combine", cuda.BF16)
 	ws := m.rand(4 << 20)
+	if err := s.Memset8(ws, 0, 8<<20); err != nil { // the split counters start at zero
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name       string
 		nh, window int
@@ -273,6 +282,27 @@ func BenchmarkDecodeKernels(b *testing.B) {
 			})
 			b.ReportMetric(float64(k.DecodeSplits(cache)), "splits")
 		})
+		gate := Gate{G: m.rand(c.nh), Width: c.nh}
+		b.Run(c.name+"/gate_separate", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				if err := k.AttentionDecodeAppend(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, ws); err != nil {
+					return err
+				}
+				return k.SoftplusGate(s, cuda.BF16, out, out, gate.G, 1, c.nh, d, c.nh, 0)
+			})
+		})
+		b.Run(c.name+"/gated", func(b *testing.B) {
+			decodeTime(b, s, func() error {
+				return k.AttentionDecodeGate(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, gate, ws)
+			})
+		})
+		for _, ns := range []int{1, 2, 4, 8, 16, 33} {
+			b.Run(fmt.Sprintf("%s/splits-%d", c.name, ns), func(b *testing.B) {
+				decodeTime(b, s, func() error {
+					return k.attentionDecode(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, gate, ws, ns)
+				})
+			})
+		}
 	}
 }
 

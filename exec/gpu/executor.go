@@ -76,6 +76,8 @@ type Executor struct {
 	tokens      cuda.DevicePtr // i32 [chunk]: the step's token ids
 	pos         cuda.DevicePtr // i32 [chunk]: their positions
 	seq         cuda.DevicePtr // i32 [chunk]: their sequence slots (batched decode)
+	sync        cuda.DevicePtr // counters (lower.BaseSync) of syncBytes, zeroed at allocation
+	syncBytes   int64
 	ropes       cuda.DevicePtr // plan.RopeBytes
 
 	decode, prefill *program
@@ -234,7 +236,8 @@ func (e *Executor) allocate() error {
 		}
 	}
 	const maxBytes = math.MaxInt64 / 4
-	for _, n := range []int64{p.Decode.Arena, p.Prefill.Arena, p.Decode.Workspace, p.Prefill.Workspace, p.Decode.Routes, p.Prefill.Routes, p.RopeBytes} {
+	for _, n := range []int64{p.Decode.Arena, p.Prefill.Arena, p.Decode.Workspace, p.Prefill.Workspace, p.Decode.Routes, p.Prefill.Routes,
+		p.Decode.Sync, p.Prefill.Sync, p.RopeBytes} {
 		if n < 0 || n > maxBytes {
 			return fmt.Errorf("the plan asks for a region of %d bytes", n)
 		}
@@ -251,14 +254,21 @@ func (e *Executor) allocate() error {
 	if e.ropes, err = e.alloc(p.RopeBytes); err != nil {
 		return fmt.Errorf("rope tables (%d bytes): %w", p.RopeBytes, err)
 	}
+	// Tokens, positions, sequence slots and the counters, all zeroed: the
+	// kernels that use the counters leave them zero.
 	n := int64(max(p.Prefill.Tokens, 1))
-	io, err := e.alloc(3 * align(4*n))
+	e.syncBytes = align(max(p.Decode.Sync, p.Prefill.Sync))
+	ioBytes := 3*align(4*n) + e.syncBytes
+	io, err := e.alloc(ioBytes)
 	if err != nil {
 		return err
 	}
 	e.tokens, e.pos, e.seq = io, io.Add(align(4*n)), io.Add(2*align(4*n))
+	if e.syncBytes > 0 {
+		e.sync = io.Add(3 * align(4*n))
+	}
 	e.batch.init(p)
-	return e.q.Memset32(io, 0, 3*align(4*n)/4)
+	return e.q.Memset32(io, 0, ioBytes/4)
 }
 
 func align(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }

@@ -71,8 +71,13 @@ type kernelKey struct {
 var compiled sync.Map // kernelKey -> *cuda.Kernel
 
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
-// matmul.cu's tensor-core pieces.
-var sourceDeps = map[string][]string{"moe.cu": {"matmul.cu"}}
+// matmul.cu's tensor-core pieces, the attention kernels gate.cu's output
+// gate.
+var sourceDeps = map[string][]string{
+	"moe.cu":                  {"matmul.cu"},
+	"attention.cu":            {"gate.cu"},
+	"attention_prefill_tc.cu": {"gate.cu"},
+}
 
 // source is the text NVRTC compiles for file: its dependencies, then the
 // file, each keeping its own line numbers in diagnostics.

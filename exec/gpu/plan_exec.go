@@ -84,6 +84,8 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 		p = e.pos
 	case lower.BaseSeq:
 		p = e.seq
+	case lower.BaseSync:
+		p = e.sync
 	case lower.BaseRope:
 		p = e.ropes
 	default:

@@ -102,6 +102,7 @@ func (e *Executor) regions() []region {
 		{lower.BaseTokens, e.tokens, align(4 * int64(max(p.Prefill.Tokens, 1)))},
 		{lower.BasePos, e.pos, align(4 * int64(max(p.Prefill.Tokens, 1)))},
 		{lower.BaseSeq, e.seq, align(4 * int64(max(p.Prefill.Tokens, 1)))},
+		{lower.BaseSync, e.sync, e.syncBytes},
 		{lower.BaseRope, e.ropes, p.RopeBytes},
 	}
 }
