@@ -339,6 +339,25 @@ __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, co
 
 // ------------------------------------------------------------- kernels
 
+// q8x_group quantises a group of 32 values, lane i holding element i's
+// value v: it returns lane i's int8 value and sets s, in lane 0, to the
+// group's (d, d*sum(q[0..16)), d*sum(q[16..32)), 0). Every quantised
+// activation is made here, so a group's bytes do not depend on which
+// kernel quantised it.
+__device__ __forceinline__ int q8x_group(float v, float4& s) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.f;
+  const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+  int sum = q;  // sums over each half of the group
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const int s16 = __shfl_sync(0xffffffffu, sum, 16);
+  s = make_float4(d, d * (float)sum, d * (float)s16, 0.f);
+  return q;
+}
+
 // xq, xs = the int8 groups of x [R, K] (K a multiple of 32): one warp per
 // group of 32, lane i element i.
 template <typename TX>
@@ -347,18 +366,9 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
   const int lane = threadIdx.x & 31;
   for (long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; g < groups;
        g += ((long long)gridDim.x * blockDim.x) >> 5) {
-    const float v = to_f32(x[g * 32 + lane]);
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.f;
-    const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
-    int s = q;  // sums over each half of the group
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    const int s16 = __shfl_sync(0xffffffffu, s, 16);
-    xq[g * 32 + lane] = (signed char)q;
-    if (lane == 0) xs[g] = make_float4(d, d * (float)s, d * (float)s16, 0.f);
+    float4 sc;
+    xq[g * 32 + lane] = (signed char)q8x_group(to_f32(x[g * 32 + lane]), sc);
+    if (lane == 0) xs[g] = sc;
   }
 }
 
@@ -424,89 +434,210 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
       }
 }
 
+// ------------------------------------------ routed experts (decode)
+//
+// moe_gateup_qgemv and moe_down_qgemv are the quantised routed experts of
+// up to 8 decode tokens, two launches with the activations quantised inside
+// them. A lane's share of a weight row is its units lane, lane+32, ...
+// (as in qgemv), summed in that order, and a warp's lanes are summed by
+// warp_sum_q: a row's result depends on the shapes alone, never on the
+// number of tokens, the other routes or the rows in flight per round.
+
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
-// e = ids[r]; the gate stack's E*I rows start at row gate_row0 of a matrix
-// of gate_rows rows, the up stack's likewise (one matrix holding both, or
-// two). A warp computes NW consecutive i of one route.
-template <int QT, int NW>
-__global__ void __launch_bounds__(256) moe_gateup_qgemv(int R, int k, int H, int I, int E,
-                                                        const signed char* __restrict__ xq, const float4* __restrict__ xs,
-                                                        const int* __restrict__ ids, const unsigned char* __restrict__ gate,
-                                                        long long gate_rows, long long gate_row0,
-                                                        const unsigned char* __restrict__ up, long long up_rows,
-                                                        long long up_row0, float* __restrict__ act) {
-  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  const int per = (I + NW - 1) / NW;
-  if (gw >= (long long)R * per) return;
-  const int r = (int)(gw / per), i0 = (int)(gw % per) * NW;
+// e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
+// [R, I/32]). A block of 4 warps takes 32 consecutive i of one route (a
+// group of act), 8 per warp: its 8 gate rows, then its 8 up rows, G rows
+// at a time, each lane with one unit of each of the G rows in flight per
+// round (up to 168 registers: three blocks per SM). x_t is quantised into dynamic shared memory first (x_t as loaded,
+// TX [H], then its scales float4 [H/32] and int8 values [H]) while the
+// first round's loads are in flight. The gate stack's E*I rows start at
+// row gate_row0 of a matrix of gate_rows rows, the up stack's likewise (one
+// matrix holding both, or two). An invalid id gets a zero group
+// (moe_down_qgemv skips the route).
+template <typename TX, int QT, int G>
+__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const TX* __restrict__ x,
+                                                                   const int* __restrict__ ids,
+                                                                   const unsigned char* __restrict__ gate, long long gate_rows,
+                                                                   long long gate_row0, const unsigned char* __restrict__ up,
+                                                                   long long up_rows, long long up_row0,
+                                                                   signed char* __restrict__ aq, float4* __restrict__ as) {
+  using Q = QW<QT>;
+  constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
+  static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
+  extern __shared__ __align__(16) unsigned char qmoe_smem[];
+  __shared__ float sums[2][32];  // the block's gate and up rows
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int groups = I / 32;
+  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * 32;
+  const long long o = (long long)r * I + i0;
   const int e = ids[r];
-  if (e < 0 || e >= E) {
-    if (lane < NW && i0 + lane < I) act[(long long)r * I + i0 + lane] = 0.f;
+  if (e < 0 || e >= E) {  // uniform over the block
+    if (warp == 0) {
+      aq[o + lane] = 0;
+      if (lane == 0) as[o / 32] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     return;
   }
-  const int t = r / k;
-  const QX x{xq + (long long)t * H, xs + (long long)t * (H / 32), H};
-  long long grow[NW], urow[NW];
+  const int U = H / 32, S = (U + 31) / 32;
+  const long long row = (long long)e * I + i0 + NI * warp;  // this warp's first i in the stacks
+  typename Q::W wv[G];
+  // round (g, s): the warp's rows g*G .. g*G+G-1 (gate rows, then up
+  // rows), unit lane + 32s
+  auto load = [&](int g, int s) {
+    const int u = lane + 32 * s;
+    if (u < U)
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const long long row = (long long)e * I + min(i0 + q, I - 1);
-    grow[q] = gate_row0 + row;
-    urow[q] = up_row0 + row;
+      for (int q = 0; q < G; q++) {
+        const int n = g * G + q;
+        wv[q] = n < NI ? Q::load(gate, gate_rows, gate_row0 + row + n, H, u) : Q::load(up, up_rows, up_row0 + row + n - NI, H, u);
+      }
+  };
+  load(0, 0);
+
+  TX* xr = reinterpret_cast<TX*>(qmoe_smem);
+  float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
+  signed char* xq = reinterpret_cast<signed char*>(xs + U);
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(x + (long long)(r / k) * H);
+    uint4* dst = reinterpret_cast<uint4*>(xr);
+    const int n = H * (int)sizeof(TX) / 16;
+    constexpr int C = 4;  // vectors in flight per thread
+    for (int v0 = threadIdx.x; v0 < n; v0 += C * 32 * W) {
+      uint4 buf[C];
+#pragma unroll
+      for (int c = 0; c < C; c++)
+        if (v0 + c * 32 * W < n) buf[c] = __ldg(src + v0 + c * 32 * W);
+#pragma unroll
+      for (int c = 0; c < C; c++)
+        if (v0 + c * 32 * W < n) dst[v0 + c * 32 * W] = buf[c];
+    }
   }
-  float g[NW][1], u[NW][1];
+  __syncthreads();
+  {
+    constexpr int C = 8;  // groups quantised together per warp
+    for (int g0 = warp; g0 < U; g0 += C * W) {
+      int qv[C];
+      float4 sv[C];
 #pragma unroll
-  for (int q = 0; q < NW; q++) g[q][0] = u[q][0] = 0.f;
-  wdots<QT, NW, 1>(gate, gate_rows, grow, H, x, lane, 32, g);
-  wdots<QT, NW, 1>(up, up_rows, urow, H, x, lane, 32, u);
+      for (int c = 0; c < C; c++) qv[c] = q8x_group(to_f32(xr[min(g0 + c * W, U - 1) * 32 + lane]), sv[c]);
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const float gs = warp_sum_q(g[q][0]), us = warp_sum_q(u[q][0]);
-    if (lane == 0 && i0 + q < I) act[(long long)r * I + i0 + q] = silu_q(gs) * us;
+      for (int c = 0; c < C; c++) {
+        const int g = g0 + c * W;
+        if (g < U) {
+          xq[g * 32 + lane] = (signed char)qv[c];
+          if (lane == 0) xs[g] = sv[c];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  const QX xsm{xq, xs, H};
+#pragma unroll
+  for (int g = 0; g < NG; g++) {
+    float acc[G];
+#pragma unroll
+    for (int q = 0; q < G; q++) acc[q] = 0.f;
+    for (int s = 0; s < S; s++) {
+      const int u = lane + 32 * s;
+      if (u < U) {
+        const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+        for (int q = 0; q < G; q++) acc[q] += Q::dot(wv[q], xv, u);
+      }
+      if (s + 1 < S)
+        load(g, s + 1);
+      else if (g + 1 < NG)
+        load(g + 1, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < G; q++) {
+      const int n = g * G + q;
+      const float v = warp_sum_q(acc[q]);
+      if (lane == 0) sums[n < NI ? 0 : 1][NI * warp + (n < NI ? n : n - NI)] = v;
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float4 sc;
+    aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
+    if (lane == 0) as[o / 32] = sc;
   }
 }
 
-// out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), with
-// act quantised (aq, as [T*k, I]); down is a stack of E*H rows of I from
-// row row0 of a matrix of `rows` rows. A
-// warp computes NW consecutive h of one token; the k slots' units are one
-// sequence over the lanes, so loads of several slots are in flight
-// together.
-template <typename TY, int QT, int NW>
-__global__ void __launch_bounds__(256) moe_down_qgemv(int T, int k, int H, int I, int E, long long rows, long long row0,
+// The most routes per token moe_down_qgemv takes.
+#define QMOE_MAX_K 64
+
+// out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
+// quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
+// rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
+// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
+// are one sequence over the lanes (unit v is unit v % (I/32) of slot
+// v / (I/32)), SD of them per lane per round for the NH rows together, so
+// loads of several slots and rows are in flight at once; a slot with an
+// invalid id is skipped.
+template <typename TY, int QT, int NH, int SD>
+__global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                       const signed char* __restrict__ aq, const float4* __restrict__ as,
                                                       const float* __restrict__ weights, const int* __restrict__ ids,
                                                       const unsigned char* __restrict__ down, TY* __restrict__ out,
                                                       int accumulate) {
-  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  const int per = (H + NW - 1) / NW;
-  if (gw >= (long long)T * per) return;
-  const int t = (int)(gw / per), h0 = (int)(gw % per) * NW;
-  const int units = I / 32;
-  float total[NW];
+  using Q = QW<QT>;
+  __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
+  __shared__ float sw[QMOE_MAX_K];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int per = (H + 4 * NH - 1) / (4 * NH);
+  const int t = blockIdx.x / per;
+  const int h0 = (blockIdx.x - t * per) * 4 * NH + warp * NH;
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    const int e = ids[t * k + j];
+    se[j] = e >= 0 && e < E ? e : -1;
+    sw[j] = weights[t * k + j];
+  }
+  __syncthreads();
+  const int U = I / 32, nv = k * U;
+  const signed char* aqt = aq + (long long)t * k * I;
+  const float4* ast = as + (long long)t * k * U;
+  int hq[NH];
+  float acc[NH];
 #pragma unroll
-  for (int q = 0; q < NW; q++) total[q] = 0.f;
-  for (int v = lane; v < k * units; v += 32) {
-    const int j = v / units, u = v - j * units;
-    const int r = t * k + j;
-    const int e = ids[r];
-    if (e < 0 || e >= E) continue;
-    const QX x{aq + (long long)r * I, as + (long long)r * (I / 32), I};
-    typename QW<QT>::W wv[NW];
+  for (int q = 0; q < NH; q++) {
+    hq[q] = min(h0 + q, H - 1) - h0;  // past H: a valid row, result unused
+    acc[q] = 0.f;
+  }
+  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+    typename Q::W wv[SD][NH];
+    int jv[SD], uv[SD];
+    bool ok[SD];
 #pragma unroll
-    for (int q = 0; q < NW; q++) wv[q] = QW<QT>::load(down, rows, row0 + (long long)e * H + min(h0 + q, H - 1), I, u);
-    const float wt = weights[r];
-    const typename QW<QT>::X xu = QW<QT>::xload(x, 0, u);
+    for (int d = 0; d < SD; d++) {
+      const int v = v0 + 32 * d;
+      jv[d] = min(v / U, k - 1);
+      uv[d] = v - jv[d] * U;
+      const int e = se[jv[d]];
+      ok[d] = v < nv && e >= 0;
+      if (ok[d]) {
+        const long long erow = row0 + (long long)e * H + h0;
 #pragma unroll
-    for (int q = 0; q < NW; q++) total[q] = fmaf(wt, QW<QT>::dot(wv[q], xu, u), total[q]);
+        for (int q = 0; q < NH; q++) wv[d][q] = Q::load(down, rows, erow + hq[q], I, uv[d]);
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < SD; d++)
+      if (ok[d]) {
+        const QX xj{aqt + (long long)jv[d] * I, ast + (long long)jv[d] * U, I};
+        const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+        const float wt = sw[jv[d]];
+#pragma unroll
+        for (int q = 0; q < NH; q++) acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+      }
   }
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const float s = warp_sum_q(total[q]);
+  for (int q = 0; q < NH; q++) {
+    const float sum = warp_sum_q(acc[q]);
     if (lane == 0 && h0 + q < H) {
       const long long o = (long long)t * H + h0 + q;
-      float v = s;
+      float v = sum;
       if (accumulate) v += to_f32(out[o]);
       out[o] = from_f32<TY>(v);
     }
