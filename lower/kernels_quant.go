@@ -178,7 +178,8 @@ type QMoEArgs struct {
 // (QMOE_MAX_K in quant.cu).
 const QMoEMaxTopK = 64
 
-// qmoeMaxShared bounds the gate+up kernel's shared copy of a token's x.
+// qmoeMaxShared bounds the kernels' shared copies of a token's x and of
+// its routes' quantised activations.
 const qmoeMaxShared = 64 << 10
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
@@ -203,14 +204,15 @@ func (a QMoEArgs) layout() qmoeLayout {
 // quantised.
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
-// qmoeShared is the gate+up kernel's dynamic shared memory: a token's x
-// as loaded, then its quantised copy (scales and int8 values).
-func qmoeShared(xType string, H int) int {
+// qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
+// x as loaded, then its quantised copy (scales and int8 values); for down
+// the token's k quantised activation rows (scales, int8 values).
+func qmoeShared(xType string, H, I, k int) (gateUp, down int) {
 	size := 4
 	if xType == "bf16" {
 		size = 2
 	}
-	return H*size + 16*(H/32) + H
+	return H*size + 16*(H/32) + H, k * (16*(I/32) + I)
 }
 
 // QMoE returns the launches of the quantised routed experts: the gate+up
@@ -246,9 +248,10 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
-	smem := qmoeShared(a.XType, a.H)
-	if smem > qmoeMaxShared {
-		return nil, fmt.Errorf("moe: H = %d needs %d bytes of shared memory for x (at most %d)", a.H, smem, qmoeMaxShared)
+	smem, dsmem := qmoeShared(a.XType, a.H, a.I, a.TopK)
+	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
+		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
+			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
 	g, nh, sd := QMoEShape(a.WType)
 	if a.GateUpRows != 0 {
@@ -273,7 +276,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
 		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd)},
-			dims(a.T*ceilDiv(a.H, warps*nh)), dims(32*warps), 0, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
+			dims(a.T*ceilDiv(a.H, warps*nh)), dims(32*warps), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
 	}, nil

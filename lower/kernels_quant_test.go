@@ -51,8 +51,9 @@ func TestQMoELaunches(t *testing.T) {
 			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG)}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d and %d rows a round", c.name, T, gu.Ints, c.qt, c.wantG)
 			}
-			if nh := int(dn.Ints[1]); dn.Grid != dims(T*ceilDiv(c.H, 4*nh)) || dn.Block != dims(128) {
-				t.Errorf("%s T=%d: down grid %v block %v for %d rows a warp", c.name, T, dn.Grid, dn.Block, nh)
+			dshm := c.k * (c.I + 16*(c.I/32))
+			if nh := int(dn.Ints[1]); dn.Grid != dims(T*ceilDiv(c.H, 4*nh)) || dn.Block != dims(128) || dn.Shmem != dshm {
+				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, dshm)
 			}
 			ints := append(slices.Clone(gu.Ints), dn.Ints...)
 			if first == nil {
@@ -80,10 +81,14 @@ func TestQMoERejects(t *testing.T) {
 		{"null ids", func(a *QMoEArgs) { a.IDs = Ptr{} }, "null pointer"},
 		{"odd rounds", func(a *QMoEArgs) { a.GateUpRows = 3 }, "rounds of 3 gate+up rows"},
 		{"odd down rows", func(a *QMoEArgs) { a.DownRows = 8 }, "8 down rows"},
+		{"many wide routes", func(a *QMoEArgs) {
+			a.TopK, a.I = 64, 1024
+			a.Gate.Total, a.Up.Total, a.Up.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
+		}, "need 10752 and 98304 bytes"},
 		{"H too large", func(a *QMoEArgs) {
 			a.H, a.XType = 16384, "f32"
 			a.Down.Total = a.E * a.H
-		}, "H = 16384 needs 90112 bytes"},
+		}, "H = 16384, I = 1024 and k = 10 need 90112"},
 		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
 	} {
 		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)

@@ -443,6 +443,27 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 // warp_sum_q: a row's result depends on the shapes alone, never on the
 // number of tokens, the other routes or the rows in flight per round.
 
+// block_copy16: the block's threads copy n0 16-byte vectors from s0 to d0
+// and n1 from s1 to d1, as one sequence with C loads in flight per thread.
+template <int C>
+__device__ __forceinline__ void block_copy16(uint4* d0, const uint4* __restrict__ s0, int n0, uint4* d1 = nullptr,
+                                             const uint4* __restrict__ s1 = nullptr, int n1 = 0) {
+  const int n = n0 + n1, step = blockDim.x;
+  for (int v0 = threadIdx.x; v0 < n; v0 += C * step) {
+    uint4 buf[C];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      const int i = v0 + c * step;
+      if (i < n) buf[c] = __ldg(i < n0 ? s0 + i : s1 + (i - n0));
+    }
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      const int i = v0 + c * step;
+      if (i < n) (i < n0 ? d0[i] : d1[i - n0]) = buf[c];
+    }
+  }
+}
+
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
 // e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
 // [R, I/32]). A block of 4 warps takes 32 consecutive i of one route (a
@@ -497,21 +518,7 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
   TX* xr = reinterpret_cast<TX*>(qmoe_smem);
   float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
   signed char* xq = reinterpret_cast<signed char*>(xs + U);
-  {
-    const uint4* src = reinterpret_cast<const uint4*>(x + (long long)(r / k) * H);
-    uint4* dst = reinterpret_cast<uint4*>(xr);
-    const int n = H * (int)sizeof(TX) / 16;
-    constexpr int C = 4;  // vectors in flight per thread
-    for (int v0 = threadIdx.x; v0 < n; v0 += C * 32 * W) {
-      uint4 buf[C];
-#pragma unroll
-      for (int c = 0; c < C; c++)
-        if (v0 + c * 32 * W < n) buf[c] = __ldg(src + v0 + c * 32 * W);
-#pragma unroll
-      for (int c = 0; c < C; c++)
-        if (v0 + c * 32 * W < n) dst[v0 + c * 32 * W] = buf[c];
-    }
-  }
+  block_copy16<4>(reinterpret_cast<uint4*>(xr), reinterpret_cast<const uint4*>(x + (long long)(r / k) * H), H * (int)sizeof(TX) / 16);
   __syncthreads();
   {
     constexpr int C = 8;  // groups quantised together per warp
@@ -571,11 +578,12 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 // out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
 // quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
 // rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
-// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
-// are one sequence over the lanes (unit v is unit v % (I/32) of slot
-// v / (I/32)), SD of them per lane per round for the NH rows together, so
-// loads of several slots and rows are in flight at once; a slot with an
-// invalid id is skipped.
+// takes 4*NH consecutive h of one token, NH per warp, with the token's
+// quantised activations copied into dynamic shared memory (scales float4
+// [k*I/32], then int8 [k*I]). The k slots' units are one sequence over the
+// lanes (unit v is unit v % (I/32) of slot v / (I/32)), SD of them per lane
+// per round for the NH rows together, so loads of several slots and rows
+// are in flight at once; a slot with an invalid id is skipped.
 template <typename TY, int QT, int NH, int SD>
 __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                       const signed char* __restrict__ aq, const float4* __restrict__ as,
@@ -583,21 +591,30 @@ __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, in
                                                       const unsigned char* __restrict__ down, TY* __restrict__ out,
                                                       int accumulate) {
   using Q = QW<QT>;
+  extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
   __shared__ float sw[QMOE_MAX_K];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int per = (H + 4 * NH - 1) / (4 * NH);
   const int t = blockIdx.x / per;
   const int h0 = (blockIdx.x - t * per) * 4 * NH + warp * NH;
-  for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const int e = ids[t * k + j];
-    se[j] = e >= 0 && e < E ? e : -1;
-    sw[j] = weights[t * k + j];
+  const int U = I / 32, nv = k * U;
+  float4* ast = reinterpret_cast<float4*>(qmoe_smem);
+  signed char* aqt = reinterpret_cast<signed char*>(ast + nv);
+  // the slots' ids (k <= QMOE_MAX_K < blockDim.x) are loaded with the activations, stored after
+  int ej = -1;
+  float wj = 0.f;
+  if (threadIdx.x < k) {
+    ej = ids[t * k + threadIdx.x];
+    wj = weights[t * k + threadIdx.x];
+  }
+  block_copy16<8>(reinterpret_cast<uint4*>(ast), reinterpret_cast<const uint4*>(as + (long long)t * nv), nv,
+                  reinterpret_cast<uint4*>(aqt), reinterpret_cast<const uint4*>(aq + (long long)t * k * I), k * I / 16);
+  if (threadIdx.x < k) {
+    se[threadIdx.x] = ej >= 0 && ej < E ? ej : -1;
+    sw[threadIdx.x] = wj;
   }
   __syncthreads();
-  const int U = I / 32, nv = k * U;
-  const signed char* aqt = aq + (long long)t * k * I;
-  const float4* ast = as + (long long)t * k * U;
   int hq[NH];
   float acc[NH];
 #pragma unroll
