@@ -178,20 +178,40 @@ type QMoEArgs struct {
 // (QMOE_MAX_K in quant.cu).
 const QMoEMaxTopK = 64
 
-// qmoeMaxShared bounds the kernels' shared copies of a token's x and of
-// its routes' quantised activations.
-const qmoeMaxShared = 64 << 10
+// qmoeMaxShared bounds the kernels' dynamic shared memory (every sm_80 or
+// later GPU lets a block have 96 KiB).
+const qmoeMaxShared = 96 << 10
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
-// weights of type t: about 128 bytes of weights in flight per lane in
-// each kernel (units of 32 weights take 16 bytes of quants, 32 for q8_0),
-// within the registers of three 128-thread blocks per SM. It depends on
-// the type alone, never on T.
+// weights of type t: 8 or 16 units of 32 weights in flight per lane, about
+// 256 bytes of quants (units take 16 bytes, 24 for q6_k, 32 for q8_0),
+// as many as the registers of three 128-thread blocks per SM hold without
+// spilling. It depends on the type alone, never on T.
 func QMoEShape(t quant.Type) (gateUpRows, downRows, downUnits int) {
-	if t == quant.Q8_0 {
-		return 4, 2, 4
+	switch t {
+	case quant.Q8_0:
+		return 8, 2, 4
+	case quant.Q6_K:
+		return 8, 2, 8
 	}
-	return 8, 2, 4
+	return 16, 2, 8
+}
+
+// qmoeStaged is how the routed-expert kernels stage the bytes a block's
+// units share (QW's BE, SA and HEAD in quant.cu): per block of be
+// elements of a row, sa bytes of its body and head bytes of its head.
+func qmoeStaged(t quant.Type) (be, sa, head int) {
+	switch t {
+	case quant.Q8_0:
+		return 32, 0, 2
+	case quant.Q4_K:
+		return 256, 16, 4
+	case quant.Q5_K:
+		return 256, 48, 4
+	case quant.Q6_K:
+		return 256, 16, 2
+	}
+	return 256, 0, 8 // iq4_xs
 }
 
 type qmoeLayout struct{ aq, total int64 }
@@ -205,14 +225,17 @@ func (a QMoEArgs) layout() qmoeLayout {
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
 // qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
-// x as loaded, then its quantised copy (scales and int8 values); for down
-// the token's k quantised activation rows (scales, int8 values).
-func qmoeShared(xType string, H, I, k int) (gateUp, down int) {
+// x as loaded, its quantised copy (scales and int8 values) and the staged
+// bytes of a block's 64 weight rows; for down the token's k quantised
+// activation rows (scales, int8 values) and the staged bytes of the
+// block's 4*downRows rows of each slot's expert.
+func qmoeShared(t quant.Type, xType string, H, I, k, downRows int) (gateUp, down int) {
 	size := 4
 	if xType == "bf16" {
 		size = 2
 	}
-	return H*size + 16*(H/32) + H, k * (16*(I/32) + I)
+	be, sa, head := qmoeStaged(t)
+	return H*size + 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
 }
 
 // QMoE returns the launches of the quantised routed experts: the gate+up
@@ -248,11 +271,6 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
-	smem, dsmem := qmoeShared(a.XType, a.H, a.I, a.TopK)
-	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
-		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
-			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
-	}
 	g, nh, sd := QMoEShape(a.WType)
 	if a.GateUpRows != 0 {
 		g = a.GateUpRows
@@ -265,6 +283,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	}
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
+	}
+	smem, dsmem := qmoeShared(a.WType, a.XType, a.H, a.I, a.TopK, nh)
+	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
+		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
+			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
 	R := a.T * a.TopK
 	aq := a.Workspace.At(a.layout().aq)

@@ -21,15 +21,20 @@ func qmoeTestArgs(qt quant.Type, T, H, I, E, k int) QMoEArgs {
 // token's bits do not change with the batch.
 func TestQMoELaunches(t *testing.T) {
 	for _, c := range []struct {
-		name           string
-		qt             quant.Type
-		H, I, E, k     int
-		xType          string
-		wantG, wantShm int
+		name                    string
+		qt                      quant.Type
+		H, I, E, k              int
+		xType                   string
+		wantG, wantShm, wantDSh int
 	}{
-		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 8, 3072*2 + 16*96 + 3072},
-		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 8, 2048*4 + 16*64 + 2048},
-		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 4, 512*2 + 16*16 + 512},
+		// x as loaded, its scales and int8 values, 64 rows x 12 blocks of
+		// staged (scales, mins) and (d, dmin); down: 10 routes' scales and
+		// int8 activations, 8 rows x 4 blocks of staged bytes per route
+		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 16, 3072*2 + 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
+		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 16, 2048*4 + 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
+		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 512*2 + 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
+		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 16, 512*4 + 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
+		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 8, 512*4 + 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
 	} {
 		var first []int64
 		for _, T := range []int{1, 3, 8} {
@@ -51,9 +56,8 @@ func TestQMoELaunches(t *testing.T) {
 			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG)}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d and %d rows a round", c.name, T, gu.Ints, c.qt, c.wantG)
 			}
-			dshm := c.k * (c.I + 16*(c.I/32))
-			if nh := int(dn.Ints[1]); dn.Grid != dims(T*ceilDiv(c.H, 4*nh)) || dn.Block != dims(128) || dn.Shmem != dshm {
-				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, dshm)
+			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
+				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
 			}
 			ints := append(slices.Clone(gu.Ints), dn.Ints...)
 			if first == nil {
@@ -84,11 +88,11 @@ func TestQMoERejects(t *testing.T) {
 		{"many wide routes", func(a *QMoEArgs) {
 			a.TopK, a.I = 64, 1024
 			a.Gate.Total, a.Up.Total, a.Up.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
-		}, "need 10752 and 98304 bytes"},
+		}, "need 26112 and 139264 bytes"},
 		{"H too large", func(a *QMoEArgs) {
 			a.H, a.XType = 16384, "f32"
 			a.Down.Total = a.E * a.H
-		}, "H = 16384, I = 1024 and k = 10 need 90112"},
+		}, "H = 16384, I = 1024 and k = 10 need 172032 and 21760"},
 		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
 	} {
 		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)

@@ -102,6 +102,13 @@ __device__ __forceinline__ int reg_byte(const uint4& v, int i) {
 // activations of one row) with xload(), and dot(), the unit's product. A
 // lane's units are 32 apart, a multiple of every type's units per block, so
 // a unit's place in its block is the same for all of a lane's units.
+//
+// The routed-expert kernels fill W in two parts instead: loadq() loads a
+// unit's own quant bytes from global memory, loads() the bytes a block's
+// units share from a copy staged in shared memory (stage_rows: per row and
+// block of BE elements, SA bytes from offset SAOFF of the block's body,
+// then HEAD bytes of its head), so that registers in flight hold quants
+// only.
 
 template <int QT> struct QW;
 
@@ -112,6 +119,7 @@ struct X32 {
 };
 
 template <> struct QW<QT_Q8_0> {
+  static constexpr int BE = 32, BODY = 32, SA = 0, SAOFF = 0, HEAD = 2;
   struct W {
     uint4 a, b;
     float d;
@@ -121,6 +129,14 @@ template <> struct QW<QT_Q8_0> {
     const unsigned char* qs = w + row * K + (long long)u * 32;
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * K));
     return W{ldq(qs), ldq(qs + 16), f16_bits(__ldg(dp + row * (K / 32) + u))};
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    const unsigned char* qs = w + row * K + (long long)u * 32;
+    v.a = ldq(qs);
+    v.b = ldq(qs + 16);
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    v.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[u]);
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
@@ -137,6 +153,8 @@ template <> struct QW<QT_Q8_0> {
 // 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
 template <int QT> struct QWK45 {
   static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
+  // staged: (scales, mins) and, for q5_k, qh (four units share each half)
+  static constexpr int BE = 256, BODY = BYTES, SA = QT == QT_Q4_K ? 16 : 48, SAOFF = 0, HEAD = 4;
   struct W {
     uint4 q, sm, qh;  // quants, (scales[8], mins[8]), high bits (q5_k)
     unsigned dd;      // f16 d, f16 dmin
@@ -156,6 +174,17 @@ template <int QT> struct QWK45 {
     if constexpr (QT == QT_Q5_K) v.qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
     v.dd = __ldg(reinterpret_cast<const unsigned*>(w + align256(rows * nb * BYTES)) + bi);
     return v;
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    v.q = ldq(w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    const int b = u >> 3, h = u & 1;
+    const uint4* st = reinterpret_cast<const uint4*>(sa) + b * (SA / 16);
+    v.sm = st[0];
+    if constexpr (QT == QT_Q5_K) v.qh = st[1 + h];
+    v.dd = reinterpret_cast<const unsigned*>(sh)[b];
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
@@ -193,6 +222,7 @@ template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 // Q6_K: unit u is l in [8v, 8v+8) of 128-element half `half` of block b:
 // elements n+l, n+32+l, n+64+l and n+96+l (n = 128 half), four groups of 8.
 template <> struct QW<QT_Q6_K> {
+  static constexpr int BE = 256, BODY = 208, SA = 16, SAOFF = 192, HEAD = 2;  // staged: int8 scales[16]
   struct W {
     uint2 la, lb, hh;
     uint4 sc;
@@ -215,6 +245,18 @@ template <> struct QW<QT_Q6_K> {
     x.sc = __ldg(reinterpret_cast<const uint4*>(body + 192));  // int8 scales[16]
     x.d = f16_bits(__ldg(dp + bi));
     return x;
+  }
+  static __device__ __forceinline__ void loadq(W& x, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
+    const unsigned char* body = w + (row * (K / 256) + b) * 208;
+    x.la = ldq2(body + 64 * half + 8 * v);
+    x.lb = ldq2(body + 64 * half + 32 + 8 * v);
+    x.hh = ldq2(body + 128 + 32 * half + 8 * v);
+  }
+  static __device__ __forceinline__ void loads(W& x, const unsigned char* sa, const unsigned char* sh, int u) {
+    const int b = u >> 3;
+    x.sc = reinterpret_cast<const uint4*>(sa)[b];
+    x.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[b]);
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     const int e0 = (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
@@ -273,6 +315,7 @@ __device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
 }
 
 template <> struct QW<QT_IQ4_XS> {
+  static constexpr int BE = 256, BODY = 128, SA = 0, SAOFF = 0, HEAD = 8;
   struct W {
     uint4 q;
     uint2 hd;
@@ -282,6 +325,12 @@ template <> struct QW<QT_IQ4_XS> {
     const int nb = K / 256;
     const long long bi = row * nb + (u >> 3);
     return W{ldq(w + bi * 128 + 16 * (u & 7)), __ldg(reinterpret_cast<const uint2*>(w + align256(rows * nb * 128)) + bi)};
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    v.q = ldq(w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    v.hd = reinterpret_cast<const uint2*>(sh)[u >> 3];
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
@@ -443,25 +492,47 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 // warp_sum_q: a row's result depends on the shapes alone, never on the
 // number of tokens, the other routes or the rows in flight per round.
 
-// block_copy16: the block's threads copy n0 16-byte vectors from s0 to d0
-// and n1 from s1 to d1, as one sequence with C loads in flight per thread.
-template <int C>
-__device__ __forceinline__ void block_copy16(uint4* d0, const uint4* __restrict__ s0, int n0, uint4* d1 = nullptr,
-                                             const uint4* __restrict__ s1 = nullptr, int n1 = 0) {
-  const int n = n0 + n1, step = blockDim.x;
-  for (int v0 = threadIdx.x; v0 < n; v0 += C * step) {
-    uint4 buf[C];
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-      const int i = v0 + c * step;
-      if (i < n) buf[c] = __ldg(i < n0 ? s0 + i : s1 + (i - n0));
-    }
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-      const int i = v0 + c * step;
-      if (i < n) (i < n0 ? d0[i] : d1[i - n0]) = buf[c];
+// 16-byte asynchronous copies from global to shared memory (sm_80 on):
+// they hold no registers while in flight.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory"); }
+
+// block_copy16: the block's threads copy n 16-byte vectors from src to
+// dst (shared memory) asynchronously; cp_async_wait_all and a barrier
+// make them visible.
+__device__ __forceinline__ void block_copy16(void* dst, const void* src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    cp_async16(static_cast<uint4*>(dst) + i, static_cast<const uint4*>(src) + i);
+}
+
+// stage_rows: the bytes the units of n consecutive rows share (QW's SA
+// bytes and HEAD bytes per block), from row `row` of a [rows, K] matrix at
+// w, into sa (n*nb*SA bytes) and sh (n*nb*HEAD) of shared memory by the
+// block's threads: asynchronous copies, or 2-byte loads where a run of
+// heads is not 16-byte aligned.
+template <int QT>
+__device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh, const unsigned char* w, long long rows,
+                                           long long row, int n, int K) {
+  using Q = QW<QT>;
+  const int nb = K / Q::BE;
+  if constexpr (Q::SA > 0) {
+    constexpr int P = Q::SA / 16;
+    const unsigned char* body = w + row * nb * Q::BODY + Q::SAOFF;
+    for (int i = threadIdx.x; i < n * nb * P; i += blockDim.x) {
+      const int blk = i / P;
+      cp_async16(sa + 16 * i, body + (long long)blk * Q::BODY + 16 * (i - blk * P));
     }
   }
+  const unsigned char* head = w + align256(rows * nb * Q::BODY) + row * nb * Q::HEAD;
+  const int hb = n * nb * Q::HEAD;
+  if (((reinterpret_cast<unsigned long long>(head) | (unsigned long long)hb) & 15) == 0)
+    block_copy16(sh, head, hb / 16);
+  else
+    for (int i = threadIdx.x; i < hb / 2; i += blockDim.x)
+      reinterpret_cast<unsigned short*>(sh)[i] = __ldg(reinterpret_cast<const unsigned short*>(head) + i);
 }
 
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
@@ -469,19 +540,21 @@ __device__ __forceinline__ void block_copy16(uint4* d0, const uint4* __restrict_
 // [R, I/32]). A block of 4 warps takes 32 consecutive i of one route (a
 // group of act), 8 per warp: its 8 gate rows, then its 8 up rows, G rows
 // at a time, each lane with one unit of each of the G rows in flight per
-// round (up to 168 registers: three blocks per SM). x_t is quantised into dynamic shared memory first (x_t as loaded,
-// TX [H], then its scales float4 [H/32] and int8 values [H]) while the
-// first round's loads are in flight. The gate stack's E*I rows start at
-// row gate_row0 of a matrix of gate_rows rows, the up stack's likewise (one
-// matrix holding both, or two). An invalid id gets a zero group
-// (moe_down_qgemv skips the route).
+// round (quant bytes only: the rows' shared bytes are staged). Dynamic
+// shared memory: x_t as loaded (TX [H]), its scales (float4 [H/32]) and
+// int8 values ([H]), then the staged bytes (stage_rows) of the block's 32
+// gate rows and 32 up rows; x_t is quantised there while the first round
+// is in flight. The gate stack's E*I rows start at row gate_row0 of a
+// matrix of gate_rows rows, the up stack's likewise (one matrix holding
+// both, or two). An invalid id gets a zero group (moe_down_qgemv skips
+// the route).
 template <typename TX, int QT, int G>
 __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const TX* __restrict__ x,
-                                                                   const int* __restrict__ ids,
-                                                                   const unsigned char* __restrict__ gate, long long gate_rows,
-                                                                   long long gate_row0, const unsigned char* __restrict__ up,
-                                                                   long long up_rows, long long up_row0,
-                                                                   signed char* __restrict__ aq, float4* __restrict__ as) {
+                                                          const int* __restrict__ ids, const unsigned char* __restrict__ gate,
+                                                          long long gate_rows, long long gate_row0,
+                                                          const unsigned char* __restrict__ up, long long up_rows,
+                                                          long long up_row0, signed char* __restrict__ aq,
+                                                          float4* __restrict__ as) {
   using Q = QW<QT>;
   constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
   static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
@@ -499,8 +572,13 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
     }
     return;
   }
-  const int U = H / 32, S = (U + 31) / 32;
-  const long long row = (long long)e * I + i0 + NI * warp;  // this warp's first i in the stacks
+  const int U = H / 32, S = (U + 31) / 32, nb = H / Q::BE;
+  TX* xr = reinterpret_cast<TX*>(qmoe_smem);
+  float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
+  signed char* xq = reinterpret_cast<signed char*>(xs + U);
+  unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
+  unsigned char* sh = sa + 64 * nb * Q::SA;
+  const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
   typename Q::W wv[G];
   // round (g, s): the warp's rows g*G .. g*G+G-1 (gate rows, then up
   // rows), unit lane + 32s
@@ -510,15 +588,17 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 #pragma unroll
       for (int q = 0; q < G; q++) {
         const int n = g * G + q;
-        wv[q] = n < NI ? Q::load(gate, gate_rows, gate_row0 + row + n, H, u) : Q::load(up, up_rows, up_row0 + row + n - NI, H, u);
+        if (n < NI)
+          Q::loadq(wv[q], gate, grow + NI * warp + n, H, u);
+        else
+          Q::loadq(wv[q], up, urow + NI * warp + n - NI, H, u);
       }
   };
   load(0, 0);
-
-  TX* xr = reinterpret_cast<TX*>(qmoe_smem);
-  float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
-  signed char* xq = reinterpret_cast<signed char*>(xs + U);
-  block_copy16<4>(reinterpret_cast<uint4*>(xr), reinterpret_cast<const uint4*>(x + (long long)(r / k) * H), H * (int)sizeof(TX) / 16);
+  stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
+  stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
+  block_copy16(xr, x + (long long)(r / k) * H, H * (int)sizeof(TX) / 16);
+  cp_async_wait_all();
   __syncthreads();
   {
     constexpr int C = 8;  // groups quantised together per warp
@@ -550,7 +630,11 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
       if (u < U) {
         const typename Q::X xv = Q::xload(xsm, 0, u);
 #pragma unroll
-        for (int q = 0; q < G; q++) acc[q] += Q::dot(wv[q], xv, u);
+        for (int q = 0; q < G; q++) {
+          const int n = g * G + q, br = n < NI ? NI * warp + n : 32 + NI * warp + n - NI;  // the row's place in the stage
+          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] += Q::dot(wv[q], xv, u);
+        }
       }
       if (s + 1 < S)
         load(g, s + 1);
@@ -578,54 +662,51 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 // out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
 // quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
 // rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
-// takes 4*NH consecutive h of one token, NH per warp, with the token's
-// quantised activations copied into dynamic shared memory (scales float4
-// [k*I/32], then int8 [k*I]). The k slots' units are one sequence over the
-// lanes (unit v is unit v % (I/32) of slot v / (I/32)), SD of them per lane
-// per round for the NH rows together, so loads of several slots and rows
-// are in flight at once; a slot with an invalid id is skipped.
+// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
+// are one sequence over the lanes (unit v is unit v % (I/32) of slot
+// v / (I/32)), SD of them per lane per round for the NH rows together, so
+// loads of several slots and rows are in flight at once; a slot with an
+// invalid id is skipped. Dynamic shared memory: the token's quantised
+// activations (scales float4 [k*I/32], int8 [k*I]), copied before the ids
+// arrive, then the staged bytes (stage_rows) of the block's rows of each
+// slot's expert.
 template <typename TY, int QT, int NH, int SD>
 __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
-                                                      const signed char* __restrict__ aq, const float4* __restrict__ as,
-                                                      const float* __restrict__ weights, const int* __restrict__ ids,
-                                                      const unsigned char* __restrict__ down, TY* __restrict__ out,
-                                                      int accumulate) {
+                                                        const signed char* __restrict__ aq, const float4* __restrict__ as,
+                                                        const float* __restrict__ weights, const int* __restrict__ ids,
+                                                        const unsigned char* __restrict__ down, TY* __restrict__ out,
+                                                        int accumulate) {
   using Q = QW<QT>;
+  constexpr int HB = 4 * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
   __shared__ float sw[QMOE_MAX_K];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int per = (H + 4 * NH - 1) / (4 * NH);
+  const int per = (H + HB - 1) / HB;
   const int t = blockIdx.x / per;
-  const int h0 = (blockIdx.x - t * per) * 4 * NH + warp * NH;
-  const int U = I / 32, nv = k * U;
+  const int hb0 = (blockIdx.x - t * per) * HB, h0 = hb0 + warp * NH;
+  const int U = I / 32, nv = k * U, nb = I / Q::BE;
   float4* ast = reinterpret_cast<float4*>(qmoe_smem);
   signed char* aqt = reinterpret_cast<signed char*>(ast + nv);
-  // the slots' ids (k <= QMOE_MAX_K < blockDim.x) are loaded with the activations, stored after
-  int ej = -1;
-  float wj = 0.f;
-  if (threadIdx.x < k) {
-    ej = ids[t * k + threadIdx.x];
-    wj = weights[t * k + threadIdx.x];
-  }
-  block_copy16<8>(reinterpret_cast<uint4*>(ast), reinterpret_cast<const uint4*>(as + (long long)t * nv), nv,
-                  reinterpret_cast<uint4*>(aqt), reinterpret_cast<const uint4*>(aq + (long long)t * k * I), k * I / 16);
-  if (threadIdx.x < k) {
-    se[threadIdx.x] = ej >= 0 && ej < E ? ej : -1;
-    sw[threadIdx.x] = wj;
+  unsigned char* sa = reinterpret_cast<unsigned char*>(aqt + k * I);
+  unsigned char* sh = sa + k * HB * nb * Q::SA;
+  block_copy16(ast, as + (long long)t * nv, nv);
+  block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    const int e = ids[t * k + j];
+    se[j] = e >= 0 && e < E ? e : -1;
+    sw[j] = weights[t * k + j];
   }
   __syncthreads();
-  int hq[NH];
-  float acc[NH];
+  for (int j = 0; j < k; j++)
+    if (se[j] >= 0) stage_rows<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, down, rows, row0 + (long long)se[j] * H + hb0, min(HB, H - hb0), I);
+  int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
-  for (int q = 0; q < NH; q++) {
-    hq[q] = min(h0 + q, H - 1) - h0;  // past H: a valid row, result unused
-    acc[q] = 0.f;
-  }
-  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
-    typename Q::W wv[SD][NH];
-    int jv[SD], uv[SD];
-    bool ok[SD];
+  for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
+  typename Q::W wv[SD][NH];
+  int jv[SD], uv[SD];
+  bool ok[SD];
+  auto load = [&](int v0) {
 #pragma unroll
     for (int d = 0; d < SD; d++) {
       const int v = v0 + 32 * d;
@@ -633,21 +714,33 @@ __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, in
       uv[d] = v - jv[d] * U;
       const int e = se[jv[d]];
       ok[d] = v < nv && e >= 0;
-      if (ok[d]) {
-        const long long erow = row0 + (long long)e * H + h0;
+      if (ok[d])
 #pragma unroll
-        for (int q = 0; q < NH; q++) wv[d][q] = Q::load(down, rows, erow + hq[q], I, uv[d]);
-      }
+        for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
     }
+  };
+  load(lane);
+  cp_async_wait_all();
+  __syncthreads();
+  float acc[NH];
+#pragma unroll
+  for (int q = 0; q < NH; q++) acc[q] = 0.f;
+  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
 #pragma unroll
     for (int d = 0; d < SD; d++)
       if (ok[d]) {
-        const QX xj{aqt + (long long)jv[d] * I, ast + (long long)jv[d] * U, I};
+        const int j = jv[d];
+        const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
         const typename Q::X xv = Q::xload(xj, 0, uv[d]);
-        const float wt = sw[jv[d]];
+        const float wt = sw[j];
 #pragma unroll
-        for (int q = 0; q < NH; q++) acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+        for (int q = 0; q < NH; q++) {
+          const int br = j * HB + hq[q];  // the row's place in the stage
+          Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
+          acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+        }
       }
+    if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
   }
 #pragma unroll
   for (int q = 0; q < NH; q++) {

@@ -400,7 +400,7 @@ func BenchmarkQMoE(b *testing.B) {
 	for _, qt := range lower.QuantKernelTypes {
 		cases = append(cases, bench{qt: qt})
 	}
-	cases = append(cases, bench{quant.Q4_K, 4, 0, 0}, bench{quant.Q4_K, 0, 4, 2}, bench{quant.Q4_K, 0, 1, 8}, bench{quant.IQ4_XS, 16, 0, 0})
+	cases = append(cases, bench{quant.Q4_K, 8, 0, 0}, bench{quant.Q4_K, 0, 2, 4}, bench{quant.Q4_K, 0, 4, 4}, bench{quant.IQ4_XS, 8, 0, 0})
 	for _, c := range cases {
 		qt := c.qt
 		name := qt.String()
