@@ -182,36 +182,28 @@ const QMoEMaxTopK = 64
 // later GPU lets a block have 96 KiB).
 const qmoeMaxShared = 96 << 10
 
+// qmoeType is, per weight type, the rounds of the routed-expert kernels
+// (QMoEShape) and how they stage the bytes a block's units share (QW's
+// BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
+// of its body and head bytes of its head).
+type qmoeType struct{ gateUpRows, downRows, downUnits, be, sa, head int }
+
+var qmoeTypes = map[quant.Type]qmoeType{
+	quant.Q8_0:   {8, 2, 4, 32, 0, 2},
+	quant.Q4_K:   {16, 2, 8, 256, 16, 4},
+	quant.Q5_K:   {16, 2, 8, 256, 48, 4},
+	quant.Q6_K:   {8, 2, 8, 256, 16, 2},
+	quant.IQ4_XS: {16, 2, 8, 256, 0, 8},
+}
+
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
 // weights of type t: 8 or 16 units of 32 weights in flight per lane, about
 // 256 bytes of quants (units take 16 bytes, 24 for q6_k, 32 for q8_0),
 // as many as the registers of three 128-thread blocks per SM hold without
 // spilling. It depends on the type alone, never on T.
 func QMoEShape(t quant.Type) (gateUpRows, downRows, downUnits int) {
-	switch t {
-	case quant.Q8_0:
-		return 8, 2, 4
-	case quant.Q6_K:
-		return 8, 2, 8
-	}
-	return 16, 2, 8
-}
-
-// qmoeStaged is how the routed-expert kernels stage the bytes a block's
-// units share (QW's BE, SA and HEAD in quant.cu): per block of be
-// elements of a row, sa bytes of its body and head bytes of its head.
-func qmoeStaged(t quant.Type) (be, sa, head int) {
-	switch t {
-	case quant.Q8_0:
-		return 32, 0, 2
-	case quant.Q4_K:
-		return 256, 16, 4
-	case quant.Q5_K:
-		return 256, 48, 4
-	case quant.Q6_K:
-		return 256, 16, 2
-	}
-	return 256, 0, 8 // iq4_xs
+	q := qmoeTypes[t]
+	return q.gateUpRows, q.downRows, q.downUnits
 }
 
 type qmoeLayout struct{ aq, total int64 }
@@ -234,7 +226,8 @@ func qmoeShared(t quant.Type, xType string, H, I, k, downRows int) (gateUp, down
 	if xType == "bf16" {
 		size = 2
 	}
-	be, sa, head := qmoeStaged(t)
+	q := qmoeTypes[t]
+	be, sa, head := q.be, q.sa, q.head
 	return H*size + 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
 }
 
