@@ -105,10 +105,10 @@ __device__ __forceinline__ int reg_byte(const uint4& v, int i) {
 //
 // The routed-expert kernels fill W in two parts instead: loadq() loads a
 // unit's own quant bytes from global memory, loads() the bytes a block's
-// units share from a copy staged in shared memory (stage_rows: per row and
-// block of BE elements, SA bytes from offset SAOFF of the block's body,
-// then HEAD bytes of its head), so that registers in flight hold quants
-// only.
+// units share from copies staged in shared memory (stage_rows: per row and
+// block of BE elements, the SA bytes at offset SAOFF of its body in one
+// array, its HEAD bytes in another), so that registers in flight hold
+// quants only.
 
 template <int QT> struct QW;
 
