@@ -166,30 +166,75 @@ type QMoEArgs struct {
 	OutType          string
 	Accumulate       bool
 	Workspace        Ptr // QMoEWorkspace bytes
+	// GateUpRows (2, 4, 8, 16: rows in flight per lane in the gate+up
+	// kernel), DownRows (1, 2, 4: rows per warp in the down kernel) and
+	// DownUnits (2, 4, 8: units per row in flight per lane there) force
+	// the kernels' rounds; zero chooses (QMoEShape). Every choice gives the
+	// same bits.
+	GateUpRows, DownRows, DownUnits int
 }
 
-// qmoeRowsPerWarp: rows a warp of the MoE GEMVs computes.
-const qmoeRowsPerWarp = 2
+// QMoEMaxTopK is the most routes per token the decode kernels take
+// (QMOE_MAX_K in quant.cu).
+const QMoEMaxTopK = 64
 
-type qmoeLayout struct{ xq, act, aq, total int64 }
+// qmoeMaxShared bounds the kernels' dynamic shared memory (every sm_80 or
+// later GPU lets a block have 96 KiB).
+const qmoeMaxShared = 96 << 10
+
+// qmoeType is, per weight type, the rounds of the routed-expert kernels
+// (QMoEShape) and how they stage the bytes a block's units share (QW's
+// BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
+// of its body and head bytes of its head).
+type qmoeType struct{ gateUpRows, downRows, downUnits, be, sa, head int }
+
+var qmoeTypes = map[quant.Type]qmoeType{
+	quant.Q8_0:   {8, 2, 4, 32, 0, 2},
+	quant.Q4_K:   {16, 2, 8, 256, 16, 4},
+	quant.Q5_K:   {16, 2, 8, 256, 48, 4},
+	quant.Q6_K:   {8, 2, 8, 256, 16, 2},
+	quant.IQ4_XS: {16, 2, 8, 256, 0, 8},
+}
+
+// QMoEShape chooses the rounds of the quantised routed-expert kernels for
+// weights of type t: 8 or 16 units of 32 weights in flight per lane, about
+// 256 bytes of quants (units take 16 bytes, 24 for q6_k, 32 for q8_0),
+// as many as the registers of three 128-thread blocks per SM hold without
+// spilling. It depends on the type alone, never on T.
+func QMoEShape(t quant.Type) (gateUpRows, downRows, downUnits int) {
+	q := qmoeTypes[t]
+	return q.gateUpRows, q.downRows, q.downUnits
+}
+
+type qmoeLayout struct{ aq, total int64 }
 
 func (a QMoEArgs) layout() qmoeLayout {
-	R := a.T * a.TopK
-	var l qmoeLayout
-	l.xq = 0
-	l.act = align256(Q8XBytes(a.T, a.H))
-	l.aq = l.act + align256(4*int64(R)*int64(a.I))
-	l.total = l.aq + Q8XBytes(R, a.I)
-	return l
+	return qmoeLayout{aq: 0, total: Q8XBytes(a.T*a.TopK, a.I)}
 }
 
-// QMoEWorkspace is the scratch QMoE needs: x quantised, the routes' f32
-// activations and their quantised copy.
+// QMoEWorkspace is the scratch QMoE needs: the routes' activations,
+// quantised.
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
-// QMoE returns the launches of the quantised routed experts: x quantised,
-// the gate+up GEMVs with SwiGLU per route, the activations quantised, the
-// down GEMVs summed per token with the routing weights.
+// qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
+// x as loaded, its quantised copy (scales and int8 values) and the staged
+// bytes of a block's 64 weight rows; for down the token's k quantised
+// activation rows (scales, int8 values) and the staged bytes of the
+// block's 4*downRows rows of each slot's expert.
+func qmoeShared(t quant.Type, xType string, H, I, k, downRows int) (gateUp, down int) {
+	size := 4
+	if xType == "bf16" {
+		size = 2
+	}
+	q := qmoeTypes[t]
+	be, sa, head := q.be, q.sa, q.head
+	return H*size + 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
+}
+
+// QMoE returns the launches of the quantised routed experts: the gate+up
+// GEMVs with SwiGLU per route (x quantised into shared memory, the
+// activations quantised on the way out), then the down GEMVs summed per
+// token with the routing weights.
 func QMoE(a QMoEArgs) ([]Launch, error) {
 	for _, m := range []struct {
 		q    QMatrix
@@ -202,36 +247,53 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 			return nil, fmt.Errorf("moe: stack of %d rows from %d outside its matrix of %d, or unaligned", m.n, m.q.Row0, m.q.Total)
 		}
 	}
-	if a.T <= 0 || a.T > QGEMVMaxRows || a.TopK <= 0 || a.E <= 0 {
-		return nil, fmt.Errorf("moe: T %d (1 to %d), k %d, E %d", a.T, QGEMVMaxRows, a.TopK, a.E)
+	if a.T <= 0 || a.T > QGEMVMaxRows || a.TopK <= 0 || a.TopK > QMoEMaxTopK || a.E <= 0 {
+		return nil, fmt.Errorf("moe: T %d (1 to %d), k %d (1 to %d), E %d", a.T, QGEMVMaxRows, a.TopK, QMoEMaxTopK, a.E)
+	}
+	if a.XType != "f32" && a.XType != "bf16" {
+		return nil, fmt.Errorf("moe: %s activations (f32 or bf16)", a.XType)
+	}
+	if a.OutType != "f32" && a.OutType != "bf16" {
+		return nil, fmt.Errorf("moe: output dtype %q (f32 or bf16)", a.OutType)
 	}
 	for _, p := range []Ptr{a.X, a.Weights, a.IDs, a.Out, a.Workspace} {
 		if p.Null() {
 			return nil, fmt.Errorf("moe: null pointer")
 		}
 	}
-	l := a.layout()
+	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
+		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
+	}
+	g, nh, sd := QMoEShape(a.WType)
+	if a.GateUpRows != 0 {
+		g = a.GateUpRows
+	}
+	if a.DownRows != 0 {
+		nh = a.DownRows
+	}
+	if a.DownUnits != 0 {
+		sd = a.DownUnits
+	}
+	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
+		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
+	}
+	smem, dsmem := qmoeShared(a.WType, a.XType, a.H, a.I, a.TopK, nh)
+	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
+		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
+			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
+	}
 	R := a.T * a.TopK
-	xq, act, aq := a.Workspace.At(l.xq), a.Workspace.At(l.act), a.Workspace.At(l.aq)
-	qx, err := Q8XQuantize(a.XType, a.X, xq, a.T, a.H)
-	if err != nil {
-		return nil, err
-	}
-	qa, err := Q8XQuantize("f32", act, aq, R, a.I)
-	if err != nil {
-		return nil, err
-	}
-	const nw = qmoeRowsPerWarp
+	aq := a.Workspace.At(a.layout().aq)
+	as := q8xScales(aq, R, a.I)
+	const warps = 4 // per block, both kernels
 	return []Launch{
-		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), nw}, dims(ceilDiv(R*ceilDiv(a.I, nw), 8)), dims(256), 0,
-			i32(R), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
+		kernel("quant.cu", "moe_gateup_qgemv", []string{a.XType}, []int64{int64(a.WType), int64(g)}, dims(R*(a.I/32)), dims(32*warps), smem,
+			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(a.X), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
-			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(act)),
-		qa,
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), nw}, dims(ceilDiv(a.T*ceilDiv(a.H, nw), 8)),
-			dims(256), 0, i32(a.T), i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
-			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(q8xScales(aq, R, a.I)),
+			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd)},
+			dims(a.T*ceilDiv(a.H, warps*nh)), dims(32*warps), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
+			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
 	}, nil
 }

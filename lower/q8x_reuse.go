@@ -3,10 +3,9 @@ package lower
 import "reflect"
 
 // A quantised GEMV quantises its activations into the workspace first
-// (Q8XQuantize), and consecutive GEMVs often quantise the same ones: in
-// decode the MoE input feeds the shared expert's gate+up GEMV and then the
-// routed experts', and a matmul_split of several rows quantises its x once
-// per row block. reuseQ8X drops such a repeat. Its invariant:
+// (Q8XQuantize), and consecutive GEMVs often quantise the same ones: a
+// matmul_split of several rows quantises its x once per row block.
+// reuseQ8X drops such a repeat. Its invariant:
 //
 //	a q8x_quantize launch identical to the last one in the stream is
 //	dropped only when every launch since that one is a qgemv whose output

@@ -102,6 +102,13 @@ __device__ __forceinline__ int reg_byte(const uint4& v, int i) {
 // activations of one row) with xload(), and dot(), the unit's product. A
 // lane's units are 32 apart, a multiple of every type's units per block, so
 // a unit's place in its block is the same for all of a lane's units.
+//
+// The routed-expert kernels fill W in two parts instead: loadq() loads a
+// unit's own quant bytes from global memory, loads() the bytes a block's
+// units share from copies staged in shared memory (stage_rows: per row and
+// block of BE elements, the SA bytes at offset SAOFF of its body in one
+// array, its HEAD bytes in another), so that registers in flight hold
+// quants only.
 
 template <int QT> struct QW;
 
@@ -112,6 +119,7 @@ struct X32 {
 };
 
 template <> struct QW<QT_Q8_0> {
+  static constexpr int BE = 32, BODY = 32, SA = 0, SAOFF = 0, HEAD = 2;
   struct W {
     uint4 a, b;
     float d;
@@ -121,6 +129,14 @@ template <> struct QW<QT_Q8_0> {
     const unsigned char* qs = w + row * K + (long long)u * 32;
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * K));
     return W{ldq(qs), ldq(qs + 16), f16_bits(__ldg(dp + row * (K / 32) + u))};
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    const unsigned char* qs = w + row * K + (long long)u * 32;
+    v.a = ldq(qs);
+    v.b = ldq(qs + 16);
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    v.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[u]);
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
@@ -137,6 +153,8 @@ template <> struct QW<QT_Q8_0> {
 // 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
 template <int QT> struct QWK45 {
   static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
+  // staged: (scales, mins) and, for q5_k, qh (four units share each half)
+  static constexpr int BE = 256, BODY = BYTES, SA = QT == QT_Q4_K ? 16 : 48, SAOFF = 0, HEAD = 4;
   struct W {
     uint4 q, sm, qh;  // quants, (scales[8], mins[8]), high bits (q5_k)
     unsigned dd;      // f16 d, f16 dmin
@@ -156,6 +174,17 @@ template <int QT> struct QWK45 {
     if constexpr (QT == QT_Q5_K) v.qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
     v.dd = __ldg(reinterpret_cast<const unsigned*>(w + align256(rows * nb * BYTES)) + bi);
     return v;
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    v.q = ldq(w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    const int b = u >> 3, h = u & 1;
+    const uint4* st = reinterpret_cast<const uint4*>(sa) + b * (SA / 16);
+    v.sm = st[0];
+    if constexpr (QT == QT_Q5_K) v.qh = st[1 + h];
+    v.dd = reinterpret_cast<const unsigned*>(sh)[b];
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
@@ -193,6 +222,7 @@ template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 // Q6_K: unit u is l in [8v, 8v+8) of 128-element half `half` of block b:
 // elements n+l, n+32+l, n+64+l and n+96+l (n = 128 half), four groups of 8.
 template <> struct QW<QT_Q6_K> {
+  static constexpr int BE = 256, BODY = 208, SA = 16, SAOFF = 192, HEAD = 2;  // staged: int8 scales[16]
   struct W {
     uint2 la, lb, hh;
     uint4 sc;
@@ -215,6 +245,18 @@ template <> struct QW<QT_Q6_K> {
     x.sc = __ldg(reinterpret_cast<const uint4*>(body + 192));  // int8 scales[16]
     x.d = f16_bits(__ldg(dp + bi));
     return x;
+  }
+  static __device__ __forceinline__ void loadq(W& x, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
+    const unsigned char* body = w + (row * (K / 256) + b) * 208;
+    x.la = ldq2(body + 64 * half + 8 * v);
+    x.lb = ldq2(body + 64 * half + 32 + 8 * v);
+    x.hh = ldq2(body + 128 + 32 * half + 8 * v);
+  }
+  static __device__ __forceinline__ void loads(W& x, const unsigned char* sa, const unsigned char* sh, int u) {
+    const int b = u >> 3;
+    x.sc = reinterpret_cast<const uint4*>(sa)[b];
+    x.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[b]);
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     const int e0 = (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
@@ -273,6 +315,7 @@ __device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
 }
 
 template <> struct QW<QT_IQ4_XS> {
+  static constexpr int BE = 256, BODY = 128, SA = 0, SAOFF = 0, HEAD = 8;
   struct W {
     uint4 q;
     uint2 hd;
@@ -282,6 +325,12 @@ template <> struct QW<QT_IQ4_XS> {
     const int nb = K / 256;
     const long long bi = row * nb + (u >> 3);
     return W{ldq(w + bi * 128 + 16 * (u & 7)), __ldg(reinterpret_cast<const uint2*>(w + align256(rows * nb * 128)) + bi)};
+  }
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
+    v.q = ldq(w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    v.hd = reinterpret_cast<const uint2*>(sh)[u >> 3];
   }
   static __device__ __forceinline__ X xload(const QX& x, int r, int u) {
     return X{ldx16(x, r, u * 32), ldx16(x, r, u * 32 + 16), xsc(x, r, u * 32).x};
@@ -339,6 +388,25 @@ __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, co
 
 // ------------------------------------------------------------- kernels
 
+// q8x_group quantises a group of 32 values, lane i holding element i's
+// value v: it returns lane i's int8 value and sets s, in lane 0, to the
+// group's (d, d*sum(q[0..16)), d*sum(q[16..32)), 0). Every quantised
+// activation is made here, so a group's bytes do not depend on which
+// kernel quantised it.
+__device__ __forceinline__ int q8x_group(float v, float4& s) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.f;
+  const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+  int sum = q;  // sums over each half of the group
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const int s16 = __shfl_sync(0xffffffffu, sum, 16);
+  s = make_float4(d, d * (float)sum, d * (float)s16, 0.f);
+  return q;
+}
+
 // xq, xs = the int8 groups of x [R, K] (K a multiple of 32): one warp per
 // group of 32, lane i element i.
 template <typename TX>
@@ -347,18 +415,9 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
   const int lane = threadIdx.x & 31;
   for (long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; g < groups;
        g += ((long long)gridDim.x * blockDim.x) >> 5) {
-    const float v = to_f32(x[g * 32 + lane]);
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.f;
-    const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
-    int s = q;  // sums over each half of the group
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    const int s16 = __shfl_sync(0xffffffffu, s, 16);
-    xq[g * 32 + lane] = (signed char)q;
-    if (lane == 0) xs[g] = make_float4(d, d * (float)s, d * (float)s16, 0.f);
+    float4 sc;
+    xq[g * 32 + lane] = (signed char)q8x_group(to_f32(x[g * 32 + lane]), sc);
+    if (lane == 0) xs[g] = sc;
   }
 }
 
@@ -424,89 +483,271 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
       }
 }
 
+// ------------------------------------------ routed experts (decode)
+//
+// moe_gateup_qgemv and moe_down_qgemv are the quantised routed experts of
+// up to 8 decode tokens, two launches with the activations quantised inside
+// them. A lane's share of a weight row is its units lane, lane+32, ...
+// (as in qgemv), summed in that order, and a warp's lanes are summed by
+// warp_sum_q: a row's result depends on the shapes alone, never on the
+// number of tokens, the other routes or the rows in flight per round.
+
+// 16-byte asynchronous copies from global to shared memory (sm_80 on):
+// they hold no registers while in flight.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory"); }
+
+// block_copy16: the block's threads copy n 16-byte vectors from src to
+// dst (shared memory) asynchronously; cp_async_wait_all and a barrier
+// make them visible.
+__device__ __forceinline__ void block_copy16(void* dst, const void* src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    cp_async16(static_cast<uint4*>(dst) + i, static_cast<const uint4*>(src) + i);
+}
+
+// stage_rows: the bytes the units of n consecutive rows share (QW's SA
+// bytes and HEAD bytes per block), from row `row` of a [rows, K] matrix at
+// w, into sa (n*nb*SA bytes) and sh (n*nb*HEAD) of shared memory by the
+// block's threads: asynchronous copies, or 2-byte loads where a run of
+// heads is not 16-byte aligned.
+template <int QT>
+__device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh, const unsigned char* w, long long rows,
+                                           long long row, int n, int K) {
+  using Q = QW<QT>;
+  const int nb = K / Q::BE;
+  if constexpr (Q::SA > 0) {
+    constexpr int P = Q::SA / 16;
+    const unsigned char* body = w + row * nb * Q::BODY + Q::SAOFF;
+    for (int i = threadIdx.x; i < n * nb * P; i += blockDim.x) {
+      const int blk = i / P;
+      cp_async16(sa + 16 * i, body + (long long)blk * Q::BODY + 16 * (i - blk * P));
+    }
+  }
+  const unsigned char* head = w + align256(rows * nb * Q::BODY) + row * nb * Q::HEAD;
+  const int hb = n * nb * Q::HEAD;
+  if (((reinterpret_cast<unsigned long long>(head) | (unsigned long long)hb) & 15) == 0)
+    block_copy16(sh, head, hb / 16);
+  else
+    for (int i = threadIdx.x; i < hb / 2; i += blockDim.x)
+      reinterpret_cast<unsigned short*>(sh)[i] = __ldg(reinterpret_cast<const unsigned short*>(head) + i);
+}
+
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
-// e = ids[r]; the gate stack's E*I rows start at row gate_row0 of a matrix
-// of gate_rows rows, the up stack's likewise (one matrix holding both, or
-// two). A warp computes NW consecutive i of one route.
-template <int QT, int NW>
-__global__ void __launch_bounds__(256) moe_gateup_qgemv(int R, int k, int H, int I, int E,
-                                                        const signed char* __restrict__ xq, const float4* __restrict__ xs,
-                                                        const int* __restrict__ ids, const unsigned char* __restrict__ gate,
-                                                        long long gate_rows, long long gate_row0,
-                                                        const unsigned char* __restrict__ up, long long up_rows,
-                                                        long long up_row0, float* __restrict__ act) {
-  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  const int per = (I + NW - 1) / NW;
-  if (gw >= (long long)R * per) return;
-  const int r = (int)(gw / per), i0 = (int)(gw % per) * NW;
+// e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
+// [R, I/32]). A block of 4 warps takes 32 consecutive i of one route (a
+// group of act), 8 per warp: its 8 gate rows, then its 8 up rows, G rows
+// at a time, each lane with one unit of each of the G rows in flight per
+// round (quant bytes only: the rows' shared bytes are staged). Dynamic
+// shared memory: x_t as loaded (TX [H]), its scales (float4 [H/32]) and
+// int8 values ([H]), then the staged bytes (stage_rows) of the block's 32
+// gate rows and 32 up rows; x_t is quantised there while the first round
+// is in flight. The gate stack's E*I rows start at row gate_row0 of a
+// matrix of gate_rows rows, the up stack's likewise (one matrix holding
+// both, or two). An invalid id gets a zero group (moe_down_qgemv skips
+// the route).
+template <typename TX, int QT, int G>
+__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const TX* __restrict__ x,
+                                                          const int* __restrict__ ids, const unsigned char* __restrict__ gate,
+                                                          long long gate_rows, long long gate_row0,
+                                                          const unsigned char* __restrict__ up, long long up_rows,
+                                                          long long up_row0, signed char* __restrict__ aq,
+                                                          float4* __restrict__ as) {
+  using Q = QW<QT>;
+  constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
+  static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
+  extern __shared__ __align__(16) unsigned char qmoe_smem[];
+  __shared__ float sums[2][32];  // the block's gate and up rows
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int groups = I / 32;
+  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * 32;
+  const long long o = (long long)r * I + i0;
   const int e = ids[r];
-  if (e < 0 || e >= E) {
-    if (lane < NW && i0 + lane < I) act[(long long)r * I + i0 + lane] = 0.f;
+  if (e < 0 || e >= E) {  // uniform over the block
+    if (warp == 0) {
+      aq[o + lane] = 0;
+      if (lane == 0) as[o / 32] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     return;
   }
-  const int t = r / k;
-  const QX x{xq + (long long)t * H, xs + (long long)t * (H / 32), H};
-  long long grow[NW], urow[NW];
+  const int U = H / 32, S = (U + 31) / 32, nb = H / Q::BE;
+  TX* xr = reinterpret_cast<TX*>(qmoe_smem);
+  float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
+  signed char* xq = reinterpret_cast<signed char*>(xs + U);
+  unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
+  unsigned char* sh = sa + 64 * nb * Q::SA;
+  const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
+  typename Q::W wv[G];
+  // round (g, s): the warp's rows g*G .. g*G+G-1 (gate rows, then up
+  // rows), unit lane + 32s
+  auto load = [&](int g, int s) {
+    const int u = lane + 32 * s;
+    if (u < U)
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const long long row = (long long)e * I + min(i0 + q, I - 1);
-    grow[q] = gate_row0 + row;
-    urow[q] = up_row0 + row;
+      for (int q = 0; q < G; q++) {
+        const int n = g * G + q;
+        if (n < NI)
+          Q::loadq(wv[q], gate, grow + NI * warp + n, H, u);
+        else
+          Q::loadq(wv[q], up, urow + NI * warp + n - NI, H, u);
+      }
+  };
+  load(0, 0);
+  stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
+  stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
+  block_copy16(xr, x + (long long)(r / k) * H, H * (int)sizeof(TX) / 16);
+  cp_async_wait_all();
+  __syncthreads();
+  {
+    constexpr int C = 8;  // groups quantised together per warp
+    for (int g0 = warp; g0 < U; g0 += C * W) {
+      int qv[C];
+      float4 sv[C];
+#pragma unroll
+      for (int c = 0; c < C; c++) qv[c] = q8x_group(to_f32(xr[min(g0 + c * W, U - 1) * 32 + lane]), sv[c]);
+#pragma unroll
+      for (int c = 0; c < C; c++) {
+        const int g = g0 + c * W;
+        if (g < U) {
+          xq[g * 32 + lane] = (signed char)qv[c];
+          if (lane == 0) xs[g] = sv[c];
+        }
+      }
+    }
   }
-  float g[NW][1], u[NW][1];
+  __syncthreads();
+
+  const QX xsm{xq, xs, H};
 #pragma unroll
-  for (int q = 0; q < NW; q++) g[q][0] = u[q][0] = 0.f;
-  wdots<QT, NW, 1>(gate, gate_rows, grow, H, x, lane, 32, g);
-  wdots<QT, NW, 1>(up, up_rows, urow, H, x, lane, 32, u);
+  for (int g = 0; g < NG; g++) {
+    float acc[G];
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const float gs = warp_sum_q(g[q][0]), us = warp_sum_q(u[q][0]);
-    if (lane == 0 && i0 + q < I) act[(long long)r * I + i0 + q] = silu_q(gs) * us;
+    for (int q = 0; q < G; q++) acc[q] = 0.f;
+    for (int s = 0; s < S; s++) {
+      const int u = lane + 32 * s;
+      if (u < U) {
+        const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+          const int n = g * G + q, br = n < NI ? NI * warp + n : 32 + NI * warp + n - NI;  // the row's place in the stage
+          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] += Q::dot(wv[q], xv, u);
+        }
+      }
+      if (s + 1 < S)
+        load(g, s + 1);
+      else if (g + 1 < NG)
+        load(g + 1, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < G; q++) {
+      const int n = g * G + q;
+      const float v = warp_sum_q(acc[q]);
+      if (lane == 0) sums[n < NI ? 0 : 1][NI * warp + (n < NI ? n : n - NI)] = v;
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float4 sc;
+    aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
+    if (lane == 0) as[o / 32] = sc;
   }
 }
 
-// out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), with
-// act quantised (aq, as [T*k, I]); down is a stack of E*H rows of I from
-// row row0 of a matrix of `rows` rows. A
-// warp computes NW consecutive h of one token; the k slots' units are one
-// sequence over the lanes, so loads of several slots are in flight
-// together.
-template <typename TY, int QT, int NW>
-__global__ void __launch_bounds__(256) moe_down_qgemv(int T, int k, int H, int I, int E, long long rows, long long row0,
-                                                      const signed char* __restrict__ aq, const float4* __restrict__ as,
-                                                      const float* __restrict__ weights, const int* __restrict__ ids,
-                                                      const unsigned char* __restrict__ down, TY* __restrict__ out,
-                                                      int accumulate) {
-  const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  const int per = (H + NW - 1) / NW;
-  if (gw >= (long long)T * per) return;
-  const int t = (int)(gw / per), h0 = (int)(gw % per) * NW;
-  const int units = I / 32;
-  float total[NW];
+// The most routes per token moe_down_qgemv takes.
+#define QMOE_MAX_K 64
+
+// out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
+// quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
+// rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
+// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
+// are one sequence over the lanes (unit v is unit v % (I/32) of slot
+// v / (I/32)), SD of them per lane per round for the NH rows together, so
+// loads of several slots and rows are in flight at once; a slot with an
+// invalid id is skipped. Dynamic shared memory: the token's quantised
+// activations (scales float4 [k*I/32], int8 [k*I]), copied before the ids
+// arrive, then the staged bytes (stage_rows) of the block's rows of each
+// slot's expert.
+template <typename TY, int QT, int NH, int SD>
+__global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
+                                                        const signed char* __restrict__ aq, const float4* __restrict__ as,
+                                                        const float* __restrict__ weights, const int* __restrict__ ids,
+                                                        const unsigned char* __restrict__ down, TY* __restrict__ out,
+                                                        int accumulate) {
+  using Q = QW<QT>;
+  constexpr int HB = 4 * NH;  // rows of a block
+  extern __shared__ __align__(16) unsigned char qmoe_smem[];
+  __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
+  __shared__ float sw[QMOE_MAX_K];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int per = (H + HB - 1) / HB;
+  const int t = blockIdx.x / per;
+  const int hb0 = (blockIdx.x - t * per) * HB, h0 = hb0 + warp * NH;
+  const int U = I / 32, nv = k * U, nb = I / Q::BE;
+  float4* ast = reinterpret_cast<float4*>(qmoe_smem);
+  signed char* aqt = reinterpret_cast<signed char*>(ast + nv);
+  unsigned char* sa = reinterpret_cast<unsigned char*>(aqt + k * I);
+  unsigned char* sh = sa + k * HB * nb * Q::SA;
+  block_copy16(ast, as + (long long)t * nv, nv);
+  block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    const int e = ids[t * k + j];
+    se[j] = e >= 0 && e < E ? e : -1;
+    sw[j] = weights[t * k + j];
+  }
+  __syncthreads();
+  for (int j = 0; j < k; j++)
+    if (se[j] >= 0) stage_rows<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, down, rows, row0 + (long long)se[j] * H + hb0, min(HB, H - hb0), I);
+  int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
-  for (int q = 0; q < NW; q++) total[q] = 0.f;
-  for (int v = lane; v < k * units; v += 32) {
-    const int j = v / units, u = v - j * units;
-    const int r = t * k + j;
-    const int e = ids[r];
-    if (e < 0 || e >= E) continue;
-    const QX x{aq + (long long)r * I, as + (long long)r * (I / 32), I};
-    typename QW<QT>::W wv[NW];
+  for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
+  typename Q::W wv[SD][NH];
+  int jv[SD], uv[SD];
+  bool ok[SD];
+  auto load = [&](int v0) {
 #pragma unroll
-    for (int q = 0; q < NW; q++) wv[q] = QW<QT>::load(down, rows, row0 + (long long)e * H + min(h0 + q, H - 1), I, u);
-    const float wt = weights[r];
-    const typename QW<QT>::X xu = QW<QT>::xload(x, 0, u);
+    for (int d = 0; d < SD; d++) {
+      const int v = v0 + 32 * d;
+      jv[d] = min(v / U, k - 1);
+      uv[d] = v - jv[d] * U;
+      const int e = se[jv[d]];
+      ok[d] = v < nv && e >= 0;
+      if (ok[d])
 #pragma unroll
-    for (int q = 0; q < NW; q++) total[q] = fmaf(wt, QW<QT>::dot(wv[q], xu, u), total[q]);
+        for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
+    }
+  };
+  load(lane);
+  cp_async_wait_all();
+  __syncthreads();
+  float acc[NH];
+#pragma unroll
+  for (int q = 0; q < NH; q++) acc[q] = 0.f;
+  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+#pragma unroll
+    for (int d = 0; d < SD; d++)
+      if (ok[d]) {
+        const int j = jv[d];
+        const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
+        const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+        const float wt = sw[j];
+#pragma unroll
+        for (int q = 0; q < NH; q++) {
+          const int br = j * HB + hq[q];  // the row's place in the stage
+          Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
+          acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+        }
+      }
+    if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
   }
 #pragma unroll
-  for (int q = 0; q < NW; q++) {
-    const float s = warp_sum_q(total[q]);
+  for (int q = 0; q < NH; q++) {
+    const float sum = warp_sum_q(acc[q]);
     if (lane == 0 && h0 + q < H) {
       const long long o = (long long)t * H + h0 + q;
-      float v = s;
+      float v = sum;
       if (accumulate) v += to_f32(out[o]);
       out[o] = from_f32<TY>(v);
     }

@@ -60,12 +60,16 @@ type QMoEArgs struct {
 	OutType          cuda.DType
 	Accumulate       bool
 	Workspace        cuda.DevicePtr
+	// GateUpRows, DownRows and DownUnits force the kernels' rounds (see
+	// lower.QMoEArgs); zero chooses.
+	GateUpRows, DownRows, DownUnits int
 }
 
 func (a QMoEArgs) lower() lower.QMoEArgs {
 	return lower.QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: ptr(a.X), XType: a.XType.String(),
 		Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: a.Gate.lower(), Up: a.Up.lower(), Down: a.Down.lower(),
-		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace)}
+		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
+		GateUpRows: a.GateUpRows, DownRows: a.DownRows, DownUnits: a.DownUnits}
 }
 
 // QMoEWorkspaceBytes is the workspace QMoE needs.

@@ -219,14 +219,16 @@ func TestQGEMVGPU(t *testing.T) {
 
 // TestQMoEGPU: the quantised routed experts against the CPU reference
 // (with the activations quantised as the kernels do), invalid ids
-// included.
+// included, at a shape where a lane holds one unit of a row and at one
+// where it holds several (the S-2.1 and XS-2 kernels' case).
 func TestQMoEGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, qt := range lower.QuantKernelTypes {
-		for _, T := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s/T%d", qt, T), func(t *testing.T) {
-				E, H, I, topK := 5, 512, 256, 3
+		for _, c := range []struct{ T, E, H, I, topK int }{{1, 5, 512, 256, 3}, {3, 5, 512, 256, 3}, {3, 6, 2048, 512, 4}} {
+			T := c.T
+			t.Run(fmt.Sprintf("%s/T%d_H%d_I%d", qt, T, c.H, c.I), func(t *testing.T) {
+				E, H, I, topK := c.E, c.H, c.I, c.topK
 				gb := randQuantBlocks(r, qt, E*I, H)
 				ub := randQuantBlocks(r, qt, E*I, H)
 				db := randQuantBlocks(r, qt, E*H, I)
@@ -291,6 +293,57 @@ func TestQMoEGPU(t *testing.T) {
 	}
 }
 
+// TestQMoEBatchBitsGPU: a token's routed-expert output has the same bits
+// whatever the number of tokens in the launch and whatever rounds the
+// kernels take (batched decode compares batches bitwise).
+func TestQMoEBatchBitsGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	const E, H, I, topK, maxT = 12, 1024, 512, 4, lower.QGEMVMaxRows
+	for _, qt := range lower.QuantKernelTypes {
+		t.Run(qt.String(), func(t *testing.T) {
+			gu := uploadQuant(t, k, s, qt, 2*E*I, H, randQuantBlocks(r, qt, 2*E*I, H))
+			dw := uploadQuant(t, k, s, qt, E*H, I, randQuantBlocks(r, qt, E*H, I))
+			ids := make([]int32, maxT*topK)
+			wts := make([]float32, len(ids))
+			for i := range ids {
+				ids[i] = int32(r.IntN(E))
+				wts[i] = r.Float32()
+			}
+			ids[5] = -1 // invalid: skipped
+			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
+			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
+			run := func(T, g, nh, sd int) []float32 {
+				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
+					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
+					Down: QMatrix{W: dw, Total: E * H}, GateUpRows: g, DownRows: nh, DownUnits: sd}
+				a.Out = alloc(t, k, int64(2*T*H))
+				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
+				if err := k.QMoE(s, a); err != nil {
+					t.Fatal(err)
+				}
+				return download(t, s, cuda.BF16, a.Out, T*H)
+			}
+			want := run(maxT, 0, 0, 0)
+			same := func(what string, got []float32) {
+				t.Helper()
+				for i, v := range got {
+					if math.Float32bits(v) != math.Float32bits(want[i]) {
+						t.Errorf("%s: output %d (token %d) is %g, %g with %d tokens and the chosen rounds", what, i, i/H, v, want[i], maxT)
+						return
+					}
+				}
+			}
+			for _, T := range []int{1, 2, 5} {
+				same(fmt.Sprintf("T=%d", T), run(T, 0, 0, 0))
+			}
+			for _, rd := range [][3]int{{2, 1, 2}, {4, 4, 8}, {16, 2, 4}} {
+				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd[0], rd[1], rd[2]))
+			}
+		})
+	}
+}
+
 // BenchmarkQGEMV: quantised decode GEMVs at Laguna-S-2.1 shapes (T = 1),
 // GB/s of weights read (the roofline is the HBM bandwidth).
 func BenchmarkQGEMV(b *testing.B) {
@@ -332,13 +385,32 @@ func BenchmarkQGEMV(b *testing.B) {
 
 // BenchmarkQMoE: the routed experts of one decode token (top-10 of 256,
 // H 3072, I 1024, gate and up one matrix); GB/s of the ten experts'
-// weights.
+// weights. Each type with the rounds lower chooses, and a few other rounds
+// for q4_k and iq4_xs (gN: gate+up rows in flight per lane; dNxM: down
+// rows per warp x units in flight per row).
 func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
+	type bench struct {
+		qt        quant.Type
+		g, nh, sd int // zero: lower's choice
+	}
+	var cases []bench
 	for _, qt := range lower.QuantKernelTypes {
-		b.Run(qt.String(), func(b *testing.B) {
+		cases = append(cases, bench{qt: qt})
+	}
+	cases = append(cases, bench{quant.Q4_K, 8, 0, 0}, bench{quant.Q4_K, 0, 2, 4}, bench{quant.Q4_K, 0, 4, 4}, bench{quant.IQ4_XS, 8, 0, 0})
+	for _, c := range cases {
+		qt := c.qt
+		name := qt.String()
+		if c.g != 0 {
+			name += fmt.Sprintf("-g%d", c.g)
+		}
+		if c.nh != 0 {
+			name += fmt.Sprintf("-d%dx%d", c.nh, c.sd)
+		}
+		b.Run(name, func(b *testing.B) {
 			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
 			if err != nil {
 				b.Fatal(err)
@@ -352,7 +424,8 @@ func BenchmarkQMoE(b *testing.B) {
 			gu := m.rand(int(gb / 2))
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H)}
+				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
+				GateUpRows: c.g, DownRows: c.nh, DownUnits: c.sd}
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
 			a.IDs = m.upload(cuda.AsBytes(ids))
 			a.Weights = m.upload(cuda.AsBytes(wts))

@@ -1,0 +1,104 @@
+package lower
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"lagc/quant"
+)
+
+func qmoeTestArgs(qt quant.Type, T, H, I, E, k int) QMoEArgs {
+	return QMoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, XType: "bf16",
+		Weights: Ptr{BaseArena, 1 << 20}, IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, OutType: "bf16",
+		Gate: QMatrix{W: Ptr{BaseWeights, 0}, Total: 2 * E * I}, Up: QMatrix{W: Ptr{BaseWeights, 0}, Total: 2 * E * I, Row0: E * I},
+		Down: QMatrix{W: Ptr{BaseWeights, 1 << 30}, Total: E * H}, WType: qt, Workspace: Ptr{BaseWorkspace, 0}}
+}
+
+// TestQMoELaunches: two launches per call, a block per 32 activations of
+// a route and per 4 warps of down rows, x's copy in shared memory, and
+// template arguments that depend on the weight type alone, so that a
+// token's bits do not change with the batch.
+func TestQMoELaunches(t *testing.T) {
+	for _, c := range []struct {
+		name                    string
+		qt                      quant.Type
+		H, I, E, k              int
+		xType                   string
+		wantG, wantShm, wantDSh int
+	}{
+		// x as loaded, its scales and int8 values, 64 rows x 12 blocks of
+		// staged (scales, mins) and (d, dmin); down: 10 routes' scales and
+		// int8 activations, 8 rows x 4 blocks of staged bytes per route
+		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 16, 3072*2 + 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
+		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 16, 2048*4 + 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
+		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 512*2 + 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
+		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 16, 512*4 + 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
+		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 8, 512*4 + 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
+	} {
+		var first []int64
+		for _, T := range []int{1, 3, 8} {
+			a := qmoeTestArgs(c.qt, T, c.H, c.I, c.E, c.k)
+			a.XType = c.xType
+			ls, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d: %v", c.name, T, err)
+			}
+			if len(ls) != 2 || ls[0].Kernel != "moe_gateup_qgemv" || ls[1].Kernel != "moe_down_qgemv" {
+				t.Fatalf("%s T=%d: launches %v", c.name, T, ls)
+			}
+			gu, dn := ls[0], ls[1]
+			R := T * c.k
+			if gu.Grid != dims(R*c.I/32) || gu.Block != dims(128) || gu.Shmem != c.wantShm || !slices.Equal(gu.DTypes, []string{c.xType}) {
+				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of 128, %d bytes, %s x", c.name, T,
+					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, c.wantShm, c.xType)
+			}
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG)}) {
+				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d and %d rows a round", c.name, T, gu.Ints, c.qt, c.wantG)
+			}
+			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
+				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
+			}
+			ints := append(slices.Clone(gu.Ints), dn.Ints...)
+			if first == nil {
+				first = ints
+			} else if !slices.Equal(ints, first) {
+				t.Errorf("%s: template arguments change with T: %v at T=%d, %v at T=1", c.name, ints, T, first)
+			}
+		}
+	}
+}
+
+// TestQMoERejects: arguments the kernels cannot take get an error that
+// names them.
+func TestQMoERejects(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*QMoEArgs)
+		want string
+	}{
+		{"too many routes", func(a *QMoEArgs) { a.TopK = QMoEMaxTopK + 1 }, "k 65 (1 to 64)"},
+		{"too many tokens", func(a *QMoEArgs) { a.T = QGEMVMaxRows + 1 }, "T 9 (1 to 8)"},
+		{"f16 x", func(a *QMoEArgs) { a.XType = "f16" }, "f16 activations"},
+		{"f16 out", func(a *QMoEArgs) { a.OutType = "f16" }, `output dtype "f16"`},
+		{"unaligned x", func(a *QMoEArgs) { a.X = Ptr{BaseArena, 8} }, "16-byte aligned"},
+		{"null ids", func(a *QMoEArgs) { a.IDs = Ptr{} }, "null pointer"},
+		{"odd rounds", func(a *QMoEArgs) { a.GateUpRows = 3 }, "rounds of 3 gate+up rows"},
+		{"odd down rows", func(a *QMoEArgs) { a.DownRows = 8 }, "8 down rows"},
+		{"many wide routes", func(a *QMoEArgs) {
+			a.TopK, a.I = 64, 1024
+			a.Gate.Total, a.Up.Total, a.Up.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
+		}, "need 26112 and 139264 bytes"},
+		{"H too large", func(a *QMoEArgs) {
+			a.H, a.XType = 16384, "f32"
+			a.Down.Total = a.E * a.H
+		}, "H = 16384, I = 1024 and k = 10 need 172032 and 21760"},
+		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
+	} {
+		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)
+		c.edit(&a)
+		if _, err := QMoE(a); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
