@@ -95,7 +95,7 @@ func BenchmarkDecodeKernels(b *testing.B) {
 		})
 		b.Run(name+"/warp", func(b *testing.B) {
 			decodeTime(b, s, func() error {
-				return s.Launch(warpRouter, cuda.Dim(uint32((T+3)/4)), cuda.Dim(32*min(T, 4)), 0,
+				return s.Launch(warpRouter, cuda.Dim(uint32((T+3)/4)), cuda.Dim(uint32(32*min(T, 4))), 0,
 					int32(T), int32(256), int32(10), float32(0), float32(1), dl, int64(256), bias, rw, rid)
 			})
 		})
