@@ -55,8 +55,9 @@ func (s *syncBuffer) String() string {
 }
 
 // TestServeCommand: `lagc serve` on a free port answers a completion, and
-// SIGTERM shuts it down cleanly (exit 0). On the GPU (one request at a
-// time) the greedy completion equals `lagc run --device cuda`'s.
+// SIGTERM shuts it down cleanly (exit 0). On the GPU four requests sent at
+// once (steps of several sequences must occur) each get the greedy
+// completion `lagc run --device cuda` gives their prompt alone.
 func TestServeCommand(t *testing.T) {
 	for _, device := range []string{"cpu", "cuda"} {
 		t.Run(device, func(t *testing.T) { testServeCommand(t, device) })
@@ -65,19 +66,22 @@ func TestServeCommand(t *testing.T) {
 
 func testServeCommand(t *testing.T, device string) {
 	model := filepath.Join(fixture.Root(t), "models", "tiny")
-	const prompt = "func main() {"
+	prompts := []string{"func main() {"}
 	args := []string{"serve", "--model", model, "--port", "0", "--device", device, "--name", "tiny-test"}
-	var want string
+	var want []string
 	if device == "cuda" {
 		cudatest.Device(t) // skip (or fail) without a GPU
-		code, js, stderr := runCapture(t, "run", "--model", model, "--device", "cuda", "--prompt", prompt, "-n", "8", "--json")
-		var alone struct {
-			Text string `json:"text"`
+		prompts = append(prompts, "package main\n\nimport", "// Sum adds", "type Tree struct {")
+		for _, prompt := range prompts {
+			code, js, stderr := runCapture(t, "run", "--model", model, "--device", "cuda", "--prompt", prompt, "-n", "8", "--json")
+			var alone struct {
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal([]byte(js), &alone); code != 0 || err != nil {
+				t.Fatalf("run --device cuda: exit %d, %v: %s", code, err, stderr)
+			}
+			want = append(want, alone.Text)
 		}
-		if err := json.Unmarshal([]byte(js), &alone); code != 0 || err != nil {
-			t.Fatalf("run --device cuda: exit %d, %v: %s", code, err, stderr)
-		}
-		want = alone.Text
 	} else {
 		args = append(args, "--slots", "2")
 	}
@@ -107,26 +111,63 @@ func testServeCommand(t *testing.T, device string) {
 	if device == "cuda" && !strings.Contains(stderr.String(), "on cuda") {
 		t.Errorf("serve --device cuda did not load on the GPU: %s", stderr.String())
 	}
-	body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": prompt, "max_tokens": 8, "temperature": 0})
-	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	type reply struct {
+		code int
+		text string
+		n    int
+		err  error
 	}
-	var out struct {
-		Choices []struct {
-			Text string `json:"text"`
-		} `json:"choices"`
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
+	replies := make([]reply, len(prompts))
+	var wg sync.WaitGroup
+	for i, prompt := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": prompt, "max_tokens": 8, "temperature": 0})
+			resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				replies[i].err = err
+				return
+			}
+			defer resp.Body.Close()
+			var out struct {
+				Choices []struct {
+					Text string `json:"text"`
+				} `json:"choices"`
+				Usage struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			replies[i].err = json.NewDecoder(resp.Body).Decode(&out)
+			replies[i].code, replies[i].n = resp.StatusCode, out.Usage.CompletionTokens
+			if len(out.Choices) == 1 {
+				replies[i].text = out.Choices[0].Text
+			}
+		}()
 	}
-	json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || len(out.Choices) != 1 || out.Usage.CompletionTokens != 8 {
-		t.Fatalf("completion: %d %+v", resp.StatusCode, out)
+	wg.Wait()
+	for i, r := range replies {
+		if r.err != nil || r.code != 200 || r.n != 8 {
+			t.Fatalf("completion %d: %d, %d tokens, %v", i, r.code, r.n, r.err)
+		}
+		if device == "cuda" && r.text != want[i] {
+			t.Errorf("prompt %q served on the GPU among %d: %q; lagc run --device cuda: %q", prompts[i], len(prompts), r.text, want[i])
+		}
 	}
-	if device == "cuda" && out.Choices[0].Text != want {
-		t.Errorf("served on the GPU: %q; lagc run --device cuda: %q", out.Choices[0].Text, want)
+	if device == "cuda" {
+		// A step of several sequences ran: the batch size histogram's
+		// sum exceeds its count.
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sum := regexp.MustCompile(`(?m)^lagc_batch_size_sum (\S+)`).FindSubmatch(text)
+		count := regexp.MustCompile(`(?m)^lagc_batch_size_count (\S+)`).FindSubmatch(text)
+		if sum == nil || count == nil || string(sum[1]) == string(count[1]) {
+			t.Errorf("no batched step on the GPU (batch size sum %q, count %q)", sum, count)
+		}
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
