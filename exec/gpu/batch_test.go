@@ -123,6 +123,21 @@ func batchedLogits(t *testing.T, b engine.Batcher, seqs []batchSeq, V int, rng *
 	return got, most
 }
 
+// aloneAndBatched runs 14 random sequences alone, then together in 12
+// slots (steps of more than the GEMVs' 8 decode rows must occur), and
+// returns them with both runs' logits.
+func aloneAndBatched(t *testing.T, b engine.Batcher, V int) (seqs []batchSeq, alone, got [][]float32) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 11))
+	seqs = batchSeqs(rng, 14, V)
+	alone = aloneLogits(t, b, seqs)
+	got, most := batchedLogits(t, b, seqs, V, rng)
+	if most <= 8 {
+		t.Errorf("at most %d decode rows in a step: the test should pass the GEMVs' 8", most)
+	}
+	return seqs, alone, got
+}
+
 func firstBitDiff(a, b []float32) (int, bool) {
 	if len(a) != len(b) {
 		return -1, true
@@ -153,13 +168,7 @@ func TestBatchStepGPU(t *testing.T) {
 					t.Fatalf("%d slots, want 12", b.Slots())
 				}
 				V := m.Config.VocabSize
-				rng := rand.New(rand.NewPCG(5, 11))
-				seqs := batchSeqs(rng, 14, V)
-				alone := aloneLogits(t, b, seqs)
-				got, most := batchedLogits(t, b, seqs, V, rng)
-				if most <= 8 {
-					t.Errorf("at most %d decode rows in a step: the test should pass the GEMVs' 8", most)
-				}
+				seqs, alone, got := aloneAndBatched(t, b, V)
 				for i := range seqs {
 					if k, diff := firstBitDiff(got[i], alone[i]); diff {
 						t.Errorf("sequence %d: batched row %d differs from alone (value %d: %g vs %g)", i, k/V, k, at(got[i], k), at(alone[i], k))
@@ -193,7 +202,7 @@ func TestBatchStepGPU(t *testing.T) {
 				if e := relL2(alone[0], want); e > tol {
 					t.Errorf("batched path alone vs the decode schedule: relative L2 %.3g (tolerance %g)", e, tol)
 				} else {
-					t.Logf("batched path alone vs the decode schedule: relative L2 %.3g; most decode rows in a step %d; graphs for buckets %v", e, most, ex.BatchGraphs())
+					t.Logf("batched path alone vs the decode schedule: relative L2 %.3g; graphs for buckets %v", e, ex.BatchGraphs())
 				}
 			})
 		}
@@ -219,14 +228,7 @@ func TestBatchGEMMGPU(t *testing.T) {
 				t.Fatal("LAGC_BATCH_GEMM=1 did not reach the plan")
 			}
 			b, _ := m.Batch()
-			V := m.Config.VocabSize
-			rng := rand.New(rand.NewPCG(5, 11))
-			seqs := batchSeqs(rng, 14, V)
-			alone := aloneLogits(t, b, seqs)
-			got, most := batchedLogits(t, b, seqs, V, rng)
-			if most <= 8 {
-				t.Errorf("at most %d decode rows in a step", most)
-			}
+			seqs, alone, got := aloneAndBatched(t, b, m.Config.VocabSize)
 			// bf16 rounds every activation: the tiny fixtures' random
 			// weights amplify a 1-ulp difference (transformers' own bf16
 			// is up to 7.5 from its f32 logits here, TestFixturesBF16).

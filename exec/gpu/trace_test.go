@@ -136,21 +136,7 @@ func TestLaunchTraces(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer ex.Close()
-				got := runTrace(t, ex, rec)
-				path := filepath.Join("testdata", "launches", name+".txt")
-				if *update {
-					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (go test -run LaunchTraces -update writes it)", err)
-				}
-				if got != string(want) {
-					t.Fatalf("the launches differ from %s:\n%s", path, firstDiff(got, string(want)))
-				}
+				checkTrace(t, name, runTrace(t, ex, rec))
 			})
 		}
 	}
@@ -202,22 +188,28 @@ func TestBatchTraces(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ex.Close()
-			got := runBatchTrace(t, ex, rec)
-			path := filepath.Join("testdata", "launches", name+".txt")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -run BatchTraces -update writes it)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("the launches differ from %s:\n%s", path, firstDiff(got, string(want)))
-			}
+			checkTrace(t, name, runBatchTrace(t, ex, rec))
 		})
+	}
+}
+
+// checkTrace compares a trace with testdata/launches/NAME.txt, or writes
+// it there with -update.
+func checkTrace(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "launches", name+".txt")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run 'LaunchTraces|BatchTraces' -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("the launches differ from %s:\n%s", path, firstDiff(got, string(want)))
 	}
 }
 
