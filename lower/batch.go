@@ -70,3 +70,22 @@ func (p *Plan) AtBatch(b int) ([][]Launch, error) {
 	}
 	return p.at(p.Prefill, b, true)
 }
+
+// gemvRuns is f(0, T), or in a batched decode step of more rows than a
+// GEMV takes, f(r, n) for every run of n <= GEMVMaxRows rows from row r:
+// each row then gets exactly the arithmetic it gets in any other batch,
+// unless the plan lets large batches run the GEMMs (Options.BatchGEMM).
+func (c *stepCtx) gemvRuns(T int, f func(r, n int) ([]Launch, error)) ([]Launch, error) {
+	if !c.batch || c.p.BatchGEMM || T <= GEMVMaxRows {
+		return f(0, T)
+	}
+	var ls []Launch
+	for r := 0; r < T; r += GEMVMaxRows {
+		l, err := f(r, min(GEMVMaxRows, T-r))
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l...)
+	}
+	return ls, nil
+}

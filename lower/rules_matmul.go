@@ -39,27 +39,14 @@ func matmulOrQuant(c *stepCtx, a MatMulArgs, wrows, row0 int) ([]Launch, error) 
 	})
 }
 
-// gemvRows is f(a), or in a batched decode step of more rows than a GEMV
-// takes, f of every run of GEMVMaxRows rows: each row then gets exactly
-// the arithmetic it gets in any other batch (Plan.AtBatch), unless the
-// plan lets large batches run the GEMMs (Options.BatchGEMM).
+// gemvRows is f(a) over the runs of rows gemvRuns gives.
 func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) ([]Launch, error) {
-	if !c.batch || c.p.BatchGEMM || a.T <= GEMVMaxRows {
-		return f(a)
-	}
 	xs, ys := int64(a.K*dtypeSize(a.XType)), int64(a.N*dtypeSize(a.YType))
-	var ls []Launch
-	for r := 0; r < a.T; r += GEMVMaxRows {
+	return c.gemvRuns(a.T, func(r, n int) ([]Launch, error) {
 		b := a
-		b.T = min(GEMVMaxRows, a.T-r)
-		b.X, b.Y = a.X.At(int64(r)*xs), a.Y.At(int64(r)*ys)
-		l, err := f(b)
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l...)
-	}
-	return ls, nil
+		b.T, b.X, b.Y = n, a.X.At(int64(r)*xs), a.Y.At(int64(r)*ys)
+		return f(b)
+	})
 }
 
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with

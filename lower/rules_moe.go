@@ -120,29 +120,20 @@ func moeRule(c *stepCtx) ([]Launch, error) {
 		ls = append(ls, MoEAddShared(a.T, a.TopK-shared, shared, a.E-shared, a.Weights, a.IDs, w2, ids2))
 		a.Weights, a.IDs = w2, ids2
 	}
-	if !c.batch || c.p.BatchGEMM || a.T <= GEMVMaxRows {
-		ms, err := MoE(a)
-		if err != nil {
-			return nil, err
-		}
-		return append(ls, ms...), nil
-	}
-	// A batched decode step: the decode kernels over every run of
-	// GEMVMaxRows rows, as gemvRows does for matmuls.
+	// A batched decode step: the decode kernels over runs of rows, as
+	// for matmuls.
 	xs, outs := int64(a.H*dtypeSize(a.XType)), int64(a.H*dtypeSize(a.OutType))
 	rs := 4 * int64(a.TopK)
-	for r := 0; r < a.T; r += GEMVMaxRows {
+	ms, err := c.gemvRuns(a.T, func(r, n int) ([]Launch, error) {
 		b := a
-		b.T = min(GEMVMaxRows, a.T-r)
-		b.X, b.Out = a.X.At(int64(r)*xs), a.Out.At(int64(r)*outs)
+		b.T, b.X, b.Out = n, a.X.At(int64(r)*xs), a.Out.At(int64(r)*outs)
 		b.Weights, b.IDs = a.Weights.At(int64(r)*rs), a.IDs.At(int64(r)*rs)
-		ms, err := MoE(b)
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, ms...)
+		return MoE(b)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return ls, nil
+	return append(ls, ms...), nil
 }
 
 func moeScratch(c *stepCtx) (ws, rt int64, err error) {
