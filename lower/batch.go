@@ -31,32 +31,35 @@ const MaxSeqs = 1024
 // holds every slot, none above the chunk (the arena's rows).
 func BatchBuckets(seqs, chunk int) []int {
 	var out []int
-	for b := 1; b <= chunk; b *= 2 {
+	for b := 1; b <= maxBucket(seqs, chunk); b *= 2 {
 		out = append(out, b)
-		if b >= seqs {
-			break
-		}
 	}
 	return out
 }
 
-// Bucket is the smallest of BatchBuckets that holds n rows, or the largest
-// when none does (the caller splits the rows).
-func (p *Plan) Bucket(n int) int {
-	bs := BatchBuckets(p.seqs(), p.Prefill.Tokens)
-	for _, b := range bs {
-		if b >= n {
-			return b
-		}
+// maxBucket is the largest of BatchBuckets.
+func maxBucket(seqs, chunk int) int {
+	b := 1
+	for b < seqs && 2*b <= chunk {
+		b *= 2
 	}
-	return bs[len(bs)-1]
+	return b
+}
+
+// Bucket is the smallest of BatchBuckets that holds n rows, or the largest
+// when none does (the caller splits the rows). It allocates nothing: the
+// executor asks it every decode step.
+func (p *Plan) Bucket(n int) int {
+	top, b := maxBucket(p.SeqSlots(), p.Prefill.Tokens), 1
+	for b < n && b < top {
+		b *= 2
+	}
+	return b
 }
 
 // SeqSlots is the plan's sequence slots (plans written before they
 // existed hold one).
 func (p *Plan) SeqSlots() int { return max(p.Seqs, 1) }
-
-func (p *Plan) seqs() int { return p.SeqSlots() }
 
 // KVSeqBytes is the distance between two sequence slots' KV caches: the
 // executor allocates Seqs times KVBytes, slot s at s*KVBytes.

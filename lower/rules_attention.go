@@ -88,11 +88,10 @@ func (c *stepCtx) decodeRows() int {
 	if c.s.Class == Decode {
 		return 1
 	}
-	if c.p.seqs() == 1 {
+	if c.p.SeqSlots() == 1 {
 		return 0
 	}
-	bs := BatchBuckets(c.p.seqs(), c.s.Tokens)
-	return bs[len(bs)-1]
+	return maxBucket(c.p.SeqSlots(), c.s.Tokens)
 }
 
 // attentionHeads returns the step's query heads and KV cache.
