@@ -10,7 +10,8 @@ import (
 // quantised wgmma GEMM of gemm_hopper.cu), in the device layouts of
 // qlayout.go. Decode GEMVs read the blocks directly, with the activations
 // quantised to int8 groups of 32 first (q8x_quantize) so that the products
-// run on dp4a; prefill dequantises in registers before wgmma.
+// run on dp4a; prefill dequantises in registers before wgmma, or (large
+// dense matmuls, quantMatMul) into a bf16 workspace for the bf16 GEMM.
 
 // QuantType returns the block type a dtype name stands for when the GPU
 // has kernels for it.

@@ -1,6 +1,10 @@
 package lower
 
-import "fmt"
+import (
+	"fmt"
+
+	"lagc/quant"
+)
 
 // Rules of matmul and its fused forms (ir/optable_fused.go), which MatMul's
 // epilogues implement.
@@ -49,11 +53,23 @@ func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) (
 	})
 }
 
+// From QDequantGEMMRows tokens and a K of QDequantGEMMMinK, a quantised
+// prefill matmul dequantises its rows into the workspace and runs the bf16
+// wgmma GEMM rather than gemm_wgmma_q: the bf16 GEMM's rate then outweighs
+// writing and reading the bf16 copy (BenchmarkHopperQGEMM at S-2.1 shapes:
+// 0.72x the time at 2048 tokens, 0.7-1.0x at 512; at K = 1024 the bf16
+// GEMM's short main loop loses it: 1.03x at 2048, 1.27x at 512).
+const (
+	QDequantGEMMRows = 512
+	QDequantGEMMMinK = 2048
+)
+
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
 // SwiGLU) of a block-quantised matrix of wrows rows: for a few tokens, x
-// quantised into the workspace and the quantised GEMV; on Hopper the
-// wgmma GEMM dequantising in registers; else the rows dequantised into the
-// workspace and the GEMM of a's other dtypes over them.
+// quantised into the workspace and the quantised GEMV; on Hopper below
+// QDequantGEMMRows the wgmma GEMM dequantising in registers; else the rows
+// dequantised into the workspace and the GEMM of a's other dtypes over
+// them.
 func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 	t, ok := QuantType(a.WType)
 	if !ok {
@@ -72,7 +88,7 @@ func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 		}
 		return []Launch{q, g}, nil
 	}
-	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) {
+	if quantInRegs(a, t) {
 		epi := EpiStore
 		switch {
 		case a.SwiGLU:
@@ -121,10 +137,17 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 		return Q8XBytes(a.T, K), 0, nil
 	}
 	t, _ := QuantType(a.WType)
-	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, K) == nil {
+	if quantInRegs(a, t) {
 		return 0, 0, nil
 	}
 	return int64(a.N) * int64(K) * int64(dtypeSize(dequantDType(a.XType))), 0, nil
+}
+
+// quantInRegs says whether a (more than QGEMVMaxRows tokens) runs on
+// gemm_wgmma_q, dequantising in registers.
+func quantInRegs(a MatMulArgs, t quant.Type) bool {
+	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) &&
+		(a.T < QDequantGEMMRows || a.K < QDequantGEMMMinK)
 }
 
 // matmulArgs is the step's y = x w^T with w [N,K]; it returns K too.

@@ -12,8 +12,12 @@
 //              stage (descriptors into the swizzled tiles), one k-block of
 //              MMAs kept in flight, then the epilogue from registers
 // Registers move from the producer to the consumers with setmaxnreg.
-// Tiles of a column band are consecutive (t % tilesM): a weight tile is
-// read from memory once and reused from L2 by the other row tiles.
+// Dense: tiles of a column band are consecutive (t % tilesM): a weight
+// tile is read from memory once and reused from L2 by the other row tiles.
+// Grouped: the bands of a row tile are consecutive instead (its rows are
+// one expert's, its weights no other row tile's but that expert's): the
+// row tile is read from memory once and reused from L2 by all its bands,
+// where band-major order streamed every row tile again for each band.
 // TMA zero-fills reads past M, N and K, so ragged shapes need no masks but
 // the epilogue's. Epilogues: 0 store, 1 accumulate (y += x w^T: residual
 // folding), 2 SwiGLU (w rows [0, up_row) are gate rows, [up_row, ...) up
@@ -142,6 +146,15 @@ template <int BN> struct WgCfg {
 
 __device__ __forceinline__ float silu_h(float v) { return v / (1.f + expf(-v)); }
 
+// tile_row and tile_band split persistent tile index t into its row tile
+// and column band (see the order above).
+template <int GROUPED> __device__ __forceinline__ int tile_row(int t, int rowTiles, int bands) {
+  return GROUPED ? t / bands : t % rowTiles;
+}
+template <int GROUPED> __device__ __forceinline__ int tile_band(int t, int rowTiles, int bands) {
+  return GROUPED ? t % bands : t / rowTiles;
+}
+
 // RowTile is where output row tile tm lies: rows [m0, m0 + rows) of x and
 // y, weight rows from wrow.
 struct RowTile {
@@ -186,8 +199,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
     if (tid == 0) {
       int it = 0;
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-        const RowTile rt = row_tile<GROUPED>(t % tilesM, M, tiles, expert_rows);
-        const int n0 = (t / tilesM) * OW;
+        const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
+        const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % ST;
           mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
@@ -214,8 +227,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
   int it = 0;
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-    const RowTile rt = row_tile<GROUPED>(t % tilesM, M, tiles, expert_rows);
-    const int n0 = (t / tilesM) * OW;
+    const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
+    const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
     int prev = -1;
     wg_pin(acc);
     for (int kb = 0; kb < nk; kb++, it++) {
@@ -298,6 +311,18 @@ __device__ __forceinline__ float f16_bits_h(unsigned short b) {
   return f;
 }
 __device__ __forceinline__ long long align256h(long long n) { return (n + 255) & ~255LL; }
+// Dequantising without I2F (quarter rate on sm_90) and without shifting
+// each field down: mag(v, mask) = (v & mask) | bits(2^23) is the float
+// 2^23 + field * 2^s for a field at bits [s, s+8), s + 8 <= 16 (one lop3),
+// minus 2^23 (or 2^23 + 128 * 2^s for an int8 stored with its sign bit
+// flipped) the field times 2^s exactly; a scale pre-multiplied by 2^-s
+// (exact: a power of two) then gives the same float as scale * field.
+// The loop is issue-bound: this is 3.75 instructions a weight, not 5.5.
+__device__ __forceinline__ float mag(unsigned v, unsigned mask) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(mask), "r"(0x4B000000u));
+  return __int_as_float(r);
+}
 // row_tile_n: token tile tm of BN tokens (dense) or of the schedule
 // (grouped: rows of one expert, weight rows from row0 + expert *
 // expert_rows; dense: from row0, a row block of the matrix).
@@ -329,28 +354,64 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 template <int QT> struct QA;
 
 // st_swz stores 8 bf16 (16 bytes) as 16-byte chunk kc of row r of a
-// 128-byte-swizzled K-major tile (row base rowp).
-__device__ __forceinline__ void st_swz(unsigned char* rowp, int r, int kc, unsigned a, unsigned b, unsigned c, unsigned d) {
-  *reinterpret_cast<uint4*>(rowp + ((kc ^ (r & 7)) << 4)) = make_uint4(a, b, c, d);
+// 128-byte-swizzled K-major tile (row at shared address row). Shared
+// addresses, not pointers: the tiles' pointers are aligned by integer
+// arithmetic, which leaves generic loads and stores (long-scoreboard
+// latency, the dequantising loop's top stall) where these are LDS/STS.
+__device__ __forceinline__ void st_swz(unsigned row, int r, int kc, unsigned a, unsigned b, unsigned c, unsigned d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + ((kc ^ (r & 7)) << 4)), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+// Global loads the compiler may not move: a QA::pre issued before a
+// stage's mbarrier wait stays there (left to itself the compiler sinks it
+// to just before its use, the next stage, and the dequantising loop waits
+// on it: its top stall was this load's latency).
+__device__ __forceinline__ unsigned ldg_u8(const unsigned char* p) {
+  unsigned v;
+  asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned ldg_u16(const unsigned short* p) {
+  unsigned v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned ldg_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_shared16(unsigned a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
 }
 
 
 template <> struct QA<QT_Q8_0_H> {
   static constexpr int QB = 64;  // quant bytes of a row per 64-element stage
-  static __device__ __forceinline__ void tile(const unsigned char* qrow, const unsigned char* w, long long wrows, long long grow,
-                                              int K, int kb, int hh, unsigned char* dqrow, int r) {
+  // Pre is what tile needs from global memory besides the stage's quant
+  // bytes: loaded a stage ahead (pre), so its latency hides behind the
+  // previous stage's MMAs.
+  struct Pre {
+    unsigned d;  // whole registers, as QA<Q4_K>::Pre's
+  };
+  static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + grow * (K / 32) + 2 * kb + hh;
-    const float d = f16_bits_h(__ldg(dp));
-    const uint4 q0 = *reinterpret_cast<const uint4*>(qrow + 32 * hh), q1 = *reinterpret_cast<const uint4*>(qrow + 32 * hh + 16);
+    return Pre{ldg_u16(dp)};
+  }
+  static __device__ __forceinline__ void tile(unsigned qrow, Pre pr, int hh, unsigned dqrow, int r) {
+    const float d = f16_bits_h((unsigned short)pr.d), d8 = d * 0x1p-8f;
+    const uint4 q0 = ld_shared16(qrow + 32 * hh), q1 = ld_shared16(qrow + 32 * hh + 16);
     const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       unsigned p[4];
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const unsigned v = words[2 * i + h];
-        p[2 * h] = pack_bf16(d * (float)(signed char)(v & 0xFF), d * (float)(signed char)((v >> 8) & 0xFF));
-        p[2 * h + 1] = pack_bf16(d * (float)(signed char)((v >> 16) & 0xFF), d * (float)(signed char)(v >> 24));
+        const unsigned v = words[2 * i + h] ^ 0x80808080u, w = v >> 16;  // int8 + 128; bytes 2, 3 in w
+        p[2 * h] = pack_bf16(d * (mag(v, 0xFFu) - 8388736.f), d8 * (mag(v, 0xFF00u) - 8421376.f));
+        p[2 * h + 1] = pack_bf16(d * (mag(w, 0xFFu) - 8388736.f), d8 * (mag(w, 0xFF00u) - 8421376.f));
       }
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
@@ -388,25 +449,37 @@ __device__ __forceinline__ void k4_scales(const unsigned char* w, long long wrow
 
 template <> struct QA<QT_Q4_K_H> {
   static constexpr int QB = 32;
-  // tile: columns 32hh..32hh+31 of one row (quant bytes at qrow, weight
-  // row grow) dequantised into row r of a swizzled bf16 tile.
-  static __device__ __forceinline__ void tile(const unsigned char* qrow, const unsigned char* w, long long wrows, long long grow,
-                                              int K, int kb, int hh, unsigned char* dqrow, int r) {
-    const int b = kb >> 2, j = kb & 3;
-    float d, dmin;
-    int sc, m;
-    k4_scales(w, wrows, grow, K, b, 2 * j + hh, d, dmin, sc, m);
-    const float f = d * (float)sc, o = dmin * (float)m;
-    const uint4 q0 = *reinterpret_cast<const uint4*>(qrow), q1 = *reinterpret_cast<const uint4*>(qrow + 16);
+  // Pre: sub-block 2j+hh's scale and min bytes and the block's (d, dmin),
+  // of the stage's block b = kb/4, j = kb%4 (see QA<Q8_0>::Pre).
+  struct Pre {
+    unsigned sc, m, dd;  // whole registers: packing bytes would wait on the loads at once
+  };
+  static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
+    const long long bi = grow * (K / 256) + (kb >> 2);
+    const unsigned char* blk = w + bi * 144;
+    const int s = 2 * (kb & 3) + hh;
+    return Pre{ldg_u8(blk + s), ldg_u8(blk + 8 + s),
+               ldg_u32(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi)};
+  }
+  // tile: columns 32hh..32hh+31 of one row (quant bytes at qrow)
+  // dequantised into row r of a swizzled bf16 tile.
+  static __device__ __forceinline__ void tile(unsigned qrow, Pre pr, int hh, unsigned dqrow, int r) {
+    const float d = f16_bits_h((unsigned short)(pr.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(pr.dd >> 16));
+    const float f = d * (float)pr.sc, o = dmin * (float)pr.m;
+    // The nibble of byte k sits at bit s = 8k + 4hh (bytes 2 and 3 shifted
+    // to bytes 0 and 1): f scaled by 2^-s for each.
+    const float sh = hh ? 0x1p-4f : 1.f, f0 = f * sh, f8 = f * (sh * 0x1p-8f);
+    const unsigned m0 = 0xFu << (4 * hh), m8 = m0 << 8;
+    const uint4 q0 = ld_shared16(qrow), q1 = ld_shared16(qrow + 16);
     const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {  // 16-byte chunk 4hh+i: columns 32hh+8i .. +8
       unsigned p[4];
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const unsigned v = words[2 * i + h] >> (4 * hh);
-        p[2 * h] = pack_bf16(f * (float)(v & 15) - o, f * (float)((v >> 8) & 15) - o);
-        p[2 * h + 1] = pack_bf16(f * (float)((v >> 16) & 15) - o, f * (float)((v >> 24) & 15) - o);
+        const unsigned v = words[2 * i + h], w = v >> 16;
+        p[2 * h] = pack_bf16(f0 * (mag(v, m0) - 8388608.f) - o, f8 * (mag(v, m8) - 8388608.f) - o);
+        p[2 * h + 1] = pack_bf16(f0 * (mag(w, m0) - 8388608.f) - o, f8 * (mag(w, m8) - 8388608.f) - o);
       }
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
@@ -472,8 +545,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
     if (tid == 0) {
       int it = 0;
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-        const RowTile rt = row_tile_n<GROUPED, BN>(t % tilesT, T, tiles, expert_rows, row0);
-        const int f0 = (t / tilesT) * FW;
+        const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
+        const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
         const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % ST;
@@ -501,8 +574,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
   const int lb = EPI == 2 ? 64 + la : la + 8;
   int it = 0;
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-    const RowTile rt = row_tile_n<GROUPED, BN>(t % tilesT, T, tiles, expert_rows, row0);
-    const int f0 = (t / tilesT) * FW;
+    const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
+    const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
     // Global weight rows of la and lb (clamped: rows past the matrix are
     // zero-filled by TMA, their scales must still be readable).
     const long long rowa = min((long long)rt.wrow + f0 + la, wrows - 1);
@@ -521,8 +594,14 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
     // A fragments, double-buffered: a stage's wgmmas read theirs until the
     // next stage has been issued and waited for.
     unsigned fa0[4][4], fa1[4][4];
+    typename QA<QT>::Pre pre{};
+    if constexpr (SMEMA) pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
     auto stage = [&](int kb, unsigned(&fa)[4][4]) {
       const int s = it % ST;
+      typename QA<QT>::Pre nxt = pre;
+      if constexpr (SMEMA) {
+        if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
+      }
       mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
       const unsigned char* sq = smem + s * STAGE + X_BYTES;
       const unsigned sx = smem_addr(smem + s * STAGE);
@@ -530,7 +609,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
         // Dequantise this warpgroup's 64 x 64 A tile into shared memory in
         // the 128-byte swizzled K-major layout, then multiply from there.
         unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
-        QA<QT>::tile(sq + dq_q * QB, w, wrows, dq_rowg, K, kb, tid & 1, dq + dq_row * 128, dq_row);
+        QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
+        pre = nxt;
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
         const unsigned sa = smem_addr(dq);

@@ -761,9 +761,13 @@ __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, in
 template <int QT> struct QD;
 template <> struct QD<QT_Q8_0> {
   static __device__ void group(const unsigned char* w, long long rows, long long row, int K, int g, float* o) {
-    const signed char* qs = reinterpret_cast<const signed char*>(w + row * K + 32LL * g);
+    // 32 quants, 32-byte aligned (K is a multiple of 32): two 16-byte loads.
+    const uint4* qs = reinterpret_cast<const uint4*>(w + row * K + 32LL * g);
     const float d = f16_bits(reinterpret_cast<const unsigned short*>(w + align256(rows * K))[row * (K / 32) + g]);
-    for (int i = 0; i < 32; i++) o[i] = d * (float)qs[i];
+    const uint4 a = qs[0], b = qs[1];
+    const unsigned words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) o[i] = d * (float)(signed char)(words[i / 4] >> (8 * (i % 4)));
   }
 };
 template <int QT> struct QDK45 {
@@ -775,9 +779,15 @@ template <int QT> struct QDK45 {
     const unsigned short* dd = reinterpret_cast<const unsigned short*>(w + align256(rows * nb * QWK45<QT>::BYTES)) + 2 * bi;
     const float d = f16_bits(dd[0]), dmin = f16_bits(dd[1]);
     const float sc = d * (float)blk[s], m = dmin * (float)blk[8 + s];
-    const unsigned char* qs = blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j;
+    // The 32 quant bytes are 16-byte aligned (blocks of 144 or 176 bytes,
+    // bodies at 16 or 48): two 16-byte loads.
+    const uint4* qv = reinterpret_cast<const uint4*>(blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j);
+    const uint4 a = qv[0], bq = qv[1];
+    const unsigned words[8] = {a.x, a.y, a.z, a.w, bq.x, bq.y, bq.z, bq.w};
+#pragma unroll
     for (int l = 0; l < 32; l++) {
-      int q = (s & 1) ? (qs[l] >> 4) : (qs[l] & 0xF);
+      const unsigned byte = (words[l / 4] >> (8 * (l % 4))) & 0xFF;
+      int q = (s & 1) ? (int)(byte >> 4) : (int)(byte & 0xF);
       if (QT == QT_Q5_K) q += ((blk[16 + l] >> s) & 1) << 4;
       o[l] = sc * (float)q - m;
     }
@@ -821,6 +831,24 @@ template <> struct QD<QT_IQ4_XS> {
   }
 };
 
+// store32 writes 32 values to o (64-byte aligned for bf16, 128 for f32)
+// in 16-byte stores: the dequantiser is bound by its writes.
+__device__ __forceinline__ void store32(float* o, const float* v) {
+#pragma unroll
+  for (int i = 0; i < 8; i++) reinterpret_cast<float4*>(o)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+__device__ __forceinline__ void store32(bf16_t* o, const float* v) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    unsigned p[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+      p[h] = (unsigned)from_f32<bf16_t>(v[8 * i + 2 * h]).bits | ((unsigned)from_f32<bf16_t>(v[8 * i + 2 * h + 1]).bits << 16);
+    }
+    reinterpret_cast<uint4*>(o)[i] = make_uint4(p[0], p[1], p[2], p[3]);
+  }
+}
+
 // out [rows, K] (TY) = the dequantised rows [row0, row0+n) of w.
 template <typename TY, int QT>
 __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long row0, long long n,
@@ -831,8 +859,7 @@ __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long
     const int g = (int)(i % (K / 32));
     float v[32];
     QD<QT>::group(w, rows, row, K, g, v);
-    TY* o = out + (row - row0) * K + 32LL * g;
-    for (int j = 0; j < 32; j++) o[j] = from_f32<TY>(v[j]);
+    store32(out + (row - row0) * K + 32LL * g, v);
   }
 }
 

@@ -268,8 +268,10 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 }
 
-// BenchmarkHopperQGEMM: prefill GEMMs (T = 2048) with q8_0 and q4_k
-// weights at Laguna-S-2.1 shapes.
+// BenchmarkHopperQGEMM: prefill GEMMs with q8_0 and q4_k weights at
+// Laguna-S-2.1 shapes, both ways lower may run them: inreg (gemm_wgmma_q
+// dequantising in registers) and dequant_bf16 (the rows dequantised into a
+// bf16 scratch, then the bf16 wgmma GEMM), at 512 and 2048 tokens.
 func BenchmarkHopperQGEMM(b *testing.B) {
 	m := newMMBench(b)
 	for _, qt := range lower.HopperQTypes {
@@ -283,25 +285,37 @@ func BenchmarkHopperQGEMM(b *testing.B) {
 			{"shared_gate_up", 1024, 3072, true},
 			{"shared_down", 3072, 1024, false},
 		} {
-			b.Run(fmt.Sprintf("%s/%s", qt, c.name), func(b *testing.B) {
-				rows, epi := c.N, lower.EpiStore
-				if c.swiglu {
-					rows, epi = 2*c.N, lower.EpiSwiGLU
-				}
-				wb, err := lower.QuantDeviceBytes(qt, rows, c.K)
-				if err != nil {
-					b.Fatal(err)
-				}
-				w := m.rand(int(wb / 2))
-				if err := m.k.QSynth(m.s, qt, w, rows, c.K, 1); err != nil {
-					b.Fatal(err)
-				}
-				const T = 2048
+			rows, epi := c.N, lower.EpiStore
+			if c.swiglu {
+				rows, epi = 2*c.N, lower.EpiSwiGLU
+			}
+			wb, err := lower.QuantDeviceBytes(qt, rows, c.K)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := m.rand(int(wb / 2))
+			if err := m.k.QSynth(m.s, qt, w, rows, c.K, 1); err != nil {
+				b.Fatal(err)
+			}
+			dq := m.rand(rows * c.K)
+			for _, T := range []int{512, 2048} {
 				x, y := m.rand(T*c.K), m.rand(T*c.N)
-				m.run(b, float64(wb)+2*float64(T*(c.K+c.N)), 2*float64(T)*float64(rows)*float64(c.K), func() error {
-					return m.k.HopperQGEMM(m.s, T, c.N, c.K, x, w, qt, rows, 0, y, cuda.BF16, epi, c.N)
+				bytes, flops := float64(wb)+2*float64(T*(c.K+c.N)), 2*float64(T)*float64(rows)*float64(c.K)
+				b.Run(fmt.Sprintf("%s/%s/T=%d/inreg", qt, c.name, T), func(b *testing.B) {
+					m.run(b, bytes, flops, func() error {
+						return m.k.HopperQGEMM(m.s, T, c.N, c.K, x, w, qt, rows, 0, y, cuda.BF16, epi, c.N)
+					})
 				})
-			})
+				b.Run(fmt.Sprintf("%s/%s/T=%d/dequant_bf16", qt, c.name, T), func(b *testing.B) {
+					m.run(b, bytes+float64(4*rows*c.K), flops, func() error {
+						if err := m.k.QDequant(m.s, qt, w, rows, c.K, 0, rows, dq, cuda.BF16); err != nil {
+							return err
+						}
+						return m.k.MatMul(m.s, MatMulArgs{T: T, K: c.K, N: c.N, X: x, W: dq, Y: y, XType: cuda.BF16,
+							WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu, CC: 90})
+					})
+				})
+			}
 		}
 	}
 }
