@@ -147,6 +147,29 @@ func QGEMV(a QGEMVArgs) (Launch, error) {
 		ptrArg(a.Y), i32(b2i(a.Accumulate))), nil
 }
 
+// QGEMVFX is y [T, N] = x [T, K] w^T on qgemv_fx: the activations read
+// as they are (xType bf16 or f32), w the first N rows of a q8_0 or q4_k
+// matrix of wrows rows. Lower does not plan it: it is the float-activation
+// variant the quantised-activation GEMV is measured against
+// (BenchmarkQGEMVFloatX).
+func QGEMVFX(t quant.Type, T, K, N, wrows int, x, w, y Ptr, xType, yType string) (Launch, error) {
+	if err := checkQuantMatrix("qgemv_fx", t, wrows, K); err != nil {
+		return Launch{}, err
+	}
+	switch {
+	case t != quant.Q8_0 && t != quant.Q4_K:
+		return Launch{}, fmt.Errorf("qgemv_fx: %s weights (q8_0 or q4_k)", t)
+	case T <= 0 || T > QGEMVMaxRows || N <= 0 || N > wrows:
+		return Launch{}, fmt.Errorf("qgemv_fx: %d rows of x, %d of w's %d", T, N, wrows)
+	case (xType != "f32" && xType != "bf16") || (yType != "f32" && yType != "bf16"):
+		return Launch{}, fmt.Errorf("qgemv_fx: dtypes %s, %s", xType, yType)
+	case x.Null() || w.Null() || y.Null() || !x.Aligned(16) || !w.Aligned(16):
+		return Launch{}, fmt.Errorf("qgemv_fx: null or unaligned pointer")
+	}
+	return kernel("quant.cu", "qgemv_fx", []string{yType, xType}, []int64{int64(t)}, dims(ceilDiv(N, 8)), dims(256), 0,
+		i32(T), i32(N), i32(K), i64(int64(wrows)), ptrArg(w), ptrArg(x), ptrArg(y)), nil
+}
+
 // QMatrix is a stack of rows of a quantised matrix: Rows rows from Row0 of
 // a matrix of Total rows at W.
 type QMatrix struct {
@@ -385,7 +408,7 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 		fw = 64
 	}
 	tiles := ceilDiv(T, bn) * ceilDiv(N, fw)
-	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
@@ -473,7 +496,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		const bn = 128
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), bn, int64(epi), 1, 1},
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), bn, int64(epi), 1},
 			dims(sm), dims(384), hopperQSmem(t, bn),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))

@@ -102,40 +102,6 @@ template <int BN> __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u
     wgmma_m64n256(d, da, db, accum);
 }
 
-__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int accum) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
-}
-
-__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int accum) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
-}
-
-__device__ __forceinline__ void wgmma_rs_m64n256(float (&d)[128], const unsigned (&a)[4], unsigned long long db, int accum) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
-}
-
-template <int BN> __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long db,
-                                                          int accum) {
-  if constexpr (BN == 64)
-    wgmma_rs_m64n64(d, a, db, accum);
-  else if constexpr (BN == 128)
-    wgmma_rs_m64n128(d, a, db, accum);
-  else
-    wgmma_rs_m64n256(d, a, db, accum);
-}
-
 template <int BN> struct WgCfg {
   static constexpr int BM = 128, BK = 64;
   static constexpr int STAGES = BN == 256 ? 4 : 6;
@@ -340,12 +306,14 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 //
 // gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
 // q4_k in the device layout of quant.cu), for prefill. The weights are the
-// MMA's A operand, dequantised in registers straight into wgmma's register
-// fragments (no bf16 copy anywhere); the tokens are the B operand, bf16
-// from TMA-loaded swizzled tiles. A CTA computes 128 weight rows (two
-// consumer warpgroups of 64) x BN tokens. The producer brings each stage's
-// raw quant bytes of 128 rows (two TMA boxes of 64 rows: QB bytes per row)
-// and the token tile; scales and k-quant heads are read through L1.
+// MMA's A operand: each consumer warpgroup dequantises its 64 x 64 tile of
+// a stage in registers into shared memory (bf16, swizzled as wgmma reads
+// it; two such tiles a warpgroup, no bf16 copy in global memory); the
+// tokens are the B operand, bf16 from TMA-loaded swizzled tiles. A CTA
+// computes 128 weight rows (two consumer warpgroups of 64) x BN tokens. The
+// producer brings each stage's raw quant bytes of 128 rows (two TMA boxes
+// of 64 rows: QB bytes per row) and the token tile; scales and k-quant
+// heads are loaded a stage ahead through L1.
 // Fragment rows: in a warpgroup's 64 rows, warp w, lane l holds rows
 // 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
 // and up row f of one output feature f, so the epilogue pairs them in
@@ -416,36 +384,7 @@ template <> struct QA<QT_Q8_0_H> {
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
   }
-  // The 4 k16 fragments of one row: words[kk][u] = bf16 pair of columns
-  // 16kk + 2t + 8u (+0, +1).
-  static __device__ __forceinline__ void frag(const unsigned char* srow, const unsigned char* w, long long wrows, long long row,
-                                              int K, int kb, int t, unsigned (&words)[4][2]) {
-    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + row * (K / 32) + 2 * kb;
-    const float d0 = f16_bits_h(__ldg(dp)), d1 = f16_bits_h(__ldg(dp + 1));
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-      for (int u = 0; u < 2; u++) {
-        const unsigned v = *reinterpret_cast<const unsigned short*>(srow + 16 * kk + 2 * t + 8 * u);
-        const float d = kk < 2 ? d0 : d1;
-        words[kk][u] = pack_bf16(d * (float)(signed char)(v & 0xFF), d * (float)(signed char)(v >> 8));
-      }
-  }
 };
-
-// k4_scales reads sub-block s's scale and min and the block's d and dmin
-// of a q4_k row in the device layout (bodies start with scales[8],
-// mins[8]; (d, dmin) pairs follow the bodies).
-__device__ __forceinline__ void k4_scales(const unsigned char* w, long long wrows, long long row, int K, int b, int s, float& d,
-                                          float& dmin, int& sc, int& m) {
-  const long long bi = row * (K / 256) + b;
-  const unsigned char* blk = w + bi * 144;
-  sc = __ldg(blk + s);
-  m = __ldg(blk + 8 + s);
-  const unsigned dd = __ldg(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi);
-  d = f16_bits_h((unsigned short)(dd & 0xFFFF));
-  dmin = f16_bits_h((unsigned short)(dd >> 16));
-}
 
 template <> struct QA<QT_Q4_K_H> {
   static constexpr int QB = 32;
@@ -484,35 +423,13 @@ template <> struct QA<QT_Q4_K_H> {
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
   }
-  static __device__ __forceinline__ void frag(const unsigned char* srow, const unsigned char* w, long long wrows, long long row,
-                                              int K, int kb, int t, unsigned (&words)[4][2]) {
-    const int b = kb >> 2, j = kb & 3;
-    float d, dmin;
-    int s0, m0, s1, m1;
-    k4_scales(w, wrows, row, K, b, 2 * j, d, dmin, s0, m0);
-    k4_scales(w, wrows, row, K, b, 2 * j + 1, d, dmin, s1, m1);
-    const float f[2] = {d * (float)s0, d * (float)s1}, o[2] = {dmin * (float)m0, dmin * (float)m1};
-    // Element e < 32 of the chunk is the low nibble of byte e, e >= 32 the
-    // high nibble of byte e - 32: fragments kk and kk + 2 share bytes.
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-      for (int u = 0; u < 2; u++) {
-        const unsigned v = *reinterpret_cast<const unsigned short*>(srow + 16 * h + 2 * t + 8 * u);
-#pragma unroll
-        for (int nib = 0; nib < 2; nib++) {
-          const unsigned q0 = (v >> (4 * nib)) & 15, q1 = (v >> (8 + 4 * nib)) & 15;
-          words[h + 2 * nib][u] = pack_bf16(f[nib] * (float)q0 - o[nib], f[nib] * (float)q1 - o[nib]);
-        }
-      }
-  }
 };
 
 template <int QT> struct WqCfg {
   static constexpr int QB = QA<QT>::QB;
 };
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED, int SMEMA>
+template <typename TY, int QT, int BN, int EPI, int GROUPED>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
@@ -520,7 +437,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
                                                        int expert_rows) {
   constexpr int QB = QA<QT>::QB;
   constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
-  constexpr int DQ = SMEMA ? 4 * 8192 : 0;  // dequantised A tiles: 2 warpgroups x 2 buffers
+  constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
   constexpr int ST = (200 * 1024 - DQ) / STAGE < 8 ? (200 * 1024 - DQ) / STAGE : 8;
   constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
   extern __shared__ unsigned char smem_raw[];
@@ -568,22 +485,16 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
-  // This thread's two fragment rows in the stage's 128 quant rows (box 0:
-  // rows 0..63, box 1: 64..127).
-  const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
-  const int lb = EPI == 2 ? 64 + la : la + 8;
   int it = 0;
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
     const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
     const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-    // Global weight rows of la and lb (clamped: rows past the matrix are
-    // zero-filled by TMA, their scales must still be readable).
-    const long long rowa = min((long long)rt.wrow + f0 + la, wrows - 1);
-    const long long rowb = EPI == 2 ? min((long long)up_row + rt.wrow + f0 + la, wrows - 1)
-                                    : min((long long)rt.wrow + f0 + lb, wrows - 1);
-    // SMEMA: this thread dequantises half (tid & 1) of A row dq_row of its
-    // warpgroup's tile; A row 16w + g + 8h holds fragment row ra (h = 0) or
-    // rb (h = 1), i.e. quant row la or lb of warp w, lane row g.
+    // This thread dequantises half (tid & 1) of A row dq_row of its
+    // warpgroup's tile. A row 16w + g + 8h is the MMA's fragment row of warp
+    // w, lane row g (h = 0: ra, 1: rb), the stage's quant row dq_q (box 0:
+    // rows 0..63, box 1: 64..127); its global row dq_rowg is clamped (rows
+    // past the matrix are zero-filled by TMA, their scales must still be
+    // readable).
     const int dq_row = tid >> 1;
     const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
     const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
@@ -591,58 +502,32 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
     const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
                                        : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
     int prev = -1;
-    // A fragments, double-buffered: a stage's wgmmas read theirs until the
-    // next stage has been issued and waited for.
-    unsigned fa0[4][4], fa1[4][4];
-    typename QA<QT>::Pre pre{};
-    if constexpr (SMEMA) pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
-    auto stage = [&](int kb, unsigned(&fa)[4][4]) {
+    typename QA<QT>::Pre pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
+    wg_pin(acc);
+#pragma unroll 1
+    for (int kb = 0; kb < nk; kb++, it++) {
       const int s = it % ST;
       typename QA<QT>::Pre nxt = pre;
-      if constexpr (SMEMA) {
-        if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
-      }
+      if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
       mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
       const unsigned char* sq = smem + s * STAGE + X_BYTES;
       const unsigned sx = smem_addr(smem + s * STAGE);
-      if constexpr (SMEMA) {
-        // Dequantise this warpgroup's 64 x 64 A tile into shared memory in
-        // the 128-byte swizzled K-major layout, then multiply from there.
-        unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
-        QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
-        pre = nxt;
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-        const unsigned sa = smem_addr(dq);
-        wg_fence();
+      // Dequantise this warpgroup's 64 x 64 A tile into shared memory in the
+      // 128-byte swizzled K-major layout (double-buffered: the previous
+      // stage's MMAs may still read the other), then multiply from there.
+      unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
+      QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
+      pre = nxt;
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+      const unsigned sa = smem_addr(dq);
+      wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
-      } else {
-        unsigned wa[4][2], wbv[4][2];
-        QA<QT>::frag(sq + la * QB, w, wrows, rowa, K, kb, tq4, wa);
-        QA<QT>::frag(sq + lb * QB, w, wrows, rowb, K, kb, tq4, wbv);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-          fa[kk][0] = wa[kk][0];
-          fa[kk][1] = wbv[kk][0];
-          fa[kk][2] = wa[kk][1];
-          fa[kk][3] = wbv[kk][1];
-        }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_rs<BN>(acc, fa[kk], wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
-      }
+      for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
       wg_commit();
-      wg_wait<1>();  // the previous stage's MMAs are done: its smem and fragments are free
+      wg_wait<1>();  // the previous stage's MMAs are done: its stage and A tile are free
       if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
       prev = s;
-      it++;
-    };
-    wg_pin(acc);
-#pragma unroll 1
-    for (int kb = 0; kb < nk; kb += 2) {
-      stage(kb, fa0);
-      if (kb + 1 < nk) stage(kb + 1, fa1);
     }
     wg_wait<0>();
     wg_pin(acc);

@@ -912,3 +912,133 @@ __global__ void __launch_bounds__(256) qsynth(long long rows, int K, unsigned ch
     for (int i = 0; i < words; i++) body[i] = qhash(key * 64 + 8 + i);
   }
 }
+
+// ------------------------------------- float activations (the comparison)
+//
+// qgemv_fx: y [T, N] = x [T, K] w^T with x bf16 or f32 as it is (no int8
+// quantisation), w q8_0 or q4_k, f32 accumulation: the decode GEMV the
+// quantised-activation path (q8x_quantize + qgemv on dp4a) was chosen over.
+// Not planned by lower; BenchmarkQGEMVFloatX times the two side by side and
+// TestQGEMVFXGPU checks it against the CPU reference. One warp per output
+// row; a lane takes 32-weight units (q8_0: a group; q4_k: 16 bytes of a
+// 32-byte sub-block pair, the low nibbles of sub-block 2j and the high of
+// 2j+1) and converts quants with the 2^23 bit trick (no I2F).
+__device__ __forceinline__ float fx_mag(unsigned v, unsigned mask) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(mask), "r"(0x4B000000u));
+  return __int_as_float(r) - 8388608.f;
+}
+template <typename TX> __device__ __forceinline__ void fx_load8(const TX* p, float* o);
+template <> __device__ __forceinline__ void fx_load8<float>(const float* p, float* o) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+template <> __device__ __forceinline__ void fx_load8<bf16_t>(const bf16_t* p, float* o) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    o[2 * i] = __int_as_float(w[i] << 16);
+    o[2 * i + 1] = __int_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+template <typename TY, typename TX, int QT>
+__global__ void __launch_bounds__(256) qgemv_fx(int T, int N, int K, long long rows, const unsigned char* __restrict__ w,
+                                                const TX* __restrict__ x, TY* __restrict__ y) {
+  const int n = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (n >= N) return;
+  float acc[8];
+#pragma unroll
+  for (int t = 0; t < 8; t++) acc[t] = 0.f;
+  const int units = K / 32;
+  for (int u = lane; u < units; u += 32) {
+    if constexpr (QT == QT_Q8_0) {
+      const uint4* q = reinterpret_cast<const uint4*>(w + (long long)n * K + 32LL * u);
+      const uint4 a = __ldg(q), b = __ldg(q + 1);
+      const unsigned words[8] = {a.x ^ 0x80808080u, a.y ^ 0x80808080u, a.z ^ 0x80808080u, a.w ^ 0x80808080u,
+                                 b.x ^ 0x80808080u, b.y ^ 0x80808080u, b.z ^ 0x80808080u, b.w ^ 0x80808080u};
+      const float d = f16_bits(__ldg(reinterpret_cast<const unsigned short*>(w + align256(rows * K)) + (long long)n * units + u));
+      // Even bytes as int8, odd bytes as 256 * int8 (summed apart, scaled
+      // once): two instructions a weight before its FMA.
+      float wf[32];
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const unsigned v = words[i], v2 = v >> 16;
+        wf[4 * i] = fx_mag(v, 0xFFu) - 128.f;
+        wf[4 * i + 1] = fx_mag(v, 0xFF00u) - 32768.f;
+        wf[4 * i + 2] = fx_mag(v2, 0xFFu) - 128.f;
+        wf[4 * i + 3] = fx_mag(v2, 0xFF00u) - 32768.f;
+      }
+#pragma unroll
+      for (int t = 0; t < 8; t++) {
+        if (t >= T) break;
+        float se = 0.f, so = 0.f;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          float xv[8];
+          fx_load8<TX>(x + (long long)t * K + 32LL * u + 8 * c, xv);
+#pragma unroll
+          for (int i = 0; i < 8; i += 2) {
+            se = fmaf(wf[8 * c + i], xv[i], se);
+            so = fmaf(wf[8 * c + i + 1], xv[i + 1], so);
+          }
+        }
+        acc[t] = fmaf(d, fmaf(so, 0x1p-8f, se), acc[t]);
+      }
+    } else {  // q4_k: unit u = 16-byte half h of sub-block pair j of block b
+      const int b = u / 8, j = (u / 2) % 4, h = u % 2;
+      const long long bi = (long long)n * (K / 256) + b;
+      const unsigned char* blk = w + bi * 144;
+      const uint4 qv = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * j + 16 * h));
+      const unsigned dd = __ldg(reinterpret_cast<const unsigned*>(w + align256(rows * (K / 256) * 144)) + bi);
+      const float d = f16_bits((unsigned short)(dd & 0xFFFF)), dmin = f16_bits((unsigned short)(dd >> 16));
+      const float f0 = d * (float)blk[2 * j], o0 = dmin * (float)blk[8 + 2 * j];
+      const float f1 = d * (float)blk[2 * j + 1], o1 = dmin * (float)blk[8 + 2 * j + 1];
+      const unsigned words[4] = {qv.x, qv.y, qv.z, qv.w};
+      // The nibble at bit s read as q * 2^s: four sums by s, scaled once.
+      float lo[16], hi[16];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const unsigned v = words[i], v2 = v >> 16;
+        lo[4 * i] = fx_mag(v, 0xFu);
+        lo[4 * i + 1] = fx_mag(v, 0xF00u);
+        lo[4 * i + 2] = fx_mag(v2, 0xFu);
+        lo[4 * i + 3] = fx_mag(v2, 0xF00u);
+        hi[4 * i] = fx_mag(v, 0xF0u);
+        hi[4 * i + 1] = fx_mag(v, 0xF000u);
+        hi[4 * i + 2] = fx_mag(v2, 0xF0u);
+        hi[4 * i + 3] = fx_mag(v2, 0xF000u);
+      }
+      const long long e0 = 256LL * b + 64 * j + 16 * h;  // first element of the low half
+#pragma unroll
+      for (int t = 0; t < 8; t++) {
+        if (t >= T) break;
+        float l0 = 0.f, l8 = 0.f, h4 = 0.f, h12 = 0.f, xl = 0.f, xh = 0.f;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          float a[8], bb[8];
+          fx_load8<TX>(x + (long long)t * K + e0 + 8 * c, a);
+          fx_load8<TX>(x + (long long)t * K + e0 + 32 + 8 * c, bb);
+#pragma unroll
+          for (int i = 0; i < 8; i += 2) {
+            l0 = fmaf(lo[8 * c + i], a[i], l0);
+            l8 = fmaf(lo[8 * c + i + 1], a[i + 1], l8);
+            h4 = fmaf(hi[8 * c + i], bb[i], h4);
+            h12 = fmaf(hi[8 * c + i + 1], bb[i + 1], h12);
+            xl += a[i] + a[i + 1];
+            xh += bb[i] + bb[i + 1];
+          }
+        }
+        const float sl = fmaf(l8, 0x1p-8f, l0), sh = fmaf(h12, 0x1p-12f, h4 * 0x1p-4f);
+        acc[t] += f0 * sl - o0 * xl + f1 * sh - o1 * xh;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < 8; t++) {
+    if (t >= T) break;
+    const float v = warp_sum_q(acc[t]);
+    if (lane == 0) y[(long long)t * N + n] = from_f32<TY>(v);
+  }
+}

@@ -9,6 +9,7 @@ import (
 	"lagc/cuda"
 	"lagc/ir"
 	"lagc/lower"
+	"lagc/quant"
 )
 
 // EnvRequireNVRTC makes TestPlanKernelsCompile fail instead of skipping
@@ -102,7 +103,8 @@ func TestPlanKernelsCompile(t *testing.T) {
 
 // unplannedLaunches are instantiations no traced plan reaches: the router
 // at every experts-per-lane count and past the warp kernel's limits, the
-// argmax split over several parts, in both activation dtypes.
+// argmax split over several parts, the float-activation GEMV, in both
+// activation dtypes.
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
@@ -119,6 +121,14 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			t.Fatal(err)
 		}
 		out = append(out, ls...)
+		// The float-activation GEMV (benchmarks and its test only).
+		for _, qt := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+			l, err := lower.QGEMVFX(qt, 1, 3072, 64, 64, p, p, p, dt, "bf16")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
 	}
 	return out
 }

@@ -37,6 +37,11 @@ func (k *Kernels) QGEMV(s Queue, a QGEMVArgs) error {
 		RowsPerWarp: a.RowsPerWarp, Split: a.Split}))
 }
 
+// QGEMVFX queues y = x w^T with float activations (lower.QGEMVFX).
+func (k *Kernels) QGEMVFX(s Queue, t quant.Type, T, K, N, wrows int, x, w, y cuda.DevicePtr, xt, yt cuda.DType) error {
+	return k.on(s).one(lower.QGEMVFX(t, T, K, N, wrows, ptr(x), ptr(w), ptr(y), xt.String(), yt.String()))
+}
+
 // QMatrix is lower.QMatrix with a device pointer.
 type QMatrix struct {
 	W           cuda.DevicePtr

@@ -217,6 +217,51 @@ func TestQGEMVGPU(t *testing.T) {
 	}
 }
 
+// TestQGEMVFXGPU: the float-activation GEMV (the variant the quantised-
+// activation path is measured against) against the CPU reference on the
+// dequantised weights, both activation and output dtypes.
+func TestQGEMVFXGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(17, 18))
+	cases := []struct{ T, K, N, rows int }{{1, 3072, 37, 40}, {3, 256, 64, 64}, {8, 1024, 9, 9}, {2, 9216, 33, 33}}
+	for _, qt := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+		for _, c := range cases {
+			for _, xt := range []cuda.DType{cuda.F32, cuda.BF16} {
+				for _, yt := range []cuda.DType{cuda.F32, cuda.BF16} {
+					name := fmt.Sprintf("%s/T%d_K%d_N%d/x%v_y%v", qt, c.T, c.K, c.N, xt, yt)
+					t.Run(name, func(t *testing.T) {
+						blocks := randQuantBlocks(r, qt, c.rows, c.K)
+						w := dequantRef(t, qt, blocks, c.rows*c.K)
+						x := roundTo(xt, randF32(r, c.T*c.K, 1))
+						wp := uploadQuant(t, k, s, qt, c.rows, c.K, blocks)
+						xp := upload(t, k, s, xt, x)
+						yp := alloc(t, k, int64(c.T*c.N*yt.Size()))
+						if err := k.QGEMVFX(s, qt, c.T, c.K, c.N, c.rows, xp, wp, yp, xt, yt); err != nil {
+							t.Fatal(err)
+						}
+						got := download(t, s, yt, yp, c.T*c.N)
+						want, mag := make([]float64, c.T*c.N), make([]float64, c.T*c.N)
+						for i := 0; i < c.T; i++ {
+							for n := 0; n < c.N; n++ {
+								for j := 0; j < c.K; j++ {
+									p := float64(w[n*c.K+j]) * float64(x[i*c.K+j])
+									want[i*c.N+n] += p
+									mag[i*c.N+n] += math.Abs(p)
+								}
+							}
+						}
+						rel := 3e-5
+						if yt == cuda.BF16 {
+							rel = 8e-3
+						}
+						checkQuantResult(t, name, got, want, mag, rel)
+					})
+				}
+			}
+		}
+	}
+}
+
 // TestQMoEGPU: the quantised routed experts against the CPU reference
 // (with the activations quantised as the kernels do), invalid ids
 // included, at a shape where a lane holds one unit of a row and at one
@@ -388,6 +433,44 @@ func BenchmarkQGEMV(b *testing.B) {
 // weights. Each type with the rounds lower chooses, and a few other rounds
 // for q4_k and iq4_xs (gN: gate+up rows in flight per lane; dNxM: down
 // rows per warp x units in flight per row).
+// BenchmarkQGEMVFloatX: decode GEMVs (T = 1) at S-2.1 shapes with the
+// activations quantised to int8 first (q8x: q8x_quantize + qgemv on dp4a,
+// what lower plans) and read as bf16 (fx: qgemv_fx).
+func BenchmarkQGEMVFloatX(b *testing.B) {
+	m := newMMBench(b)
+	for _, qt := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+		for _, c := range []struct {
+			name string
+			N, K int
+		}{{"qkvg", 11336, 3072}, {"o_proj", 3072, 9216}, {"shared_gate_up", 2048, 3072}, {"shared_down", 3072, 1024}} {
+			wb, err := lower.QuantDeviceBytes(qt, c.N, c.K)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := m.rand(int(wb / 2))
+			if err := m.k.QSynth(m.s, qt, w, c.N, c.K, 1); err != nil {
+				b.Fatal(err)
+			}
+			x, y := m.rand(c.K), m.rand(c.N)
+			xq := m.rand(int(lower.Q8XBytes(1, c.K) / 2))
+			b.Run(fmt.Sprintf("%s/%s/q8x", qt, c.name), func(b *testing.B) {
+				a := QGEMVArgs{T: 1, K: c.K, N: c.N, WType: qt, WRows: c.N, YType: cuda.BF16, W: w, XQ: xq, Y: y}
+				m.run(b, float64(wb), 2*float64(c.N*c.K), func() error {
+					if err := m.k.Q8XQuantize(m.s, cuda.BF16, x, xq, 1, c.K); err != nil {
+						return err
+					}
+					return m.k.QGEMV(m.s, a)
+				})
+			})
+			b.Run(fmt.Sprintf("%s/%s/fx", qt, c.name), func(b *testing.B) {
+				m.run(b, float64(wb), 2*float64(c.N*c.K), func() error {
+					return m.k.QGEMVFX(m.s, qt, 1, c.K, c.N, c.N, x, w, y, cuda.BF16, cuda.BF16)
+				})
+			})
+		}
+	}
+}
+
 func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
