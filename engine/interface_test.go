@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +79,64 @@ func TestGenerateChecksBackend(t *testing.T) {
 		if _, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 2}); err == nil || !strings.Contains(err.Error(), "the backend returned") {
 			t.Errorf("short by %d logits, %d ids: got %v", b.logits, b.next, err)
 		}
+	}
+}
+
+// greedyBackend is the CPU backend with GreedyStepper added (as the GPU
+// has it): the argmax alone, a NaN planted in the row at position nanAt.
+type greedyBackend struct {
+	cpuBackend
+	nanAt  int
+	last   []float32
+	argmax int // ForwardArgmax calls
+}
+
+func (b *greedyBackend) ForwardArgmax(id int32) (int32, bool, error) {
+	b.argmax++
+	pos := b.Pos()
+	l, n, err := b.cpuBackend.Forward([]int32{id})
+	if err != nil {
+		return 0, false, err
+	}
+	b.last = l
+	if pos == b.nanAt {
+		l[7] = float32(math.NaN())
+		return 7, false, nil // the GPU's argmax picks the NaN
+	}
+	return n[0], true, nil
+}
+
+func (b *greedyBackend) StepLogits() ([]float32, error) { return b.last, nil }
+
+// TestGreedyStepper: greedy decoding through a GreedyStepper gives the
+// tokens Forward's path gives, and a non-finite row is reported as the
+// Forward path reports it, at the same position.
+func TestGreedyStepper(t *testing.T) {
+	dir := fixtureDirs(t)[0]
+	g := readGolden(t, dir)
+	m, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cb := m.Backend.(cpuBackend)
+	want, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := &greedyBackend{cpuBackend: cb, nanAt: -1}
+	m.Backend = gb
+	got, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got.Generated) != fmt.Sprint(want.Generated) || gb.argmax != 5 {
+		t.Fatalf("generated %v with %d ForwardArgmax calls; want %v and 5", got.Generated, gb.argmax, want.Generated)
+	}
+	gb.nanAt = len(g.PromptIDs) + 2
+	_, err = m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 6})
+	var nf *NonFiniteError
+	if !errors.As(err, &nf) || nf.Step != fmt.Sprintf("decode at position %d", gb.nanAt) || nf.NaN != 1 || nf.Col != 7 {
+		t.Fatalf("got %v; want a NonFiniteError for decode at position %d, 1 NaN at id 7", err, gb.nanAt)
 	}
 }

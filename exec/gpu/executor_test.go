@@ -249,6 +249,52 @@ func TestGraphReplayBitwise(t *testing.T) {
 	}
 }
 
+// TestForwardArgmax: the greedy step (engine.GreedyStepper) gives the
+// tokens Forward gives, says the picked logit is finite, and StepLogits
+// returns Forward's row bit for bit; engine.Generate's greedy decoding on
+// the GPU goes through it.
+func TestForwardArgmax(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			m, ex := openGPU(t, dir, engine.Options{DType: dt})
+			if _, ok := m.Backend.(engine.GreedyStepper); !ok {
+				t.Fatal("the GPU backend is not an engine.GreedyStepper")
+			}
+			want, rows, _ := decodeRun(t, ex, g.PromptIDs, false, 24)
+			ex.Reset()
+			_, next, err := ex.Forward(g.PromptIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := next[len(next)-1]
+			for i := range want {
+				if tok != want[i] {
+					t.Fatalf("step %d: token %d, Forward's path %d", i, tok, want[i])
+				}
+				nx, finite, err := ex.ForwardArgmax(tok)
+				if err != nil || !finite {
+					t.Fatalf("step %d: finite %v, %v", i, finite, err)
+				}
+				row, err := ex.StepLogits()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range row {
+					if math.Float32bits(row[j]) != math.Float32bits(rows[i][j]) {
+						t.Fatalf("step %d logit %d: %v, Forward's %v", i, j, row[j], rows[i][j])
+					}
+				}
+				tok = nx
+			}
+			if _, _, err := ex.ForwardArgmax(int32(m.Config.VocabSize)); err == nil {
+				t.Fatal("a token outside the vocabulary was accepted")
+			}
+		})
+	}
+}
+
 // TestPrefillThenDecode: decode-only (every token one step) for 100
 // positions, then prefill those 100 tokens in chunks of 1, 7, 64 and 2048
 // and decode 256 more (crossing the sliding window dozens of times, far

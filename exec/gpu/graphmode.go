@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 
+	"lagc/cuda"
 	"lagc/lower"
 )
 
@@ -85,3 +87,46 @@ func (e *Executor) Captured() bool { return e.graph != nil }
 // SetEager switches decode between eager launches and graph replay (the
 // graph, once captured, is kept: its pointers never change).
 func (e *Executor) SetEager(eager bool) { e.o.Eager = eager }
+
+// ForwardArgmax feeds one token like Forward but copies only the argmax
+// and the logit it picked to the host, not the row of logits: greedy
+// decoding's step (engine.GreedyStepper). finite is false when that logit
+// is NaN or infinite; the argmax picks a NaN above every number and +Inf
+// above every finite value, so a row holding either says so here (a row
+// whose only non-finite values are -Inf does not). StepLogits then reads
+// the row.
+func (e *Executor) ForwardArgmax(tok int32) (next int32, finite bool, err error) {
+	switch {
+	case e.broken:
+		return 0, false, fmt.Errorf("gpu: forward: an earlier step failed; Reset to start a new sequence")
+	case e.next+1 > e.plan.MaxContext:
+		return 0, false, fmt.Errorf("gpu: forward: 1 token at position %d exceeds the context length %d", e.next, e.plan.MaxContext)
+	case tok < 0 || int(tok) >= e.V:
+		return 0, false, fmt.Errorf("gpu: forward: token %d is outside the vocabulary [0, %d)", tok, e.V)
+	}
+	next, _, err = e.decodeStep(tok, false)
+	if err != nil {
+		e.broken = true
+		return 0, false, err
+	}
+	if next < 0 || int(next) >= e.V {
+		e.broken = true
+		return 0, false, fmt.Errorf("gpu: forward: the argmax %d is outside the vocabulary [0, %d)", next, e.V)
+	}
+	v := make([]float32, 1)
+	if err := cuda.Download(e.q, v, e.arena.Add(e.decode.logits.Offset+4*int64(next))); err != nil {
+		e.broken = true
+		return 0, false, fmt.Errorf("reading the argmax's logit: %w", err)
+	}
+	f := float64(v[0])
+	return next, !math.IsNaN(f) && !math.IsInf(f, 0), nil
+}
+
+// StepLogits copies the last decode step's row of logits to the host.
+func (e *Executor) StepLogits() ([]float32, error) {
+	out := make([]float32, e.V)
+	if err := cuda.Download(e.q, out, e.arena.Add(e.decode.logits.Offset)); err != nil {
+		return nil, fmt.Errorf("reading the logits: %w", err)
+	}
+	return out, nil
+}
