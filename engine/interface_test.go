@@ -66,13 +66,7 @@ func (b shortBackend) Forward(tokens []int32) ([]float32, []int32, error) {
 // TestGenerateChecksBackend: a backend returning too few logits or ids is
 // an error from Generate, not an index out of range.
 func TestGenerateChecksBackend(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	cb := m.Backend.(cpuBackend)
 	for _, b := range []shortBackend{{cb, 0, 1}, {cb, 1, 0}, {cb, m.Config.VocabSize, 0}} {
 		m.Backend = b
@@ -112,13 +106,7 @@ func (b *greedyBackend) StepLogits() ([]float32, error) { return b.last, nil }
 // tokens Forward's path gives, and a non-finite row is reported as the
 // Forward path reports it, at the same position.
 func TestGreedyStepper(t *testing.T) {
-	dir := fixtureDirs(t)[0]
-	g := readGolden(t, dir)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, g := openFirstFixture(t)
 	cb := m.Backend.(cpuBackend)
 	want, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 6})
 	if err != nil {

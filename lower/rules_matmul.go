@@ -56,9 +56,13 @@ func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) (
 // From QDequantGEMMRows tokens and a K of QDequantGEMMMinK, a quantised
 // prefill matmul dequantises its rows into the workspace and runs the bf16
 // wgmma GEMM rather than gemm_wgmma_q: the bf16 GEMM's rate then outweighs
-// writing and reading the bf16 copy (BenchmarkHopperQGEMM at S-2.1 shapes:
-// 0.72x the time at 2048 tokens, 0.7-1.0x at 512; at K = 1024 the bf16
-// GEMM's short main loop loses it: 1.03x at 2048, 1.27x at 512).
+// writing and reading the bf16 copy (BenchmarkHopperQGEMM at S-2.1 shapes,
+// 2048 tokens: 0.83-0.89x the time of gemm_wgmma_q for q,k,v,gate, 0.63-0.68x
+// for o_proj against its earlier version; at K = 1024 the bf16 GEMM's short
+// main loop loses it: 1.03-1.15x at 2048, 1.27x at 512). The 512 was chosen
+// against the earlier gemm_wgmma_q (o_proj 0.86x, shared gate+up 0.72x,
+// q,k,v,gate 1.0-1.05x); the current one beats the copy on q,k,v,gate at 512
+// (103-108 against 121-124 us), so the threshold wants measuring again.
 const (
 	QDequantGEMMRows = 512
 	QDequantGEMMMinK = 2048
