@@ -230,33 +230,34 @@ func QMoEShape(t quant.Type) (gateUpRows, downRows, downUnits int) {
 	return q.gateUpRows, q.downRows, q.downUnits
 }
 
-type qmoeLayout struct{ aq, total int64 }
+// qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
+// a quantised GEMV of the same x puts it, so that reuseQ8X drops the
+// repeat and fuseNormQ8X moves it into the norm), then the routes'
+// activations, quantised.
+type qmoeLayout struct{ xq, aq, total int64 }
 
 func (a QMoEArgs) layout() qmoeLayout {
-	return qmoeLayout{aq: 0, total: Q8XBytes(a.T*a.TopK, a.I)}
+	x := Q8XBytes(a.T, a.H)
+	return qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
 }
 
-// QMoEWorkspace is the scratch QMoE needs: the routes' activations,
+// QMoEWorkspace is the scratch QMoE needs: x and the routes' activations,
 // quantised.
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
 // qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
-// x as loaded, its quantised copy (scales and int8 values) and the staged
+// quantised x (scales and int8 values) and the staged
 // bytes of a block's 64 weight rows; for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
 // block's 4*downRows rows of each slot's expert.
-func qmoeShared(t quant.Type, xType string, H, I, k, downRows int) (gateUp, down int) {
-	size := 4
-	if xType == "bf16" {
-		size = 2
-	}
+func qmoeShared(t quant.Type, H, I, k, downRows int) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
-	return H*size + 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
+	return 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
 }
 
-// QMoE returns the launches of the quantised routed experts: the gate+up
-// GEMVs with SwiGLU per route (x quantised into shared memory, the
+// QMoE returns the launches of the quantised routed experts: x quantised
+// (q8x_quantize), the gate+up GEMVs with SwiGLU per route (the
 // activations quantised on the way out), then the down GEMVs summed per
 // token with the routing weights.
 func QMoE(a QMoEArgs) ([]Launch, error) {
@@ -301,18 +302,23 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
 	}
-	smem, dsmem := qmoeShared(a.WType, a.XType, a.H, a.I, a.TopK, nh)
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, nh)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
-	R := a.T * a.TopK
-	aq := a.Workspace.At(a.layout().aq)
+	R, lay := a.T*a.TopK, a.layout()
+	xq, aq := a.Workspace.At(lay.xq), a.Workspace.At(lay.aq)
 	as := q8xScales(aq, R, a.I)
+	qx, err := Q8XQuantize(a.XType, a.X, xq, a.T, a.H)
+	if err != nil {
+		return nil, err
+	}
 	const warps = 4 // per block, both kernels
 	return []Launch{
-		kernel("quant.cu", "moe_gateup_qgemv", []string{a.XType}, []int64{int64(a.WType), int64(g)}, dims(R*(a.I/32)), dims(32*warps), smem,
-			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(a.X), ptrArg(a.IDs),
+		qx,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), int64(g)}, dims(R*(a.I/32)), dims(32*warps), smem,
+			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
 		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd)},
@@ -396,18 +402,27 @@ func hopperQMaps(x Ptr, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg)
 		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBytes(t)})
 }
 
+// hopperQBN is gemm_wgmma_q's token tile of dense GEMMs.
+const hopperQBN = 128
+
+// hopperQTiles is the number of tiles of a dense gemm_wgmma_q: token tiles
+// of hopperQBN by feature tiles of 128 (64 gate+up pairs with SwiGLU).
+func hopperQTiles(T, N int, swiglu bool) int {
+	fw := 128
+	if swiglu {
+		fw = 64
+	}
+	return ceilDiv(T, hopperQBN) * ceilDiv(N, fw)
+}
+
 // HopperQGEMM is y [T, N] = x [T, K] w^T on gemm_wgmma_q for w the rows
 // [row0, row0+N) (SwiGLU: gate rows there, up rows from upRow) of a
 // quantised matrix of wrows rows; epi is EpiStore, EpiAccumulate or
 // EpiSwiGLU.
 func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr, yType string, epi, upRow, sms int) Launch {
-	const bn = 128
+	const bn = hopperQBN
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
-	fw := 128
-	if epi == EpiSwiGLU {
-		fw = 64
-	}
-	tiles := ceilDiv(T, bn) * ceilDiv(N, fw)
+	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),

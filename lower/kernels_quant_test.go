@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -27,14 +28,14 @@ func TestQMoELaunches(t *testing.T) {
 		xType                   string
 		wantG, wantShm, wantDSh int
 	}{
-		// x as loaded, its scales and int8 values, 64 rows x 12 blocks of
-		// staged (scales, mins) and (d, dmin); down: 10 routes' scales and
-		// int8 activations, 8 rows x 4 blocks of staged bytes per route
-		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 16, 3072*2 + 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
-		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 16, 2048*4 + 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
-		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 512*2 + 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
-		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 16, 512*4 + 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
-		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 8, 512*4 + 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
+		// x's scales and int8 values, 64 rows x 12 blocks of staged
+		// (scales, mins) and (d, dmin); down: 10 routes' scales and int8
+		// activations, 8 rows x 4 blocks of staged bytes per route
+		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 16, 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
+		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 16, 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
+		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
+		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 16, 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
+		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 8, 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
 	} {
 		var first []int64
 		for _, T := range []int{1, 3, 8} {
@@ -44,14 +45,20 @@ func TestQMoELaunches(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s T=%d: %v", c.name, T, err)
 			}
-			if len(ls) != 2 || ls[0].Kernel != "moe_gateup_qgemv" || ls[1].Kernel != "moe_down_qgemv" {
+			if len(ls) != 3 || ls[0].Kernel != "q8x_quantize" || ls[1].Kernel != "moe_gateup_qgemv" || ls[2].Kernel != "moe_down_qgemv" {
 				t.Fatalf("%s T=%d: launches %v", c.name, T, ls)
 			}
-			gu, dn := ls[0], ls[1]
+			// x quantised at the workspace's start, as a quantised GEMV of x
+			// quantises it (reuseQ8X then drops one of the two)
+			want, err := Q8XQuantize(c.xType, a.X, a.Workspace, T, c.H)
+			if err != nil || !reflect.DeepEqual(ls[0], want) {
+				t.Errorf("%s T=%d: x quantised by %v, want %v (%v)", c.name, T, ls[0], want, err)
+			}
+			gu, dn := ls[1], ls[2]
 			R := T * c.k
-			if gu.Grid != dims(R*c.I/32) || gu.Block != dims(128) || gu.Shmem != c.wantShm || !slices.Equal(gu.DTypes, []string{c.xType}) {
-				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of 128, %d bytes, %s x", c.name, T,
-					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, c.wantShm, c.xType)
+			if gu.Grid != dims(R*c.I/32) || gu.Block != dims(128) || gu.Shmem != c.wantShm || len(gu.DTypes) != 0 {
+				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of 128, %d bytes, no dtype", c.name, T,
+					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, c.wantShm)
 			}
 			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG)}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d and %d rows a round", c.name, T, gu.Ints, c.qt, c.wantG)
@@ -88,17 +95,55 @@ func TestQMoERejects(t *testing.T) {
 		{"many wide routes", func(a *QMoEArgs) {
 			a.TopK, a.I = 64, 1024
 			a.Gate.Total, a.Up.Total, a.Up.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
-		}, "need 26112 and 139264 bytes"},
+		}, "need 19968 and 139264 bytes"},
 		{"H too large", func(a *QMoEArgs) {
-			a.H, a.XType = 16384, "f32"
+			a.H = 16384
 			a.Down.Total = a.E * a.H
-		}, "H = 16384, I = 1024 and k = 10 need 172032 and 21760"},
+		}, "H = 16384, I = 1024 and k = 10 need 106496 and 21760"},
 		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
 	} {
 		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)
 		c.edit(&a)
 		if _, err := QMoE(a); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestQuantMatMulPaths: dense quantised prefill matmuls at S-2.1 shapes take
+// the path BenchmarkHopperQGEMM measured faster (QDequantGEMMRows): in
+// registers below 512 tokens and for K = 1024, through the bf16 copy from
+// 1024 tokens, and at 512 only where gemm_wgmma_q has under two waves.
+func TestQuantMatMulPaths(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		T, N, K int
+		swiglu  bool
+		want    string
+	}{
+		{"qkvg", 256, 11336, 3072, false, "gemm_wgmma_q"},
+		{"qkvg", 512, 11336, 3072, false, "gemm_wgmma_q"},
+		{"qkvg", 1024, 11336, 3072, false, "qdequant"},
+		{"qkvg", 2048, 11336, 3072, false, "qdequant"},
+		{"o_proj", 256, 3072, 9216, false, "gemm_wgmma_q"},
+		{"o_proj", 512, 3072, 9216, false, "qdequant"},
+		{"o_proj", 2048, 3072, 9216, false, "qdequant"},
+		{"shared_gate_up", 512, 1024, 3072, true, "qdequant"},
+		{"shared_down", 512, 3072, 1024, false, "gemm_wgmma_q"},
+		{"shared_down", 2048, 3072, 1024, false, "gemm_wgmma_q"},
+	} {
+		wrows := c.N
+		if c.swiglu {
+			wrows *= 2
+		}
+		a := MatMulArgs{T: c.T, K: c.K, N: c.N, X: Ptr{BaseArena, 0}, W: Ptr{BaseWeights, 0}, Y: Ptr{BaseArena, 1 << 28},
+			XType: "bf16", WType: quant.Q8_0.String(), YType: "bf16", SwiGLU: c.swiglu, SMs: 132, CC: 90}
+		ls, err := quantMatMul(a, wrows, 0)
+		if err != nil {
+			t.Fatalf("%s T=%d: %v", c.name, c.T, err)
+		}
+		if ls[0].Kernel != c.want {
+			t.Errorf("%s T=%d: first launch %s, want %s", c.name, c.T, ls[0].Kernel, c.want)
 		}
 	}
 }

@@ -56,22 +56,24 @@ func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) (
 // From QDequantGEMMRows tokens and a K of QDequantGEMMMinK, a quantised
 // prefill matmul dequantises its rows into the workspace and runs the bf16
 // wgmma GEMM rather than gemm_wgmma_q: the bf16 GEMM's rate then outweighs
-// writing and reading the bf16 copy (BenchmarkHopperQGEMM at S-2.1 shapes,
-// 2048 tokens: 0.83-0.89x the time of gemm_wgmma_q for q,k,v,gate, 0.63-0.68x
-// for o_proj against its earlier version; at K = 1024 the bf16 GEMM's short
-// main loop loses it: 1.03-1.15x at 2048, 1.27x at 512). The 512 was chosen
-// against the earlier gemm_wgmma_q (o_proj 0.86x, shared gate+up 0.72x,
-// q,k,v,gate 1.0-1.05x); the current one beats the copy on q,k,v,gate at 512
-// (103-108 against 121-124 us), so the threshold wants measuring again.
+// writing and reading the bf16 copy. Between QDequantGEMMSmallRows and
+// QDequantGEMMRows tokens the copy wins only where gemm_wgmma_q's grid
+// (one CTA an SM) has fewer than two waves of tiles. BenchmarkHopperQGEMM
+// at S-2.1 shapes, us in registers / through the copy, q8_0 (q4_k alike):
+// q,k,v,gate (356 tiles at 512) 103 / 123 at 512, 199 / 187 at 1024;
+// o_proj (96 tiles) 97 / 96 at 512, 192 / 146 at 1024; shared gate+up (64
+// tiles) 37 / 32 at 512, 38 / 35 at 1024; at K = 1024 the bf16 GEMM's
+// short main loop loses (shared down: 16 / 22 at 512, 28 / 34 at 1024).
 const (
-	QDequantGEMMRows = 512
-	QDequantGEMMMinK = 2048
+	QDequantGEMMSmallRows = 512
+	QDequantGEMMRows      = 1024
+	QDequantGEMMMinK      = 2048
 )
 
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
 // SwiGLU) of a block-quantised matrix of wrows rows: for a few tokens, x
 // quantised into the workspace and the quantised GEMV; on Hopper below
-// QDequantGEMMRows the wgmma GEMM dequantising in registers; else the rows
+// QDequantGEMMRows (see there) the wgmma GEMM dequantising in registers; else the rows
 // dequantised into the workspace and the GEMM of a's other dtypes over
 // them.
 func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
@@ -151,7 +153,8 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 // gemm_wgmma_q, dequantising in registers.
 func quantInRegs(a MatMulArgs, t quant.Type) bool {
 	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) &&
-		(a.T < QDequantGEMMRows || a.K < QDequantGEMMMinK)
+		(a.K < QDequantGEMMMinK || a.T < QDequantGEMMSmallRows ||
+			a.T < QDequantGEMMRows && hopperQTiles(a.T, a.N, a.SwiGLU) >= 2*sms(a.SMs))
 }
 
 // matmulArgs is the step's y = x w^T with w [N,K]; it returns K too.

@@ -537,23 +537,24 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
 
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
 // e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
-// [R, I/32]). A block of 4 warps takes 32 consecutive i of one route (a
-// group of act), 8 per warp: its 8 gate rows, then its 8 up rows, G rows
-// at a time, each lane with one unit of each of the G rows in flight per
-// round (quant bytes only: the rows' shared bytes are staged). Dynamic
-// shared memory: x_t as loaded (TX [H]), its scales (float4 [H/32]) and
-// int8 values ([H]), then the staged bytes (stage_rows) of the block's 32
-// gate rows and 32 up rows; x_t is quantised there while the first round
-// is in flight. The gate stack's E*I rows start at row gate_row0 of a
-// matrix of gate_rows rows, the up stack's likewise (one matrix holding
-// both, or two). An invalid id gets a zero group (moe_down_qgemv skips
-// the route).
-template <typename TX, int QT, int G>
-__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const TX* __restrict__ x,
-                                                          const int* __restrict__ ids, const unsigned char* __restrict__ gate,
-                                                          long long gate_rows, long long gate_row0,
-                                                          const unsigned char* __restrict__ up, long long up_rows,
-                                                          long long up_row0, signed char* __restrict__ aq,
+// [R, I/32]); x arrives quantised (xq int8 [T, H], xs [T, H/32], as
+// q8x_quantize writes it, usually by the norm before: quantising it here,
+// in every block, took a third of the kernel's time). A block of 4 warps
+// takes 32 consecutive i of one route (a group of act), 8 per warp: its 8
+// gate rows, then its 8 up rows, G rows at a time, each lane with one unit
+// of each of the G rows in flight per round (quant bytes only: the rows'
+// shared bytes are staged). Dynamic shared memory: x_t's scales (float4
+// [H/32]) and int8 values ([H]), then the staged bytes (stage_rows) of the
+// block's 32 gate rows and 32 up rows. The gate stack's E*I rows start at
+// row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
+// (one matrix holding both, or two). An invalid id gets a zero group
+// (moe_down_qgemv skips the route).
+template <int QT, int G>
+__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+                                                          const float4* __restrict__ xsg, const int* __restrict__ ids,
+                                                          const unsigned char* __restrict__ gate, long long gate_rows,
+                                                          long long gate_row0, const unsigned char* __restrict__ up,
+                                                          long long up_rows, long long up_row0, signed char* __restrict__ aq,
                                                           float4* __restrict__ as) {
   using Q = QW<QT>;
   constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
@@ -573,8 +574,7 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
     return;
   }
   const int U = H / 32, S = (U + 31) / 32, nb = H / Q::BE;
-  TX* xr = reinterpret_cast<TX*>(qmoe_smem);
-  float4* xs = reinterpret_cast<float4*>(qmoe_smem + (long long)H * sizeof(TX));
+  float4* xs = reinterpret_cast<float4*>(qmoe_smem);
   signed char* xq = reinterpret_cast<signed char*>(xs + U);
   unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
   unsigned char* sh = sa + 64 * nb * Q::SA;
@@ -597,26 +597,10 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
   load(0, 0);
   stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
   stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
-  block_copy16(xr, x + (long long)(r / k) * H, H * (int)sizeof(TX) / 16);
+  const long long t = r / k;
+  block_copy16(xs, xsg + t * U, U);
+  block_copy16(xq, xqg + t * H, H / 16);
   cp_async_wait_all();
-  __syncthreads();
-  {
-    constexpr int C = 8;  // groups quantised together per warp
-    for (int g0 = warp; g0 < U; g0 += C * W) {
-      int qv[C];
-      float4 sv[C];
-#pragma unroll
-      for (int c = 0; c < C; c++) qv[c] = q8x_group(to_f32(xr[min(g0 + c * W, U - 1) * 32 + lane]), sv[c]);
-#pragma unroll
-      for (int c = 0; c < C; c++) {
-        const int g = g0 + c * W;
-        if (g < U) {
-          xq[g * 32 + lane] = (signed char)qv[c];
-          if (lane == 0) xs[g] = sv[c];
-        }
-      }
-    }
-  }
   __syncthreads();
 
   const QX xsm{xq, xs, H};

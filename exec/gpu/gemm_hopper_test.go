@@ -298,7 +298,7 @@ func BenchmarkHopperQGEMM(b *testing.B) {
 				b.Fatal(err)
 			}
 			dq := m.rand(rows * c.K)
-			for _, T := range []int{512, 2048} {
+			for _, T := range []int{512, 1024, 2048} {
 				x, y := m.rand(T*c.K), m.rand(T*c.N)
 				bytes, flops := float64(wb)+2*float64(T*(c.K+c.N)), 2*float64(T)*float64(rows)*float64(c.K)
 				b.Run(fmt.Sprintf("%s/%s/T=%d/inreg", qt, c.name, T), func(b *testing.B) {
@@ -336,7 +336,7 @@ func BenchmarkMoEQuant(b *testing.B) {
 		if err := m.k.QSynth(m.s, qt, down, E*H, I, 2); err != nil {
 			b.Fatal(err)
 		}
-		for _, T := range []int{512, 2048} {
+		for _, T := range []int{512, 1024, 2048} {
 			b.Run(fmt.Sprintf("%s/T=%d", qt, T), func(b *testing.B) {
 				ids := make([]int32, T*K)
 				wts := make([]float32, T*K)
