@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"unsafe"
+
 	"encoding/binary"
 	"math"
 	"strings"
@@ -100,6 +102,28 @@ func TestOOMErrorText(t *testing.T) {
 	for _, w := range []string{"1099511627776 bytes (1.0 TiB) needed", "(140.0 GiB) free", "141.0 GiB"} {
 		if !strings.Contains(s, w) {
 			t.Errorf("%q lacks %q", s, w)
+		}
+	}
+}
+
+// TestLaunchConfigLayout: the cuLaunchKernelEx structs as cuda.h lays them
+// out on 64-bit hosts (CUlaunchConfig 56 bytes, CUlaunchAttribute 72).
+func TestLaunchConfigLayout(t *testing.T) {
+	var c launchConfig
+	var a launchAttr
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof CUlaunchConfig", unsafe.Sizeof(c), 56},
+		{"hStream", unsafe.Offsetof(c.stream), 32},
+		{"attrs", unsafe.Offsetof(c.attrs), 40},
+		{"numAttrs", unsafe.Offsetof(c.numAttrs), 48},
+		{"sizeof CUlaunchAttribute", unsafe.Sizeof(a), 72},
+		{"value", unsafe.Offsetof(a.value), 8},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s: %d, want %d", f.name, f.got, f.want)
 		}
 	}
 }

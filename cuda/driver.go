@@ -27,6 +27,7 @@ type driverAPI struct {
 	streamBeginCapture, streamEndCapture, graphInstantiate             uintptr
 	graphLaunch, graphDestroy, graphExecDestroy, graphExecUpdate       uintptr
 	tensorMapEncodeTiled                                               uintptr
+	launchKernelEx                                                     uintptr
 }
 
 func bindDriver(lib uintptr, name string) (*driverAPI, error) {
@@ -75,6 +76,7 @@ func bindDriver(lib uintptr, name string) (*driverAPI, error) {
 	s.need(&d.funcSetAttribute, "cuFuncSetAttribute")
 	s.want(&d.funcGetParamInfo, "cuFuncGetParamInfo") // CUDA 12.4+; launch checks are skipped without it
 	s.need(&d.launchKernel, "cuLaunchKernel")
+	s.want(&d.launchKernelEx, "cuLaunchKernelEx")             // CUDA 12+; programmatic launches need it
 	s.want(&d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled") // CUDA 12+; Hopper TMA kernels need it
 	s.need(&d.streamBeginCapture, "cuStreamBeginCapture_v2")
 	s.need(&d.streamEndCapture, "cuStreamEndCapture")

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -21,6 +22,68 @@ type Stream struct {
 	argBuf  []uint64 // maxParamBytes, 8-byte aligned
 	argPtrs []unsafe.Pointer
 	argOffs []int
+
+	// pdl: launches carry the programmatic stream serialization
+	// attribute (SetProgrammaticLaunch); cfg and attr are its
+	// cuLaunchKernelEx arguments, heap memory that does not move.
+	pdl  bool
+	cfg  *launchConfig
+	attr *launchAttr
+}
+
+// launchConfig is CUlaunchConfig (cuda.h): grid, block, dynamic shared
+// memory, stream, and a pointer to numAttrs attributes.
+type launchConfig struct {
+	gridX, gridY, gridZ, blockX, blockY, blockZ, shmem uint32
+	_                                                  uint32
+	stream                                             uintptr
+	attrs                                              *launchAttr
+	numAttrs                                           uint32
+	_                                                  uint32
+}
+
+// launchAttr is CUlaunchAttribute: an id, padding to 8 bytes, and a
+// 64-byte value union (here its first int).
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [16]uint32
+}
+
+// The first programmatic launch leaves the driver's handlers of SIGINT,
+// SIGTERM and SIGXFSZ without SA_ONSTACK (TestGPUProgrammaticLaunch, CUDA
+// 13 on the H200), and Go's runtime then dies of the next interrupt
+// ("non-Go code set up signal handler without SA_ONSTACK flag"):
+// repairSignals adds the flag, once, after that launch.
+var signalsOnce sync.Once
+
+func repairSignals() {
+	if _, err := SignalsWithoutOnStack(true); err != nil {
+		fmt.Fprintf(os.Stderr, "lagc: warning: could not repair the signal handlers the CUDA driver installed: %v\n", err)
+	}
+}
+
+// attrProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticStreamSerialization = 6
+
+// SetProgrammaticLaunch makes s's kernel launches programmatic dependent
+// launches (Hopper and later, with cuLaunchKernelEx): a kernel may start
+// while the one before it in the stream still runs, and must not touch
+// memory before griddepcontrol.wait (every lagc kernel calls pdl_wait()
+// first), so a launch's start-up overlaps its predecessor's tail, in
+// captured graphs too. It reports whether the launches are programmatic:
+// false where the device or driver cannot.
+func (s *Stream) SetProgrammaticLaunch(on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pdl = on && s.dev.props.Major >= 9 && s.dev.api.launchKernelEx != 0
+	if s.pdl && s.cfg == nil {
+		s.attr = &launchAttr{id: attrProgrammaticStreamSerialization}
+		s.attr.value[0] = 1
+		s.cfg = &launchConfig{attrs: s.attr, numAttrs: 1}
+	}
+	return s.pdl
 }
 
 const streamNonBlocking = 1
@@ -109,14 +172,28 @@ func (s *Stream) Launch(k *Kernel, grid, block Dim3, shmem int, args ...any) err
 	var pin runtime.Pinner
 	pin.Pin(&s.argBuf[0])
 	defer pin.Unpin()
-	r := call(s.dev.api.launchKernel, k.fn,
-		uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
-		uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
-		uintptr(shmem), s.h, params, 0)
+	var r Result
+	fn := "cuLaunchKernel"
+	if s.pdl {
+		fn = "cuLaunchKernelEx"
+		*s.cfg = launchConfig{gridX: uint32(grid.X), gridY: uint32(grid.Y), gridZ: uint32(grid.Z),
+			blockX: uint32(block.X), blockY: uint32(block.Y), blockZ: uint32(block.Z), shmem: uint32(shmem),
+			stream: s.h, attrs: s.attr, numAttrs: 1}
+		r = call(s.dev.api.launchKernelEx, uintptr(unsafe.Pointer(s.cfg)), k.fn, params, 0)
+		if r == resSuccess {
+			signalsOnce.Do(repairSignals)
+		}
+	} else {
+		r = call(s.dev.api.launchKernel, k.fn,
+			uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
+			uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
+			uintptr(shmem), s.h, params, 0)
+	}
 	unbind()
 	runtime.KeepAlive(s.argPtrs)
+	runtime.KeepAlive(s.cfg)
 	if r != resSuccess {
-		return fmt.Errorf("launching %s grid %v block %v shmem %d: %w", k.NameExpr, grid, block, shmem, s.dev.api.err("cuLaunchKernel", r))
+		return fmt.Errorf("launching %s grid %v block %v shmem %d: %w", k.NameExpr, grid, block, shmem, s.dev.api.err(fn, r))
 	}
 	return nil
 }

@@ -19,6 +19,7 @@
 template <typename T>
 __global__ void __launch_bounds__(AM_THREADS) argmax(int rows, int V, const T* __restrict__ x,
                                                      unsigned long long* __restrict__ part, int* __restrict__ out) {
+  pdl_wait();
   __shared__ unsigned long long wbest[AM_THREADS / 32];
   const int r = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
   const T* xr = x + (long long)r * V;
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(AM_THREADS) argmax(int rows, int V, const T* _
 __global__ void __launch_bounds__(AM_THREADS) argmax_final(int rows, int parts,
                                                            const unsigned long long* __restrict__ part,
                                                            int* __restrict__ out) {
+  pdl_wait();
   const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (r >= rows) return;  // the whole warp
   unsigned long long best = 0;

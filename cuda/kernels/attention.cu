@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
                 const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
                 const T* gate, long long ldg, int G, T* out, float* part_acc, float* part_ml,
                 unsigned int* counters) {
+  pdl_wait();
   extern __shared__ __align__(16) float dec_smem[];
   __shared__ bool dec_last;
   const int VN = DecVec<T>::N;
@@ -467,6 +468,7 @@ __global__ void __launch_bounds__(128) attn_prefill(int ntok, int nh, int nkv, i
                                                     const T* __restrict__ vc, T* __restrict__ out,
                                                     long long ldo, const T* __restrict__ gate, long long ldg,
                                                     int G) {
+  pdl_wait();
   const int dp = 32 * DCH;
   extern __shared__ float pf_smem[];
   float* Qs = pf_smem;                  // [BQ][dp+1]

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
                     const T* __restrict__ q, long long ldq, const T* __restrict__ k, const T* __restrict__ v,
                     long long ldkv, const T* __restrict__ kc, const T* __restrict__ vc, T* __restrict__ out,
                     long long ldo, const T* __restrict__ gate, long long ldg, int G) {
+  pdl_wait();
   static_assert(sizeof(T) == 2, "attn_prefill_tc is for bf16");
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
   using Cfg = FaCfg<D>;

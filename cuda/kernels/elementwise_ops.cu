@@ -7,15 +7,18 @@ __device__ __forceinline__ float ew_silu(float x) { return x / (1.f + expf(-x));
 
 template <typename T>
 __global__ void silu(long long n, const T* x, T* out) {
+  pdl_wait();
   LAGC_FOR(i, n) { out[i] = from_f32<T>(ew_silu(to_f32(x[i]))); }
 }
 
 template <typename T>
 __global__ void mul(long long n, const T* a, const T* b, T* out) {
+  pdl_wait();
   LAGC_FOR(i, n) { out[i] = from_f32<T>(to_f32(a[i]) * to_f32(b[i])); }
 }
 
 template <typename T>
 __global__ void add(long long n, const T* a, const T* b, T* out) {
+  pdl_wait();
   LAGC_FOR(i, n) { out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i])); }
 }

@@ -8,6 +8,7 @@
 template <typename T>
 __global__ void embedding(int ntok, int H, int V, const int* __restrict__ tokens,
                           const T* __restrict__ table, T* __restrict__ out) {
+  pdl_wait();
   int t = blockIdx.y;
   if (t >= ntok) return;
   int id = tokens[t];

@@ -15,6 +15,7 @@ __device__ __forceinline__ unsigned int fill_mix(unsigned int seed, unsigned lon
 // index: synthetic weights of any size made on the device, no host copy.
 template <typename T>
 __global__ void fill_hash(long long n, unsigned int seed, float offset, float scale, T* __restrict__ out) {
+  pdl_wait();
   LAGC_FOR(i, n) {
     float u = (float)(fill_mix(seed, (unsigned long long)i) >> 8) * (1.f / 8388608.f) - 1.f;
     out[i] = from_f32<T>(offset + scale * u);

@@ -20,6 +20,7 @@ __device__ __forceinline__ float gate_of(const T* g, int nh, int d, int G, int h
 template <typename T>
 __global__ void softplus_gate(int ntok, int nh, int d, int G, const T* x, const T* __restrict__ g,
                               long long ldg, T* out) {
+  pdl_wait();
   int row = nh * d;
   long long n = (long long)ntok * row;
   LAGC_FOR(i, n) {

@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
                                                      int N, int K, TY* __restrict__ y, int up_row,
                                                      const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                      int expert_rows) {
+  pdl_wait();
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -253,6 +254,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 // (R rows of H bf16, H a multiple of 8), for the grouped GEMM's TMA loads.
 __global__ void __launch_bounds__(256) moe_gather_rows(int R, int k, int H, const bf16_t* __restrict__ x,
                                                        const int* __restrict__ sorted, bf16_t* __restrict__ xg) {
+  pdl_wait();
   const int hv = H / 8;
   LAGC_FOR(i, (long long)R * hv) {
     const long long p = i / hv;
@@ -435,6 +437,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                        int expert_rows) {
+  pdl_wait();
   constexpr int QB = QA<QT>::QB;
   constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
   constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers

@@ -33,6 +33,7 @@ template <typename T>
 __global__ void kv_append(int ntok, int nkv, int d, int window, int slots, const int* __restrict__ pos,
                           const T* __restrict__ k, const T* __restrict__ v, long long ldk, long long ldv,
                           T* __restrict__ kc, T* __restrict__ vc) {
+  pdl_wait();
   int t = blockIdx.y;
   if (t >= ntok) return;
   kv_store_token(t, nkv, d, window, slots, pos, k, v, ldk, ldv, kc, vc);
@@ -47,6 +48,7 @@ template <typename T>
 __global__ void kv_compact_ring(int ntok, int nkv, int d, int window, const int* __restrict__ pos,
                                 const T* __restrict__ k, const T* __restrict__ v, long long ldk, long long ldv,
                                 T* __restrict__ kc, T* __restrict__ vc) {
+  pdl_wait();
   int keep = ntok < window ? ntok : window;
   if ((int)blockIdx.y >= keep) return;
   int t = ntok - keep + blockIdx.y;

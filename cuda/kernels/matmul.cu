@@ -161,6 +161,7 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
 template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
 __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* __restrict__ x,
                                             const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
   constexpr int NW = SWIGLU ? 2 : 1;
   __shared__ float part[8][NW][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -389,6 +390,7 @@ __device__ __forceinline__ void mma_epilogue(const float (&acc)[MI][4][4], F f) 
 template <typename TY, int MI, int SWIGLU, int BK>
 __global__ void __launch_bounds__(256) gemm_bf16(int M, int N, int K, const bf16_t* __restrict__ x,
                                                  const bf16_t* __restrict__ w, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
   extern __shared__ __align__(128) unsigned char mma_smem[];
   using C = MmaCfg<MI, BK>;
   constexpr int BN = SWIGLU ? 64 : MMA_BN;
@@ -423,6 +425,7 @@ __global__ void __launch_bounds__(256) gemm_bf16(int M, int N, int K, const bf16
 template <typename TX, typename TW, typename TY, int SWIGLU>
 __global__ void __launch_bounds__(256) gemm_simple(int M, int N, int K, const TX* __restrict__ x,
                                                    const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
   constexpr int NB = SWIGLU ? 2 : 1;
   __shared__ __align__(16) float As[16][68];      // [k][m]
   __shared__ __align__(16) float Bs[NB][16][68];  // [k][n]

@@ -23,6 +23,7 @@ template <typename TX, typename TW, int VEC>
 __global__ void __launch_bounds__(256) moe_gateup_gemv(int R, int k, int H, int I, int E, const TX* __restrict__ x,
                                                        const int* __restrict__ ids, const TW* __restrict__ gate,
                                                        const TW* __restrict__ up, float* __restrict__ act) {
+  pdl_wait();
   const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (gw >= (long long)R * I) return;  // the whole warp leaves together
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(256) moe_down_gemv(int T, int k, int H, int I,
                                                      const float* __restrict__ weights, const int* __restrict__ ids,
                                                      const TW* __restrict__ down, TY* __restrict__ out,
                                                      int accumulate) {
+  pdl_wait();
   __shared__ const TW* srow[8][32];
   __shared__ float swt[8][32];
   const long long gw = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -133,6 +135,7 @@ __global__ void __launch_bounds__(256) moe_down_gemv(int T, int k, int H, int I,
 // hist[b*E + e] = routes of chunk b on expert e (E <= 1024).
 __global__ void __launch_bounds__(256) moe_hist(int R, int E, int CH, const int* __restrict__ ids,
                                                 int* __restrict__ hist) {
+  pdl_wait();
   __shared__ int cnt[1024];
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
@@ -157,6 +160,7 @@ __global__ void __launch_bounds__(1024) moe_schedule(int E, int nchunks, int BM,
                                                      int* __restrict__ counts, int* __restrict__ order,
                                                      int* __restrict__ offsets, int* __restrict__ base,
                                                      int4* __restrict__ tiles, int* __restrict__ ntiles) {
+  pdl_wait();
   __shared__ int cnt[1024], ord[1024], srow[1024], stile[1024];
   const int tid = threadIdx.x;
   int c = 0;
@@ -218,6 +222,7 @@ __global__ void __launch_bounds__(1024) moe_schedule(int E, int nchunks, int BM,
 __global__ void __launch_bounds__(32) moe_scatter(int R, int E, int CH, const int* __restrict__ ids,
                                                   const int* __restrict__ base, int* __restrict__ sorted,
                                                   int* __restrict__ pos) {
+  pdl_wait();
   __shared__ int cur[1024];
   __shared__ int sid[MOE_PIECE];
   const int lane = threadIdx.x;
@@ -279,6 +284,7 @@ __global__ void __launch_bounds__(256) moe_gateup_mma(int k, int H, int I, const
                                                       const int* __restrict__ sorted, const int4* __restrict__ tiles,
                                                       const int* __restrict__ ntiles, const bf16_t* __restrict__ gate,
                                                       const bf16_t* __restrict__ up, bf16_t* __restrict__ act, int band) {
+  pdl_wait();
   extern __shared__ __align__(128) unsigned char mma_smem[];
   using C = MmaCfg<MI, BK>;
   int tile, nb;
@@ -312,6 +318,7 @@ template <int MI, int BK>
 __global__ void __launch_bounds__(256) moe_down_mma(int H, int I, const bf16_t* __restrict__ act,
                                                     const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                     const bf16_t* __restrict__ down, bf16_t* __restrict__ ys, int band) {
+  pdl_wait();
   extern __shared__ __align__(128) unsigned char mma_smem[];
   using C = MmaCfg<MI, BK>;
   int tile, nb;
@@ -344,6 +351,7 @@ template <typename TY, int V>
 __global__ void __launch_bounds__(256) moe_combine(int T, int k, int H, const float* __restrict__ weights,
                                                    const int* __restrict__ pos, const bf16_t* __restrict__ ys,
                                                    TY* __restrict__ out, int accumulate) {
+  pdl_wait();
   const int HV = H / V;
   LAGC_FOR(i, (long long)T * HV) {
     const int t = (int)(i / HV), h0 = (int)(i % HV) * V;
@@ -379,6 +387,7 @@ __global__ void __launch_bounds__(256) moe_combine(int T, int k, int H, const fl
 // (they sit at the end of the stacks and serve every token).
 extern "C" __global__ void moe_add_shared(int T, int k, int S, int first, const float* __restrict__ w,
                                           const int* __restrict__ ids, float* __restrict__ w2, int* __restrict__ ids2) {
+  pdl_wait();
   long long n = (long long)T * (k + S);
   LAGC_FOR(i, n) {
     long long t = i / (k + S);

@@ -196,17 +196,20 @@ __device__ __forceinline__ void norm_block_rows(int rows, int n, float eps, cons
 
 template <typename Tx, typename To>
 __global__ void rms_norm_warp(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+  pdl_wait();
   norm_warp_rows<Tx, To, false>(rows, n, eps, x, w, out, nullptr, nullptr);
 }
 
 template <typename Tx, typename To>
 __global__ void rms_norm_block(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out) {
+  pdl_wait();
   norm_block_rows<Tx, To, false>(rows, n, eps, x, w, out, nullptr, nullptr);
 }
 
 template <typename Tx, typename To>
 __global__ void rms_norm_warp_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
                                   signed char* __restrict__ xq, float4* __restrict__ xs) {
+  pdl_wait();
   norm_warp_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
 }
 
@@ -215,5 +218,6 @@ __global__ void rms_norm_warp_q8x(int rows, int n, float eps, const Tx* x, const
 template <typename Tx, typename To>
 __global__ void __launch_bounds__(1024) rms_norm_block_q8x(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
                                    signed char* __restrict__ xq, float4* __restrict__ xs) {
+  pdl_wait();
   norm_block_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
 }

@@ -30,6 +30,21 @@ template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
   return h;
 }
 
+// pdl_wait: every kernel's first statement. A kernel launched with
+// programmatic stream serialization (cuda.Stream.SetProgrammaticLaunch)
+// may start while the kernel before it in the stream still runs (from when
+// that one's blocks exit); this waits until that one has completed and its
+// writes are visible, so what overlaps is the launch and block start-up.
+// Without the launch attribute (and before sm_90) it returns at once.
+// Measured and not kept (docs/PERF.md): launch_dependents at the start of
+// every kernel together with the GEMVs prefetching their weights into L2
+// before the wait made decode and prefill slower.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Grid-stride loop over n elements.
 #define LAGC_FOR(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

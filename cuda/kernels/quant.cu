@@ -412,6 +412,7 @@ __device__ __forceinline__ int q8x_group(float v, float4& s) {
 template <typename TX>
 __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* __restrict__ x, signed char* __restrict__ xq,
                                                     float4* __restrict__ xs) {
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   for (long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; g < groups;
        g += ((long long)gridDim.x * blockDim.x) >> 5) {
@@ -431,6 +432,7 @@ template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
 __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
+  pdl_wait();
   constexpr int NR = SWIGLU ? 2 * NW : NW;
   __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -556,6 +558,7 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
                                                           long long gate_row0, const unsigned char* __restrict__ up,
                                                           long long up_rows, long long up_row0, signed char* __restrict__ aq,
                                                           float4* __restrict__ as) {
+  pdl_wait();
   using Q = QW<QT>;
   constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
   static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
@@ -660,6 +663,7 @@ __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, in
                                                         const float* __restrict__ weights, const int* __restrict__ ids,
                                                         const unsigned char* __restrict__ down, TY* __restrict__ out,
                                                         int accumulate) {
+  pdl_wait();
   using Q = QW<QT>;
   constexpr int HB = 4 * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
@@ -837,6 +841,7 @@ __device__ __forceinline__ void store32(bf16_t* o, const float* v) {
 template <typename TY, int QT>
 __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long row0, long long n,
                                                 const unsigned char* __restrict__ w, TY* __restrict__ out) {
+  pdl_wait();
   const long long groups = n * (K / 32);
   LAGC_FOR(i, groups) {
     const long long row = row0 + i / (K / 32);
@@ -867,6 +872,7 @@ __device__ __forceinline__ unsigned short qscale(unsigned h) { return (unsigned 
 // thread per block of the type.
 template <int QT>
 __global__ void __launch_bounds__(256) qsynth(long long rows, int K, unsigned char* __restrict__ w, unsigned seed) {
+  pdl_wait();
   constexpr int BE = QT == QT_Q8_0 ? 32 : 256;
   const long long nb = rows * (K / BE);
   LAGC_FOR(b, nb) {
@@ -930,6 +936,7 @@ template <> __device__ __forceinline__ void fx_load8<bf16_t>(const bf16_t* p, fl
 template <typename TY, typename TX, int QT>
 __global__ void __launch_bounds__(256) qgemv_fx(int T, int N, int K, long long rows, const unsigned char* __restrict__ w,
                                                 const TX* __restrict__ x, TY* __restrict__ y) {
+  pdl_wait();
   const int n = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (n >= N) return;
   float acc[8];

@@ -117,6 +117,7 @@ __global__ void qk_norm_rope(int ntok, int nh1, int nh2, int d, long long ldx, l
                              const T* x, T* out, const float* __restrict__ w1,
                              const float* __restrict__ w2, float eps, const int* __restrict__ pos,
                              const float* __restrict__ inv_freq, int rot, float attn) {
+  pdl_wait();
   extern __shared__ float rope_buf[];
   int warps = blockDim.x >> 5, wi = threadIdx.x >> 5;
   int nh = nh1 + nh2;

@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float
                                                    const T* __restrict__ logits, long long ld,
                                                    const float* __restrict__ bias, float* __restrict__ weights,
                                                    int* __restrict__ ids) {
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= ntok) return;  // the whole warp
@@ -92,6 +93,7 @@ template <typename T>
 __global__ void router_topk_block(int ntok, int E, int k, float softcap, float scaling, const T* __restrict__ logits,
                                   long long ld, const float* __restrict__ bias, float* __restrict__ weights,
                                   int* __restrict__ ids) {
+  pdl_wait();
   extern __shared__ unsigned long long rt_smem[];
   __shared__ unsigned long long wbest[2][32];
   unsigned long long* key = rt_smem;  // [E]; 0: taken

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -98,6 +99,10 @@ type Executor struct {
 	loadStats LoadStats
 }
 
+// EnvPDL, set to 0, turns programmatic dependent launches
+// (cuda.Stream.SetProgrammaticLaunch) off, for comparison.
+const EnvPDL = "LAGC_PDL"
+
 // New allocates the plan's regions, uploads its weights (from ws, or
 // synthetic ones when ws is nil) and rope tables, and binds both
 // schedules: their kernels are compiled here, those of a shorter prefill
@@ -131,6 +136,10 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	if e.s, err = e.dev.NewStream(); err != nil {
 		return nil, err
 	}
+	// Programmatic launches overlap each kernel's start-up with the tail
+	// of the one before (eager and captured); the profile times kernels
+	// one by one, so it keeps plain launches.
+	e.s.SetProgrammaticLaunch(!o.Profile && os.Getenv(EnvPDL) != "0")
 	e.q = e.s
 	if err := e.start(ws); err != nil {
 		return nil, err

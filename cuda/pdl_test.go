@@ -1,0 +1,62 @@
+package cuda
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestKernelsWaitFirst: every kernel's body begins with pdl_wait(), so no
+// kernel touches memory before the one before it in a programmatic stream
+// (SetProgrammaticLaunch) has completed. A kernel without it would race.
+func TestKernelsWaitFirst(t *testing.T) {
+	global := regexp.MustCompile(`(?m)^[^/\n]*__global__`)
+	n := 0
+	for _, f := range SourceFiles() {
+		if !strings.HasSuffix(f, ".cu") {
+			continue
+		}
+		src, err := Source(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, loc := range global.FindAllStringIndex(src, -1) {
+			body, ok := kernelBody(src[loc[1]:])
+			name := strings.Fields(src[loc[0]:min(loc[1]+200, len(src))])
+			if !ok {
+				t.Errorf("%s: a kernel without a body at %v", f, name)
+				continue
+			}
+			n++
+			if !strings.HasPrefix(strings.TrimSpace(body), "pdl_wait();") {
+				t.Errorf("%s: kernel %v does not begin with pdl_wait()", f, name)
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("found %d kernels, expected the 40 or more in cuda/kernels", n)
+	}
+}
+
+// kernelBody is what follows the opening brace of the function whose
+// declaration s continues: the first { outside parentheses.
+func kernelBody(s string) (string, bool) {
+	depth := 0
+	for i, c := range s {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ';':
+			if depth == 0 {
+				return "", false
+			}
+		case '{':
+			if depth == 0 {
+				return s[i+1:], true
+			}
+		}
+	}
+	return "", false
+}
