@@ -116,18 +116,9 @@ func hasKernel(ls []KernelLaunch, prefix string) bool {
 // core at both tile widths and on mma.sync (CC 0), for comparison.
 func BenchmarkGEMMHopper(b *testing.B) {
 	m := newMMBench(b)
-	for _, c := range []struct {
-		name    string
-		M, N, K int
-		swiglu  bool
-	}{
-		{"qkvg", 2048, 11336, 3072, false},
-		{"o_proj", 2048, 3072, 9216, false},
-		{"dense_gate_up", 2048, 12288, 3072, true},
-		{"dense_down", 2048, 3072, 12288, false},
-		{"shared_gate_up", 2048, 1024, 3072, true},
-		{"shared_down", 2048, 3072, 1024, false},
-	} {
+	sh := s21(b)
+	const M = 2048
+	for _, c := range []benchShape{sh.qkvg, sh.oProj, sh.denseGateUp, sh.denseDown, sh.sharedGateUp, sh.sharedDown} {
 		for _, v := range []struct {
 			name   string
 			cc, bn int
@@ -137,10 +128,10 @@ func BenchmarkGEMMHopper(b *testing.B) {
 				if c.swiglu {
 					rows = 2 * c.N
 				}
-				a := MatMulArgs{T: c.M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu,
-					CC: v.cc, HopperBN: v.bn, X: m.rand(c.M * c.K), W: m.rand(rows * c.K), Y: m.rand(c.M * c.N)}
-				bytes := 2 * float64(rows*c.K+c.M*(c.K+c.N))
-				m.run(b, bytes, 2*float64(c.M)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
+				a := MatMulArgs{T: M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu,
+					CC: v.cc, HopperBN: v.bn, X: m.rand(M * c.K), W: m.rand(rows * c.K), Y: m.rand(M * c.N)}
+				bytes := 2 * float64(rows*c.K+M*(c.K+c.N))
+				m.run(b, bytes, 2*float64(M)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
 			})
 		}
 	}
@@ -274,17 +265,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 // bf16 scratch, then the bf16 wgmma GEMM), at 512 and 2048 tokens.
 func BenchmarkHopperQGEMM(b *testing.B) {
 	m := newMMBench(b)
+	sh := s21(b)
 	for _, qt := range lower.HopperQTypes {
-		for _, c := range []struct {
-			name   string
-			N, K   int
-			swiglu bool
-		}{
-			{"qkvg", 11336, 3072, false},
-			{"o_proj", 3072, 9216, false},
-			{"shared_gate_up", 1024, 3072, true},
-			{"shared_down", 3072, 1024, false},
-		} {
+		for _, c := range []benchShape{sh.qkvg, sh.oProj, sh.sharedGateUp, sh.sharedDown} {
 			rows, epi := c.N, lower.EpiStore
 			if c.swiglu {
 				rows, epi = 2*c.N, lower.EpiSwiGLU

@@ -86,19 +86,14 @@ func (m *mmBench) run(b *testing.B, bytes, flops float64, f func() error) {
 // partly served from L2 across iterations; kernel-bench cycles copies.
 func BenchmarkMatMul(b *testing.B) {
 	m := newMMBench(b)
-	for _, c := range []struct {
-		name    string
-		T, N, K int
-		swiglu  bool
-	}{
-		{"lm_head", 1, 100352, 3072, false},
-		{"qkvg", 1, 13384, 3072, false},
-		{"o_proj", 1, 3072, 9216, false},
-		{"dense_gate_up", 1, 12288, 3072, true},
-		{"dense_down", 1, 3072, 12288, false},
-		{"qkvg", 2048, 13384, 3072, false},
-		{"dense_gate_up", 2048, 12288, 3072, true},
-		{"dense_down", 2048, 3072, 12288, false},
+	sh := s21(b)
+	type run struct {
+		benchShape
+		T int
+	}
+	for _, c := range []run{
+		{sh.lmHead, 1}, {sh.qkvg, 1}, {sh.oProj, 1}, {sh.denseGateUp, 1}, {sh.denseDown, 1},
+		{sh.qkvg, 2048}, {sh.denseGateUp, 2048}, {sh.denseDown, 2048},
 	} {
 		b.Run(fmt.Sprintf("%s/T=%d", c.name, c.T), func(b *testing.B) {
 			rows := c.N

@@ -393,18 +393,9 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 // GB/s of weights read (the roofline is the HBM bandwidth).
 func BenchmarkQGEMV(b *testing.B) {
 	m := newMMBench(b)
+	sh := s21(b)
 	for _, qt := range lower.QuantKernelTypes {
-		for _, c := range []struct {
-			name   string
-			N, K   int
-			swiglu bool
-		}{
-			{"lm_head", 100352, 3072, false},
-			{"qkvg", 13384, 3072, false},
-			{"o_proj", 3072, 9216, false},
-			{"shared_gate_up", 1024, 3072, true},
-			{"shared_down", 3072, 1024, false},
-		} {
+		for _, c := range []benchShape{sh.lmHead, sh.qkvg, sh.oProj, sh.sharedGateUp, sh.sharedDown} {
 			for _, sh := range [][2]int{{0, 0}} {
 				if (qt != quant.Q8_0 && qt != quant.Q4_K) && sh[0] != 0 {
 					continue
@@ -439,10 +430,9 @@ func BenchmarkQGEMV(b *testing.B) {
 func BenchmarkQGEMVFloatX(b *testing.B) {
 	m := newMMBench(b)
 	for _, qt := range []quant.Type{quant.Q8_0, quant.Q4_K} {
-		for _, c := range []struct {
-			name string
-			N, K int
-		}{{"qkvg", 11336, 3072}, {"o_proj", 3072, 9216}, {"shared_gate_up", 2048, 3072}, {"shared_down", 3072, 1024}} {
+		sh := s21(b)
+		gu := benchShape{sh.sharedGateUp.name, 2 * sh.sharedGateUp.N, sh.sharedGateUp.K, false} // its gate and up rows as one matrix
+		for _, c := range []benchShape{sh.qkvg, sh.oProj, gu, sh.sharedDown} {
 			wb, err := lower.QuantDeviceBytes(qt, c.N, c.K)
 			if err != nil {
 				b.Fatal(err)
