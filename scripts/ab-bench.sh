@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# ab-bench.sh: lagc bench under several environments, interleaved, on the GPU
+# machine (python3, no Go): medians per configuration and their ratio to the
+# first, so an A/B of a switch (LAGC_PDL=0, LAGC_QMOE=serial, ...) is one call.
+#
+#   scripts/ab-bench.sh ROUNDS LAGC 'ENV A' 'ENV B' ... -- [lagc bench flags]
+#   scripts/ab-bench.sh 3 .gpu/lagc '' 'LAGC_PDL=0' 'LAGC_QMOE=serial' -- \
+#       --preset laguna-s-2.1 --synthetic --quant q4_k_m --layers 2 --runs 3 --decode-tokens 32 --prefill 2048
+#
+# Each round runs every configuration once (in order, so drift hits all
+# alike); '' is the environment as it is. Prints, per configuration, the
+# median over rounds of graph and eager decode (ms/token and tok/s at full
+# depth), the MoE layer's graph decode time, and each prefill length's ms,
+# then each one's ratio of time to the first configuration's. Raw JSON lines
+# go to $OUT (or .gpu/) as ab-bench.jsonl.
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n 2,14p "$0" >&2; exit 2; }
+rounds=$1 lagc=$2
+shift 2
+envs=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+	envs+=("$1")
+	shift
+done
+[ "${1:-}" = -- ] && shift
+out=${OUT:-.gpu}
+mkdir -p "$out"
+log=$out/ab-bench.jsonl
+: >"$log"
+for r in $(seq "$rounds"); do
+	for i in "${!envs[@]}"; do
+		# shellcheck disable=SC2086
+		line=$(env ${envs[$i]} "$lagc" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
+		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
+	done
+done
+python3 - "$log" "${envs[@]}" <<'PY'
+import json, statistics, sys
+log, envs = sys.argv[1], sys.argv[2:]
+runs = {i: [] for i in range(len(envs))}
+for l in open(log):
+    i, js = l.split('\t', 1)
+    runs[int(i)].append(json.loads(js))
+def med(vals):
+    return statistics.median(vals) if vals else float('nan')
+def decode(run):  # the GPU bench's rows; the CPU bench's one row as mode "cpu"
+    d = run.get('decode', [])
+    if isinstance(d, dict):
+        return [{'mode': 'cpu', 'ms_per_token': d['ms'], 'tok_per_s_full_depth': d['tok_per_s']}]
+    return d
+modes = sorted({x['mode'] for rs in runs.values() for run in rs for x in decode(run)}, reverse=True)
+rows = []
+for i, rs in runs.items():
+    r = {}
+    for mode in modes:
+        d = [x for run in rs for x in decode(run) if x['mode'] == mode]
+        r[mode + ' ms'] = med([x['ms_per_token'] for x in d])
+        r[mode + ' tok/s 48'] = med([x['tok_per_s_full_depth'] for x in d])
+    if any('decode_moe_layer_us_graph' in run for run in rs):
+        r['MoE layer us'] = med([run['decode_moe_layer_us_graph'] for run in rs if 'decode_moe_layer_us_graph' in run])
+    for p in sorted({x['tokens'] for run in rs for x in run.get('prefill', [])}):
+        r[f'prefill {p} ms'] = med([x['ms'] for run in rs for x in run.get('prefill', []) if x['tokens'] == p])
+    rows.append(r)
+keys = list(rows[0].keys())
+name = lambda i: envs[i] or '(as is)'
+w = max(len(name(i)) for i in range(len(envs)))
+print(f"{'':<{w}}  " + '  '.join(f'{k:>16}' for k in keys))
+for i, r in enumerate(rows):
+    print(f'{name(i):<{w}}  ' + '  '.join(f'{r[k]:16.3f}' for k in keys))
+for i, r in enumerate(rows[1:], 1):
+    ratios = [r[k] / rows[0][k] if rows[0][k] else float('nan') for k in keys]
+    print(f'{name(i) + " / first":<{w}}  ' + '  '.join(f'{x:16.3f}' for x in ratios))
+PY
