@@ -87,12 +87,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 				if !hasKernel(ls, "gemm_wgmma") {
 					t.Fatalf("the grouped path did not choose the wgmma core")
 				}
-				ws, err := MoEWorkspaceBytes(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a.Workspace = alloc(t, k, ws)
-				poison(t, s, a.Workspace, ws)
+				moeWorkspace(t, k, s, &a)
 				if err := k.MoEExperts(s, a); err != nil {
 					t.Fatal(err)
 				}
@@ -240,12 +235,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					} else {
 						a.Out = alloc(t, k, int64(2*c.T*c.H))
 					}
-					ws, err := MoEWorkspaceBytes(a)
-					if err != nil {
-						t.Fatal(err)
-					}
-					a.Workspace = alloc(t, k, ws)
-					poison(t, s, a.Workspace, ws)
+					moeWorkspace(t, k, s, &a)
 					if err := k.MoEExperts(s, a); err != nil {
 						t.Fatal(err)
 					}
@@ -321,13 +311,7 @@ func BenchmarkMoEQuant(b *testing.B) {
 		}
 		for _, T := range []int{512, 1024, 2048} {
 			b.Run(fmt.Sprintf("%s/T=%d", qt, T), func(b *testing.B) {
-				ids := make([]int32, T*K)
-				wts := make([]float32, T*K)
-				for t := 0; t < T; t++ {
-					for j, e := range r.Perm(E)[:K] {
-						ids[t*K+j], wts[t*K+j] = int32(e), 0.1
-					}
-				}
+				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
 					QGate: QMatrix{W: gu, Total: 2 * E * I}, QUp: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},

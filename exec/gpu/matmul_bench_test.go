@@ -123,13 +123,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				continue // decode: the same GEMVs either way
 			}
 			b.Run(fmt.Sprintf("T=%d/%s", T, v.name), func(b *testing.B) {
-				ids := make([]int32, T*K)
-				wts := make([]float32, T*K)
-				for t := 0; t < T; t++ {
-					for j, e := range r.Perm(E)[:K] {
-						ids[t*K+j], wts[t*K+j] = int32(e), 0.1
-					}
-				}
+				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
 					CC: v.cc, SMs: m.k.SMs()}

@@ -129,13 +129,32 @@ func moeUpload(t *testing.T, k *Kernels, s *cuda.Stream, c moeCase, d moeData, x
 		a.Out = alloc(t, k, n)
 		poison(t, s, a.Out, n)
 	}
-	ws, err := MoEWorkspaceBytes(a)
+	moeWorkspace(t, k, s, &a)
+	return a
+}
+
+// moeWorkspace gives a the workspace it needs, poisoned: nothing may rely
+// on a clean workspace.
+func moeWorkspace(t *testing.T, k *Kernels, s *cuda.Stream, a *MoEArgs) {
+	t.Helper()
+	ws, err := MoEWorkspaceBytes(*a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Workspace = alloc(t, k, ws)
-	poison(t, s, a.Workspace, ws) // nothing may rely on a clean workspace
-	return a
+	poison(t, s, a.Workspace, ws)
+}
+
+// benchRoutes are T tokens' routes to k distinct experts of E, each
+// weighted 0.1: the routing of the MoE benchmarks.
+func benchRoutes(r *rand.Rand, T, E, k int) ([]int32, []float32) {
+	ids, wts := make([]int32, T*k), make([]float32, T*k)
+	for t := 0; t < T; t++ {
+		for j, e := range r.Perm(E)[:k] {
+			ids[t*k+j], wts[t*k+j] = int32(e), 0.1
+		}
+	}
+	return ids, wts
 }
 
 var moeCases = []moeCase{
