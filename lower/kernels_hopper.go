@@ -61,6 +61,18 @@ func hopperOK(a MatMulArgs) error {
 	return nil
 }
 
+// epilogue is the Hopper GEMMs' epilogue for a: SwiGLU, accumulate into
+// y, or store.
+func (a MatMulArgs) epilogue() int {
+	switch {
+	case a.SwiGLU:
+		return EpiSwiGLU
+	case a.Accumulate:
+		return EpiAccumulate
+	}
+	return EpiStore
+}
+
 // HopperGEMM is the launch of a (T > GEMVMaxRows rows) on gemm_wgmma.
 func HopperGEMM(a MatMulArgs) (Launch, error) {
 	if err := a.validate(); err != nil {
@@ -69,12 +81,9 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 	if err := hopperOK(a); err != nil {
 		return Launch{}, fmt.Errorf("matmul: %w", err)
 	}
-	epi, wrows := EpiStore, a.N
-	switch {
-	case a.SwiGLU:
-		epi, wrows = EpiSwiGLU, 2*a.N
-	case a.Accumulate:
-		epi = EpiAccumulate
+	epi, wrows := a.epilogue(), a.N
+	if a.SwiGLU {
+		wrows = 2 * a.N
 	}
 	sm := sms(a.SMs)
 	bn := HopperBN(a.T, a.N, a.SwiGLU, sm)

@@ -95,14 +95,7 @@ func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 		return []Launch{q, g}, nil
 	}
 	if quantInRegs(a, t) {
-		epi := EpiStore
-		switch {
-		case a.SwiGLU:
-			epi = EpiSwiGLU
-		case a.Accumulate:
-			epi = EpiAccumulate
-		}
-		return []Launch{HopperQGEMM(a.T, a.N, a.K, a.X, a.W, t, wrows, row0, a.Y, a.YType, epi, a.N, sms(a.SMs))}, nil
+		return []Launch{HopperQGEMM(a.T, a.N, a.K, a.X, a.W, t, wrows, row0, a.Y, a.YType, a.epilogue(), a.N, sms(a.SMs))}, nil
 	}
 	rows, dt := a.N, dequantDType(a.XType)
 	if a.SwiGLU {
