@@ -148,3 +148,28 @@ func TestMissingLibrariesAreClear(t *testing.T) {
 		})
 	}
 }
+
+func TestCublasLtCandidates(t *testing.T) {
+	root := fakeTree(t,
+		"cuda/lib64/libcublasLt.so",
+		"cuda/lib64/libcublasLt.so.13",
+		"cuda/lib64/libcublasLt.so.13.1.0.3",
+		"cuda/lib64/libcublasLt.so.12",
+		"cuda/lib64/libcublas.so.13",
+	)
+	dirs := []string{filepath.Join(root, "cuda/lib64"), filepath.Join(root, "missing")}
+	var got []string
+	for _, p := range cublasLtCandidates("", dirs, globAll) {
+		got = append(got, strings.TrimPrefix(p, root+"/"))
+	}
+	want := []string{
+		"cuda/lib64/libcublasLt.so.13", "cuda/lib64/libcublasLt.so.12", "cuda/lib64/libcublasLt.so",
+		"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("candidates:\n got %q\nwant %q", got, want)
+	}
+	if got := cublasLtCandidates("/opt/x/libcublasLt.so.13", dirs, globAll); !reflect.DeepEqual(got, []string{"/opt/x/libcublasLt.so.13"}) {
+		t.Errorf("override: got %q", got)
+	}
+}

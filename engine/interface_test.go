@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,5 +127,78 @@ func TestGreedyStepper(t *testing.T) {
 	var nf *NonFiniteError
 	if !errors.As(err, &nf) || nf.Step != fmt.Sprintf("decode at position %d", gb.nanAt) || nf.NaN != 1 || nf.Col != 7 {
 		t.Fatalf("got %v; want a NonFiniteError for decode at position %d, 1 NaN at id 7", err, gb.nanAt)
+	}
+}
+
+// lastRowBackend is the CPU backend with LastRowForwarder added (as the GPU
+// has it): only the last row of a prompt chunk's logits, a NaN planted in
+// it at chunk position nanAt (when not negative); short trims the row.
+type lastRowBackend struct {
+	cpuBackend
+	V, nanAt, short int
+	calls           int // ForwardLast calls
+}
+
+func (b *lastRowBackend) ForwardLast(tokens []int32) ([]float32, []int32, error) {
+	b.calls++
+	pos := b.Pos()
+	l, n, err := b.cpuBackend.Forward(tokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	last := l[len(l)-b.V+b.short:]
+	if pos == b.nanAt {
+		last[3] = float32(math.NaN())
+	}
+	return last, n, nil
+}
+
+// TestLastRowForwarder: a prompt fed through ForwardLast in chunks gives
+// what Forward's path gives (argmax at every position, the last row's
+// logits, the generated tokens); every row's logits (GenOptions.Logits)
+// still come from Forward; a NaN in the last row is reported at that row,
+// and a short row is an error.
+func TestLastRowForwarder(t *testing.T) {
+	m, g := openFirstFixture(t)
+	cb := m.Backend.(cpuBackend)
+	o := GenOptions{MaxTokens: 4, Chunk: 3}
+	want, err := m.Generate(context.Background(), g.PromptIDs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.PromptIDs) < 7 {
+		t.Fatalf("the fixture's prompt has %d tokens; the test wants 7 or more (three chunks)", len(g.PromptIDs))
+	}
+	lb := &lastRowBackend{cpuBackend: cb, V: m.Config.VocabSize, nanAt: -1}
+	m.Backend = lb
+	got, err := m.Generate(context.Background(), g.PromptIDs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0 // of more than one token (one token runs Forward's decode step)
+	for s := 0; s < len(g.PromptIDs); s += 3 {
+		if min(s+3, len(g.PromptIDs))-s > 1 {
+			chunks++
+		}
+	}
+	if fmt.Sprint(got.Generated, got.PromptNext) != fmt.Sprint(want.Generated, want.PromptNext) ||
+		!slices.Equal(got.LastLogits, want.LastLogits) || lb.calls != chunks {
+		t.Fatalf("through ForwardLast (%d calls, want %d): generated %v, prompt argmax %v; want %v, %v (last rows equal: %v)",
+			lb.calls, chunks, got.Generated, got.PromptNext, want.Generated, want.PromptNext, slices.Equal(got.LastLogits, want.LastLogits))
+	}
+	lb.calls = 0
+	all, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 1, Chunk: 3, Logits: true})
+	if err != nil || lb.calls != 0 || len(all.PromptRows) != len(g.PromptIDs) {
+		t.Fatalf("with Logits: %d ForwardLast calls, %d rows, %v; want 0 calls and %d rows", lb.calls, len(all.PromptRows), err, len(g.PromptIDs))
+	}
+	lb.nanAt = 3 // the second chunk, positions 3..5
+	_, err = m.Generate(context.Background(), g.PromptIDs, o)
+	var nf *NonFiniteError
+	if !errors.As(err, &nf) || nf.Step != "prefill at position 3" || nf.Row != 2 || nf.Col != 3 || nf.NaN != 1 {
+		t.Fatalf("got %v; want a NonFiniteError for prefill at position 3, row 2, id 3", err)
+	}
+	lb.nanAt, lb.short = -1, 1
+	if _, err := m.Generate(context.Background(), g.PromptIDs, o); err == nil || !strings.Contains(err.Error(), "the backend returned") {
+		t.Fatalf("a short last row: got %v", err)
 	}
 }

@@ -144,6 +144,10 @@ type AttentionDecodeArgs struct {
 	Rows      int
 	Seq       Ptr
 	SeqStride int64
+	// XQ, when set, also gets the output quantised as Q8XQuantize(DType,
+	// Out, XQ, Rows, NH*d) writes it (Q8XBytes; head_dim a multiple of
+	// 32): fuseAttnQ8X sets it.
+	XQ Ptr
 }
 
 // AttentionDecode returns attn_decode: one launch, whose blocks merge
@@ -196,7 +200,14 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	}
 	args := []Arg{i32(a.NH), i32(c.NKV), i32(d), i32(c.Window), i32(c.Slots), i32(nsplit), f32(a.Scale),
 		ptrArg(a.Pos), ptrArg(a.Seq), i64(a.SeqStride), ptrArg(a.Q), ptrArg(a.K), ptrArg(a.V), ptrArg(c.K), ptrArg(c.V)}
-	args = append(append(args, gate...), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML), ptrArg(counters))
+	var xs Ptr
+	if !a.XQ.Null() {
+		if d%32 != 0 || !a.XQ.Aligned(16) {
+			return nil, fmt.Errorf("%s: a quantised output needs head_dim a multiple of 32 (%d) and an aligned pointer", op, d)
+		}
+		xs = q8xScales(a.XQ, rows, a.NH*d)
+	}
+	args = append(append(args, gate...), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML), ptrArg(counters), ptrArg(a.XQ), ptrArg(xs))
 	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
 		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem, args...)}, nil
 }

@@ -355,7 +355,7 @@ func checkGatedAttention(t *testing.T, p *Plan) {
 			}
 			if s.Class == Decode && l.Args[5].Int > 1 {
 				nkv := int(l.Args[1].Int)
-				if cnt := l.Args[len(l.Args)-1]; cnt.Ptr() != (Ptr{BaseSync, 0}) || s.Sync < DecodeCounters(1, int(l.Args[0].Int), nkv) {
+				if cnt := l.Args[len(l.Args)-3]; cnt.Ptr() != (Ptr{BaseSync, 0}) || s.Sync < DecodeCounters(1, int(l.Args[0].Int), nkv) {
 					t.Errorf("decode %s: counters at %v, %d bytes of sync", st.Name, cnt.Ptr(), s.Sync)
 				}
 			}

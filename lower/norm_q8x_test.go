@@ -242,6 +242,23 @@ func unfuseNormQ8X(l Launch) (norm, q Launch, ok bool) {
 	return norm, q, err == nil
 }
 
+// unfuseAttnQ8X splits a decode attention writing a quantised copy of its
+// output into the attention (as AttentionDecode builds it without XQ) and
+// the quantisation it stands for.
+func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
+	if l.Kernel != "attn_decode" || len(l.Args) != attnArgCount || l.Args[attnArgCount-2].Ptr().Null() {
+		return Launch{}, Launch{}, false
+	}
+	attn = l
+	attn.Args = append([]Arg(nil), l.Args...)
+	attn.Args[attnArgCount-2], attn.Args[attnArgCount-1] = ptrArg(Ptr{}), ptrArg(Ptr{})
+	nh, nkv, d := int(l.Args[attnArgNH].Int), int(l.Args[attnArgNKV].Int), int(l.Args[attnArgD].Int)
+	group := nh / nkv
+	rows := l.Grid[2] / ceilDiv(group, min(group, decodeHeads))
+	q, err := Q8XQuantize(l.DTypes[0], l.Args[attnArgOut].Ptr(), l.Args[attnArgCount-2].Ptr(), rows, nh*d)
+	return attn, q, err == nil && reflect.DeepEqual(l.Args[attnArgCount-1], ptrArg(q8xScales(l.Args[attnArgCount-2].Ptr(), rows, nh*d)))
+}
+
 // TestDropQ8XPlans runs the launch streams of a quantised model's
 // schedules (decode, a short prefill chunk, batched decode) against the
 // same streams without dropping quantisations, in a model of memory that
@@ -293,31 +310,34 @@ func TestDropQ8XPlans(t *testing.T) {
 	// their norm, and so is the LM head's input; in each of the two MoE
 	// layers the routed experts' quantisation of their input repeats the
 	// shared expert's and is dropped.
-	if reused, fused := checkQ8XStream(t, "decode", raw(p.Decode, 1, false), decode); reused != 2 || fused != 7 {
-		t.Errorf("decode: %d quantisations reused and %d fused, want 2 and 7", reused, fused)
+	// and each of the three layers' attention writes the quantised copy of
+	// its output that o_proj's GEMV reads.
+	if reused, fused, attn := checkQ8XStream(t, "decode", raw(p.Decode, 1, false), decode); reused != 2 || fused != 7 || attn != 3 {
+		t.Errorf("decode: %d quantisations reused, %d fused into norms and %d into attentions, want 2, 7 and 3", reused, fused, attn)
 	}
 	short, err := p.At(p.Prefill, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, fused := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), short); fused != 7 {
+	if _, fused, _ := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), short); fused != 7 {
 		t.Errorf("prefill T=5: %d quantisations fused, want 7", fused)
 	}
-	for _, b := range []struct{ rows, fused int }{{1, 7}, {8, 7}, {16, 0}} { // 16 rows: two quantisations of 8
+	for _, b := range []struct{ rows, fused, attn int }{{1, 7, 3}, {8, 7, 3}, {16, 0, 0}} { // 16 rows: two quantisations of 8
 		ls, err := p.AtBatch(b.rows)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, fused := checkQ8XStream(t, fmt.Sprintf("batch %d", b.rows), raw(p.Prefill, b.rows, true), ls); fused != b.fused {
-			t.Errorf("batch %d: %d quantisations fused, want %d", b.rows, fused, b.fused)
+		if _, fused, attn := checkQ8XStream(t, fmt.Sprintf("batch %d", b.rows), raw(p.Prefill, b.rows, true), ls); fused != b.fused || attn != b.attn {
+			t.Errorf("batch %d: %d quantisations fused into norms and %d into attentions, want %d and %d", b.rows, fused, attn, b.fused, b.attn)
 		}
 	}
 }
 
 // checkQ8XStream checks got, raw with quantisations dropped or fused into
-// norms, in the memory model of TestDropQ8XPlans, and returns how many
-// were dropped as repeats and how many fused.
-func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fused int) {
+// norms or decode attentions, in the memory model of TestDropQ8XPlans, and
+// returns how many were dropped as repeats, how many fused into norms and
+// how many into attentions.
+func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fused, attn int) {
 	t.Helper()
 	type write struct {
 		at  Ptr
@@ -363,6 +383,11 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 					fused++
 					continue
 				}
+				if a, _, ok := unfuseAttnQ8X(got[i][j]); ok && reflect.DeepEqual(a, l) {
+					at = append(at, k)
+					attn++
+					continue
+				}
 			}
 			if l.Kernel != "q8x_quantize" {
 				t.Fatalf("%s: step %d lost %s", what, i, l)
@@ -392,6 +417,11 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 				quantise(q)
 				continue
 			}
+			if _, q, ok := unfuseAttnQ8X(l); ok { // writes anywhere, then the copy
+				clobbered, ws = seq, nil
+				quantise(q)
+				continue
+			}
 			switch l.Kernel {
 			case "q8x_quantize":
 				expect = l
@@ -412,7 +442,7 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 			}
 		}
 	}
-	return reused - fused, fused
+	return reused - fused - attn, fused, attn
 }
 
 // launchWrites is what the memory model of TestDropQ8XPlans knows a

@@ -49,9 +49,13 @@ func attentionRule(c *stepCtx, gate OutputGate) ([]Launch, error) {
 	}
 	nh, scale, dt := q[1], float32(st.Float("scale")), kv.DType
 	if c.batch || c.s.Class == Decode {
+		rows := 1
+		if c.batch {
+			rows = c.T
+		}
 		a := AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
-			Pos: c.in[3], NH: nh, Scale: scale, Gate: gate, Workspace: Ptr{BaseWorkspace, 0}, Counters: Ptr{BaseSync, 0},
-			SMs: c.p.SMs}
+			Pos: c.in[3], NH: nh, Scale: scale, Gate: gate, Workspace: Ptr{BaseWorkspace, attentionQ8XReserve(rows, nh, kv.HeadDim)},
+			Counters: Ptr{BaseSync, 0}, SMs: c.p.SMs}
 		if c.batch {
 			// One decode row per sequence: each appends its k, v to its
 			// slot's caches and attends over them.
@@ -119,8 +123,15 @@ func attentionScratch(c *stepCtx) (int64, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return int64(rows) * DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), nh, kv.HeadDim), 0, nil
+	return attentionQ8XReserve(rows, nh, kv.HeadDim) + int64(rows)*DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), nh, kv.HeadDim), 0, nil
 }
+
+// attentionQ8XReserve is the start of the workspace a decode attention
+// leaves to the quantised copy of its output (rows x nh*d, Q8XBytes): the
+// next quantised GEMV quantises that output there (at the workspace's
+// start), and fuseAttnQ8X lets the attention write it, which it may only
+// where its partials lie apart.
+func attentionQ8XReserve(rows, nh, d int) int64 { return align256(Q8XBytes(rows, nh*d)) }
 
 // attentionCounters: a split decode attention's blocks count themselves
 // done per row, kv head and block of query heads (BaseSync).

@@ -124,18 +124,60 @@ __device__ __forceinline__ void dec_st4(float* p, const float* f) {
 // dec_pitch is the K tile's row pitch: d4 floats padded to 4 mod 32.
 __device__ __forceinline__ int dec_pitch(int d4) { return d4 + ((36 - (d4 & 31)) & 31); }
 
+// dec_q8x writes this warp's head h of the output quantised to int8 groups
+// of 32 channels, bit for bit as q8x_quantize quantises the stored output
+// (quant.cu: q8x_group): v[i][e] is channel 4*(lane+32i)+e as stored, a
+// group is 8 lanes' 4 channels, its amax and half sums are exact however
+// they are reduced. xq and xs are the row's int8 values and group scales
+// (d, d*sum of the low 16, d*sum of the high 16, 0); d % 32 == 0 (lower
+// fuses only then). Every lane of the warp calls it (shuffles).
+template <int NCH>
+__device__ __forceinline__ void dec_q8x(const float (&v)[NCH][4], int lane, int d, int h, signed char* xq, float4* xs) {
+#pragma unroll
+  for (int i = 0; i < NCH; i++) {
+    const int c = 4 * (lane + 32 * i);
+    float amax = fmaxf(fmaxf(fabsf(v[i][0]), fabsf(v[i][1])), fmaxf(fabsf(v[i][2]), fabsf(v[i][3])));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dq = amax / 127.f;
+    int q[4], sum = 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      q[e] = amax > 0.f ? __float2int_rn(v[i][e] / dq) : 0;
+      sum += q[e];
+    }
+#pragma unroll
+    for (int o = 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // 4 lanes: 16 channels
+    const int hi = __shfl_down_sync(0xffffffffu, sum, 4);
+    if (c < d) {
+      const long long at = (long long)h * d + c;
+      *reinterpret_cast<unsigned*>(xq + at) = (unsigned)(q[0] & 0xff) | (unsigned)(q[1] & 0xff) << 8 |
+                                              (unsigned)(q[2] & 0xff) << 16 | (unsigned)(q[3] & 0xff) << 24;
+      if ((lane & 7) == 0) xs[at / 32] = make_float4(dq, dq * (float)sum, dq * (float)hi, 0.f);
+    }
+  }
+}
+
 // dec_write stores this warp's head of the output, o[i][e] being channel
-// 4*(lane+32i)+e, times its gate (gr: the token's gate row, or null).
+// 4*(lane+32i)+e, times its gate (gr: the token's gate row, or null), and
+// with xq its quantised copy (dec_q8x).
 template <typename T, int NCH>
 __device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int lane, int d, int nh, int h,
-                                          const T* gr, int G) {
+                                          const T* gr, int G, signed char* xq, float4* xs) {
+  float v[NCH][4];
 #pragma unroll
   for (int i = 0; i < NCH; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       int c = 4 * (lane + 32 * i) + e;
-      if (c < d) out[(long long)h * d + c] = from_f32<T>(o[i][e] * gate_of(gr, nh, d, G, h, c));
+      v[i][e] = 0.f;
+      if (c < d) {
+        const T st = from_f32<T>(o[i][e] * gate_of(gr, nh, d, G, h, c));
+        out[(long long)h * d + c] = st;
+        v[i][e] = to_f32(st);
+      }
     }
+  if (xq) dec_q8x<NCH>(v, lane, d, h, xq, xs);
 }
 
 // dec_merge merges the nsplit partials of query head h (part_acc [nsplit][nh][d],
@@ -209,7 +251,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
                 const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
                 const T* gate, long long ldg, int G, T* out, float* part_acc, float* part_ml,
-                unsigned int* counters) {
+                unsigned int* counters, signed char* xq, float4* xs) {
   pdl_wait();
   extern __shared__ __align__(16) float dec_smem[];
   __shared__ bool dec_last;
@@ -233,10 +275,19 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     vx += (long long)row * nkv * d;
   }
   pos += row;
+  if (xq) {  // the quantised copy of row `row` (q8x_quantize's layout)
+    xq += (long long)row * nh * d;
+    xs += (long long)row * nh * d / 32;
+  }
   long long head = (long long)kvh * group + g;
   if (sq < 0) {  // a bucket's padding row: no cache, zero output (written by split 0)
-    if (split == 0 && active)
+    if (split == 0 && active) {
       for (int c = lane; c < d; c += 32) out[head * d + c] = from_f32<T>(0.f);
+      if (xq) {
+        float z[NCH][4] = {};
+        dec_q8x<NCH>(z, lane, d, (int)head, xq, xs);
+      }
+    }
     return;
   }
   kc += (long long)sq * seq_stride;
@@ -269,6 +320,12 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   }
   bool vec = d % VN == 0 &&
              (((unsigned long long)kc | (unsigned long long)vc | (fresh ? (unsigned long long)kx | (unsigned long long)vx : 0ull)) & 15ull) == 0;
+  // With the block's threads a multiple of a row's chunks (cpr), thread
+  // tid always loads chunk tc of keys tk, tk + kst, ... of a tile (and
+  // with a ring of at least a tile, a tile's slots wrap at most once).
+  const int cpr = vec ? d / VN : 1;
+  const bool fixed_chunk = vec && nthr % cpr == 0 && (window == 0 || window >= DEC_TILE);
+  const int tc = (tid % cpr) * VN, tk = tid / cpr, kst = nthr / cpr;
 
   float m = ATT_NEG_INF, l = 0.f;
   float acc[NCH][4];
@@ -280,22 +337,26 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   for (int jt = j0; jt < j1; jt += DEC_TILE) {
     int nt = min(DEC_TILE, j1 - jt);
     __syncthreads();  // the previous tile's readers are done (and q is stored)
-    if (vec) {
-      int cpr = d / VN, nch = nt * cpr;
-      for (int base = 0; base < nch; base += DEC_LD * nthr) {
+    if (fixed_chunk) {
+      // The thread's chunk is fixed (tc) and its keys step by kst: no
+      // division or modulo per load (the earlier form, i / cpr and j %
+      // window per load, spent about 50 instructions a load on them).
+      const int s0 = att_slot(jt, window);
+      for (int kb = 0; kb < nt; kb += DEC_LD * kst) {
         uint4 kr[DEC_LD], vr[DEC_LD];
 #pragma unroll
         for (int u = 0; u < DEC_LD; u++) {
-          int i = base + u * nthr + tid;
-          if (i < nch) {
-            int kk = i / cpr, c = (i - kk * cpr) * VN, j = jt + kk;
+          const int kk = kb + u * kst + tk, j = jt + kk;
+          if (kk < nt) {
             const T* ks;
             const T* vs;
             if (fresh && j == p) {
-              ks = kx + (long long)kvh * d + c;
-              vs = vx + (long long)kvh * d + c;
+              ks = kx + (long long)kvh * d + tc;
+              vs = vx + (long long)kvh * d + tc;
             } else {
-              long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
+              int slot = s0 + kk;  // att_slot(j, window): kk < DEC_TILE <= window
+              if (window > 0 && slot >= window) slot -= window;
+              const long long off = (long long)slot * rowstride + (long long)kvh * d + tc;
               ks = kc + off;
               vs = vc + off;
             }
@@ -305,22 +366,22 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
         }
 #pragma unroll
         for (int u = 0; u < DEC_LD; u++) {
-          int i = base + u * nthr + tid;
-          if (i < nch) {
-            int kk = i / cpr, c = (i - kk * cpr) * VN;
+          const int kk = kb + u * kst + tk;
+          if (kk < nt) {
             float f[VN];
             DecVec<T>::cvt(kr[u], f);
 #pragma unroll
             for (int e = 0; e < VN; e += 4)
-              dec_st4(Ks + kk * kp + c + e, f + e);
+              dec_st4(Ks + kk * kp + tc + e, f + e);
             DecVec<T>::cvt(vr[u], f);
 #pragma unroll
             for (int e = 0; e < VN; e += 4)
-              dec_st4(Vs + kk * d4 + c + e, f + e);
+              dec_st4(Vs + kk * d4 + tc + e, f + e);
           }
         }
       }
-    } else {  // unaligned rows or d not a multiple of the vector: element by element, tail zeroed
+    } else {  // unaligned rows, d not a multiple of the vector, or chunks not fitting the
+              // block (vec without fixed_chunk: rare shapes): element by element, tail zeroed
       for (int i = tid; i < nt * d4; i += nthr) {
         int kk = i / d4, c = i - kk * d4, j = jt + kk;
         float kv = 0.f, vv = 0.f;
@@ -367,20 +428,33 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     for (int i = 0; i < NCH; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] *= alpha;
-    // acc += p.V: channels 4ch..4ch+3 for ch = lane + 32i.
+    // acc += p.V: channels 4ch..4ch+3 for ch = lane + 32i. A lane's chunks
+    // are fixed, so their offsets (clamped into the row) and bounds are
+    // worked out before the key loop, which is then a shuffle, a shared
+    // load and four FMAs a key and chunk: guarded loads inside it made the
+    // compiler recompute the shared window's address and reconverge around
+    // every load (Nsight: 38% of the kernel's instructions). A chunk past
+    // d4 adds 0 * v to channels never written.
+    int voff[NCH];
+    bool vin[NCH];
+#pragma unroll
+    for (int i = 0; i < NCH; i++) {
+      const int c = 4 * (lane + 32 * i);
+      vin[i] = c < d4;
+      voff[i] = vin[i] ? c : 0;
+    }
+#pragma unroll 4
     for (int kk = 0; kk < nt; kk++) {
-      float pk = __shfl_sync(0xffffffffu, pr, kk);
+      const float pk = __shfl_sync(0xffffffffu, pr, kk);
       const float* vr = Vs + kk * d4;
 #pragma unroll
       for (int i = 0; i < NCH; i++) {
-        int c = 4 * (lane + 32 * i);
-        if (c < d4) {
-          float4 v = *reinterpret_cast<const float4*>(vr + c);
-          acc[i][0] += pk * v.x;
-          acc[i][1] += pk * v.y;
-          acc[i][2] += pk * v.z;
-          acc[i][3] += pk * v.w;
-        }
+        const float4 v = *reinterpret_cast<const float4*>(vr + voff[i]);
+        const float pv = vin[i] ? pk : 0.f;
+        acc[i][0] += pv * v.x;
+        acc[i][1] += pv * v.y;
+        acc[i][2] += pv * v.z;
+        acc[i][3] += pv * v.w;
       }
     }
   }
@@ -392,7 +466,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     for (int i = 0; i < NCH; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] *= inv;
-    dec_write<T, NCH>(out, acc, lane, d, nh, (int)head, gate, G);
+    dec_write<T, NCH>(out, acc, lane, d, nh, (int)head, gate, G, xq, xs);
     return;
   }
   // Partials: part_acc [nsplit][nh][d], part_ml [nsplit][nh][2] (max, sum).
@@ -431,7 +505,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     dec_merge<NCH, true>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
   else
     dec_merge<NCH, false>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
-  dec_write<T, NCH>(out, o, lane, d, nh, (int)head, gate, G);
+  dec_write<T, NCH>(out, o, lane, d, nh, (int)head, gate, G, xq, xs);
 }
 
 // ---------------------------------------------------------------------------

@@ -210,7 +210,7 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int3
 		if err := e.run(p); err != nil {
 			return fmt.Errorf("prefill at position %d: %w", at, err)
 		}
-		l, n, err := e.readOut(p, T, lg != nil)
+		l, n, err := e.readOut(p, T, rowsIf(lg != nil))
 		if err != nil {
 			return err
 		}
@@ -318,7 +318,7 @@ func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, nex
 	if err := e.launchBatch(p, b); err != nil {
 		return err
 	}
-	lg, nx, err := e.readOut(p, n, logits != nil)
+	lg, nx, err := e.readOut(p, n, rowsIf(logits != nil))
 	if err != nil {
 		return err
 	}

@@ -347,20 +347,41 @@ func (e *Executor) Close() error {
 // decode schedule (a graph replay unless Options.Eager); more run the
 // prefill schedule in chunks of the plan's prefill size.
 func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
+	return e.forward(tokens, logitsAll)
+}
+
+// ForwardLast is Forward copying only the last token's row of logits [V]
+// to the host, with every token's argmax (engine.LastRowForwarder): a
+// prompt's chunk of 2048 tokens has 822 MB of f32 logits at Laguna's
+// vocabulary, of which generation reads the last row.
+func (e *Executor) ForwardLast(tokens []int32) ([]float32, []int32, error) {
+	return e.forward(tokens, logitsLast)
+}
+
+// logitRows says which rows of a step's logits are copied to the host.
+type logitRows int
+
+const (
+	logitsNone logitRows = iota
+	logitsLast
+	logitsAll
+)
+
+// rowsIf is every row when all is set, else none.
+func rowsIf(all bool) logitRows {
+	if all {
+		return logitsAll
+	}
+	return logitsNone
+}
+
+func (e *Executor) forward(tokens []int32, rows logitRows) ([]float32, []int32, error) {
 	T := len(tokens)
 	if T == 0 {
 		return nil, nil, fmt.Errorf("gpu: forward: no tokens")
 	}
-	if e.broken {
-		return nil, nil, fmt.Errorf("gpu: forward: an earlier step failed; Reset to start a new sequence")
-	}
-	if e.next+T > e.plan.MaxContext {
-		return nil, nil, fmt.Errorf("gpu: forward: %d tokens at position %d exceed the context length %d", T, e.next, e.plan.MaxContext)
-	}
-	for i, id := range tokens {
-		if id < 0 || int(id) >= e.V {
-			return nil, nil, fmt.Errorf("gpu: forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, e.V)
-		}
+	if err := e.canFeed(tokens); err != nil {
+		return nil, nil, err
 	}
 	if T == 1 {
 		next, logits, err := e.decodeStep(tokens[0], !e.o.SkipDecodeLogits)
@@ -370,7 +391,7 @@ func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
 		}
 		return logits, []int32{next}, nil
 	}
-	logits, next, err := e.prefillTokens(tokens, true)
+	logits, next, err := e.prefillTokens(tokens, rows)
 	if err != nil {
 		e.broken = true
 		return nil, nil, err
@@ -378,21 +399,43 @@ func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
 	return logits, next, nil
 }
 
+// canFeed says why tokens cannot be fed next: an earlier failure, the
+// context length, a token outside the vocabulary.
+func (e *Executor) canFeed(tokens []int32) error {
+	if e.broken {
+		return fmt.Errorf("gpu: forward: an earlier step failed; Reset to start a new sequence")
+	}
+	if e.next+len(tokens) > e.plan.MaxContext {
+		return fmt.Errorf("gpu: forward: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
+	}
+	for i, id := range tokens {
+		if id < 0 || int(id) >= e.V {
+			return fmt.Errorf("gpu: forward: token %d at index %d is outside the vocabulary [0, %d)", id, i, e.V)
+		}
+	}
+	return nil
+}
+
 // setScalars writes the step's tokens and positions (from e.next) to the
 // device.
 func (e *Executor) setScalars(tokens []int32) error { return e.upload(tokens, e.next) }
 
-// readOut copies the step's argmax (and logits) of T tokens to the host.
-func (e *Executor) readOut(p *program, T int, logits bool) ([]float32, []int32, error) {
+// readOut copies the step's argmax of T tokens, and the rows of logits
+// asked for, to the host.
+func (e *Executor) readOut(p *program, T int, rows logitRows) ([]float32, []int32, error) {
 	next := make([]int32, T)
 	if err := cuda.Download(e.q, next, e.arena.Add(p.next.Offset)); err != nil {
 		return nil, nil, fmt.Errorf("reading the argmax: %w", err)
 	}
-	if !logits {
+	first := 0
+	switch rows {
+	case logitsNone:
 		return nil, next, nil
+	case logitsLast:
+		first = T - 1
 	}
-	out := make([]float32, T*e.V)
-	if err := cuda.Download(e.q, out, e.arena.Add(p.logits.Offset)); err != nil {
+	out := make([]float32, (T-first)*e.V)
+	if err := cuda.Download(e.q, out, e.arena.Add(p.logits.Offset+4*int64(first)*int64(e.V))); err != nil {
 		return nil, nil, fmt.Errorf("reading the logits: %w", err)
 	}
 	return out, next, nil

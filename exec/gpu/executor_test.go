@@ -8,6 +8,7 @@ package gpu_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -290,6 +291,41 @@ func TestForwardArgmax(t *testing.T) {
 			}
 			if _, _, err := ex.ForwardArgmax(int32(m.Config.VocabSize)); err == nil {
 				t.Fatal("a token outside the vocabulary was accepted")
+			}
+		})
+	}
+}
+
+// TestForwardLast: ForwardLast returns Forward's argmax of every token and
+// its last row of logits, bit for bit, with the prompt in one chunk and in
+// chunks of 5 (the last row then in a later chunk than most), and is an
+// engine.LastRowForwarder.
+func TestForwardLast(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	for _, chunk := range []int{0, 5} {
+		t.Run(fmt.Sprintf("chunk=%d", chunk), func(t *testing.T) {
+			m, ex := openGPU(t, dir, engine.Options{DType: "bf16", Chunk: chunk})
+			if _, ok := m.Backend.(engine.LastRowForwarder); !ok {
+				t.Fatal("the GPU backend is not an engine.LastRowForwarder")
+			}
+			V := m.Config.VocabSize
+			all, want, err := ex.Forward(g.PromptIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex.Reset()
+			last, next, err := ex.ForwardLast(g.PromptIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(next, want) || len(last) != V {
+				t.Fatalf("argmax %v and %d logits; Forward's %v and a row of %d", next, len(last), want, V)
+			}
+			for j, v := range all[len(all)-V:] {
+				if math.Float32bits(last[j]) != math.Float32bits(v) {
+					t.Fatalf("logit %d: %v, Forward's %v", j, last[j], v)
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -108,7 +109,8 @@ func hasKernel(ls []KernelLaunch, prefix string) bool {
 }
 
 // BenchmarkGEMMHopper: Laguna-S-2.1 prefill GEMMs (T = 2048) on the wgmma
-// core at both tile widths and on mma.sync (CC 0), for comparison.
+// core at both tile widths and on mma.sync (CC 0), and cuBLASLt's GEMM
+// (the optional baseline; not for the SwiGLU shapes), for comparison.
 func BenchmarkGEMMHopper(b *testing.B) {
 	m := newMMBench(b)
 	sh := s21(b)
@@ -129,6 +131,22 @@ func BenchmarkGEMMHopper(b *testing.B) {
 				m.run(b, bytes, 2*float64(M)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
 			})
 		}
+		b.Run(c.name+"/cublaslt", func(b *testing.B) {
+			lt, err := m.k.Dev.NewLt()
+			if errors.Is(err, cuda.ErrNoCublasLt) {
+				b.Skipf("optional baseline: %v", err)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { lt.Close() })
+			if c.swiglu {
+				b.Skip("cuBLASLt has no SwiGLU epilogue: compared on the plain GEMMs only")
+			}
+			x, w, y := m.rand(M*c.K), m.rand(c.N*c.K), m.rand(M*c.N)
+			bytes := 2 * float64(c.N*c.K+M*(c.K+c.N))
+			m.run(b, bytes, 2*float64(M)*float64(c.N)*float64(c.K), func() error { return lt.GEMM(m.s, M, c.N, c.K, x, w, y, cuda.BF16) })
+		})
 	}
 }
 

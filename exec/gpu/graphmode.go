@@ -28,7 +28,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 	if err := e.launchDecode(); err != nil {
 		return 0, nil, err
 	}
-	lg, next, err := e.readOut(e.decode, 1, logits)
+	lg, next, err := e.readOut(e.decode, 1, rowsIf(logits))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -96,13 +96,8 @@ func (e *Executor) SetEager(eager bool) { e.o.Eager = eager }
 // whose only non-finite values are -Inf does not). StepLogits then reads
 // the row.
 func (e *Executor) ForwardArgmax(tok int32) (next int32, finite bool, err error) {
-	switch {
-	case e.broken:
-		return 0, false, fmt.Errorf("gpu: forward: an earlier step failed; Reset to start a new sequence")
-	case e.next+1 > e.plan.MaxContext:
-		return 0, false, fmt.Errorf("gpu: forward: 1 token at position %d exceeds the context length %d", e.next, e.plan.MaxContext)
-	case tok < 0 || int(tok) >= e.V:
-		return 0, false, fmt.Errorf("gpu: forward: token %d is outside the vocabulary [0, %d)", tok, e.V)
+	if err := e.canFeed([]int32{tok}); err != nil {
+		return 0, false, err
 	}
 	next, _, err = e.decodeStep(tok, false)
 	if err != nil {

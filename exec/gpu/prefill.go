@@ -13,18 +13,23 @@ import (
 // compacts the chunk's last window of keys into its ring, so the decode
 // steps that follow find exactly what decode-only would have written.
 
-// prefillTokens feeds tokens from position e.next. With logits it returns
-// every row's logits [T*V]; the argmax of every row always.
-func (e *Executor) prefillTokens(tokens []int32, logits bool) ([]float32, []int32, error) {
+// prefillTokens feeds tokens from position e.next. It returns the rows of
+// logits asked for (all [T*V], the last [V], or none) and the argmax of
+// every row.
+func (e *Executor) prefillTokens(tokens []int32, rows logitRows) ([]float32, []int32, error) {
 	chunk := e.plan.Prefill.Tokens
 	var allLogits []float32
-	if logits {
+	if rows == logitsAll {
 		allLogits = make([]float32, 0, len(tokens)*e.V)
 	}
 	next := make([]int32, 0, len(tokens))
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
-		lg, nx, err := e.prefillChunk(part, logits)
+		r := rows
+		if r == logitsLast && s+chunk < len(tokens) {
+			r = logitsNone // the last row is in a later chunk
+		}
+		lg, nx, err := e.prefillChunk(part, r)
 		if err != nil {
 			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
 		}
@@ -34,7 +39,7 @@ func (e *Executor) prefillTokens(tokens []int32, logits bool) ([]float32, []int3
 	return allLogits, next, nil
 }
 
-func (e *Executor) prefillChunk(part []int32, logits bool) ([]float32, []int32, error) {
+func (e *Executor) prefillChunk(part []int32, rows logitRows) ([]float32, []int32, error) {
 	T := len(part)
 	if err := e.setScalars(part); err != nil {
 		return nil, nil, err
@@ -47,7 +52,7 @@ func (e *Executor) prefillChunk(part []int32, logits bool) ([]float32, []int32, 
 	if err := e.run(p); err != nil {
 		return nil, nil, err
 	}
-	lg, nx, err := e.readOut(p, T, logits)
+	lg, nx, err := e.readOut(p, T, rows)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,7 +71,7 @@ func (e *Executor) Prefill(tokens []int32) ([]int32, error) {
 	if e.next+len(tokens) > e.plan.MaxContext {
 		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
 	}
-	_, next, err := e.prefillTokens(tokens, false)
+	_, next, err := e.prefillTokens(tokens, logitsNone)
 	if err != nil {
 		e.broken = true
 	}
