@@ -14,9 +14,11 @@ import (
 )
 
 // cuBLASLt, the CUDA toolkit's GEMM library, loaded through purego like the
-// driver: the optional baseline the wgmma GEMMs are measured against
-// (BenchmarkGEMMHopper's cublaslt rows). Nothing else needs it; without the
-// library NewLt says so and everything else works as before.
+// driver: the baseline the wgmma GEMMs are measured against
+// (BenchmarkGEMMHopper's cublaslt rows), and where it loads, the runner of
+// the plain bf16 prefill GEMMs lower puts on it (lower.CublasLtGEMM).
+// Optional: without the library NewLt says so, HaveCublasLt is false and
+// plans keep lagc's own GEMMs.
 
 // EnvCublasLtLib names libcublasLt explicitly.
 const EnvCublasLtLib = "LAGC_CUBLASLT_LIB"
@@ -64,6 +66,13 @@ func cublasLtCandidates(env string, dirs []string, glob func(string) []string) [
 		}
 	}
 	return append(c, "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
+}
+
+// HaveCublasLt reports whether cuBLASLt can be loaded (once; later calls
+// are free).
+func HaveCublasLt() bool {
+	_, err := loadCublasLt()
+	return err == nil
 }
 
 func loadCublasLt() (*cublasLtAPI, error) {
@@ -197,10 +206,11 @@ func (l *Lt) Close() error {
 	return first
 }
 
-// GEMM queues y [T, N] = x [T, K] w^T on s, with w [N, K]: bf16 x and w
-// (row-major), f32 accumulation, y bf16 or f32 (row-major). In cuBLAS's
-// column-major terms that is y^T [N, T] = op_T(w^T [K, N]) x^T [K, T].
-func (l *Lt) GEMM(s *Stream, T, N, K int, x, w, y DevicePtr, yt DType) error {
+// GEMM queues y [T, N] = x [T, K] w^T on s (y += ... with accumulate), with
+// w [N, K]: bf16 x and w (row-major), f32 accumulation, y bf16 or f32
+// (row-major). In cuBLAS's column-major terms that is
+// y^T [N, T] = op_T(w^T [K, N]) x^T [K, T] (+ y^T).
+func (l *Lt) GEMM(s *Stream, T, N, K int, x, w, y DevicePtr, yt DType, accumulate bool) error {
 	if T <= 0 || N <= 0 || K <= 0 {
 		return fmt.Errorf("cuda: cuBLASLt GEMM of %d x %d x %d", T, N, K)
 	}
@@ -228,6 +238,9 @@ func (l *Lt) GEMM(s *Stream, T, N, K int, x, w, y DevicePtr, yt DType) error {
 			l.plans[key] = p
 		}
 		alpha, beta := float32(1), float32(0)
+		if accumulate {
+			beta = 1
+		}
 		r := ncall(l.api.matmul, l.h, p.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), p.a, uintptr(x), p.b,
 			uintptr(unsafe.Pointer(&beta)), uintptr(y), p.c, uintptr(y), p.c, uintptr(unsafe.Pointer(&p.heur[0])),
 			uintptr(l.ws), uintptr(ltWorkspace), s.h)
@@ -301,4 +314,9 @@ func (l *Lt) plan(T, N, K int, ytype uintptr) (*ltPlan, error) {
 	}
 	ok = true
 	return p, nil
+}
+
+// GEMMLt queues l.GEMM on s (so that a Stream is an exec/gpu Queue).
+func (s *Stream) GEMMLt(l *Lt, T, N, K int, x, w, y DevicePtr, yt DType, accumulate bool) error {
+	return l.GEMM(s, T, N, K, x, w, y, yt, accumulate)
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // TestGPUCublasLt: cuBLASLt's y = x w^T (bf16 in, f32 accumulation) against
-// a float64 reference of the same bf16 values, into bf16 and f32, over
-// ragged shapes; the optional library's absence skips, saying so.
+// a float64 reference of the same bf16 values, into bf16 and f32, storing
+// and accumulating (y += x w^T over y's bf16/f32 values), over ragged
+// shapes; the optional library's absence skips, saying so.
 func TestGPUCublasLt(t *testing.T) {
 	d := cudatest.Device(t)
 	lt, err := d.NewLt()
@@ -48,9 +49,28 @@ func TestGPUCublasLt(t *testing.T) {
 				ref[i*c.N+n] = a
 			}
 		}
-		for _, yt := range []cuda.DType{cuda.F32, cuda.BF16} {
+		for _, v := range []struct {
+			yt  cuda.DType
+			acc bool
+		}{{cuda.F32, false}, {cuda.BF16, false}, {cuda.F32, true}, {cuda.BF16, true}} {
+			yt := v.yt
 			y := alloc(t, d, int64(4*c.T*c.N))
-			must(t, lt.GEMM(s, c.T, c.N, c.K, x, w, y, yt))
+			y0 := make([]float32, c.T*c.N) // y before: 0, or values to accumulate onto
+			if v.acc {
+				for i := range y0 {
+					y0[i] = cuda.BF16ToF32(cuda.F32ToBF16(r.Float32()*4 - 2))
+				}
+			}
+			if yt == cuda.F32 {
+				must(t, s.CopyHtoD(y, cuda.AsBytes(y0)))
+			} else {
+				h := make([]uint16, len(y0))
+				for i, f := range y0 {
+					h[i] = cuda.F32ToBF16(f)
+				}
+				must(t, s.CopyHtoD(y, cuda.AsBytes(h)))
+			}
+			must(t, lt.GEMM(s, c.T, c.N, c.K, x, w, y, yt, v.acc))
 			got := make([]float32, c.T*c.N)
 			if yt == cuda.F32 {
 				must(t, s.CopyDtoH(cuda.AsBytes(got), y))
@@ -61,16 +81,19 @@ func TestGPUCublasLt(t *testing.T) {
 					got[i] = cuda.BF16ToF32(v)
 				}
 			}
+			for i := range got {
+				got[i] -= y0[i]
+			}
 			tol := 1e-4 // f32 accumulation over K terms of size ~0.1
 			if yt == cuda.BF16 {
-				tol = 1.0 / 128
+				tol = 1.0 / 64 // y rounded to bf16, relative to |ref| + |y0| <= |ref| + 2
 			}
-			for i, v := range got {
+			for i, g := range got {
 				if !checked(i / c.N) {
 					continue
 				}
-				if e := math.Abs(float64(v) - ref[i]); e > tol*(math.Abs(ref[i])+1) {
-					t.Fatalf("%d x %d x %d into %s: y[%d] = %v, reference %v", c.T, c.N, c.K, yt, i, v, ref[i])
+				if e := math.Abs(float64(g) - ref[i]); e > tol*(math.Abs(ref[i])+math.Abs(float64(y0[i]))+1) {
+					t.Fatalf("%d x %d x %d into %s (accumulate %v): y[%d] - y0 = %v, reference %v", c.T, c.N, c.K, yt, v.acc, i, g, ref[i])
 				}
 			}
 		}

@@ -23,6 +23,9 @@ type MatMulArgs struct {
 	PrefillMMA bool
 	// HopperBN forces the wgmma GEMM's tile width (128 or 256; 0 chooses).
 	HopperBN int
+	// CublasLt lets a plain bf16 GEMM of CublasLtMinRows rows or more go
+	// to cuBLASLt (Options.CublasLt).
+	CublasLt bool
 }
 
 // MMATile is a tensor-core GEMM tile: Rows (64 or 128) of x per CTA and K
@@ -106,13 +109,17 @@ func GEMVSplit(n, k, wsize, sms int) int {
 	return split
 }
 
-// MatMul is the launch of a: the GEMV for T <= GEMVMaxRows; on Hopper the
+// MatMul is the launch of a: cuBLASLt where a allows it (cublasLtOK); the
+// GEMV for T <= GEMVMaxRows; on Hopper the
 // TMA + wgmma GEMM where it applies (HopperGEMM); the mma.sync tensor-core
 // GEMM where x and w are bf16 with K a multiple of 8 (and 16-byte
 // aligned); else the FFMA GEMM.
 func MatMul(a MatMulArgs) (Launch, error) {
 	if err := a.validate(); err != nil {
 		return Launch{}, err
+	}
+	if a.Tile == (MMATile{}) && cublasLtOK(a) == nil {
+		return CublasLtLaunch(a)
 	}
 	if a.T > GEMVMaxRows && hopperOK(a) == nil && a.Tile == (MMATile{}) {
 		return HopperGEMM(a)

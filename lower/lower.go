@@ -36,6 +36,9 @@ type Options struct {
 	// GEMVMaxRows rows: faster at large batches, but a row's rounding then
 	// depends on its batch's size.
 	BatchGEMM bool
+	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
+	// more run on cuBLASLt (the executor has loaded it).
+	CublasLt bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -89,7 +92,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,8 @@ type Plan struct {
 	// BatchGEMM: batched decode steps above GEMVMaxRows rows run the GEMMs
 	// (Options.BatchGEMM).
 	BatchGEMM bool `json:"batch_gemm,omitempty"`
+	// CublasLt: prefill GEMMs may be cuBLASLt launches (Options.CublasLt).
+	CublasLt bool `json:"cublaslt,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`

@@ -159,7 +159,7 @@ func matmulArgs(c *stepCtx) (MatMulArgs, int, error) {
 	}
 	return MatMulArgs{T: c.rows(st.In[0]), K: w[1], N: w[0], X: c.in[0], W: c.in[1], Y: c.out[0],
 		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs, CC: c.p.cc(),
-		PrefillMMA: c.p.PrefillMMA}, w[1], nil
+		PrefillMMA: c.p.PrefillMMA, CublasLt: c.p.CublasLt}, w[1], nil
 }
 
 // matmulAdd: out = r + x w^T. The residual is copied into out unless the

@@ -23,12 +23,22 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma and LAGC_PREFILL_GEMM=mma included), so that a
-// plan made without the device is the one the executor would run.
+// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma and LAGC_CUBLASLT=0
+// included), so that a plan made without the device is the one the
+// executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) lower.Options {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
-		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma"}
+		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
+		CublasLt: UseCublasLt(cc)}
+}
+
+// UseCublasLt says whether plans for compute capability cc put the plain
+// bf16 prefill GEMMs on cuBLASLt: on Hopper where the library loads
+// (cuda.HaveCublasLt), unless LAGC_CUBLASLT=0. Without it lagc's own
+// wgmma GEMMs run them, as before.
+func UseCublasLt(cc int) bool {
+	return cc >= 90 && os.Getenv(EnvCublasLt) != "0" && cuda.HaveCublasLt()
 }
 
 // Compile lowers g (optimised, weights bound to the checkpoint's dtypes)

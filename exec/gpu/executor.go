@@ -103,6 +103,10 @@ type Executor struct {
 // (cuda.Stream.SetProgrammaticLaunch) off, for comparison.
 const EnvPDL = "LAGC_PDL"
 
+// EnvCublasLt, set to 0, keeps prefill GEMMs on lagc's own kernels where
+// cuBLASLt is found (PlanOptions).
+const EnvCublasLt = "LAGC_CUBLASLT"
+
 // New allocates the plan's regions, uploads its weights (from ws, or
 // synthetic ones when ws is nil) and rope tables, and binds both
 // schedules: their kernels are compiled here, those of a shorter prefill
@@ -133,6 +137,11 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 		e.dev = o.Device
 	}
 	e.k = NewKernels(e.dev)
+	if plan.CublasLt {
+		if e.k.Lt, err = e.dev.NewLt(); err != nil {
+			return nil, fmt.Errorf("gpu.New: the plan runs prefill GEMMs on cuBLASLt (%s=0 plans without it): %w", EnvCublasLt, err)
+		}
+	}
 	if e.s, err = e.dev.NewStream(); err != nil {
 		return nil, err
 	}
@@ -334,6 +343,10 @@ func (e *Executor) Close() error {
 	if e.s != nil {
 		keep(e.s.Close())
 		e.s = nil
+	}
+	if e.k != nil && e.k.Lt != nil {
+		keep(e.k.Lt.Close())
+		e.k.Lt = nil
 	}
 	if e.ownDev && e.dev != nil {
 		keep(e.dev.Close())

@@ -145,7 +145,7 @@ func BenchmarkGEMMHopper(b *testing.B) {
 			}
 			x, w, y := m.rand(M*c.K), m.rand(c.N*c.K), m.rand(M*c.N)
 			bytes := 2 * float64(c.N*c.K+M*(c.K+c.N))
-			m.run(b, bytes, 2*float64(M)*float64(c.N)*float64(c.K), func() error { return lt.GEMM(m.s, M, c.N, c.K, x, w, y, cuda.BF16) })
+			m.run(b, bytes, 2*float64(M)*float64(c.N)*float64(c.K), func() error { return lt.GEMM(m.s, M, c.N, c.K, x, w, y, cuda.BF16, false) })
 		})
 	}
 }

@@ -18,6 +18,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"lagc/cuda"
@@ -28,6 +29,9 @@ import (
 // launches the Laguna kernels on one device.
 type Kernels struct {
 	Dev *cuda.Device
+	// Lt runs the plan's cuBLASLt launches (lower.CublasLtGEMM); nil where
+	// the plan has none.
+	Lt *cuda.Lt
 	// fake stands in for the device: kernels are not compiled but only
 	// name their instantiation, so launches can be recorded without a GPU.
 	fake bool
@@ -180,10 +184,26 @@ type KernelLaunch struct {
 	Grid, Block cuda.Dim3
 	Shmem       int // dynamic shared memory, bytes
 	Args        []any
+	lt          *ltCall // a cuBLASLt GEMM instead of a kernel
+}
+
+// ltCall is a bound lower.CublasLtGEMM launch.
+type ltCall struct {
+	lt         *cuda.Lt
+	T, N, K    int
+	x, w, y    cuda.DevicePtr
+	yt         cuda.DType
+	accumulate bool
 }
 
 // Launch queues l on s.
 func (l KernelLaunch) Launch(s Queue) error {
+	if c := l.lt; c != nil {
+		if err := s.GEMMLt(c.lt, c.T, c.N, c.K, c.x, c.w, c.y, c.yt, c.accumulate); err != nil {
+			return fmt.Errorf("%s %d x %d x %d: %w", l.Name, c.T, c.N, c.K, err)
+		}
+		return nil
+	}
 	if l.Kernel == nil {
 		dst, _ := l.Args[0].(cuda.DevicePtr)
 		src, _ := l.Args[1].(cuda.DevicePtr)
@@ -242,6 +262,9 @@ func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr,
 			return KernelLaunch{}, fmt.Errorf("memcpy takes a destination, a source and a byte count, got %v", l.Args)
 		}
 		return KernelLaunch{Name: lower.Memcpy, Args: args}, nil
+	}
+	if l.Kernel == lower.CublasLtGEMM {
+		return k.bindLt(l, args)
 	}
 	for _, d := range append(l.Grid[:], l.Block[:]...) {
 		if d < 1 || d > 1<<31-1 {
@@ -326,4 +349,27 @@ func (q queuer) all(ls []lower.Launch, err error) error {
 		}
 	}
 	return nil
+}
+
+// bindLt binds a lower.CublasLtGEMM launch (T, N, K, x, w, y, accumulate).
+func (k *Kernels) bindLt(l lower.Launch, args []any) (KernelLaunch, error) {
+	name := l.Kernel + "<" + strings.Join(l.DTypes, ", ") + ">"
+	kinds := []string{lower.ArgI32, lower.ArgI32, lower.ArgI32, lower.ArgPtr, lower.ArgPtr, lower.ArgPtr, lower.ArgI32}
+	ok := len(l.Args) == len(kinds) && len(l.DTypes) == 1
+	for i := 0; ok && i < len(kinds); i++ {
+		ok = l.Args[i].Kind == kinds[i]
+	}
+	if !ok {
+		return KernelLaunch{}, fmt.Errorf("%s takes T, N, K, x, w, y and accumulate, got %v", name, l.Args)
+	}
+	yt, err := dtypeOf(l.DTypes[0])
+	if err != nil {
+		return KernelLaunch{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if k.Lt == nil && !k.fake {
+		return KernelLaunch{}, fmt.Errorf("%s: the plan uses cuBLASLt, which this executor did not load", name)
+	}
+	c := &ltCall{lt: k.Lt, T: int(l.Args[0].Int), N: int(l.Args[1].Int), K: int(l.Args[2].Int),
+		x: args[3].(cuda.DevicePtr), w: args[4].(cuda.DevicePtr), y: args[5].(cuda.DevicePtr), yt: yt, accumulate: l.Args[6].Int != 0}
+	return KernelLaunch{Name: name, Args: args, lt: c}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/exec/cpu"
+	"lagc/lower"
 )
 
 // mmMode is one dtype signature of MatMul.
@@ -197,5 +198,46 @@ func TestMatMulErrors(t *testing.T) {
 		if _, err := k.MatMulLaunch(a); err == nil {
 			t.Errorf("MatMulLaunch(%+v) accepted bad arguments", a)
 		}
+	}
+}
+
+// TestMatMulCublasLtGPU: with CublasLt, lower puts the plain bf16 GEMMs of
+// lower.CublasLtMinRows rows or more on cuBLASLt (and keeps the rest on
+// lagc's kernels), and cuBLASLt's results, stored and accumulated, into
+// bf16 and f32, match the CPU reference.
+func TestMatMulCublasLtGPU(t *testing.T) {
+	k, s := mmGPU(t)
+	lt, err := k.Dev.NewLt()
+	if err != nil {
+		t.Skipf("optional cuBLASLt: %v", err)
+	}
+	t.Cleanup(func() { lt.Close() })
+	kl := &Kernels{Dev: k.Dev, Lt: lt}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		T, K, N     int
+		acc, swiglu bool
+		y           cuda.DType
+		lt          bool // lower should choose cuBLASLt
+	}{
+		{T: 1024, K: 512, N: 384, y: cuda.BF16, lt: true},
+		{T: 1024, K: 512, N: 384, acc: true, y: cuda.BF16, lt: true},
+		{T: 1100, K: 264, N: 136, y: cuda.F32, lt: true},
+		{T: 2048, K: 1024, N: 3072, acc: true, y: cuda.F32, lt: true},
+		{T: 1023, K: 512, N: 384, y: cuda.BF16},               // under CublasLtMinRows
+		{T: 1024, K: 512, N: 384, swiglu: true, y: cuda.BF16}, // no SwiGLU epilogue there
+		{T: 1024, K: 512, N: 100, y: cuda.BF16},               // N % 8: rows not 16-byte aligned
+	} {
+		a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: c.y, Accumulate: c.acc, SwiGLU: c.swiglu,
+			CC: 90, CublasLt: true}
+		l, err := lower.MatMul(a.lower(k.SMs()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Kernel == lower.CublasLtGEMM; got != c.lt {
+			t.Fatalf("%+v: lower chose %s", c, l.Kernel)
+		}
+		got, want := mmRun(t, kl, s, r, a)
+		checkClose(t, fmt.Sprintf("%+v", c), got, want, tolFor(c.y))
 	}
 }

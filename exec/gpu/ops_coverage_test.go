@@ -26,7 +26,7 @@ var gpuVsCPU = map[string][]string{
 	"attention_gate": {"TestAttentionGateGPU", "TestAttentionDecodeRowsGPU", "TestAttentionDecodeReplayGPU", "TestOpsGPU"},
 	"concat":         {"TestOpsGPU"},
 	"embedding":      {"TestEmbeddingGPU"},
-	"matmul":         {"TestMatMulShapes", "TestMatMulPaths"},
+	"matmul":         {"TestMatMulShapes", "TestMatMulPaths", "TestMatMulCublasLtGPU"},
 	"matmul_add":     {"TestMatMulPaths"},
 	"matmul_split":   {"TestMatMulPaths", "TestOpsGPU"},
 	"matmul_swiglu":  {"TestMatMulPaths"},

@@ -10,4 +10,6 @@ type Queue interface {
 	CopyHtoD(dst cuda.DevicePtr, src []byte) error
 	CopyDtoH(dst []byte, src cuda.DevicePtr) error
 	Memset32(dst cuda.DevicePtr, v uint32, n int64) error
+	// GEMMLt queues a cuBLASLt GEMM (lower.CublasLtGEMM).
+	GEMMLt(l *cuda.Lt, T, N, K int, x, w, y cuda.DevicePtr, yt cuda.DType, accumulate bool) error
 }

@@ -82,6 +82,23 @@ func (r *Recorder) Memset32(dst cuda.DevicePtr, v uint32, n int64) error {
 	return nil
 }
 
+// GEMMLt records a cuBLASLt GEMM as a launch of lower.CublasLtGEMM.
+func (r *Recorder) GEMMLt(l *cuda.Lt, T, N, K int, x, w, y cuda.DevicePtr, yt cuda.DType, accumulate bool) error {
+	r.Events = append(r.Events, Event{Kind: "launch", Kernel: lower.CublasLtGEMM + "<" + yt.String() + ">",
+		Args: []any{int32(T), int32(N), int32(K), x, w, y, int32(b2i32(accumulate))}})
+	if r.Next != nil {
+		return r.Next.GEMMLt(l, T, N, K, x, w, y, yt, accumulate)
+	}
+	return nil
+}
+
+func b2i32(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // region is a named span of the executor's memory; pointers into it are
 // written as name+offset.
 type region struct {
@@ -135,6 +152,9 @@ func (e *Executor) Format(ev Event) string {
 		args := make([]string, len(ev.Args))
 		for i, a := range ev.Args {
 			args[i] = e.formatArg(a)
+		}
+		if strings.HasPrefix(ev.Kernel, lower.CublasLtGEMM+"<") { // no geometry: as lower.Launch.String prints it
+			return fmt.Sprintf("%s (%s)", ev.Kernel, strings.Join(args, ", "))
 		}
 		return fmt.Sprintf("%s grid %d,%d,%d block %d,%d,%d shmem %d (%s)", ev.Kernel, ev.Grid.X, ev.Grid.Y, ev.Grid.Z,
 			ev.Block.X, ev.Block.Y, ev.Block.Z, ev.Shmem, strings.Join(args, ", "))
