@@ -113,24 +113,41 @@ func checkQuantMatrix(op string, t quant.Type, rows, K int) error {
 
 // QGEMV is the launch of a.
 func QGEMV(a QGEMVArgs) (Launch, error) {
+	nw, split, err := qgemvShape("qgemv", a)
+	if err != nil {
+		return Launch{}, err
+	}
+	if a.XQ.Null() || !a.XQ.Aligned(16) {
+		return Launch{}, fmt.Errorf("qgemv: null or unaligned pointer")
+	}
+	groups := ceilDiv(a.N, nw)
+	return kernel("quant.cu", "qgemv", []string{a.YType}, []int64{int64(a.WType), int64(a.T), int64(b2i(a.SwiGLU)), int64(nw), int64(split)},
+		dims(ceilDiv(groups, 8/split)), dims(256), 0,
+		i32(a.N), i32(a.K), i64(int64(a.WRows)), i64(int64(a.Row0)), ptrArg(a.W), ptrArg(a.XQ), ptrArg(q8xScales(a.XQ, a.T, a.K)),
+		ptrArg(a.Y), i32(b2i(a.Accumulate))), nil
+}
+
+// qgemvShape checks a but for its activations and returns qgemv's rows per
+// warp and split.
+func qgemvShape(op string, a QGEMVArgs) (nw, split int, err error) {
 	rows := a.N
 	if a.SwiGLU {
 		rows = 2 * a.N
 	}
-	if err := checkQuantMatrix("qgemv", a.WType, a.WRows, a.K); err != nil {
-		return Launch{}, err
+	if err := checkQuantMatrix(op, a.WType, a.WRows, a.K); err != nil {
+		return 0, 0, err
 	}
 	switch {
 	case a.T <= 0 || a.T > QGEMVMaxRows:
-		return Launch{}, fmt.Errorf("qgemv: %d activation rows (1 to %d)", a.T, QGEMVMaxRows)
+		return 0, 0, fmt.Errorf("%s: %d activation rows (1 to %d)", op, a.T, QGEMVMaxRows)
 	case a.Row0 < 0 || a.Row0+rows > a.WRows:
-		return Launch{}, fmt.Errorf("qgemv: rows [%d, %d) outside the matrix's %d", a.Row0, a.Row0+rows, a.WRows)
-	case a.W.Null() || a.XQ.Null() || a.Y.Null() || !a.W.Aligned(16) || !a.XQ.Aligned(16):
-		return Launch{}, fmt.Errorf("qgemv: null or unaligned pointer")
+		return 0, 0, fmt.Errorf("%s: rows [%d, %d) outside the matrix's %d", op, a.Row0, a.Row0+rows, a.WRows)
+	case a.W.Null() || a.Y.Null() || !a.W.Aligned(16):
+		return 0, 0, fmt.Errorf("%s: null or unaligned pointer", op)
 	case a.YType != "f32" && a.YType != "bf16":
-		return Launch{}, fmt.Errorf("qgemv: output dtype %q", a.YType)
+		return 0, 0, fmt.Errorf("%s: output dtype %q", op, a.YType)
 	}
-	nw, split := QGEMVShape(a.N, a.K, a.T, a.SwiGLU)
+	nw, split = QGEMVShape(a.N, a.K, a.T, a.SwiGLU)
 	if a.RowsPerWarp != 0 {
 		nw = a.RowsPerWarp
 	}
@@ -138,13 +155,45 @@ func QGEMV(a QGEMVArgs) (Launch, error) {
 		split = a.Split
 	}
 	if (nw != 1 && nw != 2 && nw != 4) || (split != 1 && split != 2 && split != 4 && split != 8) {
-		return Launch{}, fmt.Errorf("qgemv: %d rows per warp, split %d (1, 2, 4; 1, 2, 4, 8)", nw, split)
+		return 0, 0, fmt.Errorf("%s: %d rows per warp, split %d (1, 2, 4; 1, 2, 4, 8)", op, nw, split)
+	}
+	return nw, split, nil
+}
+
+// QGEMVXInMax is the most activations (T*K) qgemv_xin quantises. Every
+// block repeats the quantisation (about ten warp shuffles a group of 32,
+// one a clock on an SM), so 2048 (64 groups) costs a block of 8 warps
+// about 640 shuffles: with the 3 blocks an SM a 3072-row GEMV has, about
+// a microsecond; the launch it saves costs 2 us. More would eat the gain.
+const QGEMVXInMax = 2048
+
+// QGEMVXIn is QGEMV(a) with the activations x [T, K] (xType f32 or bf16)
+// quantised in the launch, as Q8XQuantize would (a.XQ is unused): the same
+// bits in y, one launch fewer. T*K is at most QGEMVXInMax, and y must lie
+// apart from x.
+func QGEMVXIn(a QGEMVArgs, x Ptr, xType string) (Launch, error) {
+	nw, split, err := qgemvShape("qgemv_xin", a)
+	if err != nil {
+		return Launch{}, err
+	}
+	n := int64(a.T) * int64(a.K)
+	ysize := int64(a.T) * int64(a.N) * int64(dtypeSize(a.YType))
+	switch {
+	case n > QGEMVXInMax:
+		return Launch{}, fmt.Errorf("qgemv_xin: %d rows of %d activations (at most %d in all)", a.T, a.K, QGEMVXInMax)
+	case xType != "f32" && xType != "bf16":
+		return Launch{}, fmt.Errorf("qgemv_xin: %s activations (f32 or bf16)", xType)
+	case x.Null():
+		return Launch{}, fmt.Errorf("qgemv_xin: null x")
+	case overlaps(x, n*int64(dtypeSize(xType)), a.Y, ysize):
+		return Launch{}, fmt.Errorf("qgemv_xin: y %s overlaps x %s", a.Y, x)
 	}
 	groups := ceilDiv(a.N, nw)
-	return kernel("quant.cu", "qgemv", []string{a.YType}, []int64{int64(a.WType), int64(a.T), int64(b2i(a.SwiGLU)), int64(nw), int64(split)},
-		dims(ceilDiv(groups, 8/split)), dims(256), 0,
-		i32(a.N), i32(a.K), i64(int64(a.WRows)), i64(int64(a.Row0)), ptrArg(a.W), ptrArg(a.XQ), ptrArg(q8xScales(a.XQ, a.T, a.K)),
-		ptrArg(a.Y), i32(b2i(a.Accumulate))), nil
+	return kernel("quant.cu", "qgemv_xin", []string{a.YType, xType},
+		[]int64{int64(a.WType), int64(a.T), int64(b2i(a.SwiGLU)), int64(nw), int64(split)},
+		dims(ceilDiv(groups, 8/split)), dims(256), int(n+16*(n/32)),
+		i32(a.N), i32(a.K), i64(int64(a.WRows)), i64(int64(a.Row0)), ptrArg(a.W), ptrArg(x), ptrArg(a.Y),
+		i32(b2i(a.Accumulate))), nil
 }
 
 // QGEMVFX is y [T, N] = x [T, K] w^T on qgemv_fx: the activations read

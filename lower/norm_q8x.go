@@ -27,14 +27,19 @@ import "reflect"
 // dropQ8X removes the quantisation launches a stream need not make, a
 // list of launches per step, in place: the repeats (reuseQ8X) first, then
 // those fused into a norm, then those fused into a decode attention
-// (fuseAttnQ8X). In that order because reuseQ8X recognises a
+// (fuseAttnQ8X), then those fused into the one GEMV reading them
+// (fuseQGEMVXIn). In that order because reuseQ8X recognises a
 // repeat by the quantisation it repeats, which the fusion removes; the
 // fusion moves a quantisation's writes earlier past launches that do not
-// touch the workspace, so the repeats stay valid.
+// touch the workspace, so the repeats stay valid. fuseQGEMVXIn comes last:
+// a copy made once for several GEMVs, or for free in a norm or attention,
+// beats one remade in every block of a GEMV, and its scan for later
+// readers must see the stream the other passes leave.
 func dropQ8X(steps [][]Launch) {
 	reuseQ8X(steps)
 	fuseNormQ8X(steps)
 	fuseAttnQ8X(steps)
+	fuseQGEMVXIn(steps)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

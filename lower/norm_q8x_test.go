@@ -309,35 +309,40 @@ func TestDropQ8XPlans(t *testing.T) {
 	// Per layer the attention input and the MLP input are quantised by
 	// their norm, and so is the LM head's input; in each of the two MoE
 	// layers the routed experts' quantisation of their input repeats the
-	// shared expert's and is dropped.
-	// and each of the three layers' attention writes the quantised copy of
-	// its output that o_proj's GEMV reads.
-	if reused, fused, attn := checkQ8XStream(t, "decode", raw(p.Decode, 1, false), decode); reused != 2 || fused != 7 || attn != 3 {
-		t.Errorf("decode: %d quantisations reused, %d fused into norms and %d into attentions, want 2, 7 and 3", reused, fused, attn)
+	// shared expert's and is dropped, and the shared expert's down GEMV
+	// quantises its 512 inputs itself; each of the three layers' attention
+	// writes the quantised copy of its output that o_proj's GEMV reads.
+	if c := checkQ8XStream(t, "decode", raw(p.Decode, 1, false), decode); c != (q8xDrops{reused: 2, norm: 7, attn: 3, xin: 2}) {
+		t.Errorf("decode: %+v quantisations dropped, want 2 reused, 7 into norms, 3 into attentions, 2 into GEMVs", c)
 	}
 	short, err := p.At(p.Prefill, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, fused, _ := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), short); fused != 7 {
-		t.Errorf("prefill T=5: %d quantisations fused, want 7", fused)
+	if c := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), short); c.norm != 7 || c.xin != 0 {
+		t.Errorf("prefill T=5: %+v quantisations dropped, want 7 into norms, none into GEMVs (5 x 512 values)", c)
 	}
-	for _, b := range []struct{ rows, fused, attn int }{{1, 7, 3}, {8, 7, 3}, {16, 0, 0}} { // 16 rows: two quantisations of 8
+	// 16 rows: two quantisations of 8; 4 rows of 512: the most a GEMV
+	// quantises itself.
+	for _, b := range []struct{ rows, fused, attn, xin int }{{1, 7, 3, 2}, {4, 7, 3, 2}, {5, 7, 3, 0}, {8, 7, 3, 0}, {16, 0, 0, 0}} {
 		ls, err := p.AtBatch(b.rows)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, fused, attn := checkQ8XStream(t, fmt.Sprintf("batch %d", b.rows), raw(p.Prefill, b.rows, true), ls); fused != b.fused || attn != b.attn {
-			t.Errorf("batch %d: %d quantisations fused into norms and %d into attentions, want %d and %d", b.rows, fused, attn, b.fused, b.attn)
+		if c := checkQ8XStream(t, fmt.Sprintf("batch %d", b.rows), raw(p.Prefill, b.rows, true), ls); c.norm != b.fused || c.attn != b.attn || c.xin != b.xin {
+			t.Errorf("batch %d: %+v quantisations dropped, want %d into norms, %d into attentions, %d into GEMVs", b.rows, c, b.fused, b.attn, b.xin)
 		}
 	}
 }
 
+// q8xDrops counts the quantisations a stream dropped: as repeats, fused
+// into norms, into decode attentions, and into the GEMV reading them.
+type q8xDrops struct{ reused, norm, attn, xin int }
+
 // checkQ8XStream checks got, raw with quantisations dropped or fused into
-// norms or decode attentions, in the memory model of TestDropQ8XPlans, and
-// returns how many were dropped as repeats, how many fused into norms and
-// how many into attentions.
-func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fused, attn int) {
+// norms, decode attentions or GEMVs, in the memory model of
+// TestDropQ8XPlans, and counts them.
+func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (c q8xDrops) {
 	t.Helper()
 	type write struct {
 		at  Ptr
@@ -361,18 +366,29 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 		version int // of its source when it ran
 	}
 	var ws *quantised // what the workspace holds, nil: unknown
+	// stale: a GEMV quantised its activations itself, leaving the copy raw
+	// has in the workspace unwritten; no launch may point into the
+	// workspace before a quantisation rewrites it.
+	stale := false
 	quantise := func(q Launch) {
 		x, n, _ := q8xSource(q)
 		seq++
 		ws = &quantised{q, version(x, n)}
 		writes = append(writes, write{Ptr{BaseWorkspace, 0}, 1 << 62, seq})
+		stale = false
 	}
+	var lastQ *Launch // raw's last launch, when a q8x_quantize
 	for i := range raw {
 		// at[j] is the launch of raw[i] that got[i][j] stands for.
 		var at []int
 		var absorbed []int // raw quantisations fused into a norm
 		for k, l := range raw[i] {
 			j := len(at)
+			q := lastQ
+			lastQ = nil
+			if l.Kernel == "q8x_quantize" {
+				lastQ = &raw[i][k]
+			}
 			if j < len(got[i]) && reflect.DeepEqual(got[i][j], l) {
 				at = append(at, k)
 				continue
@@ -380,13 +396,20 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 			if j < len(got[i]) {
 				if norm, _, ok := unfuseNormQ8X(got[i][j]); ok && reflect.DeepEqual(norm, l) {
 					at = append(at, k)
-					fused++
+					c.norm++
 					continue
 				}
 				if a, _, ok := unfuseAttnQ8X(got[i][j]); ok && reflect.DeepEqual(a, l) {
 					at = append(at, k)
-					attn++
+					c.attn++
 					continue
+				}
+				if q != nil && got[i][j].Kernel == "qgemv_xin" {
+					if f, _, ok := qgemvWithQ8X(*q, l); ok && reflect.DeepEqual(f, got[i][j]) {
+						at = append(at, k)
+						c.xin++
+						continue
+					}
 				}
 			}
 			if l.Kernel != "q8x_quantize" {
@@ -397,7 +420,7 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 		if len(at) != len(got[i]) {
 			t.Fatalf("%s: step %d has launches raw does not:\n%s", what, i, streamString(got[i:i+1]))
 		}
-		reused += len(absorbed)
+		c.reused += len(absorbed)
 		// Run got[i], and before every launch reading a quantised copy,
 		// compare the workspace with what raw[i]'s last quantisation
 		// before that launch would have left.
@@ -432,6 +455,18 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 				if ws == nil || !reflect.DeepEqual(ws.q, expect) || version(x, n) != ws.version {
 					t.Fatalf("%s: step %d: %s reads a quantised copy that is not %s's", what, i, l, expect)
 				}
+			case "qgemv_xin":
+				y := l.Args[6].Ptr()
+				writes = append(writes, write{y, int64(l.Ints[1]) * l.Args[0].Int * int64(dtypeSize(l.DTypes[0])), seq})
+				stale = true
+				continue
+			}
+			if stale {
+				for _, a := range l.Args {
+					if (a.Kind == ArgPtr || a.Kind == ArgTMap) && a.Base == BaseWorkspace {
+						t.Fatalf("%s: step %d: %s points into a workspace a qgemv_xin left unwritten", what, i, l)
+					}
+				}
 			}
 			if spans := launchWrites(l); spans != nil {
 				for _, w := range spans {
@@ -442,7 +477,8 @@ func checkQ8XStream(t *testing.T, what string, raw, got [][]Launch) (reused, fus
 			}
 		}
 	}
-	return reused - fused - attn, fused, attn
+	c.reused -= c.norm + c.attn + c.xin
+	return c
 }
 
 // launchWrites is what the memory model of TestDropQ8XPlans knows a

@@ -427,18 +427,16 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // warps of a block computes NW consecutive output rows,
 // each warp every SPLIT-th run of 32 units of K, their sums added in warp
 // order (with SWIGLU, w is [2N, K] and y = silu(gate) * up, gate row n and
-// up row N+n).
+// up row N+n). The body of qgemv and qgemv_xin, which differ only in where
+// x's quantised copy lies.
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
-                                             const signed char* __restrict__ xq, const float4* __restrict__ xs,
-                                             TY* __restrict__ y, int accumulate) {
-  pdl_wait();
+__device__ __forceinline__ void qgemv_rows(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                           const QX& x, TY* __restrict__ y, int accumulate) {
   constexpr int NR = SWIGLU ? 2 * NW : NW;
   __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slice = warp % SPLIT;
   const int n0 = (blockIdx.x * (8 / SPLIT) + warp / SPLIT) * NW;
-  const QX x{xq, xs, K};
   long long rowv[NR];
 #pragma unroll
   for (int q = 0; q < NW; q++) {
@@ -483,6 +481,53 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
         if (accumulate) v += to_f32(y[o]);
         y[o] = from_f32<TY>(v);
       }
+}
+
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
+__global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                             const signed char* __restrict__ xq, const float4* __restrict__ xs,
+                                             TY* __restrict__ y, int accumulate) {
+  pdl_wait();
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+}
+
+// qgemv_xin is q8x_quantize of x [R, K] then qgemv, in one launch: every
+// block quantises all of x into its dynamic shared memory (xs float4
+// [R*K/32], then xq int8 [R*K]: R*K*3/2 bytes) with q8x_group, as
+// q8x_quantize does, so the GEMV reads the same bytes and y gets the same
+// bits. For small R*K (lower.QGEMVXInMax): the quantisation is repeated in
+// every block. y must lie apart from x (other blocks may store y while one
+// still reads x).
+template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
+__global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                                 const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
+  extern __shared__ __align__(16) unsigned char qgemv_xin_smem[];
+  float4* xs = reinterpret_cast<float4*>(qgemv_xin_smem);
+  const int groups = R * (K / 32);
+  signed char* xq = reinterpret_cast<signed char*>(xs + groups);
+  // A warp loads its groups (up to 8 a round) before quantising any: one
+  // round of load latency, not one a group.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int g0 = warp; g0 < groups; g0 += 64) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int g = g0 + 8 * i;
+      v[i] = g < groups ? to_f32(x[(long long)g * 32 + lane]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int g = g0 + 8 * i;
+      if (g < groups) {  // uniform in the warp
+        float4 sc;
+        xq[g * 32 + lane] = (signed char)q8x_group(v[i], sc);
+        if (lane == 0) xs[g] = sc;
+      }
+    }
+  }
+  __syncthreads();
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
 // ------------------------------------------ routed experts (decode)

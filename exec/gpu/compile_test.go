@@ -103,8 +103,8 @@ func TestPlanKernelsCompile(t *testing.T) {
 
 // unplannedLaunches are instantiations no traced plan reaches: the router
 // at every experts-per-lane count and past the warp kernel's limits, the
-// argmax split over several parts, the float-activation GEMV, in both
-// activation dtypes.
+// argmax split over several parts, the float-activation GEMV and the GEMV
+// quantising its activations, in both activation dtypes.
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
@@ -124,6 +124,20 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		// The float-activation GEMV (benchmarks and its test only).
 		for _, qt := range []quant.Type{quant.Q8_0, quant.Q4_K} {
 			l, err := lower.QGEMVFX(qt, 1, 3072, 64, 64, p, p, p, dt, "bf16")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+		// The GEMV quantising its activations, of the types and shapes no
+		// trace model plans it for (TestQGEMVXInGPU).
+		for _, qt := range lower.QuantKernelTypes {
+			T, K, swiglu := 1, 1024, false
+			if dt == "f32" {
+				T, K, swiglu = 4, 512, true
+			}
+			a := lower.QGEMVArgs{T: T, K: K, N: 64, W: p, Y: lower.DevicePtr(1 << 20), WType: qt, WRows: 128, YType: "bf16", SwiGLU: swiglu}
+			l, err := lower.QGEMVXIn(a, p, dt)
 			if err != nil {
 				t.Fatal(err)
 			}

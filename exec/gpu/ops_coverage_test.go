@@ -27,7 +27,7 @@ var gpuVsCPU = map[string][]string{
 	"concat":         {"TestOpsGPU"},
 	"embedding":      {"TestEmbeddingGPU"},
 	"matmul":         {"TestMatMulShapes", "TestMatMulPaths", "TestMatMulCublasLtGPU"},
-	"matmul_add":     {"TestMatMulPaths"},
+	"matmul_add":     {"TestMatMulPaths", "TestQGEMVXInGPU"},
 	"matmul_split":   {"TestMatMulPaths", "TestOpsGPU"},
 	"matmul_swiglu":  {"TestMatMulPaths"},
 	"moe_experts":    {"TestMoEExperts"},

@@ -30,11 +30,20 @@ type QGEMVArgs struct {
 	RowsPerWarp, Split int
 }
 
-// QGEMV queues a on s.
-func (k *Kernels) QGEMV(s Queue, a QGEMVArgs) error {
-	return k.on(s).one(lower.QGEMV(lower.QGEMVArgs{T: a.T, K: a.K, N: a.N, XQ: ptr(a.XQ), W: ptr(a.W), Y: ptr(a.Y),
+func (a QGEMVArgs) lower() lower.QGEMVArgs {
+	return lower.QGEMVArgs{T: a.T, K: a.K, N: a.N, XQ: ptr(a.XQ), W: ptr(a.W), Y: ptr(a.Y),
 		WType: a.WType, WRows: a.WRows, Row0: a.Row0, YType: a.YType.String(), SwiGLU: a.SwiGLU, Accumulate: a.Accumulate,
-		RowsPerWarp: a.RowsPerWarp, Split: a.Split}))
+		RowsPerWarp: a.RowsPerWarp, Split: a.Split}
+}
+
+// QGEMV queues a on s.
+func (k *Kernels) QGEMV(s Queue, a QGEMVArgs) error { return k.on(s).one(lower.QGEMV(a.lower())) }
+
+// QGEMVXIn queues a with the activations x [T, K] (xt F32 or BF16)
+// quantised inside the launch (lower.QGEMVXIn; a.XQ is unused): the bits
+// of Q8XQuantize then QGEMV.
+func (k *Kernels) QGEMVXIn(s Queue, a QGEMVArgs, x cuda.DevicePtr, xt cuda.DType) error {
+	return k.on(s).one(lower.QGEMVXIn(a.lower(), ptr(x), xt.String()))
 }
 
 // QGEMVFX queues y = x w^T with float activations (lower.QGEMVFX).

@@ -217,6 +217,98 @@ func TestQGEMVGPU(t *testing.T) {
 	}
 }
 
+// TestQGEMVXInGPU: the GEMV quantising its activations in the launch
+// (qgemv_xin, the shared expert's down in decode) gives the bits of
+// q8x_quantize then qgemv, for every type, both activation and output
+// dtypes, row counts, forced shapes and both epilogues, and matches the
+// CPU reference.
+func TestQGEMVXInGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(27, 28))
+	cases := []struct {
+		T, K, N     int
+		swiglu, acc bool
+		y           cuda.DType
+		nw, split   int
+	}{
+		{T: 1, K: 1024, N: 3072, y: cuda.BF16, acc: true}, // Laguna-S-2.1's shared down
+		{T: 2, K: 1024, N: 64, y: cuda.F32, acc: true},
+		{T: 1, K: 2048, N: 37, y: cuda.F32, nw: 4, split: 8},
+		{T: 4, K: 512, N: 40, y: cuda.BF16, swiglu: true, acc: true},
+		{T: 8, K: 256, N: 9, y: cuda.F32, swiglu: true, nw: 2, split: 2},
+		{T: 1, K: 256, N: 131, y: cuda.BF16, nw: 4, split: 1},
+		{T: 3, K: 96, N: 20, y: cuda.F32, acc: true}, // q8_0 only
+	}
+	for _, qt := range lower.QuantKernelTypes {
+		for _, c := range cases {
+			if c.K%qt.BlockElems() != 0 {
+				continue
+			}
+			for _, xt := range []cuda.DType{cuda.BF16, cuda.F32} {
+				name := fmt.Sprintf("%s/T%d_K%d_N%d_sw%v_acc%v_x%v_y%v_nw%d_split%d", qt, c.T, c.K, c.N, c.swiglu, c.acc, xt, c.y, c.nw, c.split)
+				t.Run(name, func(t *testing.T) {
+					rows := c.N
+					if c.swiglu {
+						rows *= 2
+					}
+					blocks := randQuantBlocks(r, qt, rows, c.K)
+					w := dequantRef(t, qt, blocks, rows*c.K)
+					x := roundTo(xt, randF32(r, c.T*c.K, 1))
+					a := QGEMVArgs{T: c.T, K: c.K, N: c.N, WType: qt, WRows: rows, YType: c.y, SwiGLU: c.swiglu, Accumulate: c.acc,
+						RowsPerWarp: c.nw, Split: c.split}
+					a.W = uploadQuant(t, k, s, qt, rows, c.K, blocks)
+					xp := upload(t, k, s, xt, x)
+					var y0 []float32
+					newY := func() cuda.DevicePtr {
+						if c.acc {
+							return upload(t, k, s, c.y, y0)
+						}
+						p := alloc(t, k, int64(c.T*c.N*c.y.Size()))
+						poison(t, s, p, int64(c.T*c.N*c.y.Size()))
+						return p
+					}
+					if c.acc {
+						y0 = roundTo(c.y, randF32(r, c.T*c.N, 2))
+					}
+					// q8x_quantize then qgemv
+					ref := a
+					ref.XQ, ref.Y = alloc(t, k, lower.Q8XBytes(c.T, c.K)), newY()
+					if err := k.Q8XQuantize(s, xt, xp, ref.XQ, c.T, c.K); err != nil {
+						t.Fatal(err)
+					}
+					if err := k.QGEMV(s, ref); err != nil {
+						t.Fatal(err)
+					}
+					a.Y = newY()
+					if err := k.QGEMVXIn(s, a, xp, xt); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, c.y, a.Y, c.T*c.N)
+					two := download(t, s, c.y, ref.Y, c.T*c.N)
+					diff := 0
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(two[i]) {
+							if diff < 5 {
+								t.Errorf("y[%d] = %g (%#08x), q8x_quantize + qgemv %g (%#08x)", i, got[i], math.Float32bits(got[i]), two[i], math.Float32bits(two[i]))
+							}
+							diff++
+						}
+					}
+					if diff > 0 {
+						t.Errorf("%d of %d outputs differ from q8x_quantize + qgemv", diff, len(got))
+					}
+					want, mag := qgemvRef(w, x, y0, c.T, c.K, c.N, c.swiglu)
+					rel := 1e-5
+					if c.y == cuda.BF16 {
+						rel = 8e-3
+					}
+					checkQuantResult(t, name, got, want, mag, rel)
+				})
+			}
+		}
+	}
+}
+
 // TestQGEMVFXGPU: the float-activation GEMV (the variant the quantised-
 // activation path is measured against) against the CPU reference on the
 // dequantised weights, both activation and output dtypes.
