@@ -78,6 +78,56 @@ func RMSNormQ8X(xdt, odt string, out, x, w, xq Ptr, rows, n int, eps float32) (L
 	return l, nil
 }
 
+// AddRMSNorm is Elementwise("add", xdt, rows*n, a, b, sum) then
+// RMSNorm(xdt, odt, out, sum, w, rows, n, eps) in one launch, with their
+// bits: sum = a + b as the add stores it, out its norm. sum may be a or b
+// or lie apart from them; out and w lie apart from a, b and sum (the
+// kernel's rows would race otherwise). The geometry is RMSNorm's.
+func AddRMSNorm(xdt, odt string, sum, out, a, b, w Ptr, rows, n int, eps float32) (Launch, error) {
+	const op = "AddRMSNorm"
+	l, err := RMSNorm(xdt, odt, out, sum, w, rows, n, eps)
+	if err != nil {
+		return Launch{}, err
+	}
+	if err := checkPtrs(op, "a", a, "b", b); err != nil {
+		return Launch{}, err
+	}
+	elems := int64(rows) * int64(n)
+	xn, on, wn := elems*int64(dtypeSize(xdt)), elems*int64(dtypeSize(odt)), 4*int64(n)
+	switch {
+	case a != sum && overlaps(a, xn, sum, xn), b != sum && overlaps(b, xn, sum, xn):
+		return Launch{}, fmt.Errorf("%s: sum %s overlaps a %s or b %s in part", op, sum, a, b)
+	case overlaps(out, on, a, xn), overlaps(out, on, b, xn), overlaps(out, on, sum, xn), overlaps(out, on, w, wn):
+		return Launch{}, fmt.Errorf("%s: out %s overlaps a, b, sum or w", op, out)
+	case overlaps(sum, xn, w, wn):
+		return Launch{}, fmt.Errorf("%s: sum %s overlaps w %s", op, sum, w)
+	}
+	l.Kernel = "add_" + l.Kernel
+	l.Args = []Arg{l.Args[0], l.Args[1], l.Args[2], ptrArg(a), ptrArg(b), ptrArg(sum), ptrArg(w), ptrArg(out)}
+	return l, nil
+}
+
+// AddRMSNormQ8X is AddRMSNorm that also quantises out as RMSNormQ8X does;
+// xq lies apart from a, b, sum and out.
+func AddRMSNormQ8X(xdt, odt string, sum, out, a, b, w, xq Ptr, rows, n int, eps float32) (Launch, error) {
+	const op = "AddRMSNormQ8X"
+	q, err := RMSNormQ8X(xdt, odt, out, sum, w, xq, rows, n, eps)
+	if err != nil {
+		return Launch{}, err
+	}
+	l, err := AddRMSNorm(xdt, odt, sum, out, a, b, w, rows, n, eps)
+	if err != nil {
+		return Launch{}, err
+	}
+	xn := int64(rows) * int64(n) * int64(dtypeSize(xdt))
+	if qn := Q8XBytes(rows, n); overlaps(xq, qn, a, xn) || overlaps(xq, qn, b, xn) {
+		return Launch{}, fmt.Errorf("%s: the quantised copy at %s overlaps a or b", op, xq)
+	}
+	l.Kernel += "_q8x"
+	l.Args = append(l.Args, q.Args[6:]...)
+	return l, nil
+}
+
 // RoPETable is a rotary embedding's frequency table on the device: the
 // inverse frequencies (f32 [RotaryDim/2]) and the factor cos and sin are
 // multiplied by (YaRN's attention factor).

@@ -90,8 +90,22 @@ func TestLowerTiny(t *testing.T) {
 			checkWeights(t, p, act)
 			for _, s := range []*Schedule{p.Decode, p.Prefill} {
 				checkSchedule(t, p, s, act)
+				// The kernels of each op, with the adds fused into norms
+				// split again.
+				ls := make([][]Launch, len(s.Steps))
+				for i, st := range s.Steps {
+					ls[i] = st.Launches
+				}
+				split, fusedAdds := unfuseAddNorms(ls)
+				if fusedAdds == 0 {
+					t.Errorf("%s: no add fused into a norm", s.Class)
+				}
+				steps := append([]Step(nil), s.Steps...)
+				for i := range steps {
+					steps[i].Launches = split[i]
+				}
 				seen := map[string]string{}
-				for _, st := range s.Steps {
+				for _, st := range steps {
 					key := st.Op
 					if st.Op == "attention" {
 						key += map[bool]string{true: "/sliding", false: "/full"}[st.Int("window") > 0]
@@ -192,13 +206,15 @@ func elems(s []int) int {
 // input its op may overwrite (ir.OpDef.InPlace) or it is a decode
 // norm_rope rotating its heads in place, nor two outputs over each other;
 // the outputs are where the executor looks for them. A step launches
-// kernels, unless it is a norm_rope whose heads the one before launched.
+// kernels, unless it is a norm_rope whose heads the one before launched or
+// an rms_norm fused into the add before it (fuseAddNorm).
 func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 	t.Helper()
 	T := s.Tokens
 	size := func(o Operand) int64 { return int64(o.Elems(T) * dtypeSize(o.DType)) }
 	for i, st := range s.Steps {
-		if len(st.Launches) == 0 && (st.Op != "norm_rope" || i == 0 || pairedHeads(s.Steps[i-1]) != st.Out[0].Shape[1]) {
+		if len(st.Launches) == 0 && (st.Op != "norm_rope" || i == 0 || pairedHeads(s.Steps[i-1]) != st.Out[0].Shape[1]) &&
+			(st.Op != "rms_norm" || !normFusedBefore(s.Steps[:i], st)) {
 			t.Errorf("%s %s: no kernels", s.Class, st.Name)
 		}
 		for _, l := range st.Launches {
@@ -590,6 +606,18 @@ func FuzzReadJSON(f *testing.F) {
 
 // pairedHeads is the NK of a norm_rope step's one qk_norm_rope launch: the
 // heads of the next step it runs too (0 if none).
+// normFusedBefore reports whether the last launch of the steps before
+// norm (an rms_norm step) is an add fused with it: writing its output.
+func normFusedBefore(before []Step, norm Step) bool {
+	for i := len(before) - 1; i >= 0; i-- {
+		if ls := before[i].Launches; len(ls) > 0 {
+			_, n, ok := unfuseAddNorm(ls[len(ls)-1])
+			return ok && n.Args[5].Ptr() == Ptr{BaseArena, norm.Out[0].Offset}
+		}
+	}
+	return false
+}
+
 func pairedHeads(st Step) int {
 	if st.Op != "norm_rope" || len(st.Launches) != 1 || st.Launches[0].Kernel != "qk_norm_rope" {
 		return 0

@@ -306,6 +306,16 @@ func TestDropQ8XPlans(t *testing.T) {
 	for i, st := range p.Decode.Steps {
 		decode[i] = st.Launches
 	}
+	// The adds fused into norms (fuseAddNorm, after dropQ8X) split again:
+	// the two MoE layers' residual sums and their norms.
+	unfused := func(what string, steps [][]Launch, want int) [][]Launch {
+		out, n := unfuseAddNorms(steps)
+		if n != want {
+			t.Errorf("%s: %d adds fused into norms, want %d", what, n, want)
+		}
+		return out
+	}
+	decode = unfused("decode", decode, 2)
 	// Per layer the attention input and the MLP input are quantised by
 	// their norm, and so is the LM head's input; in each of the two MoE
 	// layers the routed experts' quantisation of their input repeats the
@@ -319,7 +329,7 @@ func TestDropQ8XPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), short); c.norm != 7 || c.xin != 0 {
+	if c := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), unfused("prefill T=5", short, 2)); c.norm != 7 || c.xin != 0 {
 		t.Errorf("prefill T=5: %+v quantisations dropped, want 7 into norms, none into GEMVs (5 x 512 values)", c)
 	}
 	// 16 rows: two quantisations of 8; 4 rows of 512: the most a GEMV
@@ -329,7 +339,8 @@ func TestDropQ8XPlans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := checkQ8XStream(t, fmt.Sprintf("batch %d", b.rows), raw(p.Prefill, b.rows, true), ls); c.norm != b.fused || c.attn != b.attn || c.xin != b.xin {
+		what := fmt.Sprintf("batch %d", b.rows)
+		if c := checkQ8XStream(t, what, raw(p.Prefill, b.rows, true), unfused(what, ls, 2)); c.norm != b.fused || c.attn != b.attn || c.xin != b.xin {
 			t.Errorf("batch %d: %+v quantisations dropped, want %d into norms, %d into attentions, %d into GEMVs", b.rows, c, b.fused, b.attn, b.xin)
 		}
 	}

@@ -381,8 +381,12 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 			outs = append(outs, operandText(o))
 		}
 		note := ""
-		if len(launches[i]) == 0 && st.Op == "norm_rope" {
+		switch {
+		case len(launches[i]) > 0:
+		case st.Op == "norm_rope":
 			note = "  (launched by the step before)"
+		case st.Op == "rms_norm":
+			note = "  (launched with the add before)"
 		}
 		fmt.Fprintf(w, "  %s = %s(%s)%s\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "), note)
 		for _, l := range launches[i] {

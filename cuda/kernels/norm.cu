@@ -17,6 +17,12 @@
 // multiple of 32, xq 8-byte and xs 16-byte aligned. A group's max and its
 // integer half sums do not depend on the order they are combined in, and d
 // and q come from the same expressions, so the bits are q8x_quantize's.
+//
+// The add_ kernels first form the residual sum s = a + b as add<Tx>
+// (elementwise_ops.cu) does, store it to sum and normalise s: one launch
+// for the add and the norm after it, with the bits of the two. sum may be
+// a or b (each thread reads its elements before it stores them); out and
+// xq lie apart from a, b and sum, which other rows' blocks still read.
 
 #define NORM_CHUNKS 4
 
@@ -66,6 +72,17 @@ template <typename T> __device__ __forceinline__ void norm_store8_16(T* p, const
 __device__ __forceinline__ void norm_store8(bf16_t* p, const float* v) { norm_store8_16(p, v); }
 __device__ __forceinline__ void norm_store8(half_t* p, const float* v) { norm_store8_16(p, v); }
 
+// norm_load8_any: norm_load8 where p is 16-byte aligned, else one by one
+// (the same values).
+template <typename T> __device__ __forceinline__ void norm_load8_any(const T* p, float* o) {
+  if (((unsigned long long)p & 15ull) == 0) {
+    norm_load8(p, o);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = to_f32(p[e]);
+  }
+}
+
 __device__ __forceinline__ bool norm_aligned(const void* a, const void* b, const void* c) {
   return (((unsigned long long)a | (unsigned long long)b | (unsigned long long)c) & 15ull) == 0;
 }
@@ -102,11 +119,13 @@ __device__ __forceinline__ void norm_q8x(const float* v, bool has, int c, signed
 // norm_row normalises one row with `lanes` threads (a warp, or a block
 // whose warps combine through red) of which this is thread `me`; with Q8
 // it also quantises the row into xq, xs (the row's own).
-template <typename Tx, typename To, bool BLOCK, bool Q8>
+template <typename Tx, typename To, bool BLOCK, bool Q8, bool ADD>
 __device__ __forceinline__ void norm_row(int n, float eps, const Tx* xr, const float* __restrict__ w, To* orow, int me,
-                                         int lanes, float* red, signed char* xq, float4* xs) {
+                                         int lanes, float* red, signed char* xq, float4* xs, const Tx* ar, const Tx* br,
+                                         Tx* sr) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int nc = n >> 3;
+  if (ADD) xr = sr;  // the path is the plain kernel's on x = sum: its bits
   bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, orow);
   float v[NORM_CHUNKS][8];
   float ss = 0.f;
@@ -115,14 +134,32 @@ __device__ __forceinline__ void norm_row(int n, float eps, const Tx* xr, const f
     for (int i = 0; i < NORM_CHUNKS; i++) {
       int c = me + i * lanes;
       if (c < nc) {
-        norm_load8(xr + 8 * c, v[i]);
+        if (ADD) {  // add<Tx>'s sum, stored and then held as stored
+          float vb[8];
+          norm_load8_any(ar + 8 * c, v[i]);
+          norm_load8_any(br + 8 * c, vb);
+#pragma unroll
+          for (int e = 0; e < 8; e++) v[i][e] = v[i][e] + vb[e];
+          norm_store8(sr + 8 * c, v[i]);
+#pragma unroll
+          for (int e = 0; e < 8; e++) v[i][e] = to_f32(from_f32<Tx>(v[i][e]));
+        } else {
+          norm_load8(xr + 8 * c, v[i]);
+        }
 #pragma unroll
         for (int e = 0; e < 8; e++) ss += v[i][e] * v[i][e];
       }
     }
   } else {
     for (int c = me; c < n; c += lanes) {
-      float x = to_f32(xr[c]);
+      float x;
+      if (ADD) {
+        const Tx s = from_f32<Tx>(to_f32(ar[c]) + to_f32(br[c]));
+        sr[c] = s;  // read back below by this thread
+        x = to_f32(s);
+      } else {
+        x = to_f32(xr[c]);
+      }
       ss += x * x;
     }
   }
@@ -172,26 +209,33 @@ __device__ __forceinline__ void norm_row(int n, float eps, const Tx* xr, const f
 
 // One warp per row (short rows: per-head norms, small models). Block of
 // blockDim.x threads handles blockDim.x/32 rows.
-template <typename Tx, typename To, bool Q8>
+// With ADD, x is null and the rows are a + b, stored to sum.
+template <typename Tx, typename To, bool Q8, bool ADD = false>
 __device__ __forceinline__ void norm_warp_rows(int rows, int n, float eps, const Tx* x, const float* __restrict__ w, To* out,
-                                               signed char* xq, float4* xs) {
+                                               signed char* xq, float4* xs, const Tx* a = nullptr, const Tx* b = nullptr,
+                                               Tx* sum = nullptr) {
   int warps = blockDim.x >> 5;
   int r = blockIdx.x * warps + (threadIdx.x >> 5);
   if (r >= rows) return;  // uniform per warp
-  norm_row<Tx, To, false, Q8>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x & 31, 32, nullptr,
-                              Q8 ? xq + (long long)r * n : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr);
+  long long o = (long long)r * n;
+  norm_row<Tx, To, false, Q8, ADD>(n, eps, ADD ? nullptr : x + o, w, out + o, threadIdx.x & 31, 32, nullptr,
+                                   Q8 ? xq + o : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr,
+                                   ADD ? a + o : nullptr, ADD ? b + o : nullptr, ADD ? sum + o : nullptr);
 }
 
 // One block per row (long rows: the hidden state; for one token, a single
 // block whose threads each hold a 16-byte chunk).
-template <typename Tx, typename To, bool Q8>
+template <typename Tx, typename To, bool Q8, bool ADD = false>
 __device__ __forceinline__ void norm_block_rows(int rows, int n, float eps, const Tx* x, const float* __restrict__ w,
-                                                To* out, signed char* xq, float4* xs) {
+                                                To* out, signed char* xq, float4* xs, const Tx* a = nullptr,
+                                                const Tx* b = nullptr, Tx* sum = nullptr) {
   __shared__ float red[32];
   int r = blockIdx.x;
   if (r >= rows) return;
-  norm_row<Tx, To, true, Q8>(n, eps, x + (long long)r * n, w, out + (long long)r * n, threadIdx.x, blockDim.x, red,
-                             Q8 ? xq + (long long)r * n : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr);
+  long long o = (long long)r * n;
+  norm_row<Tx, To, true, Q8, ADD>(n, eps, ADD ? nullptr : x + o, w, out + o, threadIdx.x, blockDim.x, red,
+                                  Q8 ? xq + o : nullptr, Q8 ? xs + (long long)r * (n >> 5) : nullptr,
+                                  ADD ? a + o : nullptr, ADD ? b + o : nullptr, ADD ? sum + o : nullptr);
 }
 
 template <typename Tx, typename To>
@@ -220,4 +264,35 @@ __global__ void __launch_bounds__(1024) rms_norm_block_q8x(int rows, int n, floa
                                    signed char* __restrict__ xq, float4* __restrict__ xs) {
   pdl_wait();
   norm_block_rows<Tx, To, true>(rows, n, eps, x, w, out, xq, xs);
+}
+
+// The add_ variants: sum = a + b, then the norm of sum (see the top).
+template <typename Tx, typename To>
+__global__ void add_rms_norm_warp(int rows, int n, float eps, const Tx* a, const Tx* b, Tx* sum, const float* __restrict__ w,
+                                  To* out) {
+  pdl_wait();
+  norm_warp_rows<Tx, To, false, true>(rows, n, eps, nullptr, w, out, nullptr, nullptr, a, b, sum);
+}
+
+template <typename Tx, typename To>
+__global__ void __launch_bounds__(1024) add_rms_norm_block(int rows, int n, float eps, const Tx* a, const Tx* b, Tx* sum,
+                                   const float* __restrict__ w, To* out) {
+  pdl_wait();
+  norm_block_rows<Tx, To, false, true>(rows, n, eps, nullptr, w, out, nullptr, nullptr, a, b, sum);
+}
+
+template <typename Tx, typename To>
+__global__ void add_rms_norm_warp_q8x(int rows, int n, float eps, const Tx* a, const Tx* b, Tx* sum,
+                                      const float* __restrict__ w, To* out, signed char* __restrict__ xq,
+                                      float4* __restrict__ xs) {
+  pdl_wait();
+  norm_warp_rows<Tx, To, true, true>(rows, n, eps, nullptr, w, out, xq, xs, a, b, sum);
+}
+
+template <typename Tx, typename To>
+__global__ void __launch_bounds__(1024) add_rms_norm_block_q8x(int rows, int n, float eps, const Tx* a, const Tx* b, Tx* sum,
+                                       const float* __restrict__ w, To* out, signed char* __restrict__ xq,
+                                       float4* __restrict__ xs) {
+  pdl_wait();
+  norm_block_rows<Tx, To, true, true>(rows, n, eps, nullptr, w, out, xq, xs, a, b, sum);
 }

@@ -52,8 +52,9 @@ func TestPlanKernelsCompile(t *testing.T) {
 			}
 		}
 	}
-	// Norms fused with the quantisation in forms no trace model launches:
-	// the warp kernel (rows under 1024 values) and the casts.
+	// Norms fused with the quantisation (and the residual add) in forms no
+	// trace model launches: the warp kernel (rows under 1024 values) and
+	// the casts.
 	for _, n := range []int{256, 3072} {
 		for _, dts := range [][2]string{{"bf16", "bf16"}, {"f32", "f32"}, {"f32", "bf16"}, {"bf16", "f32"}} {
 			l, err := lower.RMSNormQ8X(dts[0], dts[1], lower.Ptr{Base: lower.BaseArena}, lower.Ptr{Base: lower.BaseArena, Offset: 1 << 20},
@@ -62,6 +63,18 @@ func TestPlanKernelsCompile(t *testing.T) {
 				t.Fatal(err)
 			}
 			specs[l.File+":"+l.NameExpr()] = l
+			// After the residual add too (AddRMSNorm, AddRMSNormQ8X).
+			arena := func(mib int64) lower.Ptr { return lower.Ptr{Base: lower.BaseArena, Offset: mib << 20} }
+			w, xq := lower.Ptr{Base: lower.BaseWeights}, lower.Ptr{Base: lower.BaseWorkspace}
+			add, err := lower.AddRMSNorm(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, 1, n, 1e-6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addQ, err := lower.AddRMSNormQ8X(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, xq, 1, n, 1e-6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs[add.File+":"+add.NameExpr()], specs[addQ.File+":"+addQ.NameExpr()] = add, addQ
 		}
 	}
 	for _, l := range unplannedLaunches(t) {

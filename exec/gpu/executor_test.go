@@ -402,7 +402,7 @@ func TestProfile(t *testing.T) {
 	}
 	for _, st := range ex.Plan().Decode.Steps {
 		if len(st.Launches) == 0 {
-			continue // a norm_rope whose heads the step before launched
+			continue // a norm_rope whose heads the step before launched, a norm fused into the add before
 		}
 		if !nodes[st.Name] {
 			t.Errorf("decode node %s has no samples", st.Name)

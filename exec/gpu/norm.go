@@ -26,3 +26,14 @@ func (k *Kernels) RMSNormCast(s Queue, xdt, odt cuda.DType, out, x, w cuda.Devic
 func (k *Kernels) RMSNormQ8X(s Queue, xdt, odt cuda.DType, out, x, w, xq cuda.DevicePtr, rows, n int, eps float32) error {
 	return k.on(s).one(lower.RMSNormQ8X(xdt.String(), odt.String(), ptr(out), ptr(x), ptr(w), ptr(xq), rows, n, eps))
 }
+
+// AddRMSNorm is Add(sum = a + b) then RMSNormCast(out, sum) in one launch,
+// with their bits. sum may alias a or b; out lies apart from a, b and sum.
+func (k *Kernels) AddRMSNorm(s Queue, xdt, odt cuda.DType, sum, out, a, b, w cuda.DevicePtr, rows, n int, eps float32) error {
+	return k.on(s).one(lower.AddRMSNorm(xdt.String(), odt.String(), ptr(sum), ptr(out), ptr(a), ptr(b), ptr(w), rows, n, eps))
+}
+
+// AddRMSNormQ8X is AddRMSNorm that also quantises out as RMSNormQ8X does.
+func (k *Kernels) AddRMSNormQ8X(s Queue, xdt, odt cuda.DType, sum, out, a, b, w, xq cuda.DevicePtr, rows, n int, eps float32) error {
+	return k.on(s).one(lower.AddRMSNormQ8X(xdt.String(), odt.String(), ptr(sum), ptr(out), ptr(a), ptr(b), ptr(w), ptr(xq), rows, n, eps))
+}

@@ -20,7 +20,7 @@ import (
 // kernels with exec/cpu's at the kernel level. TestOpsGPU compares every
 // op of the samples end to end besides.
 var gpuVsCPU = map[string][]string{
-	"add":            {"TestElementwiseGPU"},
+	"add":            {"TestElementwiseGPU", "TestAddRMSNormGPU"},
 	"argmax":         {"TestArgMaxGPU"},
 	"attention":      {"TestAttentionDecodeGPU", "TestAttentionPrefillGPU", "TestAttentionPrefillTCGPU", "TestKVStoreGPU"},
 	"attention_gate": {"TestAttentionGateGPU", "TestAttentionDecodeRowsGPU", "TestAttentionDecodeReplayGPU", "TestOpsGPU"},
@@ -35,7 +35,7 @@ var gpuVsCPU = map[string][]string{
 	"mul":            {"TestElementwiseGPU"},
 	"norm_rope":      {"TestNormRoPEGPU", "TestQKNormRopeGPU", "TestOpsGPU"},
 	"reshape":        {"TestOpsGPU"},
-	"rms_norm":       {"TestRMSNormGPU", "TestRMSNormCastGPU"},
+	"rms_norm":       {"TestRMSNormGPU", "TestRMSNormCastGPU", "TestAddRMSNormGPU"},
 	"rope":           {"TestRoPEGPU"},
 	"router_topk":    {"TestRouterTopKGPU"},
 	"silu":           {"TestElementwiseGPU"},
