@@ -17,7 +17,8 @@
 // registers (lane l holds experts l, l+32, ...); a selection round is the
 // lanes' own best and a warp maximum of two redux.sync instructions, with
 // no shared memory and no barrier. router_topk_block: a block per token for
-// larger E or k.
+// larger E or k and for few tokens, each expert ranked against every key
+// (rt_block_select).
 
 // The sigmoid score of logit l, soft-capped first when softcap > 0.
 template <typename T> __device__ __forceinline__ float rt_score(T logit, float softcap) {
@@ -82,11 +83,46 @@ __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float
   }
 }
 
+// rt_block_select: a block's choice for one token, logit(e) giving expert
+// e's logit; key and score are E entries of shared memory, chosen k. Keys
+// are unique, so an expert's rank is the number of keys above its own, and
+// the experts of rank < k are the choices, best first: one pass over the
+// keys per expert between two barriers, instead of k rounds of a block
+// maximum with a barrier each. It returns after the barrier that follows
+// thread 0's writes of weights and ids.
+template <typename L>
+__device__ __forceinline__ void rt_block_select(L logit, int E, int k, float softcap, float scaling,
+                                                const float* __restrict__ bias, unsigned long long* key, float* score,
+                                                int* chosen, float* __restrict__ weights, int* __restrict__ ids) {
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) {
+    float s = rt_score(logit(e), softcap);
+    score[e] = s;
+    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += blockDim.x) {
+    const unsigned long long m = key[e];
+    int rank = 0;  // every thread reads the same key: a broadcast
+    for (int i = 0; i < E; i++) rank += key[i] > m;
+    if (rank < k) chosen[rank] = e;
+  }
+  __syncthreads();
+  // The sum in selection order, as the reference adds.
+  if (tid == 0) {
+    float sum = 0.f;
+    for (int j = 0; j < k; j++) sum += score[chosen[j]];
+    for (int j = 0; j < k; j++) {
+      weights[j] = score[chosen[j]] / sum * scaling;
+      ids[j] = chosen[j];
+    }
+  }
+  __syncthreads();
+}
+
 // A block per token (a thread per expert up to 1024, more each beyond), for
-// E > 1024 or k > 32. A selection round is a register maximum over the
-// thread's own experts, a warp maximum, and one __syncthreads for the
-// warps' maxima, which every warp reduces itself (double-buffered, so the
-// next round needs no second barrier).
+// E > 1024 or k > 32, and for few tokens (RouterBlockMaxT), where a block's
+// threads rank its experts faster than a warp selects them.
 //
 // Dynamic shared memory: E 64-bit keys, E floats (s), k ints (chosen).
 template <typename T>
@@ -95,41 +131,9 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
                                   int* __restrict__ ids) {
   pdl_wait();
   extern __shared__ unsigned long long rt_smem[];
-  __shared__ unsigned long long wbest[2][32];
-  unsigned long long* key = rt_smem;  // [E]; 0: taken
-  float* score = (float*)(key + E);   // [E]
-  int* chosen = (int*)(score + E);    // [k]
-  int t = blockIdx.x;
+  const int t = blockIdx.x;
   if (t >= ntok) return;
-  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-
-  for (int e = tid; e < E; e += blockDim.x) {
-    float s = rt_score(logits[t * ld + e], softcap);
-    score[e] = s;
-    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
-  }
-  // A thread reads and clears only its own experts' keys (e % blockDim.x ==
-  // tid), so the rounds need no barrier for them.
-  for (int j = 0; j < k; j++) {
-    unsigned long long b = 0;
-    for (int e = tid; e < E; e += blockDim.x) b = max_u64(b, key[e]);
-    b = warp_max_u64(b);
-    if (lane == 0) wbest[j & 1][warp] = b;
-    __syncthreads();
-    b = warp_max_u64(lane < nwarps ? wbest[j & 1][lane] : 0ull);
-    int e = key_index(b);
-    if (e % (int)blockDim.x == tid) key[e] = 0;
-    if (tid == 0) chosen[j] = e;
-  }
-
-  // score[] was written before the first round's barrier; chosen[] by this
-  // thread.
-  if (tid == 0) {
-    float sum = 0.f;
-    for (int j = 0; j < k; j++) sum += score[chosen[j]];
-    for (int j = 0; j < k; j++) {
-      weights[(long long)t * k + j] = score[chosen[j]] / sum * scaling;
-      ids[(long long)t * k + j] = chosen[j];
-    }
-  }
+  const T* row = logits + t * ld;
+  rt_block_select([&](int e) { return row[e]; }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
+                  (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
 }
