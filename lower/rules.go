@@ -150,9 +150,10 @@ func (p *Plan) stepLaunches(s *Schedule, st *Step, T int, batch bool) ([]Launch,
 // At returns the launches of every step of s at t tokens (1 <= t <=
 // s.Tokens), in step order: prefill runs any chunk up to the planned one.
 // At s.Tokens they are the steps' recorded Launches. A step may rely on
-// an earlier one's quantised activations (reuseQ8X), or a norm quantise
-// them for a later step (fuseNormQ8X): the steps run in order, all of
-// them.
+// an earlier one's quantised activations (reuseQ8X), a norm quantise
+// them for a later step (fuseNormQ8X), or a router GEMV's step select the
+// experts for the next (fuseRouter, leaving that step no launch): the
+// steps run in order, all of them.
 func (p *Plan) At(s *Schedule, t int) ([][]Launch, error) {
 	if t < 1 || t > s.Tokens {
 		return nil, fmt.Errorf("lower: %s runs 1 to %d tokens, not %d", s.Class, s.Tokens, t)
@@ -174,7 +175,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		}
 		out[i] = ls
 	}
-	dropQ8X(out)
+	fuseLaunches(out)
 	return out, nil
 }
 

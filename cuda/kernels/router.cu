@@ -18,7 +18,8 @@
 // lanes' own best and a warp maximum of two redux.sync instructions, with
 // no shared memory and no barrier. router_topk_block: a block per token for
 // larger E or k and for few tokens, each expert ranked against every key
-// (rt_block_select).
+// (rt_block_select). router_fused: the router GEMV and that selection in
+// one launch, for decode.
 
 // The sigmoid score of logit l, soft-capped first when softcap > 0.
 template <typename T> __device__ __forceinline__ float rt_score(T logit, float softcap) {
@@ -136,4 +137,46 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
   const T* row = logits + t * ld;
   rt_block_select([&](int e) { return row[e]; }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
                   (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
+}
+
+// router_fused: the decode router in one launch, the GEMV's logits and the
+// selection. router.cu is compiled after matmul.cu (exec/gpu's sourceDeps,
+// rather than the GEMV moving into prelude.cuh, which every file compiles),
+// so each block computes its logit rows with matmul.cu's gemv_block, the
+// same code as the gemv launch it replaces, with the same grid and split:
+// the same bits. Each block then counts itself done in *counter; the last
+// one (the others' logits published by their fences) selects each of the R
+// tokens' experts as router_topk_block does and returns the counter to 0
+// for the next launch (a replayed graph). logits f32 [R, E], written as the
+// GEMV writes them.
+//
+// Dynamic shared memory: router_topk_block's. Launch bounds (256, 1):
+// under (256) ptxas spilled at R = 8 to fit 64 registers.
+template <typename TX, typename TW, int R, int VEC>
+__global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, const TX* __restrict__ x,
+                                                       const TW* __restrict__ w, float* logits, int k, float softcap,
+                                                       float scaling, const float* __restrict__ bias,
+                                                       float* __restrict__ weights, int* __restrict__ ids,
+                                                       unsigned int* counter) {
+  pdl_wait();
+  extern __shared__ unsigned long long rt_smem[];
+  __shared__ bool rt_last;
+  gemv_block<TX, TW, float, R, 0, VEC>(E, K, split, x, w, logits, 0);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) *counter = 0u;
+    rt_last = last;
+  }
+  __syncthreads();
+  if (!rt_last) return;
+  __threadfence();
+  for (int t = 0; t < R; t++) {
+    // From L2: this SM's L1 may hold stale lines of the logits.
+    const float* row = logits + (long long)t * E;
+    rt_block_select([&](int e) { return __ldcg(row + e); }, E, k, softcap, scaling, bias, rt_smem,
+                    (float*)(rt_smem + E), (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k,
+                    ids + (long long)t * k);
+  }
 }

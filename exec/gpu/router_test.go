@@ -167,3 +167,133 @@ func TestRouterTopKArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterFusedGPU: router_fused (lower.RouterFused) must write exactly
+// the bits of the two launches it replaces, the router GEMV and the block
+// top-k: logits, weights and ids. Shapes: S-2.1's 256 x 3072 top 10 and
+// XS.2's 256 x 2048 top 8 (a row a block, split 8), experts not a multiple
+// of a block's rows (37, 300), K not a multiple of a 16-byte vector (the
+// scalar GEMV), up to 8 rows, 1024 experts with 32 choices and k = E. Each
+// fused launch runs several times with poisoned outputs in between: only a
+// counter back at 0 after each launch lets the next one's last block
+// select.
+func TestRouterFusedGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, c := range []struct {
+		T, E, K, topK    int
+		softcap, scaling float32
+		bias             bool
+	}{
+		{1, 256, 3072, 10, 0, 1, true},
+		{1, 256, 2048, 8, 0, 2.5, true},
+		{1, 37, 136, 5, 30, 1, true},
+		{1, 300, 1000, 12, 0, 1, false},
+		{1, 1024, 256, 32, 0, 1, true},
+		{1, 6, 32, 6, 30, 2.5, false},
+		{2, 256, 3072, 10, 0, 1, true},
+		{3, 37, 72, 5, 0, 1, true},
+		{8, 64, 512, 8, 30, 1, true},
+	} {
+		for _, dt := range DTypes {
+			t.Run(fmt.Sprintf("T%d-E%d-K%d-k%d-cap%g-bias%v/%v", c.T, c.E, c.K, c.topK, c.softcap, c.bias, dt), func(t *testing.T) {
+				x := upload(t, k, s, dt, randF32(r, c.T*c.K, 1))
+				w := upload(t, k, s, dt, randF32(r, c.E*c.K, 0.05))
+				bias := cuda.DevicePtr(0)
+				if c.bias {
+					bias = upload(t, k, s, cuda.F32, randF32(r, c.E, 0.5))
+				}
+				nl, nr := int64(4*c.T*c.E), int64(4*c.T*c.topK)
+				// launches of the GEMV and the top-k into logits, weights, ids.
+				launches := func(logits, weights, ids cuda.DevicePtr) (lower.Launch, lower.Launch) {
+					g, err := lower.MatMul(lower.MatMulArgs{T: c.T, K: c.K, N: c.E, X: ptr(x), W: ptr(w), Y: ptr(logits),
+						XType: dt.String(), WType: dt.String(), YType: "f32", SMs: k.SMs()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					rt, err := lower.RouterTopK("f32", ptr(weights), ptr(ids), ptr(logits), ptr(bias), c.T, c.E, c.topK, c.softcap, c.scaling)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return g, rt
+				}
+				out := func() (logits, weights, ids cuda.DevicePtr) {
+					logits, weights, ids = alloc(t, k, nl), alloc(t, k, nr), alloc(t, k, nr)
+					for _, o := range []struct {
+						p cuda.DevicePtr
+						n int64
+					}{{logits, nl}, {weights, nr}, {ids, nr}} {
+						poison(t, s, o.p, o.n)
+					}
+					return
+				}
+				l1, w1, i1 := out()
+				g, rt := launches(l1, w1, i1)
+				if rt.Kernel != "router_topk_block" {
+					t.Fatalf("the top-k of %d tokens is %s", c.T, rt.Kernel)
+				}
+				if err := k.on(s).all([]lower.Launch{g, rt}, nil); err != nil {
+					t.Fatal(err)
+				}
+				wantL := downloadI32(t, s, l1, c.T*c.E) // logits' bits
+				wantW, wantI := downloadI32(t, s, w1, c.T*c.topK), downloadI32(t, s, i1, c.T*c.topK)
+
+				counter := alloc(t, k, 4)
+				if err := s.Memset8(counter, 0, 4); err != nil {
+					t.Fatal(err)
+				}
+				l2, w2, i2 := out()
+				g2, rt2 := launches(l2, w2, i2)
+				fused, err := lower.RouterFused(g2, rt2, ptr(counter))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for run := range 3 {
+					if run > 0 {
+						poison(t, s, l2, nl)
+						poison(t, s, w2, nr)
+						poison(t, s, i2, nr)
+					}
+					if err := k.on(s).one(fused, nil); err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range []struct {
+						what      string
+						got, want []int32
+					}{
+						{"logits", downloadI32(t, s, l2, c.T*c.E), wantL},
+						{"weights", downloadI32(t, s, w2, c.T*c.topK), wantW},
+						{"ids", downloadI32(t, s, i2, c.T*c.topK), wantI},
+					} {
+						for i := range o.got {
+							if o.got[i] != o.want[i] {
+								t.Fatalf("run %d: %s[%d] = %#x, two launches %#x", run, o.what, i, uint32(o.got[i]), uint32(o.want[i]))
+							}
+						}
+					}
+					if n := downloadI32(t, s, counter, 1); n[0] != 0 {
+						t.Fatalf("run %d: counter left at %d", run, n[0])
+					}
+				}
+				// And the two launches chose as the reference does.
+				ref := make([]float32, c.T*c.E)
+				for i, b := range wantL {
+					ref[i] = math.Float32frombits(uint32(b))
+				}
+				var hb []float32
+				if c.bias {
+					hb = download(t, s, cuda.F32, bias, c.E)
+				}
+				rw, ri := make([]float32, c.T*c.topK), make([]int32, c.T*c.topK)
+				if err := cpu.RouterTopK(rw, ri, ref, hb, c.T, c.E, c.topK, c.softcap, c.scaling); err != nil {
+					t.Fatal(err)
+				}
+				gw := make([]float32, len(wantW))
+				for i, b := range wantW {
+					gw[i] = math.Float32frombits(uint32(b))
+				}
+				checkRoutes(t, "two launches", c.topK, gw, wantI, rw, ri)
+			})
+		}
+	}
+}
