@@ -268,10 +268,26 @@ func RouterTopK(dt string, weights, ids, logits, bias Ptr, T, E, topK int, softc
 		w := min(T, routerWarps)
 		return kernel("router.cu", "router_topk", []string{dt}, []int64{int64(per)}, dims(ceilDiv(T, w)), dims(32*w), 0, args...), nil
 	}
-	// Shared memory: a 64-bit selection key and a float score per expert,
-	// and the k chosen indices.
-	return kernel("router.cu", "router_topk_block", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(E, 32))), 12*E+4*topK, args...), nil
+	return kernel("router.cu", "router_topk_block", []string{dt}, nil, dims(T), dims(min(1024, 32*ceilDiv(E, 32))), routerSmem(E, topK), args...), nil
 }
+
+// RouterTopKBlock is RouterTopK's block kernel at any T, where RouterTopK
+// would pick the warp kernel (the tests check both).
+func RouterTopKBlock(dt string, weights, ids, logits, bias Ptr, T, E, topK int, softcap, scaling float32) (Launch, error) {
+	l, err := RouterTopK(dt, weights, ids, logits, bias, min(T, RouterBlockMaxT), E, topK, softcap, scaling)
+	if err != nil {
+		return Launch{}, err
+	}
+	if l.Kernel != "router_topk_block" {
+		return Launch{}, fmt.Errorf("RouterTopKBlock: RouterTopK chose %s", l.Kernel)
+	}
+	l.Grid, l.Args[0] = dims(T), i32(T)
+	return l, nil
+}
+
+// routerSmem is the block selection's shared memory: a 64-bit key and a
+// float score per expert, and the k chosen indices.
+func routerSmem(E, topK int) int { return 12*E + 4*topK }
 
 // The router's warp kernel holds up to 32 experts per lane and one choice
 // per lane; a block takes up to routerWarps tokens (router.cu's launch

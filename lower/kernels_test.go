@@ -116,6 +116,11 @@ func TestRouterTopKChoice(t *testing.T) {
 			t.Errorf("T %d, E %d, k %d: %s grid %d block %d, want %s<%d> grid %d block %d",
 				c.T, c.E, c.k, l.NameExpr(), l.Grid[0], l.Block[0], c.kernel, c.per, c.grid, c.bloc)
 		}
+		// The block kernel at any T: a block per token.
+		b, err := RouterTopKBlock("f32", p, p, p, Ptr{}, c.T, c.E, c.k, 0, 1)
+		if err != nil || b.Kernel != "router_topk_block" || b.Grid != dims(c.T) || b.Args[0] != i32(c.T) || b.Shmem != 12*c.E+4*c.k {
+			t.Errorf("T %d, E %d, k %d: block kernel %s (%v)", c.T, c.E, c.k, b, err)
+		}
 	}
 }
 

@@ -39,8 +39,8 @@ const (
 	BasePos       = "pos"       // their positions, i32 [T]
 	BaseRope      = "rope"      // Plan.Ropes at their offsets
 	// BaseSync holds the counters blocks of one launch meet at (the split
-	// decode attention's), Schedule.Sync bytes: zeroed once by the
-	// executor, and every launch leaves them zero.
+	// decode attention's, the fused router's), Schedule.Sync bytes: zeroed
+	// once by the executor, and every launch leaves them zero.
 	BaseSync = "sync"
 	// BaseDevice is address 0: offsets are device addresses (kernels
 	// launched directly on buffers a caller owns).

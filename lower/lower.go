@@ -385,8 +385,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
 	}
-	dropQ8X(launches)
-	fuseAddNorm(launches)
+	fuseLaunches(launches)
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

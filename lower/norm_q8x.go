@@ -10,10 +10,10 @@ import "reflect"
 //	a q8x_quantize launch Q is dropped, and the rms_norm launch N before
 //	it becomes RMSNormQ8X of N's arguments and Q's quantised copy, only
 //	when N is as RMSNorm builds it, Q is exactly Q8XQuantize of N's whole
-//	output, and every launch between them is a gemv, router_topk(_block) or
-//	moe_add_shared (as MatMul, RouterTopK and MoEAddShared build them: the
-//	MoE router) with no pointer into the workspace and no output
-//	overlapping N's.
+//	output, and every launch between them is a gemv, router_topk(_block),
+//	router_fused or moe_add_shared (as MatMul, RouterTopK, RouterFused and
+//	MoEAddShared build them: the MoE router) with no pointer into the
+//	workspace and no output overlapping N's.
 //
 // Nothing between writes N's output, so Q would quantise the values the
 // fused kernel quantises as it stores them, and it computes the same bits
@@ -23,6 +23,16 @@ import "reflect"
 // nothing they see, and from Q's place on, memory is what it was without
 // the fusion. A launch in between that is not as stated, another norm or
 // another quantisation ends the chance.
+
+// fuseLaunches fuses launches of consecutive steps, in place: the
+// routers (fuseRouter), then the quantisations (dropQ8X), which may run
+// past a fused router, then the residual adds into the norms after them
+// (fuseAddNorm), which needs the norms as dropQ8X leaves them.
+func fuseLaunches(steps [][]Launch) {
+	fuseRouter(steps)
+	dropQ8X(steps)
+	fuseAddNorm(steps)
+}
 
 // dropQ8X removes the quantisation launches a stream need not make, a
 // list of launches per step, in place: the repeats (reuseQ8X) first, then
@@ -147,6 +157,10 @@ type span struct {
 //   - router_topk or router_topk_block (RouterTopK: T, E, k, softcap,
 //     scaling, logits, ld, bias, weights, ids): weights f32 and ids i32,
 //     each [T, k];
+//   - router_fused (RouterFused: E, K, split, x, w, logits, k, softcap,
+//     scaling, bias, weights, ids, counter): logits f32 [R, E], R its
+//     first integer parameter, weights f32 and ids i32, each [R, k], and
+//     the counter (4 bytes);
 //   - moe_add_shared (MoEAddShared: T, k, S, first, weights, ids, w2,
 //     ids2): w2 f32 and ids2 i32, each [T, k+S].
 //
@@ -172,6 +186,9 @@ func routerOutputs(l Launch) ([]span, bool) {
 	case (l.Kernel == "router_topk" || l.Kernel == "router_topk_block") && is(i, i, i, f, f, p, x, p, p, p):
 		T, k := a[0].Int, a[2].Int
 		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
+	case l.Kernel == "router_fused" && is(i, i, i, p, p, p, i, f, f, p, p, p, p) && len(l.Ints) == 2:
+		R, E, k := l.Ints[0], a[0].Int, a[6].Int
+		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
 	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):
 		T, k, S := a[0].Int, a[1].Int, a[2].Int
 		return []span{{a[6].Ptr(), 4 * T * (k + S)}, {a[7].Ptr(), 4 * T * (k + S)}}, T > 0 && k >= 0 && S >= 0

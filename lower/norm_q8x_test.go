@@ -124,6 +124,10 @@ func TestNormQ8XLaunchArgs(t *testing.T) {
 	sh := MoEAddShared(3, 4, 2, 64, Ptr{BaseArena, 2048}, Ptr{BaseArena, 2064}, Ptr{BaseRoutes, 0}, Ptr{BaseRoutes, 256})
 	bad := g
 	bad.Args = bad.Args[:6]
+	f, err := RouterFused(g, r, Ptr{BaseSync, 64})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		l    Launch
 		want []span
@@ -131,6 +135,7 @@ func TestNormQ8XLaunchArgs(t *testing.T) {
 		{g, []span{{Ptr{BaseArena, 1024}, 4 * 64}}},
 		{r, []span{{Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}}},
 		{sh, []span{{Ptr{BaseRoutes, 0}, 72}, {Ptr{BaseRoutes, 256}, 72}}},
+		{f, []span{{Ptr{BaseArena, 1024}, 4 * 64}, {Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}, {Ptr{BaseSync, 64}, 4}}},
 		{bad, nil},
 		{qgemvTestLaunch(t, 1, 64, 32, 0), nil},
 		{normTestLaunch(t, "bf16", 1, 64, 0), nil},
@@ -157,6 +162,14 @@ func TestFuseNormQ8X(t *testing.T) {
 	norm5, fused5 := normTestLaunch(t, "f32", 5, 1024, out), fusedTestLaunch(t, "f32", 5, 1024, out)
 	q5 := q8xOfTestLaunch(t, "f32", 5, 1024, out)
 	norm16, fused8 := normTestLaunch(t, "bf16", 16, 3072, out), fusedTestLaunch(t, "bf16", 8, 3072, out)
+	rf, err := RouterFused(rg, rt, Ptr{BaseSync, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rfOverOut, err := RouterFused(rg, rtOverOut, Ptr{BaseSync, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
 	norm8 := normTestLaunch(t, "bf16", 8, 3072, out)
 	q8 := q8xOfTestLaunch(t, "bf16", 8, 3072, out)
 	other := normTestLaunch(t, "bf16", 1, n, 4096)
@@ -174,6 +187,8 @@ func TestFuseNormQ8X(t *testing.T) {
 		{name: "back to back", steps: [][]Launch{{norm, q, g}}, want: [][]Launch{{fused, g}}},
 		{name: "across steps", steps: [][]Launch{{norm}, {q, g}}, want: [][]Launch{{fused}, {g}}},
 		{name: "a router between", steps: [][]Launch{{norm}, {rg, rt}, {q, g}}, want: [][]Launch{{fused}, {rg, rt}, {g}}},
+		{name: "a fused router between", steps: [][]Launch{{norm}, {rf}, nil, {q, g}}, want: [][]Launch{{fused}, {rf}, nil, {g}}},
+		{name: "a fused router over the norm's output", steps: [][]Launch{{norm, rfOverOut, q, g}}, unchanged: true},
 		{name: "a router adding shared experts", steps: [][]Launch{{norm}, {rg, rt, sh}, {q, g}}, want: [][]Launch{{fused}, {rg, rt, sh}, {g}}},
 		{name: "shared experts' routes over the norm's output", steps: [][]Launch{{norm, rg, rt, shOverOut, q, g}}, unchanged: true},
 		{name: "rows of a batch, f32", steps: [][]Launch{{norm5, q5, g}}, want: [][]Launch{{fused5, g}}},
@@ -291,7 +306,7 @@ func TestDropQ8XPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := func(s *Schedule, T int, batch bool) [][]Launch {
+	raw := func(s *Schedule, T int, batch bool) [][]Launch { // the routers fused already
 		out := make([][]Launch, len(s.Steps))
 		for i := range s.Steps {
 			ls, err := p.stepLaunches(s, &s.Steps[i], T, batch)
@@ -300,6 +315,7 @@ func TestDropQ8XPlans(t *testing.T) {
 			}
 			out[i] = ls
 		}
+		fuseRouter(out)
 		return out
 	}
 	decode := make([][]Launch, len(p.Decode.Steps))

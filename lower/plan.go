@@ -158,7 +158,8 @@ type Schedule struct {
 	// the steps share (split-KV attention partials, the MoE schedule and
 	// grouped buffers), Routes moe_grouped's routes with its shared
 	// experts, Sync the counters of BaseSync (the split decode
-	// attention's); each is the most any step needs at any T up to Tokens.
+	// attention's, the fused router's); each is the most any step needs at
+	// any T up to Tokens.
 	Arena     int64    `json:"arena_bytes"`
 	Workspace int64    `json:"workspace_bytes"`
 	Routes    int64    `json:"routes_bytes"`

@@ -55,7 +55,7 @@ func init() {
 		}
 		return one(RouterTopK(st.In[0].DType, c.out[0], c.out[1], c.in[0], c.in[1], c.rows(st.In[0]), st.In[0].Last(c.T),
 			st.Int("top_k"), float32(st.Float("softcap")), float32(st.Float("routed_scaling"))))
-	}, f32Inputs: []int{0, 1}, f32Outputs: true, outputs: 2})
+	}, counters: routerCounters, f32Inputs: []int{0, 1}, f32Outputs: true, outputs: 2})
 	defRule("argmax", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		st := c.st
 		return ArgMax(st.In[0].DType, c.out[0], c.in[0], Ptr{BaseWorkspace, 0}, c.rows(st.In[0]), st.In[0].Last(c.T), c.p.SMs)

@@ -8,7 +8,8 @@
 // kernel and the shape alone, so results are deterministic.
 // Epilogues: accumulate (y += x w^T, for residual folding) and SwiGLU (w is
 // [gate; up] = [2N, K], y = silu(x gate^T) * (x up^T)).
-// moe.cu is compiled with this file in front of it and reuses its pieces.
+// moe.cu and router.cu are compiled with this file in front of them and
+// reuse its pieces.
 
 // ---------------------------------------------------------------- helpers
 
@@ -157,11 +158,11 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
 // warps; `split` (1, 2, 4 or 8) warps of one block share an output row, each
 // taking every split-th 512-byte stretch of it, and their sums are added in
 // warp order. With SWIGLU, w is [2N, K] and one warp streams both the gate
-// row n and the up row N+n.
+// row n and the up row N+n. gemv_block is one block's rows, which
+// router.cu's router_fused computes too (the same bits).
 template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
-__global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* __restrict__ x,
-                                            const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
-  pdl_wait();
+__device__ __forceinline__ void gemv_block(int N, int K, int split, const TX* __restrict__ x,
+                                           const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
   constexpr int NW = SWIGLU ? 2 : 1;
   __shared__ float part[8][NW][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -208,6 +209,13 @@ __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* _
       y[o] = from_f32<TY>(v);
     }
   }
+}
+
+template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
+__global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* __restrict__ x,
+                                            const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
+  gemv_block<TX, TW, TY, R, SWIGLU, VEC>(N, K, split, x, w, y, accumulate);
 }
 
 // ------------------------------------------------- bf16 tensor-core tiles

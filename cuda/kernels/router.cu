@@ -17,7 +17,9 @@
 // registers (lane l holds experts l, l+32, ...); a selection round is the
 // lanes' own best and a warp maximum of two redux.sync instructions, with
 // no shared memory and no barrier. router_topk_block: a block per token for
-// larger E or k.
+// larger E or k and for few tokens, each expert ranked against every key
+// (rt_block_select). router_fused: the router GEMV and that selection in
+// one launch, for decode.
 
 // The sigmoid score of logit l, soft-capped first when softcap > 0.
 template <typename T> __device__ __forceinline__ float rt_score(T logit, float softcap) {
@@ -82,11 +84,46 @@ __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float
   }
 }
 
+// rt_block_select: a block's choice for one token, logit(e) giving expert
+// e's logit; key and score are E entries of shared memory, chosen k. Keys
+// are unique, so an expert's rank is the number of keys above its own, and
+// the experts of rank < k are the choices, best first: one pass over the
+// keys per expert between two barriers, instead of k rounds of a block
+// maximum with a barrier each. It returns after the barrier that follows
+// thread 0's writes of weights and ids.
+template <typename L>
+__device__ __forceinline__ void rt_block_select(L logit, int E, int k, float softcap, float scaling,
+                                                const float* __restrict__ bias, unsigned long long* key, float* score,
+                                                int* chosen, float* __restrict__ weights, int* __restrict__ ids) {
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) {
+    float s = rt_score(logit(e), softcap);
+    score[e] = s;
+    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += blockDim.x) {
+    const unsigned long long m = key[e];
+    int rank = 0;  // every thread reads the same key: a broadcast
+    for (int i = 0; i < E; i++) rank += key[i] > m;
+    if (rank < k) chosen[rank] = e;
+  }
+  __syncthreads();
+  // The sum in selection order, as the reference adds.
+  if (tid == 0) {
+    float sum = 0.f;
+    for (int j = 0; j < k; j++) sum += score[chosen[j]];
+    for (int j = 0; j < k; j++) {
+      weights[j] = score[chosen[j]] / sum * scaling;
+      ids[j] = chosen[j];
+    }
+  }
+  __syncthreads();
+}
+
 // A block per token (a thread per expert up to 1024, more each beyond), for
-// E > 1024 or k > 32. A selection round is a register maximum over the
-// thread's own experts, a warp maximum, and one __syncthreads for the
-// warps' maxima, which every warp reduces itself (double-buffered, so the
-// next round needs no second barrier).
+// E > 1024 or k > 32, and for few tokens (RouterBlockMaxT), where a block's
+// threads rank its experts faster than a warp selects them.
 //
 // Dynamic shared memory: E 64-bit keys, E floats (s), k ints (chosen).
 template <typename T>
@@ -95,41 +132,51 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
                                   int* __restrict__ ids) {
   pdl_wait();
   extern __shared__ unsigned long long rt_smem[];
-  __shared__ unsigned long long wbest[2][32];
-  unsigned long long* key = rt_smem;  // [E]; 0: taken
-  float* score = (float*)(key + E);   // [E]
-  int* chosen = (int*)(score + E);    // [k]
-  int t = blockIdx.x;
+  const int t = blockIdx.x;
   if (t >= ntok) return;
-  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  const T* row = logits + t * ld;
+  rt_block_select([&](int e) { return row[e]; }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
+                  (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
+}
 
-  for (int e = tid; e < E; e += blockDim.x) {
-    float s = rt_score(logits[t * ld + e], softcap);
-    score[e] = s;
-    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
+// router_fused: the decode router in one launch, the GEMV's logits and the
+// selection. router.cu is compiled after matmul.cu (exec/gpu's sourceDeps,
+// rather than the GEMV moving into prelude.cuh, which every file compiles),
+// so each block computes its logit rows with matmul.cu's gemv_block, the
+// same code as the gemv launch it replaces, with the same grid and split:
+// the same bits. Each block then counts itself done in *counter; the last
+// one (the others' logits published by their fences) selects each of the R
+// tokens' experts as router_topk_block does and returns the counter to 0
+// for the next launch (a replayed graph). logits f32 [R, E], written as the
+// GEMV writes them.
+//
+// Dynamic shared memory: router_topk_block's. Launch bounds (256, 1):
+// under (256) ptxas spilled at R = 8 to fit 64 registers.
+template <typename TX, typename TW, int R, int VEC>
+__global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, const TX* __restrict__ x,
+                                                       const TW* __restrict__ w, float* logits, int k, float softcap,
+                                                       float scaling, const float* __restrict__ bias,
+                                                       float* __restrict__ weights, int* __restrict__ ids,
+                                                       unsigned int* counter) {
+  pdl_wait();
+  extern __shared__ unsigned long long rt_smem[];
+  __shared__ bool rt_last;
+  gemv_block<TX, TW, float, R, 0, VEC>(E, K, split, x, w, logits, 0);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) *counter = 0u;
+    rt_last = last;
   }
-  // A thread reads and clears only its own experts' keys (e % blockDim.x ==
-  // tid), so the rounds need no barrier for them.
-  for (int j = 0; j < k; j++) {
-    unsigned long long b = 0;
-    for (int e = tid; e < E; e += blockDim.x) b = max_u64(b, key[e]);
-    b = warp_max_u64(b);
-    if (lane == 0) wbest[j & 1][warp] = b;
-    __syncthreads();
-    b = warp_max_u64(lane < nwarps ? wbest[j & 1][lane] : 0ull);
-    int e = key_index(b);
-    if (e % (int)blockDim.x == tid) key[e] = 0;
-    if (tid == 0) chosen[j] = e;
-  }
-
-  // score[] was written before the first round's barrier; chosen[] by this
-  // thread.
-  if (tid == 0) {
-    float sum = 0.f;
-    for (int j = 0; j < k; j++) sum += score[chosen[j]];
-    for (int j = 0; j < k; j++) {
-      weights[(long long)t * k + j] = score[chosen[j]] / sum * scaling;
-      ids[(long long)t * k + j] = chosen[j];
-    }
+  __syncthreads();
+  if (!rt_last) return;
+  __threadfence();
+  for (int t = 0; t < R; t++) {
+    // From L2: this SM's L1 may hold stale lines of the logits.
+    const float* row = logits + (long long)t * E;
+    rt_block_select([&](int e) { return __ldcg(row + e); }, E, k, softcap, scaling, bias, rt_smem,
+                    (float*)(rt_smem + E), (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k,
+                    ids + (long long)t * k);
   }
 }

@@ -116,14 +116,30 @@ func TestPlanKernelsCompile(t *testing.T) {
 
 // unplannedLaunches are instantiations no traced plan reaches: the router
 // at every experts-per-lane count and past the warp kernel's limits, the
-// argmax split over several parts, the float-activation GEMV and the GEMV
-// quantising its activations, in both activation dtypes.
+// argmax split over several parts, the float-activation GEMV, the GEMV
+// quantising its activations, the fused router of several rows and of the
+// scalar GEMV, in both activation dtypes.
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
 	for _, dt := range []string{"f32", "bf16"} {
 		for _, c := range []struct{ E, k int }{{8, 2}, {64, 8}, {128, 8}, {256, 10}, {512, 8}, {1024, 32}, {1500, 12}, {256, 33}} {
 			l, err := lower.RouterTopK(dt, p, p, p, p, 3, c.E, c.k, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+		for _, c := range []struct{ T, K int }{{1, 3072}, {1, 1000}, {3, 3072}, {8, 1000}} {
+			g, err := lower.MatMul(lower.MatMulArgs{T: c.T, K: c.K, N: 256, X: p, W: p, Y: p, XType: dt, WType: dt, YType: "f32", SMs: 132})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := lower.RouterTopK("f32", p.At(1<<20), p.At(2<<20), p, p, c.T, 256, 10, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := lower.RouterFused(g, r, p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -120,6 +120,34 @@ func BenchmarkDecodeKernels(b *testing.B) {
 		})
 	}
 
+	// The router GEMV and its top-k of one token, as two launches and as
+	// one (router_fused), weights cycled as above.
+	counter, rw1, rid1 := m.upload(make([]byte, 4)), m.rand(32), m.rand(32)
+	router := func(i int, fused bool) error {
+		g, err := lower.MatMul(lower.MatMulArgs{T: 1, K: H, N: routerN, X: ptr(rx), W: ptr(rwts.Add(int64(i * 2 * routerN * H))), Y: ptr(ry),
+			XType: "bf16", WType: "bf16", YType: "f32", SMs: k.SMs()})
+		if err != nil {
+			return err
+		}
+		r, err := lower.RouterTopK("f32", ptr(rw1), ptr(rid1), ptr(ry), ptr(bias), 1, routerN, 10, 0, 1)
+		if err != nil {
+			return err
+		}
+		if fused {
+			return k.on(s).one(lower.RouterFused(g, r, ptr(counter)))
+		}
+		return k.on(s).all([]lower.Launch{g, r}, nil)
+	}
+	for _, fused := range []bool{false, true} {
+		b.Run(fmt.Sprintf("router_gemv_topk_T1/fused=%v", fused), func(b *testing.B) {
+			i := 0
+			decodeTime(b, s, func() error {
+				i = (i + 1) % copies
+				return router(i, fused)
+			})
+		})
+	}
+
 	// argmax of S-2.1's 100352 f32 logits, one row: one block (old), or
 	// split over blocks and reduced by a second launch (new).
 	const vocab = 100352

@@ -75,10 +75,11 @@ type kernelKey struct {
 var compiled sync.Map // kernelKey -> *cuda.Kernel
 
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
-// matmul.cu's tensor-core pieces, the attention kernels gate.cu's output
-// gate.
+// matmul.cu's tensor-core pieces, router.cu its GEMV (router_fused), the
+// attention kernels gate.cu's output gate.
 var sourceDeps = map[string][]string{
 	"moe.cu":                  {"matmul.cu"},
+	"router.cu":               {"matmul.cu"},
 	"attention.cu":            {"gate.cu"},
 	"attention_prefill_tc.cu": {"gate.cu"},
 }

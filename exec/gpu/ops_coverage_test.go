@@ -37,7 +37,7 @@ var gpuVsCPU = map[string][]string{
 	"reshape":        {"TestOpsGPU"},
 	"rms_norm":       {"TestRMSNormGPU", "TestRMSNormCastGPU", "TestAddRMSNormGPU"},
 	"rope":           {"TestRoPEGPU"},
-	"router_topk":    {"TestRouterTopKGPU"},
+	"router_topk":    {"TestRouterTopKGPU", "TestRouterFusedGPU"},
 	"silu":           {"TestElementwiseGPU"},
 	"softplus_gate":  {"TestSoftplusGateGPU"},
 	"split":          {"TestOpsGPU"},
