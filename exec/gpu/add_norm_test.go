@@ -130,8 +130,10 @@ func TestAddRMSNormGPU(t *testing.T) {
 				n        int64
 			}
 			parts := []part{{"sum", gSum, wSum, xBytes}, {"out", gOut, wOut, oBytes}}
-			if c.q8x {
-				parts = append(parts, part{"quantised copy", gQ, wQ, qBytes})
+			if c.q8x { // the int8 values, then the scales (past padding to 256 bytes, which nothing writes)
+				vals, scales := int64(elems), qBytes-16*int64(elems/32)
+				parts = append(parts, part{"quantised values", gQ, wQ, vals},
+					part{"quantised scales", gQ.Add(scales), wQ.Add(scales), qBytes - scales})
 			}
 			for _, p := range parts {
 				if i := firstByteDiff(bytes(p.got, p.n), bytes(p.exp, p.n)); i >= 0 {

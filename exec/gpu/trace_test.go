@@ -27,6 +27,8 @@ type traceModel struct {
 	passes []string // nil: the default pipeline
 	quant  string   // a quantisation recipe for the weights ("": the plan's dtype)
 	seqs   int      // sequence slots (0: 1)
+	// cublasLt plans prefill GEMMs on cuBLASLt (lower.Options.CublasLt).
+	cublasLt bool
 }
 
 var traceModels = []traceModel{
@@ -85,7 +87,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs})
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt})
 	if err != nil {
 		t.Fatal(err)
 	}
