@@ -24,36 +24,12 @@ import "reflect"
 
 // fuseAddNorm fuses adds into the norms reading their sum, in place.
 func fuseAddNorm(steps [][]Launch) {
-	type pos struct{ step, i int }
-	var prev *Launch
-	var prevAt pos
-	drop := map[pos]bool{}
-	for i := range steps {
-		for j := range steps[i] {
-			l := &steps[i][j]
-			if prev != nil && prev.Kernel == "add" {
-				if f, ok := addNorm(*prev, *l); ok {
-					steps[prevAt.step][prevAt.i] = f
-					drop[pos{i, j}] = true
-					prev = nil
-					continue
-				}
-			}
-			prev, prevAt = l, pos{i, j}
+	fusePairs(steps, false, func(a, n Launch, _ []Launch) (Launch, bool) {
+		if a.Kernel != "add" {
+			return Launch{}, false
 		}
-	}
-	if len(drop) == 0 {
-		return
-	}
-	for i, ls := range steps {
-		var kept []Launch
-		for j, l := range ls {
-			if !drop[pos{i, j}] {
-				kept = append(kept, l)
-			}
-		}
-		steps[i] = kept
-	}
+		return addNorm(a, n)
+	})
 }
 
 // addNorm returns the fused launch of a (an add) and n (the launch right

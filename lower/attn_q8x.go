@@ -30,37 +30,12 @@ const (
 
 // fuseAttnQ8X fuses quantisations of a decode attention's output into it.
 func fuseAttnQ8X(steps [][]Launch) {
-	type pos struct{ step, i int }
-	var prev *Launch
-	var prevAt pos
-	drop := map[pos]bool{}
-	for i := range steps {
-		for j := range steps[i] {
-			l := &steps[i][j]
-			if l.Kernel == "q8x_quantize" && prev != nil {
-				if f, ok := attnWithQ8X(*prev, *l); ok {
-					steps[prevAt.step][prevAt.i] = f
-					drop[pos{i, j}] = true
-				}
-			}
-			prev, prevAt = nil, pos{}
-			if l.Kernel == "attn_decode" {
-				prev, prevAt = l, pos{i, j}
-			}
+	fusePairs(steps, false, func(a, q Launch, _ []Launch) (Launch, bool) {
+		if a.Kernel != "attn_decode" || q.Kernel != "q8x_quantize" {
+			return Launch{}, false
 		}
-	}
-	if len(drop) == 0 {
-		return
-	}
-	for i, ls := range steps {
-		var kept []Launch
-		for j, l := range ls {
-			if !drop[pos{i, j}] {
-				kept = append(kept, l)
-			}
-		}
-		steps[i] = kept
-	}
+		return attnWithQ8X(a, q)
+	})
 }
 
 // attnWithQ8X returns a (an attn_decode launch) writing q's quantisation of

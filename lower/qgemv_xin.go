@@ -38,40 +38,13 @@ import (
 // fuseQGEMVXIn fuses quantisations of small activations into the qgemv
 // reading them.
 func fuseQGEMVXIn(steps [][]Launch) {
-	type pos struct{ step, i int }
-	var flat []Launch
-	var where []pos
-	for i, ls := range steps {
-		for j, l := range ls {
-			flat, where = append(flat, l), append(where, pos{i, j})
+	fusePairs(steps, true, func(q, g Launch, rest []Launch) (Launch, bool) {
+		if q.Kernel != "q8x_quantize" || g.Kernel != "qgemv" {
+			return Launch{}, false
 		}
-	}
-	drop := map[pos]bool{}
-	for k := 0; k+1 < len(flat); k++ {
-		if flat[k].Kernel != "q8x_quantize" || flat[k+1].Kernel != "qgemv" {
-			continue
-		}
-		f, cp, ok := qgemvWithQ8X(flat[k], flat[k+1])
-		if !ok || laterReadsCopy(flat[k+2:], cp) {
-			continue
-		}
-		flat[k+1] = f
-		steps[where[k+1].step][where[k+1].i] = f
-		drop[where[k]] = true
-		k++
-	}
-	if len(drop) == 0 {
-		return
-	}
-	for i, ls := range steps {
-		var kept []Launch
-		for j, l := range ls {
-			if !drop[pos{i, j}] {
-				kept = append(kept, l)
-			}
-		}
-		steps[i] = kept
-	}
+		f, cp, ok := qgemvWithQ8X(q, g)
+		return f, ok && !laterReadsCopy(rest, cp)
+	})
 }
 
 // parseQGEMV reads a qgemv launch's arguments; it fails unless QGEMV builds

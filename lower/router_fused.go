@@ -95,34 +95,13 @@ func RouterFused(gemv, topk Launch, counter Ptr) (Launch, error) {
 // stream of launches, a list per step, in place; the counter is the sync
 // region's first (the router_topk rule's counters reserve it).
 func fuseRouter(steps [][]Launch) {
-	type pos struct{ step, i int }
-	var prev *Launch
-	var prevAt pos
-	drop := map[pos]bool{}
-	for i := range steps {
-		for j := range steps[i] {
-			l := &steps[i][j]
-			if l.Kernel == "router_topk_block" && prev != nil && prev.Kernel == "gemv" && len(prev.Ints) > 0 && prev.Ints[0] <= RouterFusedMaxT {
-				if f, err := RouterFused(*prev, *l, Ptr{BaseSync, 0}); err == nil {
-					steps[prevAt.step][prevAt.i] = f
-					drop[pos{i, j}] = true
-				}
-			}
-			prev, prevAt = l, pos{i, j}
+	fusePairs(steps, false, func(g, topk Launch, _ []Launch) (Launch, bool) {
+		if g.Kernel != "gemv" || topk.Kernel != "router_topk_block" || len(g.Ints) == 0 || g.Ints[0] > RouterFusedMaxT {
+			return Launch{}, false
 		}
-	}
-	if len(drop) == 0 {
-		return
-	}
-	for i, ls := range steps {
-		var kept []Launch
-		for j, l := range ls {
-			if !drop[pos{i, j}] {
-				kept = append(kept, l)
-			}
-		}
-		steps[i] = kept
-	}
+		f, err := RouterFused(g, topk, Ptr{BaseSync, 0})
+		return f, err == nil
+	})
 }
 
 // routerCounters: a router step of few tokens may be fused with its GEMV

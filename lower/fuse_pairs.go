@@ -1,0 +1,47 @@
+package lower
+
+// The launch-stream fusions (fuseAttnQ8X, fuseAddNorm, fuseRouter,
+// fuseQGEMVXIn) each replace two consecutive launches of a stream, a list
+// per step, by one. fusePairs is that walk, once.
+
+// fusePairs walks steps' launches in stream order, across steps. Where
+// fuse accepts a launch a and the one right after it, b (rest: the
+// launches after b, for invariants that look ahead), a's place (b's with
+// atB) gets the fused launch, the other is dropped, and the walk goes on
+// after b. In place.
+func fusePairs(steps [][]Launch, atB bool, fuse func(a, b Launch, rest []Launch) (Launch, bool)) {
+	type pos struct{ step, i int }
+	var flat []Launch
+	var where []pos
+	for i, ls := range steps {
+		for j, l := range ls {
+			flat, where = append(flat, l), append(where, pos{i, j})
+		}
+	}
+	drop := map[pos]bool{}
+	for k := 0; k+1 < len(flat); k++ {
+		f, ok := fuse(flat[k], flat[k+1], flat[k+2:])
+		if !ok {
+			continue
+		}
+		keep, gone := where[k], where[k+1]
+		if atB {
+			keep, gone = gone, keep
+		}
+		steps[keep.step][keep.i] = f
+		drop[gone] = true
+		k++
+	}
+	if len(drop) == 0 {
+		return
+	}
+	for i, ls := range steps {
+		var kept []Launch
+		for j, l := range ls {
+			if !drop[pos{i, j}] {
+				kept = append(kept, l)
+			}
+		}
+		steps[i] = kept
+	}
+}
