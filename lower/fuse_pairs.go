@@ -4,6 +4,20 @@ package lower
 // fuseQGEMVXIn) each replace two consecutive launches of a stream, a list
 // per step, by one. fusePairs is that walk, once.
 
+// argKinds reports whether the arguments a are of the kinds given, in
+// order (the launch-stream passes read launches back this way).
+func argKinds(a []Arg, kinds ...string) bool {
+	if len(a) != len(kinds) {
+		return false
+	}
+	for i, k := range kinds {
+		if a[i].Kind != k {
+			return false
+		}
+	}
+	return true
+}
+
 // fusePairs walks steps' launches in stream order, across steps. Where
 // fuse accepts a launch a and the one right after it, b (rest: the
 // launches after b, for invariants that look ahead), a's place (b's with

@@ -51,13 +51,9 @@ func fuseQGEMVXIn(steps [][]Launch) {
 // exactly that launch from them.
 func parseQGEMV(l Launch) (QGEMVArgs, bool) {
 	a := l.Args
-	if l.Kernel != "qgemv" || len(a) != 9 || len(l.DTypes) != 1 || len(l.Ints) != 5 {
+	if l.Kernel != "qgemv" || len(l.DTypes) != 1 || len(l.Ints) != 5 ||
+		!argKinds(a, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
 		return QGEMVArgs{}, false
-	}
-	for i, k := range []string{ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32} {
-		if a[i].Kind != k {
-			return QGEMVArgs{}, false
-		}
 	}
 	g := QGEMVArgs{T: int(l.Ints[1]), K: int(a[1].Int), N: int(a[0].Int), XQ: a[5].Ptr(), W: a[4].Ptr(), Y: a[7].Ptr(),
 		WType: quant.Type(l.Ints[0]), WRows: int(a[2].Int), Row0: int(a[3].Int), YType: l.DTypes[0], SwiGLU: l.Ints[2] == 1,
