@@ -387,6 +387,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	}
 	dropQ8X(launches)
 	fuseAddNorm(launches)
+	fuseGEMVNorm(launches)
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}
