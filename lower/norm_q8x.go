@@ -27,11 +27,14 @@ import "reflect"
 // fuseLaunches fuses launches of consecutive steps, in place: the
 // routers (fuseRouter), then the quantisations (dropQ8X), which may run
 // past a fused router, then the residual adds into the norms after them
-// (fuseAddNorm), which needs the norms as dropQ8X leaves them.
+// (fuseAddNorm), which needs the norms as dropQ8X leaves them, then the
+// one-row norms into the GEMVs before them (fuseGEMVNorm), which takes
+// the norms as fuseAddNorm leaves them.
 func fuseLaunches(steps [][]Launch) {
 	fuseRouter(steps)
 	dropQ8X(steps)
 	fuseAddNorm(steps)
+	fuseGEMVNorm(steps)
 }
 
 // dropQ8X removes the quantisation launches a stream need not make, a

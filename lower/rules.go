@@ -151,10 +151,10 @@ func (p *Plan) stepLaunches(s *Schedule, st *Step, T int, batch bool) ([]Launch,
 // s.Tokens), in step order: prefill runs any chunk up to the planned one.
 // At s.Tokens they are the steps' recorded Launches. A step may rely on
 // an earlier one's quantised activations (reuseQ8X), a norm quantise
-// them for a later step (fuseNormQ8X), an add launch the next step's
-// norm (fuseAddNorm), or a router GEMV's step select the experts for the
-// next (fuseRouter, leaving that step no launch): the steps run in order,
-// all of them.
+// them for a later step (fuseNormQ8X), an add or a GEMV launch the next
+// step's norm (fuseAddNorm, fuseGEMVNorm), or a router GEMV's step select
+// the experts for the next (fuseRouter, leaving that step no launch): the
+// steps run in order, all of them.
 func (p *Plan) At(s *Schedule, t int) ([][]Launch, error) {
 	if t < 1 || t > s.Tokens {
 		return nil, fmt.Errorf("lower: %s runs 1 to %d tokens, not %d", s.Class, s.Tokens, t)

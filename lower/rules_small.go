@@ -23,7 +23,13 @@ func init() {
 			return nil, fmt.Errorf("norm weight %s must be f32 on the device, is %s", st.In[1].Value, st.In[1].DType)
 		}
 		return one(RMSNorm(st.In[0].DType, st.Out[0].DType, c.out[0], c.in[0], c.in[1], c.rows(st.In[0]), st.In[0].Last(c.T), float32(st.Float("eps"))))
-	}, f32Inputs: []int{1}})
+	}, f32Inputs: []int{1}, counters: func(c *stepCtx) (int64, error) {
+		// A norm of one row may run in the GEMV before it (fuseGEMVNorm).
+		if c.rows(c.st.In[0]) == 1 {
+			return GEMVNormCounter, nil
+		}
+		return 0, nil
+	}})
 	defRule("softplus_gate", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		st := c.st
 		if err := same("softplus_gate", st.In[0].DType, st.In[1].DType, st.Out[0].DType); err != nil {

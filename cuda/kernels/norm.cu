@@ -296,3 +296,138 @@ __global__ void __launch_bounds__(1024) add_rms_norm_block_q8x(int rows, int n, 
   pdl_wait();
   norm_block_rows<Tx, To, true, true>(rows, n, eps, nullptr, w, out, xq, xs, a, b, sum);
 }
+
+// --------------------------------------------- after a GEMV (quant.cu)
+//
+// norm_tail is one row's norm as a launch of `lanes` threads of the
+// kernels above would compute it (lanes 32: the warp kernels), run by the
+// last block of the GEMV that wrote its input (qgemv_norm), with the same
+// bits. The block's warps stand in for the lanes' warps (warp w for w,
+// w+warps, ...): each sums its squares in its lanes' order and the sums
+// combine as norm_row's block combines them (for lanes 32 that adds
+// zeros: the same sum). Outputs are element-wise and the quantised groups
+// order-free, so the second pass takes the chunks in any order and reads
+// the inputs again. x, a, b and sum are read through L2 (ld.cg): other
+// blocks wrote them, and this SM's L1 may hold older lines of them.
+
+__device__ __forceinline__ float norm_ldcg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float norm_ldcg(const bf16_t* p) {
+  bf16_t v;
+  v.bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+  return to_f32(v);
+}
+__device__ __forceinline__ float norm_ldcg(const half_t* p) {
+  half_t v;
+  v.bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+  return to_f32(v);
+}
+__device__ __forceinline__ void norm_load8_cg(const float* p, float* o) {
+  float4 a = __ldcg(reinterpret_cast<const float4*>(p)), b = __ldcg(reinterpret_cast<const float4*>(p) + 1);
+  o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+__device__ __forceinline__ void norm_load8_cg(const bf16_t* p, float* o) {
+  uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
+  norm_bf16x2(u.x, o);
+  norm_bf16x2(u.y, o + 2);
+  norm_bf16x2(u.z, o + 4);
+  norm_bf16x2(u.w, o + 6);
+}
+__device__ __forceinline__ void norm_load8_cg(const half_t* p, float* o) {
+#pragma unroll
+  for (int e = 0; e < 8; e++) o[e] = norm_ldcg(p + e);
+}
+template <typename T> __device__ __forceinline__ void norm_load8_cg_any(const T* p, float* o) {
+  if (((unsigned long long)p & 15ull) == 0) {
+    norm_load8_cg(p, o);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = norm_ldcg(p + e);
+  }
+}
+
+template <typename Tx, typename To, bool Q8, bool ADD>
+__device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx* x, const float* __restrict__ w, To* out,
+                                          signed char* xq, float4* xs, const Tx* a, const Tx* b, Tx* sum) {
+  __shared__ float red[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int nc = n >> 3;
+  const Tx* xr = ADD ? sum : x;
+  const bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out);
+  for (int vw = warp; vw < (lanes >> 5); vw += warps) {  // uniform per warp
+    const int me = 32 * vw + lane;
+    float ss = 0.f;
+    if (vec) {
+#pragma unroll 1  // few registers: the GEMV's occupancy is the kernel's
+      for (int i = 0; i < NORM_CHUNKS; i++) {
+        int c = me + i * lanes;
+        if (c < nc) {
+          float v[8];
+          if (ADD) {
+            float vb[8];
+            norm_load8_cg_any(a + 8 * c, v);
+            norm_load8_cg_any(b + 8 * c, vb);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
+            norm_store8(sum + 8 * c, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = to_f32(from_f32<Tx>(v[e]));
+          } else {
+            norm_load8_cg(x + 8 * c, v);
+          }
+#pragma unroll
+          for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+        }
+      }
+    } else {
+      for (int c = me; c < n; c += lanes) {
+        float xv;
+        if (ADD) {
+          const Tx s = from_f32<Tx>(norm_ldcg(a + c) + norm_ldcg(b + c));
+          sum[c] = s;
+          xv = to_f32(s);
+        } else {
+          xv = norm_ldcg(x + c);
+        }
+        ss += xv * xv;
+      }
+    }
+    ss = norm_warp_sum(ss);
+    if (lane == 0) red[vw] = ss;
+  }
+  __syncthreads();  // also orders every read of the row (and sum's stores) before the writes
+  const float ss = norm_warp_sum(lane < (lanes >> 5) ? red[lane] : 0.f);
+  const float inv = 1.f / sqrtf(ss / (float)n + eps);
+  if (vec) {
+    for (int c0 = 0; c0 < nc; c0 += blockDim.x) {  // uniform
+      const int c = c0 + threadIdx.x;
+      const bool has = c < nc;
+      float o[8];
+      if (has) {
+        float v[8], wv[8];
+        norm_load8_cg(xr + 8 * c, v);
+        norm_load8(w + 8 * c, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] = wv[e] * (v[e] * inv);
+        norm_store8(out + 8 * c, o);
+      }
+      if (Q8) {
+        float st[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
+        norm_q8x(st, has, c, xq, xs);
+      }
+    }
+  } else {
+    for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = from_f32<To>(w[c] * (norm_ldcg(xr + c) * inv));
+    if (Q8) {
+      __syncthreads();
+      for (int c0 = 0; c0 < nc; c0 += blockDim.x) {
+        const int c = c0 + threadIdx.x;
+        float st[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) st[e] = c < nc ? norm_ldcg(out + 8 * c + e) : 0.f;
+        norm_q8x(st, c < nc, c, xq, xs);
+      }
+    }
+  }
+}

@@ -499,9 +499,8 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 // every block. y must lie apart from x (other blocks may store y while one
 // still reads x).
 template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
-                                                 const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
-  pdl_wait();
+__device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                               const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
   extern __shared__ __align__(16) unsigned char qgemv_xin_smem[];
   float4* xs = reinterpret_cast<float4*>(qgemv_xin_smem);
   const int groups = R * (K / 32);
@@ -528,6 +527,62 @@ __global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, l
   }
   __syncthreads();
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+}
+
+template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
+__global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                                 const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
+  pdl_wait();
+  qgemv_xin_body<TY, TX, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, x, y, accumulate);
+}
+
+// qgemv_norm and qgemv_xin_norm are qgemv and qgemv_xin followed by the
+// norm of y's row as its launch would compute it (norm_tail, norm.cu, of
+// `lanes` threads: the same bits), one launch fewer: a block stores its
+// outputs, then counts itself done at counter; the last one runs the norm
+// once every block's y is stored and returns counter to 0 (it is 0 before
+// the launch). n values at x (the norm of y: x is y) or, with TAIL bit 1,
+// at sum = a + b (y is a or b); TAIL bit 0 also quantises out into nxq,
+// nxs. The norm's outputs may lie over the GEMV's inputs (its quantised
+// activations): every block has read them when the last one starts.
+// Only w is __restrict__: y is the norm's input, xq or x its output.
+template <typename TY, typename TO, int TAIL>
+__device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a,
+                                           const TY* b, TY* sum, const float* nw, TO* out, signed char* nxq, float4* nxs) {
+  __shared__ bool qgemv_last;
+  __threadfence();  // this block's y, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) *counter = 0u;
+    qgemv_last = last;
+  }
+  __syncthreads();
+  if (!qgemv_last) return;
+  __threadfence();
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+}
+
+template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
+__global__ void __launch_bounds__(256) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                                  const signed char* xq, const float4* xs, TY* y, int accumulate,
+                                                  unsigned int* counter, int n, int lanes, float eps, const TY* x,
+                                                  const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
+                                                  signed char* nxq, float4* nxs) {
+  pdl_wait();
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
+}
+
+template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
+__global__ void __launch_bounds__(256) qgemv_xin_norm(int N, int K, long long rows, long long row0,
+                                                      const unsigned char* __restrict__ w, const TX* xin, TY* y,
+                                                      int accumulate, unsigned int* counter, int n, int lanes, float eps,
+                                                      const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
+                                                      TO* out, signed char* nxq, float4* nxs) {
+  pdl_wait();
+  qgemv_xin_body<TY, TX, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, xin, y, accumulate);
+  qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
 // ------------------------------------------ routed experts (decode)

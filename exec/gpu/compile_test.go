@@ -172,6 +172,20 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, l)
 		}
+		// GEMVs ending with the norm of their y (TestQGEMVNormGPU): a warp
+		// norm, a plain block one, an add of another output dtype.
+		for _, c := range gemvNormCases {
+			g, n, err := c.launches(lower.DevicePtr(1<<20), lower.DevicePtr(2<<20), lower.DevicePtr(3<<20), lower.DevicePtr(4<<20),
+				lower.DevicePtr(5<<20), lower.DevicePtr(6<<20), lower.DevicePtr(7<<20), lower.DevicePtr(8<<20), dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := lower.QGEMVNorm(g, n, lower.DevicePtr(9<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
 	}
 	return out
 }

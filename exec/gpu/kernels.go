@@ -76,12 +76,14 @@ var compiled sync.Map // kernelKey -> *cuda.Kernel
 
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
 // matmul.cu's tensor-core pieces, router.cu its GEMV (router_fused), the
-// attention kernels gate.cu's output gate.
+// attention kernels gate.cu's output gate, the quantised GEMVs the norm
+// they may end with.
 var sourceDeps = map[string][]string{
 	"moe.cu":                  {"matmul.cu"},
 	"router.cu":               {"matmul.cu"},
 	"attention.cu":            {"gate.cu"},
 	"attention_prefill_tc.cu": {"gate.cu"},
+	"quant.cu":                {"norm.cu"},
 }
 
 // source is the text NVRTC compiles for file: its dependencies, then the
