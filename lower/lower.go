@@ -39,6 +39,9 @@ type Options struct {
 	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
 	// more run on cuBLASLt (the executor has loaded it).
 	CublasLt bool
+	// L2Prefetch: decode steps prefetch o_proj's weights into L2 while the
+	// attention runs (prefetchL2). An experiment (LAGC_L2_PREFETCH=1).
+	L2Prefetch bool
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -386,6 +389,9 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		}
 	}
 	fuseLaunches(launches)
+	if class == Decode && l.o.L2Prefetch {
+		prefetchL2(launches)
+	}
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

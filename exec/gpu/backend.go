@@ -30,7 +30,7 @@ func PlanOptions(c Config, sms, cc int) lower.Options {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc)}
+		CublasLt: UseCublasLt(cc), L2Prefetch: os.Getenv("LAGC_L2_PREFETCH") == "1"}
 }
 
 // UseCublasLt says whether plans for compute capability cc put the plain
