@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"strings"
 
 	"lagc/quant"
 )
@@ -48,8 +49,8 @@ func prefetchL2(steps [][]Launch) {
 		var g Launch
 		found := false
 		for _, q := range all[k+1:] {
-			if l := at(q); l.Kernel == "qgemv" || l.Kernel == "gemv" || l.Kernel == "qgemv_xin" {
-				g, found = l, l.Kernel == "qgemv"
+			if l := at(q); strings.HasPrefix(l.Kernel, "qgemv") || strings.HasPrefix(l.Kernel, "gemv") {
+				g, found = l, l.Kernel == "qgemv" || l.Kernel == "qgemv_norm"
 				break
 			}
 		}
@@ -85,9 +86,13 @@ func prefetchL2(steps [][]Launch) {
 	}
 }
 
-// qgemvWeights is the weight rows a qgemv launch reads: rows row0 ..
-// row0+N (2N with SwiGLU) of K elements of its type.
+// qgemvWeights is the weight rows a qgemv launch (or a qgemv_norm: qgemv's
+// arguments, then its norm's) reads: rows row0 .. row0+N (2N with SwiGLU)
+// of K elements of its type.
 func qgemvWeights(l Launch) (Ptr, int64, bool) {
+	if l.Kernel == "qgemv_norm" && len(l.DTypes) == 2 && len(l.Ints) == 6 && len(l.Args) > 9 {
+		l.Kernel, l.DTypes, l.Ints, l.Args = "qgemv", l.DTypes[:1], l.Ints[:5], l.Args[:9]
+	}
 	a, ok := parseQGEMV(l)
 	if !ok {
 		return Ptr{}, 0, false

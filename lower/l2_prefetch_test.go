@@ -16,6 +16,14 @@ func TestPrefetchL2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n, err := RMSNormQ8X("bf16", "bf16", Ptr{BaseArena, 1 << 20}, Ptr{BaseArena, 0}, Ptr{BaseWeights, 1 << 30}, Ptr{BaseWorkspace, 1 << 20}, 1, 3072, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gn, err := QGEMVNorm(g, n, Ptr{BaseSync, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
 	attn := Launch{Kernel: "attn_decode"}
 	rope := Launch{Kernel: "qk_norm_rope"}
 	other := Launch{Kernel: "gemv"}
@@ -27,6 +35,7 @@ func TestPrefetchL2(t *testing.T) {
 	}{
 		{"rope and attention", [][]Launch{{rope}, {attn}, {g}}, "l2_prefetch qk_norm_rope attn_decode qgemv"},
 		{"attention alone", [][]Launch{{attn, g}}, "l2_prefetch attn_decode qgemv"},
+		{"the GEMV ending in a norm", [][]Launch{{attn, gn}}, "l2_prefetch attn_decode qgemv_norm"},
 		{"a float GEMV first", [][]Launch{{attn}, {other, g}}, "attn_decode gemv qgemv"},
 		{"no GEMV after", [][]Launch{{g, attn}}, "qgemv attn_decode"},
 	} {
