@@ -120,7 +120,7 @@ const (
 	ltDescTransB  = 4  // CUBLASLT_MATMUL_DESC_TRANSB
 	ltOpN, ltOpT  = 0, 1
 	ltPrefMaxWS   = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
-	ltWorkspace   = 32 << 20
+	ltWorkspace   = LtWorkspaceBytes
 	ltHeuristicSz = 96 // sizeof(cublasLtMatmulHeuristicResult_t): algo[64], workspaceSize, state, wavesCount, reserved[4]
 )
 
@@ -134,6 +134,10 @@ func (a *cublasLtAPI) err(fn string, st int32) error {
 	}
 	return fmt.Errorf("cuda: %s failed: cuBLAS status %d%s", fn, st, name)
 }
+
+// LtWorkspaceBytes is the device memory an Lt holds for cuBLASLt's
+// workspace.
+const LtWorkspaceBytes = 32 << 20
 
 // Lt is a cuBLASLt handle with its workspace on one device.
 type Lt struct {
