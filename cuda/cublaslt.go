@@ -37,6 +37,7 @@ var (
 	ltOnce sync.Once
 	ltLib  *cublasLtAPI
 	ltErr  error
+	ltName string
 )
 
 // cublasLtCandidates lists what to dlopen, best first: per search directory
@@ -75,6 +76,15 @@ func HaveCublasLt() bool {
 	return err == nil
 }
 
+// CublasLtLibrary is the cuBLASLt library loaded (its path or soname), or
+// why none could be.
+func CublasLtLibrary() (string, error) {
+	if _, err := loadCublasLt(); err != nil {
+		return "", err
+	}
+	return ltName, nil
+}
+
 func loadCublasLt() (*cublasLtAPI, error) {
 	ltOnce.Do(func() {
 		cands := cublasLtCandidates(os.Getenv(EnvCublasLtLib), searchDirs(os.Getenv("LD_LIBRARY_PATH"), globAll), globAll)
@@ -106,7 +116,7 @@ func loadCublasLt() (*cublasLtAPI, error) {
 		if statusName != 0 { // a string result is copied by purego; errors only
 			purego.RegisterFunc(&a.statusName, statusName)
 		}
-		ltLib = a
+		ltLib, ltName = a, name
 	})
 	return ltLib, ltErr
 }
