@@ -37,6 +37,7 @@ var (
 	ltOnce sync.Once
 	ltLib  *cublasLtAPI
 	ltErr  error
+	ltName string
 )
 
 // cublasLtCandidates lists what to dlopen, best first: per search directory
@@ -75,6 +76,15 @@ func HaveCublasLt() bool {
 	return err == nil
 }
 
+// CublasLtLibrary is the cuBLASLt library loaded (its path or soname), or
+// why none could be.
+func CublasLtLibrary() (string, error) {
+	if _, err := loadCublasLt(); err != nil {
+		return "", err
+	}
+	return ltName, nil
+}
+
 func loadCublasLt() (*cublasLtAPI, error) {
 	ltOnce.Do(func() {
 		cands := cublasLtCandidates(os.Getenv(EnvCublasLtLib), searchDirs(os.Getenv("LD_LIBRARY_PATH"), globAll), globAll)
@@ -106,7 +116,7 @@ func loadCublasLt() (*cublasLtAPI, error) {
 		if statusName != 0 { // a string result is copied by purego; errors only
 			purego.RegisterFunc(&a.statusName, statusName)
 		}
-		ltLib = a
+		ltLib, ltName = a, name
 	})
 	return ltLib, ltErr
 }
@@ -120,7 +130,7 @@ const (
 	ltDescTransB  = 4  // CUBLASLT_MATMUL_DESC_TRANSB
 	ltOpN, ltOpT  = 0, 1
 	ltPrefMaxWS   = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
-	ltWorkspace   = 32 << 20
+	ltWorkspace   = LtWorkspaceBytes
 	ltHeuristicSz = 96 // sizeof(cublasLtMatmulHeuristicResult_t): algo[64], workspaceSize, state, wavesCount, reserved[4]
 )
 
@@ -134,6 +144,10 @@ func (a *cublasLtAPI) err(fn string, st int32) error {
 	}
 	return fmt.Errorf("cuda: %s failed: cuBLAS status %d%s", fn, st, name)
 }
+
+// LtWorkspaceBytes is the device memory an Lt holds for cuBLASLt's
+// workspace.
+const LtWorkspaceBytes = 32 << 20
 
 // Lt is a cuBLASLt handle with its workspace on one device.
 type Lt struct {

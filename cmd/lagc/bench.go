@@ -15,6 +15,7 @@ import (
 
 	"lagc/ckpt"
 	"lagc/config"
+	"lagc/cuda"
 	"lagc/engine"
 	"lagc/exec/gpu"
 	"lagc/ir"
@@ -115,11 +116,13 @@ type benchReport struct {
 	// The memory plan: weights at full depth (estimated from the benched
 	// layers), KV caches at the bench's context, the activation arena and
 	// scratch of the larger schedule.
-	WeightBytes48  int64   `json:"weight_bytes_full_depth"`
-	KVBytes        int64   `json:"kv_bytes"`
-	ArenaBytes     int64   `json:"arena_bytes"`
-	WorkspaceBytes int64   `json:"workspace_bytes"`
-	Bandwidth      float64 `json:"roofline_bytes_per_s"`
+	WeightBytes48  int64 `json:"weight_bytes_full_depth"`
+	KVBytes        int64 `json:"kv_bytes"`
+	ArenaBytes     int64 `json:"arena_bytes"`
+	WorkspaceBytes int64 `json:"workspace_bytes"`
+	// CublasLtBytes: cuBLASLt's workspace, where prefill GEMMs run on it.
+	CublasLtBytes int64   `json:"cublaslt_bytes,omitempty"`
+	Bandwidth     float64 `json:"roofline_bytes_per_s"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
@@ -287,6 +290,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 	rep.KVBytes = plan.KVBytes
 	rep.ArenaBytes = max(plan.Decode.Arena, plan.Prefill.Arena)
 	rep.WorkspaceBytes = max(plan.Decode.Workspace, plan.Prefill.Workspace)
+	if plan.CublasLt {
+		rep.CublasLtBytes = cuda.LtWorkspaceBytes
+	}
 	rng := rand.New(rand.NewPCG(f.seed, 7))
 	maxTok := max(f.ctx, maxInts(sizes))
 	toks := make([]int32, maxTok)
@@ -709,6 +715,9 @@ func printBench(w io.Writer, r *benchReport) {
 	fmt.Fprintf(w, "memory: weights %s (%s at full depth), KV caches %s (context %d), activations %s, scratch %s\n",
 		lower.FormatBytes(r.WeightBytes), lower.FormatBytes(r.WeightBytes48), lower.FormatBytes(r.KVBytes), r.Context,
 		lower.FormatBytes(r.ArenaBytes), lower.FormatBytes(r.WorkspaceBytes))
+	if r.CublasLtBytes > 0 {
+		fmt.Fprintf(w, "prefill GEMMs on cuBLASLt (LAGC_CUBLASLT=0: lagc's own), its workspace %s\n", lower.FormatBytes(r.CublasLtBytes))
+	}
 	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s\n\n", r.Runs, r.Bandwidth/1e12)
 	if r.Load != nil {
 		printLoad(w, r.Load)

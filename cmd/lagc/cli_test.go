@@ -13,7 +13,8 @@ import (
 )
 
 // TestVersion: `lagc version` and `lagc --version` name the build, the Go
-// toolchain and the CUDA libraries (or why they are not found).
+// toolchain and the CUDA libraries, cuBLASLt included (or why they are
+// not found).
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, errs := runBinary(t, "", args...)
@@ -21,7 +22,7 @@ func TestVersion(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, errs)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		want := []string{"lagc ", "commit: ", "go: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH, "CUDA driver: ", "NVRTC: "}
+		want := []string{"lagc ", "commit: ", "go: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH, "CUDA driver: ", "NVRTC: ", "cuBLASLt (optional): "}
 		if len(lines) != len(want) {
 			t.Fatalf("%v printed %d lines, want %d:\n%s", args, len(lines), len(want), out)
 		}

@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "version",
-		summary: "print lagc's version and commit, the Go version, and whether the CUDA driver and NVRTC are found",
+		summary: "print lagc's version and commit, the Go version, and whether the CUDA driver, NVRTC and cuBLASLt are found",
 		usage:   "version (or lagc --version)",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			return func(args []string) error {
@@ -60,5 +60,10 @@ func writeVersion(w io.Writer) {
 		fmt.Fprintf(w, "NVRTC: not found: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "NVRTC: %s (%s)\n", cuda.LoadedLibraries().NVRTC, v)
+	}
+	if name, err := cuda.CublasLtLibrary(); err != nil {
+		fmt.Fprintf(w, "cuBLASLt (optional): not found: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "cuBLASLt (optional): %s; on Hopper it runs prefill's plain bf16 GEMMs (LAGC_CUBLASLT=0: lagc's own)\n", name)
 	}
 }

@@ -186,36 +186,32 @@ __device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int 
 // and the denominator, held by the lanes a split each and broadcast by
 // shuffles; o gets this lane's channels of sum_s w_s acc_s / den. Loads
 // bypass L1 (other blocks wrote the partials during this launch); VEC4
-// (d a multiple of 4) reads 4 channels at once. Unrolled over splits, so
-// several loads are in flight (the merge is latency bound; 4 keeps the
-// kernel at the registers of its key loop).
+// (d a multiple of 4) reads 4 channels at once.
+//
+// It runs in the last block of a group after every other block, so its
+// memory round trips are the attention's tail (Nsight: the busiest SM
+// active twice as long as the average). Up to DEC_MERGE_REG splits a lane
+// loads its splits' (max, sum) once, both at once, and keeps them for the
+// maximum, the denominator and the weights (one round trip where reading
+// them in each phase, the sum before the max, took six), and 8 splits'
+// partials are loaded before they are summed. The same expressions in the
+// same order either way: the same bits.
+#define DEC_MERGE_REG 64
 template <int NCH, bool VEC4>
 __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_acc, const float* part_ml, int nsplit,
                                           int nh, int d, int h, int lane) {
+  constexpr int B = DEC_MERGE_REG / 32;
   long long mstride = (long long)nh * 2, astride = (long long)nh * d;
   const float* ml = part_ml + (long long)h * 2;
   const float* pa = part_acc + (long long)h * d;
-  float M = ATT_NEG_INF;
-  for (int s = lane; s < nsplit; s += 32)
-    if (__ldcg(ml + s * mstride + 1) > 0.f) M = fmaxf(M, __ldcg(ml + s * mstride));
-  M = att_warp_max(M);
-  float den = 0.f;
-  for (int s = lane; s < nsplit; s += 32) {
-    float ls = __ldcg(ml + s * mstride + 1);
-    den += ls > 0.f ? expf(__ldcg(ml + s * mstride) - M) * ls : 0.f;
-  }
-  den = att_warp_sum(den);
   float num[NCH][4];
 #pragma unroll
   for (int i = 0; i < NCH; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) num[i][e] = 0.f;
-  for (int s0 = 0; s0 < nsplit; s0 += 32) {
-    float wl = 0.f;
-    if (s0 + lane < nsplit) {
-      float ls = __ldcg(ml + (s0 + lane) * mstride + 1);
-      wl = ls > 0.f ? expf(__ldcg(ml + (s0 + lane) * mstride) - M) : 0.f;
-    }
+  // num += the partials of splits s0 .. s0+31, split s0+j weighted by lane
+  // j's wl.
+  auto add_splits = [&](int s0, float wl) {
     int ns = min(32, nsplit - s0);
 #pragma unroll 4
     for (int j = 0; j < ns; j++) {
@@ -238,6 +234,44 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
             if (c + e < d) num[i][e] += w * __ldcg(ps + c + e);
         }
       }
+    }
+  };
+  float M = ATT_NEG_INF, den = 0.f;
+  if (nsplit <= DEC_MERGE_REG) {  // uniform
+    float ms[B], ls[B];             // split lane + 32b's max and sum
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+      const int s = lane + 32 * b;
+      ms[b] = s < nsplit ? __ldcg(ml + s * mstride) : 0.f;
+      ls[b] = s < nsplit ? __ldcg(ml + s * mstride + 1) : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++)
+      if (lane + 32 * b < nsplit && ls[b] > 0.f) M = fmaxf(M, ms[b]);
+    M = att_warp_max(M);
+#pragma unroll
+    for (int b = 0; b < B; b++)
+      if (lane + 32 * b < nsplit) den += ls[b] > 0.f ? expf(ms[b] - M) * ls[b] : 0.f;
+    den = att_warp_sum(den);
+#pragma unroll
+    for (int b = 0; b < B; b++)
+      if (32 * b < nsplit) add_splits(32 * b, lane + 32 * b < nsplit && ls[b] > 0.f ? expf(ms[b] - M) : 0.f);
+  } else {
+    for (int s = lane; s < nsplit; s += 32)
+      if (__ldcg(ml + s * mstride + 1) > 0.f) M = fmaxf(M, __ldcg(ml + s * mstride));
+    M = att_warp_max(M);
+    for (int s = lane; s < nsplit; s += 32) {
+      float l = __ldcg(ml + s * mstride + 1);
+      den += l > 0.f ? expf(__ldcg(ml + s * mstride) - M) * l : 0.f;
+    }
+    den = att_warp_sum(den);
+    for (int s0 = 0; s0 < nsplit; s0 += 32) {
+      float wl = 0.f;
+      if (s0 + lane < nsplit) {
+        float l = __ldcg(ml + (s0 + lane) * mstride + 1);
+        wl = l > 0.f ? expf(__ldcg(ml + (s0 + lane) * mstride) - M) : 0.f;
+      }
+      add_splits(s0, wl);
     }
   }
 #pragma unroll

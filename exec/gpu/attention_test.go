@@ -285,6 +285,12 @@ func TestAttentionDecodeGPU(t *testing.T) {
 		{"g3-d20-full-split2", 6, 2, 20, 0, 50, 2},
 		{"g2-d6-win9-wrap", 4, 2, 6, 9, 30, 0},
 		{"g2-d256-full-split3", 4, 2, 256, 0, 70, 3},
+		// dec_merge keeps up to 64 splits' (max, sum) in registers, past that
+		// it reads them from memory: both sides of the edge, and 128 splits
+		// (DecodeSplits for 2 kv heads over 4096 slots).
+		{"g4-d128-full-split64", 8, 2, 128, 0, 3000, 64},
+		{"g4-d128-full-split65", 8, 2, 128, 0, 3000, 65},
+		{"g4-d128-full-auto128", 8, 2, 128, 0, 3000, 0},
 	}
 	for ci, c := range cases {
 		for _, dt := range DTypes {

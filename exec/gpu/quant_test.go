@@ -156,18 +156,22 @@ func checkQuantResult(t *testing.T, what string, got []float32, want, mag []floa
 	}
 }
 
+// qgemvCase is a quantised GEMV of the tests: T rows, the epilogues, y's
+// dtype, and rows a warp / warps a row forced (0: lower's choice).
+type qgemvCase struct {
+	T, K, N     int
+	swiglu, acc bool
+	y           cuda.DType
+	nw, split   int
+}
+
 // TestQGEMVGPU: the quantised GEMV of every type against the CPU reference
 // on the same quantised activations, over row counts, ragged N, the
 // SwiGLU and accumulate epilogues and both output dtypes.
 func TestQGEMVGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(7, 8))
-	cases := []struct {
-		T, K, N     int
-		swiglu, acc bool
-		y           cuda.DType
-		nw, split   int
-	}{
+	cases := []qgemvCase{
 		{T: 1, K: 3072, N: 37, y: cuda.F32},
 		{T: 3, K: 1024, N: 64, y: cuda.F32, acc: true},
 		{T: 8, K: 512, N: 9, y: cuda.F32, swiglu: true},
@@ -225,12 +229,7 @@ func TestQGEMVGPU(t *testing.T) {
 func TestQGEMVXInGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(27, 28))
-	cases := []struct {
-		T, K, N     int
-		swiglu, acc bool
-		y           cuda.DType
-		nw, split   int
-	}{
+	cases := []qgemvCase{
 		{T: 1, K: 1024, N: 3072, y: cuda.BF16, acc: true}, // Laguna-S-2.1's shared down
 		{T: 2, K: 1024, N: 64, y: cuda.F32, acc: true},
 		{T: 1, K: 2048, N: 37, y: cuda.F32, nw: 4, split: 8},
