@@ -39,6 +39,15 @@ type Batcher interface {
 	Rewind(slot, n int) error
 }
 
+// LastRowBatcher is implemented by a Batcher that can run a step copying
+// only each segment's last row of logits, the one a server samples from:
+// last is [len(segs)*V], segment i's row at i*V; next is every row's
+// argmax [T]. On the GPU a prompt chunk's logits are 4*V bytes a token
+// (822 MB for 2048 tokens at Laguna's vocabulary) to copy to the host.
+type LastRowBatcher interface {
+	StepLast(segs []Segment) (last []float32, next []int32, err error)
+}
+
 // Batch returns the model's batched backend, opened with Options.Slots
 // sequence slots. It shares the executor with Backend (whose sequence is
 // slot 0): use one or the other, not both at once.
@@ -64,16 +73,36 @@ func (b cpuBackend) SlotLen(slot int) int {
 }
 
 func (b cpuBackend) Step(segs []Segment) ([]float32, []int32, error) {
-	cs := make([]cpu.Segment, len(segs))
-	for i, s := range segs {
-		cs[i] = cpu.Segment{Slot: s.Slot, Tokens: s.Tokens}
-	}
-	r, err := b.ex.Step(cs)
+	r, err := b.step(segs)
 	if err != nil {
 		return nil, nil, err
 	}
 	return r.Logits, r.Next, nil
 }
 
+func (b cpuBackend) step(segs []Segment) (*cpu.Result, error) {
+	cs := make([]cpu.Segment, len(segs))
+	for i, s := range segs {
+		cs[i] = cpu.Segment{Slot: s.Slot, Tokens: s.Tokens}
+	}
+	return b.ex.Step(cs)
+}
+
 func (b cpuBackend) ResetSlot(slot int)       { b.ex.ResetSlot(slot) }
 func (b cpuBackend) Rewind(slot, n int) error { return b.ex.Rewind(slot, n) }
+
+// StepLast slices each segment's last row out of Step's logits: the CPU
+// computes every row anyway, but the server then runs the GPU's path.
+func (b cpuBackend) StepLast(segs []Segment) ([]float32, []int32, error) {
+	r, err := b.step(segs)
+	if err != nil {
+		return nil, nil, err
+	}
+	last := make([]float32, 0, len(segs)*r.V)
+	row := 0
+	for _, sg := range segs {
+		row += len(sg.Tokens)
+		last = append(last, r.Logits[(row-1)*r.V:row*r.V]...)
+	}
+	return last, r.Next, nil
+}

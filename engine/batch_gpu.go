@@ -12,12 +12,18 @@ func (b gpuBatch) Slots() int           { return b.ex.Seqs() }
 func (b gpuBatch) MaxPos() int          { return b.ex.MaxPos() }
 func (b gpuBatch) SlotLen(slot int) int { return b.ex.SlotLen(slot) }
 
-func (b gpuBatch) Step(segs []Segment) ([]float32, []int32, error) {
+func (b gpuBatch) Step(segs []Segment) ([]float32, []int32, error) { return b.ex.Step(gpuSegs(segs)) }
+
+func (b gpuBatch) StepLast(segs []Segment) ([]float32, []int32, error) {
+	return b.ex.StepLast(gpuSegs(segs))
+}
+
+func gpuSegs(segs []Segment) []gpu.Segment {
 	gs := make([]gpu.Segment, len(segs))
 	for i, s := range segs {
 		gs[i] = gpu.Segment{Slot: s.Slot, Tokens: s.Tokens}
 	}
-	return b.ex.Step(gs)
+	return gs
 }
 
 func (b gpuBatch) ResetSlot(slot int)       { b.ex.ResetSlot(slot) }

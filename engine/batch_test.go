@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,6 +105,69 @@ func TestBatchStepEqualsAlone(t *testing.T) {
 			for i := range seqs {
 				if err := sameBits(got[i], alone[i]); err != nil {
 					t.Errorf("sequence %d (%d tokens): %v", i, len(seqs[i]), err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchStepLast: the CPU batcher's StepLast returns, step after step,
+// each segment's last row of Step's logits bit for bit and Step's argmax,
+// for steps of decode rows beside prompt chunks: two models fed the same
+// steps, one through Step and one through StepLast.
+func TestBatchStepLast(t *testing.T) {
+	for _, dir := range fixtureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			const slots = 3
+			var bs [2]Batcher
+			V := 0
+			for i := range bs {
+				m, err := Open(dir, Options{Slots: slots})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				if bs[i], err = m.Batch(); err != nil {
+					t.Fatal(err)
+				}
+				V = m.Config.VocabSize
+			}
+			lb, ok := bs[1].(LastRowBatcher)
+			if !ok {
+				t.Fatal("the CPU batcher is not a LastRowBatcher")
+			}
+			rng := rand.New(rand.NewPCG(2, 8))
+			for step := range 8 {
+				var segs []Segment
+				for s := range slots {
+					n := 1 // a decode row
+					if step == 0 || rng.IntN(3) == 0 {
+						n = 2 + rng.IntN(12) // a prompt chunk
+					}
+					tok := make([]int32, n)
+					for j := range tok {
+						tok[j] = int32(rng.IntN(V))
+					}
+					segs = append(segs, Segment{Slot: s, Tokens: tok})
+				}
+				rng.Shuffle(len(segs), func(a, c int) { segs[a], segs[c] = segs[c], segs[a] })
+				logits, next, err := bs[0].Step(segs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last, lnext, err := lb.StepLast(segs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(lnext, next) || len(last) != len(segs)*V {
+					t.Fatalf("step %d: argmax %v and %d logits; Step's %v and %d rows of %d", step, lnext, len(last), next, len(segs), V)
+				}
+				row := 0
+				for i, sg := range segs {
+					row += len(sg.Tokens)
+					if err := sameBits(last[i*V:(i+1)*V], logits[(row-1)*V:row*V]); err != nil {
+						t.Fatalf("step %d, segment %d (%d tokens): %v", step, i, len(sg.Tokens), err)
+					}
 				}
 			}
 		})

@@ -346,13 +346,7 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 			decode++
 		}
 	}
-	logits, next, err := s.b.Step(segs)
-	if err == nil {
-		if V := s.cfg.Vocab; len(logits) != T*V || len(next) != T {
-			err = fmt.Errorf("the backend returned %d logits and %d next ids for %d rows; expected %d x vocab %d and %d",
-				len(logits), len(next), T, T, V, T)
-		}
-	}
+	logits, next, compact, err := s.forward(segs, T)
 	if err != nil {
 		for _, q := range seqs {
 			s.b.ResetSlot(q.slot)
@@ -375,11 +369,37 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 				continue // more prompt to feed
 			}
 		}
-		s.emit(q, logits[(row-1)*s.cfg.Vocab:row*s.cfg.Vocab], next[row-1])
+		lr := row - 1 // the segment's last row in logits
+		if compact {
+			lr = i
+		}
+		s.emit(q, logits[lr*s.cfg.Vocab:(lr+1)*s.cfg.Vocab], next[row-1])
 	}
 	if s.cfg.OnStep != nil {
 		s.cfg.OnStep(StepStats{Sequences: len(segs), DecodeRows: decode, PrefillTokens: T - decode, Duration: time.Since(t0)})
 	}
+}
+
+// forward runs a step of T rows. Its logits are each segment's last row
+// (compact) where the backend is an engine.LastRowBatcher, since sampling
+// reads no other and on the GPU every row is 4*vocab bytes to copy; else
+// every row's. next is every row's argmax.
+func (s *Scheduler) forward(segs []engine.Segment, T int) (logits []float32, next []int32, compact bool, err error) {
+	V := s.cfg.Vocab
+	if lb, ok := s.b.(engine.LastRowBatcher); ok {
+		logits, next, err = lb.StepLast(segs)
+		if err == nil && (len(logits) != len(segs)*V || len(next) != T) {
+			err = fmt.Errorf("the backend returned %d logits and %d next ids for the last rows of %d segments of %d rows; expected %d x vocab %d and %d",
+				len(logits), len(next), len(segs), T, len(segs), V, T)
+		}
+		return logits, next, true, err
+	}
+	logits, next, err = s.b.Step(segs)
+	if err == nil && (len(logits) != T*V || len(next) != T) {
+		err = fmt.Errorf("the backend returned %d logits and %d next ids for %d rows; expected %d x vocab %d and %d",
+			len(logits), len(next), T, T, V, T)
+	}
+	return logits, next, false, err
 }
 
 // emit samples q's next token from its last row and decides whether q goes on.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,5 +446,194 @@ func TestCloseCancels(t *testing.T) {
 		if got, reason, _ := collect(t, st); reason != FinishCanceled {
 			t.Errorf("stream %d: finish %q after %d tokens; want %q", i, reason, len(got), FinishCanceled)
 		}
+	}
+}
+
+// rowBackend is a Batcher whose row of logits depends only on the row's
+// token and position, so batching, slots and rewinds cannot change it, and
+// spreads its logits so that a sampler's pick depends on the whole row.
+// It has Step only; lastRowBackend adds StepLast.
+type rowBackend struct {
+	vocab           int
+	lens            []int
+	steps, lastRows atomic.Int64 // Step and StepLast calls
+}
+
+func (b *rowBackend) Slots() int           { return len(b.lens) }
+func (b *rowBackend) MaxPos() int          { return 1000 }
+func (b *rowBackend) SlotLen(slot int) int { return b.lens[slot] }
+func (b *rowBackend) ResetSlot(slot int)   { b.lens[slot] = 0 }
+func (b *rowBackend) Rewind(slot, n int) error {
+	if n > b.lens[slot] {
+		return fmt.Errorf("slot %d holds %d positions, not %d", slot, b.lens[slot], n)
+	}
+	b.lens[slot] = n
+	return nil
+}
+
+// row writes the logits of tok at pos to out and returns their argmax.
+func (b *rowBackend) row(tok int32, pos int, out []float32) int32 {
+	rng := rand.New(rand.NewPCG(uint64(tok), uint64(pos)))
+	best := 0
+	for v := range out {
+		out[v] = float32(3 * rng.NormFloat64())
+		if out[v] > out[best] {
+			best = v
+		}
+	}
+	return int32(best)
+}
+
+// step feeds segs, writing every row's logits to all (if not nil), each
+// segment's last to last (if not nil), and returns every row's argmax.
+func (b *rowBackend) step(segs []engine.Segment, all, last []float32) []int32 {
+	var next []int32
+	buf := make([]float32, b.vocab)
+	for i, sg := range segs {
+		for j, tok := range sg.Tokens {
+			next = append(next, b.row(tok, b.lens[sg.Slot]+j, buf))
+			if all != nil {
+				copy(all[(len(next)-1)*b.vocab:], buf)
+			}
+			if last != nil && j == len(sg.Tokens)-1 {
+				copy(last[i*b.vocab:], buf)
+			}
+		}
+		b.lens[sg.Slot] += len(sg.Tokens)
+	}
+	return next
+}
+
+func (b *rowBackend) Step(segs []engine.Segment) ([]float32, []int32, error) {
+	b.steps.Add(1)
+	T := 0
+	for _, sg := range segs {
+		T += len(sg.Tokens)
+	}
+	all := make([]float32, T*b.vocab)
+	return all, b.step(segs, all, nil), nil
+}
+
+type lastRowBackend struct{ *rowBackend }
+
+func (b lastRowBackend) StepLast(segs []engine.Segment) ([]float32, []int32, error) {
+	b.lastRows.Add(1)
+	last := make([]float32, len(segs)*b.vocab)
+	return last, b.step(segs, nil, last), nil
+}
+
+// stepOnly hides a Batcher's StepLast.
+type stepOnly struct{ engine.Batcher }
+
+type served struct {
+	ids    []int32
+	reason string
+}
+
+// serveAll submits js to a scheduler on b at once and collects their streams.
+func serveAll(t *testing.T, b engine.Batcher, vocab int, js []job) []served {
+	t.Helper()
+	s, err := New(b, Config{Budget: 24, Vocab: vocab})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	streams := make([]*Stream, len(js))
+	for i, j := range js {
+		if streams[i], err = s.Submit(context.Background(), Request{Prompt: j.prompt, MaxTokens: j.max, Sampler: j.sampler(t)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]served, len(js))
+	for i, st := range streams {
+		ids, reason, err := collect(t, st)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		out[i] = served{ids, reason}
+	}
+	return out
+}
+
+// TestStepLast: the scheduler on a backend with StepLast (each segment's
+// last row of logits only) serves exactly what it serves through Step, greedy
+// and sampled, with prompt chunks beside decode rows and prefixes reused:
+// on a fake whose rows depend on token and position, and on the bundled
+// model on the CPU (whose batcher has StepLast).
+func TestStepLast(t *testing.T) {
+	m := openTiny(t, 4, 256)
+	mb, err := m.Batch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mb.(engine.LastRowBatcher); !ok {
+		t.Fatal("the CPU batcher is not an engine.LastRowBatcher")
+	}
+	const vocab = 4096
+	fake := &rowBackend{vocab: vocab, lens: make([]int, 4)}
+	js := jobs(10)
+	for _, tc := range []struct {
+		name       string
+		step, last engine.Batcher
+		vocab      int
+	}{
+		{"fake", fake, lastRowBackend{fake}, vocab},
+		{"tiny on the CPU", stepOnly{mb}, mb, m.Config.VocabSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := serveAll(t, tc.step, tc.vocab, js)
+			got := serveAll(t, tc.last, tc.vocab, js)
+			for i := range js {
+				if !slices.Equal(got[i].ids, want[i].ids) || got[i].reason != want[i].reason {
+					t.Errorf("request %d (prompt %d tokens, seed %d):\n StepLast %v %q\n Step     %v %q",
+						i, len(js[i].prompt), js[i].seed, got[i].ids, got[i].reason, want[i].ids, want[i].reason)
+				}
+			}
+		})
+	}
+	if fake.steps.Load() == 0 || fake.lastRows.Load() == 0 {
+		t.Errorf("the fake ran %d Steps and %d StepLasts; want both used", fake.steps.Load(), fake.lastRows.Load())
+	}
+}
+
+// badLastRows is a fake whose StepLast is stepLast.
+type badLastRows struct {
+	*rowBackend
+	stepLast func(b *rowBackend, segs []engine.Segment) ([]float32, []int32, error)
+}
+
+func (b badLastRows) StepLast(segs []engine.Segment) ([]float32, []int32, error) {
+	return b.stepLast(b.rowBackend, segs)
+}
+
+// TestStepLastSizes: a StepLast returning logits or ids of the wrong size
+// ends the step's streams with an error naming the sizes.
+func TestStepLastSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stepLast func(b *rowBackend, segs []engine.Segment) ([]float32, []int32, error)
+		want     string
+	}{
+		{"every row", func(b *rowBackend, segs []engine.Segment) ([]float32, []int32, error) { return b.Step(segs) },
+			"returned 24 logits and 3 next ids for the last rows of 1 segments of 3 rows; expected 1 x vocab 8 and 3"},
+		{"an id short", func(b *rowBackend, segs []engine.Segment) ([]float32, []int32, error) {
+			last, next, err := lastRowBackend{b}.StepLast(segs)
+			return last, next[1:], err
+		}, "returned 8 logits and 2 next ids for the last rows of 1 segments of 3 rows"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(badLastRows{&rowBackend{vocab: 8, lens: make([]int, 1)}, tc.stepLast}, Config{Vocab: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			st, err := s.Submit(context.Background(), Request{Prompt: []int32{3, 4, 5}, MaxTokens: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("finish %q, %v; want an error mentioning %q", reason, err, tc.want)
+			}
+		})
 	}
 }

@@ -114,15 +114,25 @@ func (e *Executor) RewindSlot(slot, n int) error {
 
 // Step feeds every segment (at most one per slot) and returns the logits
 // [T*V] and argmax [T] of all T rows, segments in order.
-func (e *Executor) Step(segs []Segment) ([]float32, []int32, error) { return e.step(segs, true) }
+func (e *Executor) Step(segs []Segment) ([]float32, []int32, error) { return e.step(segs, logitsAll) }
+
+// StepLast is Step copying only each segment's last row of logits to the
+// host: [len(segs)*V], segment i's row at i*V, with every row's argmax
+// [T] (engine.LastRowBatcher). A server's prompt chunk of 2048 tokens has
+// 822 MB of f32 logits at Laguna's vocabulary, of which it samples one row.
+func (e *Executor) StepLast(segs []Segment) ([]float32, []int32, error) {
+	return e.step(segs, logitsLast)
+}
 
 // StepArgmax is Step without copying the logits to the host.
 func (e *Executor) StepArgmax(segs []Segment) ([]int32, error) {
-	_, next, err := e.step(segs, false)
+	_, next, err := e.step(segs, logitsNone)
 	return next, err
 }
 
-func (e *Executor) step(segs []Segment, withLogits bool) ([]float32, []int32, error) {
+// step runs segs and returns the logits asked for: every row's [T*V], each
+// segment's last [len(segs)*V], or none; and every row's argmax.
+func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, error) {
 	T, seen := 0, map[int]bool{}
 	for i, sg := range segs {
 		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
@@ -152,50 +162,52 @@ func (e *Executor) step(segs []Segment, withLogits bool) ([]float32, []int32, er
 	// next decode step uploads them again.
 	e.devState = false
 	var logits []float32
-	if withLogits {
+	switch rows {
+	case logitsAll:
 		logits = make([]float32, T*e.V)
+	case logitsLast:
+		logits = make([]float32, len(segs)*e.V)
 	}
 	next := make([]int32, T)
-	var dec []int // rows of the decode segments
+	var ds []Segment      // the decode segments, in order
+	var dec, decOut []int // their rows in next, and in logits
 	row := 0
-	for _, sg := range segs {
+	for i, sg := range segs {
+		out := row // the segment's first row in logits
+		if rows == logitsLast {
+			out = i
+		}
 		if len(sg.Tokens) == 1 {
+			ds = append(ds, sg)
 			dec = append(dec, row)
+			decOut = append(decOut, out)
 			row++
 			continue
 		}
 		var lg []float32
-		if withLogits {
-			lg = logits[row*e.V:]
+		if logits != nil {
+			lg = logits[out*e.V:]
 		}
-		if err := e.prefillSlot(sg.Slot, sg.Tokens, lg, next[row:]); err != nil {
+		if err := e.prefillSlot(sg.Slot, sg.Tokens, rows, lg, next[row:]); err != nil {
 			return nil, nil, fmt.Errorf("gpu: step: slot %d: %w", sg.Slot, err)
 		}
 		row += len(sg.Tokens)
 	}
-	if len(dec) > 0 {
-		// The rows' segments, in order.
-		ds := make([]Segment, 0, len(dec))
-		for _, sg := range segs {
-			if len(sg.Tokens) == 1 {
-				ds = append(ds, sg)
-			}
-		}
-		maxB := e.batch.buckets[len(e.batch.buckets)-1]
-		for s := 0; s < len(ds); s += maxB {
-			n := min(maxB, len(ds)-s)
-			if err := e.decodeBatch(ds[s:s+n], dec[s:s+n], logits, next); err != nil {
-				return nil, nil, fmt.Errorf("gpu: batched decode step: %w", err)
-			}
+	maxB := e.batch.buckets[len(e.batch.buckets)-1]
+	for s := 0; s < len(ds); s += maxB {
+		n := min(maxB, len(ds)-s)
+		if err := e.decodeBatch(ds[s:s+n], dec[s:s+n], decOut[s:s+n], logits, next); err != nil {
+			return nil, nil, fmt.Errorf("gpu: batched decode step: %w", err)
 		}
 	}
 	return logits, next, nil
 }
 
 // prefillSlot feeds a prompt chunk (or chunks) to slot on the prefill
-// schedule bound to the slot's caches, writing its rows' logits (unless
-// lg is nil) and argmax to lg and nx.
-func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int32) error {
+// schedule bound to the slot's caches, writing the rows of logits asked
+// for (all from lg[0], or the last alone at lg[0]) and every argmax to lg
+// and nx.
+func (e *Executor) prefillSlot(slot int, tokens []int32, rows logitRows, lg []float32, nx []int32) error {
 	chunk := e.plan.Prefill.Tokens
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
@@ -210,12 +222,19 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, lg []float32, nx []int3
 		if err := e.run(p); err != nil {
 			return fmt.Errorf("prefill at position %d: %w", at, err)
 		}
-		l, n, err := e.readOut(p, T, rowsIf(lg != nil))
+		r, off := rows, s*e.V
+		if r == logitsLast {
+			off = 0
+			if s+chunk < len(tokens) {
+				r = logitsNone // the last row is in a later chunk
+			}
+		}
+		l, n, err := e.readOut(p, T, r)
 		if err != nil {
 			return err
 		}
-		if lg != nil {
-			copy(lg[s*e.V:], l)
+		if l != nil {
+			copy(lg[off:], l)
 		}
 		copy(nx[s:], n)
 		if e.prof != nil {
@@ -285,9 +304,9 @@ func (e *Executor) batchProgram(b int) (*program, error) {
 }
 
 // decodeBatch runs one decode row for each of segs (one token each; rows
-// are their indices in the step's logits) in the smallest bucket that
-// holds them.
-func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, next []int32) error {
+// are their indices in the step's argmax, out in its logits) in the
+// smallest bucket that holds them.
+func (e *Executor) decodeBatch(segs []Segment, rows, out []int, logits []float32, next []int32) error {
 	n := len(segs)
 	b := e.plan.Bucket(n)
 	// tokens, pos and seq lie one after the other, `stride` words apart
@@ -324,7 +343,7 @@ func (e *Executor) decodeBatch(segs []Segment, rows []int, logits []float32, nex
 	}
 	for i, r := range rows {
 		if logits != nil {
-			copy(logits[r*e.V:(r+1)*e.V], lg[i*e.V:(i+1)*e.V])
+			copy(logits[out[i]*e.V:(out[i]+1)*e.V], lg[i*e.V:(i+1)*e.V])
 		}
 		next[r] = nx[i]
 	}

@@ -342,3 +342,99 @@ func drain(t *testing.T, st *sched.Stream) []int32 {
 		}
 	}
 }
+
+// TestStepLastGPU: StepLast (engine.LastRowBatcher, the server's step)
+// returns each segment's last row of Step's logits bit for bit and Step's
+// argmax of every row, over steps mixing decode rows with prompt chunks,
+// some longer than the prefill chunk of 16 (several chunks, the last of
+// one token) and some continuing a slot that has decoded. The schedule
+// runs three times from empty slots: Step to compile and capture every
+// bucket, then Step and StepLast, both replaying the same graphs.
+func TestStepLastGPU(t *testing.T) {
+	dir := fixtureDirs(t)[0]
+	for _, dt := range []string{"f32", "bf16"} {
+		t.Run(dt, func(t *testing.T) {
+			const slots, ctx = 4, 256
+			m, _ := openGPU(t, dir, engine.Options{DType: dt, MaxContext: ctx, Chunk: 16, Slots: slots})
+			b, err := m.Batch()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, ok := b.(engine.LastRowBatcher)
+			if !ok {
+				t.Fatal("the GPU batcher is not an engine.LastRowBatcher")
+			}
+			V := m.Config.VocabSize
+			rng := rand.New(rand.NewPCG(13, 17))
+			tokens := func(n int) []int32 {
+				out := make([]int32, n)
+				for i := range out {
+					out[i] = int32(rng.IntN(V))
+				}
+				return out
+			}
+			// Slot 3 starts with a decode row: a one-token prompt.
+			steps := [][]engine.Segment{{{Slot: 0, Tokens: tokens(40)}, {Slot: 1, Tokens: tokens(5)}, {Slot: 2, Tokens: tokens(33)}, {Slot: 3, Tokens: tokens(1)}}}
+			held := []int{40, 5, 33, 1}
+			for range 12 {
+				var segs []engine.Segment
+				for s := range slots {
+					n := 1
+					switch rng.IntN(5) {
+					case 0:
+						continue // sits the step out
+					case 1:
+						n = 2 + rng.IntN(24)
+					}
+					if held[s]+n > ctx {
+						continue
+					}
+					held[s] += n
+					segs = append(segs, engine.Segment{Slot: s, Tokens: tokens(n)})
+				}
+				rng.Shuffle(len(segs), func(a, c int) { segs[a], segs[c] = segs[c], segs[a] })
+				if len(segs) > 0 {
+					steps = append(steps, segs)
+				}
+			}
+			// run feeds the schedule from empty slots; it returns every
+			// step's logits (all rows with Step) and argmax.
+			run := func(last bool) (logits [][]float32, next [][]int32) {
+				for s := range slots {
+					b.ResetSlot(s)
+				}
+				for i, segs := range steps {
+					step := b.Step
+					if last {
+						step = lb.StepLast
+					}
+					lg, nx, err := step(segs)
+					if err != nil {
+						t.Fatalf("step %d (last rows %v): %v", i, last, err)
+					}
+					logits, next = append(logits, lg), append(next, nx)
+				}
+				return logits, next
+			}
+			run(false)
+			all, want := run(false)
+			last, next := run(true)
+			for i, segs := range steps {
+				if !slices.Equal(next[i], want[i]) {
+					t.Fatalf("step %d: argmax %v; Step's %v", i, next[i], want[i])
+				}
+				if len(last[i]) != len(segs)*V {
+					t.Fatalf("step %d: %d logits for %d segments of vocab %d", i, len(last[i]), len(segs), V)
+				}
+				row := 0
+				for k, sg := range segs {
+					row += len(sg.Tokens)
+					got, ref := last[i][k*V:(k+1)*V], all[i][(row-1)*V:row*V]
+					if j, diff := firstBitDiff(got, ref); diff {
+						t.Errorf("step %d, segment %d (slot %d, %d tokens): logit %d is %g, Step's %g", i, k, sg.Slot, len(sg.Tokens), j, at(got, j), at(ref, j))
+					}
+				}
+			}
+		})
+	}
+}
