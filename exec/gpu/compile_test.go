@@ -122,7 +122,7 @@ func TestPlanKernelsCompile(t *testing.T) {
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
-	pf, err := lower.L2Prefetch(p, 30<<20) // planned with LAGC_L2_PREFETCH=1 only
+	pf, err := lower.L2Prefetch(lower.L2Span{At: p, Bytes: 30 << 20}, lower.L2Span{At: p, Bytes: 1 << 20}) // planned with LAGC_L2_PREFETCH only
 	if err != nil {
 		t.Fatal(err)
 	}
