@@ -165,6 +165,18 @@ type qgemvCase struct {
 	nw, split   int
 }
 
+// weights are random quantised weights of type qt for c, as blocks and
+// dequantised: N rows (2N with SwiGLU) of K.
+func (c qgemvCase) weights(t *testing.T, r *rand.Rand, qt quant.Type) (rows int, blocks []byte, w []float32) {
+	t.Helper()
+	rows = c.N
+	if c.swiglu {
+		rows *= 2
+	}
+	blocks = randQuantBlocks(r, qt, rows, c.K)
+	return rows, blocks, dequantRef(t, qt, blocks, rows*c.K)
+}
+
 // TestQGEMVGPU: the quantised GEMV of every type against the CPU reference
 // on the same quantised activations, over row counts, ragged N, the
 // SwiGLU and accumulate epilogues and both output dtypes.
@@ -185,12 +197,7 @@ func TestQGEMVGPU(t *testing.T) {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s/T%d_K%d_N%d_sw%v_acc%v_%v_nw%d_split%d", qt, c.T, c.K, c.N, c.swiglu, c.acc, c.y, c.nw, c.split)
 			t.Run(name, func(t *testing.T) {
-				rows := c.N
-				if c.swiglu {
-					rows *= 2
-				}
-				blocks := randQuantBlocks(r, qt, rows, c.K)
-				w := dequantRef(t, qt, blocks, rows*c.K)
+				rows, blocks, w := c.weights(t, r, qt)
 				x := randF32(r, c.T*c.K, 1)
 				var y0 []float32
 				a := QGEMVArgs{T: c.T, K: c.K, N: c.N, WType: qt, WRows: rows, YType: c.y, SwiGLU: c.swiglu, Accumulate: c.acc, RowsPerWarp: c.nw, Split: c.split}
@@ -246,12 +253,7 @@ func TestQGEMVXInGPU(t *testing.T) {
 			for _, xt := range []cuda.DType{cuda.BF16, cuda.F32} {
 				name := fmt.Sprintf("%s/T%d_K%d_N%d_sw%v_acc%v_x%v_y%v_nw%d_split%d", qt, c.T, c.K, c.N, c.swiglu, c.acc, xt, c.y, c.nw, c.split)
 				t.Run(name, func(t *testing.T) {
-					rows := c.N
-					if c.swiglu {
-						rows *= 2
-					}
-					blocks := randQuantBlocks(r, qt, rows, c.K)
-					w := dequantRef(t, qt, blocks, rows*c.K)
+					rows, blocks, w := c.weights(t, r, qt)
 					x := roundTo(xt, randF32(r, c.T*c.K, 1))
 					a := QGEMVArgs{T: c.T, K: c.K, N: c.N, WType: qt, WRows: rows, YType: c.y, SwiGLU: c.swiglu, Accumulate: c.acc,
 						RowsPerWarp: c.nw, Split: c.split}
