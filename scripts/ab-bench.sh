@@ -12,9 +12,11 @@
 # median over rounds of graph and eager decode (ms/token and tok/s at full
 # depth), the MoE layer's graph decode time, and each prefill length's ms,
 # then each one's ratio of time to the first configuration's. Raw JSON lines
-# go to $OUT (or .gpu/) as ab-bench.jsonl.
+# go to $OUT (or .gpu/) as ab-bench.jsonl. A configuration may name its own
+# binary first, '@PATH [ENV...]' (two builds: main's and a branch's):
+#   scripts/ab-bench.sh 3 .gpu/lagc '' '@.gpu/lagc-main' -- --preset ...
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n 2,14p "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 rounds=$1 lagc=$2
 shift 2
 envs=()
@@ -29,8 +31,12 @@ log=$out/ab-bench.jsonl
 : >"$log"
 for r in $(seq "$rounds"); do
 	for i in "${!envs[@]}"; do
+		bin=$lagc env_=${envs[$i]}
+		if [ "${env_#@}" != "$env_" ]; then # '@PATH [ENV...]': its own binary
+			read -r bin env_ <<<"${env_#@}" || true
+		fi
 		# shellcheck disable=SC2086
-		line=$(env ${envs[$i]} "$lagc" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
+		line=$(env $env_ "$bin" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
 		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
 	done
 done
