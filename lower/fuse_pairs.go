@@ -4,9 +4,10 @@ package lower
 // fuseQGEMVXIn) each replace two consecutive launches of a stream, a list
 // per step, by one. fusePairs is that walk, once.
 
-// argKinds reports whether the arguments a are of the kinds given, in
-// order (the launch-stream passes read launches back this way).
-func argKinds(a []Arg, kinds ...string) bool {
+// ArgKinds reports whether the arguments a are of the kinds given, in
+// order (the launch-stream passes and the executor read launches back
+// this way).
+func ArgKinds(a []Arg, kinds ...string) bool {
 	if len(a) != len(kinds) {
 		return false
 	}

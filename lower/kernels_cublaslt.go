@@ -11,8 +11,14 @@ import "fmt"
 // cublaslt rows); without the library nothing changes.
 const CublasLtGEMM = "cublaslt_gemm"
 
+// CublasLtName is how a CublasLtGEMM launch into y of dtype yt is named
+// in plans, traces and errors: cublaslt_gemm<bf16>.
+func CublasLtName(yt string) string { return CublasLtGEMM + "<" + yt + ">" }
+
 // CublasLtMinRows: from this many rows the plain bf16 GEMMs go to
-// cuBLASLt (measured faster there at every S-2.1 shape: docs/PERF.md).
+// cuBLASLt. Measured faster at T=2048 at every plain S-2.1 shape
+// (docs/PERF.md); 1024 is where lower already leaves the quantised
+// in-register path for the bf16 copy, not a measured crossover.
 const CublasLtMinRows = 1024
 
 // cublasLtOK says why a does not go to cuBLASLt, or nil.

@@ -170,8 +170,8 @@ func (l Launch) String() string {
 	if l.Kernel == Memcpy && len(l.Args) == 3 {
 		return fmt.Sprintf("memcpy %s <- %s, %d bytes", args[0], args[1], l.Args[2].Int)
 	}
-	if l.Kernel == CublasLtGEMM {
-		return fmt.Sprintf("%s<%s> (%s)", l.Kernel, strings.Join(l.DTypes, ", "), strings.Join(args, ", "))
+	if l.Kernel == CublasLtGEMM && len(l.DTypes) == 1 {
+		return fmt.Sprintf("%s (%s)", CublasLtName(l.DTypes[0]), strings.Join(args, ", "))
 	}
 	return fmt.Sprintf("%s grid %d,%d,%d block %d,%d,%d shmem %d (%s)", l.NameExpr(), l.Grid[0], l.Grid[1], l.Grid[2],
 		l.Block[0], l.Block[1], l.Block[2], l.Shmem, strings.Join(args, ", "))

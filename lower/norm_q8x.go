@@ -170,7 +170,7 @@ type span struct {
 // It fails for any other launch or one that does not read as stated.
 func routerOutputs(l Launch) ([]span, bool) {
 	a := l.Args
-	is := func(kinds ...string) bool { return argKinds(a, kinds...) }
+	is := func(kinds ...string) bool { return ArgKinds(a, kinds...) }
 	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
 	switch {
 	case l.Kernel == "gemv" && is(i, i, i, p, p, p, i) && len(l.DTypes) == 3 && len(l.Ints) == 3:

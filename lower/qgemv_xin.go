@@ -52,7 +52,7 @@ func fuseQGEMVXIn(steps [][]Launch) {
 func parseQGEMV(l Launch) (QGEMVArgs, bool) {
 	a := l.Args
 	if l.Kernel != "qgemv" || len(l.DTypes) != 1 || len(l.Ints) != 5 ||
-		!argKinds(a, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+		!ArgKinds(a, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
 		return QGEMVArgs{}, false
 	}
 	g := QGEMVArgs{T: int(l.Ints[1]), K: int(a[1].Int), N: int(a[0].Int), XQ: a[5].Ptr(), W: a[4].Ptr(), Y: a[7].Ptr(),

@@ -41,7 +41,7 @@ const RouterFusedCounters = 4
 // at counter (4 bytes, zero before the launch, which leaves it zero).
 func RouterFused(gemv, topk Launch, counter Ptr) (Launch, error) {
 	const op = "RouterFused"
-	is := argKinds
+	is := ArgKinds
 	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
 	g, s := gemv.Args, topk.Args
 	if gemv.Kernel != "gemv" || gemv.File != "matmul.cu" || len(gemv.DTypes) != 3 || len(gemv.Ints) != 3 || !is(g, i, i, i, p, p, p, i) {

@@ -261,7 +261,7 @@ func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr,
 		}
 	}
 	if l.Kernel == lower.Memcpy {
-		if len(args) != 3 || l.Args[0].Kind != lower.ArgPtr || l.Args[1].Kind != lower.ArgPtr || l.Args[2].Kind != lower.ArgI64 {
+		if !lower.ArgKinds(l.Args, lower.ArgPtr, lower.ArgPtr, lower.ArgI64) {
 			return KernelLaunch{}, fmt.Errorf("memcpy takes a destination, a source and a byte count, got %v", l.Args)
 		}
 		return KernelLaunch{Name: lower.Memcpy, Args: args}, nil
@@ -356,13 +356,9 @@ func (q queuer) all(ls []lower.Launch, err error) error {
 
 // bindLt binds a lower.CublasLtGEMM launch (T, N, K, x, w, y, accumulate).
 func (k *Kernels) bindLt(l lower.Launch, args []any) (KernelLaunch, error) {
-	name := l.Kernel + "<" + strings.Join(l.DTypes, ", ") + ">"
-	kinds := []string{lower.ArgI32, lower.ArgI32, lower.ArgI32, lower.ArgPtr, lower.ArgPtr, lower.ArgPtr, lower.ArgI32}
-	ok := len(l.Args) == len(kinds) && len(l.DTypes) == 1
-	for i := 0; ok && i < len(kinds); i++ {
-		ok = l.Args[i].Kind == kinds[i]
-	}
-	if !ok {
+	name := lower.CublasLtName(strings.Join(l.DTypes, ", "))
+	const i32, ptr = lower.ArgI32, lower.ArgPtr
+	if len(l.DTypes) != 1 || !lower.ArgKinds(l.Args, i32, i32, i32, ptr, ptr, ptr, i32) {
 		return KernelLaunch{}, fmt.Errorf("%s takes T, N, K, x, w, y and accumulate, got %v", name, l.Args)
 	}
 	yt, err := dtypeOf(l.DTypes[0])

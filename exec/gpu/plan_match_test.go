@@ -88,6 +88,38 @@ func TestDryRunIsThePlan(t *testing.T) {
 	}
 }
 
+// TestDryRunCublasLt: with prefill GEMMs on cuBLASLt (S-2.1 and its
+// q4_k_m recipe, whose bf16 copies go there too) the executor binds and
+// records the cuBLASLt launches where the plan has them, printed as the
+// plan prints them, without a GPU or the library.
+func TestDryRunCublasLt(t *testing.T) {
+	for _, m := range traceModels[:3] {
+		if m.layers == 0 || m.name == "laguna-xs-2" {
+			continue
+		}
+		m.cublasLt = true
+		t.Run(m.name, func(t *testing.T) {
+			ex, rec, err := DryRun(tracePlan(t, m, ir.BF16))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.Close()
+			planRuns(t, ex, rec)
+			n := 0
+			for _, st := range ex.Plan().Prefill.Steps {
+				for _, l := range st.Launches {
+					if l.Kernel == lower.CublasLtGEMM {
+						n++
+					}
+				}
+			}
+			if n == 0 {
+				t.Fatalf("no cuBLASLt launch in the %d-token prefill plan", ex.Plan().Prefill.Tokens)
+			}
+		})
+	}
+}
+
 // TestExecutorIsThePlanGPU is TestDryRunIsThePlan on the GPU: the real
 // executor's launches, recorded on their way to its stream (the
 // S-2.1 and XS-2 layers in bf16 only: f32 doubles their 20 GB).

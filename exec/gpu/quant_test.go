@@ -177,6 +177,19 @@ func (c qgemvCase) weights(t *testing.T, r *rand.Rand, qt quant.Type) (rows int,
 	return rows, blocks, dequantRef(t, qt, blocks, rows*c.K)
 }
 
+// checkRef checks the GEMV's output got against the CPU reference on
+// the dequantised weights w and activations x (plus y0 when
+// accumulating), within the output dtype's tolerance.
+func (c qgemvCase) checkRef(t *testing.T, name string, got, w, x, y0 []float32) {
+	t.Helper()
+	want, mag := qgemvRef(w, x, y0, c.T, c.K, c.N, c.swiglu)
+	rel := 1e-5
+	if c.y == cuda.BF16 {
+		rel = 8e-3
+	}
+	checkQuantResult(t, name, got, want, mag, rel)
+}
+
 // TestQGEMVGPU: the quantised GEMV of every type against the CPU reference
 // on the same quantised activations, over row counts, ragged N, the
 // SwiGLU and accumulate epilogues and both output dtypes.
@@ -217,12 +230,7 @@ func TestQGEMVGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := download(t, s, c.y, a.Y, c.T*c.N)
-				want, mag := qgemvRef(w, x, y0, c.T, c.K, c.N, c.swiglu)
-				rel := 1e-5
-				if c.y == cuda.BF16 {
-					rel = 8e-3
-				}
-				checkQuantResult(t, name, got, want, mag, rel)
+				c.checkRef(t, name, got, w, x, y0)
 			})
 		}
 	}
@@ -298,12 +306,7 @@ func TestQGEMVXInGPU(t *testing.T) {
 					if diff > 0 {
 						t.Errorf("%d of %d outputs differ from q8x_quantize + qgemv", diff, len(got))
 					}
-					want, mag := qgemvRef(w, x, y0, c.T, c.K, c.N, c.swiglu)
-					rel := 1e-5
-					if c.y == cuda.BF16 {
-						rel = 8e-3
-					}
-					checkQuantResult(t, name, got, want, mag, rel)
+					c.checkRef(t, name, got, w, x, y0)
 				})
 			}
 		}

@@ -84,19 +84,16 @@ func (r *Recorder) Memset32(dst cuda.DevicePtr, v uint32, n int64) error {
 
 // GEMMLt records a cuBLASLt GEMM as a launch of lower.CublasLtGEMM.
 func (r *Recorder) GEMMLt(l *cuda.Lt, T, N, K int, x, w, y cuda.DevicePtr, yt cuda.DType, accumulate bool) error {
-	r.Events = append(r.Events, Event{Kind: "launch", Kernel: lower.CublasLtGEMM + "<" + yt.String() + ">",
-		Args: []any{int32(T), int32(N), int32(K), x, w, y, int32(b2i32(accumulate))}})
+	acc := int32(0)
+	if accumulate {
+		acc = 1
+	}
+	r.Events = append(r.Events, Event{Kind: "launch", Kernel: lower.CublasLtName(yt.String()),
+		Args: []any{int32(T), int32(N), int32(K), x, w, y, acc}})
 	if r.Next != nil {
 		return r.Next.GEMMLt(l, T, N, K, x, w, y, yt, accumulate)
 	}
 	return nil
-}
-
-func b2i32(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // region is a named span of the executor's memory; pointers into it are
