@@ -135,7 +135,7 @@ func gemvWeights(l Launch) (L2Span, bool) {
 	switch l.Kernel {
 	case "qgemv", "qgemv_norm", "qgemv_xin", "qgemv_xin_norm":
 		// N, K, rows, row0, w first; the type then R, SWIGLU first of Ints.
-		if len(a) < 5 || !argKinds(a[:5], ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr) || len(l.Ints) < 3 {
+		if len(a) < 5 || !ArgKinds(a[:5], ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr) || len(l.Ints) < 3 {
 			return L2Span{}, false
 		}
 		rb, err := quant.Type(l.Ints[0]).RowBytes(int(a[1].Int))
@@ -149,7 +149,7 @@ func gemvWeights(l Launch) (L2Span, bool) {
 		return L2Span{a[4].Ptr().At(a[3].Int * rb), rows * rb}, true
 	case "gemv", "router_fused":
 		// N, K, split, x, w first; x's and w's dtypes first.
-		if len(a) < 5 || !argKinds(a[:5], ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr) || len(l.DTypes) < 2 || len(l.Ints) < 2 {
+		if len(a) < 5 || !ArgKinds(a[:5], ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr) || len(l.DTypes) < 2 || len(l.Ints) < 2 {
 			return L2Span{}, false
 		}
 		rows := a[0].Int
