@@ -171,7 +171,9 @@ func TestQGEMVNormGPU(t *testing.T) {
 						parts = append(parts, part{"sum", got.sum, ref.sum, yBytes})
 					}
 					if strings.HasSuffix(c.norm, "q8x") {
-						parts = append(parts, part{"quantised copy", got.xq, ref.xq, qBytes})
+						vals, scales := q8xWritten(1, c.N)
+						parts = append(parts, part{"quantised values", got.xq, ref.xq, vals},
+							part{"quantised scales", got.xq.Add(scales), ref.xq.Add(scales), qBytes - scales})
 					}
 					for _, p := range parts {
 						if i := firstByteDiff(bytes(p.got, p.n), bytes(p.exp, p.n)); i >= 0 {
