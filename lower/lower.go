@@ -39,10 +39,6 @@ type Options struct {
 	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
 	// more run on cuBLASLt (the executor has loaded it).
 	CublasLt bool
-	// L2Prefetch: decode steps prefetch GEMV weights into L2 while the
-	// attention runs (prefetchL2): 1 o_proj's, 2 every GEMV's up to the
-	// routed experts, 0 none. An experiment (LAGC_L2_PREFETCH).
-	L2Prefetch int
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -390,9 +386,6 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		}
 	}
 	fuseLaunches(launches)
-	if class == Decode && l.o.L2Prefetch > 0 {
-		prefetchL2(launches, l.o.L2Prefetch)
-	}
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

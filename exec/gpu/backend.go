@@ -30,7 +30,7 @@ func PlanOptions(c Config, sms, cc int) lower.Options {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc), L2Prefetch: l2Prefetch()}
+		CublasLt: UseCublasLt(cc)}
 }
 
 // UseCublasLt says whether plans for compute capability cc put the plain
@@ -71,15 +71,4 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 	}
 	e.ownDev = own
 	return e, nil
-}
-
-// l2Prefetch is LAGC_L2_PREFETCH (lower.Options.L2Prefetch): 1 or 2, else 0.
-func l2Prefetch() int {
-	switch os.Getenv("LAGC_L2_PREFETCH") {
-	case "1":
-		return 1
-	case "2":
-		return 2
-	}
-	return 0
 }

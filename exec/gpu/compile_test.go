@@ -122,11 +122,6 @@ func TestPlanKernelsCompile(t *testing.T) {
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
-	pf, err := lower.L2Prefetch(lower.L2Span{At: p, Bytes: 30 << 20}, lower.L2Span{At: p, Bytes: 1 << 20}) // planned with LAGC_L2_PREFETCH only
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, pf)
 	for _, dt := range []string{"f32", "bf16"} {
 		for _, c := range []struct{ E, k int }{{8, 2}, {64, 8}, {128, 8}, {256, 10}, {512, 8}, {1024, 32}, {1500, 12}, {256, 33}} {
 			l, err := lower.RouterTopK(dt, p, p, p, p, 3, c.E, c.k, 0, 1)
