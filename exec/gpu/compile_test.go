@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +17,29 @@ import (
 // EnvRequireNVRTC makes TestPlanKernelsCompile fail instead of skipping
 // where NVRTC cannot be loaded.
 const EnvRequireNVRTC = "LAGC_REQUIRE_NVRTC"
+
+// LAGC_DUMP_CUBIN=DIR makes TestPlanKernelsCompile write the cubin of each
+// instantiation whose file:name<args> matches LAGC_DUMP_CUBIN_MATCH (a
+// regexp; default all) into DIR, for nvdisasm: a kernel's SASS without a GPU.
+var (
+	dumpDir = os.Getenv("LAGC_DUMP_CUBIN")
+	dumpRe  = regexp.MustCompile(os.Getenv("LAGC_DUMP_CUBIN_MATCH"))
+)
+
+func dumpCubin(t *testing.T, dir, key string, cubin []byte) {
+	name := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".cubin"), cubin, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
@@ -100,10 +125,13 @@ func TestPlanKernelsCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec.Source = src
-		log, err := cuda.CompileCheck(spec, "sm_90a")
+		cubin, log, err := cuda.CompileCubin(spec, "sm_90a")
 		if err != nil {
 			t.Errorf("%s: %v", key, err)
 			continue
+		}
+		if dumpDir != "" && dumpRe.MatchString(key) {
+			dumpCubin(t, dumpDir, key, cubin)
 		}
 		for _, line := range strings.Split(log, "\n") {
 			if strings.Contains(line, "spill stores") && !strings.Contains(line, " 0 bytes spill stores") {
