@@ -45,6 +45,13 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// cp.async groups (sm_80 on): commit this thread's copies issued since the
+// last commit as one group; wait until at most N of its groups are in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // Grid-stride loop over n elements.
 #define LAGC_FOR(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

@@ -75,6 +75,22 @@ __device__ __forceinline__ uint2 ldq2(const void* p) {
   return v;
 }
 
+// 16- and 8-byte asynchronous copies from global to shared memory (sm_80
+// on): they hold no registers while in flight. A thread's copies are
+// visible to it after the wait for their group, to others after a barrier.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
 __device__ __forceinline__ int dot16(const int (&wq)[4], int4 xv) {
   int s = dp4a(wq[0], xv.x, 0);
   s = dp4a(wq[1], xv.y, s);
@@ -135,6 +151,16 @@ template <> struct QW<QT_Q8_0> {
     v.a = ldq(qs);
     v.b = ldq(qs + 16);
   }
+  static constexpr int QB = 32;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const unsigned char* qs = w + row * K + (long long)u * 32;
+    cp_async16(dst, qs);
+    cp_async16(dst + 16, qs + 16);
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) {
+    v.a = reinterpret_cast<const uint4*>(src)[0];
+    v.b = reinterpret_cast<const uint4*>(src)[1];
+  }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     v.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[u]);
   }
@@ -179,6 +205,12 @@ template <int QT> struct QWK45 {
     const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
     v.q = ldq(w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
   }
+  static constexpr int QB = 16;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    cp_async16(dst, w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     const int b = u >> 3, h = u & 1;
     const uint4* st = reinterpret_cast<const uint4*>(sa) + b * (SA / 16);
@@ -252,6 +284,20 @@ template <> struct QW<QT_Q6_K> {
     x.la = ldq2(body + 64 * half + 8 * v);
     x.lb = ldq2(body + 64 * half + 32 + 8 * v);
     x.hh = ldq2(body + 128 + 32 * half + 8 * v);
+  }
+  static constexpr int QB = 24;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
+    const unsigned char* body = w + (row * (K / 256) + b) * 208;
+    cp_async8(dst, body + 64 * half + 8 * v);
+    cp_async8(dst + 8, body + 64 * half + 32 + 8 * v);
+    cp_async8(dst + 16, body + 128 + 32 * half + 8 * v);
+  }
+  static __device__ __forceinline__ void fromq(W& x, const unsigned char* src) {
+    const uint2* p = reinterpret_cast<const uint2*>(src);
+    x.la = p[0];
+    x.lb = p[1];
+    x.hh = p[2];
   }
   static __device__ __forceinline__ void loads(W& x, const unsigned char* sa, const unsigned char* sh, int u) {
     const int b = u >> 3;
@@ -329,6 +375,11 @@ template <> struct QW<QT_IQ4_XS> {
   static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
     v.q = ldq(w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
   }
+  static constexpr int QB = 16;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    cp_async16(dst, w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     v.hd = reinterpret_cast<const uint2*>(sh)[u >> 3];
   }
@@ -594,13 +645,6 @@ __global__ void __launch_bounds__(256) qgemv_xin_norm(int N, int K, long long ro
 // warp_sum_q: a row's result depends on the shapes alone, never on the
 // number of tokens, the other routes or the rows in flight per round.
 
-// 16-byte asynchronous copies from global to shared memory (sm_80 on):
-// they hold no registers while in flight.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory"); }
 
 // block_copy16: the block's threads copy n 16-byte vectors from src to
 // dst (shared memory) asynchronously; cp_async_wait_all and a barrier
@@ -641,18 +685,22 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
 // e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
 // [R, I/32]); x arrives quantised (xq int8 [T, H], xs [T, H/32], as
 // q8x_quantize writes it, usually by the norm before: quantising it here,
-// in every block, took a third of the kernel's time). A block of 4 warps
-// takes 32 consecutive i of one route (a group of act), 8 per warp: its 8
-// gate rows, then its 8 up rows, G rows at a time, each lane with one unit
-// of each of the G rows in flight per round (quant bytes only: the rows'
-// shared bytes are staged). Dynamic shared memory: x_t's scales (float4
-// [H/32]) and int8 values ([H]), then the staged bytes (stage_rows) of the
-// block's 32 gate rows and 32 up rows. The gate stack's E*I rows start at
+// in every block, took a third of the kernel's time). A block of W warps
+// (4 or 8) takes 32 consecutive i of one route (a group of act), 32/W per
+// warp: its gate rows, then its up rows, G rows at a time, each lane with one unit
+// of each of the G rows per round (quant bytes only: the rows' shared bytes
+// are staged). NS = 0: a round's units are loaded into registers while the
+// round before is summed; NS >= 2: copied into shared memory NS-1 rounds
+// ahead (the same sums in the same order: the same bits). Dynamic shared
+// memory: x_t's scales (float4 [H/32]) and int8 values ([H]), then the
+// staged bytes (stage_rows) of the block's 32 gate rows and 32 up rows,
+// then (NS >= 2), from the next 256-byte boundary, each warp's ring of NS
+// x G x 32 units of Q::QB bytes. The gate stack's E*I rows start at
 // row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
-template <int QT, int G>
-__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
@@ -660,8 +708,9 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
                                                           float4* __restrict__ as) {
   pdl_wait();
   using Q = QW<QT>;
-  constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
-  static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
+  constexpr int NI = 32 / W, NG = 2 * NI / G;
+  static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
+  static_assert(NS == 0 || NS >= 2, "no pipeline, or 2 stages or more");
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -682,57 +731,103 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
   unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
   unsigned char* sh = sa + 64 * nb * Q::SA;
   const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
-  typename Q::W wv[G];
-  // round (g, s): the warp's rows g*G .. g*G+G-1 (gate rows, then up
-  // rows), unit lane + 32s
-  auto load = [&](int g, int s) {
-    const int u = lane + 32 * s;
-    if (u < U)
-#pragma unroll
-      for (int q = 0; q < G; q++) {
-        const int n = g * G + q;
-        if (n < NI)
-          Q::loadq(wv[q], gate, grow + NI * warp + n, H, u);
-        else
-          Q::loadq(wv[q], up, urow + NI * warp + n - NI, H, u);
-      }
+  // the matrix and row of the warp's row n (its gate rows, then its up rows)
+  auto mat = [&](int n) { return n < NI ? gate : up; };
+  auto row = [&](int n) { return n < NI ? grow + NI * warp + n : urow + NI * warp + n - NI; };
+  auto stage = [&](int n) { return n < NI ? NI * warp + n : 32 + NI * warp + n - NI; };  // its place in the stage
+  auto stage_shared = [&]() {
+    stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
+    stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
+    const long long t = r / k;
+    block_copy16(xs, xsg + t * U, U);
+    block_copy16(xq, xqg + t * H, H / 16);
   };
-  load(0, 0);
-  stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
-  stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
-  const long long t = r / k;
-  block_copy16(xs, xsg + t * U, U);
-  block_copy16(xq, xqg + t * H, H / 16);
-  cp_async_wait_all();
-  __syncthreads();
-
-  const QX xsm{xq, xs, H};
-#pragma unroll
-  for (int g = 0; g < NG; g++) {
-    float acc[G];
-#pragma unroll
-    for (int q = 0; q < G; q++) acc[q] = 0.f;
-    for (int s = 0; s < S; s++) {
-      const int u = lane + 32 * s;
-      if (u < U) {
-        const typename Q::X xv = Q::xload(xsm, 0, u);
-#pragma unroll
-        for (int q = 0; q < G; q++) {
-          const int n = g * G + q, br = n < NI ? NI * warp + n : 32 + NI * warp + n - NI;  // the row's place in the stage
-          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
-          acc[q] += Q::dot(wv[q], xv, u);
-        }
-      }
-      if (s + 1 < S)
-        load(g, s + 1);
-      else if (g + 1 < NG)
-        load(g + 1, 0);
-    }
+  auto store = [&](int g, const float (&acc)[G]) {
 #pragma unroll
     for (int q = 0; q < G; q++) {
       const int n = g * G + q;
       const float v = warp_sum_q(acc[q]);
       if (lane == 0) sums[n < NI ? 0 : 1][NI * warp + (n < NI ? n : n - NI)] = v;
+    }
+  };
+  const QX xsm{xq, xs, H};
+  typename Q::W wv[G];
+  if constexpr (NS == 0) {
+    // Registers: round (g, s), the warp's rows g*G .. g*G+G-1 at unit
+    // lane + 32s, is loaded while round (g, s-1) is summed.
+    auto load = [&](int g, int s) {
+      const int u = lane + 32 * s;
+      if (u < U)
+#pragma unroll
+        for (int q = 0; q < G; q++) Q::loadq(wv[q], mat(g * G + q), row(g * G + q), H, u);
+    };
+    load(0, 0);
+    stage_shared();
+    cp_async_wait_all();
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+      float acc[G];
+#pragma unroll
+      for (int q = 0; q < G; q++) acc[q] = 0.f;
+      for (int s = 0; s < S; s++) {
+        const int u = lane + 32 * s;
+        if (u < U) {
+          const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+          for (int q = 0; q < G; q++) {
+            const int br = stage(g * G + q);
+            Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+            acc[q] += Q::dot(wv[q], xv, u);
+          }
+        }
+        if (s + 1 < S)
+          load(g, s + 1);
+        else if (g + 1 < NG)
+          load(g + 1, 0);
+      }
+      store(g, acc);
+    }
+  } else {
+    // Shared memory: the same rounds, rd = g*S + s, each lane copying its
+    // own units (cp.async) NS-1 rounds ahead into its slots of an NS-stage
+    // ring after the staged bytes, so that loads stay in flight while it
+    // sums. A lane reads only its own slots: no barrier in the loop.
+    unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
+    const int NR = NG * S;
+    auto issue = [&](int rd) {
+      if (rd < NR) {
+        const int g = rd / S, u = lane + 32 * (rd - g * S);
+        if (u < U)
+#pragma unroll
+          for (int q = 0; q < G; q++) Q::copyq(ring + ((rd % NS) * G + q) * 32 * Q::QB, mat(g * G + q), row(g * G + q), H, u);
+      }
+      cp_async_commit();  // possibly empty: one group a round
+    };
+#pragma unroll
+    for (int rd = 0; rd < NS - 1; rd++) issue(rd);
+    stage_shared();
+    cp_async_wait_all();
+    __syncthreads();
+    float acc[G];
+    for (int rd = 0; rd < NR; rd++) {
+      issue(rd + NS - 1);
+      cp_async_wait<NS - 1>();  // round rd's copies (this lane's) have landed
+      const int g = rd / S, s = rd - g * S, u = lane + 32 * s;
+      if (s == 0)
+#pragma unroll
+        for (int q = 0; q < G; q++) acc[q] = 0.f;
+      if (u < U) {
+        const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+          const int br = stage(g * G + q);
+          Q::fromq(wv[q], ring + ((rd % NS) * G + q) * 32 * Q::QB);
+          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] += Q::dot(wv[q], xv, u);
+        }
+      }
+      if (s == S - 1) store(g, acc);
     }
   }
   __syncthreads();
@@ -748,8 +843,8 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 
 // out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
 // quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
-// rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
-// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
+// rows of I from row row0 of a matrix of `rows` rows. A block of W warps
+// (4 or 8) takes W*NH consecutive h of one token, NH per warp. The k slots' units
 // are one sequence over the lanes (unit v is unit v % (I/32) of slot
 // v / (I/32)), SD of them per lane per round for the NH rows together, so
 // loads of several slots and rows are in flight at once; a slot with an
@@ -757,15 +852,16 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 // activations (scales float4 [k*I/32], int8 [k*I]), copied before the ids
 // arrive, then the staged bytes (stage_rows) of the block's rows of each
 // slot's expert.
-template <typename TY, int QT, int NH, int SD>
-__global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
+template <typename TY, int QT, int NH, int SD, int W>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                         const signed char* __restrict__ aq, const float4* __restrict__ as,
                                                         const float* __restrict__ weights, const int* __restrict__ ids,
                                                         const unsigned char* __restrict__ down, TY* __restrict__ out,
                                                         int accumulate) {
   pdl_wait();
   using Q = QW<QT>;
-  constexpr int HB = 4 * NH;  // rows of a block
+  static_assert(W == 4 || W == 8, "4 or 8 warps");
+  constexpr int HB = W * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
   __shared__ float sw[QMOE_MAX_K];

@@ -454,10 +454,11 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			ids[5] = -1 // invalid: skipped
 			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
 			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
-			run := func(T, g, nh, sd int) []float32 {
+			run := func(T int, rd [6]int) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-					Down: QMatrix{W: dw, Total: E * H}, GateUpRows: g, DownRows: nh, DownUnits: sd}
+					Down:       QMatrix{W: dw, Total: E * H},
+					GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4], GateUpStages: rd[5]}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
 				if err := k.QMoE(s, a); err != nil {
@@ -465,7 +466,7 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 				return download(t, s, cuda.BF16, a.Out, T*H)
 			}
-			want := run(maxT, 0, 0, 0)
+			want := run(maxT, [6]int{})
 			same := func(what string, got []float32) {
 				t.Helper()
 				for i, v := range got {
@@ -476,10 +477,14 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 			}
 			for _, T := range []int{1, 2, 5} {
-				same(fmt.Sprintf("T=%d", T), run(T, 0, 0, 0))
+				same(fmt.Sprintf("T=%d", T), run(T, [6]int{}))
 			}
-			for _, rd := range [][3]int{{2, 1, 2}, {4, 4, 8}, {16, 2, 4}} {
-				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd[0], rd[1], rd[2]))
+			// gate+up rows and warps, down rows, units and warps, gate+up
+			// stages in shared memory
+			for _, rd := range [][6]int{{2, 4, 1, 2, 4, 0}, {4, 4, 4, 8, 4, 0}, {16, 4, 2, 4, 4, 0}, {8, 8, 1, 8, 8, 0}, {2, 8, 4, 4, 8, 0},
+				{8, 4, 2, 8, 4, 2}, {4, 4, 2, 8, 4, 3}, {2, 8, 2, 8, 4, 4}, {16, 4, 2, 8, 4, 2}} {
+				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
+				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
 			}
 		})
 	}
@@ -561,23 +566,33 @@ func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
+	// Each iteration routes to another of sets choices of K experts, so
+	// that the weights come from HBM, not from L2 (50 MB on an H200).
+	const sets = 16
 	type bench struct {
-		qt        quant.Type
-		g, nh, sd int // zero: lower's choice
+		qt                    quant.Type
+		g, gw, nh, sd, dw, ns int // zero: lower's choice
 	}
 	var cases []bench
 	for _, qt := range lower.QuantKernelTypes {
 		cases = append(cases, bench{qt: qt})
 	}
-	cases = append(cases, bench{quant.Q4_K, 8, 0, 0}, bench{quant.Q4_K, 0, 2, 4}, bench{quant.Q4_K, 0, 4, 4}, bench{quant.IQ4_XS, 8, 0, 0})
+	// gate+up rows, warps and stages; down rows, units and warps
+	for _, c := range [][6]int{{4, 8, 0, 0, 0, 0}, {16, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 3},
+		{4, 0, 0, 0, 0, 3}, {4, 0, 0, 0, 0, 4}, {2, 0, 0, 0, 0, 4}, {4, 8, 0, 0, 0, 3}, {0, 0, 2, 4, 0, 0}, {0, 0, 4, 4, 0, 0}} {
+		cases = append(cases, bench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5]})
+	}
+	for _, qt := range []quant.Type{quant.Q8_0, quant.Q6_K, quant.IQ4_XS} {
+		cases = append(cases, bench{qt: qt, g: 4, ns: 3})
+	}
 	for _, c := range cases {
 		qt := c.qt
 		name := qt.String()
-		if c.g != 0 {
-			name += fmt.Sprintf("-g%d", c.g)
+		if c.g != 0 || c.gw != 0 || c.ns != 0 {
+			name += fmt.Sprintf("-g%dw%ds%d", c.g, c.gw, c.ns)
 		}
-		if c.nh != 0 {
-			name += fmt.Sprintf("-d%dx%d", c.nh, c.sd)
+		if c.nh != 0 || c.dw != 0 {
+			name += fmt.Sprintf("-d%dx%dw%d", c.nh, c.sd, c.dw)
 		}
 		b.Run(name, func(b *testing.B) {
 			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
@@ -585,21 +600,27 @@ func BenchmarkQMoE(b *testing.B) {
 				b.Fatal(err)
 			}
 			db, _ := lower.QuantDeviceBytes(qt, E*H, I)
-			ids := make([]int32, K)
-			wts := make([]float32, K)
-			for j, e := range r.Perm(E)[:K] {
-				ids[j], wts[j] = int32(e), 0.1
+			ids := make([]int32, sets*K)
+			wts := make([]float32, sets*K)
+			for s := range sets {
+				for j, e := range r.Perm(E)[:K] {
+					ids[s*K+j], wts[s*K+j] = int32(e), 0.1
+				}
 			}
 			gu := m.rand(int(gb / 2))
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
-				GateUpRows: c.g, DownRows: c.nh, DownUnits: c.sd}
+				GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns}
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
-			a.IDs = m.upload(cuda.AsBytes(ids))
-			a.Weights = m.upload(cuda.AsBytes(wts))
+			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
 			bytes := float64(K) * float64(gb+db) / E
-			m.run(b, bytes, 2*float64(K)*3*I*H, func() error { return m.k.QMoE(m.s, a) })
+			i := 0
+			m.run(b, bytes, 2*float64(K)*3*I*H, func() error {
+				a.IDs, a.Weights = idp.Add(int64(4*K*(i%sets))), wtp.Add(int64(4*K*(i%sets)))
+				i++
+				return m.k.QMoE(m.s, a)
+			})
 		})
 	}
 }
