@@ -794,40 +794,47 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
     // ring after the staged bytes, so that loads stay in flight while it
     // sums. A lane reads only its own slots: no barrier in the loop.
     unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
-    const int NR = NG * S;
-    auto issue = [&](int rd) {
-      if (rd < NR) {
-        const int g = rd / S, u = lane + 32 * (rd - g * S);
+    // the next round to copy (ig, is) and its slot; counters, not divisions
+    int ig = 0, is = 0, islot = 0;
+    auto issue = [&]() {
+      if (ig < NG) {
+        const int u = lane + 32 * is;
         if (u < U)
 #pragma unroll
-          for (int q = 0; q < G; q++) Q::copyq(ring + ((rd % NS) * G + q) * 32 * Q::QB, mat(g * G + q), row(g * G + q), H, u);
+          for (int q = 0; q < G; q++) Q::copyq(ring + (islot * G + q) * 32 * Q::QB, mat(ig * G + q), row(ig * G + q), H, u);
+        if (++is == S) is = 0, ig++;
       }
+      islot = islot + 1 == NS ? 0 : islot + 1;
       cp_async_commit();  // possibly empty: one group a round
     };
 #pragma unroll
-    for (int rd = 0; rd < NS - 1; rd++) issue(rd);
+    for (int p = 0; p < NS - 1; p++) issue();
     stage_shared();
     cp_async_wait_all();
     __syncthreads();
-    float acc[G];
-    for (int rd = 0; rd < NR; rd++) {
-      issue(rd + NS - 1);
-      cp_async_wait<NS - 1>();  // round rd's copies (this lane's) have landed
-      const int g = rd / S, s = rd - g * S, u = lane + 32 * s;
-      if (s == 0)
+    int slot = 0;
 #pragma unroll
-        for (int q = 0; q < G; q++) acc[q] = 0.f;
-      if (u < U) {
-        const typename Q::X xv = Q::xload(xsm, 0, u);
+    for (int g = 0; g < NG; g++) {
+      float acc[G];
 #pragma unroll
-        for (int q = 0; q < G; q++) {
-          const int br = stage(g * G + q);
-          Q::fromq(wv[q], ring + ((rd % NS) * G + q) * 32 * Q::QB);
-          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
-          acc[q] += Q::dot(wv[q], xv, u);
+      for (int q = 0; q < G; q++) acc[q] = 0.f;
+      for (int s = 0; s < S; s++) {
+        issue();
+        cp_async_wait<NS - 1>();  // round (g, s)'s copies (this lane's) have landed
+        const int u = lane + 32 * s;
+        if (u < U) {
+          const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+          for (int q = 0; q < G; q++) {
+            const int br = stage(g * G + q);
+            Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
+            Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+            acc[q] += Q::dot(wv[q], xv, u);
+          }
         }
+        slot = slot + 1 == NS ? 0 : slot + 1;
       }
-      if (s == S - 1) store(g, acc);
+      store(g, acc);
     }
   }
   __syncthreads();
