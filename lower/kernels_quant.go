@@ -247,9 +247,12 @@ type QMoEArgs struct {
 	// GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
 	// registers a round ahead (0), or into shared memory stages-1 rounds
 	// ahead. Every choice gives the same bits.
+	// DownAll copies each lane's down units into shared memory at once
+	// (DownUnits unused).
 	GateUpRows, DownRows, DownUnits int
 	GateUpWarps, DownWarps          int
 	GateUpStages                    int
+	DownAll                         bool
 }
 
 // QMoEMaxTopK is the most routes per token the decode kernels take
@@ -304,15 +307,20 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 // bytes of a block's 64 weight rows; for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
 // block's downRows*downWarps rows of each slot's expert. With stages, gate+up
-// adds its warps' rings of units from a 256-byte boundary.
-func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int) (gateUp, down int) {
+// adds its warps' rings of units from a 256-byte boundary, and down with
+// all its units (downAll) their copies likewise.
+func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
 	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
 	if stages > 0 {
 		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
 	}
-	return gateUp, k * (16*(I/32) + I + downWarps*downRows*(I/be)*(sa+head))
+	down = k * (16*(I/32) + I + downWarps*downRows*(I/be)*(sa+head))
+	if downAll {
+		down = int(align256(int64(down))) + downWarps*ceilDiv(k*I/32, 32)*downRows*32*q.qb
+	}
+	return gateUp, down
 }
 
 // QMoE returns the launches of the quantised routed experts: x quantised
@@ -369,7 +377,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if ns != 0 && (ns < 2 || ns > 4) {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
 	}
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw)
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
@@ -387,7 +395,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw)},
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),

@@ -92,6 +92,16 @@ func TestQMoELaunches(t *testing.T) {
 			if g3 := ls3[1]; g3.Ints[3] != 3 || g3.Shmem != int(align256(int64(c.wantShm)))+4*3*4*32*qb {
 				t.Errorf("%s T=%d, 3 stages: gate+up %v shmem %d", c.name, T, g3.Ints, g3.Shmem)
 			}
+			// Down's units all at once: ceil(k*I/32/32) units a lane, for its
+			// 2 rows, from a 256-byte boundary.
+			a.GateUpStages, a.DownAll = 0, true
+			lsAll, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d, down all at once: %v", c.name, T, err)
+			}
+			if dAll := lsAll[2]; dAll.Ints[4] != 1 || dAll.Shmem != int(align256(int64(c.wantDSh)))+4*ceilDiv(c.k*c.I/32, 32)*2*32*qb {
+				t.Errorf("%s T=%d, down all at once: %v shmem %d", c.name, T, dAll.Ints, dAll.Shmem)
+			}
 			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
 				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
 			}

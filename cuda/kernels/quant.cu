@@ -855,11 +855,14 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
 // are one sequence over the lanes (unit v is unit v % (I/32) of slot
 // v / (I/32)), SD of them per lane per round for the NH rows together, so
 // loads of several slots and rows are in flight at once; a slot with an
-// invalid id is skipped. Dynamic shared memory: the token's quantised
+// invalid id is skipped. ALL = 1: instead, every unit of a lane (for its NH
+// rows) is copied into shared memory at once, with one wait (one round
+// trip; SD unused). Dynamic shared memory: the token's quantised
 // activations (scales float4 [k*I/32], int8 [k*I]), copied before the ids
 // arrive, then the staged bytes (stage_rows) of the block's rows of each
-// slot's expert.
-template <typename TY, int QT, int NH, int SD, int W>
+// slot's expert, then (ALL) from the next 256-byte boundary each warp's
+// ceil(k*I/1024) x NH x 32 units of Q::QB bytes.
+template <typename TY, int QT, int NH, int SD, int W, int ALL>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                         const signed char* __restrict__ aq, const float4* __restrict__ as,
                                                         const float* __restrict__ weights, const int* __restrict__ ids,
@@ -894,44 +897,75 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, 
   int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
   for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
-  typename Q::W wv[SD][NH];
-  int jv[SD], uv[SD];
-  bool ok[SD];
-  auto load = [&](int v0) {
-#pragma unroll
-    for (int d = 0; d < SD; d++) {
-      const int v = v0 + 32 * d;
-      jv[d] = min(v / U, k - 1);
-      uv[d] = v - jv[d] * U;
-      const int e = se[jv[d]];
-      ok[d] = v < nv && e >= 0;
-      if (ok[d])
-#pragma unroll
-        for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
-    }
-  };
-  load(lane);
-  cp_async_wait_all();
-  __syncthreads();
   float acc[NH];
 #pragma unroll
   for (int q = 0; q < NH; q++) acc[q] = 0.f;
-  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+  if constexpr (ALL) {
+    // Every unit of the lane (lane, lane+32, ...) copied into shared memory
+    // at once, one wait, then summed in the same order: the same bits.
+    const int nu = (nv + 31) / 32;
+    unsigned char* mine = qmoe_smem + align256(sh + k * HB * nb * Q::HEAD - qmoe_smem) + (warp * nu * NH * 32 + lane) * Q::QB;
+    for (int i = 0; i < nu; i++) {
+      const int v = lane + 32 * i, j = min(v / U, k - 1), u = v - j * U, e = se[j];
+      if (v < nv && e >= 0)
 #pragma unroll
-    for (int d = 0; d < SD; d++)
-      if (ok[d]) {
-        const int j = jv[d];
-        const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
-        const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+        for (int q = 0; q < NH; q++) Q::copyq(mine + (i * NH + q) * 32 * Q::QB, down, row0 + (long long)e * H + hb0 + hq[q], I, u);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    typename Q::W wv;
+    // unit lane + 32i is unit u of slot j: stepped, not divided
+    for (int i = 0, j = lane / U, u = lane - (lane / U) * U; i < nu && j < k; i++) {
+      if (se[j] >= 0) {
+        const typename Q::X xv = Q::xload(QX{aqt + j * I, ast + j * U, I}, 0, u);
         const float wt = sw[j];
 #pragma unroll
         for (int q = 0; q < NH; q++) {
-          const int br = j * HB + hq[q];  // the row's place in the stage
-          Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
-          acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+          const int br = j * HB + hq[q];
+          Q::fromq(wv, mine + (i * NH + q) * 32 * Q::QB);
+          Q::loads(wv, sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] = fmaf(wt, Q::dot(wv, xv, u), acc[q]);
         }
       }
-    if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
+      for (u += 32; u >= U; u -= U) j++;
+    }
+  } else {
+    typename Q::W wv[SD][NH];
+    int jv[SD], uv[SD];
+    bool ok[SD];
+    auto load = [&](int v0) {
+#pragma unroll
+      for (int d = 0; d < SD; d++) {
+        const int v = v0 + 32 * d;
+        jv[d] = min(v / U, k - 1);
+        uv[d] = v - jv[d] * U;
+        const int e = se[jv[d]];
+        ok[d] = v < nv && e >= 0;
+        if (ok[d])
+#pragma unroll
+          for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
+      }
+    };
+    load(lane);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+#pragma unroll
+      for (int d = 0; d < SD; d++)
+        if (ok[d]) {
+          const int j = jv[d];
+          const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
+          const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+          const float wt = sw[j];
+#pragma unroll
+          for (int q = 0; q < NH; q++) {
+            const int br = j * HB + hq[q];  // the row's place in the stage
+            Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
+            acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+          }
+        }
+      if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
+    }
   }
 #pragma unroll
   for (int q = 0; q < NH; q++) {

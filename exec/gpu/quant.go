@@ -80,6 +80,7 @@ type QMoEArgs struct {
 	GateUpRows, DownRows, DownUnits int
 	GateUpWarps, DownWarps          int
 	GateUpStages                    int
+	DownAll                         bool
 }
 
 func (a QMoEArgs) lower() lower.QMoEArgs {
@@ -87,7 +88,7 @@ func (a QMoEArgs) lower() lower.QMoEArgs {
 		Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: a.Gate.lower(), Up: a.Up.lower(), Down: a.Down.lower(),
 		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
 		GateUpRows: a.GateUpRows, DownRows: a.DownRows, DownUnits: a.DownUnits, GateUpWarps: a.GateUpWarps, DownWarps: a.DownWarps,
-		GateUpStages: a.GateUpStages}
+		GateUpStages: a.GateUpStages, DownAll: a.DownAll}
 }
 
 // QMoEWorkspaceBytes is the workspace QMoE needs.

@@ -454,11 +454,11 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			ids[5] = -1 // invalid: skipped
 			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
 			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
-			run := func(T int, rd [6]int) []float32 {
+			run := func(T int, rd [7]int) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 					Down:       QMatrix{W: dw, Total: E * H},
-					GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4], GateUpStages: rd[5]}
+					GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4], GateUpStages: rd[5], DownAll: rd[6] == 1}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
 				if err := k.QMoE(s, a); err != nil {
@@ -466,7 +466,7 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 				return download(t, s, cuda.BF16, a.Out, T*H)
 			}
-			want := run(maxT, [6]int{})
+			want := run(maxT, [7]int{})
 			same := func(what string, got []float32) {
 				t.Helper()
 				for i, v := range got {
@@ -477,12 +477,13 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 			}
 			for _, T := range []int{1, 2, 5} {
-				same(fmt.Sprintf("T=%d", T), run(T, [6]int{}))
+				same(fmt.Sprintf("T=%d", T), run(T, [7]int{}))
 			}
 			// gate+up rows and warps, down rows, units and warps, gate+up
-			// stages in shared memory
-			for _, rd := range [][6]int{{2, 4, 1, 2, 4, 0}, {4, 4, 4, 8, 4, 0}, {16, 4, 2, 4, 4, 0}, {8, 8, 1, 8, 8, 0}, {2, 8, 4, 4, 8, 0},
-				{8, 4, 2, 8, 4, 2}, {4, 4, 2, 8, 4, 3}, {2, 8, 2, 8, 4, 4}, {16, 4, 2, 8, 4, 2}} {
+			// stages in shared memory, down's units all at once
+			for _, rd := range [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16, 4, 2, 4, 4, 0, 0}, {8, 8, 1, 8, 8, 0, 0},
+				{2, 8, 4, 4, 8, 0, 0}, {8, 4, 2, 8, 4, 2, 0}, {4, 4, 2, 8, 4, 3, 1}, {2, 8, 2, 8, 4, 4, 0}, {16, 4, 2, 8, 4, 2, 1},
+				{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}} {
 				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
 				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
 			}
@@ -572,6 +573,7 @@ func BenchmarkQMoE(b *testing.B) {
 	type bench struct {
 		qt                    quant.Type
 		g, gw, nh, sd, dw, ns int // zero: lower's choice
+		all                   bool
 	}
 	var cases []bench
 	for _, qt := range lower.QuantKernelTypes {
@@ -580,8 +582,13 @@ func BenchmarkQMoE(b *testing.B) {
 	// gate+up rows, warps and stages; down rows, units and warps
 	for _, c := range [][6]int{{4, 8, 0, 0, 0, 0}, {16, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 3},
 		{4, 0, 0, 0, 0, 3}, {4, 0, 0, 0, 0, 4}, {2, 0, 0, 0, 0, 4}, {4, 8, 0, 0, 0, 3}, {0, 0, 2, 4, 0, 0}, {0, 0, 4, 4, 0, 0}} {
-		cases = append(cases, bench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5]})
+		cases = append(cases, bench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5], false})
 	}
+	// down's units all at once (2 or 1 rows a warp, 4 or 8 warps), alone
+	// and with gate+up's 3-stage ring
+	cases = append(cases, bench{qt: quant.Q4_K, all: true}, bench{qt: quant.Q4_K, nh: 1, dw: 8, all: true},
+		bench{qt: quant.Q4_K, nh: 4, all: true}, bench{qt: quant.Q4_K, nh: 2, dw: 8, all: true},
+		bench{qt: quant.Q4_K, g: 8, ns: 3, all: true}, bench{qt: quant.Q8_0, all: true})
 	for _, qt := range []quant.Type{quant.Q8_0, quant.Q6_K, quant.IQ4_XS} {
 		cases = append(cases, bench{qt: qt, g: 4, ns: 3})
 	}
@@ -593,6 +600,9 @@ func BenchmarkQMoE(b *testing.B) {
 		}
 		if c.nh != 0 || c.dw != 0 {
 			name += fmt.Sprintf("-d%dx%dw%d", c.nh, c.sd, c.dw)
+		}
+		if c.all {
+			name += "-dall"
 		}
 		b.Run(name, func(b *testing.B) {
 			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
@@ -611,7 +621,7 @@ func BenchmarkQMoE(b *testing.B) {
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
-				GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns}
+				GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns, DownAll: c.all}
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
 			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
 			bytes := float64(K) * float64(gb+db) / E
