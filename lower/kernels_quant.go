@@ -2,6 +2,8 @@ package lower
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"lagc/quant"
 )
@@ -253,6 +255,54 @@ type QMoEArgs struct {
 	GateUpWarps, DownWarps          int
 	GateUpStages                    int
 	DownAll                         bool
+}
+
+// QMoEForce is a forced shape of the decode routed-expert kernels (the
+// QMoEArgs fields of the same names; zero values choose).
+type QMoEForce struct {
+	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
+	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
+	DownAll                               bool `json:",omitempty"`
+}
+
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all"
+// (any subset, comma-separated; "" is the zero shape): gate+up rows a
+// round, warps, stages; down rows a warp, units a round, warps, all units
+// at once. QMoE checks the values.
+func ParseQMoEForce(s string) (QMoEForce, error) {
+	var f QMoEForce
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		if kv == "all" {
+			f.DownAll = true
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
+		}
+		switch k {
+		case "g":
+			f.GateUpRows = n
+		case "gw":
+			f.GateUpWarps = n
+		case "s":
+			f.GateUpStages = n
+		case "nh":
+			f.DownRows = n
+		case "sd":
+			f.DownUnits = n
+		case "dw":
+			f.DownWarps = n
+		default:
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all)", s, k)
+		}
+	}
+	return f, nil
 }
 
 // QMoEMaxTopK is the most routes per token the decode kernels take
@@ -536,7 +586,8 @@ func (a MoEArgs) qmoe() QMoEArgs {
 	t, _ := QuantType(a.WType)
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
 		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
-		Workspace: a.Workspace}
+		Workspace: a.Workspace, GateUpRows: a.QMoE.GateUpRows, GateUpWarps: a.QMoE.GateUpWarps, GateUpStages: a.QMoE.GateUpStages,
+		DownRows: a.QMoE.DownRows, DownUnits: a.QMoE.DownUnits, DownWarps: a.QMoE.DownWarps, DownAll: a.QMoE.DownAll}
 }
 
 // dequantArgs is a with bf16 stacks in the workspace at off, where

@@ -189,3 +189,45 @@ func TestQuantMatMulPaths(t *testing.T) {
 		}
 	}
 }
+
+func TestParseQMoEForce(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want QMoEForce
+		err  string
+	}{
+		{"", QMoEForce{}, ""},
+		{"g=8", QMoEForce{GateUpRows: 8}, ""},
+		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{8, 4, 3, 2, 8, 4, true}, ""},
+		{"all,", QMoEForce{DownAll: true}, ""},
+		{"g=-1", QMoEForce{}, "is not KEY=N"},
+		{"g", QMoEForce{}, "is not KEY=N"},
+		{"x=1", QMoEForce{}, `unknown key "x"`},
+	} {
+		got, err := ParseQMoEForce(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want one with %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func FuzzParseQMoEForce(f *testing.F) {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := ParseQMoEForce(s)
+		if err != nil {
+			return
+		}
+		if q.GateUpRows < 0 || q.GateUpWarps < 0 || q.GateUpStages < 0 || q.DownRows < 0 || q.DownUnits < 0 || q.DownWarps < 0 {
+			t.Fatalf("%q parsed to a negative field: %+v", s, q)
+		}
+	})
+}

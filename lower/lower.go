@@ -39,6 +39,9 @@ type Options struct {
 	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
 	// more run on cuBLASLt (the executor has loaded it).
 	CublasLt bool
+	// QMoE forces the quantised decode routed-expert kernels' shape (zero:
+	// lower's choice); every shape gives the same bits (A/B timing).
+	QMoE QMoEForce
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -92,7 +95,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt, QMoE: o.QMoE}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

@@ -23,14 +23,18 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma and LAGC_CUBLASLT=0
-// included), so that a plan made without the device is the one the
-// executor would run on this machine.
-func PlanOptions(c Config, sms, cc int) lower.Options {
+// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0 and
+// LAGC_QMOE_SHAPE included), so that a plan made without the device is the
+// one the executor would run on this machine.
+func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
+	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
+	if err != nil {
+		return lower.Options{}, fmt.Errorf("LAGC_QMOE_SHAPE: %w", err)
+	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc)}
+		CublasLt: UseCublasLt(cc), QMoE: qmoe}, nil
 }
 
 // UseCublasLt says whether plans for compute capability cc put the plain
@@ -53,7 +57,11 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		}
 		dev, own = d, true
 	}
-	plan, err := lower.Lower(g, PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor))
+	opts, err := PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor)
+	var plan *lower.Plan
+	if err == nil {
+		plan, err = lower.Lower(g, opts)
+	}
 	if err != nil {
 		if own {
 			dev.Close()

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"lagc/cuda"
+	"lagc/ir"
 	"lagc/lower"
 	"lagc/quant"
 )
@@ -632,5 +635,57 @@ func BenchmarkQMoE(b *testing.B) {
 				return m.k.QMoE(m.s, a)
 			})
 		})
+	}
+}
+
+// TestQMoEShapeEnv: LAGC_QMOE_SHAPE reaches the plan's decode routed-expert
+// launches (and the dry-run executor binds them); a bad value is an error
+// that names the variable.
+func TestQMoEShapeEnv(t *testing.T) {
+	t.Setenv("LAGC_QMOE_SHAPE", "g=8,s=3,nh=1,dw=8,all")
+	o, err := PlanOptions(Config{DType: ir.BF16}, 132, 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lower.QMoEForce{GateUpRows: 8, GateUpStages: 3, DownRows: 1, DownWarps: 8, DownAll: true}
+	if o.QMoE != want {
+		t.Fatalf("options %+v, want %+v", o.QMoE, want)
+	}
+	var m traceModel
+	for _, tm := range traceModels {
+		if tm.name == "laguna-s-2.1-q4_k_m" {
+			m = tm
+		}
+	}
+	m.qmoe = o.QMoE
+	p := tracePlan(t, m, ir.BF16)
+	var gu, dn int
+	for _, st := range p.Decode.Steps {
+		for _, l := range st.Launches {
+			switch l.Kernel {
+			case "moe_gateup_qgemv":
+				gu++
+				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 8, 4, 3}) {
+					t.Errorf("gate+up instantiated with %v", l.Ints)
+				}
+			case "moe_down_qgemv":
+				dn++
+				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 1, 8, 8, 1}) || l.Block[0] != 256 {
+					t.Errorf("down instantiated with %v, block %v", l.Ints, l.Block)
+				}
+			}
+		}
+	}
+	if gu == 0 || gu != dn {
+		t.Fatalf("%d gate+up and %d down launches in the decode plan", gu, dn)
+	}
+	ex, _, err := DryRun(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.Close()
+	t.Setenv("LAGC_QMOE_SHAPE", "g=eight")
+	if _, err := PlanOptions(Config{DType: ir.BF16}, 132, 90); err == nil || !strings.Contains(err.Error(), "LAGC_QMOE_SHAPE") {
+		t.Fatalf("a bad LAGC_QMOE_SHAPE gave %v", err)
 	}
 }
