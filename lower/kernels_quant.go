@@ -285,22 +285,12 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if !ok || err != nil || n < 0 {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
 		}
-		switch k {
-		case "g":
-			f.GateUpRows = n
-		case "gw":
-			f.GateUpWarps = n
-		case "s":
-			f.GateUpStages = n
-		case "nh":
-			f.DownRows = n
-		case "sd":
-			f.DownUnits = n
-		case "dw":
-			f.DownWarps = n
-		default:
+		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps}[k]
+		if !ok {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all)", s, k)
 		}
+		*field = n
 	}
 	return f, nil
 }

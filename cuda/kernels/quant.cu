@@ -752,90 +752,71 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
   };
   const QX xsm{xq, xs, H};
   typename Q::W wv[G];
-  if constexpr (NS == 0) {
-    // Registers: round (g, s), the warp's rows g*G .. g*G+G-1 at unit
-    // lane + 32s, is loaded while round (g, s-1) is summed.
-    auto load = [&](int g, int s) {
-      const int u = lane + 32 * s;
+  // NS = 0: round (g, s), the warp's rows g*G .. g*G+G-1 at unit lane +
+  // 32s, is loaded into registers while round (g, s-1) is summed.
+  auto load = [&](int g, int s) {
+    const int u = lane + 32 * s;
+    if (u < U)
+#pragma unroll
+      for (int q = 0; q < G; q++) Q::loadq(wv[q], mat(g * G + q), row(g * G + q), H, u);
+  };
+  // NS >= 2: each lane copies its own units (cp.async) NS-1 rounds ahead
+  // into its slots of an NS-stage ring after the staged bytes, so that
+  // loads stay in flight while it sums; a lane reads only its own slots,
+  // no barrier in the loop. (ig, is): the next round to copy; counters,
+  // not divisions.
+  unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
+  int ig = 0, is = 0, islot = 0, slot = 0;
+  auto issue = [&]() {
+    if (ig < NG) {
+      const int u = lane + 32 * is;
       if (u < U)
 #pragma unroll
-        for (int q = 0; q < G; q++) Q::loadq(wv[q], mat(g * G + q), row(g * G + q), H, u);
-    };
+        for (int q = 0; q < G; q++) Q::copyq(ring + (islot * G + q) * 32 * Q::QB, mat(ig * G + q), row(ig * G + q), H, u);
+      if (++is == S) is = 0, ig++;
+    }
+    islot = islot + 1 == NS ? 0 : islot + 1;
+    cp_async_commit();  // possibly empty: one group a round
+  };
+  if constexpr (NS == 0)
     load(0, 0);
-    stage_shared();
-    cp_async_wait_all();
-    __syncthreads();
+  else
 #pragma unroll
-    for (int g = 0; g < NG; g++) {
-      float acc[G];
+    for (int p = 0; p < NS - 1; p++) issue();
+  stage_shared();
+  cp_async_wait_all();
+  __syncthreads();
 #pragma unroll
-      for (int q = 0; q < G; q++) acc[q] = 0.f;
-      for (int s = 0; s < S; s++) {
-        const int u = lane + 32 * s;
-        if (u < U) {
-          const typename Q::X xv = Q::xload(xsm, 0, u);
+  for (int g = 0; g < NG; g++) {
+    float acc[G];
 #pragma unroll
-          for (int q = 0; q < G; q++) {
-            const int br = stage(g * G + q);
-            Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
-            acc[q] += Q::dot(wv[q], xv, u);
-          }
+    for (int q = 0; q < G; q++) acc[q] = 0.f;
+    for (int s = 0; s < S; s++) {
+      if constexpr (NS > 0) {
+        issue();
+        cp_async_wait<NS - 1>();  // round (g, s)'s copies (this lane's) have landed
+      }
+      const int u = lane + 32 * s;
+      if (u < U) {
+        const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+          const int br = stage(g * G + q);
+          if constexpr (NS > 0) Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
+          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] += Q::dot(wv[q], xv, u);
         }
+      }
+      if constexpr (NS == 0) {
         if (s + 1 < S)
           load(g, s + 1);
         else if (g + 1 < NG)
           load(g + 1, 0);
-      }
-      store(g, acc);
-    }
-  } else {
-    // Shared memory: the same rounds, rd = g*S + s, each lane copying its
-    // own units (cp.async) NS-1 rounds ahead into its slots of an NS-stage
-    // ring after the staged bytes, so that loads stay in flight while it
-    // sums. A lane reads only its own slots: no barrier in the loop.
-    unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
-    // the next round to copy (ig, is) and its slot; counters, not divisions
-    int ig = 0, is = 0, islot = 0;
-    auto issue = [&]() {
-      if (ig < NG) {
-        const int u = lane + 32 * is;
-        if (u < U)
-#pragma unroll
-          for (int q = 0; q < G; q++) Q::copyq(ring + (islot * G + q) * 32 * Q::QB, mat(ig * G + q), row(ig * G + q), H, u);
-        if (++is == S) is = 0, ig++;
-      }
-      islot = islot + 1 == NS ? 0 : islot + 1;
-      cp_async_commit();  // possibly empty: one group a round
-    };
-#pragma unroll
-    for (int p = 0; p < NS - 1; p++) issue();
-    stage_shared();
-    cp_async_wait_all();
-    __syncthreads();
-    int slot = 0;
-#pragma unroll
-    for (int g = 0; g < NG; g++) {
-      float acc[G];
-#pragma unroll
-      for (int q = 0; q < G; q++) acc[q] = 0.f;
-      for (int s = 0; s < S; s++) {
-        issue();
-        cp_async_wait<NS - 1>();  // round (g, s)'s copies (this lane's) have landed
-        const int u = lane + 32 * s;
-        if (u < U) {
-          const typename Q::X xv = Q::xload(xsm, 0, u);
-#pragma unroll
-          for (int q = 0; q < G; q++) {
-            const int br = stage(g * G + q);
-            Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
-            Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
-            acc[q] += Q::dot(wv[q], xv, u);
-          }
-        }
+      } else {
         slot = slot + 1 == NS ? 0 : slot + 1;
       }
-      store(g, acc);
     }
+    store(g, acc);
   }
   __syncthreads();
   if (warp == 0) {
