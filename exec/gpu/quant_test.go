@@ -437,6 +437,13 @@ func TestQMoEGPU(t *testing.T) {
 	}
 }
 
+// qmoeBitsShapes are the forced shapes TestQMoEBatchBitsGPU compares with
+// lower's choice: gate+up rows a round, warps; down rows a warp, units a
+// round, warps; gate+up stages; down's units all at once (1).
+var qmoeBitsShapes = [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16, 4, 2, 4, 4, 0, 0}, {8, 8, 1, 8, 8, 0, 0},
+	{2, 8, 4, 4, 8, 0, 0}, {8, 4, 2, 8, 4, 2, 0}, {4, 4, 2, 8, 4, 3, 1}, {2, 8, 2, 8, 4, 4, 0}, {4, 8, 2, 8, 8, 2, 1},
+	{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}}
+
 // TestQMoEBatchBitsGPU: a token's routed-expert output has the same bits
 // whatever the number of tokens in the launch and whatever rounds the
 // kernels take (batched decode compares batches bitwise).
@@ -484,9 +491,7 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			}
 			// gate+up rows and warps, down rows, units and warps, gate+up
 			// stages in shared memory, down's units all at once
-			for _, rd := range [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16, 4, 2, 4, 4, 0, 0}, {8, 8, 1, 8, 8, 0, 0},
-				{2, 8, 4, 4, 8, 0, 0}, {8, 4, 2, 8, 4, 2, 0}, {4, 4, 2, 8, 4, 3, 1}, {2, 8, 2, 8, 4, 4, 0}, {16, 4, 2, 8, 4, 2, 1},
-				{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}} {
+			for _, rd := range qmoeBitsShapes {
 				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
 				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
 			}
@@ -566,6 +571,64 @@ func BenchmarkQGEMVFloatX(b *testing.B) {
 	}
 }
 
+// qmoeBench is a BenchmarkQMoE case: a weight type and a forced shape.
+type qmoeBench struct {
+	qt                    quant.Type
+	g, gw, nh, sd, dw, ns int // zero: lower's choice
+	all                   bool
+}
+
+// qmoeBenchCases are BenchmarkQMoE's cases: every type as lower chooses,
+// then q4_k's shapes.
+func qmoeBenchCases() []qmoeBench {
+	var cases []qmoeBench
+	for _, qt := range lower.QuantKernelTypes {
+		cases = append(cases, qmoeBench{qt: qt})
+	}
+	// gate+up rows, warps and stages; down rows, units and warps
+	for _, c := range [][6]int{{4, 8, 0, 0, 0, 0}, {16, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 3},
+		{4, 0, 0, 0, 0, 3}, {4, 0, 0, 0, 0, 4}, {2, 0, 0, 0, 0, 4}, {4, 8, 0, 0, 0, 3}, {0, 0, 2, 4, 0, 0}, {0, 0, 4, 4, 0, 0}} {
+		cases = append(cases, qmoeBench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5], false})
+	}
+	// down's units all at once (2 or 1 rows a warp, 4 or 8 warps), alone
+	// and with gate+up's 3-stage ring (with 4 rows a warp, 8 warps of 2,
+	// or q8_0, the copies pass the 96 KiB QMoE allows: lower refuses them)
+	cases = append(cases, qmoeBench{qt: quant.Q4_K, all: true}, qmoeBench{qt: quant.Q4_K, nh: 1, dw: 8, all: true},
+		qmoeBench{qt: quant.Q4_K, g: 8, ns: 3, all: true})
+	for _, qt := range []quant.Type{quant.Q8_0, quant.Q6_K, quant.IQ4_XS} {
+		cases = append(cases, qmoeBench{qt: qt, g: 4, ns: 3})
+	}
+	return cases
+}
+
+// TestQMoEShapesLower: every shape TestQMoEBatchBitsGPU and BenchmarkQMoE
+// force is one lower takes (without a GPU: a shape it refuses would fail
+// there, on the device's time).
+func TestQMoEShapesLower(t *testing.T) {
+	p := lower.DevicePtr(256)
+	args := func(qt quant.Type, T, E, H, I, k int) lower.QMoEArgs {
+		return lower.QMoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: p, XType: "bf16", Weights: p, IDs: p,
+			Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+			Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: "bf16", Workspace: p}
+	}
+	for _, qt := range lower.QuantKernelTypes {
+		for _, rd := range qmoeBitsShapes {
+			a := args(qt, lower.QGEMVMaxRows, 12, 1024, 512, 4)
+			a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = rd[0], rd[1], rd[2], rd[3], rd[4], rd[5], rd[6] == 1
+			if _, err := lower.QMoE(a); err != nil {
+				t.Errorf("%s %v: %v", qt, rd, err)
+			}
+		}
+	}
+	for _, c := range qmoeBenchCases() {
+		a := args(c.qt, 1, 256, 3072, 1024, 10)
+		a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = c.g, c.gw, c.nh, c.sd, c.dw, c.ns, c.all
+		if _, err := lower.QMoE(a); err != nil {
+			t.Errorf("bench %+v: %v", c, err)
+		}
+	}
+}
+
 func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
@@ -573,28 +636,7 @@ func BenchmarkQMoE(b *testing.B) {
 	// Each iteration routes to another of sets choices of K experts, so
 	// that the weights come from HBM, not from L2 (50 MB on an H200).
 	const sets = 16
-	type bench struct {
-		qt                    quant.Type
-		g, gw, nh, sd, dw, ns int // zero: lower's choice
-		all                   bool
-	}
-	var cases []bench
-	for _, qt := range lower.QuantKernelTypes {
-		cases = append(cases, bench{qt: qt})
-	}
-	// gate+up rows, warps and stages; down rows, units and warps
-	for _, c := range [][6]int{{4, 8, 0, 0, 0, 0}, {16, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 3},
-		{4, 0, 0, 0, 0, 3}, {4, 0, 0, 0, 0, 4}, {2, 0, 0, 0, 0, 4}, {4, 8, 0, 0, 0, 3}, {0, 0, 2, 4, 0, 0}, {0, 0, 4, 4, 0, 0}} {
-		cases = append(cases, bench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5], false})
-	}
-	// down's units all at once (2 or 1 rows a warp, 4 or 8 warps), alone
-	// and with gate+up's 3-stage ring
-	cases = append(cases, bench{qt: quant.Q4_K, all: true}, bench{qt: quant.Q4_K, nh: 1, dw: 8, all: true},
-		bench{qt: quant.Q4_K, nh: 4, all: true}, bench{qt: quant.Q4_K, nh: 2, dw: 8, all: true},
-		bench{qt: quant.Q4_K, g: 8, ns: 3, all: true}, bench{qt: quant.Q8_0, all: true})
-	for _, qt := range []quant.Type{quant.Q8_0, quant.Q6_K, quant.IQ4_XS} {
-		cases = append(cases, bench{qt: qt, g: 4, ns: 3})
-	}
+	cases := qmoeBenchCases()
 	for _, c := range cases {
 		qt := c.qt
 		name := qt.String()
