@@ -54,6 +54,8 @@ type Plan struct {
 	CublasLt bool `json:"cublaslt,omitempty"`
 	// QMoE: the decode routed-expert kernels' forced shape (Options.QMoE).
 	QMoE QMoEForce `json:"qmoe,omitzero"`
+	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
+	DisableFusions []string `json:"disable_fusions,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`
