@@ -29,12 +29,15 @@ import "reflect"
 // past a fused router, then the residual adds into the norms after them
 // (fuseAddNorm), which needs the norms as dropQ8X leaves them, then the
 // one-row norms into the GEMVs before them (fuseGEMVNorm), which takes
-// the norms as fuseAddNorm leaves them.
+// the norms as fuseAddNorm leaves them, then the fused routers with the
+// GEMV after them (fuseRouterQGEMV), which needs that GEMV's quantisation
+// gone (dropQ8X) and the GEMV in its last form.
 func fuseLaunches(steps [][]Launch) {
 	fuseRouter(steps)
 	dropQ8X(steps)
 	fuseAddNorm(steps)
 	fuseGEMVNorm(steps)
+	fuseRouterQGEMV(steps)
 }
 
 // dropQ8X removes the quantisation launches a stream need not make, a
