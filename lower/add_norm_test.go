@@ -41,7 +41,13 @@ func unfuseAddNorm(l Launch) (add, norm Launch, ok bool) {
 // add in its place, the norm right after it, at the start of the next step
 // where the add ends its own (the norm's step in the plans). It also
 // returns how many it split.
-func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) {
+func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) { return unfusePairs(steps, unfuseAddNorm) }
+
+// unfusePairs is steps with every launch split splits replaced by the two:
+// the first in its place, the second right after it, or at the start of
+// the next step where the first ends its own. It also returns how many it
+// split.
+func unfusePairs(steps [][]Launch, split func(Launch) (a, b Launch, ok bool)) ([][]Launch, int) {
 	out := make([][]Launch, len(steps))
 	n := 0
 	var carry []Launch
@@ -49,17 +55,17 @@ func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) {
 		out[i] = append(out[i], carry...)
 		carry = nil
 		for j, l := range ls {
-			add, norm, ok := unfuseAddNorm(l)
+			a, b, ok := split(l)
 			if !ok {
 				out[i] = append(out[i], l)
 				continue
 			}
 			n++
-			out[i] = append(out[i], add)
+			out[i] = append(out[i], a)
 			if j < len(ls)-1 || i == len(steps)-1 {
-				out[i] = append(out[i], norm)
+				out[i] = append(out[i], b)
 			} else {
-				carry = []Launch{norm}
+				carry = []Launch{b}
 			}
 		}
 	}

@@ -10,30 +10,7 @@ import (
 // (QGEMVNorm) split again: the GEMV in its place, the norm right after
 // it, at the start of the next step where the GEMV ends its own (the
 // norm's step in the plans). It also returns how many it split.
-func unfuseGEMVNorms(steps [][]Launch) ([][]Launch, int) {
-	out := make([][]Launch, len(steps))
-	n := 0
-	var carry []Launch
-	for i, ls := range steps {
-		out[i] = append(out[i], carry...)
-		carry = nil
-		for j, l := range ls {
-			g, norm, ok := SplitQGEMVNorm(l)
-			if !ok {
-				out[i] = append(out[i], l)
-				continue
-			}
-			n++
-			out[i] = append(out[i], g)
-			if j < len(ls)-1 || i == len(steps)-1 {
-				out[i] = append(out[i], norm)
-			} else {
-				carry = []Launch{norm}
-			}
-		}
-	}
-	return out, n
-}
+func unfuseGEMVNorms(steps [][]Launch) ([][]Launch, int) { return unfusePairs(steps, SplitQGEMVNorm) }
 
 // TestFuseGEMVNorm: a one-row qgemv or qgemv_xin and the norm of its y
 // right after it (plain, _q8x, add_ with y as a or b, warp or block)
