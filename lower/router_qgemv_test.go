@@ -2,48 +2,16 @@ package lower
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
 	"lagc/quant"
 )
 
 // unfuseRouterQGEMVs splits every router_qgemv launch of steps back into
-// its router and GEMV, the router in place of the fused launch, the GEMV
-// right after it or, where the fused launch ends its step, opening the
-// first later step where like (the stream before the fusion) has it; and
-// counts them.
+// its router and GEMV, the GEMV where like, the stream before the fusion,
+// has it (unfusePairs), and counts them.
 func unfuseRouterQGEMVs(steps, like [][]Launch) ([][]Launch, int) {
-	out := make([][]Launch, len(steps))
-	n := 0
-	carry := map[int][]Launch{}
-	for i, ls := range steps {
-		out[i] = append(out[i], carry[i]...)
-		for j, l := range ls {
-			f, q, ok := SplitRouterQGEMV(l)
-			if !ok {
-				out[i] = append(out[i], l)
-				continue
-			}
-			n++
-			out[i] = append(out[i], f)
-			at := i
-			if j == len(ls)-1 {
-				for m := i + 1; m < len(like) && m < len(steps); m++ {
-					if slices.ContainsFunc(like[m], func(x Launch) bool { return reflect.DeepEqual(x, q) }) {
-						at = m
-						break
-					}
-				}
-			}
-			if at == i {
-				out[i] = append(out[i], q)
-			} else {
-				carry[at] = append(carry[at], q)
-			}
-		}
-	}
-	return out, n
+	return unfusePairs(steps, like, SplitRouterQGEMV)
 }
 
 // routerAndGEMV is S-2.1's decode router (fused) and its shared expert's
