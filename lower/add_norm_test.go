@@ -42,7 +42,9 @@ func unfuseAddNorm(l Launch) (add, norm Launch, ok bool) {
 // add in its place, the norm right after it, at the start of the next step
 // where the add ends its own (the norm's step in the plans). It also
 // returns how many it split.
-func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) { return unfusePairs(steps, nil, unfuseAddNorm) }
+func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) {
+	return unfusePairs(steps, nil, unfuseAddNorm)
+}
 
 // unfusePairs is steps with every launch split splits replaced by the two:
 // the first in its place, the second right after it or, where the first
