@@ -114,3 +114,48 @@ func TestFuseRouterQGEMV(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterQGEMVShapes: RouterQGEMV takes the shapes TestRouterQGEMVGPU
+// runs (checked here, without a GPU).
+func TestRouterQGEMVShapes(t *testing.T) {
+	for _, c := range []struct {
+		E, K, k int
+		qt      quant.Type
+		N       int
+		swiglu  bool
+		acc     bool
+	}{
+		{256, 3072, 10, quant.Q8_0, 1024, true, false},
+		{64, 512, 8, quant.Q4_K, 200, true, true},
+		{37, 256, 5, quant.Q6_K, 37, false, false},
+		{300, 1024, 12, quant.IQ4_XS, 1, true, false},
+	} {
+		for _, dt := range []string{"f32", "bf16"} {
+			g, err := MatMul(MatMulArgs{T: 1, K: c.K, N: c.E, X: Ptr{BaseArena, 0}, W: Ptr{BaseWeights, 0}, Y: Ptr{BaseArena, 1 << 20},
+				XType: dt, WType: dt, YType: "f32", SMs: 132})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := RouterTopK("f32", Ptr{BaseArena, 2 << 20}, Ptr{BaseArena, 3 << 20}, Ptr{BaseArena, 1 << 20}, Ptr{BaseArena, 5 << 20}, 1, c.E, c.k, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := RouterFused(g, r, Ptr{BaseSync, 0})
+			if err != nil {
+				t.Fatalf("%+v %s: %v", c, dt, err)
+			}
+			rows := c.N
+			if c.swiglu {
+				rows *= 2
+			}
+			q, err := QGEMV(QGEMVArgs{T: 1, K: c.K, N: c.N, XQ: Ptr{BaseWorkspace, 0}, W: Ptr{BaseWeights, 1 << 30}, Y: Ptr{BaseArena, 4 << 20},
+				WType: c.qt, WRows: rows, YType: dt, SwiGLU: c.swiglu, Accumulate: c.acc})
+			if err != nil {
+				t.Fatalf("%+v %s: %v", c, dt, err)
+			}
+			if _, err := RouterQGEMV(f, q); err != nil {
+				t.Errorf("%+v %s: %v", c, dt, err)
+			}
+		}
+	}
+}
