@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -538,4 +539,71 @@ func launchWrites(l Launch) []span {
 	}
 	w, _ := routerOutputs(l)
 	return w
+}
+
+// dropQ8X runs the quantisation passes of fuseLaunches alone, in its order.
+func dropQ8X(steps [][]Launch) {
+	reuseQ8X(steps)
+	fuseNormQ8X(steps)
+	fuseAttnQ8X(steps)
+	fuseQGEMVXIn(steps)
+}
+
+// TestDisableFusions: a plan without a named fusion has none of its
+// launches (S-2.1 q4_k_m's decode: no GEMV+norm), the same launches
+// otherwise; an unknown name is an error that lists the names.
+func TestDisableFusions(t *testing.T) {
+	cfg, err := config.Preset("laguna-s-2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := *cfg
+	c.NumLayers, c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = 2, c.LayerTypes[:2], c.MLPLayerTypes[:2], c.HeadsPerLayer[:2]
+	plan := func(disable ...string) (*Plan, error) {
+		g, err := models.Build("laguna.yaml", models.LagunaYAML, &c, models.BuildOptions{WeightDType: ir.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ckpt.ParseRecipe("q4_k_m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := models.SetRecipeTypes(g, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := passes.Run(g, passes.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		return Lower(g, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, DisableFusions: disable})
+	}
+	count := func(p *Plan, kernel string) (n int) {
+		for _, st := range p.Decode.Steps {
+			for _, l := range st.Launches {
+				if l.Kernel == kernel {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	all, err := plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := plan("fuseGEMVNorm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(all, "qgemv_norm"); n == 0 {
+		t.Fatalf("no qgemv_norm in the fused plan")
+	}
+	if n := count(some, "qgemv_norm") + count(some, "qgemv_xin_norm"); n != 0 {
+		t.Errorf("%d GEMV+norm launches with fuseGEMVNorm disabled", n)
+	}
+	if !slices.Equal(some.DisableFusions, []string{"fuseGEMVNorm"}) || all.DisableFusions != nil {
+		t.Errorf("plans record %v and %v", some.DisableFusions, all.DisableFusions)
+	}
+	if _, err := plan("fuseEverything"); err == nil || !strings.Contains(err.Error(), "fuseGEMVNorm") {
+		t.Errorf("an unknown fusion: %v", err)
+	}
 }

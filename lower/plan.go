@@ -52,6 +52,8 @@ type Plan struct {
 	BatchGEMM bool `json:"batch_gemm,omitempty"`
 	// CublasLt: prefill GEMMs may be cuBLASLt launches (Options.CublasLt).
 	CublasLt bool `json:"cublaslt,omitempty"`
+	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
+	DisableFusions []string `json:"disable_fusions,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"lagc/cuda"
 	"lagc/ir"
@@ -23,14 +24,26 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma and LAGC_CUBLASLT=0
-// included), so that a plan made without the device is the one the
+// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0 and
+// LAGC_DISABLE_FUSIONS included), so that a plan made without the device is the one the
 // executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) lower.Options {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc)}
+		CublasLt: UseCublasLt(cc), DisableFusions: disabledFusions()}
+}
+
+// disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream
+// fusion names (lower.FusionNames; lower rejects unknown ones).
+func disabledFusions() []string {
+	var out []string
+	for _, f := range strings.Split(os.Getenv("LAGC_DISABLE_FUSIONS"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // UseCublasLt says whether plans for compute capability cc put the plain

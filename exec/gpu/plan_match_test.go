@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -141,5 +142,20 @@ func TestExecutorIsThePlanGPU(t *testing.T) {
 				planRuns(t, ex, rec)
 			})
 		}
+	}
+}
+
+// TestDisableFusionsEnv: LAGC_DISABLE_FUSIONS reaches the plan options
+// (lagc plan and the executor plan with PlanOptions; lower checks the
+// names, TestDisableFusions).
+func TestDisableFusionsEnv(t *testing.T) {
+	t.Setenv("LAGC_DISABLE_FUSIONS", " fuseAddNorm, fuseGEMVNorm,")
+	o := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
+	if !slices.Equal(o.DisableFusions, []string{"fuseAddNorm", "fuseGEMVNorm"}) {
+		t.Fatalf("options %v", o.DisableFusions)
+	}
+	t.Setenv("LAGC_DISABLE_FUSIONS", "")
+	if o := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); o.DisableFusions != nil {
+		t.Fatalf("options %v with the variable empty", o.DisableFusions)
 	}
 }
