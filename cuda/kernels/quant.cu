@@ -481,13 +481,13 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // up row N+n). The body of qgemv and qgemv_xin, which differ only in where
 // x's quantised copy lies.
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__device__ __forceinline__ void qgemv_rows(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate) {
   constexpr int NR = SWIGLU ? 2 * NW : NW;
   __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slice = warp % SPLIT;
-  const int n0 = (blockIdx.x * (8 / SPLIT) + warp / SPLIT) * NW;
+  const int n0 = (blk * (8 / SPLIT) + warp / SPLIT) * NW;
   long long rowv[NR];
 #pragma unroll
   for (int q = 0; q < NW; q++) {
@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
   pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
 // qgemv_xin is q8x_quantize of x [R, K] then qgemv, in one launch: every
@@ -577,7 +577,7 @@ __device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, lon
     }
   }
   __syncthreads();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
 template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
@@ -621,7 +621,7 @@ __global__ void __launch_bounds__(256) qgemv_norm(int N, int K, long long rows, 
                                                   const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
                                                   signed char* nxq, float4* nxs) {
   pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
