@@ -288,7 +288,6 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
                 unsigned int* counters, signed char* xq, float4* xs) {
   pdl_wait();
   extern __shared__ __align__(16) float dec_smem[];
-  __shared__ bool dec_last;
   const int VN = DecVec<T>::N;
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
@@ -523,17 +522,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   }
   // Publish the partials, then count this block done; the last one of the
   // group merges (and returns the counter to 0 for the next launch).
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    unsigned int* cnt = counters + (long long)blockIdx.z * nkv + kvh;
-    bool last = atomicAdd(cnt, 1u) == (unsigned int)nsplit - 1;
-    if (last) *cnt = 0u;
-    dec_last = last;
-  }
-  __syncthreads();
-  if (!dec_last || !active) return;
-  __threadfence();
+  if (!last_block(counters + (long long)blockIdx.z * nkv + kvh, nsplit) || !active) return;
   float o[NCH][4];
   if ((d & 3) == 0)
     dec_merge<NCH, true>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);

@@ -600,17 +600,7 @@ __global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, l
 template <typename TY, typename TO, int TAIL>
 __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a,
                                            const TY* b, TY* sum, const float* nw, TO* out, signed char* nxq, float4* nxs) {
-  __shared__ bool qgemv_last;
-  __threadfence();  // this block's y, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    if (last) *counter = 0u;
-    qgemv_last = last;
-  }
-  __syncthreads();
-  if (!qgemv_last) return;
-  __threadfence();
+  if (!last_block(counter, gridDim.x)) return;
   norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
 }
 

@@ -160,18 +160,8 @@ __device__ __forceinline__ void router_fused_body(int blk, int nblk, int E, int 
                                                   float* __restrict__ weights, int* __restrict__ ids,
                                                   unsigned int* counter) {
   extern __shared__ unsigned long long rt_smem[];
-  __shared__ bool rt_last;
   gemv_block<TX, TW, float, R, 0, VEC>(blk, E, K, split, x, w, logits, 0);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool last = atomicAdd(counter, 1u) == (unsigned)nblk - 1;
-    if (last) *counter = 0u;
-    rt_last = last;
-  }
-  __syncthreads();
-  if (!rt_last) return;
-  __threadfence();
+  if (!last_block(counter, nblk)) return;
   for (int t = 0; t < R; t++) {
     // From L2: this SM's L1 may hold stale lines of the logits.
     const float* row = logits + (long long)t * E;
