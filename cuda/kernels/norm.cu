@@ -335,6 +335,68 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
   const int nc = n >> 3;
   const Tx* xr = ADD ? sum : x;
   const bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out);
+  if (vec && nc <= lanes && (lanes >> 5) <= 2 * warps) {
+    // One chunk a lane of each of at most two virtual warps a warp (S-2.1:
+    // 3072 values, 384 lanes, 8 warps): the inputs and weights are loaded
+    // once, at once, and kept, so the block waits for memory once rather
+    // than for each virtual warp and again for the second pass. The chunks
+    // and sums are those of the loops below (the same bits).
+    float v[2][8], wv[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5) && c < nc) {
+        if (ADD) {
+          float vb[8];
+          norm_load8_cg_any(a + 8 * c, v[k]);
+          norm_load8_cg_any(b + 8 * c, vb);
+#pragma unroll
+          for (int e = 0; e < 8; e++) v[k][e] = v[k][e] + vb[e];
+          norm_store8(sum + 8 * c, v[k]);
+#pragma unroll
+          for (int e = 0; e < 8; e++) v[k][e] = to_f32(from_f32<Tx>(v[k][e]));
+        } else {
+          norm_load8_cg(x + 8 * c, v[k]);
+        }
+        norm_load8(w + 8 * c, wv[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5)) {  // uniform per warp
+        float ss = 0.f;
+        if (c < nc)
+#pragma unroll
+          for (int e = 0; e < 8; e++) ss += v[k][e] * v[k][e];
+        ss = norm_warp_sum(ss);
+        if (lane == 0) red[vw] = ss;
+      }
+    }
+    __syncthreads();  // every read of the row (and sum's stores) before the writes
+    const float ss = norm_warp_sum(lane < (lanes >> 5) ? red[lane] : 0.f);
+    const float inv = 1.f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5)) {  // uniform per warp: norm_q8x's shuffles
+        const bool has = c < nc;
+        float o[8];
+        if (has) {
+#pragma unroll
+          for (int e = 0; e < 8; e++) o[e] = wv[k][e] * (v[k][e] * inv);
+          norm_store8(out + 8 * c, o);
+        }
+        if (Q8) {
+          float st[8];
+#pragma unroll
+          for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
+          norm_q8x(st, has, c, xq, xs);
+        }
+      }
+    }
+    return;
+  }
   for (int vw = warp; vw < (lanes >> 5); vw += warps) {  // uniform per warp
     const int me = 32 * vw + lane;
     float ss = 0.f;

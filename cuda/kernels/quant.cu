@@ -605,7 +605,7 @@ __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lan
 }
 
 template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(256, 3) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                                   const signed char* xq, const float4* xs, TY* y, int accumulate,
                                                   unsigned int* counter, int n, int lanes, float eps, const TY* x,
                                                   const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(256) qgemv_norm(int N, int K, long long rows, 
 }
 
 template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256) qgemv_xin_norm(int N, int K, long long rows, long long row0,
+__global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long rows, long long row0,
                                                       const unsigned char* __restrict__ w, const TX* xin, TY* y,
                                                       int accumulate, unsigned int* counter, int n, int lanes, float eps,
                                                       const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
