@@ -348,15 +348,15 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
       if (vw < (lanes >> 5) && c < nc) {
         if (ADD) {
           float vb[8];
-          norm_load8_cg_any(a + 8 * c, v[k]);
-          norm_load8_cg_any(b + 8 * c, vb);
+          norm_load8_any<true>(a + 8 * c, v[k]);
+          norm_load8_any<true>(b + 8 * c, vb);
 #pragma unroll
           for (int e = 0; e < 8; e++) v[k][e] = v[k][e] + vb[e];
           norm_store8(sum + 8 * c, v[k]);
 #pragma unroll
           for (int e = 0; e < 8; e++) v[k][e] = to_f32(from_f32<Tx>(v[k][e]));
         } else {
-          norm_load8_cg(x + 8 * c, v[k]);
+          norm_load8<true>(x + 8 * c, v[k]);
         }
         norm_load8(w + 8 * c, wv[k]);
       }
