@@ -4,38 +4,14 @@ import (
 	"reflect"
 	"testing"
 
-	"lagc/ckpt"
-	"lagc/config"
 	"lagc/ir"
-	"lagc/models"
-	"lagc/passes"
 )
 
 // tailPlan is a 2-layer Laguna-S-2.1 plan in q4_k_m (its second layer
 // MoE) with a prefill chunk of 64.
 func tailPlan(t *testing.T) *Plan {
 	t.Helper()
-	cfg, err := config.Preset("laguna-s-2.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := *cfg
-	c.NumLayers, c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = 2, c.LayerTypes[:2], c.MLPLayerTypes[:2], c.HeadsPerLayer[:2]
-	g, err := models.Build("laguna.yaml", models.LagunaYAML, &c, models.BuildOptions{WeightDType: ir.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := ckpt.ParseRecipe("q4_k_m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := models.SetRecipeTypes(g, r); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := passes.Run(g, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := Lower(g, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256})
+	p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
