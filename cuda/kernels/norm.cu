@@ -327,6 +327,24 @@ __global__ void __launch_bounds__(1024) add_rms_norm_block_q8x(int rows, int n, 
 // blocks wrote them, and this SM's L1 may hold older lines of them.
 
 
+// norm_tail_chunk is chunk c (8 values) of the row norm_tail normalises:
+// x's, or with ADD a + b, stored to sum and rounded as sum holds it.
+template <typename Tx, bool ADD>
+__device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a, const Tx* b, Tx* sum, float (&v)[8]) {
+  if (ADD) {
+    float vb[8];
+    norm_load8_any<true>(a + 8 * c, v);
+    norm_load8_any<true>(b + 8 * c, vb);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
+    norm_store8(sum + 8 * c, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = to_f32(from_f32<Tx>(v[e]));
+  } else {
+    norm_load8<true>(x + 8 * c, v);
+  }
+}
+
 template <typename Tx, typename To, bool Q8, bool ADD>
 __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx* x, const float* __restrict__ w, To* out,
                                           signed char* xq, float4* xs, const Tx* a, const Tx* b, Tx* sum) {
@@ -346,18 +364,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
     for (int k = 0; k < 2; k++) {
       const int vw = warp + k * warps, c = 32 * vw + lane;
       if (vw < (lanes >> 5) && c < nc) {
-        if (ADD) {
-          float vb[8];
-          norm_load8_any<true>(a + 8 * c, v[k]);
-          norm_load8_any<true>(b + 8 * c, vb);
-#pragma unroll
-          for (int e = 0; e < 8; e++) v[k][e] = v[k][e] + vb[e];
-          norm_store8(sum + 8 * c, v[k]);
-#pragma unroll
-          for (int e = 0; e < 8; e++) v[k][e] = to_f32(from_f32<Tx>(v[k][e]));
-        } else {
-          norm_load8<true>(x + 8 * c, v[k]);
-        }
+        norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v[k]);
         norm_load8(w + 8 * c, wv[k]);
       }
     }
@@ -406,18 +413,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
         int c = me + i * lanes;
         if (c < nc) {
           float v[8];
-          if (ADD) {
-            float vb[8];
-            norm_load8_any<true>(a + 8 * c, v);
-            norm_load8_any<true>(b + 8 * c, vb);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
-            norm_store8(sum + 8 * c, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = to_f32(from_f32<Tx>(v[e]));
-          } else {
-            norm_load8<true>(x + 8 * c, v);
-          }
+          norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v);
 #pragma unroll
           for (int e = 0; e < 8; e++) ss += v[e] * v[e];
         }
