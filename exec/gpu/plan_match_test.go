@@ -221,3 +221,18 @@ func TestDryRunTail(t *testing.T) {
 		})
 	}
 }
+
+// TestQGEMVGroupsEnv: LAGC_QGEMV_GROUPS reaches the plan options; a value
+// that is not a positive number is an error naming the variable.
+func TestQGEMVGroupsEnv(t *testing.T) {
+	t.Setenv("LAGC_QGEMV_GROUPS", "2048")
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.QGEMVGroups != 2048 {
+		t.Fatalf("options %d, %v", o.QGEMVGroups, err)
+	}
+	for _, v := range []string{"x", "0", "-5"} {
+		t.Setenv("LAGC_QGEMV_GROUPS", v)
+		if _, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err == nil || !strings.Contains(err.Error(), "LAGC_QGEMV_GROUPS") {
+			t.Errorf("%q: %v", v, err)
+		}
+	}
+}
