@@ -39,6 +39,12 @@ type Options struct {
 	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
 	// more run on cuBLASLt (the executor has loaded it).
 	CublasLt bool
+	// DisableFusions names launch-stream fusions not to run (FusionNames;
+	// A/B timing, or a way around a suspected fusion bug).
+	DisableFusions []string
+	// QGEMVGroups is the quantised GEMVs' warp-group target (QGEMVShape;
+	// 0: QGEMVGroupsDefault; A/B timing).
+	QGEMVGroups int
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -66,6 +72,11 @@ func (o *Options) fill() error {
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
 	}
+	for _, f := range o.DisableFusions {
+		if !slices.Contains(FusionNames(), f) {
+			return fmt.Errorf("lower: no launch-stream fusion %q (there are %s)", f, strings.Join(FusionNames(), ", "))
+		}
+	}
 	if o.CC <= 0 {
 		o.CC = defaultCC
 	}
@@ -92,7 +103,8 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
@@ -385,7 +397,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
 	}
-	fuseLaunches(launches)
+	fuseLaunches(launches, l.p.DisableFusions)
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

@@ -1,6 +1,9 @@
 package lower
 
-import "reflect"
+import (
+	"reflect"
+	"slices"
+)
 
 // The activations of most quantised GEMVs in decode are an RMS norm's
 // output: the attention input, the MLP or MoE input, the LM head's input.
@@ -25,21 +28,15 @@ import "reflect"
 // another quantisation ends the chance.
 
 // fuseLaunches fuses launches of consecutive steps, in place: the
-// routers (fuseRouter), then the quantisations (dropQ8X), which may run
-// past a fused router, then the residual adds into the norms after them
-// (fuseAddNorm), which needs the norms as dropQ8X leaves them, then the
+// routers (fuseRouter), then the quantisations (four passes), which may
+// run past a fused router, then the residual adds into the norms after them
+// (fuseAddNorm), which needs the norms as those leave them, then the
 // one-row norms into the GEMVs before them (fuseGEMVNorm), which takes
 // the norms as fuseAddNorm leaves them.
-func fuseLaunches(steps [][]Launch) {
-	fuseRouter(steps)
-	dropQ8X(steps)
-	fuseAddNorm(steps)
-	fuseGEMVNorm(steps)
-}
-
-// dropQ8X removes the quantisation launches a stream need not make, a
-// list of launches per step, in place: the repeats (reuseQ8X) first, then
-// those fused into a norm, then those fused into a decode attention
+//
+// The quantisation launches a stream need not make go in this order (the
+// four passes after fuseRouter): the repeats (reuseQ8X) first, then those
+// fused into a norm, then those fused into a decode attention
 // (fuseAttnQ8X), then those fused into the one GEMV reading them
 // (fuseQGEMVXIn). In that order because reuseQ8X recognises a
 // repeat by the quantisation it repeats, which the fusion removes; the
@@ -48,11 +45,38 @@ func fuseLaunches(steps [][]Launch) {
 // a copy made once for several GEMVs, or for free in a norm or attention,
 // beats one remade in every block of a GEMV, and its scan for later
 // readers must see the stream the other passes leave.
-func dropQ8X(steps [][]Launch) {
-	reuseQ8X(steps)
-	fuseNormQ8X(steps)
-	fuseAttnQ8X(steps)
-	fuseQGEMVXIn(steps)
+//
+// disabled names fusions to skip (Options.DisableFusions): each checks
+// its own invariant on the stream it is given, so any of them may go.
+func fuseLaunches(steps [][]Launch, disabled []string) {
+	for _, f := range launchFusions {
+		if !slices.Contains(disabled, f.name) {
+			f.run(steps)
+		}
+	}
+}
+
+// launchFusions are the launch-stream fusions by name, in their order.
+var launchFusions = []struct {
+	name string
+	run  func([][]Launch)
+}{
+	{"fuseRouter", fuseRouter},
+	{"reuseQ8X", reuseQ8X},
+	{"fuseNormQ8X", fuseNormQ8X},
+	{"fuseAttnQ8X", fuseAttnQ8X},
+	{"fuseQGEMVXIn", fuseQGEMVXIn},
+	{"fuseAddNorm", fuseAddNorm},
+	{"fuseGEMVNorm", fuseGEMVNorm},
+}
+
+// FusionNames are the names Options.DisableFusions takes, in order.
+func FusionNames() []string {
+	names := make([]string, len(launchFusions))
+	for i, f := range launchFusions {
+		names[i] = f.name
+	}
+	return names
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -274,25 +275,21 @@ func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
 	return attn, q, err == nil && reflect.DeepEqual(l.Args[attnArgCount-1], ptrArg(q8xScales(l.Args[attnArgCount-2].Ptr(), rows, nh*d)))
 }
 
-// TestDropQ8XPlans runs the launch streams of a quantised model's
-// schedules (decode, a short prefill chunk, batched decode) against the
-// same streams without dropping quantisations, in a model of memory that
-// knows what q8x_quantize, qgemv, rms_norm (fused or not), gemv and
-// router_topk write, and takes every other launch to write everywhere:
-// each GEMV reading quantised activations must find exactly what it finds
-// in the raw stream.
-func TestDropQ8XPlans(t *testing.T) {
-	c, err := config.Preset("laguna-xs-2")
+// quantPlan lowers the first layers of a preset with a quantisation
+// recipe's types, through the default passes, with o.
+func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options) (*Plan, error) {
+	t.Helper()
+	c, err := config.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.NumLayers = 3
-	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = c.LayerTypes[:3], c.MLPLayerTypes[:3], c.HeadsPerLayer[:3]
+	c.NumLayers = layers
+	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = c.LayerTypes[:layers], c.MLPLayerTypes[:layers], c.HeadsPerLayer[:layers]
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, c, models.BuildOptions{WeightDType: ir.BF16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := ckpt.ParseRecipe("q4_k_m")
+	r, err := ckpt.ParseRecipe(recipe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +299,18 @@ func TestDropQ8XPlans(t *testing.T) {
 	if _, err := passes.Run(g, passes.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Lower(g, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
+	return Lower(g, o)
+}
+
+// TestDropQ8XPlans runs the launch streams of a quantised model's
+// schedules (decode, a short prefill chunk, batched decode) against the
+// same streams without dropping quantisations, in a model of memory that
+// knows what q8x_quantize, qgemv, rms_norm (fused or not), gemv and
+// router_topk write, and takes every other launch to write everywhere:
+// each GEMV reading quantised activations must find exactly what it finds
+// in the raw stream.
+func TestDropQ8XPlans(t *testing.T) {
+	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,4 +545,51 @@ func launchWrites(l Launch) []span {
 	}
 	w, _ := routerOutputs(l)
 	return w
+}
+
+// dropQ8X runs the quantisation passes of fuseLaunches alone, in its order.
+func dropQ8X(steps [][]Launch) {
+	reuseQ8X(steps)
+	fuseNormQ8X(steps)
+	fuseAttnQ8X(steps)
+	fuseQGEMVXIn(steps)
+}
+
+// TestDisableFusions: a plan without a named fusion has none of its
+// launches (S-2.1 q4_k_m's decode: no GEMV+norm), the same launches
+// otherwise; an unknown name is an error that lists the names.
+func TestDisableFusions(t *testing.T) {
+	plan := func(disable ...string) (*Plan, error) {
+		return quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, DisableFusions: disable})
+	}
+	count := func(p *Plan, kernel string) (n int) {
+		for _, st := range p.Decode.Steps {
+			for _, l := range st.Launches {
+				if l.Kernel == kernel {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	all, err := plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := plan("fuseGEMVNorm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(all, "qgemv_norm"); n == 0 {
+		t.Fatalf("no qgemv_norm in the fused plan")
+	}
+	if n := count(some, "qgemv_norm") + count(some, "qgemv_xin_norm"); n != 0 {
+		t.Errorf("%d GEMV+norm launches with fuseGEMVNorm disabled", n)
+	}
+	if !slices.Equal(some.DisableFusions, []string{"fuseGEMVNorm"}) || all.DisableFusions != nil {
+		t.Errorf("plans record %v and %v", some.DisableFusions, all.DisableFusions)
+	}
+	if _, err := plan("fuseEverything"); err == nil || !strings.Contains(err.Error(), "fuseGEMVNorm") {
+		t.Errorf("an unknown fusion: %v", err)
+	}
 }

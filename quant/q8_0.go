@@ -49,13 +49,5 @@ func fmax(a, b float32) float32 {
 	return b
 }
 
-// fmin is ggml's MIN(a, b).
-func fmin(a, b float32) float32 {
-	if a < b {
-		return a
-	}
-	return b
-}
-
 // roundf is C's roundf (half away from zero); float32 to float64 is exact.
 func roundf(x float32) float32 { return float32(math.Round(float64(x))) }

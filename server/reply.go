@@ -30,8 +30,6 @@ type replyDelta struct {
 	Calls              []parsedCall
 }
 
-func (d *replyDelta) empty() bool { return d.Reasoning == "" && d.Content == "" && len(d.Calls) == 0 }
-
 // parsedCall is one tool call: the function's name and its arguments as a
 // JSON object.
 type parsedCall struct {

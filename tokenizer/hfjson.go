@@ -132,10 +132,6 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
 }
 
-type typed struct {
-	Type string `json:"type"`
-}
-
 func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
