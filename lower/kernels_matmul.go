@@ -26,6 +26,9 @@ type MatMulArgs struct {
 	// CublasLt lets a plain bf16 GEMM of CublasLtMinRows rows or more go
 	// to cuBLASLt (Options.CublasLt).
 	CublasLt bool
+	// QGEMVGroups is the quantised GEMV's warp-group target (QGEMVShape;
+	// 0: QGEMVGroupsDefault).
+	QGEMVGroups int
 }
 
 // MMATile is a tensor-core GEMM tile: Rows (64 or 128) of x per CTA and K

@@ -68,17 +68,28 @@ type QGEMVArgs struct {
 	SwiGLU     bool
 	Accumulate bool
 	// RowsPerWarp (1, 2, 4) and Split (1, 2, 4, 8) force the kernel's
-	// shape; zero chooses (QGEMVShape).
+	// shape; zero chooses (QGEMVShape), aiming at Groups warp groups (0:
+	// QGEMVGroupsDefault).
 	RowsPerWarp, Split int
+	Groups             int
 }
+
+// QGEMVGroupsDefault is QGEMVShape's warp-group target: 32 warps per SM
+// of an H200.
+const QGEMVGroupsDefault = 4096
 
 // QGEMVShape chooses how qgemv covers an [N, K] matrix for T activation
 // rows: nw weight rows per warp group (four keep enough loads in flight
 // and share the activation loads through L1; more activation rows need
-// the registers) and split warps per group, so that about 4096 warp
-// groups (32 warps per SM of an H200) stream the matrix: short rows give
-// up rows per warp first, long ones split K.
+// the registers) and split warps per group, so that about
+// QGEMVGroupsDefault warp groups stream the matrix: short rows give up
+// rows per warp first, long ones split K.
 func QGEMVShape(N, K, T int, swiglu bool) (nw, split int) {
+	return QGEMVShapeFor(N, K, T, swiglu, QGEMVGroupsDefault)
+}
+
+// QGEMVShapeFor is QGEMVShape aiming at want warp groups.
+func QGEMVShapeFor(N, K, T int, swiglu bool, want int) (nw, split int) {
 	nw = 4
 	switch {
 	case T > 4:
@@ -90,7 +101,6 @@ func QGEMVShape(N, K, T int, swiglu bool) (nw, split int) {
 		nw = max(1, nw/2)
 	}
 	units := K / 32
-	const want = 4096
 	for nw > 1 && ceilDiv(N, nw) < want && units < 4*32 {
 		nw /= 2
 	}
@@ -147,7 +157,11 @@ func qgemvShape(op string, a QGEMVArgs) (nw, split int, err error) {
 	case a.YType != "f32" && a.YType != "bf16":
 		return 0, 0, fmt.Errorf("%s: output dtype %q", op, a.YType)
 	}
-	nw, split = QGEMVShape(a.N, a.K, a.T, a.SwiGLU)
+	groups := a.Groups
+	if groups <= 0 {
+		groups = QGEMVGroupsDefault
+	}
+	nw, split = QGEMVShapeFor(a.N, a.K, a.T, a.SwiGLU, groups)
 	if a.RowsPerWarp != 0 {
 		nw = a.RowsPerWarp
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/ir"
 	"lagc/quant"
 )
 
@@ -145,5 +146,50 @@ func TestQuantMatMulPaths(t *testing.T) {
 		if ls[0].Kernel != c.want {
 			t.Errorf("%s T=%d: first launch %s, want %s", c.name, c.T, ls[0].Kernel, c.want)
 		}
+	}
+}
+
+// TestQGEMVShapeFor: the warp-group target trades rows per warp for
+// groups: S-2.1's q,k,v,gate GEMV (11336 rows of 3072) takes 2 rows a warp
+// at the default 4096 groups (5668 groups: 709 blocks, 1.34 waves of 4
+// blocks an SM) and 4 at 2048 (2834: 355 blocks, one wave); o_proj's
+// (3072 of 9216) splits K 4 ways at either, 2 at 1024; a plan passes
+// Options.QGEMVGroups down.
+func TestQGEMVShapeFor(t *testing.T) {
+	for _, c := range []struct{ N, K, want, nw, split int }{
+		{11336, 3072, QGEMVGroupsDefault, 2, 1},
+		{11336, 3072, 2048, 4, 1},
+		{3072, 9216, QGEMVGroupsDefault, 4, 4},
+		{3072, 9216, 2048, 4, 4},
+		{3072, 9216, 1024, 4, 2},
+	} {
+		if nw, split := QGEMVShapeFor(c.N, c.K, 1, false, c.want); nw != c.nw || split != c.split {
+			t.Errorf("%d x %d at %d groups: %d rows a warp, split %d; want %d, %d", c.N, c.K, c.want, nw, split, c.nw, c.split)
+		}
+	}
+	if nw, split := QGEMVShape(11336, 3072, 1, false); nw != 2 || split != 1 {
+		t.Errorf("QGEMVShape: %d, %d", nw, split)
+	}
+	blocks := func(o Options) (n int) {
+		p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range p.Decode.Steps {
+			for _, l := range st.Launches {
+				if l.Kernel == "qgemv" && len(l.Args) > 0 && l.Args[0].Int == 11336 {
+					n = l.Grid[0]
+				}
+			}
+		}
+		return n
+	}
+	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 256}
+	if b := blocks(o); b != 709 {
+		t.Errorf("q,k,v,gate GEMV of %d blocks by default, want 709", b)
+	}
+	o.QGEMVGroups = 2048
+	if b := blocks(o); b != 355 {
+		t.Errorf("q,k,v,gate GEMV of %d blocks at 2048 groups, want 355", b)
 	}
 }

@@ -42,6 +42,9 @@ type Options struct {
 	// DisableFusions names launch-stream fusions not to run (FusionNames;
 	// A/B timing, or a way around a suspected fusion bug).
 	DisableFusions []string
+	// QGEMVGroups is the quantised GEMVs' warp-group target (QGEMVShape;
+	// 0: QGEMVGroupsDefault; A/B timing).
+	QGEMVGroups int
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -101,7 +104,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		DisableFusions: o.DisableFusions}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

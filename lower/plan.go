@@ -54,6 +54,8 @@ type Plan struct {
 	CublasLt bool `json:"cublaslt,omitempty"`
 	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
 	DisableFusions []string `json:"disable_fusions,omitempty"`
+	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).
+	QGEMVGroups int `json:"qgemv_groups,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`

@@ -88,7 +88,7 @@ func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 			return nil, err
 		}
 		g, err := QGEMV(QGEMVArgs{T: a.T, K: a.K, N: a.N, XQ: ws, W: a.W, WType: t, WRows: wrows, Row0: row0,
-			Y: a.Y, YType: a.YType, SwiGLU: a.SwiGLU, Accumulate: a.Accumulate})
+			Y: a.Y, YType: a.YType, SwiGLU: a.SwiGLU, Accumulate: a.Accumulate, Groups: a.QGEMVGroups})
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +159,7 @@ func matmulArgs(c *stepCtx) (MatMulArgs, int, error) {
 	}
 	return MatMulArgs{T: c.rows(st.In[0]), K: w[1], N: w[0], X: c.in[0], W: c.in[1], Y: c.out[0],
 		XType: st.In[0].DType, WType: st.In[1].DType, YType: st.Out[0].DType, SMs: c.p.SMs, CC: c.p.cc(),
-		PrefillMMA: c.p.PrefillMMA, CublasLt: c.p.CublasLt}, w[1], nil
+		PrefillMMA: c.p.PrefillMMA, CublasLt: c.p.CublasLt, QGEMVGroups: c.p.QGEMVGroups}, w[1], nil
 }
 
 // matmulAdd: out = r + x w^T. The residual is copied into out unless the

@@ -131,7 +131,11 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if ctx == 0 {
 		ctx = cfg.MaxPositionEmbeddings
 	}
-	p, err := lower.Lower(g, gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx, Seqs: f.slots, BatchGEMM: f.batchGEMM}, f.sms, f.cc))
+	opts, err := gpu.PlanOptions(gpu.Config{DType: dt, Chunk: f.chunk, MaxContext: ctx, Seqs: f.slots, BatchGEMM: f.batchGEMM}, f.sms, f.cc)
+	if err != nil {
+		return err
+	}
+	p, err := lower.Lower(g, opts)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,11 @@ func TestPlanPrintsBenchLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	bc := benchConfig(f, ir.BF16, sizes, nil)
-	plan, err := lower.Lower(g, gpu.PlanOptions(bc, 132, 90))
+	opts, err := gpu.PlanOptions(bc, 132, 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := lower.Lower(g, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"lagc/cuda"
@@ -24,14 +25,22 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0 and
-// LAGC_DISABLE_FUSIONS included), so that a plan made without the device is the one the
-// executor would run on this machine.
-func PlanOptions(c Config, sms, cc int) lower.Options {
+// LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
+// LAGC_DISABLE_FUSIONS and LAGC_QGEMV_GROUPS included), so that a plan made
+// without the device is the one the executor would run on this machine.
+func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
+	groups := 0
+	if v := os.Getenv("LAGC_QGEMV_GROUPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return lower.Options{}, fmt.Errorf("LAGC_QGEMV_GROUPS=%q: expected a positive number of warp groups", v)
+		}
+		groups = n
+	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc), DisableFusions: disabledFusions()}
+		CublasLt: UseCublasLt(cc), DisableFusions: disabledFusions(), QGEMVGroups: groups}, nil
 }
 
 // disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream
@@ -66,7 +75,11 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		}
 		dev, own = d, true
 	}
-	plan, err := lower.Lower(g, PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor))
+	opts, err := PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor)
+	var plan *lower.Plan
+	if err == nil {
+		plan, err = lower.Lower(g, opts)
+	}
 	if err != nil {
 		if own {
 			dev.Close()

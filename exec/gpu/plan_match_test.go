@@ -150,13 +150,28 @@ func TestExecutorIsThePlanGPU(t *testing.T) {
 // names, TestDisableFusions).
 func TestDisableFusionsEnv(t *testing.T) {
 	t.Setenv("LAGC_DISABLE_FUSIONS", " fuseAddNorm, fuseGEMVNorm,")
-	o := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
-	if !slices.Equal(o.DisableFusions, []string{"fuseAddNorm", "fuseGEMVNorm"}) {
-		t.Fatalf("options %v", o.DisableFusions)
+	o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
+	if err != nil || !slices.Equal(o.DisableFusions, []string{"fuseAddNorm", "fuseGEMVNorm"}) {
+		t.Fatalf("options %v, %v", o.DisableFusions, err)
 	}
 	t.Setenv("LAGC_DISABLE_FUSIONS", "")
-	if o := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); o.DisableFusions != nil {
-		t.Fatalf("options %v with the variable empty", o.DisableFusions)
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.DisableFusions != nil {
+		t.Fatalf("options %v with the variable empty, %v", o.DisableFusions, err)
+	}
+}
+
+// TestQGEMVGroupsEnv: LAGC_QGEMV_GROUPS reaches the plan options; a value
+// that is not a positive number is an error naming the variable.
+func TestQGEMVGroupsEnv(t *testing.T) {
+	t.Setenv("LAGC_QGEMV_GROUPS", "2048")
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.QGEMVGroups != 2048 {
+		t.Fatalf("options %d, %v", o.QGEMVGroups, err)
+	}
+	for _, v := range []string{"x", "0", "-5"} {
+		t.Setenv("LAGC_QGEMV_GROUPS", v)
+		if _, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err == nil || !strings.Contains(err.Error(), "LAGC_QGEMV_GROUPS") {
+			t.Errorf("%q: %v", v, err)
+		}
 	}
 }
 
