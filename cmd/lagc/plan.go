@@ -147,7 +147,7 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err := p.Print(w); err != nil {
 		return err
 	}
-	tail, ok := map[string]lower.Tail{"all": lower.TailAll, "last": lower.TailLast, "none": lower.TailNone}[f.tail]
+	tail, ok := map[string]lower.Tail{"": lower.TailAll, "all": lower.TailAll, "last": lower.TailLast, "none": lower.TailNone}[f.tail]
 	if !ok {
 		return fmt.Errorf("%w: --tail %q: expected all, last or none", errUsage, f.tail)
 	}
