@@ -1,11 +1,6 @@
 package lower
 
-import (
-	"fmt"
-	"reflect"
-
-	"lagc/quant"
-)
+import "fmt"
 
 // In a decode MoE layer the fused router (router_fused) is followed by the
 // shared expert's gate+up GEMV (qgemv), which reads the norm's quantised
@@ -28,54 +23,39 @@ import (
 // router_qgemv.cu's router_qgemv.
 func RouterQGEMV(f, q Launch) (Launch, error) {
 	const op = "RouterQGEMV"
-	is := ArgKinds
-	const i, fl, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
-	fa, qa := f.Args, q.Args
-	if f.Kernel != "router_fused" || f.File != "router.cu" || len(f.DTypes) != 2 || len(f.Ints) != 2 ||
-		!is(fa, i, i, i, p, p, p, i, fl, fl, p, p, p, p) {
+	fw, ok := routerOutputs(f) // logits, weights, ids, counter
+	if f.Kernel != "router_fused" || f.File != "router.cu" || len(f.DTypes) != 2 || !ok {
 		return Launch{}, fmt.Errorf("%s: %s is not a fused router launch", op, f.NameExpr())
 	}
-	if q.Kernel != "qgemv" || q.File != "quant.cu" || len(q.DTypes) != 1 || len(q.Ints) != 5 || !is(qa, i, i, x, x, p, p, p, p, i) {
-		return Launch{}, fmt.Errorf("%s: %s is not a quantised GEMV launch", op, q.NameExpr())
-	}
-	R, E, K, k := int(f.Ints[0]), int(fa[0].Int), int(fa[1].Int), int(fa[6].Int)
-	xp, logits, bias, weights, ids, counter := fa[3].Ptr(), fa[5].Ptr(), fa[9].Ptr(), fa[10].Ptr(), fa[11].Ptr(), fa[12].Ptr()
-	a := QGEMVArgs{T: int(q.Ints[1]), N: int(qa[0].Int), K: int(qa[1].Int), WRows: int(qa[2].Int), Row0: int(qa[3].Int),
-		W: qa[4].Ptr(), XQ: qa[5].Ptr(), Y: qa[7].Ptr(), WType: quant.Type(q.Ints[0]), YType: q.DTypes[0],
-		SwiGLU: q.Ints[2] != 0, Accumulate: qa[8].Int != 0, RowsPerWarp: int(q.Ints[3]), Split: int(q.Ints[4])}
-	want, err := QGEMV(a)
-	if err != nil || !reflect.DeepEqual(want, q) {
-		return Launch{}, fmt.Errorf("%s: %s is not as QGEMV builds it", op, q)
+	a, ok := parseQGEMV(q)
+	if !ok {
+		return Launch{}, fmt.Errorf("%s: %s is not a quantised GEMV launch as QGEMV builds it", op, q.NameExpr())
 	}
 	if f.Block != dims(256) || q.Block != dims(256) || q.Shmem != 0 || f.Grid[1] != 1 || q.Grid[1] != 1 {
 		return Launch{}, fmt.Errorf("%s: blocks of %v and %v threads, %d bytes of shared memory", op, f.Block, q.Block, q.Shmem)
 	}
-	// What each writes, then what each reads.
+	fa := f.Args
+	R, E, K := int64(f.Ints[0]), fa[0].Int, fa[1].Int
 	ny := int64(a.T) * int64(a.N) * int64(dtypeSize(a.YType))
-	type span struct {
-		p Ptr
-		n int64
-	}
-	fw := []span{{logits, 4 * int64(R*E)}, {weights, 4 * int64(R*k)}, {ids, 4 * int64(R*k)}, {counter, RouterFusedCounters}}
-	fr := []span{{xp, int64(R*K) * int64(dtypeSize(f.DTypes[0]))}, {bias, 4 * int64(E)}}
+	fr := []span{{fa[3].Ptr(), R * K * int64(dtypeSize(f.DTypes[0]))}, {fa[9].Ptr(), 4 * E}} // x, bias
 	qw := []span{{a.Y, ny}}
 	qr := []span{{a.XQ, Q8XBytes(a.T, a.K)}, {a.Y, ny}}
 	for _, w := range fw {
 		for _, o := range append(append([]span(nil), qw...), qr...) {
-			if overlaps(w.p, w.n, o.p, o.n) {
-				return Launch{}, fmt.Errorf("%s: the router writes %v, which the GEMV uses", op, w.p)
+			if overlaps(w.at, w.n, o.at, o.n) {
+				return Launch{}, fmt.Errorf("%s: the router writes %v, which the GEMV uses", op, w.at)
 			}
 		}
 	}
 	for _, w := range qw {
 		for _, o := range fr {
-			if !o.p.Null() && overlaps(w.p, w.n, o.p, o.n) {
-				return Launch{}, fmt.Errorf("%s: the GEMV writes %v, which the router reads", op, w.p)
+			if !o.at.Null() && overlaps(w.at, w.n, o.at, o.n) {
+				return Launch{}, fmt.Errorf("%s: the GEMV writes %v, which the router reads", op, w.at)
 			}
 		}
 	}
 	args := append([]Arg{i32(f.Grid[0])}, fa...)
-	args = append(args, qa...)
+	args = append(args, q.Args...)
 	return kernel("router_qgemv.cu", "router_qgemv", []string{f.DTypes[0], f.DTypes[1], q.DTypes[0]},
 		append(append([]int64(nil), f.Ints...), q.Ints...), dims(f.Grid[0]+q.Grid[0]), dims(256), f.Shmem, args...), nil
 }
