@@ -25,11 +25,7 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows) ([]float32, []i
 	next := make([]int32, 0, len(tokens))
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
-		r := rows
-		if r == logitsLast && s+chunk < len(tokens) {
-			r = logitsNone // the last row is in a later chunk
-		}
-		lg, nx, err := e.prefillChunk(part, r)
+		lg, nx, err := e.prefillChunk(part, rows.ofChunk(s+len(part) == len(tokens)))
 		if err != nil {
 			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
 		}
