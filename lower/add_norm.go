@@ -35,45 +35,22 @@ func fuseAddNorm(steps [][]Launch) {
 // addNorm returns the fused launch of a (an add) and n (the launch right
 // after it) when the invariant above holds.
 func addNorm(a, n Launch) (Launch, bool) {
-	if len(a.Args) != 4 || len(a.DTypes) != 1 || a.Args[0].Kind != ArgI64 {
+	if len(a.DTypes) != 1 || !ArgKinds(a.Args, ArgI64, ArgPtr, ArgPtr, ArgPtr) {
 		return Launch{}, false
-	}
-	for _, x := range a.Args[1:] {
-		if x.Kind != ArgPtr {
-			return Launch{}, false
-		}
 	}
 	dt, elems := a.DTypes[0], a.Args[0].Int
 	pa, pb, sum := a.Args[1].Ptr(), a.Args[2].Ptr(), a.Args[3].Ptr()
 	if want, err := Elementwise("add", dt, int(elems), pa, pb, sum); err != nil || !reflect.DeepEqual(want, a) {
 		return Launch{}, false
 	}
-	q8x := n.Kernel == "rms_norm_block_q8x" || n.Kernel == "rms_norm_warp_q8x"
-	if !q8x && n.Kernel != "rms_norm_block" && n.Kernel != "rms_norm_warp" {
-		return Launch{}, false
-	}
-	var xq Ptr
-	plain := n
-	if q8x {
-		if len(n.Args) != 8 || n.Args[6].Kind != ArgPtr {
-			return Launch{}, false
-		}
-		xq = n.Args[6].Ptr()
-		plain.Kernel = n.Kernel[:len(n.Kernel)-len("_q8x")]
-		plain.Args = n.Args[:6]
-	}
-	m, ok := parseNorm(plain)
-	if !ok || m.x != sum || m.xdt != dt || int64(m.rows)*int64(m.n) != elems {
+	m, ok := parseNormOf(n)
+	if !ok || m.add || m.x != sum || m.xdt != dt || int64(m.rows)*int64(m.n) != elems {
 		return Launch{}, false
 	}
 	size := elems * int64(dtypeSize(dt))
 	outs := []span{{m.out, m.outBytes()}}
-	if q8x {
-		q, err := RMSNormQ8X(m.xdt, m.odt, m.out, m.x, m.w, xq, m.rows, m.n, m.eps)
-		if err != nil || !reflect.DeepEqual(q, n) {
-			return Launch{}, false
-		}
-		outs = append(outs, span{xq, Q8XBytes(m.rows, m.n)})
+	if m.q8x {
+		outs = append(outs, span{m.xq, Q8XBytes(m.rows, m.n)})
 	}
 	for _, o := range outs {
 		for _, p := range []Ptr{pa, pb, sum} {
@@ -84,8 +61,8 @@ func addNorm(a, n Launch) (Launch, bool) {
 	}
 	var f Launch
 	var err error
-	if q8x {
-		f, err = AddRMSNormQ8X(m.xdt, m.odt, sum, m.out, pa, pb, m.w, xq, m.rows, m.n, m.eps)
+	if m.q8x {
+		f, err = AddRMSNormQ8X(m.xdt, m.odt, sum, m.out, pa, pb, m.w, m.xq, m.rows, m.n, m.eps)
 	} else {
 		f, err = AddRMSNorm(m.xdt, m.odt, sum, m.out, pa, pb, m.w, m.rows, m.n, m.eps)
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-
-	"lagc/quant"
 )
 
 // In decode, a layer's o_proj GEMV accumulates into the residual and the
@@ -128,19 +126,12 @@ func parseNormOf(l Launch) (normOf, bool) {
 // parseQGEMVXIn reads a qgemv_xin launch's arguments (and its x and x's
 // dtype); it fails unless QGEMVXIn builds exactly that launch from them.
 func parseQGEMVXIn(l Launch) (QGEMVArgs, Ptr, string, bool) {
-	a := l.Args
-	if l.Kernel != "qgemv_xin" || len(a) != 8 || len(l.DTypes) != 2 || len(l.Ints) != 5 {
+	if l.Kernel != "qgemv_xin" || len(l.DTypes) != 2 || len(l.Ints) != 5 ||
+		!ArgKinds(l.Args, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
 		return QGEMVArgs{}, Ptr{}, "", false
 	}
-	for i, k := range []string{ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgI32} {
-		if a[i].Kind != k {
-			return QGEMVArgs{}, Ptr{}, "", false
-		}
-	}
-	g := QGEMVArgs{T: int(l.Ints[1]), K: int(a[1].Int), N: int(a[0].Int), W: a[4].Ptr(), Y: a[6].Ptr(),
-		WType: quant.Type(l.Ints[0]), WRows: int(a[2].Int), Row0: int(a[3].Int), YType: l.DTypes[0], SwiGLU: l.Ints[2] == 1,
-		Accumulate: a[7].Int == 1, RowsPerWarp: int(l.Ints[3]), Split: int(l.Ints[4])}
-	x := a[5].Ptr()
+	g := qgemvArgsOf(l, 6)
+	x := l.Args[5].Ptr()
 	want, err := QGEMVXIn(g, x, l.DTypes[1])
 	return g, x, l.DTypes[1], err == nil && reflect.DeepEqual(want, l)
 }

@@ -50,16 +50,24 @@ func fuseQGEMVXIn(steps [][]Launch) {
 // parseQGEMV reads a qgemv launch's arguments; it fails unless QGEMV builds
 // exactly that launch from them.
 func parseQGEMV(l Launch) (QGEMVArgs, bool) {
-	a := l.Args
 	if l.Kernel != "qgemv" || len(l.DTypes) != 1 || len(l.Ints) != 5 ||
-		!ArgKinds(a, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+		!ArgKinds(l.Args, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
 		return QGEMVArgs{}, false
 	}
-	g := QGEMVArgs{T: int(l.Ints[1]), K: int(a[1].Int), N: int(a[0].Int), XQ: a[5].Ptr(), W: a[4].Ptr(), Y: a[7].Ptr(),
-		WType: quant.Type(l.Ints[0]), WRows: int(a[2].Int), Row0: int(a[3].Int), YType: l.DTypes[0], SwiGLU: l.Ints[2] == 1,
-		Accumulate: a[8].Int == 1, RowsPerWarp: int(l.Ints[3]), Split: int(l.Ints[4])}
+	g := qgemvArgsOf(l, 7)
+	g.XQ = l.Args[5].Ptr()
 	want, err := QGEMV(g)
 	return g, err == nil && reflect.DeepEqual(want, l)
+}
+
+// qgemvArgsOf is the QGEMVArgs of a qgemv or qgemv_xin launch whose
+// arguments are N, K, rows, row0, w, then the activations, y at index yAt
+// and the accumulate flag after it (the activations left unset).
+func qgemvArgsOf(l Launch, yAt int) QGEMVArgs {
+	a := l.Args
+	return QGEMVArgs{T: int(l.Ints[1]), K: int(a[1].Int), N: int(a[0].Int), W: a[4].Ptr(), Y: a[yAt].Ptr(),
+		WType: quant.Type(l.Ints[0]), WRows: int(a[2].Int), Row0: int(a[3].Int), YType: l.DTypes[0], SwiGLU: l.Ints[2] == 1,
+		Accumulate: a[yAt+1].Int == 1, RowsPerWarp: int(l.Ints[3]), Split: int(l.Ints[4])}
 }
 
 // qgemvWithQ8X returns g (a qgemv launch) quantising its activations

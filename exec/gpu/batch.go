@@ -222,14 +222,11 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, rows logitRows, lg []fl
 		if err := e.run(p); err != nil {
 			return fmt.Errorf("prefill at position %d: %w", at, err)
 		}
-		r, off := rows, s*e.V
-		if r == logitsLast {
+		off := s * e.V
+		if rows == logitsLast {
 			off = 0
-			if s+chunk < len(tokens) {
-				r = logitsNone // the last row is in a later chunk
-			}
 		}
-		l, n, err := e.readOut(p, T, r)
+		l, n, err := e.readOut(p, T, rows.ofChunk(s+T == len(tokens)))
 		if err != nil {
 			return err
 		}

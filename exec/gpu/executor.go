@@ -399,6 +399,15 @@ const (
 	logitsAll
 )
 
+// ofChunk is which rows of a prompt chunk's logits rows asks for: the last
+// row's only in the prompt's last chunk.
+func (rows logitRows) ofChunk(last bool) logitRows {
+	if rows == logitsLast && !last {
+		return logitsNone
+	}
+	return rows
+}
+
 // rowsIf is every row when all is set, else none.
 func rowsIf(all bool) logitRows {
 	if all {

@@ -30,18 +30,15 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows, lastOnly bool) 
 	next := make([]int32, 0, len(tokens))
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
-		r := rows
-		if r == logitsLast && s+chunk < len(tokens) {
-			r = logitsNone // the last row is in a later chunk
-		}
+		last := s+len(part) == len(tokens)
 		tail := lower.TailAll
 		if lastOnly {
 			tail = lower.TailNone
-			if s+chunk >= len(tokens) {
+			if last {
 				tail = lower.TailLast
 			}
 		}
-		lg, nx, err := e.prefillChunk(part, r, tail)
+		lg, nx, err := e.prefillChunk(part, rows.ofChunk(last), tail)
 		if err != nil {
 			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
 		}
