@@ -85,6 +85,18 @@ func unfusePairs(steps, like [][]Launch, split func(Launch) (a, b Launch, ok boo
 	return out, n
 }
 
+// mustLaunch is a test's check of a launch builder's result: the launch,
+// or the test fails.
+func mustLaunch(t *testing.T) func(Launch, error) Launch {
+	return func(l Launch, err error) Launch {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
 // TestFuseAddNorm: an add and the norm of its sum right after it become
 // one launch at the add's place, across a step boundary or empty steps
 // too, with or without the norm's quantised copy; and nothing changes
@@ -94,13 +106,7 @@ func TestFuseAddNorm(t *testing.T) {
 	const H = 3072
 	arena := func(off int64) Ptr { return Ptr{BaseArena, off} }
 	w, xq := Ptr{BaseWeights, 0}, Ptr{BaseWorkspace, 0}
-	must := func(l Launch, err error) Launch {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	must := mustLaunch(t)
 	// The residual a + b at 2*H*2, the norm's output at 3*H*2 (bf16).
 	a, b, sum, out := arena(0), arena(H*2), arena(2*H*2), arena(3*H*2)
 	add := must(Elementwise("add", "bf16", H, a, b, sum))

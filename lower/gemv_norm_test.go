@@ -24,13 +24,7 @@ func TestFuseGEMVNorm(t *testing.T) {
 	const H = 3072
 	arena := func(off int64) Ptr { return Ptr{BaseArena, off} }
 	wn, xq := Ptr{BaseWeights, 0}, Ptr{BaseWorkspace, 0}
-	must := func(l Launch, err error) Launch {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	must := mustLaunch(t)
 	y, out, res, sum := arena(0), arena(1<<20), arena(2<<20), arena(3<<20)
 	gemv := func(T, N int, yt string, y Ptr) Launch {
 		return must(QGEMV(QGEMVArgs{T: T, K: 9216, N: N, XQ: Ptr{BaseWorkspace, 0}, W: Ptr{BaseWeights, 1 << 20}, Y: y,
