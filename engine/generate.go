@@ -32,6 +32,11 @@ type GenOptions struct {
 	Stop      func(id int32) bool  // end of generation (eos/eot); nil: never
 	OnToken   func(id int32) error // called as each token is produced; may return ErrStop
 	Logits    bool                 // keep every prompt position's logits
+	// LastOnly lets a backend that can (TailForwarder, the GPU) compute,
+	// after the last layer's attention, only what each prefill step's last
+	// position needs: GenResult.PromptNext then holds each step's last
+	// argmax alone. Ignored with Logits.
+	LastOnly bool
 }
 
 // firstChunk bounds the first prefill step under GenOptions.ChunkTime,
@@ -44,7 +49,7 @@ type GenResult struct {
 	Prompt      []int32 // the tokens this call fed before generating
 	Fed         int     // how many of Prompt were fed (fewer when cancelled)
 	Generated   []int32
-	PromptNext  []int32     // argmax at every fed prompt position
+	PromptNext  []int32     // argmax at every fed prompt position (with GenOptions.LastOnly, maybe each step's last)
 	LastLogits  []float32   // the prompt's last-position logits
 	PromptRows  [][]float32 // every prompt position's logits, with GenOptions.Logits
 	StopReason  string      // "length", "stop" (an end token or ErrStop), "context" or "canceled"
@@ -142,7 +147,7 @@ func (m *Model) prefill(ctx context.Context, tokens []int32, o GenOptions, res *
 		}
 		part := tokens[s:min(s+chunk, len(tokens))]
 		t := time.Now()
-		logits, next, err := m.prefillStep(part, o.Logits)
+		logits, next, err := m.prefillStep(part, o.Logits, o.LastOnly)
 		if err != nil {
 			return nil, 0, fmt.Errorf("prefill at position %d: %w", res.Start+s, err)
 		}
@@ -164,7 +169,7 @@ func (m *Model) prefill(ctx context.Context, tokens []int32, o GenOptions, res *
 				res.PromptRows = append(res.PromptRows, logits[t*V:(t+1)*V])
 			}
 		}
-		last, lastNext = lastRow, next[len(part)-1]
+		last, lastNext = lastRow, next[len(next)-1]
 		if o.ChunkTime > 0 {
 			perToken := time.Since(t) / time.Duration(len(part))
 			chunk = limit
@@ -308,11 +313,31 @@ type LastRowForwarder interface {
 	ForwardLast(tokens []int32) (last []float32, next []int32, err error)
 }
 
+// TailForwarder is implemented by a backend that can feed tokens computing,
+// after the last layer's attention, only what the last token needs (the GPU:
+// the last layer's MLP and the LM head on one row instead of every row),
+// returning the last row of logits [V] and its argmax. Prefill uses it with
+// GenOptions.LastOnly.
+type TailForwarder interface {
+	ForwardTail(tokens []int32) (last []float32, next int32, err error)
+}
+
 // prefillStep feeds part and returns its logits, every row's with all, else
 // at least the last row's ([V] when the backend copies only that one), and
-// every row's argmax, checked for their sizes.
-func (m *Model) prefillStep(part []int32, all bool) ([]float32, []int32, error) {
+// every row's argmax (the last row's alone with lastOnly, where the backend
+// is a TailForwarder), checked for their sizes.
+func (m *Model) prefillStep(part []int32, all, lastOnly bool) ([]float32, []int32, error) {
 	b, V := m.Backend, m.Config.VocabSize
+	if tf, ok := b.(TailForwarder); ok && lastOnly && !all && len(part) > 1 {
+		last, next, err := tf.ForwardTail(part)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(last) != V {
+			return nil, nil, fmt.Errorf("the backend returned %d logits for the last of %d tokens; expected vocab %d", len(last), len(part), V)
+		}
+		return last, []int32{next}, nil
+	}
 	if lr, ok := b.(LastRowForwarder); ok && !all && len(part) > 1 {
 		last, next, err := lr.ForwardLast(part)
 		if err != nil {

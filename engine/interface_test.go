@@ -202,3 +202,60 @@ func TestLastRowForwarder(t *testing.T) {
 		t.Fatalf("a short last row: got %v", err)
 	}
 }
+
+// tailBackend is the CPU backend with TailForwarder added (as the GPU has
+// it): the last row of logits and its argmax.
+type tailBackend struct {
+	cpuBackend
+	V     int
+	calls int // ForwardTail calls
+}
+
+func (b *tailBackend) ForwardTail(tokens []int32) ([]float32, int32, error) {
+	b.calls++
+	l, n, err := b.cpuBackend.Forward(tokens)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l[len(l)-b.V:], n[len(n)-1], nil
+}
+
+// TestTailForwarder: with GenOptions.LastOnly a prompt goes through
+// ForwardTail a chunk at a time and generates what Forward's path does,
+// PromptNext holding each chunk's last argmax; without LastOnly, or with
+// Logits, ForwardTail is not used.
+func TestTailForwarder(t *testing.T) {
+	m, g := openFirstFixture(t)
+	cb := m.Backend.(cpuBackend)
+	want, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 4, Chunk: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &tailBackend{cpuBackend: cb, V: m.Config.VocabSize}
+	m.Backend = tb
+	got, err := m.Generate(context.Background(), g.PromptIDs, GenOptions{MaxTokens: 4, Chunk: 3, LastOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lasts []int32 // each chunk's last argmax (one-token chunks run Forward's decode step)
+	for s := 0; s < len(g.PromptIDs); s += 3 {
+		lasts = append(lasts, want.PromptNext[min(s+3, len(g.PromptIDs))-1])
+	}
+	chunks := 0
+	for s := 0; s < len(g.PromptIDs); s += 3 {
+		if min(s+3, len(g.PromptIDs))-s > 1 {
+			chunks++
+		}
+	}
+	if !slices.Equal(got.Generated, want.Generated) || !slices.Equal(got.PromptNext, lasts) ||
+		!slices.Equal(got.LastLogits, want.LastLogits) || tb.calls != chunks {
+		t.Fatalf("through ForwardTail (%d calls, want %d): generated %v, prompt argmax %v; want %v, %v",
+			tb.calls, chunks, got.Generated, got.PromptNext, want.Generated, lasts)
+	}
+	tb.calls = 0
+	for _, o := range []GenOptions{{MaxTokens: 1, Chunk: 3}, {MaxTokens: 1, Chunk: 3, LastOnly: true, Logits: true}} {
+		if _, err := m.Generate(context.Background(), g.PromptIDs, o); err != nil || tb.calls != 0 {
+			t.Fatalf("%+v: %d ForwardTail calls, %v", o, tb.calls, err)
+		}
+	}
+}

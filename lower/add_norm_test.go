@@ -2,6 +2,7 @@ package lower
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,19 +42,21 @@ func unfuseAddNorm(l Launch) (add, norm Launch, ok bool) {
 // add in its place, the norm right after it, at the start of the next step
 // where the add ends its own (the norm's step in the plans). It also
 // returns how many it split.
-func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) { return unfusePairs(steps, unfuseAddNorm) }
+func unfuseAddNorms(steps [][]Launch) ([][]Launch, int) {
+	return unfusePairs(steps, nil, unfuseAddNorm)
+}
 
 // unfusePairs is steps with every launch split splits replaced by the two:
-// the first in its place, the second right after it, or at the start of
-// the next step where the first ends its own. It also returns how many it
-// split.
-func unfusePairs(steps [][]Launch, split func(Launch) (a, b Launch, ok bool)) ([][]Launch, int) {
+// the first in its place, the second right after it or, where the first
+// ends its step, opening the next step (like nil) or the first later step
+// where like, the stream before the fusion, has it. It also returns how
+// many it split.
+func unfusePairs(steps, like [][]Launch, split func(Launch) (a, b Launch, ok bool)) ([][]Launch, int) {
 	out := make([][]Launch, len(steps))
 	n := 0
-	var carry []Launch
+	carry := map[int][]Launch{}
 	for i, ls := range steps {
-		out[i] = append(out[i], carry...)
-		carry = nil
+		out[i] = append(out[i], carry[i]...)
 		for j, l := range ls {
 			a, b, ok := split(l)
 			if !ok {
@@ -62,10 +65,20 @@ func unfusePairs(steps [][]Launch, split func(Launch) (a, b Launch, ok bool)) ([
 			}
 			n++
 			out[i] = append(out[i], a)
-			if j < len(ls)-1 || i == len(steps)-1 {
+			at := i
+			if j == len(ls)-1 && i < len(steps)-1 {
+				at = i + 1
+				for m := i + 1; like != nil && m < len(like) && m < len(steps); m++ {
+					if slices.ContainsFunc(like[m], func(x Launch) bool { return reflect.DeepEqual(x, b) }) {
+						at = m
+						break
+					}
+				}
+			}
+			if at == i {
 				out[i] = append(out[i], b)
 			} else {
-				carry = []Launch{b}
+				carry[at] = append(carry[at], b)
 			}
 		}
 	}

@@ -10,7 +10,9 @@ import (
 // (QGEMVNorm) split again: the GEMV in its place, the norm right after
 // it, at the start of the next step where the GEMV ends its own (the
 // norm's step in the plans). It also returns how many it split.
-func unfuseGEMVNorms(steps [][]Launch) ([][]Launch, int) { return unfusePairs(steps, SplitQGEMVNorm) }
+func unfuseGEMVNorms(steps [][]Launch) ([][]Launch, int) {
+	return unfusePairs(steps, nil, SplitQGEMVNorm)
+}
 
 // TestFuseGEMVNorm: a one-row qgemv or qgemv_xin and the norm of its y
 // right after it (plain, _q8x, add_ with y as a or b, warp or block)

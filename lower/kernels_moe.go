@@ -63,6 +63,8 @@ type MoEArgs struct {
 	// rows of their matrices in the device layout; Gate, Up and Down are
 	// then unused.
 	QGate, QUp, QDown QMatrix
+	// QMoE forces the decode kernels' shape (QMoEArgs); zero chooses.
+	QMoE QMoEForce
 }
 
 func (a MoEArgs) validate() error {

@@ -2,6 +2,8 @@ package lower
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"lagc/quant"
 )
@@ -256,9 +258,55 @@ type QMoEArgs struct {
 	// GateUpRows (2, 4, 8, 16: rows in flight per lane in the gate+up
 	// kernel), DownRows (1, 2, 4: rows per warp in the down kernel) and
 	// DownUnits (2, 4, 8: units per row in flight per lane there) force
-	// the kernels' rounds; zero chooses (QMoEShape). Every choice gives the
-	// same bits.
+	// the kernels' rounds; zero chooses (QMoEShape). GateUpWarps and
+	// DownWarps (4 or 8) force the warps of a block; zero: 4.
+	// GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
+	// registers a round ahead (0), or into shared memory stages-1 rounds
+	// ahead. Every choice gives the same bits.
+	// DownAll copies each lane's down units into shared memory at once
+	// (DownUnits unused).
 	GateUpRows, DownRows, DownUnits int
+	GateUpWarps, DownWarps          int
+	GateUpStages                    int
+	DownAll                         bool
+}
+
+// QMoEForce is a forced shape of the decode routed-expert kernels (the
+// QMoEArgs fields of the same names; zero values choose).
+type QMoEForce struct {
+	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
+	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
+	DownAll                               bool `json:",omitempty"`
+}
+
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all"
+// (any subset, comma-separated; "" is the zero shape): gate+up rows a
+// round, warps, stages; down rows a warp, units a round, warps, all units
+// at once. QMoE checks the values.
+func ParseQMoEForce(s string) (QMoEForce, error) {
+	var f QMoEForce
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		if kv == "all" {
+			f.DownAll = true
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
+		}
+		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps}[k]
+		if !ok {
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all)", s, k)
+		}
+		*field = n
+	}
+	return f, nil
 }
 
 // QMoEMaxTopK is the most routes per token the decode kernels take
@@ -272,15 +320,15 @@ const qmoeMaxShared = 96 << 10
 // qmoeType is, per weight type, the rounds of the routed-expert kernels
 // (QMoEShape) and how they stage the bytes a block's units share (QW's
 // BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
-// of its body and head bytes of its head).
-type qmoeType struct{ gateUpRows, downRows, downUnits, be, sa, head int }
+// of its body and head bytes of its head; QB: qb bytes of quants a unit).
+type qmoeType struct{ gateUpRows, downRows, downUnits, be, sa, head, qb int }
 
 var qmoeTypes = map[quant.Type]qmoeType{
-	quant.Q8_0:   {8, 2, 4, 32, 0, 2},
-	quant.Q4_K:   {16, 2, 8, 256, 16, 4},
-	quant.Q5_K:   {16, 2, 8, 256, 48, 4},
-	quant.Q6_K:   {8, 2, 8, 256, 16, 2},
-	quant.IQ4_XS: {16, 2, 8, 256, 0, 8},
+	quant.Q8_0:   {8, 2, 4, 32, 0, 2, 32},
+	quant.Q4_K:   {16, 2, 8, 256, 16, 4, 16},
+	quant.Q5_K:   {16, 2, 8, 256, 48, 4, 16},
+	quant.Q6_K:   {8, 2, 8, 256, 16, 2, 24},
+	quant.IQ4_XS: {16, 2, 8, 256, 0, 8, 16},
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
@@ -312,11 +360,21 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 // quantised x (scales and int8 values) and the staged
 // bytes of a block's 64 weight rows; for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
-// block's 4*downRows rows of each slot's expert.
-func qmoeShared(t quant.Type, H, I, k, downRows int) (gateUp, down int) {
+// block's downRows*downWarps rows of each slot's expert. With stages, gate+up
+// adds its warps' rings of units from a 256-byte boundary, and down with
+// all its units (downAll) their copies likewise.
+func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
-	return 16*(H/32) + H + 64*(H/be)*(sa+head), k * (16*(I/32) + I + 4*downRows*(I/be)*(sa+head))
+	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
+	if stages > 0 {
+		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
+	}
+	down = k * (16*(I/32) + I + downWarps*downRows*(I/be)*(sa+head))
+	if downAll {
+		down = int(align256(int64(down))) + downWarps*ceilDiv(k*I/32, 32)*downRows*32*q.qb
+	}
+	return gateUp, down
 }
 
 // QMoE returns the launches of the quantised routed experts: x quantised
@@ -362,10 +420,18 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if a.DownUnits != 0 {
 		sd = a.DownUnits
 	}
+	gw, dw := max(a.GateUpWarps, 4), max(a.DownWarps, 4)
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
 	}
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, nh)
+	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 64/gw {
+		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most 64/warps rows)", gw, g, dw)
+	}
+	ns := a.GateUpStages
+	if ns != 0 && (ns < 2 || ns > 4) {
+		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
+	}
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
@@ -377,15 +443,14 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	const warps = 4 // per block, both kernels
 	return []Launch{
 		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), int64(g)}, dims(R*(a.I/32)), dims(32*warps), smem,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd)},
-			dims(a.T*ceilDiv(a.H, warps*nh)), dims(32*warps), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
+			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
 	}, nil
@@ -525,7 +590,8 @@ func (a MoEArgs) qmoe() QMoEArgs {
 	t, _ := QuantType(a.WType)
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
 		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
-		Workspace: a.Workspace}
+		Workspace: a.Workspace, GateUpRows: a.QMoE.GateUpRows, GateUpWarps: a.QMoE.GateUpWarps, GateUpStages: a.QMoE.GateUpStages,
+		DownRows: a.QMoE.DownRows, DownUnits: a.QMoE.DownUnits, DownWarps: a.QMoE.DownWarps, DownAll: a.QMoE.DownAll}
 }
 
 // dequantArgs is a with bf16 stacks in the workspace at off, where

@@ -61,8 +61,47 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of 128, %d bytes, no dtype", c.name, T,
 					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, c.wantShm)
 			}
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG)}) {
-				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d and %d rows a round", c.name, T, gu.Ints, c.qt, c.wantG)
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), 4, 0}) {
+				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, 4 warps, registers", c.name, T, gu.Ints, c.qt, c.wantG)
+			}
+			if dn.Ints[3] != 4 {
+				t.Errorf("%s T=%d: down instantiated with %v, want 4 warps", c.name, T, dn.Ints)
+			}
+			// 8 warps a block, forced: the grids stay, the blocks double
+			// (gate+up) or the rows a block do (down: half the blocks).
+			a.GateUpWarps, a.GateUpRows, a.DownWarps = 8, 8, 8
+			l8, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d, 8 warps: %v", c.name, T, err)
+			}
+			if g8, d8 := l8[1], l8[2]; g8.Grid != gu.Grid || g8.Block != dims(256) || g8.Ints[2] != 8 ||
+				d8.Grid != dims(T*ceilDiv(c.H, 16)) || d8.Block != dims(256) || d8.Ints[3] != 8 || d8.Shmem <= dn.Shmem {
+				t.Errorf("%s T=%d, 8 warps: gate+up %v x %v %v, down %v x %v %v shmem %d", c.name, T, g8.Grid, g8.Block, g8.Ints,
+					d8.Grid, d8.Block, d8.Ints, d8.Shmem)
+			}
+			// Units through shared memory, 3 stages: the rings after the
+			// staged bytes, from a 256-byte boundary.
+			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.GateUpStages = 0, 4, 0, 3
+			ls3, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d, 3 stages: %v", c.name, T, err)
+			}
+			qb := map[quant.Type]int{quant.Q8_0: 32, quant.Q6_K: 24}[c.qt]
+			if qb == 0 {
+				qb = 16
+			}
+			if g3 := ls3[1]; g3.Ints[3] != 3 || g3.Shmem != int(align256(int64(c.wantShm)))+4*3*4*32*qb {
+				t.Errorf("%s T=%d, 3 stages: gate+up %v shmem %d", c.name, T, g3.Ints, g3.Shmem)
+			}
+			// Down's units all at once: ceil(k*I/32/32) units a lane, for its
+			// 2 rows, from a 256-byte boundary.
+			a.GateUpStages, a.DownAll = 0, true
+			lsAll, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d, down all at once: %v", c.name, T, err)
+			}
+			if dAll := lsAll[2]; dAll.Ints[4] != 1 || dAll.Shmem != int(align256(int64(c.wantDSh)))+4*ceilDiv(c.k*c.I/32, 32)*2*32*qb {
+				t.Errorf("%s T=%d, down all at once: %v shmem %d", c.name, T, dAll.Ints, dAll.Shmem)
 			}
 			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
 				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
@@ -93,6 +132,9 @@ func TestQMoERejects(t *testing.T) {
 		{"null ids", func(a *QMoEArgs) { a.IDs = Ptr{} }, "null pointer"},
 		{"odd rounds", func(a *QMoEArgs) { a.GateUpRows = 3 }, "rounds of 3 gate+up rows"},
 		{"odd down rows", func(a *QMoEArgs) { a.DownRows = 8 }, "8 down rows"},
+		{"six warps", func(a *QMoEArgs) { a.DownWarps = 6 }, "6 down warps"},
+		{"one stage", func(a *QMoEArgs) { a.GateUpStages = 1 }, "1 gate+up stages"},
+		{"8 warps of 16 rows", func(a *QMoEArgs) { a.GateUpWarps, a.GateUpRows = 8, 16 }, "8 gate+up warps of 16 rows"},
 		{"many wide routes", func(a *QMoEArgs) {
 			a.TopK, a.I = 64, 1024
 			a.Gate.Total, a.Up.Total, a.Up.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
@@ -147,6 +189,48 @@ func TestQuantMatMulPaths(t *testing.T) {
 			t.Errorf("%s T=%d: first launch %s, want %s", c.name, c.T, ls[0].Kernel, c.want)
 		}
 	}
+}
+
+func TestParseQMoEForce(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want QMoEForce
+		err  string
+	}{
+		{"", QMoEForce{}, ""},
+		{"g=8", QMoEForce{GateUpRows: 8}, ""},
+		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{8, 4, 3, 2, 8, 4, true}, ""},
+		{"all,", QMoEForce{DownAll: true}, ""},
+		{"g=-1", QMoEForce{}, "is not KEY=N"},
+		{"g", QMoEForce{}, "is not KEY=N"},
+		{"x=1", QMoEForce{}, `unknown key "x"`},
+	} {
+		got, err := ParseQMoEForce(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want one with %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func FuzzParseQMoEForce(f *testing.F) {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := ParseQMoEForce(s)
+		if err != nil {
+			return
+		}
+		if q.GateUpRows < 0 || q.GateUpWarps < 0 || q.GateUpStages < 0 || q.DownRows < 0 || q.DownUnits < 0 || q.DownWarps < 0 {
+			t.Fatalf("%q parsed to a negative field: %+v", s, q)
+		}
+	})
 }
 
 // TestQGEMVShapeFor: the warp-group target trades rows per warp for

@@ -39,6 +39,9 @@ type Options struct {
 	// CublasLt: the plain bf16 prefill GEMMs of CublasLtMinRows rows or
 	// more run on cuBLASLt (the executor has loaded it).
 	CublasLt bool
+	// QMoE forces the quantised decode routed-expert kernels' shape (zero:
+	// lower's choice); every shape gives the same bits (A/B timing).
+	QMoE QMoEForce
 	// DisableFusions names launch-stream fusions not to run (FusionNames;
 	// A/B timing, or a way around a suspected fusion bug).
 	DisableFusions []string
@@ -104,7 +107,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

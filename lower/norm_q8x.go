@@ -32,7 +32,9 @@ import (
 // run past a fused router, then the residual adds into the norms after them
 // (fuseAddNorm), which needs the norms as those leave them, then the
 // one-row norms into the GEMVs before them (fuseGEMVNorm), which takes
-// the norms as fuseAddNorm leaves them.
+// the norms as fuseAddNorm leaves them, then the fused routers with the
+// GEMV after them (fuseRouterQGEMV), which needs that GEMV's quantisation
+// gone and the GEMV in its last form.
 //
 // The quantisation launches a stream need not make go in this order (the
 // four passes after fuseRouter): the repeats (reuseQ8X) first, then those
@@ -68,6 +70,7 @@ var launchFusions = []struct {
 	{"fuseQGEMVXIn", fuseQGEMVXIn},
 	{"fuseAddNorm", fuseAddNorm},
 	{"fuseGEMVNorm", fuseGEMVNorm},
+	{"fuseRouterQGEMV", fuseRouterQGEMV},
 }
 
 // FusionNames are the names Options.DisableFusions takes, in order.

@@ -333,7 +333,8 @@ func TestDropQ8XPlans(t *testing.T) {
 	// The norms fused into GEMVs (fuseGEMVNorm, last) and the adds fused
 	// into norms (fuseAddNorm, after dropQ8X) split again: the two MoE
 	// layers' residual sums and their norms.
-	unfused := func(what string, steps [][]Launch, want, wantGEMV int) [][]Launch {
+	unfused := func(what string, steps, raw [][]Launch, want, wantGEMV int) [][]Launch {
+		steps, _ = unfuseRouterQGEMVs(steps, raw)
 		out, n := unfuseGEMVNorms(steps)
 		if n != wantGEMV {
 			t.Errorf("%s: %d norms fused into GEMVs, want %d", what, n, wantGEMV)
@@ -346,7 +347,7 @@ func TestDropQ8XPlans(t *testing.T) {
 	}
 	// In decode, every layer's MLP norm runs in o_proj's GEMV, and the
 	// next layer's norm (the LM head's after the last) in the down GEMV.
-	decode = unfused("decode", decode, 2, 6)
+	decode = unfused("decode", decode, raw(p.Decode, 1, false), 2, 6)
 	// Per layer the attention input and the MLP input are quantised by
 	// their norm, and so is the LM head's input; in each of the two MoE
 	// layers the routed experts' quantisation of their input repeats the
@@ -360,7 +361,7 @@ func TestDropQ8XPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), unfused("prefill T=5", short, 2, 0)); c.norm != 7 || c.xin != 0 {
+	if c := checkQ8XStream(t, "prefill T=5", raw(p.Prefill, 5, false), unfused("prefill T=5", short, raw(p.Prefill, 5, false), 2, 0)); c.norm != 7 || c.xin != 0 {
 		t.Errorf("prefill T=5: %+v quantisations dropped, want 7 into norms, none into GEMVs (5 x 512 values)", c)
 	}
 	// 16 rows: two quantisations of 8; 4 rows of 512: the most a GEMV
@@ -371,7 +372,7 @@ func TestDropQ8XPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		what := fmt.Sprintf("batch %d", b.rows)
-		if c := checkQ8XStream(t, what, raw(p.Prefill, b.rows, true), unfused(what, ls, 2, b.gemvNorms)); c.norm != b.fused || c.attn != b.attn || c.xin != b.xin {
+		if c := checkQ8XStream(t, what, raw(p.Prefill, b.rows, true), unfused(what, ls, raw(p.Prefill, b.rows, true), 2, b.gemvNorms)); c.norm != b.fused || c.attn != b.attn || c.xin != b.xin {
 			t.Errorf("batch %d: %+v quantisations dropped, want %d into norms, %d into attentions, %d into GEMVs", b.rows, c, b.fused, b.attn, b.xin)
 		}
 	}

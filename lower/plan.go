@@ -52,6 +52,8 @@ type Plan struct {
 	BatchGEMM bool `json:"batch_gemm,omitempty"`
 	// CublasLt: prefill GEMMs may be cuBLASLt launches (Options.CublasLt).
 	CublasLt bool `json:"cublaslt,omitempty"`
+	// QMoE: the decode routed-expert kernels' forced shape (Options.QMoE).
+	QMoE QMoEForce `json:"qmoe,omitzero"`
 	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
 	DisableFusions []string `json:"disable_fusions,omitempty"`
 	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).

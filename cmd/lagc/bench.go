@@ -126,6 +126,11 @@ type benchReport struct {
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
+	// PrefillLast: the same prompts computing, after the last layer's
+	// attention, only the last row (as lagc run does: Executor.PrefillTail);
+	// at full depth the time saved is the same (the last layer's MLP and
+	// the LM head over the other rows), so the estimate subtracts it.
+	PrefillLast []prefillRow `json:"prefill_last_row"`
 	// Bytes a decode step reads: weights (active experts only, one
 	// embedding row) and the KV cache at the decode context.
 	BytesPerToken   int64   `json:"bytes_per_token"`
@@ -315,6 +320,10 @@ func runBench(w io.Writer, f *benchFlags) error {
 		if _, err := ex.Prefill(toks[:n]); err != nil {
 			return err
 		}
+		ex.Reset()
+		if _, err := ex.PrefillTail(toks[:n]); err != nil {
+			return err
+		}
 	}
 
 	// Where time goes, per layer, from one profiled run of each class.
@@ -375,6 +384,18 @@ func runBench(w io.Writer, f *benchFlags) error {
 		if n == 2048 {
 			rep.PrefillLayerMs = 1e3 * s * preLayer
 		}
+		times = times[:0]
+		for r := 0; r < f.runs; r++ {
+			ex.Reset()
+			t0 := time.Now()
+			if _, err := ex.PrefillTail(toks[:n]); err != nil {
+				return err
+			}
+			times = append(times, time.Since(t0))
+		}
+		sl := medianDur(times).Seconds()
+		rep.PrefillLast = append(rep.PrefillLast, prefillRow{Tokens: n, Ms: 1e3 * sl, TokS: float64(n) / sl,
+			TokS48: float64(n) / (s*preScale - (s - sl))})
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(w)
@@ -744,6 +765,15 @@ func printBench(w io.Writer, r *benchReport) {
 	tw.Flush()
 	if r.PrefillLayerMs > 0 {
 		fmt.Fprintf(w, "prefill 2048 per %s: %.3f ms\n", kind, r.PrefillLayerMs)
+	}
+	if len(r.PrefillLast) > 0 {
+		fmt.Fprintf(w, "\nprefill computing the last row only after the last attention (as lagc run):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "tokens\tms\ttok/s\ttok/s at full depth\t")
+		for _, p := range r.PrefillLast {
+			fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t\n", p.Tokens, p.Ms, p.TokS, p.TokS48)
+		}
+		tw.Flush()
 	}
 	fmt.Fprintf(w, "\n%s\n", r.ScaledNote)
 }

@@ -192,3 +192,22 @@ func TestDecodeBytes(t *testing.T) {
 		t.Errorf("total %d, layers sum to %d", total, sum)
 	}
 }
+
+// TestPlanTail: lagc plan --at N --tail last prints the prefill chunk with
+// its tail on one row (the argmax over one row of logits), --tail all over
+// every row; another value is a usage error.
+func TestPlanTail(t *testing.T) {
+	for _, c := range []struct{ tail, want string }{{"last", "argmax<float> grid 1,"}, {"all", "argmax<float> grid 5,"}} {
+		out, errs, code := runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--chunk", "16", "--ctx", "40", "--at", "5", "--tail", c.tail)
+		if code != 0 {
+			t.Fatalf("--tail %s: exit %d: %s", c.tail, code, errs)
+		}
+		sec := out[strings.Index(out, "prefill T=5"):]
+		if !strings.Contains(sec, c.want) {
+			t.Errorf("--tail %s: the T=5 chunk lacks %q", c.tail, c.want)
+		}
+	}
+	if _, errs, code := runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--at", "5", "--tail", "most"); code != 2 || !strings.Contains(errs, "--tail") {
+		t.Errorf("--tail most: exit %d: %s", code, errs)
+	}
+}

@@ -31,7 +31,7 @@ type planFlags struct {
 	dtype                 string
 	chunk, ctx, sms, cc   int
 	gpuMem                float64
-	at, batch             string
+	at, batch, tail       string
 	slots                 int
 	batchGEMM             bool
 	jsonOut               bool
@@ -55,6 +55,7 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.cc, "cc", 90, "compute capability of the target GPU, major*10+minor (90 and up: the TMA + wgmma GEMMs)")
 	fs.Float64Var(&f.gpuMem, "gpu-mem", 140, "memory of the target GPU in GiB (default: an H200's); warn when the plan needs more (0: no check)")
 	fs.StringVar(&f.at, "at", "", "also print the prefill launches at these chunk sizes (a prompt's last chunk), comma-separated")
+	fs.StringVar(&f.tail, "tail", "all", "with --at: the rows the steps after the last attention run on: all, last (as lagc run's last chunk) or none (its earlier chunks)")
 	fs.IntVar(&f.slots, "slots", 1, "sequence slots (lagc serve --slots): KV caches for each, and batched decode steps")
 	fs.StringVar(&f.batch, "batch", "", "also print the batched decode launches at these batch sizes (rounded up to a bucket), comma-separated")
 	fs.BoolVar(&f.batchGEMM, "batch-gemm", false, "batches above 8 rows on the GEMMs (lagc serve --batch-gemm)")
@@ -146,8 +147,12 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err := p.Print(w); err != nil {
 		return err
 	}
+	tail, ok := map[string]lower.Tail{"": lower.TailAll, "all": lower.TailAll, "last": lower.TailLast, "none": lower.TailNone}[f.tail]
+	if !ok {
+		return fmt.Errorf("%w: --tail %q: expected all, last or none", errUsage, f.tail)
+	}
 	for _, n := range at {
-		ls, err := p.At(p.Prefill, n)
+		ls, err := p.AtTail(p.Prefill, n, tail)
 		if err != nil {
 			return err
 		}

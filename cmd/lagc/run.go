@@ -28,7 +28,7 @@ func init() {
 		groups: []flagGroup{
 			{"Prompt (one of --prompt, --prompt-file, --prompt-ids, --chat)", []string{"prompt", "prompt-file", "prompt-ids", "chat", "system", "raw"}},
 			{"Generation", []string{"n", "stop", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed"}},
-			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype", "weight-cache"}},
+			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype", "weight-cache", "full-prefill"}},
 			{"Output", []string{"json", "logits", "verbose", "profile"}},
 			{"Graph (for engine development)", []string{"yaml", "passes", "disable-pass"}},
 		},
@@ -48,7 +48,7 @@ type runFlags struct {
 	topK                                 int
 	repeatPenalty                        float64
 	seed                                 uint64
-	raw                                  bool
+	raw, fullPrefill                     bool
 	weightCache                          weightCacheFlag
 	set                                  map[string]bool // flags given on the command line
 }
@@ -71,6 +71,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids")
 	fs.BoolVar(&f.chat, "chat", false, "interactive conversation using the checkpoint's chat template (/reset, /exit)")
 	fs.StringVar(&f.system, "system", "", "with --chat: the system message (default: the template's own)")
+	fs.BoolVar(&f.fullPrefill, "full-prefill", false, "GPU: run the last layer's MLP and the LM head on every prompt row, not only the last (the last logits then come from the prefill kernels, not the one-row ones; slower)")
 	fs.BoolVar(&f.raw, "raw", false, "with --prompt or --prompt-file: encode the text as is (no bos), as tokenizer.encode(add_special_tokens=False) does")
 	fs.IntVar(&f.n, "n", 64, "maximum number of tokens to generate, per turn with --chat")
 	fs.Var(&f.stops, "stop", "stop when the generated text contains this string, which is not printed (repeatable)")
@@ -215,7 +216,7 @@ func runRun(f *runFlags) error {
 			return fmt.Errorf("--prompt, --prompt-file, --chat and --stop need a tokenizer: %w", err)
 		}
 	}
-	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk}
+	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk, LastOnly: !f.fullPrefill}
 	if m.Device == "cpu" {
 		gen.ChunkTime = cpuChunkTime
 	}

@@ -158,12 +158,26 @@ __device__ __forceinline__ void dec_q8x(const float (&v)[NCH][4], int lane, int 
   }
 }
 
-// dec_write stores this warp's head of the output, o[i][e] being channel
-// 4*(lane+32i)+e, times its gate (gr: the token's gate row, or null), and
-// with xq its quantised copy (dec_q8x).
+// dec_gate is this lane's channels' gate factors (channel 4*(lane+32i)+e
+// of head h; gr: the token's gate row, or null: 1), read before the split
+// merge so that the merging block does not wait for them.
 template <typename T, int NCH>
-__device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int lane, int d, int nh, int h,
-                                          const T* gr, int G, signed char* xq, float4* xs) {
+__device__ __forceinline__ void dec_gate(float (&gf)[NCH][4], int lane, int d, int nh, int h, const T* gr, int G) {
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int c = 4 * (lane + 32 * i) + e;
+      gf[i][e] = c < d ? gate_of(gr, nh, d, G, h, c) : 1.f;
+    }
+}
+
+// dec_write stores this warp's head of the output, o[i][e] being channel
+// 4*(lane+32i)+e, times its gate factor (dec_gate), and with xq its
+// quantised copy (dec_q8x).
+template <typename T, int NCH>
+__device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int lane, int d, int h,
+                                          const float (&gf)[NCH][4], signed char* xq, float4* xs) {
   float v[NCH][4];
 #pragma unroll
   for (int i = 0; i < NCH; i++)
@@ -172,7 +186,7 @@ __device__ __forceinline__ void dec_write(T* out, const float (&o)[NCH][4], int 
       int c = 4 * (lane + 32 * i) + e;
       v[i][e] = 0.f;
       if (c < d) {
-        const T st = from_f32<T>(o[i][e] * gate_of(gr, nh, d, G, h, c));
+        const T st = from_f32<T>(o[i][e] * gf[i][e]);
         out[(long long)h * d + c] = st;
         v[i][e] = to_f32(st);
       }
@@ -213,7 +227,7 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
   // j's wl.
   auto add_splits = [&](int s0, float wl) {
     int ns = min(32, nsplit - s0);
-#pragma unroll 4
+#pragma unroll 8
     for (int j = 0; j < ns; j++) {
       float w = __shfl_sync(0xffffffffu, wl, j);
       const float* ps = pa + (s0 + j) * astride;
@@ -288,7 +302,6 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
                 unsigned int* counters, signed char* xq, float4* xs) {
   pdl_wait();
   extern __shared__ __align__(16) float dec_smem[];
-  __shared__ bool dec_last;
   const int VN = DecVec<T>::N;
   int group = nh / nkv;
   int kvh = blockIdx.y, split = blockIdx.x;
@@ -500,7 +513,9 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     for (int i = 0; i < NCH; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] *= inv;
-    dec_write<T, NCH>(out, acc, lane, d, nh, (int)head, gate, G, xq, xs);
+    float gf[NCH][4];
+    dec_gate<T, NCH>(gf, lane, d, nh, (int)head, gate, G);
+    dec_write<T, NCH>(out, acc, lane, d, (int)head, gf, xq, xs);
     return;
   }
   // Partials: part_acc [nsplit][nh][d], part_ml [nsplit][nh][2] (max, sum).
@@ -521,25 +536,17 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
       part_ml[ph * 2 + 1] = l;
     }
   }
+  float gf[NCH][4];
+  if (active) dec_gate<T, NCH>(gf, lane, d, nh, (int)head, gate, G);
   // Publish the partials, then count this block done; the last one of the
   // group merges (and returns the counter to 0 for the next launch).
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    unsigned int* cnt = counters + (long long)blockIdx.z * nkv + kvh;
-    bool last = atomicAdd(cnt, 1u) == (unsigned int)nsplit - 1;
-    if (last) *cnt = 0u;
-    dec_last = last;
-  }
-  __syncthreads();
-  if (!dec_last || !active) return;
-  __threadfence();
+  if (!last_block(counters + (long long)blockIdx.z * nkv + kvh, nsplit) || !active) return;
   float o[NCH][4];
   if ((d & 3) == 0)
     dec_merge<NCH, true>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
   else
     dec_merge<NCH, false>(o, part_acc, part_ml, nsplit, nh, d, (int)head, lane);
-  dec_write<T, NCH>(out, o, lane, d, nh, (int)head, gate, G, xq, xs);
+  dec_write<T, NCH>(out, o, lane, d, (int)head, gf, xq, xs);
 }
 
 // ---------------------------------------------------------------------------

@@ -158,15 +158,15 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
 // warps; `split` (1, 2, 4 or 8) warps of one block share an output row, each
 // taking every split-th 512-byte stretch of it, and their sums are added in
 // warp order. With SWIGLU, w is [2N, K] and one warp streams both the gate
-// row n and the up row N+n. gemv_block is one block's rows, which
+// row n and the up row N+n. gemv_block is block blk's rows, which
 // router.cu's router_fused computes too (the same bits).
 template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
-__device__ __forceinline__ void gemv_block(int N, int K, int split, const TX* __restrict__ x,
+__device__ __forceinline__ void gemv_block(int blk, int N, int K, int split, const TX* __restrict__ x,
                                            const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
   constexpr int NW = SWIGLU ? 2 : 1;
   __shared__ float part[8][NW][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n = blockIdx.x * (8 / split) + warp / split;
+  const int n = blk * (8 / split) + warp / split;
   const int slice = warp % split;
   float acc[NW][R];
 #pragma unroll
@@ -215,7 +215,7 @@ template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
 __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* __restrict__ x,
                                             const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
   pdl_wait();
-  gemv_block<TX, TW, TY, R, SWIGLU, VEC>(N, K, split, x, w, y, accumulate);
+  gemv_block<TX, TW, TY, R, SWIGLU, VEC>(blockIdx.x, N, K, split, x, w, y, accumulate);
 }
 
 // ------------------------------------------------- bf16 tensor-core tiles
@@ -246,10 +246,6 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 // 16 bytes global -> shared, bypassing L1; bytes < 16 zero-fills the rest.
 __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {

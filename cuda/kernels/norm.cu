@@ -39,21 +39,37 @@ __device__ __forceinline__ void norm_bf16x2(unsigned int u, float* o) {
 __device__ __forceinline__ unsigned int norm_pack(bf16_t a, bf16_t b) { return (unsigned int)a.bits | ((unsigned int)b.bits << 16); }
 __device__ __forceinline__ unsigned int norm_pack(half_t a, half_t b) { return (unsigned int)a.bits | ((unsigned int)b.bits << 16); }
 
+// norm_ld: *p, through L2 only (ld.cg) with CG: after a GEMV (norm_tail
+// below), other blocks wrote the values and this SM's L1 may hold older
+// lines of them.
+template <bool CG, typename V> __device__ __forceinline__ V norm_ld(const V* p) {
+  if constexpr (CG)
+    return __ldcg(p);
+  else
+    return *p;
+}
+template <bool CG> __device__ __forceinline__ float norm_ld1(const float* p) { return norm_ld<CG>(p); }
+template <bool CG, typename T> __device__ __forceinline__ float norm_ld1(const T* p) {  // bf16_t, half_t
+  T v;
+  v.bits = norm_ld<CG>(reinterpret_cast<const unsigned short*>(p));
+  return to_f32(v);
+}
+
 // norm_load8 / norm_store8: 8 consecutive values at a 16-byte aligned p.
-__device__ __forceinline__ void norm_load8(const float* p, float* o) {
-  float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+template <bool CG = false> __device__ __forceinline__ void norm_load8(const float* p, float* o) {
+  float4 a = norm_ld<CG>(reinterpret_cast<const float4*>(p)), b = norm_ld<CG>(reinterpret_cast<const float4*>(p) + 1);
   o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
 }
-__device__ __forceinline__ void norm_load8(const bf16_t* p, float* o) {
-  uint4 u = *reinterpret_cast<const uint4*>(p);
+template <bool CG = false> __device__ __forceinline__ void norm_load8(const bf16_t* p, float* o) {
+  uint4 u = norm_ld<CG>(reinterpret_cast<const uint4*>(p));
   norm_bf16x2(u.x, o);
   norm_bf16x2(u.y, o + 2);
   norm_bf16x2(u.z, o + 4);
   norm_bf16x2(u.w, o + 6);
 }
-__device__ __forceinline__ void norm_load8(const half_t* p, float* o) {
+template <bool CG = false> __device__ __forceinline__ void norm_load8(const half_t* p, float* o) {
 #pragma unroll
-  for (int e = 0; e < 8; e++) o[e] = to_f32(p[e]);
+  for (int e = 0; e < 8; e++) o[e] = norm_ld1<CG>(p + e);
 }
 __device__ __forceinline__ void norm_store8(float* p, const float* v) {
   float4 a, b;
@@ -74,12 +90,12 @@ __device__ __forceinline__ void norm_store8(half_t* p, const float* v) { norm_st
 
 // norm_load8_any: norm_load8 where p is 16-byte aligned, else one by one
 // (the same values).
-template <typename T> __device__ __forceinline__ void norm_load8_any(const T* p, float* o) {
+template <bool CG = false, typename T> __device__ __forceinline__ void norm_load8_any(const T* p, float* o) {
   if (((unsigned long long)p & 15ull) == 0) {
-    norm_load8(p, o);
+    norm_load8<CG>(p, o);
   } else {
 #pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = to_f32(p[e]);
+    for (int e = 0; e < 8; e++) o[e] = norm_ld1<CG>(p + e);
   }
 }
 
@@ -310,38 +326,22 @@ __global__ void __launch_bounds__(1024) add_rms_norm_block_q8x(int rows, int n, 
 // the inputs again. x, a, b and sum are read through L2 (ld.cg): other
 // blocks wrote them, and this SM's L1 may hold older lines of them.
 
-__device__ __forceinline__ float norm_ldcg(const float* p) { return __ldcg(p); }
-__device__ __forceinline__ float norm_ldcg(const bf16_t* p) {
-  bf16_t v;
-  v.bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
-  return to_f32(v);
-}
-__device__ __forceinline__ float norm_ldcg(const half_t* p) {
-  half_t v;
-  v.bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
-  return to_f32(v);
-}
-__device__ __forceinline__ void norm_load8_cg(const float* p, float* o) {
-  float4 a = __ldcg(reinterpret_cast<const float4*>(p)), b = __ldcg(reinterpret_cast<const float4*>(p) + 1);
-  o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
-}
-__device__ __forceinline__ void norm_load8_cg(const bf16_t* p, float* o) {
-  uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
-  norm_bf16x2(u.x, o);
-  norm_bf16x2(u.y, o + 2);
-  norm_bf16x2(u.z, o + 4);
-  norm_bf16x2(u.w, o + 6);
-}
-__device__ __forceinline__ void norm_load8_cg(const half_t* p, float* o) {
+
+// norm_tail_chunk is chunk c (8 values) of the row norm_tail normalises:
+// x's, or with ADD a + b, stored to sum and rounded as sum holds it.
+template <typename Tx, bool ADD>
+__device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a, const Tx* b, Tx* sum, float (&v)[8]) {
+  if (ADD) {
+    float vb[8];
+    norm_load8_any<true>(a + 8 * c, v);
+    norm_load8_any<true>(b + 8 * c, vb);
 #pragma unroll
-  for (int e = 0; e < 8; e++) o[e] = norm_ldcg(p + e);
-}
-template <typename T> __device__ __forceinline__ void norm_load8_cg_any(const T* p, float* o) {
-  if (((unsigned long long)p & 15ull) == 0) {
-    norm_load8_cg(p, o);
+    for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
+    norm_store8(sum + 8 * c, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = to_f32(from_f32<Tx>(v[e]));
   } else {
-#pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = norm_ldcg(p + e);
+    norm_load8<true>(x + 8 * c, v);
   }
 }
 
@@ -353,6 +353,57 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
   const int nc = n >> 3;
   const Tx* xr = ADD ? sum : x;
   const bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out);
+  if (vec && nc <= lanes && (lanes >> 5) <= 2 * warps) {
+    // One chunk a lane of each of at most two virtual warps a warp (S-2.1:
+    // 3072 values, 384 lanes, 8 warps): the inputs and weights are loaded
+    // once, at once, and kept, so the block waits for memory once rather
+    // than for each virtual warp and again for the second pass. The chunks
+    // and sums are those of the loops below (the same bits).
+    float v[2][8], wv[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5) && c < nc) {
+        norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v[k]);
+        norm_load8(w + 8 * c, wv[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5)) {  // uniform per warp
+        float ss = 0.f;
+        if (c < nc)
+#pragma unroll
+          for (int e = 0; e < 8; e++) ss += v[k][e] * v[k][e];
+        ss = norm_warp_sum(ss);
+        if (lane == 0) red[vw] = ss;
+      }
+    }
+    __syncthreads();  // every read of the row (and sum's stores) before the writes
+    const float ss = norm_warp_sum(lane < (lanes >> 5) ? red[lane] : 0.f);
+    const float inv = 1.f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int vw = warp + k * warps, c = 32 * vw + lane;
+      if (vw < (lanes >> 5)) {  // uniform per warp: norm_q8x's shuffles
+        const bool has = c < nc;
+        float o[8];
+        if (has) {
+#pragma unroll
+          for (int e = 0; e < 8; e++) o[e] = wv[k][e] * (v[k][e] * inv);
+          norm_store8(out + 8 * c, o);
+        }
+        if (Q8) {
+          float st[8];
+#pragma unroll
+          for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
+          norm_q8x(st, has, c, xq, xs);
+        }
+      }
+    }
+    return;
+  }
   for (int vw = warp; vw < (lanes >> 5); vw += warps) {  // uniform per warp
     const int me = 32 * vw + lane;
     float ss = 0.f;
@@ -362,18 +413,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
         int c = me + i * lanes;
         if (c < nc) {
           float v[8];
-          if (ADD) {
-            float vb[8];
-            norm_load8_cg_any(a + 8 * c, v);
-            norm_load8_cg_any(b + 8 * c, vb);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
-            norm_store8(sum + 8 * c, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = to_f32(from_f32<Tx>(v[e]));
-          } else {
-            norm_load8_cg(x + 8 * c, v);
-          }
+          norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v);
 #pragma unroll
           for (int e = 0; e < 8; e++) ss += v[e] * v[e];
         }
@@ -382,11 +422,11 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
       for (int c = me; c < n; c += lanes) {
         float xv;
         if (ADD) {
-          const Tx s = from_f32<Tx>(norm_ldcg(a + c) + norm_ldcg(b + c));
+          const Tx s = from_f32<Tx>(norm_ld1<true>(a + c) + norm_ld1<true>(b + c));
           sum[c] = s;
           xv = to_f32(s);
         } else {
-          xv = norm_ldcg(x + c);
+          xv = norm_ld1<true>(x + c);
         }
         ss += xv * xv;
       }
@@ -404,7 +444,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
       float o[8];
       if (has) {
         float v[8], wv[8];
-        norm_load8_cg(xr + 8 * c, v);
+        norm_load8<true>(xr + 8 * c, v);
         norm_load8(w + 8 * c, wv);
 #pragma unroll
         for (int e = 0; e < 8; e++) o[e] = wv[e] * (v[e] * inv);
@@ -418,14 +458,14 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
       }
     }
   } else {
-    for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = from_f32<To>(w[c] * (norm_ldcg(xr + c) * inv));
+    for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = from_f32<To>(w[c] * (norm_ld1<true>(xr + c) * inv));
     if (Q8) {
       __syncthreads();
       for (int c0 = 0; c0 < nc; c0 += blockDim.x) {
         const int c = c0 + threadIdx.x;
         float st[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) st[e] = c < nc ? norm_ldcg(out + 8 * c + e) : 0.f;
+        for (int e = 0; e < 8; e++) st[e] = c < nc ? norm_ld1<true>(out + 8 * c + e) : 0.f;
         norm_q8x(st, c < nc, c, xq, xs);
       }
     }

@@ -45,6 +45,35 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// cp.async groups (sm_80 on): commit this thread's copies issued since the
+// last commit as one group; wait until at most N of its groups are in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// last_block: whether this block is the last of n to arrive at *counter.
+// Every thread of every block calls it once its writes are done: a fence
+// publishes them before the block counts itself; the last block returns
+// the counter to 0 (it is 0 before the launch: a replayed graph reuses
+// it) and fences again before it reads the others' writes, which it must
+// read through L2 (ld.cg): its SM's L1 may hold older lines. The same
+// answer in every thread of the block.
+__device__ __forceinline__ bool last_block(unsigned int* counter, unsigned int n) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool l = atomicAdd(counter, 1u) == n - 1;
+    if (l) *counter = 0u;
+    last = l;
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
 // Grid-stride loop over n elements.
 #define LAGC_FOR(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

@@ -75,6 +75,22 @@ __device__ __forceinline__ uint2 ldq2(const void* p) {
   return v;
 }
 
+// 16- and 8-byte asynchronous copies from global to shared memory (sm_80
+// on): they hold no registers while in flight. A thread's copies are
+// visible to it after the wait for their group, to others after a barrier.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
 __device__ __forceinline__ int dot16(const int (&wq)[4], int4 xv) {
   int s = dp4a(wq[0], xv.x, 0);
   s = dp4a(wq[1], xv.y, s);
@@ -135,6 +151,16 @@ template <> struct QW<QT_Q8_0> {
     v.a = ldq(qs);
     v.b = ldq(qs + 16);
   }
+  static constexpr int QB = 32;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const unsigned char* qs = w + row * K + (long long)u * 32;
+    cp_async16(dst, qs);
+    cp_async16(dst + 16, qs + 16);
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) {
+    v.a = reinterpret_cast<const uint4*>(src)[0];
+    v.b = reinterpret_cast<const uint4*>(src)[1];
+  }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     v.d = f16_bits(reinterpret_cast<const unsigned short*>(sh)[u]);
   }
@@ -179,6 +205,12 @@ template <int QT> struct QWK45 {
     const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
     v.q = ldq(w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
   }
+  static constexpr int QB = 16;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    cp_async16(dst, w + (row * (K / 256) + b) * BYTES + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     const int b = u >> 3, h = u & 1;
     const uint4* st = reinterpret_cast<const uint4*>(sa) + b * (SA / 16);
@@ -252,6 +284,20 @@ template <> struct QW<QT_Q6_K> {
     x.la = ldq2(body + 64 * half + 8 * v);
     x.lb = ldq2(body + 64 * half + 32 + 8 * v);
     x.hh = ldq2(body + 128 + 32 * half + 8 * v);
+  }
+  static constexpr int QB = 24;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
+    const unsigned char* body = w + (row * (K / 256) + b) * 208;
+    cp_async8(dst, body + 64 * half + 8 * v);
+    cp_async8(dst + 8, body + 64 * half + 32 + 8 * v);
+    cp_async8(dst + 16, body + 128 + 32 * half + 8 * v);
+  }
+  static __device__ __forceinline__ void fromq(W& x, const unsigned char* src) {
+    const uint2* p = reinterpret_cast<const uint2*>(src);
+    x.la = p[0];
+    x.lb = p[1];
+    x.hh = p[2];
   }
   static __device__ __forceinline__ void loads(W& x, const unsigned char* sa, const unsigned char* sh, int u) {
     const int b = u >> 3;
@@ -329,6 +375,11 @@ template <> struct QW<QT_IQ4_XS> {
   static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
     v.q = ldq(w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
   }
+  static constexpr int QB = 16;
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K, int u) {
+    cp_async16(dst, w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
   static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
     v.hd = reinterpret_cast<const uint2*>(sh)[u >> 3];
   }
@@ -430,13 +481,13 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // up row N+n). The body of qgemv and qgemv_xin, which differ only in where
 // x's quantised copy lies.
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__device__ __forceinline__ void qgemv_rows(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate) {
   constexpr int NR = SWIGLU ? 2 * NW : NW;
   __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slice = warp % SPLIT;
-  const int n0 = (blockIdx.x * (8 / SPLIT) + warp / SPLIT) * NW;
+  const int n0 = (blk * (8 / SPLIT) + warp / SPLIT) * NW;
   long long rowv[NR];
 #pragma unroll
   for (int q = 0; q < NW; q++) {
@@ -488,7 +539,7 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
   pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
 // qgemv_xin is q8x_quantize of x [R, K] then qgemv, in one launch: every
@@ -526,7 +577,7 @@ __device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, lon
     }
   }
   __syncthreads();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
 template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
@@ -549,33 +600,23 @@ __global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, l
 template <typename TY, typename TO, int TAIL>
 __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a,
                                            const TY* b, TY* sum, const float* nw, TO* out, signed char* nxq, float4* nxs) {
-  __shared__ bool qgemv_last;
-  __threadfence();  // this block's y, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    if (last) *counter = 0u;
-    qgemv_last = last;
-  }
-  __syncthreads();
-  if (!qgemv_last) return;
-  __threadfence();
+  if (!last_block(counter, gridDim.x)) return;
   norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
 }
 
 template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(256, 3) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                                   const signed char* xq, const float4* xs, TY* y, int accumulate,
                                                   unsigned int* counter, int n, int lanes, float eps, const TY* x,
                                                   const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
                                                   signed char* nxq, float4* nxs) {
   pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
 template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256) qgemv_xin_norm(int N, int K, long long rows, long long row0,
+__global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long rows, long long row0,
                                                       const unsigned char* __restrict__ w, const TX* xin, TY* y,
                                                       int accumulate, unsigned int* counter, int n, int lanes, float eps,
                                                       const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
@@ -594,13 +635,6 @@ __global__ void __launch_bounds__(256) qgemv_xin_norm(int N, int K, long long ro
 // warp_sum_q: a row's result depends on the shapes alone, never on the
 // number of tokens, the other routes or the rows in flight per round.
 
-// 16-byte asynchronous copies from global to shared memory (sm_80 on):
-// they hold no registers while in flight.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory"); }
 
 // block_copy16: the block's threads copy n 16-byte vectors from src to
 // dst (shared memory) asynchronously; cp_async_wait_all and a barrier
@@ -641,18 +675,22 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
 // e = ids[r], written quantised as q8x_quantize would (aq int8 [R, I], as
 // [R, I/32]); x arrives quantised (xq int8 [T, H], xs [T, H/32], as
 // q8x_quantize writes it, usually by the norm before: quantising it here,
-// in every block, took a third of the kernel's time). A block of 4 warps
-// takes 32 consecutive i of one route (a group of act), 8 per warp: its 8
-// gate rows, then its 8 up rows, G rows at a time, each lane with one unit
-// of each of the G rows in flight per round (quant bytes only: the rows'
-// shared bytes are staged). Dynamic shared memory: x_t's scales (float4
-// [H/32]) and int8 values ([H]), then the staged bytes (stage_rows) of the
-// block's 32 gate rows and 32 up rows. The gate stack's E*I rows start at
+// in every block, took a third of the kernel's time). A block of W warps
+// (4 or 8) takes 32 consecutive i of one route (a group of act), 32/W per
+// warp: its gate rows, then its up rows, G rows at a time, each lane with one unit
+// of each of the G rows per round (quant bytes only: the rows' shared bytes
+// are staged). NS = 0: a round's units are loaded into registers while the
+// round before is summed; NS >= 2: copied into shared memory NS-1 rounds
+// ahead (the same sums in the same order: the same bits). Dynamic shared
+// memory: x_t's scales (float4 [H/32]) and int8 values ([H]), then the
+// staged bytes (stage_rows) of the block's 32 gate rows and 32 up rows,
+// then (NS >= 2), from the next 256-byte boundary, each warp's ring of NS
+// x G x 32 units of Q::QB bytes. The gate stack's E*I rows start at
 // row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
-template <int QT, int G>
-__global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
@@ -660,8 +698,9 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
                                                           float4* __restrict__ as) {
   pdl_wait();
   using Q = QW<QT>;
-  constexpr int W = 4, NI = 32 / W, NG = 2 * NI / G;
-  static_assert((2 * NI) % G == 0, "G must divide the warp's 16 rows");
+  constexpr int NI = 32 / W, NG = 2 * NI / G;
+  static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
+  static_assert(NS == 0 || NS >= 2, "no pipeline, or 2 stages or more");
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -682,58 +721,92 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
   unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
   unsigned char* sh = sa + 64 * nb * Q::SA;
   const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
-  typename Q::W wv[G];
-  // round (g, s): the warp's rows g*G .. g*G+G-1 (gate rows, then up
-  // rows), unit lane + 32s
-  auto load = [&](int g, int s) {
-    const int u = lane + 32 * s;
-    if (u < U)
-#pragma unroll
-      for (int q = 0; q < G; q++) {
-        const int n = g * G + q;
-        if (n < NI)
-          Q::loadq(wv[q], gate, grow + NI * warp + n, H, u);
-        else
-          Q::loadq(wv[q], up, urow + NI * warp + n - NI, H, u);
-      }
+  // the matrix and row of the warp's row n (its gate rows, then its up rows)
+  auto mat = [&](int n) { return n < NI ? gate : up; };
+  auto row = [&](int n) { return n < NI ? grow + NI * warp + n : urow + NI * warp + n - NI; };
+  auto stage = [&](int n) { return n < NI ? NI * warp + n : 32 + NI * warp + n - NI; };  // its place in the stage
+  auto stage_shared = [&]() {
+    stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
+    stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
+    const long long t = r / k;
+    block_copy16(xs, xsg + t * U, U);
+    block_copy16(xq, xqg + t * H, H / 16);
   };
-  load(0, 0);
-  stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
-  stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
-  const long long t = r / k;
-  block_copy16(xs, xsg + t * U, U);
-  block_copy16(xq, xqg + t * H, H / 16);
-  cp_async_wait_all();
-  __syncthreads();
-
-  const QX xsm{xq, xs, H};
-#pragma unroll
-  for (int g = 0; g < NG; g++) {
-    float acc[G];
-#pragma unroll
-    for (int q = 0; q < G; q++) acc[q] = 0.f;
-    for (int s = 0; s < S; s++) {
-      const int u = lane + 32 * s;
-      if (u < U) {
-        const typename Q::X xv = Q::xload(xsm, 0, u);
-#pragma unroll
-        for (int q = 0; q < G; q++) {
-          const int n = g * G + q, br = n < NI ? NI * warp + n : 32 + NI * warp + n - NI;  // the row's place in the stage
-          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
-          acc[q] += Q::dot(wv[q], xv, u);
-        }
-      }
-      if (s + 1 < S)
-        load(g, s + 1);
-      else if (g + 1 < NG)
-        load(g + 1, 0);
-    }
+  auto store = [&](int g, const float (&acc)[G]) {
 #pragma unroll
     for (int q = 0; q < G; q++) {
       const int n = g * G + q;
       const float v = warp_sum_q(acc[q]);
       if (lane == 0) sums[n < NI ? 0 : 1][NI * warp + (n < NI ? n : n - NI)] = v;
     }
+  };
+  const QX xsm{xq, xs, H};
+  typename Q::W wv[G];
+  // NS = 0: round (g, s), the warp's rows g*G .. g*G+G-1 at unit lane +
+  // 32s, is loaded into registers while round (g, s-1) is summed.
+  auto load = [&](int g, int s) {
+    const int u = lane + 32 * s;
+    if (u < U)
+#pragma unroll
+      for (int q = 0; q < G; q++) Q::loadq(wv[q], mat(g * G + q), row(g * G + q), H, u);
+  };
+  // NS >= 2: each lane copies its own units (cp.async) NS-1 rounds ahead
+  // into its slots of an NS-stage ring after the staged bytes, so that
+  // loads stay in flight while it sums; a lane reads only its own slots,
+  // no barrier in the loop. (ig, is): the next round to copy; counters,
+  // not divisions.
+  unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
+  int ig = 0, is = 0, islot = 0, slot = 0;
+  auto issue = [&]() {
+    if (ig < NG) {
+      const int u = lane + 32 * is;
+      if (u < U)
+#pragma unroll
+        for (int q = 0; q < G; q++) Q::copyq(ring + (islot * G + q) * 32 * Q::QB, mat(ig * G + q), row(ig * G + q), H, u);
+      if (++is == S) is = 0, ig++;
+    }
+    islot = islot + 1 == NS ? 0 : islot + 1;
+    cp_async_commit();  // possibly empty: one group a round
+  };
+  if constexpr (NS == 0)
+    load(0, 0);
+  else
+#pragma unroll
+    for (int p = 0; p < NS - 1; p++) issue();
+  stage_shared();
+  cp_async_wait_all();
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < NG; g++) {
+    float acc[G];
+#pragma unroll
+    for (int q = 0; q < G; q++) acc[q] = 0.f;
+    for (int s = 0; s < S; s++) {
+      if constexpr (NS > 0) {
+        issue();
+        cp_async_wait<NS - 1>();  // round (g, s)'s copies (this lane's) have landed
+      }
+      const int u = lane + 32 * s;
+      if (u < U) {
+        const typename Q::X xv = Q::xload(xsm, 0, u);
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+          const int br = stage(g * G + q);
+          if constexpr (NS > 0) Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
+          Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] += Q::dot(wv[q], xv, u);
+        }
+      }
+      if constexpr (NS == 0) {
+        if (s + 1 < S)
+          load(g, s + 1);
+        else if (g + 1 < NG)
+          load(g + 1, 0);
+      } else {
+        slot = slot + 1 == NS ? 0 : slot + 1;
+      }
+    }
+    store(g, acc);
   }
   __syncthreads();
   if (warp == 0) {
@@ -748,24 +821,28 @@ __global__ void __launch_bounds__(128, 3) moe_gateup_qgemv(int k, int H, int I, 
 
 // out[t, h] = sum_j weights[t,j] * (down_e[h] . act[t*k+j]) (+ out), act
 // quantised (aq int8 [T*k, I], as [T*k, I/32]); down is a stack of E*H
-// rows of I from row row0 of a matrix of `rows` rows. A block of 4 warps
-// takes 4*NH consecutive h of one token, NH per warp. The k slots' units
+// rows of I from row row0 of a matrix of `rows` rows. A block of W warps
+// (4 or 8) takes W*NH consecutive h of one token, NH per warp. The k slots' units
 // are one sequence over the lanes (unit v is unit v % (I/32) of slot
 // v / (I/32)), SD of them per lane per round for the NH rows together, so
 // loads of several slots and rows are in flight at once; a slot with an
-// invalid id is skipped. Dynamic shared memory: the token's quantised
+// invalid id is skipped. ALL = 1: instead, every unit of a lane (for its NH
+// rows) is copied into shared memory at once, with one wait (one round
+// trip; SD unused). Dynamic shared memory: the token's quantised
 // activations (scales float4 [k*I/32], int8 [k*I]), copied before the ids
 // arrive, then the staged bytes (stage_rows) of the block's rows of each
-// slot's expert.
-template <typename TY, int QT, int NH, int SD>
-__global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
+// slot's expert, then (ALL) from the next 256-byte boundary each warp's
+// ceil(k*I/1024) x NH x 32 units of Q::QB bytes.
+template <typename TY, int QT, int NH, int SD, int W, int ALL>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                         const signed char* __restrict__ aq, const float4* __restrict__ as,
                                                         const float* __restrict__ weights, const int* __restrict__ ids,
                                                         const unsigned char* __restrict__ down, TY* __restrict__ out,
                                                         int accumulate) {
   pdl_wait();
   using Q = QW<QT>;
-  constexpr int HB = 4 * NH;  // rows of a block
+  static_assert(W == 4 || W == 8, "4 or 8 warps");
+  constexpr int HB = W * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
   __shared__ float sw[QMOE_MAX_K];
@@ -791,44 +868,75 @@ __global__ void __launch_bounds__(128, 3) moe_down_qgemv(int k, int H, int I, in
   int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
   for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
-  typename Q::W wv[SD][NH];
-  int jv[SD], uv[SD];
-  bool ok[SD];
-  auto load = [&](int v0) {
-#pragma unroll
-    for (int d = 0; d < SD; d++) {
-      const int v = v0 + 32 * d;
-      jv[d] = min(v / U, k - 1);
-      uv[d] = v - jv[d] * U;
-      const int e = se[jv[d]];
-      ok[d] = v < nv && e >= 0;
-      if (ok[d])
-#pragma unroll
-        for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
-    }
-  };
-  load(lane);
-  cp_async_wait_all();
-  __syncthreads();
   float acc[NH];
 #pragma unroll
   for (int q = 0; q < NH; q++) acc[q] = 0.f;
-  for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+  if constexpr (ALL) {
+    // Every unit of the lane (lane, lane+32, ...) copied into shared memory
+    // at once, one wait, then summed in the same order: the same bits.
+    const int nu = (nv + 31) / 32;
+    unsigned char* mine = qmoe_smem + align256(sh + k * HB * nb * Q::HEAD - qmoe_smem) + (warp * nu * NH * 32 + lane) * Q::QB;
+    for (int i = 0; i < nu; i++) {
+      const int v = lane + 32 * i, j = min(v / U, k - 1), u = v - j * U, e = se[j];
+      if (v < nv && e >= 0)
 #pragma unroll
-    for (int d = 0; d < SD; d++)
-      if (ok[d]) {
-        const int j = jv[d];
-        const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
-        const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+        for (int q = 0; q < NH; q++) Q::copyq(mine + (i * NH + q) * 32 * Q::QB, down, row0 + (long long)e * H + hb0 + hq[q], I, u);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    typename Q::W wv;
+    // unit lane + 32i is unit u of slot j: stepped, not divided
+    for (int i = 0, j = lane / U, u = lane - (lane / U) * U; i < nu && j < k; i++) {
+      if (se[j] >= 0) {
+        const typename Q::X xv = Q::xload(QX{aqt + j * I, ast + j * U, I}, 0, u);
         const float wt = sw[j];
 #pragma unroll
         for (int q = 0; q < NH; q++) {
-          const int br = j * HB + hq[q];  // the row's place in the stage
-          Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
-          acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+          const int br = j * HB + hq[q];
+          Q::fromq(wv, mine + (i * NH + q) * 32 * Q::QB);
+          Q::loads(wv, sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
+          acc[q] = fmaf(wt, Q::dot(wv, xv, u), acc[q]);
         }
       }
-    if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
+      for (u += 32; u >= U; u -= U) j++;
+    }
+  } else {
+    typename Q::W wv[SD][NH];
+    int jv[SD], uv[SD];
+    bool ok[SD];
+    auto load = [&](int v0) {
+#pragma unroll
+      for (int d = 0; d < SD; d++) {
+        const int v = v0 + 32 * d;
+        jv[d] = min(v / U, k - 1);
+        uv[d] = v - jv[d] * U;
+        const int e = se[jv[d]];
+        ok[d] = v < nv && e >= 0;
+        if (ok[d])
+#pragma unroll
+          for (int q = 0; q < NH; q++) Q::loadq(wv[d][q], down, row0 + (long long)e * H + hb0 + hq[q], I, uv[d]);
+      }
+    };
+    load(lane);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
+#pragma unroll
+      for (int d = 0; d < SD; d++)
+        if (ok[d]) {
+          const int j = jv[d];
+          const QX xj{aqt + (long long)j * I, ast + (long long)j * U, I};
+          const typename Q::X xv = Q::xload(xj, 0, uv[d]);
+          const float wt = sw[j];
+#pragma unroll
+          for (int q = 0; q < NH; q++) {
+            const int br = j * HB + hq[q];  // the row's place in the stage
+            Q::loads(wv[d][q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, uv[d]);
+            acc[q] = fmaf(wt, Q::dot(wv[d][q], xv, uv[d]), acc[q]);
+          }
+        }
+      if (v0 + 32 * SD < nv) load(v0 + 32 * SD);
+    }
   }
 #pragma unroll
   for (int q = 0; q < NH; q++) {

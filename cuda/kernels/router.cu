@@ -151,27 +151,17 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
 // GEMV writes them.
 //
 // Dynamic shared memory: router_topk_block's. Launch bounds (256, 1):
-// under (256) ptxas spilled at R = 8 to fit 64 registers.
+// under (256) ptxas spilled at R = 8 to fit 64 registers. router_fused_body
+// is block blk of nblk such blocks (router_qgemv.cu runs it beside a GEMV).
 template <typename TX, typename TW, int R, int VEC>
-__global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, const TX* __restrict__ x,
-                                                       const TW* __restrict__ w, float* logits, int k, float softcap,
-                                                       float scaling, const float* __restrict__ bias,
-                                                       float* __restrict__ weights, int* __restrict__ ids,
-                                                       unsigned int* counter) {
-  pdl_wait();
+__device__ __forceinline__ void router_fused_body(int blk, int nblk, int E, int K, int split, const TX* __restrict__ x,
+                                                  const TW* __restrict__ w, float* logits, int k, float softcap,
+                                                  float scaling, const float* __restrict__ bias,
+                                                  float* __restrict__ weights, int* __restrict__ ids,
+                                                  unsigned int* counter) {
   extern __shared__ unsigned long long rt_smem[];
-  __shared__ bool rt_last;
-  gemv_block<TX, TW, float, R, 0, VEC>(E, K, split, x, w, logits, 0);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    if (last) *counter = 0u;
-    rt_last = last;
-  }
-  __syncthreads();
-  if (!rt_last) return;
-  __threadfence();
+  gemv_block<TX, TW, float, R, 0, VEC>(blk, E, K, split, x, w, logits, 0);
+  if (!last_block(counter, nblk)) return;
   for (int t = 0; t < R; t++) {
     // From L2: this SM's L1 may hold stale lines of the logits.
     const float* row = logits + (long long)t * E;
@@ -179,4 +169,15 @@ __global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, 
                     (float*)(rt_smem + E), (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k,
                     ids + (long long)t * k);
   }
+}
+
+template <typename TX, typename TW, int R, int VEC>
+__global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, const TX* __restrict__ x,
+                                                       const TW* __restrict__ w, float* logits, int k, float softcap,
+                                                       float scaling, const float* __restrict__ bias,
+                                                       float* __restrict__ weights, int* __restrict__ ids,
+                                                       unsigned int* counter) {
+  pdl_wait();
+  router_fused_body<TX, TW, R, VEC>(blockIdx.x, gridDim.x, E, K, split, x, w, logits, k, softcap, scaling, bias, weights,
+                                    ids, counter);
 }

@@ -26,9 +26,14 @@ type Config struct {
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
 // LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
-// LAGC_DISABLE_FUSIONS and LAGC_QGEMV_GROUPS included), so that a plan made
-// without the device is the one the executor would run on this machine.
+// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS and LAGC_QGEMV_GROUPS included), so
+// that a plan made without the device is the one the executor would run on
+// this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
+	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
+	if err != nil {
+		return lower.Options{}, fmt.Errorf("LAGC_QMOE_SHAPE: %w", err)
+	}
 	groups := 0
 	if v := os.Getenv("LAGC_QGEMV_GROUPS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -40,7 +45,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc), DisableFusions: disabledFusions(), QGEMVGroups: groups}, nil
+		CublasLt: UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups}, nil
 }
 
 // disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream

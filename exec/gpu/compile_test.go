@@ -200,6 +200,29 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, l)
 		}
+		// The routed experts on 8 warps a block, and through shared memory
+		// (gate+up's ring, down's units all at once: BenchmarkQMoE,
+		// TestQMoEBatchBitsGPU), every type.
+		for _, qt := range lower.QuantKernelTypes {
+			const E, H, I = 16, 1024, 512
+			ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
+				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p,
+				GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls[1:]...)
+			// and gate+up's units through shared memory
+			ls, err = lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
+				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, GateUpRows: 4, GateUpStages: 3,
+				DownAll: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls[1:]...)
+		}
 		// GEMVs ending with the norm of their y (TestQGEMVNormGPU): a warp
 		// norm, a plain block one, an add of another output dtype.
 		for _, c := range gemvNormCases {

@@ -82,7 +82,8 @@ type Executor struct {
 	ropes       cuda.DevicePtr // plan.RopeBytes
 
 	decode, prefill *program
-	ragged          *program // the prefill program of the last short chunk
+	ragged          *program   // the prefill program of the last short chunk
+	tails           []*program // prefill programs with a last-row or no tail (prefillTailAt)
 	graph           *cuda.GraphExec
 	decodeSteps     int // decode steps run since the last Reset or capture
 
@@ -360,7 +361,7 @@ func (e *Executor) Close() error {
 // decode schedule (a graph replay unless Options.Eager); more run the
 // prefill schedule in chunks of the plan's prefill size.
 func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
-	return e.forward(tokens, logitsAll)
+	return e.forward(tokens, logitsAll, false)
 }
 
 // ForwardLast is Forward copying only the last token's row of logits [V]
@@ -368,7 +369,25 @@ func (e *Executor) Forward(tokens []int32) ([]float32, []int32, error) {
 // prompt's chunk of 2048 tokens has 822 MB of f32 logits at Laguna's
 // vocabulary, of which generation reads the last row.
 func (e *Executor) ForwardLast(tokens []int32) ([]float32, []int32, error) {
-	return e.forward(tokens, logitsLast)
+	return e.forward(tokens, logitsLast, false)
+}
+
+// ForwardTail is ForwardLast computing, after the last layer's attention,
+// only what the last token needs (engine.TailForwarder): each chunk but the
+// last skips the rest of the step, the last runs it (the last layer's
+// MLP, the final norm, the LM head, the argmax) on its last row alone
+// (lower.AtTail). It returns the last row's logits [V] and its argmax.
+// Those run at one row on the decode kernels, so they match Forward's last
+// row within rounding, not bit for bit.
+func (e *Executor) ForwardTail(tokens []int32) ([]float32, int32, error) {
+	logits, next, err := e.forward(tokens, logitsLast, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(next) == 0 {
+		return nil, 0, fmt.Errorf("gpu: forward: no argmax")
+	}
+	return logits, next[len(next)-1], nil
 }
 
 // logitRows says which rows of a step's logits are copied to the host.
@@ -397,7 +416,7 @@ func rowsIf(all bool) logitRows {
 	return logitsNone
 }
 
-func (e *Executor) forward(tokens []int32, rows logitRows) ([]float32, []int32, error) {
+func (e *Executor) forward(tokens []int32, rows logitRows, lastOnly bool) ([]float32, []int32, error) {
 	T := len(tokens)
 	if T == 0 {
 		return nil, nil, fmt.Errorf("gpu: forward: no tokens")
@@ -413,7 +432,7 @@ func (e *Executor) forward(tokens []int32, rows logitRows) ([]float32, []int32, 
 		}
 		return logits, []int32{next}, nil
 	}
-	logits, next, err := e.prefillTokens(tokens, rows)
+	logits, next, err := e.prefillTokens(tokens, rows, lastOnly)
 	if err != nil {
 		e.broken = true
 		return nil, nil, err
@@ -445,8 +464,23 @@ func (e *Executor) setScalars(tokens []int32) error { return e.upload(tokens, e.
 // readOut copies the step's argmax of T tokens, and the rows of logits
 // asked for, to the host.
 func (e *Executor) readOut(p *program, T int, rows logitRows) ([]float32, []int32, error) {
-	next := make([]int32, T)
-	if err := cuda.Download(e.q, next, e.arena.Add(p.next.Offset)); err != nil {
+	// A program whose tail ran on the last row has that row's argmax
+	// alone, one whose tail did not run none (lower.AtTail).
+	at := 0
+	switch p.tail {
+	case lower.TailNone:
+		if rows != logitsNone {
+			return nil, nil, fmt.Errorf("gpu: logits of a chunk whose tail did not run")
+		}
+		return nil, nil, nil
+	case lower.TailLast:
+		if rows == logitsAll {
+			return nil, nil, fmt.Errorf("gpu: every row's logits of a chunk whose tail ran on its last row")
+		}
+		at = T - 1
+	}
+	next := make([]int32, T-at)
+	if err := cuda.Download(e.q, next, e.arena.Add(p.next.Offset+4*int64(at))); err != nil {
 		return nil, nil, fmt.Errorf("reading the argmax: %w", err)
 	}
 	first := 0

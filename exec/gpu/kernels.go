@@ -67,7 +67,7 @@ type kernelKey struct {
 	fake       bool
 	file, name string
 	dts        [4]cuda.DType
-	ints       [6]int64
+	ints       [8]int64 // router_qgemv has 7
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for
@@ -77,10 +77,11 @@ var compiled sync.Map // kernelKey -> *cuda.Kernel
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
 // matmul.cu's tensor-core pieces, router.cu its GEMV (router_fused), the
 // attention kernels gate.cu's output gate, the quantised GEMVs the norm
-// they may end with.
+// they may end with, router_qgemv.cu the router and the quantised GEMV.
 var sourceDeps = map[string][]string{
 	"moe.cu":                  {"matmul.cu"},
 	"router.cu":               {"matmul.cu"},
+	"router_qgemv.cu":         {"matmul.cu", "router.cu", "norm.cu", "quant.cu"},
 	"attention.cu":            {"gate.cu"},
 	"attention_prefill_tc.cu": {"gate.cu"},
 	"quant.cu":                {"norm.cu"},

@@ -13,6 +13,7 @@ import (
 type program struct {
 	sch          *lower.Schedule
 	T            int
+	tail         lower.Tail // prefill: the rows its tail runs on
 	steps        [][]KernelLaunch
 	finish       []KernelLaunch
 	logits, next lower.Buffer
@@ -165,5 +166,35 @@ func (e *Executor) prefillAt(T int) (*program, error) {
 		return nil, fmt.Errorf("prefill at T=%d: %w", T, err)
 	}
 	e.ragged = p
+	return p, nil
+}
+
+// prefillTailAt is the prefill program for a chunk of T tokens with its
+// tail on the last row only or not run (lower.AtTail); the last few bound
+// are kept (a prompt needs a full chunk without a tail and its last chunk
+// with one).
+func (e *Executor) prefillTailAt(T int, tail lower.Tail) (*program, error) {
+	if tail == lower.TailAll {
+		return e.prefillAt(T)
+	}
+	for _, p := range e.tails {
+		if p.T == T && p.tail == tail {
+			return p, nil
+		}
+	}
+	launches, err := e.plan.AtTail(e.plan.Prefill, T, tail)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.bind(e.plan.Prefill, T, launches)
+	if err != nil {
+		return nil, fmt.Errorf("prefill at T=%d, tail %d: %w", T, tail, err)
+	}
+	p.tail = tail
+	const keep = 4
+	if len(e.tails) == keep {
+		e.tails = e.tails[1:]
+	}
+	e.tails = append(e.tails, p)
 	return p, nil
 }

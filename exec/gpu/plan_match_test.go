@@ -160,6 +160,68 @@ func TestDisableFusionsEnv(t *testing.T) {
 	}
 }
 
+// TestDryRunTail: PrefillTail and ForwardTail launch what lower.AtTail
+// plans (a full chunk without its tail, then the ragged last chunk with its
+// tail on its last row; a short prompt in one chunk), recorded without a
+// GPU, for every trace model.
+func TestDryRunTail(t *testing.T) {
+	for _, m := range traceModels {
+		t.Run(m.name, func(t *testing.T) {
+			p := tracePlan(t, m, ir.BF16)
+			ex, rec, err := DryRun(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.Close()
+			toks := make([]int32, p.Prefill.Tokens+traceRagged)
+			for i := range toks {
+				toks[i] = int32(1 + i%5)
+			}
+			planned := func(parts ...struct {
+				T    int
+				tail lower.Tail
+			}) []string {
+				var out []string
+				for _, c := range parts {
+					steps, err := p.AtTail(p.Prefill, c.T, c.tail)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, ls := range append(steps, p.Prefill.Finish) {
+						for _, l := range ls {
+							out = append(out, l.String())
+						}
+					}
+				}
+				return out
+			}
+			type part = struct {
+				T    int
+				tail lower.Tail
+			}
+			for _, c := range []struct {
+				what string
+				run  func() error
+				want []string
+			}{
+				{"PrefillTail, two chunks", func() error { _, err := ex.PrefillTail(toks); return err },
+					planned(part{p.Prefill.Tokens, lower.TailNone}, part{traceRagged, lower.TailLast})},
+				{"ForwardTail, one chunk", func() error { _, _, err := ex.ForwardTail(toks[:traceShort]); return err },
+					planned(part{traceShort, lower.TailLast})},
+			} {
+				ex.Reset()
+				rec.Reset()
+				if err := c.run(); err != nil {
+					t.Fatalf("%s: %v", c.what, err)
+				}
+				if g, w := strings.Join(launchedText(ex, rec), "\n"), strings.Join(c.want, "\n"); g != w {
+					t.Fatalf("%s: %s", c.what, firstDiff(g, w))
+				}
+			}
+		})
+	}
+}
+
 // TestQGEMVGroupsEnv: LAGC_QGEMV_GROUPS reaches the plan options; a value
 // that is not a positive number is an error naming the variable.
 func TestQGEMVGroupsEnv(t *testing.T) {

@@ -15,8 +15,13 @@ import (
 
 // prefillTokens feeds tokens from position e.next. It returns the rows of
 // logits asked for (all [T*V], the last [V], or none) and the argmax of
-// every row.
-func (e *Executor) prefillTokens(tokens []int32, rows logitRows) ([]float32, []int32, error) {
+// every row; with lastOnly (rows not all), of the last row alone: every
+// chunk but the last skips its tail and the last runs it on its last row
+// (lower.AtTail).
+func (e *Executor) prefillTokens(tokens []int32, rows logitRows, lastOnly bool) ([]float32, []int32, error) {
+	if lastOnly && rows == logitsAll {
+		return nil, nil, fmt.Errorf("gpu: every row's logits from the last row's tail")
+	}
 	chunk := e.plan.Prefill.Tokens
 	var allLogits []float32
 	if rows == logitsAll {
@@ -25,7 +30,15 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows) ([]float32, []i
 	next := make([]int32, 0, len(tokens))
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
-		lg, nx, err := e.prefillChunk(part, rows.ofChunk(s+len(part) == len(tokens)))
+		last := s+len(part) == len(tokens)
+		tail := lower.TailAll
+		if lastOnly {
+			tail = lower.TailNone
+			if last {
+				tail = lower.TailLast
+			}
+		}
+		lg, nx, err := e.prefillChunk(part, rows.ofChunk(last), tail)
 		if err != nil {
 			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
 		}
@@ -35,13 +48,13 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows) ([]float32, []i
 	return allLogits, next, nil
 }
 
-func (e *Executor) prefillChunk(part []int32, rows logitRows) ([]float32, []int32, error) {
+func (e *Executor) prefillChunk(part []int32, rows logitRows, tail lower.Tail) ([]float32, []int32, error) {
 	T := len(part)
 	if err := e.setScalars(part); err != nil {
 		return nil, nil, err
 	}
 	e.devState = false
-	p, err := e.prefillAt(T)
+	p, err := e.prefillTailAt(T, tail)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -67,11 +80,32 @@ func (e *Executor) Prefill(tokens []int32) ([]int32, error) {
 	if e.next+len(tokens) > e.plan.MaxContext {
 		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
 	}
-	_, next, err := e.prefillTokens(tokens, logitsNone)
+	_, next, err := e.prefillTokens(tokens, logitsNone, false)
 	if err != nil {
 		e.broken = true
 	}
 	return next, err
+}
+
+// PrefillTail is Prefill computing, after the last layer's attention,
+// only what the last token needs (as ForwardTail): it returns the last
+// token's argmax, the token a greedy generation feeds next.
+func (e *Executor) PrefillTail(tokens []int32) (int32, error) {
+	if len(tokens) == 0 {
+		return 0, fmt.Errorf("gpu: prefill: no tokens")
+	}
+	if e.next+len(tokens) > e.plan.MaxContext {
+		return 0, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
+	}
+	_, next, err := e.prefillTokens(tokens, logitsNone, true)
+	if err == nil && len(next) != 1 {
+		err = fmt.Errorf("gpu: prefill: %d argmax values for the last token", len(next))
+	}
+	if err != nil {
+		e.broken = true
+		return 0, err
+	}
+	return next[0], nil
 }
 
 // DecodeNext runs one decode step without copying logits and returns the

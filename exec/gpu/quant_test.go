@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"lagc/cuda"
+	"lagc/ir"
 	"lagc/lower"
 	"lagc/quant"
 )
@@ -434,6 +437,13 @@ func TestQMoEGPU(t *testing.T) {
 	}
 }
 
+// qmoeBitsShapes are the forced shapes TestQMoEBatchBitsGPU compares with
+// lower's choice: gate+up rows a round, warps; down rows a warp, units a
+// round, warps; gate+up stages; down's units all at once (1).
+var qmoeBitsShapes = [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16, 4, 2, 4, 4, 0, 0}, {8, 8, 1, 8, 8, 0, 0},
+	{2, 8, 4, 4, 8, 0, 0}, {8, 4, 2, 8, 4, 2, 0}, {4, 4, 2, 8, 4, 3, 1}, {2, 8, 2, 8, 4, 4, 0}, {4, 8, 2, 8, 8, 2, 1},
+	{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}}
+
 // TestQMoEBatchBitsGPU: a token's routed-expert output has the same bits
 // whatever the number of tokens in the launch and whatever rounds the
 // kernels take (batched decode compares batches bitwise).
@@ -454,10 +464,11 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			ids[5] = -1 // invalid: skipped
 			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
 			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
-			run := func(T, g, nh, sd int) []float32 {
+			run := func(T int, rd [7]int) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-					Down: QMatrix{W: dw, Total: E * H}, GateUpRows: g, DownRows: nh, DownUnits: sd}
+					Down:       QMatrix{W: dw, Total: E * H},
+					GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4], GateUpStages: rd[5], DownAll: rd[6] == 1}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
 				if err := k.QMoE(s, a); err != nil {
@@ -465,7 +476,7 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 				return download(t, s, cuda.BF16, a.Out, T*H)
 			}
-			want := run(maxT, 0, 0, 0)
+			want := run(maxT, [7]int{})
 			same := func(what string, got []float32) {
 				t.Helper()
 				for i, v := range got {
@@ -476,10 +487,13 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 				}
 			}
 			for _, T := range []int{1, 2, 5} {
-				same(fmt.Sprintf("T=%d", T), run(T, 0, 0, 0))
+				same(fmt.Sprintf("T=%d", T), run(T, [7]int{}))
 			}
-			for _, rd := range [][3]int{{2, 1, 2}, {4, 4, 8}, {16, 2, 4}} {
-				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd[0], rd[1], rd[2]))
+			// gate+up rows and warps, down rows, units and warps, gate+up
+			// stages in shared memory, down's units all at once
+			for _, rd := range qmoeBitsShapes {
+				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
+				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
 			}
 		})
 	}
@@ -557,27 +571,83 @@ func BenchmarkQGEMVFloatX(b *testing.B) {
 	}
 }
 
+// qmoeBench is a BenchmarkQMoE case: a weight type and a forced shape.
+type qmoeBench struct {
+	qt                    quant.Type
+	g, gw, nh, sd, dw, ns int // zero: lower's choice
+	all                   bool
+}
+
+// qmoeBenchCases are BenchmarkQMoE's cases: every type as lower chooses,
+// then q4_k's shapes.
+func qmoeBenchCases() []qmoeBench {
+	var cases []qmoeBench
+	for _, qt := range lower.QuantKernelTypes {
+		cases = append(cases, qmoeBench{qt: qt})
+	}
+	// gate+up rows, warps and stages; down rows, units and warps
+	for _, c := range [][6]int{{4, 8, 0, 0, 0, 0}, {16, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 2}, {8, 0, 0, 0, 0, 3},
+		{4, 0, 0, 0, 0, 3}, {4, 0, 0, 0, 0, 4}, {2, 0, 0, 0, 0, 4}, {4, 8, 0, 0, 0, 3}, {0, 0, 2, 4, 0, 0}, {0, 0, 4, 4, 0, 0}} {
+		cases = append(cases, qmoeBench{quant.Q4_K, c[0], c[1], c[2], c[3], c[4], c[5], false})
+	}
+	// down's units all at once (2 or 1 rows a warp, 4 or 8 warps), alone
+	// and with gate+up's 3-stage ring (with 4 rows a warp, 8 warps of 2,
+	// or q8_0, the copies pass the 96 KiB QMoE allows: lower refuses them)
+	cases = append(cases, qmoeBench{qt: quant.Q4_K, all: true}, qmoeBench{qt: quant.Q4_K, nh: 1, dw: 8, all: true},
+		qmoeBench{qt: quant.Q4_K, g: 8, ns: 3, all: true})
+	for _, qt := range []quant.Type{quant.Q8_0, quant.Q6_K, quant.IQ4_XS} {
+		cases = append(cases, qmoeBench{qt: qt, g: 4, ns: 3})
+	}
+	return cases
+}
+
+// TestQMoEShapesLower: every shape TestQMoEBatchBitsGPU and BenchmarkQMoE
+// force is one lower takes (without a GPU: a shape it refuses would fail
+// there, on the device's time).
+func TestQMoEShapesLower(t *testing.T) {
+	p := lower.DevicePtr(256)
+	args := func(qt quant.Type, T, E, H, I, k int) lower.QMoEArgs {
+		return lower.QMoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: p, XType: "bf16", Weights: p, IDs: p,
+			Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+			Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: "bf16", Workspace: p}
+	}
+	for _, qt := range lower.QuantKernelTypes {
+		for _, rd := range qmoeBitsShapes {
+			a := args(qt, lower.QGEMVMaxRows, 12, 1024, 512, 4)
+			a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = rd[0], rd[1], rd[2], rd[3], rd[4], rd[5], rd[6] == 1
+			if _, err := lower.QMoE(a); err != nil {
+				t.Errorf("%s %v: %v", qt, rd, err)
+			}
+		}
+	}
+	for _, c := range qmoeBenchCases() {
+		a := args(c.qt, 1, 256, 3072, 1024, 10)
+		a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = c.g, c.gw, c.nh, c.sd, c.dw, c.ns, c.all
+		if _, err := lower.QMoE(a); err != nil {
+			t.Errorf("bench %+v: %v", c, err)
+		}
+	}
+}
+
 func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
-	type bench struct {
-		qt        quant.Type
-		g, nh, sd int // zero: lower's choice
-	}
-	var cases []bench
-	for _, qt := range lower.QuantKernelTypes {
-		cases = append(cases, bench{qt: qt})
-	}
-	cases = append(cases, bench{quant.Q4_K, 8, 0, 0}, bench{quant.Q4_K, 0, 2, 4}, bench{quant.Q4_K, 0, 4, 4}, bench{quant.IQ4_XS, 8, 0, 0})
+	// Each iteration routes to another of sets choices of K experts, so
+	// that the weights come from HBM, not from L2 (50 MB on an H200).
+	const sets = 16
+	cases := qmoeBenchCases()
 	for _, c := range cases {
 		qt := c.qt
 		name := qt.String()
-		if c.g != 0 {
-			name += fmt.Sprintf("-g%d", c.g)
+		if c.g != 0 || c.gw != 0 || c.ns != 0 {
+			name += fmt.Sprintf("-g%dw%ds%d", c.g, c.gw, c.ns)
 		}
-		if c.nh != 0 {
-			name += fmt.Sprintf("-d%dx%d", c.nh, c.sd)
+		if c.nh != 0 || c.dw != 0 {
+			name += fmt.Sprintf("-d%dx%dw%d", c.nh, c.sd, c.dw)
+		}
+		if c.all {
+			name += "-dall"
 		}
 		b.Run(name, func(b *testing.B) {
 			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
@@ -585,21 +655,79 @@ func BenchmarkQMoE(b *testing.B) {
 				b.Fatal(err)
 			}
 			db, _ := lower.QuantDeviceBytes(qt, E*H, I)
-			ids := make([]int32, K)
-			wts := make([]float32, K)
-			for j, e := range r.Perm(E)[:K] {
-				ids[j], wts[j] = int32(e), 0.1
+			ids := make([]int32, sets*K)
+			wts := make([]float32, sets*K)
+			for s := range sets {
+				for j, e := range r.Perm(E)[:K] {
+					ids[s*K+j], wts[s*K+j] = int32(e), 0.1
+				}
 			}
 			gu := m.rand(int(gb / 2))
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
-				GateUpRows: c.g, DownRows: c.nh, DownUnits: c.sd}
+				GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns, DownAll: c.all}
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
-			a.IDs = m.upload(cuda.AsBytes(ids))
-			a.Weights = m.upload(cuda.AsBytes(wts))
+			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
 			bytes := float64(K) * float64(gb+db) / E
-			m.run(b, bytes, 2*float64(K)*3*I*H, func() error { return m.k.QMoE(m.s, a) })
+			i := 0
+			m.run(b, bytes, 2*float64(K)*3*I*H, func() error {
+				a.IDs, a.Weights = idp.Add(int64(4*K*(i%sets))), wtp.Add(int64(4*K*(i%sets)))
+				i++
+				return m.k.QMoE(m.s, a)
+			})
 		})
+	}
+}
+
+// TestQMoEShapeEnv: LAGC_QMOE_SHAPE reaches the plan's decode routed-expert
+// launches (and the dry-run executor binds them); a bad value is an error
+// that names the variable.
+func TestQMoEShapeEnv(t *testing.T) {
+	t.Setenv("LAGC_QMOE_SHAPE", "g=8,s=3,nh=1,dw=8,all")
+	o, err := PlanOptions(Config{DType: ir.BF16}, 132, 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lower.QMoEForce{GateUpRows: 8, GateUpStages: 3, DownRows: 1, DownWarps: 8, DownAll: true}
+	if o.QMoE != want {
+		t.Fatalf("options %+v, want %+v", o.QMoE, want)
+	}
+	var m traceModel
+	for _, tm := range traceModels {
+		if tm.name == "laguna-s-2.1-q4_k_m" {
+			m = tm
+		}
+	}
+	m.qmoe = o.QMoE
+	p := tracePlan(t, m, ir.BF16)
+	var gu, dn int
+	for _, st := range p.Decode.Steps {
+		for _, l := range st.Launches {
+			switch l.Kernel {
+			case "moe_gateup_qgemv":
+				gu++
+				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 8, 4, 3}) {
+					t.Errorf("gate+up instantiated with %v", l.Ints)
+				}
+			case "moe_down_qgemv":
+				dn++
+				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 1, 8, 8, 1}) || l.Block[0] != 256 {
+					t.Errorf("down instantiated with %v, block %v", l.Ints, l.Block)
+				}
+			}
+		}
+	}
+	if gu == 0 || gu != dn {
+		t.Fatalf("%d gate+up and %d down launches in the decode plan", gu, dn)
+	}
+	ex, _, err := DryRun(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.Close()
+	t.Setenv("LAGC_QMOE_SHAPE", "g=eight")
+	if _, err := PlanOptions(Config{DType: ir.BF16}, 132, 90); err == nil || !strings.Contains(err.Error(), "LAGC_QMOE_SHAPE") {
+		t.Fatalf("a bad LAGC_QMOE_SHAPE gave %v", err)
 	}
 }

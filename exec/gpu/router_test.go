@@ -9,6 +9,7 @@ import (
 	"lagc/cuda"
 	"lagc/exec/cpu"
 	"lagc/lower"
+	"lagc/quant"
 )
 
 // TestRouterTopKGPU: the device router must choose exactly the experts the
@@ -293,6 +294,126 @@ func TestRouterFusedGPU(t *testing.T) {
 					gw[i] = math.Float32frombits(uint32(b))
 				}
 				checkRoutes(t, "two launches", c.topK, gw, wantI, rw, ri)
+			})
+		}
+	}
+}
+
+// TestRouterQGEMVGPU: the fused router and a quantised GEMV beside it in
+// one launch (router_qgemv, the decode router and the shared expert's
+// gate+up) give the bits of the two launches one after the other: the
+// logits, the routes, the GEMV's y (accumulated onto too), and leave the
+// counter at zero, over three runs.
+func TestRouterQGEMVGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, c := range []struct {
+		E, K, topK int
+		qt         quant.Type
+		N          int
+		swiglu     bool
+		acc        bool
+	}{
+		{256, 3072, 10, quant.Q8_0, 1024, true, false}, // S-2.1's
+		{64, 512, 8, quant.Q4_K, 200, true, true},
+		{37, 256, 5, quant.Q6_K, 37, false, false},
+		{300, 1024, 12, quant.IQ4_XS, 1, true, false},
+	} {
+		for _, dt := range DTypes {
+			t.Run(fmt.Sprintf("E%d-K%d-k%d-%s-N%d-sw%v-acc%v/%v", c.E, c.K, c.topK, c.qt, c.N, c.swiglu, c.acc, dt), func(t *testing.T) {
+				xv := randF32(r, c.K, 1)
+				x := upload(t, k, s, dt, xv)
+				w := upload(t, k, s, dt, randF32(r, c.E*c.K, 0.05))
+				bias := upload(t, k, s, cuda.F32, randF32(r, c.E, 0.5))
+				rows := c.N
+				if c.swiglu {
+					rows *= 2
+				}
+				qw := uploadQuant(t, k, s, c.qt, rows, c.K, randQuantBlocks(r, c.qt, rows, c.K))
+				xq := alloc(t, k, lower.Q8XBytes(1, c.K))
+				if err := k.Q8XQuantize(s, dt, x, xq, 1, c.K); err != nil {
+					t.Fatal(err)
+				}
+				nl, nr, ny := int64(4*c.E), int64(4*c.topK), int64(c.N*dt.Size())
+				y0 := upload(t, k, s, dt, randF32(r, c.N, 2))
+				counter := alloc(t, k, 4)
+				if err := s.Memset8(counter, 0, 4); err != nil {
+					t.Fatal(err)
+				}
+				type outs struct{ logits, weights, ids, y cuda.DevicePtr }
+				// launches of the fused router and the GEMV into o
+				launches := func(o outs) (lower.Launch, lower.Launch) {
+					g, err := lower.MatMul(lower.MatMulArgs{T: 1, K: c.K, N: c.E, X: ptr(x), W: ptr(w), Y: ptr(o.logits),
+						XType: dt.String(), WType: dt.String(), YType: "f32", SMs: k.SMs()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					rt, err := lower.RouterTopK("f32", ptr(o.weights), ptr(o.ids), ptr(o.logits), ptr(bias), 1, c.E, c.topK, 0, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					f, err := lower.RouterFused(g, rt, ptr(counter))
+					if err != nil {
+						t.Fatal(err)
+					}
+					q, err := lower.QGEMV(QGEMVArgs{T: 1, K: c.K, N: c.N, XQ: xq, W: qw, Y: o.y, WType: c.qt, WRows: rows, YType: dt,
+						SwiGLU: c.swiglu, Accumulate: c.acc}.lower())
+					if err != nil {
+						t.Fatal(err)
+					}
+					return f, q
+				}
+				fresh := func(o *outs) {
+					if o.logits == 0 {
+						*o = outs{alloc(t, k, nl), alloc(t, k, nr), alloc(t, k, nr), alloc(t, k, ny)}
+					}
+					poison(t, s, o.logits, nl)
+					poison(t, s, o.weights, nr)
+					poison(t, s, o.ids, nr)
+					if err := s.CopyDtoD(o.y, y0, ny); err != nil { // the accumulated-onto y
+						t.Fatal(err)
+					}
+				}
+				var want, got outs
+				fresh(&want)
+				f, q := launches(want)
+				if err := k.on(s).all([]lower.Launch{f, q}, nil); err != nil {
+					t.Fatal(err)
+				}
+				fresh(&got)
+				f2, q2 := launches(got)
+				fused, err := lower.RouterQGEMV(f2, q2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for run := range 3 {
+					if run > 0 {
+						fresh(&got)
+					}
+					if err := k.on(s).one(fused, nil); err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range []struct {
+						what      string
+						got, want cuda.DevicePtr
+						n         int64
+					}{{"logits", got.logits, want.logits, nl}, {"weights", got.weights, want.weights, nr}, {"ids", got.ids, want.ids, nr},
+						{"y", got.y, want.y, ny}} {
+						g, w := make([]byte, o.n), make([]byte, o.n)
+						if err := cuda.Download(s, g, o.got); err != nil {
+							t.Fatal(err)
+						}
+						if err := cuda.Download(s, w, o.want); err != nil {
+							t.Fatal(err)
+						}
+						if i := firstByteDiff(g, w); i >= 0 {
+							t.Fatalf("run %d: %s byte %d differs from the two launches'", run, o.what, i)
+						}
+					}
+					if n := downloadI32(t, s, counter, 1); n[0] != 0 {
+						t.Fatalf("run %d: counter left at %d", run, n[0])
+					}
+				}
 			})
 		}
 	}

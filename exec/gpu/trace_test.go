@@ -29,6 +29,7 @@ type traceModel struct {
 	seqs   int      // sequence slots (0: 1)
 	// cublasLt plans prefill GEMMs on cuBLASLt (lower.Options.CublasLt).
 	cublasLt bool
+	qmoe     lower.QMoEForce // lower.Options.QMoE
 }
 
 var traceModels = []traceModel{
@@ -87,7 +88,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt})
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe})
 	if err != nil {
 		t.Fatal(err)
 	}
