@@ -57,7 +57,7 @@ run)
 		dir=${name//__//}
 		[ "$name" = root ] && dir=.
 		log="$logs/$name.log"
-		(cd "$root/$dir" && timeout "${GPU_SUITE_TIMEOUT:-300}" "$root/$bin" -test.v -test.count=1 "$@") >"$log" 2>&1
+		(cd "$root/$dir" && timeout "${GPU_SUITE_TIMEOUT:-540}" "$root/$bin" -test.v -test.count=1 "$@") >"$log" 2>&1
 		rc=$?
 		p=$(grep -cE '^\s*--- PASS' "$log")
 		f=$(grep -cE '^\s*--- FAIL' "$log")
