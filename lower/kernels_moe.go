@@ -63,8 +63,12 @@ type MoEArgs struct {
 	// rows of their matrices in the device layout; Gate, Up and Down are
 	// then unused.
 	QGate, QUp, QDown QMatrix
-	// QMoE forces the decode kernels' shape (QMoEArgs); zero chooses.
+	// QMoE forces the decode kernels' shape (QMoEArgs) and the prefill's
+	// quantised grouped GEMMs' token tile; zero chooses.
 	QMoE QMoEForce
+	// hopperRows: the wgmma path's token tile rows when not 128 (set by
+	// quantLayout for gemm_wgmma_q, which takes 64, 96 or 128).
+	hopperRows int
 }
 
 func (a MoEArgs) validate() error {
@@ -180,6 +184,9 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	}
 	if a.Tile == (MMATile{}) && moeHopperOK(a) == nil {
 		l.Hopper, l.MI = true, 4 // the wgmma GEMM's 128-row tiles
+		if a.hopperRows != 0 {
+			l.MI = a.hopperRows / 32
+		}
 	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
@@ -217,7 +224,12 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper:
+		rows, err := hopperQTileRows(a.QMoE.TileRows)
+		if err != nil {
+			return MoELayout{}, err
+		}
 		b := a
+		b.hopperRows = rows
 		b.WType, b.Gate, b.Up, b.Down = "bf16", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}
 		b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
 		l, err := b.Layout()

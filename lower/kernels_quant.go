@@ -272,17 +272,20 @@ type QMoEArgs struct {
 }
 
 // QMoEForce is a forced shape of the decode routed-expert kernels (the
-// QMoEArgs fields of the same names; zero values choose).
+// QMoEArgs fields of the same names; zero values choose) and of the
+// prefill's quantised grouped GEMMs (TileRows: tokens a tile).
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
 	DownAll                               bool `json:",omitempty"`
+	TileRows                              int  `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
-// at once. QMoE checks the values.
+// at once; the prefill grouped GEMMs' token tile. QMoE and
+// HopperQTileRows check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -300,9 +303,9 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
-			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps}[k]
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows)", s, k)
 		}
 		*field = n
 	}
@@ -631,16 +634,28 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // moeHopperQ returns the grouped experts' launches with quantised stacks
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers.
+// hopperQTileRows is the token tile of the quantised grouped GEMMs: force
+// (QMoEForce.TileRows) or, when 0, 128.
+func hopperQTileRows(force int) (int, error) {
+	switch force {
+	case 0:
+		return 128, nil
+	case 64, 96, 128:
+		return force, nil
+	}
+	return 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", force)
+}
+
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
 	ls := moeHopper(a, l)
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
+	bn := 32 * l.MI // the schedule's token tile (hopperQTileRows)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
-		const bn = 128
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), bn, int64(epi), 1},
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1},
 			dims(sm), dims(384), hopperQSmem(t, bn),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))

@@ -3,6 +3,7 @@ package lower
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"lagc/quant"
@@ -127,6 +128,56 @@ func TestMoEQuantPaths(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s T=%d cc %d: no %s launch", c.qt, c.T, c.cc, c.kern)
+		}
+	}
+}
+
+// TestMoEQuantTileRows: QMoEForce.TileRows sets the quantised grouped
+// GEMMs' token tile (gemm_wgmma_q's BN, the TMA box and the schedule's tile
+// rows alike) and the tile table's size; rows it has no MMA for are errors.
+func TestMoEQuantTileRows(t *testing.T) {
+	E, H, I, T, k := 8, 256, 256, 100, 2
+	R := T * k
+	for _, c := range []struct{ force, want int }{{0, 128}, {64, 64}, {96, 96}, {128, 128}, {100, 0}, {256, 0}} {
+		w := Ptr{BaseWeights, 0}
+		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
+			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: "q4_k", OutType: "bf16",
+			CC: 90, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
+			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force},
+			Workspace: Ptr{BaseWorkspace, 0}}
+		l, err := a.Layout()
+		if c.want == 0 {
+			if err == nil || !strings.Contains(err.Error(), "64, 96 or 128") {
+				t.Errorf("rows=%d: layout error %v, want a refusal naming 64, 96 or 128", c.force, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("rows=%d: %v", c.force, err)
+		}
+		if 32*l.MI != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
+			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, 32*l.MI, l.MaxTiles)
+		}
+		ls, err := MoE(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gemms int
+		for _, x := range ls {
+			switch x.Kernel {
+			case "moe_schedule":
+				if got := x.Args[2].Int; got != int64(c.want) {
+					t.Errorf("rows=%d: moe_schedule tiles of %d rows", c.force, got)
+				}
+			case "gemm_wgmma_q":
+				gemms++
+				if x.Ints[1] != int64(c.want) {
+					t.Errorf("rows=%d: gemm_wgmma_q BN %d", c.force, x.Ints[1])
+				}
+			}
+		}
+		if gemms != 2 {
+			t.Errorf("rows=%d: %d gemm_wgmma_q launches, want 2", c.force, gemms)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"lagc/cuda"
@@ -226,10 +227,17 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
 		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
 	}
+	// The wgmma path's token tiles: as chosen, and the narrower ones
+	// (QTileRows) whose MMAs are of their own widths.
+	type variant struct{ cc, rows int }
 	for _, qt := range lower.QuantKernelTypes {
-		for _, cc := range []int{90, 0} {
+		for _, v := range []variant{{90, 0}, {90, 64}, {90, 96}, {0, 0}} {
+			cc := v.cc
 			for _, c := range cases {
-				t.Run(fmt.Sprintf("%s/cc%d/%+v", qt, cc, c), func(t *testing.T) {
+				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c), func(t *testing.T) {
 					gub := randQuantBlocks(r, qt, 2*c.E*c.I, c.H)
 					db := randQuantBlocks(r, qt, c.E*c.H, c.I)
 					gu := dequantRef(t, qt, gub, 2*c.E*c.I*c.H)
@@ -240,7 +248,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}

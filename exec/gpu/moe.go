@@ -60,6 +60,9 @@ type MoEArgs struct {
 	QGate, QUp, QDown QMatrix
 	// Band is the grouped GEMMs' N-band in output columns (lower.MoEArgs).
 	Band int
+	// QTileRows forces the quantised grouped GEMMs' token tile (64, 96 or
+	// 128; zero chooses: lower.QMoEForce.TileRows).
+	QTileRows int
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -73,7 +76,8 @@ func (a MoEArgs) lower() lower.MoEArgs {
 	return lower.MoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK,
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
-		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs}
+		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows}}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers

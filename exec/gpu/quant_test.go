@@ -529,11 +529,46 @@ func BenchmarkQGEMV(b *testing.B) {
 	}
 }
 
-// BenchmarkQMoE: the routed experts of one decode token (top-10 of 256,
-// H 3072, I 1024, gate and up one matrix); GB/s of the ten experts'
-// weights. Each type with the rounds lower chooses, and a few other rounds
-// for q4_k and iq4_xs (gN: gate+up rows in flight per lane; dNxM: down
-// rows per warp x units in flight per row).
+// BenchmarkQGEMVShapes: the decode GEMVs (T = 1) of S-2.1's q4_k_m
+// (attention and shared expert in q8_0) in every shape qgemv takes (nw
+// rows a warp group, split warps a group; nw0_split0 is lower's choice),
+// each iteration on the next of enough copies of the matrix to pass the
+// H200's 50 MiB L2, so the weights come from HBM as in a decode step.
+func BenchmarkQGEMVShapes(b *testing.B) {
+	m := newMMBench(b)
+	sh := s21(b)
+	qt := quant.Q8_0
+	for _, c := range []benchShape{sh.qkvg, sh.oProj, sh.sharedDown} {
+		wb, err := lower.QuantDeviceBytes(qt, c.N, c.K)
+		if err != nil {
+			b.Fatal(err)
+		}
+		copies := int(max(2, (160<<20)/wb+1))
+		ws := make([]cuda.DevicePtr, copies)
+		for i := range ws {
+			ws[i] = m.rand(int(wb / 2))
+		}
+		xq, y := m.rand(int(lower.Q8XBytes(1, c.K)/2)), m.rand(c.N)
+		shapes := [][2]int{{0, 0}}
+		for _, nw := range []int{1, 2, 4} {
+			for _, split := range []int{1, 2, 4, 8} {
+				shapes = append(shapes, [2]int{nw, split})
+			}
+		}
+		for _, sp := range shapes {
+			b.Run(fmt.Sprintf("%s/%s/nw%d_split%d", qt, c.name, sp[0], sp[1]), func(b *testing.B) {
+				i := 0
+				m.run(b, float64(wb), 2*float64(c.N*c.K), func() error {
+					a := QGEMVArgs{T: 1, K: c.K, N: c.N, WType: qt, WRows: c.N, YType: cuda.BF16, RowsPerWarp: sp[0], Split: sp[1],
+						W: ws[i%copies], XQ: xq, Y: y}
+					i++
+					return m.k.QGEMV(m.s, a)
+				})
+			})
+		}
+	}
+}
+
 // BenchmarkQGEMVFloatX: decode GEMVs (T = 1) at S-2.1 shapes with the
 // activations quantised to int8 first (q8x: q8x_quantize + qgemv on dp4a,
 // what lower plans) and read as bf16 (fx: qgemv_fx).
@@ -629,6 +664,11 @@ func TestQMoEShapesLower(t *testing.T) {
 	}
 }
 
+// BenchmarkQMoE: the routed experts of one decode token (top-10 of 256,
+// H 3072, I 1024, gate and up one matrix); GB/s of the ten experts'
+// weights. Each type with the rounds lower chooses, and a few other rounds
+// for q4_k and iq4_xs (gN: gate+up rows in flight per lane; dNxM: down
+// rows per warp x units in flight per row).
 func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
