@@ -10,7 +10,8 @@
 # Each round runs every configuration once (in order, so drift hits all
 # alike); '' is the environment as it is. Prints, per configuration, the
 # median over rounds of graph and eager decode (ms/token and tok/s at full
-# depth), the MoE layer's graph decode time, and each prefill length's ms,
+# depth), the MoE layer's graph decode time, each prefill length's ms (and
+# the last-row-only prefill's, where the build has it: nan where not),
 # then each one's ratio of time to the first configuration's. Raw JSON lines
 # go to $OUT (or .gpu/) as ab-bench.jsonl. A configuration may name its own
 # binary first, '@PATH [ENV...]' (two builds: main's and a branch's):
@@ -66,8 +67,15 @@ for i, rs in runs.items():
         r['MoE layer us'] = med([run['decode_moe_layer_us_graph'] for run in rs if 'decode_moe_layer_us_graph' in run])
     for p in sorted({x['tokens'] for run in rs for x in run.get('prefill', [])}):
         r[f'prefill {p} ms'] = med([x['ms'] for run in rs for x in run.get('prefill', []) if x['tokens'] == p])
+    # The prefill that computes only the last row after the last attention
+    # (as lagc run), where the build has it.
+    for p in sorted({x['tokens'] for run in rs for x in run.get('prefill_last_row', [])}):
+        r[f'last-row {p} ms'] = med([x['ms'] for run in rs for x in run.get('prefill_last_row', []) if x['tokens'] == p])
     rows.append(r)
-keys = list(rows[0].keys())
+keys = list(dict.fromkeys(k for r in rows for k in r))
+for r in rows:
+    for k in keys:
+        r.setdefault(k, float('nan'))
 name = lambda i: envs[i] or '(as is)'
 w = max(len(name(i)) for i in range(len(envs)))
 print(f"{'':<{w}}  " + '  '.join(f'{k:>16}' for k in keys))
