@@ -347,6 +347,31 @@ func waitLoad(t *testing.T, s *Scheduler, waiting, running int) {
 	}
 }
 
+// stepToLoad lets the gate's steps run one at a time until the scheduler
+// has that many waiting and running: a request admitted only at a step's
+// end gets its slot without the test depending on when it arrived (under
+// load the first step can start before the second request is submitted).
+func stepToLoad(t *testing.T, s *Scheduler, g *gateBackend, waiting, running int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w, r := s.Load()
+		if w == waiting && r == running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiting, %d running; want %d and %d", w, r, waiting, running)
+		}
+		g.mu.Lock()
+		idle := g.permits <= 0
+		g.mu.Unlock()
+		if idle {
+			g.allow(1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestQueueFullAndCancel: beyond the slots and the queue Submit refuses; a
 // cancelled request (waiting or running) finishes as cancelled and frees
 // its place.
@@ -373,7 +398,9 @@ func TestQueueFullAndCancel(t *testing.T) {
 	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{3}, MaxTokens: 1}); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("fourth request with 2 slots and a queue of 1: %v", err)
 	}
-	waitLoad(t, s, 1, 2)
+	// The first step may have started with request 0 alone (the gate holds
+	// it); request 1 takes the free slot at a step's end.
+	stepToLoad(t, s, g, 1, 2)
 	cancel()            // a running one
 	streams[2].Cancel() // the waiting one
 	g.allow(3)
