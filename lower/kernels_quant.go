@@ -288,7 +288,7 @@ type QMoEForce struct {
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
 // at once; the prefill grouped GEMMs' token tile and warp-specialised
-// kernel. QMoE and HopperQTileRows check the values.
+// kernel. QMoE and hopperQTileRows check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -638,9 +638,6 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 	return ls, b, nil
 }
 
-// moeHopperQ returns the grouped experts' launches with quantised stacks
-// on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
-// and up rows (one matrix, up after gate) and the down rows in registers.
 // hopperQTileRows is the token tile of the quantised grouped GEMMs: force
 // (QMoEForce.TileRows) or, when 0, 128.
 func hopperQTileRows(force int) (int, error) {
@@ -652,6 +649,10 @@ func hopperQTileRows(force int) (int, error) {
 	}
 	return 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", force)
 }
+
+// moeHopperQ returns the grouped experts' launches with quantised stacks
+// on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
+// and up rows (one matrix, up after gate) and the down rows in registers.
 
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
