@@ -10,9 +10,14 @@
 #                                         package directory, with LAGC_REQUIRE_GPU=1
 # Binaries are named after their package: .gpu/exec__gpu.test runs in exec/gpu.
 # Counted: every test and subtest result line (--- PASS/FAIL/SKIP); a binary
-# that dies without reporting (a crash, a timeout) counts as one failure.
-# Logs go to $OUT (when set) or .gpu/logs. Extra arguments after `run` are
-# passed to every binary (e.g. -test.run GPU).
+# (or shard) that dies without reporting (a crash, a timeout) counts as one
+# failure. Logs go to $OUT (when set) or .gpu/logs. Extra arguments after
+# `run` are passed to every binary (e.g. -test.run GPU).
+# The binaries run side by side, each in its own process (CUDA context), and
+# the largest (exec/gpu, about 330 s alone: NVRTC compiles, CPU-bound, take
+# much of it) in GPU_SUITE_SHARDS (default 4) processes taking every
+# fourth of its tests; without extra arguments only. GPU_SUITE_SHARDS=1 runs
+# each binary whole; GPU_SUITE_TIMEOUT (540 s) bounds each process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -52,13 +57,42 @@ run)
 		echo "GPU suite: 0 passed, 1 failed, 0 skipped"
 		exit 1
 	fi
+	shards=${GPU_SUITE_SHARDS:-4}
+	[ $# -gt 0 ] && shards=1
+	jobs=() # name|dir|bin|log|-test.run regexp (empty: every test)
 	for bin in "${bins[@]}"; do
 		name=$(basename "$bin" .test)
 		dir=${name//__//}
 		[ "$name" = root ] && dir=.
-		log="$logs/$name.log"
-		(cd "$root/$dir" && timeout "${GPU_SUITE_TIMEOUT:-540}" "$root/$bin" -test.v -test.count=1 "$@") >"$log" 2>&1
+		n=1
+		[ "$name" = exec__gpu ] && n=$shards
+		if [ "$n" -le 1 ]; then
+			jobs+=("$name|$dir|$bin|$logs/$name.log|")
+			continue
+		fi
+		mapfile -t tests < <(cd "$root/$dir" && "$root/$bin" -test.list '^(Test|Fuzz|Example)' 2>/dev/null)
+		if [ ${#tests[@]} -eq 0 ]; then # cannot list: run it whole
+			jobs+=("$name|$dir|$bin|$logs/$name.log|")
+			continue
+		fi
+		for ((i = 0; i < n; i++)); do
+			re=""
+			for ((j = i; j < ${#tests[@]}; j += n)); do re+="${re:+|}${tests[j]}"; done
+			[ -n "$re" ] && jobs+=("$name.$i|$dir|$bin|$logs/$name.$i.log|^($re)\$")
+		done
+	done
+	pids=()
+	for job in "${jobs[@]}"; do
+		IFS='|' read -r name dir bin log re <<<"$job"
+		run=()
+		[ -n "$re" ] && run=(-test.run "$re")
+		(cd "$root/$dir" && timeout "${GPU_SUITE_TIMEOUT:-540}" "$root/$bin" -test.v -test.count=1 "${run[@]}" "$@") >"$log" 2>&1 &
+		pids+=($!)
+	done
+	for k in "${!jobs[@]}"; do
+		wait "${pids[k]}"
 		rc=$?
+		IFS='|' read -r name dir bin log re <<<"${jobs[k]}"
 		p=$(grep -cE '^\s*--- PASS' "$log")
 		f=$(grep -cE '^\s*--- FAIL' "$log")
 		s=$(grep -cE '^\s*--- SKIP' "$log")
