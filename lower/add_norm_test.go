@@ -150,18 +150,7 @@ func TestFuseAddNorm(t *testing.T) {
 		{"not an add", [][]Launch{{must(Elementwise("mul", "bf16", H, a, b, sum))}, {norm}}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			want := c.want
-			if want == nil {
-				want = c.steps
-			}
-			got := make([][]Launch, len(c.steps))
-			for i, ls := range c.steps {
-				got[i] = append([]Launch(nil), ls...)
-			}
-			fuseAddNorm(got)
-			if !launchStreamsEqual(got, want) {
-				t.Errorf("got\n%s\nwant\n%s", streamString(got), streamString(want))
-			}
+			got := runFusions(t, c.steps, c.want, fuseAddNorm)
 			if c.want == nil {
 				return
 			}
@@ -175,6 +164,26 @@ func TestFuseAddNorm(t *testing.T) {
 
 // launchStreamsEqual compares streams step by step, an empty step equal
 // to a nil one.
+// runFusions runs the fusions on a copy of steps and fails unless the
+// result is want (nil: steps unchanged); it returns the result.
+func runFusions(t *testing.T, steps, want [][]Launch, fusions ...func([][]Launch)) [][]Launch {
+	t.Helper()
+	if want == nil {
+		want = steps
+	}
+	got := make([][]Launch, len(steps))
+	for i, ls := range steps {
+		got[i] = append([]Launch(nil), ls...)
+	}
+	for _, f := range fusions {
+		f(got)
+	}
+	if !launchStreamsEqual(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", streamString(got), streamString(want))
+	}
+	return got
+}
+
 func launchStreamsEqual(a, b [][]Launch) bool {
 	if len(a) != len(b) {
 		return false

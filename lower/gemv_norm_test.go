@@ -65,19 +65,7 @@ func TestFuseGEMVNorm(t *testing.T) {
 		{"not a GEMV", [][]Launch{{must(Elementwise("mul", "bf16", H, res, sum, y)), norm}}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			want := c.want
-			if want == nil {
-				want = c.steps
-			}
-			got := make([][]Launch, len(c.steps))
-			for i, ls := range c.steps {
-				got[i] = append([]Launch(nil), ls...)
-			}
-			fuseAddNorm(got)
-			fuseGEMVNorm(got)
-			if !launchStreamsEqual(got, want) {
-				t.Errorf("got\n%s\nwant\n%s", streamString(got), streamString(want))
-			}
+			got := runFusions(t, c.steps, c.want, fuseAddNorm, fuseGEMVNorm)
 			back, n := unfuseGEMVNorms(got)
 			if c.want == nil {
 				if n != 0 {

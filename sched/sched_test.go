@@ -334,24 +334,28 @@ func (g *gateBackend) Step(segs []engine.Segment) ([]float32, []int32, error) {
 // waitLoad waits until the scheduler has that many waiting and running.
 func waitLoad(t *testing.T, s *Scheduler, waiting, running int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		w, r := s.Load()
-		if w == waiting && r == running {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiting, %d running; want %d and %d", w, r, waiting, running)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	untilLoad(t, s, waiting, running, func() {})
 }
 
-// stepToLoad lets the gate's steps run one at a time until the scheduler
-// has that many waiting and running: a request admitted only at a step's
-// end gets its slot without the test depending on when it arrived (under
-// load the first step can start before the second request is submitted).
+// stepToLoad is waitLoad letting the gate's steps run one at a time
+// meanwhile: a request admitted only at a step's end gets its slot without
+// the test depending on when it arrived (under load the first step can
+// start before the second request is submitted).
 func stepToLoad(t *testing.T, s *Scheduler, g *gateBackend, waiting, running int) {
+	t.Helper()
+	untilLoad(t, s, waiting, running, func() {
+		g.mu.Lock()
+		idle := g.permits <= 0
+		g.mu.Unlock()
+		if idle {
+			g.allow(1)
+		}
+	})
+}
+
+// untilLoad polls the scheduler's load for 10 s, calling nudge between
+// looks, until it is waiting and running.
+func untilLoad(t *testing.T, s *Scheduler, waiting, running int, nudge func()) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -362,12 +366,7 @@ func stepToLoad(t *testing.T, s *Scheduler, g *gateBackend, waiting, running int
 		if time.Now().After(deadline) {
 			t.Fatalf("%d waiting, %d running; want %d and %d", w, r, waiting, running)
 		}
-		g.mu.Lock()
-		idle := g.permits <= 0
-		g.mu.Unlock()
-		if idle {
-			g.allow(1)
-		}
+		nudge()
 		time.Sleep(time.Millisecond)
 	}
 }
