@@ -41,9 +41,12 @@ type Batcher interface {
 
 // LastRowBatcher is implemented by a Batcher that can run a step copying
 // only each segment's last row of logits, the one a server samples from:
-// last is [len(segs)*V], segment i's row at i*V; next is every row's
-// argmax [T]. On the GPU a prompt chunk's logits are 4*V bytes a token
-// (822 MB for 2048 tokens at Laguna's vocabulary) to copy to the host.
+// last is [len(segs)*V], segment i's row at i*V; next [T] holds each
+// segment's last row's argmax (a backend may leave a prompt segment's
+// other rows 0). On the GPU a prompt chunk's logits are 4*V bytes a token
+// (822 MB for 2048 tokens at Laguna's vocabulary) to copy to the host, and
+// the GPU computes the steps after the last attention (the LM head above
+// all) on each segment's last row alone: equal to Step's within rounding.
 type LastRowBatcher interface {
 	StepLast(segs []Segment) (last []float32, next []int32, err error)
 }

@@ -24,8 +24,12 @@ import "reflect"
 // attnDecodeArgs are the positions of attn_decode's arguments (AttentionDecode).
 const (
 	attnArgNH, attnArgNKV, attnArgD = 0, 1, 2
+	attnArgPos                      = 7
+	attnArgQ, attnArgK              = 10, 11
 	attnArgOut                      = 18 // then part_acc, part_ml, counters, xq, xs
-	attnArgCount                    = 24
+	attnArgXQ                       = 22
+	attnArgNR                       = 24 // qw, kw, eps, inv_freq, rot, attnf (NormRoPEAttention)
+	attnArgCount                    = 30
 )
 
 // fuseAttnQ8X fuses quantisations of a decode attention's output into it.
@@ -42,7 +46,7 @@ func fuseAttnQ8X(steps [][]Launch) {
 // its output too, when the invariant above holds.
 func attnWithQ8X(a, q Launch) (Launch, bool) {
 	args := a.Args
-	if len(args) != attnArgCount || len(a.DTypes) != 1 || !args[attnArgCount-2].Ptr().Null() {
+	if len(args) != attnArgCount || len(a.DTypes) != 1 || !args[attnArgXQ].Ptr().Null() {
 		return Launch{}, false
 	}
 	nh, nkv, d := int(args[attnArgNH].Int), int(args[attnArgNKV].Int), int(args[attnArgD].Int)
@@ -73,7 +77,7 @@ func attnWithQ8X(a, q Launch) (Launch, bool) {
 	}
 	f := a
 	f.Args = append([]Arg(nil), args...)
-	f.Args[attnArgCount-2] = ptrArg(xq)
-	f.Args[attnArgCount-1] = ptrArg(q8xScales(xq, rows, nh*d))
+	f.Args[attnArgXQ] = ptrArg(xq)
+	f.Args[attnArgXQ+1] = ptrArg(q8xScales(xq, rows, nh*d))
 	return f, true
 }

@@ -48,7 +48,7 @@ func TestFuseAttnQ8X(t *testing.T) {
 			m += len(s)
 		}
 		a := c.steps[0][0]
-		got := m == n-1 && !a.Args[attnArgCount-2].Ptr().Null()
+		got := m == n-1 && !a.Args[attnArgXQ].Ptr().Null()
 		if got != c.fused || (!c.fused && m != n) {
 			t.Errorf("%s: %d launches of %d left, attention %s; fused %v, want %v", c.name, m, n, a, got, c.fused)
 		}

@@ -208,7 +208,9 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 		xs = q8xScales(a.XQ, rows, a.NH*d)
 	}
 	args = append(append(args, gate...), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML), ptrArg(counters), ptrArg(a.XQ), ptrArg(xs))
-	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128))},
+	// No fused q/k norm and rope (NormRoPEAttention sets them).
+	args = append(args, ptrArg(Ptr{}), ptrArg(Ptr{}), f32(0), ptrArg(Ptr{}), i32(0), f32(0))
+	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128)), 0},
 		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem, args...)}, nil
 }
 

@@ -221,7 +221,7 @@ func TestAttentionDecodeLaunch(t *testing.T) {
 				t.Fatalf("launches %v, want one attn_decode of grid %v", ls, c.grid)
 			}
 			text := ls[0].String()
-			if !strings.HasSuffix(text, ", "+c.countersArg+", null, null)") { // then no quantised copy
+			if !strings.HasSuffix(text, ", "+c.countersArg+", null, null"+noNormRoPE) { // then no quantised copy, no fused norm and rope
 				t.Errorf("counters argument: %s, want %s before two null pointers", text, c.countersArg)
 			}
 			if c.gateArgs != "" && !strings.Contains(text, "kv+1048576, "+c.gateArgs+", arena+0,") {
@@ -230,3 +230,7 @@ func TestAttentionDecodeLaunch(t *testing.T) {
 		})
 	}
 }
+
+// noNormRoPE is how an attn_decode launch without a fused q/k norm and
+// rope ends (AttentionDecode).
+const noNormRoPE = ", null, null, f32 0, null, i32 0, f32 0)"

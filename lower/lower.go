@@ -400,7 +400,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
 	}
-	fuseLaunches(launches, l.p.DisableFusions)
+	fuseLaunches(s.Steps, launches, l.p.DisableFusions)
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

@@ -211,7 +211,8 @@ func elems(s []int) int {
 // norm_rope rotating its heads in place, nor two outputs over each other;
 // the outputs are where the executor looks for them. A step launches
 // kernels, unless it is a norm_rope whose heads the one before launched,
-// an rms_norm fused into the add or GEMV before it (fuseAddNorm,
+// or the decode attention after it rotates (fuseNormRoPEAttention), an
+// rms_norm fused into the add or GEMV before it (fuseAddNorm,
 // fuseGEMVNorm) or a router_topk the router GEMV before it selects for
 // (fuseRouter).
 func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
@@ -220,6 +221,7 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 	size := func(o Operand) int64 { return int64(o.Elems(T) * dtypeSize(o.DType)) }
 	for i, st := range s.Steps {
 		if len(st.Launches) == 0 && (st.Op != "norm_rope" || i == 0 || pairedHeads(s.Steps[i-1]) != st.Out[0].Shape[1]) &&
+			(st.Op != "norm_rope" || !rotatedByAttention(s.Steps[i+1:])) &&
 			(st.Op != "rms_norm" || !normFusedBefore(s.Steps[:i], st)) &&
 			(st.Op != "router_topk" || i == 0 || kernels(s.Steps[i-1]) != "router_fused") {
 			t.Errorf("%s %s: no kernels", s.Class, st.Name)
@@ -382,7 +384,7 @@ func checkGatedAttention(t *testing.T, p *Plan) {
 			}
 			if s.Class == Decode && l.Args[5].Int > 1 {
 				nkv := int(l.Args[1].Int)
-				if cnt := l.Args[len(l.Args)-3]; cnt.Ptr() != (Ptr{BaseSync, 0}) || s.Sync < DecodeCounters(1, int(l.Args[0].Int), nkv) {
+				if cnt := l.Args[attnArgXQ-1]; cnt.Ptr() != (Ptr{BaseSync, 0}) || s.Sync < DecodeCounters(1, int(l.Args[0].Int), nkv) {
 					t.Errorf("decode %s: counters at %v, %d bytes of sync", st.Name, cnt.Ptr(), s.Sync)
 				}
 			}
@@ -641,4 +643,20 @@ func pairedHeads(st Step) int {
 		return 0
 	}
 	return int(st.Launches[0].Args[2].Int)
+}
+
+// rotatedByAttention reports whether the first launch of steps (past the
+// norm_rope steps) is a decode attention doing their norm and rotation
+// (NormRoPEAttention).
+func rotatedByAttention(steps []Step) bool {
+	for _, st := range steps {
+		if len(st.Launches) > 0 {
+			l := st.Launches[0]
+			return l.Kernel == "attn_decode" && len(l.Ints) == 2 && l.Ints[1] == 1
+		}
+		if st.Op != "norm_rope" {
+			return false
+		}
+	}
+	return false
 }

@@ -50,27 +50,39 @@ import (
 //
 // disabled names fusions to skip (Options.DisableFusions): each checks
 // its own invariant on the stream it is given, so any of them may go.
-func fuseLaunches(steps [][]Launch, disabled []string) {
+//
+// meta are the schedule's steps the launches belong to (steps[i] is
+// meta[i]'s), for fusions whose invariant needs who reads a value
+// (fuseNormRoPEAttention, last: it changes only the decode attention's
+// last arguments, which no other fusion reads).
+func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
-		if !slices.Contains(disabled, f.name) {
+		if slices.Contains(disabled, f.name) {
+			continue
+		}
+		if f.run != nil {
 			f.run(steps)
+		} else {
+			f.runMeta(meta, steps)
 		}
 	}
 }
 
 // launchFusions are the launch-stream fusions by name, in their order.
 var launchFusions = []struct {
-	name string
-	run  func([][]Launch)
+	name    string
+	run     func([][]Launch)
+	runMeta func([]Step, [][]Launch)
 }{
-	{"fuseRouter", fuseRouter},
-	{"reuseQ8X", reuseQ8X},
-	{"fuseNormQ8X", fuseNormQ8X},
-	{"fuseAttnQ8X", fuseAttnQ8X},
-	{"fuseQGEMVXIn", fuseQGEMVXIn},
-	{"fuseAddNorm", fuseAddNorm},
-	{"fuseGEMVNorm", fuseGEMVNorm},
-	{"fuseRouterQGEMV", fuseRouterQGEMV},
+	{"fuseRouter", fuseRouter, nil},
+	{"reuseQ8X", reuseQ8X, nil},
+	{"fuseNormQ8X", fuseNormQ8X, nil},
+	{"fuseAttnQ8X", fuseAttnQ8X, nil},
+	{"fuseQGEMVXIn", fuseQGEMVXIn, nil},
+	{"fuseAddNorm", fuseAddNorm, nil},
+	{"fuseGEMVNorm", fuseGEMVNorm, nil},
+	{"fuseRouterQGEMV", fuseRouterQGEMV, nil},
+	{"fuseNormRoPEAttention", nil, fuseNormRoPEAttention},
 }
 
 // FusionNames are the names Options.DisableFusions takes, in order.

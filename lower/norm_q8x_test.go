@@ -262,17 +262,17 @@ func unfuseNormQ8X(l Launch) (norm, q Launch, ok bool) {
 // output into the attention (as AttentionDecode builds it without XQ) and
 // the quantisation it stands for.
 func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
-	if l.Kernel != "attn_decode" || len(l.Args) != attnArgCount || l.Args[attnArgCount-2].Ptr().Null() {
+	if l.Kernel != "attn_decode" || len(l.Args) != attnArgCount || l.Args[attnArgXQ].Ptr().Null() {
 		return Launch{}, Launch{}, false
 	}
 	attn = l
 	attn.Args = append([]Arg(nil), l.Args...)
-	attn.Args[attnArgCount-2], attn.Args[attnArgCount-1] = ptrArg(Ptr{}), ptrArg(Ptr{})
+	attn.Args[attnArgXQ], attn.Args[attnArgXQ+1] = ptrArg(Ptr{}), ptrArg(Ptr{})
 	nh, nkv, d := int(l.Args[attnArgNH].Int), int(l.Args[attnArgNKV].Int), int(l.Args[attnArgD].Int)
 	group := nh / nkv
 	rows := l.Grid[2] / ceilDiv(group, min(group, decodeHeads))
-	q, err := Q8XQuantize(l.DTypes[0], l.Args[attnArgOut].Ptr(), l.Args[attnArgCount-2].Ptr(), rows, nh*d)
-	return attn, q, err == nil && reflect.DeepEqual(l.Args[attnArgCount-1], ptrArg(q8xScales(l.Args[attnArgCount-2].Ptr(), rows, nh*d)))
+	q, err := Q8XQuantize(l.DTypes[0], l.Args[attnArgOut].Ptr(), l.Args[attnArgXQ].Ptr(), rows, nh*d)
+	return attn, q, err == nil && reflect.DeepEqual(l.Args[attnArgXQ+1], ptrArg(q8xScales(l.Args[attnArgXQ].Ptr(), rows, nh*d)))
 }
 
 // quantPlan lowers the first layers of a preset with a quantisation
@@ -310,7 +310,9 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 // each GEMV reading quantised activations must find exactly what it finds
 // in the raw stream.
 func TestDropQ8XPlans(t *testing.T) {
-	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
+	// Without fuseNormRoPEAttention, which TestFuseNormRoPEAttention checks.
+	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16,
+		DisableFusions: []string{"fuseNormRoPEAttention"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -294,12 +294,22 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
     for (int e = 0; e < 4; e++) o[i][e] = num[i][e] / den;
 }
 
-template <typename T, int NCH>
+// Fused q/k norm and rope (NR = 1, fuseNormRoPEAttention in lower): q and
+// this step's k (kx) arrive as the q,k,v GEMV wrote them, and the kernel
+// does what qk_norm_rope (rope.cu) would have done first, with its code
+// (rope_stage, rope_channel) and its rounding to T: each warp its q head
+// (staged in the K tile's space before the first tile), and every block
+// whose keys include pos this token's k head (warp 0, into kT; the block
+// that appends it writes kT to the cache). qw, kw: the norms' weights
+// (null: no norm), eps, inv_freq, rot, attnf: as qk_norm_rope's. Same bits
+// as the two launches.
+template <typename T, int NCH, int NR>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
                 const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
                 const T* gate, long long ldg, int G, T* out, float* part_acc, float* part_ml,
-                unsigned int* counters, signed char* xq, float4* xs) {
+                unsigned int* counters, signed char* xq, float4* xs, const float* __restrict__ qw,
+                const float* __restrict__ kw, float eps, const float* __restrict__ inv_freq, int rot, float attnf) {
   pdl_wait();
   extern __shared__ __align__(16) float dec_smem[];
   const int VN = DecVec<T>::N;
@@ -344,10 +354,28 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   float* Ks = qs + hb * d4;                // [DEC_TILE][kp]
   float* Vs = Ks + DEC_TILE * kp;          // [DEC_TILE][d4]
 
-  // q first: it does not wait for pos.
-  for (int c = lane; c < d4; c += 32) qs[warp * d4 + c] = active && c < d ? to_f32(q[head * d + c]) : 0.f;
-
-  int p = *pos;
+  int p;
+  // NR: q and k heads staged with 4 channels a lane where qk_norm_rope
+  // would have (its vector path: d and the pointers aligned to 4 values).
+  const bool nr4 = (d & 3) == 0 && ((((unsigned long long)q) | ((unsigned long long)kx)) & (4 * sizeof(T) - 1)) == 0;
+  if constexpr (NR) {
+    p = *pos;
+    if (active) {  // uniform per warp
+      float* b = Ks + warp * d;
+      if (nr4)
+        rope_stage<4, T>(d, q + head * d, b, qw, eps);
+      else
+        rope_stage<1, T>(d, q + head * d, b, qw, eps);
+      for (int c = lane; c < d4; c += 32)
+        qs[warp * d4 + c] = c < d ? to_f32(from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf))) : 0.f;
+    } else {
+      for (int c = lane; c < d4; c += 32) qs[warp * d4 + c] = 0.f;
+    }
+  } else {
+    // q first: it does not wait for pos.
+    for (int c = lane; c < d4; c += 32) qs[warp * d4 + c] = active && c < d ? to_f32(q[head * d + c]) : 0.f;
+    p = *pos;
+  }
   int last = p;
   if (window == 0 && last >= slots) last = slots - 1;  // guard only: the host keeps p < slots
   int first = window > 0 ? max(0, p - window + 1) : 0;
@@ -358,7 +386,27 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   long long rowstride = (long long)nkv * d;
   bool fresh = kx != nullptr;  // this step's k, v come from kx, vx
 
-  if (fresh && hz == 0 && p >= j0 && p < j1) {
+  T* kT = reinterpret_cast<T*>(Vs + DEC_TILE * d4);  // NR: this token's k head, normalised and rotated
+  if constexpr (NR) {
+    if (fresh && p >= j0 && p < j1) {  // uniform per block
+      if (warp == 0) {
+        float* b = Ks + hb * d;  // past the q heads' staging
+        if (nr4)
+          rope_stage<4, T>(d, kx + (long long)kvh * d, b, kw, eps);
+        else
+          rope_stage<1, T>(d, kx + (long long)kvh * d, b, kw, eps);
+        for (int c = lane; c < d; c += 32) kT[c] = from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf));
+      }
+      __syncthreads();
+      if (hz == 0) {
+        long long dst = (long long)att_slot(p, window) * rowstride + (long long)kvh * d;
+        for (int c = tid; c < d; c += nthr) {
+          kc[dst + c] = kT[c];
+          vc[dst + c] = vx[(long long)kvh * d + c];
+        }
+      }
+    }
+  } else if (fresh && hz == 0 && p >= j0 && p < j1) {
     long long dst = (long long)att_slot(p, window) * rowstride + (long long)kvh * d;
     for (int c = tid; c < d; c += nthr) {
       kc[dst + c] = kx[(long long)kvh * d + c];
@@ -398,7 +446,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
             const T* ks;
             const T* vs;
             if (fresh && j == p) {
-              ks = kx + (long long)kvh * d + tc;
+              ks = NR ? kT + tc : kx + (long long)kvh * d + tc;
               vs = vx + (long long)kvh * d + tc;
             } else {
               int slot = s0 + kk;  // att_slot(j, window): kk < DEC_TILE <= window
@@ -434,7 +482,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
         float kv = 0.f, vv = 0.f;
         if (c < d) {
           if (fresh && j == p) {
-            kv = to_f32(kx[(long long)kvh * d + c]);
+            kv = to_f32(NR ? kT[c] : kx[(long long)kvh * d + c]);
             vv = to_f32(vx[(long long)kvh * d + c]);
           } else {
             long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;

@@ -132,6 +132,20 @@ __device__ __forceinline__ void norm_q8x(const float* v, bool has, int c, signed
   if ((c & 3) == 0) xs[c >> 2] = make_float4(d, d * (float)s, d * (float)s16, 0.f);
 }
 
+// norm_out8 writes chunk c of a normed row (o: 8 values, has: c is in the
+// row) and, with Q8, its int8 copy of the values as stored (norm_q8x: the
+// whole warp takes part, has or not).
+template <bool Q8, typename To>
+__device__ __forceinline__ void norm_out8(const float (&o)[8], bool has, int c, To* out, signed char* xq, float4* xs) {
+  if (has) norm_store8(out + 8 * c, o);
+  if (Q8) {
+    float st[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
+    norm_q8x(st, has, c, xq, xs);
+  }
+}
+
 // norm_row normalises one row with `lanes` threads (a warp, or a block
 // whose warps combine through red) of which this is thread `me`; with Q8
 // it also quantises the row into xq, xs (the row's own).
@@ -392,14 +406,8 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
         if (has) {
 #pragma unroll
           for (int e = 0; e < 8; e++) o[e] = wv[k][e] * (v[k][e] * inv);
-          norm_store8(out + 8 * c, o);
         }
-        if (Q8) {
-          float st[8];
-#pragma unroll
-          for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
-          norm_q8x(st, has, c, xq, xs);
-        }
+        norm_out8<Q8>(o, has, c, out, xq, xs);
       }
     }
     return;
@@ -448,14 +456,8 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
         norm_load8(w + 8 * c, wv);
 #pragma unroll
         for (int e = 0; e < 8; e++) o[e] = wv[e] * (v[e] * inv);
-        norm_store8(out + 8 * c, o);
       }
-      if (Q8) {
-        float st[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) st[e] = has ? to_f32(from_f32<To>(o[e])) : 0.f;
-        norm_q8x(st, has, c, xq, xs);
-      }
+      norm_out8<Q8>(o, has, c, out, xq, xs);
     }
   } else {
     for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = from_f32<To>(w[c] * (norm_ld1<true>(xr + c) * inv));

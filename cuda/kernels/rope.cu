@@ -66,14 +66,13 @@ __device__ __forceinline__ float rope_channel(const float* b, int c, int rot, fl
   return c < half ? b[c] * co - b[c + half] * s : b[c] * co + b[c - half] * s;
 }
 
-// rope_head normalises (w non-null) and rotates one head, STEP channels
-// per lane at a time (4: vector loads and stores). A lane stages, scales
-// and stores the same channels; __syncwarp orders the staging before any
-// partner read, so out may alias x.
+// rope_stage stages one head of xr in b, normalised (w non-null), STEP
+// channels per lane at a time (4: vector loads), and __syncwarp()s so any
+// lane may read any channel (rope_channel reads the rotation partner).
+// rope_head and the decode attention's fused q and k (attention.cu) both
+// stage through it, so their sums run in the same order.
 template <int STEP, typename T>
-__device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b, const float* __restrict__ w,
-                                          float eps, float fp, const float* __restrict__ inv_freq, int rot,
-                                          float attn) {
+__device__ __forceinline__ void rope_stage(int d, const T* xr, float* b, const float* __restrict__ w, float eps) {
   int lane = threadIdx.x & 31;
   float ss = 0.f;
   for (int c = lane * STEP; c < d; c += 32 * STEP) {
@@ -97,6 +96,18 @@ __device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b,
       for (int e = 0; e < STEP; e++) b[c + e] = w[c + e] * (b[c + e] * inv);
   }
   __syncwarp();
+}
+
+// rope_head normalises (w non-null) and rotates one head, STEP channels
+// per lane at a time (4: vector loads and stores). A lane stages, scales
+// and stores the same channels; the staging is done before any partner
+// read (rope_stage), so out may alias x.
+template <int STEP, typename T>
+__device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b, const float* __restrict__ w,
+                                          float eps, float fp, const float* __restrict__ inv_freq, int rot,
+                                          float attn) {
+  int lane = threadIdx.x & 31;
+  rope_stage<STEP, T>(d, xr, b, w, eps);
   for (int c = lane * STEP; c < d; c += 32 * STEP) {
     float y[STEP];
 #pragma unroll

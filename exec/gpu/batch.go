@@ -31,7 +31,7 @@ type batchState struct {
 	progs   map[int]*program        // bucket -> batched decode program
 	graphs  map[int]*cuda.GraphExec // bucket -> its captured graph
 	runs    map[int]int             // bucket -> steps run
-	slotPre map[[2]int]*program     // (slot >= 1, T) -> prefill program bound to the slot's caches
+	slotPre map[[3]int]*program     // (slot >= 1, T, tail) -> prefill program bound to the slot's caches
 	rows    []int32                 // upload staging: tokens, pos, seq
 }
 
@@ -41,7 +41,7 @@ func (b *batchState) init(p *lower.Plan) {
 	b.progs = map[int]*program{}
 	b.graphs = map[int]*cuda.GraphExec{}
 	b.runs = map[int]int{}
-	b.slotPre = map[[2]int]*program{}
+	b.slotPre = map[[3]int]*program{}
 }
 
 func (b *batchState) close() error {
@@ -116,10 +116,15 @@ func (e *Executor) RewindSlot(slot, n int) error {
 // [T*V] and argmax [T] of all T rows, segments in order.
 func (e *Executor) Step(segs []Segment) ([]float32, []int32, error) { return e.step(segs, logitsAll) }
 
-// StepLast is Step copying only each segment's last row of logits to the
-// host: [len(segs)*V], segment i's row at i*V, with every row's argmax
-// [T] (engine.LastRowBatcher). A server's prompt chunk of 2048 tokens has
-// 822 MB of f32 logits at Laguna's vocabulary, of which it samples one row.
+// StepLast is Step computing and copying only each segment's last row of
+// logits: [len(segs)*V], segment i's row at i*V, and argmax [T] of which
+// each segment's last row is set, a prompt chunk's other rows 0
+// (engine.LastRowBatcher). A server's prompt chunk of 2048 tokens has 822
+// MB of f32 logits at Laguna's vocabulary, of which it samples one row; so
+// after the last attention a prompt segment runs its tail (the last
+// layer's MLP or experts, the final norm, the LM head) on its last row
+// alone (lower.AtTail, as lagc run's prefill): that row equals Step's
+// within rounding, not bit for bit, and depends on its sequence alone.
 func (e *Executor) StepLast(segs []Segment) ([]float32, []int32, error) {
 	return e.step(segs, logitsLast)
 }
@@ -205,17 +210,27 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 
 // prefillSlot feeds a prompt chunk (or chunks) to slot on the prefill
 // schedule bound to the slot's caches, writing the rows of logits asked
-// for (all from lg[0], or the last alone at lg[0]) and every argmax to lg
-// and nx.
+// for (all from lg[0], or the last alone at lg[0]) and the argmax of the
+// rows computed to lg and nx: every row's, or with the last row's logits
+// alone, the last row's (its tail runs on that row; earlier chunks skip
+// theirs).
 func (e *Executor) prefillSlot(slot int, tokens []int32, rows logitRows, lg []float32, nx []int32) error {
 	chunk := e.plan.Prefill.Tokens
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
 		T, at := len(part), e.SlotLen(slot)
+		last := s+T == len(tokens)
+		tail := lower.TailAll
+		if rows == logitsLast {
+			tail = lower.TailNone
+			if last {
+				tail = lower.TailLast
+			}
+		}
 		if err := e.upload(part, at); err != nil {
 			return err
 		}
-		p, err := e.slotPrefill(slot, T)
+		p, err := e.slotPrefill(slot, T, tail)
 		if err != nil {
 			return err
 		}
@@ -226,14 +241,14 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, rows logitRows, lg []fl
 		if rows == logitsLast {
 			off = 0
 		}
-		l, n, err := e.readOut(p, T, rows.ofChunk(s+T == len(tokens)))
+		l, n, err := e.readOut(p, T, rows.ofChunk(last))
 		if err != nil {
 			return err
 		}
 		if l != nil {
 			copy(lg[off:], l)
 		}
-		copy(nx[s:], n)
+		copy(nx[s+T-len(n):], n) // a tail on the last row: its argmax alone
 		if e.prof != nil {
 			if err := e.prof.collect(lower.Prefill); err != nil {
 				return err
@@ -256,16 +271,17 @@ func (e *Executor) upload(tokens []int32, at int) error {
 	return cuda.Upload(e.q, e.pos, pos)
 }
 
-// slotPrefill is the prefill program of T tokens bound to slot's caches.
-func (e *Executor) slotPrefill(slot, T int) (*program, error) {
+// slotPrefill is the prefill program of T tokens bound to slot's caches,
+// its tail on every row, the last or none (lower.AtTail).
+func (e *Executor) slotPrefill(slot, T int, tail lower.Tail) (*program, error) {
 	if slot == 0 {
-		return e.prefillAt(T)
+		return e.prefillTailAt(T, tail)
 	}
-	key := [2]int{slot, T}
+	key := [3]int{slot, T, int(tail)}
 	if p := e.batch.slotPre[key]; p != nil {
 		return p, nil
 	}
-	launches, err := e.plan.At(e.plan.Prefill, T)
+	launches, err := e.plan.AtTail(e.plan.Prefill, T, tail)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +291,7 @@ func (e *Executor) slotPrefill(slot, T int) (*program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prefill at T=%d for slot %d: %w", T, slot, err)
 	}
+	p.tail = tail
 	// A slot's full chunks recur; short chunks are each prompt's last.
 	if len(e.batch.slotPre) >= 4*len(e.batch.lens) {
 		clear(e.batch.slotPre)

@@ -153,9 +153,10 @@ var batchTraceModels = []string{"synthetic-tiny", "laguna-s-2.1", "laguna-s-2.1-
 func runBatchTrace(t testing.TB, ex *Executor, rec *Recorder) string {
 	t.Helper()
 	var b strings.Builder
+	run := ex.Step
 	step := func(what string, segs []Segment) {
 		rec.Reset()
-		if _, _, err := ex.Step(segs); err != nil {
+		if _, _, err := run(segs); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		fmt.Fprintf(&b, "# %s\n", what)
@@ -174,6 +175,9 @@ func runBatchTrace(t testing.TB, ex *Executor, rec *Recorder) string {
 	step("slot 3: prefill 5 tokens", []Segment{{Slot: 3, Tokens: []int32{1, 2, 3, 4, 5}}})
 	step("decode rows of slots 0, 3, 5 and a 4-token prompt in slot 7", append(rows(0, 3, 5), Segment{Slot: 7, Tokens: []int32{4, 3, 2, 1}}))
 	step("decode rows of 9 slots", rows(0, 1, 2, 3, 5, 7, 8, 9, 15))
+	// StepLast: the prompt's tail (after the last attention) on its last row.
+	run = ex.StepLast
+	step("StepLast: decode rows of slots 0, 3 and a 6-token prompt in slot 4", append(rows(0, 3), Segment{Slot: 4, Tokens: []int32{6, 5, 4, 3, 2, 1}}))
 	return b.String()
 }
 

@@ -1,0 +1,105 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/lower"
+)
+
+// TestNormRoPEAttentionGPU: the decode attention doing the q/k norm and
+// rotation itself (lower.NormRoPEAttention, attn_decode NR = 1) gives the
+// bits of qk_norm_rope then attn_decode, in its output and in the caches
+// (the appended k is the rotated one), over full and sliding layers, with
+// and without splits, norms and partial rotation, both dtypes.
+func TestNormRoPEAttentionGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() })
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, c := range []struct {
+		nh, nkv, d, window, slots, pos, rot, splits int
+		norm                                        bool
+		attnf                                       float32
+	}{
+		{72, 8, 128, 512, 512, 700, 128, 0, true, 1},       // S-2.1 sliding, the ring wrapped
+		{48, 8, 128, 0, 4096, 530, 64, 0, true, 1.3465736}, // S-2.1 full: partial rotation, YaRN's factor
+		{48, 8, 128, 0, 4096, 0, 64, 4, true, 1},           // the first token
+		{8, 2, 40, 0, 256, 100, 40, 3, false, 1},           // no norm, d not a multiple of 32
+		{4, 1, 6, 9, 9, 30, 4, 0, true, 1},                 // d = 6: one channel a lane
+		{40, 2, 64, 16, 16, 40, 32, 2, true, 1},            // 20 heads a kv head: two head blocks
+	} {
+		for _, dt := range DTypes {
+			t.Run(fmt.Sprintf("nh%d-nkv%d-d%d-w%d-p%d-rot%d-s%d-norm%v/%v", c.nh, c.nkv, c.d, c.window, c.pos, c.rot, c.splits, c.norm, dt), func(t *testing.T) {
+				row := (c.nh + 2*c.nkv) * c.d // q, k, v of one token
+				qkv0 := randF32(r, row, 1)
+				cacheN := int64(c.slots * c.nkv * c.d * dt.Size())
+				kc0, vc0 := randF32(r, c.slots*c.nkv*c.d, 1), randF32(r, c.slots*c.nkv*c.d, 1)
+				var wq, wk lower.Ptr
+				if c.norm {
+					wq, wk = ptr(upload(t, k, s, cuda.F32, randF32(r, c.d, 1))), ptr(upload(t, k, s, cuda.F32, randF32(r, c.d, 1)))
+				}
+				inv := make([]float32, c.rot/2)
+				for i := range inv {
+					inv[i] = float32(1 / (1 + float64(i)*float64(i)))
+				}
+				table := lower.RoPETable{InvFreq: ptr(upload(t, k, s, cuda.F32, inv)), RotaryDim: c.rot, AttnFactor: c.attnf}
+				pos := uploadI32(t, k, s, []int32{int32(c.pos)})
+				ws := alloc(t, k, max(lower.DecodeWorkspace(128, c.nh, c.d), 16))
+				cnt := alloc(t, k, max(lower.DecodeCounters(1, c.nh, c.nkv), 4))
+				if err := s.Memset8(cnt, 0, max(lower.DecodeCounters(1, c.nh, c.nkv), 4)); err != nil {
+					t.Fatal(err)
+				}
+				type run struct{ qkv, kc, vc, out cuda.DevicePtr }
+				// launches: the rope then the attention over r's buffers.
+				launches := func(b run) (lower.Launch, lower.Launch) {
+					x := ptr(b.qkv)
+					n, err := lower.NormRoPE(lower.NormRoPEArgs{DType: dt.String(), Out: x, X: x, LD: row, T: 1, NQ: c.nh, NK: c.nkv, D: c.d,
+						WQ: wq, WK: wk, Eps: 1e-6, Pos: ptr(pos), Table: table})
+					if err != nil {
+						t.Fatal(err)
+					}
+					esz := int64(dt.Size())
+					as, err := lower.AttentionDecode(lower.AttentionDecodeArgs{DType: dt.String(),
+						Cache: lower.Cache{K: ptr(b.kc), V: ptr(b.vc), NKV: c.nkv, HeadDim: c.d, Window: c.window, Slots: c.slots},
+						Out:   ptr(b.out), Q: x, K: x.At(int64(c.nh*c.d) * esz), V: x.At(int64((c.nh+c.nkv)*c.d) * esz), Pos: ptr(pos),
+						NH: c.nh, Scale: 0.125, Workspace: ptr(ws), Counters: ptr(cnt), Splits: c.splits, SMs: k.SMs()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return n, as[0]
+				}
+				fresh := func() run {
+					return run{upload(t, k, s, dt, qkv0), upload(t, k, s, dt, kc0), upload(t, k, s, dt, vc0), alloc(t, k, int64(c.nh*c.d*dt.Size()))}
+				}
+				want, got := fresh(), fresh()
+				n, a := launches(want)
+				if err := k.on(s).all([]lower.Launch{n, a}, nil); err != nil {
+					t.Fatal(err)
+				}
+				n2, a2 := launches(got)
+				f, err := lower.NormRoPEAttention(n2, a2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := k.on(s).all([]lower.Launch{f}, nil); err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range []struct {
+					what      string
+					got, want cuda.DevicePtr
+					n         int
+				}{{"output", got.out, want.out, c.nh * c.d}, {"k cache", got.kc, want.kc, int(cacheN) / dt.Size()},
+					{"v cache", got.vc, want.vc, int(cacheN) / dt.Size()}} {
+					g, w := download(t, s, dt, b.got, b.n), download(t, s, dt, b.want, b.n)
+					for i := range w {
+						if g[i] != w[i] && !(g[i] != g[i] && w[i] != w[i]) {
+							t.Fatalf("%s %d: %g, the two launches' %g", b.what, i, g[i], w[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
