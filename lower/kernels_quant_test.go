@@ -279,3 +279,38 @@ func TestQGEMVShapeFor(t *testing.T) {
 		t.Errorf("q,k,v,gate GEMV of %d blocks at 2048 groups, want 355", b)
 	}
 }
+
+// TestDecodeSplitsOption: Options.DecodeSplits sets every decode
+// attention's blocks per kv head (grid x), counters and partials follow,
+// and a count out of range is an error.
+func TestDecodeSplitsOption(t *testing.T) {
+	splits := func(o Options) []int {
+		p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []int
+		for _, st := range p.Decode.Steps {
+			for _, l := range st.Launches {
+				if l.Kernel == "attn_decode" {
+					n = append(n, l.Grid[0])
+				}
+			}
+		}
+		return n
+	}
+	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 512}
+	if got := splits(o); !slices.Equal(got, []int{16, 16}) {
+		t.Errorf("decode attention splits %v by default at 512 slots, want [16 16]", got)
+	}
+	for _, n := range []int{1, 4, 48} {
+		o.DecodeSplits = n
+		if got := splits(o); !slices.Equal(got, []int{n, n}) {
+			t.Errorf("DecodeSplits %d: decode attention splits %v", n, got)
+		}
+	}
+	o.DecodeSplits = MaxSplits + 1
+	if _, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", o); err == nil || !strings.Contains(err.Error(), "splits") {
+		t.Errorf("DecodeSplits %d: error %v, want one about splits", o.DecodeSplits, err)
+	}
+}

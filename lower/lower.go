@@ -48,6 +48,9 @@ type Options struct {
 	// QGEMVGroups is the quantised GEMVs' warp-group target (QGEMVShape;
 	// 0: QGEMVGroupsDefault; A/B timing).
 	QGEMVGroups int
+	// DecodeSplits forces the decode attention's blocks per kv head
+	// (0: DecodeSplits' choice from the cache's capacity; A/B timing).
+	DecodeSplits int
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -71,6 +74,9 @@ func (o *Options) fill() error {
 	}
 	if o.MaxContext < 1 {
 		return fmt.Errorf("lower: context length must be positive, got %d", o.MaxContext)
+	}
+	if o.DecodeSplits < 0 || o.DecodeSplits > MaxSplits {
+		return fmt.Errorf("lower: decode attention splits must be 0 (lower's choice) to %d, got %d", MaxSplits, o.DecodeSplits)
 	}
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
@@ -107,7 +113,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

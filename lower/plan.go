@@ -58,6 +58,8 @@ type Plan struct {
 	DisableFusions []string `json:"disable_fusions,omitempty"`
 	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).
 	QGEMVGroups int `json:"qgemv_groups,omitempty"`
+	// DecodeSplits: the decode attention's forced split count (Options.DecodeSplits).
+	DecodeSplits int `json:"decode_splits,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`

@@ -55,7 +55,7 @@ func attentionRule(c *stepCtx, gate OutputGate) ([]Launch, error) {
 		}
 		a := AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
 			Pos: c.in[3], NH: nh, Scale: scale, Gate: gate, Workspace: Ptr{BaseWorkspace, attentionQ8XReserve(rows, nh, kv.HeadDim)},
-			Counters: Ptr{BaseSync, 0}, SMs: c.p.SMs}
+			Counters: Ptr{BaseSync, 0}, Splits: c.decodeSplits(kv), SMs: c.p.SMs}
 		if c.batch {
 			// One decode row per sequence: each appends its k, v to its
 			// slot's caches and attends over them.
@@ -123,7 +123,16 @@ func attentionScratch(c *stepCtx) (int64, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return attentionQ8XReserve(rows, nh, kv.HeadDim) + int64(rows)*DecodeWorkspace(DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)), nh, kv.HeadDim), 0, nil
+	return attentionQ8XReserve(rows, nh, kv.HeadDim) + int64(rows)*DecodeWorkspace(c.decodeSplits(kv), nh, kv.HeadDim), 0, nil
+}
+
+// decodeSplits is the decode attention's split count over the cache kv:
+// Options.DecodeSplits where given, else DecodeSplits.
+func (c *stepCtx) decodeSplits(kv KV) int {
+	if c.p.DecodeSplits > 0 {
+		return c.p.DecodeSplits
+	}
+	return DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs))
 }
 
 // attentionQ8XReserve is the start of the workspace a decode attention
@@ -141,7 +150,7 @@ func attentionCounters(c *stepCtx) (int64, error) {
 		return 0, nil
 	}
 	nh, kv, err := c.attentionHeads()
-	if err != nil || DecodeSplits(kv.Slots, kv.NKV, sms(c.p.SMs)) == 1 {
+	if err != nil || c.decodeSplits(kv) == 1 {
 		return 0, err
 	}
 	return DecodeCounters(rows, nh, kv.NKV), nil

@@ -26,7 +26,8 @@ type Config struct {
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
 // LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
-// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS and LAGC_QGEMV_GROUPS included), so
+// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and LAGC_DECODE_SPLITS
+// included), so
 // that a plan made without the device is the one the executor would run on
 // this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
@@ -42,10 +43,18 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 		}
 		groups = n
 	}
+	splits := 0
+	if v := os.Getenv("LAGC_DECODE_SPLITS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > lower.MaxSplits {
+			return lower.Options{}, fmt.Errorf("LAGC_DECODE_SPLITS=%q: expected 1 to %d blocks per kv head", v, lower.MaxSplits)
+		}
+		splits = n
+	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		CublasLt: UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups}, nil
+		CublasLt: UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups, DecodeSplits: splits}, nil
 }
 
 // disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream
