@@ -77,14 +77,7 @@ func (e *Executor) prefillChunk(part []int32, rows logitRows, tail lower.Tail) (
 // Prefill feeds tokens without copying logits to the host (benchmarks and
 // callers that need only the argmax); it returns the argmax of every row.
 func (e *Executor) Prefill(tokens []int32) ([]int32, error) {
-	if e.next+len(tokens) > e.plan.MaxContext {
-		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
-	}
-	_, next, err := e.prefillTokens(tokens, logitsNone, false)
-	if err != nil {
-		e.broken = true
-	}
-	return next, err
+	return e.prefillArgmax(tokens, false)
 }
 
 // PrefillTail is Prefill computing, after the last layer's attention,
@@ -94,18 +87,29 @@ func (e *Executor) PrefillTail(tokens []int32) (int32, error) {
 	if len(tokens) == 0 {
 		return 0, fmt.Errorf("gpu: prefill: no tokens")
 	}
-	if e.next+len(tokens) > e.plan.MaxContext {
-		return 0, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
-	}
-	_, next, err := e.prefillTokens(tokens, logitsNone, true)
-	if err == nil && len(next) != 1 {
-		err = fmt.Errorf("gpu: prefill: %d argmax values for the last token", len(next))
-	}
+	next, err := e.prefillArgmax(tokens, true)
 	if err != nil {
-		e.broken = true
 		return 0, err
 	}
+	if len(next) != 1 {
+		e.broken = true
+		return 0, fmt.Errorf("gpu: prefill: %d argmax values for the last token", len(next))
+	}
 	return next[0], nil
+}
+
+// prefillArgmax prefills tokens without copying logits (tail: the last
+// row only after the last attention) and returns the argmax values; a
+// failure marks the sequence broken.
+func (e *Executor) prefillArgmax(tokens []int32, tail bool) ([]int32, error) {
+	if e.next+len(tokens) > e.plan.MaxContext {
+		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
+	}
+	_, next, err := e.prefillTokens(tokens, logitsNone, tail)
+	if err != nil {
+		e.broken = true
+	}
+	return next, err
 }
 
 // DecodeNext runs one decode step without copying logits and returns the

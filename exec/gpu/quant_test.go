@@ -533,7 +533,9 @@ func BenchmarkQGEMV(b *testing.B) {
 // (attention and shared expert in q8_0) in every shape qgemv takes (nw
 // rows a warp group, split warps a group; nw0_split0 is lower's choice),
 // each iteration on the next of enough copies of the matrix to pass the
-// H200's 50 MiB L2, so the weights come from HBM as in a decode step.
+// H200's 50 MiB L2, so the weights come from HBM as in a decode step;
+// l2 is lower's choice on one copy, which stays in L2: how far a GEMV's
+// time is its HBM traffic and how far its own latency.
 func BenchmarkQGEMVShapes(b *testing.B) {
 	m := newMMBench(b)
 	sh := s21(b)
@@ -555,6 +557,11 @@ func BenchmarkQGEMVShapes(b *testing.B) {
 				shapes = append(shapes, [2]int{nw, split})
 			}
 		}
+		b.Run(fmt.Sprintf("%s/%s/l2", qt, c.name), func(b *testing.B) {
+			m.run(b, float64(wb), 2*float64(c.N*c.K), func() error {
+				return m.k.QGEMV(m.s, QGEMVArgs{T: 1, K: c.K, N: c.N, WType: qt, WRows: c.N, YType: cuda.BF16, W: ws[0], XQ: xq, Y: y})
+			})
+		})
 		for _, sp := range shapes {
 			b.Run(fmt.Sprintf("%s/%s/nw%d_split%d", qt, c.name, sp[0], sp[1]), func(b *testing.B) {
 				i := 0
@@ -673,8 +680,9 @@ func BenchmarkQMoE(b *testing.B) {
 	m := newMMBench(b)
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
-	// Each iteration routes to another of sets choices of K experts, so
-	// that the weights come from HBM, not from L2 (50 MB on an H200).
+	// hbm: each iteration routes to another of sets choices of K experts,
+	// so that the weights come from HBM, not from L2 (50 MB on an H200);
+	// l2: the same K experts every iteration.
 	const sets = 16
 	cases := qmoeBenchCases()
 	for _, c := range cases {
@@ -710,12 +718,26 @@ func BenchmarkQMoE(b *testing.B) {
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
 			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
 			bytes := float64(K) * float64(gb+db) / E
-			i := 0
-			m.run(b, bytes, 2*float64(K)*3*I*H, func() error {
-				a.IDs, a.Weights = idp.Add(int64(4*K*(i%sets))), wtp.Add(int64(4*K*(i%sets)))
-				i++
-				return m.k.QMoE(m.s, a)
-			})
+			for _, l2 := range []bool{false, true} {
+				// l2: the same experts every iteration, their weights
+				// staying in L2 (how far the time is HBM traffic).
+				name := "hbm"
+				if l2 {
+					name = "l2"
+				}
+				b.Run(name, func(b *testing.B) {
+					i := 0
+					m.run(b, bytes, 2*float64(K)*3*I*H, func() error {
+						set := i % sets
+						if l2 {
+							set = 0
+						}
+						a.IDs, a.Weights = idp.Add(int64(4*K*set)), wtp.Add(int64(4*K*set))
+						i++
+						return m.k.QMoE(m.s, a)
+					})
+				})
+			}
 		})
 	}
 }
