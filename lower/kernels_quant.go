@@ -279,16 +279,13 @@ type QMoEForce struct {
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
 	DownAll                               bool `json:",omitempty"`
 	TileRows                              int  `json:",omitempty"`
-	// WarpSpec runs the prefill's quantised grouped GEMMs on
-	// gemm_wgmma_qws (a warpgroup dequantising for two multiplying).
-	WarpSpec bool `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ws"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
-// at once; the prefill grouped GEMMs' token tile and warp-specialised
-// kernel. QMoE and hopperQTileRows check the values.
+// at once; the prefill grouped GEMMs' token tile. QMoE and
+// hopperQTileRows check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -300,10 +297,6 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			f.DownAll = true
 			continue
 		}
-		if kv == "ws" {
-			f.WarpSpec = true
-			continue
-		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
@@ -312,7 +305,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ws)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows)", s, k)
 		}
 		*field = n
 	}
@@ -663,12 +656,8 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	bn := 32 * l.MI // the schedule's token tile (hopperQTileRows)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		name, threads := "gemm_wgmma_q", 384
-		if a.QMoE.WarpSpec {
-			name, threads = "gemm_wgmma_qws", 512
-		}
-		return kernel("gemm_hopper.cu", name, []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1},
-			dims(sm), dims(threads), hopperQSmem(t, bn),
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1},
+			dims(sm), dims(384), hopperQSmem(t, bn),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}

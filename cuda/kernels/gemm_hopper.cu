@@ -491,36 +491,6 @@ template <int QT> struct WqCfg {
   static constexpr int QB = QA<QT>::QB;
 };
 
-// wq_epilogue writes a consumer warpgroup's tile: acc register i of chunk
-// j = i/4 is fragment row (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 +
-// (i&1) of the tile (gemm_wgmma_q and gemm_wgmma_qws).
-template <typename TY, int BN, int EPI>
-__device__ __forceinline__ void wq_epilogue(const float (&acc)[BN / 2], const RowTile& rt, int f0, int c, int warp, int g,
-                                            int tq4, int N, TY* __restrict__ y) {
-  const int fa_out = f0 + (EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g);
-#pragma unroll
-  for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-      const int tok = 8 * j + 2 * tq4 + q;
-      if (tok >= rt.rows) continue;
-      const long long yrow = (long long)(rt.m0 + tok) * N;
-      const float va = acc[4 * j + q], vb = acc[4 * j + 2 + q];
-      if constexpr (EPI == 2) {
-        if (fa_out < N) y[yrow + fa_out] = from_f32<TY>(silu_h(va) * vb);
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int f = fa_out + 8 * h;
-          if (f >= N) continue;
-          float v = h ? vb : va;
-          if constexpr (EPI == 1) v += to_f32(y[yrow + f]);
-          y[yrow + f] = from_f32<TY>(v);
-        }
-      }
-    }
-}
-
 template <typename TY, int QT, int BN, int EPI, int GROUPED>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
@@ -626,154 +596,29 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
     wg_pin(acc);
     if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
 
-    wq_epilogue<TY, BN, EPI>(acc, rt, f0, c, warp, g, tq4, N, y);
-  }
-}
-
-// gemm_wgmma_qws is gemm_wgmma_q with the dequantisation given to a
-// warpgroup of its own (warp specialisation): in gemm_wgmma_q each
-// consumer dequantises its A tile, fences, waits at a barrier and only
-// then multiplies (Nsight, the grouped q4_k experts of a 2048-token
-// prefill: tensor pipe 41% active, the barrier, the proxy fence and the
-// scale loads the most stalled instructions). Here:
-//   warpgroup 0  one thread issues the TMA copies, as gemm_wgmma_q's
-//   warpgroup 1  dequantises each stage's 128 rows (a thread a row, both
-//                halves, QA<QT>::tile as gemm_wgmma_q's consumers call it)
-//                into one of DS bf16 A slots, fences and arrives on its
-//                `dqfull` barrier; it arrives on the stage's `empty` once
-//                it has read the quant bytes
-//   warpgroups 2, 3  multiply: wait for the stage's tokens (`full`) and
-//                the A slot, run the MMAs, and release both (`empty`,
-//                `dqempty`) when the next stage's MMAs are issued
-// The A tiles hold the same bf16 values in the same swizzled layout as
-// gemm_wgmma_q's and the MMAs run in the same order, so y gets the same
-// bits. Shared memory as gemm_wgmma_q's (its two A buffers a warpgroup are
-// the DS = 2 slots of two tiles here).
-template <typename TY, int QT, int BN, int EPI, int GROUPED>
-__global__ void __launch_bounds__(512, 1) gemm_wgmma_qws(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
-                                                         const unsigned char* __restrict__ w, long long wrows, int row0, int T,
-                                                         int N, int K, TY* __restrict__ y, int up_row,
-                                                         const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                         int expert_rows) {
-  pdl_wait();
-  constexpr int QB = QA<QT>::QB;
-  constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
-  constexpr int DS = 2, DQ = DS * 2 * 8192;  // A slots of two 64 x 64 bf16 tiles
-  constexpr int ST = (200 * 1024 - DQ) / STAGE < 8 ? (200 * 1024 - DQ) / STAGE : 8;
-  constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST], dqfull_bar[DS], dqempty_bar[DS];
-  unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
-  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-  if (threadIdx.x == 0) {
+    // Epilogue: acc register i of chunk j = i/4 is fragment row
+    // (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 + (i&1) of the tile.
+    const int fa_out = f0 + (EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g);
 #pragma unroll
-    for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), 128 + 256);  // the dequantiser's reads and the MMAs
-    }
+    for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-    for (int d = 0; d < DS; d++) {
-      mbar_init(smem_addr(&dqfull_bar[d]), 128);
-      mbar_init(smem_addr(&dqempty_bar[d]), 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const int tilesT = GROUPED ? ntiles[0] : (T + BN - 1) / BN, tilesF = (N + FW - 1) / FW, ntile = tilesT * tilesF;
-  const int nk = K / 64;
-
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (tid == 0) {
-      int it = 0;
-      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-        const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
-        const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-        const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
-        for (int kb = 0; kb < nk; kb++, it++) {
-          const int s = it % ST;
-          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-          const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
-          mbar_expect_tx(fb, STAGE);
-          tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
-          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
-          tma_load_2d(sq, &tq, qc, r0, fb);
-          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+      for (int q = 0; q < 2; q++) {
+        const int tok = 8 * j + 2 * tq4 + q;
+        if (tok >= rt.rows) continue;
+        const long long yrow = (long long)(rt.m0 + tok) * N;
+        const float va = acc[4 * j + q], vb = acc[4 * j + 2 + q];
+        if constexpr (EPI == 2) {
+          if (fa_out < N) y[yrow + fa_out] = from_f32<TY>(silu_h(va) * vb);
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int f = fa_out + 8 * h;
+            if (f >= N) continue;
+            float v = h ? vb : va;
+            if constexpr (EPI == 1) v += to_f32(y[yrow + f]);
+            y[yrow + f] = from_f32<TY>(v);
+          }
         }
       }
-    }
-    return;
-  }
-
-  if (wg == 1) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 136;");
-    // Thread tid dequantises the stage's quant row tid into row dr of
-    // consumer dc's tile (the inverse of gemm_wgmma_q's dq_q): rows 0..63
-    // of the stage are the first box (gate rows with SwiGLU), 64.. the
-    // second.
-    const int q = tid, h = q >> 6, l = q & 63;
-    const int dc = EPI == 2 ? l >> 5 : h, dr = EPI == 2 ? 16 * ((l & 31) >> 3) + 8 * h + (l & 7) : l;
-    int it = 0;
-    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-      const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
-      const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-      const long long grow = EPI == 2 ? min((long long)(h ? up_row : 0) + rt.wrow + f0 + l, wrows - 1)
-                                      : min((long long)rt.wrow + f0 + q, wrows - 1);
-      typename QA<QT>::Pre p0 = QA<QT>::pre(w, wrows, grow, K, 0, 0), p1 = QA<QT>::pre(w, wrows, grow, K, 0, 1);
-#pragma unroll 1
-      for (int kb = 0; kb < nk; kb++, it++) {
-        const int s = it % ST, d = it % DS;
-        typename QA<QT>::Pre n0 = p0, n1 = p1;
-        if (kb + 1 < nk) n0 = QA<QT>::pre(w, wrows, grow, K, kb + 1, 0), n1 = QA<QT>::pre(w, wrows, grow, K, kb + 1, 1);
-        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-        mbar_wait(smem_addr(&dqempty_bar[d]), ((it / DS) & 1) ^ 1);
-        const unsigned qrow = smem_addr(smem + s * STAGE + X_BYTES + q * QB);
-        const unsigned drow = smem_addr(smem + ST * STAGE + (2 * d + dc) * 8192 + dr * 128);
-        QA<QT>::tile(qrow, p0, 0, drow, dr);
-        QA<QT>::tile(qrow, p1, 1, drow, dr);
-        p0 = n0, p1 = n1;
-        mbar_arrive(smem_addr(&empty_bar[s]));  // its quant bytes are read
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_arrive(smem_addr(&dqfull_bar[d]));
-      }
-    }
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 168;");
-  const int c = wg - 2, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
-  float acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
-  int it = 0;
-  for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-    const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
-    const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-    int prev = -1, prevd = -1;
-    wg_pin(acc);
-#pragma unroll 1
-    for (int kb = 0; kb < nk; kb++, it++) {
-      const int s = it % ST, d = it % DS;
-      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-      mbar_wait(smem_addr(&dqfull_bar[d]), (it / DS) & 1);
-      const unsigned sx = smem_addr(smem + s * STAGE), sa = smem_addr(smem + ST * STAGE + (2 * d + c) * 8192);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
-      wg_commit();
-      wg_wait<1>();  // the previous stage's MMAs are done: its stage and A slot are free
-      if (prev >= 0) {
-        mbar_arrive(smem_addr(&empty_bar[prev]));
-        mbar_arrive(smem_addr(&dqempty_bar[prevd]));
-      }
-      prev = s, prevd = d;
-    }
-    wg_wait<0>();
-    wg_pin(acc);
-    if (prev >= 0) {
-      mbar_arrive(smem_addr(&empty_bar[prev]));
-      mbar_arrive(smem_addr(&dqempty_bar[prevd]));
-    }
-    wq_epilogue<TY, BN, EPI>(acc, rt, f0, c, warp, g, tq4, N, y);
   }
 }

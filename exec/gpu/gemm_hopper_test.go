@@ -229,18 +229,15 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 	// The wgmma path's token tiles: as chosen, and the narrower ones
 	// (QTileRows) whose MMAs are of their own widths.
-	type variant struct {
-		cc, rows int
-		ws       bool
-	}
+	type variant struct{ cc, rows int }
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, false}, {90, 64, false}, {90, 96, false}, {90, 0, true}, {0, 0, false}} {
+		for _, v := range []variant{{90, 0}, {90, 64}, {90, 96}, {0, 0}} {
 			cc := v.cc
 			for _, c := range cases {
-				if (v.rows != 0 || v.ws) && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
+				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
 					continue
 				}
-				t.Run(fmt.Sprintf("%s/cc%d/rows%d/ws%v/%+v", qt, cc, v.rows, v.ws, c), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c), func(t *testing.T) {
 					gub := randQuantBlocks(r, qt, 2*c.E*c.I, c.H)
 					db := randQuantBlocks(r, qt, c.E*c.H, c.I)
 					gu := dequantRef(t, qt, gub, 2*c.E*c.I*c.H)
@@ -251,7 +248,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QWarpSpec: v.ws}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}

@@ -63,8 +63,6 @@ type MoEArgs struct {
 	// QTileRows forces the quantised grouped GEMMs' token tile (64, 96 or
 	// 128; zero chooses: lower.QMoEForce.TileRows).
 	QTileRows int
-	// QWarpSpec runs them on gemm_wgmma_qws (lower.QMoEForce.WarpSpec).
-	QWarpSpec bool
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -79,7 +77,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, WarpSpec: a.QWarpSpec}}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows}}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
