@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -26,35 +27,40 @@ type Config struct {
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
 // LAGC_PREFILL_ATTN=ffma, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
-// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and LAGC_DECODE_SPLITS
-// included), so
-// that a plan made without the device is the one the executor would run on
-// this machine.
+// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and
+// LAGC_DECODE_SPLITS included), so that a plan made without the device is
+// the one the executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
 	if err != nil {
 		return lower.Options{}, fmt.Errorf("LAGC_QMOE_SHAPE: %w", err)
 	}
-	groups := 0
-	if v := os.Getenv("LAGC_QGEMV_GROUPS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return lower.Options{}, fmt.Errorf("LAGC_QGEMV_GROUPS=%q: expected a positive number of warp groups", v)
-		}
-		groups = n
+	groups, err := envInt("LAGC_QGEMV_GROUPS", math.MaxInt, "a positive number of warp groups")
+	if err != nil {
+		return lower.Options{}, err
 	}
-	splits := 0
-	if v := os.Getenv("LAGC_DECODE_SPLITS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > lower.MaxSplits {
-			return lower.Options{}, fmt.Errorf("LAGC_DECODE_SPLITS=%q: expected 1 to %d blocks per kv head", v, lower.MaxSplits)
-		}
-		splits = n
+	splits, err := envInt("LAGC_DECODE_SPLITS", lower.MaxSplits, fmt.Sprintf("1 to %d blocks per kv head", lower.MaxSplits))
+	if err != nil {
+		return lower.Options{}, err
 	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		CublasLt: UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups, DecodeSplits: splits}, nil
+}
+
+// envInt is the environment variable name as a number from 1 to max, or 0
+// when it is unset; anything else is an error saying what was expected.
+func envInt(name string, max int, expected string) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		return 0, fmt.Errorf("%s=%q: expected %s", name, v, expected)
+	}
+	return n, nil
 }
 
 // disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream

@@ -236,3 +236,18 @@ func TestQGEMVGroupsEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeSplitsEnv: LAGC_DECODE_SPLITS reaches the plan options; a
+// value outside 1 to lower.MaxSplits is an error naming the variable.
+func TestDecodeSplitsEnv(t *testing.T) {
+	t.Setenv("LAGC_DECODE_SPLITS", "8")
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.DecodeSplits != 8 {
+		t.Fatalf("options %d, %v", o.DecodeSplits, err)
+	}
+	for _, v := range []string{"x", "0", "-5", "4097"} {
+		t.Setenv("LAGC_DECODE_SPLITS", v)
+		if _, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err == nil || !strings.Contains(err.Error(), "LAGC_DECODE_SPLITS") {
+			t.Errorf("%q: %v", v, err)
+		}
+	}
+}
