@@ -220,13 +220,7 @@ func (e *Executor) prefillSlot(slot int, tokens []int32, rows logitRows, lg []fl
 		part := tokens[s:min(s+chunk, len(tokens))]
 		T, at := len(part), e.SlotLen(slot)
 		last := s+T == len(tokens)
-		tail := lower.TailAll
-		if rows == logitsLast {
-			tail = lower.TailNone
-			if last {
-				tail = lower.TailLast
-			}
-		}
+		tail := chunkTail(rows == logitsLast, last)
 		if err := e.upload(part, at); err != nil {
 			return err
 		}

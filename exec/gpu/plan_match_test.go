@@ -251,3 +251,17 @@ func TestDecodeSplitsEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkTail: a prompt's chunks run their tail on every row, or with
+// only the last row wanted, on the last chunk's last row and not at all
+// in the others.
+func TestChunkTail(t *testing.T) {
+	for _, c := range []struct {
+		lastOnly, last bool
+		want           lower.Tail
+	}{{false, false, lower.TailAll}, {false, true, lower.TailAll}, {true, false, lower.TailNone}, {true, true, lower.TailLast}} {
+		if got := chunkTail(c.lastOnly, c.last); got != c.want {
+			t.Errorf("chunkTail(%v, %v) = %d, want %d", c.lastOnly, c.last, got, c.want)
+		}
+	}
+}

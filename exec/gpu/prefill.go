@@ -31,13 +31,7 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows, lastOnly bool) 
 	for s := 0; s < len(tokens); s += chunk {
 		part := tokens[s:min(s+chunk, len(tokens))]
 		last := s+len(part) == len(tokens)
-		tail := lower.TailAll
-		if lastOnly {
-			tail = lower.TailNone
-			if last {
-				tail = lower.TailLast
-			}
-		}
+		tail := chunkTail(lastOnly, last)
 		lg, nx, err := e.prefillChunk(part, rows.ofChunk(last), tail)
 		if err != nil {
 			return nil, nil, fmt.Errorf("prefill at position %d: %w", e.next, err)
@@ -46,6 +40,19 @@ func (e *Executor) prefillTokens(tokens []int32, rows logitRows, lastOnly bool) 
 		next = append(next, nx...)
 	}
 	return allLogits, next, nil
+}
+
+// chunkTail is the rows a prompt chunk's tail runs on (lower.AtTail): every
+// row, or with lastOnly (only the prompt's last row is wanted) its last row
+// in the prompt's last chunk and none in the others.
+func chunkTail(lastOnly, last bool) lower.Tail {
+	switch {
+	case !lastOnly:
+		return lower.TailAll
+	case last:
+		return lower.TailLast
+	}
+	return lower.TailNone
 }
 
 func (e *Executor) prefillChunk(part []int32, rows logitRows, tail lower.Tail) ([]float32, []int32, error) {
