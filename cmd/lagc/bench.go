@@ -369,31 +369,30 @@ func runBench(w io.Writer, f *benchFlags) error {
 			}
 		}
 	}
-	for _, n := range sizes {
-		var times []time.Duration
-		for r := 0; r < f.runs; r++ {
+	// prefillRuns is the median time of a prefill of n tokens from an empty
+	// cache by run (ex.Prefill, or ex.PrefillTail: the last row's tail).
+	prefillRuns := func(n int, run func([]int32) error) (float64, error) {
+		d, err := medianRuns(f.runs, func() (time.Duration, error) {
 			ex.Reset()
 			t0 := time.Now()
-			if _, err := ex.Prefill(toks[:n]); err != nil {
-				return err
-			}
-			times = append(times, time.Since(t0))
+			err := run(toks[:n])
+			return time.Since(t0), err
+		})
+		return d.Seconds(), err
+	}
+	for _, n := range sizes {
+		s, err := prefillRuns(n, func(t []int32) error { _, err := ex.Prefill(t); return err })
+		if err != nil {
+			return err
 		}
-		s := medianDur(times).Seconds()
 		rep.Prefill = append(rep.Prefill, prefillRow{Tokens: n, Ms: 1e3 * s, TokS: float64(n) / s, TokS48: float64(n) / (s * preScale)})
 		if n == 2048 {
 			rep.PrefillLayerMs = 1e3 * s * preLayer
 		}
-		times = times[:0]
-		for r := 0; r < f.runs; r++ {
-			ex.Reset()
-			t0 := time.Now()
-			if _, err := ex.PrefillTail(toks[:n]); err != nil {
-				return err
-			}
-			times = append(times, time.Since(t0))
+		sl, err := prefillRuns(n, func(t []int32) error { _, err := ex.PrefillTail(t); return err })
+		if err != nil {
+			return err
 		}
-		sl := medianDur(times).Seconds()
 		rep.PrefillLast = append(rep.PrefillLast, prefillRow{Tokens: n, Ms: 1e3 * sl, TokS: float64(n) / sl,
 			TokS48: float64(n) / (s*preScale - (s - sl))})
 	}
@@ -545,9 +544,14 @@ func (b *bencher) decodeTimed(eager bool, n int) (time.Duration, error) {
 
 // decodeRuns returns the median time per decode step over runs runs.
 func (b *bencher) decodeRuns(eager bool, n, runs int) (time.Duration, error) {
+	return medianRuns(runs, func() (time.Duration, error) { return b.decodeTimed(eager, n) })
+}
+
+// medianRuns is the median of runs timings by run; its first error ends it.
+func medianRuns(runs int, run func() (time.Duration, error)) (time.Duration, error) {
 	var ts []time.Duration
 	for r := 0; r < runs; r++ {
-		t, err := b.decodeTimed(eager, n)
+		t, err := run()
 		if err != nil {
 			return 0, err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -209,5 +210,27 @@ func TestPlanTail(t *testing.T) {
 	}
 	if _, errs, code := runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--at", "5", "--tail", "most"); code != 2 || !strings.Contains(errs, "--tail") {
 		t.Errorf("--tail most: exit %d: %s", code, errs)
+	}
+}
+
+// TestMedianRuns: the median of the runs' timings, and the first error
+// ends the runs.
+func TestMedianRuns(t *testing.T) {
+	i := 0
+	times := []time.Duration{5, 1, 3}
+	got, err := medianRuns(3, func() (time.Duration, error) { i++; return times[i-1], nil })
+	if err != nil || got != 3 || i != 3 {
+		t.Errorf("median %v after %d runs, %v; want 3 after 3", got, i, err)
+	}
+	i = 0
+	_, err = medianRuns(3, func() (time.Duration, error) {
+		i++
+		if i == 2 {
+			return 0, errors.New("boom")
+		}
+		return 1, nil
+	})
+	if err == nil || i != 2 {
+		t.Errorf("error %v after %d runs; want boom after 2", err, i)
 	}
 }
