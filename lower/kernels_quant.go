@@ -255,25 +255,22 @@ type QMoEArgs struct {
 	OutType          string
 	Accumulate       bool
 	Workspace        Ptr // QMoEWorkspace bytes
-	// GateUpRows (2, 4, 8, 16: rows in flight per lane in the gate+up
-	// kernel), DownRows (1, 2, 4: rows per warp in the down kernel) and
-	// DownUnits (2, 4, 8: units per row in flight per lane there) force
-	// the kernels' rounds; zero chooses (QMoEShape). GateUpWarps and
-	// DownWarps (4 or 8) force the warps of a block; zero: 4.
-	// GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
-	// registers a round ahead (0), or into shared memory stages-1 rounds
-	// ahead. Every choice gives the same bits.
-	// DownAll copies each lane's down units into shared memory at once
-	// (DownUnits unused).
-	GateUpRows, DownRows, DownUnits int
-	GateUpWarps, DownWarps          int
-	GateUpStages                    int
-	DownAll                         bool
+	// QMoEForce forces the kernels' shape (TileRows, the prefill GEMMs',
+	// is unused here); zero chooses.
+	QMoEForce
 }
 
-// QMoEForce is a forced shape of the decode routed-expert kernels (the
-// QMoEArgs fields of the same names; zero values choose) and of the
-// prefill's quantised grouped GEMMs (TileRows: tokens a tile).
+// QMoEForce is a forced shape of the decode routed-expert kernels; zero
+// values choose and every choice gives the same bits. GateUpRows (2, 4,
+// 8, 16: rows in flight per lane in the gate+up kernel), DownRows (1, 2,
+// 4: rows per warp in the down kernel) and DownUnits (2, 4, 8: units per
+// row in flight per lane there) force the kernels' rounds (QMoEShape).
+// GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero: 4.
+// GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
+// registers a round ahead (0), or into shared memory stages-1 rounds
+// ahead. DownAll copies each lane's down units into shared memory at once
+// (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
+// token tile (64, 96 or 128: hopperQTileRows).
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
@@ -593,8 +590,7 @@ func (a MoEArgs) qmoe() QMoEArgs {
 	t, _ := QuantType(a.WType)
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
 		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
-		Workspace: a.Workspace, GateUpRows: a.QMoE.GateUpRows, GateUpWarps: a.QMoE.GateUpWarps, GateUpStages: a.QMoE.GateUpStages,
-		DownRows: a.QMoE.DownRows, DownUnits: a.QMoE.DownUnits, DownWarps: a.QMoE.DownWarps, DownAll: a.QMoE.DownAll}
+		Workspace: a.Workspace, QMoEForce: a.QMoE}
 }
 
 // dequantArgs is a with bf16 stacks in the workspace at off, where

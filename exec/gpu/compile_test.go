@@ -221,7 +221,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
 				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
 				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p,
-				GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8})
+				QMoEForce: lower.QMoEForce{GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,8 +229,8 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			// and gate+up's units through shared memory
 			ls, err = lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
 				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, GateUpRows: 4, GateUpStages: 3,
-				DownAll: true})
+				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, QMoEForce: lower.QMoEForce{GateUpRows: 4,
+					GateUpStages: 3, DownAll: true}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -74,21 +74,15 @@ type QMoEArgs struct {
 	OutType          cuda.DType
 	Accumulate       bool
 	Workspace        cuda.DevicePtr
-	// GateUpRows, DownRows and DownUnits force the kernels' rounds (see
-	// lower.QMoEArgs); zero chooses. GateUpWarps and DownWarps likewise
-	// force the warps of a block, GateUpStages the gate+up loads.
-	GateUpRows, DownRows, DownUnits int
-	GateUpWarps, DownWarps          int
-	GateUpStages                    int
-	DownAll                         bool
+	// QMoEForce forces the kernels' shape (lower.QMoEForce); zero chooses.
+	lower.QMoEForce
 }
 
 func (a QMoEArgs) lower() lower.QMoEArgs {
 	return lower.QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: ptr(a.X), XType: a.XType.String(),
 		Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: a.Gate.lower(), Up: a.Up.lower(), Down: a.Down.lower(),
 		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
-		GateUpRows: a.GateUpRows, DownRows: a.DownRows, DownUnits: a.DownUnits, GateUpWarps: a.GateUpWarps, DownWarps: a.DownWarps,
-		GateUpStages: a.GateUpStages, DownAll: a.DownAll}
+		QMoEForce: a.QMoEForce}
 }
 
 // QMoEWorkspaceBytes is the workspace QMoE needs.

@@ -467,8 +467,9 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			run := func(T int, rd [7]int) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-					Down:       QMatrix{W: dw, Total: E * H},
-					GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4], GateUpStages: rd[5], DownAll: rd[6] == 1}
+					Down: QMatrix{W: dw, Total: E * H},
+					QMoEForce: lower.QMoEForce{GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4],
+						GateUpStages: rd[5], DownAll: rd[6] == 1}}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
 				if err := k.QMoE(s, a); err != nil {
@@ -714,7 +715,8 @@ func BenchmarkQMoE(b *testing.B) {
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
-				GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns, DownAll: c.all}
+				QMoEForce: lower.QMoEForce{GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw,
+					GateUpStages: c.ns, DownAll: c.all}}
 			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
 			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
 			bytes := float64(K) * float64(gb+db) / E
