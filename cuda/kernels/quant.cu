@@ -635,7 +635,6 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long
 // warp_sum_q: a row's result depends on the shapes alone, never on the
 // number of tokens, the other routes or the rows in flight per round.
 
-
 // block_copy16: the block's threads copy n 16-byte vectors from src to
 // dst (shared memory) asynchronously; cp_async_wait_all and a barrier
 // make them visible.
