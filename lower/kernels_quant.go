@@ -270,19 +270,21 @@ type QMoEArgs struct {
 // registers a round ahead (0), or into shared memory stages-1 rounds
 // ahead. DownAll copies each lane's down units into shared memory at once
 // (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
-// token tile (64, 96 or 128: hopperQTileRows).
+// token tile (64, 96 or 128: hopperQTileRows), CTAs their CTAs a
+// multiprocessor (1, or 2 with tiles of up to 96 rows: hopperQCTAs).
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
 	DownAll                               bool `json:",omitempty"`
 	TileRows                              int  `json:",omitempty"`
+	CTAs                                  int  `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
-// at once; the prefill grouped GEMMs' token tile. QMoE and
-// hopperQTileRows check the values.
+// at once; the prefill grouped GEMMs' token tile and CTAs a
+// multiprocessor. QMoE, hopperQTileRows and hopperQCTAs check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -300,9 +302,9 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
-			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows}[k]
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas)", s, k)
 		}
 		*field = n
 	}
@@ -496,10 +498,14 @@ func hopperQBytes(t quant.Type) int {
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
 // tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles, and
 // 1 KiB of alignment slack.
-func hopperQSmem(t quant.Type, bn int) int {
+func hopperQSmem(t quant.Type, bn, ctas int) int {
 	stage := bn*128 + 128*hopperQBytes(t)
 	const dq = 4 * 8192
-	st := min((200*1024-dq)/stage, 8)
+	budget := 200 * 1024 // QCfg<CTAS>::SMEM in gemm_hopper.cu
+	if ctas == 2 {
+		budget = 110 * 1024
+	}
+	st := min((budget-dq)/stage, 8)
 	return st*stage + dq + 1024
 }
 
@@ -551,8 +557,8 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	const bn = hopperQBN
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
-	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0},
-		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn),
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
+		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
 }
@@ -628,15 +634,37 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 }
 
 // hopperQTileRows is the token tile of the quantised grouped GEMMs: force
-// (QMoEForce.TileRows) or, when 0, 128.
+// (QMoEForce.TileRows) or, when 0, 96 (an expert of a 2048-token chunk
+// has about 80 tokens; 96 lets two CTAs share a multiprocessor,
+// hopperQCTAs).
 func hopperQTileRows(force int) (int, error) {
 	switch force {
 	case 0:
-		return 128, nil
+		return 96, nil
 	case 64, 96, 128:
 		return force, nil
 	}
 	return 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", force)
+}
+
+// hopperQCTAs is the quantised grouped GEMMs' CTAs a multiprocessor for
+// token tiles of rows: force (QMoEForce.CTAs) or, when 0, 2 where the
+// tiles allow it (up to 96 rows: ptxas fits a consumer's 48 accumulators
+// in the 80 registers two CTAs leave a thread, not 64), else 1. Two CTAs
+// overlap one's waits (its stage, its warpgroup barrier, its MMAs) with
+// the other's dequantising: docs/PERF.md.
+func hopperQCTAs(force, rows int) (int, error) {
+	switch {
+	case force < 0 || force > 2:
+		return 0, fmt.Errorf("moe_experts: %d CTAs a multiprocessor (the quantised grouped GEMMs take 1 or 2)", force)
+	case force == 2 && rows > 96:
+		return 0, fmt.Errorf("moe_experts: 2 CTAs a multiprocessor need token tiles of 96 rows or fewer (rows=96), not %d", rows)
+	case force != 0:
+		return force, nil
+	case rows <= 96:
+		return 2, nil
+	}
+	return 1, nil
 }
 
 // moeHopperQ returns the grouped experts' launches with quantised stacks
@@ -650,10 +678,11 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	bn := 32 * l.MI // the schedule's token tile (hopperQTileRows)
+	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1},
-			dims(sm), dims(384), hopperQSmem(t, bn),
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas)},
+			dims(ctas*sm), dims(384), hopperQSmem(t, bn, ctas),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}

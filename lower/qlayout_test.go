@@ -134,26 +134,36 @@ func TestMoEQuantPaths(t *testing.T) {
 
 // TestMoEQuantTileRows: QMoEForce.TileRows sets the quantised grouped
 // GEMMs' token tile (gemm_wgmma_q's BN, the TMA box and the schedule's tile
-// rows alike) and the tile table's size; rows it has no MMA for are errors.
+// rows alike) and the tile table's size, QMoEForce.CTAs their CTAs a
+// multiprocessor (the kernel's CTAS, the grid, the shared memory); zero
+// chooses 96 rows and 2 CTAs; rows it has no MMA for, and 2 CTAs of
+// 128-row tiles, are errors.
 func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
 	R := T * k
-	for _, c := range []struct{ force, want int }{{0, 128}, {64, 64}, {96, 96}, {128, 128}, {100, 0}, {256, 0}} {
+	for _, c := range []struct {
+		force, ctas, want, wantCTAs int
+		err                         string
+	}{
+		{0, 0, 96, 2, ""}, {64, 0, 64, 2, ""}, {96, 0, 96, 2, ""}, {128, 0, 128, 1, ""}, {96, 1, 96, 1, ""},
+		{100, 0, 0, 0, "64, 96 or 128"}, {256, 0, 0, 0, "64, 96 or 128"}, {128, 2, 0, 0, "96 rows or fewer"},
+		{96, 3, 0, 0, "take 1 or 2"},
+	} {
 		w := Ptr{BaseWeights, 0}
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
 			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: "q4_k", OutType: "bf16",
-			CC: 90, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
-			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force},
+			CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
+			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas},
 			Workspace: Ptr{BaseWorkspace, 0}}
 		l, err := a.Layout()
-		if c.want == 0 {
-			if err == nil || !strings.Contains(err.Error(), "64, 96 or 128") {
-				t.Errorf("rows=%d: layout error %v, want a refusal naming 64, 96 or 128", c.force, err)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("rows=%d,ctas=%d: layout error %v, want a refusal saying %q", c.force, c.ctas, err, c.err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Fatalf("rows=%d: %v", c.force, err)
+			t.Fatalf("rows=%d,ctas=%d: %v", c.force, c.ctas, err)
 		}
 		if 32*l.MI != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
 			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, 32*l.MI, l.MaxTiles)
@@ -171,8 +181,14 @@ func TestMoEQuantTileRows(t *testing.T) {
 				}
 			case "gemm_wgmma_q":
 				gemms++
-				if x.Ints[1] != int64(c.want) {
-					t.Errorf("rows=%d: gemm_wgmma_q BN %d", c.force, x.Ints[1])
+				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) {
+					t.Errorf("rows=%d,ctas=%d: gemm_wgmma_q BN %d, CTAS %d; want %d, %d", c.force, c.ctas, x.Ints[1], x.Ints[4], c.want, c.wantCTAs)
+				}
+				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(quant.Q4_K, c.want, c.wantCTAs) {
+					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
+				}
+				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {
+					t.Errorf("rows=%d: two CTAs of %d bytes do not fit a multiprocessor's 228 KiB", c.force, x.Shmem)
 				}
 			}
 		}

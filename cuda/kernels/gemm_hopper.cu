@@ -449,8 +449,20 @@ template <> struct QA<QT_Q4_K_H> {
   }
 };
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED>
-__global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
+// CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
+// registers each: 3-4 stages, consumers at 104 registers), so that one
+// CTA's waits (the stage's data, the warpgroup barrier after the
+// dequantised tile, the MMAs) overlap the other's work.
+template <int CTAS> struct QCfg;
+template <> struct QCfg<1> {
+  static constexpr int SMEM = 200 * 1024, PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+};
+template <> struct QCfg<2> {
+  static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 24, CONSUMER_REGS = 104;
+};
+
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS>
+__global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
@@ -459,7 +471,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
   constexpr int QB = QA<QT>::QB;
   constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
   constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
-  constexpr int ST = (200 * 1024 - DQ) / STAGE < 8 ? (200 * 1024 - DQ) / STAGE : 8;
+  constexpr int ST = (QCfg<CTAS>::SMEM - DQ) / STAGE < 8 ? (QCfg<CTAS>::SMEM - DQ) / STAGE : 8;
   constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
@@ -479,7 +491,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
   const int nk = K / 64;
 
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
     if (tid == 0) {
       int it = 0;
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
@@ -501,7 +513,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma_q(const __grid_constant__ T
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::CONSUMER_REGS));
   const int c = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
   float acc[BN / 2];
 #pragma unroll

@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -217,9 +218,10 @@ func TestHopperQGEMMGPU(t *testing.T) {
 // grouped wgmma GEMMs (Hopper, q8_0 and q4_k) and the stacks dequantised
 // for the bf16 grouped path (mma.sync target, and the types without a
 // wgmma kernel), against the CPU reference on the dequantised weights.
+// Each case draws its data from its own name, so cases added or removed
+// leave the others' data as it was.
 func TestMoEExpertsQuantGPU(t *testing.T) {
 	k, s := hopperGPU(t)
-	r := rand.New(rand.NewPCG(41, 42))
 	cases := []moeCase{
 		{T: 3, H: 256, I: 256, E: 8, k: 3, dist: "distinct"},
 		{T: 9, H: 256, I: 256, E: 8, k: 3, dist: "distinct", acc: true},
@@ -227,17 +229,25 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
 		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
 	}
-	// The wgmma path's token tiles: as chosen, and the narrower ones
-	// (QTileRows) whose MMAs are of their own widths.
-	type variant struct{ cc, rows int }
+	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
+	// (96 rows, 2 CTAs), and forced (QTileRows, QCTAs), each width with
+	// MMAs of its own.
+	type variant struct{ cc, rows, ctas int }
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0}, {90, 64}, {90, 96}, {0, 0}} {
+		for _, v := range []variant{{90, 0, 0}, {90, 64, 0}, {90, 128, 0}, {90, 96, 1}, {90, 64, 1}, {0, 0, 0}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
 					continue
 				}
-				t.Run(fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c), func(t *testing.T) {
+				name := fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c)
+				if v.ctas != 0 {
+					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/%+v", qt, cc, v.rows, v.ctas, c)
+				}
+				t.Run(name, func(t *testing.T) {
+					h := fnv.New64a()
+					h.Write([]byte(name))
+					r := rand.New(rand.NewPCG(h.Sum64(), 42))
 					gub := randQuantBlocks(r, qt, 2*c.E*c.I, c.H)
 					db := randQuantBlocks(r, qt, c.E*c.H, c.I)
 					gu := dequantRef(t, qt, gub, 2*c.E*c.I*c.H)
@@ -248,7 +258,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}

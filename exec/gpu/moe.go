@@ -63,6 +63,9 @@ type MoEArgs struct {
 	// QTileRows forces the quantised grouped GEMMs' token tile (64, 96 or
 	// 128; zero chooses: lower.QMoEForce.TileRows).
 	QTileRows int
+	// QCTAs forces the quantised grouped GEMMs' CTAs a multiprocessor (1
+	// or 2; zero chooses: lower.QMoEForce.CTAs).
+	QCTAs int
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -77,7 +80,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows}}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
