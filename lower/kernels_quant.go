@@ -677,7 +677,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
-	bn := 32 * l.MI // the schedule's token tile (hopperQTileRows)
+	bn := 32 * l.MI                         // the schedule's token tile (hopperQTileRows)
 	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
