@@ -468,6 +468,9 @@ func QDequant(t quant.Type, w Ptr, rows, K, row0, n int, out Ptr, outType string
 	if row0 < 0 || n <= 0 || row0+n > rows || w.Null() || out.Null() {
 		return Launch{}, fmt.Errorf("qdequant: rows [%d, %d) outside [0, %d), or a null pointer", row0, row0+n, rows)
 	}
+	if !out.Aligned(16) {
+		return Launch{}, fmt.Errorf("qdequant: output %v not 16-byte aligned (the kernel stores 16 bytes at once)", out)
+	}
 	groups := int64(n) * int64(K/32)
 	return kernel("quant.cu", "qdequant", []string{outType}, []int64{int64(t)}, dims(int(min((groups+255)/256, strideBlocks))), dims(256), 0,
 		i64(int64(rows)), i32(K), i64(int64(row0)), i64(int64(n)), ptrArg(w), ptrArg(out)), nil

@@ -314,3 +314,24 @@ func TestDecodeSplitsOption(t *testing.T) {
 		t.Errorf("DecodeSplits %d: error %v, want one about splits", o.DecodeSplits, err)
 	}
 }
+
+// TestQDequantArgs: the rows must lie in the matrix and the output be
+// 16-byte aligned (the kernel stores 16 bytes at once).
+func TestQDequantArgs(t *testing.T) {
+	w, out := Ptr{BaseWeights, 0}, Ptr{BaseWorkspace, 256}
+	for _, c := range []struct {
+		row0, n int
+		out     Ptr
+		err     string
+	}{
+		{0, 8, out, ""},
+		{4, 4, out, ""},
+		{6, 4, out, "outside"},
+		{0, 8, out.At(2), "16-byte aligned"},
+	} {
+		_, err := QDequant(quant.Q8_0, w, 8, 64, c.row0, c.n, c.out, "bf16")
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("rows [%d, %d) into %v: error %v, want %q", c.row0, c.row0+c.n, c.out, err, c.err)
+		}
+	}
+}

@@ -1055,41 +1055,40 @@ __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long
     // i takes values 8i..8i+7 of it, an 8-byte load and a 16-byte store
     // next to its neighbours' (a group a thread, below, strides them by 32
     // and 64 bytes: about half the bandwidth). The same products and
-    // rounding as QD<Q8_0>: the same bits.
-    if ((reinterpret_cast<unsigned long long>(out) & 15) == 0) {  // uniform
-      const unsigned char* qs = w + row0 * K;
-      const unsigned short* ds = reinterpret_cast<const unsigned short*>(w + align256(rows * K)) + row0 * (K / 32);
-      // Four chunks a thread a round, their loads first: bytes in flight.
-      const long long chunks = n * K / 8, stride = (long long)gridDim.x * blockDim.x;
-      for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < chunks; i0 += 4 * stride) {
-        uint2 q[4];
-        unsigned short db[4];
+    // rounding as QD<Q8_0>: the same bits. out is 16-byte aligned, as
+    // store32 needs too.
+    const unsigned char* qs = w + row0 * K;
+    const unsigned short* ds = reinterpret_cast<const unsigned short*>(w + align256(rows * K)) + row0 * (K / 32);
+    // Four chunks a thread a round, their loads first: bytes in flight.
+    const long long chunks = n * K / 8, stride = (long long)gridDim.x * blockDim.x;
+    for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < chunks; i0 += 4 * stride) {
+      uint2 q[4];
+      unsigned short db[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-          const long long i = i0 + u * stride;
-          if (i < chunks) {
-            q[u] = __ldg(reinterpret_cast<const uint2*>(qs) + i);
-            db[u] = __ldg(ds + i / 4);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-          const long long i = i0 + u * stride;
-          if (i >= chunks) break;
-          const float d = f16_bits(db[u]);
-          unsigned p[4];
-#pragma unroll
-          for (int h = 0; h < 4; h++) {
-            const unsigned word = h < 2 ? q[u].x : q[u].y;
-            const int s0 = 16 * (h & 1);
-            const float v0 = d * (float)(signed char)(word >> s0), v1 = d * (float)(signed char)(word >> (s0 + 8));
-            p[h] = (unsigned)from_f32<bf16_t>(v0).bits | ((unsigned)from_f32<bf16_t>(v1).bits << 16);
-          }
-          reinterpret_cast<uint4*>(out)[i] = make_uint4(p[0], p[1], p[2], p[3]);
+      for (int u = 0; u < 4; u++) {
+        const long long i = i0 + u * stride;
+        if (i < chunks) {
+          q[u] = __ldg(reinterpret_cast<const uint2*>(qs) + i);
+          db[u] = __ldg(ds + i / 4);
         }
       }
-      return;
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const long long i = i0 + u * stride;
+        if (i >= chunks) break;
+        const float d = f16_bits(db[u]);
+        unsigned p[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+          const unsigned word = h < 2 ? q[u].x : q[u].y;
+          const int s0 = 16 * (h & 1);
+          const float v0 = d * (float)(signed char)(word >> s0), v1 = d * (float)(signed char)(word >> (s0 + 8));
+          p[h] = (unsigned)from_f32<bf16_t>(v0).bits | ((unsigned)from_f32<bf16_t>(v1).bits << 16);
+        }
+        reinterpret_cast<uint4*>(out)[i] = make_uint4(p[0], p[1], p[2], p[3]);
+      }
     }
+    return;
   }
   const long long groups = n * (K / 32);
   LAGC_FOR(i, groups) {
