@@ -450,9 +450,12 @@ template <> struct QA<QT_Q4_K_H> {
 };
 
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
-// registers each: 3-4 stages, consumers at 104 registers), so that one
-// CTA's waits (the stage's data, the warpgroup barrier after the
-// dequantised tile, the MMAs) overlap the other's work.
+// registers each: 3-4 stages), so that one CTA's waits (the stage's data,
+// the warpgroup barrier after the dequantised tile, the MMAs) overlap the
+// other's work. ptxas fits the whole kernel in the launch bounds'
+// registers (168, or 80 with 2 CTAs: token tiles of up to 96 rows, lower's
+// hopperQCTAs); setmaxnreg then moves the producer's spare ones to the
+// consumers, which the code does not use beyond those bounds.
 template <int CTAS> struct QCfg;
 template <> struct QCfg<1> {
   static constexpr int SMEM = 200 * 1024, PRODUCER_REGS = 40, CONSUMER_REGS = 232;
