@@ -121,8 +121,13 @@ type benchReport struct {
 	ArenaBytes     int64 `json:"arena_bytes"`
 	WorkspaceBytes int64 `json:"workspace_bytes"`
 	// CublasLtBytes: cuBLASLt's workspace, where prefill GEMMs run on it.
-	CublasLtBytes int64   `json:"cublaslt_bytes,omitempty"`
-	Bandwidth     float64 `json:"roofline_bytes_per_s"`
+	CublasLtBytes int64 `json:"cublaslt_bytes,omitempty"`
+	// SkipKernels, SkippedLaunches: gpu.EnvSkipKernels and the launches it
+	// left out (an ablation: the outputs were wrong, the times are not a
+	// model's).
+	SkipKernels     string  `json:"skip_kernels,omitempty"`
+	SkippedLaunches int     `json:"skipped_launches,omitempty"`
+	Bandwidth       float64 `json:"roofline_bytes_per_s"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
@@ -395,6 +400,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		rep.PrefillLast = append(rep.PrefillLast, prefillRow{Tokens: n, Ms: 1e3 * sl, TokS: float64(n) / sl,
 			TokS48: float64(n) / (s*preScale - (s - sl))})
+	}
+	if n := ex.SkippedLaunches(); n > 0 {
+		rep.SkipKernels, rep.SkippedLaunches = os.Getenv(gpu.EnvSkipKernels), n
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(w)
@@ -742,6 +750,10 @@ func printBench(w io.Writer, r *benchReport) {
 		lower.FormatBytes(r.ArenaBytes), lower.FormatBytes(r.WorkspaceBytes))
 	if r.CublasLtBytes > 0 {
 		fmt.Fprintf(w, "prefill GEMMs on cuBLASLt (LAGC_CUBLASLT=0: lagc's own), its workspace %s\n", lower.FormatBytes(r.CublasLtBytes))
+	}
+	if r.SkippedLaunches > 0 {
+		fmt.Fprintf(w, "ABLATION: %s=%q left out %d launches: the outputs are wrong, the times are the model's without those kernels\n",
+			gpu.EnvSkipKernels, r.SkipKernels, r.SkippedLaunches)
 	}
 	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s\n\n", r.Runs, r.Bandwidth/1e12)
 	if r.Load != nil {

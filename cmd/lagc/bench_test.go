@@ -234,3 +234,37 @@ func TestMedianRuns(t *testing.T) {
 		t.Errorf("error %v after %d runs; want boom after 2", err, i)
 	}
 }
+
+// TestPrintBenchAblation: a bench run with launches left out by
+// LAGC_SKIP_KERNELS says so in its header, and one without does not.
+func TestPrintBenchAblation(t *testing.T) {
+	r := &benchReport{Model: "m", Weights: "synthetic", DType: "bf16", Layers: 2, FullLayers: 48, Runs: 1, Bandwidth: 4.3e12}
+	var b bytes.Buffer
+	printBench(&b, r)
+	if strings.Contains(b.String(), "ABLATION") {
+		t.Errorf("no launch left out, yet:\n%s", b.String())
+	}
+	r.SkipKernels, r.SkippedLaunches = "^attn_decode$", 4
+	b.Reset()
+	printBench(&b, r)
+	if want := `ABLATION: LAGC_SKIP_KERNELS="^attn_decode$" left out 4 launches: the outputs are wrong`; !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
+
+// TestWarnSkipKernels: run and serve warn on a GPU when LAGC_SKIP_KERNELS
+// is set, and say nothing on the CPU (which never reads it) or unset.
+func TestWarnSkipKernels(t *testing.T) {
+	var b bytes.Buffer
+	t.Setenv(gpu.EnvSkipKernels, "")
+	warnSkipKernels(&b, "NVIDIA H200")
+	t.Setenv(gpu.EnvSkipKernels, "attn_decode")
+	warnSkipKernels(&b, "cpu")
+	if b.Len() != 0 {
+		t.Errorf("unset or on the CPU: %q", b.String())
+	}
+	warnSkipKernels(&b, "NVIDIA H200")
+	if want := `warning: LAGC_SKIP_KERNELS="attn_decode" leaves kernels out (a timing ablation): the output is wrong`; !strings.Contains(b.String(), want) {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}

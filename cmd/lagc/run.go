@@ -15,6 +15,7 @@ import (
 
 	"lagc/engine"
 	"lagc/exec/cpu"
+	"lagc/exec/gpu"
 	"lagc/ir"
 	"lagc/tokenizer"
 )
@@ -203,6 +204,7 @@ func runRun(f *runFlags) error {
 	defer stop()
 	fmt.Fprintf(runIO.err, "loaded %s on %s in %.2fs (%d layers, hidden %d, vocab %d)\n", name, m.Device,
 		time.Since(t0).Seconds(), m.Config.NumLayers, m.Config.HiddenSize, m.Config.VocabSize)
+	warnSkipKernels(runIO.err, m.Device)
 	if trained := m.Config.MaxPositionEmbeddings; f.ctx > trained {
 		fmt.Fprintf(runIO.err, "warning: --ctx %d is beyond the model's max_position_embeddings %d: positions past it were never trained\n", f.ctx, trained)
 	}
@@ -457,4 +459,12 @@ func seedOrClock(seed uint64) uint64 {
 		return seed
 	}
 	return uint64(time.Now().UnixNano())
+}
+
+// warnSkipKernels says, on a GPU, that gpu.EnvSkipKernels is set: the
+// output of a model with kernels left out is wrong.
+func warnSkipKernels(w io.Writer, device string) {
+	if v := os.Getenv(gpu.EnvSkipKernels); v != "" && device != "cpu" {
+		fmt.Fprintf(w, "warning: %s=%q leaves kernels out (a timing ablation): the output is wrong\n", gpu.EnvSkipKernels, v)
+	}
 }

@@ -97,6 +97,7 @@ func runServe(f *serveFlags) error {
 	}
 	b, _ := m.Batch()
 	fmt.Fprintf(runIO.err, "loaded %s on %s in %.2fs; %d slots, context %d\n", path, m.Device, time.Since(t0).Seconds(), f.slots, b.MaxPos())
+	warnSkipKernels(runIO.err, m.Device)
 	// The first signal shuts down gracefully; a second one (after stop)
 	// kills the process as usual.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -98,6 +99,9 @@ type Executor struct {
 	prof     *profiler
 	// loadStats: how the weights were loaded.
 	loadStats LoadStats
+	// skip, skipped: EnvSkipKernels and the launches it has left out.
+	skip    *regexp.Regexp
+	skipped int
 }
 
 // EnvPDL, set to 0, turns programmatic dependent launches
@@ -124,6 +128,9 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 		o.Eager = true
 	}
 	e := &Executor{plan: plan, o: o, act: act}
+	if e.skip, err = skipKernels(); err != nil {
+		return nil, fmt.Errorf("gpu.New: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			e.Close()
