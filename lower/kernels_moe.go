@@ -224,7 +224,8 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper:
-		rows, err := hopperQTileRows(a.QMoE.TileRows)
+		t, _ := QuantType(a.WType)
+		rows, err := hopperQTileRows(a.QMoE.TileRows, t)
 		if err != nil {
 			return MoELayout{}, err
 		}

@@ -636,14 +636,18 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 	return ls, b, nil
 }
 
-// hopperQTileRows is the token tile of the quantised grouped GEMMs: force
-// (QMoEForce.TileRows) or, when 0, 96 (an expert of a 2048-token chunk
-// has about 80 tokens; 96 lets two CTAs share a multiprocessor,
-// hopperQCTAs).
-func hopperQTileRows(force int) (int, error) {
+// hopperQTileRows is the token tile of the quantised grouped GEMMs of t
+// weights: force (QMoEForce.TileRows) or, when 0, 96 for q4_k (an expert
+// of a 2048-token chunk has about 80 tokens; 96 lets two CTAs share a
+// multiprocessor, hopperQCTAs: measured faster, docs/PERF.md) and 128 for
+// q8_0 (two CTAs leave it 3 stages; not measured).
+func hopperQTileRows(force int, t quant.Type) (int, error) {
 	switch force {
 	case 0:
-		return 96, nil
+		if t == quant.Q4_K {
+			return 96, nil
+		}
+		return 128, nil
 	case 64, 96, 128:
 		return force, nil
 	}

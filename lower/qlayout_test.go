@@ -136,22 +136,26 @@ func TestMoEQuantPaths(t *testing.T) {
 // GEMMs' token tile (gemm_wgmma_q's BN, the TMA box and the schedule's tile
 // rows alike) and the tile table's size, QMoEForce.CTAs their CTAs a
 // multiprocessor (the kernel's CTAS, the grid, the shared memory); zero
-// chooses 96 rows and 2 CTAs; rows it has no MMA for, and 2 CTAs of
-// 128-row tiles, are errors.
+// chooses 96 rows and 2 CTAs for q4_k, 128 rows and 1 CTA for q8_0; rows it
+// has no MMA for, and 2 CTAs of 128-row tiles, are errors.
 func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
 	R := T * k
 	for _, c := range []struct {
+		wt                          quant.Type
 		force, ctas, want, wantCTAs int
 		err                         string
 	}{
-		{0, 0, 96, 2, ""}, {64, 0, 64, 2, ""}, {96, 0, 96, 2, ""}, {128, 0, 128, 1, ""}, {96, 1, 96, 1, ""},
-		{100, 0, 0, 0, "64, 96 or 128"}, {256, 0, 0, 0, "64, 96 or 128"}, {128, 2, 0, 0, "96 rows or fewer"},
-		{96, 3, 0, 0, "take 1 or 2"},
+		{quant.Q4_K, 0, 0, 96, 2, ""}, {quant.Q4_K, 64, 0, 64, 2, ""}, {quant.Q4_K, 96, 0, 96, 2, ""},
+		{quant.Q4_K, 128, 0, 128, 1, ""}, {quant.Q4_K, 96, 1, 96, 1, ""},
+		{quant.Q8_0, 0, 0, 128, 1, ""}, {quant.Q8_0, 96, 0, 96, 2, ""},
+		{quant.Q4_K, 100, 0, 0, 0, "64, 96 or 128"}, {quant.Q4_K, 256, 0, 0, 0, "64, 96 or 128"},
+		{quant.Q4_K, 128, 2, 0, 0, "96 rows or fewer"}, {quant.Q8_0, 0, 2, 0, 0, "96 rows or fewer"},
+		{quant.Q4_K, 96, 3, 0, 0, "take 1 or 2"},
 	} {
 		w := Ptr{BaseWeights, 0}
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
-			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: "q4_k", OutType: "bf16",
+			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.wt.String(), OutType: "bf16",
 			CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
 			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas},
 			Workspace: Ptr{BaseWorkspace, 0}}
@@ -184,7 +188,7 @@ func TestMoEQuantTileRows(t *testing.T) {
 				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) {
 					t.Errorf("rows=%d,ctas=%d: gemm_wgmma_q BN %d, CTAS %d; want %d, %d", c.force, c.ctas, x.Ints[1], x.Ints[4], c.want, c.wantCTAs)
 				}
-				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(quant.Q4_K, c.want, c.wantCTAs) {
+				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs) {
 					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
 				}
 				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {

@@ -230,8 +230,8 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
-	// (96 rows, 2 CTAs), and forced (QTileRows, QCTAs), each width with
-	// MMAs of its own.
+	// (q4_k 96 rows on 2 CTAs, q8_0 128 on 1), and forced (QTileRows,
+	// QCTAs), each width with MMAs of its own.
 	type variant struct{ cc, rows, ctas int }
 	for _, qt := range lower.QuantKernelTypes {
 		for _, v := range []variant{{90, 0, 0}, {90, 64, 0}, {90, 128, 0}, {90, 96, 1}, {90, 64, 1}, {0, 0, 0}} {
