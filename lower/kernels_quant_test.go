@@ -221,7 +221,7 @@ func TestParseQMoEForce(t *testing.T) {
 }
 
 func FuzzParseQMoEForce(f *testing.F) {
-	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,"} {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -229,8 +229,16 @@ func FuzzParseQMoEForce(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if q.GateUpRows < 0 || q.GateUpWarps < 0 || q.GateUpStages < 0 || q.DownRows < 0 || q.DownUnits < 0 || q.DownWarps < 0 {
+		if q.GateUpRows < 0 || q.GateUpWarps < 0 || q.GateUpStages < 0 || q.DownRows < 0 || q.DownUnits < 0 || q.DownWarps < 0 ||
+			q.TileRows < 0 || q.CTAs < 0 {
 			t.Fatalf("%q parsed to a negative field: %+v", s, q)
+		}
+		// Whatever parses, the grouped GEMMs' checks answer without panicking,
+		// and what they accept is a shape they have kernels for.
+		if rows, err := hopperQTileRows(q.TileRows, quant.Q4_K); err == nil {
+			if ctas, err := hopperQCTAs(q.CTAs, rows); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && rows > 96) {
+				t.Fatalf("%q: %d CTAs of %d rows accepted", s, ctas, rows)
+			}
 		}
 	})
 }
