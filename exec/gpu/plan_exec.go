@@ -112,7 +112,7 @@ func (e *Executor) bind(sch *lower.Schedule, T int, launches [][]lower.Launch) (
 		return nil, fmt.Errorf("%d launch lists for %d steps", len(launches), len(sch.Steps))
 	}
 	bindAll := func(ls []lower.Launch) ([]KernelLaunch, error) {
-		if sch.Class == "decode" { // EnvSkipKernels: decode steps only
+		if sch.Class == lower.Decode { // EnvSkipKernels: decode steps only
 			var n int
 			ls, n = withoutSkipped(ls, e.skip)
 			e.skipped += n
