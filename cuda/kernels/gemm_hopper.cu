@@ -158,6 +158,35 @@ __device__ __forceinline__ RowTile row_tile(int tm, int M, const int4* tiles, in
   }
 }
 
+// st_pair stores v0, v1 at p[0], p[1] (p aligned to two values) in one
+// store, each rounded to TY as alone; ACC adds what is there first (the
+// same sums as two scalar read-modify-writes).
+template <typename TY, bool ACC> __device__ __forceinline__ void st_pair(TY* p, float v0, float v1) {
+  if constexpr (ACC) {
+    v0 += to_f32(p[0]);
+    v1 += to_f32(p[1]);
+  }
+  p[0] = from_f32<TY>(v0);
+  p[1] = from_f32<TY>(v1);
+}
+template <> __device__ __forceinline__ void st_pair<float, false>(float* p, float v0, float v1) {
+  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+}
+template <> __device__ __forceinline__ void st_pair<float, true>(float* p, float v0, float v1) {
+  const float2 o = *reinterpret_cast<const float2*>(p);
+  *reinterpret_cast<float2*>(p) = make_float2(v0 + o.x, v1 + o.y);
+}
+template <> __device__ __forceinline__ void st_pair<bf16_t, false>(bf16_t* p, float v0, float v1) {
+  *reinterpret_cast<unsigned*>(p) = (unsigned)from_f32<bf16_t>(v0).bits | ((unsigned)from_f32<bf16_t>(v1).bits << 16);
+}
+template <> __device__ __forceinline__ void st_pair<bf16_t, true>(bf16_t* p, float v0, float v1) {
+  const unsigned o = *reinterpret_cast<const unsigned*>(p);
+  bf16_t a, b;
+  a.bits = (unsigned short)(o & 0xFFFFu);
+  b.bits = (unsigned short)(o >> 16);
+  st_pair<bf16_t, false>(p, v0 + to_f32(a), v1 + to_f32(b));
+}
+
 template <typename TY, int BN, int EPI, int GROUPED>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
@@ -241,8 +270,11 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
     }
 
     // Epilogue: register i of chunk j = i/4 holds row (lane/4) + 8*((i/2)&1)
-    // of this warp's 16, column 8j + 2*(lane%4) + (i&1).
+    // of this warp's 16, column 8j + 2*(lane%4) + (i&1). A thread's two
+    // columns are adjacent (col is even): one store of both where N is even
+    // and y aligned to two values (pair2), two otherwise.
     const int r0 = 64 * c + 16 * warp + (lane >> 2);  // within the tile
+    const bool pair2 = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(y) & (2 * sizeof(TY) - 1)) == 0;
 #pragma unroll
     for (int j = 0; j < OW / 8; j++) {
       const int col = n0 + 8 * j + 2 * (lane & 3);
@@ -256,7 +288,9 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           v1 = silu_h(v1) * acc[4 * (j + OW / 8) + 2 * h + 1];
         }
         TY* p = y + (long long)row * N + col;
-        if (col + 1 < N) {
+        if (col + 1 < N && pair2) {
+          st_pair<TY, EPI == 1>(p, v0, v1);
+        } else if (col + 1 < N) {
           if constexpr (EPI == 1) {
             v0 += to_f32(p[0]);
             v1 += to_f32(p[1]);
