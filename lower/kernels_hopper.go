@@ -25,6 +25,50 @@ func HopperSmem(bn int) int {
 	return stages*(128*64*2+bn*64*2) + 1024
 }
 
+// HopperSched is the wgmma GEMM's consumer schedule: how its two consumer
+// warpgroups share the output tiles.
+type HopperSched int
+
+const (
+	// SchedAuto: ping-pong at tile width 128, cooperative at 256.
+	SchedAuto HopperSched = iota
+	// SchedCooperative: both warpgroups on each 128-row tile, 64 rows each;
+	// the tile's epilogue leaves the tensor cores idle.
+	SchedCooperative
+	// SchedPingPong: each warpgroup on every other tile, all 128 rows, so
+	// that one's epilogue runs beside the other's MMAs. Tile width 128
+	// only: 256 would need 256 accumulators a thread.
+	SchedPingPong
+)
+
+func (s HopperSched) String() string {
+	switch s {
+	case SchedAuto:
+		return "auto"
+	case SchedCooperative:
+		return "cooperative"
+	case SchedPingPong:
+		return "pingpong"
+	}
+	return fmt.Sprintf("HopperSched(%d)", int(s))
+}
+
+// pingPong says whether a tile-width-bn GEMM runs ping-pong under s.
+func (s HopperSched) pingPong(bn int) (bool, error) {
+	switch s {
+	case SchedAuto:
+		return bn <= 128, nil
+	case SchedCooperative:
+		return false, nil
+	case SchedPingPong:
+		if bn > 128 {
+			return false, fmt.Errorf("wgmma tile width %d cannot run ping-pong (128 at most)", bn)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("wgmma schedule %v", s)
+}
+
 // HopperBN is the tile width (weight rows per tile: 128 or 256) for an
 // M x N output: the one whose tiles fill the GPU's waves better, 256 on a
 // tie (a wider tile reuses each x tile more).
@@ -94,12 +138,16 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 	default:
 		return Launch{}, fmt.Errorf("matmul: wgmma tile width %d (128 or 256)", a.HopperBN)
 	}
+	pp, err := a.HopperSched.pingPong(bn)
+	if err != nil {
+		return Launch{}, fmt.Errorf("matmul: %w", err)
+	}
 	box := bn
 	if a.SwiGLU {
 		box = bn / 2
 	}
 	tiles := ceilDiv(a.T, 128) * ceilDiv(a.N, box)
-	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0},
+	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0, int64(b2i(pp))},
 		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
 		tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
 		tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
@@ -138,7 +186,7 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{bn, int64(epi), 1},
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{bn, int64(epi), 1, 0},
 			dims(sm), dims(384), HopperSmem(bn),
 			tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),

@@ -23,6 +23,9 @@ type MatMulArgs struct {
 	PrefillMMA bool
 	// HopperBN forces the wgmma GEMM's tile width (128 or 256; 0 chooses).
 	HopperBN int
+	// HopperSched forces the wgmma GEMM's consumer schedule (SchedAuto
+	// chooses).
+	HopperSched HopperSched
 	// CublasLt lets a plain bf16 GEMM of CublasLtMinRows rows or more go
 	// to cuBLASLt (Options.CublasLt).
 	CublasLt bool

@@ -187,7 +187,7 @@ template <> __device__ __forceinline__ void st_pair<bf16_t, true>(bf16_t* p, flo
   st_pair<bf16_t, false>(p, v0 + to_f32(a), v1 + to_f32(b));
 }
 
-template <typename TY, int BN, int EPI, int GROUPED>
+template <typename TY, int BN, int EPI, int GROUPED, int PP>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
                                                      const int4* __restrict__ tiles, const int* __restrict__ ntiles,
@@ -196,6 +196,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
+  static_assert(!PP || BN <= 128, "ping-pong keeps a whole tile's accumulators in one warpgroup");
+  constexpr int MH = PP ? 2 : 1;  // 64-row halves of a tile one consumer warpgroup computes
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 #pragma unroll
     for (int s = 0; s < ST; s++) {
       mbar_init(smem_addr(&full_bar[s]), 1);
-      mbar_init(smem_addr(&empty_bar[s]), 256);
+      mbar_init(smem_addr(&empty_bar[s]), PP ? 128 : 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -238,68 +240,91 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int c = wg - 1;  // this warpgroup's 64 rows of the tile
+  // Cooperative (PP 0): consumer warpgroup c computes rows [64c, 64c + 64)
+  // of every tile. Ping-pong (PP 1): it computes all 128 rows of every
+  // other tile of this CTA (c = the tile's parity), so that its epilogue
+  // runs beside the other warpgroup's MMAs; the stages still come in
+  // order, each consumed by one warpgroup.
+  const int c = wg - 1;
   const int warp = tid >> 5, lane = tid & 31;
-  float acc[BN / 2];
+  float acc[MH][BN / 2];
 #pragma unroll
-  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
-  int it = 0;
-  for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+  for (int h = 0; h < MH; h++)
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[h][i] = 0.f;
+  int it = 0, own = 0;
+  for (int t = blockIdx.x; t < ntile; t += gridDim.x, own++) {
+    if (PP && (own & 1) != c) {
+      it += nk;  // the other warpgroup's tile: its stages pass by
+      continue;
+    }
     const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
     const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
     int prev = -1;
-    wg_pin(acc);
+#pragma unroll
+    for (int h = 0; h < MH; h++) wg_pin(acc[h]);
     for (int kb = 0; kb < nk; kb++, it++) {
       const int s = it % ST;
       mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-      const unsigned sa = smem_addr(smem + s * C::STAGE) + c * 64 * 128, sb = smem_addr(smem + s * C::STAGE + C::A_BYTES);
+      const unsigned sa = smem_addr(smem + s * C::STAGE) + (PP ? 0 : c * 64 * 128),
+                     sb = smem_addr(smem + s * C::STAGE + C::A_BYTES);
       wg_fence();
 #pragma unroll
-      for (int k = 0; k < C::BK / 16; k++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * k), wg_desc(sb + 32 * k), kb > 0 || k > 0);
+      for (int k = 0; k < C::BK / 16; k++)
+#pragma unroll
+        for (int h = 0; h < MH; h++)
+          wgmma_bn<BN>(acc[h], wg_desc(sa + h * 64 * 128 + 32 * k), wg_desc(sb + 32 * k), kb > 0 || k > 0);
       wg_commit();
       wg_wait<1>();  // the previous k-block's MMAs are done: release its stage
       if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
       prev = s;
     }
     wg_wait<0>();
-    wg_pin(acc);
+#pragma unroll
+    for (int h = 0; h < MH; h++) wg_pin(acc[h]);
     if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
     if (nk == 0) {
 #pragma unroll
-      for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+      for (int h = 0; h < MH; h++)
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) acc[h][i] = 0.f;
     }
 
     // Epilogue: register i of chunk j = i/4 holds row (lane/4) + 8*((i/2)&1)
-    // of this warp's 16, column 8j + 2*(lane%4) + (i&1). A thread's two
-    // columns are adjacent (col is even): one store of both where N is even
-    // and y aligned to two values (pair2), two otherwise.
-    const int r0 = 64 * c + 16 * warp + (lane >> 2);  // within the tile
+    // of this warp's 16 (of 64-row half mh), column 8j + 2*(lane%4) + (i&1).
+    // A thread's two columns are adjacent (col is even): one store of both
+    // where N is even and y aligned to two values (pair2), two otherwise.
     const bool pair2 = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(y) & (2 * sizeof(TY) - 1)) == 0;
 #pragma unroll
-    for (int j = 0; j < OW / 8; j++) {
-      const int col = n0 + 8 * j + 2 * (lane & 3);
+    for (int mh = 0; mh < MH; mh++) {
+      const float(&a)[BN / 2] = acc[mh];
+      const int r0 = 64 * (PP ? mh : c) + 16 * warp + (lane >> 2);  // within the tile
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        if (r0 + 8 * h >= rt.rows) continue;
-        const int row = rt.m0 + r0 + 8 * h;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if constexpr (EPI == 2) {
-          v0 = silu_h(v0) * acc[4 * (j + OW / 8) + 2 * h];
-          v1 = silu_h(v1) * acc[4 * (j + OW / 8) + 2 * h + 1];
-        }
-        TY* p = y + (long long)row * N + col;
-        if (col + 1 < N && pair2) {
-          st_pair<TY, EPI == 1>(p, v0, v1);
-        } else if (col + 1 < N) {
-          if constexpr (EPI == 1) {
-            v0 += to_f32(p[0]);
-            v1 += to_f32(p[1]);
+      for (int j = 0; j < OW / 8; j++) {
+        const int col = n0 + 8 * j + 2 * (lane & 3);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          if (r0 + 8 * h >= rt.rows) continue;
+          const int row = rt.m0 + r0 + 8 * h;
+          float v0 = a[4 * j + 2 * h], v1 = a[4 * j + 2 * h + 1];
+          if constexpr (EPI == 2) {
+            v0 = silu_h(v0) * a[4 * (j + OW / 8) + 2 * h];
+            v1 = silu_h(v1) * a[4 * (j + OW / 8) + 2 * h + 1];
           }
-          p[0] = from_f32<TY>(v0);
-          p[1] = from_f32<TY>(v1);
-        } else if (col < N) {
-          if constexpr (EPI == 1) v0 += to_f32(p[0]);
-          p[0] = from_f32<TY>(v0);
+          TY* p = y + (long long)row * N + col;
+          if (col + 1 < N && pair2) {
+            st_pair<TY, EPI == 1>(p, v0, v1);
+          } else if (col + 1 < N) {
+            if constexpr (EPI == 1) {
+              v0 += to_f32(p[0]);
+              v1 += to_f32(p[1]);
+            }
+            p[0] = from_f32<TY>(v0);
+            p[1] = from_f32<TY>(v1);
+          } else if (col < N) {
+            if constexpr (EPI == 1) v0 += to_f32(p[0]);
+            p[0] = from_f32<TY>(v0);
+          }
         }
       }
     }

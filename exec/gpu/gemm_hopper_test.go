@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"lagc/cuda"
@@ -31,24 +32,39 @@ func hopperGPU(t *testing.T) (*Kernels, *cuda.Stream) {
 
 // TestMatMulHopperGPU: the TMA + wgmma GEMM (what MatMul runs for T > 8
 // on Hopper) against the CPU reference over ragged M and N, K not a
-// multiple of 64, every epilogue, both tile widths and output dtypes.
+// multiple of 64, every epilogue, both tile widths and output dtypes, and
+// at width 128 both consumer schedules; the last two shapes have more
+// tiles than the GPU has multiprocessors (a CTA computes two or three, so
+// that ping-pong's warpgroups both take tiles).
 func TestMatMulHopperGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	r := rand.New(rand.NewPCG(11, 12))
 	cases := []struct{ M, N, K int }{
 		{9, 64, 64}, {100, 200, 72}, {128, 256, 128}, {300, 520, 1000}, {257, 130, 3072}, {2048, 384, 256},
+		{2100, 1100, 72}, {4100, 1030, 136},
 	}
-	for _, bn := range []int{128, 256} {
+	type variant struct {
+		bn    int
+		sched lower.HopperSched
+	}
+	for _, v := range []variant{{128, lower.SchedCooperative}, {256, lower.SchedCooperative}, {128, lower.SchedPingPong}} {
+		bn := v.bn
 		for _, epi := range []string{"store", "accumulate", "swiglu"} {
 			for _, c := range cases {
 				for _, yt := range []cuda.DType{cuda.F32, cuda.BF16} {
 					name := fmt.Sprintf("BN%d/%s/M%d_N%d_K%d/%v", bn, epi, c.M, c.N, c.K, yt)
+					if v.sched == lower.SchedPingPong {
+						name = "pingpong/" + name
+					}
 					t.Run(name, func(t *testing.T) {
 						a := MatMulArgs{T: c.M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: yt,
-							SwiGLU: epi == "swiglu", Accumulate: epi == "accumulate", CC: k.CC(), HopperBN: bn}
+							SwiGLU: epi == "swiglu", Accumulate: epi == "accumulate", CC: k.CC(), HopperBN: bn, HopperSched: v.sched}
 						l, err := k.MatMulLaunch(a)
 						if err == nil && l.Name[:len("gemm_wgmma")] != "gemm_wgmma" {
 							t.Fatalf("MatMul chose %s, not the wgmma GEMM", l.Name)
+						}
+						if pp := strings.HasSuffix(l.Name, ", 1>"); err == nil && pp != (v.sched == lower.SchedPingPong) {
+							t.Fatalf("MatMul chose %s for schedule %v", l.Name, v.sched)
 						}
 						got, want := mmRun(t, k, s, r, a)
 						checkClose(t, name, got, want, tolFor(yt))
@@ -121,14 +137,16 @@ func BenchmarkGEMMHopper(b *testing.B) {
 		for _, v := range []struct {
 			name   string
 			cc, bn int
-		}{{"mma", 0, 0}, {"wgmma-auto", 90, 0}, {"wgmma-128", 90, 128}, {"wgmma-256", 90, 256}} {
+			sched  lower.HopperSched
+		}{{"mma", 0, 0, 0}, {"wgmma-auto", 90, 0, 0}, {"wgmma-128", 90, 128, lower.SchedCooperative},
+			{"wgmma-128pp", 90, 128, lower.SchedPingPong}, {"wgmma-256", 90, 256, 0}} {
 			b.Run(fmt.Sprintf("%s/%s", c.name, v.name), func(b *testing.B) {
 				rows := c.N
 				if c.swiglu {
 					rows = 2 * c.N
 				}
 				a := MatMulArgs{T: M, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16, SwiGLU: c.swiglu,
-					CC: v.cc, HopperBN: v.bn, X: m.rand(M * c.K), W: m.rand(rows * c.K), Y: m.rand(M * c.N)}
+					CC: v.cc, HopperBN: v.bn, HopperSched: v.sched, X: m.rand(M * c.K), W: m.rand(rows * c.K), Y: m.rand(M * c.N)}
 				bytes := 2 * float64(rows*c.K+M*(c.K+c.N))
 				m.run(b, bytes, 2*float64(M)*float64(rows)*float64(c.K), func() error { return m.k.MatMul(m.s, a) })
 			})

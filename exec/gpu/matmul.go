@@ -27,6 +27,9 @@ type MatMulArgs struct {
 	CC int
 	// HopperBN forces the wgmma GEMM's tile width (128 or 256; 0 chooses).
 	HopperBN int
+	// HopperSched forces the wgmma GEMM's consumer schedule
+	// (lower.SchedAuto chooses).
+	HopperSched lower.HopperSched
 	// CublasLt lets lower put the GEMM on cuBLASLt (lower.MatMulArgs;
 	// needs Kernels.Lt).
 	CublasLt bool
@@ -44,7 +47,7 @@ const DefaultMMAK = lower.DefaultMMAK
 func (a MatMulArgs) lower(sms int) lower.MatMulArgs {
 	return lower.MatMulArgs{T: a.T, K: a.K, N: a.N, X: ptr(a.X), W: ptr(a.W), Y: ptr(a.Y),
 		XType: a.XType.String(), WType: a.WType.String(), YType: a.YType.String(),
-		Accumulate: a.Accumulate, SwiGLU: a.SwiGLU, Tile: a.Tile, SMs: sms, CC: a.CC, HopperBN: a.HopperBN, CublasLt: a.CublasLt}
+		Accumulate: a.Accumulate, SwiGLU: a.SwiGLU, Tile: a.Tile, SMs: sms, CC: a.CC, HopperBN: a.HopperBN, HopperSched: a.HopperSched, CublasLt: a.CublasLt}
 }
 
 // MatMulLaunch returns the launch MatMul queues for a (lower.MatMul's

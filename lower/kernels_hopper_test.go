@@ -1,0 +1,69 @@
+package lower
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestHopperSched: the wgmma GEMM's consumer schedule per tile width, forced
+// or chosen, and the template argument that carries it.
+func TestHopperSched(t *testing.T) {
+	base := MatMulArgs{T: 2048, K: 1024, N: 3072, XType: "bf16", WType: "bf16", YType: "bf16", CC: 90,
+		X: Ptr{"x", 0}, W: Ptr{"w", 0}, Y: Ptr{"y", 0}}
+	for _, c := range []struct {
+		name    string
+		bn      int
+		sched   HopperSched
+		wantPP  bool
+		wantErr string
+	}{
+		{"auto 128", 128, SchedAuto, true, ""},
+		{"auto 256", 256, SchedAuto, false, ""},
+		{"auto chosen width", 0, SchedAuto, true, ""}, // 2048 x 3072: width 128 fills the waves better
+		{"cooperative 128", 128, SchedCooperative, false, ""},
+		{"cooperative 256", 256, SchedCooperative, false, ""},
+		{"pingpong 128", 128, SchedPingPong, true, ""},
+		{"pingpong 256", 256, SchedPingPong, false, "cannot run ping-pong"},
+		{"unknown", 128, HopperSched(7), false, "HopperSched(7)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := base
+			a.HopperBN, a.HopperSched = c.bn, c.sched
+			l, err := HopperGEMM(a)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Ints) != 4 {
+				t.Fatalf("gemm_wgmma's template ints %v: want BN, EPI, GROUPED, PP", l.Ints)
+			}
+			if pp := l.Ints[3] == 1; pp != c.wantPP {
+				t.Errorf("%s: ping-pong %v, want %v", l.NameExpr(), pp, c.wantPP)
+			}
+		})
+	}
+}
+
+// TestMoEHopperCooperative: the grouped experts keep width 256, so the
+// cooperative schedule.
+func TestMoEHopperCooperative(t *testing.T) {
+	n := 0
+	for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2}, MoELayout{}) {
+		if l.Kernel != "gemm_wgmma" {
+			continue
+		}
+		n++
+		if !slices.Equal(l.Ints, []int64{256, int64(l.Ints[1]), 1, 0}) {
+			t.Errorf("%s: want width 256, GROUPED 1, PP 0", l.NameExpr())
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d grouped wgmma GEMMs, want 2 (gate+up, down)", n)
+	}
+}
