@@ -14,22 +14,25 @@ func TestHopperSched(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		bn      int
+		swiglu  bool
 		sched   HopperSched
 		wantPP  bool
 		wantErr string
 	}{
-		{"auto 128", 128, SchedAuto, true, ""},
-		{"auto 256", 256, SchedAuto, false, ""},
-		{"auto chosen width", 0, SchedAuto, true, ""}, // 2048 x 3072: width 128 fills the waves better
-		{"cooperative 128", 128, SchedCooperative, false, ""},
-		{"cooperative 256", 256, SchedCooperative, false, ""},
-		{"pingpong 128", 128, SchedPingPong, true, ""},
-		{"pingpong 256", 256, SchedPingPong, false, "cannot run ping-pong"},
-		{"unknown", 128, HopperSched(7), false, "HopperSched(7)"},
+		{"auto 128", 128, false, SchedAuto, true, ""},
+		{"auto 128 swiglu", 128, true, SchedAuto, false, ""},
+		{"pingpong 128 swiglu", 128, true, SchedPingPong, true, ""},
+		{"auto 256", 256, false, SchedAuto, false, ""},
+		{"auto chosen width", 0, false, SchedAuto, true, ""}, // 2048 x 3072: width 128 fills the waves better
+		{"cooperative 128", 128, false, SchedCooperative, false, ""},
+		{"cooperative 256", 256, false, SchedCooperative, false, ""},
+		{"pingpong 128", 128, false, SchedPingPong, true, ""},
+		{"pingpong 256", 256, false, SchedPingPong, false, "cannot run ping-pong"},
+		{"unknown", 128, false, HopperSched(7), false, "HopperSched(7)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := base
-			a.HopperBN, a.HopperSched = c.bn, c.sched
+			a.HopperBN, a.HopperSched, a.SwiGLU = c.bn, c.sched, c.swiglu
 			l, err := HopperGEMM(a)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {

@@ -244,7 +244,11 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   // of every tile. Ping-pong (PP 1): it computes all 128 rows of every
   // other tile of this CTA (c = the tile's parity), so that its epilogue
   // runs beside the other warpgroup's MMAs; the stages still come in
-  // order, each consumed by one warpgroup.
+  // order, each consumed by one warpgroup. A warpgroup starts a tile's
+  // MMAs only after the other has issued the previous tile's (named
+  // barrier 1 + c: "warpgroup c may start"): running further ahead it
+  // would wait on a stage's mbarrier two or more phases early, where the
+  // parity it waits for was already seen.
   const int c = wg - 1;
   const int warp = tid >> 5, lane = tid & 31;
   float acc[MH][BN / 2];
@@ -258,6 +262,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
       it += nk;  // the other warpgroup's tile: its stages pass by
       continue;
     }
+    if (PP && own > 0) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
     const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
     const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
     int prev = -1;
@@ -279,6 +284,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
       if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
       prev = s;
     }
+    if (PP && t + gridDim.x < ntile) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
     wg_wait<0>();
 #pragma unroll
     for (int h = 0; h < MH; h++) wg_pin(acc[h]);
