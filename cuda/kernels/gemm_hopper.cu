@@ -187,6 +187,73 @@ template <> __device__ __forceinline__ void st_pair<bf16_t, true>(bf16_t* p, flo
   st_pair<bf16_t, false>(p, v0 + to_f32(a), v1 + to_f32(b));
 }
 
+// quad_xpose transposes v across the four lanes of a quad (q = lane & 3):
+// afterwards lane q holds in v[p] what lane p held in v[q]. Two butterfly
+// stages, each swapping the half of v whose index bit differs from q's.
+template <typename T> __device__ __forceinline__ void quad_xpose(T (&v)[4], int q) {
+  {
+    const bool hi = q & 2;
+    const T r0 = __shfl_xor_sync(0xffffffffu, hi ? v[0] : v[2], 2), r1 = __shfl_xor_sync(0xffffffffu, hi ? v[1] : v[3], 2);
+    if (hi) {
+      v[0] = r0;
+      v[1] = r1;
+    } else {
+      v[2] = r0;
+      v[3] = r1;
+    }
+  }
+  {
+    const bool lo = q & 1;
+    const T r0 = __shfl_xor_sync(0xffffffffu, lo ? v[0] : v[1], 1), r1 = __shfl_xor_sync(0xffffffffu, lo ? v[2] : v[3], 1);
+    if (lo) {
+      v[0] = r0;
+      v[2] = r1;
+    } else {
+      v[1] = r0;
+      v[3] = r1;
+    }
+  }
+}
+
+__device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
+  return (unsigned)from_f32<bf16_t>(lo).bits | ((unsigned)from_f32<bf16_t>(hi).bits << 16);
+}
+
+// st_oct stores v0[p], v1[p] at p[2p], p[2p + 1] (p 16-byte aligned) in
+// 16-byte stores, each value rounded to TY as alone; ACC adds what is
+// there first (the same sums as st_pair).
+template <typename TY, bool ACC>
+__device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float (&v1)[4]) {
+  if constexpr (sizeof(TY) == 2) {
+    float a[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) a[2 * i] = v0[i], a[2 * i + 1] = v1[i];
+    if constexpr (ACC) {
+      const uint4 o = *reinterpret_cast<const uint4*>(p);
+      const unsigned w[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        bf16_t lo, hi;
+        lo.bits = (unsigned short)(w[i] & 0xFFFFu);
+        hi.bits = (unsigned short)(w[i] >> 16);
+        a[2 * i] += to_f32(lo);
+        a[2 * i + 1] += to_f32(hi);
+      }
+    }
+    *reinterpret_cast<uint4*>(p) =
+        make_uint4(bf16x2_bits(a[0], a[1]), bf16x2_bits(a[2], a[3]), bf16x2_bits(a[4], a[5]), bf16x2_bits(a[6], a[7]));
+  } else {
+    float4 x = make_float4(v0[0], v1[0], v0[1], v1[1]), z = make_float4(v0[2], v1[2], v0[3], v1[3]);
+    if constexpr (ACC) {
+      const float4 ox = reinterpret_cast<const float4*>(p)[0], oz = reinterpret_cast<const float4*>(p)[1];
+      x = make_float4(x.x + ox.x, x.y + ox.y, x.z + ox.z, x.w + ox.w);
+      z = make_float4(z.x + oz.x, z.y + oz.y, z.z + oz.z, z.w + oz.w);
+    }
+    reinterpret_cast<float4*>(p)[0] = x;
+    reinterpret_cast<float4*>(p)[1] = z;
+  }
+}
+
 template <typename TY, int BN, int EPI, int GROUPED, int PP>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
@@ -298,9 +365,54 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 
     // Epilogue: register i of chunk j = i/4 holds row (lane/4) + 8*((i/2)&1)
     // of this warp's 16 (of 64-row half mh), column 8j + 2*(lane%4) + (i&1).
-    // A thread's two columns are adjacent (col is even): one store of both
-    // where N is even and y aligned to two values (pair2), two otherwise.
+    // Where y rows hold whole 16-byte chunks (N a multiple of 8, y 16-byte
+    // aligned: oct), the four lanes of a row transpose four chunks' column
+    // pairs (quad_xpose) so that each stores a whole 8-column chunk: a warp
+    // store then fills 16 sectors where one of pairs half-fills 8. Else a
+    // thread's two adjacent columns go in one store where N is even and y
+    // aligned to two values (pair2), in two otherwise.
+    const bool oct = (N & 7) == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0;
     const bool pair2 = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(y) & (2 * sizeof(TY) - 1)) == 0;
+    if (oct) {
+      const int q = lane & 3;
+#pragma unroll
+      for (int mh = 0; mh < MH; mh++) {
+        const float(&a)[BN / 2] = acc[mh];
+        const int r0 = 64 * (PP ? mh : c) + 16 * warp + (lane >> 2);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const bool rowok = r0 + 8 * h < rt.rows;
+          TY* yrow = y + (long long)(rt.m0 + r0 + 8 * h) * N;
+#pragma unroll
+          for (int jb = 0; jb < OW / 32; jb++) {
+            float v0[4], v1[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+              const int j = 4 * jb + jj;
+              v0[jj] = a[4 * j + 2 * h];
+              v1[jj] = a[4 * j + 2 * h + 1];
+              if constexpr (EPI == 2) {
+                v0[jj] = silu_h(v0[jj]) * a[4 * (j + OW / 8) + 2 * h];
+                v1[jj] = silu_h(v1[jj]) * a[4 * (j + OW / 8) + 2 * h + 1];
+              }
+            }
+            const int col = n0 + 8 * (4 * jb + q);  // this lane's chunk after the transpose
+            if constexpr (sizeof(TY) == 2 && EPI != 1) {
+              unsigned w[4];
+#pragma unroll
+              for (int jj = 0; jj < 4; jj++) w[jj] = bf16x2_bits(v0[jj], v1[jj]);
+              quad_xpose(w, q);
+              if (rowok && col < N) *reinterpret_cast<uint4*>(yrow + col) = make_uint4(w[0], w[1], w[2], w[3]);
+            } else {
+              quad_xpose(v0, q);
+              quad_xpose(v1, q);
+              if (rowok && col < N) st_oct<TY, EPI == 1>(yrow + col, v0, v1);
+            }
+          }
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int mh = 0; mh < MH; mh++) {
       const float(&a)[BN / 2] = acc[mh];
