@@ -30,10 +30,10 @@ func HopperSmem(bn int) int {
 type HopperSched int
 
 const (
-	// SchedAuto: ping-pong at tile width 128 but for SwiGLU, cooperative
-	// otherwise (BenchmarkGEMMHopper on the H200, T=2048: the shared down,
-	// K 1024, 30.7 -> 26.2 us; the SwiGLU shapes 2-4% slower ping-pong;
-	// the rest within 1%).
+	// SchedAuto: ping-pong at tile width 128 for K up to PingPongMaxK but
+	// for SwiGLU, cooperative otherwise (BenchmarkGEMMHopper on the H200,
+	// T=2048: the shared down, K 1024, 24.0 -> 22.1 us; q,k,v,gate, K 3072,
+	// even; K 9216 and 12288 about 1% slower; SwiGLU 2-4% slower).
 	SchedAuto HopperSched = iota
 	// SchedCooperative: both warpgroups on each 128-row tile, 64 rows each;
 	// the tile's epilogue leaves the tensor cores idle.
@@ -56,12 +56,16 @@ func (s HopperSched) String() string {
 	return fmt.Sprintf("HopperSched(%d)", int(s))
 }
 
-// pingPong says whether a tile-width-bn GEMM with epilogue epi runs
-// ping-pong under s.
-func (s HopperSched) pingPong(bn, epi int) (bool, error) {
+// PingPongMaxK is the largest K SchedAuto runs ping-pong: past it a tile's
+// many k-blocks leave its epilogue too small a share to hide.
+const PingPongMaxK = 3072
+
+// pingPong says whether a tile-width-bn GEMM of depth k with epilogue epi
+// runs ping-pong under s.
+func (s HopperSched) pingPong(bn, k, epi int) (bool, error) {
 	switch s {
 	case SchedAuto:
-		return bn <= 128 && epi != EpiSwiGLU, nil
+		return bn <= 128 && k <= PingPongMaxK && epi != EpiSwiGLU, nil
 	case SchedCooperative:
 		return false, nil
 	case SchedPingPong:
@@ -142,7 +146,7 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 	default:
 		return Launch{}, fmt.Errorf("matmul: wgmma tile width %d (128 or 256)", a.HopperBN)
 	}
-	pp, err := a.HopperSched.pingPong(bn, epi)
+	pp, err := a.HopperSched.pingPong(bn, a.K, epi)
 	if err != nil {
 		return Launch{}, fmt.Errorf("matmul: %w", err)
 	}

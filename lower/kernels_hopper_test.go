@@ -21,6 +21,7 @@ func TestHopperSched(t *testing.T) {
 	}{
 		{"auto 128", 128, false, SchedAuto, true, ""},
 		{"auto 128 swiglu", 128, true, SchedAuto, false, ""},
+		{"auto 128 deep", 128, false, SchedAuto, false, ""}, // K past PingPongMaxK
 		{"pingpong 128 swiglu", 128, true, SchedPingPong, true, ""},
 		{"auto 256", 256, false, SchedAuto, false, ""},
 		{"auto chosen width", 0, false, SchedAuto, true, ""}, // 2048 x 3072: width 128 fills the waves better
@@ -33,6 +34,9 @@ func TestHopperSched(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := base
 			a.HopperBN, a.HopperSched, a.SwiGLU = c.bn, c.sched, c.swiglu
+			if strings.HasSuffix(c.name, "deep") {
+				a.K = PingPongMaxK + 8
+			}
 			l, err := HopperGEMM(a)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
