@@ -188,13 +188,16 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	EI := a.E * a.I
-	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr) Launch {
-		const bn = 256
+	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp bool) Launch {
+		bn := 256
+		if pp {
+			bn = 128
+		}
 		box := bn
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{bn, int64(epi), 1, 0},
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp))},
 			dims(sm), dims(384), HopperSmem(bn),
 			tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
@@ -207,8 +210,8 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 	return append(moeRouting(a, l),
 		kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
-		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act)),
-		grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys)),
+		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false),
+		grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong),
 		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate))),

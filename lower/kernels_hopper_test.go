@@ -57,20 +57,27 @@ func TestHopperSched(t *testing.T) {
 	}
 }
 
-// TestMoEHopperCooperative: the grouped experts keep width 256, so the
-// cooperative schedule.
-func TestMoEHopperCooperative(t *testing.T) {
-	n := 0
-	for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2}, MoELayout{}) {
-		if l.Kernel != "gemm_wgmma" {
-			continue
+// TestMoEHopperSched: the grouped experts' GEMMs run 256 wide and
+// cooperative, but the down GEMM 128 wide and ping-pong under
+// HopperDown = SchedPingPong.
+func TestMoEHopperSched(t *testing.T) {
+	for _, c := range []struct {
+		down     HopperSched
+		wantDown []int64
+	}{
+		{SchedAuto, []int64{256, EpiStore, 1, 0}},
+		{SchedCooperative, []int64{256, EpiStore, 1, 0}},
+		{SchedPingPong, []int64{128, EpiStore, 1, 1}},
+	} {
+		var got [][]int64
+		for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2, HopperDown: c.down}, MoELayout{}) {
+			if l.Kernel == "gemm_wgmma" {
+				got = append(got, l.Ints)
+			}
 		}
-		n++
-		if !slices.Equal(l.Ints, []int64{256, int64(l.Ints[1]), 1, 0}) {
-			t.Errorf("%s: want width 256, GROUPED 1, PP 0", l.NameExpr())
+		want := [][]int64{{256, EpiSwiGLU, 1, 0}, c.wantDown}
+		if !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("%v: grouped GEMMs' BN, EPI, GROUPED, PP %v, want %v", c.down, got, want)
 		}
-	}
-	if n != 2 {
-		t.Errorf("%d grouped wgmma GEMMs, want 2 (gate+up, down)", n)
 	}
 }

@@ -66,6 +66,10 @@ type MoEArgs struct {
 	// QMoE forces the decode kernels' shape (QMoEArgs) and the prefill's
 	// quantised grouped GEMMs' token tile; zero chooses.
 	QMoE QMoEForce
+	// HopperDown is the bf16 grouped down GEMM's consumer schedule on the
+	// wgmma core: SchedPingPong runs it on 128-wide tiles, ping-pong;
+	// SchedAuto and SchedCooperative on 256-wide tiles, cooperative.
+	HopperDown HopperSched
 	// hopperRows: the wgmma path's token tile rows when not 128 (set by
 	// quantLayout for gemm_wgmma_q, which takes 64, 96 or 128).
 	hopperRows int

@@ -79,7 +79,9 @@ func TestMatMulHopperGPU(t *testing.T) {
 
 // TestMoEExpertsHopperGPU: the grouped routed experts on the wgmma core
 // against the CPU reference: skewed and same-expert routing (experts with
-// 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders.
+// 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders;
+// then the down GEMM ping-pong (HopperDown), also on a grid of 7 CTAs so
+// that each takes several tiles of 13 k-blocks (more than the stages).
 func TestMoEExpertsHopperGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	r := rand.New(rand.NewPCG(21, 22))
@@ -91,30 +93,53 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		{T: 129, H: 128, I: 64, E: 256, k: 10, dist: "invalid", acc: true},
 		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
 	}
+	type variant struct {
+		down lower.HopperSched
+		sms  int // 0: the GPU's
+	}
+	run := func(v variant, order ExpertOrder, c moeCase) {
+		name := fmt.Sprintf("order%d/%+v", order, c)
+		if v.down == lower.SchedPingPong {
+			name = fmt.Sprintf("downpp/sms%d/%s", v.sms, name)
+		}
+		t.Run(name, func(t *testing.T) {
+			d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+			a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
+			// One allocation: the gate stack, then the up stack.
+			gu := append(append([]float32(nil), d.gate...), d.up...)
+			a.Gate = upload(t, k, s, cuda.BF16, gu)
+			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
+			a.CC, a.SMs, a.HopperDown = k.CC(), k.SMs(), v.down
+			if v.sms != 0 {
+				a.SMs = v.sms
+			}
+			ls, err := k.MoELaunches(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !hasKernel(ls, "gemm_wgmma") {
+				t.Fatalf("the grouped path did not choose the wgmma core")
+			}
+			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1>"); pp != (v.down == lower.SchedPingPong) {
+				t.Fatalf("down ping-pong %v under %v", pp, v.down)
+			}
+			moeWorkspace(t, k, s, &a)
+			if err := k.MoEExperts(s, a); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
+			checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
+		})
+	}
 	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
 		for _, c := range cases {
-			t.Run(fmt.Sprintf("order%d/%+v", order, c), func(t *testing.T) {
-				d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
-				a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
-				// One allocation: the gate stack, then the up stack.
-				gu := append(append([]float32(nil), d.gate...), d.up...)
-				a.Gate = upload(t, k, s, cuda.BF16, gu)
-				a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
-				a.CC, a.SMs = k.CC(), k.SMs()
-				ls, err := k.MoELaunches(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !hasKernel(ls, "gemm_wgmma") {
-					t.Fatalf("the grouped path did not choose the wgmma core")
-				}
-				moeWorkspace(t, k, s, &a)
-				if err := k.MoEExperts(s, a); err != nil {
-					t.Fatal(err)
-				}
-				got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
-				checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
-			})
+			run(variant{}, order, c)
+		}
+	}
+	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
+	for _, v := range []variant{{lower.SchedPingPong, 0}, {lower.SchedPingPong, 7}} {
+		for _, c := range append(cases, deep) {
+			run(v, ExpertsByLoad, c)
 		}
 	}
 }

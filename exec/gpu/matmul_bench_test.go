@@ -7,6 +7,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
+	"lagc/lower"
 )
 
 // Benchmarks at Laguna-S-2.1 shapes, bf16. They report GB/s (weights and
@@ -118,7 +119,8 @@ func BenchmarkMoEExperts(b *testing.B) {
 		for _, v := range []struct {
 			name string
 			cc   int
-		}{{"mma", 0}, {"wgmma", 90}} {
+			down lower.HopperSched
+		}{{"mma", 0, 0}, {"wgmma", 90, 0}, {"wgmma-downpp", 90, lower.SchedPingPong}} {
 			if T == 1 && v.cc != 0 {
 				continue // decode: the same GEMVs either way
 			}
@@ -126,7 +128,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
-					CC: v.cc, SMs: m.k.SMs()}
+					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down}
 				a.IDs = m.upload(cuda.AsBytes(ids))
 				a.Weights = m.upload(cuda.AsBytes(wts))
 				ws, err := MoEWorkspaceBytes(a)

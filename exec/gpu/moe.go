@@ -66,6 +66,9 @@ type MoEArgs struct {
 	// QCTAs forces the quantised grouped GEMMs' CTAs a multiprocessor (1
 	// or 2; zero chooses: lower.QMoEForce.CTAs).
 	QCTAs int
+	// HopperDown is the bf16 grouped down GEMM's schedule
+	// (lower.MoEArgs.HopperDown).
+	HopperDown lower.HopperSched
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -80,7 +83,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}, HopperDown: a.HopperDown}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
