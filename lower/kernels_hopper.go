@@ -18,11 +18,16 @@ const (
 // pipeline stages of a 128 x 64 x tile and a bn x 64 w tile, and 1 KiB to
 // align them for the 128-byte swizzle.
 func HopperSmem(bn int) int {
-	stages := 6
+	return hopperStages(bn)*(128*64*2+bn*64*2) + 1024
+}
+
+// hopperStages is gemm_wgmma's pipeline depth at tile width bn:
+// WgCfg<BN>::STAGES in gemm_hopper.cu (TestSmemAgrees).
+func hopperStages(bn int) int {
 	if bn == 256 {
-		stages = 4
+		return 4
 	}
-	return stages*(128*64*2+bn*64*2) + 1024
+	return 6
 }
 
 // HopperSched is the wgmma GEMM's consumer schedule: how its two consumer

@@ -504,12 +504,17 @@ func hopperQBytes(t quant.Type) int {
 func hopperQSmem(t quant.Type, bn, ctas int) int {
 	stage := bn*128 + 128*hopperQBytes(t)
 	const dq = 4 * 8192
-	budget := 200 * 1024 // QCfg<CTAS>::SMEM in gemm_hopper.cu
-	if ctas == 2 {
-		budget = 110 * 1024
-	}
-	st := min((budget-dq)/stage, 8)
+	st := min((hopperQBudget(ctas)-dq)/stage, 8)
 	return st*stage + dq + 1024
+}
+
+// hopperQBudget is gemm_wgmma_q's shared-memory budget with ctas CTAs a
+// multiprocessor: QCfg<CTAS>::SMEM in gemm_hopper.cu (TestSmemAgrees).
+func hopperQBudget(ctas int) int {
+	if ctas == 2 {
+		return 110 * 1024
+	}
+	return 200 * 1024
 }
 
 // hopperQOK says why gemm_wgmma_q cannot run a GEMM of K with t weights and

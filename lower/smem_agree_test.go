@@ -1,0 +1,49 @@
+package lower
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"lagc/cuda"
+)
+
+// TestSmemAgrees: the shared-memory sizes lower launches the Hopper GEMMs
+// with follow the kernels' own configuration in gemm_hopper.cu (lower
+// cannot include it: the numbers are written twice). A launch with less
+// than the kernel carves out would overrun; with more, it wastes the room
+// a second CTA needs.
+func TestSmemAgrees(t *testing.T) {
+	src, err := cuda.Source("gemm_hopper.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// WgCfg<BN>: BM 128, BK 64, STAGES = BN == 256 ? a : b.
+	wg := regexp.MustCompile(`struct WgCfg \{\s*static constexpr int BM = 128, BK = 64;\s*static constexpr int STAGES = BN == 256 \? (\d+) : (\d+);`).FindStringSubmatch(src)
+	if wg == nil {
+		t.Fatal("gemm_hopper.cu: WgCfg's BM, BK and STAGES not found in the form this test reads")
+	}
+	for bn, want := range map[int]int{256: num(wg[1]), 128: num(wg[2])} {
+		if got := hopperStages(bn); got != want {
+			t.Errorf("gemm_wgmma width %d: lower plans %d stages, WgCfg has %d", bn, got, want)
+		}
+	}
+	// QCfg<CTAS>::SMEM = n * 1024.
+	q := regexp.MustCompile(`struct QCfg<(\d)> \{\s*static constexpr int SMEM = (\d+) \* 1024,`).FindAllStringSubmatch(src, -1)
+	if len(q) != 2 {
+		t.Fatalf("gemm_hopper.cu: found %d QCfg specialisations in the form this test reads, want 2", len(q))
+	}
+	for _, m := range q {
+		ctas, want := num(m[1]), num(m[2])*1024
+		if got := hopperQBudget(ctas); got != want {
+			t.Errorf("gemm_wgmma_q with %d CTAs: lower budgets %d bytes, QCfg has %d", ctas, got, want)
+		}
+	}
+}
