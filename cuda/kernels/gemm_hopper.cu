@@ -187,32 +187,26 @@ template <> __device__ __forceinline__ void st_pair<bf16_t, true>(bf16_t* p, flo
   st_pair<bf16_t, false>(p, v0 + to_f32(a), v1 + to_f32(b));
 }
 
+// quad_swap trades with lane q ^ M (M 1 or 2) the half of v whose index
+// bit M differs from q's: indices a and b have the bit clear.
+template <int M, typename T> __device__ __forceinline__ void quad_swap(T (&v)[4], int q) {
+  constexpr int a = 0, b = M == 2 ? 1 : 2;
+  const bool set = q & M;
+  const T r0 = __shfl_xor_sync(0xffffffffu, set ? v[a] : v[a + M], M), r1 = __shfl_xor_sync(0xffffffffu, set ? v[b] : v[b + M], M);
+  if (set) {
+    v[a] = r0;
+    v[b] = r1;
+  } else {
+    v[a + M] = r0;
+    v[b + M] = r1;
+  }
+}
+
 // quad_xpose transposes v across the four lanes of a quad (q = lane & 3):
-// afterwards lane q holds in v[p] what lane p held in v[q]. Two butterfly
-// stages, each swapping the half of v whose index bit differs from q's.
+// afterwards lane q holds in v[p] what lane p held in v[q].
 template <typename T> __device__ __forceinline__ void quad_xpose(T (&v)[4], int q) {
-  {
-    const bool hi = q & 2;
-    const T r0 = __shfl_xor_sync(0xffffffffu, hi ? v[0] : v[2], 2), r1 = __shfl_xor_sync(0xffffffffu, hi ? v[1] : v[3], 2);
-    if (hi) {
-      v[0] = r0;
-      v[1] = r1;
-    } else {
-      v[2] = r0;
-      v[3] = r1;
-    }
-  }
-  {
-    const bool lo = q & 1;
-    const T r0 = __shfl_xor_sync(0xffffffffu, lo ? v[0] : v[1], 1), r1 = __shfl_xor_sync(0xffffffffu, lo ? v[2] : v[3], 1);
-    if (lo) {
-      v[0] = r0;
-      v[2] = r1;
-    } else {
-      v[1] = r0;
-      v[3] = r1;
-    }
-  }
+  quad_swap<2>(v, q);
+  quad_swap<1>(v, q);
 }
 
 __device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
