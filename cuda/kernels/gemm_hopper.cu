@@ -11,7 +11,11 @@
 //   consumers  two warpgroups, 64 rows each, run wgmma m64nBNk16 on the
 //              stage (descriptors into the swizzled tiles), one k-block of
 //              MMAs kept in flight, then the epilogue from registers
-// Registers move from the producer to the consumers with setmaxnreg.
+//              (cooperative); or, at BN 128 (PP), each all 128 rows of
+//              every other tile, one's epilogue beside the other's MMAs
+//              (ping-pong)
+// Registers move from the producer to the consumers with setmaxnreg. The
+// epilogue stores whole 16-byte chunks where y's rows allow (quad_xpose).
 // Dense: tiles of a column band are consecutive (t % tilesM): a weight
 // tile is read from memory once and reused from L2 by the other row tiles.
 // Grouped: the bands of a row tile are consecutive instead (its rows are
@@ -158,6 +162,10 @@ __device__ __forceinline__ RowTile row_tile(int tm, int M, const int4* tiles, in
   }
 }
 
+__device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
+  return (unsigned)from_f32<bf16_t>(lo).bits | ((unsigned)from_f32<bf16_t>(hi).bits << 16);
+}
+
 // st_pair stores v0, v1 at p[0], p[1] (p aligned to two values) in one
 // store, each rounded to TY as alone; ACC adds what is there first (the
 // same sums as two scalar read-modify-writes).
@@ -177,7 +185,7 @@ template <> __device__ __forceinline__ void st_pair<float, true>(float* p, float
   *reinterpret_cast<float2*>(p) = make_float2(v0 + o.x, v1 + o.y);
 }
 template <> __device__ __forceinline__ void st_pair<bf16_t, false>(bf16_t* p, float v0, float v1) {
-  *reinterpret_cast<unsigned*>(p) = (unsigned)from_f32<bf16_t>(v0).bits | ((unsigned)from_f32<bf16_t>(v1).bits << 16);
+  *reinterpret_cast<unsigned*>(p) = bf16x2_bits(v0, v1);
 }
 template <> __device__ __forceinline__ void st_pair<bf16_t, true>(bf16_t* p, float v0, float v1) {
   const unsigned o = *reinterpret_cast<const unsigned*>(p);
@@ -207,10 +215,6 @@ template <int M, typename T> __device__ __forceinline__ void quad_swap(T (&v)[4]
 template <typename T> __device__ __forceinline__ void quad_xpose(T (&v)[4], int q) {
   quad_swap<2>(v, q);
   quad_swap<1>(v, q);
-}
-
-__device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
-  return (unsigned)from_f32<bf16_t>(lo).bits | ((unsigned)from_f32<bf16_t>(hi).bits << 16);
 }
 
 // st_oct stores v0[p], v1[p] at p[2p], p[2p + 1] (p 16-byte aligned) in
