@@ -17,7 +17,8 @@
 # the largest (exec/gpu, about 330 s alone: NVRTC compiles, CPU-bound, take
 # much of it) in GPU_SUITE_SHARDS (default 8) processes taking every
 # eighth of its tests; without extra arguments only (on the 16-core H200
-# machine the whole suite took 128 s with 4, about 104 with 8). GPU_SUITE_SHARDS=1 runs
+# machine: 128 s with 4; with 8, 114 s for the suite and a short benchmark
+# before it in one call). GPU_SUITE_SHARDS=1 runs
 # each binary whole; GPU_SUITE_TIMEOUT (540 s) bounds each process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
