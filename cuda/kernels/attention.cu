@@ -303,6 +303,16 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
 // that appends it writes kT to the cache). qw, kw: the norms' weights
 // (null: no norm), eps, inv_freq, rot, attnf: as qk_norm_rope's. Same bits
 // as the two launches.
+// dec_rope_stage is rope_stage of one head with 4 channels a lane where
+// v4 (qk_norm_rope's vector path), else 1.
+template <typename T>
+__device__ __forceinline__ void dec_rope_stage(bool v4, int d, const T* x, float* b, const float* __restrict__ w, float eps) {
+  if (v4)
+    rope_stage<4, T>(d, x, b, w, eps);
+  else
+    rope_stage<1, T>(d, x, b, w, eps);
+}
+
 template <typename T, int NCH, int NR>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
@@ -362,10 +372,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     p = *pos;
     if (active) {  // uniform per warp
       float* b = Ks + warp * d;
-      if (nr4)
-        rope_stage<4, T>(d, q + head * d, b, qw, eps);
-      else
-        rope_stage<1, T>(d, q + head * d, b, qw, eps);
+      dec_rope_stage(nr4, d, q + head * d, b, qw, eps);
       for (int c = lane; c < d4; c += 32)
         qs[warp * d4 + c] = c < d ? to_f32(from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf))) : 0.f;
     } else {
@@ -391,10 +398,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     if (fresh && p >= j0 && p < j1) {  // uniform per block
       if (warp == 0) {
         float* b = Ks + hb * d;  // past the q heads' staging
-        if (nr4)
-          rope_stage<4, T>(d, kx + (long long)kvh * d, b, kw, eps);
-        else
-          rope_stage<1, T>(d, kx + (long long)kvh * d, b, kw, eps);
+        dec_rope_stage(nr4, d, kx + (long long)kvh * d, b, kw, eps);
         for (int c = lane; c < d; c += 32) kT[c] = from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf));
       }
       __syncthreads();

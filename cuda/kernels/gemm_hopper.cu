@@ -138,6 +138,15 @@ template <int BN> struct WgCfg {
 
 __device__ __forceinline__ float silu_h(float v) { return v / (1.f + expf(-v)); }
 
+// wg_out is gemm_wgmma's output value for accumulator a[4j + 2h + e]: the
+// sum, or with SwiGLU (EPI 2) silu of it times its up partner OW/8 chunks
+// on.
+template <int EPI, int OW, int R> __device__ __forceinline__ float wg_out(const float (&a)[R], int j, int h, int e) {
+  const float v = a[4 * j + 2 * h + e];
+  if constexpr (EPI == 2) return silu_h(v) * a[4 * (j + OW / 8) + 2 * h + e];
+  return v;
+}
+
 // tile_row and tile_band split persistent tile index t into its row tile
 // and column band (see the order above).
 template <int GROUPED> __device__ __forceinline__ int tile_row(int t, int rowTiles, int bands) {
@@ -160,10 +169,6 @@ __device__ __forceinline__ RowTile row_tile(int tm, int M, const int4* tiles, in
   } else {
     return RowTile{tm * 128, min(128, M - tm * 128), 0};
   }
-}
-
-__device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
-  return (unsigned)from_f32<bf16_t>(lo).bits | ((unsigned)from_f32<bf16_t>(hi).bits << 16);
 }
 
 // st_pair stores v0, v1 at p[0], p[1] (p aligned to two values) in one
@@ -386,13 +391,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
             float v0[4], v1[4];
 #pragma unroll
             for (int jj = 0; jj < 4; jj++) {
-              const int j = 4 * jb + jj;
-              v0[jj] = a[4 * j + 2 * h];
-              v1[jj] = a[4 * j + 2 * h + 1];
-              if constexpr (EPI == 2) {
-                v0[jj] = silu_h(v0[jj]) * a[4 * (j + OW / 8) + 2 * h];
-                v1[jj] = silu_h(v1[jj]) * a[4 * (j + OW / 8) + 2 * h + 1];
-              }
+              v0[jj] = wg_out<EPI, OW>(a, 4 * jb + jj, h, 0);
+              v1[jj] = wg_out<EPI, OW>(a, 4 * jb + jj, h, 1);
             }
             const int col = n0 + 8 * (4 * jb + q);  // this lane's chunk after the transpose
             if constexpr (sizeof(TY) == 2 && EPI != 1) {
@@ -422,11 +422,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
         for (int h = 0; h < 2; h++) {
           if (r0 + 8 * h >= rt.rows) continue;
           const int row = rt.m0 + r0 + 8 * h;
-          float v0 = a[4 * j + 2 * h], v1 = a[4 * j + 2 * h + 1];
-          if constexpr (EPI == 2) {
-            v0 = silu_h(v0) * a[4 * (j + OW / 8) + 2 * h];
-            v1 = silu_h(v1) * a[4 * (j + OW / 8) + 2 * h + 1];
-          }
+          float v0 = wg_out<EPI, OW>(a, j, h, 0), v1 = wg_out<EPI, OW>(a, j, h, 1);
           TY* p = y + (long long)row * N + col;
           if (col + 1 < N && pair2) {
             st_pair<TY, EPI == 1>(p, v0, v1);

@@ -29,6 +29,11 @@ template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
   return h;
 }
+// bf16x2_bits: lo and hi rounded to bf16 as from_f32 rounds each, packed
+// lo first (the lower address) for a 4-byte store.
+__device__ __forceinline__ unsigned bf16x2_bits(float lo, float hi) {
+  return (unsigned)from_f32<bf16_t>(lo).bits | ((unsigned)from_f32<bf16_t>(hi).bits << 16);
+}
 
 // pdl_wait: every kernel's first statement. A kernel launched with
 // programmatic stream serialization (cuda.Stream.SetProgrammaticLaunch)

@@ -1038,7 +1038,7 @@ __device__ __forceinline__ void store32(bf16_t* o, const float* v) {
     unsigned p[4];
 #pragma unroll
     for (int h = 0; h < 4; h++) {
-      p[h] = (unsigned)from_f32<bf16_t>(v[8 * i + 2 * h]).bits | ((unsigned)from_f32<bf16_t>(v[8 * i + 2 * h + 1]).bits << 16);
+      p[h] = bf16x2_bits(v[8 * i + 2 * h], v[8 * i + 2 * h + 1]);
     }
     reinterpret_cast<uint4*>(o)[i] = make_uint4(p[0], p[1], p[2], p[3]);
   }
@@ -1083,7 +1083,7 @@ __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long
           const unsigned word = h < 2 ? q[u].x : q[u].y;
           const int s0 = 16 * (h & 1);
           const float v0 = d * (float)(signed char)(word >> s0), v1 = d * (float)(signed char)(word >> (s0 + 8));
-          p[h] = (unsigned)from_f32<bf16_t>(v0).bits | ((unsigned)from_f32<bf16_t>(v1).bits << 16);
+          p[h] = bf16x2_bits(v0, v1);
         }
         reinterpret_cast<uint4*>(out)[i] = make_uint4(p[0], p[1], p[2], p[3]);
       }
