@@ -57,32 +57,31 @@ import (
 // last arguments, which no other fusion reads).
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
-		if slices.Contains(disabled, f.name) {
-			continue
-		}
-		if f.run != nil {
-			f.run(steps)
-		} else {
-			f.runMeta(meta, steps)
+		if !slices.Contains(disabled, f.name) {
+			f.run(meta, steps)
 		}
 	}
 }
 
 // launchFusions are the launch-stream fusions by name, in their order.
 var launchFusions = []struct {
-	name    string
-	run     func([][]Launch)
-	runMeta func([]Step, [][]Launch)
+	name string
+	run  func([]Step, [][]Launch)
 }{
-	{"fuseRouter", fuseRouter, nil},
-	{"reuseQ8X", reuseQ8X, nil},
-	{"fuseNormQ8X", fuseNormQ8X, nil},
-	{"fuseAttnQ8X", fuseAttnQ8X, nil},
-	{"fuseQGEMVXIn", fuseQGEMVXIn, nil},
-	{"fuseAddNorm", fuseAddNorm, nil},
-	{"fuseGEMVNorm", fuseGEMVNorm, nil},
-	{"fuseRouterQGEMV", fuseRouterQGEMV, nil},
-	{"fuseNormRoPEAttention", nil, fuseNormRoPEAttention},
+	{"fuseRouter", launchesOnly(fuseRouter)},
+	{"reuseQ8X", launchesOnly(reuseQ8X)},
+	{"fuseNormQ8X", launchesOnly(fuseNormQ8X)},
+	{"fuseAttnQ8X", launchesOnly(fuseAttnQ8X)},
+	{"fuseQGEMVXIn", launchesOnly(fuseQGEMVXIn)},
+	{"fuseAddNorm", launchesOnly(fuseAddNorm)},
+	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
+	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
+	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
+}
+
+// launchesOnly is a fusion whose invariant needs the launches alone.
+func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
+	return func(_ []Step, steps [][]Launch) { f(steps) }
 }
 
 // FusionNames are the names Options.DisableFusions takes, in order.

@@ -275,17 +275,10 @@ func (e *Executor) slotPrefill(slot, T int, tail lower.Tail) (*program, error) {
 	if p := e.batch.slotPre[key]; p != nil {
 		return p, nil
 	}
-	launches, err := e.plan.AtTail(e.plan.Prefill, T, tail)
+	p, err := e.prefillProgram(slot, T, tail)
 	if err != nil {
 		return nil, err
 	}
-	e.kvSlot = slot
-	p, err := e.bind(e.plan.Prefill, T, launches)
-	e.kvSlot = 0
-	if err != nil {
-		return nil, fmt.Errorf("prefill at T=%d for slot %d: %w", T, slot, err)
-	}
-	p.tail = tail
 	// A slot's full chunks recur; short chunks are each prompt's last.
 	if len(e.batch.slotPre) >= 4*len(e.batch.lens) {
 		clear(e.batch.slotPre)

@@ -174,6 +174,24 @@ func (e *Executor) prefillAt(T int) (*program, error) {
 	return p, nil
 }
 
+// prefillProgram lowers and binds the prefill program of T tokens with its
+// tail on the rows tail says (lower.AtTail), bound to slot's caches; the
+// callers keep them (prefillTailAt for slot 0, slotPrefill the others).
+func (e *Executor) prefillProgram(slot, T int, tail lower.Tail) (*program, error) {
+	launches, err := e.plan.AtTail(e.plan.Prefill, T, tail)
+	if err != nil {
+		return nil, err
+	}
+	e.kvSlot = slot
+	p, err := e.bind(e.plan.Prefill, T, launches)
+	e.kvSlot = 0
+	if err != nil {
+		return nil, fmt.Errorf("prefill at T=%d, tail %d, slot %d: %w", T, tail, slot, err)
+	}
+	p.tail = tail
+	return p, nil
+}
+
 // prefillTailAt is the prefill program for a chunk of T tokens with its
 // tail on the last row only or not run (lower.AtTail); the last few bound
 // are kept (a prompt needs a full chunk without a tail and its last chunk
@@ -187,15 +205,10 @@ func (e *Executor) prefillTailAt(T int, tail lower.Tail) (*program, error) {
 			return p, nil
 		}
 	}
-	launches, err := e.plan.AtTail(e.plan.Prefill, T, tail)
+	p, err := e.prefillProgram(0, T, tail)
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.bind(e.plan.Prefill, T, launches)
-	if err != nil {
-		return nil, fmt.Errorf("prefill at T=%d, tail %d: %w", T, tail, err)
-	}
-	p.tail = tail
 	const keep = 4
 	if len(e.tails) == keep {
 		e.tails = e.tails[1:]
