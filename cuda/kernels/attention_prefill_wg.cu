@@ -20,9 +20,11 @@
 // cannot skip a warp); a warp's rows outside a tile are masked as
 // attn_prefill_tc masks them.
 //
-// NOT RUN ON A GPU yet (branch attnwg): the MN-major descriptor's strides
-// (leading byte offset 8 KiB between the two 64-column halves, stride byte
-// offset 1 KiB between 8-key groups) follow CUTLASS's canonical layouts.
+// NOT RUN ON A GPU yet (branch attnwg). The MN-major descriptor's strides
+// follow the canonical 128-byte-swizzled MN-major layout (CUTLASS's
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T 8 elements): LBO between 64-
+// element atoms along MN (here the two 8 KiB halves), SBO between 8-row
+// groups along K (1 KiB).
 
 #define WA_TILE (FA_BK * 128)  // elements of a 64 x 128 tile (16 KiB)
 
