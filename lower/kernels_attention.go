@@ -234,7 +234,18 @@ type AttentionPrefillArgs struct {
 	// FFMA keeps the FFMA kernel where the tensor-core one would run
 	// (bf16, head_dim 64 or 128).
 	FFMA bool
+	// Wgmma runs the wgmma kernel (sm_90a) where PrefillWG holds and the
+	// tensor-core one would run with 16-byte operands.
+	Wgmma bool
 }
+
+// PrefillWG reports whether the wgmma prefill attention is built for
+// dtype dt and head_dim d.
+func PrefillWG(dt string, d int) bool { return dt == "bf16" && d == 128 }
+
+// PrefillWGSmem is WaCfg::SMEM: Q and two stages of K and V, 64 x 128 bf16
+// each, and 1 KiB to align them for the 128-byte swizzle.
+func PrefillWGSmem() int { return 5*tcKeys*128*2 + 1024 }
 
 // PrefillTC reports whether the tensor-core prefill attention is built for
 // dtype dt and head_dim d.
@@ -288,6 +299,11 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 			vec = vec && p.Aligned(16)
 		}
 		vec = vec && ldq%8 == 0 && ldkv%8 == 0
+		if a.Wgmma && vec && PrefillWG(a.DType, d) {
+			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d)},
+				dims(int(blocks), c.NKV), dims(tcThreads), PrefillWGSmem(),
+				append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
+		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},
 			dims(int(blocks), c.NKV), dims(tcThreads), PrefillTCSmem(d),
 			append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil

@@ -17,29 +17,36 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		d         int
 		ldq, ldkv int
 		k         Ptr
-		ffma      bool
+		ffma, wg  bool
 		want      string
 		vec       int64
 	}{
-		{"bf16 d128", "bf16", 128, 0, 0, at(4096), false, "attn_prefill_tc", 1},
-		{"bf16 d64", "bf16", 64, 0, 0, at(4096), false, "attn_prefill_tc", 1},
-		{"bf16 d40", "bf16", 40, 0, 0, at(4096), false, "attn_prefill", 0},
-		{"bf16 d256", "bf16", 256, 0, 0, at(4096), false, "attn_prefill", 0},
-		{"f32 d128", "f32", 128, 0, 0, at(4096), false, "attn_prefill", 0},
-		{"f16 d128", "f16", 128, 0, 0, at(4096), false, "attn_prefill", 0},
-		{"ffma asked for", "bf16", 128, 0, 0, at(4096), true, "attn_prefill", 0},
-		{"fused odd row", "bf16", 128, 88*128 + 3, 88*128 + 3, at(4096), false, "attn_prefill_tc", 0},
-		{"kv columns off 16 bytes", "bf16", 128, 88 * 128, 88 * 128, at(72*128*2 + 8), false, "attn_prefill_tc", 0},
-		{"ldkv not a multiple of 8", "bf16", 64, 64 * 64, 8*64 + 4, at(4096), false, "attn_prefill_tc", 0},
+		{"bf16 d128", "bf16", 128, 0, 0, at(4096), false, false, "attn_prefill_tc", 1},
+		{"bf16 d64", "bf16", 64, 0, 0, at(4096), false, false, "attn_prefill_tc", 1},
+		{"bf16 d40", "bf16", 40, 0, 0, at(4096), false, false, "attn_prefill", 0},
+		{"bf16 d256", "bf16", 256, 0, 0, at(4096), false, false, "attn_prefill", 0},
+		{"f32 d128", "f32", 128, 0, 0, at(4096), false, false, "attn_prefill", 0},
+		{"f16 d128", "f16", 128, 0, 0, at(4096), false, false, "attn_prefill", 0},
+		{"ffma asked for", "bf16", 128, 0, 0, at(4096), true, false, "attn_prefill", 0},
+		{"fused odd row", "bf16", 128, 88*128 + 3, 88*128 + 3, at(4096), false, false, "attn_prefill_tc", 0},
+		{"kv columns off 16 bytes", "bf16", 128, 88 * 128, 88 * 128, at(72*128*2 + 8), false, false, "attn_prefill_tc", 0},
+		{"ldkv not a multiple of 8", "bf16", 64, 64 * 64, 8*64 + 4, at(4096), false, false, "attn_prefill_tc", 0},
+		{"wgmma asked for", "bf16", 128, 0, 0, at(4096), false, true, "attn_prefill_wg", 0},
+		{"wgmma, d64", "bf16", 64, 0, 0, at(4096), false, true, "attn_prefill_tc", 1},
+		{"wgmma, fused odd row", "bf16", 128, 88*128 + 3, 88*128 + 3, at(4096), false, true, "attn_prefill_tc", 0},
+		{"wgmma and ffma", "bf16", 128, 0, 0, at(4096), true, true, "attn_prefill", 0},
 	} {
 		cache.HeadDim = c.d
 		l, err := AttentionPrefill(AttentionPrefillArgs{DType: c.dt, Cache: cache, Out: at(0), Q: at(1 << 20), K: c.k, V: at(2 << 20),
-			LDQ: c.ldq, LDKV: c.ldkv, Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, FFMA: c.ffma})
+			LDQ: c.ldq, LDKV: c.ldkv, Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, FFMA: c.ffma, Wgmma: c.wg})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if l.Kernel != c.want || (c.want == "attn_prefill_tc" && l.Ints[1] != c.vec) {
 			t.Errorf("%s: %s", c.name, l.NameExpr())
+		}
+		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem() || l.Block[0] != 128) {
+			t.Errorf("%s: %d threads, %d bytes of shared memory", c.name, l.Block[0], l.Shmem)
 		}
 	}
 }

@@ -18,6 +18,11 @@ import (
 // to time both kernels.
 var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
 
+// prefillWG: LAGC_PREFILL_ATTN=wgmma runs the prefill attention on the
+// wgmma kernel where it applies (lower.Options.PrefillWgmma; NOT RUN ON A
+// GPU yet, branch attnwg); tests flip it.
+var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") == "wgmma"
+
 // PrefillFFMA reports whether LAGC_PREFILL_ATTN=ffma asks for the FFMA
 // prefill attention (lower.Options.PrefillFFMA).
 func PrefillFFMA() bool { return !prefillTC }
@@ -116,5 +121,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG && k.CC() >= 90}))
 }

@@ -45,7 +45,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
-		PrefillFFMA: PrefillFFMA(), PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
+		PrefillFFMA: PrefillFFMA(), PrefillWgmma: prefillWG, PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		CublasLt: UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups, DecodeSplits: splits}, nil
 }
 

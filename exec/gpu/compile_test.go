@@ -267,6 +267,17 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
+	// The wgmma prefill attention (LAGC_PREFILL_ATTN=wgmma;
+	// TestAttentionPrefillWGGPU).
+	att, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
+		K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if att.Kernel != "attn_prefill_wg" {
+		t.Fatalf("AttentionPrefill with Wgmma chose %s", att.Kernel)
+	}
+	out = append(out, att)
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
 	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
 	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,

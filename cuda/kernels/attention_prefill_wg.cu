@@ -1,0 +1,259 @@
+// attn_prefill_wg: attn_prefill_tc (attention_prefill_tc.cu) on Hopper's
+// warpgroup MMAs (sm_90a), for head_dim 128 and 16-byte operands: the same
+// rows, key tiles, masks, online softmax and output, one warpgroup (128
+// threads) a CTA of FA_BQ = 64 rows of one kv head. S = Q K^T is wgmma
+// m64n64k16 with Q and the K tile read from shared memory; O += P V is
+// m64n128k16 with P from registers (the S fragments packed to bf16, as
+// attn_prefill_tc packs them) and the V tile read from shared memory as an
+// MN-major operand (the MMA transposes it). Why: with mma.sync each warp
+// reads the whole K and V tiles from shared memory for its 16 rows, which
+// takes about as long as the MMAs (docs/PERF.md); a warpgroup MMA reads
+// them once for 64 rows.
+//
+// Tiles (Q, and two stages of K and V: 64 rows x 128 bf16) lie in the
+// 128-byte swizzled layout wgmma reads: two 64-column halves of 8 KiB, rows
+// of 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8). cp.async
+// writes them (attn_prefill_tc's loads, other addresses); each thread's
+// fence.proxy.async and the barrier after it hand them to the MMAs.
+//
+// The CTA's 4 warps run every key tile of the CTA's range (a warpgroup MMA
+// cannot skip a warp); a warp's rows outside a tile are masked as
+// attn_prefill_tc masks them.
+//
+// NOT RUN ON A GPU yet (branch attnwg). The MN-major descriptor's strides
+// follow the canonical 128-byte-swizzled MN-major layout (CUTLASS's
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T 8 elements): LBO between 64-
+// element atoms along MN (here the two 8 KiB halves), SBO between 8-row
+// groups along K (1 KiB).
+
+#define WA_TILE (FA_BK * 128)  // elements of a 64 x 128 tile (16 KiB)
+
+struct WaCfg {
+  static constexpr int SMEM = 5 * WA_TILE * 2 + 1024;  // Q, K[2], V[2], 1 KiB alignment slack
+};
+
+// wa_chunk is where 16-byte chunk c (elements 8c..8c+7) of row r of a
+// swizzled tile lies.
+__device__ __forceinline__ unsigned short* wa_chunk(unsigned short* tile, int r, int c) {
+  return tile + (c >> 3) * 4096 + r * 64 + (((c & 7) ^ (r & 7)) << 3);
+}
+
+// wa_desc_mn: a shared-memory descriptor of an MN-major operand in the
+// 128-byte swizzle: 64-element atoms along MN 8 KiB apart (leading byte
+// offset), 8-row groups along K 1 KiB apart (stride byte offset).
+__device__ __forceinline__ unsigned long long wa_desc_mn(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (512ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// wgmma m64n128k16, A (4 registers: bf16 pairs, the mma.sync A fragment of
+// each warp's 16 rows) from registers, B an MN-major descriptor.
+__device__ __forceinline__ void wa_mma_pv(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <int D>
+__global__ void __launch_bounds__(128, 2)
+    attn_prefill_wg(int ntok, int nh, int nkv, int window, int slots, float scale, const int* __restrict__ pos,
+                    const bf16_t* __restrict__ q, long long ldq, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
+                    long long ldkv, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc, bf16_t* __restrict__ out,
+                    long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
+  pdl_wait();
+  static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
+  constexpr int CH = D / 8, NB = FA_BK / 8, DB = D / 8, P = D + 8;
+  extern __shared__ __align__(16) unsigned char wa_raw[];
+  unsigned short* Qs = reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull);
+  unsigned short* Ks = Qs + WA_TILE;      // [2] swizzled tiles
+  unsigned short* Vs = Ks + 2 * WA_TILE;  // [2]
+  const unsigned short* qg = reinterpret_cast<const unsigned short*>(q);
+  const unsigned short* kg = reinterpret_cast<const unsigned short*>(k);
+  const unsigned short* vg = reinterpret_cast<const unsigned short*>(v);
+  const unsigned short* kcg = reinterpret_cast<const unsigned short*>(kc);
+  const unsigned short* vcg = reinterpret_cast<const unsigned short*>(vc);
+  unsigned short* og = reinterpret_cast<unsigned short*>(out);
+
+  const int group = nh / nkv, kvh = blockIdx.y;
+  const int R = ntok * group;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;  // the latest rows (most keys) first
+  const int nr = min(FA_BQ, R - r0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int p0 = pos[0];
+  const long long crow = (long long)nkv * D;
+
+  // Q tile: rows past R are zero (their outputs are never written).
+  for (int i = tid; i < FA_BQ * CH; i += 128) {
+    const int r = i / CH, c = i - r * CH;
+    const bool ok = r < nr;
+    const unsigned short* src = qg;
+    if (ok) {
+      const int row = r0 + r, t = row / group, h = kvh * group + row % group;
+      src = qg + t * ldq + (long long)h * D + c * 8;
+    }
+    fa_copy16<1>(wa_chunk(Qs, r, c), src, ok);
+  }
+
+  const int plo = p0 + r0 / group, phi = p0 + (r0 + nr - 1) / group;
+  const int jlo = window > 0 ? max(0, plo - window + 1) : 0;
+  const int jhi = phi;
+  const int ntiles = (jhi - jlo) / FA_BK + 1;
+
+  // Key tile `tile` into stage st (attn_prefill_tc's load_kv, swizzled).
+  auto load_kv = [&](int tile, int st) {
+    const int j0 = jlo + tile * FA_BK;
+    unsigned short* kd = Ks + st * WA_TILE;
+    unsigned short* vd = Vs + st * WA_TILE;
+    for (int i = tid; i < FA_BK * CH; i += 128) {
+      const int kk = i / CH, c = i - kk * CH, j = j0 + kk;
+      const unsigned short *ks = kg, *vs = vg;
+      bool ok = false;
+      if (j <= jhi) {
+        if (j >= p0) {
+          const long long off = (long long)(j - p0) * ldkv + (long long)kvh * D + c * 8;
+          ks = kg + off;
+          vs = vg + off;
+          ok = true;
+        } else {
+          const int sl = window > 0 ? j % window : j;
+          if (sl < slots) {  // guard only: the host keeps pos < slots
+            const long long off = sl * crow + (long long)kvh * D + c * 8;
+            ks = kcg + off;
+            vs = vcg + off;
+            ok = true;
+          }
+        }
+      }
+      fa_copy16<1>(wa_chunk(kd, kk, c), ks, ok);
+      fa_copy16<1>(wa_chunk(vd, kk, c), vs, ok);
+    }
+  };
+
+  load_kv(0, 0);
+  fa_commit();
+
+  const int g = lane >> 2, tq = lane & 3;
+  const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
+  const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
+  const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
+  const unsigned qa = smem_addr(Qs);
+
+  float o[4 * DB];  // o[4 db + e]: attn_prefill_tc's o[db][e]
+#pragma unroll
+  for (int i = 0; i < 4 * DB; i++) o[i] = 0.f;
+  float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.f, 0.f};
+
+  for (int it = 0; it < ntiles; it++) {
+    const int st = it & 1;
+    if (it + 1 < ntiles) load_kv(it + 1, st ^ 1);
+    fa_commit();
+    fa_wait<1>();  // tile it has landed (this thread's copies) ...
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();  // ... and everyone's, visible to the MMAs
+
+    const int j0 = jlo + it * FA_BK;
+    const unsigned ka = smem_addr(Ks + st * WA_TILE), va = smem_addr(Vs + st * WA_TILE);
+    float s[4 * NB];  // s[4 nb + e]: attn_prefill_tc's s[nb][e]
+#pragma unroll
+    for (int i = 0; i < 4 * NB; i++) s[i] = 0.f;
+    wg_pin(s);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
+      wgmma_m64n64(s, wg_desc(qa + off), wg_desc(ka + off), kk > 0);
+    }
+    wg_commit();
+    wg_wait<0>();
+    wg_pin(s);
+
+    // Scale, and mask where the tile straddles a row's causal or window bound.
+    const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = s[4 * nb + e] * sl2;
+        if (need) {
+          const int j = j0 + nb * 8 + 2 * tq + (e & 1), p = prow[e >> 1];
+          if (j > p || (window > 0 && j <= p - window)) x = FA_NEG_INF;
+        }
+        s[4 * nb + e] = x;
+      }
+    // Online softmax per row (a row's 64 scores lie in the 4 threads of a quad).
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = FA_NEG_INF;
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(m[r], mx);
+      const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
+      const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
+      m[r] = mnew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        s[4 * nb + 2 * r] = fa_exp2(s[4 * nb + 2 * r] - ms);
+        s[4 * nb + 2 * r + 1] = fa_exp2(s[4 * nb + 2 * r + 1] - ms);
+        sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
+      }
+      l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
+#pragma unroll
+      for (int db = 0; db < DB; db++) {
+        o[4 * db + 2 * r] *= alpha;
+        o[4 * db + 2 * r + 1] *= alpha;
+      }
+    }
+    // O += P V: the S fragments of two adjacent key blocks form one A operand.
+    unsigned a[FA_BK / 16][4];
+#pragma unroll
+    for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
+      a[kc2][0] = fa_pack(s[8 * kc2 + 0], s[8 * kc2 + 1]);
+      a[kc2][1] = fa_pack(s[8 * kc2 + 2], s[8 * kc2 + 3]);
+      a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
+      a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
+    }
+    wg_pin(o);
+    wg_fence();
+#pragma unroll
+    for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], wa_desc_mn(va + kc2 * 2048));
+    wg_commit();
+    wg_wait<0>();
+    wg_pin(o);
+    __syncthreads();  // stage st is free for the load of tile it+2
+  }
+  fa_wait<0>();
+
+  // Normalise (times the output gate, if any) and stage this warp's 16
+  // rows in the K stages (row pitch D + 8: no MMA reads them any more),
+  // then write whole rows.
+  unsigned short* Os = Ks;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float tot = l[r];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
+    const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
+    const bf16_t* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
+    const int h = kvh * group + row % group;
+    unsigned short* dst = Os + rr * P + 2 * tq;
+#pragma unroll
+    for (int db = 0; db < DB; db++) {
+      const int c = db * 8 + 2 * tq;
+      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o[4 * db + 2 * r] * inv * gate_of(gr, nh, D, G, h, c),
+                                                           o[4 * db + 2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
+    }
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * CH; i += 32) {
+    const int rr = i / CH, c = i - rr * CH, r = warp * 16 + rr;
+    if (r >= nr) continue;
+    const int row = r0 + r, t = row / group, h = kvh * group + row % group;
+    *reinterpret_cast<uint4*>(og + t * ldo + (long long)h * D + c * 8) = *reinterpret_cast<const uint4*>(Os + r * P + c * 8);
+  }
+}
