@@ -22,9 +22,10 @@ type Options struct {
 	// tensor-core one would run (A/B timing, or a way around a suspected
 	// kernel bug).
 	PrefillFFMA bool
-	// PrefillWgmma runs prefill attention on the wgmma kernel where it
-	// applies (Hopper, bf16, head_dim 128, 16-byte operands; PrefillWG).
-	PrefillWgmma bool
+	// PrefillAttnTC keeps prefill attention on the mma.sync tensor-core
+	// kernel where the wgmma one would run (Hopper, bf16, head_dim 128,
+	// 16-byte operands; PrefillWG): A/B timing.
+	PrefillAttnTC bool
 	// CC is the target's compute capability, major*10+minor (default 90,
 	// an H200): 90 and up gets the TMA + wgmma GEMMs (sm_90a).
 	CC int
@@ -115,7 +116,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillWgmma: o.PrefillWgmma, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

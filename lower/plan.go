@@ -44,8 +44,9 @@ type Plan struct {
 	PrefillMMA bool `json:"prefill_mma,omitempty"`
 	// PrefillFFMA keeps prefill attention on the FFMA kernel.
 	PrefillFFMA bool `json:"prefill_ffma,omitempty"`
-	// PrefillWgmma runs prefill attention on the wgmma kernel where it applies.
-	PrefillWgmma bool `json:"prefill_wgmma,omitempty"`
+	// PrefillAttnTC keeps prefill attention on the mma.sync kernel where
+	// the wgmma one would run.
+	PrefillAttnTC bool `json:"prefill_attn_tc,omitempty"`
 	// Seqs is the number of sequence slots: the executor allocates the KV
 	// caches Seqs times, KVSeqBytes apart (0 in older plans: one).
 	Seqs int `json:"seqs,omitempty"`

@@ -18,10 +18,11 @@ import (
 // to time both kernels.
 var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
 
-// prefillWG: LAGC_PREFILL_ATTN=wgmma runs the prefill attention on the
-// wgmma kernel where it applies (lower.Options.PrefillWgmma; NOT RUN ON A
-// GPU yet, branch attnwg); tests flip it.
-var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") == "wgmma"
+// prefillWG runs the tensor-core prefill attention on warpgroup MMAs
+// where that kernel applies (Hopper, head_dim 128: attn_prefill_wg, the
+// default); LAGC_PREFILL_ATTN=tc keeps the mma.sync one
+// (lower.Options.PrefillAttnTC). Tests flip it.
+var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") != "tc"
 
 // PrefillFFMA reports whether LAGC_PREFILL_ATTN=ffma asks for the FFMA
 // prefill attention (lower.Options.PrefillFFMA).

@@ -179,15 +179,18 @@ func (g *tcRig) want(t *testing.T) []float32 {
 	return w
 }
 
-func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, true) }
+func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, true, false) }
 
 // runFFMA runs attn_prefill through AttentionPrefill with the fast path off.
-func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false) }
+func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false, false) }
 
-func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc bool) error {
-	saved := prefillTC
-	prefillTC = tc
-	defer func() { prefillTC = saved }()
+// runWG runs AttentionPrefill with the wgmma kernel asked for.
+func (g *tcRig) runWG(k *Kernels, s *cuda.Stream) error { return g.run(k, s, true, true) }
+
+func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
+	saved, savedWG := prefillTC, prefillWG
+	prefillTC, prefillWG = tc, wg
+	defer func() { prefillTC, prefillWG = saved, savedWG }()
 	return k.AttentionPrefill(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, g.c.T, g.c.nh, g.scale)
 }
 
@@ -291,14 +294,6 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 	}
 	slices.Sort(ds)
 	return ds[n/2]
-}
-
-// runWG runs AttentionPrefill with the wgmma kernel asked for.
-func (g *tcRig) runWG(k *Kernels, s *cuda.Stream) error {
-	saved := prefillWG
-	prefillWG = true
-	defer func() { prefillWG = saved }()
-	return g.runTC(k, s)
 }
 
 // TestAttentionPrefillWGGPU compares attn_prefill_wg (LAGC_PREFILL_ATTN=

@@ -267,15 +267,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
-	// The wgmma prefill attention (LAGC_PREFILL_ATTN=wgmma;
-	// TestAttentionPrefillWGGPU).
+	// The mma.sync prefill attention at head_dim 128 where Hopper plans
+	// the wgmma one (LAGC_PREFILL_ATTN=tc; TestAttentionPrefillTCGPU).
 	att, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
-		K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true})
+		K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if att.Kernel != "attn_prefill_wg" {
-		t.Fatalf("AttentionPrefill with Wgmma chose %s", att.Kernel)
+	if att.Kernel != "attn_prefill_tc" {
+		t.Fatalf("AttentionPrefill without Wgmma chose %s", att.Kernel)
 	}
 	out = append(out, att)
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;

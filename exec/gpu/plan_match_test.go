@@ -265,3 +265,19 @@ func TestChunkTail(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillAttnEnv: LAGC_PREFILL_ATTN takes wgmma, tc or ffma; anything
+// else is an error naming the variable (a typo must not time the wrong
+// kernel silently).
+func TestPrefillAttnEnv(t *testing.T) {
+	for _, c := range []struct {
+		v  string
+		ok bool
+	}{{"", true}, {"wgmma", true}, {"tc", true}, {"ffma", true}, {"wgma", false}, {"TC", false}} {
+		t.Setenv("LAGC_PREFILL_ATTN", c.v)
+		_, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "LAGC_PREFILL_ATTN")) {
+			t.Errorf("%q: %v", c.v, err)
+		}
+	}
+}
