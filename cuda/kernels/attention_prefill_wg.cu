@@ -16,6 +16,13 @@
 // writes them (attn_prefill_tc's loads, other addresses); each thread's
 // fence.proxy.async and the barrier after it hand them to the MMAs.
 //
+// Tried (not kept): tile it+1's scores and softmax beside tile it's P V
+// MMAs, the loads a tile ahead. Correct, but slower on the H200 (S-2.1
+// T=2048: 0.307 against 0.245 ms; two CTAs a multiprocessor already
+// overlap one's softmax with the other's MMAs). Issuing both MMAs and
+// waiting for the scores alone (wait_group 1) made ptxas serialise every
+// wgmma (C7514).
+//
 // The CTA's 4 warps run every key tile of the CTA's range (a warpgroup MMA
 // cannot skip a warp); a warp's rows outside a tile are masked as
 // attn_prefill_tc masks them.
@@ -102,32 +109,38 @@ __global__ void __launch_bounds__(128, 2)
   const int jhi = phi;
   const int ntiles = (jhi - jlo) / FA_BK + 1;
 
-  // Key tile `tile`'s K (kv 0) or V (kv 1) rows into stage st
-  // (attn_prefill_tc's load_kv, swizzled).
-  auto load = [&](int kv, int tile, int st) {
+  // Key tile `tile` into stage st (attn_prefill_tc's load_kv, swizzled).
+  auto load_kv = [&](int tile, int st) {
     const int j0 = jlo + tile * FA_BK;
-    unsigned short* dst = (kv ? Vs : Ks) + st * WA_TILE;
-    const unsigned short* cur = kv ? vg : kg;
-    const unsigned short* cache = kv ? vcg : kcg;
+    unsigned short* kd = Ks + st * WA_TILE;
+    unsigned short* vd = Vs + st * WA_TILE;
     for (int i = tid; i < FA_BK * CH; i += 128) {
       const int kk = i / CH, c = i - kk * CH, j = j0 + kk;
-      const unsigned short* src = cur;
+      const unsigned short *ks = kg, *vs = vg;
       bool ok = false;
       if (j <= jhi) {
         if (j >= p0) {
-          src = cur + (long long)(j - p0) * ldkv + (long long)kvh * D + c * 8;
+          const long long off = (long long)(j - p0) * ldkv + (long long)kvh * D + c * 8;
+          ks = kg + off;
+          vs = vg + off;
           ok = true;
         } else {
           const int sl = window > 0 ? j % window : j;
           if (sl < slots) {  // guard only: the host keeps pos < slots
-            src = cache + sl * crow + (long long)kvh * D + c * 8;
+            const long long off = sl * crow + (long long)kvh * D + c * 8;
+            ks = kcg + off;
+            vs = vcg + off;
             ok = true;
           }
         }
       }
-      fa_copy16<1>(wa_chunk(dst, kk, c), src, ok);
+      fa_copy16<1>(wa_chunk(kd, kk, c), ks, ok);
+      fa_copy16<1>(wa_chunk(vd, kk, c), vs, ok);
     }
   };
+
+  load_kv(0, 0);
+  fa_commit();
 
   const int g = lane >> 2, tq = lane & 3;
   const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
@@ -139,11 +152,20 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
   for (int i = 0; i < 4 * DB; i++) o[i] = 0.f;
   float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.f, 0.f};
-  float s[4 * NB];  // s[4 nb + e]: attn_prefill_tc's s[nb][e]
 
-  // qk issues S = Q K^T of the tile in K stage st (one commit group).
-  auto qk = [&](int st) {
-    const unsigned ka = smem_addr(Ks + st * WA_TILE);
+  for (int it = 0; it < ntiles; it++) {
+    const int st = it & 1;
+    if (it + 1 < ntiles) load_kv(it + 1, st ^ 1);
+    fa_commit();
+    fa_wait<1>();  // tile it has landed (this thread's copies) ...
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();  // ... and everyone's, visible to the MMAs
+
+    const int j0 = jlo + it * FA_BK;
+    const unsigned ka = smem_addr(Ks + st * WA_TILE), va = smem_addr(Vs + st * WA_TILE);
+    float s[4 * NB];  // s[4 nb + e]: attn_prefill_tc's s[nb][e]
+#pragma unroll
+    for (int i = 0; i < 4 * NB; i++) s[i] = 0.f;
     wg_pin(s);
     wg_fence();
 #pragma unroll
@@ -152,13 +174,9 @@ __global__ void __launch_bounds__(128, 2)
       wgmma_m64n64(s, wg_desc(qa + off), wg_desc(ka + off), kk > 0);
     }
     wg_commit();
-  };
-  // softmax turns tile `tile`'s scores in s into this row's probabilities,
-  // packed as the P V MMA's A operand (the S fragments of two adjacent key
-  // blocks form one), and its running max and sum; alpha is what O must be
-  // scaled by before P is added.
-  auto softmax = [&](int tile, unsigned (&a)[FA_BK / 16][4], float (&alpha)[2]) {
-    const int j0 = jlo + tile * FA_BK;
+    wg_wait<0>();
+    wg_pin(s);
+
     // Scale, and mask where the tile straddles a row's causal or window bound.
     const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
 #pragma unroll
@@ -182,7 +200,7 @@ __global__ void __launch_bounds__(128, 2)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float mnew = fmaxf(m[r], mx);
       const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
-      alpha[r] = fa_exp2(m[r] - ms);                      // 0 while m was -inf
+      const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
       m[r] = mnew;
       float sum = 0.f;
 #pragma unroll
@@ -191,8 +209,15 @@ __global__ void __launch_bounds__(128, 2)
         s[4 * nb + 2 * r + 1] = fa_exp2(s[4 * nb + 2 * r + 1] - ms);
         sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
       }
-      l[r] = l[r] * alpha[r] + sum;  // this thread's share; the quad sums at the end
+      l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
+#pragma unroll
+      for (int db = 0; db < DB; db++) {
+        o[4 * db + 2 * r] *= alpha;
+        o[4 * db + 2 * r + 1] *= alpha;
+      }
     }
+    // O += P V: the S fragments of two adjacent key blocks form one A operand.
+    unsigned a[FA_BK / 16][4];
 #pragma unroll
     for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
       a[kc2][0] = fa_pack(s[8 * kc2 + 0], s[8 * kc2 + 1]);
@@ -200,72 +225,14 @@ __global__ void __launch_bounds__(128, 2)
       a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
       a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
     }
-  };
-
-  // Pipeline: tile it+1's scores are computed first, then tile it's
-  // O += P V runs while their softmax runs on the CUDA cores. (Issuing
-  // both MMAs and waiting for the scores alone, as FlashAttention-3 does,
-  // made ptxas serialise every wgmma here: C7514.) The loads run a tile
-  // ahead: iteration it brings K of tile it+2 and V of tile it+1, into the
-  // stages that iteration it-1's MMAs finished with.
-  load(0, 0, 0);
-  load(1, 0, 0);
-  fa_commit();
-  if (ntiles > 1) load(0, 1, 1);
-  fa_commit();
-  fa_wait<1>();  // Q, K and V of tile 0
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  unsigned a[FA_BK / 16][4];
-  {
-    float alpha[2];
-    qk(0);
-    wg_wait<0>();
-    wg_pin(s);
-    softmax(0, a, alpha);  // O is 0: nothing to scale
-  }
-  __syncthreads();  // every warp is done with K stage 0
-
-  for (int it = 0; it < ntiles; it++) {
-    const bool more = it + 1 < ntiles;
-    if (it + 2 < ntiles) load(0, it + 2, it & 1);
-    if (more) load(1, it + 1, (it + 1) & 1);
-    fa_commit();
-    fa_wait<1>();  // K of tile it+1 and V of tile it (this thread's copies) ...
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();  // ... and everyone's, visible to the MMAs
-
-    if (more) {
-      qk((it + 1) & 1);
-      wg_wait<0>();
-      wg_pin(s);
-    }
-    const unsigned va = smem_addr(Vs + (it & 1) * WA_TILE);
     wg_pin(o);
     wg_fence();
 #pragma unroll
     for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], wa_desc_mn(va + kc2 * 2048));
     wg_commit();
-    float alpha[2] = {1.f, 1.f};
-    unsigned an[FA_BK / 16][4];
-    if (more) softmax(it + 1, an, alpha);  // beside P V
     wg_wait<0>();
     wg_pin(o);
-#pragma unroll
-    for (int kc2 = 0; kc2 < FA_BK / 16; kc2++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        asm volatile("" : "+r"(a[kc2][i])::"memory");  // in use by P V until here
-        if (more) a[kc2][i] = an[kc2][i];
-      }
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-      for (int db = 0; db < DB; db++) {
-        o[4 * db + 2 * r] *= alpha[r];
-        o[4 * db + 2 * r + 1] *= alpha[r];
-      }
-    __syncthreads();  // the stages read here are free for the next loads
+    __syncthreads();  // stage st is free for the load of tile it+2
   }
   fa_wait<0>();
 
