@@ -29,7 +29,7 @@ func TestCublasLtChoice(t *testing.T) {
 		{"off", MatMulArgs{T: 2048, N: 3072, K: 1024, CublasLt: false}, "gemm_wgmma", ""},
 		{"sm_80", MatMulArgs{T: 2048, N: 3072, K: 1024, CC: 80}, "gemm_bf16", ""},
 		{"q8_0 through the bf16 copy", MatMulArgs{T: 2048, N: 3072, K: 9216, WType: quant.Q8_0.String()}, CublasLtGEMM, ""},
-		{"q8_0 in registers", MatMulArgs{T: 2048, N: 3072, K: 1024, WType: quant.Q8_0.String()}, "gemm_wgmma_q", ""},
+		{"q8_0 in registers", MatMulArgs{T: 256, N: 3072, K: 1024, WType: quant.Q8_0.String()}, "gemm_wgmma_q", ""},
 	} {
 		a := c.a
 		a.X, a.W, a.Y, a.SMs = arena, w, y, 132

@@ -155,8 +155,8 @@ func TestQMoERejects(t *testing.T) {
 
 // TestQuantMatMulPaths: dense quantised prefill matmuls at S-2.1 shapes take
 // the path BenchmarkHopperQGEMM measured faster (QDequantGEMMRows): in
-// registers below 512 tokens and for K = 1024, through the bf16 copy from
-// 1024 tokens, and at 512 only where gemm_wgmma_q has under two waves.
+// registers below 512 tokens, through the bf16 copy from 512, K 1024
+// included.
 func TestQuantMatMulPaths(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -165,15 +165,17 @@ func TestQuantMatMulPaths(t *testing.T) {
 		want    string
 	}{
 		{"qkvg", 256, 11336, 3072, false, "gemm_wgmma_q"},
-		{"qkvg", 512, 11336, 3072, false, "gemm_wgmma_q"},
+		{"qkvg", 511, 11336, 3072, false, "gemm_wgmma_q"},
+		{"qkvg", 512, 11336, 3072, false, "qdequant"},
 		{"qkvg", 1024, 11336, 3072, false, "qdequant"},
 		{"qkvg", 2048, 11336, 3072, false, "qdequant"},
 		{"o_proj", 256, 3072, 9216, false, "gemm_wgmma_q"},
 		{"o_proj", 512, 3072, 9216, false, "qdequant"},
 		{"o_proj", 2048, 3072, 9216, false, "qdequant"},
 		{"shared_gate_up", 512, 1024, 3072, true, "qdequant"},
-		{"shared_down", 512, 3072, 1024, false, "gemm_wgmma_q"},
-		{"shared_down", 2048, 3072, 1024, false, "gemm_wgmma_q"},
+		{"shared_down", 256, 3072, 1024, false, "gemm_wgmma_q"},
+		{"shared_down", 512, 3072, 1024, false, "qdequant"},
+		{"shared_down", 2048, 3072, 1024, false, "qdequant"},
 	} {
 		wrows := c.N
 		if c.swiglu {

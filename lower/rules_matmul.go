@@ -53,22 +53,16 @@ func (c *stepCtx) gemvRows(a MatMulArgs, f func(MatMulArgs) ([]Launch, error)) (
 	})
 }
 
-// From QDequantGEMMRows tokens and a K of QDequantGEMMMinK, a quantised
-// prefill matmul dequantises its rows into the workspace and runs the bf16
-// wgmma GEMM rather than gemm_wgmma_q: the bf16 GEMM's rate then outweighs
-// writing and reading the bf16 copy. Between QDequantGEMMSmallRows and
-// QDequantGEMMRows tokens the copy wins only where gemm_wgmma_q's grid
-// (one CTA an SM) has fewer than two waves of tiles. BenchmarkHopperQGEMM
-// at S-2.1 shapes, us in registers / through the copy, q8_0 (q4_k alike):
-// q,k,v,gate (356 tiles at 512) 103 / 123 at 512, 199 / 187 at 1024;
-// o_proj (96 tiles) 97 / 96 at 512, 192 / 146 at 1024; shared gate+up (64
-// tiles) 37 / 32 at 512, 38 / 35 at 1024; at K = 1024 the bf16 GEMM's
-// short main loop loses (shared down: 16 / 22 at 512, 28 / 34 at 1024).
-const (
-	QDequantGEMMSmallRows = 512
-	QDequantGEMMRows      = 1024
-	QDequantGEMMMinK      = 2048
-)
+// From QDequantGEMMRows tokens a quantised prefill matmul dequantises its
+// rows into the workspace and runs the bf16 GEMM rather than gemm_wgmma_q:
+// since the bf16 wgmma GEMM's epilogue and ping-pong work, its rate
+// outweighs writing and reading the bf16 copy at every S-2.1 shape.
+// BenchmarkHopperQGEMM on the H200, us in registers / through the copy,
+// q8_0 at T = 512, 1024, 2048: q,k,v,gate 102/81, 197/130, 352/221;
+// o_proj 94/71, 188/113, 274/178; shared gate+up 37/26, 38/26, 71/43;
+// shared down (K 1024, where the copy used to lose) 16.1/15.3, 27.5/19.4,
+// 40.3/24.7. q4_k alike, but for q,k,v,gate at 512 (100/103).
+const QDequantGEMMRows = 512
 
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
 // SwiGLU) of a block-quantised matrix of wrows rows: for a few tokens, x
@@ -145,9 +139,7 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 // quantInRegs says whether a (more than QGEMVMaxRows tokens) runs on
 // gemm_wgmma_q, dequantising in registers.
 func quantInRegs(a MatMulArgs, t quant.Type) bool {
-	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) &&
-		(a.K < QDequantGEMMMinK || a.T < QDequantGEMMSmallRows ||
-			a.T < QDequantGEMMRows && hopperQTiles(a.T, a.N, a.SwiGLU) >= 2*sms(a.SMs))
+	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.K) == nil && !(a.SwiGLU && a.Accumulate) && a.T < QDequantGEMMRows
 }
 
 // matmulArgs is the step's y = x w^T with w [N,K]; it returns K too.
