@@ -155,7 +155,12 @@ type NormRoPEArgs struct {
 	Table     RoPETable
 }
 
-// NormRoPE returns the launch of qk_norm_rope, a warp per (token, head).
+// normRoPEWarps is qk_norm_rope's warps a block.
+const normRoPEWarps = 8
+
+// NormRoPE returns the launch of qk_norm_rope: a block of normRoPEWarps
+// warps a token and a group of its heads, up to two heads a warp where
+// that leaves two blocks an SM of an H200, else one.
 func NormRoPE(a NormRoPEArgs) (Launch, error) {
 	const op = "RoPE"
 	if err := checkDT(op, a.DType); err != nil {
@@ -180,9 +185,15 @@ func NormRoPE(a NormRoPEArgs) (Launch, error) {
 	if !(a.Eps >= 0) {
 		return Launch{}, fmt.Errorf("%s: eps = %g must not be negative", op, a.Eps)
 	}
-	const warps = 4
-	items := a.T * (a.NQ + a.NK)
-	return kernel("rope.cu", "qk_norm_rope", []string{a.DType}, nil, dims(ceilDiv(items, warps)), dims(32*warps), warps*a.D*4,
+	nh, warps := a.NQ+a.NK, normRoPEWarps
+	groups := ceilDiv(nh, 2*warps)
+	if a.T*groups < 2*132 {
+		groups = ceilDiv(nh, warps)
+	}
+	if int64(a.T)*int64(groups) > 1<<31-1 {
+		return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
+	}
+	return kernel("rope.cu", "qk_norm_rope", []string{a.DType}, nil, dims(a.T*groups), dims(32*warps), (r+warps*a.D)*4,
 		i32(a.T), i32(a.NQ), i32(a.NK), i32(a.D), i64(int64(a.LD)), i64(int64(a.LD)), ptrArg(a.X), ptrArg(a.Out),
 		ptrArg(a.WQ), ptrArg(a.WK), f32(a.Eps), ptrArg(a.Pos), ptrArg(a.Table.InvFreq), i32(r), f32(a.Table.AttnFactor)), nil
 }

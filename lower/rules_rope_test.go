@@ -169,3 +169,27 @@ func TestNormRoPEPairRule(t *testing.T) {
 		}
 	}
 }
+
+// TestNormRoPEGroups pins qk_norm_rope's grid: a token's heads in groups
+// of up to two a warp where that leaves two blocks an SM, else one a warp;
+// shared memory for the token's cosines and sines and each warp's head.
+func TestNormRoPEGroups(t *testing.T) {
+	p := Ptr{BaseArena, 0}
+	for _, c := range []struct{ T, nq, nk, rot, blocks int }{
+		{2048, 72, 0, 128, 2048 * 5}, // 5 groups of up to 15 heads
+		{2048, 8, 0, 128, 2048},
+		{2048, 48, 0, 64, 2048 * 3},
+		{1, 72, 0, 128, 9}, // one head a warp
+		{37, 48, 8, 64, 37 * 7},
+		{132, 72, 0, 128, 132 * 5}, // 660 blocks: two heads a warp
+	} {
+		l, err := NormRoPE(NormRoPEArgs{DType: "bf16", X: p, Out: p, LD: (c.nq + c.nk) * 128, T: c.T, NQ: c.nq, NK: c.nk, D: 128,
+			Pos: p, Table: RoPETable{InvFreq: p, RotaryDim: c.rot, AttnFactor: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Grid[0] != c.blocks || l.Block[0] != 32*normRoPEWarps || l.Shmem != (c.rot+normRoPEWarps*128)*4 {
+			t.Errorf("T %d, %d+%d heads: grid %d, block %d, %d bytes; want grid %d", c.T, c.nq, c.nk, l.Grid[0], l.Block[0], l.Shmem, c.blocks)
+		}
+	}
+}

@@ -87,7 +87,10 @@ func TestNormRoPEGPU(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(13, 14))
 	const eps = 1e-6
-	for _, c := range []struct{ T, n, d int }{{1, 72, 128}, {1, 8, 128}, {7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {33, 1, 8}} {
+	// T 300: blocks of two heads a warp (72 heads: 5 groups of 15, the last
+	// of 12; 5 heads: one group), the others one head a warp.
+	for _, c := range []struct{ T, n, d int }{{1, 72, 128}, {1, 8, 128}, {7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {33, 1, 8},
+		{300, 72, 128}, {300, 5, 40}} {
 		for name, tab := range ropeTables(t, c.d) {
 			for _, dt := range DTypes {
 				t.Run(fmt.Sprintf("T%d-n%d-d%d-%s/%v", c.T, c.n, c.d, name, dt), func(t *testing.T) {
@@ -131,7 +134,7 @@ func TestQKNormRopeGPU(t *testing.T) {
 		noKNorm      bool
 		pad          int // spare columns after v: 5 makes rows unaligned (the element-wise path), 0 keeps the vector one
 	}{{5, 8, 2, 128, false, 5}, {1, 72, 8, 128, false, 5}, {37, 4, 1, 16, false, 5}, {3, 6, 3, 40, true, 5}, {2, 3, 0, 64, false, 5},
-		{1, 72, 8, 128, false, 0}, {3, 6, 3, 40, true, 0}} {
+		{1, 72, 8, 128, false, 0}, {3, 6, 3, 40, true, 0}, {300, 48, 8, 128, false, 0}, {300, 48, 8, 128, false, 5}} {
 		for name, tab := range ropeTables(t, c.d) {
 			for _, dt := range DTypes {
 				t.Run(fmt.Sprintf("T%d-q%d-k%d-d%d-pad%d-%s/%v", c.T, c.nq, c.nk, c.d, c.pad, name, dt), func(t *testing.T) {
