@@ -213,3 +213,59 @@ func TestRopeArgs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkQKNormRope: the q heads' norm + rope of a 2048-token S-2.1
+// prefill chunk, in place (a full layer's 48 heads, half rotated; a
+// sliding layer's 72, all rotated); GB/s of the bytes read and written,
+// beside a device copy of as many bytes.
+func BenchmarkQKNormRope(b *testing.B) {
+	m := newMMBench(b)
+	const T, d = 2048, 128
+	pos := make([]int32, T)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	dpos, err := m.k.Dev.Alloc(4 * T)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = m.k.Dev.Free(dpos) })
+	if err := cuda.Upload(m.s, dpos, pos); err != nil {
+		b.Fatal(err)
+	}
+	w := m.rand(2 * d) // d floats: bf16 pairs read as f32, finite
+	for _, c := range []struct {
+		name string
+		nq   int
+		p    prep.RopeParams
+	}{
+		{"full-48", 48, prep.RopeParams{RotaryDim: d / 2, Theta: 5e5, Type: "yarn", Factor: 32, OriginalContext: 8192}},
+		{"sliding-72", 72, prep.RopeParams{RotaryDim: d, Theta: 1e4, Type: "default"}},
+	} {
+		tab, err := prep.NewRopeTable(c.p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rp, err := m.k.Dev.Alloc(RopeTableBytes(tab))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = m.k.Dev.Free(rp) })
+		r, err := UploadRope(m.s, rp, tab)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := T * c.nq * d
+		x := m.rand(n)
+		bytes := float64(4 * n)
+		b.Run(c.name, func(b *testing.B) {
+			m.run(b, bytes, 0, func() error {
+				return m.k.QKNormRope(m.s, cuda.BF16, x, 0, T, c.nq, 0, d, w, 0, 1e-6, dpos, r)
+			})
+		})
+		y := m.rand(n)
+		b.Run(c.name+"/copy", func(b *testing.B) {
+			m.run(b, bytes, 0, func() error { return m.s.CopyDtoD(y, x, int64(2*n)) })
+		})
+	}
+}
