@@ -237,15 +237,33 @@ type AttentionPrefillArgs struct {
 	// Wgmma runs the wgmma kernel (sm_90a) where PrefillWG holds and the
 	// tensor-core one would run with 16-byte operands.
 	Wgmma bool
+	// WgCTAs picks its variant by CTAs a multiprocessor (0: PrefillWGCTAs):
+	// 2 double-buffers K and V (80 KiB), 3 and 4 keep one tile of each,
+	// loaded in halves (48 KiB; 4 at 128 registers). A/B timing.
+	WgCTAs int
 }
 
 // PrefillWG reports whether the wgmma prefill attention is built for
 // dtype dt and head_dim d.
 func PrefillWG(dt string, d int) bool { return dt == "bf16" && d == 128 }
 
-// PrefillWGSmem is WaCfg::SMEM: Q and two stages of K and V, 64 x 128 bf16
-// each, and 1 KiB to align them for the 128-byte swizzle.
-func PrefillWGSmem() int { return 5*tcKeys*128*2 + 1024 }
+// PrefillWGCTAs is attn_prefill_wg's default variant (WgCTAs). H200, S-2.1
+// T=2048 (TestAttentionPrefillTCTimingGPU), ms for 2 / 3 / 4 CTAs: sliding
+// 72 heads 0.230 / 0.199 / 0.184, full 48 heads 0.235 / 0.219 / 0.207, 72
+// heads without a window 0.337 / 0.306 / 0.290 (attn_prefill_tc: 0.278,
+// 0.332, 0.477).
+const PrefillWGCTAs = 4
+
+// PrefillWGSmem is WaCfg<ctas-2>::SMEM: Q and two stages of K and V (2
+// CTAs) or one, 64 x 128 bf16 each, and 1 KiB to align them for the
+// 128-byte swizzle.
+func PrefillWGSmem(ctas int) int {
+	tiles := 3
+	if ctas == 2 {
+		tiles = 5
+	}
+	return tiles*tcKeys*128*2 + 1024
+}
 
 // PrefillTC reports whether the tensor-core prefill attention is built for
 // dtype dt and head_dim d.
@@ -300,8 +318,15 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 		}
 		vec = vec && ldq%8 == 0 && ldkv%8 == 0
 		if a.Wgmma && vec && PrefillWG(a.DType, d) {
-			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d)},
-				dims(int(blocks), c.NKV), dims(tcThreads), PrefillWGSmem(),
+			ctas := a.WgCTAs
+			if ctas == 0 {
+				ctas = PrefillWGCTAs
+			}
+			if ctas < 2 || ctas > 4 {
+				return Launch{}, fmt.Errorf("%s: attn_prefill_wg runs 2, 3 or 4 CTAs a multiprocessor, not %d", op, ctas)
+			}
+			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(ctas - 2)},
+				dims(int(blocks), c.NKV), dims(tcThreads), PrefillWGSmem(ctas),
 				append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},

@@ -45,7 +45,7 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		if l.Kernel != c.want || (c.want == "attn_prefill_tc" && l.Ints[1] != c.vec) {
 			t.Errorf("%s: %s", c.name, l.NameExpr())
 		}
-		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem() || l.Block[0] != 128) {
+		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(PrefillWGCTAs) || l.Block[0] != 128 || l.Ints[1] != PrefillWGCTAs-2) {
 			t.Errorf("%s: %d threads, %d bytes of shared memory", c.name, l.Block[0], l.Shmem)
 		}
 	}

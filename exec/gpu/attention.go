@@ -24,6 +24,11 @@ var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
 // (lower.Options.PrefillAttnTC). Tests flip it.
 var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") != "tc"
 
+// prefillWGCTAs picks attn_prefill_wg's variant
+// (lower.AttentionPrefillArgs.WgCTAs; 0: the default); tests set it to
+// check and time each.
+var prefillWGCTAs = 0
+
 // PrefillFFMA reports whether LAGC_PREFILL_ATTN=ffma asks for the FFMA
 // prefill attention (lower.Options.PrefillFFMA).
 func PrefillFFMA() bool { return !prefillTC }
@@ -122,5 +127,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG && k.CC() >= 90}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG && k.CC() >= 90, WgCTAs: prefillWGCTAs}))
 }

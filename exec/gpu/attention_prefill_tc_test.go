@@ -184,8 +184,14 @@ func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, tru
 // runFFMA runs attn_prefill through AttentionPrefill with the fast path off.
 func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false, false) }
 
-// runWG runs AttentionPrefill with the wgmma kernel asked for.
-func (g *tcRig) runWG(k *Kernels, s *cuda.Stream) error { return g.run(k, s, true, true) }
+// runWG runs AttentionPrefill with the wgmma kernel asked for, its
+// variant of ctas CTAs a multiprocessor (lower.AttentionPrefillArgs.WgCTAs).
+func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas int) error {
+	saved := prefillWGCTAs
+	prefillWGCTAs = ctas
+	defer func() { prefillWGCTAs = saved }()
+	return g.run(k, s, true, true)
+}
 
 func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
 	saved, savedWG := prefillTC, prefillWG
@@ -249,8 +255,10 @@ func TestAttentionPrefillTCTimingGPU(t *testing.T) {
 			tc := run("tc", func() error { return g.runTC(k, s) })
 			checkClose(t, "tc vs ffma", tc, old, tolFor(cuda.BF16))
 			if k.CC() >= 90 {
-				wg := run("wgmma", func() error { return g.runWG(k, s) })
-				checkClose(t, "wgmma vs ffma", wg, old, tolFor(cuda.BF16))
+				for ctas := 2; ctas <= 4; ctas++ {
+					wg := run(fmt.Sprintf("wgmma%d", ctas), func() error { return g.runWG(k, s, ctas) })
+					checkClose(t, "wgmma vs ffma", wg, old, tolFor(cuda.BF16))
+				}
 			}
 		})
 	}
@@ -296,59 +304,60 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 	return ds[n/2]
 }
 
-// TestAttentionPrefillWGGPU compares attn_prefill_wg (LAGC_PREFILL_ATTN=
-// wgmma: Hopper, head_dim 128, 16-byte operands) with cpu.Attention over
+// TestAttentionPrefillWGGPU compares attn_prefill_wg (Hopper, head_dim 128,
+// 16-byte operands), each variant (WgCTAs 2: K and V double-buffered; 3,
+// 4: one tile each loaded in halves), with cpu.Attention over
 // tcCases' aligned head_dim 128 cases, and checks the launch is that
 // kernel's; then two gated chunks (a gate per head, per element).
 func TestAttentionPrefillWGGPU(t *testing.T) {
 	k, s := hopperGPU(t)
-	for i, c := range tcCases() {
-		if c.d != 128 || c.fused {
-			continue
+	for ctas := 2; ctas <= 4; ctas++ {
+		name := fmt.Sprintf("ctas%d", ctas)
+		for i, c := range tcCases() {
+			if c.d != 128 || c.fused {
+				continue
+			}
+			t.Run(name+"/"+c.String(), func(t *testing.T) {
+				g := newTCRig(t, k, s, c, uint64(1000+i))
+				l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
+					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
+					Scale: g.scale, Wgmma: k.CC() >= 90, WgCTAs: ctas})
+				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(ctas-2) {
+					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d>", l.NameExpr(), err, ctas-2)
+				}
+				if err := g.runWG(k, s, ctas); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, cuda.BF16, g.out, g.outElems)
+				checkClose(t, "attn_prefill_wg", got, g.want(t), tolFor(cuda.BF16))
+			})
 		}
-		t.Run(c.String(), func(t *testing.T) {
-			g := newTCRig(t, k, s, c, uint64(1000+i))
-			saved := prefillWG
-			prefillWG = true
-			l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
-				Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-				Scale: g.scale, Wgmma: prefillWG && k.CC() >= 90})
-			prefillWG = saved
-			if err != nil || l.Kernel != "attn_prefill_wg" {
-				t.Fatalf("AttentionPrefill chose %q (%v), not attn_prefill_wg", l.Kernel, err)
-			}
-			if err := g.runWG(k, s); err != nil {
-				t.Fatal(err)
-			}
-			got := download(t, s, cuda.BF16, g.out, g.outElems)
-			checkClose(t, "attn_prefill_wg", got, g.want(t), tolFor(cuda.BF16))
-		})
-	}
-	// Gated: per head and per element, a sliding and a full S-2.1 layer.
-	for ci, c := range []struct {
-		tc tcCase
-		G  int
-	}{
-		{tcCase{T: 300, p0: 700, window: 512, nh: 72, nkv: 8, d: 128}, 72},
-		{tcCase{T: 128, p0: 0, window: 0, nh: 48, nkv: 8, d: 128}, 48 * 128},
-	} {
-		t.Run(fmt.Sprintf("gate%d/%v", c.G, c.tc), func(t *testing.T) {
-			g := newTCRig(t, k, s, c.tc, uint64(3000+ci))
-			gate := roundTo(cuda.BF16, randF32(rand.New(rand.NewPCG(uint64(ci), 9)), c.tc.T*c.G, 2))
-			gp := upload(t, k, s, cuda.BF16, gate)
-			saved := prefillWG
-			prefillWG = true
-			err := k.AttentionPrefillGate(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, c.tc.T, c.tc.nh, g.scale,
-				Gate{G: gp, Width: c.G, LD: c.G})
-			prefillWG = saved
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := g.want(t)
-			if err := cpu.SoftplusGate(want, want, gate, c.tc.T, c.tc.nh, c.tc.d, c.G); err != nil {
-				t.Fatal(err)
-			}
-			checkClose(t, "gated attn_prefill_wg", download(t, s, cuda.BF16, g.out, g.outElems), want, tolFor(cuda.BF16))
-		})
+		// Gated: per head and per element, a sliding and a full S-2.1 layer.
+		for ci, c := range []struct {
+			tc tcCase
+			G  int
+		}{
+			{tcCase{T: 300, p0: 700, window: 512, nh: 72, nkv: 8, d: 128}, 72},
+			{tcCase{T: 128, p0: 0, window: 0, nh: 48, nkv: 8, d: 128}, 48 * 128},
+		} {
+			t.Run(fmt.Sprintf("%s/gate%d/%v", name, c.G, c.tc), func(t *testing.T) {
+				g := newTCRig(t, k, s, c.tc, uint64(3000+ci))
+				gate := roundTo(cuda.BF16, randF32(rand.New(rand.NewPCG(uint64(ci), 9)), c.tc.T*c.G, 2))
+				gp := upload(t, k, s, cuda.BF16, gate)
+				saved, savedC := prefillWG, prefillWGCTAs
+				prefillWG, prefillWGCTAs = true, ctas
+				err := k.AttentionPrefillGate(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, c.tc.T, c.tc.nh, g.scale,
+					Gate{G: gp, Width: c.G, LD: c.G})
+				prefillWG, prefillWGCTAs = saved, savedC
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := g.want(t)
+				if err := cpu.SoftplusGate(want, want, gate, c.tc.T, c.tc.nh, c.tc.d, c.G); err != nil {
+					t.Fatal(err)
+				}
+				checkClose(t, "gated attn_prefill_wg", download(t, s, cuda.BF16, g.out, g.outElems), want, tolFor(cuda.BF16))
+			})
+		}
 	}
 }

@@ -279,6 +279,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		t.Fatalf("AttentionPrefill without Wgmma chose %s", att.Kernel)
 	}
 	out = append(out, att)
+	// attn_prefill_wg's variants (WgCTAs; the tests check and time each).
+	for ctas := 2; ctas <= 4; ctas++ {
+		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, WgCTAs: ctas})
+		if err != nil || att.Kernel != "attn_prefill_wg" {
+			t.Fatalf("AttentionPrefill with WgCTAs %d: %s, %v", ctas, att.Kernel, err)
+		}
+		out = append(out, att)
+	}
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
 	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
 	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
