@@ -151,6 +151,12 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 	default:
 		return Launch{}, fmt.Errorf("matmul: wgmma tile width %d (128 or 256)", a.HopperBN)
 	}
+	if a.Split != nil && !SplitFits(a.Split, bn) {
+		if a.HopperBN != 0 || !SplitFits(a.Split, 128) {
+			return Launch{}, fmt.Errorf("matmul: split outputs' columns start on multiples of the tile width %d only", bn)
+		}
+		bn = 128
+	}
 	pp, err := a.HopperSched.pingPong(bn, a.K, epi)
 	if err != nil {
 		return Launch{}, fmt.Errorf("matmul: %w", err)
@@ -160,11 +166,64 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 		box = bn / 2
 	}
 	tiles := ceilDiv(a.T, 128) * ceilDiv(a.N, box)
-	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0, int64(b2i(pp))},
+	y, split, err := a.splitArgs()
+	if err != nil {
+		return Launch{}, err
+	}
+	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0, int64(b2i(pp)), int64(b2i(a.Split != nil))},
 		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
-		tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
-		tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
-		i32(a.T), i32(a.N), i32(a.K), ptrArg(a.Y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)), nil
+		append([]Arg{tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
+			tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, split...)...), nil
+}
+
+// splitArgs are gemm_wgmma's first output and its trailing split
+// arguments (y1, y2, y3, c1, c2, c3; WgSplit): a's Split, or none (every
+// column to Y).
+func (a MatMulArgs) splitArgs() (Ptr, []Arg, error) {
+	if a.Split == nil {
+		return a.Y, noSplit(a.N), nil
+	}
+	if len(a.Split) > MaxSplit || a.SwiGLU || a.Accumulate {
+		return Ptr{}, nil, fmt.Errorf("matmul: a split GEMM writes at most %d outputs, plain (%d, SwiGLU %v, accumulate %v)",
+			MaxSplit, len(a.Split), a.SwiGLU, a.Accumulate)
+	}
+	ys := make([]Arg, 0, 6)
+	cs := make([]Arg, 0, 3)
+	col := 0
+	for i, o := range a.Split {
+		if o.N <= 0 {
+			return Ptr{}, nil, fmt.Errorf("matmul: split output %d has %d columns", i, o.N)
+		}
+		if i > 0 {
+			ys, cs = append(ys, ptrArg(o.Y)), append(cs, i32(col))
+		}
+		col += o.N
+	}
+	if col != a.N {
+		return Ptr{}, nil, fmt.Errorf("matmul: split outputs of %d columns for N %d", col, a.N)
+	}
+	for len(ys) < 3 {
+		ys, cs = append(ys, ptrArg(Ptr{})), append(cs, i32(a.N))
+	}
+	return a.Split[0].Y, append(ys, cs...), nil
+}
+
+// SplitFits says whether every output of split but the last has a width
+// that is a multiple of w: gemm_wgmma's tiles of w columns then each lie
+// in one output.
+func SplitFits(split []SplitOut, w int) bool {
+	for _, o := range split[:max(len(split)-1, 0)] {
+		if o.N%w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// noSplit is gemm_wgmma's trailing split arguments for every column to y.
+func noSplit(n int) []Arg {
+	return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(n), i32(n), i32(n)}
 }
 
 // moeHopperOK says why the grouped experts of a cannot run on the wgmma
@@ -202,11 +261,11 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp))},
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp)), 0},
 			dims(sm), dims(384), HopperSmem(bn),
-			tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
-			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
-			i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows))
+			append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
+				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...)...)
 	}
 	v := 1
 	if a.H%8 == 0 {

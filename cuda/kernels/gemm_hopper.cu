@@ -257,12 +257,13 @@ __device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float 
   }
 }
 
-template <typename TY, int BN, int EPI, int GROUPED, int PP>
+template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
                                                      const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                     int expert_rows) {
+                                                     int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3) {
   pdl_wait();
+  static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -374,8 +375,21 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
     // store then fills 16 sectors where one of pairs half-fills 8. Else a
     // thread's two adjacent columns go in one store where N is even and y
     // aligned to two values (pair2), in two otherwise.
-    const bool oct = (N & 7) == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0;
-    const bool pair2 = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(y) & (2 * sizeof(TY) - 1)) == 0;
+    // SPLIT: columns [c_s, c_s+1) (c_0 0, c_4 N) go to y_s, rows c_s+1 - c_s
+    // apart (a prefill's q, k, v and gate from one GEMM over their
+    // concatenated weights); lower puts every c_s on a multiple of the
+    // tile's width, so a tile lies in one segment (yt from column ct, rows
+    // ldt apart). Unused segments are empty (c_s = N).
+    TY* yt = y;
+    int ct = 0, ldt = N;
+    if constexpr (SPLIT) {
+      const int s = (n0 >= c1) + (n0 >= c2) + (n0 >= c3);
+      yt = s == 0 ? y : s == 1 ? y1 : s == 2 ? y2 : y3;
+      ct = s == 0 ? 0 : s == 1 ? c1 : s == 2 ? c2 : c3;
+      ldt = (s == 0 ? c1 : s == 1 ? c2 : s == 2 ? c3 : N) - ct;
+    }
+    const bool oct = (ldt & 7) == 0 && (reinterpret_cast<unsigned long long>(yt) & 15) == 0;
+    const bool pair2 = (ldt & 1) == 0 && (reinterpret_cast<unsigned long long>(yt) & (2 * sizeof(TY) - 1)) == 0;
     if (oct) {
       const int q = lane & 3;
 #pragma unroll
@@ -385,7 +399,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const bool rowok = r0 + 8 * h < rt.rows;
-          TY* yrow = y + (long long)(rt.m0 + r0 + 8 * h) * N;
+          TY* yrow = yt + (long long)(rt.m0 + r0 + 8 * h) * ldt;
 #pragma unroll
           for (int jb = 0; jb < OW / 32; jb++) {
             float v0[4], v1[4];
@@ -400,11 +414,11 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 #pragma unroll
               for (int jj = 0; jj < 4; jj++) w[jj] = bf16x2_bits(v0[jj], v1[jj]);
               quad_xpose(w, q);
-              if (rowok && col < N) *reinterpret_cast<uint4*>(yrow + col) = make_uint4(w[0], w[1], w[2], w[3]);
+              if (rowok && col < N) *reinterpret_cast<uint4*>(yrow + (col - ct)) = make_uint4(w[0], w[1], w[2], w[3]);
             } else {
               quad_xpose(v0, q);
               quad_xpose(v1, q);
-              if (rowok && col < N) st_oct<TY, EPI == 1>(yrow + col, v0, v1);
+              if (rowok && col < N) st_oct<TY, EPI == 1>(yrow + (col - ct), v0, v1);
             }
           }
         }
@@ -423,7 +437,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           if (r0 + 8 * h >= rt.rows) continue;
           const int row = rt.m0 + r0 + 8 * h;
           float v0 = wg_out<EPI, OW>(a, j, h, 0), v1 = wg_out<EPI, OW>(a, j, h, 1);
-          TY* p = y + (long long)row * N + col;
+          TY* p = yt + (long long)row * ldt + (col - ct);
           if (col + 1 < N && pair2) {
             st_pair<TY, EPI == 1>(p, v0, v1);
           } else if (col + 1 < N) {

@@ -279,6 +279,21 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		t.Fatalf("AttentionPrefill without Wgmma chose %s", att.Kernel)
 	}
 	out = append(out, att)
+	// The split GEMMs (lower.MatMulArgs.Split; TestMatMulHopperSplitGPU) in
+	// both output dtypes, tile widths and schedules.
+	for _, yt := range []string{"f32", "bf16"} {
+		for _, v := range []struct {
+			bn    int
+			sched lower.HopperSched
+		}{{128, lower.SchedCooperative}, {256, lower.SchedCooperative}, {128, lower.SchedPingPong}} {
+			l, err := lower.MatMul(lower.MatMulArgs{T: 300, K: 256, N: 600, X: p, W: p, XType: "bf16", WType: "bf16", YType: yt,
+				SMs: 132, CC: 90, HopperBN: v.bn, HopperSched: v.sched, Split: []lower.SplitOut{{Y: p, N: 512}, {Y: p, N: 88}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+	}
 	// attn_prefill_wg's variants (WgCTAs; the tests check and time each).
 	for ctas := 2; ctas <= 4; ctas++ {
 		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,

@@ -409,3 +409,70 @@ func BenchmarkMoEQuant(b *testing.B) {
 		}
 	}
 }
+
+// TestMatMulHopperSplitGPU: one wgmma GEMM whose epilogue sends each of up
+// to four outputs its columns (lower.MatMulArgs.Split: a prefill's q, k,
+// v and gate) against the CPU reference's columns of the whole product,
+// over poisoned outputs: ragged rows, a last output of any width, both
+// tile widths and the ping-pong schedule, both output dtypes.
+func TestMatMulHopperSplitGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, c := range []struct {
+		T, K   int
+		widths []int
+		bn     int
+		sched  lower.HopperSched
+	}{
+		{300, 256, []int{256, 128, 128, 72}, 0, lower.SchedAuto},
+		{37, 192, []int{512, 256, 256, 40}, 256, lower.SchedCooperative},
+		{2100, 136, []int{384, 128, 128, 8}, 128, lower.SchedPingPong},
+		{129, 64, []int{128, 5}, 128, lower.SchedCooperative},
+	} {
+		for _, yt := range []cuda.DType{cuda.BF16, cuda.F32} {
+			name := fmt.Sprintf("T%d_K%d_%v_BN%d_%v/%v", c.T, c.K, c.widths, c.bn, c.sched, yt)
+			t.Run(name, func(t *testing.T) {
+				N := 0
+				for _, w := range c.widths {
+					N += w
+				}
+				x := roundTo(cuda.BF16, randF32(r, c.T*c.K, 1))
+				w := roundTo(cuda.BF16, randF32(r, N*c.K, 1))
+				a := lower.MatMulArgs{T: c.T, K: c.K, N: N, X: ptr(upload(t, k, s, cuda.BF16, x)), W: ptr(upload(t, k, s, cuda.BF16, w)),
+					XType: "bf16", WType: "bf16", YType: yt.String(), SMs: k.SMs(), CC: k.CC(), HopperBN: c.bn, HopperSched: c.sched}
+				ys := make([]cuda.DevicePtr, len(c.widths))
+				for i, wd := range c.widths {
+					n := int64(c.T * wd * yt.Size())
+					ys[i] = alloc(t, k, n)
+					poison(t, s, ys[i], n)
+					a.Split = append(a.Split, lower.SplitOut{Y: ptr(ys[i]), N: wd})
+				}
+				l, err := lower.MatMul(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Kernel != "gemm_wgmma" || l.Ints[4] != 1 {
+					t.Fatalf("chose %s", l.NameExpr())
+				}
+				b, err := k.Bind(l, deviceBase)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Launch(s); err != nil {
+					t.Fatal(err)
+				}
+				want := mmRef(t, MatMulArgs{T: c.T, K: c.K, N: N, XType: cuda.BF16, WType: cuda.BF16, YType: yt}, x, w, nil)
+				col := 0
+				for i, wd := range c.widths {
+					got := download(t, s, yt, ys[i], c.T*wd)
+					part := make([]float32, 0, c.T*wd)
+					for row := 0; row < c.T; row++ {
+						part = append(part, want[row*N+col:row*N+col+wd]...)
+					}
+					checkClose(t, fmt.Sprintf("output %d", i), got, part, tolFor(yt))
+					col += wd
+				}
+			})
+		}
+	}
+}
