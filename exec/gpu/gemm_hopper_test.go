@@ -120,7 +120,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			if !hasKernel(ls, "gemm_wgmma") {
 				t.Fatalf("the grouped path did not choose the wgmma core")
 			}
-			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1>"); pp != (v.down == lower.SchedPingPong) {
+			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
 			}
 			moeWorkspace(t, k, s, &a)
