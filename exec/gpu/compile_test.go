@@ -294,6 +294,16 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, l)
 		}
 	}
+	// attn_prefill_tc at head_dim 64 and with rows not 16-byte aligned
+	// (VEC 0; TestAttentionPrefillTCGPU's fused and d64 cases).
+	for _, c := range []struct{ d, ld int }{{64, 0}, {64, 8*64 + 4}, {128, 8*128 + 4}} {
+		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 2, HeadDim: c.d, Slots: 4096,
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 8, Scale: 0.1, LDQ: c.ld, LDKV: c.ld})
+		if err != nil || att.Kernel != "attn_prefill_tc" {
+			t.Fatalf("AttentionPrefill at d %d, ld %d: %s, %v", c.d, c.ld, att.Kernel, err)
+		}
+		out = append(out, att)
+	}
 	// attn_prefill_wg's variants (WgCTAs; the tests check and time each).
 	for ctas := 2; ctas <= 4; ctas++ {
 		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
