@@ -241,18 +241,44 @@ func moeHopperOK(a MoEArgs) error {
 	return nil
 }
 
-// moeHopper returns the grouped experts' launches on the wgmma core: the
-// routes grouped by expert (hist, schedule with 128-row tiles, scatter),
-// their x rows gathered for TMA, the grouped gate+up GEMM with the SwiGLU
-// epilogue, the grouped down GEMM, and the fixed-order combine. The tile
-// table stays on the device: nothing waits for the host.
+// moeParts are the grouped experts' launches on the wgmma core by role:
+// the routes grouped by expert (hist, schedule, scatter), the gather of
+// their x rows (absent where the gate+up GEMM gathers them itself), the
+// grouped gate+up GEMM with the SwiGLU epilogue, the grouped down GEMM and
+// the fixed-order combine. The tile table stays on the device: nothing
+// waits for the host.
+type moeParts struct {
+	routing               []Launch
+	gather                *Launch
+	gateUp, down, combine Launch
+}
+
+func (p moeParts) launches() []Launch {
+	ls := append([]Launch(nil), p.routing...)
+	if p.gather != nil {
+		ls = append(ls, *p.gather)
+	}
+	return append(ls, p.gateUp, p.down, p.combine)
+}
+
+// moeHopper returns the grouped experts' launches on the wgmma core (bf16
+// stacks): the gate+up GEMM gathers the routes' x rows itself (gemm_wgmma
+// GROUPED 2) unless a.NoGather, then moe_gather_rows copies them first.
 func moeHopper(a MoEArgs, l MoELayout) []Launch {
+	p := moeHopperParts(a, l, !a.NoGather)
+	return p.launches()
+}
+
+// moeHopperParts builds moeHopper's parts; gather fuses the x rows'
+// gather into the gate+up GEMM (moeHopperQ keeps the copy: gemm_wgmma_q
+// reads it by TMA).
+func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	wsp := func(off int64) Ptr { return a.Workspace.At(off) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	EI := a.E * a.I
-	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp bool) Launch {
+	grouped := func(x Ptr, xrows, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp, gx bool) Launch {
 		bn := 256
 		if pp {
 			bn = 128
@@ -261,23 +287,33 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp)), 0},
+		mode, tail := int64(1), []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}
+		if gx {
+			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
+		}
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0},
 			dims(sm), dims(384), HopperSmem(bn),
-			append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(xrows), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
-				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...)...)
+				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)
 	}
 	v := 1
 	if a.H%8 == 0 {
 		v = 8
 	}
-	return append(moeRouting(a, l),
-		kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
-			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
-		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false),
-		grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong),
-		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
+	p := moeParts{routing: moeRouting(a, l),
+		down: grouped(wsp(l.Act), R, a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong, false),
+		combine: kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
-			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate))),
-	)
+			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
+	if gather {
+		// The map over x itself stands in for the unused one of the rows.
+		p.gateUp = grouped(a.X, a.T, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
+	} else {
+		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
+			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
+		p.gather = &g
+		p.gateUp = grouped(wsp(l.XG), R, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, false)
+	}
+	return p
 }

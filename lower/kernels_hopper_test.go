@@ -59,25 +59,37 @@ func TestHopperSched(t *testing.T) {
 
 // TestMoEHopperSched: the grouped experts' GEMMs run 256 wide and
 // cooperative, but the down GEMM 128 wide and ping-pong under
-// HopperDown = SchedPingPong.
+// HopperDown = SchedPingPong; the gate+up GEMM gathers the routes' x rows
+// itself (GROUPED 2, no moe_gather_rows) unless NoGather.
 func TestMoEHopperSched(t *testing.T) {
 	for _, c := range []struct {
 		down     HopperSched
+		noGather bool
 		wantDown []int64
 	}{
-		{SchedAuto, []int64{256, EpiStore, 1, 0, 0}},
-		{SchedCooperative, []int64{256, EpiStore, 1, 0, 0}},
-		{SchedPingPong, []int64{128, EpiStore, 1, 1, 0}},
+		{SchedAuto, false, []int64{256, EpiStore, 1, 0, 0}},
+		{SchedCooperative, false, []int64{256, EpiStore, 1, 0, 0}},
+		{SchedPingPong, false, []int64{128, EpiStore, 1, 1, 0}},
+		{SchedAuto, true, []int64{256, EpiStore, 1, 0, 0}},
 	} {
 		var got [][]int64
-		for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2, HopperDown: c.down}, MoELayout{}) {
-			if l.Kernel == "gemm_wgmma" {
+		gathers := 0
+		for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2, HopperDown: c.down, NoGather: c.noGather}, MoELayout{}) {
+			switch l.Kernel {
+			case "gemm_wgmma":
 				got = append(got, l.Ints)
+			case "moe_gather_rows":
+				gathers++
 			}
 		}
-		want := [][]int64{{256, EpiSwiGLU, 1, 0, 0}, c.wantDown}
-		if !slices.EqualFunc(got, want, slices.Equal) {
-			t.Errorf("%v: grouped GEMMs' BN, EPI, GROUPED, PP, SPLIT %v, want %v", c.down, got, want)
+		mode := int64(2)
+		if c.noGather {
+			mode = 1
+		}
+		want := [][]int64{{256, EpiSwiGLU, mode, 0, 0}, c.wantDown}
+		if !slices.EqualFunc(got, want, slices.Equal) || gathers != b2i(c.noGather) {
+			t.Errorf("%v, NoGather %v: grouped GEMMs' BN, EPI, GROUPED, PP, SPLIT %v (want %v), %d gathers",
+				c.down, c.noGather, got, want, gathers)
 		}
 	}
 }

@@ -684,7 +684,7 @@ func hopperQCTAs(force, rows int) (int, error) {
 // and up rows (one matrix, up after gate) and the down rows in registers.
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
-	ls := moeHopper(a, l)
+	p := moeHopperParts(a, l, false)
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
@@ -697,8 +697,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}
-	// moeHopper's two bf16 grouped GEMMs are launches 4 and 5.
-	ls[4] = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
-	ls[5] = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
-	return ls
+	p.gateUp = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
+	p.down = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
+	return p.launches()
 }

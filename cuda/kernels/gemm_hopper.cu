@@ -31,7 +31,15 @@
 // by expert and the row tiles come from moe_schedule's table, written on
 // the device (tiles[i] = {expert e, first row, rows}, ntiles[0] of them):
 // tile i reads weight rows from e * expert_rows (gate and up: up_row +
-// e * expert_rows) and writes only its own rows.
+// e * expert_rows) and writes only its own rows. GROUPED 2 gathers those
+// rows itself (gx [tokens, K], grouped row p being token gsorted[p] / gk):
+// the producer warpgroup's 128 threads copy a stage's x tile with cp.async
+// into the swizzled layout TMA would write, two stages of copies in
+// flight, and each arrives on the stage's full barrier once its copies
+// have landed and been fenced for the MMAs' proxy (so the barrier counts
+// 128 arrivals besides the weights' bytes). That replaces moe_gather_rows
+// and its copy of the routes' rows (62 us and 126 MB at S-2.1's 2048
+// tokens).
 
 struct __align__(64) TmaMap {
   unsigned long long v[16];
@@ -261,9 +269,12 @@ template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
                                                      const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                     int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3) {
+                                                     int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
+                                                     const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk) {
   pdl_wait();
   static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
+  constexpr bool GATHER = GROUPED == 2;
+  static_assert(!GATHER || EPI == 2, "the gathering producer loads the gate and up tiles of a SwiGLU GEMM");
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
       mbar_init(smem_addr(&empty_bar[s]), PP ? 128 : 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -285,6 +296,55 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   const int tilesM = GROUPED ? ntiles[0] : (M + C::BM - 1) / C::BM, tilesN = (N + OW - 1) / OW, ntile = tilesM * tilesN;
   const int nk = (K + C::BK - 1) / C::BK;
 
+  if (wg == 0 && GATHER) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    // Thread tid copies 16-byte chunk ch of rows rb + 16 i (i < 8) of each
+    // 128 x 64 x tile: chunk ch of row r lands at r * 128 + ((ch ^ r % 8)
+    // << 4), TMA's 128-byte swizzle (r % 8 is rb % 8 for all eight).
+    const int ch = tid & 7, rb = tid >> 3;
+    const unsigned sw = (unsigned)(((ch ^ (rb & 7)) << 4) + rb * 128);
+    int it = 0;
+    auto land = [&](int done) {  // stage of iteration done: this thread's copies have landed
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      mbar_arrive(smem_addr(&full_bar[done % ST]));
+    };
+    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+      const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
+      const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
+      unsigned off[8];  // element offset of each row's token in gx; rows past the tile copy zeros
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int r = rb + 16 * i;
+        off[i] = (unsigned)(gsorted[rt.m0 + min(r, rt.rows - 1)] / gk) * (unsigned)K;
+      }
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
+        if (tid == 0) {
+          mbar_expect_tx(fb, C::B_BYTES);
+          tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
+          tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
+        }
+        const int col = kb * C::BK + ch * 8;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const bool ok = rb + 16 * i < rt.rows && col < K;
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa + sw + i * 16 * 128),
+                       "l"(gx + off[i] + (ok ? col : 0)), "r"(ok ? 16 : 0)
+                       : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        if (it >= 2) {
+          asm volatile("cp.async.wait_group 2;" ::: "memory");
+          land(it - 2);
+        }
+      }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    for (int done = max(it - 2, 0); done < it; done++) land(done);
+    return;
+  }
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {

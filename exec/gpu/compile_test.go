@@ -313,9 +313,17 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 		out = append(out, att)
 	}
+	// The bf16 grouped experts with moe_gather_rows first (NoGather;
+	// TestMoEExpertsHopperGPU's nogather cases).
+	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, NoGather: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, ls...)
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
 	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
-	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+	ls, err = lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132,
 		HopperDown: lower.SchedPingPong})
 	if err != nil {

@@ -78,6 +78,8 @@ func TestMatMulHopperGPU(t *testing.T) {
 }
 
 // TestMoEExpertsHopperGPU: the grouped routed experts on the wgmma core
+// (the gate+up GEMM gathering the routes' rows itself, and with
+// moe_gather_rows first: nogather/)
 // against the CPU reference: skewed and same-expert routing (experts with
 // 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders;
 // then the down GEMM ping-pong (HopperDown), also on a grid of 7 CTAs so
@@ -94,13 +96,17 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
 	}
 	type variant struct {
-		down lower.HopperSched
-		sms  int // 0: the GPU's
+		down     lower.HopperSched
+		sms      int  // 0: the GPU's
+		noGather bool // moe_gather_rows first (NoGather), where the gate+up GEMM gathers by default
 	}
 	run := func(v variant, order ExpertOrder, c moeCase) {
 		name := fmt.Sprintf("order%d/%+v", order, c)
 		if v.down == lower.SchedPingPong {
 			name = fmt.Sprintf("downpp/sms%d/%s", v.sms, name)
+		}
+		if v.noGather {
+			name = "nogather/" + name
 		}
 		t.Run(name, func(t *testing.T) {
 			d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
@@ -109,7 +115,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			gu := append(append([]float32(nil), d.gate...), d.up...)
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
-			a.CC, a.SMs, a.HopperDown = k.CC(), k.SMs(), v.down
+			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
 			if v.sms != 0 {
 				a.SMs = v.sms
 			}
@@ -122,6 +128,9 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			}
 			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
+			}
+			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); g == v.noGather || hasKernel(ls, "moe_gather_rows") != v.noGather {
+				t.Fatalf("gate+up gathering %v with NoGather %v", g, v.noGather)
 			}
 			moeWorkspace(t, k, s, &a)
 			if err := k.MoEExperts(s, a); err != nil {
@@ -137,7 +146,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		}
 	}
 	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
-	for _, v := range []variant{{lower.SchedPingPong, 0}, {lower.SchedPingPong, 7}} {
+	for _, v := range []variant{{lower.SchedPingPong, 0, false}, {lower.SchedPingPong, 7, false}, {lower.SchedAuto, 0, true}, {lower.SchedAuto, 7, false}} {
 		for _, c := range append(cases, deep) {
 			run(v, ExpertsByLoad, c)
 		}
