@@ -307,8 +307,9 @@ func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
 	if gather {
-		// The map over x itself stands in for the unused one of the rows.
-		p.gateUp = grouped(a.X, a.T, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
+		// The map over x itself stands in for the unused one of the rows
+		// (a box's rows at most: the map's extent, not x's, for few tokens).
+		p.gateUp = grouped(a.X, max(a.T, 128), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
 	} else {
 		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))

@@ -34,10 +34,10 @@
 // e * expert_rows) and writes only its own rows. GROUPED 2 gathers those
 // rows itself (gx [tokens, K], grouped row p being token gsorted[p] / gk):
 // the producer warpgroup's 128 threads copy a stage's x tile with cp.async
-// into the swizzled layout TMA would write, two stages of copies in
-// flight, and each arrives on the stage's full barrier once its copies
-// have landed and been fenced for the MMAs' proxy (so the barrier counts
-// 128 arrivals besides the weights' bytes). That replaces moe_gather_rows
+// into the swizzled layout TMA would write (GatherRows), gather_lag stages
+// of copies in flight, and each arrives on the stage's full barrier once
+// its copies have landed and been fenced for the MMAs' proxy (so the
+// barrier counts 128 arrivals besides the weights' bytes). That replaces moe_gather_rows
 // and its copy of the routes' rows (62 us and 126 MB at S-2.1's 2048
 // tokens).
 
@@ -265,6 +265,48 @@ __device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float 
   }
 }
 
+// GatherRows: a gathering producer's (GROUPED 2: gemm_wgmma and
+// gemm_wgmma_q) share of its stages' x tiles of ROWS rows x 64 columns.
+// Thread tid of the producer warpgroup copies 16-byte chunk ch = tid % 8
+// of rows rb + 16 i (rb = tid / 8) with cp.async; chunk ch of row r lands
+// at r * 128 + ((ch ^ r % 8) << 4), TMA's 128-byte swizzle, and r % 8 is
+// rb % 8 for all of a thread's rows. Rows past the tile copy zeros.
+template <int ROWS> struct GatherRows {
+  unsigned off[ROWS / 16];  // each row's token's element offset in gx
+  // tile finds the tokens of grouped rows m0 .. m0 + rows - 1 (row p is
+  // token gsorted[p] / gk).
+  __device__ __forceinline__ void tile(const int* __restrict__ gsorted, int m0, int rows, int gk, int K) {
+    const int rb = (threadIdx.x & 127) >> 3;
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) off[i] = (unsigned)(gsorted[m0 + min(rb + 16 * i, rows - 1)] / gk) * (unsigned)K;
+  }
+  // stage copies columns col .. col + 63 into the tile at shared address
+  // sa, as one cp.async group.
+  __device__ __forceinline__ void stage(unsigned sa, const bf16_t* __restrict__ gx, int rows, int col, int K) const {
+    const int ch = threadIdx.x & 7, rb = (threadIdx.x & 127) >> 3, c = col + ch * 8;
+    const unsigned dst = sa + rb * 128 + ((ch ^ (rb & 7)) << 4);
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) {
+      const bool ok = rb + 16 * i < rows && c < K;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + i * 16 * 128), "l"(gx + off[i] + (ok ? c : 0)),
+                   "r"(ok ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+};
+// gather_land: this thread's copies into a stage (waited for) are fenced
+// for the MMAs' proxy and counted on its full barrier fb.
+__device__ __forceinline__ void gather_land(unsigned fb) {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  mbar_arrive(fb);
+}
+// gather_lag: stages of copies a gathering producer of st stages keeps
+// in flight before it waits for the oldest: 2, and at most st - 2 (the
+// consumers free stage j once stage j+1 has landed, and the producer
+// waits for stage it - st to be free before it lands stage it - lag).
+__host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
+
 template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
@@ -298,25 +340,12 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 
   if (wg == 0 && GATHER) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    // Thread tid copies 16-byte chunk ch of rows rb + 16 i (i < 8) of each
-    // 128 x 64 x tile: chunk ch of row r lands at r * 128 + ((ch ^ r % 8)
-    // << 4), TMA's 128-byte swizzle (r % 8 is rb % 8 for all eight).
-    const int ch = tid & 7, rb = tid >> 3;
-    const unsigned sw = (unsigned)(((ch ^ (rb & 7)) << 4) + rb * 128);
+    GatherRows<C::BM> g;
     int it = 0;
-    auto land = [&](int done) {  // stage of iteration done: this thread's copies have landed
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      mbar_arrive(smem_addr(&full_bar[done % ST]));
-    };
     for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
       const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
       const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
-      unsigned off[8];  // element offset of each row's token in gx; rows past the tile copy zeros
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const int r = rb + 16 * i;
-        off[i] = (unsigned)(gsorted[rt.m0 + min(r, rt.rows - 1)] / gk) * (unsigned)K;
-      }
+      g.tile(gsorted, rt.m0, rt.rows, gk, K);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
         mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
@@ -326,23 +355,15 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
           tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
         }
-        const int col = kb * C::BK + ch * 8;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-          const bool ok = rb + 16 * i < rt.rows && col < K;
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa + sw + i * 16 * 128),
-                       "l"(gx + off[i] + (ok ? col : 0)), "r"(ok ? 16 : 0)
-                       : "memory");
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        if (it >= 2) {
-          asm volatile("cp.async.wait_group 2;" ::: "memory");
-          land(it - 2);
+        g.stage(sa, gx, rt.rows, kb * C::BK, K);
+        if (it >= gather_lag(ST)) {
+          asm volatile("cp.async.wait_group %0;" ::"n"(gather_lag(ST)) : "memory");
+          gather_land(smem_addr(&full_bar[(it - gather_lag(ST)) % ST]));
         }
       }
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
-    for (int done = max(it - 2, 0); done < it; done++) land(done);
+    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full_bar[done % ST]));
     return;
   }
   if (wg == 0) {
@@ -714,8 +735,11 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                       int expert_rows) {
+                                                       int expert_rows, const bf16_t* __restrict__ gx,
+                                                       const int* __restrict__ gsorted, int gk) {
   pdl_wait();
+  constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
+  static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
   constexpr int QB = QA<QT>::QB;
   constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
   constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
@@ -728,7 +752,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
       mbar_init(smem_addr(&empty_bar[s]), 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -738,6 +762,36 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   const int tilesT = GROUPED ? ntiles[0] : (T + BN - 1) / BN, tilesF = (N + FW - 1) / FW, ntile = tilesT * tilesF;
   const int nk = K / 64;
 
+  if (wg == 0 && GATHER) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    GatherRows<BN> g;
+    int it = 0;
+    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+      const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
+      const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
+      const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+      g.tile(gsorted, rt.m0, rt.rows, gk, K);
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
+        if (tid == 0) {
+          mbar_expect_tx(fb, Q_BYTES);
+          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+          tma_load_2d(sq, &tq, qc, r0, fb);
+          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+        }
+        g.stage(sx, gx, rt.rows, kb * 64, K);
+        if (it >= gather_lag(ST)) {
+          asm volatile("cp.async.wait_group %0;" ::"n"(gather_lag(ST)) : "memory");
+          gather_land(smem_addr(&full_bar[(it - gather_lag(ST)) % ST]));
+        }
+      }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full_bar[done % ST]));
+    return;
+  }
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
     if (tid == 0) {

@@ -285,10 +285,15 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
 	// (q4_k 96 rows on 2 CTAs, q8_0 128 on 1), and forced (QTileRows,
-	// QCTAs), each width with MMAs of its own.
-	type variant struct{ cc, rows, ctas int }
+	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
+	// the routes' rows itself, or (noGather) after moe_gather_rows.
+	type variant struct {
+		cc, rows, ctas int
+		noGather       bool
+	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0}, {90, 64, 0}, {90, 128, 0}, {90, 96, 1}, {90, 64, 1}, {0, 0, 0}} {
+		for _, v := range []variant{{90, 0, 0, false}, {90, 64, 0, false}, {90, 128, 0, false}, {90, 96, 1, false}, {90, 64, 1, false},
+			{0, 0, 0, false}, {90, 0, 0, true}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -297,6 +302,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				name := fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c)
 				if v.ctas != 0 {
 					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/%+v", qt, cc, v.rows, v.ctas, c)
+				}
+				if v.noGather {
+					name = "nogather/" + name
 				}
 				t.Run(name, func(t *testing.T) {
 					h := fnv.New64a()
@@ -312,7 +320,8 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
+						NoGather: v.noGather}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
@@ -326,6 +335,11 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 						a.Out = alloc(t, k, int64(2*c.T*c.H))
 					}
 					moeWorkspace(t, k, s, &a)
+					if ls, err := k.MoELaunches(a); err != nil {
+						t.Fatal(err)
+					} else if q := hasKernel(ls, "gemm_wgmma_q"); q && hasKernel(ls, "moe_gather_rows") != v.noGather {
+						t.Fatalf("moe_gather_rows launched %v with NoGather %v", !v.noGather, v.noGather)
+					}
 					if err := k.MoEExperts(s, a); err != nil {
 						t.Fatal(err)
 					}
