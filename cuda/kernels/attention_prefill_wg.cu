@@ -10,11 +10,12 @@
 // takes about as long as the MMAs (docs/PERF.md); a warpgroup MMA reads
 // them once for 64 rows.
 //
-// Tiles (Q, and two stages of K and V: 64 rows x 128 bf16) lie in the
-// 128-byte swizzled layout wgmma reads: two 64-column halves of 8 KiB, rows
-// of 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8). cp.async
-// writes them (attn_prefill_tc's loads, other addresses); each thread's
-// fence.proxy.async and the barrier after it hand them to the MMAs.
+// Tiles (Q, and one or two stages of K and V, WaCfg: 64 rows x 128 bf16)
+// lie in the 128-byte swizzled layout wgmma reads: two 64-column halves of
+// 8 KiB, rows of 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8).
+// cp.async writes them, each thread one column of 8 rows a tile; each
+// thread's fence.proxy.async and the barrier after it hand them to the
+// MMAs.
 //
 // Tried (not kept): tile it+1's scores and softmax beside tile it's P V
 // MMAs, the loads a tile ahead. Correct, but slower on the H200 (S-2.1
@@ -31,8 +32,9 @@
 // MN-major layout (((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T 8 elements):
 // LBO between 64-element atoms along MN (here the two 8 KiB halves), SBO
 // between 8-row groups along K (1 KiB). The default on Hopper for head_dim
-// 128 (LAGC_PREFILL_ATTN=tc keeps attn_prefill_tc): 12-16% faster than it
-// at S-2.1's T=2048 shapes on the H200 (TestAttentionPrefillTCTimingGPU).
+// 128 (LAGC_PREFILL_ATTN=tc keeps attn_prefill_tc): at S-2.1's T=2048
+// shapes on the H200 0.184 / 0.207 / 0.290 ms against its 0.278 / 0.332 /
+// 0.477 (TestAttentionPrefillTCTimingGPU; docs/PERF.md).
 
 #define WA_TILE (FA_BK * 128)  // elements of a 64 x 128 tile (16 KiB)
 
