@@ -265,6 +265,18 @@ __device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float 
   }
 }
 
+// gather_land: this thread's copies into a stage (waited for) are fenced
+// for the MMAs' proxy and counted on its full barrier fb.
+__device__ __forceinline__ void gather_land(unsigned fb) {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  mbar_arrive(fb);
+}
+// gather_lag: stages of copies a gathering producer of st stages keeps
+// in flight before it waits for the oldest: 2, and at most st - 2 (the
+// consumers free stage j once stage j+1 has landed, and the producer
+// waits for stage it - st to be free before it lands stage it - lag).
+__host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
+
 // GatherRows: a gathering producer's (GROUPED 2: gemm_wgmma and
 // gemm_wgmma_q) share of its stages' x tiles of ROWS rows x 64 columns.
 // Thread tid of the producer warpgroup copies 16-byte chunk ch = tid % 8
@@ -294,18 +306,21 @@ template <int ROWS> struct GatherRows {
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
+  // landed follows stage it's copies of a ring of ST stages (full: their
+  // full barriers): the stage gather_lag(ST) before it has landed.
+  template <int ST> __device__ __forceinline__ void landed(int it, unsigned long long* full) const {
+    constexpr int LAG = gather_lag(ST);
+    if (it >= LAG) {
+      asm volatile("cp.async.wait_group %0;" ::"n"(LAG) : "memory");
+      gather_land(smem_addr(&full[(it - LAG) % ST]));
+    }
+  }
+  // flush lands the stages still in flight after the last, it - 1.
+  template <int ST> __device__ __forceinline__ void flush(int it, unsigned long long* full) const {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full[done % ST]));
+  }
 };
-// gather_land: this thread's copies into a stage (waited for) are fenced
-// for the MMAs' proxy and counted on its full barrier fb.
-__device__ __forceinline__ void gather_land(unsigned fb) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  mbar_arrive(fb);
-}
-// gather_lag: stages of copies a gathering producer of st stages keeps
-// in flight before it waits for the oldest: 2, and at most st - 2 (the
-// consumers free stage j once stage j+1 has landed, and the producer
-// waits for stage it - st to be free before it lands stage it - lag).
-__host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
 
 template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
@@ -356,14 +371,10 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
         }
         g.stage(sa, gx, rt.rows, kb * C::BK, K);
-        if (it >= gather_lag(ST)) {
-          asm volatile("cp.async.wait_group %0;" ::"n"(gather_lag(ST)) : "memory");
-          gather_land(smem_addr(&full_bar[(it - gather_lag(ST)) % ST]));
-        }
+        g.landed<ST>(it, full_bar);
       }
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full_bar[done % ST]));
+    g.flush<ST>(it, full_bar);
     return;
   }
   if (wg == 0) {
@@ -782,14 +793,10 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
           tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
         }
         g.stage(sx, gx, rt.rows, kb * 64, K);
-        if (it >= gather_lag(ST)) {
-          asm volatile("cp.async.wait_group %0;" ::"n"(gather_lag(ST)) : "memory");
-          gather_land(smem_addr(&full_bar[(it - gather_lag(ST)) % ST]));
-        }
+        g.landed<ST>(it, full_bar);
       }
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full_bar[done % ST]));
+    g.flush<ST>(it, full_bar);
     return;
   }
   if (wg == 0) {
