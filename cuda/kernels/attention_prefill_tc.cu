@@ -102,6 +102,55 @@ __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
   return y;
 }
 
+// fa_store_out normalises this thread's two rows of o (o[4 db + e]:
+// channel block db, row g + 8 (e / 2), channel 2 tq + e % 2) by the quad's
+// sum of l, times the output gate (gate non-null), stages this warp's 16
+// rows of the CTA's 64 (rows r0 .., nr of them real) at stage (pitch D +
+// 8; nothing reads it any more), and writes them as whole rows of out
+// (head h of token t at t * ldo + h * D). VEC: 16-byte stores, else 2-byte
+// ones. attn_prefill_tc and attn_prefill_wg both end with it.
+template <typename T, int D, int VEC, typename O>
+__device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], unsigned short* stage, unsigned short* og,
+                                             long long ldo, const T* gate, long long ldg, int G, int nh, int group, int kvh,
+                                             int r0, int nr, int warp, int lane, int g, int tq) {
+  constexpr int P = D + 8, CH = D / 8, DB = D / 8;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float tot = l[r];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
+    const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
+    const T* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
+    const int h = kvh * group + row % group;
+    unsigned short* dst = stage + rr * P + 2 * tq;
+#pragma unroll
+    for (int db = 0; db < DB; db++) {
+      const int c = db * 8 + 2 * tq;
+      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o(db, 2 * r) * inv * gate_of(gr, nh, D, G, h, c),
+                                                           o(db, 2 * r + 1) * inv * gate_of(gr, nh, D, G, h, c + 1));
+    }
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * CH; i += 32) {
+    const int rr = i / CH, c = i - rr * CH, r = warp * 16 + rr;
+    if (r >= nr) continue;
+    const int row = r0 + r, t = row / group, h = kvh * group + row % group;
+    unsigned short* dst = og + t * ldo + (long long)h * D + c * 8;
+    const uint4 val = *reinterpret_cast<const uint4*>(stage + r * P + c * 8);
+    if constexpr (VEC) {
+      *reinterpret_cast<uint4*>(dst) = val;
+    } else {
+      const unsigned w[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+      for (int x = 0; x < 4; x++) {
+        dst[2 * x] = (unsigned short)(w[x] & 0xffffu);
+        dst[2 * x + 1] = (unsigned short)(w[x] >> 16);
+      }
+    }
+  }
+}
+
 template <typename T, int D, int VEC>
 __global__ void __launch_bounds__(FA_THREADS, 2)
     attn_prefill_tc(int ntok, int nh, int nkv, int window, int slots, float scale, const int* __restrict__ pos,
@@ -298,42 +347,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   }
   fa_wait<0>();
 
-  // Normalise (times the output gate, if any) and stage this warp's 16
-  // rows in its own part of Qs (only this warp read those rows), then
-  // write whole rows.
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    float tot = l[r];
-    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
-    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
-    const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
-    const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
-    const T* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
-    const int h = kvh * group + row % group;
-    unsigned short* dst = Qs + rr * P + 2 * tq;
-#pragma unroll
-    for (int db = 0; db < DB; db++) {
-      const int c = db * 8 + 2 * tq;
-      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o[db][2 * r] * inv * gate_of(gr, nh, D, G, h, c),
-                                                           o[db][2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
-    }
-  }
-  __syncwarp();
-  for (int i = lane; i < 16 * CH; i += 32) {
-    const int rr = i / CH, c = i - rr * CH, r = warp * 16 + rr;
-    if (r >= nr) continue;
-    const int row = r0 + r, t = row / group, h = kvh * group + row % group;
-    unsigned short* dst = og + t * ldo + (long long)h * D + c * 8;
-    const uint4 val = *reinterpret_cast<const uint4*>(Qs + r * P + c * 8);
-    if constexpr (VEC) {
-      *reinterpret_cast<uint4*>(dst) = val;
-    } else {
-      const unsigned w[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-      for (int x = 0; x < 4; x++) {
-        dst[2 * x] = (unsigned short)(w[x] & 0xffffu);
-        dst[2 * x + 1] = (unsigned short)(w[x] >> 16);
-      }
-    }
-  }
+  // Stage this warp's 16 rows in its own part of Qs (only this warp read
+  // those rows), then write them.
+  fa_store_out<T, D, VEC>([&](int db, int e) { return o[db][e]; }, l, Qs, og, ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp,
+                          lane, g, tq);
 }

@@ -289,32 +289,8 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   }
   fa_wait<0>();
 
-  // Normalise (times the output gate, if any) and stage this warp's 16
-  // rows in the K (and V) tiles (row pitch D + 8: no MMA reads them any more),
-  // then write whole rows.
-  unsigned short* Os = Ks;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    float tot = l[r];
-    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
-    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
-    const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
-    const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
-    const bf16_t* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
-    const int h = kvh * group + row % group;
-    unsigned short* dst = Os + rr * P + 2 * tq;
-#pragma unroll
-    for (int db = 0; db < DB; db++) {
-      const int c = db * 8 + 2 * tq;
-      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o[4 * db + 2 * r] * inv * gate_of(gr, nh, D, G, h, c),
-                                                           o[4 * db + 2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
-    }
-  }
-  __syncwarp();
-  for (int i = lane; i < 16 * CH; i += 32) {
-    const int rr = i / CH, c = i - rr * CH, r = warp * 16 + rr;
-    if (r >= nr) continue;
-    const int row = r0 + r, t = row / group, h = kvh * group + row % group;
-    *reinterpret_cast<uint4*>(og + t * ldo + (long long)h * D + c * 8) = *reinterpret_cast<const uint4*>(Os + r * P + c * 8);
-  }
+  // Stage this warp's 16 rows in the K (and V) tiles (no MMA reads them
+  // any more), then write them.
+  fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, Ks, og, ldo, gate, ldg, G, nh, group, kvh, r0, nr,
+                             warp, lane, g, tq);
 }
