@@ -234,9 +234,11 @@ type AttentionPrefillArgs struct {
 	// FFMA keeps the FFMA kernel where the tensor-core one would run
 	// (bf16, head_dim 64 or 128).
 	FFMA bool
-	// Wgmma runs the wgmma kernel (sm_90a) where PrefillWG holds and the
-	// tensor-core one would run with 16-byte operands.
+	// Wgmma runs the wgmma kernel where the target is Hopper (CC 90 and
+	// up: sm_90a), PrefillWG holds and the tensor-core one would run with
+	// 16-byte operands.
 	Wgmma bool
+	CC    int // the target's compute capability, major*10+minor
 	// WgCTAs picks its variant by CTAs a multiprocessor (0: PrefillWGCTAs):
 	// 2 double-buffers K and V (80 KiB), 3 and 4 keep one tile of each,
 	// loaded in halves (48 KiB; 4 at 128 registers). A/B timing.
@@ -317,7 +319,7 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 			vec = vec && p.Aligned(16)
 		}
 		vec = vec && ldq%8 == 0 && ldkv%8 == 0
-		if a.Wgmma && vec && PrefillWG(a.DType, d) {
+		if a.Wgmma && a.CC >= 90 && vec && PrefillWG(a.DType, d) {
 			ctas := a.WgCTAs
 			if ctas == 0 {
 				ctas = PrefillWGCTAs

@@ -153,6 +153,7 @@ type NormRoPEArgs struct {
 	Eps       float32
 	Pos       Ptr
 	Table     RoPETable
+	SMs       int // multiprocessors of the target (0: an H200's), for the grid
 }
 
 // normRoPEWarps is qk_norm_rope's warps a block.
@@ -160,7 +161,7 @@ const normRoPEWarps = 8
 
 // NormRoPE returns the launch of qk_norm_rope: a block of normRoPEWarps
 // warps a token and a group of its heads, up to two heads a warp where
-// that leaves two blocks an SM of an H200, else one.
+// that leaves two blocks an SM, else one.
 func NormRoPE(a NormRoPEArgs) (Launch, error) {
 	const op = "RoPE"
 	if err := checkDT(op, a.DType); err != nil {
@@ -187,7 +188,7 @@ func NormRoPE(a NormRoPEArgs) (Launch, error) {
 	}
 	nh, warps := a.NQ+a.NK, normRoPEWarps
 	groups := ceilDiv(nh, 2*warps)
-	if a.T*groups < 2*132 {
+	if a.T*groups < 2*sms(a.SMs) {
 		groups = ceilDiv(nh, warps)
 	}
 	if int64(a.T)*int64(groups) > 1<<31-1 {

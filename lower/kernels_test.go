@@ -38,7 +38,7 @@ func TestPrefillAttentionChoice(t *testing.T) {
 	} {
 		cache.HeadDim = c.d
 		l, err := AttentionPrefill(AttentionPrefillArgs{DType: c.dt, Cache: cache, Out: at(0), Q: at(1 << 20), K: c.k, V: at(2 << 20),
-			LDQ: c.ldq, LDKV: c.ldkv, Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, FFMA: c.ffma, Wgmma: c.wg})
+			LDQ: c.ldq, LDKV: c.ldkv, Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, FFMA: c.ffma, Wgmma: c.wg, CC: 90})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -48,6 +48,13 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(PrefillWGCTAs) || l.Block[0] != 128 || l.Ints[1] != PrefillWGCTAs-2) {
 			t.Errorf("%s: %d threads, %d bytes of shared memory", c.name, l.Block[0], l.Shmem)
 		}
+	}
+	// Below Hopper the wgmma kernel is not a choice, asked for or not.
+	cache.HeadDim = 128
+	l, err := AttentionPrefill(AttentionPrefillArgs{DType: "bf16", Cache: cache, Out: at(0), Q: at(1 << 20), K: at(4096),
+		V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 80})
+	if err != nil || l.Kernel != "attn_prefill_tc" {
+		t.Errorf("wgmma asked for on sm_80: %s, %v", l.Kernel, err)
 	}
 }
 

@@ -55,7 +55,7 @@ func ropeArgs(c *stepCtx) (NormRoPEArgs, error) {
 		return NormRoPEArgs{}, fmt.Errorf("%s input must be [T,n,d], is %v", st.Op, d)
 	}
 	a := NormRoPEArgs{DType: st.Out[0].DType, Out: c.out[0], X: c.in[0], LD: d[1] * d[2], T: d[0], NQ: d[1], D: d[2],
-		Pos: c.in[1], Table: tab}
+		Pos: c.in[1], Table: tab, SMs: c.p.SMs}
 	if st.Op == "norm_rope" {
 		if st.In[1].DType != "f32" {
 			return NormRoPEArgs{}, fmt.Errorf("norm weight %s must be f32 on the device, is %s", st.In[1].Value, st.In[1].DType)

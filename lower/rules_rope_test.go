@@ -172,19 +172,21 @@ func TestNormRoPEPairRule(t *testing.T) {
 
 // TestNormRoPEGroups pins qk_norm_rope's grid: a token's heads in groups
 // of up to two a warp where that leaves two blocks an SM, else one a warp;
-// shared memory for the token's cosines and sines and each warp's head.
+// shared memory for the token's cosines and sines and each warp's head
+// (SMs: the target's, 0 an H200's).
 func TestNormRoPEGroups(t *testing.T) {
 	p := Ptr{BaseArena, 0}
-	for _, c := range []struct{ T, nq, nk, rot, blocks int }{
-		{2048, 72, 0, 128, 2048 * 5}, // 5 groups of up to 15 heads
-		{2048, 8, 0, 128, 2048},
-		{2048, 48, 0, 64, 2048 * 3},
-		{1, 72, 0, 128, 9}, // one head a warp
-		{37, 48, 8, 64, 37 * 7},
-		{132, 72, 0, 128, 132 * 5}, // 660 blocks: two heads a warp
+	for _, c := range []struct{ T, nq, nk, rot, blocks, sms int }{
+		{2048, 72, 0, 128, 2048 * 5, 0}, // 5 groups of up to 15 heads
+		{2048, 8, 0, 128, 2048, 0},
+		{2048, 48, 0, 64, 2048 * 3, 0},
+		{1, 72, 0, 128, 9, 0}, // one head a warp
+		{37, 48, 8, 64, 37 * 7, 0},
+		{132, 72, 0, 128, 132 * 5, 0},   // 660 blocks: two heads a warp
+		{132, 72, 0, 128, 132 * 9, 400}, // but one on a GPU of 400 SMs
 	} {
 		l, err := NormRoPE(NormRoPEArgs{DType: "bf16", X: p, Out: p, LD: (c.nq + c.nk) * 128, T: c.T, NQ: c.nq, NK: c.nk, D: 128,
-			Pos: p, Table: RoPETable{InvFreq: p, RotaryDim: c.rot, AttnFactor: 1}})
+			Pos: p, Table: RoPETable{InvFreq: p, RotaryDim: c.rot, AttnFactor: 1}, SMs: c.sms})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,13 +18,7 @@ func TestSmemAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	num := func(s string) int {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	num := func(s string) int { return atoiT(t, s) }
 	// WgCfg<BN>: BM 128, BK 64, STAGES = BN == 256 ? a : b.
 	wg := regexp.MustCompile(`struct WgCfg \{\s*static constexpr int BM = 128, BK = 64;\s*static constexpr int STAGES = BN == 256 \? (\d+) : (\d+);`).FindStringSubmatch(src)
 	if wg == nil {
@@ -60,16 +54,21 @@ func TestPrefillWGSmemAgrees(t *testing.T) {
 	if m == nil {
 		t.Fatal("attention_prefill_wg.cu: WaCfg's TILES and SMEM not found in the form this test reads")
 	}
-	split, dbl, slack := 0, 0, 0
-	for i, p := range []*int{&split, &dbl, &slack} {
-		if *p, err = strconv.Atoi(m[i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	split, dbl, slack := atoiT(t, m[1]), atoiT(t, m[2]), atoiT(t, m[3])
 	tile := tcKeys * 128 * 2
 	for ctas, tiles := range map[int]int{2: dbl, 3: split, 4: split} {
 		if got, want := PrefillWGSmem(ctas), tiles*tile+slack; got != want {
 			t.Errorf("attn_prefill_wg at %d CTAs: lower launches %d bytes, WaCfg has %d", ctas, got, want)
 		}
 	}
+}
+
+// atoiT is s, a number a kernel source's configuration was read as.
+func atoiT(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

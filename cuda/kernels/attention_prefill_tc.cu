@@ -113,7 +113,7 @@ template <typename T, int D, int VEC, typename O>
 __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], unsigned short* stage, unsigned short* og,
                                              long long ldo, const T* gate, long long ldg, int G, int nh, int group, int kvh,
                                              int r0, int nr, int warp, int lane, int g, int tq) {
-  constexpr int P = D + 8, CH = D / 8, DB = D / 8;
+  constexpr int P = FaCfg<D>::PITCH, CH = FaCfg<D>::CH, DB = D / 8;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float tot = l[r];

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
                     long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
-  constexpr int CH = D / 8, NB = FA_BK / 8, DB = D / 8, P = D + 8;
+  constexpr int CH = D / 8, NB = FA_BK / 8, DB = D / 8;
   extern __shared__ __align__(16) unsigned char wa_raw[];
   unsigned short* Qs = reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull);
   constexpr int NS = SPLIT ? 1 : 2;        // K and V stages

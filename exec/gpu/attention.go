@@ -127,5 +127,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG && k.CC() >= 90, WgCTAs: prefillWGCTAs}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs}))
 }

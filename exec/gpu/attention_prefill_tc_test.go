@@ -321,7 +321,7 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c, uint64(1000+i))
 				l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
 					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-					Scale: g.scale, Wgmma: k.CC() >= 90, WgCTAs: ctas})
+					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas})
 				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(ctas-2) {
 					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d>", l.NameExpr(), err, ctas-2)
 				}

@@ -308,7 +308,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 	// attn_prefill_wg's variants (WgCTAs; the tests check and time each).
 	for ctas := 2; ctas <= 4; ctas++ {
 		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
-			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, WgCTAs: ctas})
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90, WgCTAs: ctas})
 		if err != nil || att.Kernel != "attn_prefill_wg" {
 			t.Fatalf("AttentionPrefill with WgCTAs %d: %s, %v", ctas, att.Kernel, err)
 		}

@@ -404,22 +404,13 @@ func BenchmarkMoEQuant(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const E, K, H, I = 256, 10, 3072, 1024
 	for _, qt := range lower.QuantKernelTypes {
-		gub, _ := lower.QuantDeviceBytes(qt, 2*E*I, H)
-		db, _ := lower.QuantDeviceBytes(qt, E*H, I)
-		gu, down := m.rand(int(gub/2)), m.rand(int(db/2))
-		if err := m.k.QSynth(m.s, qt, gu, 2*E*I, H, 1); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.k.QSynth(m.s, qt, down, E*H, I, 2); err != nil {
-			b.Fatal(err)
-		}
+		gate, up, down, bytes := m.quantStacks(qt, E, H, I)
 		for _, T := range []int{512, 1024, 2048} {
 			b.Run(fmt.Sprintf("%s/T=%d", qt, T), func(b *testing.B) {
 				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
-					QGate: QMatrix{W: gu, Total: 2 * E * I}, QUp: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-					QDown: QMatrix{W: down, Total: E * H}}
+					QGate: gate, QUp: up, QDown: down}
 				a.IDs = m.upload(cuda.AsBytes(ids))
 				a.Weights = m.upload(cuda.AsBytes(wts))
 				ws, err := MoEWorkspaceBytes(a)
@@ -427,7 +418,7 @@ func BenchmarkMoEQuant(b *testing.B) {
 					b.Fatal(err)
 				}
 				a.Workspace = m.rand(int(ws / 2))
-				m.run(b, float64(gub+db), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+				m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
 			})
 		}
 	}

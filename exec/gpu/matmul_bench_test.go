@@ -8,6 +8,7 @@ import (
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
 	"lagc/lower"
+	"lagc/quant"
 )
 
 // Benchmarks at Laguna-S-2.1 shapes, bf16. They report GB/s (weights and
@@ -142,6 +143,22 @@ func BenchmarkMoEExperts(b *testing.B) {
 			})
 		}
 	}
+}
+
+// quantStacks are synthetic routed-expert stacks of qt blocks for E
+// experts of hidden size H and intermediate I, as MoEArgs takes them
+// (gate then up in one matrix), and their bytes.
+func (m *mmBench) quantStacks(qt quant.Type, E, H, I int) (gate, up, down QMatrix, bytes int64) {
+	gub, _ := lower.QuantDeviceBytes(qt, 2*E*I, H)
+	db, _ := lower.QuantDeviceBytes(qt, E*H, I)
+	gu, dn := m.rand(int(gub/2)), m.rand(int(db/2))
+	if err := m.k.QSynth(m.s, qt, gu, 2*E*I, H, 1); err != nil {
+		m.b.Fatal(err)
+	}
+	if err := m.k.QSynth(m.s, qt, dn, E*H, I, 2); err != nil {
+		m.b.Fatal(err)
+	}
+	return QMatrix{W: gu, Total: 2 * E * I}, QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QMatrix{W: dn, Total: E * H}, gub + db
 }
 
 func (m *mmBench) upload(b []byte) cuda.DevicePtr {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"lagc/cuda"
-	"lagc/lower"
 	"lagc/quant"
 )
 
@@ -45,7 +44,6 @@ func BenchmarkPrefillKernels(b *testing.B) {
 
 	r := rand.New(rand.NewPCG(5, 6))
 	gate, down := m.rand(2*E*I*H), m.rand(E*H*I)
-	gub, _ := lower.QuantDeviceBytes(quant.Q4_K, 2*E*I, H)
 	for _, qt := range []string{"bf16", "q4_k"} {
 		rids, rwts := benchRoutes(r, T, E, K)
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
@@ -53,17 +51,8 @@ func BenchmarkPrefillKernels(b *testing.B) {
 		if qt == "bf16" {
 			a.Gate, a.Up, a.Down = gate, gate.Add(2*E*I*H), down
 		} else {
-			q := quant.Q4_K
-			db, _ := lower.QuantDeviceBytes(q, E*H, I)
-			gu, dn := m.rand(int(gub/2)), m.rand(int(db/2))
-			if err := m.k.QSynth(m.s, q, gu, 2*E*I, H, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.k.QSynth(m.s, q, dn, E*H, I, 2); err != nil {
-				b.Fatal(err)
-			}
-			a.WQuant = q
-			a.QGate, a.QUp, a.QDown = QMatrix{W: gu, Total: 2 * E * I}, QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QMatrix{W: dn, Total: E * H}
+			a.WQuant = quant.Q4_K
+			a.QGate, a.QUp, a.QDown, _ = m.quantStacks(quant.Q4_K, E, H, I)
 		}
 		a.IDs = m.upload(cuda.AsBytes(rids))
 		a.Weights = m.upload(cuda.AsBytes(rwts))

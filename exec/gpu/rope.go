@@ -53,5 +53,5 @@ func (k *Kernels) RoPE(s Queue, dt cuda.DType, out, x, pos cuda.DevicePtr, T, n,
 // the normalised head in float32; out may alias x. A zero w skips the norm.
 func (k *Kernels) NormRoPE(s Queue, dt cuda.DType, out, x, w, pos cuda.DevicePtr, T, n, d int, eps float32, r Rope) error {
 	return k.on(s).one(lower.NormRoPE(lower.NormRoPEArgs{DType: dt.String(), Out: ptr(out), X: ptr(x), LD: n * d,
-		T: T, NQ: n, D: d, WQ: ptr(w), Eps: eps, Pos: ptr(pos), Table: r.table()}))
+		T: T, NQ: n, D: d, WQ: ptr(w), Eps: eps, Pos: ptr(pos), Table: r.table(), SMs: k.SMs()}))
 }

@@ -34,8 +34,8 @@ func skipKernels() (*regexp.Regexp, error) {
 	return re, nil
 }
 
-// withoutSkipped is ls without the launches of kernels re matches (all of
-// them when re is nil), and how many it left out.
+// withoutSkipped is ls without the launches of kernels re matches (ls
+// itself when re is nil), and how many it left out.
 func withoutSkipped(ls []lower.Launch, re *regexp.Regexp) ([]lower.Launch, int) {
 	if re == nil {
 		return ls, 0

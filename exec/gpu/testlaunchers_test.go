@@ -48,5 +48,5 @@ func (k *Kernels) QKNormRope(s Queue, dt cuda.DType, x cuda.DevicePtr, ld, T, nq
 		ld = (nq + nk) * d
 	}
 	return k.on(s).one(lower.NormRoPE(lower.NormRoPEArgs{DType: dt.String(), Out: ptr(x), X: ptr(x), LD: ld, T: T, NQ: nq, NK: nk, D: d,
-		WQ: ptr(wq), WK: ptr(wk), Eps: eps, Pos: ptr(pos), Table: r.table()}))
+		WQ: ptr(wq), WK: ptr(wk), Eps: eps, Pos: ptr(pos), Table: r.table(), SMs: k.SMs()}))
 }
