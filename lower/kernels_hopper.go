@@ -174,7 +174,7 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
 		append([]Arg{tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
 			tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
-			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, split...)...), nil
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, append(split, noGather()...)...)...), nil
 }
 
 // splitArgs are gemm_wgmma's first output and its trailing split
@@ -225,6 +225,10 @@ func SplitFits(split []SplitOut, w int) bool {
 func noSplit(n int) []Arg {
 	return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(n), i32(n), i32(n)}
 }
+
+// noGather is the trailing gather arguments (gx, gsorted, gk) of
+// gemm_wgmma and gemm_wgmma_q launches that do not gather (GROUPED 0, 1).
+func noGather() []Arg { return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)} }
 
 // moeHopperOK says why the grouped experts of a cannot run on the wgmma
 // core, or nil: it needs bf16 stacks with the up stack right after the
@@ -287,7 +291,7 @@ func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		mode, tail := int64(1), []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}
+		mode, tail := int64(1), noGather()
 		if gx {
 			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
 		}

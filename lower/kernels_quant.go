@@ -567,8 +567,8 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1),
-		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
-		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
+		append([]Arg{tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
+			ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, noGather()...)...)
 }
 
 // moeQuant is how MoE runs quantised stacks (MoEArgs.QGate etc.): the
@@ -694,7 +694,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
 	grouped := func(x Ptr, xrows, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, gather bool) Launch {
 		tx, tq := hopperQMaps(x, xrows, K, m.W, t, m.Total, bn)
-		mode, tail := int64(1), []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}
+		mode, tail := int64(1), noGather()
 		if gather {
 			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
 		}

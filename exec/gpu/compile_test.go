@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -57,6 +58,17 @@ func TestPlanKernelsCompile(t *testing.T) {
 		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
 	}
 	specs := map[string]lower.Launch{}
+	// Every launch's argument kinds, by instantiation: checked against the
+	// kernel's parameters in the cubin (a launch the driver would refuse).
+	kinds := map[string]map[string]bool{}
+	add := func(l lower.Launch) {
+		key := l.File + ":" + l.NameExpr()
+		specs[key] = l
+		if kinds[key] == nil {
+			kinds[key] = map[string]bool{}
+		}
+		kinds[key][argKinds(l.Args)] = true
+	}
 	for _, m := range traceModels {
 		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 			p := tracePlan(t, m, dt)
@@ -72,7 +84,7 @@ func TestPlanKernelsCompile(t *testing.T) {
 					for _, ls := range all {
 						for _, l := range ls {
 							if l.Kernel != lower.Memcpy {
-								specs[l.File+":"+l.NameExpr()] = l
+								add(l)
 							}
 						}
 					}
@@ -90,11 +102,11 @@ func TestPlanKernelsCompile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			specs[l.File+":"+l.NameExpr()] = l
+			add(l)
 			// After the residual add too (AddRMSNorm, AddRMSNormQ8X).
 			arena := func(mib int64) lower.Ptr { return lower.Ptr{Base: lower.BaseArena, Offset: mib << 20} }
 			w, xq := lower.Ptr{Base: lower.BaseWeights}, lower.Ptr{Base: lower.BaseWorkspace}
-			add, err := lower.AddRMSNorm(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, 1, n, 1e-6)
+			addN, err := lower.AddRMSNorm(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, 1, n, 1e-6)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,11 +114,12 @@ func TestPlanKernelsCompile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			specs[add.File+":"+add.NameExpr()], specs[addQ.File+":"+addQ.NameExpr()] = add, addQ
+			add(addN)
+			add(addQ)
 		}
 	}
 	for _, l := range unplannedLaunches(t) {
-		specs[l.File+":"+l.NameExpr()] = l
+		add(l)
 	}
 	keys := make([]string, 0, len(specs))
 	for k := range specs {
@@ -133,15 +146,25 @@ func TestPlanKernelsCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec.Source = src
-		cubin, log, err := cuda.CompileCubin(spec, "sm_90a")
+		c, err := cuda.CompileCubin(spec, "sm_90a")
 		if err != nil {
 			t.Errorf("%s: %v", key, err)
 			continue
 		}
 		if dumpDir != "" && dumpRe.MatchString(key) {
-			dumpCubin(t, dumpDir, key, cubin)
+			dumpCubin(t, dumpDir, key, c.Cubin)
 		}
-		for _, line := range strings.Split(log, "\n") {
+		params, err := cuda.CubinParamSizes(c.Cubin, c.Lowered)
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+		} else {
+			for ks := range kinds[key] {
+				if got := argSizes(ks); !slices.Equal(got, params) {
+					t.Errorf("%s: a launch passes arguments of %v bytes (%s), the kernel takes %v", key, got, ks, params)
+				}
+			}
+		}
+		for _, line := range strings.Split(c.Log, "\n") {
 			switch {
 			case strings.Contains(line, "wgmma.mma_async instructions are serialized"):
 				// ptxas serialised a kernel's wgmma (C7513, C7514, ... name
@@ -154,6 +177,26 @@ func TestPlanKernelsCompile(t *testing.T) {
 		}
 	}
 	t.Logf("%d instantiations compiled", n)
+}
+
+// argKinds is a launch's argument kinds, space-separated.
+func argKinds(args []lower.Arg) string {
+	ks := make([]string, len(args))
+	for i, a := range args {
+		ks[i] = a.Kind
+	}
+	return strings.Join(ks, " ")
+}
+
+// argSizes is the sizes in bytes of the parameters argKinds names, as
+// Bind passes them (a TMA map is a 128-byte CUtensorMap).
+func argSizes(ks string) []int {
+	size := map[string]int{lower.ArgPtr: 8, lower.ArgI32: 4, lower.ArgI64: 8, lower.ArgU32: 4, lower.ArgF32: 4, lower.ArgTMap: 128}
+	var out []int
+	for _, k := range strings.Fields(ks) {
+		out = append(out, size[k])
+	}
+	return out
 }
 
 // unplannedLaunches are instantiations no traced plan reaches: the router
