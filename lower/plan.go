@@ -49,8 +49,8 @@ type Plan struct {
 	PrefillAttnTC bool `json:"prefill_attn_tc,omitempty"`
 	// DisableSplitGEMM runs a prefill matmul_split as one GEMM an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
-	// NoMoEGather keeps moe_gather_rows before the bf16 grouped gate+up.
-	NoMoEGather bool `json:"no_moe_gather,omitempty"`
+	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
+	MoEGather bool `json:"moe_gather,omitempty"`
 	// Seqs is the number of sequence slots: the executor allocates the KV
 	// caches Seqs times, KVSeqBytes apart (0 in older plans: one).
 	Seqs int `json:"seqs,omitempty"`
