@@ -5,26 +5,34 @@ package cuda
 // usage when spec.Options asks for it). A machine without a GPU but with
 // NVRTC checks every kernel instantiation this way.
 func CompileCheck(spec KernelSpec, arch string) (string, error) {
-	_, log, err := CompileCubin(spec, arch)
-	return log, err
+	c, err := CompileCubin(spec, arch)
+	return c.Log, err
 }
 
-// CompileCubin is CompileCheck returning the cubin too (for nvdisasm: the
-// SASS of a kernel on a machine without a GPU).
-func CompileCubin(spec KernelSpec, arch string) (cubin []byte, log string, err error) {
+// Compiled is a kernel instantiation NVRTC compiled without a driver.
+type Compiled struct {
+	Cubin   []byte
+	Lowered string // the instantiation's mangled name
+	Log     string // NVRTC's log (ptxas resource usage when asked for)
+}
+
+// CompileCubin is CompileCheck returning the cubin and the mangled name too
+// (for nvdisasm, the SASS of a kernel on a machine without a GPU, and
+// CubinParamSizes).
+func CompileCubin(spec KernelSpec, arch string) (Compiled, error) {
 	if err := spec.validate(); err != nil {
-		return nil, "", err
+		return Compiled{}, err
 	}
 	nv, err := loadNVRTC()
 	if err != nil {
-		return nil, "", err
+		return Compiled{}, err
 	}
 	c, err := nv.compile(spec.fullSource(), spec.file(), spec.NameExpr(), spec.compileOptions(arch))
 	if err != nil {
 		if ce, ok := err.(*CompileError); ok {
 			ce.Arch = arch
 		}
-		return nil, "", err
+		return Compiled{}, err
 	}
-	return c.cubin, c.log, nil
+	return Compiled{Cubin: c.cubin, Lowered: c.lowered, Log: c.log}, nil
 }

@@ -26,6 +26,8 @@ func cublasLtOK(a MatMulArgs) error {
 	switch {
 	case !a.CublasLt:
 		return fmt.Errorf("cuBLASLt not in use")
+	case a.Split != nil:
+		return fmt.Errorf("split outputs (the wgmma GEMM's epilogue)")
 	case a.CC < 90:
 		return fmt.Errorf("compute capability %d.%d (cuBLASLt measured on 9.0 only)", a.CC/10, a.CC%10)
 	case a.T < CublasLtMinRows:

@@ -151,6 +151,12 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 	default:
 		return Launch{}, fmt.Errorf("matmul: wgmma tile width %d (128 or 256)", a.HopperBN)
 	}
+	if a.Split != nil && !SplitFits(a.Split, bn) {
+		if a.HopperBN != 0 || !SplitFits(a.Split, 128) {
+			return Launch{}, fmt.Errorf("matmul: split outputs' columns start on multiples of the tile width %d only", bn)
+		}
+		bn = 128
+	}
 	pp, err := a.HopperSched.pingPong(bn, a.K, epi)
 	if err != nil {
 		return Launch{}, fmt.Errorf("matmul: %w", err)
@@ -160,12 +166,69 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 		box = bn / 2
 	}
 	tiles := ceilDiv(a.T, 128) * ceilDiv(a.N, box)
-	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0, int64(b2i(pp))},
+	y, split, err := a.splitArgs()
+	if err != nil {
+		return Launch{}, err
+	}
+	return kernel("gemm_hopper.cu", "gemm_wgmma", []string{a.YType}, []int64{int64(bn), int64(epi), 0, int64(b2i(pp)), int64(b2i(a.Split != nil))},
 		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
-		tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
-		tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
-		i32(a.T), i32(a.N), i32(a.K), ptrArg(a.Y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)), nil
+		append([]Arg{tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
+			tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, append(split, noGather()...)...)...), nil
 }
+
+// splitArgs are gemm_wgmma's first output and its trailing split
+// arguments (y1, y2, y3, c1, c2, c3; WgSplit): a's Split, or none (every
+// column to Y).
+func (a MatMulArgs) splitArgs() (Ptr, []Arg, error) {
+	if a.Split == nil {
+		return a.Y, noSplit(a.N), nil
+	}
+	if len(a.Split) > MaxSplit || a.SwiGLU || a.Accumulate {
+		return Ptr{}, nil, fmt.Errorf("matmul: a split GEMM writes at most %d outputs, plain (%d, SwiGLU %v, accumulate %v)",
+			MaxSplit, len(a.Split), a.SwiGLU, a.Accumulate)
+	}
+	ys := make([]Arg, 0, 6)
+	cs := make([]Arg, 0, 3)
+	col := 0
+	for i, o := range a.Split {
+		if o.N <= 0 {
+			return Ptr{}, nil, fmt.Errorf("matmul: split output %d has %d columns", i, o.N)
+		}
+		if i > 0 {
+			ys, cs = append(ys, ptrArg(o.Y)), append(cs, i32(col))
+		}
+		col += o.N
+	}
+	if col != a.N {
+		return Ptr{}, nil, fmt.Errorf("matmul: split outputs of %d columns for N %d", col, a.N)
+	}
+	for len(ys) < 3 {
+		ys, cs = append(ys, ptrArg(Ptr{})), append(cs, i32(a.N))
+	}
+	return a.Split[0].Y, append(ys, cs...), nil
+}
+
+// SplitFits says whether every output of split but the last has a width
+// that is a multiple of w: gemm_wgmma's tiles of w columns then each lie
+// in one output.
+func SplitFits(split []SplitOut, w int) bool {
+	for _, o := range split[:max(len(split)-1, 0)] {
+		if o.N%w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// noSplit is gemm_wgmma's trailing split arguments for every column to y.
+func noSplit(n int) []Arg {
+	return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(n), i32(n), i32(n)}
+}
+
+// noGather is the trailing gather arguments (gx, gsorted, gk) of
+// gemm_wgmma and gemm_wgmma_q launches that do not gather (GROUPED 0, 1).
+func noGather() []Arg { return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)} }
 
 // moeHopperOK says why the grouped experts of a cannot run on the wgmma
 // core, or nil: it needs bf16 stacks with the up stack right after the
@@ -182,18 +245,44 @@ func moeHopperOK(a MoEArgs) error {
 	return nil
 }
 
-// moeHopper returns the grouped experts' launches on the wgmma core: the
-// routes grouped by expert (hist, schedule with 128-row tiles, scatter),
-// their x rows gathered for TMA, the grouped gate+up GEMM with the SwiGLU
-// epilogue, the grouped down GEMM, and the fixed-order combine. The tile
-// table stays on the device: nothing waits for the host.
+// moeParts are the grouped experts' launches on the wgmma core by role:
+// the routes grouped by expert (hist, schedule, scatter), the gather of
+// their x rows (absent where the gate+up GEMM gathers them itself), the
+// grouped gate+up GEMM with the SwiGLU epilogue, the grouped down GEMM and
+// the fixed-order combine. The tile table stays on the device: nothing
+// waits for the host.
+type moeParts struct {
+	routing               []Launch
+	gather                *Launch
+	gateUp, down, combine Launch
+}
+
+func (p moeParts) launches() []Launch {
+	ls := append([]Launch(nil), p.routing...)
+	if p.gather != nil {
+		ls = append(ls, *p.gather)
+	}
+	return append(ls, p.gateUp, p.down, p.combine)
+}
+
+// moeHopper returns the grouped experts' launches on the wgmma core (bf16
+// stacks): the gate+up GEMM gathers the routes' x rows itself (gemm_wgmma
+// GROUPED 2) unless a.NoGather, then moe_gather_rows copies them first.
 func moeHopper(a MoEArgs, l MoELayout) []Launch {
+	p := moeHopperParts(a, l, !a.NoGather)
+	return p.launches()
+}
+
+// moeHopperParts builds moeHopper's parts; gather fuses the x rows'
+// gather into the gate+up GEMM (moeHopperQ keeps the copy: gemm_wgmma_q
+// reads it by TMA).
+func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	wsp := func(off int64) Ptr { return a.Workspace.At(off) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	EI := a.E * a.I
-	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp bool) Launch {
+	grouped := func(x Ptr, xrows, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp, gx bool) Launch {
 		bn := 256
 		if pp {
 			bn = 128
@@ -202,23 +291,34 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp))},
+		mode, tail := int64(1), noGather()
+		if gx {
+			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
+		}
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0},
 			dims(sm), dims(384), HopperSmem(bn),
-			tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
-			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
-			i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows))
+			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(xrows), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
+				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)
 	}
 	v := 1
 	if a.H%8 == 0 {
 		v = 8
 	}
-	return append(moeRouting(a, l),
-		kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
-			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
-		grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false),
-		grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong),
-		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
+	p := moeParts{routing: moeRouting(a, l),
+		down: grouped(wsp(l.Act), R, a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong, false),
+		combine: kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
-			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate))),
-	)
+			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
+	if gather {
+		// The map over x itself stands in for the unused one of the rows
+		// (a box's rows at most: the map's extent, not x's, for few tokens).
+		p.gateUp = grouped(a.X, max(a.T, 128), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
+	} else {
+		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
+			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
+		p.gather = &g
+		p.gateUp = grouped(wsp(l.XG), R, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, false)
+	}
+	return p
 }

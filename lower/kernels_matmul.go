@@ -32,7 +32,22 @@ type MatMulArgs struct {
 	// QGEMVGroups is the quantised GEMV's warp-group target (QGEMVShape;
 	// 0: QGEMVGroupsDefault).
 	QGEMVGroups int
+	// Split sends y's columns to up to four matrices instead (the wgmma
+	// GEMM only, plain epilogue): Split[i] takes the next Split[i].N
+	// columns into rows of its own width; Y is unused. The N widths sum
+	// to N.
+	Split []SplitOut
 }
+
+// SplitOut is one output of a split GEMM (MatMulArgs.Split): columns of
+// width N into Y, [T, N].
+type SplitOut struct {
+	Y Ptr
+	N int
+}
+
+// MaxSplit is the most outputs one split GEMM writes.
+const MaxSplit = 4
 
 // MMATile is a tensor-core GEMM tile: Rows (64 or 128) of x per CTA and K
 // (32 or 64) per pipeline stage. Zero fields choose automatically.
@@ -93,8 +108,13 @@ func (a MatMulArgs) validate() error {
 			return fmt.Errorf("matmul: %s dtype %q (want f32 or bf16)", d.name, d.dt)
 		}
 	}
-	if a.X.Null() || a.W.Null() || a.Y.Null() {
+	if a.X.Null() || a.W.Null() || (a.Y.Null() && a.Split == nil) {
 		return fmt.Errorf("matmul: null pointer")
+	}
+	for i, o := range a.Split {
+		if o.Y.Null() {
+			return fmt.Errorf("matmul: split output %d: null pointer", i)
+		}
 	}
 	const maxDim = 1 << 30
 	if a.T > maxDim || a.K > maxDim || a.N > maxDim/2 {
@@ -123,6 +143,12 @@ func GEMVSplit(n, k, wsize, sms int) int {
 func MatMul(a MatMulArgs) (Launch, error) {
 	if err := a.validate(); err != nil {
 		return Launch{}, err
+	}
+	if a.Split != nil {
+		if a.T <= GEMVMaxRows || a.Tile != (MMATile{}) {
+			return Launch{}, fmt.Errorf("matmul: split outputs need the wgmma GEMM (%d rows, tile %v)", a.T, a.Tile)
+		}
+		return HopperGEMM(a)
 	}
 	if a.Tile == (MMATile{}) && cublasLtOK(a) == nil {
 		return CublasLtLaunch(a)

@@ -567,8 +567,8 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1),
-		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
-		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
+		append([]Arg{tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
+			ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, noGather()...)...)
 }
 
 // moeQuant is how MoE runs quantised stacks (MoEArgs.QGate etc.): the
@@ -681,24 +681,36 @@ func hopperQCTAs(force, rows int) (int, error) {
 
 // moeHopperQ returns the grouped experts' launches with quantised stacks
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
-// and up rows (one matrix, up after gate) and the down rows in registers.
+// and up rows (one matrix, up after gate) and the down rows in registers;
+// its gate+up GEMM gathers the routes' x rows itself (GROUPED 2) unless
+// a.NoGather, then moe_gather_rows copies them first.
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
-	ls := moeHopper(a, l)
+	p := moeHopperParts(a, l, false)
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	bn := 32 * l.MI                         // the schedule's token tile (hopperQTileRows)
 	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
-	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
-		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas)},
+	grouped := func(x Ptr, xrows, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, gather bool) Launch {
+		tx, tq := hopperQMaps(x, xrows, K, m.W, t, m.Total, bn)
+		mode, tail := int64(1), noGather()
+		if gather {
+			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
+		}
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), mode, int64(ctas)},
 			dims(ctas*sm), dims(384), hopperQSmem(t, bn, ctas),
-			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
-			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
+			append([]Arg{tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
+				ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, tail...)...)
 	}
-	// moeHopper's two bf16 grouped GEMMs are launches 4 and 5.
-	ls[4] = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
-	ls[5] = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
-	return ls
+	if a.NoGather {
+		p.gateUp = grouped(a.Workspace.At(l.XG), R, a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), false)
+	} else {
+		// The map over x itself stands in for the unused one of the rows
+		// (a box's rows at most: the map's extent, not x's, for few tokens).
+		p.gather = nil
+		p.gateUp = grouped(a.X, max(a.T, bn), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), true)
+	}
+	p.down = grouped(a.Workspace.At(l.Act), R, a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys), false)
+	return p.launches()
 }

@@ -26,6 +26,15 @@ type Options struct {
 	// kernel where the wgmma one would run (Hopper, bf16, head_dim 128,
 	// 16-byte operands; PrefillWG): A/B timing.
 	PrefillAttnTC bool
+	// DisableSplitGEMM runs a prefill matmul_split (q, k, v and the gate)
+	// as one GEMM an output instead of one GEMM whose epilogue splits the
+	// columns (splitGEMM): A/B timing.
+	DisableSplitGEMM bool
+	// MoEGather has the grouped experts' gate+up GEMM gather the routes'
+	// x rows itself (MoEArgs.NoGather false) instead of moe_gather_rows
+	// copying them first: measured no faster (bf16 equal, q4_k 4.5% slower
+	// at 2048 tokens), so A/B timing only.
+	MoEGather bool
 	// CC is the target's compute capability, major*10+minor (default 90,
 	// an H200): 90 and up gets the TMA + wgmma GEMMs (sm_90a).
 	CC int
@@ -116,7 +125,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

@@ -47,6 +47,10 @@ type Plan struct {
 	// PrefillAttnTC keeps prefill attention on the mma.sync kernel where
 	// the wgmma one would run.
 	PrefillAttnTC bool `json:"prefill_attn_tc,omitempty"`
+	// DisableSplitGEMM runs a prefill matmul_split as one GEMM an output.
+	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
+	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
+	MoEGather bool `json:"moe_gather,omitempty"`
 	// Seqs is the number of sequence slots: the executor allocates the KV
 	// caches Seqs times, KVSeqBytes apart (0 in older plans: one).
 	Seqs int `json:"seqs,omitempty"`

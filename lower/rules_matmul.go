@@ -193,6 +193,9 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 	if c.T == 1 && st.SplitRow(1) && rows == a.N {
 		return matmulOrQuant(c, a, a.N, 0)
 	}
+	if ls, ok, err := splitGEMM(c, a, rows); ok || err != nil {
+		return ls, err
+	}
 	var ls []Launch
 	row := 0
 	for i, o := range st.Out {
@@ -220,6 +223,54 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 		row += n
 	}
 	return ls, nil
+}
+
+// splitGEMM is a prefill matmul_split as one wgmma GEMM over the whole
+// weight whose epilogue sends each output its columns (MatMulArgs.Split;
+// quantised weights dequantised whole first): the small GEMMs of k, v and
+// the gate ran at a fraction of the large one's rate. ok is false where
+// that does not apply (decode rows, other GPUs, mixed output dtypes, the
+// in-register quantised path, more than MaxSplit outputs, batched decode
+// steps, outputs but the last not a multiple of 128 wide): the caller
+// runs one GEMM an output.
+func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
+	st := c.st
+	if c.batch || c.s.Class != Prefill || c.T <= GEMVMaxRows || len(st.Out) < 2 || len(st.Out) > MaxSplit || rows != a.N ||
+		c.p.DisableSplitGEMM {
+		return nil, false, nil
+	}
+	b := a
+	for i, o := range st.Out {
+		if o.DType != st.Out[0].DType {
+			return nil, false, nil
+		}
+		b.Split = append(b.Split, SplitOut{Y: c.out[i], N: o.Last(0)})
+	}
+	b.Y, b.YType = Ptr{}, st.Out[0].DType
+	if !SplitFits(b.Split, 128) {
+		return nil, false, nil
+	}
+	var dq []Launch
+	if t, q := QuantType(a.WType); q {
+		if quantInRegs(a, t) || dequantDType(a.XType) != "bf16" {
+			return nil, false, nil
+		}
+		ws := Ptr{BaseWorkspace, 0}
+		l, err := QDequant(t, a.W, a.N, a.K, 0, a.N, ws, "bf16")
+		if err != nil {
+			return nil, true, err
+		}
+		dq = append(dq, l)
+		b.W, b.WType = ws, "bf16"
+	}
+	if hopperOK(b) != nil {
+		return nil, false, nil
+	}
+	l, err := HopperGEMM(b)
+	if err != nil {
+		return nil, true, err
+	}
+	return append(dq, l), true, nil
 }
 
 // SplitRow reports whether a matmul_split step's outputs at t tokens are

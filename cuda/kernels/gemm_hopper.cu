@@ -31,7 +31,15 @@
 // by expert and the row tiles come from moe_schedule's table, written on
 // the device (tiles[i] = {expert e, first row, rows}, ntiles[0] of them):
 // tile i reads weight rows from e * expert_rows (gate and up: up_row +
-// e * expert_rows) and writes only its own rows.
+// e * expert_rows) and writes only its own rows. GROUPED 2 gathers those
+// rows itself (gx [tokens, K], grouped row p being token gsorted[p] / gk):
+// the producer warpgroup's 128 threads copy a stage's x tile with cp.async
+// into the swizzled layout TMA would write (GatherRows), gather_lag stages
+// of copies in flight, and each arrives on the stage's full barrier once
+// its copies have landed and been fenced for the MMAs' proxy (so the
+// barrier counts 128 arrivals besides the weights' bytes). That replaces moe_gather_rows
+// and its copy of the routes' rows (62 us and 126 MB at S-2.1's 2048
+// tokens).
 
 struct __align__(64) TmaMap {
   unsigned long long v[16];
@@ -257,12 +265,73 @@ __device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float 
   }
 }
 
-template <typename TY, int BN, int EPI, int GROUPED, int PP>
+// gather_land: this thread's copies into a stage (waited for) are fenced
+// for the MMAs' proxy and counted on its full barrier fb.
+__device__ __forceinline__ void gather_land(unsigned fb) {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  mbar_arrive(fb);
+}
+// gather_lag: stages of copies a gathering producer of st stages keeps
+// in flight before it waits for the oldest: 2, and at most st - 2 (the
+// consumers free stage j once stage j+1 has landed, and the producer
+// waits for stage it - st to be free before it lands stage it - lag).
+__host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
+
+// GatherRows: a gathering producer's (GROUPED 2: gemm_wgmma and
+// gemm_wgmma_q) share of its stages' x tiles of ROWS rows x 64 columns.
+// Thread tid of the producer warpgroup copies 16-byte chunk ch = tid % 8
+// of rows rb + 16 i (rb = tid / 8) with cp.async; chunk ch of row r lands
+// at r * 128 + ((ch ^ r % 8) << 4), TMA's 128-byte swizzle, and r % 8 is
+// rb % 8 for all of a thread's rows. Rows past the tile copy zeros.
+template <int ROWS> struct GatherRows {
+  unsigned off[ROWS / 16];  // each row's token's element offset in gx
+  // tile finds the tokens of grouped rows m0 .. m0 + rows - 1 (row p is
+  // token gsorted[p] / gk).
+  __device__ __forceinline__ void tile(const int* __restrict__ gsorted, int m0, int rows, int gk, int K) {
+    const int rb = (threadIdx.x & 127) >> 3;
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) off[i] = (unsigned)(gsorted[m0 + min(rb + 16 * i, rows - 1)] / gk) * (unsigned)K;
+  }
+  // stage copies columns col .. col + 63 into the tile at shared address
+  // sa, as one cp.async group.
+  __device__ __forceinline__ void stage(unsigned sa, const bf16_t* __restrict__ gx, int rows, int col, int K) const {
+    const int ch = threadIdx.x & 7, rb = (threadIdx.x & 127) >> 3, c = col + ch * 8;
+    const unsigned dst = sa + rb * 128 + ((ch ^ (rb & 7)) << 4);
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) {
+      const bool ok = rb + 16 * i < rows && c < K;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + i * 16 * 128), "l"(gx + off[i] + (ok ? c : 0)),
+                   "r"(ok ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  // landed follows stage it's copies of a ring of ST stages (full: their
+  // full barriers): the stage gather_lag(ST) before it has landed.
+  template <int ST> __device__ __forceinline__ void landed(int it, unsigned long long* full) const {
+    constexpr int LAG = gather_lag(ST);
+    if (it >= LAG) {
+      asm volatile("cp.async.wait_group %0;" ::"n"(LAG) : "memory");
+      gather_land(smem_addr(&full[(it - LAG) % ST]));
+    }
+  }
+  // flush lands the stages still in flight after the last, it - 1.
+  template <int ST> __device__ __forceinline__ void flush(int it, unsigned long long* full) const {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full[done % ST]));
+  }
+};
+
+template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
                                                      int N, int K, TY* __restrict__ y, int up_row,
                                                      const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                     int expert_rows) {
+                                                     int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
+                                                     const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk) {
   pdl_wait();
+  static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
+  constexpr bool GATHER = GROUPED == 2;
+  static_assert(!GATHER || EPI == 2, "the gathering producer loads the gate and up tiles of a SwiGLU GEMM");
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -275,7 +344,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
       mbar_init(smem_addr(&empty_bar[s]), PP ? 128 : 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -284,6 +353,30 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   const int tilesM = GROUPED ? ntiles[0] : (M + C::BM - 1) / C::BM, tilesN = (N + OW - 1) / OW, ntile = tilesM * tilesN;
   const int nk = (K + C::BK - 1) / C::BK;
 
+  if (wg == 0 && GATHER) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    GatherRows<C::BM> g;
+    int it = 0;
+    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+      const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
+      const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
+      g.tile(gsorted, rt.m0, rt.rows, gk, K);
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
+        if (tid == 0) {
+          mbar_expect_tx(fb, C::B_BYTES);
+          tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
+          tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
+        }
+        g.stage(sa, gx, rt.rows, kb * C::BK, K);
+        g.landed<ST>(it, full_bar);
+      }
+    }
+    g.flush<ST>(it, full_bar);
+    return;
+  }
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
@@ -374,8 +467,21 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
     // store then fills 16 sectors where one of pairs half-fills 8. Else a
     // thread's two adjacent columns go in one store where N is even and y
     // aligned to two values (pair2), in two otherwise.
-    const bool oct = (N & 7) == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0;
-    const bool pair2 = (N & 1) == 0 && (reinterpret_cast<unsigned long long>(y) & (2 * sizeof(TY) - 1)) == 0;
+    // SPLIT: columns [c_s, c_s+1) (c_0 0, c_4 N) go to y_s, rows c_s+1 - c_s
+    // apart (a prefill's q, k, v and gate from one GEMM over their
+    // concatenated weights); lower puts every c_s on a multiple of the
+    // tile's width, so a tile lies in one segment (yt from column ct, rows
+    // ldt apart). Unused segments are empty (c_s = N).
+    TY* yt = y;
+    int ct = 0, ldt = N;
+    if constexpr (SPLIT) {
+      const int s = (n0 >= c1) + (n0 >= c2) + (n0 >= c3);
+      yt = s == 0 ? y : s == 1 ? y1 : s == 2 ? y2 : y3;
+      ct = s == 0 ? 0 : s == 1 ? c1 : s == 2 ? c2 : c3;
+      ldt = (s == 0 ? c1 : s == 1 ? c2 : s == 2 ? c3 : N) - ct;
+    }
+    const bool oct = (ldt & 7) == 0 && (reinterpret_cast<unsigned long long>(yt) & 15) == 0;
+    const bool pair2 = (ldt & 1) == 0 && (reinterpret_cast<unsigned long long>(yt) & (2 * sizeof(TY) - 1)) == 0;
     if (oct) {
       const int q = lane & 3;
 #pragma unroll
@@ -385,7 +491,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const bool rowok = r0 + 8 * h < rt.rows;
-          TY* yrow = y + (long long)(rt.m0 + r0 + 8 * h) * N;
+          TY* yrow = yt + (long long)(rt.m0 + r0 + 8 * h) * ldt;
 #pragma unroll
           for (int jb = 0; jb < OW / 32; jb++) {
             float v0[4], v1[4];
@@ -400,11 +506,11 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 #pragma unroll
               for (int jj = 0; jj < 4; jj++) w[jj] = bf16x2_bits(v0[jj], v1[jj]);
               quad_xpose(w, q);
-              if (rowok && col < N) *reinterpret_cast<uint4*>(yrow + col) = make_uint4(w[0], w[1], w[2], w[3]);
+              if (rowok && col < N) *reinterpret_cast<uint4*>(yrow + (col - ct)) = make_uint4(w[0], w[1], w[2], w[3]);
             } else {
               quad_xpose(v0, q);
               quad_xpose(v1, q);
-              if (rowok && col < N) st_oct<TY, EPI == 1>(yrow + col, v0, v1);
+              if (rowok && col < N) st_oct<TY, EPI == 1>(yrow + (col - ct), v0, v1);
             }
           }
         }
@@ -423,7 +529,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           if (r0 + 8 * h >= rt.rows) continue;
           const int row = rt.m0 + r0 + 8 * h;
           float v0 = wg_out<EPI, OW>(a, j, h, 0), v1 = wg_out<EPI, OW>(a, j, h, 1);
-          TY* p = y + (long long)row * N + col;
+          TY* p = yt + (long long)row * ldt + (col - ct);
           if (col + 1 < N && pair2) {
             st_pair<TY, EPI == 1>(p, v0, v1);
           } else if (col + 1 < N) {
@@ -640,8 +746,11 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                       int expert_rows) {
+                                                       int expert_rows, const bf16_t* __restrict__ gx,
+                                                       const int* __restrict__ gsorted, int gk) {
   pdl_wait();
+  constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
+  static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
   constexpr int QB = QA<QT>::QB;
   constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
   constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
@@ -654,7 +763,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1);
+      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
       mbar_init(smem_addr(&empty_bar[s]), 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -664,6 +773,32 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   const int tilesT = GROUPED ? ntiles[0] : (T + BN - 1) / BN, tilesF = (N + FW - 1) / FW, ntile = tilesT * tilesF;
   const int nk = K / 64;
 
+  if (wg == 0 && GATHER) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    GatherRows<BN> g;
+    int it = 0;
+    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+      const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
+      const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
+      const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+      g.tile(gsorted, rt.m0, rt.rows, gk, K);
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
+        if (tid == 0) {
+          mbar_expect_tx(fb, Q_BYTES);
+          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+          tma_load_2d(sq, &tq, qc, r0, fb);
+          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+        }
+        g.stage(sx, gx, rt.rows, kb * 64, K);
+        g.landed<ST>(it, full_bar);
+      }
+    }
+    g.flush<ST>(it, full_bar);
+    return;
+  }
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
     if (tid == 0) {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -57,6 +58,17 @@ func TestPlanKernelsCompile(t *testing.T) {
 		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
 	}
 	specs := map[string]lower.Launch{}
+	// Every launch's argument kinds, by instantiation: checked against the
+	// kernel's parameters in the cubin (a launch the driver would refuse).
+	kinds := map[string]map[string]bool{}
+	add := func(l lower.Launch) {
+		key := l.File + ":" + l.NameExpr()
+		specs[key] = l
+		if kinds[key] == nil {
+			kinds[key] = map[string]bool{}
+		}
+		kinds[key][argKinds(l.Args)] = true
+	}
 	for _, m := range traceModels {
 		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 			p := tracePlan(t, m, dt)
@@ -72,7 +84,7 @@ func TestPlanKernelsCompile(t *testing.T) {
 					for _, ls := range all {
 						for _, l := range ls {
 							if l.Kernel != lower.Memcpy {
-								specs[l.File+":"+l.NameExpr()] = l
+								add(l)
 							}
 						}
 					}
@@ -90,11 +102,11 @@ func TestPlanKernelsCompile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			specs[l.File+":"+l.NameExpr()] = l
+			add(l)
 			// After the residual add too (AddRMSNorm, AddRMSNormQ8X).
 			arena := func(mib int64) lower.Ptr { return lower.Ptr{Base: lower.BaseArena, Offset: mib << 20} }
 			w, xq := lower.Ptr{Base: lower.BaseWeights}, lower.Ptr{Base: lower.BaseWorkspace}
-			add, err := lower.AddRMSNorm(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, 1, n, 1e-6)
+			addN, err := lower.AddRMSNorm(dts[0], dts[1], arena(2), arena(1), arena(0), arena(3), w, 1, n, 1e-6)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,11 +114,12 @@ func TestPlanKernelsCompile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			specs[add.File+":"+add.NameExpr()], specs[addQ.File+":"+addQ.NameExpr()] = add, addQ
+			add(addN)
+			add(addQ)
 		}
 	}
 	for _, l := range unplannedLaunches(t) {
-		specs[l.File+":"+l.NameExpr()] = l
+		add(l)
 	}
 	keys := make([]string, 0, len(specs))
 	for k := range specs {
@@ -133,15 +146,25 @@ func TestPlanKernelsCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec.Source = src
-		cubin, log, err := cuda.CompileCubin(spec, "sm_90a")
+		c, err := cuda.CompileCubin(spec, "sm_90a")
 		if err != nil {
 			t.Errorf("%s: %v", key, err)
 			continue
 		}
 		if dumpDir != "" && dumpRe.MatchString(key) {
-			dumpCubin(t, dumpDir, key, cubin)
+			dumpCubin(t, dumpDir, key, c.Cubin)
 		}
-		for _, line := range strings.Split(log, "\n") {
+		params, err := cuda.CubinParamSizes(c.Cubin, c.Lowered)
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+		} else {
+			for ks := range kinds[key] {
+				if got := argSizes(ks); !slices.Equal(got, params) {
+					t.Errorf("%s: a launch passes arguments of %v bytes (%s), the kernel takes %v", key, got, ks, params)
+				}
+			}
+		}
+		for _, line := range strings.Split(c.Log, "\n") {
 			switch {
 			case strings.Contains(line, "wgmma.mma_async instructions are serialized"):
 				// ptxas serialised a kernel's wgmma (C7513, C7514, ... name
@@ -154,6 +177,26 @@ func TestPlanKernelsCompile(t *testing.T) {
 		}
 	}
 	t.Logf("%d instantiations compiled", n)
+}
+
+// argKinds is a launch's argument kinds, space-separated.
+func argKinds(args []lower.Arg) string {
+	ks := make([]string, len(args))
+	for i, a := range args {
+		ks[i] = a.Kind
+	}
+	return strings.Join(ks, " ")
+}
+
+// argSizes is the sizes in bytes of the parameters argKinds names, as
+// Bind passes them (a TMA map is a 128-byte CUtensorMap).
+func argSizes(ks string) []int {
+	size := map[string]int{lower.ArgPtr: 8, lower.ArgI32: 4, lower.ArgI64: 8, lower.ArgU32: 4, lower.ArgF32: 4, lower.ArgTMap: 128}
+	var out []int
+	for _, k := range strings.Fields(ks) {
+		out = append(out, size[k])
+	}
+	return out
 }
 
 // unplannedLaunches are instantiations no traced plan reaches: the router
@@ -253,14 +296,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 	}
 	// The quantised grouped GEMMs on narrower token tiles (QMoEForce's
-	// rows; TestMoEExpertsQuantGPU).
+	// rows; TestMoEExpertsQuantGPU), and after moe_gather_rows (NoGather:
+	// the zero QMoEForce's second time).
 	for _, qt := range lower.HopperQTypes {
-		for _, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}} {
+		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {}, {}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,
 				QGate: lower.QMatrix{W: p, Total: 2 * E * I}, QUp: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f}
+				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f, NoGather: i == 5}
 			ls, err := lower.MoE(a)
 			if err != nil {
 				t.Fatal(err)
@@ -279,6 +323,21 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		t.Fatalf("AttentionPrefill without Wgmma chose %s", att.Kernel)
 	}
 	out = append(out, att)
+	// The split GEMMs (lower.MatMulArgs.Split; TestMatMulHopperSplitGPU) in
+	// both output dtypes, tile widths and schedules.
+	for _, yt := range []string{"f32", "bf16"} {
+		for _, v := range []struct {
+			bn    int
+			sched lower.HopperSched
+		}{{128, lower.SchedCooperative}, {256, lower.SchedCooperative}, {128, lower.SchedPingPong}} {
+			l, err := lower.MatMul(lower.MatMulArgs{T: 300, K: 256, N: 600, X: p, W: p, XType: "bf16", WType: "bf16", YType: yt,
+				SMs: 132, CC: 90, HopperBN: v.bn, HopperSched: v.sched, Split: []lower.SplitOut{{Y: p, N: 512}, {Y: p, N: 88}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+	}
 	// attn_prefill_tc at head_dim 64 and with rows not 16-byte aligned
 	// (VEC 0; TestAttentionPrefillTCGPU's fused and d64 cases).
 	for _, c := range []struct{ d, ld int }{{64, 0}, {64, 8*64 + 4}, {128, 8*128 + 4}} {
@@ -298,9 +357,17 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 		out = append(out, att)
 	}
+	// The bf16 grouped experts with moe_gather_rows first (NoGather;
+	// TestMoEExpertsHopperGPU's nogather cases).
+	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, NoGather: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, ls...)
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
 	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
-	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+	ls, err = lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132,
 		HopperDown: lower.SchedPingPong})
 	if err != nil {

@@ -78,6 +78,8 @@ func TestMatMulHopperGPU(t *testing.T) {
 }
 
 // TestMoEExpertsHopperGPU: the grouped routed experts on the wgmma core
+// (the gate+up GEMM gathering the routes' rows itself, and with
+// moe_gather_rows first: nogather/)
 // against the CPU reference: skewed and same-expert routing (experts with
 // 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders;
 // then the down GEMM ping-pong (HopperDown), also on a grid of 7 CTAs so
@@ -94,13 +96,17 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
 	}
 	type variant struct {
-		down lower.HopperSched
-		sms  int // 0: the GPU's
+		down     lower.HopperSched
+		sms      int  // 0: the GPU's
+		noGather bool // moe_gather_rows first (NoGather), where the gate+up GEMM gathers by default
 	}
 	run := func(v variant, order ExpertOrder, c moeCase) {
 		name := fmt.Sprintf("order%d/%+v", order, c)
 		if v.down == lower.SchedPingPong {
 			name = fmt.Sprintf("downpp/sms%d/%s", v.sms, name)
+		}
+		if v.noGather {
+			name = "nogather/" + name
 		}
 		t.Run(name, func(t *testing.T) {
 			d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
@@ -109,7 +115,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			gu := append(append([]float32(nil), d.gate...), d.up...)
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
-			a.CC, a.SMs, a.HopperDown = k.CC(), k.SMs(), v.down
+			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
 			if v.sms != 0 {
 				a.SMs = v.sms
 			}
@@ -120,8 +126,11 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			if !hasKernel(ls, "gemm_wgmma") {
 				t.Fatalf("the grouped path did not choose the wgmma core")
 			}
-			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1>"); pp != (v.down == lower.SchedPingPong) {
+			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
+			}
+			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); g == v.noGather || hasKernel(ls, "moe_gather_rows") != v.noGather {
+				t.Fatalf("gate+up gathering %v with NoGather %v", g, v.noGather)
 			}
 			moeWorkspace(t, k, s, &a)
 			if err := k.MoEExperts(s, a); err != nil {
@@ -137,7 +146,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		}
 	}
 	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
-	for _, v := range []variant{{lower.SchedPingPong, 0}, {lower.SchedPingPong, 7}} {
+	for _, v := range []variant{{lower.SchedPingPong, 0, false}, {lower.SchedPingPong, 7, false}, {lower.SchedAuto, 0, true}, {lower.SchedAuto, 7, false}} {
 		for _, c := range append(cases, deep) {
 			run(v, ExpertsByLoad, c)
 		}
@@ -276,10 +285,15 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
 	// (q4_k 96 rows on 2 CTAs, q8_0 128 on 1), and forced (QTileRows,
-	// QCTAs), each width with MMAs of its own.
-	type variant struct{ cc, rows, ctas int }
+	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
+	// the routes' rows itself, or (noGather) after moe_gather_rows.
+	type variant struct {
+		cc, rows, ctas int
+		noGather       bool
+	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0}, {90, 64, 0}, {90, 128, 0}, {90, 96, 1}, {90, 64, 1}, {0, 0, 0}} {
+		for _, v := range []variant{{90, 0, 0, false}, {90, 64, 0, false}, {90, 128, 0, false}, {90, 96, 1, false}, {90, 64, 1, false},
+			{0, 0, 0, false}, {90, 0, 0, true}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -288,6 +302,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				name := fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c)
 				if v.ctas != 0 {
 					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/%+v", qt, cc, v.rows, v.ctas, c)
+				}
+				if v.noGather {
+					name = "nogather/" + name
 				}
 				t.Run(name, func(t *testing.T) {
 					h := fnv.New64a()
@@ -303,7 +320,8 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
+						NoGather: v.noGather}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
@@ -317,6 +335,11 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 						a.Out = alloc(t, k, int64(2*c.T*c.H))
 					}
 					moeWorkspace(t, k, s, &a)
+					if ls, err := k.MoELaunches(a); err != nil {
+						t.Fatal(err)
+					} else if q := hasKernel(ls, "gemm_wgmma_q"); q && hasKernel(ls, "moe_gather_rows") != v.noGather {
+						t.Fatalf("moe_gather_rows launched %v with NoGather %v", !v.noGather, v.noGather)
+					}
 					if err := k.MoEExperts(s, a); err != nil {
 						t.Fatal(err)
 					}
@@ -396,6 +419,73 @@ func BenchmarkMoEQuant(b *testing.B) {
 				}
 				a.Workspace = m.rand(int(ws / 2))
 				m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+			})
+		}
+	}
+}
+
+// TestMatMulHopperSplitGPU: one wgmma GEMM whose epilogue sends each of up
+// to four outputs its columns (lower.MatMulArgs.Split: a prefill's q, k,
+// v and gate) against the CPU reference's columns of the whole product,
+// over poisoned outputs: ragged rows, a last output of any width, both
+// tile widths and the ping-pong schedule, both output dtypes.
+func TestMatMulHopperSplitGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, c := range []struct {
+		T, K   int
+		widths []int
+		bn     int
+		sched  lower.HopperSched
+	}{
+		{300, 256, []int{256, 128, 128, 72}, 0, lower.SchedAuto},
+		{37, 192, []int{512, 256, 256, 40}, 256, lower.SchedCooperative},
+		{2100, 136, []int{384, 128, 128, 8}, 128, lower.SchedPingPong},
+		{129, 64, []int{128, 5}, 128, lower.SchedCooperative},
+	} {
+		for _, yt := range []cuda.DType{cuda.BF16, cuda.F32} {
+			name := fmt.Sprintf("T%d_K%d_%v_BN%d_%v/%v", c.T, c.K, c.widths, c.bn, c.sched, yt)
+			t.Run(name, func(t *testing.T) {
+				N := 0
+				for _, w := range c.widths {
+					N += w
+				}
+				x := roundTo(cuda.BF16, randF32(r, c.T*c.K, 1))
+				w := roundTo(cuda.BF16, randF32(r, N*c.K, 1))
+				a := lower.MatMulArgs{T: c.T, K: c.K, N: N, X: ptr(upload(t, k, s, cuda.BF16, x)), W: ptr(upload(t, k, s, cuda.BF16, w)),
+					XType: "bf16", WType: "bf16", YType: yt.String(), SMs: k.SMs(), CC: k.CC(), HopperBN: c.bn, HopperSched: c.sched}
+				ys := make([]cuda.DevicePtr, len(c.widths))
+				for i, wd := range c.widths {
+					n := int64(c.T * wd * yt.Size())
+					ys[i] = alloc(t, k, n)
+					poison(t, s, ys[i], n)
+					a.Split = append(a.Split, lower.SplitOut{Y: ptr(ys[i]), N: wd})
+				}
+				l, err := lower.MatMul(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Kernel != "gemm_wgmma" || l.Ints[4] != 1 {
+					t.Fatalf("chose %s", l.NameExpr())
+				}
+				b, err := k.Bind(l, deviceBase)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Launch(s); err != nil {
+					t.Fatal(err)
+				}
+				want := mmRef(t, MatMulArgs{T: c.T, K: c.K, N: N, XType: cuda.BF16, WType: cuda.BF16, YType: yt}, x, w, nil)
+				col := 0
+				for i, wd := range c.widths {
+					got := download(t, s, yt, ys[i], c.T*wd)
+					part := make([]float32, 0, c.T*wd)
+					for row := 0; row < c.T; row++ {
+						part = append(part, want[row*N+col:row*N+col+wd]...)
+					}
+					checkClose(t, fmt.Sprintf("output %d", i), got, part, tolFor(yt))
+					col += wd
+				}
 			})
 		}
 	}

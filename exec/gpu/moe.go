@@ -69,6 +69,9 @@ type MoEArgs struct {
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
+	// NoGather keeps moe_gather_rows before the bf16 grouped gate+up
+	// (lower.MoEArgs.NoGather).
+	NoGather bool
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -83,7 +86,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}, HopperDown: a.HopperDown}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers

@@ -237,3 +237,53 @@ func firstDiff(got, want string) string {
 	}
 	return "(no difference)"
 }
+
+// TestSplitGEMMPlumbing: in the S-2.1 plans (bf16 and q4_k_m), every
+// prefill matmul_split is one gemm_wgmma splitting its columns (after one
+// dequantisation of the whole weight for q4_k_m), whose outputs are the
+// step's outputs, in order, with their widths.
+func TestSplitGEMMPlumbing(t *testing.T) {
+	for _, name := range []string{"laguna-s-2.1", "laguna-s-2.1-q4_k_m"} {
+		var m traceModel
+		for _, tm := range traceModels {
+			if tm.name == name {
+				m = tm
+			}
+		}
+		p := tracePlan(t, m, ir.BF16)
+		seen := 0
+		for _, st := range p.Prefill.Steps {
+			if st.Op != "matmul_split" {
+				continue
+			}
+			seen++
+			ls := st.Launches
+			if m.quant != "" {
+				if len(ls) != 2 || ls[0].Kernel != "qdequant" {
+					t.Fatalf("%s %s: %d launches, not the dequantisation and the GEMM", name, st.Name, len(ls))
+				}
+				ls = ls[1:]
+			}
+			if len(ls) != 1 || ls[0].Kernel != "gemm_wgmma" || ls[0].Ints[4] != 1 {
+				t.Fatalf("%s %s: not one split gemm_wgmma: %v", name, st.Name, ls)
+			}
+			args := ls[0].Args
+			ys := []lower.Arg{args[5], args[10], args[11], args[12]}
+			cs := []int64{0, args[13].Int, args[14].Int, args[15].Int, args[3].Int}
+			col := int64(0)
+			for i, o := range st.Out {
+				if ys[i].Base != lower.BaseArena || ys[i].Offset != o.Offset || cs[i] != col {
+					t.Errorf("%s %s output %d (%s at arena+%d, column %d): launch has %s+%d from column %d",
+						name, st.Name, i, o.Value, o.Offset, col, ys[i].Base, ys[i].Offset, cs[i])
+				}
+				col += int64(o.Last(0))
+			}
+			if cs[len(st.Out)] != col || col != args[3].Int {
+				t.Errorf("%s %s: columns end at %d, N %d", name, st.Name, col, args[3].Int)
+			}
+		}
+		if seen == 0 {
+			t.Fatalf("%s: no matmul_split in the prefill", name)
+		}
+	}
+}
