@@ -499,14 +499,23 @@ func hopperQBytes(t quant.Type) int {
 }
 
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
-// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles, and
+// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles (not
+// where the weights are dequantised in registers), and
 // 1 KiB of alignment slack.
 func hopperQSmem(t quant.Type, bn, ctas int) int {
 	stage := bn*128 + 128*hopperQBytes(t)
-	const dq = 4 * 8192
+	dq := 4 * 8192 // the dequantised A tiles of the shared-memory path
+	if hopperQRegisters(t) {
+		dq = 0
+	}
 	st := min((hopperQBudget(ctas)-dq)/stage, 8)
 	return st*stage + dq + 1024
 }
+
+// hopperQRegisters says whether gemm_wgmma_q dequantises t's weights into
+// the MMA's A registers (QA<QT>::RS in gemm_hopper.cu: q4_k) rather than
+// into shared memory tiles.
+func hopperQRegisters(t quant.Type) bool { return t == quant.Q4_K }
 
 // hopperQBudget is gemm_wgmma_q's shared-memory budget with ctas CTAs a
 // multiprocessor: QCfg<CTAS>::SMEM in gemm_hopper.cu (TestSmemAgrees).
