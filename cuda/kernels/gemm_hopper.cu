@@ -804,6 +804,20 @@ template <> struct QA<QT_Q4_K_H> {
   }
 };
 
+// q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
+// (SwiGLU: the gate rows from r0, then as many up rows from r1; else all
+// from r0), for k-block kb.
+template <int QT, int EPI, int NC>
+__device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
+  constexpr int QB = QA<QT>::QB;
+  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+#pragma unroll
+  for (int i = 0; i < NC; i++) {
+    const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
+    tma_load_2d(sq + 64 * i * QB, tq, qc, row, fb);
+  }
+}
+
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
 // registers each: 3-4 stages), so that one CTA's waits (the stage's data,
 // the warpgroup barrier after the dequantised tile, the MMAs) overlap the
@@ -819,8 +833,8 @@ template <> struct QCfg<2> {
   static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 24, CONSUMER_REGS = 104;
 };
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS>
-__global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC>
+__global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
@@ -829,11 +843,15 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   pdl_wait();
   constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
   static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
+  static_assert(NC == 2 || (NC == 4 && CTAS == 1), "2 consumer warpgroups, or 4 in one CTA a multiprocessor");
   constexpr int QB = QA<QT>::QB;
-  constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
-  constexpr int DQ = QA<QT>::RS ? 0 : 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
+  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES;
+  constexpr int DQ = QA<QT>::RS ? 0 : NC * 2 * 8192;  // dequantised A tiles: 2 a warpgroup
   constexpr int ST = (QCfg<CTAS>::SMEM - DQ) / STAGE < 8 ? (QCfg<CTAS>::SMEM - DQ) / STAGE : 8;
-  constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
+  constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
+  // 4 consumers: what 640 threads' 96 registers leave them beside a
+  // producer of 40 (the code fits the launch bounds' 96).
+  constexpr int CONSUMER_REGS = NC == 4 ? 104 : QCfg<CTAS>::CONSUMER_REGS;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -842,7 +860,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
 #pragma unroll
     for (int s = 0; s < ST; s++) {
       mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
-      mbar_init(smem_addr(&empty_bar[s]), 256);
+      mbar_init(smem_addr(&empty_bar[s]), 128 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -858,7 +876,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
     for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
       const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
       const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-      const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+      const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
       g.tile(gsorted, rt.m0, rt.rows, gk, K);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
@@ -866,9 +884,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
         const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
         if (tid == 0) {
           mbar_expect_tx(fb, Q_BYTES);
-          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
-          tma_load_2d(sq, &tq, qc, r0, fb);
-          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+          q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
         }
         g.stage(sx, gx, rt.rows, kb * 64, K);
         g.landed<ST>(it, full_bar);
@@ -884,23 +900,21 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
         const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
         const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-        const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+        const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % ST;
           mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
           const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
           mbar_expect_tx(fb, STAGE);
           tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
-          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
-          tma_load_2d(sq, &tq, qc, r0, fb);
-          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+          q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
         }
       }
     }
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::CONSUMER_REGS));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int c = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
   float acc[BN / 2];
 #pragma unroll
@@ -914,7 +928,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
       // MMA's registers: ra (stage quant row qa) and rb (qb), global rows
       // clamped as in the shared-memory path below.
       const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
-      const int qa = la, qb = EPI == 2 ? 64 + la : la + 8;
+      const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
       const long long ga = min((long long)rt.wrow + f0 + la, wrows - 1);
       const long long gb = min((EPI == 2 ? (long long)up_row + la : (long long)la + 8) + rt.wrow + f0, wrows - 1);
       typename QA<QT>::Pre2 pa = QA<QT>::pre2(w, wrows, ga, K, 0), pb = QA<QT>::pre2(w, wrows, gb, K, 0);
@@ -961,7 +975,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
       const int dq_row = tid >> 1;
       const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
       const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
-      const int dq_q = dq_h ? (EPI == 2 ? 64 + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
+      const int dq_q = dq_h ? (EPI == 2 ? 32 * NC + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
       const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
                                          : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
       int prev = -1;
