@@ -646,17 +646,19 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 // gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
 // q4_k in the device layout of quant.cu), for prefill. The weights are the
 // MMA's A operand: each consumer warpgroup dequantises its 64 x 64 tile of
-// a stage in registers into shared memory (bf16, swizzled as wgmma reads
-// it; two such tiles a warpgroup, no bf16 copy in global memory); the
-// tokens are the B operand, bf16 from TMA-loaded swizzled tiles. A CTA
-// computes 128 weight rows (two consumer warpgroups of 64) x BN tokens. The
-// producer brings each stage's raw quant bytes of 128 rows (two TMA boxes
-// of 64 rows: QB bytes per row) and the token tile; scales and k-quant
-// heads are loaded a stage ahead through L1.
+// a stage in registers, q4_k straight into the wgmma's A fragments (QA::RS:
+// 1.6% faster end to end than through shared memory), q8_0 into shared
+// memory (bf16, swizzled as wgmma reads it; two such tiles a warpgroup); no
+// bf16 copy in global memory. The tokens are the B operand, bf16 from
+// TMA-loaded swizzled tiles. A CTA computes NC x 64 weight rows (NC
+// consumer warpgroups of 64, NC 2 or 4) x BN tokens. The
+// producer brings each stage's raw quant bytes of those rows (NC TMA boxes
+// of 64 rows: QB bytes per row, q_boxes) and the token tile; scales and
+// k-quant heads are loaded a stage ahead through L1.
 // Fragment rows: in a warpgroup's 64 rows, warp w, lane l holds rows
 // 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
 // and up row f of one output feature f, so the epilogue pairs them in
-// registers: a CTA then covers 64 features.
+// registers: a CTA then covers 32 x NC features.
 
 template <int QT> struct QA;
 
