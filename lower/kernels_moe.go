@@ -238,7 +238,11 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 		if err != nil {
 			return MoELayout{}, err
 		}
-		if _, err := hopperQCTAs(a.QMoE.CTAs, rows); err != nil {
+		ctas, err := hopperQCTAs(a.QMoE.CTAs, rows)
+		if err != nil {
+			return MoELayout{}, err
+		}
+		if _, err := hopperQWGs(a.QMoE.WGs, ctas, rows); err != nil {
 			return MoELayout{}, err
 		}
 		b := a

@@ -278,13 +278,15 @@ type QMoEForce struct {
 	DownAll                               bool `json:",omitempty"`
 	TileRows                              int  `json:",omitempty"`
 	CTAs                                  int  `json:",omitempty"`
+	WGs                                   int  `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
-// at once; the prefill grouped GEMMs' token tile and CTAs a
-// multiprocessor. QMoE, hopperQTileRows and hopperQCTAs check the values.
+// at once; the prefill grouped GEMMs' token tile, CTAs a
+// multiprocessor and consumer warpgroups. QMoE, hopperQTileRows,
+// hopperQCTAs and hopperQWGs check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -302,9 +304,9 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
-			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs}[k]
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs)", s, k)
 		}
 		*field = n
 	}
@@ -499,14 +501,23 @@ func hopperQBytes(t quant.Type) int {
 }
 
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
-// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles, and
+// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles (not
+// where the weights are dequantised in registers), and
 // 1 KiB of alignment slack.
-func hopperQSmem(t quant.Type, bn, ctas int) int {
-	stage := bn*128 + 128*hopperQBytes(t)
-	const dq = 4 * 8192
+func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
+	stage := bn*128 + 64*wgs*hopperQBytes(t)
+	dq := wgs * 2 * 8192 // the dequantised A tiles of the shared-memory path
+	if hopperQRegisters(t) {
+		dq = 0
+	}
 	st := min((hopperQBudget(ctas)-dq)/stage, 8)
 	return st*stage + dq + 1024
 }
+
+// hopperQRegisters says whether gemm_wgmma_q dequantises t's weights into
+// the MMA's A registers (QA<QT>::RS in gemm_hopper.cu: q4_k) rather than
+// into shared memory tiles.
+func hopperQRegisters(t quant.Type) bool { return t == quant.Q4_K }
 
 // hopperQBudget is gemm_wgmma_q's shared-memory budget with ctas CTAs a
 // multiprocessor: QCfg<CTAS>::SMEM in gemm_hopper.cu (TestSmemAgrees).
@@ -565,8 +576,8 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	const bn = hopperQBN
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
-	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1},
-		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1),
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2},
+		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2),
 		append([]Arg{tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, noGather()...)...)
 }
@@ -679,6 +690,23 @@ func hopperQCTAs(force, rows int) (int, error) {
 	return 1, nil
 }
 
+// hopperQWGs is the quantised grouped GEMMs' consumer warpgroups a CTA:
+// force (QMoEForce.WGs) or, when 0, 2. Four (one CTA a multiprocessor,
+// token tiles of up to 96 rows: the kernel fits 96 registers a thread)
+// share each stage's token tile among twice the weight rows, halving the
+// tiles' reads from L2.
+func hopperQWGs(force, ctas, rows int) (int, error) {
+	switch {
+	case force == 0 || force == 2:
+		return 2, nil
+	case force != 4:
+		return 0, fmt.Errorf("moe_experts: %d consumer warpgroups (the quantised grouped GEMMs take 2 or 4)", force)
+	case ctas != 1 || rows > 96:
+		return 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d", ctas, rows)
+	}
+	return 4, nil
+}
+
 // moeHopperQ returns the grouped experts' launches with quantised stacks
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers;
@@ -692,14 +720,15 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	sm := sms(a.SMs)
 	bn := 32 * l.MI                         // the schedule's token tile (hopperQTileRows)
 	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
+	wgs, _ := hopperQWGs(a.QMoE.WGs, ctas, bn)
 	grouped := func(x Ptr, xrows, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, gather bool) Launch {
 		tx, tq := hopperQMaps(x, xrows, K, m.W, t, m.Total, bn)
 		mode, tail := int64(1), noGather()
 		if gather {
 			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
 		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), mode, int64(ctas)},
-			dims(ctas*sm), dims(384), hopperQSmem(t, bn, ctas),
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), mode, int64(ctas), int64(wgs)},
+			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
 			append([]Arg{tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 				ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, tail...)...)
 	}

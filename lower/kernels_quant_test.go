@@ -201,7 +201,8 @@ func TestParseQMoEForce(t *testing.T) {
 	}{
 		{"", QMoEForce{}, ""},
 		{"g=8", QMoEForce{GateUpRows: 8}, ""},
-		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{8, 4, 3, 2, 8, 4, true, 0, 0}, ""},
+		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{8, 4, 3, 2, 8, 4, true, 0, 0, 0}, ""},
+		{"rows=96,ctas=1,wgs=4", QMoEForce{TileRows: 96, CTAs: 1, WGs: 4}, ""},
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},

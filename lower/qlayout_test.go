@@ -142,22 +142,25 @@ func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
 	R := T * k
 	for _, c := range []struct {
-		wt                          quant.Type
-		force, ctas, want, wantCTAs int
-		err                         string
+		wt                                        quant.Type
+		force, ctas, wgs, want, wantCTAs, wantWGs int
+		err                                       string
 	}{
-		{quant.Q4_K, 0, 0, 96, 2, ""}, {quant.Q4_K, 64, 0, 64, 2, ""}, {quant.Q4_K, 96, 0, 96, 2, ""},
-		{quant.Q4_K, 128, 0, 128, 1, ""}, {quant.Q4_K, 96, 1, 96, 1, ""},
-		{quant.Q8_0, 0, 0, 128, 1, ""}, {quant.Q8_0, 96, 0, 96, 2, ""},
-		{quant.Q4_K, 100, 0, 0, 0, "64, 96 or 128"}, {quant.Q4_K, 256, 0, 0, 0, "64, 96 or 128"},
-		{quant.Q4_K, 128, 2, 0, 0, "96 rows or fewer"}, {quant.Q8_0, 0, 2, 0, 0, "96 rows or fewer"},
-		{quant.Q4_K, 96, 3, 0, 0, "take 1 or 2"},
+		{quant.Q4_K, 0, 0, 0, 96, 2, 2, ""}, {quant.Q4_K, 64, 0, 0, 64, 2, 2, ""}, {quant.Q4_K, 96, 0, 0, 96, 2, 2, ""},
+		{quant.Q4_K, 128, 0, 0, 128, 1, 2, ""}, {quant.Q4_K, 96, 1, 0, 96, 1, 2, ""},
+		{quant.Q8_0, 0, 0, 0, 128, 1, 2, ""}, {quant.Q8_0, 96, 0, 0, 96, 2, 2, ""},
+		{quant.Q4_K, 96, 1, 4, 96, 1, 4, ""}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, ""},
+		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128"}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128"},
+		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer"}, {quant.Q8_0, 0, 2, 0, 0, 0, 0, "96 rows or fewer"},
+		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2"},
+		{quant.Q4_K, 96, 0, 4, 0, 0, 0, "ctas=1"}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer"},
+		{quant.Q4_K, 96, 1, 3, 0, 0, 0, "take 2 or 4"},
 	} {
 		w := Ptr{BaseWeights, 0}
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
 			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.wt.String(), OutType: "bf16",
 			CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
-			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas},
+			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas, WGs: c.wgs},
 			Workspace: Ptr{BaseWorkspace, 0}}
 		l, err := a.Layout()
 		if c.err != "" {
@@ -185,10 +188,11 @@ func TestMoEQuantTileRows(t *testing.T) {
 				}
 			case "gemm_wgmma_q":
 				gemms++
-				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) {
-					t.Errorf("rows=%d,ctas=%d: gemm_wgmma_q BN %d, CTAS %d; want %d, %d", c.force, c.ctas, x.Ints[1], x.Ints[4], c.want, c.wantCTAs)
+				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Block[0] != 128*(c.wantWGs+1) {
+					t.Errorf("rows=%d,ctas=%d,wgs=%d: gemm_wgmma_q BN %d, CTAS %d, NC %d, block %v; want %d, %d, %d", c.force, c.ctas, c.wgs,
+						x.Ints[1], x.Ints[4], x.Ints[5], x.Block, c.want, c.wantCTAs, c.wantWGs)
 				}
-				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs) {
+				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs) || x.Shmem+1024 > 228*1024 {
 					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
 				}
 				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {

@@ -136,6 +136,43 @@ template <int BN> __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u
     wgmma_m64n256(d, da, db, accum);
 }
 
+// wgmma with A from registers (4 a thread: bf16 pairs, the mma.sync A
+// fragment of each warp's 16 rows) and B a K-major descriptor: the
+// quantised grouped GEMM's weights dequantised in registers (QA::RS).
+__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n96(float (&d)[48], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_rs_bn(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long db,
+                                                             int accum) {
+  if constexpr (BN == 64)
+    wgmma_rs_m64n64(d, a, db, accum);
+  else if constexpr (BN == 96)
+    wgmma_rs_m64n96(d, a, db, accum);
+  else
+    wgmma_rs_m64n128(d, a, db, accum);
+}
+
 template <int BN> struct WgCfg {
   static constexpr int BM = 128, BK = 64;
   static constexpr int STAGES = BN == 256 ? 4 : 6;
@@ -609,17 +646,19 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 // gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
 // q4_k in the device layout of quant.cu), for prefill. The weights are the
 // MMA's A operand: each consumer warpgroup dequantises its 64 x 64 tile of
-// a stage in registers into shared memory (bf16, swizzled as wgmma reads
-// it; two such tiles a warpgroup, no bf16 copy in global memory); the
-// tokens are the B operand, bf16 from TMA-loaded swizzled tiles. A CTA
-// computes 128 weight rows (two consumer warpgroups of 64) x BN tokens. The
-// producer brings each stage's raw quant bytes of 128 rows (two TMA boxes
-// of 64 rows: QB bytes per row) and the token tile; scales and k-quant
-// heads are loaded a stage ahead through L1.
+// a stage in registers, q4_k straight into the wgmma's A fragments (QA::RS:
+// 1.6% faster end to end than through shared memory), q8_0 into shared
+// memory (bf16, swizzled as wgmma reads it; two such tiles a warpgroup); no
+// bf16 copy in global memory. The tokens are the B operand, bf16 from
+// TMA-loaded swizzled tiles. A CTA computes NC x 64 weight rows (NC
+// consumer warpgroups of 64, NC 2 or 4) x BN tokens. The
+// producer brings each stage's raw quant bytes of those rows (NC TMA boxes
+// of 64 rows: QB bytes per row, q_boxes) and the token tile; scales and
+// k-quant heads are loaded a stage ahead through L1.
 // Fragment rows: in a warpgroup's 64 rows, warp w, lane l holds rows
 // 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
 // and up row f of one output feature f, so the epilogue pairs them in
-// registers: a CTA then covers 64 features.
+// registers: a CTA then covers 32 x NC features.
 
 template <int QT> struct QA;
 
@@ -658,7 +697,8 @@ __device__ __forceinline__ uint4 ld_shared16(unsigned a) {
 
 
 template <> struct QA<QT_Q8_0_H> {
-  static constexpr int QB = 64;  // quant bytes of a row per 64-element stage
+  static constexpr int QB = 64;     // quant bytes of a row per 64-element stage
+  static constexpr bool RS = false;  // dequantised into shared memory (tile)
   // Pre is what tile needs from global memory besides the stage's quant
   // bytes: loaded a stage ahead (pre), so its latency hides behind the
   // previous stage's MMAs.
@@ -689,6 +729,7 @@ template <> struct QA<QT_Q8_0_H> {
 
 template <> struct QA<QT_Q4_K_H> {
   static constexpr int QB = 32;
+  static constexpr bool RS = true;  // dequantised into the MMA's A registers (frag)
   // Pre: sub-block 2j+hh's scale and min bytes and the block's (d, dmin),
   // of the stage's block b = kb/4, j = kb%4 (see QA<Q8_0>::Pre).
   struct Pre {
@@ -724,7 +765,60 @@ template <> struct QA<QT_Q4_K_H> {
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
   }
+  // Pre2: both sub-blocks' (2j, 2j+1) scale and min bytes of a row and the
+  // block's (d, dmin), for frag.
+  struct Pre2 {
+    unsigned sc, m, dd;
+  };
+  static __device__ __forceinline__ Pre2 pre2(const unsigned char* w, long long wrows, long long grow, int K, int kb) {
+    const long long bi = grow * (K / 256) + (kb >> 2);
+    const unsigned short* blk = reinterpret_cast<const unsigned short*>(w + bi * 144);
+    return Pre2{ldg_u16(blk + (kb & 3)), ldg_u16(blk + 4 + (kb & 3)),
+                ldg_u32(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi)};
+  }
+  // words: the u16 of a row's stage bytes that lane quad position tq4
+  // needs, at bytes 8i + 2tq4 (i = 0..3; byte l holds column l in its low
+  // nibble, 32 + l in its high one): w01 those of i = 0, 1, w23 of 2, 3.
+  static __device__ __forceinline__ void words(unsigned qrow, int tq4, unsigned& w01, unsigned& w23) {
+    const uint4 q0 = ld_shared16(qrow), q1 = ld_shared16(qrow + 16);
+    const unsigned sel = (tq4 & 1) ? 0x7632u : 0x5410u;
+    const bool odd = tq4 >> 1;
+    w01 = __byte_perm(odd ? q0.y : q0.x, odd ? q0.w : q0.z, sel);
+    w23 = __byte_perm(odd ? q1.y : q1.x, odd ? q1.w : q1.z, sel);
+  }
+  // frag: a row's A fragment registers for the stage's four k16 steps, o[2s]
+  // columns 16s + 2tq4 (+1), o[2s + 1] those + 8: steps 0, 1 the low
+  // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1). Each value as
+  // tile computes it (the same bits).
+  static __device__ __forceinline__ void frag(unsigned w01, unsigned w23, Pre2 pr, unsigned (&o)[8]) {
+    const float d = f16_bits_h((unsigned short)(pr.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(pr.dd >> 16));
+    const float fl = d * (float)(pr.sc & 0xFF), ol = dmin * (float)(pr.m & 0xFF);
+    const float fh = d * (float)(pr.sc >> 8) * 0x1p-4f, oh = dmin * (float)(pr.m >> 8);
+    const float fl8 = fl * 0x1p-8f, fh8 = fh * 0x1p-8f;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const unsigned v = i ? w23 : w01, u = v >> 16;
+      o[2 * i] = pack_bf16(fl * (mag(v, 0xFu) - 8388608.f) - ol, fl8 * (mag(v, 0xF00u) - 8388608.f) - ol);
+      o[2 * i + 1] = pack_bf16(fl * (mag(u, 0xFu) - 8388608.f) - ol, fl8 * (mag(u, 0xF00u) - 8388608.f) - ol);
+      o[4 + 2 * i] = pack_bf16(fh * (mag(v, 0xF0u) - 8388608.f) - oh, fh8 * (mag(v, 0xF000u) - 8388608.f) - oh);
+      o[5 + 2 * i] = pack_bf16(fh * (mag(u, 0xF0u) - 8388608.f) - oh, fh8 * (mag(u, 0xF000u) - 8388608.f) - oh);
+    }
+  }
 };
+
+// q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
+// (SwiGLU: the gate rows from r0, then as many up rows from r1; else all
+// from r0), for k-block kb.
+template <int QT, int EPI, int NC>
+__device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
+  constexpr int QB = QA<QT>::QB;
+  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+#pragma unroll
+  for (int i = 0; i < NC; i++) {
+    const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
+    tma_load_2d(sq + 64 * i * QB, tq, qc, row, fb);
+  }
+}
 
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
 // registers each: 3-4 stages), so that one CTA's waits (the stage's data,
@@ -741,8 +835,8 @@ template <> struct QCfg<2> {
   static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 24, CONSUMER_REGS = 104;
 };
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS>
-__global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC>
+__global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
@@ -751,11 +845,15 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   pdl_wait();
   constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
   static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
+  static_assert(NC == 2 || (NC == 4 && CTAS == 1), "2 consumer warpgroups, or 4 in one CTA a multiprocessor");
   constexpr int QB = QA<QT>::QB;
-  constexpr int X_BYTES = BN * 128, Q_BYTES = 128 * QB, STAGE = X_BYTES + Q_BYTES;
-  constexpr int DQ = 4 * 8192;  // dequantised A tiles: 2 warpgroups x 2 buffers
+  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES;
+  constexpr int DQ = QA<QT>::RS ? 0 : NC * 2 * 8192;  // dequantised A tiles: 2 a warpgroup
   constexpr int ST = (QCfg<CTAS>::SMEM - DQ) / STAGE < 8 ? (QCfg<CTAS>::SMEM - DQ) / STAGE : 8;
-  constexpr int FW = EPI == 2 ? 64 : 128;  // output features per CTA
+  constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
+  // 4 consumers: what 640 threads' 96 registers leave them beside a
+  // producer of 40 (the code fits the launch bounds' 96).
+  constexpr int CONSUMER_REGS = NC == 4 ? 104 : QCfg<CTAS>::CONSUMER_REGS;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -764,7 +862,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
 #pragma unroll
     for (int s = 0; s < ST; s++) {
       mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
-      mbar_init(smem_addr(&empty_bar[s]), 256);
+      mbar_init(smem_addr(&empty_bar[s]), 128 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -780,7 +878,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
     for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
       const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
       const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-      const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+      const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
       g.tile(gsorted, rt.m0, rt.rows, gk, K);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
@@ -788,9 +886,7 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
         const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
         if (tid == 0) {
           mbar_expect_tx(fb, Q_BYTES);
-          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
-          tma_load_2d(sq, &tq, qc, r0, fb);
-          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+          q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
         }
         g.stage(sx, gx, rt.rows, kb * 64, K);
         g.landed<ST>(it, full_bar);
@@ -806,23 +902,21 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
         const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
         const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-        const int r0 = rt.wrow + f0, r1 = EPI == 2 ? up_row + rt.wrow + f0 : rt.wrow + f0 + 64;
+        const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % ST;
           mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
           const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
           mbar_expect_tx(fb, STAGE);
           tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
-          const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
-          tma_load_2d(sq, &tq, qc, r0, fb);
-          tma_load_2d(sq + 64 * QB, &tq, qc, r1, fb);
+          q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
         }
       }
     }
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::CONSUMER_REGS));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int c = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
   float acc[BN / 2];
 #pragma unroll
@@ -831,49 +925,93 @@ __global__ void __launch_bounds__(384, CTAS) gemm_wgmma_q(const __grid_constant_
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
     const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
     const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-    // This thread dequantises half (tid & 1) of A row dq_row of its
-    // warpgroup's tile. A row 16w + g + 8h is the MMA's fragment row of warp
-    // w, lane row g (h = 0: ra, 1: rb), the stage's quant row dq_q (box 0:
-    // rows 0..63, box 1: 64..127); its global row dq_rowg is clamped (rows
-    // past the matrix are zero-filled by TMA, their scales must still be
-    // readable).
-    const int dq_row = tid >> 1;
-    const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
-    const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
-    const int dq_q = dq_h ? (EPI == 2 ? 64 + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
-    const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
-                                       : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
-    int prev = -1;
-    typename QA<QT>::Pre pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
-    wg_pin(acc);
+    if constexpr (QA<QT>::RS) {
+      // This thread's A rows are its fragment rows, dequantised into the
+      // MMA's registers: ra (stage quant row qa) and rb (qb), global rows
+      // clamped as in the shared-memory path below.
+      const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
+      const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
+      const long long ga = min((long long)rt.wrow + f0 + la, wrows - 1);
+      const long long gb = min((EPI == 2 ? (long long)up_row + la : (long long)la + 8) + rt.wrow + f0, wrows - 1);
+      typename QA<QT>::Pre2 pa = QA<QT>::pre2(w, wrows, ga, K, 0), pb = QA<QT>::pre2(w, wrows, gb, K, 0);
+      wg_pin(acc);
 #pragma unroll 1
-    for (int kb = 0; kb < nk; kb++, it++) {
-      const int s = it % ST;
-      typename QA<QT>::Pre nxt = pre;
-      if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
-      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-      const unsigned char* sq = smem + s * STAGE + X_BYTES;
-      const unsigned sx = smem_addr(smem + s * STAGE);
-      // Dequantise this warpgroup's 64 x 64 A tile into shared memory in the
-      // 128-byte swizzled K-major layout (double-buffered: the previous
-      // stage's MMAs may still read the other), then multiply from there.
-      unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
-      QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
-      pre = nxt;
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-      const unsigned sa = smem_addr(dq);
-      wg_fence();
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        typename QA<QT>::Pre2 na = pa, nb = pb;
+        if (kb + 1 < nk) {
+          na = QA<QT>::pre2(w, wrows, ga, K, kb + 1);
+          nb = QA<QT>::pre2(w, wrows, gb, K, kb + 1);
+        }
+        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+        const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES;
+        unsigned a01, a23, b01, b23, fa[8], fb[8];
+        QA<QT>::words(sq + qa * QB, tq4, a01, a23);
+        QA<QT>::words(sq + qb * QB, tq4, b01, b23);
+        QA<QT>::frag(a01, a23, pa, fa);
+        QA<QT>::frag(b01, b23, pb, fb);
+        pa = na;
+        pb = nb;
+        wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
-      wg_commit();
-      wg_wait<1>();  // the previous stage's MMAs are done: its stage and A tile are free
+        for (int kk = 0; kk < 4; kk++) {
+          const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
+          wgmma_rs_bn<BN>(acc, a, wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
+        }
+        wg_commit();
+        // Wait for them at once: the MMAs read fa and fb while they run,
+        // and ptxas reuses those registers after the issue (the next
+        // stage's loads), so no MMA may stay in flight past here. The
+        // other warpgroups on the multiprocessor fill the wait.
+        wg_wait<0>();
+        mbar_arrive(smem_addr(&empty_bar[s]));
+      }
+      wg_pin(acc);
+    } else {
+      // This thread dequantises half (tid & 1) of A row dq_row of its
+      // warpgroup's tile. A row 16w + g + 8h is the MMA's fragment row of warp
+      // w, lane row g (h = 0: ra, 1: rb), the stage's quant row dq_q (box 0:
+      // rows 0..63, box 1: 64..127); its global row dq_rowg is clamped (rows
+      // past the matrix are zero-filled by TMA, their scales must still be
+      // readable).
+      const int dq_row = tid >> 1;
+      const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
+      const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
+      const int dq_q = dq_h ? (EPI == 2 ? 32 * NC + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
+      const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
+                                         : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
+      int prev = -1;
+      typename QA<QT>::Pre pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
+      wg_pin(acc);
+  #pragma unroll 1
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        typename QA<QT>::Pre nxt = pre;
+        if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
+        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+        const unsigned char* sq = smem + s * STAGE + X_BYTES;
+        const unsigned sx = smem_addr(smem + s * STAGE);
+        // Dequantise this warpgroup's 64 x 64 A tile into shared memory in the
+        // 128-byte swizzled K-major layout (double-buffered: the previous
+        // stage's MMAs may still read the other), then multiply from there.
+        unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
+        QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
+        pre = nxt;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+        const unsigned sa = smem_addr(dq);
+        wg_fence();
+  #pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
+        wg_commit();
+        wg_wait<1>();  // the previous stage's MMAs are done: its stage and A tile are free
+        if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+        prev = s;
+      }
+      wg_wait<0>();
+      wg_pin(acc);
       if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
-      prev = s;
     }
-    wg_wait<0>();
-    wg_pin(acc);
-    if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
 
     // Epilogue: acc register i of chunk j = i/4 is fragment row
     // (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 + (i&1) of the tile.

@@ -299,12 +299,13 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 	// rows; TestMoEExpertsQuantGPU), and after moe_gather_rows (NoGather:
 	// the zero QMoEForce's second time).
 	for _, qt := range lower.HopperQTypes {
-		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {}, {}} {
+		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
+			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,
 				QGate: lower.QMatrix{W: p, Total: 2 * E * I}, QUp: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f, NoGather: i == 5}
+				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f, NoGather: i == 7 || i == 4}
 			ls, err := lower.MoE(a)
 			if err != nil {
 				t.Fatal(err)

@@ -288,12 +288,12 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows.
 	type variant struct {
-		cc, rows, ctas int
-		noGather       bool
+		cc, rows, ctas, wgs int
+		noGather            bool
 	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0, false}, {90, 64, 0, false}, {90, 128, 0, false}, {90, 96, 1, false}, {90, 64, 1, false},
-			{0, 0, 0, false}, {90, 0, 0, true}} {
+		for _, v := range []variant{{90, 0, 0, 0, false}, {90, 64, 0, 0, false}, {90, 128, 0, 0, false}, {90, 96, 1, 0, false}, {90, 64, 1, 0, false},
+			{90, 96, 1, 4, false}, {90, 64, 1, 4, false}, {90, 96, 1, 4, true}, {0, 0, 0, 0, false}, {90, 0, 0, 0, true}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -302,6 +302,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				name := fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c)
 				if v.ctas != 0 {
 					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/%+v", qt, cc, v.rows, v.ctas, c)
+				}
+				if v.wgs != 0 {
+					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/wgs%d/%+v", qt, cc, v.rows, v.ctas, v.wgs, c)
 				}
 				if v.noGather {
 					name = "nogather/" + name
@@ -321,7 +324,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
-						NoGather: v.noGather}
+						QWGs: v.wgs, NoGather: v.noGather}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}

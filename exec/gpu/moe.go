@@ -66,6 +66,9 @@ type MoEArgs struct {
 	// QCTAs forces the quantised grouped GEMMs' CTAs a multiprocessor (1
 	// or 2; zero chooses: lower.QMoEForce.CTAs).
 	QCTAs int
+	// QWGs forces their consumer warpgroups a CTA (2 or 4; 0: lower's
+	// choice).
+	QWGs int
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
@@ -86,7 +89,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
