@@ -689,6 +689,11 @@ __device__ __forceinline__ unsigned ldg_u32(const unsigned* p) {
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+__device__ __forceinline__ unsigned ld_shared4(unsigned a) {
+  unsigned v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
 __device__ __forceinline__ uint4 ld_shared16(unsigned a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
@@ -779,13 +784,14 @@ template <> struct QA<QT_Q4_K_H> {
   // words: the u16 of a row's stage bytes that lane quad position tq4
   // needs, at bytes 8i + 2tq4 (i = 0..3; byte l holds column l in its low
   // nibble, 32 + l in its high one): w01 those of i = 0, 1, w23 of 2, 3.
-  static __device__ __forceinline__ void words(unsigned qrow, int tq4, unsigned& w01, unsigned& w23) {
-    const uint4 q0 = ld_shared16(qrow), q1 = ld_shared16(qrow + 16);
-    const unsigned sel = (tq4 & 1) ? 0x7632u : 0x5410u;
-    const bool odd = tq4 >> 1;
-    w01 = __byte_perm(odd ? q0.y : q0.x, odd ? q0.w : q0.z, sel);
-    w23 = __byte_perm(odd ? q1.y : q1.x, odd ? q1.w : q1.z, sel);
+  // q is the row's address plus 4 (tq4 >> 1) (the word holding them), sel
+  // 0x5410 + 0x2222 (tq4 & 1) (its half): words_at.
+  static __device__ __forceinline__ void words(unsigned q, unsigned sel, unsigned& w01, unsigned& w23) {
+    w01 = __byte_perm(ld_shared4(q), ld_shared4(q + 8), sel);
+    w23 = __byte_perm(ld_shared4(q + 16), ld_shared4(q + 24), sel);
   }
+  static __device__ __forceinline__ unsigned words_at(int row, int tq4) { return row * QB + 4 * (tq4 >> 1); }
+  static __device__ __forceinline__ unsigned words_sel(int tq4) { return 0x5410u + 0x2222u * (tq4 & 1); }
   // frag: a row's A fragment registers for the stage's four k16 steps, o[2s]
   // columns 16s + 2tq4 (+1), o[2s + 1] those + 8: steps 0, 1 the low
   // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1). Each value as
@@ -931,6 +937,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
       // clamped as in the shared-memory path below.
       const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
       const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
+      const unsigned qw = QA<QT>::words_at(qa, tq4), wsel = QA<QT>::words_sel(tq4), sbase = smem_addr(smem);
       const long long ga = min((long long)rt.wrow + f0 + la, wrows - 1);
       const long long gb = min((EPI == 2 ? (long long)up_row + la : (long long)la + 8) + rt.wrow + f0, wrows - 1);
       typename QA<QT>::Pre2 pa = QA<QT>::pre2(w, wrows, ga, K, 0), pb = QA<QT>::pre2(w, wrows, gb, K, 0);
@@ -944,19 +951,20 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
           nb = QA<QT>::pre2(w, wrows, gb, K, kb + 1);
         }
         mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-        const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES;
+        const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES;
         unsigned a01, a23, b01, b23, fa[8], fb[8];
-        QA<QT>::words(sq + qa * QB, tq4, a01, a23);
-        QA<QT>::words(sq + qb * QB, tq4, b01, b23);
+        QA<QT>::words(sq + qw, wsel, a01, a23);
+        QA<QT>::words(sq + qw + (qb - qa) * QB, wsel, b01, b23);
         QA<QT>::frag(a01, a23, pa, fa);
         QA<QT>::frag(b01, b23, pb, fb);
         pa = na;
         pb = nb;
         wg_fence();
+        const unsigned long long db = wg_desc(sx);  // + 2 a k16 step: 32 bytes, in 16-byte units
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
           const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
-          wgmma_rs_bn<BN>(acc, a, wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
+          wgmma_rs_bn<BN>(acc, a, db + 2 * kk, kb > 0 || kk > 0);
         }
         wg_commit();
         // Wait for them at once: the MMAs read fa and fb while they run,
