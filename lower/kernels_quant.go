@@ -509,6 +509,7 @@ func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
 	dq := wgs * 2 * 8192 // the dequantised A tiles of the shared-memory path
 	if hopperQRegisters(t) {
 		dq = 0
+		stage += 64 * wgs * 32 // each row's scales, staged by the producer (QA::SC)
 	}
 	st := min((hopperQBudget(ctas)-dq)/stage, 8)
 	return st*stage + dq + 1024
@@ -732,7 +733,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 			append([]Arg{tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 				ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, tail...)...)
 	}
-	if a.NoGather {
+	if a.NoGather || hopperQRegisters(t) { // a producer staging scales does not gather
 		p.gateUp = grouped(a.Workspace.At(l.XG), R, a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), false)
 	} else {
 		// The map over x itself stands in for the unused one of the rows

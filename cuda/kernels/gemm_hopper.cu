@@ -689,6 +689,11 @@ __device__ __forceinline__ unsigned ldg_u32(const unsigned* p) {
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+__device__ __forceinline__ uint4 ldg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ unsigned ld_shared4(unsigned a) {
   unsigned v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
@@ -704,6 +709,7 @@ __device__ __forceinline__ uint4 ld_shared16(unsigned a) {
 template <> struct QA<QT_Q8_0_H> {
   static constexpr int QB = 64;     // quant bytes of a row per 64-element stage
   static constexpr bool RS = false;  // dequantised into shared memory (tile)
+  static constexpr int SC = 0;       // no scales staged by the producer
   // Pre is what tile needs from global memory besides the stage's quant
   // bytes: loaded a stage ahead (pre), so its latency hides behind the
   // previous stage's MMAs.
@@ -770,16 +776,36 @@ template <> struct QA<QT_Q4_K_H> {
       st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
     }
   }
-  // Pre2: both sub-blocks' (2j, 2j+1) scale and min bytes of a row and the
-  // block's (d, dmin), for frag.
-  struct Pre2 {
-    unsigned sc, m, dd;
+  // The producer stages each row's scales for the stage (RS): SC bytes a
+  // row, fl fl8 ol fh fh8 oh, the factors and offsets frag applies to its
+  // low (sub-block 2j) and high (2j + 1) nibbles, computed as tile
+  // computes them. Hdr is a row's block: its 8 scale and 8 min bytes and
+  // (d, dmin), loaded a block ahead.
+  static constexpr int SC = 32;
+  struct Hdr {
+    uint4 h;
+    unsigned dd;
   };
-  static __device__ __forceinline__ Pre2 pre2(const unsigned char* w, long long wrows, long long grow, int K, int kb) {
-    const long long bi = grow * (K / 256) + (kb >> 2);
-    const unsigned short* blk = reinterpret_cast<const unsigned short*>(w + bi * 144);
-    return Pre2{ldg_u16(blk + (kb & 3)), ldg_u16(blk + 4 + (kb & 3)),
-                ldg_u32(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi)};
+  static __device__ __forceinline__ Hdr hdr(const unsigned char* w, const unsigned* dd, long long grow, int K, int b) {
+    const long long bi = grow * (K / 256) + b;
+    return Hdr{ldg_v4(w + bi * 144), ldg_u32(dd + bi)};
+  }
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    const unsigned sh = 16 * (j & 1), sc = ((j < 2 ? hd.h.x : hd.h.y) >> sh) & 0xFFFF, m = ((j < 2 ? hd.h.z : hd.h.w) >> sh) & 0xFFFF;
+    const float d = f16_bits_h((unsigned short)(hd.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(hd.dd >> 16));
+    const float fl = d * (float)(sc & 0xFF), ol = dmin * (float)(m & 0xFF);
+    const float fh = d * (float)(sc >> 8) * 0x1p-4f, oh = dmin * (float)(m >> 8);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "f"(fl), "f"(fl * 0x1p-8f), "f"(ol), "f"(fh) : "memory");
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(sa + 16), "f"(fh * 0x1p-8f), "f"(oh) : "memory");
+  }
+  struct Scales {
+    float fl, fl8, ol, fh, fh8, oh;
+  };
+  static __device__ __forceinline__ Scales scales(unsigned sa) {
+    Scales r;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.fl), "=f"(r.fl8), "=f"(r.ol), "=f"(r.fh) : "r"(sa));
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.fh8), "=f"(r.oh) : "r"(sa + 16));
+    return r;
   }
   // words: the u16 of a row's stage bytes that lane quad position tq4
   // needs, at bytes 8i + 2tq4 (i = 0..3; byte l holds column l in its low
@@ -796,11 +822,8 @@ template <> struct QA<QT_Q4_K_H> {
   // columns 16s + 2tq4 (+1), o[2s + 1] those + 8: steps 0, 1 the low
   // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1). Each value as
   // tile computes it (the same bits).
-  static __device__ __forceinline__ void frag(unsigned w01, unsigned w23, Pre2 pr, unsigned (&o)[8]) {
-    const float d = f16_bits_h((unsigned short)(pr.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(pr.dd >> 16));
-    const float fl = d * (float)(pr.sc & 0xFF), ol = dmin * (float)(pr.m & 0xFF);
-    const float fh = d * (float)(pr.sc >> 8) * 0x1p-4f, oh = dmin * (float)(pr.m >> 8);
-    const float fl8 = fl * 0x1p-8f, fh8 = fh * 0x1p-8f;
+  static __device__ __forceinline__ void frag(unsigned w01, unsigned w23, const Scales& sc, unsigned (&o)[8]) {
+    const float fl = sc.fl, fl8 = sc.fl8, ol = sc.ol, fh = sc.fh, fh8 = sc.fh8, oh = sc.oh;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const unsigned v = i ? w23 : w01, u = v >> 16;
@@ -825,6 +848,36 @@ __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, i
     tma_load_2d(sq + 64 * i * QB, tq, qc, row, fb);
   }
 }
+
+// ScaleRows: the rows whose scales a producer thread stages for the
+// consumers that dequantise in registers (QA::RS): rows tid + 128 i of a
+// stage's NC x 64 (SwiGLU: the gate rows from r0, then the up rows from
+// r1). load brings a row's block header at a block's first stage, before
+// the producer waits for the stage's slot, so the wait covers the load.
+template <int QT, int EPI, int NC> struct ScaleRows {
+  static constexpr int R = NC / 2;
+  long long grow[R];
+  typename QA<QT>::Hdr h[R];
+  __device__ __forceinline__ void tile(long long wrows, long long r0, long long r1) {
+    const int tid = threadIdx.x & 127;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      const int r = tid + 128 * i;
+      grow[i] = min(EPI == 2 ? (r < 32 * NC ? r0 + r : r1 + r - 32 * NC) : r0 + r, wrows - 1);
+    }
+  }
+  __device__ __forceinline__ void load(const unsigned char* w, const unsigned* dd, int K, int kb) {
+    if ((kb & 3) == 0) {
+#pragma unroll
+      for (int i = 0; i < R; i++) h[i] = QA<QT>::hdr(w, dd, grow[i], K, kb >> 2);
+    }
+  }
+  __device__ __forceinline__ void stage(unsigned ssc, int kb) const {
+    const int tid = threadIdx.x & 127;
+#pragma unroll
+    for (int i = 0; i < R; i++) QA<QT>::put_scales(ssc + (tid + 128 * i) * QA<QT>::SC, h[i], kb & 3);
+  }
+};
 
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
 // registers each: 3-4 stages), so that one CTA's waits (the stage's data,
@@ -852,14 +905,19 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
   static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
   static_assert(NC == 2 || (NC == 4 && CTAS == 1), "2 consumer warpgroups, or 4 in one CTA a multiprocessor");
+  static_assert(!(GATHER && QA<QT>::RS), "a gathering producer does not stage scales");
   constexpr int QB = QA<QT>::QB;
-  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES;
+  // A stage: the token tile, the rows' quant bytes, their staged scales.
+  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES + 64 * NC * QA<QT>::SC;
   constexpr int DQ = QA<QT>::RS ? 0 : NC * 2 * 8192;  // dequantised A tiles: 2 a warpgroup
   constexpr int ST = (QCfg<CTAS>::SMEM - DQ) / STAGE < 8 ? (QCfg<CTAS>::SMEM - DQ) / STAGE : 8;
   constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
   // 4 consumers: what 640 threads' 96 registers leave them beside a
   // producer of 40 (the code fits the launch bounds' 96).
   constexpr int CONSUMER_REGS = NC == 4 ? 104 : QCfg<CTAS>::CONSUMER_REGS;
+  // A producer staging scales (ScaleRows) needs more than one issuing TMA:
+  // 32 with two CTAs (128 x 32 + 256 x 104 = 384 x 80).
+  constexpr int PRODUCER_REGS = QA<QT>::RS && CTAS == 2 ? 32 : QCfg<CTAS>::PRODUCER_REGS;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -867,7 +925,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
+      mbar_init(smem_addr(&full_bar[s]), 1 + (GATHER || QA<QT>::RS ? 128 : 0));
       mbar_init(smem_addr(&empty_bar[s]), 128 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -878,7 +936,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   const int nk = K / 64;
 
   if (wg == 0 && GATHER) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
     GatherRows<BN> g;
     int it = 0;
     for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
@@ -901,8 +959,36 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     g.flush<ST>(it, full_bar);
     return;
   }
+  if constexpr (QA<QT>::RS) {
+    if (wg == 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
+      const unsigned* dd = reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144));
+      ScaleRows<QT, EPI, NC> sr;
+      int it = 0;
+      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
+        const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
+        const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
+        const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
+        sr.tile(wrows, r0, r1);
+        for (int kb = 0; kb < nk; kb++, it++) {
+          const int s = it % ST;
+          sr.load(w, dd, K, kb);
+          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+          const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
+          if (tid == 0) {
+            mbar_expect_tx(fb, X_BYTES + Q_BYTES);
+            tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
+            q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
+          }
+          sr.stage(sq + Q_BYTES, kb);
+          mbar_arrive(fb);  // release: the consumers' wait sees the scales
+        }
+      }
+      return;
+    }
+  }
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
     if (tid == 0) {
       int it = 0;
       for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
@@ -933,32 +1019,22 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
     if constexpr (QA<QT>::RS) {
       // This thread's A rows are its fragment rows, dequantised into the
-      // MMA's registers: ra (stage quant row qa) and rb (qb), global rows
-      // clamped as in the shared-memory path below.
+      // MMA's registers: ra (stage quant row qa) and rb (qb), with the
+      // scales the producer staged for them (ScaleRows).
       const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
       const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
       const unsigned qw = QA<QT>::words_at(qa, tq4), wsel = QA<QT>::words_sel(tq4), sbase = smem_addr(smem);
-      const long long ga = min((long long)rt.wrow + f0 + la, wrows - 1);
-      const long long gb = min((EPI == 2 ? (long long)up_row + la : (long long)la + 8) + rt.wrow + f0, wrows - 1);
-      typename QA<QT>::Pre2 pa = QA<QT>::pre2(w, wrows, ga, K, 0), pb = QA<QT>::pre2(w, wrows, gb, K, 0);
       wg_pin(acc);
 #pragma unroll 1
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
-        typename QA<QT>::Pre2 na = pa, nb = pb;
-        if (kb + 1 < nk) {
-          na = QA<QT>::pre2(w, wrows, ga, K, kb + 1);
-          nb = QA<QT>::pre2(w, wrows, gb, K, kb + 1);
-        }
         mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-        const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES;
+        const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
         unsigned a01, a23, b01, b23, fa[8], fb[8];
         QA<QT>::words(sq + qw, wsel, a01, a23);
         QA<QT>::words(sq + qw + (qb - qa) * QB, wsel, b01, b23);
-        QA<QT>::frag(a01, a23, pa, fa);
-        QA<QT>::frag(b01, b23, pb, fb);
-        pa = na;
-        pb = nb;
+        QA<QT>::frag(a01, a23, QA<QT>::scales(ssc + qa * QA<QT>::SC), fa);
+        QA<QT>::frag(b01, b23, QA<QT>::scales(ssc + qb * QA<QT>::SC), fb);
         wg_fence();
         const unsigned long long db = wg_desc(sx);  // + 2 a k16 step: 32 bytes, in 16-byte units
 #pragma unroll
