@@ -501,9 +501,9 @@ func hopperQBytes(t quant.Type) int {
 }
 
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
-// tile and 128 rows of quant bytes, four 8 KiB dequantised A tiles (not
-// where the weights are dequantised in registers), and
-// 1 KiB of alignment slack.
+// tile and 64 x wgs rows of quant bytes, two 8 KiB dequantised A tiles a
+// consumer warpgroup (none where the weights are dequantised in
+// registers), and 1 KiB of alignment slack.
 func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
 	stage := bn*128 + 64*wgs*hopperQBytes(t)
 	dq := wgs * 2 * 8192 // the dequantised A tiles of the shared-memory path
