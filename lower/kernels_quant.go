@@ -712,7 +712,8 @@ func hopperQWGs(force, ctas, rows int) (int, error) {
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers;
 // its gate+up GEMM gathers the routes' x rows itself (GROUPED 2) unless
-// a.NoGather, then moe_gather_rows copies them first.
+// a.NoGather or the weights are q4_k (whose producer stages scales), then
+// moe_gather_rows copies them first.
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
 	p := moeHopperParts(a, l, false)
