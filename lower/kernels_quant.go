@@ -501,24 +501,24 @@ func hopperQBytes(t quant.Type) int {
 }
 
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
-// tile and 64 x wgs rows of quant bytes, two 8 KiB dequantised A tiles a
-// consumer warpgroup (none where the weights are dequantised in
-// registers), and 1 KiB of alignment slack.
+// tile, 64 x wgs rows of quant bytes and their scales as the producer
+// stages them, and 1 KiB of alignment slack.
 func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
-	stage := bn*128 + 64*wgs*hopperQBytes(t)
-	dq := wgs * 2 * 8192 // the dequantised A tiles of the shared-memory path
-	if hopperQRegisters(t) {
-		dq = 0
-		stage += 64 * wgs * 32 // each row's scales, staged by the producer (QA::SC)
-	}
-	st := min((hopperQBudget(ctas)-dq)/stage, 8)
-	return st*stage + dq + 1024
+	stage := bn*128 + 64*wgs*(hopperQBytes(t)+hopperQScaleBytes(t))
+	st := min(hopperQBudget(ctas)/stage, 8)
+	return st*stage + 1024
 }
 
-// hopperQRegisters says whether gemm_wgmma_q dequantises t's weights into
-// the MMA's A registers (QA<QT>::RS in gemm_hopper.cu: q4_k) rather than
-// into shared memory tiles.
-func hopperQRegisters(t quant.Type) bool { return t == quant.Q4_K }
+// hopperQScaleBytes is the bytes of a row's scales a stage of
+// gemm_wgmma_q holds (QA<QT>::SC in gemm_hopper.cu): q4_k's six factors
+// and offsets (padded to 8 floats), q8_0's two scales and their 2^-8
+// multiples.
+func hopperQScaleBytes(t quant.Type) int {
+	if t == quant.Q4_K {
+		return 32
+	}
+	return 16
+}
 
 // hopperQBudget is gemm_wgmma_q's shared-memory budget with ctas CTAs a
 // multiprocessor: QCfg<CTAS>::SMEM in gemm_hopper.cu (TestSmemAgrees).
@@ -579,8 +579,8 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2),
-		append([]Arg{tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
-			ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, noGather()...)...)
+		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
+		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
 }
 
 // moeQuant is how MoE runs quantised stacks (MoEArgs.QGate etc.): the
@@ -711,9 +711,8 @@ func hopperQWGs(force, ctas, rows int) (int, error) {
 // moeHopperQ returns the grouped experts' launches with quantised stacks
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers;
-// its gate+up GEMM gathers the routes' x rows itself (GROUPED 2) unless
-// a.NoGather or the weights are q4_k (whose producer stages scales), then
-// moe_gather_rows copies them first.
+// moe_gather_rows copies the routes' x rows first (the producer stages
+// the rows' scales rather than gathering; MoEArgs.NoGather is moot here).
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
 	p := moeHopperParts(a, l, false)
@@ -723,25 +722,14 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	bn := 32 * l.MI                         // the schedule's token tile (hopperQTileRows)
 	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
 	wgs, _ := hopperQWGs(a.QMoE.WGs, ctas, bn)
-	grouped := func(x Ptr, xrows, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, gather bool) Launch {
-		tx, tq := hopperQMaps(x, xrows, K, m.W, t, m.Total, bn)
-		mode, tail := int64(1), noGather()
-		if gather {
-			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
-		}
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), mode, int64(ctas), int64(wgs)},
+	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
+		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs)},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
-			append([]Arg{tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
-				ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, tail...)...)
+			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
+			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}
-	if a.NoGather || hopperQRegisters(t) { // a producer staging scales does not gather
-		p.gateUp = grouped(a.Workspace.At(l.XG), R, a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), false)
-	} else {
-		// The map over x itself stands in for the unused one of the rows
-		// (a box's rows at most: the map's extent, not x's, for few tokens).
-		p.gather = nil
-		p.gateUp = grouped(a.X, max(a.T, bn), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), true)
-	}
-	p.down = grouped(a.Workspace.At(l.Act), R, a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys), false)
+	p.gateUp = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
+	p.down = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
 	return p.launches()
 }

@@ -314,8 +314,8 @@ __device__ __forceinline__ void gather_land(unsigned fb) {
 // waits for stage it - st to be free before it lands stage it - lag).
 __host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
 
-// GatherRows: a gathering producer's (GROUPED 2: gemm_wgmma and
-// gemm_wgmma_q) share of its stages' x tiles of ROWS rows x 64 columns.
+// GatherRows: a gathering producer's (gemm_wgmma's GROUPED 2) share of
+// its stages' x tiles of ROWS rows x 64 columns.
 // Thread tid of the producer warpgroup copies 16-byte chunk ch = tid % 8
 // of rows rb + 16 i (rb = tid / 8) with cp.async; chunk ch of row r lands
 // at r * 128 + ((ch ^ r % 8) << 4), TMA's 128-byte swizzle, and r % 8 is
@@ -645,16 +645,16 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 //
 // gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
 // q4_k in the device layout of quant.cu), for prefill. The weights are the
-// MMA's A operand: each consumer warpgroup dequantises its 64 x 64 tile of
-// a stage in registers, q4_k straight into the wgmma's A fragments (QA::RS:
-// 1.6% faster end to end than through shared memory), q8_0 into shared
-// memory (bf16, swizzled as wgmma reads it; two such tiles a warpgroup); no
-// bf16 copy in global memory. The tokens are the B operand, bf16 from
-// TMA-loaded swizzled tiles. A CTA computes NC x 64 weight rows (NC
-// consumer warpgroups of 64, NC 2 or 4) x BN tokens. The
-// producer brings each stage's raw quant bytes of those rows (NC TMA boxes
-// of 64 rows: QB bytes per row, q_boxes) and the token tile; scales and
-// k-quant heads are loaded a stage ahead through L1.
+// MMA's A operand: each consumer thread dequantises its two fragment rows'
+// 32 weights of a stage straight into the wgmma's A registers (for q4_k
+// 1.6% faster end to end than through a bf16 tile in shared memory, the
+// kernel's first form); no bf16 copy in global memory. The tokens are the
+// B operand, bf16 from TMA-loaded swizzled tiles. A CTA computes NC x 64
+// weight rows (NC consumer warpgroups of 64, NC 2 or 4) x BN tokens. The
+// producer warpgroup brings each stage's raw quant bytes of those rows (NC
+// TMA boxes of 64 rows: QB bytes per row, q_boxes) and the token tile, and
+// its 128 threads stage the rows' scales as floats (ScaleRows), so the
+// consumers' loop neither loads nor converts them.
 // Fragment rows: in a warpgroup's 64 rows, warp w, lane l holds rows
 // 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
 // and up row f of one output feature f, so the epilogue pairs them in
@@ -662,28 +662,8 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 
 template <int QT> struct QA;
 
-// st_swz stores 8 bf16 (16 bytes) as 16-byte chunk kc of row r of a
-// 128-byte-swizzled K-major tile (row at shared address row). Shared
-// addresses, not pointers: the tiles' pointers are aligned by integer
-// arithmetic, which left generic loads and stores (waiting on the long
-// scoreboard) where these are LDS/STS (1.87 -> 1.82 ms, as above).
-__device__ __forceinline__ void st_swz(unsigned row, int r, int kc, unsigned a, unsigned b, unsigned c, unsigned d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(row + ((kc ^ (r & 7)) << 4)), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-// Global loads the compiler may not move: a QA::pre issued before a
-// stage's mbarrier wait stays there (left to itself the compiler sank it
-// past the stage's first MMAs, shortening the time it has to arrive).
-__device__ __forceinline__ unsigned ldg_u8(const unsigned char* p) {
-  unsigned v;
-  asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ unsigned ldg_u16(const unsigned short* p) {
-  unsigned v;
-  asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
+// Global loads the compiler may not move: the producer's header loads,
+// issued before it waits for a stage's slot, stay there.
 __device__ __forceinline__ unsigned ldg_u32(const unsigned* p) {
   unsigned v;
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
@@ -699,96 +679,83 @@ __device__ __forceinline__ unsigned ld_shared4(unsigned a) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
   return v;
 }
-__device__ __forceinline__ uint4 ld_shared16(unsigned a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
 
+// Each QA<QT> gives, for the register path of gemm_wgmma_q:
+//   QB        quant bytes of a row per 64-element stage (TMA-loaded);
+//   SC, Hdr, HDR_KB, scale_base, hdr, put_scales: the SC bytes of a row's
+//             scales the producer stages (ScaleRows), from the Hdr it
+//             loads every HDR_KB stages;
+//   Scales, scales: a consumer's read of them;
+//   Words, words: the quant words a lane needs (words_at, words_sel);
+//   frag:     the row's A fragment registers for the stage's four k16
+//             steps, o[2s] columns 16s + 2tq4 (+1), o[2s + 1] those + 8.
+// words_at is a row's stage offset plus 4 (tq4 >> 1): the word holding
+// the lane's pair; words_sel picks its half.
+__device__ __forceinline__ unsigned words_at(int row, int qb, int tq4) { return row * qb + 4 * (tq4 >> 1); }
+__device__ __forceinline__ unsigned words_sel(int tq4) { return 0x5410u + 0x2222u * (tq4 & 1); }
 
 template <> struct QA<QT_Q8_0_H> {
-  static constexpr int QB = 64;     // quant bytes of a row per 64-element stage
-  static constexpr bool RS = false;  // dequantised into shared memory (tile)
-  static constexpr int SC = 0;       // no scales staged by the producer
-  // Pre is what tile needs from global memory besides the stage's quant
-  // bytes: loaded a stage ahead (pre), so its latency hides behind the
-  // previous stage's MMAs.
-  struct Pre {
-    unsigned d;  // whole registers, as QA<Q4_K>::Pre's
+  static constexpr int QB = 64, SC = 16, HDR_KB = 1;
+  struct Hdr {
+    unsigned d2;  // the stage's two f16 scales (columns 0..31, 32..63)
   };
-  static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
-    const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + grow * (K / 32) + 2 * kb + hh;
-    return Pre{ldg_u16(dp)};
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long wrows, int K) {
+    return w + align256h(wrows * K);
   }
-  static __device__ __forceinline__ void tile(unsigned qrow, Pre pr, int hh, unsigned dqrow, int r) {
-    const float d = f16_bits_h((unsigned short)pr.d), d8 = d * 0x1p-8f;
-    const uint4 q0 = ld_shared16(qrow + 32 * hh), q1 = ld_shared16(qrow + 32 * hh + 16);
-    const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+  static __device__ __forceinline__ Hdr hdr(const unsigned char*, const unsigned char* sb, long long grow, int K, int kb) {
+    return Hdr{ldg_u32(reinterpret_cast<const unsigned*>(sb) + grow * (K / 64) + kb)};
+  }
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int) {
+    const float d = f16_bits_h((unsigned short)(hd.d2 & 0xFFFF)), e = f16_bits_h((unsigned short)(hd.d2 >> 16));
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "f"(d), "f"(d * 0x1p-8f), "f"(e), "f"(e * 0x1p-8f) : "memory");
+  }
+  struct Scales {
+    float d, d8, e, e8;
+  };
+  static __device__ __forceinline__ Scales scales(unsigned sa) {
+    Scales r;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.d), "=f"(r.d8), "=f"(r.e), "=f"(r.e8) : "r"(sa));
+    return r;
+  }
+  // Words: step s's bytes 16s + 2tq4 (+1) and those + 8, one int8 weight each.
+  struct Words {
+    unsigned w[4];
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    Words r;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      unsigned p[4];
+    for (int s = 0; s < 4; s++) r.w[s] = __byte_perm(ld_shared4(q + 16 * s), ld_shared4(q + 16 * s + 8), sel);
+    return r;
+  }
+  // Bytes as int8 + 128 in place (mag: 2^23 + 128 and 2^23 + 32768 off).
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const unsigned v = words[2 * i + h] ^ 0x80808080u, w = v >> 16;  // int8 + 128; bytes 2, 3 in w
-        p[2 * h] = pack_bf16(d * (mag(v, 0xFFu) - 8388736.f), d8 * (mag(v, 0xFF00u) - 8421376.f));
-        p[2 * h + 1] = pack_bf16(d * (mag(w, 0xFFu) - 8388736.f), d8 * (mag(w, 0xFF00u) - 8421376.f));
-      }
-      st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
+    for (int s = 0; s < 4; s++) {
+      const float d = s < 2 ? sc.d : sc.e, d8 = s < 2 ? sc.d8 : sc.e8;
+      const unsigned v = wd.w[s] ^ 0x80808080u, u = v >> 16;
+      o[2 * s] = pack_bf16(d * (mag(v, 0xFFu) - 8388736.f), d8 * (mag(v, 0xFF00u) - 8421376.f));
+      o[2 * s + 1] = pack_bf16(d * (mag(u, 0xFFu) - 8388736.f), d8 * (mag(u, 0xFF00u) - 8421376.f));
     }
   }
 };
 
 template <> struct QA<QT_Q4_K_H> {
-  static constexpr int QB = 32;
-  static constexpr bool RS = true;  // dequantised into the MMA's A registers (frag)
-  // Pre: sub-block 2j+hh's scale and min bytes and the block's (d, dmin),
-  // of the stage's block b = kb/4, j = kb%4 (see QA<Q8_0>::Pre).
-  struct Pre {
-    unsigned sc, m, dd;  // whole registers: packing bytes would wait on the loads at once
-  };
-  static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
-    const long long bi = grow * (K / 256) + (kb >> 2);
-    const unsigned char* blk = w + bi * 144;
-    const int s = 2 * (kb & 3) + hh;
-    return Pre{ldg_u8(blk + s), ldg_u8(blk + 8 + s),
-               ldg_u32(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi)};
-  }
-  // tile: columns 32hh..32hh+31 of one row (quant bytes at qrow)
-  // dequantised into row r of a swizzled bf16 tile.
-  static __device__ __forceinline__ void tile(unsigned qrow, Pre pr, int hh, unsigned dqrow, int r) {
-    const float d = f16_bits_h((unsigned short)(pr.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(pr.dd >> 16));
-    const float f = d * (float)pr.sc, o = dmin * (float)pr.m;
-    // The nibble of byte k sits at bit s = 8k + 4hh (bytes 2 and 3 shifted
-    // to bytes 0 and 1): f scaled by 2^-s for each.
-    const float sh = hh ? 0x1p-4f : 1.f, f0 = f * sh, f8 = f * (sh * 0x1p-8f);
-    const unsigned m0 = 0xFu << (4 * hh), m8 = m0 << 8;
-    const uint4 q0 = ld_shared16(qrow), q1 = ld_shared16(qrow + 16);
-    const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  // 16-byte chunk 4hh+i: columns 32hh+8i .. +8
-      unsigned p[4];
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const unsigned v = words[2 * i + h], w = v >> 16;
-        p[2 * h] = pack_bf16(f0 * (mag(v, m0) - 8388608.f) - o, f8 * (mag(v, m8) - 8388608.f) - o);
-        p[2 * h + 1] = pack_bf16(f0 * (mag(w, m0) - 8388608.f) - o, f8 * (mag(w, m8) - 8388608.f) - o);
-      }
-      st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
-    }
-  }
-  // The producer stages each row's scales for the stage (RS): SC bytes a
-  // row, fl fl8 ol fh fh8 oh, the factors and offsets frag applies to its
-  // low (sub-block 2j) and high (2j + 1) nibbles, computed as tile
-  // computes them. Hdr is a row's block: its 8 scale and 8 min bytes and
-  // (d, dmin), loaded a block ahead.
-  static constexpr int SC = 32;
+  static constexpr int QB = 32, SC = 32, HDR_KB = 4;
+  // Hdr: a row's 256-element block: its 8 scale and 8 min bytes and
+  // (d, dmin). The staged scales: fl fl8 ol fh fh8 oh, the factors and
+  // offsets of the stage's low (sub-block 2j) and high (2j + 1) nibbles.
   struct Hdr {
     uint4 h;
     unsigned dd;
   };
-  static __device__ __forceinline__ Hdr hdr(const unsigned char* w, const unsigned* dd, long long grow, int K, int b) {
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long wrows, int K) {
+    return w + align256h(wrows * (K / 256) * 144);
+  }
+  // hdr of block b = kb / 4: its first 16 bytes in w, (d, dmin) at the
+  // scale base.
+  static __device__ __forceinline__ Hdr hdr(const unsigned char* w, const unsigned char* sb, long long grow, int K, int b) {
     const long long bi = grow * (K / 256) + b;
-    return Hdr{ldg_v4(w + bi * 144), ldg_u32(dd + bi)};
+    return Hdr{ldg_v4(w + bi * 144), ldg_u32(reinterpret_cast<const unsigned*>(sb) + bi)};
   }
   static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
     const unsigned sh = 16 * (j & 1), sc = ((j < 2 ? hd.h.x : hd.h.y) >> sh) & 0xFFFF, m = ((j < 2 ? hd.h.z : hd.h.w) >> sh) & 0xFFFF;
@@ -807,30 +774,24 @@ template <> struct QA<QT_Q4_K_H> {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.fh8), "=f"(r.oh) : "r"(sa + 16));
     return r;
   }
-  // words: the u16 of a row's stage bytes that lane quad position tq4
-  // needs, at bytes 8i + 2tq4 (i = 0..3; byte l holds column l in its low
+  // Words: the u16 at bytes 8i + 2tq4 (byte l holds column l in its low
   // nibble, 32 + l in its high one): w01 those of i = 0, 1, w23 of 2, 3.
-  // q is the row's address plus 4 (tq4 >> 1) (the word holding them), sel
-  // 0x5410 + 0x2222 (tq4 & 1) (its half): words_at.
-  static __device__ __forceinline__ void words(unsigned q, unsigned sel, unsigned& w01, unsigned& w23) {
-    w01 = __byte_perm(ld_shared4(q), ld_shared4(q + 8), sel);
-    w23 = __byte_perm(ld_shared4(q + 16), ld_shared4(q + 24), sel);
+  struct Words {
+    unsigned w01, w23;
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    return Words{__byte_perm(ld_shared4(q), ld_shared4(q + 8), sel), __byte_perm(ld_shared4(q + 16), ld_shared4(q + 24), sel)};
   }
-  static __device__ __forceinline__ unsigned words_at(int row, int tq4) { return row * QB + 4 * (tq4 >> 1); }
-  static __device__ __forceinline__ unsigned words_sel(int tq4) { return 0x5410u + 0x2222u * (tq4 & 1); }
-  // frag: a row's A fragment registers for the stage's four k16 steps, o[2s]
-  // columns 16s + 2tq4 (+1), o[2s + 1] those + 8: steps 0, 1 the low
-  // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1). Each value as
-  // tile computes it (the same bits).
-  static __device__ __forceinline__ void frag(unsigned w01, unsigned w23, const Scales& sc, unsigned (&o)[8]) {
-    const float fl = sc.fl, fl8 = sc.fl8, ol = sc.ol, fh = sc.fh, fh8 = sc.fh8, oh = sc.oh;
+  // Steps 0, 1 the low nibbles, 2, 3 the high ones; a nibble at bit 4 or
+  // 12 is 16 or 4096 times its value, which fh's 2^-4 and fh8 undo.
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-      const unsigned v = i ? w23 : w01, u = v >> 16;
-      o[2 * i] = pack_bf16(fl * (mag(v, 0xFu) - 8388608.f) - ol, fl8 * (mag(v, 0xF00u) - 8388608.f) - ol);
-      o[2 * i + 1] = pack_bf16(fl * (mag(u, 0xFu) - 8388608.f) - ol, fl8 * (mag(u, 0xF00u) - 8388608.f) - ol);
-      o[4 + 2 * i] = pack_bf16(fh * (mag(v, 0xF0u) - 8388608.f) - oh, fh8 * (mag(v, 0xF000u) - 8388608.f) - oh);
-      o[5 + 2 * i] = pack_bf16(fh * (mag(u, 0xF0u) - 8388608.f) - oh, fh8 * (mag(u, 0xF000u) - 8388608.f) - oh);
+      const unsigned v = i ? wd.w23 : wd.w01, u = v >> 16;
+      o[2 * i] = pack_bf16(sc.fl * (mag(v, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(v, 0xF00u) - 8388608.f) - sc.ol);
+      o[2 * i + 1] = pack_bf16(sc.fl * (mag(u, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(u, 0xF00u) - 8388608.f) - sc.ol);
+      o[4 + 2 * i] = pack_bf16(sc.fh * (mag(v, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(v, 0xF000u) - 8388608.f) - sc.oh);
+      o[5 + 2 * i] = pack_bf16(sc.fh * (mag(u, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(u, 0xF000u) - 8388608.f) - sc.oh);
     }
   }
 };
@@ -850,10 +811,10 @@ __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, i
 }
 
 // ScaleRows: the rows whose scales a producer thread stages for the
-// consumers that dequantise in registers (QA::RS): rows tid + 128 i of a
-// stage's NC x 64 (SwiGLU: the gate rows from r0, then the up rows from
-// r1). load brings a row's block header at a block's first stage, before
-// the producer waits for the stage's slot, so the wait covers the load.
+// consumers: rows tid + 128 i of a stage's NC x 64 (SwiGLU: the gate rows
+// from r0, then the up rows from r1). load brings a row's header every
+// HDR_KB stages, before the producer waits for the stage's slot, so the
+// wait covers the load.
 template <int QT, int EPI, int NC> struct ScaleRows {
   static constexpr int R = NC / 2;
   long long grow[R];
@@ -866,32 +827,33 @@ template <int QT, int EPI, int NC> struct ScaleRows {
       grow[i] = min(EPI == 2 ? (r < 32 * NC ? r0 + r : r1 + r - 32 * NC) : r0 + r, wrows - 1);
     }
   }
-  __device__ __forceinline__ void load(const unsigned char* w, const unsigned* dd, int K, int kb) {
-    if ((kb & 3) == 0) {
+  __device__ __forceinline__ void load(const unsigned char* w, const unsigned char* sb, int K, int kb) {
+    if (kb % QA<QT>::HDR_KB == 0) {
 #pragma unroll
-      for (int i = 0; i < R; i++) h[i] = QA<QT>::hdr(w, dd, grow[i], K, kb >> 2);
+      for (int i = 0; i < R; i++) h[i] = QA<QT>::hdr(w, sb, grow[i], K, kb / QA<QT>::HDR_KB);
     }
   }
   __device__ __forceinline__ void stage(unsigned ssc, int kb) const {
     const int tid = threadIdx.x & 127;
 #pragma unroll
-    for (int i = 0; i < R; i++) QA<QT>::put_scales(ssc + (tid + 128 * i) * QA<QT>::SC, h[i], kb & 3);
+    for (int i = 0; i < R; i++) QA<QT>::put_scales(ssc + (tid + 128 * i) * QA<QT>::SC, h[i], kb % QA<QT>::HDR_KB);
   }
 };
 
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
-// registers each: 3-4 stages), so that one CTA's waits (the stage's data,
-// the warpgroup barrier after the dequantised tile, the MMAs) overlap the
-// other's work. ptxas fits the whole kernel in the launch bounds'
-// registers (168, or 80 with 2 CTAs: token tiles of up to 96 rows, lower's
-// hopperQCTAs); setmaxnreg then moves the producer's spare ones to the
-// consumers, which the code does not use beyond those bounds.
+// registers each), so that one CTA's waits (the stage's data, its MMAs)
+// overlap the other's work. ptxas fits the whole kernel in the launch
+// bounds' registers (168, or 80 with 2 CTAs: token tiles of up to 96 rows,
+// lower's hopperQCTAs; 96 with NC 4); setmaxnreg then moves the producer's
+// spare ones to the consumers, which the code does not use beyond those
+// bounds. The producer keeps 32 with 2 CTAs (its ScaleRows; 128 x 32 +
+// 256 x 104 = 384 x 80).
 template <int CTAS> struct QCfg;
 template <> struct QCfg<1> {
   static constexpr int SMEM = 200 * 1024, PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 };
 template <> struct QCfg<2> {
-  static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 24, CONSUMER_REGS = 104;
+  static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 32, CONSUMER_REGS = 104;
 };
 
 template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC>
@@ -899,25 +861,17 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
                                                        const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                       int expert_rows, const bf16_t* __restrict__ gx,
-                                                       const int* __restrict__ gsorted, int gk) {
+                                                       int expert_rows) {
   pdl_wait();
-  constexpr bool GATHER = GROUPED == 2;  // gemm_wgmma's GROUPED 2: the x rows gathered by the producer
-  static_assert(!GATHER || EPI == 2, "the gathering producer serves the gate+up GEMM");
   static_assert(NC == 2 || (NC == 4 && CTAS == 1), "2 consumer warpgroups, or 4 in one CTA a multiprocessor");
-  static_assert(!(GATHER && QA<QT>::RS), "a gathering producer does not stage scales");
-  constexpr int QB = QA<QT>::QB;
+  constexpr int QB = QA<QT>::QB, SC = QA<QT>::SC;
   // A stage: the token tile, the rows' quant bytes, their staged scales.
-  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES + 64 * NC * QA<QT>::SC;
-  constexpr int DQ = QA<QT>::RS ? 0 : NC * 2 * 8192;  // dequantised A tiles: 2 a warpgroup
-  constexpr int ST = (QCfg<CTAS>::SMEM - DQ) / STAGE < 8 ? (QCfg<CTAS>::SMEM - DQ) / STAGE : 8;
+  constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES + 64 * NC * SC;
+  constexpr int ST = QCfg<CTAS>::SMEM / STAGE < 8 ? QCfg<CTAS>::SMEM / STAGE : 8;
   constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
   // 4 consumers: what 640 threads' 96 registers leave them beside a
   // producer of 40 (the code fits the launch bounds' 96).
   constexpr int CONSUMER_REGS = NC == 4 ? 104 : QCfg<CTAS>::CONSUMER_REGS;
-  // A producer staging scales (ScaleRows) needs more than one issuing TMA:
-  // 32 with two CTAs (128 x 32 + 256 x 104 = 384 x 80).
-  constexpr int PRODUCER_REGS = QA<QT>::RS && CTAS == 2 ? 32 : QCfg<CTAS>::PRODUCER_REGS;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -925,7 +879,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1 + (GATHER || QA<QT>::RS ? 128 : 0));
+      mbar_init(smem_addr(&full_bar[s]), 1 + 128);  // the TMA's expect_tx, each producer thread's scales
       mbar_init(smem_addr(&empty_bar[s]), 128 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -935,74 +889,28 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   const int tilesT = GROUPED ? ntiles[0] : (T + BN - 1) / BN, tilesF = (N + FW - 1) / FW, ntile = tilesT * tilesF;
   const int nk = K / 64;
 
-  if (wg == 0 && GATHER) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-    GatherRows<BN> g;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    const unsigned char* sb = QA<QT>::scale_base(w, wrows, K);
+    ScaleRows<QT, EPI, NC> sr;
     int it = 0;
     for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
       const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
       const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
       const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
-      g.tile(gsorted, rt.m0, rt.rows, gk, K);
+      sr.tile(wrows, r0, r1);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
+        sr.load(w, sb, K, kb);
         mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
         const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
         if (tid == 0) {
-          mbar_expect_tx(fb, Q_BYTES);
-          q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
-        }
-        g.stage(sx, gx, rt.rows, kb * 64, K);
-        g.landed<ST>(it, full_bar);
-      }
-    }
-    g.flush<ST>(it, full_bar);
-    return;
-  }
-  if constexpr (QA<QT>::RS) {
-    if (wg == 0) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-      const unsigned* dd = reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144));
-      ScaleRows<QT, EPI, NC> sr;
-      int it = 0;
-      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-        const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
-        const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-        const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
-        sr.tile(wrows, r0, r1);
-        for (int kb = 0; kb < nk; kb++, it++) {
-          const int s = it % ST;
-          sr.load(w, dd, K, kb);
-          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-          const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
-          if (tid == 0) {
-            mbar_expect_tx(fb, X_BYTES + Q_BYTES);
-            tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
-            q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
-          }
-          sr.stage(sq + Q_BYTES, kb);
-          mbar_arrive(fb);  // release: the consumers' wait sees the scales
-        }
-      }
-      return;
-    }
-  }
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-    if (tid == 0) {
-      int it = 0;
-      for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-        const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
-        const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-        const int r0 = rt.wrow + f0, r1 = up_row + rt.wrow + f0;
-        for (int kb = 0; kb < nk; kb++, it++) {
-          const int s = it % ST;
-          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-          const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
-          mbar_expect_tx(fb, STAGE);
+          mbar_expect_tx(fb, X_BYTES + Q_BYTES);
           tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
           q_boxes<QT, EPI, NC>(sq, &tq, kb, r0, r1, fb);
         }
+        sr.stage(sq + Q_BYTES, kb);
+        mbar_arrive(fb);  // release: the consumers' wait sees the scales
       }
     }
     return;
@@ -1010,6 +918,12 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int c = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq4 = lane & 3;
+  // This thread's A rows are its fragment rows ra (stage quant row qa) and
+  // rb (qb), dequantised into the MMA's registers with the scales the
+  // producer staged for them.
+  const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
+  const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
+  const unsigned qw = words_at(qa, QB, tq4), wsel = words_sel(tq4), sbase = smem_addr(smem);
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
@@ -1017,85 +931,31 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
     const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
     const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
-    if constexpr (QA<QT>::RS) {
-      // This thread's A rows are its fragment rows, dequantised into the
-      // MMA's registers: ra (stage quant row qa) and rb (qb), with the
-      // scales the producer staged for them (ScaleRows).
-      const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
-      const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
-      const unsigned qw = QA<QT>::words_at(qa, tq4), wsel = QA<QT>::words_sel(tq4), sbase = smem_addr(smem);
-      wg_pin(acc);
+    wg_pin(acc);
 #pragma unroll 1
-      for (int kb = 0; kb < nk; kb++, it++) {
-        const int s = it % ST;
-        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-        const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
-        unsigned a01, a23, b01, b23, fa[8], fb[8];
-        QA<QT>::words(sq + qw, wsel, a01, a23);
-        QA<QT>::words(sq + qw + (qb - qa) * QB, wsel, b01, b23);
-        QA<QT>::frag(a01, a23, QA<QT>::scales(ssc + qa * QA<QT>::SC), fa);
-        QA<QT>::frag(b01, b23, QA<QT>::scales(ssc + qb * QA<QT>::SC), fb);
-        wg_fence();
-        const unsigned long long db = wg_desc(sx);  // + 2 a k16 step: 32 bytes, in 16-byte units
+    for (int kb = 0; kb < nk; kb++, it++) {
+      const int s = it % ST;
+      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+      const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
+      unsigned fa[8], fb[8];
+      QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
+      QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
+      wg_fence();
+      const unsigned long long db = wg_desc(sx);  // + 2 a k16 step: 32 bytes, in 16-byte units
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-          const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
-          wgmma_rs_bn<BN>(acc, a, db + 2 * kk, kb > 0 || kk > 0);
-        }
-        wg_commit();
-        // Wait for them at once: the MMAs read fa and fb while they run,
-        // and ptxas reuses those registers after the issue (the next
-        // stage's loads), so no MMA may stay in flight past here. The
-        // other warpgroups on the multiprocessor fill the wait.
-        wg_wait<0>();
-        mbar_arrive(smem_addr(&empty_bar[s]));
+      for (int kk = 0; kk < 4; kk++) {
+        const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
+        wgmma_rs_bn<BN>(acc, a, db + 2 * kk, kb > 0 || kk > 0);
       }
-      wg_pin(acc);
-    } else {
-      // This thread dequantises half (tid & 1) of A row dq_row of its
-      // warpgroup's tile. A row 16w + g + 8h is the MMA's fragment row of warp
-      // w, lane row g (h = 0: ra, 1: rb), the stage's quant row dq_q (box 0:
-      // rows 0..63, box 1: 64..127); its global row dq_rowg is clamped (rows
-      // past the matrix are zero-filled by TMA, their scales must still be
-      // readable).
-      const int dq_row = tid >> 1;
-      const int dq_w = dq_row >> 4, dq_g = dq_row & 7, dq_h = (dq_row >> 3) & 1;
-      const int dq_la = EPI == 2 ? 32 * c + 8 * dq_w + dq_g : 64 * c + 16 * dq_w + dq_g;
-      const int dq_q = dq_h ? (EPI == 2 ? 32 * NC + dq_la : dq_la + 8) : dq_la;  // quant row in the stage
-      const long long dq_rowg = EPI == 2 ? min((long long)(dq_h ? up_row : 0) + rt.wrow + f0 + dq_la, wrows - 1)
-                                         : min((long long)rt.wrow + f0 + dq_q, wrows - 1);
-      int prev = -1;
-      typename QA<QT>::Pre pre = QA<QT>::pre(w, wrows, dq_rowg, K, 0, tid & 1);
-      wg_pin(acc);
-  #pragma unroll 1
-      for (int kb = 0; kb < nk; kb++, it++) {
-        const int s = it % ST;
-        typename QA<QT>::Pre nxt = pre;
-        if (kb + 1 < nk) nxt = QA<QT>::pre(w, wrows, dq_rowg, K, kb + 1, tid & 1);
-        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-        const unsigned char* sq = smem + s * STAGE + X_BYTES;
-        const unsigned sx = smem_addr(smem + s * STAGE);
-        // Dequantise this warpgroup's 64 x 64 A tile into shared memory in the
-        // 128-byte swizzled K-major layout (double-buffered: the previous
-        // stage's MMAs may still read the other), then multiply from there.
-        unsigned char* dq = smem + ST * STAGE + (2 * c + (kb & 1)) * 8192;
-        QA<QT>::tile(smem_addr(sq + dq_q * QB), pre, tid & 1, smem_addr(dq + dq_row * 128), dq_row);
-        pre = nxt;
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-        const unsigned sa = smem_addr(dq);
-        wg_fence();
-  #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_bn<BN>(acc, wg_desc(sa + 32 * kk), wg_desc(sx + 32 * kk), kb > 0 || kk > 0);
-        wg_commit();
-        wg_wait<1>();  // the previous stage's MMAs are done: its stage and A tile are free
-        if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
-        prev = s;
-      }
+      wg_commit();
+      // Wait for them at once: the MMAs read fa and fb while they run,
+      // and ptxas reuses those registers after the issue (the next
+      // stage's loads), so no MMA may stay in flight past here. The
+      // other warpgroups on the multiprocessor fill the wait.
       wg_wait<0>();
-      wg_pin(acc);
-      if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+      mbar_arrive(smem_addr(&empty_bar[s]));
     }
+    wg_pin(acc);
 
     // Epilogue: acc register i of chunk j = i/4 is fragment row
     // (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 + (i&1) of the tile.
