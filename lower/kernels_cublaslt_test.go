@@ -49,7 +49,7 @@ func TestCublasLtChoice(t *testing.T) {
 		var ls []Launch
 		var err error
 		if _, q := QuantType(a.WType); q {
-			ls, err = quantMatMul(a, a.N, 0)
+			ls, err = quantMatMul(nil, a, a.N, 0)
 		} else {
 			var l Launch
 			l, err = MatMul(a)

@@ -183,7 +183,7 @@ func TestQuantMatMulPaths(t *testing.T) {
 		}
 		a := MatMulArgs{T: c.T, K: c.K, N: c.N, X: Ptr{BaseArena, 0}, W: Ptr{BaseWeights, 0}, Y: Ptr{BaseArena, 1 << 28},
 			XType: "bf16", WType: quant.Q8_0.String(), YType: "bf16", SwiGLU: c.swiglu, SMs: 132, CC: 90}
-		ls, err := quantMatMul(a, wrows, 0)
+		ls, err := quantMatMul(nil, a, wrows, 0)
 		if err != nil {
 			t.Fatalf("%s T=%d: %v", c.name, c.T, err)
 		}

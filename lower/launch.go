@@ -38,6 +38,7 @@ const (
 	BaseTokens    = "tokens"    // the step's token ids, i32 [T]
 	BasePos       = "pos"       // their positions, i32 [T]
 	BaseRope      = "rope"      // Plan.Ropes at their offsets
+	BaseShadow    = "shadow"    // Plan.Shadows at their offsets
 	// BaseSync holds the counters blocks of one launch meet at (the split
 	// decode attention's, the fused router's), Schedule.Sync bytes: zeroed
 	// once by the executor, and every launch leaves them zero.

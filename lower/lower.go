@@ -35,6 +35,10 @@ type Options struct {
 	// copying them first: measured no faster (bf16 equal, q4_k 4.5% slower
 	// at 2048 tokens), so A/B timing only.
 	MoEGather bool
+	// PrefillBF16 keeps bf16 copies of the quantised weights of the
+	// prefill's dense matmuls (Plan.Shadows; bf16 plans only): more device
+	// memory, no dequantising copy a chunk.
+	PrefillBF16 bool
 	// CC is the target's compute capability, major*10+minor (default 90,
 	// an H200): 90 and up gets the TMA + wgmma GEMMs (sm_90a).
 	CC int
@@ -151,6 +155,57 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		}
 	}
 	return l.p, nil
+}
+
+// shadowOps are the dense matmuls whose quantised weight (input 1) a
+// shadow can stand in for.
+var shadowOps = []string{"matmul", "matmul_swiglu", "matmul_add", "matmul_split"}
+
+// shadows gives each block-quantised weight the dense matmuls of the
+// prefill schedule s read (not the experts' stacks) a bf16 copy of all its
+// rows, before s's launches are recorded.
+func (p *Plan) shadows(s *Schedule) {
+	seen := map[int]bool{}
+	for _, st := range s.Steps {
+		if !slices.Contains(shadowOps, st.Op) || len(st.In) < 2 || st.In[1].Kind != "weight" {
+			continue
+		}
+		i := st.In[1].Weight
+		if i < 0 || i >= len(p.Weights) || seen[i] {
+			continue
+		}
+		w := p.Weights[i]
+		if !IsQuantLayout(w.Layout) || GateUpSplit(w.Layout) || len(w.Shape) != 2 || w.Offset < 0 {
+			continue
+		}
+		seen[i] = true
+		b := int64(w.Shape[0]) * int64(w.Shape[1]) * 2
+		p.Shadows = append(p.Shadows, Shadow{Weight: i, Offset: p.ShadowBytes, Bytes: b})
+		p.ShadowBytes += (b + Alignment - 1) / Alignment * Alignment
+	}
+}
+
+// ShadowInit is the launches that fill the plan's shadows once the weights
+// are on the device: each quantised weight dequantised whole into its
+// bf16 copy.
+func (p *Plan) ShadowInit() ([]Launch, error) {
+	var ls []Launch
+	for _, s := range p.Shadows {
+		if s.Weight < 0 || s.Weight >= len(p.Weights) {
+			return nil, fmt.Errorf("shadow of weight #%d: outside the plan", s.Weight)
+		}
+		w := p.Weights[s.Weight]
+		t, ok := QuantType(w.DType)
+		if !ok || len(w.Shape) != 2 || s.Bytes != int64(w.Shape[0])*int64(w.Shape[1])*2 || s.Offset < 0 || s.Offset+s.Bytes > p.ShadowBytes {
+			return nil, fmt.Errorf("shadow of weight %s (%s %v): %d bytes at %d of %d", w.Name, w.DType, w.Shape, s.Bytes, s.Offset, p.ShadowBytes)
+		}
+		l, err := QDequant(t, Ptr{BaseWeights, w.Offset}, w.Shape[0], w.Shape[1], 0, w.Shape[0], Ptr{BaseShadow, s.Offset}, "bf16")
+		if err != nil {
+			return nil, fmt.Errorf("shadow of weight %s: %w", w.Name, err)
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
 }
 
 type lowerer struct {
@@ -411,6 +466,9 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			st.KV = i
 		}
 		s.Steps = append(s.Steps, st)
+	}
+	if class == Prefill && l.o.PrefillBF16 && l.o.DType == ir.BF16 {
+		l.p.shadows(s)
 	}
 	launches := make([][]Launch, len(s.Steps))
 	for i := range s.Steps {

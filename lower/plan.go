@@ -51,6 +51,13 @@ type Plan struct {
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
 	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
 	MoEGather bool `json:"moe_gather,omitempty"`
+	// Shadows are bf16 copies of the block-quantised weights the prefill's
+	// dense matmuls read (Options.PrefillBF16), made once at load in one
+	// allocation of ShadowBytes (BaseShadow): those matmuls then run the
+	// bf16 GEMM over them instead of dequantising into the workspace every
+	// chunk. Decode keeps the quantised GEMVs.
+	Shadows     []Shadow `json:"shadows,omitempty"`
+	ShadowBytes int64    `json:"shadow_bytes,omitempty"`
 	// Seqs is the number of sequence slots: the executor allocates the KV
 	// caches Seqs times, KVSeqBytes apart (0 in older plans: one).
 	Seqs int `json:"seqs,omitempty"`
@@ -79,6 +86,41 @@ type Plan struct {
 	RopeBytes int64     `json:"rope_bytes"`
 	Decode    *Schedule `json:"decode"`
 	Prefill   *Schedule `json:"prefill"`
+}
+
+// Shadow is the bf16 copy of every row of quantised weight Weight (an
+// index in Plan.Weights), [rows, K] at Offset of the shadow allocation.
+type Shadow struct {
+	Weight int   `json:"weight"`
+	Offset int64 `json:"offset"`
+	Bytes  int64 `json:"bytes"`
+}
+
+// shadow is the bf16 copy of the quantised weight at w, if the plan has one.
+func (p *Plan) shadow(w Ptr) (Shadow, bool) {
+	if w.Base != BaseWeights {
+		return Shadow{}, false
+	}
+	for _, s := range p.Shadows {
+		if s.Weight >= 0 && s.Weight < len(p.Weights) && p.Weights[s.Weight].Offset == w.Offset {
+			return s, true
+		}
+	}
+	return Shadow{}, false
+}
+
+// shadowRows is where the prefill GEMM a reads rows row0.. of its
+// quantised weight from the plan's bf16 copy of it: bf16 activations,
+// more rows than the GEMVs take, and a shadow of the weight.
+func (p *Plan) shadowRows(a MatMulArgs, row0 int) (Ptr, bool) {
+	if p == nil || a.T <= QGEMVMaxRows || dequantDType(a.XType) != "bf16" {
+		return Ptr{}, false
+	}
+	s, ok := p.shadow(a.W)
+	if !ok {
+		return Ptr{}, false
+	}
+	return Ptr{BaseShadow, s.Offset + int64(row0)*int64(a.K)*2}, true
 }
 
 // Weight is one tensor on the device.

@@ -37,7 +37,7 @@ func init() {
 func matmulOrQuant(c *stepCtx, a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 	return c.gemvRows(a, func(b MatMulArgs) ([]Launch, error) {
 		if IsQuantized(b.WType) {
-			return quantMatMul(b, wrows, row0)
+			return quantMatMul(c.p, b, wrows, row0)
 		}
 		return one(MatMul(b))
 	})
@@ -66,11 +66,12 @@ const QDequantGEMMRows = 512
 
 // quantMatMul is y = x w^T with w the rows [row0, row0+N) (2N with
 // SwiGLU) of a block-quantised matrix of wrows rows: for a few tokens, x
-// quantised into the workspace and the quantised GEMV; on Hopper below
-// QDequantGEMMRows (see there) the wgmma GEMM dequantising in registers; else the rows
-// dequantised into the workspace and the GEMM of a's other dtypes over
-// them.
-func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
+// quantised into the workspace and the quantised GEMV; where p keeps a
+// bf16 copy of the matrix (Plan.Shadows), the bf16 GEMM over its rows; on
+// Hopper below QDequantGEMMRows (see there) the wgmma GEMM dequantising in
+// registers; else the rows dequantised into the workspace and the GEMM of
+// a's other dtypes over them. p may be nil (no shadows).
+func quantMatMul(p *Plan, a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 	t, ok := QuantType(a.WType)
 	if !ok {
 		return nil, fmt.Errorf("matmul: no GPU kernels for %s weights", a.WType)
@@ -87,6 +88,11 @@ func quantMatMul(a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 			return nil, err
 		}
 		return []Launch{q, g}, nil
+	}
+	if w, ok := p.shadowRows(a, row0); ok {
+		b := a
+		b.W, b.WType = w, "bf16"
+		return one(MatMul(b))
 	}
 	if quantInRegs(a, t) {
 		return []Launch{HopperQGEMM(a.T, a.N, a.K, a.X, a.W, t, wrows, row0, a.Y, a.YType, a.epilogue(), a.N, sms(a.SMs))}, nil
@@ -130,7 +136,7 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 		return Q8XBytes(a.T, K), 0, nil
 	}
 	t, _ := QuantType(a.WType)
-	if quantInRegs(a, t) {
+	if _, ok := c.p.shadowRows(a, 0); ok || quantInRegs(a, t) {
 		return 0, 0, nil
 	}
 	return int64(a.N) * int64(K) * int64(dtypeSize(dequantDType(a.XType))), 0, nil
@@ -206,7 +212,7 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 			// A row block of a quantised matrix is not a byte offset (the
 			// device layout keeps heads apart): the kernels take its rows.
 			r0 := row
-			qs, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return quantMatMul(b, a.N, r0) })
+			qs, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return quantMatMul(c.p, b, a.N, r0) })
 			if err != nil {
 				return nil, err
 			}
@@ -251,7 +257,9 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, false, nil
 	}
 	var dq []Launch
-	if t, q := QuantType(a.WType); q {
+	if w, ok := c.p.shadowRows(a, 0); ok {
+		b.W, b.WType = w, "bf16"
+	} else if t, q := QuantType(a.WType); q {
 		if quantInRegs(a, t) || dequantDType(a.XType) != "bf16" {
 			return nil, false, nil
 		}

@@ -122,6 +122,9 @@ type benchReport struct {
 	WorkspaceBytes int64 `json:"workspace_bytes"`
 	// CublasLtBytes: cuBLASLt's workspace, where prefill GEMMs run on it.
 	CublasLtBytes int64 `json:"cublaslt_bytes,omitempty"`
+	// ShadowBytes: the bf16 copies of quantised weights the prefill reads
+	// (LAGC_PREFILL_BF16=1), for the benched layers.
+	ShadowBytes int64 `json:"shadow_bytes,omitempty"`
 	// SkipKernels, SkippedLaunches: gpu.EnvSkipKernels and the launches it
 	// left out (an ablation: the outputs were wrong, the times are not a
 	// model's).
@@ -298,6 +301,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	rep.WeightBytes48 = fullWeightBytes(plan, cfg, full)
 	rep.KVBytes = plan.KVBytes
+	rep.ShadowBytes = plan.ShadowBytes
 	rep.ArenaBytes = max(plan.Decode.Arena, plan.Prefill.Arena)
 	rep.WorkspaceBytes = max(plan.Decode.Workspace, plan.Prefill.Workspace)
 	if plan.CublasLt {
@@ -750,6 +754,10 @@ func printBench(w io.Writer, r *benchReport) {
 		lower.FormatBytes(r.ArenaBytes), lower.FormatBytes(r.WorkspaceBytes))
 	if r.CublasLtBytes > 0 {
 		fmt.Fprintf(w, "prefill GEMMs on cuBLASLt (LAGC_CUBLASLT=0: lagc's own), its workspace %s\n", lower.FormatBytes(r.CublasLtBytes))
+	}
+	if r.ShadowBytes > 0 {
+		fmt.Fprintf(w, "prefill reads bf16 copies of the quantised dense weights (LAGC_PREFILL_BF16=1): %s for these %d layers\n",
+			lower.FormatBytes(r.ShadowBytes), r.Layers)
 	}
 	if r.SkippedLaunches > 0 {
 		fmt.Fprintf(w, "ABLATION: %s=%q left out %d launches: the outputs are wrong, the times are the model's without those kernels\n",

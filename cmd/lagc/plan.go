@@ -177,9 +177,13 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 // the decode and prefill arenas with their workspaces) exceeds gib GiB.
 func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
 	act := p.Decode.Arena + p.Decode.Workspace + p.Prefill.Arena + p.Prefill.Workspace
-	need := p.WeightBytes + int64(p.SeqSlots())*p.KVSeqBytes() + act
+	need := p.WeightBytes + p.ShadowBytes + int64(p.SeqSlots())*p.KVSeqBytes() + act
 	if gib > 0 && float64(need) > gib*(1<<30) {
-		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
-			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
+		copies := ""
+		if p.ShadowBytes > 0 {
+			copies = ", bf16 weight copies " + lower.FormatBytes(p.ShadowBytes)
+		}
+		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s%s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
+			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), copies, lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
 	}
 }

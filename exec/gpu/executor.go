@@ -81,6 +81,7 @@ type Executor struct {
 	sync        cuda.DevicePtr // counters (lower.BaseSync) of syncBytes, zeroed at allocation
 	syncBytes   int64
 	ropes       cuda.DevicePtr // plan.RopeBytes
+	shadows     cuda.DevicePtr // plan.ShadowBytes: bf16 copies of quantised weights
 
 	decode, prefill *program
 	ragged          *program   // the prefill program of the last short chunk
@@ -111,6 +112,10 @@ const EnvPDL = "LAGC_PDL"
 // EnvCublasLt, set to 0, keeps prefill GEMMs on lagc's own kernels where
 // cuBLASLt is found (PlanOptions).
 const EnvCublasLt = "LAGC_CUBLASLT"
+
+// EnvPrefillBF16 = 1 plans bf16 copies of the quantised weights of the
+// prefill's dense matmuls, made at load (lower.Options.PrefillBF16).
+const EnvPrefillBF16 = "LAGC_PREFILL_BF16"
 
 // New allocates the plan's regions, uploads its weights (from ws, or
 // synthetic ones when ws is nil) and rope tables, and binds both
@@ -180,6 +185,9 @@ func (e *Executor) start(ws WeightSource) (err error) {
 		return err
 	}
 	if err := e.uploadRopes(); err != nil {
+		return err
+	}
+	if err := e.fillShadows(); err != nil {
 		return err
 	}
 	if e.decode, err = e.bindPlanned(plan.Decode); err != nil {
@@ -279,6 +287,12 @@ func (e *Executor) allocate() error {
 	e.routes = e.ws.Add(e.wsBytes)
 	if e.ropes, err = e.alloc(p.RopeBytes); err != nil {
 		return fmt.Errorf("rope tables (%d bytes): %w", p.RopeBytes, err)
+	}
+	if p.ShadowBytes < 0 || p.ShadowBytes > maxBytes {
+		return fmt.Errorf("the plan asks for %d bytes of bf16 weight copies", p.ShadowBytes)
+	}
+	if e.shadows, err = e.alloc(p.ShadowBytes); err != nil {
+		return fmt.Errorf("bf16 copies of quantised weights for prefill (%s; %s=1 asked for them): %w", lower.FormatBytes(p.ShadowBytes), EnvPrefillBF16, err)
 	}
 	// Tokens, positions, sequence slots and the counters, all zeroed: the
 	// kernels that use the counters leave them zero.

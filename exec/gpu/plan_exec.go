@@ -89,6 +89,8 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 		p = e.sync
 	case lower.BaseRope:
 		p = e.ropes
+	case lower.BaseShadow:
+		p = e.shadows
 	default:
 		return 0, fmt.Errorf("the executor has no region %q", region)
 	}

@@ -30,12 +30,17 @@ type traceModel struct {
 	// cublasLt plans prefill GEMMs on cuBLASLt (lower.Options.CublasLt).
 	cublasLt bool
 	qmoe     lower.QMoEForce // lower.Options.QMoE
+	// prefillBF16 keeps bf16 copies of the dense quantised weights
+	// (lower.Options.PrefillBF16).
+	prefillBF16 bool
 }
 
 var traceModels = []traceModel{
 	{name: "laguna-s-2.1", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4},
 	{name: "laguna-xs-2", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4},
 	{name: "laguna-s-2.1-q4_k_m", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m"},
+	{name: "laguna-s-2.1-q4_k_m-copies", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m",
+		prefillBF16: true},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
@@ -88,7 +93,8 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	if _, err := passes.Run(g, passes.Options{Passes: m.passes}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe})
+	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
+		PrefillBF16: m.prefillBF16})
 	if err != nil {
 		t.Fatal(err)
 	}

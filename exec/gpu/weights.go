@@ -363,6 +363,28 @@ func (e *Executor) syntheticWeights(seed uint32) error {
 	return e.s.Synchronize()
 }
 
+// fillShadows makes the plan's bf16 copies of quantised weights
+// (lower.Plan.Shadows) from the weights now on the device.
+func (e *Executor) fillShadows() error {
+	ls, err := e.plan.ShadowInit()
+	if err != nil || len(ls) == 0 {
+		return err
+	}
+	for _, l := range ls {
+		b, err := e.k.Bind(l, e.base)
+		if err == nil {
+			err = b.Launch(e.q)
+		}
+		if err != nil {
+			return fmt.Errorf("bf16 copy of a quantised weight: %w", err)
+		}
+	}
+	if e.s == nil {
+		return nil
+	}
+	return e.s.Synchronize()
+}
+
 // uploadRopes computes the plan's rotary tables and copies them to their
 // offsets.
 func (e *Executor) uploadRopes() error {
