@@ -37,10 +37,20 @@ func init() {
 func matmulOrQuant(c *stepCtx, a MatMulArgs, wrows, row0 int) ([]Launch, error) {
 	return c.gemvRows(a, func(b MatMulArgs) ([]Launch, error) {
 		if IsQuantized(b.WType) {
-			return quantMatMul(c.p, b, wrows, row0)
+			return quantMatMul(c.shadowPlan(), b, wrows, row0)
 		}
 		return one(MatMul(b))
 	})
+}
+
+// shadowPlan is the plan whose bf16 weight copies (Plan.Shadows) a
+// prefill step's quantised matmuls read, nil for decode and batched decode
+// steps: those keep the quantised kernels.
+func (c *stepCtx) shadowPlan() *Plan {
+	if c.batch || c.s.Class != Prefill {
+		return nil
+	}
+	return c.p
 }
 
 // gemvRows is f(a) over the runs of rows gemvRuns gives.
@@ -136,7 +146,9 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 		return Q8XBytes(a.T, K), 0, nil
 	}
 	t, _ := QuantType(a.WType)
-	if _, ok := c.p.shadowRows(a, 0); ok || quantInRegs(a, t) {
+	// Shadows (Plan.Shadows) do not shrink it: a batched decode step on
+	// the prefill schedule's steps dequantises as before.
+	if quantInRegs(a, t) {
 		return 0, 0, nil
 	}
 	return int64(a.N) * int64(K) * int64(dtypeSize(dequantDType(a.XType))), 0, nil
@@ -212,7 +224,7 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 			// A row block of a quantised matrix is not a byte offset (the
 			// device layout keeps heads apart): the kernels take its rows.
 			r0 := row
-			qs, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return quantMatMul(c.p, b, a.N, r0) })
+			qs, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return quantMatMul(c.shadowPlan(), b, a.N, r0) })
 			if err != nil {
 				return nil, err
 			}
@@ -257,7 +269,7 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, false, nil
 	}
 	var dq []Launch
-	if w, ok := c.p.shadowRows(a, 0); ok {
+	if w, ok := c.shadowPlan().shadowRows(a, 0); ok {
 		b.W, b.WType = w, "bf16"
 	} else if t, q := QuantType(a.WType); q {
 		if quantInRegs(a, t) || dequantDType(a.XType) != "bf16" {

@@ -100,6 +100,29 @@ func TestPrefillShadows(t *testing.T) {
 			t.Errorf("%s T=%d: launches differ with the copies", c.sch(p).Class, c.T)
 		}
 	}
+	// Batched decode steps run on the prefill schedule's steps and keep the
+	// quantised kernels, GEMVs or (BatchGEMM, above 8 rows) the GEMMs.
+	plain.seqs, copies.seqs = 16, 16
+	p0, p = tracePlan(t, plain, ir.BF16), tracePlan(t, copies, ir.BF16)
+	p0.BatchGEMM, p.BatchGEMM = true, true
+	for _, b := range []int{4, 16} {
+		text := func(p *lower.Plan) []string {
+			all, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, ls := range all {
+				for _, l := range ls {
+					out = append(out, l.String())
+				}
+			}
+			return out
+		}
+		if got, want := text(p), text(p0); !slices.Equal(got, want) {
+			t.Errorf("batched decode of %d: launches differ with the copies", b)
+		}
+	}
 }
 
 // TestPrefillShadowsGPU: a prefill of 600 tokens (the bf16 GEMM path with
