@@ -393,6 +393,9 @@ func (p *Plan) Print(w io.Writer) error {
 		fmt.Fprintf(w, "kv caches: %d layers, %s\n", len(p.KV), FormatBytes(p.KVBytes))
 	}
 	fmt.Fprintf(w, "rope tables: %d, %s\n", len(p.Ropes), FormatBytes(p.RopeBytes))
+	if len(p.Shadows) > 0 {
+		fmt.Fprintf(w, "bf16 copies of quantised weights for prefill: %d, %s\n", len(p.Shadows), FormatBytes(p.ShadowBytes))
+	}
 	for _, s := range []*Schedule{p.Decode, p.Prefill} {
 		launches := make([][]Launch, len(s.Steps))
 		for i, st := range s.Steps {
