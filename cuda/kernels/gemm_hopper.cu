@@ -674,11 +674,6 @@ __device__ __forceinline__ void st_swz(unsigned row, int r, int kc, unsigned a, 
 // Global loads the compiler may not move: a QA::pre issued before a
 // stage's mbarrier wait stays there (left to itself the compiler sank it
 // past the stage's first MMAs, shortening the time it has to arrive).
-__device__ __forceinline__ unsigned ldg_u8(const unsigned char* p) {
-  unsigned v;
-  asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
 __device__ __forceinline__ unsigned ldg_u16(const unsigned short* p) {
   unsigned v;
   asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
@@ -714,7 +709,7 @@ template <> struct QA<QT_Q8_0_H> {
   // bytes: loaded a stage ahead (pre), so its latency hides behind the
   // previous stage's MMAs.
   struct Pre {
-    unsigned d;  // whole registers, as QA<Q4_K>::Pre's
+    unsigned d;  // a whole register: packing bytes would wait on the loads at once
   };
   static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256h(wrows * K)) + grow * (K / 32) + 2 * kb + hh;
@@ -741,45 +736,9 @@ template <> struct QA<QT_Q8_0_H> {
 template <> struct QA<QT_Q4_K_H> {
   static constexpr int QB = 32;
   static constexpr bool RS = true;  // dequantised into the MMA's A registers (frag)
-  // Pre: sub-block 2j+hh's scale and min bytes and the block's (d, dmin),
-  // of the stage's block b = kb/4, j = kb%4 (see QA<Q8_0>::Pre).
-  struct Pre {
-    unsigned sc, m, dd;  // whole registers: packing bytes would wait on the loads at once
-  };
-  static __device__ __forceinline__ Pre pre(const unsigned char* w, long long wrows, long long grow, int K, int kb, int hh) {
-    const long long bi = grow * (K / 256) + (kb >> 2);
-    const unsigned char* blk = w + bi * 144;
-    const int s = 2 * (kb & 3) + hh;
-    return Pre{ldg_u8(blk + s), ldg_u8(blk + 8 + s),
-               ldg_u32(reinterpret_cast<const unsigned*>(w + align256h(wrows * (K / 256) * 144)) + bi)};
-  }
-  // tile: columns 32hh..32hh+31 of one row (quant bytes at qrow)
-  // dequantised into row r of a swizzled bf16 tile.
-  static __device__ __forceinline__ void tile(unsigned qrow, Pre pr, int hh, unsigned dqrow, int r) {
-    const float d = f16_bits_h((unsigned short)(pr.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(pr.dd >> 16));
-    const float f = d * (float)pr.sc, o = dmin * (float)pr.m;
-    // The nibble of byte k sits at bit s = 8k + 4hh (bytes 2 and 3 shifted
-    // to bytes 0 and 1): f scaled by 2^-s for each.
-    const float sh = hh ? 0x1p-4f : 1.f, f0 = f * sh, f8 = f * (sh * 0x1p-8f);
-    const unsigned m0 = 0xFu << (4 * hh), m8 = m0 << 8;
-    const uint4 q0 = ld_shared16(qrow), q1 = ld_shared16(qrow + 16);
-    const unsigned words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  // 16-byte chunk 4hh+i: columns 32hh+8i .. +8
-      unsigned p[4];
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const unsigned v = words[2 * i + h], w = v >> 16;
-        p[2 * h] = pack_bf16(f0 * (mag(v, m0) - 8388608.f) - o, f8 * (mag(v, m8) - 8388608.f) - o);
-        p[2 * h + 1] = pack_bf16(f0 * (mag(w, m0) - 8388608.f) - o, f8 * (mag(w, m8) - 8388608.f) - o);
-      }
-      st_swz(dqrow, r, 4 * hh + i, p[0], p[1], p[2], p[3]);
-    }
-  }
   // The producer stages each row's scales for the stage (RS): SC bytes a
   // row, fl fl8 ol fh fh8 oh, the factors and offsets frag applies to its
-  // low (sub-block 2j) and high (2j + 1) nibbles, computed as tile
-  // computes them. Hdr is a row's block: its 8 scale and 8 min bytes and
+  // low (sub-block 2j) and high (2j + 1) nibbles. Hdr is a row's block: its 8 scale and 8 min bytes and
   // (d, dmin), loaded a block ahead.
   static constexpr int SC = 32;
   struct Hdr {
@@ -820,8 +779,8 @@ template <> struct QA<QT_Q4_K_H> {
   static __device__ __forceinline__ unsigned words_sel(int tq4) { return 0x5410u + 0x2222u * (tq4 & 1); }
   // frag: a row's A fragment registers for the stage's four k16 steps, o[2s]
   // columns 16s + 2tq4 (+1), o[2s + 1] those + 8: steps 0, 1 the low
-  // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1). Each value as
-  // tile computes it (the same bits).
+  // nibbles (sub-block 2j), 2, 3 the high ones (2j + 1): d * sc * q -
+  // dmin * m in f32 (one fused multiply-add), rounded to bf16.
   static __device__ __forceinline__ void frag(unsigned w01, unsigned w23, const Scales& sc, unsigned (&o)[8]) {
     const float fl = sc.fl, fl8 = sc.fl8, ol = sc.ol, fh = sc.fh, fh8 = sc.fh8, oh = sc.oh;
 #pragma unroll
