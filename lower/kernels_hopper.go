@@ -274,8 +274,8 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 }
 
 // moeHopperParts builds moeHopper's parts; gather fuses the x rows'
-// gather into the gate+up GEMM (moeHopperQ keeps the copy: gemm_wgmma_q
-// reads it by TMA).
+// gather into the gate+up GEMM (moeHopperQ asks for the copy and puts its
+// own gate+up and down GEMMs in).
 func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	wsp := func(off int64) Ptr { return a.Workspace.At(off) }

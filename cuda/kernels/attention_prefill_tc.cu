@@ -109,6 +109,24 @@ __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
 // 8; nothing reads it any more), and writes them as whole rows of out
 // (head h of token t at t * ldo + h * D). VEC: 16-byte stores, else 2-byte
 // ones. attn_prefill_tc and attn_prefill_wg both end with it.
+// FaRows: a CTA's share of the (token, query head of the group) rows of
+// kv head blockIdx.y, both prefill attention kernels alike: FA_BQ rows
+// from r0 (the latest rows, with the most keys, to the first CTAs), nr of
+// them real, of R; p0 the first token's position.
+struct FaRows {
+  int group, kvh, R, r0, nr, p0;
+};
+__device__ __forceinline__ FaRows fa_rows(int ntok, int nh, int nkv, const int* pos) {
+  FaRows f;
+  f.group = nh / nkv;
+  f.kvh = blockIdx.y;
+  f.R = ntok * f.group;
+  f.r0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;
+  f.nr = min(FA_BQ, f.R - f.r0);
+  f.p0 = pos[0];
+  return f;
+}
+
 template <typename T, int D, int VEC, typename O>
 __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], unsigned short* stage, unsigned short* og,
                                              long long ldo, const T* gate, long long ldg, int G, int nh, int group, int kvh,
@@ -173,12 +191,9 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   const unsigned short* vcg = reinterpret_cast<const unsigned short*>(vc);
   unsigned short* og = reinterpret_cast<unsigned short*>(out);
 
-  const int group = nh / nkv, kvh = blockIdx.y;
-  const int R = ntok * group;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;  // the latest rows (most keys) first
-  const int nr = min(FA_BQ, R - r0);
+  const FaRows fr = fa_rows(ntok, nh, nkv, pos);
+  const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0, nr = fr.nr, p0 = fr.p0;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int p0 = pos[0];
   const long long crow = (long long)nkv * D;
 
   // Q tile: rows past R are zero (their outputs are never written).

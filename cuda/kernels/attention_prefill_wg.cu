@@ -95,12 +95,9 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   const unsigned short* vcg = reinterpret_cast<const unsigned short*>(vc);
   unsigned short* og = reinterpret_cast<unsigned short*>(out);
 
-  const int group = nh / nkv, kvh = blockIdx.y;
-  const int R = ntok * group;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;  // the latest rows (most keys) first
-  const int nr = min(FA_BQ, R - r0);
+  const FaRows fr = fa_rows(ntok, nh, nkv, pos);
+  const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0, nr = fr.nr, p0 = fr.p0;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int p0 = pos[0];
   const long long crow = (long long)nkv * D;
 
   // Q tile: rows past R are zero (their outputs are never written).
