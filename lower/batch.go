@@ -65,6 +65,21 @@ func (p *Plan) SeqSlots() int { return max(p.Seqs, 1) }
 // executor allocates Seqs times KVBytes, slot s at s*KVBytes.
 func (p *Plan) KVSeqBytes() int64 { return align(p.KVBytes) }
 
+// DeviceBytes is about what an executor of p allocates on the device: the
+// weights, every sequence slot's KV caches, the rope tables, the bf16
+// weight copies and the largest schedule's activations, workspace and
+// routes (not the CUDA context, modules or libraries' workspaces).
+func (p *Plan) DeviceBytes() int64 {
+	n := align(p.WeightBytes) + int64(p.SeqSlots())*p.KVSeqBytes() + align(p.RopeBytes) + align(p.ShadowBytes)
+	var arena, ws, routes int64
+	for _, s := range []*Schedule{p.Decode, p.Prefill} {
+		if s != nil {
+			arena, ws, routes = max(arena, s.Arena), max(ws, s.Workspace), max(routes, s.Routes)
+		}
+	}
+	return n + align(arena) + align(ws) + align(routes)
+}
+
 // AtBatch returns the launches of a batched decode step of b rows (a
 // bucket): the prefill schedule at T=b with batched decode attention.
 func (p *Plan) AtBatch(b int) ([][]Launch, error) {

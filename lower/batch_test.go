@@ -84,3 +84,16 @@ func TestAtBatchKernels(t *testing.T) {
 		t.Errorf("%d sequence slots accepted", MaxSeqs+1)
 	}
 }
+
+// TestDeviceBytes: a plan's device bytes count the weights, each sequence
+// slot's KV caches, the ropes, the bf16 weight copies and the larger
+// schedule's arena, workspace and routes, each aligned.
+func TestDeviceBytes(t *testing.T) {
+	p := &Plan{WeightBytes: 1000, KVBytes: 300, Seqs: 3, RopeBytes: 10, ShadowBytes: 4096,
+		Decode:  &Schedule{Arena: 5000, Workspace: 1, Routes: 700},
+		Prefill: &Schedule{Arena: 7000, Workspace: 9000, Routes: 2}}
+	want := align(1000) + 3*align(300) + align(10) + align(4096) + align(7000) + align(9000) + align(700)
+	if got := p.DeviceBytes(); got != want {
+		t.Fatalf("DeviceBytes %d, want %d", got, want)
+	}
+}

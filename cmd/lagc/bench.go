@@ -123,8 +123,10 @@ type benchReport struct {
 	// CublasLtBytes: cuBLASLt's workspace, where prefill GEMMs run on it.
 	CublasLtBytes int64 `json:"cublaslt_bytes,omitempty"`
 	// ShadowBytes: the bf16 copies of quantised weights the prefill reads
-	// (LAGC_PREFILL_BF16=1), for the benched layers.
-	ShadowBytes int64 `json:"shadow_bytes,omitempty"`
+	// (where they fit; LAGC_PREFILL_BF16=0: none), for the benched layers;
+	// ShadowsDropped: why they were left out.
+	ShadowBytes    int64  `json:"shadow_bytes,omitempty"`
+	ShadowsDropped string `json:"shadows_dropped,omitempty"`
 	// SkipKernels, SkippedLaunches: gpu.EnvSkipKernels and the launches it
 	// left out (an ablation: the outputs were wrong, the times are not a
 	// model's).
@@ -302,6 +304,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	rep.WeightBytes48 = fullWeightBytes(plan, cfg, full)
 	rep.KVBytes = plan.KVBytes
 	rep.ShadowBytes = plan.ShadowBytes
+	rep.ShadowsDropped = ex.ShadowsDropped()
 	rep.ArenaBytes = max(plan.Decode.Arena, plan.Prefill.Arena)
 	rep.WorkspaceBytes = max(plan.Decode.Workspace, plan.Prefill.Workspace)
 	if plan.CublasLt {
@@ -756,8 +759,11 @@ func printBench(w io.Writer, r *benchReport) {
 		fmt.Fprintf(w, "prefill GEMMs on cuBLASLt (LAGC_CUBLASLT=0: lagc's own), its workspace %s\n", lower.FormatBytes(r.CublasLtBytes))
 	}
 	if r.ShadowBytes > 0 {
-		fmt.Fprintf(w, "prefill reads bf16 copies of the quantised dense weights (LAGC_PREFILL_BF16=1): %s for these %d layers\n",
+		fmt.Fprintf(w, "prefill reads bf16 copies of the quantised dense weights (LAGC_PREFILL_BF16=0: not): %s for these %d layers\n",
 			lower.FormatBytes(r.ShadowBytes), r.Layers)
+	}
+	if r.ShadowsDropped != "" {
+		fmt.Fprintf(w, "%s\n", r.ShadowsDropped)
 	}
 	if r.SkippedLaunches > 0 {
 		fmt.Fprintf(w, "ABLATION: %s=%q left out %d launches: the outputs are wrong, the times are the model's without those kernels\n",

@@ -185,5 +185,8 @@ func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
 		}
 		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s%s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
 			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), copies, lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
+		if p.ShadowBytes > 0 && os.Getenv(gpu.EnvPrefillBF16) == "" {
+			fmt.Fprintf(w, "(lagc run leaves the bf16 weight copies out where they do not fit; %s=0 plans without them)\n", gpu.EnvPrefillBF16)
+		}
 	}
 }

@@ -26,7 +26,7 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma or tc, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=1, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
+// LAGC_PREFILL_ATTN=ffma or tc, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
 // LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and
 // LAGC_DECODE_SPLITS included), so that a plan made without the device is
 // the one the executor would run on this machine.
@@ -52,7 +52,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
-		PrefillBF16: os.Getenv(EnvPrefillBF16) == "1",
+		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
 		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), QGEMVGroups: groups, DecodeSplits: splits}, nil
 }
 
@@ -107,6 +107,13 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 	if err == nil {
 		plan, err = lower.Lower(g, opts)
 	}
+	var dropped string
+	if err == nil && plan.ShadowBytes > 0 && os.Getenv(EnvPrefillBF16) == "" {
+		if dropped = shadowsDontFit(dev, plan); dropped != "" {
+			opts.PrefillBF16 = false
+			plan, err = lower.Lower(g, opts)
+		}
+	}
 	if err != nil {
 		if own {
 			dev.Close()
@@ -123,5 +130,40 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
 	e.ownDev = own
+	e.shadowsDropped = dropped
+	if dropped != "" && o.LoadLog != nil {
+		fmt.Fprintf(o.LoadLog, "note: %s\n", dropped)
+	}
 	return e, nil
 }
+
+// shadowHeadroom is device memory left free beside a plan with bf16
+// weight copies: the CUDA context, modules, graphs and cuBLASLt's
+// workspace take some, and a KV cache or a batch grown later more.
+const shadowHeadroom = 2 << 30
+
+// shadowsDontFit says why plan's bf16 weight copies should be left out on
+// dev, or "" where they fit or its free memory is unknown.
+func shadowsDontFit(dev *cuda.Device, plan *lower.Plan) string {
+	free, _, err := dev.MemInfo()
+	if err != nil {
+		return ""
+	}
+	return shadowsNote(plan, free)
+}
+
+// shadowsNote says why plan's bf16 weight copies do not fit in free bytes
+// of device memory (short of what the plan allocates plus
+// shadowHeadroom), or "" where they do.
+func shadowsNote(plan *lower.Plan, free uint64) string {
+	need := plan.DeviceBytes()
+	if uint64(need+shadowHeadroom) <= free {
+		return ""
+	}
+	return fmt.Sprintf("prefill reads the quantised weights: %s of bf16 copies would not fit (the plan with them needs %s and %s of headroom, %s free; %s=1 insists)",
+		lower.FormatBytes(plan.ShadowBytes), lower.FormatBytes(need), lower.FormatBytes(shadowHeadroom), lower.FormatBytes(int64(free)), EnvPrefillBF16)
+}
+
+// ShadowsDropped says why Compile left the bf16 weight copies for prefill
+// out (no room on the device), or "" where it did not.
+func (e *Executor) ShadowsDropped() string { return e.shadowsDropped }

@@ -57,10 +57,12 @@ type Executor struct {
 	o      Options
 	dev    *cuda.Device
 	ownDev bool
-	k      *Kernels
-	s      *cuda.Stream // nil on a dry run
-	q      Queue        // where launches and copies go: s, or a Recorder
-	act    cuda.DType
+	// shadowsDropped: why Compile planned without bf16 weight copies.
+	shadowsDropped string
+	k              *Kernels
+	s              *cuda.Stream // nil on a dry run
+	q              Queue        // where launches and copies go: s, or a Recorder
+	act            cuda.DType
 	// dryNext is the next address a dry run hands out (no device).
 	dryNext cuda.DevicePtr
 
@@ -113,8 +115,10 @@ const EnvPDL = "LAGC_PDL"
 // cuBLASLt is found (PlanOptions).
 const EnvCublasLt = "LAGC_CUBLASLT"
 
-// EnvPrefillBF16 = 1 plans bf16 copies of the quantised weights of the
-// prefill's dense matmuls, made at load (lower.Options.PrefillBF16).
+// EnvPrefillBF16 says whether plans keep bf16 copies of the quantised
+// weights of the prefill's dense matmuls, made at load
+// (lower.Options.PrefillBF16): unset, where the device has room for them
+// (Compile); 1, always (an error where they do not fit); 0, never.
 const EnvPrefillBF16 = "LAGC_PREFILL_BF16"
 
 // New allocates the plan's regions, uploads its weights (from ws, or
@@ -292,7 +296,7 @@ func (e *Executor) allocate() error {
 		return fmt.Errorf("the plan asks for %d bytes of bf16 weight copies", p.ShadowBytes)
 	}
 	if e.shadows, err = e.alloc(p.ShadowBytes); err != nil {
-		return fmt.Errorf("bf16 copies of quantised weights for prefill (%s; %s=1 asked for them): %w", lower.FormatBytes(p.ShadowBytes), EnvPrefillBF16, err)
+		return fmt.Errorf("bf16 copies of quantised weights for prefill (%s; %s=0 goes without them): %w", lower.FormatBytes(p.ShadowBytes), EnvPrefillBF16, err)
 	}
 	// Tokens, positions, sequence slots and the counters, all zeroed: the
 	// kernels that use the counters leave them zero.

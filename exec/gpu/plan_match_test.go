@@ -281,3 +281,33 @@ func TestPrefillAttnEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillBF16Env: plans keep bf16 copies of quantised prefill weights
+// unless LAGC_PREFILL_BF16=0; unset, Compile leaves them out where the
+// device lacks room (shadowsNote: the plan's bytes and 2 GiB beside them),
+// and the note says how much was needed and free.
+func TestPrefillBF16Env(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want bool
+	}{{"", true}, {"1", true}, {"0", false}} {
+		t.Setenv(EnvPrefillBF16, c.env)
+		if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.PrefillBF16 != c.want {
+			t.Errorf("%s=%q: PrefillBF16 %v, %v; want %v", EnvPrefillBF16, c.env, o.PrefillBF16, err, c.want)
+		}
+	}
+	p := tracePlan(t, traceModels[slices.IndexFunc(traceModels, func(m traceModel) bool { return m.prefillBF16 })], ir.BF16)
+	if p.ShadowBytes <= 0 {
+		t.Fatal("the copies trace model plans no copies")
+	}
+	need := uint64(p.DeviceBytes() + shadowHeadroom)
+	if got := shadowsNote(p, need); got != "" {
+		t.Errorf("with %d bytes free (exactly enough): %q", need, got)
+	}
+	got := shadowsNote(p, need-1)
+	for _, want := range []string{lower.FormatBytes(p.ShadowBytes), lower.FormatBytes(p.DeviceBytes()), lower.FormatBytes(int64(need - 1)), EnvPrefillBF16} {
+		if !strings.Contains(got, want) {
+			t.Errorf("one byte short: %q does not say %q", got, want)
+		}
+	}
+}
