@@ -233,16 +233,8 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper:
-		t, _ := QuantType(a.WType)
-		rows, err := hopperQTileRows(a.QMoE.TileRows, t)
+		rows, _, _, err := hopperQShape(a.QMoE)
 		if err != nil {
-			return MoELayout{}, err
-		}
-		ctas, err := hopperQCTAs(a.QMoE.CTAs, rows)
-		if err != nil {
-			return MoELayout{}, err
-		}
-		if _, err := hopperQWGs(a.QMoE.WGs, ctas, rows); err != nil {
 			return MoELayout{}, err
 		}
 		b := a

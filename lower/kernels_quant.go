@@ -270,8 +270,9 @@ type QMoEArgs struct {
 // registers a round ahead (0), or into shared memory stages-1 rounds
 // ahead. DownAll copies each lane's down units into shared memory at once
 // (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
-// token tile (64, 96 or 128: hopperQTileRows), CTAs their CTAs a
-// multiprocessor (1, or 2 with tiles of up to 96 rows: hopperQCTAs).
+// token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
+// with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
+// 4 on one CTA with tiles of up to 96 rows): hopperQShape.
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
@@ -285,8 +286,8 @@ type QMoEForce struct {
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
 // at once; the prefill grouped GEMMs' token tile, CTAs a
-// multiprocessor and consumer warpgroups. QMoE, hopperQTileRows,
-// hopperQCTAs and hopperQWGs check the values.
+// multiprocessor and consumer warpgroups. QMoE and hopperQShape check the
+// values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -653,59 +654,51 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 	return ls, b, nil
 }
 
-// hopperQTileRows is the token tile of the quantised grouped GEMMs of t
-// weights: force (QMoEForce.TileRows) or, when 0, 96 for q4_k (an expert
-// of a 2048-token chunk has about 80 tokens; 96 lets two CTAs share a
-// multiprocessor, hopperQCTAs: measured faster, docs/PERF.md) and 128 for
-// q8_0 (two CTAs leave it 3 stages; not measured).
-func hopperQTileRows(force int, t quant.Type) (int, error) {
-	switch force {
+// hopperQShape is the quantised grouped GEMMs' token tile, CTAs a
+// multiprocessor and consumer warpgroups a CTA: as forced (QMoEForce's
+// TileRows, CTAs, WGs), the rest chosen. Chosen: tiles of 96 rows (an
+// expert of a 2048-token chunk has about 80 tokens) on one CTA of four
+// consumer warpgroups, which share each stage's token tile among 256
+// weight rows (half the tiles' reads from L2 of two warpgroups; H200,
+// 48 layers, prefill 2048: q4_k_m 111.0 -> 107.1 ms, q8_0 24 layers 73.4
+// -> 67.0, docs/PERF.md). Four warpgroups fit 96 registers a thread only
+// with tiles of up to 96 rows; two CTAs of two warpgroups (tiles of up to
+// 96 rows: 48 accumulators in the 80 registers two CTAs leave a thread)
+// were the choice before; 128-row tiles run one CTA of two.
+func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
+	switch rows = f.TileRows; rows {
 	case 0:
-		if t == quant.Q4_K {
-			return 96, nil
-		}
-		return 128, nil
+		rows = 96
 	case 64, 96, 128:
-		return force, nil
+	default:
+		return 0, 0, 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", rows)
 	}
-	return 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", force)
-}
-
-// hopperQCTAs is the quantised grouped GEMMs' CTAs a multiprocessor for
-// token tiles of rows: force (QMoEForce.CTAs) or, when 0, 2 where the
-// tiles allow it (up to 96 rows: ptxas fits a consumer's 48 accumulators
-// in the 80 registers two CTAs leave a thread, not 64), else 1. Two CTAs
-// overlap one's waits (its stage, its warpgroup barrier, its MMAs) with
-// the other's dequantising: docs/PERF.md.
-func hopperQCTAs(force, rows int) (int, error) {
 	switch {
-	case force < 0 || force > 2:
-		return 0, fmt.Errorf("moe_experts: %d CTAs a multiprocessor (the quantised grouped GEMMs take 1 or 2)", force)
-	case force == 2 && rows > 96:
-		return 0, fmt.Errorf("moe_experts: 2 CTAs a multiprocessor need token tiles of 96 rows or fewer (rows=96), not %d", rows)
-	case force != 0:
-		return force, nil
-	case rows <= 96:
-		return 2, nil
+	case f.CTAs < 0 || f.CTAs > 2:
+		return 0, 0, 0, fmt.Errorf("moe_experts: %d CTAs a multiprocessor (the quantised grouped GEMMs take 1 or 2)", f.CTAs)
+	case f.CTAs == 2 && rows > 96:
+		return 0, 0, 0, fmt.Errorf("moe_experts: 2 CTAs a multiprocessor need token tiles of 96 rows or fewer (rows=96), not %d", rows)
+	case f.WGs != 0 && f.WGs != 2 && f.WGs != 4:
+		return 0, 0, 0, fmt.Errorf("moe_experts: %d consumer warpgroups (the quantised grouped GEMMs take 2 or 4)", f.WGs)
+	case f.WGs == 4 && (f.CTAs == 2 || rows > 96):
+		return 0, 0, 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d",
+			f.CTAs, rows)
 	}
-	return 1, nil
-}
-
-// hopperQWGs is the quantised grouped GEMMs' consumer warpgroups a CTA:
-// force (QMoEForce.WGs) or, when 0, 2. Four (one CTA a multiprocessor,
-// token tiles of up to 96 rows: the kernel fits 96 registers a thread)
-// share each stage's token tile among twice the weight rows, halving the
-// tiles' reads from L2.
-func hopperQWGs(force, ctas, rows int) (int, error) {
-	switch {
-	case force == 0 || force == 2:
-		return 2, nil
-	case force != 4:
-		return 0, fmt.Errorf("moe_experts: %d consumer warpgroups (the quantised grouped GEMMs take 2 or 4)", force)
-	case ctas != 1 || rows > 96:
-		return 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d", ctas, rows)
+	wgs = f.WGs
+	if wgs == 0 {
+		wgs = 2
+		if f.CTAs != 2 && rows <= 96 {
+			wgs = 4
+		}
 	}
-	return 4, nil
+	ctas = f.CTAs
+	if ctas == 0 {
+		ctas = 1
+		if wgs == 2 && rows <= 96 {
+			ctas = 2
+		}
+	}
+	return rows, ctas, wgs, nil
 }
 
 // moeHopperQ returns the grouped experts' launches with quantised stacks
@@ -719,9 +712,8 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
-	bn := 32 * l.MI                         // the schedule's token tile (hopperQTileRows)
-	ctas, _ := hopperQCTAs(a.QMoE.CTAs, bn) // checked by quantLayout
-	wgs, _ := hopperQWGs(a.QMoE.WGs, ctas, bn)
+	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
+	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
 		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs)},

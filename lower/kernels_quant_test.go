@@ -224,7 +224,7 @@ func TestParseQMoEForce(t *testing.T) {
 }
 
 func FuzzParseQMoEForce(f *testing.F) {
-	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9"} {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9", "wgs=4,ctas=2", "rows=128,wgs=4"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -238,10 +238,9 @@ func FuzzParseQMoEForce(f *testing.F) {
 		}
 		// Whatever parses, the grouped GEMMs' checks answer without panicking,
 		// and what they accept is a shape they have kernels for.
-		if rows, err := hopperQTileRows(q.TileRows, quant.Q4_K); err == nil {
-			if ctas, err := hopperQCTAs(q.CTAs, rows); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && rows > 96) {
-				t.Fatalf("%q: %d CTAs of %d rows accepted", s, ctas, rows)
-			}
+		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2) ||
+			wgs != 2 && wgs != 4 || wgs == 4 && rows > 96 || !slices.Contains([]int{64, 96, 128}, rows)) {
+			t.Fatalf("%q: %d CTAs of %d warpgroups, %d rows accepted", s, ctas, wgs, rows)
 		}
 	})
 }

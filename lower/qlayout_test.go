@@ -135,9 +135,12 @@ func TestMoEQuantPaths(t *testing.T) {
 // TestMoEQuantTileRows: QMoEForce.TileRows sets the quantised grouped
 // GEMMs' token tile (gemm_wgmma_q's BN, the TMA box and the schedule's tile
 // rows alike) and the tile table's size, QMoEForce.CTAs their CTAs a
-// multiprocessor (the kernel's CTAS, the grid, the shared memory); zero
-// chooses 96 rows and 2 CTAs for q4_k, 128 rows and 1 CTA for q8_0; rows it
-// has no MMA for, and 2 CTAs of 128-row tiles, are errors.
+// multiprocessor (the kernel's CTAS, the grid, the shared memory) and
+// QMoEForce.WGs their consumer warpgroups (NC, the block); zero chooses 96
+// rows on one CTA of four warpgroups, where the forced values allow, else
+// two warpgroups on two CTAs (96 rows or fewer) or one (128); rows it has
+// no MMA for, 2 CTAs of 128-row tiles and 4 warpgroups on 2 CTAs or of
+// 128-row tiles are errors.
 func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
 	R := T * k
@@ -146,14 +149,15 @@ func TestMoEQuantTileRows(t *testing.T) {
 		force, ctas, wgs, want, wantCTAs, wantWGs int
 		err                                       string
 	}{
-		{quant.Q4_K, 0, 0, 0, 96, 2, 2, ""}, {quant.Q4_K, 64, 0, 0, 64, 2, 2, ""}, {quant.Q4_K, 96, 0, 0, 96, 2, 2, ""},
-		{quant.Q4_K, 128, 0, 0, 128, 1, 2, ""}, {quant.Q4_K, 96, 1, 0, 96, 1, 2, ""},
-		{quant.Q8_0, 0, 0, 0, 128, 1, 2, ""}, {quant.Q8_0, 96, 0, 0, 96, 2, 2, ""},
+		{quant.Q4_K, 0, 0, 0, 96, 1, 4, ""}, {quant.Q4_K, 64, 0, 0, 64, 1, 4, ""}, {quant.Q4_K, 96, 0, 0, 96, 1, 4, ""},
+		{quant.Q4_K, 128, 0, 0, 128, 1, 2, ""}, {quant.Q4_K, 96, 1, 0, 96, 1, 4, ""},
+		{quant.Q8_0, 0, 0, 0, 96, 1, 4, ""}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, ""},
+		{quant.Q4_K, 96, 2, 0, 96, 2, 2, ""}, {quant.Q4_K, 0, 0, 2, 96, 2, 2, ""}, {quant.Q4_K, 96, 1, 2, 96, 1, 2, ""},
 		{quant.Q4_K, 96, 1, 4, 96, 1, 4, ""}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, ""},
 		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128"}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128"},
-		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer"}, {quant.Q8_0, 0, 2, 0, 0, 0, 0, "96 rows or fewer"},
+		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer"}, {quant.Q8_0, 128, 2, 0, 0, 0, 0, "96 rows or fewer"},
 		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2"},
-		{quant.Q4_K, 96, 0, 4, 0, 0, 0, "ctas=1"}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer"},
+		{quant.Q4_K, 96, 2, 4, 0, 0, 0, "ctas=1"}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer"},
 		{quant.Q4_K, 96, 1, 3, 0, 0, 0, "take 2 or 4"},
 	} {
 		w := Ptr{BaseWeights, 0}

@@ -844,7 +844,7 @@ template <int QT, int EPI, int NC> struct ScaleRows {
 // registers each), so that one CTA's waits (the stage's data, its MMAs)
 // overlap the other's work. ptxas fits the whole kernel in the launch
 // bounds' registers (168, or 80 with 2 CTAs: token tiles of up to 96 rows,
-// lower's hopperQCTAs; 96 with NC 4); setmaxnreg then moves the producer's
+// lower's hopperQShape; 96 with NC 4, its choice); setmaxnreg then moves the producer's
 // spare ones to the consumers, which the code does not use beyond those
 // bounds. The producer keeps 32 with 2 CTAs (its ScaleRows; 128 x 32 +
 // 256 x 104 = 384 x 80).

@@ -284,7 +284,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
-	// (q4_k 96 rows on 2 CTAs, q8_0 128 on 1), and forced (QTileRows,
+	// (96 rows on one CTA of four consumer warpgroups), and forced (QTileRows,
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows.
 	type variant struct {
@@ -293,7 +293,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 	for _, qt := range lower.QuantKernelTypes {
 		for _, v := range []variant{{90, 0, 0, 0, false}, {90, 64, 0, 0, false}, {90, 128, 0, 0, false}, {90, 96, 1, 0, false}, {90, 64, 1, 0, false},
-			{90, 96, 1, 4, false}, {90, 64, 1, 4, false}, {90, 96, 1, 4, true}, {0, 0, 0, 0, false}, {90, 0, 0, 0, true}} {
+			{90, 96, 1, 4, false}, {90, 64, 1, 4, false}, {90, 96, 1, 4, true}, {0, 0, 0, 0, false}, {90, 0, 0, 0, true}, {90, 96, 2, 0, false}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
