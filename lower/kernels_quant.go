@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -491,11 +492,11 @@ func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
 }
 
 // HopperQTypes are the weight types the quantised wgmma GEMM reads.
-var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K}
+var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
 
 // hopperQBytes is the quant bytes of a row per 64-element stage.
 func hopperQBytes(t quant.Type) int {
-	if t == quant.Q4_K {
+	if t == quant.Q4_K || t == quant.IQ4_XS {
 		return 32
 	}
 	return 64
@@ -513,7 +514,7 @@ func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
 // hopperQScaleBytes is the bytes of a row's scales a stage of
 // gemm_wgmma_q holds (QA<QT>::SC in gemm_hopper.cu): q4_k's six factors
 // and offsets (padded to 8 floats), q8_0's two scales and their 2^-8
-// multiples.
+// multiples (iq4_xs: its two sub-blocks' d * (ls - 32) so).
 func hopperQScaleBytes(t quant.Type) int {
 	if t == quant.Q4_K {
 		return 32
@@ -536,7 +537,7 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 	switch {
 	case cc < 90 || mma:
 		return fmt.Errorf("not a Hopper target, or prefill GEMMs kept on mma.sync")
-	case t != quant.Q8_0 && t != quant.Q4_K:
+	case !slices.Contains(HopperQTypes, t):
 		return fmt.Errorf("no wgmma kernel for %s weights", t)
 	case xType != "bf16":
 		return fmt.Errorf("%s activations (the wgmma kernel reads bf16)", xType)
@@ -550,8 +551,11 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 // K], boxes of bn x 64) and the weights' quant bytes (boxes of 64 rows).
 func hopperQMaps(x Ptr, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
 	cols := int64(K) // q8_0: the int8 plane
-	if t == quant.Q4_K {
+	switch t {
+	case quant.Q4_K:
 		cols = int64(K/256) * 144
+	case quant.IQ4_XS:
+		cols = int64(K / 2) // the qs plane
 	}
 	return tmapArg(x, TMap{Elem: "bf16", Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
 		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBytes(t)})

@@ -100,6 +100,8 @@ func TestMoEQuantPaths(t *testing.T) {
 		{quant.Q4_K, 1, 90, moeQuantDecode, "moe_gateup_qgemv"},
 		{quant.Q4_K, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
 		{quant.Q8_0, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.IQ4_XS, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.IQ4_XS, 100, 80, moeQuantDequant, "qdequant"},
 		{quant.Q6_K, 100, 90, moeQuantDequant, "qdequant"},
 		{quant.Q4_K, 100, 80, moeQuantDequant, "qdequant"},
 	} {

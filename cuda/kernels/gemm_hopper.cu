@@ -603,6 +603,7 @@ __global__ void __launch_bounds__(256) moe_gather_rows(int R, int k, int H, cons
 
 #define QT_Q8_0_H 8
 #define QT_Q4_K_H 12
+#define QT_IQ4_XS_H 23
 
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   unsigned r;
@@ -796,13 +797,61 @@ template <> struct QA<QT_Q4_K_H> {
   }
 };
 
+// IQ4_XS: a stage is sub-blocks 2j and 2j + 1 (j = kb % 4) of a row's
+// 256-element block: 32 bytes of qs, a sub-block's element i in the low
+// nibble of its byte i and element 16 + i in the high one, each nibble an
+// index into the non-linear table (iq4_lookup). Once looked up they are
+// int8 values in the order q8_0's stage holds its bytes, so q8_0's frag
+// dequantises them, with each sub-block's d * (ls - 32) as its scale.
+template <> struct QA<QT_IQ4_XS_H> {
+  static constexpr int QB = 32, SC = 16, HDR_KB = 4;
+  struct Hdr {
+    uint2 h;  // f16 d, u16 scales_h; scales_l[4]
+  };
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long wrows, int K) {
+    return w + align256h(wrows * (K / 256) * 128);
+  }
+  static __device__ __forceinline__ Hdr hdr(const unsigned char*, const unsigned char* sb, long long grow, int K, int b) {
+    const unsigned* p = reinterpret_cast<const unsigned*>(sb + (grow * (K / 256) + b) * 8);
+    return Hdr{make_uint2(ldg_u32(p), ldg_u32(p + 1))};
+  }
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    const float d = f16_bits_h((unsigned short)(hd.h.x & 0xFFFF));
+    const unsigned sh = hd.h.x >> 16, sl = (hd.h.y >> (8 * j)) & 0xFF;
+    const int ls0 = (int)((sl & 0xF) | (((sh >> (4 * j)) & 3) << 4)), ls1 = (int)((sl >> 4) | (((sh >> (4 * j + 2)) & 3) << 4));
+    const float d0 = d * (float)(ls0 - 32), d1 = d * (float)(ls1 - 32);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "f"(d0), "f"(d0 * 0x1p-8f), "f"(d1), "f"(d1 * 0x1p-8f) : "memory");
+  }
+  using Scales = QA<QT_Q8_0_H>::Scales;
+  static __device__ __forceinline__ Scales scales(unsigned sa) { return QA<QT_Q8_0_H>::scales(sa); }
+  // Words: the lane's bytes 2tq4 (+1) and those + 8 of each sub-block.
+  struct Words {
+    unsigned w[2];
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    return Words{__byte_perm(ld_shared4(q), ld_shared4(q + 8), sel), __byte_perm(ld_shared4(q + 16), ld_shared4(q + 24), sel)};
+  }
+  // Steps 0, 1: sub-block 2j's low and high nibbles; 2, 3: 2j + 1's.
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
+    QA<QT_Q8_0_H>::Words v;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      int lo, hi;
+      iq4_lookup((int)wd.w[j], lo, hi);
+      v.w[2 * j] = (unsigned)lo;
+      v.w[2 * j + 1] = (unsigned)hi;
+    }
+    QA<QT_Q8_0_H>::frag(v, sc, o);
+  }
+};
+
 // q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
 // (SwiGLU: the gate rows from r0, then as many up rows from r1; else all
 // from r0), for k-block kb.
 template <int QT, int EPI, int NC>
 __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
   constexpr int QB = QA<QT>::QB;
-  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * 64;
+  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * QB;
 #pragma unroll
   for (int i = 0; i < NC; i++) {
     const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;

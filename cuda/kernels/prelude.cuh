@@ -110,3 +110,25 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
   const unsigned int ml = __reduce_max_sync(0xffffffffu, hi == mh ? (unsigned int)v : 0u);
   return ((unsigned long long)mh << 32) | ml;
 }
+
+// iq4_lookup maps the 8 nibbles of q (4 bytes of IQ4_XS quants) through
+// ggml's non-linear table kvalues_iq4nl: lo holds the low nibbles' int8
+// values in byte order, hi the high nibbles'. Used by the decode GEMVs
+// (quant.cu) and the prefill's wgmma GEMM (gemm_hopper.cu).
+__device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
+  // kvalues_iq4nl as int8 bytes, entries 0-3, 4-7, 8-11, 12-15.
+  const unsigned int t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+  int r[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const unsigned int sel = (unsigned int)q >> (16 * i);  // nibbles of bytes 2i, 2i+1
+    const unsigned int idx = sel & 0x7777;
+    const unsigned int a = __byte_perm(t0, t1, idx), b = __byte_perm(t2, t3, idx);
+    // per output byte: bit 3 of its nibble picks the upper half of the table
+    const unsigned int pick = 0x3210 | ((sel & 0x8888) >> 1);
+    r[i] = (int)__byte_perm(a, b, pick);
+  }
+  // r[i] bytes: [elem 2i (low), elem 2i+16 (high), elem 2i+1, elem 2i+17]
+  lo = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x6420);
+  hi = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x7531);
+}

@@ -341,25 +341,7 @@ template <> struct QW<QT_Q6_K> {
 
 // IQ4_XS: unit u is sub-block ib of block b (16 bytes of qs: element i in
 // the low nibble of byte i, element 16+i in the high one), mapped through
-// the non-linear table.
-__device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
-  // kvalues_iq4nl as int8 bytes, entries 0-3, 4-7, 8-11, 12-15.
-  const unsigned int t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
-  int r[2];
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const unsigned int sel = (unsigned int)q >> (16 * i);  // nibbles of bytes 2i, 2i+1
-    const unsigned int idx = sel & 0x7777;
-    const unsigned int a = __byte_perm(t0, t1, idx), b = __byte_perm(t2, t3, idx);
-    // per output byte: bit 3 of its nibble picks the upper half of the table
-    const unsigned int pick = 0x3210 | ((sel & 0x8888) >> 1);
-    r[i] = (int)__byte_perm(a, b, pick);
-  }
-  // r[i] bytes: [elem 2i (low), elem 2i+16 (high), elem 2i+1, elem 2i+17]
-  lo = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x6420);
-  hi = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x7531);
-}
-
+// the non-linear table (iq4_lookup, prelude.cuh).
 template <> struct QW<QT_IQ4_XS> {
   static constexpr int BE = 256, BODY = 128, SA = 0, SAOFF = 0, HEAD = 8;
   struct W {
