@@ -61,8 +61,8 @@ func TestPrefillShadows(t *testing.T) {
 			t.Errorf("init launch %d: %s", i, l)
 		}
 	}
-	launches := func(p *lower.Plan, sch *lower.Schedule, T int) []string {
-		all, err := p.At(sch, T)
+	// flat is a step list's launches as text, in order.
+	flat := func(all [][]lower.Launch, err error) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +74,7 @@ func TestPrefillShadows(t *testing.T) {
 		}
 		return out
 	}
+	launches := func(p *lower.Plan, sch *lower.Schedule, T int) []string { return flat(p.At(sch, T)) }
 	for _, T := range []int{traceChunk, 600, 100} {
 		got, want := launches(p, p.Prefill, T), launches(p0, p0.Prefill, T)
 		reads, dequant := 0, 0
@@ -106,20 +107,7 @@ func TestPrefillShadows(t *testing.T) {
 	p0, p = tracePlan(t, plain, ir.BF16), tracePlan(t, copies, ir.BF16)
 	p0.BatchGEMM, p.BatchGEMM = true, true
 	for _, b := range []int{4, 16} {
-		text := func(p *lower.Plan) []string {
-			all, err := p.AtBatch(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []string
-			for _, ls := range all {
-				for _, l := range ls {
-					out = append(out, l.String())
-				}
-			}
-			return out
-		}
-		if got, want := text(p), text(p0); !slices.Equal(got, want) {
+		if got, want := flat(p.AtBatch(b)), flat(p0.AtBatch(b)); !slices.Equal(got, want) {
 			t.Errorf("batched decode of %d: launches differ with the copies", b)
 		}
 	}
