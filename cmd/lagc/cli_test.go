@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"lagc/internal/stopseq"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"lagc/exec/gpu"
+	"lagc/internal/stopseq"
 )
 
 // TestVersion: `lagc version` and `lagc --version` name the build, the Go
@@ -230,6 +232,25 @@ func TestRunInterruptDuringPrefill(t *testing.T) {
 	}
 	if log := p.log.String(); !strings.Contains(log, "prefill: stopped after ") || !strings.Contains(log, "stop: canceled") {
 		t.Fatalf("stderr does not say prefill was stopped:\n%s", log)
+	}
+}
+
+// TestPlanWarnsCopies: over --gpu-mem, a quantised checkpoint's plan
+// (bf16 weight copies for prefill by default) counts the copies and says
+// lagc run leaves them out where they do not fit; LAGC_PREFILL_BF16=0
+// plans none, so neither appears.
+func TestPlanWarnsCopies(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		note bool
+	}{{"", true}, {"0", false}} {
+		t.Setenv(gpu.EnvPrefillBF16, c.env)
+		_, errs, code := runLagc(t, "plan", "--model", "../../testdata/quant/q4_k_m.gguf", "--gpu-mem", "0.00001")
+		copies := strings.Contains(errs, "bf16 weight copies ")
+		note := strings.Contains(errs, "leaves the bf16 weight copies out where they do not fit")
+		if code != 0 || !strings.Contains(errs, "warning: the plan needs ") || copies != c.note || note != c.note {
+			t.Errorf("%s=%q: exit %d, stderr %q; want the copies counted and the note: %v", gpu.EnvPrefillBF16, c.env, code, errs, c.note)
+		}
 	}
 }
 

@@ -173,18 +173,20 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	return nil
 }
 
-// warnGPUMemory says when the plan's device memory (weights, KV caches, and
-// the decode and prefill arenas with their workspaces) exceeds gib GiB.
+// warnGPUMemory says when the plan's device memory (lower.Plan.DeviceBytes:
+// weights, bf16 weight copies, every slot's KV caches, and the activations,
+// workspace and rope tables) exceeds gib GiB.
 func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
-	act := p.Decode.Arena + p.Decode.Workspace + p.Prefill.Arena + p.Prefill.Workspace
-	need := p.WeightBytes + p.ShadowBytes + int64(p.SeqSlots())*p.KVSeqBytes() + act
+	need := p.DeviceBytes()
+	kv := int64(p.SeqSlots()) * p.KVSeqBytes()
+	act := need - p.WeightBytes - p.ShadowBytes - kv
 	if gib > 0 && float64(need) > gib*(1<<30) {
 		copies := ""
 		if p.ShadowBytes > 0 {
 			copies = ", bf16 weight copies " + lower.FormatBytes(p.ShadowBytes)
 		}
 		fmt.Fprintf(w, "warning: the plan needs %s of GPU memory (weights %s%s, KV caches %s, activations %s), more than the %g GiB of --gpu-mem\n",
-			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), copies, lower.FormatBytes(p.KVBytes), lower.FormatBytes(act), gib)
+			lower.FormatBytes(need), lower.FormatBytes(p.WeightBytes), copies, lower.FormatBytes(kv), lower.FormatBytes(act), gib)
 		if p.ShadowBytes > 0 && os.Getenv(gpu.EnvPrefillBF16) == "" {
 			fmt.Fprintf(w, "(lagc run leaves the bf16 weight copies out where they do not fit; %s=0 plans without them)\n", gpu.EnvPrefillBF16)
 		}
