@@ -997,10 +997,11 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         wgmma_rs_bn<BN>(acc, a, db + 2 * kk, kb > 0 || kk > 0);
       }
       wg_commit();
-      // Wait for them at once: the MMAs read fa and fb while they run,
-      // and ptxas reuses those registers after the issue (the next
-      // stage's loads), so no MMA may stay in flight past here. The
-      // other warpgroups on the multiprocessor fill the wait.
+      // Wait for them at once: the MMAs read fa and fb while they run
+      // and the next stage rewrites them, so no MMA may stay in flight
+      // past here. The other warpgroups on the multiprocessor fill the
+      // wait (two register sets a stage apart measured slower: branch
+      // qpipe, docs/PERF.md).
       wg_wait<0>();
       mbar_arrive(smem_addr(&empty_bar[s]));
     }
