@@ -665,10 +665,10 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // consumer warpgroups, which share each stage's token tile among 256
 // weight rows (half the tiles' reads from L2 of two warpgroups; H200,
 // 48 layers, prefill 2048: q4_k_m 111.0 -> 107.1 ms, q8_0 24 layers 73.4
-// -> 67.0, docs/PERF.md). Four warpgroups fit 96 registers a thread only
-// with tiles of up to 96 rows; two CTAs of two warpgroups (tiles of up to
-// 96 rows: 48 accumulators in the 80 registers two CTAs leave a thread)
-// were the choice before; 128-row tiles run one CTA of two.
+// -> 67.0, docs/PERF.md). Four warpgroups (640 threads: 96 registers at
+// launch, 104 a consumer after setmaxnreg) and two CTAs of two (80 at
+// launch, 104 a consumer; the choice before) take tiles of up to 96 rows;
+// 128-row tiles run one CTA of two.
 func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {
 	case 0:

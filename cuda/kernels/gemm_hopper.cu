@@ -891,12 +891,13 @@ template <int QT, int EPI, int NC> struct ScaleRows {
 
 // CTAS: 1, or 2 CTAs a multiprocessor (half the shared memory and the
 // registers each), so that one CTA's waits (the stage's data, its MMAs)
-// overlap the other's work. ptxas fits the whole kernel in the launch
-// bounds' registers (168, or 80 with 2 CTAs: token tiles of up to 96 rows,
-// lower's hopperQShape; 96 with NC 4, its choice); setmaxnreg then moves the producer's
-// spare ones to the consumers, which the code does not use beyond those
-// bounds. The producer keeps 32 with 2 CTAs (its ScaleRows; 128 x 32 +
-// 256 x 104 = 384 x 80).
+// overlap the other's work. The launch bounds give every thread 168
+// registers, or 80 with 2 CTAs (token tiles of up to 96 rows, lower's
+// hopperQShape), or 96 with NC 4 (its choice); setmaxnreg then moves the
+// producer's spare ones to the consumers, and ptxas compiles each role's
+// code after it for that role's count (the 2-CTA kernel's consumers use
+// up to R93 of their 104). The producer keeps 32 with 2 CTAs (its
+// ScaleRows; 128 x 32 + 256 x 104 = 384 x 80).
 template <int CTAS> struct QCfg;
 template <> struct QCfg<1> {
   static constexpr int SMEM = 200 * 1024, PRODUCER_REGS = 40, CONSUMER_REGS = 232;
