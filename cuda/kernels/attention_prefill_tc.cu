@@ -102,13 +102,6 @@ __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
   return y;
 }
 
-// fa_store_out normalises this thread's two rows of o (o[4 db + e]:
-// channel block db, row g + 8 (e / 2), channel 2 tq + e % 2) by the quad's
-// sum of l, times the output gate (gate non-null), stages this warp's 16
-// rows of the CTA's 64 (rows r0 .., nr of them real) at stage (pitch D +
-// 8; nothing reads it any more), and writes them as whole rows of out
-// (head h of token t at t * ldo + h * D). VEC: 16-byte stores, else 2-byte
-// ones. attn_prefill_tc and attn_prefill_wg both end with it.
 // FaRows: a CTA's share of the (token, query head of the group) rows of
 // kv head blockIdx.y, both prefill attention kernels alike: FA_BQ rows
 // from r0 (the latest rows, with the most keys, to the first CTAs), nr of
@@ -127,6 +120,45 @@ __device__ __forceinline__ FaRows fa_rows(int ntok, int nh, int nkv, const int* 
   return f;
 }
 
+// FaKeys: the keys the rows of fr see, jlo to jhi (window > 0: the
+// sliding window), in ntiles tiles of FA_BK.
+struct FaKeys {
+  int jlo, jhi, ntiles;
+};
+__device__ __forceinline__ FaKeys fa_keys(const FaRows& fr, int window) {
+  const int plo = fr.p0 + fr.r0 / fr.group, phi = fr.p0 + (fr.r0 + fr.nr - 1) / fr.group;
+  FaKeys k;
+  k.jlo = window > 0 ? max(0, plo - window + 1) : 0;
+  k.jhi = phi;
+  k.ntiles = (k.jhi - k.jlo) / FA_BK + 1;
+  return k;
+}
+
+// fa_load_q copies the CTA's Q rows (FaRows) to shared memory, 16-byte
+// chunk c of row r at dst(r, c); rows past nr are zero (their outputs are
+// never written).
+template <int D, int VEC, typename Dst>
+__device__ __forceinline__ void fa_load_q(Dst dst, const unsigned short* qg, long long ldq, const FaRows& fr) {
+  constexpr int CH = D / 8;
+  for (int i = threadIdx.x; i < FA_BQ * CH; i += FA_THREADS) {
+    const int r = i / CH, c = i - r * CH;
+    const bool ok = r < fr.nr;
+    const unsigned short* src = qg;
+    if (ok) {
+      const int row = fr.r0 + r, t = row / fr.group, h = fr.kvh * fr.group + row % fr.group;
+      src = qg + t * ldq + (long long)h * D + c * 8;
+    }
+    fa_copy16<VEC>(dst(r, c), src, ok);
+  }
+}
+
+// fa_store_out normalises this thread's two rows of o (o[4 db + e]:
+// channel block db, row g + 8 (e / 2), channel 2 tq + e % 2) by the quad's
+// sum of l, times the output gate (gate non-null), stages this warp's 16
+// rows of the CTA's 64 (rows r0 .., nr of them real) at stage (pitch D +
+// 8; nothing reads it any more), and writes them as whole rows of out
+// (head h of token t at t * ldo + h * D). VEC: 16-byte stores, else 2-byte
+// ones. attn_prefill_tc and attn_prefill_wg both end with it.
 template <typename T, int D, int VEC, typename O>
 __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], unsigned short* stage, unsigned short* og,
                                              long long ldo, const T* gate, long long ldg, int G, int nh, int group, int kvh,
@@ -196,22 +228,9 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long crow = (long long)nkv * D;
 
-  // Q tile: rows past R are zero (their outputs are never written).
-  for (int i = tid; i < FA_BQ * CH; i += FA_THREADS) {
-    const int r = i / CH, c = i - r * CH;
-    const bool ok = r < nr;
-    const unsigned short* src = qg;
-    if (ok) {
-      const int row = r0 + r, t = row / group, h = kvh * group + row % group;
-      src = qg + t * ldq + (long long)h * D + c * 8;
-    }
-    fa_copy16<VEC>(Qs + r * P + c * 8, src, ok);
-  }
-
-  const int plo = p0 + r0 / group, phi = p0 + (r0 + nr - 1) / group;
-  const int jlo = window > 0 ? max(0, plo - window + 1) : 0;
-  const int jhi = phi;
-  const int ntiles = (jhi - jlo) / FA_BK + 1;
+  fa_load_q<D, VEC>([&](int r, int c) { return Qs + r * P + c * 8; }, qg, ldq, fr);
+  const FaKeys fk = fa_keys(fr, window);
+  const int jlo = fk.jlo, jhi = fk.jhi, ntiles = fk.ntiles;
 
   // Key tile `tile` into stage st: keys past jhi (and, as a guard, ring
   // slots past the cache) are zero, so masked products stay finite.

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
                     long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
-  constexpr int CH = D / 8, NB = FA_BK / 8, DB = D / 8;
+  constexpr int NB = FA_BK / 8, DB = D / 8;
   extern __shared__ __align__(16) unsigned char wa_raw[];
   unsigned short* Qs = reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull);
   constexpr int NS = SPLIT ? 1 : 2;        // K and V stages
@@ -100,22 +100,9 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long crow = (long long)nkv * D;
 
-  // Q tile: rows past R are zero (their outputs are never written).
-  for (int i = tid; i < FA_BQ * CH; i += 128) {
-    const int r = i / CH, c = i - r * CH;
-    const bool ok = r < nr;
-    const unsigned short* src = qg;
-    if (ok) {
-      const int row = r0 + r, t = row / group, h = kvh * group + row % group;
-      src = qg + t * ldq + (long long)h * D + c * 8;
-    }
-    fa_copy16<1>(wa_chunk(Qs, r, c), src, ok);
-  }
-
-  const int plo = p0 + r0 / group, phi = p0 + (r0 + nr - 1) / group;
-  const int jlo = window > 0 ? max(0, plo - window + 1) : 0;
-  const int jhi = phi;
-  const int ntiles = (jhi - jlo) / FA_BK + 1;
+  fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs, r, c); }, qg, ldq, fr);
+  const FaKeys fk = fa_keys(fr, window);
+  const int jlo = fk.jlo, jhi = fk.jhi, ntiles = fk.ntiles;
 
   // A thread copies chunk kch = tid % 16 of key rows kr + 8n (kr = tid / 16,
   // n < 8) of each tile: the same swizzled column for all 8 (their row % 8
