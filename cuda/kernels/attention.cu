@@ -294,15 +294,6 @@ __device__ __forceinline__ void dec_merge(float (&o)[NCH][4], const float* part_
     for (int e = 0; e < 4; e++) o[i][e] = num[i][e] / den;
 }
 
-// Fused q/k norm and rope (NR = 1, fuseNormRoPEAttention in lower): q and
-// this step's k (kx) arrive as the q,k,v GEMV wrote them, and the kernel
-// does what qk_norm_rope (rope.cu) would have done first, with its code
-// (rope_stage, rope_channel) and its rounding to T: each warp its q head
-// (staged in the K tile's space before the first tile), and every block
-// whose keys include pos this token's k head (warp 0, into kT; the block
-// that appends it writes kT to the cache). qw, kw: the norms' weights
-// (null: no norm), eps, inv_freq, rot, attnf: as qk_norm_rope's. Same bits
-// as the two launches.
 // dec_rope_stage is rope_stage of one head with 4 channels a lane where
 // v4 (qk_norm_rope's vector path), else 1.
 template <typename T>
@@ -313,6 +304,15 @@ __device__ __forceinline__ void dec_rope_stage(bool v4, int d, const T* x, float
     rope_stage<1, T>(d, x, b, w, eps);
 }
 
+// Fused q/k norm and rope (NR = 1, fuseNormRoPEAttention in lower): q and
+// this step's k (kx) arrive as the q,k,v GEMV wrote them, and the kernel
+// does what qk_norm_rope (rope.cu) would have done first, with its code
+// (rope_stage, rope_channel) and its rounding to T: each warp its q head
+// (staged in the K tile's space before the first tile), and every block
+// whose keys include pos this token's k head (warp 0, into kT; the block
+// that appends it writes kT to the cache). qw, kw: the norms' weights
+// (null: no norm), eps, inv_freq, rot, attnf: as qk_norm_rope's. Same bits
+// as the two launches.
 template <typename T, int NCH, int NR>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
