@@ -181,7 +181,7 @@ func (p *Plan) shadows(s *Schedule) {
 		seen[i] = true
 		b := int64(w.Shape[0]) * int64(w.Shape[1]) * 2
 		p.Shadows = append(p.Shadows, Shadow{Weight: i, Offset: p.ShadowBytes, Bytes: b})
-		p.ShadowBytes += (b + Alignment - 1) / Alignment * Alignment
+		p.ShadowBytes += align(b)
 	}
 }
 

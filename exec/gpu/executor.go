@@ -57,12 +57,10 @@ type Executor struct {
 	o      Options
 	dev    *cuda.Device
 	ownDev bool
-	// shadowsDropped: why Compile planned without bf16 weight copies.
-	shadowsDropped string
-	k              *Kernels
-	s              *cuda.Stream // nil on a dry run
-	q              Queue        // where launches and copies go: s, or a Recorder
-	act            cuda.DType
+	k      *Kernels
+	s      *cuda.Stream // nil on a dry run
+	q      Queue        // where launches and copies go: s, or a Recorder
+	act    cuda.DType
 	// dryNext is the next address a dry run hands out (no device).
 	dryNext cuda.DevicePtr
 
@@ -84,6 +82,8 @@ type Executor struct {
 	syncBytes   int64
 	ropes       cuda.DevicePtr // plan.RopeBytes
 	shadows     cuda.DevicePtr // plan.ShadowBytes: bf16 copies of quantised weights
+	// shadowsDropped: why Compile planned without bf16 weight copies.
+	shadowsDropped string
 
 	decode, prefill *program
 	ragged          *program   // the prefill program of the last short chunk

@@ -370,13 +370,13 @@ func (e *Executor) fillShadows() error {
 	if err != nil || len(ls) == 0 {
 		return err
 	}
-	for _, l := range ls {
+	for i, l := range ls { // ShadowInit: one launch a shadow, in order
 		b, err := e.k.Bind(l, e.base)
 		if err == nil {
 			err = b.Launch(e.q)
 		}
 		if err != nil {
-			return fmt.Errorf("bf16 copy of a quantised weight: %w", err)
+			return fmt.Errorf("bf16 copy of quantised weight %s: %w", e.plan.Weights[e.plan.Shadows[i].Weight].Name, err)
 		}
 	}
 	if e.s == nil {
