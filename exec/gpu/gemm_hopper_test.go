@@ -415,13 +415,7 @@ func BenchmarkMoEQuant(b *testing.B) {
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
 					QGate: gate, QUp: up, QDown: down}
-				a.IDs = m.upload(cuda.AsBytes(ids))
-				a.Weights = m.upload(cuda.AsBytes(wts))
-				ws, err := MoEWorkspaceBytes(a)
-				if err != nil {
-					b.Fatal(err)
-				}
-				a.Workspace = m.rand(int(ws / 2))
+				m.routes(b, &a, ids, wts)
 				m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
 			})
 		}

@@ -130,13 +130,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
 					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down}
-				a.IDs = m.upload(cuda.AsBytes(ids))
-				a.Weights = m.upload(cuda.AsBytes(wts))
-				ws, err := MoEWorkspaceBytes(a)
-				if err != nil {
-					b.Fatal(err)
-				}
-				a.Workspace = m.rand(int(ws / 2))
+				m.routes(b, &a, ids, wts)
 				// Decode reads the k selected experts (repeats across tokens counted again).
 				bytes := float64(min(T*K, E)) * 3 * I * H * 2
 				m.run(b, bytes, 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
@@ -159,6 +153,18 @@ func (m *mmBench) quantStacks(qt quant.Type, E, H, I int) (gate, up, down QMatri
 		m.b.Fatal(err)
 	}
 	return QMatrix{W: gu, Total: 2 * E * I}, QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QMatrix{W: dn, Total: E * H}, gub + db
+}
+
+// routes puts a MoE bench's routes (ids, wts) and a workspace of the size
+// a needs on the device, into a.
+func (m *mmBench) routes(b *testing.B, a *MoEArgs, ids []int32, wts []float32) {
+	a.IDs = m.upload(cuda.AsBytes(ids))
+	a.Weights = m.upload(cuda.AsBytes(wts))
+	ws, err := MoEWorkspaceBytes(*a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.Workspace = m.rand(int(ws / 2))
 }
 
 func (m *mmBench) upload(b []byte) cuda.DevicePtr {

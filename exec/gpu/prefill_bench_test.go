@@ -54,13 +54,7 @@ func BenchmarkPrefillKernels(b *testing.B) {
 			a.WQuant = quant.Q4_K
 			a.QGate, a.QUp, a.QDown, _ = m.quantStacks(quant.Q4_K, E, H, I)
 		}
-		a.IDs = m.upload(cuda.AsBytes(rids))
-		a.Weights = m.upload(cuda.AsBytes(rwts))
-		ws, err := MoEWorkspaceBytes(a)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a.Workspace = m.rand(int(ws / 2))
+		m.routes(b, &a, rids, rwts)
 		if err := m.k.MoEExperts(m.s, a); err != nil { // the schedule in place
 			b.Fatal(err)
 		}
