@@ -269,18 +269,9 @@ func (p moeParts) launches() []Launch {
 // stacks): the gate+up GEMM gathers the routes' x rows itself (gemm_wgmma
 // GROUPED 2) unless a.NoGather, then moe_gather_rows copies them first.
 func moeHopper(a MoEArgs, l MoELayout) []Launch {
-	p := moeHopperParts(a, l, !a.NoGather)
-	return p.launches()
-}
-
-// moeHopperParts builds moeHopper's parts; gather fuses the x rows'
-// gather into the gate+up GEMM (moeHopperQ asks for the copy and puts its
-// own gate+up and down GEMMs in).
-func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	wsp := func(off int64) Ptr { return a.Workspace.At(off) }
 	R := a.T * a.TopK
-	sm := sms(a.SMs)
 	EI := a.E * a.I
 	grouped := func(x Ptr, xrows, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp, gx bool) Launch {
 		bn := 256
@@ -296,29 +287,42 @@ func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
 		}
 		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0},
-			dims(sm), dims(384), HopperSmem(bn),
+			dims(sms(a.SMs)), dims(384), HopperSmem(bn),
 			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(xrows), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
 				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)
 	}
+	p := moeHopperParts(a, l, !a.NoGather)
+	if p.gather == nil {
+		// The map over x itself stands in for the unused one of the rows
+		// (a box's rows at most: the map's extent, not x's, for few tokens).
+		p.gateUp = grouped(a.X, max(a.T, 128), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
+	} else {
+		p.gateUp = grouped(wsp(l.XG), R, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, false)
+	}
+	p.down = grouped(wsp(l.Act), R, a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong, false)
+	return p.launches()
+}
+
+// moeHopperParts builds the grouped experts' launches but the two GEMMs,
+// which the caller puts in (moeHopper bf16, moeHopperQ quantised): the
+// routing, moe_gather_rows's copy of the routes' x rows unless the
+// gate+up GEMM gathers them (gather), and the combine.
+func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
+	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
+	R := a.T * a.TopK
 	v := 1
 	if a.H%8 == 0 {
 		v = 8
 	}
 	p := moeParts{routing: moeRouting(a, l),
-		down: grouped(wsp(l.Act), R, a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong, false),
 		combine: kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
-	if gather {
-		// The map over x itself stands in for the unused one of the rows
-		// (a box's rows at most: the map's extent, not x's, for few tokens).
-		p.gateUp = grouped(a.X, max(a.T, 128), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
-	} else {
+	if !gather {
 		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
 		p.gather = &g
-		p.gateUp = grouped(wsp(l.XG), R, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, false)
 	}
 	return p
 }
