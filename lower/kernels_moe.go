@@ -237,6 +237,9 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 		if err != nil {
 			return MoELayout{}, err
 		}
+		if _, err := hopperQStep(a.QMoE); err != nil {
+			return MoELayout{}, err
+		}
 		b := a
 		b.hopperRows = rows
 		b.WType, b.Gate, b.Up, b.Down = "bf16", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}

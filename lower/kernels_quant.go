@@ -281,14 +281,17 @@ type QMoEForce struct {
 	TileRows                              int  `json:",omitempty"`
 	CTAs                                  int  `json:",omitempty"`
 	WGs                                   int  `json:",omitempty"`
+	TokenStep                             int  `json:",omitempty"`
+	WholeTile                             bool `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
 // at once; the prefill grouped GEMMs' token tile, CTAs a
-// multiprocessor and consumer warpgroups. QMoE and hopperQShape check the
-// values.
+// multiprocessor, consumer warpgroups, the step its MMAs' width follows a
+// tile's rows in, or MMAs always as wide as the tile. QMoE and
+// hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -300,15 +303,19 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			f.DownAll = true
 			continue
 		}
+		if kv == "whole" {
+			f.WholeTile = true
+			continue
+		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
-			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs}[k]
+			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole)", s, k)
 		}
 		*field = n
 	}
@@ -582,7 +589,7 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	const bn = hopperQBN
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
-	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2},
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2, 0},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
@@ -705,6 +712,24 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	return rows, ctas, wgs, nil
 }
 
+// hopperQStep is gemm_wgmma_q's VN for the grouped GEMMs: its MMAs as
+// wide as a tile's rows rounded up to VN rows (an expert of a 2048-token
+// chunk has about 80 tokens for 96-row tiles, and an MMA's time grows with
+// its width), or 0 (WholeTile): always the whole tile. Chosen: 8.
+func hopperQStep(f QMoEForce) (int, error) {
+	switch {
+	case f.WholeTile && f.TokenStep != 0:
+		return 0, fmt.Errorf("moe_experts: vn=%d and whole both set (one or the other)", f.TokenStep)
+	case f.WholeTile:
+		return 0, nil
+	case f.TokenStep == 0:
+		return 8, nil
+	case f.TokenStep == 8 || f.TokenStep == 16 || f.TokenStep == 32:
+		return f.TokenStep, nil
+	}
+	return 0, fmt.Errorf("moe_experts: MMA widths in steps of %d rows (the quantised grouped GEMMs take 8, 16 or 32)", f.TokenStep)
+}
+
 // moeHopperQ returns the grouped experts' launches with quantised stacks
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers;
@@ -717,10 +742,11 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
+	vn, _ := hopperQStep(a.QMoE)            // likewise
 	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs)},
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn)},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))

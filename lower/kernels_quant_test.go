@@ -201,13 +201,14 @@ func TestParseQMoEForce(t *testing.T) {
 	}{
 		{"", QMoEForce{}, ""},
 		{"g=8", QMoEForce{GateUpRows: 8}, ""},
-		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{8, 4, 3, 2, 8, 4, true, 0, 0, 0}, ""},
+		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{GateUpRows: 8, GateUpWarps: 4, GateUpStages: 3, DownRows: 2, DownUnits: 8, DownWarps: 4, DownAll: true}, ""},
 		{"rows=96,ctas=1,wgs=4", QMoEForce{TileRows: 96, CTAs: 1, WGs: 4}, ""},
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
+		{"vn=16,whole", QMoEForce{TokenStep: 16, WholeTile: true}, ""},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)
@@ -242,7 +243,41 @@ func FuzzParseQMoEForce(f *testing.F) {
 			wgs != 2 && wgs != 4 || wgs == 4 && rows > 96 || !slices.Contains([]int{64, 96, 128}, rows)) {
 			t.Fatalf("%q: %d CTAs of %d warpgroups, %d rows accepted", s, ctas, wgs, rows)
 		}
+		if vn, err := hopperQStep(q); err == nil && vn != 0 && vn != 8 && vn != 16 && vn != 32 {
+			t.Fatalf("%q: MMA width step %d accepted", s, vn)
+		}
 	})
+}
+
+// TestHopperQStep: the grouped GEMMs' MMAs follow a tile's rows in steps
+// of 8 unless forced to 16 or 32, or to the whole tile (VN 0); anything
+// else, or both, is refused with what is taken.
+func TestHopperQStep(t *testing.T) {
+	for _, c := range []struct {
+		f    QMoEForce
+		want int
+		err  string
+	}{
+		{QMoEForce{}, 8, ""},
+		{QMoEForce{TokenStep: 8}, 8, ""},
+		{QMoEForce{TokenStep: 16}, 16, ""},
+		{QMoEForce{TokenStep: 32, TileRows: 64}, 32, ""},
+		{QMoEForce{WholeTile: true}, 0, ""},
+		{QMoEForce{TokenStep: 24}, 0, "take 8, 16 or 32"},
+		{QMoEForce{TokenStep: 64}, 0, "take 8, 16 or 32"},
+		{QMoEForce{TokenStep: 16, WholeTile: true}, 0, "both set"},
+	} {
+		got, err := hopperQStep(c.f)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: %d, %v; want an error with %q", c.f, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%+v: %d, %v; want %d", c.f, got, err, c.want)
+		}
+	}
 }
 
 // TestQGEMVShapeFor: the warp-group target trades rows per warp for

@@ -139,23 +139,114 @@ template <int BN> __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u
 // wgmma with A from registers (4 a thread: bf16 pairs, the mma.sync A
 // fragment of each warp's 16 rows) and B a K-major descriptor: the
 // quantised grouped GEMM's weights dequantised in registers (QA::RS).
-__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int accum) {
+// Every N a multiple of 8 up to 128 (the token tile's rows rounded up: an
+// MMA's time grows with N); scripts/gen-wgmma-rs.py writes them.
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n8(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n16(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n24(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n32(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n40(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n48(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n56(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, {%28, %29, %30, %31}, %32, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
 }
-
-__device__ __forceinline__ void wgmma_rs_m64n96(float (&d)[48], const unsigned (&a)[4], unsigned long long db, int accum) {
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n72(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n80(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n88(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %49, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n88k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43}, {%44, %45, %46, %47}, %48, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n96(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
 }
-
-__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int accum) {
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n104(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %57, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51}, {%52, %53, %54, %55}, %56, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n112(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n120(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n120k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59}, {%60, %61, %62, %63}, %64, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+}
+template <int R> __device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
@@ -163,13 +254,41 @@ __device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const unsigned 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
 }
 
-template <int BN> __device__ __forceinline__ void wgmma_rs_bn(float (&d)[BN / 2], const unsigned (&a)[4], unsigned long long db,
-                                                             int accum) {
-  if constexpr (BN == 64)
+// wgmma_rs_n: m64nNk16 for N a multiple of 8 up to 128 on the first N / 2
+// accumulators of d.
+template <int N, int R> __device__ __forceinline__ void wgmma_rs_n(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+  static_assert(N % 8 == 0 && N >= 8 && N <= 128 && R >= N / 2, "m64nNk16: N a multiple of 8 in [8, 128], N / 2 accumulators");
+  if constexpr (N == 8)
+    wgmma_rs_m64n8(d, a, db, accum);
+  else if constexpr (N == 16)
+    wgmma_rs_m64n16(d, a, db, accum);
+  else if constexpr (N == 24)
+    wgmma_rs_m64n24(d, a, db, accum);
+  else if constexpr (N == 32)
+    wgmma_rs_m64n32(d, a, db, accum);
+  else if constexpr (N == 40)
+    wgmma_rs_m64n40(d, a, db, accum);
+  else if constexpr (N == 48)
+    wgmma_rs_m64n48(d, a, db, accum);
+  else if constexpr (N == 56)
+    wgmma_rs_m64n56(d, a, db, accum);
+  else if constexpr (N == 64)
     wgmma_rs_m64n64(d, a, db, accum);
-  else if constexpr (BN == 96)
+  else if constexpr (N == 72)
+    wgmma_rs_m64n72(d, a, db, accum);
+  else if constexpr (N == 80)
+    wgmma_rs_m64n80(d, a, db, accum);
+  else if constexpr (N == 88)
+    wgmma_rs_m64n88(d, a, db, accum);
+  else if constexpr (N == 96)
     wgmma_rs_m64n96(d, a, db, accum);
-  else
+  else if constexpr (N == 104)
+    wgmma_rs_m64n104(d, a, db, accum);
+  else if constexpr (N == 112)
+    wgmma_rs_m64n112(d, a, db, accum);
+  else if constexpr (N == 120)
+    wgmma_rs_m64n120(d, a, db, accum);
+  else if constexpr (N == 128)
     wgmma_rs_m64n128(d, a, db, accum);
 }
 
@@ -906,7 +1025,35 @@ template <> struct QCfg<2> {
   static constexpr int SMEM = 110 * 1024, PRODUCER_REGS = 32, CONSUMER_REGS = 104;
 };
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC>
+// wg_rs_k64: a stage's four k16 MMAs of m64nNk16 with A from fa, fb (the
+// two fragment rows' dequantised weights).
+template <int N, int R>
+__device__ __forceinline__ void wg_rs_k64(float (&acc)[R], const unsigned (&fa)[8], const unsigned (&fb)[8], unsigned long long db,
+                                          int kb) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
+    wgmma_rs_n<N>(acc, a, db + 2 * kk, kb > 0 || kk > 0);  // + 2 a k16 step: 32 bytes, in 16-byte units
+  }
+}
+// wg_rs_rows: the stage's MMAs as wide as the tile's rows rounded up to
+// VN (0: always BN). An expert of a 2048-token chunk has about 80 tokens
+// for 96-row tiles; the accumulators past N keep what they held, and the
+// epilogue stores no column at or past rows.
+template <int BN, int VN, int N = (VN > 0 ? VN : BN), int R>
+__device__ __forceinline__ void wg_rs_rows(float (&acc)[R], const unsigned (&fa)[8], const unsigned (&fb)[8], unsigned long long db,
+                                           int kb, int rows) {
+  if constexpr (N >= BN) {
+    wg_rs_k64<BN>(acc, fa, fb, db, kb);
+  } else {
+    if (rows <= N)
+      wg_rs_k64<N>(acc, fa, fb, db, kb);
+    else
+      wg_rs_rows<BN, VN, N + VN>(acc, fa, fb, db, kb, rows);
+  }
+}
+
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC, int VN>
 __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
@@ -914,6 +1061,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
                                                        int expert_rows) {
   pdl_wait();
   static_assert(NC == 2 || (NC == 4 && CTAS == 1), "2 consumer warpgroups, or 4 in one CTA a multiprocessor");
+  static_assert(VN == 0 || (VN % 8 == 0 && BN % VN == 0), "token steps of a multiple of 8 rows dividing the tile");
   constexpr int QB = QA<QT>::QB, SC = QA<QT>::SC;
   // A stage: the token tile, the rows' quant bytes, their staged scales.
   constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES + 64 * NC * SC;
@@ -991,12 +1139,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
       QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
       QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
       wg_fence();
-      const unsigned long long db = wg_desc(sx);  // + 2 a k16 step: 32 bytes, in 16-byte units
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) {
-        const unsigned a[4] = {fa[2 * kk], fb[2 * kk], fa[2 * kk + 1], fb[2 * kk + 1]};
-        wgmma_rs_bn<BN>(acc, a, db + 2 * kk, kb > 0 || kk > 0);
-      }
+      wg_rs_rows<BN, VN>(acc, fa, fb, wg_desc(sx), kb, rt.rows);
       wg_commit();
       // Wait for them at once: the MMAs read fa and fb while they run
       // and the next stage rewrites them, so no MMA may stay in flight

@@ -286,14 +286,21 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
 	// (96 rows on one CTA of four consumer warpgroups), and forced (QTileRows,
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
-	// the routes' rows itself, or (noGather) after moe_gather_rows.
+	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
+	// wide as a tile's rows in steps of 8 (chosen), 16 or 32 (step), or of
+	// the whole tile (whole).
 	type variant struct {
 		cc, rows, ctas, wgs int
 		noGather            bool
+		step                int
+		whole               bool
 	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0, 0, false}, {90, 64, 0, 0, false}, {90, 128, 0, 0, false}, {90, 96, 1, 0, false}, {90, 64, 1, 0, false},
-			{90, 96, 1, 4, false}, {90, 64, 1, 4, false}, {90, 96, 1, 4, true}, {0, 0, 0, 0, false}, {90, 0, 0, 0, true}, {90, 96, 2, 0, false}} {
+		for _, v := range []variant{{90, 0, 0, 0, false, 0, false}, {90, 64, 0, 0, false, 0, false}, {90, 128, 0, 0, false, 0, false}, {90, 96, 1, 0, false, 0, false},
+			{90, 64, 1, 0, false, 0, false},
+			{90, 96, 1, 4, false, 0, false}, {90, 64, 1, 4, false, 0, false}, {90, 96, 1, 4, true, 0, false}, {0, 0, 0, 0, false, 0, false},
+			{90, 0, 0, 0, true, 0, false}, {90, 96, 2, 0, false, 0, false}, {90, 0, 0, 0, false, 0, true}, {90, 128, 1, 2, false, 16, false},
+			{90, 96, 2, 0, false, 32, false}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -308,6 +315,12 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				}
 				if v.noGather {
 					name = "nogather/" + name
+				}
+				if v.step != 0 {
+					name = fmt.Sprintf("vn%d/%s", v.step, name)
+				}
+				if v.whole {
+					name = "whole/" + name
 				}
 				t.Run(name, func(t *testing.T) {
 					h := fnv.New64a()
@@ -324,7 +337,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
-						QWGs: v.wgs, NoGather: v.noGather}
+						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
@@ -351,6 +364,21 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					// Decode quantises the activations to int8: a little
 					// looser than bf16.
 					checkClose(t, "moe", got, moeRef(t, c, d), 2*tolFor(cuda.BF16))
+					if !v.whole {
+						return
+					}
+					// MMAs as wide as each tile's rows give the whole
+					// tile's bits.
+					a.QWholeTile = false
+					if c.acc {
+						a.Out = upload(t, k, s, cuda.BF16, d.out0)
+					}
+					if err := k.MoEExperts(s, a); err != nil {
+						t.Fatal(err)
+					}
+					if narrow := download(t, s, cuda.BF16, a.Out, c.T*c.H); !slices.Equal(narrow, got) {
+						t.Fatal("the MMAs as wide as each tile's rows changed the result's bits")
+					}
 				})
 			}
 		}

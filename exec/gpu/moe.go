@@ -69,6 +69,10 @@ type MoEArgs struct {
 	// QWGs forces their consumer warpgroups a CTA (2 or 4; 0: lower's
 	// choice).
 	QWGs int
+	// QStep forces the step their MMAs' width follows a tile's rows in (8,
+	// 16 or 32; 0: lower's), QWholeTile MMAs as wide as the tile.
+	QStep      int
+	QWholeTile bool
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
@@ -89,7 +93,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs, TokenStep: a.QStep, WholeTile: a.QWholeTile}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
