@@ -715,7 +715,9 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 // hopperQStep is gemm_wgmma_q's VN for the grouped GEMMs: its MMAs as
 // wide as a tile's rows rounded up to VN rows (an expert of a 2048-token
 // chunk has about 80 tokens for 96-row tiles, and an MMA's time grows with
-// its width), or 0 (WholeTile): always the whole tile. Chosen: 8.
+// its width), or 0 (WholeTile): always the whole tile. Chosen: 16 (H200,
+// 48 layers q4_k_m, prefill 2048: 106.34 ms whole, 104.82 in steps of 8,
+// 103.70 of 16, 103.89 of 32; docs/PERF.md).
 func hopperQStep(f QMoEForce) (int, error) {
 	switch {
 	case f.WholeTile && f.TokenStep != 0:
@@ -723,7 +725,7 @@ func hopperQStep(f QMoEForce) (int, error) {
 	case f.WholeTile:
 		return 0, nil
 	case f.TokenStep == 0:
-		return 8, nil
+		return 16, nil
 	case f.TokenStep == 8 || f.TokenStep == 16 || f.TokenStep == 32:
 		return f.TokenStep, nil
 	}

@@ -250,7 +250,7 @@ func FuzzParseQMoEForce(f *testing.F) {
 }
 
 // TestHopperQStep: the grouped GEMMs' MMAs follow a tile's rows in steps
-// of 8 unless forced to 16 or 32, or to the whole tile (VN 0); anything
+// of 16 unless forced to 8 or 32, or to the whole tile (VN 0); anything
 // else, or both, is refused with what is taken.
 func TestHopperQStep(t *testing.T) {
 	for _, c := range []struct {
@@ -258,7 +258,7 @@ func TestHopperQStep(t *testing.T) {
 		want int
 		err  string
 	}{
-		{QMoEForce{}, 8, ""},
+		{QMoEForce{}, 16, ""},
 		{QMoEForce{TokenStep: 8}, 8, ""},
 		{QMoEForce{TokenStep: 16}, 16, ""},
 		{QMoEForce{TokenStep: 32, TileRows: 64}, 32, ""},

@@ -287,7 +287,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// (96 rows on one CTA of four consumer warpgroups), and forced (QTileRows,
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
-	// wide as a tile's rows in steps of 8 (chosen), 16 or 32 (step), or of
+	// wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
 	// the whole tile (whole).
 	type variant struct {
 		cc, rows, ctas, wgs int
@@ -299,7 +299,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		for _, v := range []variant{{90, 0, 0, 0, false, 0, false}, {90, 64, 0, 0, false, 0, false}, {90, 128, 0, 0, false, 0, false}, {90, 96, 1, 0, false, 0, false},
 			{90, 64, 1, 0, false, 0, false},
 			{90, 96, 1, 4, false, 0, false}, {90, 64, 1, 4, false, 0, false}, {90, 96, 1, 4, true, 0, false}, {0, 0, 0, 0, false, 0, false},
-			{90, 0, 0, 0, true, 0, false}, {90, 96, 2, 0, false, 0, false}, {90, 0, 0, 0, false, 0, true}, {90, 128, 1, 2, false, 16, false},
+			{90, 0, 0, 0, true, 0, false}, {90, 96, 2, 0, false, 0, false}, {90, 0, 0, 0, false, 0, true}, {90, 128, 1, 2, false, 8, false},
 			{90, 96, 2, 0, false, 32, false}} {
 			cc := v.cc
 			for _, c := range cases {
