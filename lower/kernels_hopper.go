@@ -320,7 +320,7 @@ func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
 	if !gather {
-		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R*a.H/8, 256), strideBlocks)), dims(256), 0,
+		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
 		p.gather = &g
 	}
