@@ -156,11 +156,21 @@ type NormRoPEArgs struct {
 	SMs       int // multiprocessors of the target (0: an H200's), for the grid
 }
 
-// normRoPEWarps is qk_norm_rope's warps a block.
-const normRoPEWarps = 8
+// qk_norm_rope's block is normRoPEWarps warps; its fast path
+// (normRoPEFast) gives a (token, head) 16 threads and each 16 threads up
+// to normRoPEItems items (NR_ITEMS in rope.cu), sized for one wave of
+// normRoPEBlocksPerSM blocks an SM (its launch bounds).
+const (
+	normRoPEWarps       = 8
+	normRoPEItems       = 8
+	normRoPEBlocksPerSM = 4
+)
 
-// NormRoPE returns the launch of qk_norm_rope: a block of normRoPEWarps
-// warps a token and a group of its heads, up to two heads a warp where
+// NormRoPE returns the launch of qk_norm_rope: its (token, head) items in
+// blocks of per consecutive ones (token-major; a block may span tokens,
+// with a rope table in shared memory for each). The fast path fills one
+// wave with up to normRoPEItems items a 16-thread slot, at least one; the
+// one-warp path keeps a token's heads in groups of up to two a warp where
 // that leaves two blocks an SM, else one.
 func NormRoPE(a NormRoPEArgs) (Launch, error) {
 	const op = "RoPE"
@@ -187,16 +197,45 @@ func NormRoPE(a NormRoPEArgs) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: eps = %g must not be negative", op, a.Eps)
 	}
 	nh, warps := a.NQ+a.NK, normRoPEWarps
-	groups := ceilDiv(nh, 2*warps)
-	if a.T*groups < 2*sms(a.SMs) {
-		groups = ceilDiv(nh, warps)
-	}
-	if int64(a.T)*int64(groups) > 1<<31-1 {
+	items := int64(a.T) * int64(nh)
+	if items > 1<<31-1 {
 		return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
 	}
-	return kernel("rope.cu", "qk_norm_rope", []string{a.DType}, nil, dims(a.T*groups), dims(32*warps), (r+warps*a.D)*4,
+	var per, stage int
+	fast := normRoPEFast(a)
+	if fast {
+		slots := 2 * warps
+		per = slots * max(1, min(normRoPEItems, ceilDiv(int(items), slots*normRoPEBlocksPerSM*sms(a.SMs))))
+	} else {
+		groups := ceilDiv(nh, 2*warps)
+		if a.T*groups < 2*sms(a.SMs) {
+			groups = ceilDiv(nh, warps)
+		}
+		per, stage = ceilDiv(nh, groups), warps*a.D
+	}
+	// A block starts a multiple of gcd(per, nh) heads into a token, so at
+	// most nh - gcd: the most tokens (rope tables) its per items span.
+	g := per
+	for m := nh; m != 0; {
+		g, m = m, g%m
+	}
+	tables := min(a.T, (nh-g+per-1)/nh+1)
+	return kernel("rope.cu", "qk_norm_rope", []string{a.DType}, []int64{int64(b2i(fast))}, dims(ceilDiv(int(items), per)),
+		dims(32*warps), (stage+tables*r)*4,
 		i32(a.T), i32(a.NQ), i32(a.NK), i32(a.D), i64(int64(a.LD)), i64(int64(a.LD)), ptrArg(a.X), ptrArg(a.Out),
-		ptrArg(a.WQ), ptrArg(a.WK), f32(a.Eps), ptrArg(a.Pos), ptrArg(a.Table.InvFreq), i32(r), f32(a.Table.AttnFactor)), nil
+		ptrArg(a.WQ), ptrArg(a.WK), f32(a.Eps), ptrArg(a.Pos), ptrArg(a.Table.InvFreq), i32(r), f32(a.Table.AttnFactor), i32(per)), nil
+}
+
+// normRoPEFast says whether qk_norm_rope's fast path (FAST = 1) applies:
+// head_dim 128 of 2-byte values in 16-byte aligned rows (every base is
+// Alignment-aligned), and rot/2 a multiple of 8 channels whose number of
+// 8-channel chunks is a power of two (a chunk's rotation partner is a
+// lane xor away).
+func normRoPEFast(a NormRoPEArgs) bool {
+	r := a.Table.RotaryDim
+	hq := r / 16
+	return dtypeSize(a.DType) == 2 && a.D == 128 && r%16 == 0 && hq&(hq-1) == 0 && a.LD%8 == 0 &&
+		a.X.Aligned(16) && a.Out.Aligned(16)
 }
 
 // SoftplusGate computes Laguna's attention output gate out = x *

@@ -23,8 +23,8 @@ import "fmt"
 // launch n before it.
 func NormRoPEAttention(n, a Launch) (Launch, error) {
 	const op = "NormRoPEAttention"
-	if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Args) != 15 ||
-		!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32) {
+	if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Ints) != 1 || len(n.Args) != 16 ||
+		!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
 		return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
 	}
 	if a.Kernel != "attn_decode" || a.File != "attention.cu" || len(a.DTypes) != 1 || len(a.Ints) != 2 || a.Ints[1] != 0 ||

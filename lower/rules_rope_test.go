@@ -19,7 +19,7 @@ type qkNormRoPE struct {
 
 func readQKNormRoPE(t *testing.T, l Launch) qkNormRoPE {
 	t.Helper()
-	if l.Kernel != "qk_norm_rope" || len(l.Args) != 15 {
+	if l.Kernel != "qk_norm_rope" || len(l.Args) != 16 {
 		t.Fatalf("launch %s with %d arguments", l.Kernel, len(l.Args))
 	}
 	a := l.Args
@@ -170,28 +170,79 @@ func TestNormRoPEPairRule(t *testing.T) {
 	}
 }
 
-// TestNormRoPEGroups pins qk_norm_rope's grid: a token's heads in groups
-// of up to two a warp where that leaves two blocks an SM, else one a warp;
-// shared memory for the token's cosines and sines and each warp's head
-// (SMs: the target's, 0 an H200's).
-func TestNormRoPEGroups(t *testing.T) {
+// TestNormRoPEShape pins qk_norm_rope's launch: the fast path (FAST = 1:
+// head_dim 128 of 2-byte values, 16-byte aligned rows, rot/16 a power of
+// two) with 16*k (token, head) items a block, k in [1, 8] filling one wave
+// of four blocks an SM; else the one-warp path with a token's heads in
+// groups of up to two a warp where that leaves two blocks an SM, else one.
+// Shared memory: a rope table for each token a block's items may span
+// (checked against every block), after each warp's staged head on the
+// one-warp path (SMs: the target's, 0 an H200's).
+func TestNormRoPEShape(t *testing.T) {
 	p := Ptr{BaseArena, 0}
-	for _, c := range []struct{ T, nq, nk, rot, blocks, sms int }{
-		{2048, 72, 0, 128, 2048 * 5, 0}, // 5 groups of up to 15 heads
-		{2048, 8, 0, 128, 2048, 0},
-		{2048, 48, 0, 64, 2048 * 3, 0},
-		{1, 72, 0, 128, 9, 0}, // one head a warp
-		{37, 48, 8, 64, 37 * 7, 0},
-		{132, 72, 0, 128, 132 * 5, 0},   // 660 blocks: two heads a warp
-		{132, 72, 0, 128, 132 * 9, 400}, // but one on a GPU of 400 SMs
+	for _, c := range []struct {
+		name              string
+		dt                string
+		T, nq, nk, d, rot int
+		ld                int   // 0: (nq+nk)*d
+		off               int64 // x's and out's offset
+		sms               int
+		fast              bool
+		per, blocks       int
+	}{
+		{"q prefill", "bf16", 2048, 72, 0, 128, 128, 0, 0, 0, true, 128, 1152},        // 8 items a slot, 3 tokens a block
+		{"k prefill", "bf16", 2048, 8, 0, 128, 128, 0, 0, 0, true, 32, 512},           // 2 items a slot: one wave
+		{"full-layer q", "bf16", 2048, 48, 0, 128, 64, 0, 0, 0, true, 128, 768},       // rot 64
+		{"T 300", "f16", 300, 72, 0, 128, 128, 0, 0, 0, true, 48, 450},                // 3 items a slot
+		{"decode q+k", "bf16", 1, 72, 8, 128, 128, 88 * 128, 0, 0, true, 16, 5},       // in the qkv row
+		{"one token", "bf16", 1, 72, 0, 128, 128, 0, 0, 0, true, 16, 5},               // the last block 8 heads
+		{"T 37 q+k", "bf16", 37, 48, 8, 128, 64, 0, 0, 0, true, 16, 130},              // 2072 items
+		{"400 SMs", "bf16", 132, 72, 0, 128, 128, 0, 0, 400, true, 16, 594},           // one item a slot
+		{"one SM", "bf16", 300, 5, 3, 128, 128, 0, 0, 1, true, 128, 19},               // 8 items a slot
+		{"f32", "f32", 2048, 72, 0, 128, 128, 0, 0, 0, false, 15, 9831},               // 5 groups of 15 heads
+		{"f32 one token", "f32", 1, 72, 0, 128, 128, 0, 0, 0, false, 8, 9},            // one head a warp
+		{"f32 k", "f32", 2048, 8, 0, 128, 128, 0, 0, 0, false, 8, 2048},               // a token a block
+		{"f32 400 SMs", "f32", 132, 72, 0, 128, 128, 0, 0, 400, false, 8, 1188},       // one head a warp
+		{"unaligned rows", "bf16", 5, 8, 2, 128, 128, 10*128 + 5, 0, 0, false, 5, 10}, // ld % 8 != 0: heads in 2 groups
+		{"unaligned x", "bf16", 5, 8, 0, 128, 128, 0, 8, 0, false, 8, 5},
+		{"d 64", "bf16", 5, 8, 0, 64, 64, 0, 0, 0, false, 8, 5},
+		{"rot 96", "bf16", 5, 8, 0, 128, 96, 0, 0, 0, false, 8, 5}, // 6 chunks of 8: no xor partner
+		{"rot 8", "bf16", 5, 8, 0, 128, 8, 0, 0, 0, false, 8, 5},
 	} {
-		l, err := NormRoPE(NormRoPEArgs{DType: "bf16", X: p, Out: p, LD: (c.nq + c.nk) * 128, T: c.T, NQ: c.nq, NK: c.nk, D: 128,
+		ld := c.ld
+		if ld == 0 {
+			ld = (c.nq + c.nk) * c.d
+		}
+		x := p.At(c.off)
+		l, err := NormRoPE(NormRoPEArgs{DType: c.dt, X: x, Out: x, LD: ld, T: c.T, NQ: c.nq, NK: c.nk, D: c.d,
 			Pos: p, Table: RoPETable{InvFreq: p, RotaryDim: c.rot, AttnFactor: 1}, SMs: c.sms})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Grid[0] != c.blocks || l.Block[0] != 32*normRoPEWarps || l.Shmem != (c.rot+normRoPEWarps*128)*4 {
-			t.Errorf("T %d, %d+%d heads: grid %d, block %d, %d bytes; want grid %d", c.T, c.nq, c.nk, l.Grid[0], l.Block[0], l.Shmem, c.blocks)
+		per := int(l.Args[15].Int)
+		if l.Ints[0] != int64(b2i(c.fast)) || per != c.per || l.Grid[0] != c.blocks || l.Block[0] != 32*normRoPEWarps {
+			t.Errorf("%s: FAST %d, %d items a block, grid %d, block %d; want %v, %d, %d", c.name, l.Ints[0], per, l.Grid[0],
+				l.Block[0], c.fast, c.per, c.blocks)
 		}
+		nh := c.nq + c.nk
+		if items := c.T * nh; per <= 0 || l.Grid[0]*per < items || (l.Grid[0]-1)*per >= items || (c.fast && per > 16*normRoPEItems) {
+			t.Errorf("%s: %d blocks of %d items for %d", c.name, l.Grid[0], per, items)
+		}
+		tables := 0
+		for b := 0; b < l.Grid[0]; b++ {
+			last := min((b+1)*per, c.T*nh) - 1
+			tables = max(tables, last/nh-b*per/nh+1)
+		}
+		stage := normRoPEWarps * c.d
+		if c.fast {
+			stage = 0
+		}
+		if want := (stage + tables*c.rot) * 4; l.Shmem != want {
+			t.Errorf("%s: %d bytes of shared memory, want %d (%d tables)", c.name, l.Shmem, want, tables)
+		}
+	}
+	if _, err := NormRoPE(NormRoPEArgs{DType: "bf16", X: p, Out: p, LD: 128 << 16, T: 1 << 16, NQ: 1 << 16, D: 128,
+		Pos: p, Table: RoPETable{InvFreq: p, RotaryDim: 128, AttnFactor: 1}}); err == nil {
+		t.Error("2^32 (token, head) items in one launch were accepted")
 	}
 }

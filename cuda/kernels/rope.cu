@@ -15,9 +15,9 @@
 // Heads below nh1 are normalised with w1, the others with w2; a null weight
 // means no norm (plain rope). out may alias x (in place, ldo == ldx).
 //
-// A warp rotates one (token, head) at a time; the head's d values are
-// staged in shared memory (blockDim.x/32 * d floats, after the token's
-// rot cosines and sines) so a lane can read its rotation partner.
+// Outside qk_norm_rope's fast path (FAST), a warp rotates one (token,
+// head) at a time; the head's d values are staged in shared memory (d
+// floats a warp) so a lane can read its rotation partner.
 
 __device__ __forceinline__ float rope_warp_sum(float v) {
 #pragma unroll
@@ -134,17 +134,10 @@ __device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b,
   }
 }
 
-// nr_fast says whether qk_norm_rope's 16-threads-a-head path applies:
-// head_dim 128 of 2-byte values in 16-byte aligned rows, at most
-// blockDim.x/16 heads a block, and rot/2 a multiple of 8 channels whose
-// number of 8-channel chunks is a power of two (so a chunk's rotation
-// partner is a lane xor away).
-template <typename T>
-__device__ __forceinline__ bool nr_fast(int d, int per, int rot, long long ldx, long long ldo, const T* x, const T* out) {
-  const int hq = rot >> 4;
-  return sizeof(T) == 2 && d == 128 && per <= (int)(blockDim.x >> 4) && (rot & 15) == 0 && (hq & (hq - 1)) == 0 &&
-         (ldx & 7) == 0 && (ldo & 7) == 0 && ((((unsigned long long)x) | ((unsigned long long)out)) & 15) == 0;
-}
+// NR_ITEMS is the most (token, head) items a 16-thread slot of
+// qk_norm_rope's fast path takes: one 16-byte register each, all loaded
+// before any is used (8 in 64 registers: four blocks of 256 threads an SM).
+#define NR_ITEMS 8
 
 // nr_head128 normalises (w non-null) and rotates 8 channels c0..c0+7 of a
 // head (raw: their 16 bytes) held by this thread, 16 threads a head, and
@@ -198,60 +191,99 @@ __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, 
     const T lo = from_f32<T>(y[0]), hi = from_f32<T>(y[1]);
     out[e >> 1] = (unsigned)lo.bits | ((unsigned)hi.bits << 16);
   }
-  *reinterpret_cast<uint4*>(o) = make_uint4(out[0], out[1], out[2], out[3]);
+  // One 16-byte store (a uint4 store through o compiles to four 4-byte ones).
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(o), "r"(out[0]), "r"(out[1]), "r"(out[2]), "r"(out[3])
+               : "memory");
 }
 
-// A block takes one token and a group of its heads (gridDim.x is ntok
-// times the groups; a token's heads split evenly), one warp a head at a
-// time. The token's rot/2 cosines and sines are computed once a block into
-// shared memory (rot floats, then each warp's d staged channels): with a
-// warp a (token, head) and each channel its own sincosf, the 2048-token
-// prefill's q heads took 104 us on the H200.
-// Vector path where d and both row strides are multiples of 4 and x, out
-// are aligned to 4 values (the executor's buffers are); else one channel
-// per lane at a time.
-template <typename T>
-__global__ void qk_norm_rope(int ntok, int nh1, int nh2, int d, long long ldx, long long ldo,
-                             const T* x, T* out, const float* __restrict__ w1,
-                             const float* __restrict__ w2, float eps, const int* __restrict__ pos,
-                             const float* __restrict__ inv_freq, int rot, float attn) {
+// rope_tables computes the cosines then the sines (times attn) of
+// tokens t0..t0+ntab-1 into tab, rot floats a token, with the whole block.
+__device__ __forceinline__ void rope_tables(float* tab, int ntab, int t0, int rot, const int* __restrict__ pos,
+                                            const float* __restrict__ inv_freq, float attn) {
+  const int half = rot >> 1;
+  for (int i = threadIdx.x; i < ntab * half; i += blockDim.x) {
+    const int tt = i / half, c = i - tt * half;
+    rope_cos_sin(c, (float)pos[t0 + tt], inv_freq, attn, tab[tt * rot + c], tab[tt * rot + half + c]);
+  }
+}
+
+// The (token, head) items, token-major, go to blocks per at a time
+// (gridDim.x = ceil(ntok*(nh1+nh2)/per)); a block computes the rope table
+// of each token its items touch once, into shared memory (with a warp a
+// (token, head) and a sincosf per channel, the 2048-token prefill's q
+// heads took 104 us on the H200). Shared memory: each warp's d staged
+// channels (FAST = 0 only), then rot floats a token.
+//
+// FAST (lower.normRoPEFast: head_dim 128 of 2-byte values in 16-byte
+// aligned rows, rot/2 a multiple of 8 channels whose number of 8-channel
+// chunks is a power of two, so a chunk's rotation partner is a lane xor
+// away; per at most NR_ITEMS a slot): 16 threads a head, slot s of the
+// block taking items s, s + slots, ..., a thread's 16-byte loads all
+// issued before the table and before any is used (with one load a thread
+// and a block a token's group of heads, the 2048-token q heads ran at 1.7
+// TB/s on the H200). Else a warp an item at a time (rope_head): vectors
+// where d and both row strides are multiples of 4 and x, out are aligned
+// to 4 values, else one channel per lane. Two instantiations, so the
+// one-warp path's registers do not limit the fast one's blocks an SM;
+// lower launches 256 threads.
+template <typename T, int FAST>
+__global__ void __launch_bounds__(256, FAST ? 4 : 1)
+    qk_norm_rope(int ntok, int nh1, int nh2, int d, long long ldx, long long ldo, const T* x, T* out,
+                 const float* __restrict__ w1, const float* __restrict__ w2, float eps, const int* __restrict__ pos,
+                 const float* __restrict__ inv_freq, int rot, float attn, int per) {
   pdl_wait();
   extern __shared__ float rope_buf[];
-  const int warps = blockDim.x >> 5, wi = threadIdx.x >> 5, half = rot >> 1;
-  const int nh = nh1 + nh2, groups = gridDim.x / ntok;
-  const int t = blockIdx.x / groups, g = blockIdx.x - t * groups;
-  const int per = (nh + groups - 1) / groups, h1 = min(nh, (g + 1) * per);
-  float* cs = rope_buf;
-  float* sn = rope_buf + half;
-  float* b = rope_buf + rot + wi * d;
-  const float fp = (float)pos[t];
-  // 16 threads a head: every head of the group loaded at once, before the
-  // table (the one-warp path has a warp's one head in flight at a time:
-  // 0.9 TB/s on the H200 for a 2048-token chunk's q heads).
-  const bool fast = nr_fast(d, per, rot, ldx, ldo, x, out);
-  const int fh = g * per + (threadIdx.x >> 4), fc = (threadIdx.x & 15) * 8;
-  const bool fown = fast && (int)(threadIdx.x >> 4) < per && fh < h1;
-  uint4 raw = make_uint4(0, 0, 0, 0);
-  if (fown) raw = *reinterpret_cast<const uint4*>(x + t * ldx + (long long)fh * d + fc);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(i, fp, inv_freq, attn, cs[i], sn[i]);
-  __syncthreads();
-  if constexpr (sizeof(T) == 2) {
-    if (fast) {
-      nr_head128<T>(raw, fc, out + t * ldo + (long long)fh * d + fc, fown, fh < nh1 ? w1 : w2, eps, cs, sn, rot);
-      return;
+  const int half = rot >> 1, nh = nh1 + nh2, i0 = blockIdx.x * per, n = min(per, ntok * nh - i0);
+  const int t0 = i0 / nh, h0 = i0 - t0 * nh, ntab = (h0 + n - 1) / nh + 1;  // the block's tokens
+  if constexpr (FAST) {
+    static_assert(sizeof(T) == 2, "qk_norm_rope's fast path is for 2-byte values");
+    // Item s + k*slots is token t0 + tt, head h: stepped (dq tokens and dr
+    // heads a slot) rather than divided each time.
+    const int slots = blockDim.x >> 4, s = threadIdx.x >> 4, fc = (threadIdx.x & 15) * 8;
+    const int dq = slots / nh, dr = slots - dq * nh, tt0 = (h0 + s) / nh, hs = h0 + s - tt0 * nh;
+    uint4 raw[NR_ITEMS];
+    int tt = tt0, h = hs;
+#pragma unroll
+    for (int k = 0; k < NR_ITEMS; k++) {
+      raw[k] = make_uint4(0, 0, 0, 0);
+      if (s + k * slots < n) raw[k] = *reinterpret_cast<const uint4*>(x + (t0 + tt) * ldx + (long long)h * d + fc);
+      h += dr, tt += dq;
+      if (h >= nh) h -= nh, tt++;
     }
-  }
-  const unsigned long long amask = 4 * sizeof(T) - 1;
-  const bool v4 = (d & 3) == 0 && (ldx & 3) == 0 && (ldo & 3) == 0 &&
-                  ((((unsigned long long)x) | ((unsigned long long)out)) & amask) == 0;
-  for (int h = g * per + wi; h < h1; h += warps) {  // uniform per warp
-    const T* xr = x + t * ldx + (long long)h * d;
-    T* orow = out + t * ldo + (long long)h * d;
-    const float* w = h < nh1 ? w1 : w2;
-    if (v4)
-      rope_head<4, T>(d, xr, orow, b, w, eps, cs, sn, rot);
-    else
-      rope_head<1, T>(d, xr, orow, b, w, eps, cs, sn, rot);
-    __syncwarp();  // b is staged again for the next head
+    rope_tables(rope_buf, ntab, t0, rot, pos, inv_freq, attn);
+    __syncthreads();
+    // Stepped again from values the compiler cannot see are the loads'
+    // (it would keep each item's from there: 8 bytes of spill at 64).
+    tt = tt0, h = hs;
+    asm volatile("" : "+r"(tt), "+r"(h));
+#pragma unroll
+    for (int k = 0; k < NR_ITEMS; k++) {
+      if (k * slots >= n) break;  // uniform: every lane calls nr_head128 (it shuffles)
+      const float* cs = rope_buf + tt * rot;
+      nr_head128<T>(raw[k], fc, out + (t0 + tt) * ldo + (long long)h * d + fc, s + k * slots < n, h < nh1 ? w1 : w2, eps,
+                    cs, cs + half, rot);
+      h += dr, tt += dq;
+      if (h >= nh) h -= nh, tt++;
+    }
+  } else {
+    const int warps = blockDim.x >> 5, wi = threadIdx.x >> 5;
+    float* tab = rope_buf + warps * d;
+    rope_tables(tab, ntab, t0, rot, pos, inv_freq, attn);
+    __syncthreads();
+    float* b = rope_buf + wi * d;
+    const unsigned long long amask = 4 * sizeof(T) - 1;
+    const bool v4 = (d & 3) == 0 && (ldx & 3) == 0 && (ldo & 3) == 0 &&
+                    ((((unsigned long long)x) | ((unsigned long long)out)) & amask) == 0;
+    for (int j = h0 + wi; j < h0 + n; j += warps) {  // uniform per warp
+      const int tt = j / nh, h = j - tt * nh;
+      const T* xr = x + (t0 + tt) * ldx + (long long)h * d;
+      T* orow = out + (t0 + tt) * ldo + (long long)h * d;
+      const float* cs = tab + tt * rot;
+      if (v4)
+        rope_head<4, T>(d, xr, orow, b, h < nh1 ? w1 : w2, eps, cs, cs + half, rot);
+      else
+        rope_head<1, T>(d, xr, orow, b, h < nh1 ? w1 : w2, eps, cs, cs + half, rot);
+      __syncwarp();  // b is staged again for the next head
+    }
   }
 }

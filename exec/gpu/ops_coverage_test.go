@@ -33,7 +33,7 @@ var gpuVsCPU = map[string][]string{
 	"moe_experts":    {"TestMoEExperts"},
 	"moe_grouped":    {"TestMoEExperts", "TestOpsGPU"},
 	"mul":            {"TestElementwiseGPU"},
-	"norm_rope":      {"TestNormRoPEGPU", "TestQKNormRopeGPU", "TestOpsGPU"},
+	"norm_rope":      {"TestNormRoPEGPU", "TestQKNormRopeGPU", "TestNormRoPEItemsGPU", "TestOpsGPU"},
 	"reshape":        {"TestOpsGPU"},
 	"rms_norm":       {"TestRMSNormGPU", "TestRMSNormCastGPU", "TestAddRMSNormGPU"},
 	"rope":           {"TestRoPEGPU"},

@@ -8,6 +8,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/exec/cpu"
+	"lagc/lower"
 	"lagc/prep"
 )
 
@@ -87,8 +88,10 @@ func TestNormRoPEGPU(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
 	r := rand.New(rand.NewPCG(13, 14))
 	const eps = 1e-6
-	// T 300: blocks of two heads a warp (72 heads: 5 groups of 15, the last
-	// of 12; 5 heads: one group), the others one head a warp.
+	// T 300: bf16, d 128: the fast path, 3 items a 16-thread slot (blocks of
+	// 48 across tokens); f32 and d 40: the one-warp path, two heads a warp
+	// (72 heads: blocks of 15 across tokens; 5 heads: a token a block); the
+	// others one head a warp, or one item a slot.
 	for _, c := range []struct{ T, n, d int }{{1, 72, 128}, {1, 8, 128}, {7, 3, 128}, {5, 2, 16}, {4, 5, 40}, {33, 1, 8},
 		{300, 72, 128}, {300, 5, 40}} {
 		for name, tab := range ropeTables(t, c.d) {
@@ -188,6 +191,127 @@ func TestQKNormRopeGPU(t *testing.T) {
 						}
 					}
 					checkClose(t, "qk_norm_rope", gotQK, wantQK, tolFor(dt))
+				})
+			}
+		}
+	}
+}
+
+// TestNormRoPEItemsGPU: qk_norm_rope's fast path with several (token,
+// head) items a 16-thread slot (lower picks 16 to 128 items a block by the
+// SMs it is given: 1 packs 8 a slot into few blocks), q and k heads with
+// their own weights then v heads in each row, against cpu.RMSNorm then
+// cpu.RoPE, and bit for bit against the one-warp path (the same rows 4
+// elements further apart: not 16-byte aligned), out of place over a
+// poisoned buffer and in place; v comes back untouched.
+func TestNormRoPEItemsGPU(t *testing.T) {
+	k, s := gpu(t)
+	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
+	r := rand.New(rand.NewPCG(15, 16))
+	const d, eps = 128, 1e-6
+	for _, c := range []struct {
+		T, nq, nk, sms int
+		per            int  // items a block lower must pick
+		far            bool // positions past sincosf's fast range (1e5 radians)
+	}{
+		{301, 72, 0, 1, 128, false},    // 8 a slot, blocks across tokens, the last of 40 items
+		{37, 5, 3, 1, 80, false},       // q and k heads in one warp, 10 tokens a block, the last 7
+		{19, 6, 3, 1, 48, false},       // 3 a slot
+		{23, 13, 0, 1, 80, true},       // 5 a slot
+		{1, 72, 8, 0, 16, false},       // decode's q and k
+		{1, 7, 2, 0, 16, false},        // one block of 9 heads
+		{2048, 72, 0, 132, 128, false}, // S-2.1's q heads on an H200
+		{2048, 8, 0, 132, 32, false},   // its k heads
+	} {
+		for name, tab := range ropeTables(t, d) {
+			for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+				t.Run(fmt.Sprintf("T%d-q%d-k%d-sms%d-%s/%v", c.T, c.nq, c.nk, c.sms, name, dt), func(t *testing.T) {
+					nv := c.nk
+					qk, ld := (c.nq+c.nk)*d, (c.nq+c.nk+nv)*d
+					buf := roundTo(dt, randF32(r, c.T*ld, 2))
+					pos := ropePositions(r, c.T)
+					if c.far {
+						for i := range pos {
+							pos[i] = int32(r.IntN(300000))
+						}
+					}
+					wq, wk := normWeights(r, d), normWeights(r, d)
+					want := append([]float32(nil), buf...)
+					for _, part := range []struct {
+						off, heads int
+						w          []float32
+					}{{0, c.nq, wq}, {c.nq * d, c.nk, wk}} {
+						if part.heads == 0 {
+							continue
+						}
+						n := part.heads * d
+						x := make([]float32, c.T*n)
+						for tk := 0; tk < c.T; tk++ {
+							copy(x[tk*n:(tk+1)*n], buf[tk*ld+part.off:])
+						}
+						if err := cpu.RMSNorm(x, x, part.w, c.T*part.heads, d, eps); err != nil {
+							t.Fatal(err)
+						}
+						if err := cpu.RoPE(x, x, pos, c.T, part.heads, d, tab); err != nil {
+							t.Fatal(err)
+						}
+						for tk := 0; tk < c.T; tk++ {
+							copy(want[tk*ld+part.off:], x[tk*n:(tk+1)*n])
+						}
+					}
+					dwq, dwk, dpos, rope := upload(t, k, s, cuda.F32, wq), upload(t, k, s, cuda.F32, wk), uploadI32(t, k, s, pos), ropeUpload(t, k, s, tab)
+					// run launches qk_norm_rope over rows ldr apart, fast or not.
+					run := func(x, out cuda.DevicePtr, ldr int, fast bool) {
+						t.Helper()
+						l, err := lower.NormRoPE(lower.NormRoPEArgs{DType: dt.String(), Out: ptr(out), X: ptr(x), LD: ldr, T: c.T, NQ: c.nq, NK: c.nk,
+							D: d, WQ: ptr(dwq), WK: ptr(dwk), Eps: eps, Pos: ptr(dpos), Table: rope.table(), SMs: c.sms})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if per := l.Args[len(l.Args)-1].Int; (l.Ints[0] == 1) != fast || (fast && per != int64(c.per)) {
+							t.Fatalf("lower launched FAST %d with %d items a block, want fast %v with %d", l.Ints[0], per, fast, c.per)
+						}
+						if err := k.on(s).one(l, nil); err != nil {
+							t.Fatal(err)
+						}
+					}
+					// rows: the q and k columns of rows ldr apart, and the v ones.
+					rows := func(v []float32, ldr int) (qkv, rest []float32) {
+						for tk := 0; tk < c.T; tk++ {
+							qkv = append(qkv, v[tk*ldr:tk*ldr+qk]...)
+							rest = append(rest, v[tk*ldr+qk:tk*ldr+ld]...)
+						}
+						return qkv, rest
+					}
+					same := func(what string, got, want []float32) {
+						t.Helper()
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%s: element %d is %v, want %v bit for bit", what, i, got[i], want[i])
+							}
+						}
+					}
+					bytes := int64(c.T * ld * dt.Size())
+					dx, out := upload(t, k, s, dt, buf), alloc(t, k, bytes)
+					poison(t, s, out, bytes)
+					run(dx, out, ld, true)
+					fast, _ := rows(download(t, s, dt, out, c.T*ld), ld)
+					wantQK, wantV := rows(want, ld)
+					checkClose(t, "fast path", fast, wantQK, tolFor(dt))
+					run(dx, dx, ld, true)
+					inPlace, v := rows(download(t, s, dt, dx, c.T*ld), ld)
+					same("in place", inPlace, fast)
+					same("v in place", v, wantV)
+					// The one-warp path on the same rows 4 elements further apart.
+					ld2 := ld + 4
+					buf2 := make([]float32, c.T*ld2)
+					for tk := 0; tk < c.T; tk++ {
+						copy(buf2[tk*ld2:], buf[tk*ld:(tk+1)*ld])
+					}
+					dx2 := upload(t, k, s, dt, buf2)
+					run(dx2, dx2, ld2, false)
+					warp, _ := rows(download(t, s, dt, dx2, c.T*ld2), ld2)
+					same("the one-warp path", warp, fast)
 				})
 			}
 		}
