@@ -315,7 +315,7 @@ func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	if a.H%8 == 0 {
 		v = 8
 	}
-	p := moeParts{routing: moeRouting(a, l),
+	p := moeParts{routing: MoERouting(a, l),
 		combine: kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
 			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
 			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}

@@ -280,10 +280,15 @@ func MoEWorkspace(a MoEArgs) (int64, error) {
 // of an H200).
 const combineMaxBlocks = 132 * 32
 
-// moeRouting groups the routes by expert on the device: the histogram of
+// moeScatterThreads is moe_scatter's block (MOE_SCATTER_WARPS warps in
+// cuda/kernels/moe.cu).
+const moeScatterThreads = 256
+
+// MoERouting groups a's routes by expert on the device: the histogram of
 // expert ids, the tile schedule, and the scatter of routes into expert
-// order. The grouped GEMMs of both tile paths read what it writes.
-func moeRouting(a MoEArgs, l MoELayout) []Launch {
+// order, into the buffers of l. The grouped GEMMs of both tile paths read
+// what it writes; tests build l to choose the chunk and the tile rows.
+func MoERouting(a MoEArgs, l MoELayout) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	return []Launch{
@@ -292,7 +297,7 @@ func moeRouting(a MoEArgs, l MoELayout) []Launch {
 		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
 			i32(a.E), i32(l.Chunks), i32(32*l.MI), i32(int(a.Order)), ws(l.Hist),
 			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
-		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(32), 0,
+		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(moeScatterThreads), 0,
 			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),
 	}
 }
@@ -349,7 +354,7 @@ func MoE(a MoEArgs) ([]Launch, error) {
 	if a.H%8 == 0 {
 		v = 8 // ys rows and the workspace are 16-byte aligned
 	}
-	return append(moeRouting(a, l),
+	return append(MoERouting(a, l),
 		kernel("moe.cu", "moe_gateup_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.I, 64)), dims(256), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), ptrArg(a.X), ws(l.Sorted), ws(l.Tiles), ws(l.NTiles),
 			ptrArg(a.Gate), ptrArg(a.Up), ws(l.Act), i32(a.Band/64)),

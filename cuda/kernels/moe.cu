@@ -156,98 +156,197 @@ __global__ void __launch_bounds__(256) moe_hist(int R, int E, int CH, const int*
 // Writes counts[e], order[i] (the i-th expert scheduled), offsets[e] (its
 // first grouped row), base[b*E+e] (first row of chunk b's routes to e),
 // tiles[t] = {e, first row, rows (<= BM), 0} and ntiles[0].
+//
+// The work is spread over the block (it is latency, not bandwidth): expert
+// e has P = min(1024/E, 32) threads (tid = p*E + e, so a warp reads
+// consecutive experts of one hist row), the p-th summing the p-th group of
+// chunks with all its loads in flight and keeping them (up to
+// MOE_SCHED_REGS) for its part of base; mode 1's rank is counted over P
+// slices of the experts; the scans over schedule positions are warp
+// shuffles. Needs nchunks*E < 2^31.
+#define MOE_SCHED_REGS 32
+
+// How many of c[lo, hi) are >= th, all in [0, 2^30 + 1]: x >= th is the
+// sign of th-1-x (two instructions, no select); 16-byte loads where aligned.
+__device__ __forceinline__ int moe_count_ge(const int* c, int lo, int hi, int th) {
+  const int t = th - 1;
+  unsigned n = 0;
+  for (; lo < hi && (lo & 3); lo++) n += (unsigned)(t - c[lo]) >> 31;
+  for (; lo + 4 <= hi; lo += 4) {
+    const int4 q = *reinterpret_cast<const int4*>(c + lo);
+    n += ((unsigned)(t - q.x) >> 31) + ((unsigned)(t - q.y) >> 31) + ((unsigned)(t - q.z) >> 31) +
+         ((unsigned)(t - q.w) >> 31);
+  }
+  for (; lo < hi; lo++) n += (unsigned)(t - c[lo]) >> 31;
+  return (int)n;
+}
+
 __global__ void __launch_bounds__(1024) moe_schedule(int E, int nchunks, int BM, int mode, const int* __restrict__ hist,
                                                      int* __restrict__ counts, int* __restrict__ order,
                                                      int* __restrict__ offsets, int* __restrict__ base,
                                                      int4* __restrict__ tiles, int* __restrict__ ntiles) {
   pdl_wait();
-  __shared__ int cnt[1024], ord[1024], srow[1024], stile[1024];
-  const int tid = threadIdx.x;
-  int c = 0;
-  if (tid < E) {
+  constexpr int U = MOE_SCHED_REGS;
+  __shared__ __align__(16) int cnt[1024];
+  __shared__ int part[1024], rk[1024], ord[1024], soff[1024], stoff[1024], wrow[32], wtile[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int P = max(1, min(1024 / E, 32));
+  const bool act = tid < P * E;
+  const int e = act ? tid % E : 0, p = act ? tid / E : 0;
+  const int nb = (nchunks + P - 1) / P, b0 = min(nchunks, p * nb), b1 = act ? min(nchunks, b0 + nb) : b0;
+  // Chunks b0..b1-1 of expert e: their routes s, the first U kept in v.
+  const int n = b1 - b0, last = max(n - 1, 0);
+  const int h0 = n > 0 ? b0 * E + e : 0;
+  int v[U], s = 0;
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    v[u] = 0;
+    // A uniform bound and an index kept in range, no per-thread predicate:
+    // every load is issued before any is used (masked below).
+    if (u < nb) v[u] = hist[h0 + min(u, last) * E];
+  }
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    v[u] = u < n ? v[u] : 0;
+    s += v[u];
+  }
 #pragma unroll 8
-    for (int b = 0; b < nchunks; b++) c += hist[(long long)b * E + tid];
-    cnt[tid] = c;
-    counts[tid] = c;
-  }
+  for (int b = b0 + U; b < b1; b++) s += hist[(long long)b * E + e];
+  if (act) part[tid] = s;
+  rk[tid] = 0;
   __syncthreads();
-  if (tid < E) {
-    int rank = tid;
-    if (mode == 1) {
-      rank = 0;
-      for (int f = 0; f < E; f++) {
-        const int cf = cnt[f];
-        rank += (cf > c) || (cf == c && f < tid);
-      }
+  // c: routes to e; pre: those in the chunks before b0.
+  int c = 0, pre = 0;
+  if (act) {
+    for (int q = 0; q < P; q++) {
+      const int x = part[q * E + e];
+      c += x;
+      pre += q < p ? x : 0;
     }
-    ord[rank] = tid;
+    if (p == 0) {
+      cnt[e] = c;
+      counts[e] = c;
+    }
   }
   __syncthreads();
-  // Inclusive scans, over schedule position, of rows and of tiles.
-  int rows = 0, nt = 0;
+  if (mode == 1) {
+    // rank = experts with more routes, or as many and a lower id; thread p
+    // counts its slice [f0, f1) of them (ties below mid, strictly above).
+    if (act) {
+      const int fs = ((E + P - 1) / P + 3) & ~3, f0 = min(E, p * fs), f1 = min(E, f0 + fs);
+      const int mid = min(f1, max(f0, e));
+      const int r = moe_count_ge(cnt, f0, mid, c) + moe_count_ge(cnt, mid, f1, c + 1);
+      if (r) atomicAdd(&rk[e], r);  // integer: order-free
+    }
+    __syncthreads();
+  }
+  if (act && p == 0) ord[mode == 1 ? rk[e] : e] = e;
+  __syncthreads();
+  // Schedule position tid: inclusive warp scans of rows and tiles, then
+  // the totals of the warps before.
+  int ei = 0, rows = 0, nt = 0;
   if (tid < E) {
-    rows = cnt[ord[tid]];
+    ei = ord[tid];
+    rows = cnt[ei];
     nt = (rows + BM - 1) / BM;
   }
-  srow[tid] = rows;
-  stile[tid] = nt;
-  __syncthreads();
-  for (int d = 1; d < 1024; d <<= 1) {
-    const int a = tid >= d ? srow[tid - d] : 0, b = tid >= d ? stile[tid - d] : 0;
-    __syncthreads();
-    srow[tid] += a;
-    stile[tid] += b;
-    __syncthreads();
+  int ir = rows, it = nt;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, ir, d), b = __shfl_up_sync(0xffffffffu, it, d);
+    if (lane >= d) {
+      ir += a;
+      it += b;
+    }
   }
+  if (lane == 31) {
+    wrow[warp] = ir;
+    wtile[warp] = it;
+  }
+  __syncthreads();
+  const int pr = __reduce_add_sync(0xffffffffu, lane < warp ? wrow[lane] : 0);
+  const int pt = __reduce_add_sync(0xffffffffu, lane < warp ? wtile[lane] : 0);
   if (tid < E) {
-    const int e = ord[tid];
-    const int off = srow[tid] - rows, toff = stile[tid] - nt;
-    order[tid] = e;
-    offsets[e] = off;
-    for (int m = 0; m < nt; m++) tiles[toff + m] = make_int4(e, off + m * BM, min(BM, rows - m * BM), 0);
-    int run = off;
+    const int off = pr + ir - rows;
+    order[tid] = ei;
+    offsets[ei] = off;
+    soff[ei] = off;
+    stoff[ei] = pt + it - nt;
+  }
+  if (tid == 1023) ntiles[0] = pt + it;  // positions >= E add nothing
+  __syncthreads();
+  if (act) {
+    const int off = soff[e], toff = stoff[e], ne = (c + BM - 1) / BM;
+    for (int m = p; m < ne; m += P) tiles[toff + m] = make_int4(e, off + m * BM, min(BM, c - m * BM), 0);
+    int run = off + pre;
+    int* bcol = base + (long long)b0 * E + e;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (b0 + u < b1) {
+        bcol[(long long)u * E] = run;
+        run += v[u];
+      }
+    }
 #pragma unroll 8
-    for (int b = 0; b < nchunks; b++) {
+    for (int b = b0 + U; b < b1; b++) {
       base[(long long)b * E + e] = run;
       run += hist[(long long)b * E + e];
     }
   }
-  if (tid == 1023) ntiles[0] = stile[1023];
 }
 
-// One warp per chunk places the chunk's routes at base[b*E+e] onwards in
-// route order (stable), so grouped rows never depend on timing:
-// sorted[p] = r and pos[r] = p (-1 for an invalid id).
-#define MOE_PIECE 1024
-__global__ void __launch_bounds__(32) moe_scatter(int R, int E, int CH, const int* __restrict__ ids,
-                                                  const int* __restrict__ base, int* __restrict__ sorted,
-                                                  int* __restrict__ pos) {
+// A block of MOE_SCATTER_WARPS warps per chunk places the chunk's routes at
+// base[b*E+e] onwards in route order (stable), so grouped rows never depend
+// on timing: sorted[p] = r and pos[r] = p (-1 for an invalid id). A route a
+// thread, NT routes at a time: a route to e lands at cur[e] (e's next row)
+// after e's routes in the earlier warps (wc[e][w]: routes to e in warp w)
+// and in the earlier lanes of its own (__match_any_sync).
+#define MOE_SCATTER_WARPS 8
+__global__ void __launch_bounds__(MOE_SCATTER_WARPS * 32) moe_scatter(int R, int E, int CH,
+                                                                      const int* __restrict__ ids,
+                                                                      const int* __restrict__ base,
+                                                                      int* __restrict__ sorted, int* __restrict__ pos) {
   pdl_wait();
+  constexpr int NW = MOE_SCATTER_WARPS, NT = NW * 32;
+  static_assert(NW == 8, "wc rows are read as two int4");
   __shared__ int cur[1024];
-  __shared__ int sid[MOE_PIECE];
-  const int lane = threadIdx.x;
-  for (int e = lane; e < E; e += 32) cur[e] = base[(long long)blockIdx.x * E + e];
+  __shared__ __align__(16) int wc[1024][NW];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int r0 = blockIdx.x * CH, r1 = min(R, r0 + CH);
-  for (int p0 = r0; p0 < r1; p0 += MOE_PIECE) {
-    const int n = min(MOE_PIECE, r1 - p0);
-    __syncwarp();
-#pragma unroll 4
-    for (int i = lane; i < n; i += 32) sid[i] = ids[p0 + i];  // loads in flight together
-    __syncwarp();
-    for (int s = 0; s < n; s += 32) {
-      const int i = s + lane;
-      int e = i < n ? sid[i] : -1;
-      const bool ok = e >= 0 && e < E;
-      if (!ok) e = -1 - lane;  // a key no other lane has
-      const unsigned same = __match_any_sync(0xffffffffu, e);
-      int p = -1;
-      if (ok) p = cur[e] + __popc(same & ((1u << lane) - 1u));
-      __syncwarp();
-      if (ok && lane == __ffs(same) - 1) cur[e] += __popc(same);
-      __syncwarp();
-      if (i < n) {
-        pos[p0 + i] = p;
-        if (ok) sorted[p] = p0 + i;
+  int id = r0 + tid < r1 ? ids[r0 + tid] : -1;  // in flight with base
+  for (int e = tid; e < E; e += NT) {
+    cur[e] = base[(long long)blockIdx.x * E + e];
+    *reinterpret_cast<int4*>(&wc[e][0]) = make_int4(0, 0, 0, 0);
+    *reinterpret_cast<int4*>(&wc[e][4]) = make_int4(0, 0, 0, 0);
+  }
+  for (int p0 = r0; p0 < r1; p0 += NT) {
+    const int i = p0 + tid;
+    const bool ok = i < r1 && id >= 0 && id < E;
+    const int key = ok ? id : -1 - lane;  // an invalid id: a key no other lane has
+    __syncthreads();                      // cur and wc are this piece's
+    const unsigned same = __match_any_sync(0xffffffffu, key);
+    if (ok && lane == __ffs(same) - 1) wc[id][warp] = __popc(same);
+    __syncthreads();
+    int p = -1;
+    if (ok) {
+      const int4 a = *reinterpret_cast<const int4*>(&wc[id][0]), b = *reinterpret_cast<const int4*>(&wc[id][4]);
+      const int w[NW] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      p = cur[id] + __popc(same & ((1u << lane) - 1u));
+#pragma unroll
+      for (int q = 0; q < NW; q++) p += q < warp ? w[q] : 0;
+    }
+    if (i < r1) {
+      pos[i] = p;
+      if (ok) sorted[p] = i;
+    }
+    if (p0 + NT < r1) {  // another piece: next id, cur past this piece, wc cleared
+      id = i + NT < r1 ? ids[i + NT] : -1;
+      __syncthreads();
+      for (int e = tid; e < E; e += NT) {
+        const int4 a = *reinterpret_cast<const int4*>(&wc[e][0]), b = *reinterpret_cast<const int4*>(&wc[e][4]);
+        cur[e] += a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+        *reinterpret_cast<int4*>(&wc[e][0]) = make_int4(0, 0, 0, 0);
+        *reinterpret_cast<int4*>(&wc[e][4]) = make_int4(0, 0, 0, 0);
       }
     }
   }

@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -281,6 +282,198 @@ func TestMoESchedule(t *testing.T) {
 			t.Errorf("order %d: %d tiles, want %d", order, sc.Tiles, tiles)
 		}
 	}
+}
+
+// routeIDs draws R expert ids of E by distribution:
+//
+//	uniform: any expert
+//	skewed:  most routes on a few experts, many experts empty
+//	ties:    route r on r%E: counts equal or one apart (ties for ExpertsByLoad)
+//	few:     one to three experts, each many tiles
+//	invalid: uniform, with ids outside [0, E) mixed in
+func routeIDs(r *rand.Rand, dist string, R, E int) []int32 {
+	ids := make([]int32, R)
+	for i := range ids {
+		switch dist {
+		case "uniform":
+			ids[i] = int32(r.IntN(E))
+		case "skewed":
+			ids[i] = int32(float64(E) * r.Float64() * r.Float64() * r.Float64())
+		case "ties":
+			ids[i] = int32(i % E)
+		case "few":
+			ids[i] = int32(r.IntN(3) % E)
+		case "invalid":
+			bad := []int32{-1, int32(E), int32(E + 7), math.MinInt32, math.MaxInt32}
+			if j := r.IntN(10); j < len(bad) {
+				ids[i] = bad[j]
+			} else {
+				ids[i] = int32(r.IntN(E))
+			}
+		default:
+			panic(dist)
+		}
+	}
+	return ids
+}
+
+// moeGrouping is what the routing launches write: counts, order and
+// offsets [E], base [chunks*E], tiles (4 ints a tile, ntiles of them),
+// sorted (the valid routes' grouped rows) and pos [R].
+type moeGrouping struct {
+	counts, order, offsets, base, tiles, sorted, pos []int32
+}
+
+// moeGroupingRef groups ids on the host: chunks of ch routes, tiles of bm
+// rows, experts in order.
+func moeGroupingRef(ids []int32, E, ch, bm int, order ExpertOrder) moeGrouping {
+	R := len(ids)
+	nch := ceilDiv(R, ch)
+	g := moeGrouping{counts: make([]int32, E), order: make([]int32, E), offsets: make([]int32, E),
+		base: make([]int32, nch*E), pos: make([]int32, R)}
+	hist := make([]int32, nch*E)
+	for r, e := range ids {
+		if e >= 0 && int(e) < E {
+			g.counts[e]++
+			hist[r/ch*E+int(e)]++
+		}
+	}
+	for i := range g.order {
+		g.order[i] = int32(i)
+	}
+	if order == ExpertsByLoad {
+		sort.SliceStable(g.order, func(i, j int) bool { return g.counts[g.order[i]] > g.counts[g.order[j]] })
+	}
+	off := int32(0)
+	for _, e := range g.order {
+		g.offsets[e] = off
+		for m := int32(0); m*int32(bm) < g.counts[e]; m++ {
+			g.tiles = append(g.tiles, e, off+m*int32(bm), min(int32(bm), g.counts[e]-m*int32(bm)), 0)
+		}
+		off += g.counts[e]
+	}
+	for e := 0; e < E; e++ {
+		run := g.offsets[e]
+		for b := 0; b < nch; b++ {
+			g.base[b*E+e] = run
+			run += hist[b*E+e]
+		}
+	}
+	g.sorted = make([]int32, off)
+	cur := append([]int32(nil), g.offsets...)
+	for r, e := range ids {
+		g.pos[r] = -1
+		if e >= 0 && int(e) < E {
+			g.pos[r] = cur[e]
+			g.sorted[cur[e]] = int32(r)
+			cur[e]++
+		}
+	}
+	return g
+}
+
+// TestMoERouting runs moe_hist, moe_schedule and moe_scatter alone, on the
+// Laguna shapes and on ones MoEExperts does not reach (one expert, 1024, a
+// chunk of one route, more chunks than moe_schedule keeps in registers),
+// both orders, and compares everything they write with the host's grouping.
+func TestMoERouting(t *testing.T) {
+	k, s := mmGPU(t)
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, c := range []struct {
+		R, E, ch, bm int
+		dist         string
+	}{
+		{1, 1, 256, 64, "uniform"},
+		{300, 1, 256, 96, "invalid"},
+		{50, 7, 256, 64, "uniform"},
+		{5000, 7, 256, 128, "skewed"},
+		{5000, 7, 64, 96, "ties"},
+		{2000, 256, 256, 96, "uniform"},
+		{20480, 256, 256, 96, "uniform"}, // Laguna-S-2.1 q4_k_m at 2048 tokens: 80 chunks
+		{20480, 256, 256, 96, "skewed"},
+		{22528, 257, 256, 128, "skewed"}, // bf16, the shared expert routed: 88 chunks
+		{22528, 257, 256, 128, "ties"},
+		{9000, 256, 32, 64, "skewed"}, // 282 chunks: past moe_schedule's registers
+		{4000, 257, 1000, 96, "invalid"},
+		{3000, 1024, 256, 128, "uniform"},
+		{20480, 1024, 256, 64, "skewed"},
+		{5000, 1024, 100, 96, "few"},
+		{700, 33, 300, 64, "few"},
+		{129, 256, 256, 64, "invalid"},
+		{10, 1024, 1, 64, "uniform"},
+		{4096, 31, 16, 96, "ties"},
+	} {
+		ids := routeIDs(r, c.dist, c.R, c.E)
+		for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
+			name := fmt.Sprintf("R%d_E%d_ch%d_bm%d_%s_order%d", c.R, c.E, c.ch, c.bm, c.dist, order)
+			t.Run(name, func(t *testing.T) {
+				want := moeGroupingRef(ids, c.E, c.ch, c.bm, order)
+				got := moeGroupingRun(t, k, s, ids, c.E, c.ch, c.bm, order)
+				for _, f := range []struct {
+					what      string
+					got, want []int32
+				}{
+					{"counts", got.counts, want.counts}, {"order", got.order, want.order},
+					{"offsets", got.offsets, want.offsets}, {"base", got.base, want.base},
+					{"tiles", got.tiles, want.tiles}, {"sorted", got.sorted, want.sorted}, {"pos", got.pos, want.pos},
+				} {
+					if len(f.got) != len(f.want) {
+						t.Errorf("%s: %d values, want %d", f.what, len(f.got), len(f.want))
+						continue
+					}
+					for i := range f.got {
+						if f.got[i] != f.want[i] {
+							t.Errorf("%s[%d] = %d, want %d", f.what, i, f.got[i], f.want[i])
+							break
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// moeGroupingRun runs the routing launches on ids (chunks of ch routes,
+// tiles of bm rows) in a poisoned workspace and reads back what they wrote.
+func moeGroupingRun(t *testing.T, k *Kernels, s *cuda.Stream, ids []int32, E, ch, bm int, order ExpertOrder) moeGrouping {
+	t.Helper()
+	R := len(ids)
+	nch := ceilDiv(R, ch)
+	l := lower.MoELayout{Grouped: true, MI: bm / 32, Chunk: ch, Chunks: nch, MaxTiles: ceilDiv(R, bm) + min(E, R)}
+	var off int64
+	take := func(n int) int64 {
+		o := off
+		off += (4*int64(n) + 255) &^ 255
+		return o
+	}
+	l.Hist, l.Base = take(nch*E), take(nch*E)
+	l.Counts, l.Order, l.Offsets, l.NTiles = take(E), take(E), take(E), take(1)
+	l.Tiles, l.Sorted, l.Pos = take(4*l.MaxTiles), take(R), take(R)
+	ws := alloc(t, k, off)
+	// Not 0xFF: an unwritten pos would read as -1, an invalid route's.
+	if err := s.Memset8(ws, 0x5a, off); err != nil {
+		t.Fatal(err)
+	}
+	a := lower.MoEArgs{T: R, TopK: 1, E: E, Order: order, IDs: ptr(uploadI32(t, k, s, ids)), Workspace: ptr(ws)}
+	if err := k.on(s).all(lower.MoERouting(a, l), nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func(o int64, n int) []int32 { return downloadI32(t, s, ws.Add(o), n) }
+	g := moeGrouping{counts: read(l.Counts, E), order: read(l.Order, E), offsets: read(l.Offsets, E),
+		base: read(l.Base, nch*E), pos: read(l.Pos, R)}
+	nt := int(read(l.NTiles, 1)[0])
+	if nt < 0 || nt > l.MaxTiles {
+		t.Fatalf("ntiles %d (at most %d)", nt, l.MaxTiles)
+	}
+	g.tiles = read(l.Tiles, 4*nt)
+	rows := 0
+	for _, p := range g.pos {
+		if p >= 0 {
+			rows++
+		}
+	}
+	g.sorted = read(l.Sorted, rows)
+	return g
 }
 
 // TestMoEDeterministic: two runs give the same bits, on both paths; the
