@@ -144,9 +144,10 @@ __device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b,
 // stores them at o. The square sums run in rope_stage's order (lanes of
 // 4 channels, then its butterfly: here each thread's two halves, xor 8..1
 // over threads, then the halves) and the rotation is rope_rotate's
-// expression, so the bits are qk_norm_rope's one-warp path's and the
-// decode attention's fused staging's. Every lane of the warp calls it
-// (the shuffles); store is false where the thread has no head.
+// expression, yet the compiled arithmetic is not the one-warp path's: on
+// the H200 some outputs differ from it by one ulp of T
+// (TestNormRoPEItemsGPU). Every lane of the warp calls it (the shuffles);
+// store is false where the thread has no head.
 template <typename T>
 __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, const float* __restrict__ w, float eps,
                                            const float* cs, const float* sn, int rot) {
