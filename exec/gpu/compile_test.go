@@ -296,11 +296,13 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 	}
 	// The quantised grouped GEMMs on narrower token tiles (QMoEForce's
-	// rows; TestMoEExpertsQuantGPU), and after moe_gather_rows (NoGather:
-	// the zero QMoEForce's second time).
+	// rows; TestMoEExpertsQuantGPU), after moe_gather_rows (NoGather: the
+	// zero QMoEForce's second time), and with MMAs of the whole tile or
+	// other steps of width (TestMoEExpertsQuantGPU's whole/ and vn cases).
 	for _, qt := range lower.HopperQTypes {
 		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
-			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}} {
+			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}, {WholeTile: true},
+			{TileRows: 128, CTAs: 1, WGs: 2, TokenStep: 8}, {TileRows: 96, CTAs: 2, TokenStep: 32}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,
