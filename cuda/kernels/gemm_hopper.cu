@@ -708,8 +708,8 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
 // xg[p] = x[sorted[p] / k]: the routes' activation rows grouped by expert
 // (R rows of H bf16, H a multiple of 8), for the grouped GEMM's TMA loads.
 // A warp a row: one load of its token, then up to 8 16-byte chunks a lane
-// in flight (a thread a chunk, each after its own sorted[p], moved 2.8
-// TB/s on the H200).
+// in flight (H200, S-2.1 at 2048 tokens: 41.5 us; a thread a chunk, each
+// behind its own sorted[p], took 45.6).
 __global__ void __launch_bounds__(256) moe_gather_rows(int R, int k, int H, const bf16_t* __restrict__ x,
                                                        const int* __restrict__ sorted, bf16_t* __restrict__ xg) {
   pdl_wait();
@@ -775,14 +775,15 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 
 // ------------------------------------------------- quantised weights (A)
 //
-// gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0 or
-// q4_k in the device layout of quant.cu), for prefill. The weights are the
+// gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0, q4_k or
+// iq4_xs in the device layout of quant.cu), for prefill. The weights are the
 // MMA's A operand: each consumer thread dequantises its two fragment rows'
 // 32 weights of a stage straight into the wgmma's A registers (for q4_k
 // 1.6% faster end to end than through a bf16 tile in shared memory, the
 // kernel's first form); no bf16 copy in global memory. The tokens are the
 // B operand, bf16 from TMA-loaded swizzled tiles. A CTA computes NC x 64
-// weight rows (NC consumer warpgroups of 64, NC 2 or 4) x BN tokens. The
+// weight rows (NC consumer warpgroups of 64, NC 2 or 4) x BN tokens, its
+// MMAs as wide as the tile's rows rounded up to VN (wg_rs_rows). The
 // producer warpgroup brings each stage's raw quant bytes of those rows (NC
 // TMA boxes of 64 rows: QB bytes per row, q_boxes) and the token tile, and
 // its 128 threads stage the rows' scales as floats (ScaleRows), so the
