@@ -235,10 +235,6 @@ func TestMoESchedule(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	c := moeCase{T: 1000, H: 64, I: 40, E: 256, k: 10, dist: "skewed"}
 	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
-	counts := make([]int32, c.E)
-	for _, e := range d.ids {
-		counts[e]++
-	}
 	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
 		a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
 		if err := k.MoEExperts(s, a); err != nil {
@@ -248,38 +244,24 @@ func TestMoESchedule(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := make([]int32, c.E)
-		for i := range want {
-			want[i] = int32(i)
-		}
-		if order == ExpertsByLoad {
-			sort.SliceStable(want, func(i, j int) bool { return counts[want[i]] > counts[want[j]] })
-		}
-		tiles, off := 0, int32(0)
-		for i, e := range want {
+		want := moeGroupingRef(d.ids, c.E, len(d.ids), sc.TileRows, order) // one chunk: base is not read here
+		for i, e := range want.order {
 			if sc.Order[i] != e {
 				t.Fatalf("order %d: position %d is expert %d, want %d", order, i, sc.Order[i], e)
 			}
-			if sc.Counts[e] != counts[e] || sc.Offsets[e] != off {
-				t.Fatalf("order %d: expert %d count %d offset %d, want %d %d", order, e, sc.Counts[e], sc.Offsets[e], counts[e], off)
+			if sc.Counts[e] != want.counts[e] || sc.Offsets[e] != want.offsets[e] {
+				t.Fatalf("order %d: expert %d count %d offset %d, want %d %d", order, e, sc.Counts[e], sc.Offsets[e], want.counts[e], want.offsets[e])
 			}
 			// Routes of e, in route order.
-			var routes []int32
-			for rt, id := range d.ids {
-				if id == e {
-					routes = append(routes, int32(rt))
+			for i := int32(0); i < want.counts[e]; i++ {
+				p := want.offsets[e] + i
+				if got := sc.Sorted[p]; got != want.sorted[p] {
+					t.Fatalf("order %d: expert %d row %d holds route %d, want %d", order, e, i, got, want.sorted[p])
 				}
 			}
-			for i, rt := range routes {
-				if got := sc.Sorted[int(off)+i]; got != rt {
-					t.Fatalf("order %d: expert %d row %d holds route %d, want %d", order, e, i, got, rt)
-				}
-			}
-			off += counts[e]
-			tiles += ceilDiv(int(counts[e]), sc.TileRows)
 		}
-		if sc.Tiles != tiles {
-			t.Errorf("order %d: %d tiles, want %d", order, sc.Tiles, tiles)
+		if sc.Tiles != len(want.tiles)/4 {
+			t.Errorf("order %d: %d tiles, want %d", order, sc.Tiles, len(want.tiles)/4)
 		}
 	}
 }
