@@ -1211,8 +1211,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
         QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
         wg_fence();
-        wg_rs_rows<BN, VN>(acc, fa, fb, wg_desc(sx), kb, rt.rows);
-        wg_commit();
+        wg_rs_rows<BN, VN, true>(acc, fa, fb, wg_desc(sx), kb, rt.rows);  // committed in the width's branch: no empty group
         // Wait for them at once: the MMAs read fa and fb while they run
         // and the next stage rewrites them, so no MMA may stay in flight
         // past here. The other warpgroups on the multiprocessor fill the
