@@ -273,7 +273,9 @@ type QMoEArgs struct {
 // (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
 // token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
 // with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
-// 4 on one CTA with tiles of up to 96 rows): hopperQShape.
+// 4 on one CTA with tiles of up to 96 rows), Pipe their pipelined loop (a
+// stage dequantised while the last one's MMAs run; one CTA): hopperQShape;
+// TokenStep and WholeTile their MMAs' widths: hopperQStep.
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
@@ -283,15 +285,16 @@ type QMoEForce struct {
 	WGs                                   int  `json:",omitempty"`
 	TokenStep                             int  `json:",omitempty"`
 	WholeTile                             bool `json:",omitempty"`
+	Pipe                                  bool `json:",omitempty"`
 }
 
-// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole"
+// ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages; down rows a warp, units a round, warps, all units
 // at once; the prefill grouped GEMMs' token tile, CTAs a
 // multiprocessor, consumer warpgroups, the step its MMAs' width follows a
-// tile's rows in, or MMAs always as wide as the tile. QMoE and
-// hopperQShape check the values.
+// tile's rows in, or MMAs always as wide as the tile, and their pipelined
+// loop. QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -307,6 +310,10 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			f.WholeTile = true
 			continue
 		}
+		if kv == "pipe" {
+			f.Pipe = true
+			continue
+		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
@@ -315,7 +322,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe)", s, k)
 		}
 		*field = n
 	}
@@ -589,7 +596,7 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	const bn = hopperQBN
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
-	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2, 0},
+	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2, 0, 0},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
@@ -694,6 +701,10 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	case f.WGs == 4 && (f.CTAs == 2 || rows > 96):
 		return 0, 0, 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d",
 			f.CTAs, rows)
+	case f.Pipe && f.CTAs == 2:
+		// Two CTAs' 104 registers a consumer do not hold two register sets
+		// beside the accumulators: ptxas spills and serialises the MMAs.
+		return 0, 0, 0, fmt.Errorf("moe_experts: the pipelined quantised grouped GEMM (pipe) runs one CTA a multiprocessor (ctas=1), not 2")
 	}
 	wgs = f.WGs
 	if wgs == 0 {
@@ -705,7 +716,7 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	ctas = f.CTAs
 	if ctas == 0 {
 		ctas = 1
-		if wgs == 2 && rows <= 96 {
+		if wgs == 2 && rows <= 96 && !f.Pipe {
 			ctas = 2
 		}
 	}
@@ -748,7 +759,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn)},
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(a.QMoE.Pipe))},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))

@@ -792,6 +792,12 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 // 16w + l/4 (ra) and ra + 8 (rb). With SwiGLU (EPI 2) they are gate row f
 // and up row f of one output feature f, so the epilogue pairs them in
 // registers: a CTA then covers 32 x NC features.
+// PIPE keeps two sets of A registers, so a warpgroup dequantises stage
+// kb + 1 while its MMAs of stage kb run and the tensor cores always have
+// the next stage's MMAs queued; without it each stage's MMAs are waited
+// for before the next stage's dequantisation, and the other warpgroups
+// fill the gap. With NC 4 the producer then keeps 32 registers, not 40,
+// so that the consumers get 112.
 
 template <int QT> struct QA;
 
@@ -1052,21 +1058,31 @@ __device__ __forceinline__ void wg_rs_k64(float (&acc)[R], const unsigned (&fa)[
 // wg_rs_rows: the stage's MMAs as wide as the tile's rows rounded up to
 // VN (0: always BN). An expert of a 2048-token chunk has about 80 tokens
 // for 96-row tiles; the accumulators past N keep what they held, and the
-// epilogue stores no column at or past rows.
-template <int BN, int VN, int N = (VN > 0 ? VN : BN), int R>
+// epilogue stores no column at or past rows. COMMIT commits them as a
+// group in the width's own branch: ptxas ends a group at the end of each
+// branch anyway, so a commit after the join makes an empty group there
+// (an HGMMA of RZ), and a wait_group 1 would leave that one pending and
+// wait for the MMAs (gemm_wgmma_q's PIPE). A pipelined loop of its own
+// for each width, chosen once a tile, made ptxas serialise the MMAs
+// (C7512, insufficient register resources; even two copies of one width,
+// at 168 registers).
+template <int BN, int VN, bool COMMIT = false, int N = (VN > 0 ? VN : BN), int R>
 __device__ __forceinline__ void wg_rs_rows(float (&acc)[R], const unsigned (&fa)[8], const unsigned (&fb)[8], unsigned long long db,
                                            int kb, int rows) {
   if constexpr (N >= BN) {
     wg_rs_k64<BN>(acc, fa, fb, db, kb);
+    if constexpr (COMMIT) wg_commit();
   } else {
-    if (rows <= N)
+    if (rows <= N) {
       wg_rs_k64<N>(acc, fa, fb, db, kb);
-    else
-      wg_rs_rows<BN, VN, N + VN>(acc, fa, fb, db, kb, rows);
+      if constexpr (COMMIT) wg_commit();
+    } else {
+      wg_rs_rows<BN, VN, COMMIT, N + VN>(acc, fa, fb, db, kb, rows);
+    }
   }
 }
 
-template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC, int VN>
+template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC, int VN, int PIPE>
 __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
                                                        int N, int K, TY* __restrict__ y, int up_row,
@@ -1081,8 +1097,11 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   constexpr int ST = QCfg<CTAS>::SMEM / STAGE < 8 ? QCfg<CTAS>::SMEM / STAGE : 8;
   constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
   // 4 consumers: what 640 threads' 96 registers leave them beside a
-  // producer of 40 (the code fits the launch bounds' 96).
-  constexpr int CONSUMER_REGS = NC == 4 ? 104 : QCfg<CTAS>::CONSUMER_REGS;
+  // producer of 40 (128 x 40 + 512 x 104 <= 640 x 96), or with PIPE of 32
+  // (128 x 32 + 512 x 112 = 640 x 96; at 24 q4_k's ScaleRows spill).
+  constexpr int PRODUCER_REGS = NC == 4 && PIPE ? 32 : QCfg<CTAS>::PRODUCER_REGS;
+  constexpr int CONSUMER_REGS = NC == 4 ? (PIPE ? 112 : 104) : QCfg<CTAS>::CONSUMER_REGS;
+  static_assert(NC != 4 || 128 * PRODUCER_REGS + 512 * CONSUMER_REGS <= 640 * 96, "setmaxnreg beyond the CTA's registers");
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
@@ -1101,7 +1120,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   const int nk = K / 64;
 
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(QCfg<CTAS>::PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
     const unsigned char* sb = QA<QT>::scale_base(w, wrows, K);
     ScaleRows<QT, EPI, NC> sr;
     int it = 0;
@@ -1138,29 +1157,68 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+  // dq: stage j's A fragments (rows ra, rb) into xa, xb once its data
+  // has landed; mma: stage j's four k16 steps on them, as wide as the
+  // tile's rows (wg_rs_rows), one commit group.
+  auto dq = [&](int j, unsigned (&xa)[8], unsigned (&xb)[8]) {
+    const int s = j % ST;
+    mbar_wait(smem_addr(&full_bar[s]), (j / ST) & 1);
+    const unsigned sq = sbase + s * STAGE + X_BYTES, ssc = sq + Q_BYTES;
+    QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
+    QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
+  };
+  auto mma = [&](int j, bool first, const unsigned (&xa)[8], const unsigned (&xb)[8], int rows) {
+    wg_fence();
+    const unsigned long long db = wg_desc(sbase + (j % ST) * STAGE);  // + 2 a k16 step: 32 bytes, in 16-byte units
+    wg_rs_rows<BN, VN, true>(acc, xa, xb, db, first ? 0 : 1, rows);
+  };
   int it = 0;
   for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
     const RowTile rt = row_tile_n<GROUPED, BN>(tile_row<GROUPED>(t, tilesT, tilesF), T, tiles, expert_rows, row0);
     const int f0 = tile_band<GROUPED>(t, tilesT, tilesF) * FW;
     wg_pin(acc);
+    if constexpr (PIPE) {
+      // Two register sets: stage kb + 1 is dequantised into one while
+      // stage kb's MMAs run on the other; a set is written again only
+      // after wg_wait<1> has retired the MMAs that read it, and a stage's
+      // slot is released then too.
+      unsigned a0[8], b0[8], a1[8], b1[8];
+      dq(it, a0, b0);
 #pragma unroll 1
-    for (int kb = 0; kb < nk; kb++, it++) {
-      const int s = it % ST;
-      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-      const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
-      unsigned fa[8], fb[8];
-      QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
-      QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
-      wg_fence();
-      wg_rs_rows<BN, VN>(acc, fa, fb, wg_desc(sx), kb, rt.rows);
-      wg_commit();
-      // Wait for them at once: the MMAs read fa and fb while they run
-      // and the next stage rewrites them, so no MMA may stay in flight
-      // past here. The other warpgroups on the multiprocessor fill the
-      // wait (two register sets a stage apart measured slower: branch
-      // qpipe, docs/PERF.md).
+      for (int kb = 0; kb < nk; kb += 2) {
+        mma(it + kb, kb == 0, a0, b0, rt.rows);
+        if (kb > 0) {
+          wg_wait<1>();
+          mbar_arrive(smem_addr(&empty_bar[(it + kb - 1) % ST]));
+        }
+        if (kb + 1 >= nk) break;
+        dq(it + kb + 1, a1, b1);
+        mma(it + kb + 1, false, a1, b1, rt.rows);
+        wg_wait<1>();
+        mbar_arrive(smem_addr(&empty_bar[(it + kb) % ST]));
+        if (kb + 2 < nk) dq(it + kb + 2, a0, b0);
+      }
       wg_wait<0>();
-      mbar_arrive(smem_addr(&empty_bar[s]));
+      mbar_arrive(smem_addr(&empty_bar[(it + nk - 1) % ST]));
+      it += nk;
+    } else {
+#pragma unroll 1
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % ST;
+        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+        const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
+        unsigned fa[8], fb[8];
+        QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
+        QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
+        wg_fence();
+        wg_rs_rows<BN, VN, true>(acc, fa, fb, wg_desc(sx), kb, rt.rows);  // committed in the width's branch: no empty group
+        // Wait for them at once: the MMAs read fa and fb while they run
+        // and the next stage rewrites them, so no MMA may stay in flight
+        // past here. The other warpgroups on the multiprocessor fill the
+        // wait.
+        wg_wait<0>();
+        mbar_arrive(smem_addr(&empty_bar[s]));
+      }
     }
     wg_pin(acc);
 

@@ -288,19 +288,21 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
 	// wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
-	// the whole tile (whole).
+	// the whole tile (whole); the pipelined loop (pipe).
 	type variant struct {
 		cc, rows, ctas, wgs int
 		noGather            bool
 		step                int
-		whole               bool
+		whole, pipe         bool
 	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0, 0, false, 0, false}, {90, 64, 0, 0, false, 0, false}, {90, 128, 0, 0, false, 0, false}, {90, 96, 1, 0, false, 0, false},
-			{90, 64, 1, 0, false, 0, false},
-			{90, 96, 1, 4, false, 0, false}, {90, 64, 1, 4, false, 0, false}, {90, 96, 1, 4, true, 0, false}, {0, 0, 0, 0, false, 0, false},
-			{90, 0, 0, 0, true, 0, false}, {90, 96, 2, 0, false, 0, false}, {90, 0, 0, 0, false, 0, true}, {90, 128, 1, 2, false, 8, false},
-			{90, 96, 2, 0, false, 32, false}} {
+		for _, v := range []variant{{90, 0, 0, 0, false, 0, false, false}, {90, 64, 0, 0, false, 0, false, false},
+			{90, 128, 0, 0, false, 0, false, false}, {90, 96, 1, 0, false, 0, false, false}, {90, 64, 1, 0, false, 0, false, false},
+			{90, 96, 1, 4, false, 0, false, false}, {90, 64, 1, 4, false, 0, false, false}, {90, 96, 1, 4, true, 0, false, false},
+			{0, 0, 0, 0, false, 0, false, false}, {90, 0, 0, 0, true, 0, false, false}, {90, 96, 2, 0, false, 0, false, false},
+			{90, 0, 0, 0, false, 0, true, false}, {90, 128, 1, 2, false, 8, false, false}, {90, 96, 2, 0, false, 32, false, false},
+			{90, 0, 0, 0, false, 0, false, true}, {90, 128, 0, 0, false, 0, false, true}, {90, 96, 1, 2, false, 0, false, true},
+			{90, 64, 0, 0, false, 0, false, true}, {90, 0, 0, 0, false, 0, true, true}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -322,6 +324,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				if v.whole {
 					name = "whole/" + name
 				}
+				if v.pipe {
+					name = "pipe/" + name
+				}
 				t.Run(name, func(t *testing.T) {
 					h := fnv.New64a()
 					h.Write([]byte(name))
@@ -337,7 +342,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
-						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole}
+						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole, QPipe: v.pipe}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
