@@ -273,9 +273,10 @@ type QMoEArgs struct {
 // (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
 // token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
 // with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
-// 4 on one CTA with tiles of up to 96 rows), Pipe their pipelined loop (a
-// stage dequantised while the last one's MMAs run; one CTA): hopperQShape;
-// TokenStep and WholeTile their MMAs' widths: hopperQStep.
+// 4 on one CTA with tiles of up to 96 rows): hopperQShape; Pipe and NoPipe
+// force their pipelined loop (a stage dequantised while the last one's
+// MMAs run; one CTA) or the plain one: hopperQPipe; TokenStep and
+// WholeTile their MMAs' widths: hopperQStep.
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
@@ -286,6 +287,7 @@ type QMoEForce struct {
 	TokenStep                             int  `json:",omitempty"`
 	WholeTile                             bool `json:",omitempty"`
 	Pipe                                  bool `json:",omitempty"`
+	NoPipe                                bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -294,7 +296,8 @@ type QMoEForce struct {
 // at once; the prefill grouped GEMMs' token tile, CTAs a
 // multiprocessor, consumer warpgroups, the step its MMAs' width follows a
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
-// loop. QMoE and hopperQShape check the values.
+// loop (pipe) or the plain one (nopipe). QMoE and hopperQShape check the
+// values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -314,6 +317,10 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			f.Pipe = true
 			continue
 		}
+		if kv == "nopipe" {
+			f.NoPipe = true
+			continue
+		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
@@ -322,7 +329,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe)", s, k)
 		}
 		*field = n
 	}
@@ -701,6 +708,8 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	case f.WGs == 4 && (f.CTAs == 2 || rows > 96):
 		return 0, 0, 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d",
 			f.CTAs, rows)
+	case f.Pipe && f.NoPipe:
+		return 0, 0, 0, fmt.Errorf("moe_experts: pipe and nopipe both set (one or the other)")
 	case f.Pipe && f.CTAs == 2:
 		// Two CTAs' 104 registers a consumer do not hold two register sets
 		// beside the accumulators: ptxas spills and serialises the MMAs.
@@ -721,6 +730,24 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 		}
 	}
 	return rows, ctas, wgs, nil
+}
+
+// hopperQPipe is gemm_wgmma_q's PIPE for the grouped GEMMs of wgs
+// consumer warpgroups (hopperQShape's): the pipelined loop, stage kb + 1
+// dequantised while stage kb's MMAs run, where forced (pipe) or by default
+// on the four warpgroups' CTA, the shape it was measured on (H200, 48
+// layers q4_k_m, prefill 2048, three rounds: 102.02 ms against 102.87
+// plain, faster in each round; docs/PERF.md); nopipe forces the plain
+// loop. Two CTAs a multiprocessor cannot hold its second register set
+// (hopperQShape refuses pipe there).
+func hopperQPipe(f QMoEForce, wgs int) bool {
+	switch {
+	case f.Pipe:
+		return true
+	case f.NoPipe:
+		return false
+	}
+	return wgs == 4
 }
 
 // hopperQStep is gemm_wgmma_q's VN for the grouped GEMMs: its MMAs as
@@ -756,10 +783,11 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
 	vn, _ := hopperQStep(a.QMoE)            // likewise
-	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
+	pipe := hopperQPipe(a.QMoE, wgs)
+	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(a.QMoE.Pipe))},
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))

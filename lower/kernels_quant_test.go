@@ -211,6 +211,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"vn=16,whole", QMoEForce{TokenStep: 16, WholeTile: true}, ""},
 		{"rows=128,ctas=1,pipe", QMoEForce{TileRows: 128, CTAs: 1, Pipe: true}, ""},
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
+		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)
@@ -227,7 +228,7 @@ func TestParseQMoEForce(t *testing.T) {
 }
 
 func FuzzParseQMoEForce(f *testing.F) {
-	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9", "wgs=4,ctas=2", "rows=128,wgs=4", "pipe,ctas=2", "pipe,vn=8"} {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9", "wgs=4,ctas=2", "rows=128,wgs=4", "pipe,ctas=2", "pipe,vn=8", "pipe,nopipe", "nopipe,ctas=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -241,7 +242,7 @@ func FuzzParseQMoEForce(f *testing.F) {
 		}
 		// Whatever parses, the grouped GEMMs' checks answer without panicking,
 		// and what they accept is a shape they have kernels for.
-		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe) ||
+		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe || hopperQPipe(q, wgs)) || q.Pipe && q.NoPipe ||
 			wgs != 2 && wgs != 4 || wgs == 4 && rows > 96 || !slices.Contains([]int{64, 96, 128}, rows)) {
 			t.Fatalf("%q: %d CTAs of %d warpgroups, %d rows accepted", s, ctas, wgs, rows)
 		}

@@ -142,8 +142,9 @@ func TestMoEQuantPaths(t *testing.T) {
 // rows on one CTA of four warpgroups, where the forced values allow, else
 // two warpgroups on two CTAs (96 rows or fewer) or one (128); rows it has
 // no MMA for, 2 CTAs of 128-row tiles and 4 warpgroups on 2 CTAs or of
-// 128-row tiles are errors. QMoEForce.Pipe (PIPE) keeps one CTA, and
-// refuses two.
+// 128-row tiles are errors. The pipelined loop (PIPE) is the four
+// warpgroups' default; QMoEForce.Pipe forces it (one CTA; two are refused),
+// NoPipe the plain loop, and both are refused.
 func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
 	R := T * k
@@ -151,27 +152,31 @@ func TestMoEQuantTileRows(t *testing.T) {
 		wt                                        quant.Type
 		force, ctas, wgs, want, wantCTAs, wantWGs int
 		err                                       string
-		pipe                                      bool
+		pipe                                      string // "pipe", "nopipe" or "": QMoEForce's Pipe, NoPipe
+		wantPipe                                  bool
 	}{
-		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", false}, {quant.Q4_K, 64, 0, 0, 64, 1, 4, "", false}, {quant.Q4_K, 96, 0, 0, 96, 1, 4, "", false},
-		{quant.Q4_K, 128, 0, 0, 128, 1, 2, "", false}, {quant.Q4_K, 96, 1, 0, 96, 1, 4, "", false},
-		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", false}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, "", false},
-		{quant.Q4_K, 96, 2, 0, 96, 2, 2, "", false}, {quant.Q4_K, 0, 0, 2, 96, 2, 2, "", false}, {quant.Q4_K, 96, 1, 2, 96, 1, 2, "", false},
-		{quant.Q4_K, 96, 1, 4, 96, 1, 4, "", false}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", false},
-		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128", false}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128", false},
-		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer", false}, {quant.Q8_0, 128, 2, 0, 0, 0, 0, "96 rows or fewer", false},
-		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2", false},
-		{quant.Q4_K, 96, 2, 4, 0, 0, 0, "ctas=1", false}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer", false},
-		{quant.Q4_K, 96, 1, 3, 0, 0, 0, "take 2 or 4", false},
-		// The pipelined loop: one CTA, four warpgroups where the tiles allow.
-		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", true}, {quant.Q4_K, 128, 0, 0, 128, 1, 2, "", true}, {quant.Q4_K, 0, 0, 2, 96, 1, 2, "", true},
-		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", true}, {quant.Q4_K, 96, 2, 0, 0, 0, 0, "ctas=1", true},
+		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "", true}, {quant.Q4_K, 64, 0, 0, 64, 1, 4, "", "", true}, {quant.Q4_K, 96, 0, 0, 96, 1, 4, "", "", true},
+		{quant.Q4_K, 128, 0, 0, 128, 1, 2, "", "", false}, {quant.Q4_K, 96, 1, 0, 96, 1, 4, "", "", true},
+		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "", true}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, "", "", false},
+		{quant.Q4_K, 96, 2, 0, 96, 2, 2, "", "", false}, {quant.Q4_K, 0, 0, 2, 96, 2, 2, "", "", false}, {quant.Q4_K, 96, 1, 2, 96, 1, 2, "", "", false},
+		{quant.Q4_K, 96, 1, 4, 96, 1, 4, "", "", true}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "", true},
+		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128", "", false}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128", "", false},
+		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false}, {quant.Q8_0, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false},
+		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2", "", false},
+		{quant.Q4_K, 96, 2, 4, 0, 0, 0, "ctas=1", "", false}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer", "", false},
+		{quant.Q4_K, 96, 1, 3, 0, 0, 0, "take 2 or 4", "", false},
+		// The pipelined loop forced: one CTA, four warpgroups where the tiles allow.
+		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "pipe", true}, {quant.Q4_K, 128, 0, 0, 128, 1, 2, "", "pipe", true}, {quant.Q4_K, 0, 0, 2, 96, 1, 2, "", "pipe", true},
+		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "pipe", true}, {quant.Q4_K, 96, 2, 0, 0, 0, 0, "ctas=1", "pipe", false},
+		// The plain loop forced, and both refused.
+		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "nopipe", false}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "nopipe", false},
+		{quant.Q4_K, 0, 0, 0, 0, 0, 0, "one or the other", "pipe,nopipe", false},
 	} {
 		w := Ptr{BaseWeights, 0}
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
 			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.wt.String(), OutType: "bf16",
 			CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
-			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas, WGs: c.wgs, Pipe: c.pipe},
+			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas, WGs: c.wgs, Pipe: strings.HasPrefix(c.pipe, "pipe"), NoPipe: strings.Contains(c.pipe, "nopipe")},
 			Workspace: Ptr{BaseWorkspace, 0}}
 		l, err := a.Layout()
 		if c.err != "" {
@@ -199,10 +204,10 @@ func TestMoEQuantTileRows(t *testing.T) {
 				}
 			case "gemm_wgmma_q":
 				gemms++
-				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Ints[7] != int64(b2i(c.pipe)) ||
+				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Ints[7] != int64(b2i(c.wantPipe)) ||
 					x.Block[0] != 128*(c.wantWGs+1) {
-					t.Errorf("rows=%d,ctas=%d,wgs=%d,pipe=%v: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d", c.force, c.ctas, c.wgs, c.pipe,
-						x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs)
+					t.Errorf("rows=%d,ctas=%d,wgs=%d,%q: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d, %v", c.force, c.ctas, c.wgs, c.pipe,
+						x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs, c.wantPipe)
 				}
 				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs) || x.Shmem+1024 > 228*1024 {
 					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)

@@ -298,14 +298,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 	// The quantised grouped GEMMs on narrower token tiles (QMoEForce's
 	// rows; TestMoEExpertsQuantGPU), after moe_gather_rows (NoGather: the
 	// zero QMoEForce's second time), with MMAs of the whole tile or other
-	// steps of width (TestMoEExpertsQuantGPU's whole/ and vn cases), and
-	// the pipelined loop (its pipe/ cases: the default's 96 rows on four
-	// warpgroups, 128 and two, 64, and with the whole tile's MMAs).
+	// steps of width (TestMoEExpertsQuantGPU's whole/ and vn cases), the
+	// plain loop where the pipelined one is the default (its nopipe/ case)
+	// and the pipelined one forced (pipe/: 128 rows and two warpgroups,
+	// 64, and with the whole tile's MMAs).
 	for _, qt := range lower.HopperQTypes {
 		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
 			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}, {WholeTile: true},
 			{TileRows: 128, CTAs: 1, WGs: 2, TokenStep: 8}, {TileRows: 96, CTAs: 2, TokenStep: 32},
-			{Pipe: true}, {TileRows: 128, Pipe: true}, {WGs: 2, Pipe: true}, {TileRows: 64, Pipe: true}, {WholeTile: true, Pipe: true}} {
+			{NoPipe: true}, {TileRows: 128, Pipe: true}, {WGs: 2, Pipe: true}, {TileRows: 64, Pipe: true}, {WholeTile: true, Pipe: true}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,

@@ -288,21 +288,23 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
 	// wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
-	// the whole tile (whole); the pipelined loop (pipe).
+	// the whole tile (whole); the pipelined loop (lower's choice on four
+	// warpgroups) forced (pipe) or the plain one forced (nopipe).
 	type variant struct {
 		cc, rows, ctas, wgs int
 		noGather            bool
 		step                int
-		whole, pipe         bool
+		whole               bool
+		pipe                int // 1: forced (QPipe), -1: the plain loop forced (QNoPipe), 0: lower's
 	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0, 0, false, 0, false, false}, {90, 64, 0, 0, false, 0, false, false},
-			{90, 128, 0, 0, false, 0, false, false}, {90, 96, 1, 0, false, 0, false, false}, {90, 64, 1, 0, false, 0, false, false},
-			{90, 96, 1, 4, false, 0, false, false}, {90, 64, 1, 4, false, 0, false, false}, {90, 96, 1, 4, true, 0, false, false},
-			{0, 0, 0, 0, false, 0, false, false}, {90, 0, 0, 0, true, 0, false, false}, {90, 96, 2, 0, false, 0, false, false},
-			{90, 0, 0, 0, false, 0, true, false}, {90, 128, 1, 2, false, 8, false, false}, {90, 96, 2, 0, false, 32, false, false},
-			{90, 0, 0, 0, false, 0, false, true}, {90, 128, 0, 0, false, 0, false, true}, {90, 96, 1, 2, false, 0, false, true},
-			{90, 64, 0, 0, false, 0, false, true}, {90, 0, 0, 0, false, 0, true, true}} {
+		for _, v := range []variant{{90, 0, 0, 0, false, 0, false, 0}, {90, 64, 0, 0, false, 0, false, 0},
+			{90, 128, 0, 0, false, 0, false, 0}, {90, 96, 1, 0, false, 0, false, 0}, {90, 64, 1, 0, false, 0, false, 0},
+			{90, 96, 1, 4, false, 0, false, 0}, {90, 64, 1, 4, false, 0, false, 0}, {90, 96, 1, 4, true, 0, false, 0},
+			{0, 0, 0, 0, false, 0, false, 0}, {90, 0, 0, 0, true, 0, false, 0}, {90, 96, 2, 0, false, 0, false, 0},
+			{90, 0, 0, 0, false, 0, true, 0}, {90, 128, 1, 2, false, 8, false, 0}, {90, 96, 2, 0, false, 32, false, 0},
+			{90, 0, 0, 0, false, 0, false, -1}, {90, 128, 0, 0, false, 0, false, 1}, {90, 96, 1, 2, false, 0, false, 1},
+			{90, 64, 0, 0, false, 0, false, 1}, {90, 0, 0, 0, false, 0, true, 1}} {
 			cc := v.cc
 			for _, c := range cases {
 				if v.rows != 0 && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -324,8 +326,11 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				if v.whole {
 					name = "whole/" + name
 				}
-				if v.pipe {
+				switch v.pipe {
+				case 1:
 					name = "pipe/" + name
+				case -1:
+					name = "nopipe/" + name
 				}
 				t.Run(name, func(t *testing.T) {
 					h := fnv.New64a()
@@ -342,7 +347,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
-						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole, QPipe: v.pipe}
+						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole, QPipe: v.pipe == 1, QNoPipe: v.pipe == -1}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
@@ -369,12 +374,13 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					// Decode quantises the activations to int8: a little
 					// looser than bf16.
 					checkClose(t, "moe", got, moeRef(t, c, d), 2*tolFor(cuda.BF16))
-					if !v.whole {
+					if !v.whole && v.pipe != -1 {
 						return
 					}
 					// MMAs as wide as each tile's rows give the whole
-					// tile's bits.
-					a.QWholeTile = false
+					// tile's bits, and the pipelined loop the plain one's
+					// (the same MMAs in the same order).
+					a.QWholeTile, a.QNoPipe = false, false
 					if c.acc {
 						a.Out = upload(t, k, s, cuda.BF16, d.out0)
 					}
@@ -382,7 +388,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 						t.Fatal(err)
 					}
 					if narrow := download(t, s, cuda.BF16, a.Out, c.T*c.H); !slices.Equal(narrow, got) {
-						t.Fatal("the MMAs as wide as each tile's rows changed the result's bits")
+						t.Fatal("lower's MMA widths and loop changed the bits of the whole tile's or the plain loop's result")
 					}
 				})
 			}

@@ -73,8 +73,9 @@ type MoEArgs struct {
 	// 16 or 32; 0: lower's), QWholeTile MMAs as wide as the tile.
 	QStep      int
 	QWholeTile bool
-	// QPipe runs their pipelined loop (lower.QMoEForce.Pipe).
-	QPipe bool
+	// QPipe forces their pipelined loop, QNoPipe the plain one
+	// (lower.QMoEForce.Pipe, NoPipe; neither: lower's choice).
+	QPipe, QNoPipe bool
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
@@ -96,7 +97,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
 		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs, TokenStep: a.QStep, WholeTile: a.QWholeTile,
-			Pipe: a.QPipe}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+			Pipe: a.QPipe, NoPipe: a.QNoPipe}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
