@@ -449,14 +449,23 @@ func BenchmarkMoEQuant(b *testing.B) {
 	for _, qt := range lower.QuantKernelTypes {
 		gate, up, down, bytes := m.quantStacks(qt, E, H, I)
 		for _, T := range []int{512, 1024, 2048} {
-			b.Run(fmt.Sprintf("%s/T=%d", qt, T), func(b *testing.B) {
-				ids, wts := benchRoutes(r, T, E, K)
-				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-					Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
-					QGate: gate, QUp: up, QDown: down}
-				m.routes(b, &a, ids, wts)
-				m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
-			})
+			for _, noPipe := range []bool{false, true} {
+				if noPipe && T != 2048 {
+					continue
+				}
+				name := fmt.Sprintf("%s/T=%d", qt, T)
+				if noPipe {
+					name += "/nopipe" // the plain loop, A/B against the pipelined default
+				}
+				b.Run(name, func(b *testing.B) {
+					ids, wts := benchRoutes(r, T, E, K)
+					a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+						Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
+						QGate: gate, QUp: up, QDown: down, QNoPipe: noPipe}
+					m.routes(b, &a, ids, wts)
+					m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
+				})
+			}
 		}
 	}
 }
