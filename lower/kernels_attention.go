@@ -243,6 +243,11 @@ type AttentionPrefillArgs struct {
 	// 2 double-buffers K and V (80 KiB), 3 and 4 keep one tile of each,
 	// loaded in halves (48 KiB; 4 at 128 registers). A/B timing.
 	WgCTAs int
+	// WgRows is its rows a CTA (0: PrefillWGRows, or 64 where WgCTAs is
+	// 3 or 4): 64, one warpgroup; or 128, two sharing each K and V tile
+	// (one tile of each, two CTAs a multiprocessor; WgCTAs 0 or 2). With
+	// 64 rows, WgCTAs 0 is PrefillWGCTAs.
+	WgRows int
 }
 
 // PrefillWG reports whether the wgmma prefill attention is built for
@@ -256,15 +261,26 @@ func PrefillWG(dt string, d int) bool { return dt == "bf16" && d == 128 }
 // 0.332, 0.477).
 const PrefillWGCTAs = 4
 
-// PrefillWGSmem is WaCfg<ctas-2>::SMEM: Q and two stages of K and V (2
-// CTAs) or one, 64 x 128 bf16 each, and 1 KiB to align them for the
-// 128-byte swizzle.
-func PrefillWGSmem(ctas int) int {
+// PrefillWGRows is attn_prefill_wg's default rows a CTA (WgRows): two
+// warpgroups sharing each K and V tile halve the tiles' reads from L2.
+// H200, S-2.1 T=2048 (TestAttentionPrefillTCTimingGPU), ms at 64 rows (4
+// CTAs a multiprocessor) and 128: sliding 72 heads 0.193 / 0.172, full 48
+// heads 0.217 / 0.219, 72 heads without a window 0.314 / 0.293; q4_k_m, 48
+// layers, prefill 2048 (ab-bench, two calls of 3 rounds): 0.6% and 0.1%
+// faster, the last row only 1.1% and 0.7%; bf16 24 layers level
+// (docs/PERF.md).
+const PrefillWGRows = 128
+
+// PrefillWGSmem is WaCfg<SPLIT, NW>::SMEM of the variant of ctas CTAs a
+// multiprocessor and rows rows a CTA: a Q tile a warpgroup and two stages
+// of K and V (64 rows, 2 CTAs) or one, 64 x 128 bf16 each, and 1 KiB to
+// align them for the 128-byte swizzle.
+func PrefillWGSmem(ctas, rows int) int {
 	tiles := 3
-	if ctas == 2 {
+	if ctas == 2 && rows == 64 {
 		tiles = 5
 	}
-	return tiles*tcKeys*128*2 + 1024
+	return (tiles+rows/64-1)*tcKeys*128*2 + 1024
 }
 
 // PrefillTC reports whether the tensor-core prefill attention is built for
@@ -320,15 +336,29 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 		}
 		vec = vec && ldq%8 == 0 && ldkv%8 == 0
 		if a.Wgmma && a.CC >= 90 && vec && PrefillWG(a.DType, d) {
-			ctas := a.WgCTAs
-			if ctas == 0 {
-				ctas = PrefillWGCTAs
+			ctas, wrows := a.WgCTAs, a.WgRows
+			if wrows == 0 {
+				wrows = PrefillWGRows
+				if ctas > 2 {
+					wrows = 64 // 3 or 4 CTAs a multiprocessor: one warpgroup each
+				}
 			}
-			if ctas < 2 || ctas > 4 {
+			split, nw := ctas-2, wrows/64
+			switch {
+			case wrows != 64 && wrows != 128:
+				return Launch{}, fmt.Errorf("%s: attn_prefill_wg takes 64 or 128 rows a CTA, not %d", op, wrows)
+			case wrows == 128 && ctas != 0 && ctas != 2:
+				return Launch{}, fmt.Errorf("%s: attn_prefill_wg of 128 rows a CTA runs 2 CTAs a multiprocessor, not %d", op, ctas)
+			case wrows == 128:
+				ctas, split = 2, 1
+			case ctas == 0:
+				ctas, split = PrefillWGCTAs, PrefillWGCTAs-2
+			case ctas < 2 || ctas > 4:
 				return Launch{}, fmt.Errorf("%s: attn_prefill_wg runs 2, 3 or 4 CTAs a multiprocessor, not %d", op, ctas)
 			}
-			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(ctas - 2)},
-				dims(int(blocks), c.NKV), dims(tcThreads), PrefillWGSmem(ctas),
+			blocks = (rows + int64(wrows) - 1) / int64(wrows)
+			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(split), int64(nw)},
+				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows),
 				append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},

@@ -196,6 +196,16 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 		if a.hopperRows != 0 {
 			l.MI = a.hopperRows / 32
 		}
+		if a.QMoE.BF16 { // gemm_wgmma_q's token tiles (moeHopperQ)
+			rows, _, _, err := hopperQShape(a.QMoE)
+			if err != nil {
+				return MoELayout{}, err
+			}
+			if _, err := hopperQStep(a.QMoE); err != nil {
+				return MoELayout{}, err
+			}
+			l.MI = rows / 32
+		}
 	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
@@ -346,6 +356,9 @@ func MoE(a MoEArgs) ([]Launch, error) {
 		}, nil
 	}
 	if l.Hopper {
+		if a.QMoE.BF16 {
+			return moeHopperQ(a, l), nil
+		}
 		return moeHopper(a, l), nil
 	}
 	smem := MMASmem(l.MI, l.BK)

@@ -288,6 +288,11 @@ type QMoEForce struct {
 	WholeTile                             bool `json:",omitempty"`
 	Pipe                                  bool `json:",omitempty"`
 	NoPipe                                bool `json:",omitempty"`
+	// BF16 runs the bf16 grouped experts' GEMMs on gemm_wgmma_q too
+	// (QT_BF16: the weights as the MMA's A from swizzled shared memory,
+	// the MMAs as wide as each tile's tokens), with its shape (rows, wgs,
+	// vn, ...), instead of gemm_wgmma's 128-token tiles.
+	BF16 bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -296,8 +301,8 @@ type QMoEForce struct {
 // at once; the prefill grouped GEMMs' token tile, CTAs a
 // multiprocessor, consumer warpgroups, the step its MMAs' width follows a
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
-// loop (pipe) or the plain one (nopipe). QMoE and hopperQShape check the
-// values.
+// loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
+// the same kernel. QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -321,6 +326,10 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 			f.NoPipe = true
 			continue
 		}
+		if kv == "bf16" {
+			f.BF16 = true
+			continue
+		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
@@ -329,7 +338,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16)", s, k)
 		}
 		*field = n
 	}
@@ -517,8 +526,11 @@ var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
 
 // hopperQBytes is the quant bytes of a row per 64-element stage.
 func hopperQBytes(t quant.Type) int {
-	if t == quant.Q4_K || t == quant.IQ4_XS {
+	switch t {
+	case quant.Q4_K, quant.IQ4_XS:
 		return 32
+	case quant.BF16:
+		return 128 // 64 bf16 weights (QA<QT_BF16_H>)
 	}
 	return 64
 }
@@ -537,8 +549,11 @@ func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
 // and offsets (padded to 8 floats), q8_0's two scales and their 2^-8
 // multiples (iq4_xs: its two sub-blocks' d * (ls - 32) so).
 func hopperQScaleBytes(t quant.Type) int {
-	if t == quant.Q4_K {
+	switch t {
+	case quant.Q4_K:
 		return 32
+	case quant.BF16:
+		return 0
 	}
 	return 16
 }
@@ -573,6 +588,9 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 func hopperQMaps(x Ptr, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
 	cols := int64(K) // q8_0: the int8 plane
 	switch t {
+	case quant.BF16: // rows of 64 weights a stage, 128-byte swizzled as x's
+		return tmapArg(x, TMap{Elem: "bf16", Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
+			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: 64, BoxCols: 64})
 	case quant.Q4_K:
 		cols = int64(K/256) * 144
 	case quant.IQ4_XS:
@@ -732,22 +750,23 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	return rows, ctas, wgs, nil
 }
 
-// hopperQPipe is gemm_wgmma_q's PIPE for the grouped GEMMs of wgs
-// consumer warpgroups (hopperQShape's): the pipelined loop, stage kb + 1
-// dequantised while stage kb's MMAs run, where forced (pipe) or by default
-// on the four warpgroups' CTA, the shape it was measured on (H200, 48
-// layers q4_k_m, prefill 2048, three rounds: 102.02 ms against 102.87
-// plain, faster in each round; docs/PERF.md); nopipe forces the plain
-// loop. Two CTAs a multiprocessor cannot hold its second register set
-// (hopperQShape refuses pipe there).
-func hopperQPipe(f QMoEForce, wgs int) bool {
+// hopperQPipe is gemm_wgmma_q's PIPE for the grouped GEMMs of type t on
+// wgs consumer warpgroups (hopperQShape's): the pipelined loop, stage kb +
+// 1 dequantised while stage kb's MMAs run, where forced (pipe) or by
+// default for q4_k on the four warpgroups' CTA, where it was measured
+// faster (H200: 48 layers q4_k_m, prefill 2048, three rounds, 102.02 ms
+// against 102.87 plain, faster in each round; BenchmarkMoEQuant T=2048
+// q4_k 1.194 against 1.220 ms), not for iq4_xs (1.523 against 1.481);
+// docs/PERF.md. nopipe forces the plain loop. Two CTAs a multiprocessor
+// cannot hold its second register set (hopperQShape refuses pipe there).
+func hopperQPipe(f QMoEForce, t quant.Type, wgs int) bool {
 	switch {
 	case f.Pipe:
 		return true
 	case f.NoPipe:
 		return false
 	}
-	return wgs == 4
+	return wgs == 4 && t == quant.Q4_K
 }
 
 // hopperQStep is gemm_wgmma_q's VN for the grouped GEMMs: its MMAs as
@@ -777,13 +796,18 @@ func hopperQStep(f QMoEForce) (int, error) {
 // the rows' scales rather than gathering; MoEArgs.NoGather is moot here).
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
+	if !IsQuantized(a.WType) { // bf16 stacks (QMoEForce.BF16): gate then up in one matrix, as the quantised ones
+		t = quant.BF16
+		a.QGate = QMatrix{W: a.Gate, Total: 2 * a.E * a.I}
+		a.QDown = QMatrix{W: a.Down, Total: a.E * a.H}
+	}
 	p := moeHopperParts(a, l, false)
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
 	vn, _ := hopperQStep(a.QMoE)            // likewise
-	pipe := hopperQPipe(a.QMoE, wgs)
+	pipe := hopperQPipe(a.QMoE, t, wgs)
 	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)

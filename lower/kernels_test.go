@@ -45,7 +45,9 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		if l.Kernel != c.want || (c.want == "attn_prefill_tc" && l.Ints[1] != c.vec) {
 			t.Errorf("%s: %s", c.name, l.NameExpr())
 		}
-		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(PrefillWGCTAs) || l.Block[0] != 128 || l.Ints[1] != PrefillWGCTAs-2) {
+		// The default: 128 rows a CTA, two warpgroups, one K and one V tile.
+		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(2, PrefillWGRows) || l.Block[0] != 2*PrefillWGRows || l.Ints[1] != 1 ||
+			l.Ints[2] != PrefillWGRows/64) {
 			t.Errorf("%s: %d threads, %d bytes of shared memory", c.name, l.Block[0], l.Shmem)
 		}
 	}
@@ -55,6 +57,40 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 80})
 	if err != nil || l.Kernel != "attn_prefill_tc" {
 		t.Errorf("wgmma asked for on sm_80: %s, %v", l.Kernel, err)
+	}
+	// attn_prefill_wg's rows a CTA: 128 is two warpgroups (NW 2, one K and
+	// one V tile, 2 CTAs a multiprocessor) on half the CTAs; anything else,
+	// or 128 rows with other CTAs a multiprocessor, is refused.
+	for _, c := range []struct {
+		rows, ctas int
+		err        string
+	}{{128, 0, ""}, {128, 2, ""}, {64, 3, ""}, {64, 0, ""}, {0, 4, ""}, {128, 4, "runs 2 CTAs"}, {96, 0, "64 or 128 rows"}, {64, 5, "2, 3 or 4 CTAs"}} {
+		l, err := AttentionPrefill(AttentionPrefillArgs{DType: "bf16", Cache: cache, Out: at(0), Q: at(1 << 20), K: at(4096),
+			V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 90, WgRows: c.rows, WgCTAs: c.ctas})
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("rows %d, ctas %d: %v, want an error saying %q", c.rows, c.ctas, err, c.err)
+			}
+			continue
+		}
+		rows := 100 * 64 / cache.NKV
+		wrows, ctas := c.rows, c.ctas
+		switch {
+		case wrows == 0: // 3 or 4 CTAs asked for: 64 rows
+			wrows = 64
+		case wrows == 128:
+			ctas = 2
+		case ctas == 0:
+			ctas = PrefillWGCTAs
+		}
+		nw, split := wrows/64, int64(ctas-2)
+		if wrows == 128 {
+			split = 1
+		}
+		if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != split || l.Ints[2] != int64(nw) || l.Block[0] != 128*nw ||
+			l.Grid[0] != (rows+wrows-1)/wrows || l.Shmem != PrefillWGSmem(ctas, wrows) {
+			t.Errorf("rows %d, ctas %d: %s grid %v block %v, %d bytes, %v", c.rows, c.ctas, l.NameExpr(), l.Grid, l.Block, l.Shmem, err)
+		}
 	}
 }
 

@@ -47,6 +47,8 @@ type Plan struct {
 	// PrefillAttnTC keeps prefill attention on the mma.sync kernel where
 	// the wgmma one would run.
 	PrefillAttnTC bool `json:"prefill_attn_tc,omitempty"`
+	// PrefillAttnRows is attn_prefill_wg's rows a CTA (0: the default).
+	PrefillAttnRows int `json:"prefill_attn_rows,omitempty"`
 	// DisableSplitGEMM runs a prefill matmul_split as one GEMM an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
 	// MoEGather has the grouped gate+up GEMM gather x's rows itself.

@@ -142,8 +142,8 @@ func TestMoEQuantPaths(t *testing.T) {
 // rows on one CTA of four warpgroups, where the forced values allow, else
 // two warpgroups on two CTAs (96 rows or fewer) or one (128); rows it has
 // no MMA for, 2 CTAs of 128-row tiles and 4 warpgroups on 2 CTAs or of
-// 128-row tiles are errors. The pipelined loop (PIPE) is the four
-// warpgroups' default; QMoEForce.Pipe forces it (one CTA; two are refused),
+// 128-row tiles are errors. The pipelined loop (PIPE) is q4_k's default
+// on four warpgroups; QMoEForce.Pipe forces it (one CTA; two are refused),
 // NoPipe the plain loop, and both are refused.
 func TestMoEQuantTileRows(t *testing.T) {
 	E, H, I, T, k := 8, 256, 256, 100, 2
@@ -157,9 +157,9 @@ func TestMoEQuantTileRows(t *testing.T) {
 	}{
 		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "", true}, {quant.Q4_K, 64, 0, 0, 64, 1, 4, "", "", true}, {quant.Q4_K, 96, 0, 0, 96, 1, 4, "", "", true},
 		{quant.Q4_K, 128, 0, 0, 128, 1, 2, "", "", false}, {quant.Q4_K, 96, 1, 0, 96, 1, 4, "", "", true},
-		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "", true}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, "", "", false},
+		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "", false}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, "", "", false},
 		{quant.Q4_K, 96, 2, 0, 96, 2, 2, "", "", false}, {quant.Q4_K, 0, 0, 2, 96, 2, 2, "", "", false}, {quant.Q4_K, 96, 1, 2, 96, 1, 2, "", "", false},
-		{quant.Q4_K, 96, 1, 4, 96, 1, 4, "", "", true}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "", true},
+		{quant.Q4_K, 96, 1, 4, 96, 1, 4, "", "", true}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "", false},
 		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128", "", false}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128", "", false},
 		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false}, {quant.Q8_0, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false},
 		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2", "", false},

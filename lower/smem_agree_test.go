@@ -44,22 +44,26 @@ func TestSmemAgrees(t *testing.T) {
 
 // TestPrefillWGSmemAgrees: attn_prefill_wg's launches carry WaCfg's
 // shared memory (attention_prefill_wg.cu): TILES tiles of 64 x 128 bf16
-// (5 double-buffered, else 3) and 1 KiB of alignment slack.
+// (5 double-buffered, else 3, and a Q tile more for a second warpgroup)
+// and 1 KiB of alignment slack.
 func TestPrefillWGSmemAgrees(t *testing.T) {
 	src, err := cuda.Source("attention_prefill_wg.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`static constexpr int TILES = SPLIT \? (\d+) : (\d+);\s.*\n\s*static constexpr int SMEM = TILES \* WA_TILE \* 2 \+ (\d+);`).FindStringSubmatch(src)
+	m := regexp.MustCompile(`static constexpr int TILES = \(NW - 1\) \+ \(SPLIT \? (\d+) : (\d+)\);\s.*\n\s*static constexpr int SMEM = TILES \* WA_TILE \* 2 \+ (\d+);`).FindStringSubmatch(src)
 	if m == nil {
 		t.Fatal("attention_prefill_wg.cu: WaCfg's TILES and SMEM not found in the form this test reads")
 	}
 	split, dbl, slack := atoiT(t, m[1]), atoiT(t, m[2]), atoiT(t, m[3])
 	tile := tcKeys * 128 * 2
 	for ctas, tiles := range map[int]int{2: dbl, 3: split, 4: split} {
-		if got, want := PrefillWGSmem(ctas), tiles*tile+slack; got != want {
+		if got, want := PrefillWGSmem(ctas, 64), tiles*tile+slack; got != want {
 			t.Errorf("attn_prefill_wg at %d CTAs: lower launches %d bytes, WaCfg has %d", ctas, got, want)
 		}
+	}
+	if got, want := PrefillWGSmem(2, 128), (split+1)*tile+slack; got != want {
+		t.Errorf("attn_prefill_wg of 128 rows a CTA: lower launches %d bytes, WaCfg has %d", got, want)
 	}
 }
 

@@ -134,13 +134,14 @@ __device__ __forceinline__ FaKeys fa_keys(const FaRows& fr, int window) {
   return k;
 }
 
-// fa_load_q copies the CTA's Q rows (FaRows) to shared memory, 16-byte
-// chunk c of row r at dst(r, c); rows past nr are zero (their outputs are
-// never written).
+// fa_load_q copies the CTA's bq Q rows (FaRows) to shared memory with its
+// nthr threads, 16-byte chunk c of row r at dst(r, c); rows past nr are
+// zero (their outputs are never written).
 template <int D, int VEC, typename Dst>
-__device__ __forceinline__ void fa_load_q(Dst dst, const unsigned short* qg, long long ldq, const FaRows& fr) {
+__device__ __forceinline__ void fa_load_q(Dst dst, const unsigned short* qg, long long ldq, const FaRows& fr, int bq = FA_BQ,
+                                          int nthr = FA_THREADS) {
   constexpr int CH = D / 8;
-  for (int i = threadIdx.x; i < FA_BQ * CH; i += FA_THREADS) {
+  for (int i = threadIdx.x; i < bq * CH; i += nthr) {
     const int r = i / CH, c = i - r * CH;
     const bool ok = r < fr.nr;
     const unsigned short* src = qg;

@@ -38,16 +38,19 @@
 
 #define WA_TILE (FA_BK * 128)  // elements of a 64 x 128 tile (16 KiB)
 
-// WaCfg<SPLIT>: SPLIT 0 double-buffers K and V, loading tile it+1's both
-// at the top of iteration it (80 KiB, two CTAs a multiprocessor); else one
-// K and one V tile, the next K loaded as soon as the scores are done with
-// this one and the next V once P V is (each load behind the other half of
-// the work): 48 KiB, SPLIT + 2 CTAs a multiprocessor (4: 128 registers,
-// which ptxas fits without spilling).
-template <int SPLIT> struct WaCfg {
-  static constexpr int TILES = SPLIT ? 3 : 5;              // Q, K[1 or 2], V[1 or 2]
-  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024;  // 1 KiB alignment slack
-  static constexpr int CTAS = SPLIT + 2;                   // a multiprocessor (launch bounds)
+// WaCfg<SPLIT, NW>: SPLIT 0 double-buffers K and V, loading tile it+1's
+// both at the top of iteration it (80 KiB, two CTAs a multiprocessor);
+// else one K and one V tile, the next K loaded as soon as the scores are
+// done with this one and the next V once P V is (each load behind the
+// other half of the work): 48 KiB, SPLIT + 2 CTAs a multiprocessor (4: 128
+// registers, which ptxas fits without spilling). NW 2: two warpgroups a
+// CTA, 64 rows each, sharing every K and V tile (half the tiles' reads
+// from L2 of one warpgroup a CTA), a Q tile each; SPLIT 1 only, two CTAs
+// a multiprocessor (64 KiB each, 128 registers a thread).
+template <int SPLIT, int NW> struct WaCfg {
+  static constexpr int TILES = (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
+  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024;   // 1 KiB alignment slack
+  static constexpr int CTAS = NW == 2 ? 2 : SPLIT + 2;      // a multiprocessor (launch bounds)
 };
 
 // wa_chunk is where 16-byte chunk c (elements 8c..8c+7) of row r of a
@@ -74,19 +77,21 @@ __device__ __forceinline__ void wa_mma_pv(float (&d)[64], const unsigned (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-template <int D, int SPLIT>
-__global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
+template <int D, int SPLIT, int NW>
+__global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     attn_prefill_wg(int ntok, int nh, int nkv, int window, int slots, float scale, const int* __restrict__ pos,
                     const bf16_t* __restrict__ q, long long ldq, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                     long long ldkv, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc, bf16_t* __restrict__ out,
                     long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
+  static_assert(NW == 1 || (NW == 2 && SPLIT == 1), "two warpgroups a CTA with one K and one V tile");
   constexpr int NB = FA_BK / 8, DB = D / 8;
+  constexpr int KR = 8 / NW;  // key rows a thread copies a tile (16 threads a row)
   extern __shared__ __align__(16) unsigned char wa_raw[];
   unsigned short* Qs = reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull);
   constexpr int NS = SPLIT ? 1 : 2;        // K and V stages
-  unsigned short* Ks = Qs + WA_TILE;       // [NS] swizzled tiles
+  unsigned short* Ks = Qs + NW * WA_TILE;  // [NS] swizzled tiles
   unsigned short* Vs = Ks + NS * WA_TILE;  // [NS]
   const unsigned short* qg = reinterpret_cast<const unsigned short*>(q);
   const unsigned short* kg = reinterpret_cast<const unsigned short*>(k);
@@ -95,24 +100,29 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   const unsigned short* vcg = reinterpret_cast<const unsigned short*>(vc);
   unsigned short* og = reinterpret_cast<unsigned short*>(out);
 
-  const FaRows fr = fa_rows(ntok, nh, nkv, pos);
-  const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0, nr = fr.nr, p0 = fr.p0;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The CTA's rows: fa_rows's, in blocks of 64 NW; warpgroup wg's are
+  // r0 .. r0 + 63 from the CTA's first (nr of them real).
+  FaRows fr = fa_rows(ntok, nh, nkv, pos);
+  fr.r0 = (gridDim.x - 1 - blockIdx.x) * (FA_BQ * NW);
+  fr.nr = min(FA_BQ * NW, fr.R - fr.r0);
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+  const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0 + wg * FA_BQ, nr = max(0, min(FA_BQ, R - r0)), p0 = fr.p0;
   const long long crow = (long long)nkv * D;
 
-  fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs, r, c); }, qg, ldq, fr);
-  const FaKeys fk = fa_keys(fr, window);
+  fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs + (r / FA_BQ) * WA_TILE, r % FA_BQ, c); }, qg, ldq, fr, FA_BQ * NW,
+                  128 * NW);
+  const FaKeys fk = fa_keys(fr, window);  // the keys of the CTA's rows: both warpgroups walk them
   const int jlo = fk.jlo, jhi = fk.jhi, ntiles = fk.ntiles;
 
-  // A thread copies chunk kch = tid % 16 of key rows kr + 8n (kr = tid / 16,
-  // n < 8) of each tile: the same swizzled column for all 8 (their row % 8
-  // is kr's). KRows are those rows' element offsets from the chunk's k/v
+  // A thread copies chunk kch = tid % 16 of key rows kr + 8 NW n (kr = tid /
+  // 16, n < KR) of each tile: the same swizzled column for all (their row %
+  // 8 is kr's). KRows are those rows' element offsets from the chunk's k/v
   // (bit n of cache clear) or cache base (set), found once a tile for both
   // K and V with one modulo (the ring slot of the first row): the per-copy
   // index arithmetic had made the kernel issue-bound (the same kernel with
   // K and V found separately took 0.308 against 0.245 ms).
   struct KRows {
-    unsigned off[8];
+    unsigned off[KR];
     unsigned cache, ok;
   };
   const int kr = tid >> 4, kch = tid & 15;
@@ -124,8 +134,8 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
     const int jb = jlo + tile * FA_BK + kr;
     int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      const int j = jb + 8 * n;
+    for (int n = 0; n < KR; n++) {
+      const int j = jb + 8 * NW * n;
       r.off[n] = 0;
       if (j <= jhi) {
         if (j >= p0) {
@@ -136,8 +146,8 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
           r.cache |= 1u << n, r.ok |= 1u << n;
         }
       }
-      sl += 8;
-      if (window > 0 && sl >= window) sl = window >= 8 ? sl - window : sl % window;
+      sl += 8 * NW;
+      if (window > 0 && sl >= window) sl = window >= 8 * NW ? sl - window : sl % window;
     }
     return r;
   };
@@ -147,7 +157,7 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
     const unsigned short* cur = (kv ? vg : kg) + kbase;
     const unsigned short* cache = (kv ? vcg : kcg) + kbase;
 #pragma unroll
-    for (int n = 0; n < 8; n++) fa_copy16<1>(dst + n * 512, ((r.cache >> n) & 1 ? cache : cur) + r.off[n], (r.ok >> n) & 1);
+    for (int n = 0; n < KR; n++) fa_copy16<1>(dst + n * 512 * NW, ((r.cache >> n) & 1 ? cache : cur) + r.off[n], (r.ok >> n) & 1);
   };
 
   KRows kr0 = rows(0);
@@ -160,7 +170,7 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
   const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
   const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
-  const unsigned qa = smem_addr(Qs);
+  const unsigned qa = smem_addr(Qs + wg * WA_TILE);
 
   float o[4 * DB];  // o[4 db + e]: attn_prefill_tc's o[db][e]
 #pragma unroll
@@ -273,8 +283,9 @@ __global__ void __launch_bounds__(128, WaCfg<SPLIT>::CTAS)
   }
   fa_wait<0>();
 
-  // Stage this warp's 16 rows in the K (and V) tiles (no MMA reads them
-  // any more), then write them.
-  fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, Ks, og, ldo, gate, ldg, G, nh, group, kvh, r0, nr,
-                             warp, lane, g, tq);
+  // Stage this warp's 16 rows in the K (and V) tiles, NW 2 from the first
+  // Q tile on, 64 rows of D + 8 a warpgroup (no MMA reads them any more:
+  // the last tile ended with a barrier after every P V), then write them.
+  fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, NW == 1 ? Ks : Qs + wg * FA_BQ * FaCfg<D>::PITCH, og,
+                             ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
 }

@@ -735,6 +735,10 @@ __global__ void __launch_bounds__(256) moe_gather_rows(int R, int k, int H, cons
 #define QT_Q8_0_H 8
 #define QT_Q4_K_H 12
 #define QT_IQ4_XS_H 23
+// Not a quantisation: plain bf16 weight rows through gemm_wgmma_q's path
+// (QA<QT_BF16_H>; ggml's id for bf16), so that the grouped bf16 experts
+// get its MMAs as wide as each tile's tokens (the weights as A).
+#define QT_BF16_H 30
 
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   unsigned r;
@@ -983,13 +987,55 @@ template <> struct QA<QT_IQ4_XS_H> {
   }
 };
 
+// BF16: no quantisation; a stage is the rows' 64 bf16 weights (128
+// bytes), TMA-loaded in the 128-byte swizzle (16-byte chunk c of row r at
+// c ^ (r % 8), which spreads a fragment's 8 rows over all banks), and the
+// A fragments are those words as they are: no scales (SC 0), nothing for
+// the producer to stage. words takes q_words_at's offset, row * 128 +
+// 4 tq4 from the stage's 1 KiB-aligned quant bytes: bits 7-9 are the
+// row's swizzle.
+template <> struct QA<QT_BF16_H> {
+  static constexpr int QB = 128, SC = 0, HDR_KB = 1;
+  struct Hdr {};
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long, int) { return w; }
+  static __device__ __forceinline__ Hdr hdr(const unsigned char*, const unsigned char*, long long, int, int) { return Hdr{}; }
+  static __device__ __forceinline__ void put_scales(unsigned, const Hdr&, int) {}
+  struct Scales {};
+  static __device__ __forceinline__ Scales scales(unsigned) { return Scales{}; }
+  struct Words {
+    unsigned w[8];
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned) {
+    const unsigned base = q & ~127u, r7 = (q >> 7) & 7, lo = q & 12;  // lo: 4 tq4
+    Words r;
+#pragma unroll
+    for (int s = 0; s < 8; s++) r.w[s] = ld_shared4(base + ((((unsigned)s) ^ r7) << 4) + lo);  // chunk s: k 8s + 2 tq4
+    return r;
+  }
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales&, unsigned (&o)[8]) {
+#pragma unroll
+    for (int s = 0; s < 8; s++) o[s] = wd.w[s];
+  }
+};
+
+// q_words_at is the offset of a row's words a lane reads in a stage's
+// quant bytes (words_at; BF16: the row and 4 tq4, its swizzle applied in
+// QA<QT_BF16_H>::words).
+template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq4) {
+  if constexpr (QT == QT_BF16_H) {
+    return row * 128 + 4 * tq4;
+  } else {
+    return words_at(row, QA<QT>::QB, tq4);
+  }
+}
+
 // q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
 // (SwiGLU: the gate rows from r0, then as many up rows from r1; else all
 // from r0), for k-block kb.
 template <int QT, int EPI, int NC>
 __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
   constexpr int QB = QA<QT>::QB;
-  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : kb * QB;
+  const int qc = QT == QT_Q4_K_H ? (kb >> 2) * 144 + 16 + 32 * (kb & 3) : QT == QT_BF16_H ? kb * 64 : kb * QB;  // BF16: elements
 #pragma unroll
   for (int i = 0; i < NC; i++) {
     const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
@@ -1153,7 +1199,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   // producer staged for them.
   const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
   const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
-  const unsigned qw = words_at(qa, QB, tq4), wsel = words_sel(tq4), sbase = smem_addr(smem);
+  const unsigned qw = q_words_at<QT>(qa, tq4), wsel = words_sel(tq4), sbase = smem_addr(smem);
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;

@@ -185,12 +185,25 @@ func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, tru
 func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false, false) }
 
 // runWG runs AttentionPrefill with the wgmma kernel asked for, its
-// variant of ctas CTAs a multiprocessor (lower.AttentionPrefillArgs.WgCTAs).
-func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas int) error {
-	saved := prefillWGCTAs
-	prefillWGCTAs = ctas
-	defer func() { prefillWGCTAs = saved }()
+// variant of ctas CTAs a multiprocessor and rows rows a CTA
+// (lower.AttentionPrefillArgs.WgCTAs, WgRows; 0: lower's).
+func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas, rows int) error {
+	saved, savedR := prefillWGCTAs, prefillWGRows
+	prefillWGCTAs, prefillWGRows = ctas, rows
+	defer func() { prefillWGCTAs, prefillWGRows = saved, savedR }()
 	return g.run(k, s, true, true)
+}
+
+// wgVariants are attn_prefill_wg's variants the tests check and time: 64
+// rows a CTA at 2, 3 and 4 CTAs a multiprocessor, and 128 (two
+// warpgroups sharing K and V) at 2.
+var wgVariants = []struct{ ctas, rows int }{{2, 64}, {3, 64}, {4, 64}, {2, 128}}
+
+func wgName(ctas, rows int) string {
+	if rows == 64 {
+		return fmt.Sprintf("ctas%d", ctas)
+	}
+	return fmt.Sprintf("ctas%d-rows%d", ctas, rows)
 }
 
 func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
@@ -255,8 +268,8 @@ func TestAttentionPrefillTCTimingGPU(t *testing.T) {
 			tc := run("tc", func() error { return g.runTC(k, s) })
 			checkClose(t, "tc vs ffma", tc, old, tolFor(cuda.BF16))
 			if k.CC() >= 90 {
-				for ctas := 2; ctas <= 4; ctas++ {
-					wg := run(fmt.Sprintf("wgmma%d", ctas), func() error { return g.runWG(k, s, ctas) })
+				for _, v := range wgVariants {
+					wg := run("wgmma-"+wgName(v.ctas, v.rows), func() error { return g.runWG(k, s, v.ctas, v.rows) })
 					checkClose(t, "wgmma vs ffma", wg, old, tolFor(cuda.BF16))
 				}
 			}
@@ -306,13 +319,15 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 
 // TestAttentionPrefillWGGPU compares attn_prefill_wg (Hopper, head_dim 128,
 // 16-byte operands), each variant (WgCTAs 2: K and V double-buffered; 3,
-// 4: one tile each loaded in halves), with cpu.Attention over
+// 4: one tile each loaded in halves; WgRows 128: two warpgroups a CTA
+// sharing one tile of each), with cpu.Attention over
 // tcCases' aligned head_dim 128 cases, and checks the launch is that
 // kernel's; then two gated chunks (a gate per head, per element).
 func TestAttentionPrefillWGGPU(t *testing.T) {
 	k, s := hopperGPU(t)
-	for ctas := 2; ctas <= 4; ctas++ {
-		name := fmt.Sprintf("ctas%d", ctas)
+	for _, v := range wgVariants {
+		ctas, rows := v.ctas, v.rows
+		name := wgName(ctas, rows)
 		for i, c := range tcCases() {
 			if c.d != 128 || c.fused {
 				continue
@@ -321,11 +336,15 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c, uint64(1000+i))
 				l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
 					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas})
-				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(ctas-2) {
-					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d>", l.NameExpr(), err, ctas-2)
+					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas, WgRows: rows})
+				split := ctas - 2
+				if rows == 128 {
+					split = 1
 				}
-				if err := g.runWG(k, s, ctas); err != nil {
+				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(split) || l.Ints[2] != int64(rows/64) {
+					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d, %d>", l.NameExpr(), err, split, rows/64)
+				}
+				if err := g.runWG(k, s, ctas, rows); err != nil {
 					t.Fatal(err)
 				}
 				got := download(t, s, cuda.BF16, g.out, g.outElems)
@@ -344,11 +363,11 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c.tc, uint64(3000+ci))
 				gate := roundTo(cuda.BF16, randF32(rand.New(rand.NewPCG(uint64(ci), 9)), c.tc.T*c.G, 2))
 				gp := upload(t, k, s, cuda.BF16, gate)
-				saved, savedC := prefillWG, prefillWGCTAs
-				prefillWG, prefillWGCTAs = true, ctas
+				saved, savedC, savedR := prefillWG, prefillWGCTAs, prefillWGRows
+				prefillWG, prefillWGCTAs, prefillWGRows = true, ctas, rows
 				err := k.AttentionPrefillGate(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, c.tc.T, c.tc.nh, g.scale,
 					Gate{G: gp, Width: c.G, LD: c.G})
-				prefillWG, prefillWGCTAs = saved, savedC
+				prefillWG, prefillWGCTAs, prefillWGRows = saved, savedC, savedR
 				if err != nil {
 					t.Fatal(err)
 				}

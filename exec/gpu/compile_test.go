@@ -319,6 +319,18 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
+	// The bf16 grouped experts on gemm_wgmma_q (QMoEForce.BF16;
+	// TestMoEExpertsHopperGPU's q cases).
+	for _, f := range []lower.QMoEForce{{BF16: true}, {BF16: true, TileRows: 64}, {BF16: true, TileRows: 128}, {BF16: true, WGs: 2},
+		{BF16: true, Pipe: true}} {
+		E, H, I := 8, 256, 256
+		ls, err := lower.MoE(lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+			Gate: p, Up: p.At(2 * int64(E*I*H)), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, QMoE: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ls...)
+	}
 	// The mma.sync prefill attention at head_dim 128 where Hopper plans
 	// the wgmma one (LAGC_PREFILL_ATTN=tc; TestAttentionPrefillTCGPU).
 	att, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
@@ -355,12 +367,12 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 		out = append(out, att)
 	}
-	// attn_prefill_wg's variants (WgCTAs; the tests check and time each).
-	for ctas := 2; ctas <= 4; ctas++ {
+	// attn_prefill_wg's variants (WgCTAs, WgRows; the tests check and time each).
+	for _, v := range wgVariants {
 		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
-			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90, WgCTAs: ctas})
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90, WgCTAs: v.ctas, WgRows: v.rows})
 		if err != nil || att.Kernel != "attn_prefill_wg" {
-			t.Fatalf("AttentionPrefill with WgCTAs %d: %s, %v", ctas, att.Kernel, err)
+			t.Fatalf("AttentionPrefill with WgCTAs %d, WgRows %d: %s, %v", v.ctas, v.rows, att.Kernel, err)
 		}
 		out = append(out, att)
 	}

@@ -99,9 +99,18 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		down     lower.HopperSched
 		sms      int  // 0: the GPU's
 		noGather bool // moe_gather_rows first (NoGather), where the gate+up GEMM gathers by default
+		// q: the GEMMs on gemm_wgmma_q (QBF16: weights as A, MMAs as wide
+		// as each tile's tokens), of qrows-token tiles on qwgs consumer
+		// warpgroups (0: lower's), the pipelined loop forced (qpipe).
+		q           bool
+		qrows, qwgs int
+		qpipe       bool
 	}
 	run := func(v variant, order ExpertOrder, c moeCase) {
 		name := fmt.Sprintf("order%d/%+v", order, c)
+		if v.q {
+			name = fmt.Sprintf("q/rows%d/wgs%d/pipe%v/%s", v.qrows, v.qwgs, v.qpipe, name)
+		}
 		if v.down == lower.SchedPingPong {
 			name = fmt.Sprintf("downpp/sms%d/%s", v.sms, name)
 		}
@@ -116,6 +125,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
 			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
+			a.QBF16, a.QTileRows, a.QWGs, a.QPipe = v.q, v.qrows, v.qwgs, v.qpipe
 			if v.sms != 0 {
 				a.SMs = v.sms
 			}
@@ -123,13 +133,17 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !hasKernel(ls, "gemm_wgmma") {
+			if v.q {
+				if !hasKernel(ls, "gemm_wgmma_q<bf16_t, 30,") || !hasKernel(ls, "moe_gather_rows") {
+					t.Fatalf("QBF16 did not choose gemm_wgmma_q's bf16 path after moe_gather_rows")
+				}
+			} else if !hasKernel(ls, "gemm_wgmma") {
 				t.Fatalf("the grouped path did not choose the wgmma core")
 			}
-			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); pp != (v.down == lower.SchedPingPong) {
+			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); !v.q && pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
 			}
-			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); g == v.noGather || hasKernel(ls, "moe_gather_rows") != v.noGather {
+			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); !v.q && (g == v.noGather || hasKernel(ls, "moe_gather_rows") != v.noGather) {
 				t.Fatalf("gate+up gathering %v with NoGather %v", g, v.noGather)
 			}
 			moeWorkspace(t, k, s, &a)
@@ -146,10 +160,14 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		}
 	}
 	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
-	for _, v := range []variant{{lower.SchedPingPong, 0, false}, {lower.SchedPingPong, 7, false}, {lower.SchedAuto, 0, true}, {lower.SchedAuto, 7, false}} {
+	for _, v := range []variant{{down: lower.SchedPingPong}, {down: lower.SchedPingPong, sms: 7}, {noGather: true}, {sms: 7},
+		{q: true}, {q: true, sms: 7}, {q: true, qrows: 64}, {q: true, qrows: 128}, {q: true, qwgs: 2}, {q: true, qpipe: true}} {
 		for _, c := range append(cases, deep) {
 			run(v, ExpertsByLoad, c)
 		}
+	}
+	for _, c := range cases {
+		run(variant{q: true}, ExpertsByID, c)
 	}
 }
 
@@ -378,9 +396,10 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 						return
 					}
 					// MMAs as wide as each tile's rows give the whole
-					// tile's bits, and the pipelined loop the plain one's
-					// (the same MMAs in the same order).
-					a.QWholeTile, a.QNoPipe = false, false
+					// tile's bits, and the pipelined loop (forced: q4_k's
+					// default) the plain one's (the same MMAs in the same
+					// order).
+					a.QWholeTile, a.QPipe, a.QNoPipe = false, a.QPipe || a.QNoPipe, false
 					if c.acc {
 						a.Out = upload(t, k, s, cuda.BF16, d.out0)
 					}
