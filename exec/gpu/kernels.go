@@ -18,7 +18,6 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 
@@ -112,11 +111,6 @@ func source(file string) (string, error) {
 	return text, nil
 }
 
-// pdlTrigger builds every kernel with LAGC_PDL_TRIGGER (LAGC_PDL_TRIGGER=1):
-// each block triggers the next kernel's launch right after its pdl_wait
-// (prelude.cuh). A/B timing; the kernels' results do not change.
-var pdlTrigger = os.Getenv("LAGC_PDL_TRIGGER") == "1"
-
 // Kernel returns the compiled instantiation l names, allowed l.Shmem bytes
 // of dynamic shared memory.
 func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
@@ -125,9 +119,6 @@ func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
 		return nil, fmt.Errorf("kernel %s: too many template arguments", l.NameExpr())
 	}
 	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints}
-	if pdlTrigger {
-		spec.Options = []string{"-DLAGC_PDL_TRIGGER=1"}
-	}
 	for i, s := range l.DTypes {
 		dt, err := cuda.ParseDType(s)
 		if err != nil {
