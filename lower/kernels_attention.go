@@ -254,7 +254,8 @@ type AttentionPrefillArgs struct {
 // dtype dt and head_dim d.
 func PrefillWG(dt string, d int) bool { return dt == "bf16" && d == 128 }
 
-// PrefillWGCTAs is attn_prefill_wg's default variant (WgCTAs). H200, S-2.1
+// PrefillWGCTAs is the 64-row attn_prefill_wg's default CTAs a
+// multiprocessor (WgCTAs; 128 rows run 2). H200, S-2.1
 // T=2048 (TestAttentionPrefillTCTimingGPU), ms for 2 / 3 / 4 CTAs: sliding
 // 72 heads 0.230 / 0.199 / 0.184, full 48 heads 0.235 / 0.219 / 0.207, 72
 // heads without a window 0.337 / 0.306 / 0.290 (attn_prefill_tc: 0.278,

@@ -310,30 +310,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if kv == "all" {
-			f.DownAll = true
-			continue
-		}
-		if kv == "whole" {
-			f.WholeTile = true
-			continue
-		}
-		if kv == "pipe" {
-			f.Pipe = true
-			continue
-		}
-		if kv == "nopipe" {
-			f.NoPipe = true
-			continue
-		}
-		if kv == "bf16" {
-			f.BF16 = true
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16}[kv]; ok {
+			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or all", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16)", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]

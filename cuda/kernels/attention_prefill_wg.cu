@@ -1,7 +1,8 @@
 // attn_prefill_wg: attn_prefill_tc (attention_prefill_tc.cu) on Hopper's
 // warpgroup MMAs (sm_90a), for head_dim 128 and 16-byte operands: the same
 // rows, key tiles, masks, online softmax and output, one warpgroup (128
-// threads) a CTA of FA_BQ = 64 rows of one kv head. S = Q K^T is wgmma
+// threads) for each FA_BQ = 64 rows of one kv head, NW of them a CTA
+// sharing its K and V tiles (WaCfg). S = Q K^T is wgmma
 // m64n64k16 with Q and the K tile read from shared memory; O += P V is
 // m64n128k16 with P from registers (the S fragments packed to bf16, as
 // attn_prefill_tc packs them) and the V tile read from shared memory as an
