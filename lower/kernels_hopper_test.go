@@ -152,3 +152,66 @@ func wantedErr(t *testing.T, err error, want string) bool {
 	}
 	return want != ""
 }
+
+// TestMoEHopperBF16Q: QMoEForce.BF16 puts bf16 stacks' grouped GEMMs on
+// gemm_wgmma_q (QT 30, bf16 weight maps of 64 x 64 boxes, no scale bytes)
+// after moe_gather_rows, with the quantised path's token tiles (the
+// schedule's too), widths and loop; shapes it cannot take are refused, and
+// without the flag gemm_wgmma runs them.
+func TestMoEHopperBF16Q(t *testing.T) {
+	const E, H, I, T, k = 8, 256, 256, 100, 2
+	for _, c := range []struct {
+		f                    QMoEForce
+		rows, ctas, wgs, pip int
+		err                  string
+	}{
+		{QMoEForce{BF16: true}, 96, 1, 4, 0, ""},
+		{QMoEForce{BF16: true, TileRows: 64}, 64, 1, 4, 0, ""},
+		{QMoEForce{BF16: true, TileRows: 128}, 128, 1, 2, 0, ""},
+		{QMoEForce{BF16: true, WGs: 2}, 96, 2, 2, 0, ""},
+		{QMoEForce{BF16: true, Pipe: true}, 96, 1, 4, 1, ""},
+		{QMoEForce{BF16: true, Pipe: true, CTAs: 2}, 0, 0, 0, 0, "ctas=1"},
+		{QMoEForce{BF16: true, TileRows: 80}, 0, 0, 0, 0, "64, 96 or 128"},
+		{QMoEForce{}, 0, 0, 0, 0, ""},
+	} {
+		p := Ptr{BaseWorkspace, 0}
+		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: p, Weights: p, IDs: p, Out: p, Workspace: p, Gate: p, Up: p.At(2 * E * I * H),
+			Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, QMoE: c.f}
+		ls, err := MoE(a)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: %v, want an error saying %q", c.f, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", c.f, err)
+		}
+		var q, plain, gather int
+		for _, l := range ls {
+			switch l.Kernel {
+			case "gemm_wgmma_q":
+				q++
+				if l.Ints[0] != 30 || l.Ints[1] != int64(c.rows) || l.Ints[4] != int64(c.ctas) || l.Ints[5] != int64(c.wgs) ||
+					l.Ints[6] != 16 || l.Ints[7] != int64(c.pip) || l.Block[0] != 128*(c.wgs+1) || l.Grid[0] != 132*c.ctas ||
+					l.Shmem != hopperQSmem(30, c.rows, c.ctas, c.wgs) {
+					t.Errorf("%+v: %s grid %v block %v shmem %d", c.f, l.NameExpr(), l.Grid, l.Block, l.Shmem)
+				}
+				if m := l.Args[1].Map; m == nil || m.Elem != "bf16" || m.BoxRows != 64 || m.BoxCols != 64 || m.Cols != int64(l.Args[7].Int) {
+					t.Errorf("%+v: weight map %+v", c.f, m)
+				}
+			case "gemm_wgmma":
+				plain++
+			case "moe_gather_rows":
+				gather++
+			case "moe_schedule":
+				if want := int64(c.rows); c.f.BF16 && l.Args[2].Int != want {
+					t.Errorf("%+v: moe_schedule tiles of %d rows, want %d", c.f, l.Args[2].Int, want)
+				}
+			}
+		}
+		if c.f.BF16 && (q != 2 || plain != 0 || gather != 1) || !c.f.BF16 && (q != 0 || plain != 2) {
+			t.Errorf("%+v: %d gemm_wgmma_q, %d gemm_wgmma, %d moe_gather_rows", c.f, q, plain, gather)
+		}
+	}
+}
