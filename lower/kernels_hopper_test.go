@@ -153,27 +153,35 @@ func wantedErr(t *testing.T, err error, want string) bool {
 	return want != ""
 }
 
-// TestMoEHopperBF16Q: QMoEForce.BF16 puts bf16 stacks' grouped GEMMs on
+// TestMoEHopperBF16Q: QMoEForce.BF16, or routes averaging at most
+// BF16QMaxAvgRows tokens an expert, put bf16 stacks' grouped GEMMs on
 // gemm_wgmma_q (QT 30, bf16 weight maps of 64 x 64 boxes, no scale bytes)
 // after moe_gather_rows, with the quantised path's token tiles (the
-// schedule's too), widths and loop; shapes it cannot take are refused, and
-// without the flag gemm_wgmma runs them.
+// schedule's too), widths and loop; shapes it cannot take are refused;
+// NoBF16, or more tokens an expert, keep gemm_wgmma.
 func TestMoEHopperBF16Q(t *testing.T) {
-	const E, H, I, T, k = 8, 256, 256, 100, 2
+	const E, H, I, k = 8, 256, 256, 2
+	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1 // tokens: routes averaging 40 an expert, and past it
 	for _, c := range []struct {
 		f                    QMoEForce
+		T                    int
+		q                    bool // gemm_wgmma_q expected
 		rows, ctas, wgs, pip int
 		err                  string
 	}{
-		{QMoEForce{BF16: true}, 96, 1, 4, 0, ""},
-		{QMoEForce{BF16: true, TileRows: 64}, 64, 1, 4, 0, ""},
-		{QMoEForce{BF16: true, TileRows: 128}, 128, 1, 2, 0, ""},
-		{QMoEForce{BF16: true, WGs: 2}, 96, 2, 2, 0, ""},
-		{QMoEForce{BF16: true, Pipe: true}, 96, 1, 4, 1, ""},
-		{QMoEForce{BF16: true, Pipe: true, CTAs: 2}, 0, 0, 0, 0, "ctas=1"},
-		{QMoEForce{BF16: true, TileRows: 80}, 0, 0, 0, 0, "64, 96 or 128"},
-		{QMoEForce{}, 0, 0, 0, 0, ""},
+		{QMoEForce{BF16: true}, large, true, 96, 1, 4, 0, ""},
+		{QMoEForce{BF16: true, TileRows: 64}, large, true, 64, 1, 4, 0, ""},
+		{QMoEForce{BF16: true, TileRows: 128}, large, true, 128, 1, 2, 0, ""},
+		{QMoEForce{BF16: true, WGs: 2}, large, true, 96, 2, 2, 0, ""},
+		{QMoEForce{BF16: true, Pipe: true}, large, true, 96, 1, 4, 1, ""},
+		{QMoEForce{BF16: true, Pipe: true, CTAs: 2}, large, true, 0, 0, 0, 0, "ctas=1"},
+		{QMoEForce{BF16: true, TileRows: 80}, large, true, 0, 0, 0, 0, "64, 96 or 128"},
+		{QMoEForce{BF16: true, NoBF16: true}, large, true, 0, 0, 0, 0, "one or the other"},
+		{QMoEForce{}, small, true, 96, 1, 4, 0, ""},
+		{QMoEForce{}, large, false, 0, 0, 0, 0, ""},
+		{QMoEForce{NoBF16: true}, small, false, 0, 0, 0, 0, ""},
 	} {
+		T := c.T
 		p := Ptr{BaseWorkspace, 0}
 		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: p, Weights: p, IDs: p, Out: p, Workspace: p, Gate: p, Up: p.At(2 * E * I * H),
 			Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, QMoE: c.f}
@@ -205,13 +213,13 @@ func TestMoEHopperBF16Q(t *testing.T) {
 			case "moe_gather_rows":
 				gather++
 			case "moe_schedule":
-				if want := int64(c.rows); c.f.BF16 && l.Args[2].Int != want {
+				if want := int64(c.rows); c.q && l.Args[2].Int != want {
 					t.Errorf("%+v: moe_schedule tiles of %d rows, want %d", c.f, l.Args[2].Int, want)
 				}
 			}
 		}
-		if c.f.BF16 && (q != 2 || plain != 0 || gather != 1) || !c.f.BF16 && (q != 0 || plain != 2) {
-			t.Errorf("%+v: %d gemm_wgmma_q, %d gemm_wgmma, %d moe_gather_rows", c.f, q, plain, gather)
+		if c.q && (q != 2 || plain != 0 || gather != 1) || !c.q && (q != 0 || plain != 2) {
+			t.Errorf("%+v, T %d: %d gemm_wgmma_q, %d gemm_wgmma, %d moe_gather_rows", c.f, T, q, plain, gather)
 		}
 	}
 }

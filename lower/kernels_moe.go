@@ -140,12 +140,34 @@ func (a MoEArgs) grouped() (bool, error) {
 	return false, fmt.Errorf("moe_experts: unknown path %d", a.Path)
 }
 
+// BF16QMaxAvgRows: bf16 stacks' grouped GEMMs run on gemm_wgmma_q (its
+// 96-token tiles and MMAs as wide as each tile's tokens) while the
+// routes average at most this many tokens an expert, gemm_wgmma's
+// 128-token tiles above. H200, S-2.1 bf16, 24 layers: a 64-token prefill
+// (2.5 tokens an expert) 12% faster on gemm_wgmma_q, 2048 tokens (80) 1%
+// slower; between them NOT MEASURED yet: 40 (1024 tokens) is a guess.
+const BF16QMaxAvgRows = 40
+
+// bf16Q says whether bf16 stacks' grouped GEMMs go to gemm_wgmma_q:
+// forced (QMoEForce.BF16, NoBF16), else while the routes average at most
+// BF16QMaxAvgRows tokens an expert.
+func (a MoEArgs) bf16Q() bool {
+	switch {
+	case a.QMoE.BF16:
+		return true
+	case a.QMoE.NoBF16:
+		return false
+	}
+	return int64(a.T)*int64(a.TopK) <= BF16QMaxAvgRows*int64(a.E)
+}
+
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
 	Grouped         bool
 	Quant           moeQuant // quantised stacks: which path
 	Dequant         int64    // moeQuantDequant: the bf16 stacks
 	Hopper          bool     // grouped on the wgmma core (moeHopper)
+	BF16Q           bool     // Hopper with bf16 stacks on gemm_wgmma_q (MoEArgs.bf16Q)
 	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
 	MI, BK          int      // tensor-core tile: rows / 32, K step
 	Chunk, Chunks   int      // routes per scheduling chunk, chunks
@@ -196,7 +218,7 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 		if a.hopperRows != 0 {
 			l.MI = a.hopperRows / 32
 		}
-		if a.QMoE.BF16 { // gemm_wgmma_q's token tiles (moeHopperQ)
+		if a.bf16Q() { // gemm_wgmma_q's token tiles (moeHopperQ)
 			rows, _, _, err := hopperQShape(a.QMoE)
 			if err != nil {
 				return MoELayout{}, err
@@ -204,7 +226,7 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 			if _, err := hopperQStep(a.QMoE); err != nil {
 				return MoELayout{}, err
 			}
-			l.MI = rows / 32
+			l.MI, l.BF16Q = rows/32, true
 		}
 	}
 	l.BK = a.Tile.bk()
@@ -356,7 +378,7 @@ func MoE(a MoEArgs) ([]Launch, error) {
 		}, nil
 	}
 	if l.Hopper {
-		if a.QMoE.BF16 {
+		if l.BF16Q {
 			return moeHopperQ(a, l), nil
 		}
 		return moeHopper(a, l), nil

@@ -293,6 +293,8 @@ type QMoEForce struct {
 	// the MMAs as wide as each tile's tokens), with its shape (rows, wgs,
 	// vn, ...), instead of gemm_wgmma's 128-token tiles.
 	BF16 bool `json:",omitempty"`
+	// NoBF16 keeps them on gemm_wgmma whatever the chunk (BF16QMaxAvgRows).
+	NoBF16 bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -310,19 +312,19 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16)", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16)", s, k)
 		}
 		*field = n
 	}
@@ -712,6 +714,8 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 			f.CTAs, rows)
 	case f.Pipe && f.NoPipe:
 		return 0, 0, 0, fmt.Errorf("moe_experts: pipe and nopipe both set (one or the other)")
+	case f.BF16 && f.NoBF16:
+		return 0, 0, 0, fmt.Errorf("moe_experts: bf16 and nobf16 both set (one or the other)")
 	case f.Pipe && f.CTAs == 2:
 		// Two CTAs' 104 registers a consumer do not hold two register sets
 		// beside the accumulators: ptxas spills and serialises the MMAs.

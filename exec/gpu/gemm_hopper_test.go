@@ -125,7 +125,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
 			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
-			a.QBF16, a.QTileRows, a.QWGs, a.QPipe = v.q, v.qrows, v.qwgs, v.qpipe
+			a.QBF16, a.QNoBF16, a.QTileRows, a.QWGs, a.QPipe = v.q, !v.q, v.qrows, v.qwgs, v.qpipe
 			if v.sms != 0 {
 				a.SMs = v.sms
 			}

@@ -77,8 +77,9 @@ type MoEArgs struct {
 	// (lower.QMoEForce.Pipe, NoPipe; neither: lower's choice).
 	QPipe, QNoPipe bool
 	// QBF16 runs bf16 stacks' grouped GEMMs on gemm_wgmma_q with the Q
-	// shape fields above (lower.QMoEForce.BF16).
-	QBF16 bool
+	// shape fields above, QNoBF16 on gemm_wgmma (lower.QMoEForce.BF16,
+	// NoBF16; neither: lower's choice by tokens an expert).
+	QBF16, QNoBF16 bool
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
@@ -100,7 +101,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
 		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs, TokenStep: a.QStep, WholeTile: a.QWholeTile,
-			Pipe: a.QPipe, NoPipe: a.QNoPipe, BF16: a.QBF16}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+			Pipe: a.QPipe, NoPipe: a.QNoPipe, BF16: a.QBF16, NoBF16: a.QNoBF16}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
