@@ -151,6 +151,14 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runsSpec, err := cuda.EmbeddedSpec("bench.cu", "read_runs")
+	if err != nil {
+		return err
+	}
+	runsK, err := d.Compile(ctx, runsSpec)
+	if err != nil {
+		return err
+	}
 
 	s, err := d.NewStream()
 	if err != nil {
@@ -203,7 +211,7 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 		rep.Launch = append(rep.Launch, row)
 	}
 
-	bw, err := benchBandwidth(o, d, s, e0, e1, copyK)
+	bw, err := benchBandwidth(o, d, s, e0, e1, copyK, runsK)
 	if err != nil {
 		return err
 	}
@@ -311,7 +319,7 @@ func benchLaunch(o cudaBenchOpts, s *cuda.Stream, e0, e1 *cuda.Event, name strin
 	return row, nil
 }
 
-func benchBandwidth(o cudaBenchOpts, d *cuda.Device, s *cuda.Stream, e0, e1 *cuda.Event, copyK *cuda.Kernel) ([]bwRow, error) {
+func benchBandwidth(o cudaBenchOpts, d *cuda.Device, s *cuda.Stream, e0, e1 *cuda.Event, copyK, runsK *cuda.Kernel) ([]bwRow, error) {
 	hostN := o.hostMiB << 20
 	devN := int64(o.devMiB) << 20
 	h, err := d.AllocHost(hostN)
@@ -350,6 +358,25 @@ func benchBandwidth(o cudaBenchOpts, d *cuda.Device, s *cuda.Stream, e0, e1 *cud
 		{"D2D copy16 kernel (read+write)", 2 * devN, o.refD2D, func() error {
 			return s.Launch(copyK, cuda.Dim(grid), cuda.Dim(512), 0, n16, src, dst)
 		}},
+	}
+	// The weight reads of a grouped GEMM's stages: src as rows of 6 KiB
+	// (an S-2.1 expert row of 3072 bf16), 256-row groups, runs of each
+	// length a row a k-block, by one 1024-thread block an SM (one CTA of
+	// the GEMM) and by eight of 512 threads.
+	const ld, groupRows = 6144, 256
+	nrows := devN / ld / groupRows * groupRows
+	for _, run := range []int{128, 256, 512, 1024, 6144} {
+		for _, v := range []struct{ perSM, threads int }{{1, 1024}, {8, 512}} {
+			g := uint32(d.Props().SMs * v.perSM)
+			cases = append(cases, struct {
+				name  string
+				bytes int64
+				ref   float64
+				f     func() error
+			}{fmt.Sprintf("read runs of %d B from 256 rows, %d block(s)/SM (read)", run, v.perSM), nrows * ld, o.refD2D, func() error {
+				return s.Launch(runsK, cuda.Dim(g), cuda.Dim(uint32(v.threads)), 0, nrows, int64(ld), int32(groupRows), int32(run), src, dst)
+			}})
+		}
 	}
 	var rows []bwRow
 	for _, c := range cases {
