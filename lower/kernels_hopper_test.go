@@ -161,7 +161,7 @@ func wantedErr(t *testing.T, err error, want string) bool {
 // NoBF16, or more tokens an expert, keep gemm_wgmma.
 func TestMoEHopperBF16Q(t *testing.T) {
 	const E, H, I, k = 8, 256, 256, 2
-	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1 // tokens: routes averaging 40 an expert, and past it
+	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1 // tokens: routes averaging BF16QMaxAvgRows an expert, and past it
 	for _, c := range []struct {
 		f                    QMoEForce
 		T                    int

@@ -143,10 +143,11 @@ func (a MoEArgs) grouped() (bool, error) {
 // BF16QMaxAvgRows: bf16 stacks' grouped GEMMs run on gemm_wgmma_q (its
 // 96-token tiles and MMAs as wide as each tile's tokens) while the
 // routes average at most this many tokens an expert, gemm_wgmma's
-// 128-token tiles above. H200, S-2.1 bf16, 24 layers: a 64-token prefill
-// (2.5 tokens an expert) 12% faster on gemm_wgmma_q, 2048 tokens (80) 1%
-// slower; between them NOT MEASURED yet: 40 (1024 tokens) is a guess.
-const BF16QMaxAvgRows = 40
+// 128-token tiles above. H200, S-2.1 bf16, 24 layers, prefill on
+// gemm_wgmma_q against gemm_wgmma (docs/PERF.md): 256 tokens (10 an
+// expert) 14% faster, 512 (20) 10% faster, 1024 (40) 4% slower, 2048
+// (80) level to 1% slower.
+const BF16QMaxAvgRows = 20
 
 // bf16Q says whether bf16 stacks' grouped GEMMs go to gemm_wgmma_q:
 // forced (QMoEForce.BF16, NoBF16), else while the routes average at most
