@@ -142,12 +142,13 @@ func (a MoEArgs) grouped() (bool, error) {
 
 // BF16QMaxAvgRows: bf16 stacks' grouped GEMMs run on gemm_wgmma_q (its
 // 96-token tiles and MMAs as wide as each tile's tokens) while the
-// routes average at most this many tokens an expert, gemm_wgmma's
-// 128-token tiles above. H200, S-2.1 bf16, 24 layers, prefill on
-// gemm_wgmma_q against gemm_wgmma (docs/PERF.md): 256 tokens (10 an
-// expert) 14% faster, 512 (20) 10% faster, 1024 (40) 4% slower, 2048
-// (80) level to 1% slower.
-const BF16QMaxAvgRows = 20
+// routes average at most this many tokens an expert (the shared expert,
+// merged as one more expert, counted), gemm_wgmma's 128-token tiles
+// above. H200, S-2.1 bf16 (257 experts, 11 a token), 24 layers, prefill
+// on gemm_wgmma_q against gemm_wgmma (docs/PERF.md): 256 tokens 14%
+// faster, 512 10%, 1024 (44 an expert) 7.5%; 2048 (88) within 1%
+// either way between calls. 48 takes up to 1121 tokens.
+const BF16QMaxAvgRows = 48
 
 // bf16Q says whether bf16 stacks' grouped GEMMs go to gemm_wgmma_q:
 // forced (QMoEForce.BF16, NoBF16), else while the routes average at most
