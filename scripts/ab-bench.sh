@@ -16,6 +16,13 @@
 # go to $OUT (or .gpu/) as ab-bench.jsonl. A configuration may name its own
 # binary first, '@PATH [ENV...]' (two builds: main's and a branch's):
 #   scripts/ab-bench.sh 3 .gpu/lagc '' '@.gpu/lagc-main' -- --preset ...
+# AB_SMI=1 also samples nvidia-smi every 20 ms through each run (SM clock,
+# power, throttle reasons; $OUT/smi.CONFIG.ROUND.csv) and adds columns per
+# configuration: the median SM clock and the share of samples under the
+# software power cap while the GPU draws over 300 W (the H200 in prefill
+# runs at its 700 W cap, where clocks fall: docs/PERF.md), and the peak
+# power. A configuration that is faster only through its history of heat
+# shows there.
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 rounds=$1 lagc=$2
@@ -37,13 +44,23 @@ for r in $(seq "$rounds"); do
 			read -r bin env_ <<<"${env_#@}" || true
 		fi
 		# shellcheck disable=SC2086
+		smi_pid=
+		if [ "${AB_SMI:-0}" = 1 ]; then
+			nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active \
+				--format=csv,noheader,nounits -lms 20 >"$out/smi.$i.$r.csv" 2>/dev/null &
+			smi_pid=$!
+		fi
 		line=$(env $env_ "$bin" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
+		if [ -n "$smi_pid" ]; then
+			kill "$smi_pid" 2>/dev/null || true
+			wait "$smi_pid" 2>/dev/null || true
+		fi
 		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
 	done
 done
-python3 - "$log" "${envs[@]}" <<'PY'
-import json, statistics, sys
-log, envs = sys.argv[1], sys.argv[2:]
+python3 - "$log" "${AB_SMI:-0}" "${envs[@]}" <<'PY'
+import glob, json, os, statistics, sys
+log, smi, envs = sys.argv[1], sys.argv[2] == '1', sys.argv[3:]
 runs = {i: [] for i in range(len(envs))}
 for l in open(log):
     i, js = l.split('\t', 1)
@@ -71,6 +88,19 @@ for i, rs in runs.items():
     # (as lagc run), where the build has it.
     for p in sorted({x['tokens'] for run in rs for x in run.get('prefill_last_row', [])}):
         r[f'last-row {p} ms'] = med([x['ms'] for run in rs for x in run.get('prefill_last_row', []) if x['tokens'] == p])
+    if smi:  # samples "MHz, W, 0xREASONS"; busy: over 300 W; 0x4: software power cap
+        busy = []
+        for f in glob.glob(os.path.join(os.path.dirname(log), f'smi.{i}.*.csv')):
+            for l in open(f):
+                try:
+                    mhz, w, why = [v.strip() for v in l.split(',')]
+                    busy.append((float(mhz), float(w), int(why, 16)))
+                except ValueError:
+                    pass
+        busy = [b for b in busy if b[1] > 300]
+        r['busy SM MHz'] = med([b[0] for b in busy])
+        r['busy % capped'] = 100 * sum(b[2] & 4 != 0 for b in busy) / len(busy) if busy else float('nan')
+        r['peak W'] = max((b[1] for b in busy), default=float('nan'))
     rows.append(r)
 keys = list(dict.fromkeys(k for r in rows for k in r))
 for r in rows:
