@@ -101,6 +101,12 @@ func (n *nvrtcAPI) compile(src, file, nameExpr string, options []string) (*compi
 		opts[i] = &b[0]
 	}
 	r := ncall(n.compileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0])))
+	// NVRTC's first compile installs handlers of SIGINT, SIGTERM and
+	// SIGXFSZ without SA_ONSTACK (CUDA 13; the driver does the same at the
+	// first programmatic launch, stream.go), and Go's runtime then dies of
+	// the next interrupt: add the flag. Later compiles leave them as they
+	// are, so this costs some 64 system calls a compile.
+	repairSignals()
 	log, lerr := n.programLog(prog)
 	if r == nvrtcErrorCompilation {
 		if lerr != nil {

@@ -54,7 +54,8 @@ type launchAttr struct {
 // SIGTERM and SIGXFSZ without SA_ONSTACK (TestGPUProgrammaticLaunch, CUDA
 // 13 on the H200), and Go's runtime then dies of the next interrupt
 // ("non-Go code set up signal handler without SA_ONSTACK flag"):
-// repairSignals adds the flag, once, after that launch.
+// repairSignals adds the flag, once, after that launch (and after every
+// NVRTC compile, which installs the same handlers: nvrtc.go).
 var signalsOnce sync.Once
 
 func repairSignals() {
