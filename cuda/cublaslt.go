@@ -180,6 +180,7 @@ func (d *Device) NewLt() (*Lt, error) {
 	l := &Lt{dev: d, api: api, plans: map[ltKey]*ltPlan{}}
 	if err := d.do(func() error {
 		r := ncall(api.create, uintptr(unsafe.Pointer(&l.h)))
+		repairSignals() // as after NVRTC's first compile (nvrtc.go): cheap, and no handler is left without SA_ONSTACK
 		return api.err("cublasLtCreate", r)
 	}); err != nil {
 		return nil, err

@@ -262,7 +262,9 @@ func loadDriver() (*driverAPI, error) {
 			driverErr = fmt.Errorf("%w: %v", ErrNoDriver, err)
 			return
 		}
-		if r := d.cuInit(0); r != resSuccess {
+		r := d.cuInit(0)
+		repairSignals() // the driver's handlers (stream.go): whatever cuInit installed gets SA_ONSTACK
+		if r != resSuccess {
 			e := d.err("cuInit", r)
 			if r == resNoDevice || r == resInsufficientDriver || r == resNotInitialized || r == resInvalidDevice {
 				driverErr = fmt.Errorf("%w: %v", ErrNoDevice, e)
