@@ -135,27 +135,23 @@ func runCudaBench(o cudaBenchOpts, w io.Writer) error {
 		}
 		d2.Close()
 	}
-	noopSpec, err := cuda.EmbeddedSpec("bench.cu", "noop")
+	// bench.cu's untemplated kernels, compiled (or loaded from the cache).
+	benchKernel := func(name string) (*cuda.Kernel, error) {
+		spec, err := cuda.EmbeddedSpec("bench.cu", name)
+		if err != nil {
+			return nil, err
+		}
+		return d.Compile(ctx, spec)
+	}
+	noop, err := benchKernel("noop")
 	if err != nil {
 		return err
 	}
-	noop, err := d.Compile(ctx, noopSpec)
+	copyK, err := benchKernel("copy16")
 	if err != nil {
 		return err
 	}
-	copySpec, err := cuda.EmbeddedSpec("bench.cu", "copy16")
-	if err != nil {
-		return err
-	}
-	copyK, err := d.Compile(ctx, copySpec)
-	if err != nil {
-		return err
-	}
-	runsSpec, err := cuda.EmbeddedSpec("bench.cu", "read_runs")
-	if err != nil {
-		return err
-	}
-	runsK, err := d.Compile(ctx, runsSpec)
+	runsK, err := benchKernel("read_runs")
 	if err != nil {
 		return err
 	}
