@@ -304,7 +304,8 @@ type QMoEForce struct {
 // multiprocessor, consumer warpgroups, the step its MMAs' width follows a
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
-// the same kernel. QMoE and hopperQShape check the values.
+// the same kernel whatever the chunk, nobf16: never (neither: by tokens an
+// expert, BF16QMaxAvgRows). QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
