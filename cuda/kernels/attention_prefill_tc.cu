@@ -103,19 +103,20 @@ __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
 }
 
 // FaRows: a CTA's share of the (token, query head of the group) rows of
-// kv head blockIdx.y, both prefill attention kernels alike: FA_BQ rows
-// from r0 (the latest rows, with the most keys, to the first CTAs), nr of
-// them real, of R; p0 the first token's position.
+// kv head blockIdx.y, both prefill attention kernels alike: bq rows
+// (FA_BQ; attn_prefill_wg 64 a warpgroup) from r0 (the latest rows, with
+// the most keys, to the first CTAs), nr of them real, of R; p0 the first
+// token's position.
 struct FaRows {
   int group, kvh, R, r0, nr, p0;
 };
-__device__ __forceinline__ FaRows fa_rows(int ntok, int nh, int nkv, const int* pos) {
+__device__ __forceinline__ FaRows fa_rows(int ntok, int nh, int nkv, const int* pos, int bq = FA_BQ) {
   FaRows f;
   f.group = nh / nkv;
   f.kvh = blockIdx.y;
   f.R = ntok * f.group;
-  f.r0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;
-  f.nr = min(FA_BQ, f.R - f.r0);
+  f.r0 = (gridDim.x - 1 - blockIdx.x) * bq;
+  f.nr = min(bq, f.R - f.r0);
   f.p0 = pos[0];
   return f;
 }

@@ -101,11 +101,9 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   const unsigned short* vcg = reinterpret_cast<const unsigned short*>(vc);
   unsigned short* og = reinterpret_cast<unsigned short*>(out);
 
-  // The CTA's rows: fa_rows's, in blocks of 64 NW; warpgroup wg's are
-  // r0 .. r0 + 63 from the CTA's first (nr of them real).
-  FaRows fr = fa_rows(ntok, nh, nkv, pos);
-  fr.r0 = (gridDim.x - 1 - blockIdx.x) * (FA_BQ * NW);
-  fr.nr = min(FA_BQ * NW, fr.R - fr.r0);
+  // The CTA's rows, in blocks of 64 NW; warpgroup wg's are r0 .. r0 + 63
+  // from the CTA's first (nr of them real).
+  const FaRows fr = fa_rows(ntok, nh, nkv, pos, FA_BQ * NW);
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
   const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0 + wg * FA_BQ, nr = max(0, min(FA_BQ, R - r0)), p0 = fr.p0;
   const long long crow = (long long)nkv * D;
