@@ -785,7 +785,7 @@ func hopperQStep(f QMoEForce) (int, error) {
 // the rows' scales rather than gathering; MoEArgs.NoGather is moot here).
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, _ := QuantType(a.WType)
-	if !IsQuantized(a.WType) { // bf16 stacks (QMoEForce.BF16): gate then up in one matrix, as the quantised ones
+	if !IsQuantized(a.WType) { // bf16 stacks (MoELayout.BF16Q): gate then up in one matrix (moeHopperOK checked), as the quantised ones
 		t = quant.BF16
 		a.QGate = QMatrix{W: a.Gate, Total: 2 * a.E * a.I}
 		a.QDown = QMatrix{W: a.Down, Total: a.E * a.H}
