@@ -54,12 +54,16 @@ import (
 // meta are the schedule's steps the launches belong to (steps[i] is
 // meta[i]'s), for fusions whose invariant needs who reads a value
 // (fuseNormRoPEAttention, last: it changes only the decode attention's
-// last arguments, which no other fusion reads).
-func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
+// last arguments, which no other fusion reads). xinPre runs fuseXInPre
+// after them all (opt-in, Options.XInPre: it changes kernel names alone).
+func fuseLaunches(meta []Step, steps [][]Launch, disabled []string, xinPre bool) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {
 			f.run(meta, steps)
 		}
+	}
+	if xinPre {
+		fuseXInPre(steps)
 	}
 }
 

@@ -53,6 +53,16 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// pdl_trigger lets the launch after this one start before this one's
+// blocks exit (griddepcontrol.launch_dependents, by every block): only for
+// a launch whose work before its wait reads nothing this one writes
+// (moe_down_qgemv_trig before qgemv_xin_norm_pre).
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // cp.async groups (sm_80 on): commit this thread's copies issued since the
 // last commit as one group; wait until at most N of its groups are in flight.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }

@@ -461,8 +461,9 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // each warp every SPLIT-th run of 32 units of K, their sums added in warp
 // order (with SWIGLU, w is [2N, K] and y = silu(gate) * up, gate row n and
 // up row N+n). The body of qgemv and qgemv_xin, which differ only in where
-// x's quantised copy lies.
-template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
+// x's quantised copy lies. PRE: griddepcontrol.wait between the sums and
+// the stores (qgemv_xin_norm_pre), by every thread.
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false>
 __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate) {
   constexpr int NR = SWIGLU ? 2 * NW : NW;
@@ -503,6 +504,7 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
           acc[q][r] = v;
         }
   }
+  if constexpr (PRE) pdl_wait();
   if (lane != 0 || slice != 0) return;
 #pragma unroll
   for (int q = 0; q < NW; q++)
@@ -531,9 +533,11 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 // bits. For small R*K (lower.QGEMVXInMax): the quantisation is repeated in
 // every block. y must lie apart from x (other blocks may store y while one
 // still reads x).
-template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
-                                               const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
+// qgemv_xin_quant quantises x into the block's shared memory (xs, then
+// xq) and returns that copy; CG reads x through L2 only (ld.global.cg:
+// qgemv_xin_norm_pre reads it before griddepcontrol.wait, where this SM's
+// L1 may hold an older line of the buffer).
+template <int R, bool CG, typename TX> __device__ __forceinline__ QX qgemv_xin_quant(int K, const TX* __restrict__ x) {
   extern __shared__ __align__(16) unsigned char qgemv_xin_smem[];
   float4* xs = reinterpret_cast<float4*>(qgemv_xin_smem);
   const int groups = R * (K / 32);
@@ -546,7 +550,7 @@ __device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, lon
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const int g = g0 + 8 * i;
-      v[i] = g < groups ? to_f32(x[(long long)g * 32 + lane]) : 0.f;
+      v[i] = g >= groups ? 0.f : CG ? norm_ld1<true>(x + (long long)g * 32 + lane) : to_f32(x[(long long)g * 32 + lane]);
     }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -559,7 +563,14 @@ __device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, lon
     }
   }
   __syncthreads();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+  return QX{xq, xs, K};
+}
+
+template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
+__device__ __forceinline__ void qgemv_xin_body(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+                                               const TX* __restrict__ x, TY* __restrict__ y, int accumulate) {
+  const QX xv = qgemv_xin_quant<R, false>(K, x);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, xv, y, accumulate);
 }
 
 template <typename TY, typename TX, int QT, int R, int SWIGLU, int NW, int SPLIT>
@@ -605,6 +616,24 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long
                                                       TO* out, signed char* nxq, float4* nxs) {
   pdl_wait();
   qgemv_xin_body<TY, TX, QT, R, SWIGLU, NW, SPLIT>(N, K, rows, row0, w, xin, y, accumulate);
+  qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
+}
+
+// qgemv_xin_norm_pre is qgemv_xin_norm with its GEMV's reads and dot
+// products before griddepcontrol.wait, its stores and norm after: for a
+// launch whose w and xin the launch before it does not write, and whose
+// xin an earlier launch wrote (lower.XInPre checks both), where that
+// launch lets it start early (moe_down_qgemv_trig): the GEMV then runs
+// beside that launch's last blocks. The same loads, sums and stores in
+// the same order: the same bits.
+template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
+__global__ void __launch_bounds__(256, 3) qgemv_xin_norm_pre(int N, int K, long long rows, long long row0,
+                                                          const unsigned char* __restrict__ w, const TX* xin, TY* y,
+                                                          int accumulate, unsigned int* counter, int n, int lanes, float eps,
+                                                          const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
+                                                          TO* out, signed char* nxq, float4* nxs) {
+  const QX xv = qgemv_xin_quant<R, true>(K, xin);
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT, true>(blockIdx.x, N, K, rows, row0, w, xv, y, accumulate);
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
@@ -815,12 +844,10 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
 // slot's expert, then (ALL) from the next 256-byte boundary each warp's
 // ceil(k*I/1024) x NH x 32 units of Q::QB bytes.
 template <typename TY, int QT, int NH, int SD, int W, int ALL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
-                                                        const signed char* __restrict__ aq, const float4* __restrict__ as,
-                                                        const float* __restrict__ weights, const int* __restrict__ ids,
-                                                        const unsigned char* __restrict__ down, TY* __restrict__ out,
-                                                        int accumulate) {
-  pdl_wait();
+__device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long long rows, long long row0,
+                                              const signed char* __restrict__ aq, const float4* __restrict__ as,
+                                              const float* __restrict__ weights, const int* __restrict__ ids,
+                                              const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   using Q = QW<QT>;
   static_assert(W == 4 || W == 8, "4 or 8 warps");
   constexpr int HB = W * NH;  // rows of a block
@@ -929,6 +956,32 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, 
       out[o] = from_f32<TY>(v);
     }
   }
+}
+
+template <typename TY, int QT, int NH, int SD, int W, int ALL>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
+                                                        const signed char* __restrict__ aq, const float4* __restrict__ as,
+                                                        const float* __restrict__ weights, const int* __restrict__ ids,
+                                                        const unsigned char* __restrict__ down, TY* __restrict__ out,
+                                                        int accumulate) {
+  pdl_wait();
+  moe_down_body<TY, QT, NH, SD, W, ALL>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
+}
+
+// moe_down_qgemv_trig is moe_down_qgemv letting the launch after it start
+// once every block has passed its wait (griddepcontrol.launch_dependents),
+// rather than as its blocks exit: for a qgemv_xin_norm_pre after it, whose
+// GEMV then runs beside this launch's last blocks (lower.XInPre). The
+// launch after still waits for this one to complete before touching what
+// it writes.
+template <typename TY, int QT, int NH, int SD, int W, int ALL>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+    moe_down_qgemv_trig(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
+                        const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
+                        const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
+  pdl_wait();
+  pdl_trigger();
+  moe_down_body<TY, QT, NH, SD, W, ALL>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
 }
 
 // ---------------------------------------------------------- dequantiser

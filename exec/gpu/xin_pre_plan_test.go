@@ -1,0 +1,64 @@
+package gpu
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"lagc/ir"
+	"lagc/lower"
+)
+
+// TestXInPrePlan: lower.XInPre takes the decode plan's moe_down_qgemv and
+// qgemv_xin_norm pairs (S-2.1, q4_k_m: one a MoE layer) to their _trig and
+// _pre kernels with the same arguments, and refuses a pair whose GEMV
+// input lies in the routed down's output, or launches of other kernels.
+func TestXInPrePlan(t *testing.T) {
+	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == "laguna-s-2.1-q4_k_m" })
+	if i < 0 {
+		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
+	}
+	p := tracePlan(t, traceModels[i], ir.BF16)
+	var flat []lower.Launch
+	for _, st := range p.Decode.Steps {
+		flat = append(flat, st.Launches...)
+	}
+	pairs := 0
+	for i := 0; i+1 < len(flat); i++ {
+		a, b := flat[i], flat[i+1]
+		if a.Kernel != "moe_down_qgemv" || b.Kernel != "qgemv_xin_norm" {
+			continue
+		}
+		pairs++
+		pa, pb, err := lower.XInPre(a, b)
+		if err != nil || pa.Kernel != "moe_down_qgemv_trig" || pb.Kernel != "qgemv_xin_norm_pre" ||
+			pa.NameExpr() != strings.Replace(a.NameExpr(), "moe_down_qgemv", "moe_down_qgemv_trig", 1) || len(pa.Args) != len(a.Args) ||
+			len(pb.Args) != len(b.Args) {
+			t.Fatalf("XInPre(%s, %s) = %s, %s, %v", a.NameExpr(), b.NameExpr(), pa.NameExpr(), pb.NameExpr(), err)
+		}
+		for j := range a.Args {
+			if pa.Args[j] != a.Args[j] {
+				t.Fatalf("moe_down_qgemv_trig argument %d: %v, was %v", j, pa.Args[j], a.Args[j])
+			}
+		}
+		for j := range b.Args {
+			if pb.Args[j] != b.Args[j] {
+				t.Fatalf("qgemv_xin_norm_pre argument %d: %v, was %v", j, pb.Args[j], b.Args[j])
+			}
+		}
+		// The GEMV's input inside the routed down's output: refused.
+		bad := b
+		bad.Args = append([]lower.Arg(nil), b.Args...)
+		bad.Args[5] = a.Args[11]
+		if _, _, err := lower.XInPre(a, bad); err == nil || !strings.Contains(err.Error(), "reads what") {
+			t.Errorf("xin over the routed down's output: %v, want a refusal", err)
+		}
+		// Other kernels: refused.
+		if _, _, err := lower.XInPre(b, a); err == nil {
+			t.Error("XInPre of the pair swapped: no error")
+		}
+	}
+	if pairs != 3 {
+		t.Fatalf("%d moe_down_qgemv, qgemv_xin_norm pairs in the 4-layer decode plan, want 3 (one a MoE layer)", pairs)
+	}
+}
