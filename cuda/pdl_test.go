@@ -15,6 +15,10 @@ var waitLater = map[string]string{
 	// Its GEMV reads, before the wait, only weights and activations that
 	// launches before the previous one wrote (lower.XInPre checks it).
 	"qgemv_xin_norm_pre": "lower.XInPre",
+	// Its route ids and weights, staged bytes and first weights before the
+	// wait: the router two launches before wrote the first, the rest never
+	// change (lower.DownPre checks it).
+	"moe_down_qgemv_pre": "lower.DownPre",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

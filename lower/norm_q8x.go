@@ -54,9 +54,10 @@ import (
 // meta are the schedule's steps the launches belong to (steps[i] is
 // meta[i]'s), for fusions whose invariant needs who reads a value
 // (fuseNormRoPEAttention, last: it changes only the decode attention's
-// last arguments, which no other fusion reads). xinPre runs fuseXInPre
-// after them all (opt-in, Options.XInPre: it changes kernel names alone).
-func fuseLaunches(meta []Step, steps [][]Launch, disabled []string, xinPre bool) {
+// last arguments, which no other fusion reads). xinPre and downPre run
+// fuseXInPre and fuseDownPre after them all, in that order (opt-in,
+// Options.XInPre and DownPre: they change kernel names alone).
+func fuseLaunches(meta []Step, steps [][]Launch, disabled []string, xinPre, downPre bool) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {
 			f.run(meta, steps)
@@ -64,6 +65,9 @@ func fuseLaunches(meta []Step, steps [][]Launch, disabled []string, xinPre bool)
 	}
 	if xinPre {
 		fuseXInPre(steps)
+	}
+	if downPre {
+		fuseDownPre(steps)
 	}
 }
 

@@ -74,6 +74,8 @@ type Plan struct {
 	DisableFusions []string `json:"disable_fusions,omitempty"`
 	// XInPre: fuseXInPre runs (Options.XInPre).
 	XInPre bool `json:"xin_pre,omitempty"`
+	// DownPre: fuseDownPre runs (Options.DownPre).
+	DownPre bool `json:"down_pre,omitempty"`
 	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).
 	QGEMVGroups int `json:"qgemv_groups,omitempty"`
 	// DecodeSplits: the decode attention's forced split count (Options.DecodeSplits).

@@ -176,7 +176,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		}
 		out[i] = ls
 	}
-	fuseLaunches(s.Steps, out, p.DisableFusions, p.XInPre)
+	fuseLaunches(s.Steps, out, p.DisableFusions, p.XInPre, p.DownPre)
 	return out, nil
 }
 

@@ -55,7 +55,13 @@ func XInPre(p, g Launch) (Launch, Launch, error) {
 }
 
 // fuseXInPre applies XInPre to each such pair of the stream, in place.
-func fuseXInPre(steps [][]Launch) {
+func fuseXInPre(steps [][]Launch) { renamePairs(steps, XInPre) }
+
+// renamePairs walks steps' launches in stream order, across steps, and
+// where f accepts a launch and the one after it puts what it returns in
+// their places (both stay: unlike fusePairs, nothing is dropped), going on
+// after the second.
+func renamePairs(steps [][]Launch, f func(a, b Launch) (Launch, Launch, error)) {
 	type pos struct{ step, i int }
 	var where []pos
 	for i, ls := range steps {
@@ -65,11 +71,82 @@ func fuseXInPre(steps [][]Launch) {
 	}
 	for k := 0; k+1 < len(where); k++ {
 		a, b := where[k], where[k+1]
-		p, g, err := XInPre(steps[a.step][a.i], steps[b.step][b.i])
+		x, y, err := f(steps[a.step][a.i], steps[b.step][b.i])
 		if err != nil {
 			continue
 		}
-		steps[a.step][a.i], steps[b.step][b.i] = p, g
+		steps[a.step][a.i], steps[b.step][b.i] = x, y
 		k++
 	}
 }
+
+// The routed experts' down (moe_down_qgemv) waits for their gate+up
+// (moe_gateup_qgemv) before it reads anything, though only its
+// activations come from there: its route ids and weights are the
+// router's, two launches before, and its weights never change. fuseDownPre
+// (opt-in, Options.DownPre; NOT RUN ON A GPU yet) lets it read those, stage
+// its rows' shared bytes and ask for its first round of weights before its
+// wait, and the gate+up let it start once every block of that has passed
+// its own wait (DownPre). Its invariant:
+//
+//	a moe_gateup_qgemv launch G right before a moe_down_qgemv launch D
+//	(or moe_down_qgemv_trig, fuseXInPre's) of the register path (ALL 0)
+//	become moe_gateup_qgemv_trig and moe_down_qgemv_pre (TRIG 1 where D
+//	was _trig) with the same arguments, only when D's ids and routing
+//	weights lie apart from G's outputs (aq, as).
+//
+// As for XInPre: what D reads before its wait was written by launches
+// before G, complete once G has passed its own wait.
+
+// DownPre returns the pair g, d as moe_gateup_qgemv_trig and
+// moe_down_qgemv_pre, or an error saying why they may not be.
+func DownPre(g, d Launch) (Launch, Launch, error) {
+	const op = "DownPre"
+	if g.Kernel != "moe_gateup_qgemv" || g.File != "quant.cu" || len(g.Ints) != 4 || len(g.Args) != 15 ||
+		!ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgPtr) {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a moe_gateup_qgemv launch", op, g.NameExpr())
+	}
+	trig := d.Kernel == "moe_down_qgemv_trig"
+	if (d.Kernel != "moe_down_qgemv" && !trig) || d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) != 5 ||
+		!ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
+	}
+	if d.Ints[4] != 0 {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s copies all its units at once (ALL): no early round to move", op, d.NameExpr())
+	}
+	// G's outputs: R routes of I int8 values and their I/32 float4 scales,
+	// R its blocks over the blocks a route (32 values each).
+	I := g.Args[2].Int
+	if I <= 0 || I%32 != 0 {
+		return Launch{}, Launch{}, fmt.Errorf("%s: moe_gateup_qgemv of %d values a route", op, I)
+	}
+	R := int64(g.Grid[0]) / (I / 32)
+	outs := []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
+	k := d.Args[0].Int
+	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
+	if k <= 0 || H <= 0 || nh <= 0 || w <= 0 {
+		return Launch{}, Launch{}, fmt.Errorf("%s: moe_down_qgemv of %d routes, %d rows", op, k, H)
+	}
+	T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w))
+	early := []span{{d.Args[8].Ptr(), 4 * T * k}, {d.Args[9].Ptr(), 4 * T * k}} // routing weights, ids
+	for _, o := range outs {
+		for _, e := range early {
+			if R <= 0 || T <= 0 || overlaps(o.at, o.n, e.at, e.n) {
+				return Launch{}, Launch{}, fmt.Errorf("%s: %s reads early what %s writes (or the sizes do not read back)", op, d.NameExpr(), g.NameExpr())
+			}
+		}
+	}
+	g.Kernel, d.Kernel = "moe_gateup_qgemv_trig", "moe_down_qgemv_pre"
+	d.Ints = append(append([]int64(nil), d.Ints...), b2i64(trig))
+	return g, d, nil
+}
+
+func b2i64(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fuseDownPre applies DownPre to each such pair of the stream, in place.
+func fuseDownPre(steps [][]Launch) { renamePairs(steps, DownPre) }

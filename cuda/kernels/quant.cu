@@ -700,13 +700,11 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
 template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
-                                                          const float4* __restrict__ xsg, const int* __restrict__ ids,
-                                                          const unsigned char* __restrict__ gate, long long gate_rows,
-                                                          long long gate_row0, const unsigned char* __restrict__ up,
-                                                          long long up_rows, long long up_row0, signed char* __restrict__ aq,
-                                                          float4* __restrict__ as) {
-  pdl_wait();
+__device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+                                                const float4* __restrict__ xsg, const int* __restrict__ ids,
+                                                const unsigned char* __restrict__ gate, long long gate_rows, long long gate_row0,
+                                                const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
+                                                signed char* __restrict__ aq, float4* __restrict__ as) {
   using Q = QW<QT>;
   constexpr int NI = 32 / W, NG = 2 * NI / G;
   static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
@@ -826,6 +824,31 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
   }
 }
 
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+                                                          const float4* __restrict__ xsg, const int* __restrict__ ids,
+                                                          const unsigned char* __restrict__ gate, long long gate_rows,
+                                                          long long gate_row0, const unsigned char* __restrict__ up,
+                                                          long long up_rows, long long up_row0, signed char* __restrict__ aq,
+                                                          float4* __restrict__ as) {
+  pdl_wait();
+  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
+}
+
+// moe_gateup_qgemv_trig is moe_gateup_qgemv letting the launch after it
+// (moe_down_qgemv_pre, lower.DownPre) start once every block has passed
+// its wait.
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+    moe_gateup_qgemv_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
+                          const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
+                          long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
+                          signed char* __restrict__ aq, float4* __restrict__ as) {
+  pdl_wait();
+  pdl_trigger();
+  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
+}
+
 // The most routes per token moe_down_qgemv takes.
 #define QMOE_MAX_K 64
 
@@ -843,13 +866,18 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
 // arrive, then the staged bytes (stage_rows) of the block's rows of each
 // slot's expert, then (ALL) from the next 256-byte boundary each warp's
 // ceil(k*I/1024) x NH x 32 units of Q::QB bytes.
-template <typename TY, int QT, int NH, int SD, int W, int ALL>
+// PRE (moe_down_qgemv_pre): the ids, routing weights, staged bytes and the
+// first round of weights before griddepcontrol.wait (the ids and weights
+// through L2: the router two launches before wrote them), the activations
+// (the launch before's) after it; TRIG then launch_dependents.
+template <typename TY, int QT, int NH, int SD, int W, int ALL, bool PRE = false, bool TRIG = false>
 __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long long rows, long long row0,
                                               const signed char* __restrict__ aq, const float4* __restrict__ as,
                                               const float* __restrict__ weights, const int* __restrict__ ids,
                                               const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   using Q = QW<QT>;
   static_assert(W == 4 || W == 8, "4 or 8 warps");
+  static_assert(!PRE || !ALL, "the early loads are the register path's");
   constexpr int HB = W * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
@@ -863,12 +891,14 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
   signed char* aqt = reinterpret_cast<signed char*>(ast + nv);
   unsigned char* sa = reinterpret_cast<unsigned char*>(aqt + k * I);
   unsigned char* sh = sa + k * HB * nb * Q::SA;
-  block_copy16(ast, as + (long long)t * nv, nv);
-  block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
+  if constexpr (!PRE) {
+    block_copy16(ast, as + (long long)t * nv, nv);
+    block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
+  }
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    const int e = ids[t * k + j];
+    const int e = PRE ? __ldcg(ids + t * k + j) : ids[t * k + j];
     se[j] = e >= 0 && e < E ? e : -1;
-    sw[j] = weights[t * k + j];
+    sw[j] = PRE ? __ldcg(weights + t * k + j) : weights[t * k + j];
   }
   __syncthreads();
   for (int j = 0; j < k; j++)
@@ -926,6 +956,12 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
       }
     };
     load(lane);
+    if constexpr (PRE) {
+      pdl_wait();
+      if constexpr (TRIG) pdl_trigger();
+      block_copy16(ast, as + (long long)t * nv, nv);
+      block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
+    }
     cp_async_wait_all();
     __syncthreads();
     for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
@@ -982,6 +1018,20 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
   pdl_wait();
   pdl_trigger();
   moe_down_body<TY, QT, NH, SD, W, ALL>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
+}
+
+// moe_down_qgemv_pre is moe_down_qgemv with its ids, staged bytes and first
+// round of weights asked for before griddepcontrol.wait, the activations
+// after it (lower.DownPre: after a moe_gateup_qgemv_trig, which lets it
+// start once every gate+up block has passed its wait; what it reads early
+// the router, two launches before, wrote). TRIG: as moe_down_qgemv_trig
+// too, after its wait. The same loads and sums: the same bits.
+template <typename TY, int QT, int NH, int SD, int W, int ALL, int TRIG>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+    moe_down_qgemv_pre(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
+                       const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
+                       const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
+  moe_down_body<TY, QT, NH, SD, W, ALL, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
 }
 
 // ---------------------------------------------------------- dequantiser

@@ -34,6 +34,7 @@ type traceModel struct {
 	// (lower.Options.PrefillBF16).
 	prefillBF16 bool
 	xinPre      bool // lower.Options.XInPre
+	downPre     bool // lower.Options.DownPre
 }
 
 var traceModels = []traceModel{
@@ -44,6 +45,8 @@ var traceModels = []traceModel{
 		prefillBF16: true},
 	{name: "laguna-s-2.1-q4_k_m-xinpre", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m",
 		xinPre: true},
+	{name: "laguna-s-2.1-q4_k_m-xinpre-downpre", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4,
+		quant: "q4_k_m", xinPre: true, downPre: true},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
@@ -97,7 +100,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 		t.Fatal(err)
 	}
 	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
-		PrefillBF16: m.prefillBF16, XInPre: m.xinPre})
+		PrefillBF16: m.prefillBF16, XInPre: m.xinPre, DownPre: m.downPre})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 // TestXInPrePlan: lower.XInPre takes the decode plan's moe_down_qgemv and
 // qgemv_xin_norm pairs (S-2.1, q4_k_m: one a MoE layer) to their _trig and
 // _pre kernels with the same arguments, and refuses a pair whose GEMV
-// input lies in the routed down's output, or launches of other kernels.
+// input lies in the routed down's output, or launches of other kernels;
+// lower.DownPre likewise the moe_gateup_qgemv and moe_down_qgemv pairs
+// (after XInPre too: TRIG 1), refusing ids inside the gate+up's output.
 func TestXInPrePlan(t *testing.T) {
 	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == "laguna-s-2.1-q4_k_m" })
 	if i < 0 {
@@ -60,5 +62,37 @@ func TestXInPrePlan(t *testing.T) {
 	}
 	if pairs != 3 {
 		t.Fatalf("%d moe_down_qgemv, qgemv_xin_norm pairs in the 4-layer decode plan, want 3 (one a MoE layer)", pairs)
+	}
+	pairs = 0
+	for i := 0; i+1 < len(flat); i++ {
+		g, d := flat[i], flat[i+1]
+		if g.Kernel != "moe_gateup_qgemv" || d.Kernel != "moe_down_qgemv" {
+			continue
+		}
+		pairs++
+		for trig, dk := range []string{"moe_down_qgemv", "moe_down_qgemv_trig"} {
+			d.Kernel = dk
+			pg, pd, err := lower.DownPre(g, d)
+			if err != nil || pg.Kernel != "moe_gateup_qgemv_trig" || pd.Kernel != "moe_down_qgemv_pre" || len(pd.Ints) != 6 ||
+				pd.Ints[5] != int64(trig) || !slices.Equal(pd.Ints[:5], d.Ints) || !slices.Equal(pg.Args, g.Args) ||
+				!slices.Equal(pd.Args, d.Args) {
+				t.Fatalf("DownPre(%s, %s) = %s, %s, %v", g.NameExpr(), d.NameExpr(), pg.NameExpr(), pd.NameExpr(), err)
+			}
+		}
+		bad := d
+		bad.Args = append([]lower.Arg(nil), d.Args...)
+		bad.Args[9] = g.Args[13] // ids inside the gate+up's quantised output
+		if _, _, err := lower.DownPre(g, bad); err == nil || !strings.Contains(err.Error(), "reads early") {
+			t.Errorf("ids over the gate+up's output: %v, want a refusal", err)
+		}
+		all := d
+		all.Ints = append([]int64(nil), d.Ints...)
+		all.Ints[4] = 1
+		if _, _, err := lower.DownPre(g, all); err == nil || !strings.Contains(err.Error(), "ALL") {
+			t.Errorf("down with ALL: %v, want a refusal", err)
+		}
+	}
+	if pairs != 3 {
+		t.Fatalf("%d moe_gateup_qgemv, moe_down_qgemv pairs in the 4-layer decode plan, want 3", pairs)
 	}
 }

@@ -14,11 +14,12 @@ import (
 	"lagc/passes"
 )
 
-// TestXInPreGPU: with LAGC_XIN_PRE=1 (lower.Options.XInPre) the decode
-// plan of a two-layer Laguna-S-2.1 in the q4_k_m recipe (synthetic
-// weights) runs moe_down_qgemv_trig and qgemv_xin_norm_pre, and gives the
-// default plan's tokens and logits bit for bit over a prompt and 12 steps,
-// eager and replayed as a graph.
+// TestXInPreGPU: with LAGC_XIN_PRE=1 (lower.Options.XInPre), LAGC_DOWN_PRE=1
+// (DownPre) or both, the decode plan of a two-layer Laguna-S-2.1 in the
+// q4_k_m recipe (synthetic weights) runs the kernels that start early
+// (moe_gateup_qgemv_trig, moe_down_qgemv_trig or _pre, qgemv_xin_norm_pre)
+// and gives the default plan's tokens and logits bit for bit over a
+// prompt and 12 steps, eager and replayed as a graph.
 func TestXInPreGPU(t *testing.T) {
 	cudatest.Device(t)
 	cfg, err := config.Preset("laguna-s-2.1")
@@ -32,11 +33,16 @@ func TestXInPreGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compile := func(pre bool) *gpu.Executor {
-		if pre {
-			t.Setenv("LAGC_XIN_PRE", "1")
-		} else {
-			t.Setenv("LAGC_XIN_PRE", "")
+	compile := func(xin, down bool) *gpu.Executor {
+		for _, e := range []struct {
+			name string
+			on   bool
+		}{{"LAGC_XIN_PRE", xin}, {"LAGC_DOWN_PRE", down}} {
+			v := ""
+			if e.on {
+				v = "1"
+			}
+			t.Setenv(e.name, v)
 		}
 		gr, err := models.Build("laguna.yaml", models.LagunaYAML, &c, models.BuildOptions{WeightDType: ir.BF16})
 		if err != nil {
@@ -55,7 +61,7 @@ func TestXInPreGPU(t *testing.T) {
 		t.Cleanup(func() { ex.Close() })
 		return ex
 	}
-	base, pre := compile(false), compile(true)
+	base := compile(false, false)
 	count := func(ex *gpu.Executor, kernel string) int {
 		n := 0
 		for _, st := range ex.Plan().Decode.Steps {
@@ -67,29 +73,41 @@ func TestXInPreGPU(t *testing.T) {
 		}
 		return n
 	}
-	if n, m := count(pre, "qgemv_xin_norm_pre"), count(pre, "moe_down_qgemv_trig"); n != 1 || m != 1 || count(base, "qgemv_xin_norm_pre") != 0 {
-		t.Fatalf("decode plans: %d qgemv_xin_norm_pre and %d moe_down_qgemv_trig with LAGC_XIN_PRE=1 (want 1 each), %d without",
-			n, m, count(base, "qgemv_xin_norm_pre"))
-	}
 	prompt := make([]int32, 40)
 	for i := range prompt {
 		prompt[i] = int32(i * 977 % c.VocabSize)
 	}
-	for _, eager := range []bool{true, false} {
-		base.SetEager(eager)
-		pre.SetEager(eager)
-		ta, la, _ := decodeRun(t, base, prompt, false, 12)
-		tb, lb, _ := decodeRun(t, pre, prompt, false, 12)
-		if !slices.Equal(ta, tb) {
-			t.Fatalf("eager %v: tokens %v with LAGC_XIN_PRE=1, %v without", eager, tb, ta)
-		}
-		for i := range la {
-			if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
-				t.Fatalf("eager %v, step %d: logits differ with LAGC_XIN_PRE=1", eager, i)
+	for _, v := range []struct {
+		xin, down bool
+		kernels   []string // one launch each in the decode plan
+	}{
+		{true, false, []string{"moe_down_qgemv_trig", "qgemv_xin_norm_pre"}},
+		{false, true, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre"}},
+		{true, true, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"}},
+	} {
+		pre := compile(v.xin, v.down)
+		for _, k := range v.kernels {
+			if count(pre, k) != 1 || count(base, k) != 0 {
+				t.Fatalf("xin %v, down %v: %d %s launches in the decode plan (want 1), %d in the default", v.xin, v.down, count(pre, k), k,
+					count(base, k))
 			}
 		}
-		if !eager && (!pre.Captured() || !base.Captured()) {
-			t.Fatalf("graph mode: captured %v (pre), %v (base)", pre.Captured(), base.Captured())
+		for _, eager := range []bool{true, false} {
+			base.SetEager(eager)
+			pre.SetEager(eager)
+			ta, la, _ := decodeRun(t, base, prompt, false, 12)
+			tb, lb, _ := decodeRun(t, pre, prompt, false, 12)
+			if !slices.Equal(ta, tb) {
+				t.Fatalf("xin %v, down %v, eager %v: tokens %v, default %v", v.xin, v.down, eager, tb, ta)
+			}
+			for i := range la {
+				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+					t.Fatalf("xin %v, down %v, eager %v, step %d: logits differ from the default plan's", v.xin, v.down, eager, i)
+				}
+			}
+			if !eager && (!pre.Captured() || !base.Captured()) {
+				t.Fatalf("graph mode: captured %v, default %v", pre.Captured(), base.Captured())
+			}
 		}
 	}
 }
