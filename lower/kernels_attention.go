@@ -248,6 +248,11 @@ type AttentionPrefillArgs struct {
 	// (one tile of each, two CTAs a multiprocessor; WgCTAs 0 or 2). With
 	// 64 rows, WgCTAs 0 is PrefillWGCTAs.
 	WgRows int
+	// WgStages is the 128-row variant's stages of K and V (0: 1): 1 loads
+	// the next K behind the scores and the next V behind P V; 2
+	// double-buffers both (loaded a tile ahead, 97 KiB, still two CTAs a
+	// multiprocessor: registers hold it there). A/B timing.
+	WgStages int
 }
 
 // PrefillWG reports whether the wgmma prefill attention is built for
@@ -273,12 +278,13 @@ const PrefillWGCTAs = 4
 const PrefillWGRows = 128
 
 // PrefillWGSmem is WaCfg<SPLIT, NW>::SMEM of the variant of ctas CTAs a
-// multiprocessor and rows rows a CTA: a Q tile a warpgroup and two stages
-// of K and V (64 rows, 2 CTAs) or one, 64 x 128 bf16 each, and 1 KiB to
-// align them for the 128-byte swizzle.
-func PrefillWGSmem(ctas, rows int) int {
+// multiprocessor, rows rows a CTA and stages stages of K and V (128 rows;
+// 0 or 1: one): a Q tile a warpgroup and two stages of K and V (64 rows
+// at 2 CTAs, or 128 rows at 2 stages) or one, 64 x 128 bf16 each, and 1
+// KiB to align them for the 128-byte swizzle.
+func PrefillWGSmem(ctas, rows, stages int) int {
 	tiles := 3
-	if ctas == 2 && rows == 64 {
+	if (ctas == 2 && rows == 64) || (rows == 128 && stages == 2) {
 		tiles = 5
 	}
 	return (tiles+rows/64-1)*tcKeys*128*2 + 1024
@@ -350,6 +356,11 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 				return Launch{}, fmt.Errorf("%s: attn_prefill_wg takes 64 or 128 rows a CTA, not %d", op, wrows)
 			case wrows == 128 && ctas != 0 && ctas != 2:
 				return Launch{}, fmt.Errorf("%s: attn_prefill_wg of 128 rows a CTA runs 2 CTAs a multiprocessor, not %d", op, ctas)
+			case a.WgStages != 0 && (wrows != 128 || a.WgStages > 2 || a.WgStages < 0):
+				return Launch{}, fmt.Errorf("%s: attn_prefill_wg takes 1 or 2 stages of K and V with 128 rows a CTA, not %d stages at %d rows (64 rows: by CTAs)",
+					op, a.WgStages, wrows)
+			case wrows == 128 && a.WgStages == 2:
+				ctas, split = 2, 0
 			case wrows == 128:
 				ctas, split = 2, 1
 			case ctas == 0:
@@ -359,7 +370,7 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 			}
 			blocks = (rows + int64(wrows) - 1) / int64(wrows)
 			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(split), int64(nw)},
-				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows),
+				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows, a.WgStages),
 				append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},

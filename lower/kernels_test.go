@@ -46,7 +46,7 @@ func TestPrefillAttentionChoice(t *testing.T) {
 			t.Errorf("%s: %s", c.name, l.NameExpr())
 		}
 		// The default: 128 rows a CTA, two warpgroups, one K and one V tile.
-		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(2, PrefillWGRows) || l.Block[0] != 2*PrefillWGRows || l.Ints[1] != 1 ||
+		if c.want == "attn_prefill_wg" && (l.Shmem != PrefillWGSmem(2, PrefillWGRows, 0) || l.Block[0] != 2*PrefillWGRows || l.Ints[1] != 1 ||
 			l.Ints[2] != PrefillWGRows/64) {
 			t.Errorf("%s: %d threads, %d bytes of shared memory", c.name, l.Block[0], l.Shmem)
 		}
@@ -59,17 +59,21 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		t.Errorf("wgmma asked for on sm_80: %s, %v", l.Kernel, err)
 	}
 	// attn_prefill_wg's rows a CTA: 128 is two warpgroups (NW 2, one K and
-	// one V tile, 2 CTAs a multiprocessor) on half the CTAs; anything else,
-	// or 128 rows with other CTAs a multiprocessor, is refused.
+	// one V tile, or two of each with 2 stages; 2 CTAs a multiprocessor) on
+	// half the CTAs; anything else, 128 rows with other CTAs a
+	// multiprocessor, or stages other than 1 or 2 at 128 rows, is refused.
 	for _, c := range []struct {
-		rows, ctas int
-		err        string
-	}{{128, 0, ""}, {128, 2, ""}, {64, 3, ""}, {64, 0, ""}, {0, 4, ""}, {128, 4, "runs 2 CTAs"}, {96, 0, "64 or 128 rows"}, {64, 5, "2, 3 or 4 CTAs"}} {
+		rows, ctas, stages int
+		err                string
+	}{{128, 0, 0, ""}, {128, 2, 0, ""}, {128, 0, 1, ""}, {128, 0, 2, ""}, {128, 2, 2, ""}, {64, 3, 0, ""}, {64, 0, 0, ""}, {0, 4, 0, ""},
+		{128, 4, 0, "runs 2 CTAs"}, {96, 0, 0, "64 or 128 rows"}, {64, 5, 0, "2, 3 or 4 CTAs"}, {64, 2, 2, "1 or 2 stages"},
+		{128, 0, 3, "1 or 2 stages"}, {128, 0, -1, "1 or 2 stages"}} {
 		l, err := AttentionPrefill(AttentionPrefillArgs{DType: "bf16", Cache: cache, Out: at(0), Q: at(1 << 20), K: at(4096),
-			V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 90, WgRows: c.rows, WgCTAs: c.ctas})
+			V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 90, WgRows: c.rows, WgCTAs: c.ctas,
+			WgStages: c.stages})
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("rows %d, ctas %d: %v, want an error saying %q", c.rows, c.ctas, err, c.err)
+				t.Errorf("rows %d, ctas %d, stages %d: %v, want an error saying %q", c.rows, c.ctas, c.stages, err, c.err)
 			}
 			continue
 		}
@@ -86,10 +90,20 @@ func TestPrefillAttentionChoice(t *testing.T) {
 		nw, split := wrows/64, int64(ctas-2)
 		if wrows == 128 {
 			split = 1
+			if c.stages == 2 {
+				split = 0
+			}
+		}
+		// WaCfg's tiles: a Q tile a warpgroup, K and V once (SPLIT 1 and
+		// up) or twice (SPLIT 0), 16 KiB each, and 1 KiB of alignment.
+		tiles := nw - 1 + 3
+		if split == 0 {
+			tiles = nw - 1 + 5
 		}
 		if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != split || l.Ints[2] != int64(nw) || l.Block[0] != 128*nw ||
-			l.Grid[0] != (rows+wrows-1)/wrows || l.Shmem != PrefillWGSmem(ctas, wrows) {
-			t.Errorf("rows %d, ctas %d: %s grid %v block %v, %d bytes, %v", c.rows, c.ctas, l.NameExpr(), l.Grid, l.Block, l.Shmem, err)
+			l.Grid[0] != (rows+wrows-1)/wrows || l.Shmem != tiles*16384+1024 {
+			t.Errorf("rows %d, ctas %d, stages %d: %s grid %v block %v, %d bytes, %v", c.rows, c.ctas, c.stages, l.NameExpr(), l.Grid, l.Block,
+				l.Shmem, err)
 		}
 	}
 }

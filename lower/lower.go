@@ -29,6 +29,9 @@ type Options struct {
 	// PrefillAttnRows is attn_prefill_wg's rows a CTA (64 or 128;
 	// AttentionPrefillArgs.WgRows; 0: PrefillWGRows): A/B timing.
 	PrefillAttnRows int
+	// PrefillAttnStages is the 128-row attn_prefill_wg's stages of K and V
+	// (AttentionPrefillArgs.WgStages; 0: one): A/B timing.
+	PrefillAttnStages int
 	// DisableSplitGEMM runs a prefill matmul_split (q, k, v and the gate)
 	// as one GEMM an output instead of one GEMM whose epilogue splits the
 	// columns (splitGEMM): A/B timing.
@@ -138,7 +141,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, XInPre: o.XInPre, DownPre: o.DownPre, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

@@ -49,6 +49,8 @@ type Plan struct {
 	PrefillAttnTC bool `json:"prefill_attn_tc,omitempty"`
 	// PrefillAttnRows is attn_prefill_wg's rows a CTA (0: the default).
 	PrefillAttnRows int `json:"prefill_attn_rows,omitempty"`
+	// PrefillAttnStages is its stages of K and V at 128 rows (0: one).
+	PrefillAttnStages int `json:"prefill_attn_stages,omitempty"`
 	// DisableSplitGEMM runs a prefill matmul_split as one GEMM an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
 	// MoEGather has the grouped gate+up GEMM gather x's rows itself.

@@ -58,12 +58,14 @@ func TestPrefillWGSmemAgrees(t *testing.T) {
 	split, dbl, slack := atoiT(t, m[1]), atoiT(t, m[2]), atoiT(t, m[3])
 	tile := tcKeys * 128 * 2
 	for ctas, tiles := range map[int]int{2: dbl, 3: split, 4: split} {
-		if got, want := PrefillWGSmem(ctas, 64), tiles*tile+slack; got != want {
+		if got, want := PrefillWGSmem(ctas, 64, 0), tiles*tile+slack; got != want {
 			t.Errorf("attn_prefill_wg at %d CTAs: lower launches %d bytes, WaCfg has %d", ctas, got, want)
 		}
 	}
-	if got, want := PrefillWGSmem(2, 128), (split+1)*tile+slack; got != want {
-		t.Errorf("attn_prefill_wg of 128 rows a CTA: lower launches %d bytes, WaCfg has %d", got, want)
+	for stages, tiles := range map[int]int{0: split, 1: split, 2: dbl} {
+		if got, want := PrefillWGSmem(2, 128, stages), (tiles+1)*tile+slack; got != want {
+			t.Errorf("attn_prefill_wg of 128 rows a CTA, %d stages: lower launches %d bytes, WaCfg has %d", stages, got, want)
+		}
 	}
 }
 

@@ -46,8 +46,9 @@
 // other half of the work): 48 KiB, SPLIT + 2 CTAs a multiprocessor (4: 128
 // registers, which ptxas fits without spilling). NW 2: two warpgroups a
 // CTA, 64 rows each, sharing every K and V tile (half the tiles' reads
-// from L2 of one warpgroup a CTA), a Q tile each; SPLIT 1 only, two CTAs
-// a multiprocessor (64 KiB each, 128 registers a thread).
+// from L2 of one warpgroup a CTA), a Q tile each; two CTAs a
+// multiprocessor (128 registers a thread) with one K and one V tile
+// (SPLIT 1, 64 KiB) or two of each (SPLIT 0, 96 KiB).
 template <int SPLIT, int NW> struct WaCfg {
   static constexpr int TILES = (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
   static constexpr int SMEM = TILES * WA_TILE * 2 + 1024;   // 1 KiB alignment slack
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
                     long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
-  static_assert(NW == 1 || (NW == 2 && SPLIT == 1), "two warpgroups a CTA with one K and one V tile");
+  static_assert(NW == 1 || (NW == 2 && SPLIT <= 1), "two warpgroups a CTA: one K and one V tile, or two of each");
   constexpr int NB = FA_BK / 8, DB = D / 8;
   constexpr int KR = 8 / NW;  // key rows a thread copies a tile (16 threads a row)
   extern __shared__ __align__(16) unsigned char wa_raw[];

@@ -24,9 +24,14 @@ var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
 // (lower.Options.PrefillAttnTC). Tests flip it.
 var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") != "tc"
 
-// prefillWGRows is attn_prefill_wg's rows a CTA (LAGC_PREFILL_ATTN=wg64 or
-// wg128; lower.Options.PrefillAttnRows; 0: lower's default). Tests set it.
-var prefillWGRows = map[string]int{"wg64": 64, "wg128": 128}[os.Getenv("LAGC_PREFILL_ATTN")]
+// prefillWGRows is attn_prefill_wg's rows a CTA (LAGC_PREFILL_ATTN=wg64,
+// wg128 or wg128x2; lower.Options.PrefillAttnRows; 0: lower's default),
+// prefillWGStages its stages of K and V at 128 rows (wg128x2: 2;
+// lower.Options.PrefillAttnStages). Tests set them.
+var (
+	prefillWGRows   = map[string]int{"wg64": 64, "wg128": 128, "wg128x2": 128}[os.Getenv("LAGC_PREFILL_ATTN")]
+	prefillWGStages = map[string]int{"wg128x2": 2}[os.Getenv("LAGC_PREFILL_ATTN")]
+)
 
 // prefillWGCTAs picks attn_prefill_wg's variant
 // (lower.AttentionPrefillArgs.WgCTAs; 0: the default); tests set it to
@@ -131,5 +136,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows, WgStages: prefillWGStages}))
 }

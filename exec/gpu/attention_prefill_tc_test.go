@@ -185,25 +185,41 @@ func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, tru
 func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false, false) }
 
 // runWG runs AttentionPrefill with the wgmma kernel asked for, its
-// variant of ctas CTAs a multiprocessor and rows rows a CTA
-// (lower.AttentionPrefillArgs.WgCTAs, WgRows; 0: lower's).
-func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas, rows int) error {
-	saved, savedR := prefillWGCTAs, prefillWGRows
-	prefillWGCTAs, prefillWGRows = ctas, rows
-	defer func() { prefillWGCTAs, prefillWGRows = saved, savedR }()
+// variant of ctas CTAs a multiprocessor, rows rows a CTA and stages
+// stages of K and V (lower.AttentionPrefillArgs.WgCTAs, WgRows, WgStages;
+// 0: lower's).
+func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas, rows, stages int) error {
+	saved, savedR, savedS := prefillWGCTAs, prefillWGRows, prefillWGStages
+	prefillWGCTAs, prefillWGRows, prefillWGStages = ctas, rows, stages
+	defer func() { prefillWGCTAs, prefillWGRows, prefillWGStages = saved, savedR, savedS }()
 	return g.run(k, s, true, true)
 }
 
 // wgVariants are attn_prefill_wg's variants the tests check and time: 64
 // rows a CTA at 2, 3 and 4 CTAs a multiprocessor, and 128 (two
-// warpgroups sharing K and V) at 2.
-var wgVariants = []struct{ ctas, rows int }{{2, 64}, {3, 64}, {4, 64}, {2, 128}}
+// warpgroups sharing K and V) at 2, with one stage of K and V and two.
+var wgVariants = []struct{ ctas, rows, stages int }{{2, 64, 0}, {3, 64, 0}, {4, 64, 0}, {2, 128, 0}, {2, 128, 2}}
 
-func wgName(ctas, rows int) string {
-	if rows == 64 {
+func wgName(ctas, rows, stages int) string {
+	switch {
+	case rows == 64:
 		return fmt.Sprintf("ctas%d", ctas)
+	case stages == 2:
+		return fmt.Sprintf("ctas%d-rows%d-stages2", ctas, rows)
 	}
 	return fmt.Sprintf("ctas%d-rows%d", ctas, rows)
+}
+
+// wgSplit is attn_prefill_wg's SPLIT for a variant: 0 double-buffers K and
+// V (64 rows at 2 CTAs, or 128 rows at 2 stages).
+func wgSplit(ctas, rows, stages int) int {
+	switch {
+	case rows == 128 && stages == 2:
+		return 0
+	case rows == 128:
+		return 1
+	}
+	return ctas - 2
 }
 
 func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
@@ -269,7 +285,7 @@ func TestAttentionPrefillTCTimingGPU(t *testing.T) {
 			checkClose(t, "tc vs ffma", tc, old, tolFor(cuda.BF16))
 			if k.CC() >= 90 {
 				for _, v := range wgVariants {
-					wg := run("wgmma-"+wgName(v.ctas, v.rows), func() error { return g.runWG(k, s, v.ctas, v.rows) })
+					wg := run("wgmma-"+wgName(v.ctas, v.rows, v.stages), func() error { return g.runWG(k, s, v.ctas, v.rows, v.stages) })
 					checkClose(t, "wgmma vs ffma", wg, old, tolFor(cuda.BF16))
 				}
 			}
@@ -326,8 +342,8 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 func TestAttentionPrefillWGGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	for _, v := range wgVariants {
-		ctas, rows := v.ctas, v.rows
-		name := wgName(ctas, rows)
+		ctas, rows, stages := v.ctas, v.rows, v.stages
+		name := wgName(ctas, rows, stages)
 		for i, c := range tcCases() {
 			if c.d != 128 || c.fused {
 				continue
@@ -336,15 +352,12 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c, uint64(1000+i))
 				l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
 					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas, WgRows: rows})
-				split := ctas - 2
-				if rows == 128 {
-					split = 1
-				}
+					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas, WgRows: rows, WgStages: stages})
+				split := wgSplit(ctas, rows, stages)
 				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(split) || l.Ints[2] != int64(rows/64) {
 					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d, %d>", l.NameExpr(), err, split, rows/64)
 				}
-				if err := g.runWG(k, s, ctas, rows); err != nil {
+				if err := g.runWG(k, s, ctas, rows, stages); err != nil {
 					t.Fatal(err)
 				}
 				got := download(t, s, cuda.BF16, g.out, g.outElems)
@@ -363,11 +376,11 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c.tc, uint64(3000+ci))
 				gate := roundTo(cuda.BF16, randF32(rand.New(rand.NewPCG(uint64(ci), 9)), c.tc.T*c.G, 2))
 				gp := upload(t, k, s, cuda.BF16, gate)
-				saved, savedC, savedR := prefillWG, prefillWGCTAs, prefillWGRows
-				prefillWG, prefillWGCTAs, prefillWGRows = true, ctas, rows
+				saved, savedC, savedR, savedS := prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages
+				prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages = true, ctas, rows, stages
 				err := k.AttentionPrefillGate(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, c.tc.T, c.tc.nh, g.scale,
 					Gate{G: gp, Width: c.G, LD: c.G})
-				prefillWG, prefillWGCTAs, prefillWGRows = saved, savedC, savedR
+				prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages = saved, savedC, savedR, savedS
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -26,15 +26,15 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, tc, wg64 or wg128, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
+// LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128 or wg128x2, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
 // LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_XIN_PRE=1, LAGC_DOWN_PRE=1, LAGC_QGEMV_GROUPS and
 // LAGC_DECODE_SPLITS included), so that a plan made without the device is
 // the one the executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	switch v := os.Getenv("LAGC_PREFILL_ATTN"); v {
-	case "", "wgmma", "wg64", "wg128", "tc", "ffma":
+	case "", "wgmma", "wg64", "wg128", "wg128x2", "tc", "ffma":
 	default:
-		return lower.Options{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want wgmma (the default on Hopper), wg64, wg128, tc or ffma", v)
+		return lower.Options{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want wgmma (the default on Hopper), wg64, wg128, wg128x2, tc or ffma", v)
 	}
 	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
 	if err != nil {
@@ -50,7 +50,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
-		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
+		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
 		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), XInPre: os.Getenv("LAGC_XIN_PRE") == "1",

@@ -266,14 +266,15 @@ func TestChunkTail(t *testing.T) {
 	}
 }
 
-// TestPrefillAttnEnv: LAGC_PREFILL_ATTN takes wgmma, tc or ffma; anything
-// else is an error naming the variable (a typo must not time the wrong
-// kernel silently).
+// TestPrefillAttnEnv: LAGC_PREFILL_ATTN takes wgmma, wg64, wg128, wg128x2,
+// tc or ffma; anything else is an error naming the variable (a typo must
+// not time the wrong kernel silently).
 func TestPrefillAttnEnv(t *testing.T) {
 	for _, c := range []struct {
 		v  string
 		ok bool
-	}{{"", true}, {"wgmma", true}, {"tc", true}, {"ffma", true}, {"wgma", false}, {"TC", false}} {
+	}{{"", true}, {"wgmma", true}, {"wg64", true}, {"wg128", true}, {"wg128x2", true}, {"tc", true}, {"ffma", true}, {"wgma", false},
+		{"TC", false}, {"wg128x3", false}} {
 		t.Setenv("LAGC_PREFILL_ATTN", c.v)
 		_, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
 		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "LAGC_PREFILL_ATTN")) {
