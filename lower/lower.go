@@ -68,12 +68,6 @@ type Options struct {
 	// DisableFusions names launch-stream fusions not to run (FusionNames;
 	// A/B timing, or a way around a suspected fusion bug).
 	DisableFusions []string
-	// XInPre runs fuseXInPre, opt-in (A/B timing, NOT RUN ON A GPU yet):
-	// the shared expert's down GEMV before the routed down's end.
-	XInPre bool
-	// DownPre runs fuseDownPre, opt-in likewise: the routed down's ids,
-	// staged bytes and first weights before the routed gate+up's end.
-	DownPre bool
 	// QGEMVGroups is the quantised GEMVs' warp-group target (QGEMVShape;
 	// 0: QGEMVGroupsDefault; A/B timing).
 	QGEMVGroups int
@@ -142,7 +136,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		QMoE: o.QMoE, DisableFusions: o.DisableFusions, XInPre: o.XInPre, DownPre: o.DownPre, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
@@ -489,7 +483,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
 	}
-	fuseLaunches(s.Steps, launches, l.p.DisableFusions, l.p.XInPre, l.p.DownPre)
+	fuseLaunches(s.Steps, launches, l.p.DisableFusions)
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

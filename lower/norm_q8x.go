@@ -54,20 +54,15 @@ import (
 // meta are the schedule's steps the launches belong to (steps[i] is
 // meta[i]'s), for fusions whose invariant needs who reads a value
 // (fuseNormRoPEAttention, last: it changes only the decode attention's
-// last arguments, which no other fusion reads). xinPre and downPre run
-// fuseXInPre and fuseDownPre after them all, in that order (opt-in,
-// Options.XInPre and DownPre: they change kernel names alone).
-func fuseLaunches(meta []Step, steps [][]Launch, disabled []string, xinPre, downPre bool) {
+// last of those that change arguments: it changes only the decode
+// attention's last arguments, which no other fusion reads). fuseXInPre and
+// fuseDownPre come after them all, in that order: they change kernel names
+// alone, of launches the others have settled.
+func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {
 			f.run(meta, steps)
 		}
-	}
-	if xinPre {
-		fuseXInPre(steps)
-	}
-	if downPre {
-		fuseDownPre(steps)
 	}
 }
 
@@ -85,6 +80,8 @@ var launchFusions = []struct {
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
+	{"fuseXInPre", launchesOnly(fuseXInPre)},
+	{"fuseDownPre", launchesOnly(fuseDownPre)},
 }
 
 // launchesOnly is a fusion whose invariant needs the launches alone.

@@ -74,10 +74,6 @@ type Plan struct {
 	QMoE QMoEForce `json:"qmoe,omitzero"`
 	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
 	DisableFusions []string `json:"disable_fusions,omitempty"`
-	// XInPre: fuseXInPre runs (Options.XInPre).
-	XInPre bool `json:"xin_pre,omitempty"`
-	// DownPre: fuseDownPre runs (Options.DownPre).
-	DownPre bool `json:"down_pre,omitempty"`
 	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).
 	QGEMVGroups int `json:"qgemv_groups,omitempty"`
 	// DecodeSplits: the decode attention's forced split count (Options.DecodeSplits).

@@ -176,7 +176,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		}
 		out[i] = ls
 	}
-	fuseLaunches(s.Steps, out, p.DisableFusions, p.XInPre, p.DownPre)
+	fuseLaunches(s.Steps, out, p.DisableFusions)
 	return out, nil
 }
 

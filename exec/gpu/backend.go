@@ -27,7 +27,7 @@ type Config struct {
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
 // LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128 or wg128x2, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
-// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_XIN_PRE=1, LAGC_DOWN_PRE=1, LAGC_QGEMV_GROUPS and
+// LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and
 // LAGC_DECODE_SPLITS included), so that a plan made without the device is
 // the one the executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
@@ -53,8 +53,8 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
-		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(), XInPre: os.Getenv("LAGC_XIN_PRE") == "1",
-		DownPre: os.Getenv("LAGC_DOWN_PRE") == "1", QGEMVGroups: groups, DecodeSplits: splits}, nil
+		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(),
+		QGEMVGroups: groups, DecodeSplits: splits}, nil
 }
 
 // envInt is the environment variable name as a number from 1 to max, or 0

@@ -786,7 +786,7 @@ func TestQMoEShapeEnv(t *testing.T) {
 				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 8, 4, 3}) {
 					t.Errorf("gate+up instantiated with %v", l.Ints)
 				}
-			case "moe_down_qgemv":
+			case "moe_down_qgemv", "moe_down_qgemv_trig": // _trig: fuseXInPre's (ALL 1 keeps fuseDownPre off)
 				dn++
 				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 1, 8, 8, 1}) || l.Block[0] != 256 {
 					t.Errorf("down instantiated with %v, block %v", l.Ints, l.Block)

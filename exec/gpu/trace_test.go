@@ -33,8 +33,7 @@ type traceModel struct {
 	// prefillBF16 keeps bf16 copies of the dense quantised weights
 	// (lower.Options.PrefillBF16).
 	prefillBF16 bool
-	xinPre      bool // lower.Options.XInPre
-	downPre     bool // lower.Options.DownPre
+	disable     []string // lower.Options.DisableFusions
 }
 
 var traceModels = []traceModel{
@@ -43,10 +42,6 @@ var traceModels = []traceModel{
 	{name: "laguna-s-2.1-q4_k_m", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m"},
 	{name: "laguna-s-2.1-q4_k_m-copies", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m",
 		prefillBF16: true},
-	{name: "laguna-s-2.1-q4_k_m-xinpre", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m",
-		xinPre: true},
-	{name: "laguna-s-2.1-q4_k_m-xinpre-downpre", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4,
-		quant: "q4_k_m", xinPre: true, downPre: true},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
@@ -100,7 +95,8 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 		t.Fatal(err)
 	}
 	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
-		PrefillBF16: m.prefillBF16, XInPre: m.xinPre, DownPre: m.downPre})
+		PrefillBF16:    m.prefillBF16,
+		DisableFusions: m.disable})
 	if err != nil {
 		t.Fatal(err)
 	}

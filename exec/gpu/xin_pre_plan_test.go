@@ -9,7 +9,9 @@ import (
 	"lagc/lower"
 )
 
-// TestXInPrePlan: lower.XInPre takes the decode plan's moe_down_qgemv and
+// TestXInPrePlan: the default decode plan (S-2.1, q4_k_m) runs the
+// kernels fuseXInPre and fuseDownPre make, one of each a MoE layer; in the
+// plan without them, lower.XInPre takes the moe_down_qgemv and
 // qgemv_xin_norm pairs (S-2.1, q4_k_m: one a MoE layer) to their _trig and
 // _pre kernels with the same arguments, and refuses a pair whose GEMV
 // input lies in the routed down's output, or launches of other kernels;
@@ -20,11 +22,22 @@ func TestXInPrePlan(t *testing.T) {
 	if i < 0 {
 		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
 	}
-	p := tracePlan(t, traceModels[i], ir.BF16)
-	var flat []lower.Launch
-	for _, st := range p.Decode.Steps {
-		flat = append(flat, st.Launches...)
+	decode := func(m traceModel) []lower.Launch {
+		var flat []lower.Launch
+		for _, st := range tracePlan(t, m, ir.BF16).Decode.Steps {
+			flat = append(flat, st.Launches...)
+		}
+		return flat
 	}
+	// The default plan has them fused: one of each a MoE layer.
+	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"} {
+		if n := countKernel(decode(traceModels[i]), k); n != 3 {
+			t.Fatalf("%d %s launches in the default 4-layer decode plan, want 3", n, k)
+		}
+	}
+	m := traceModels[i]
+	m.disable = []string{"fuseXInPre", "fuseDownPre"}
+	flat := decode(m)
 	pairs := 0
 	for i := 0; i+1 < len(flat); i++ {
 		a, b := flat[i], flat[i+1]
@@ -95,4 +108,15 @@ func TestXInPrePlan(t *testing.T) {
 	if pairs != 3 {
 		t.Fatalf("%d moe_gateup_qgemv, moe_down_qgemv pairs in the 4-layer decode plan, want 3", pairs)
 	}
+}
+
+// countKernel is the number of launches of kernel in ls.
+func countKernel(ls []lower.Launch, kernel string) int {
+	n := 0
+	for _, l := range ls {
+		if l.Kernel == kernel {
+			n++
+		}
+	}
+	return n
 }

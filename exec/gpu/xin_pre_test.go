@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"lagc/ckpt"
@@ -14,12 +15,12 @@ import (
 	"lagc/passes"
 )
 
-// TestXInPreGPU: with LAGC_XIN_PRE=1 (lower.Options.XInPre), LAGC_DOWN_PRE=1
-// (DownPre) or both, the decode plan of a two-layer Laguna-S-2.1 in the
-// q4_k_m recipe (synthetic weights) runs the kernels that start early
-// (moe_gateup_qgemv_trig, moe_down_qgemv_trig or _pre, qgemv_xin_norm_pre)
-// and gives the default plan's tokens and logits bit for bit over a
-// prompt and 12 steps, eager and replayed as a graph.
+// TestXInPreGPU: with fuseXInPre, fuseDownPre or both (the default), the
+// decode plan of a two-layer Laguna-S-2.1 in the q4_k_m recipe (synthetic
+// weights) runs the kernels that start early (moe_gateup_qgemv_trig,
+// moe_down_qgemv_trig or _pre, qgemv_xin_norm_pre) and gives the tokens
+// and logits of the plan without either (LAGC_DISABLE_FUSIONS) bit for bit
+// over a prompt and 12 steps, eager and replayed as a graph.
 func TestXInPreGPU(t *testing.T) {
 	cudatest.Device(t)
 	cfg, err := config.Preset("laguna-s-2.1")
@@ -34,16 +35,14 @@ func TestXInPreGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	compile := func(xin, down bool) *gpu.Executor {
-		for _, e := range []struct {
-			name string
-			on   bool
-		}{{"LAGC_XIN_PRE", xin}, {"LAGC_DOWN_PRE", down}} {
-			v := ""
-			if e.on {
-				v = "1"
-			}
-			t.Setenv(e.name, v)
+		var off []string
+		if !xin {
+			off = append(off, "fuseXInPre")
 		}
+		if !down {
+			off = append(off, "fuseDownPre")
+		}
+		t.Setenv("LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
 		gr, err := models.Build("laguna.yaml", models.LagunaYAML, &c, models.BuildOptions{WeightDType: ir.BF16})
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +87,7 @@ func TestXInPreGPU(t *testing.T) {
 		pre := compile(v.xin, v.down)
 		for _, k := range v.kernels {
 			if count(pre, k) != 1 || count(base, k) != 0 {
-				t.Fatalf("xin %v, down %v: %d %s launches in the decode plan (want 1), %d in the default", v.xin, v.down, count(pre, k), k,
+				t.Fatalf("xin %v, down %v: %d %s launches in the decode plan (want 1), %d without either", v.xin, v.down, count(pre, k), k,
 					count(base, k))
 			}
 		}
@@ -98,15 +97,15 @@ func TestXInPreGPU(t *testing.T) {
 			ta, la, _ := decodeRun(t, base, prompt, false, 12)
 			tb, lb, _ := decodeRun(t, pre, prompt, false, 12)
 			if !slices.Equal(ta, tb) {
-				t.Fatalf("xin %v, down %v, eager %v: tokens %v, default %v", v.xin, v.down, eager, tb, ta)
+				t.Fatalf("xin %v, down %v, eager %v: tokens %v, without either %v", v.xin, v.down, eager, tb, ta)
 			}
 			for i := range la {
 				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
-					t.Fatalf("xin %v, down %v, eager %v, step %d: logits differ from the default plan's", v.xin, v.down, eager, i)
+					t.Fatalf("xin %v, down %v, eager %v, step %d: logits differ from the plan's without either", v.xin, v.down, eager, i)
 				}
 			}
 			if !eager && (!pre.Captured() || !base.Captured()) {
-				t.Fatalf("graph mode: captured %v, default %v", pre.Captured(), base.Captured())
+				t.Fatalf("graph mode: captured %v, without either %v", pre.Captured(), base.Captured())
 			}
 		}
 	}
