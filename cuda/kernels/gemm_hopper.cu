@@ -781,7 +781,7 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 //
 // gemm_wgmma_q: y [T, N] = x [T, K] w^T with w block-quantised (q8_0, q4_k or
 // iq4_xs in the device layout of quant.cu), or plain bf16 rows (QT_BF16_H:
-// the bf16 grouped experts with LAGC_QMOE_SHAPE=bf16), for prefill. The weights are the
+// bf16 grouped experts of short chunks, lower.BF16QMaxAvgRows), for prefill. The weights are the
 // MMA's A operand: each consumer thread dequantises its two fragment rows'
 // 32 weights of a stage straight into the wgmma's A registers (for q4_k
 // 1.6% faster end to end than through a bf16 tile in shared memory, the

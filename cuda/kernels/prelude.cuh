@@ -56,7 +56,7 @@ __device__ __forceinline__ void pdl_wait() {
 // pdl_trigger lets the launch after this one start before this one's
 // blocks exit (griddepcontrol.launch_dependents, by every block): only for
 // a launch whose work before its wait reads nothing this one writes
-// (moe_down_qgemv_trig before qgemv_xin_norm_pre).
+// (lower.XInPre's and lower.DownPre's pairs, which check that).
 __device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
