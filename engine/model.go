@@ -42,10 +42,13 @@ type Options struct {
 	// matrices (cpu.Options.F32Budget: 0 default, negative none).
 	F32Budget int64
 	// GPU only.
-	DType   string // activations and weights: "bf16" (default) or "f32"
-	Chunk   int    // prefill tokens per step (0: 2048)
-	Eager   bool   // launch every decode kernel instead of replaying a CUDA graph
-	Profile bool   // time every kernel (eager); the backend writes it as pprof
+	DType string // activations and weights: "bf16" (default) or "f32"
+	Chunk int    // prefill tokens per step (0: 2048, or with AutoChunk the executor's choice)
+	// AutoChunk with Chunk 0: steps of lower.LongChunk where that plan fits
+	// the device, else 2048 (gpu.Config.AutoChunk); PrefillChunk says which.
+	AutoChunk bool
+	Eager     bool // launch every decode kernel instead of replaying a CUDA graph
+	Profile   bool // time every kernel (eager); the backend writes it as pprof
 	// NoWeightCache converts every weight at load instead of using the
 	// on-disk weight cache (gpu.Options.NoWeightCache).
 	NoWeightCache bool
@@ -139,7 +142,7 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 		}
 		// The executor reports loading itself: weights come from its
 		// weight cache or are converted, several at once.
-		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, MaxContext: maxPos, Seqs: max(o.Slots, 1), BatchGEMM: o.BatchGEMM,
+		ex, err := gpu.Compile(g, ck, gpu.Config{DType: dt, Chunk: o.Chunk, AutoChunk: o.AutoChunk, MaxContext: maxPos, Seqs: max(o.Slots, 1), BatchGEMM: o.BatchGEMM,
 			Options: gpu.Options{Eager: o.Eager, Profile: o.Profile, NoWeightCache: o.NoWeightCache, CacheQuantised: o.CacheQuantised, LoadLog: o.Progress}})
 		if err != nil {
 			return nil, fmt.Errorf("preparing the CUDA executor: %w", err)
@@ -152,6 +155,15 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 }
 
 // Close releases the backend and the checkpoint.
+// PrefillChunk is the backend's prefill step in tokens (the GPU plan's),
+// or 0 where the backend has none (the CPU takes any length).
+func (m *Model) PrefillChunk() int {
+	if c, ok := m.Backend.(interface{ PrefillChunk() int }); ok {
+		return c.PrefillChunk()
+	}
+	return 0
+}
+
 func (m *Model) Close() error {
 	var err error
 	if m.Backend != nil {

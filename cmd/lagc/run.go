@@ -17,6 +17,7 @@ import (
 	"lagc/exec/cpu"
 	"lagc/exec/gpu"
 	"lagc/ir"
+	"lagc/lower"
 	"lagc/tokenizer"
 )
 
@@ -80,7 +81,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text; one per turn with --chat")
 	fs.BoolVar(&f.logits, "logits", false, "with --json: include the prompt's last-position logits as last_logits")
 	fs.BoolVar(&f.verbose, "verbose", false, "say why the GPU is not used, where the bundled model comes from, and how --chat reuses its cache")
-	fs.IntVar(&f.chunk, "chunk", 2048, "prefill chunk size in tokens (on the CPU, steps are also kept short enough for Ctrl-C)")
+	fs.IntVar(&f.chunk, "chunk", 0, "prefill chunk size in tokens (0: 4096 on a GPU where that plan fits, else 2048; on the CPU 2048, with steps also kept short enough for Ctrl-C)")
 	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing); the CPU computes in f32")
 	fs.StringVar(&f.profile, "profile", "", "GPU: write the GPU time of every kernel (eager launches) to FILE as a pprof profile")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length (KV cache size); 0: the model's max_position_embeddings")
@@ -134,8 +135,8 @@ func (f *runFlags) check() error {
 		return usage("--logits goes with a single prompt, not --chat")
 	case f.n < 0:
 		return usage("-n %d: expected 0 or more tokens", f.n)
-	case f.chunk <= 0:
-		return usage("--chunk %d: expected a positive number of tokens", f.chunk)
+	case f.chunk < 0:
+		return usage("--chunk %d: expected a positive number of tokens (or 0: the default)", f.chunk)
 	case f.ctx < 0:
 		return usage("--ctx %d: expected 0 (the model's length) or more tokens", f.ctx)
 	case f.threads < 0:
@@ -193,7 +194,7 @@ func runRun(f *runFlags) error {
 	}
 	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: device, YAMLPath: f.yaml, Passes: splitList(f.passes),
 		Disable: splitList(f.disable), MaxContext: f.ctx, Progress: runIO.err,
-		DType: f.dtype, Chunk: f.chunk, Profile: f.profile != "", NoWeightCache: f.weightCache.off, CacheQuantised: f.weightCache.all})
+		DType: f.dtype, Chunk: f.chunk, AutoChunk: f.chunk == 0, Profile: f.profile != "", NoWeightCache: f.weightCache.off, CacheQuantised: f.weightCache.all})
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,14 @@ func runRun(f *runFlags) error {
 			return fmt.Errorf("--prompt, --prompt-file, --chat and --stop need a tokenizer: %w", err)
 		}
 	}
-	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: f.chunk, LastOnly: !f.fullPrefill}
+	// The engine's steps are the plan's (Ctrl-C is checked between them).
+	chunk := f.chunk
+	if chunk == 0 {
+		if chunk = m.PrefillChunk(); chunk == 0 {
+			chunk = lower.DefaultChunk
+		}
+	}
+	gen := engine.GenOptions{MaxTokens: f.n, Sampler: sampler, Chunk: chunk, LastOnly: !f.fullPrefill}
 	if m.Device == "cpu" {
 		gen.ChunkTime = cpuChunkTime
 	}

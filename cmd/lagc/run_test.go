@@ -99,6 +99,7 @@ func TestRunErrors(t *testing.T) {
 		{"negative temperature", []string{"run", "--model", fix, "--prompt-ids", "1", "--temperature", "-1"}, 2, "--temperature -1: expected 0 (greedy) or more"},
 		{"f64 on the CPU", []string{"run", "--model", fix, "--prompt-ids", "1", "--device", "cpu", "--dtype", "f64"}, 2, `--dtype "f64": expected bf16 or f32`},
 		{"negative n", []string{"run", "--model", fix, "--prompt-ids", "1", "-n", "-1"}, 2, "-n -1"},
+		{"negative chunk", []string{"run", "--model", fix, "--prompt-ids", "1", "--chunk", "-1"}, 2, "--chunk -1"},
 		{"empty stop", []string{"run", "--model", fix, "--prompt-ids", "1", "--stop", ""}, 2, "--stop is empty"},
 		{"system without chat", []string{"run", "--model", fix, "--prompt-ids", "1", "--system", "x"}, 2, "--system goes with --chat"},
 		{"raw with ids", []string{"run", "--model", fix, "--prompt-ids", "1", "--raw"}, 2, "--raw goes with --prompt"},

@@ -14,10 +14,13 @@ import (
 
 // Config says how to compile a model graph for the GPU and run it.
 type Config struct {
-	DType      ir.DType // activations and matmul weights: ir.BF16 (default) or ir.F32
-	Chunk      int      // prefill tokens per step (default lower.DefaultChunk)
-	MaxContext int      // KV cache positions
-	Seqs       int      // sequence slots for batched steps (default 1)
+	DType ir.DType // activations and matmul weights: ir.BF16 (default) or ir.F32
+	Chunk int      // prefill tokens per step (default lower.DefaultChunk)
+	// AutoChunk with Chunk 0: steps of lower.LongChunk where that plan fits
+	// the device's free memory, else lower.DefaultChunk (lagc run).
+	AutoChunk  bool
+	MaxContext int // KV cache positions
+	Seqs       int // sequence slots for batched steps (default 1)
 	// BatchGEMM: batched decode steps above 8 rows run the GEMMs
 	// (lower.Options.BatchGEMM; also LAGC_BATCH_GEMM=1).
 	BatchGEMM bool
@@ -105,8 +108,20 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 	}
 	opts, err := PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor)
 	var plan *lower.Plan
+	if c.AutoChunk && c.Chunk == 0 {
+		opts.Chunk = lower.LongChunk
+	}
 	if err == nil {
 		plan, err = lower.Lower(g, opts)
+	}
+	var shortened string
+	if err == nil && opts.Chunk == lower.LongChunk && c.Chunk == 0 {
+		if free, _, merr := dev.MemInfo(); merr == nil {
+			if shortened = longChunkNote(plan, free); shortened != "" {
+				opts.Chunk = lower.DefaultChunk
+				plan, err = lower.Lower(g, opts)
+			}
+		}
 	}
 	var dropped string
 	if err == nil && plan.ShadowBytes > 0 && os.Getenv(EnvPrefillBF16) == "" {
@@ -132,6 +147,9 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 	}
 	e.ownDev = own
 	e.shadowsDropped = dropped
+	if shortened != "" && o.LoadLog != nil {
+		fmt.Fprintf(o.LoadLog, "note: %s\n", shortened)
+	}
 	if dropped != "" && o.LoadLog != nil {
 		fmt.Fprintf(o.LoadLog, "note: %s\n", dropped)
 	}
@@ -164,6 +182,22 @@ func shadowsNote(plan *lower.Plan, free uint64) string {
 	return fmt.Sprintf("prefill reads the quantised weights: %s of bf16 copies would not fit (the plan with them needs %s and %s of headroom, %s free; %s=1 insists)",
 		lower.FormatBytes(plan.ShadowBytes), lower.FormatBytes(need), lower.FormatBytes(shadowHeadroom), lower.FormatBytes(int64(free)), EnvPrefillBF16)
 }
+
+// longChunkNote says why plan (in steps of lower.LongChunk) does not fit
+// in free bytes of device memory with shadowHeadroom to spare, or "" where
+// it does.
+func longChunkNote(plan *lower.Plan, free uint64) string {
+	need := plan.DeviceBytes()
+	if uint64(need+shadowHeadroom) <= free {
+		return ""
+	}
+	return fmt.Sprintf("prefill runs in steps of %d tokens: steps of %d need %s and %s of headroom, %s free (--chunk sets the step)",
+		lower.DefaultChunk, lower.LongChunk, lower.FormatBytes(need), lower.FormatBytes(shadowHeadroom), lower.FormatBytes(int64(free)))
+}
+
+// PrefillChunk is the plan's prefill step: the most tokens one prefill
+// launch sequence takes (longer prompts run in steps of it).
+func (e *Executor) PrefillChunk() int { return e.plan.Prefill.Tokens }
 
 // ShadowsDropped says why Compile left the bf16 weight copies for prefill
 // out (no room on the device), or "" where it did not.

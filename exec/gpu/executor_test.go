@@ -12,6 +12,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -22,6 +23,7 @@ import (
 	"lagc/exec/gpu"
 	"lagc/internal/fixture"
 	"lagc/ir"
+	"lagc/lower"
 	"lagc/models"
 	"lagc/passes"
 )
@@ -490,5 +492,45 @@ func TestForwardTailGPU(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAutoChunkGPU: with AutoChunk and no chunk given, Compile plans
+// prefill steps of lower.LongChunk (the tiny model fits any GPU), and a
+// prompt longer than a step runs; a chunk given is kept.
+func TestAutoChunkGPU(t *testing.T) {
+	cudatest.Device(t)
+	cfg := config.Tiny()
+	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := passes.Run(gr, passes.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	ex, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: lower.LongChunk + 64, AutoChunk: true, Options: gpu.Options{LoadLog: &log}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	if got := ex.PrefillChunk(); got != lower.LongChunk || strings.Contains(log.String(), "steps of") {
+		t.Errorf("AutoChunk: steps of %d (note %q), want %d", got, log.String(), lower.LongChunk)
+	}
+	prompt := make([]int32, lower.LongChunk+5)
+	for i := range prompt {
+		prompt[i] = int32(i * 7 % cfg.VocabSize)
+	}
+	toks, _, _ := decodeRun(t, ex, prompt, false, 2)
+	if len(toks) != 2 {
+		t.Errorf("%d tokens after a %d-token prompt, want 2", len(toks), len(prompt))
+	}
+	ex16, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: 64, Chunk: 16, AutoChunk: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex16.Close()
+	if got := ex16.PrefillChunk(); got != 16 {
+		t.Errorf("AutoChunk with Chunk 16: steps of %d", got)
 	}
 }

@@ -312,3 +312,22 @@ func TestPrefillBF16Env(t *testing.T) {
 		}
 	}
 }
+
+// TestLongChunkNote: with AutoChunk, Compile keeps steps of
+// lower.LongChunk only where that plan and 2 GiB beside it fit the free
+// memory (longChunkNote), and the note says the step taken, what was
+// needed and what was free.
+func TestLongChunkNote(t *testing.T) {
+	p := tracePlan(t, traceModels[0], ir.BF16)
+	need := uint64(p.DeviceBytes() + shadowHeadroom)
+	if got := longChunkNote(p, need); got != "" {
+		t.Errorf("with %d bytes free (exactly enough): %q", need, got)
+	}
+	got := longChunkNote(p, need-1)
+	for _, want := range []string{fmt.Sprint(lower.DefaultChunk), fmt.Sprint(lower.LongChunk), lower.FormatBytes(p.DeviceBytes()),
+		lower.FormatBytes(int64(need - 1)), "--chunk"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("one byte short: %q does not say %q", got, want)
+		}
+	}
+}
