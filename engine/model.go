@@ -154,7 +154,6 @@ func build(ck ckpt.Checkpoint, o Options) (*Model, error) {
 	return m, nil
 }
 
-// Close releases the backend and the checkpoint.
 // PrefillChunk is the backend's prefill step in tokens (the GPU plan's),
 // or 0 where the backend has none (the CPU takes any length).
 func (m *Model) PrefillChunk() int {
@@ -164,6 +163,7 @@ func (m *Model) PrefillChunk() int {
 	return 0
 }
 
+// Close releases the backend and the checkpoint.
 func (m *Model) Close() error {
 	var err error
 	if m.Backend != nil {

@@ -81,7 +81,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text; one per turn with --chat")
 	fs.BoolVar(&f.logits, "logits", false, "with --json: include the prompt's last-position logits as last_logits")
 	fs.BoolVar(&f.verbose, "verbose", false, "say why the GPU is not used, where the bundled model comes from, and how --chat reuses its cache")
-	fs.IntVar(&f.chunk, "chunk", 0, "prefill chunk size in tokens (0: 4096 on a GPU where that plan fits, else 2048; on the CPU 2048, with steps also kept short enough for Ctrl-C)")
+	fs.IntVar(&f.chunk, "chunk", 0, "prefill chunk size in tokens (0: on a GPU 4096 where --ctx exceeds 2048 and that plan fits, else 2048; on the CPU 2048, with steps also kept short enough for Ctrl-C)")
 	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing); the CPU computes in f32")
 	fs.StringVar(&f.profile, "profile", "", "GPU: write the GPU time of every kernel (eager launches) to FILE as a pprof profile")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length (KV cache size); 0: the model's max_position_embeddings")

@@ -16,8 +16,9 @@ import (
 type Config struct {
 	DType ir.DType // activations and matmul weights: ir.BF16 (default) or ir.F32
 	Chunk int      // prefill tokens per step (default lower.DefaultChunk)
-	// AutoChunk with Chunk 0: steps of lower.LongChunk where that plan fits
-	// the device's free memory, else lower.DefaultChunk (lagc run).
+	// AutoChunk with Chunk 0: steps of lower.LongChunk where the context
+	// holds more than lower.DefaultChunk and that plan fits the device's
+	// free memory, else lower.DefaultChunk (lagc run).
 	AutoChunk  bool
 	MaxContext int // KV cache positions
 	Seqs       int // sequence slots for batched steps (default 1)
@@ -108,14 +109,12 @@ func Compile(g *ir.Graph, ws WeightSource, c Config) (*Executor, error) {
 	}
 	opts, err := PlanOptions(c, dev.Props().SMs, dev.Props().Major*10+dev.Props().Minor)
 	var plan *lower.Plan
-	if c.AutoChunk && c.Chunk == 0 {
-		opts.Chunk = lower.LongChunk
-	}
+	opts.Chunk = autoChunk(c)
 	if err == nil {
 		plan, err = lower.Lower(g, opts)
 	}
 	var shortened string
-	if err == nil && opts.Chunk == lower.LongChunk && c.Chunk == 0 {
+	if err == nil && opts.Chunk != c.Chunk {
 		if free, _, merr := dev.MemInfo(); merr == nil {
 			if shortened = longChunkNote(plan, free); shortened != "" {
 				opts.Chunk = lower.DefaultChunk
@@ -181,6 +180,16 @@ func shadowsNote(plan *lower.Plan, free uint64) string {
 	}
 	return fmt.Sprintf("prefill reads the quantised weights: %s of bf16 copies would not fit (the plan with them needs %s and %s of headroom, %s free; %s=1 insists)",
 		lower.FormatBytes(plan.ShadowBytes), lower.FormatBytes(need), lower.FormatBytes(shadowHeadroom), lower.FormatBytes(int64(free)), EnvPrefillBF16)
+}
+
+// autoChunk is the prefill step Compile tries first: lower.LongChunk with
+// AutoChunk, no chunk given and room in the context for a prompt longer
+// than lower.DefaultChunk; else c.Chunk (0: lower's default).
+func autoChunk(c Config) int {
+	if c.AutoChunk && c.Chunk == 0 && c.MaxContext > lower.DefaultChunk {
+		return lower.LongChunk
+	}
+	return c.Chunk
 }
 
 // longChunkNote says why plan (in steps of lower.LongChunk) does not fit

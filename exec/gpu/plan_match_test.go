@@ -313,6 +313,26 @@ func TestPrefillBF16Env(t *testing.T) {
 	}
 }
 
+// TestAutoChunk: Compile tries steps of lower.LongChunk only with
+// AutoChunk, no chunk given and a context longer than lower.DefaultChunk.
+func TestAutoChunk(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want int
+	}{
+		{Config{AutoChunk: true, MaxContext: 8192}, lower.LongChunk},
+		{Config{AutoChunk: true, MaxContext: lower.DefaultChunk + 1}, lower.LongChunk},
+		{Config{AutoChunk: true, MaxContext: lower.DefaultChunk}, 0},
+		{Config{AutoChunk: true, MaxContext: 64}, 0},
+		{Config{AutoChunk: true, Chunk: 16, MaxContext: 8192}, 16},
+		{Config{MaxContext: 8192}, 0},
+	} {
+		if got := autoChunk(c.cfg); got != c.want {
+			t.Errorf("%+v: %d, want %d", c.cfg, got, c.want)
+		}
+	}
+}
+
 // TestLongChunkNote: with AutoChunk, Compile keeps steps of
 // lower.LongChunk only where that plan and 2 GiB beside it fit the free
 // memory (longChunkNote), and the note says the step taken, what was
