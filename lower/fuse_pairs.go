@@ -25,15 +25,12 @@ func ArgKinds(a []Arg, kinds ...string) bool {
 // atB) gets the fused launch, the other is dropped, and the walk goes on
 // after b. In place.
 func fusePairs(steps [][]Launch, atB bool, fuse func(a, b Launch, rest []Launch) (Launch, bool)) {
-	type pos struct{ step, i int }
-	var flat []Launch
-	var where []pos
-	for i, ls := range steps {
-		for j, l := range ls {
-			flat, where = append(flat, l), append(where, pos{i, j})
-		}
+	where := streamOrder(steps)
+	flat := make([]Launch, len(where))
+	for k, p := range where {
+		flat[k] = steps[p.step][p.i]
 	}
-	drop := map[pos]bool{}
+	drop := map[streamPos]bool{}
 	for k := 0; k+1 < len(flat); k++ {
 		f, ok := fuse(flat[k], flat[k+1], flat[k+2:])
 		if !ok {
@@ -53,10 +50,24 @@ func fusePairs(steps [][]Launch, atB bool, fuse func(a, b Launch, rest []Launch)
 	for i, ls := range steps {
 		var kept []Launch
 		for j, l := range ls {
-			if !drop[pos{i, j}] {
+			if !drop[streamPos{i, j}] {
 				kept = append(kept, l)
 			}
 		}
 		steps[i] = kept
 	}
+}
+
+// streamPos is a launch's place in steps: step, then index.
+type streamPos struct{ step, i int }
+
+// streamOrder lists steps' launches' places in stream order, across steps.
+func streamOrder(steps [][]Launch) []streamPos {
+	var where []streamPos
+	for i, ls := range steps {
+		for j := range ls {
+			where = append(where, streamPos{i, j})
+		}
+	}
+	return where
 }

@@ -53,11 +53,11 @@ import (
 //
 // meta are the schedule's steps the launches belong to (steps[i] is
 // meta[i]'s), for fusions whose invariant needs who reads a value
-// (fuseNormRoPEAttention, last: it changes only the decode attention's
-// last of those that change arguments: it changes only the decode
-// attention's last arguments, which no other fusion reads). fuseXInPre and
-// fuseDownPre come after them all, in that order: they change kernel names
-// alone, of launches the others have settled.
+// (fuseNormRoPEAttention, the last of those that change arguments: it
+// changes only the decode attention's last arguments, which no other
+// fusion reads). fuseXInPre and fuseDownPre come after them all, in that
+// order: they change kernel names alone, of launches the others have
+// settled.
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {

@@ -63,13 +63,7 @@ func fuseXInPre(steps [][]Launch) { renamePairs(steps, XInPre) }
 // their places (both stay: unlike fusePairs, nothing is dropped), going on
 // after the second.
 func renamePairs(steps [][]Launch, f func(a, b Launch) (Launch, Launch, error)) {
-	type pos struct{ step, i int }
-	var where []pos
-	for i, ls := range steps {
-		for j := range ls {
-			where = append(where, pos{i, j})
-		}
-	}
+	where := streamOrder(steps)
 	for k := 0; k+1 < len(where); k++ {
 		a, b := where[k], where[k+1]
 		x, y, err := f(steps[a.step][a.i], steps[b.step][b.i])
@@ -138,15 +132,8 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 		}
 	}
 	g.Kernel, d.Kernel = "moe_gateup_qgemv_trig", "moe_down_qgemv_pre"
-	d.Ints = append(append([]int64(nil), d.Ints...), b2i64(trig))
+	d.Ints = append(append([]int64(nil), d.Ints...), int64(b2i(trig)))
 	return g, d, nil
-}
-
-func b2i64(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fuseDownPre applies DownPre to each such pair of the stream, in place.

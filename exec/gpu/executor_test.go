@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"lagc/ckpt"
 	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/engine"
@@ -421,13 +422,7 @@ func TestProfile(t *testing.T) {
 func TestSyntheticWeights(t *testing.T) {
 	cudatest.Device(t)
 	cfg := config.Tiny()
-	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := passes.Run(gr, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	gr := bf16Graph(t, cfg, nil)
 	ex, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: 64, Chunk: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -501,13 +496,7 @@ func TestForwardTailGPU(t *testing.T) {
 func TestAutoChunkGPU(t *testing.T) {
 	cudatest.Device(t)
 	cfg := config.Tiny()
-	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := passes.Run(gr, passes.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	gr := bf16Graph(t, cfg, nil)
 	var log strings.Builder
 	ex, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: lower.LongChunk + 64, AutoChunk: true, Options: gpu.Options{LoadLog: &log}})
 	if err != nil {
@@ -533,4 +522,23 @@ func TestAutoChunkGPU(t *testing.T) {
 	if got := ex16.PrefillChunk(); got != 16 {
 		t.Errorf("AutoChunk with Chunk 16: steps of %d", got)
 	}
+}
+
+// bf16Graph is cfg's Laguna graph with bf16 weights (with recipe r's types
+// where r is not nil) after the default passes.
+func bf16Graph(t *testing.T, cfg *config.Config, r *ckpt.Recipe) *ir.Graph {
+	t.Helper()
+	gr, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r != nil {
+		if err := models.SetRecipeTypes(gr, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := passes.Run(gr, passes.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return gr
 }

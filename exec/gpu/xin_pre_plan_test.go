@@ -30,8 +30,9 @@ func TestXInPrePlan(t *testing.T) {
 		return flat
 	}
 	// The default plan has them fused: one of each a MoE layer.
+	fused := decode(traceModels[i])
 	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"} {
-		if n := countKernel(decode(traceModels[i]), k); n != 3 {
+		if n := countKernel(fused, k); n != 3 {
 			t.Fatalf("%d %s launches in the default 4-layer decode plan, want 3", n, k)
 		}
 	}

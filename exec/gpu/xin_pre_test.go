@@ -10,9 +10,6 @@ import (
 	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/exec/gpu"
-	"lagc/ir"
-	"lagc/models"
-	"lagc/passes"
 )
 
 // TestXInPreGPU: with fuseXInPre, fuseDownPre or both (the default), the
@@ -43,17 +40,7 @@ func TestXInPreGPU(t *testing.T) {
 			off = append(off, "fuseDownPre")
 		}
 		t.Setenv("LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
-		gr, err := models.Build("laguna.yaml", models.LagunaYAML, &c, models.BuildOptions{WeightDType: ir.BF16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := models.SetRecipeTypes(gr, r); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := passes.Run(gr, passes.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		ex, err := gpu.Compile(gr, nil, gpu.Config{MaxContext: 256, Chunk: 64})
+		ex, err := gpu.Compile(bf16Graph(t, &c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
