@@ -300,6 +300,22 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 	return nil
 }
 
+// kbVariant is one kernel choice a prefill row times: a forced mma.sync K
+// step (cc 0 keeps lower off the wgmma core) or, on Hopper, lower's
+// wgmma choice (the one a plan runs there).
+type kbVariant struct {
+	label  string
+	bk, cc int
+}
+
+func (e *kbEnv) gemmVariants(kind string) []kbVariant {
+	vs := []kbVariant{{fmt.Sprintf("%s bk=32", kind), 32, 0}, {fmt.Sprintf("%s bk=64", kind), 64, 0}}
+	if cc := e.k.CC(); cc >= 90 {
+		vs = append(vs, kbVariant{kind + " wgmma", 0, cc})
+	}
+	return vs
+}
+
 // benchMatMul times y = x w^T (bf16) at each T. Where the weights are
 // smaller than 8x the L2 cache, calls cycle through copies of them so
 // every call streams its weights from HBM, as in a real step.
@@ -330,13 +346,13 @@ func (e *kbEnv) benchMatMul(m kbMM, Ts []int) ([]kbRow, error) {
 		flops := 2 * float64(T) * float64(rows) * float64(m.k)
 		bytes := wBytes + int64(T)*int64(m.k+m.n)*2
 		name := fmt.Sprintf("%s N=%d K=%d", m.name, m.n, m.k)
-		tiles := []int{0} // the GEMV has no tiles
+		vs := []kbVariant{{label: "gemv"}} // the GEMV has no tiles
 		if T > gpu.GEMVMaxRows {
-			tiles = []int{32, 64}
+			vs = e.gemmVariants("gemm")
 		}
-		for _, bk := range tiles {
+		for _, v := range vs {
 			a := gpu.MatMulArgs{T: T, K: m.k, N: m.n, X: x, Y: y, XType: cuda.BF16, WType: cuda.BF16, YType: cuda.BF16,
-				SwiGLU: m.swiglu, Tile: gpu.MMATile{K: bk}}
+				SwiGLU: m.swiglu, Tile: gpu.MMATile{K: v.bk}, CC: v.cc}
 			reps := max(copies, 3)
 			if T > gpu.GEMVMaxRows {
 				reps = 3
@@ -348,11 +364,11 @@ func (e *kbEnv) benchMatMul(m kbMM, Ts []int) ([]kbRow, error) {
 			if err != nil {
 				return nil, err
 			}
-			if bk == 0 {
-				out = append(out, e.row("gemv", name, T, sec, eager, bytes, flops, "bandwidth"))
-			} else {
-				out = append(out, e.row(fmt.Sprintf("gemm bk=%d", bk), name, T, sec, eager, bytes, flops, "compute"))
+			bound := "compute"
+			if T <= gpu.GEMVMaxRows {
+				bound = "bandwidth"
 			}
+			out = append(out, e.row(v.label, name, T, sec, eager, bytes, flops, bound))
 		}
 		if err := e.d.Free(x); err == nil {
 			e.forget(x)
@@ -379,14 +395,13 @@ func (e *kbEnv) forget(p cuda.DevicePtr) {
 func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 	const E, K, H, I = kbE, kbTopK, kbH, kbExpert
 	expertBytes := int64(I) * H * 2
-	gate, err := e.random(E * expertBytes)
+	// One allocation for gate and up: the wgmma path wants the up stack
+	// right after the gate stack, as a plan lays them out.
+	gate, err := e.random(2 * E * expertBytes)
 	if err != nil {
 		return nil, err
 	}
-	up, err := e.random(E * expertBytes)
-	if err != nil {
-		return nil, err
-	}
+	up := gate.Add(E * expertBytes)
 	down, err := e.random(E * expertBytes)
 	if err != nil {
 		return nil, err
@@ -431,11 +446,11 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			return nil, err
 		}
 		flops := 2 * float64(T) * K * 3 * float64(I) * H
-		kind, bound, tiles := "moe-decode", "bandwidth", []int{0}
+		bound, vs := "bandwidth", []kbVariant{{label: "moe-decode"}}
 		// Distinct experts of the call's routes, each read once at least.
 		bytes := int64(T*K)*3*expertBytes + int64(T)*H*4
 		if T > gpu.GEMVMaxRows {
-			kind, bound, tiles = "moe-grouped", "compute", []int{32, 64}
+			bound, vs = "compute", e.gemmVariants("moe-grouped")
 			used := map[int32]bool{}
 			for _, id := range ids {
 				used[id] = true
@@ -443,10 +458,10 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			bytes = int64(len(used))*3*expertBytes + int64(T)*H*4
 		}
 		var wsP cuda.DevicePtr
-		for _, bk := range tiles {
+		for _, v := range vs {
 			a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
 				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: gpu.ExpertsByLoad,
-				Tile: gpu.MMATile{K: bk}, IDs: idsP, Weights: wP}
+				Tile: gpu.MMATile{K: v.bk}, CC: v.cc, SMs: e.k.SMs(), IDs: idsP, Weights: wP}
 			wsBytes, err := gpu.MoEWorkspaceBytes(a)
 			if err != nil {
 				return nil, err
@@ -465,11 +480,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			if err != nil {
 				return nil, err
 			}
-			label := kind
-			if bk != 0 {
-				label = fmt.Sprintf("%s bk=%d", kind, bk)
-			}
-			out = append(out, e.row(label, fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, bound))
+			out = append(out, e.row(v.label, fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, bound))
 			// Each stage alone, on the first routing (the workspace holds
 			// its schedule from the runs above).
 			a.IDs, a.Weights = idsP, wP
