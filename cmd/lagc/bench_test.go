@@ -89,6 +89,25 @@ func TestBenchUsage(t *testing.T) {
 	}
 }
 
+// TestKernelBenchUsage: bad flags are usage errors (exit 2, naming the
+// flag) before any device is opened.
+func TestKernelBenchUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"kernel-bench", "--moe-quant", "q2_k"}, "--moe-quant"},
+		{[]string{"kernel-bench", "--moe-quant", "q4_k,bogus"}, "--moe-quant"},
+		{[]string{"kernel-bench", "--moe-t", "2048,x"}, "--moe-t"},
+		{[]string{"kernel-bench", "--runs", "0"}, "--runs"},
+		{[]string{"kernel-bench", "extra"}, "no arguments"},
+	} {
+		if _, errs, code := runPlanCmd(t, c.args...); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d (%q), want 2 naming %s", c.args, code, errs, c.want)
+		}
+	}
+}
+
 // TestCPUBench runs the CPU bench on the bundled model, briefly.
 func TestCPUBench(t *testing.T) {
 	var out bytes.Buffer

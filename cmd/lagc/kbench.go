@@ -13,19 +13,22 @@ import (
 
 	"lagc/cuda"
 	"lagc/exec/gpu"
+	"lagc/lower"
+	"lagc/quant"
 )
 
 func init() {
 	register(&command{
 		name:    "kernel-bench",
 		summary: "time the matmul and MoE kernels at Laguna-S-2.1 shapes (GB/s, TFLOP/s, roofline fractions)",
-		usage:   "kernel-bench [--runs N] [--gemm-t 512,2048,8192] [--moe-t 512,2048,8192] [--json]",
+		usage:   "kernel-bench [--runs N] [--gemm-t 512,2048,8192] [--moe-t 512,2048,8192] [--moe-quant q4_k] [--json]",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			o := kbOpts{}
 			fs.IntVar(&o.device, "device", 0, "CUDA device ordinal")
 			fs.IntVar(&o.runs, "runs", 7, "timed runs of each case; the median is reported")
 			fs.StringVar(&o.gemmT, "gemm-t", "512,2048,8192", "token counts of the prefill GEMMs")
 			fs.StringVar(&o.moeT, "moe-t", "512,2048,8192", "token counts of the grouped MoE (prefill)")
+			fs.StringVar(&o.moeQuant, "moe-quant", "q4_k", "quantised expert types the grouped MoE is also timed with on Hopper, comma-separated (\"\": none)")
 			fs.Float64Var(&o.bw, "bw", 4.3e12, "bandwidth roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
 			fs.Float64Var(&o.flops, "flops", 790e12, "bf16 tensor roofline, FLOP/s (an H200 GEMM measured ~790 TFLOP/s)")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
@@ -40,6 +43,16 @@ func init() {
 				if o.moeTs, err = parseInts(o.moeT); err != nil {
 					return fmt.Errorf("%w: --moe-t: %v", errUsage, err)
 				}
+				for _, n := range strings.Split(o.moeQuant, ",") {
+					if n = strings.TrimSpace(n); n == "" {
+						continue
+					}
+					t, err := quant.ParseType(n)
+					if err != nil || !lower.HasQuantKernels(t) {
+						return fmt.Errorf("%w: --moe-quant %q: want types with GPU kernels (%v)", errUsage, n, lower.QuantKernelTypes)
+					}
+					o.moeQuants = append(o.moeQuants, t)
+				}
 				if o.runs < 1 || o.bw <= 0 || o.flops <= 0 {
 					return fmt.Errorf("%w: --runs, --bw and --flops must be positive", errUsage)
 				}
@@ -53,6 +66,8 @@ type kbOpts struct {
 	device, runs  int
 	gemmT, moeT   string
 	gemmTs, moeTs []int
+	moeQuant      string
+	moeQuants     []quant.Type
 	bw, flops     float64
 	json          bool
 }
@@ -291,6 +306,13 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 	if err := add(e.benchMoE(append([]int{1}, o.moeTs...))); err != nil {
 		return fmt.Errorf("moe: %w", err)
 	}
+	if e.k.CC() >= 90 {
+		for _, t := range o.moeQuants {
+			if err := add(e.benchMoEQuant(t, o.moeTs)); err != nil {
+				return fmt.Errorf("moe %s: %w", t, err)
+			}
+		}
+	}
 	if o.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -414,48 +436,18 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 		if T <= gpu.GEMVMaxRows {
 			calls = routings
 		}
-		ids := make([]int32, calls*T*K)
-		wts := make([]float32, calls*T*K)
-		for t := 0; t < calls*T; t++ {
-			perm := r.Perm(E)
-			for j := 0; j < K; j++ {
-				ids[t*K+j] = int32(perm[j])
-				wts[t*K+j] = 0.1
-			}
-		}
-		idsP, err := e.alloc(int64(4 * len(ids)))
+		c, err := e.moeCall(r, T, calls)
 		if err != nil {
 			return nil, err
 		}
-		wP, err := e.alloc(int64(4 * len(wts)))
-		if err != nil {
-			return nil, err
-		}
-		if err := cuda.Upload(e.s, idsP, ids); err != nil {
-			return nil, err
-		}
-		if err := cuda.Upload(e.s, wP, wts); err != nil {
-			return nil, err
-		}
-		x, err := e.random(int64(T) * H * 2)
-		if err != nil {
-			return nil, err
-		}
-		y, err := e.alloc(int64(T) * H * 2)
-		if err != nil {
-			return nil, err
-		}
+		idsP, wP, x, y := c.ids, c.wts, c.x, c.y
 		flops := 2 * float64(T) * K * 3 * float64(I) * H
 		bound, vs := "bandwidth", []kbVariant{{label: "moe-decode"}}
 		// Distinct experts of the call's routes, each read once at least.
 		bytes := int64(T*K)*3*expertBytes + int64(T)*H*4
 		if T > gpu.GEMVMaxRows {
 			bound, vs = "compute", e.gemmVariants("moe-grouped")
-			used := map[int32]bool{}
-			for _, id := range ids {
-				used[id] = true
-			}
-			bytes = int64(len(used))*3*expertBytes + int64(T)*H*4
+			bytes = int64(c.used)*3*expertBytes + int64(T)*H*4
 		}
 		var wsP cuda.DevicePtr
 		for _, v := range vs {
@@ -484,17 +476,11 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			// Each stage alone, on the first routing (the workspace holds
 			// its schedule from the runs above).
 			a.IDs, a.Weights = idsP, wP
-			ls, err := e.k.MoELaunches(a)
+			stages, err := e.moeStages(a, bound)
 			if err != nil {
 				return nil, err
 			}
-			for _, l := range ls {
-				sec, eager, err := e.time(3, func(int) error { return l.Launch(e.s) })
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", l.Name, err)
-				}
-				out = append(out, e.row("  stage", l.Name, T, sec, eager, 0, 0, bound))
-			}
+			out = append(out, stages...)
 		}
 		for _, p := range []cuda.DevicePtr{wsP} {
 			if err := e.d.Free(p); err == nil {
@@ -529,4 +515,131 @@ func printKernelBench(w io.Writer, r kbReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f%% %s\t\n", x.Kernel, x.Case, x.T, x.Us, x.UsEager, x.GBps, x.TFlops, 100*x.Fraction, bound)
 	}
 	tw.Flush()
+}
+
+// benchMoEQuant times the grouped routed experts of one S-2.1 layer with
+// quantised stacks (synthetic blocks, as lagc bench --quant makes them) on
+// the wgmma path at each T above the decode GEMV's rows; the rate counts
+// the quantised bytes of the experts the routes use.
+func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
+	const E, K, H, I = kbE, kbTopK, kbH, kbExpert
+	gub, err := lower.QuantDeviceBytes(t, 2*E*I, H)
+	if err != nil {
+		return nil, err
+	}
+	db, err := lower.QuantDeviceBytes(t, E*H, I)
+	if err != nil {
+		return nil, err
+	}
+	gu, err := e.alloc(gub)
+	if err != nil {
+		return nil, err
+	}
+	dn, err := e.alloc(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.k.QSynth(e.s, t, gu, 2*E*I, H, 1); err != nil {
+		return nil, err
+	}
+	if err := e.k.QSynth(e.s, t, dn, E*H, I, 2); err != nil {
+		return nil, err
+	}
+	perExpert := (gub + db) / E
+	r := rand.New(rand.NewPCG(5, 6))
+	var out []kbRow
+	for _, T := range Ts {
+		if T <= gpu.GEMVMaxRows {
+			continue
+		}
+		c, err := e.moeCall(r, T, 1)
+		if err != nil {
+			return nil, err
+		}
+		a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: c.x, Out: c.y, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+			Order: gpu.ExpertsByLoad, CC: e.k.CC(), SMs: e.k.SMs(), IDs: c.ids, Weights: c.wts, WQuant: t,
+			QGate: gpu.QMatrix{W: gu, Total: 2 * E * I}, QUp: gpu.QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QDown: gpu.QMatrix{W: dn, Total: E * H}}
+		wsBytes, err := gpu.MoEWorkspaceBytes(a)
+		if err != nil {
+			return nil, err
+		}
+		if a.Workspace, err = e.alloc(wsBytes); err != nil {
+			return nil, err
+		}
+		sec, eager, err := e.time(1, func(int) error { return e.k.MoEExperts(e.s, a) })
+		if err != nil {
+			return nil, err
+		}
+		bytes := int64(c.used)*perExpert + int64(T)*H*4
+		flops := 2 * float64(T) * K * 3 * float64(I) * H
+		out = append(out, e.row("moe-grouped "+t.String(), fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, "compute"))
+		stages, err := e.moeStages(a, "compute")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, stages...)
+	}
+	return out, nil
+}
+
+// kbMoECall is a MoE case's device inputs: `calls` routings of T tokens
+// (each token's top kbTopK of kbE experts uniformly at random, weights
+// 0.1) one after another, x [T, kbH] bf16 and y, and how many distinct
+// experts the routes use.
+type kbMoECall struct {
+	ids, wts, x, y cuda.DevicePtr
+	used           int
+}
+
+func (e *kbEnv) moeCall(r *rand.Rand, T, calls int) (kbMoECall, error) {
+	const E, K = kbE, kbTopK
+	ids := make([]int32, calls*T*K)
+	wts := make([]float32, calls*T*K)
+	used := map[int32]bool{}
+	for t := 0; t < calls*T; t++ {
+		for j, id := range r.Perm(E)[:K] {
+			ids[t*K+j], wts[t*K+j] = int32(id), 0.1
+			used[int32(id)] = true
+		}
+	}
+	var c kbMoECall
+	var err error
+	if c.ids, err = e.alloc(int64(4 * len(ids))); err != nil {
+		return c, err
+	}
+	if c.wts, err = e.alloc(int64(4 * len(wts))); err != nil {
+		return c, err
+	}
+	if err := cuda.Upload(e.s, c.ids, ids); err != nil {
+		return c, err
+	}
+	if err := cuda.Upload(e.s, c.wts, wts); err != nil {
+		return c, err
+	}
+	if c.x, err = e.random(int64(T) * kbH * 2); err != nil {
+		return c, err
+	}
+	if c.y, err = e.alloc(int64(T) * kbH * 2); err != nil {
+		return c, err
+	}
+	c.used = len(used)
+	return c, nil
+}
+
+// moeStages times each launch of a's routed experts alone (the workspace
+// holds the schedule a timed call of a left there).
+func (e *kbEnv) moeStages(a gpu.MoEArgs, bound string) ([]kbRow, error) {
+	ls, err := e.k.MoELaunches(a)
+	if err != nil {
+		return nil, err
+	}
+	var out []kbRow
+	for _, l := range ls {
+		sec, eager, err := e.time(3, func(int) error { return l.Launch(e.s) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.Name, err)
+		}
+		out = append(out, e.row("  stage", l.Name, a.T, sec, eager, 0, 0, bound))
+	}
+	return out, nil
 }

@@ -257,6 +257,23 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, l)
 		}
+		// The persistent GEMV chain at its benchmark's shapes
+		// (TestPersistQGEMVChainGPU, BenchmarkPersistBoundary), once.
+		if dt == "bf16" {
+			for _, nk := range [][2]int{{1024, 2048}, {2048, 2048}} {
+				a := lower.PersistChainArgs{X: p, Table: p, Counters: p, Grid: 132, GEMVs: []lower.QGEMVArgs{
+					{T: 1, K: nk[1], N: nk[0], W: p, Y: lower.DevicePtr(1 << 20), WType: quant.Q8_0, WRows: nk[0], YType: "bf16"},
+					{T: 1, K: nk[0], N: nk[1], W: p, Y: lower.DevicePtr(2 << 20), WType: quant.Q8_0, WRows: nk[1], YType: "bf16"}}}
+				for _, pre := range []bool{false, true} {
+					a.Prefetch = pre
+					l, err := lower.PersistQGEMVChain(a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, l)
+				}
+			}
+		}
 		// The routed experts on 8 warps a block, and through shared memory
 		// (gate+up's ring, down's units all at once: BenchmarkQMoE,
 		// TestQMoEBatchBitsGPU), every type.

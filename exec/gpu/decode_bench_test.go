@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"lagc/cuda"
-	"lagc/cuda/cudatest"
 	"lagc/lower"
 	"lagc/prep"
 )
@@ -338,60 +336,5 @@ func BenchmarkDecodeKernels(b *testing.B) {
 // microseconds per call over b.N replays.
 func decodeTime(b *testing.B, s *cuda.Stream, f func() error) {
 	const reps = 50
-	if err := f(); err != nil { // compile and warm up
-		b.Fatal(err)
-	}
-	g, err := s.Capture(func() error {
-		for i := 0; i < reps; i++ {
-			if err := f(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
-	ex, err := g.Instantiate()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
-	dev := cudatest.Device(b)
-	e0, err := dev.NewEvent()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e0.Close()
-	e1, err := dev.NewEvent()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e1.Close()
-	if err := ex.Launch(s); err != nil { // warm
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	var total time.Duration
-	for i := 0; i < b.N; i++ {
-		if err := s.Record(e0); err != nil {
-			b.Fatal(err)
-		}
-		if err := ex.Launch(s); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Record(e1); err != nil {
-			b.Fatal(err)
-		}
-		if err := e1.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
-		t, err := cuda.Elapsed(e0, e1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += t
-	}
-	b.ReportMetric(total.Seconds()*1e6/float64(b.N*reps), "us/call")
+	b.ReportMetric(graphTime(b, s, reps, func(int) error { return f() }).Seconds()*1e6/reps, "us/call")
 }

@@ -79,7 +79,8 @@ var compiled sync.Map // kernelKey -> *cuda.Kernel
 // attention kernels gate.cu's output gate (and the decode attention
 // rope.cu's norm and rotation, fused; the wgmma prefill attention the
 // tensor-core one's pieces and gemm_hopper.cu's wgmma ones), the quantised GEMVs the norm
-// they may end with, router_qgemv.cu the router and the quantised GEMV.
+// they may end with, router_qgemv.cu the router and the quantised GEMV,
+// persist.cu the quantised GEMV's body.
 var sourceDeps = map[string][]string{
 	"moe.cu":                  {"matmul.cu"},
 	"router.cu":               {"matmul.cu"},
@@ -88,6 +89,7 @@ var sourceDeps = map[string][]string{
 	"attention_prefill_tc.cu": {"gate.cu"},
 	"attention_prefill_wg.cu": {"gate.cu", "attention_prefill_tc.cu", "gemm_hopper.cu"},
 	"quant.cu":                {"norm.cu"},
+	"persist.cu":              {"norm.cu", "quant.cu"},
 }
 
 // source is the text NVRTC compiles for file: its dependencies, then the

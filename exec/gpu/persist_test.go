@@ -1,0 +1,229 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/cuda/cudatest"
+	"lagc/lower"
+	"lagc/quant"
+)
+
+// persistChain is a chain of dependent Q8_0 GEMVs on the device (lower/
+// persist.go): sets copies of its weights, each set's GEMVs writing their
+// own y buffers, so results can be compared GEMV by GEMV and the weights
+// need not stay in L2 between calls.
+type persistChain struct {
+	k        *Kernels
+	x        cuda.DevicePtr
+	sets     []lower.PersistChainArgs
+	nw, spl  int
+	counters cuda.DevicePtr
+}
+
+// persistShapes are the chains measured: GEMVs alternating between two
+// shapes [N, K] (each one's N the next one's K).
+var persistShapes = []struct {
+	name string
+	a, b [2]int // [N, K]
+}{
+	{"1024x2048", [2]int{1024, 2048}, [2]int{2048, 1024}}, // 2.2 MB a GEMV, as small as the shared expert's
+	{"2048x2048", [2]int{2048, 2048}, [2]int{2048, 2048}}, // 4.5 MB
+}
+
+// (qgemv_xin, the launches' kernel, quantises x in every block and takes K
+// up to lower.QGEMVXInMax = 2048: both forms then do the same work.)
+
+func newPersistChain(tb testing.TB, k *Kernels, s *cuda.Stream, shape [2][2]int, n, sets, grid int) *persistChain {
+	tb.Helper()
+	devAlloc := func(bytes int64) cuda.DevicePtr {
+		p, err := k.Dev.Alloc(bytes)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = k.Dev.Free(p) })
+		return p
+	}
+	c := &persistChain{k: k}
+	r := rand.New(rand.NewPCG(41, 42))
+	xs := make([]uint16, shape[0][1])
+	for i := range xs {
+		xs[i] = cuda.F32ToBF16((r.Float32()*2 - 1) * 0.5)
+	}
+	c.x = devAlloc(int64(2 * len(xs)))
+	if err := cuda.Upload(s, c.x, xs); err != nil {
+		tb.Fatal(err)
+	}
+	c.counters = devAlloc(lower.PersistCounterBytes(n))
+	if err := s.Memset8(c.counters, 0, lower.PersistCounterBytes(n)); err != nil {
+		tb.Fatal(err)
+	}
+	for set := 0; set < sets; set++ {
+		a := lower.PersistChainArgs{X: ptr(c.x), Counters: ptr(c.counters), Grid: grid}
+		for g := 0; g < n; g++ {
+			N, K := shape[g%2][0], shape[g%2][1]
+			wb, err := lower.QuantDeviceBytes(quant.Q8_0, N, K)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			w := devAlloc(wb)
+			if err := k.QSynth(s, quant.Q8_0, w, N, K, uint32(100*set+g+1)); err != nil {
+				tb.Fatal(err)
+			}
+			y := devAlloc(int64(2 * N))
+			if err := s.Memset8(y, 0xFF, int64(2*N)); err != nil {
+				tb.Fatal(err)
+			}
+			a.GEMVs = append(a.GEMVs, lower.QGEMVArgs{T: 1, K: K, N: N, W: ptr(w), Y: ptr(y), WType: quant.Q8_0, WRows: N, YType: "bf16"})
+		}
+		table, err := lower.EncodePersistChain(a)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		a.Table = ptr(devAlloc(int64(len(table))))
+		if err := s.CopyHtoD(cuda.DevicePtr(a.Table.Offset), table); err != nil {
+			tb.Fatal(err)
+		}
+		if c.nw, c.spl, err = lower.PersistChainShape(a); err != nil {
+			tb.Fatal(err)
+		}
+		c.sets = append(c.sets, a)
+	}
+	return c
+}
+
+// launches queues set i's GEMVs as qgemv_xin launches of the chain's shape.
+func (c *persistChain) launches(s *cuda.Stream, i int) error {
+	a := c.sets[i]
+	for g, q := range a.GEMVs {
+		x := a.X
+		if g > 0 {
+			x = a.GEMVs[g-1].Y
+		}
+		q.RowsPerWarp, q.Split = c.nw, c.spl
+		if err := c.k.on(s).one(lower.QGEMVXIn(q, x, "bf16")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// persistent queues set i's chain as one persistent launch.
+func (c *persistChain) persistent(s *cuda.Stream, i int) error {
+	return c.k.on(s).one(lower.PersistQGEMVChain(c.sets[i]))
+}
+
+// ys reads set i's outputs, GEMV by GEMV.
+func (c *persistChain) ys(tb testing.TB, s *cuda.Stream, i int) [][]uint16 {
+	var out [][]uint16
+	for _, g := range c.sets[i].GEMVs {
+		h := make([]uint16, g.N)
+		if err := cuda.Download(s, h, cuda.DevicePtr(g.Y.Offset)); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// TestPersistQGEMVChainGPU: the persistent chain's every y equals the
+// qgemv_xin launches' bit for bit, eagerly and replayed from a graph over
+// several epochs, at one and two blocks an SM and with fewer blocks than a
+// GEMV has units.
+func TestPersistQGEMVChainGPU(t *testing.T) {
+	k, s := gpu(t)
+	sms := k.SMs()
+	for _, sh := range persistShapes {
+		for _, grid := range []int{sms, lower.PersistChainMaxBlocksPerSM * sms, 7} {
+			t.Run(fmt.Sprintf("%s/grid%d", sh.name, grid), func(t *testing.T) {
+				c := newPersistChain(t, k, s, [2][2]int{sh.a, sh.b}, 6, 1, grid)
+				c.sets[0].Prefetch = grid != 2*sms // both forms; the prefetch on the largest and smallest grids
+				if err := c.launches(s, 0); err != nil {
+					t.Fatal(err)
+				}
+				want := c.ys(t, s, 0)
+				for _, y := range c.sets[0].GEMVs { // poison: the chain must write every y
+					if err := s.Memset8(cuda.DevicePtr(y.Y.Offset), 0xFF, int64(2*y.N)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				check := func(what string) {
+					t.Helper()
+					got := c.ys(t, s, 0)
+					for g := range want {
+						for i := range want[g] {
+							if got[g][i] != want[g][i] {
+								t.Fatalf("%s: GEMV %d y[%d] = %#04x, the launches give %#04x", what, g, i, got[g][i], want[g][i])
+							}
+						}
+					}
+				}
+				for e := 0; e < 3; e++ {
+					if err := c.persistent(s, 0); err != nil {
+						t.Fatal(err)
+					}
+					check(fmt.Sprintf("eager launch %d", e))
+				}
+				ex := captureExec(t, s, func() error { return c.persistent(s, 0) })
+				for e := 0; e < 3; e++ {
+					if err := ex.Launch(s); err != nil {
+						t.Fatal(err)
+					}
+					check(fmt.Sprintf("graph replay %d", e))
+				}
+				ctr := make([]uint32, 2)
+				if err := cuda.Download(s, ctr, c.counters); err != nil {
+					t.Fatal(err)
+				}
+				if ctr[0] != 6 || ctr[1] != uint32(6*grid) {
+					t.Errorf("counters after 6 launches: epoch %d, arrivals %d; want 6 and %d", ctr[0], ctr[1], 6*grid)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPersistBoundary measures what a launch boundary costs in
+// decode: 8 dependent Q8_0 GEMVs as 8 qgemv_xin launches (with and without
+// programmatic launch, the decode plan's boundary) and as one persistent
+// launch with counters between them (at 1 and 2 blocks an SM; _pre: each
+// block's first weights asked of L2 before its wait), each from a
+// CUDA graph of 16 chains cycling through 4 weight sets (more than L2).
+// Reports microseconds a GEMV.
+//
+//	./exec__gpu.test -test.run '^$' -test.bench PersistBoundary -test.count 3
+func BenchmarkPersistBoundary(b *testing.B) {
+	dev := cudatest.Device(b)
+	k := NewKernels(dev)
+	const n, sets, reps = 8, 4, 16
+	for _, sh := range persistShapes {
+		for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre"} {
+			b.Run(sh.name+"/"+mode, func(b *testing.B) {
+				s, err := dev.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				grid := k.SMs()
+				if strings.HasPrefix(mode, "persist_2") {
+					grid *= 2
+				}
+				c := newPersistChain(b, k, s, [2][2]int{sh.a, sh.b}, n, sets, grid)
+				for i := range c.sets {
+					c.sets[i].Prefetch = strings.HasSuffix(mode, "_pre")
+				}
+				s.SetProgrammaticLaunch(mode != "launches")
+				run := func(i int) error {
+					if mode == "launches" || mode == "launches_pdl" {
+						return c.launches(s, i%sets)
+					}
+					return c.persistent(s, i%sets)
+				}
+				b.ReportMetric(graphTime(b, s, reps, run).Seconds()*1e6/(reps*n), "us/GEMV")
+			})
+		}
+	}
+}
