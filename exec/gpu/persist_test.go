@@ -227,3 +227,70 @@ func BenchmarkPersistBoundary(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGraphBranches measures the other way to overlap what a decode
+// layer runs one after another: two independent chains of qgemv_xin
+// launches (2 GEMVs of 4.5 MB, about a routed expert pass, and 2 of 2.2
+// MB, about the shared expert) queued on one stream ("serial") or on two
+// streams forked and joined through events inside one captured graph
+// ("branches"), programmatic launch on both streams, 16 pairs a graph over
+// 4 weight sets. Reports microseconds a pair.
+//
+//	./exec__gpu.test -test.run '^$' -test.bench GraphBranches -test.count 3
+func BenchmarkGraphBranches(b *testing.B) {
+	dev := cudatest.Device(b)
+	k := NewKernels(dev)
+	const sets, reps = 4, 16
+	for _, mode := range []string{"serial", "branches"} {
+		b.Run(mode, func(b *testing.B) {
+			var ss [2]*cuda.Stream
+			for i := range ss {
+				s, err := dev.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				s.SetProgrammaticLaunch(true)
+				ss[i] = s
+			}
+			var evs [2]*cuda.Event
+			for i := range evs {
+				e, err := dev.NewEvent()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				evs[i] = e
+			}
+			long := newPersistChain(b, k, ss[0], [2][2]int{{2048, 2048}, {2048, 2048}}, 2, sets, k.SMs())
+			short := newPersistChain(b, k, ss[0], [2][2]int{{1024, 2048}, {2048, 1024}}, 2, sets, k.SMs())
+			run := func(i int) error {
+				if mode == "serial" {
+					if err := long.launches(ss[0], i%sets); err != nil {
+						return err
+					}
+					return short.launches(ss[0], i%sets)
+				}
+				// fork: the second stream waits for what the first queued so far
+				if err := ss[0].Record(evs[0]); err != nil {
+					return err
+				}
+				if err := ss[1].WaitEvent(evs[0]); err != nil {
+					return err
+				}
+				if err := short.launches(ss[1], i%sets); err != nil {
+					return err
+				}
+				if err := long.launches(ss[0], i%sets); err != nil {
+					return err
+				}
+				// join
+				if err := ss[1].Record(evs[1]); err != nil {
+					return err
+				}
+				return ss[0].WaitEvent(evs[1])
+			}
+			b.ReportMetric(graphTime(b, ss[0], reps, run).Seconds()*1e6/reps, "us/pair")
+		})
+	}
+}
