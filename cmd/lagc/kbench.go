@@ -449,20 +449,27 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			bound, vs = "compute", e.gemmVariants("moe-grouped")
 			bytes = int64(c.used)*3*expertBytes + int64(T)*H*4
 		}
-		var wsP cuda.DevicePtr
-		for _, v := range vs {
-			a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
+		args := func(v kbVariant) gpu.MoEArgs {
+			return gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
 				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: gpu.ExpertsByLoad,
 				Tile: gpu.MMATile{K: v.bk}, CC: v.cc, SMs: e.k.SMs(), IDs: idsP, Weights: wP}
-			wsBytes, err := gpu.MoEWorkspaceBytes(a)
+		}
+		// One workspace for every variant, as large as the largest needs
+		// (the paths lay theirs out differently).
+		var wsBytes int64
+		for _, v := range vs {
+			n, err := gpu.MoEWorkspaceBytes(args(v))
 			if err != nil {
 				return nil, err
 			}
-			if wsP == 0 {
-				if wsP, err = e.alloc(wsBytes); err != nil {
-					return nil, err
-				}
-			}
+			wsBytes = max(wsBytes, n)
+		}
+		wsP, err := e.alloc(wsBytes)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			a := args(v)
 			a.Workspace = wsP
 			sec, eager, err := e.time(calls, func(i int) error {
 				a.IDs = idsP.Add(int64(4 * T * K * (i % calls)))
