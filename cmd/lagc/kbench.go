@@ -489,12 +489,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			}
 			out = append(out, stages...)
 		}
-		for _, p := range []cuda.DevicePtr{wsP} {
-			if err := e.d.Free(p); err == nil {
-				e.forget(p)
-			}
-		}
-		for _, p := range []cuda.DevicePtr{idsP, wP, x, y} {
+		for _, p := range []cuda.DevicePtr{wsP, idsP, wP, x, y} {
 			if err := e.d.Free(p); err == nil {
 				e.forget(p)
 			}
