@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# targets.sh: the figures issues 12 and 13 set targets for, measured in one
+# device call (the GPU machine: python3, no Go), one line each with its goal:
+#
+#   scripts/targets.sh [LAGC]          LAGC defaults to .gpu/lagc
+#
+# Runs `lagc bench --json` on synthetic Laguna-S-2.1 weights: q4_k_m at full
+# depth (graph decode tok/s, the MoE layer's fraction of its byte roofline,
+# prefill 2048 every row and last row), q4_k and iq4_xs at full depth (graph
+# decode), bf16 at 24 layers scaled to 48 (prefill 2048), then `lagc
+# kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
+# and 4096 tokens, bf16 and q4_k). TARGETS_RUNS (default 5) is each bench's
+# --runs. Raw JSON goes to $OUT (or .gpu/targets); a step that fails prints
+# its error and the others still run. Takes about two minutes on the H200.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lagc=${1:-.gpu/lagc}
+out=${OUT:-.gpu}/targets
+runs=${TARGETS_RUNS:-5}
+mkdir -p "$out"
+
+step() { # name, then the lagc arguments
+	local name=$1
+	shift
+	if ! "$lagc" "$@" >"$out/$name.json" 2>"$out/$name.err"; then
+		echo "targets: $name failed: $(tail -1 "$out/$name.err")" >&2
+		rm -f "$out/$name.json"
+	fi
+}
+s21=(bench --preset laguna-s-2.1 --synthetic --json --runs "$runs" --decode-tokens 64 --prefill 2048)
+step q4_k_m "${s21[@]}" --quant q4_k_m
+step q4_k "${s21[@]}" --quant q4_k
+step iq4_xs "${s21[@]}" --quant iq4_xs
+step bf16 "${s21[@]}" --layers 24
+step kernels kernel-bench --json --runs "$runs" --gemm-t 2048 --moe-t 2048,4096 --moe-quant q4_k
+
+python3 - "$out" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    p = os.path.join(out, name + ".json")
+    return json.load(open(p)) if os.path.exists(p) else None
+rows = []  # (issue, what, measured, goal, unit, higher is better)
+def bench(name, label, quant):
+    b = load(name)
+    if b is None:
+        rows.append(("", label, None, None, "", True)); return
+    graph = [d for d in b.get("decode", []) if d["mode"] == "graph"]
+    if quant and graph:
+        goal = 450 if name == "q4_k_m" else 600
+        rows.append(("12", f"{label}: graph decode, full depth", graph[0]["tok_per_s_full_depth"], goal, "tok/s", True))
+    if quant:
+        rows.append(("12", f"{label}: decode MoE layer, of its byte roofline", 100 * b.get("decode_moe_layer_roofline_fraction", 0), 65, "%", True))
+    for key, what in (("prefill", "every row"), ("prefill_last_row", "last row")):
+        for p in b.get(key) or []:
+            if p["tokens"] == 2048 and (name in ("q4_k_m", "bf16")):
+                rows.append(("13", f"{label}: prefill 2048 ({what}), full depth", p["tok_per_s_full_depth"], 20000, "tok/s", True))
+bench("q4_k_m", "q4_k_m", True)
+bench("q4_k", "q4_k", True)
+bench("iq4_xs", "iq4_xs", True)
+bench("bf16", "bf16 (24 layers, scaled)", False)
+k = load("kernels")
+if k is None:
+    rows.append(("", "kernel-bench", None, None, "", True))
+else:
+    for r in k["rows"]:
+        kern = r["kernel"]
+        if kern.startswith("gemm wgmma") and r["t"] == 2048:
+            rows.append(("13", f"dense GEMM {r['case']} T={r['t']}", 100 * r["roofline_fraction"], 65, "% of FLOP/s", True))
+        if kern in ("moe-grouped wgmma", "moe-grouped q4_k"):
+            rows.append(("13", f"{kern} T={r['t']}", 100 * r["roofline_fraction"], 40, "% of FLOP/s", True))
+met = 0
+for issue, what, got, goal, unit, hi in rows:
+    if got is None:
+        print(f"  -   {what}: not measured (see {out}/*.err)")
+        continue
+    ok = got >= goal if hi else got <= goal
+    met += ok
+    print(f"  {issue}  {what}: {got:,.1f} {unit} (goal {goal:,} {unit}) {'met' if ok else 'NOT met'}")
+print(f"targets: {met} of {sum(r[2] is not None for r in rows)} measured met")
+EOF
