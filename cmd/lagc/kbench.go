@@ -525,26 +525,12 @@ func printKernelBench(w io.Writer, r kbReport) {
 // the quantised bytes of the experts the routes use.
 func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
 	const E, K, H, I = kbE, kbTopK, kbH, kbExpert
-	gub, err := lower.QuantDeviceBytes(t, 2*E*I, H)
+	gu, gub, err := e.qsynth(t, 2*E*I, H, 1)
 	if err != nil {
 		return nil, err
 	}
-	db, err := lower.QuantDeviceBytes(t, E*H, I)
+	dn, db, err := e.qsynth(t, E*H, I, 2)
 	if err != nil {
-		return nil, err
-	}
-	gu, err := e.alloc(gub)
-	if err != nil {
-		return nil, err
-	}
-	dn, err := e.alloc(db)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.k.QSynth(e.s, t, gu, 2*E*I, H, 1); err != nil {
-		return nil, err
-	}
-	if err := e.k.QSynth(e.s, t, dn, E*H, I, 2); err != nil {
 		return nil, err
 	}
 	perExpert := (gub + db) / E
@@ -644,4 +630,18 @@ func (e *kbEnv) moeStages(a gpu.MoEArgs, bound string) ([]kbRow, error) {
 		out = append(out, e.row("  stage", l.Name, a.T, sec, eager, 0, 0, bound))
 	}
 	return out, nil
+}
+
+// qsynth allocates a quantised matrix of t (rows x K, the device layout)
+// filled with synthetic blocks, and returns it with its size in bytes.
+func (e *kbEnv) qsynth(t quant.Type, rows, K int, seed uint32) (cuda.DevicePtr, int64, error) {
+	n, err := lower.QuantDeviceBytes(t, rows, K)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := e.alloc(n)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p, n, e.k.QSynth(e.s, t, p, rows, K, seed)
 }

@@ -50,7 +50,7 @@ func roundTo(dt cuda.DType, v []float32) []float32 {
 }
 
 // upload copies v to a new device buffer stored as dtype dt.
-func upload(t *testing.T, k *Kernels, s *cuda.Stream, dt cuda.DType, v []float32) cuda.DevicePtr {
+func upload(t testing.TB, k *Kernels, s *cuda.Stream, dt cuda.DType, v []float32) cuda.DevicePtr {
 	t.Helper()
 	var bytes []byte
 	switch dt {
@@ -88,9 +88,9 @@ func uploadI32(t *testing.T, k *Kernels, s *cuda.Stream, v []int32) cuda.DeviceP
 	return p
 }
 
-// alloc allocates n bytes (at least 4), poisoned with NaN-like bytes so an
-// unwritten output cannot pass, and freed when the test ends.
-func alloc(t *testing.T, k *Kernels, n int64) cuda.DevicePtr {
+// alloc allocates n bytes (at least 4), freed when the test ends. The bytes
+// are not initialised: poison them where an unwritten output must fail.
+func alloc(t testing.TB, k *Kernels, n int64) cuda.DevicePtr {
 	t.Helper()
 	if n < 4 {
 		n = 4
@@ -104,7 +104,7 @@ func alloc(t *testing.T, k *Kernels, n int64) cuda.DevicePtr {
 }
 
 // poison fills a buffer of n bytes with 0xFF (NaN in f32, bf16 and f16).
-func poison(t *testing.T, s *cuda.Stream, p cuda.DevicePtr, n int64) {
+func poison(t testing.TB, s *cuda.Stream, p cuda.DevicePtr, n int64) {
 	t.Helper()
 	if err := s.Memset8(p, 0xFF, n); err != nil {
 		t.Fatal(err)

@@ -39,25 +39,10 @@ var persistShapes = []struct {
 
 func newPersistChain(tb testing.TB, k *Kernels, s *cuda.Stream, shape [2][2]int, n, sets, grid int) *persistChain {
 	tb.Helper()
-	devAlloc := func(bytes int64) cuda.DevicePtr {
-		p, err := k.Dev.Alloc(bytes)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { _ = k.Dev.Free(p) })
-		return p
-	}
 	c := &persistChain{k: k}
 	r := rand.New(rand.NewPCG(41, 42))
-	xs := make([]uint16, shape[0][1])
-	for i := range xs {
-		xs[i] = cuda.F32ToBF16((r.Float32()*2 - 1) * 0.5)
-	}
-	c.x = devAlloc(int64(2 * len(xs)))
-	if err := cuda.Upload(s, c.x, xs); err != nil {
-		tb.Fatal(err)
-	}
-	c.counters = devAlloc(lower.PersistCounterBytes(n))
+	c.x = upload(tb, k, s, cuda.BF16, randF32(r, shape[0][1], 0.5))
+	c.counters = alloc(tb, k, lower.PersistCounterBytes(n))
 	if err := s.Memset8(c.counters, 0, lower.PersistCounterBytes(n)); err != nil {
 		tb.Fatal(err)
 	}
@@ -69,21 +54,19 @@ func newPersistChain(tb testing.TB, k *Kernels, s *cuda.Stream, shape [2][2]int,
 			if err != nil {
 				tb.Fatal(err)
 			}
-			w := devAlloc(wb)
+			w := alloc(tb, k, wb)
 			if err := k.QSynth(s, quant.Q8_0, w, N, K, uint32(100*set+g+1)); err != nil {
 				tb.Fatal(err)
 			}
-			y := devAlloc(int64(2 * N))
-			if err := s.Memset8(y, 0xFF, int64(2*N)); err != nil {
-				tb.Fatal(err)
-			}
+			y := alloc(tb, k, int64(2*N))
+			poison(tb, s, y, int64(2*N))
 			a.GEMVs = append(a.GEMVs, lower.QGEMVArgs{T: 1, K: K, N: N, W: ptr(w), Y: ptr(y), WType: quant.Q8_0, WRows: N, YType: "bf16"})
 		}
 		table, err := lower.EncodePersistChain(a)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		a.Table = ptr(devAlloc(int64(len(table))))
+		a.Table = ptr(alloc(tb, k, int64(len(table))))
 		if err := s.CopyHtoD(cuda.DevicePtr(a.Table.Offset), table); err != nil {
 			tb.Fatal(err)
 		}
@@ -145,10 +128,8 @@ func TestPersistQGEMVChainGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := c.ys(t, s, 0)
-				for _, y := range c.sets[0].GEMVs { // poison: the chain must write every y
-					if err := s.Memset8(cuda.DevicePtr(y.Y.Offset), 0xFF, int64(2*y.N)); err != nil {
-						t.Fatal(err)
-					}
+				for _, y := range c.sets[0].GEMVs { // the chain must write every y
+					poison(t, s, cuda.DevicePtr(y.Y.Offset), int64(2*y.N))
 				}
 				check := func(what string) {
 					t.Helper()
