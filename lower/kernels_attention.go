@@ -369,9 +369,12 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 				return Launch{}, fmt.Errorf("%s: attn_prefill_wg runs 2, 3 or 4 CTAs a multiprocessor, not %d", op, ctas)
 			}
 			blocks = (rows + int64(wrows) - 1) / int64(wrows)
-			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(split), int64(nw)},
-				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows, a.WgStages),
-				append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
+			// NR 0: q as given; PrefillNormRoPEAttention sets NR and
+			// the norm and rotation's arguments after the tail.
+			args := append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)
+			args = append(args, ptrArg(Ptr{}), f32(0), ptrArg(Ptr{}), i32(0), f32(0))
+			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(split), int64(nw), 0},
+				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows, a.WgStages), args...), nil
 		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},
 			dims(int(blocks), c.NKV), dims(tcThreads), PrefillTCSmem(d),

@@ -53,9 +53,9 @@ import (
 //
 // meta are the schedule's steps the launches belong to (steps[i] is
 // meta[i]'s), for fusions whose invariant needs who reads a value
-// (fuseNormRoPEAttention, the last of those that change arguments: it
-// changes only the decode attention's last arguments, which no other
-// fusion reads). fuseXInPre and fuseDownPre come after them all, in that
+// (fuseNormRoPEAttention and fusePrefillNormRoPEAttention, the last of
+// those that change arguments: they change only the decode and prefill
+// attentions' q and last arguments, which no other fusion reads). fuseXInPre and fuseDownPre come after them all, in that
 // order: they change kernel names alone, of launches the others have
 // settled.
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
@@ -80,6 +80,7 @@ var launchFusions = []struct {
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
+	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},
 }

@@ -310,10 +310,11 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 // each GEMV reading quantised activations must find exactly what it finds
 // in the raw stream.
 func TestDropQ8XPlans(t *testing.T) {
-	// Without fuseNormRoPEAttention, which TestFuseNormRoPEAttention checks,
+	// Without fuseNormRoPEAttention and fusePrefillNormRoPEAttention, which
+	// TestFuseNormRoPEAttention and TestFusePrefillNormRoPEAttention check,
 	// and the renames of fuseXInPre and fuseDownPre (TestXInPrePlan).
 	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16,
-		DisableFusions: []string{"fuseNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
+		DisableFusions: []string{"fuseNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
 	if err != nil {
 		t.Fatal(err)
 	}

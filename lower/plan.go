@@ -448,8 +448,10 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 		note := ""
 		switch {
 		case len(launches[i]) > 0:
-		case st.Op == "norm_rope":
+		case st.Op == "norm_rope" && i > 0 && s.Steps[i-1].Op == "norm_rope" && len(launches[i-1]) > 0:
 			note = "  (launched by the step before)"
+		case st.Op == "norm_rope":
+			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
 		case st.Op == "rms_norm":
 			note = "  (launched with the add before)"
 		}

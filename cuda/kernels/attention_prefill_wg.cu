@@ -79,12 +79,96 @@ __device__ __forceinline__ void wa_mma_pv(float (&d)[64], const unsigned (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-template <int D, int SPLIT, int NW>
+// wa_q8 is 16-byte chunk c of row r of a swizzled tile as 8 floats.
+__device__ __forceinline__ void wa_q8(const unsigned short* tile, int r, int c, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(wa_chunk(const_cast<unsigned short*>(tile), r, c));
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int e = 0; e < 4; e++) v[2 * e] = __uint_as_float(w[e] << 16), v[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+}
+__device__ __forceinline__ void wa_st8(unsigned short* tile, int r, int c, const float (&v)[8]) {
+  uint4 u;
+  u.x = fa_pack(v[0], v[1]), u.y = fa_pack(v[2], v[3]), u.z = fa_pack(v[4], v[5]), u.w = fa_pack(v[6], v[7]);
+  *reinterpret_cast<uint4*>(wa_chunk(tile, r, c)) = u;
+}
+
+// wa_norm_rope_q normalises (qw non-null) and rotates, in place, the 64
+// head rows of a warpgroup's swizzled Q tile (head_dim 128), two threads
+// a row (t128: the thread's index in its warpgroup; the pair are lanes
+// t and t ^ 1), as qk_norm_rope would have before the kernel read them
+// (lower.PrefillNormRoPEAttention): the sum of squares over 128 channels,
+// w[c] * (x * inv), then rope_rotate's expression with the row's token's
+// cosines cs and sines sn (rope_tables'), rounded to bf16. A thread takes
+// a quarter of the rotated pairs, i and i + rot/2 (a quarter of rot/2: rot
+// a multiple of 32), and half the channels from rot on. Its square sums
+// run in another order than qk_norm_rope's, so a value may differ from
+// the unfused path's by one bf16 ulp.
+__device__ __forceinline__ void wa_norm_rope_q(unsigned short* tile, int t128, const float* cs, const float* sn,
+                                               const float* __restrict__ qw, float eps, int rot) {
+  const int rr = t128 >> 1, hf = t128 & 1, half = rot >> 1;
+  const int qn = half >> 4, pn = (128 - rot) >> 4;  // chunks: rotated pairs, passed-through channels
+  const int clo = hf * qn, chi = clo + (half >> 3), cpt = (rot >> 3) + hf * pn;
+  float ss = 0.f, v[8], u[8];
+  for (int i = 0; i < qn; i++) {
+    wa_q8(tile, rr, clo + i, v);
+    wa_q8(tile, rr, chi + i, u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) ss += v[e] * v[e] + u[e] * u[e];
+  }
+  for (int i = 0; i < pn; i++) {
+    wa_q8(tile, rr, cpt + i, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+  }
+  ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+  const float inv = 1.f / sqrtf(ss / 128.f + eps);
+  for (int i = 0; i < qn; i++) {
+    wa_q8(tile, rr, clo + i, v);
+    wa_q8(tile, rr, chi + i, u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const int c = 8 * (clo + i) + e;
+      float a = v[e], b = u[e];
+      if (qw != nullptr) a = qw[c] * (a * inv), b = qw[c + half] * (b * inv);
+      v[e] = a * cs[c] - b * sn[c];
+      u[e] = b * cs[c] + a * sn[c];
+    }
+    wa_st8(tile, rr, clo + i, v);
+    wa_st8(tile, rr, chi + i, u);
+  }
+  if (qw == nullptr) return;
+  for (int i = 0; i < pn; i++) {
+    wa_q8(tile, rr, cpt + i, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = qw[8 * (cpt + i) + e] * (v[e] * inv);
+    wa_st8(tile, rr, cpt + i, v);
+  }
+}
+
+// wa_nr_tokens is the most tokens a CTA's rows span (rows run token-major,
+// group heads a token): its rope table's, after the tiles (rot floats a
+// token; lower.PrefillNormRoPEAttention sizes it alike).
+__device__ __forceinline__ int wa_nr_tokens(int rows, int group) { return (rows - 1) / group + 2; }
+
+// wa_rope_table is rope_tables of ntab tokens from position p (one call a
+// CTA, out of line as measured; inlined, ptxas reports the same spill).
+__device__ __noinline__ void wa_rope_table(float* tab, int ntab, int p, int rot, const float* __restrict__ inv_freq, float attn) {
+  rope_tables(tab, ntab, p, rot, nullptr, inv_freq, attn);
+}
+
+// NR 1: q holds the heads before their per-head norm and rotation (qw,
+// eps, inv_freq, rot, attnf as qk_norm_rope takes them), which the kernel
+// does on its Q tiles (wa_norm_rope_q); NR 0 ignores those arguments. The
+// NR variant's ptxas spills p0 (reloaded where the K rows are found);
+// reading pos[0] again there instead removed the loop's reloads but was
+// slower (BenchmarkPrefillNormRoPEAttention, docs/PERF.md).
+template <int D, int SPLIT, int NW, int NR>
 __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     attn_prefill_wg(int ntok, int nh, int nkv, int window, int slots, float scale, const int* __restrict__ pos,
                     const bf16_t* __restrict__ q, long long ldq, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                     long long ldkv, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc, bf16_t* __restrict__ out,
-                    long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G) {
+                    long long ldo, const bf16_t* __restrict__ gate, long long ldg, int G, const float* __restrict__ qw, float eps,
+                    const float* __restrict__ inv_freq, int rot, float attnf) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
   static_assert(NW == 1 || (NW == 2 && SPLIT <= 1), "two warpgroups a CTA: one K and one V tile, or two of each");
@@ -111,6 +195,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs + (r / FA_BQ) * WA_TILE, r % FA_BQ, c); }, qg, ldq, fr, FA_BQ * NW,
                   128 * NW);
+  if constexpr (NR) fa_commit();  // Q alone: rotated before the first scores read it
   const FaKeys fk = fa_keys(fr, window);  // the keys of the CTA's rows: both warpgroups walk them
   const int jlo = fk.jlo, jhi = fk.jhi, ntiles = fk.ntiles;
 
@@ -165,6 +250,17 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   if constexpr (SPLIT) fa_commit();  // Q and K of tile 0, then its V
   load(1, kr0, 0);
   fa_commit();
+  if constexpr (NR) {
+    // The cosines and sines of the CTA's tokens (a sincosf a pair and
+    // token, not a pair and row: group rows a token), while Q comes.
+    float* tab = reinterpret_cast<float*>(Qs + WaCfg<SPLIT, NW>::TILES * WA_TILE);
+    const int t0 = fr.r0 / group;
+    wa_rope_table(tab, wa_nr_tokens(FA_BQ * NW, group), p0 + t0, rot, inv_freq, attnf);
+    fa_wait<SPLIT ? 2 : 1>();  // Q (this thread's copies; K and V may still come) ...
+    __syncthreads();           // ... and everyone's, and the table; the loop's first fence and barrier hand the result to the MMAs
+    const float* cs = tab + ((r0 + ((tid & 127) >> 1)) / group - t0) * rot;
+    wa_norm_rope_q(Qs + wg * WA_TILE, tid & 127, cs, cs + (rot >> 1), qw, eps, rot);
+  }
 
   const int g = lane >> 2, tq = lane & 3;
   const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};

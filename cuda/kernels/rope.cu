@@ -198,13 +198,14 @@ __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, 
 }
 
 // rope_tables computes the cosines then the sines (times attn) of
-// tokens t0..t0+ntab-1 into tab, rot floats a token, with the whole block.
+// tokens t0..t0+ntab-1 into tab, rot floats a token, with the whole block;
+// a null pos means token t is at position t.
 __device__ __forceinline__ void rope_tables(float* tab, int ntab, int t0, int rot, const int* __restrict__ pos,
                                             const float* __restrict__ inv_freq, float attn) {
   const int half = rot >> 1;
   for (int i = threadIdx.x; i < ntab * half; i += blockDim.x) {
     const int tt = i / half, c = i - tt * half;
-    rope_cos_sin(c, (float)pos[t0 + tt], inv_freq, attn, tab[tt * rot + c], tab[tt * rot + half + c]);
+    rope_cos_sin(c, (float)(pos ? pos[t0 + tt] : t0 + tt), inv_freq, attn, tab[tt * rot + c], tab[tt * rot + half + c]);
   }
 }
 

@@ -555,3 +555,45 @@ func TestMatMulHopperSplitGPU(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGEMMShortChunk: the plain prefill GEMMs of short chunks (S-2.1's
+// router logits in f32, o_proj, the dense and shared downs) on gemm_wgmma
+// (lower's choice below lower.CublasLtMinRows rows) against cuBLASLt, at
+// T from 128 to 2048 rows: where a chunk has too few 128-row tiles to fill
+// the GPU (the router's 256 columns at 512 tokens are 8 tiles).
+//
+//	exec__gpu.test -test.run '^$' -test.bench GEMMShortChunk -test.benchtime 200x
+func BenchmarkGEMMShortChunk(b *testing.B) {
+	m := newMMBench(b)
+	sh := s21(b)
+	lt, err := m.k.Dev.NewLt()
+	if errors.Is(err, cuda.ErrNoCublasLt) {
+		lt = nil
+	} else if err != nil {
+		b.Fatal(err)
+	} else {
+		b.Cleanup(func() { lt.Close() })
+	}
+	router := benchShape{"router", 256, sh.oProj.N, false}
+	for _, c := range []benchShape{router, sh.oProj, sh.denseDown, sh.sharedDown} {
+		yt := cuda.BF16
+		if c.name == "router" {
+			yt = cuda.F32
+		}
+		for _, T := range []int{128, 256, 512, 1024, 2048} {
+			x, w, y := m.rand(T*c.K), m.rand(c.N*c.K), m.rand(2*T*c.N)
+			bytes := 2 * float64(c.N*c.K+T*(c.K+c.N))
+			flops := 2 * float64(T) * float64(c.N) * float64(c.K)
+			b.Run(fmt.Sprintf("%s/T=%d/wgmma", c.name, T), func(b *testing.B) {
+				a := MatMulArgs{T: T, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: yt, CC: 90, X: x, W: w, Y: y}
+				m.run(b, bytes, flops, func() error { return m.k.MatMul(m.s, a) })
+			})
+			b.Run(fmt.Sprintf("%s/T=%d/cublaslt", c.name, T), func(b *testing.B) {
+				if lt == nil {
+					b.Skip("optional baseline: no cuBLASLt")
+				}
+				m.run(b, bytes, flops, func() error { return lt.GEMM(m.s, T, c.N, c.K, x, w, y, yt, false) })
+			})
+		}
+	}
+}

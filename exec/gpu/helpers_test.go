@@ -79,7 +79,7 @@ func upload(t testing.TB, k *Kernels, s *cuda.Stream, dt cuda.DType, v []float32
 }
 
 // uploadI32 copies v to a new device buffer.
-func uploadI32(t *testing.T, k *Kernels, s *cuda.Stream, v []int32) cuda.DevicePtr {
+func uploadI32(t testing.TB, k *Kernels, s *cuda.Stream, v []int32) cuda.DevicePtr {
 	t.Helper()
 	p := alloc(t, k, int64(4*len(v)))
 	if err := cuda.Upload(s, p, v); err != nil {

@@ -77,8 +77,8 @@ var compiled sync.Map // kernelKey -> *cuda.Kernel
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
 // matmul.cu's tensor-core pieces, router.cu its GEMV (router_fused), the
 // attention kernels gate.cu's output gate (and the decode attention
-// rope.cu's norm and rotation, fused; the wgmma prefill attention the
-// tensor-core one's pieces and gemm_hopper.cu's wgmma ones), the quantised GEMVs the norm
+// rope.cu's norm and rotation, fused; the wgmma prefill attention those
+// too, the tensor-core one's pieces and gemm_hopper.cu's wgmma ones), the quantised GEMVs the norm
 // they may end with, router_qgemv.cu the router and the quantised GEMV,
 // persist.cu the quantised GEMV's body.
 var sourceDeps = map[string][]string{
@@ -87,7 +87,7 @@ var sourceDeps = map[string][]string{
 	"router_qgemv.cu":         {"matmul.cu", "router.cu", "norm.cu", "quant.cu"},
 	"attention.cu":            {"gate.cu", "rope.cu"},
 	"attention_prefill_tc.cu": {"gate.cu"},
-	"attention_prefill_wg.cu": {"gate.cu", "attention_prefill_tc.cu", "gemm_hopper.cu"},
+	"attention_prefill_wg.cu": {"gate.cu", "rope.cu", "attention_prefill_tc.cu", "gemm_hopper.cu"},
 	"quant.cu":                {"norm.cu"},
 	"persist.cu":              {"norm.cu", "quant.cu"},
 }
