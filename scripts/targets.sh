@@ -10,8 +10,8 @@
 # decode), bf16 at 24 layers scaled to 48 (prefill 2048), then `lagc
 # kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
 # and 4096 tokens, bf16 and q4_k). TARGETS_RUNS (default 5) is each bench's
-# --runs. Raw JSON goes to $OUT (or .gpu/targets); a step that fails prints
-# its error and the others still run. Takes about two minutes on the H200.
+# --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
+# fails prints its error and the others still run. Takes about two minutes on the H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lagc=${1:-.gpu/lagc}
@@ -72,10 +72,13 @@ else:
 met = 0
 for issue, what, got, goal, unit, hi in rows:
     if got is None:
-        print(f"  -   {what}: not measured (see {out}/*.err)")
+        print(f"  -   {what}: not measured (see the .err files in {out}.tar.gz)")
         continue
     ok = got >= goal if hi else got <= goal
     met += ok
     print(f"  {issue}  {what}: {got:,.1f} {unit} (goal {goal:,} {unit}) {'met' if ok else 'NOT met'}")
 print(f"targets: {met} of {sum(r[2] is not None for r in rows)} measured met")
 EOF
+# One file back from a device call (a call returns at most 8): the raw
+# JSON and errors packed beside the directory.
+tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
