@@ -16,10 +16,14 @@ const CublasLtGEMM = "cublaslt_gemm"
 func CublasLtName(yt string) string { return CublasLtGEMM + "<" + yt + ">" }
 
 // CublasLtMinRows: from this many rows the plain bf16 GEMMs go to
-// cuBLASLt. Measured faster at T=2048 at every plain S-2.1 shape
-// (docs/PERF.md); 1024 is where lower already leaves the quantised
-// in-register path for the bf16 copy, not a measured crossover.
-const CublasLtMinRows = 1024
+// cuBLASLt. H200, BenchmarkGEMMShortChunk (docs/PERF.md), TFLOP/s of
+// gemm_wgmma against cuBLASLt at T = 128 / 256 / 512 / 1024: the router's
+// 256 columns (f32 out) 10 / 21 / 41 / 82 against 17 / 31 / 76 / 203 (its
+// 128-row tiles leave most multiprocessors idle), o_proj 157 / 312 / 606 /
+// 618 against 312 / 541 / 714 / 766, dense down alike, the shared down 71
+// / 147 / 230 / 402 against 60 / 173 / 337 / 496: cuBLASLt from 256 rows
+// at all four (it was 1024, not a measured crossover).
+const CublasLtMinRows = 256
 
 // cublasLtOK says why a does not go to cuBLASLt, or nil.
 func cublasLtOK(a MatMulArgs) error {

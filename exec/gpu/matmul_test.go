@@ -227,9 +227,10 @@ func TestMatMulCublasLtGPU(t *testing.T) {
 		{T: 1024, K: 512, N: 384, acc: true, y: cuda.BF16, lt: true},
 		{T: 1100, K: 264, N: 136, y: cuda.F32, lt: true},
 		{T: 2048, K: 1024, N: 3072, acc: true, y: cuda.F32, lt: true},
-		{T: 1023, K: 512, N: 384, y: cuda.BF16},               // under CublasLtMinRows
-		{T: 1024, K: 512, N: 384, swiglu: true, y: cuda.BF16}, // no SwiGLU epilogue there
-		{T: 1024, K: 512, N: 100, y: cuda.BF16},               // N % 8: rows not 16-byte aligned
+		{T: lower.CublasLtMinRows, K: 3072, N: 256, y: cuda.F32, lt: true}, // S-2.1's router logits
+		{T: lower.CublasLtMinRows - 1, K: 512, N: 384, y: cuda.BF16},       // under CublasLtMinRows
+		{T: 1024, K: 512, N: 384, swiglu: true, y: cuda.BF16},              // no SwiGLU epilogue there
+		{T: 1024, K: 512, N: 100, y: cuda.BF16},                            // N % 8: rows not 16-byte aligned
 	} {
 		a := MatMulArgs{T: c.T, K: c.K, N: c.N, XType: cuda.BF16, WType: cuda.BF16, YType: c.y, Accumulate: c.acc, SwiGLU: c.swiglu,
 			CC: 90, CublasLt: true}
