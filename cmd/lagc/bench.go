@@ -343,7 +343,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err := b.decode(true, f.tokens); err != nil {
 		return err
 	}
-	decProf, _ := ex.StopProfile()
+	decProf, decSteps := ex.StopProfile()
 	ex.StartProfile()
 	ex.Reset()
 	if _, err := ex.Prefill(toks[:min(2048, len(toks))]); err != nil {
@@ -351,7 +351,8 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	preProf, preSteps := ex.StopProfile()
 	if f.profile != "" {
-		if err := writeBenchProfile(f.profile, append(append([]gpu.ProfileEntry(nil), decProf...), preProf...), preSteps); err != nil {
+		entries, steps := benchProfile(decProf, decSteps, preProf, preSteps)
+		if err := writeBenchProfile(f.profile, entries, steps); err != nil {
 			return err
 		}
 	}
@@ -481,6 +482,32 @@ func benchConfig(f *benchFlags, dt ir.DType, sizes, batches []int) gpu.Config {
 		c.NoWeightCache, c.CacheQuantised, c.LoadLog = f.weightCache.off, f.weightCache.all, os.Stderr
 	}
 	return c
+}
+
+// benchProfile is what --profile writes: the decode run's decode steps
+// (not the prefill of its context, which ran in that run too and would
+// add to the prefill class) and the prefill run's chunk, with both runs'
+// step counts (so a step's time is the class total over its count).
+func benchProfile(dec []gpu.ProfileEntry, decSteps map[string]int, pre []gpu.ProfileEntry, preSteps map[string]int) ([]gpu.ProfileEntry, map[string]int) {
+	var out []gpu.ProfileEntry
+	for _, e := range dec {
+		if e.Class == lower.Decode {
+			out = append(out, e)
+		}
+	}
+	steps := map[string]int{}
+	if n := decSteps[lower.Decode]; n > 0 {
+		steps[lower.Decode] = n
+	}
+	for _, e := range pre {
+		if e.Class == lower.Prefill {
+			out = append(out, e)
+		}
+	}
+	if n := preSteps[lower.Prefill]; n > 0 {
+		steps[lower.Prefill] = n
+	}
+	return out, steps
 }
 
 func writeBenchProfile(path string, entries []gpu.ProfileEntry, steps map[string]int) error {

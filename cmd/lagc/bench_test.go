@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +286,43 @@ func TestWarnSkipKernels(t *testing.T) {
 	warnSkipKernels(&b, "NVIDIA H200")
 	if want := `warning: LAGC_SKIP_KERNELS="attn_decode" leaves kernels out (a timing ablation): the output is wrong`; !strings.Contains(b.String(), want) {
 		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
+
+// TestBenchProfile: --profile keeps the decode run's decode steps and the
+// prefill run's chunk, not the decode run's context prefill (which would
+// add a second prefill to the class), and both runs' step counts.
+func TestBenchProfile(t *testing.T) {
+	ms := time.Millisecond
+	dec := []gpu.ProfileEntry{
+		{Class: lower.Decode, Node: "blk.0.out", Op: "moe_grouped", Launcher: "moe_gateup_gemv", Layer: 0, Launches: 8, GPU: 2 * ms},
+		{Class: lower.Prefill, Node: "blk.0.out", Op: "moe_grouped", Launcher: "gemm_wgmma_q", Layer: 0, Launches: 1, GPU: 5 * ms},
+	}
+	pre := []gpu.ProfileEntry{
+		{Class: lower.Prefill, Node: "blk.0.out", Op: "moe_grouped", Launcher: "gemm_wgmma", Layer: 0, Launches: 1, GPU: 9 * ms},
+	}
+	got, steps := benchProfile(dec, map[string]int{lower.Decode: 8, lower.Prefill: 1}, pre, map[string]int{lower.Prefill: 1})
+	want := []gpu.ProfileEntry{dec[0], pre[0]}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("entries %+v, want %+v", got, want)
+	}
+	if !reflect.DeepEqual(steps, map[string]int{lower.Decode: 8, lower.Prefill: 1}) {
+		t.Errorf("steps %v", steps)
+	}
+	p, err := gpu.BuildProfile(got, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Join(p.Comments, "; "); !strings.Contains(c, "decode steps: 8") || !strings.Contains(c, "prefill steps: 1") {
+		t.Errorf("comments %q", c)
+	}
+	var prefill int64
+	for _, s := range p.Sample {
+		if s.Label["class"][0] == lower.Prefill {
+			prefill += s.Value[1]
+		}
+	}
+	if prefill != (9 * ms).Nanoseconds() {
+		t.Errorf("prefill class holds %d ns, want the prefill run's %d", prefill, (9 * ms).Nanoseconds())
 	}
 }
