@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/pprof/profile"
 
 	"lagc/exec/gpu"
 )
@@ -102,4 +105,28 @@ func TestProfileCmd(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, code, errs, c.code, c.want)
 		}
 	}
+}
+
+// FuzzPrintProfile: whatever parses as a pprof profile, printProfile
+// returns an error or prints; it never panics.
+func FuzzPrintProfile(f *testing.F) {
+	p, err := gpu.BuildProfile([]gpu.ProfileEntry{{Class: "decode", Node: "n", Op: "o", Launcher: "k", Layer: 1, Launches: 2, GPU: time.Millisecond}},
+		map[string]int{"decode": 2})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var seed bytes.Buffer
+	if err := p.WriteUncompressed(&seed); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := profile.ParseData(data)
+		if err != nil {
+			return
+		}
+		for _, o := range []profileOpts{{layer: allLayers, top: 3}, {layer: 1}, {class: "decode", layer: -1}} {
+			_ = printProfile(io.Discard, p, o)
+		}
+	})
 }
