@@ -9,7 +9,8 @@
 # prefill 2048 every row and last row), q4_k and iq4_xs at full depth (graph
 # decode), bf16 at 24 layers scaled to 48 (prefill 2048), then `lagc
 # kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
-# and 4096 tokens, bf16 and q4_k). TARGETS_RUNS (default 5) is each bench's
+# and 4096 tokens, bf16 and q4_k), and `lagc profile` of the q4_k_m and bf16
+# runs (where the time goes, in the tarball). TARGETS_RUNS (default 5) is each bench's
 # --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
 # fails prints its error and the others still run. Takes about two minutes on the H200.
 set -uo pipefail
@@ -28,10 +29,15 @@ step() { # name, then the lagc arguments
 	fi
 }
 s21=(bench --preset laguna-s-2.1 --synthetic --json --runs "$runs" --decode-tokens 64 --prefill 2048)
-step q4_k_m "${s21[@]}" --quant q4_k_m
+step q4_k_m "${s21[@]}" --quant q4_k_m --profile "$out/q4_k_m.pprof"
 step q4_k "${s21[@]}" --quant q4_k
 step iq4_xs "${s21[@]}" --quant iq4_xs
-step bf16 "${s21[@]}" --layers 24
+step bf16 "${s21[@]}" --layers 24 --profile "$out/bf16.pprof"
+# Where the time goes (lagc profile: the profiled eager runs, per kernel
+# summed over the layers), packed with the rest.
+for name in q4_k_m bf16; do
+	[ -f "$out/$name.pprof" ] && "$lagc" profile --top 30 "$out/$name.pprof" >"$out/$name-profile.txt" 2>&1
+done
 step kernels kernel-bench --json --runs "$runs" --gemm-t 2048 --moe-t 2048,4096 --moe-quant q4_k
 
 python3 - "$out" <<'EOF'
