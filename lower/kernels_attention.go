@@ -333,9 +333,11 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 	tail := append([]Arg{ptrArg(a.Q), i64(int64(ldq)), ptrArg(a.K), ptrArg(a.V), i64(int64(ldkv)), ptrArg(c.K), ptrArg(c.V),
 		ptrArg(a.Out), i64(int64(a.NH * d))}, gate...)
 	if !a.FFMA && PrefillTC(a.DType, d) {
+		// The CTAs of a kv head run along the grid's y (at most 65535):
+		// every kv head's latest rows start first (fa_rows).
 		blocks := (rows + tcRows - 1) / tcRows
-		if blocks > 1<<31-1 || rows > 1<<31-1 {
-			return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
+		if blocks > 65535 || rows > 1<<31-1 {
+			return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch (%d CTAs a kv head, at most 65535)", op, a.T, blocks)
 		}
 		vec := true
 		for _, p := range []Ptr{a.Out, a.Q, a.K, a.V, c.K, c.V} {
@@ -374,10 +376,10 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 			args := append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)
 			args = append(args, ptrArg(Ptr{}), f32(0), ptrArg(Ptr{}), i32(0), f32(0))
 			return kernel("attention_prefill_wg.cu", "attn_prefill_wg", nil, []int64{int64(d), int64(split), int64(nw), 0},
-				dims(int(blocks), c.NKV), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows, a.WgStages), args...), nil
+				dims(c.NKV, int(blocks)), dims(tcThreads*nw), PrefillWGSmem(ctas, wrows, a.WgStages), args...), nil
 		}
 		return kernel("attention_prefill_tc.cu", "attn_prefill_tc", []string{"bf16"}, []int64{int64(d), int64(b2i(vec))},
-			dims(int(blocks), c.NKV), dims(tcThreads), PrefillTCSmem(d),
+			dims(c.NKV, int(blocks)), dims(tcThreads), PrefillTCSmem(d),
 			append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)...), nil
 	}
 	blocks := (rows + prefillRows - 1) / prefillRows

@@ -311,14 +311,8 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
-	v := 1
-	if a.H%8 == 0 {
-		v = 8
-	}
 	p := moeParts{routing: MoERouting(a, l),
-		combine: kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
-			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
-			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), i32(b2i(a.Accumulate)))}
+		combine: MoECombine(a.OutType, a.T, a.TopK, a.H, a.Weights, a.Workspace.At(l.Pos), a.Workspace.At(l.Ys), a.Out, a.Accumulate)}
 	if !gather {
 		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))

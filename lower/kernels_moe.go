@@ -387,20 +387,66 @@ func MoE(a MoEArgs) ([]Launch, error) {
 	}
 	smem := MMASmem(l.MI, l.BK)
 	tile := []int64{int64(l.MI), int64(l.BK)}
-	v := 1
-	if a.H%8 == 0 {
-		v = 8 // ys rows and the workspace are 16-byte aligned
-	}
 	return append(MoERouting(a, l),
 		kernel("moe.cu", "moe_gateup_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.I, 64)), dims(256), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), ptrArg(a.X), ws(l.Sorted), ws(l.Tiles), ws(l.NTiles),
 			ptrArg(a.Gate), ptrArg(a.Up), ws(l.Act), i32(a.Band/64)),
 		kernel("moe.cu", "moe_down_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.H, mmaBN)), dims(256), smem,
 			i32(a.H), i32(a.I), ws(l.Act), ws(l.Tiles), ws(l.NTiles), ptrArg(a.Down), ws(l.Ys), i32(a.Band*a.H/max(a.I, 1)/mmaBN)),
-		kernel("moe.cu", "moe_combine", []string{a.OutType}, []int64{int64(v)},
-			dims(min(ceilDiv(a.T*(a.H/v), 256), combineMaxBlocks)), dims(256), 0,
-			i32(a.T), i32(a.TopK), i32(a.H), ptrArg(a.Weights), ws(l.Pos), ws(l.Ys), ptrArg(a.Out), acc),
+		MoECombine(a.OutType, a.T, a.TopK, a.H, a.Weights, a.Workspace.At(l.Pos), a.Workspace.At(l.Ys), a.Out, a.Accumulate),
 	), nil
+}
+
+// MoECombine adds each of T tokens' k expert results (rows of H bf16 in
+// ys, route j of token t at row pos[t*k+j], none where negative) weighted
+// by weights (f32 [T, k]) in slot order into out ([T, H] of outType; onto
+// it with accumulate), as the grouped experts end.
+func MoECombine(outType string, T, k, H int, weights, pos, ys, out Ptr, accumulate bool) Launch {
+	v := 1
+	if H%8 == 0 {
+		v = 8 // ys rows and the workspace are 16-byte aligned
+	}
+	return kernel("moe.cu", "moe_combine", []string{outType}, []int64{int64(v)},
+		dims(min(ceilDiv(T*(H/v), 256), combineMaxBlocks)), dims(256), 0,
+		i32(T), i32(k), i32(H), ptrArg(weights), ptrArg(pos), ptrArg(ys), ptrArg(out), i32(b2i(accumulate)))
+}
+
+// MoECombineNorm is MoECombine(ydt, T, k, H, weights, pos, ys, out,
+// accumulate) then RMSNorm(ydt, odt, nout, out, w, T, H, eps) in one launch
+// with their bits (fuseCombineNorm): a block a token row, of the norm's
+// block size, a thread 8 values. H is a multiple of 8 from 1024 (the norm's
+// block kernel) to 8192 (a chunk a thread); out, w and nout are 16-byte
+// aligned (the norm's 16-byte path, the one the kernel reproduces); nout
+// lies apart from weights, pos, ys (rows up to T*k) and out, and w from out.
+func MoECombineNorm(ydt, odt string, T, k, H int, weights, pos, ys, out Ptr, accumulate bool, w, nout Ptr, eps float32) (Launch, error) {
+	const op = "MoECombineNorm"
+	n, err := RMSNorm(ydt, odt, nout, out, w, T, H, eps)
+	if err != nil {
+		return Launch{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if n.Kernel != "rms_norm_block" || H%8 != 0 || H > 8192 || k <= 0 {
+		return Launch{}, fmt.Errorf("%s: rows of %d (k %d): want a multiple of 8 from 1024 to 8192 and k > 0", op, H, k)
+	}
+	if !out.Aligned(16) || !w.Aligned(16) || !nout.Aligned(16) {
+		return Launch{}, fmt.Errorf("%s: out %s, w %s and nout %s must be 16-byte aligned", op, out, w, nout)
+	}
+	if err := checkPtrs(op, "weights", weights, "pos", pos, "ys", ys); err != nil {
+		return Launch{}, err
+	}
+	routes := int64(T) * int64(k)
+	outs := int64(T) * int64(H)
+	nb := outs * int64(dtypeSize(odt))
+	for _, in := range []span{{weights, 4 * routes}, {pos, 4 * routes}, {ys, 2 * routes * int64(H)}, {out, outs * int64(dtypeSize(ydt))}} {
+		if overlaps(nout, nb, in.at, in.n) {
+			return Launch{}, fmt.Errorf("%s: the norm's output %s overlaps the combine's inputs or output", op, nout)
+		}
+	}
+	if overlaps(w, 4*int64(H), out, outs*int64(dtypeSize(ydt))) {
+		return Launch{}, fmt.Errorf("%s: the norm weight %s overlaps the combine's output %s", op, w, out)
+	}
+	return kernel("moe.cu", "moe_combine_norm", []string{ydt, odt}, nil, dims(T), n.Block, 0,
+		i32(T), i32(k), i32(H), ptrArg(weights), ptrArg(pos), ptrArg(ys), ptrArg(out), i32(b2i(accumulate)),
+		f32(eps), ptrArg(w), ptrArg(nout)), nil
 }
 
 // L2BandBytes is the weight bytes one N-band of one expert may take: a

@@ -101,7 +101,7 @@ func TestPrefillAttentionChoice(t *testing.T) {
 			tiles = nw - 1 + 5
 		}
 		if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != split || l.Ints[2] != int64(nw) || l.Block[0] != 128*nw ||
-			l.Grid[0] != (rows+wrows-1)/wrows || l.Shmem != tiles*16384+1024 {
+			l.Grid != dims(cache.NKV, (rows+wrows-1)/wrows) || l.Shmem != tiles*16384+1024 {
 			t.Errorf("rows %d, ctas %d, stages %d: %s grid %v block %v, %d bytes, %v", c.rows, c.ctas, c.stages, l.NameExpr(), l.Grid, l.Block,
 				l.Shmem, err)
 		}

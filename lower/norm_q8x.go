@@ -30,7 +30,9 @@ import (
 // fuseLaunches fuses launches of consecutive steps, in place: the
 // routers (fuseRouter), then the quantisations (four passes), which may
 // run past a fused router, then the residual adds into the norms after them
-// (fuseAddNorm), which needs the norms as those leave them, then the
+// (fuseAddNorm), which needs the norms as those leave them, and the grouped
+// experts' combines into theirs (fuseCombineNorm: the plain block norms
+// alone, of a bf16 model's prefill, which no other fusion takes), then the
 // one-row norms into the GEMVs before them (fuseGEMVNorm), which takes
 // the norms as fuseAddNorm leaves them, then the fused routers with the
 // GEMV after them (fuseRouterQGEMV), which needs that GEMV's quantisation
@@ -77,6 +79,7 @@ var launchFusions = []struct {
 	{"fuseAttnQ8X", launchesOnly(fuseAttnQ8X)},
 	{"fuseQGEMVXIn", launchesOnly(fuseQGEMVXIn)},
 	{"fuseAddNorm", launchesOnly(fuseAddNorm)},
+	{"fuseCombineNorm", launchesOnly(fuseCombineNorm)},
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},

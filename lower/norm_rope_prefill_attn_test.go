@@ -4,8 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"lagc/ir"
 )
 
 // prefillPair is a plan's prefill q rope and the attention after it.
@@ -38,26 +36,10 @@ func prefillPairs(t *testing.T, meta []Step, steps [][]Launch) []prefillPair {
 // fusion, at the chunk, a shorter T and the last-row tail; decode is
 // untouched. Then the refusals.
 func TestFusePrefillNormRoPEAttention(t *testing.T) {
-	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 1024}
-	fused, err := quantPlan(t, "laguna-s-2.1", 4, "q4_k_m", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.DisableFusions = []string{"fusePrefillNormRoPEAttention"}
-	plain, err := quantPlan(t, "laguna-s-2.1", 4, "q4_k_m", o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fused, plain := fusionPlans(t, "q4_k_m", "fusePrefillNormRoPEAttention")
 	for _, T := range []int{64, 37} {
 		for _, tail := range []Tail{TailAll, TailLast} {
-			got, err := fused.AtTail(fused.Prefill, T, tail)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := plain.AtTail(plain.Prefill, T, tail)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, want := fusionSteps(t, fused, plain, T, tail)
 			pairs := prefillPairs(t, plain.Prefill.Steps, want)
 			if len(pairs) != 4 {
 				t.Fatalf("T=%d: %d q ropes before an attention, want 4", T, len(pairs))

@@ -452,8 +452,13 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 			note = "  (launched by the step before)"
 		case st.Op == "norm_rope":
 			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
-		case st.Op == "rms_norm":
-			note = "  (launched with the add before)"
+		case st.Op == "rms_norm": // fuseAddNorm, fuseCombineNorm, fuseGEMVNorm
+			for j := i - 1; j >= 0; j-- {
+				if k := len(launches[j]); k > 0 {
+					note = "  (launched by " + launches[j][k-1].Kernel + " before)"
+					break
+				}
+			}
 		}
 		fmt.Fprintf(w, "  %s = %s(%s)%s\n", strings.Join(outs, ", "), st.Op, strings.Join(ins, ", "), note)
 		for _, l := range launches[i] {

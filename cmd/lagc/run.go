@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -236,6 +237,10 @@ func runRun(f *runFlags) error {
 	}
 	if ids == nil {
 		if ids, err = tok.EncodeContext(ctx, text, !f.raw); err != nil {
+			if errors.Is(err, context.Canceled) { // Ctrl-C before prefill began: a stop like one during it
+				fmt.Fprintf(runIO.err, "prefill: stopped after 0 tokens (while encoding the prompt); stop: canceled\n")
+				return nil
+			}
 			return fmt.Errorf("encoding the prompt: %w", err)
 		}
 		if len(ids) == 0 {

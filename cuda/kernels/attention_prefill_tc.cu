@@ -103,19 +103,21 @@ __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
 }
 
 // FaRows: a CTA's share of the (token, query head of the group) rows of
-// kv head blockIdx.y, both prefill attention kernels alike: bq rows
-// (FA_BQ; attn_prefill_wg 64 a warpgroup) from r0 (the latest rows, with
-// the most keys, to the first CTAs), nr of them real, of R; p0 the first
-// token's position.
+// kv head blockIdx.x, both prefill attention kernels alike: bq rows
+// (FA_BQ; attn_prefill_wg 64 a warpgroup) from r0, nr of them real, of R;
+// p0 the first token's position. The latest rows, with the most keys, go
+// to the first CTAs of the launch, every kv head's before any head's next
+// (CTAs start in linear order, x fastest): with the kv head in y, the last
+// heads' longest causal rows started in the last wave.
 struct FaRows {
   int group, kvh, R, r0, nr, p0;
 };
 __device__ __forceinline__ FaRows fa_rows(int ntok, int nh, int nkv, const int* pos, int bq = FA_BQ) {
   FaRows f;
   f.group = nh / nkv;
-  f.kvh = blockIdx.y;
+  f.kvh = blockIdx.x;
   f.R = ntok * f.group;
-  f.r0 = (gridDim.x - 1 - blockIdx.x) * bq;
+  f.r0 = (gridDim.y - 1 - blockIdx.y) * bq;
   f.nr = min(bq, f.R - f.r0);
   f.p0 = pos[0];
   return f;

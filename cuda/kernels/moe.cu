@@ -444,6 +444,41 @@ __global__ void __launch_bounds__(256) moe_down_mma(int H, int I, const bf16_t* 
   });
 }
 
+// moe_combine_at: out[t, h0..h0+V) = sum_j weights[t,j] * ys[pos[t,j], h]
+// (+ out), slots in order (moe_combine's values, moe_combine_norm's too);
+// st gets them as stored.
+template <typename TY, int V>
+__device__ __forceinline__ void moe_combine_at(int t, int h0, int k, int H, const float* __restrict__ weights,
+                                               const int* __restrict__ pos, const bf16_t* __restrict__ ys, TY* out,
+                                               int accumulate, float (&st)[V]) {
+  float acc[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) acc[q] = 0.f;
+  for (int j = 0; j < k; j++) {
+    const int p = pos[t * k + j];
+    if (p < 0) continue;
+    const float wt = weights[t * k + j];
+    float f[V];
+    if constexpr (V == 8) {
+      load_x<8>(ys + (long long)p * H + h0, f);
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; q++) f[q] = to_f32(ys[(long long)p * H + h0 + q]);
+    }
+#pragma unroll
+    for (int q = 0; q < V; q++) acc[q] = fmaf(wt, f[q], acc[q]);
+  }
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    const long long o = (long long)t * H + h0 + q;
+    float v = acc[q];
+    if (accumulate) v += to_f32(out[o]);
+    const TY y = from_f32<TY>(v);
+    out[o] = y;
+    st[q] = to_f32(y);
+  }
+}
+
 // out[t, h] = sum_j weights[t,j] * ys[pos[t,j], h] (+ out), slots in order;
 // V consecutive h per thread (V = 8 needs H % 8 == 0).
 template <typename TY, int V>
@@ -454,30 +489,48 @@ __global__ void __launch_bounds__(256) moe_combine(int T, int k, int H, const fl
   const int HV = H / V;
   LAGC_FOR(i, (long long)T * HV) {
     const int t = (int)(i / HV), h0 = (int)(i % HV) * V;
-    float acc[V];
+    float st[V];
+    moe_combine_at<TY, V>(t, h0, k, H, weights, pos, ys, out, accumulate, st);
+  }
+}
+
+// moe_combine_norm is moe_combine<TY, 8> then rms_norm_block<TY, To>(out)
+// into nout (lower.MoECombineNorm, made by fuseCombineNorm where a bf16
+// model's MoE layer ends and the next layer's norm reads its sum): a block
+// a token, of the norm's block size, a thread a chunk of 8 (H <= 8192; out,
+// w and nout 16-byte aligned, so the norm takes its 16-byte path). Each
+// thread keeps its chunk as stored and normalises it as norm_row's 16-byte
+// path does (the same square sum, warp and block sums, scale and product),
+// so both outputs keep the two launches' bits, in one launch and without
+// reading the rows back. nout lies apart from weights, pos, ys and out; w
+// from out.
+template <typename TY, typename To>
+__global__ void __launch_bounds__(1024) moe_combine_norm(int T, int k, int H, const float* __restrict__ weights,
+                                                         const int* __restrict__ pos, const bf16_t* __restrict__ ys, TY* out,
+                                                         int accumulate, float eps, const float* __restrict__ w,
+                                                         To* __restrict__ nout) {
+  pdl_wait();
+  __shared__ float red[32];
+  const int t = blockIdx.x, c = threadIdx.x, lane = c & 31, warp = c >> 5;
+  if (t >= T) return;
+  const bool has = c < H / 8;
+  float v[8], ss = 0.f;
+  if (has) {
+    moe_combine_at<TY, 8>(t, 8 * c, k, H, weights, pos, ys, out, accumulate, v);
 #pragma unroll
-    for (int q = 0; q < V; q++) acc[q] = 0.f;
-    for (int j = 0; j < k; j++) {
-      const int p = pos[t * k + j];
-      if (p < 0) continue;
-      const float wt = weights[t * k + j];
-      float f[V];
-      if constexpr (V == 8) {
-        load_x<8>(ys + (long long)p * H + h0, f);
-      } else {
+    for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+  }
+  ss = norm_warp_sum(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  ss = norm_warp_sum(lane < (blockDim.x >> 5) ? red[lane] : 0.f);
+  const float inv = 1.f / sqrtf(ss / (float)H + eps);
+  if (has) {
+    float wv[8], o[8];
+    norm_load8(w + 8 * c, wv);
 #pragma unroll
-        for (int q = 0; q < V; q++) f[q] = to_f32(ys[(long long)p * H + h0 + q]);
-      }
-#pragma unroll
-      for (int q = 0; q < V; q++) acc[q] = fmaf(wt, f[q], acc[q]);
-    }
-#pragma unroll
-    for (int q = 0; q < V; q++) {
-      const long long o = (long long)t * H + h0 + q;
-      float v = acc[q];
-      if (accumulate) v += to_f32(out[o]);
-      out[o] = from_f32<TY>(v);
-    }
+    for (int e = 0; e < 8; e++) o[e] = wv[e] * (v[e] * inv);
+    norm_store8(nout + (long long)t * H + 8 * c, o);
   }
 }
 

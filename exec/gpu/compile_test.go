@@ -173,6 +173,8 @@ func TestPlanKernelsCompile(t *testing.T) {
 				t.Errorf("%s: %s", key, strings.TrimSpace(line))
 			case strings.Contains(line, "spill stores") && !strings.Contains(line, " 0 bytes spill stores"):
 				t.Logf("%s: %s", key, strings.TrimSpace(line))
+			case os.Getenv("LAGC_COMPILE_LOG") != "" && strings.Contains(line, "registers"):
+				t.Logf("%s: %s", key, strings.TrimSpace(line))
 			}
 		}
 	}

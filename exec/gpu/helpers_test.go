@@ -11,7 +11,7 @@ import (
 
 // gpu gives a test the device and kernels, or skips (fails with
 // LAGC_REQUIRE_GPU=1) where CUDA cannot run.
-func gpu(t *testing.T) (*Kernels, *cuda.Stream) {
+func gpu(t testing.TB) (*Kernels, *cuda.Stream) {
 	t.Helper()
 	dev := cudatest.Device(t)
 	s, err := dev.NewStream()
