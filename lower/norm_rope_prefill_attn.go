@@ -53,8 +53,8 @@ func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 	case ldx%8 != 0 || !x.Aligned(16):
 		return Launch{}, fmt.Errorf("%s: q rows at %v, %d apart, are not 16-byte aligned", op, x, ldx)
 	}
-	xr := rowsRange(x, T, ldx, nq*d)
-	if or := rowsRange(aa[14].Ptr(), T, aa[15].Int, nq*d); or.overlaps(xr) && (aa[14].Ptr() != x || aa[15].Int != ldx) {
+	xr := rowsRange(x, T, ldx, nq*d, 2)
+	if or := rowsRange(aa[14].Ptr(), T, aa[15].Int, nq*d, 2); or.overlaps(xr) && (aa[14].Ptr() != x || aa[15].Int != ldx) {
 		return Launch{}, fmt.Errorf("%s: the output at %v (row stride %d) overlaps the q rows at %v (%d) without being them",
 			op, aa[14].Ptr(), aa[15].Int, x, ldx)
 	}
@@ -93,9 +93,10 @@ type byteRange struct {
 	from, to int64
 }
 
-// rowsRange is the bytes of t rows of w bf16 elements, ld apart, from p.
-func rowsRange(p Ptr, t, ld, w int64) byteRange {
-	return byteRange{p.Base, p.Offset, p.Offset + 2*((t-1)*ld+w)}
+// rowsRange is the bytes of t rows of w elements of es bytes, ld apart,
+// from p.
+func rowsRange(p Ptr, t, ld, w, es int64) byteRange {
+	return byteRange{p.Base, p.Offset, p.Offset + es*((t-1)*ld+w)}
 }
 
 func (r byteRange) overlaps(o byteRange) bool {
@@ -111,12 +112,12 @@ func fusePrefillNormRoPEAttention(meta []Step, steps [][]Launch) {
 	for i := range steps {
 		for k := 0; k < len(steps[i]); k++ {
 			n := steps[i][k]
-			if n.Kernel != "qk_norm_rope" || meta[i].Op != "norm_rope" || len(n.Args) != 16 {
+			if n.Kernel != "qk_norm_rope" || meta[i].Op != "norm_rope" || len(n.Args) != 16 || len(n.DTypes) != 1 {
 				continue
 			}
 			// The next launch of the stream that is not a qk_norm_rope of a
 			// norm_rope step; those passed must not write into n's input.
-			xr := rowsRange(n.Args[6].Ptr(), n.Args[0].Int, n.Args[4].Int, n.Args[1].Int*n.Args[3].Int)
+			xr := rowsRange(n.Args[6].Ptr(), n.Args[0].Int, n.Args[4].Int, n.Args[1].Int*n.Args[3].Int, int64(dtypeSize(n.DTypes[0])))
 			j, m, ok := i, k+1, true
 			for ok {
 				if m == len(steps[j]) {
@@ -131,7 +132,8 @@ func fusePrefillNormRoPEAttention(meta []Step, steps [][]Launch) {
 				if l.Kernel != "qk_norm_rope" || meta[j].Op != "norm_rope" {
 					break
 				}
-				if len(l.Args) != 16 || rowsRange(l.Args[7].Ptr(), l.Args[0].Int, l.Args[5].Int, (l.Args[1].Int+l.Args[2].Int)*l.Args[3].Int).overlaps(xr) {
+				if len(l.Args) != 16 || len(l.DTypes) != 1 || rowsRange(l.Args[7].Ptr(), l.Args[0].Int, l.Args[5].Int,
+					(l.Args[1].Int+l.Args[2].Int)*l.Args[3].Int, int64(dtypeSize(l.DTypes[0]))).overlaps(xr) {
 					ok = false
 				}
 				m++

@@ -74,13 +74,9 @@ func TestPrefillNormRoPEAttentionGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				attn := func(q, out cuda.DevicePtr) lower.Launch {
-					l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(out),
-						Q: ptr(q), K: ptr(g.kp), V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh,
-						Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: v.ctas, WgRows: v.rows, WgStages: v.stages})
-					if err != nil || l.Kernel != "attn_prefill_wg" {
-						t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg", l.NameExpr(), err)
-					}
-					return l
+					return wgAttention(t, lower.AttentionPrefillArgs{Cache: g.layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(g.kp),
+						V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh, Scale: g.scale, CC: k.CC(),
+						WgCTAs: v.ctas, WgRows: v.rows, WgStages: v.stages})
 				}
 				// Unfused: the rope into its buffer, the attention reading it.
 				if err := k.on(s).all([]lower.Launch{n, attn(rot, g.out)}, nil); err != nil {
@@ -157,12 +153,8 @@ func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
 			b.Fatal(err)
 		}
 		attn := func(q, out cuda.DevicePtr) lower.Launch {
-			l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: layer.cache(), Out: ptr(out),
-				Q: ptr(q), K: ptr(kk), V: ptr(vv), Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, Wgmma: true, CC: k.CC()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return l
+			return wgAttention(b, lower.AttentionPrefillArgs{Cache: layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(kk), V: ptr(vv),
+				Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, CC: k.CC()})
 		}
 		f, err := lower.PrefillNormRoPEAttention(n, attn(rot, q))
 		if err != nil {
@@ -179,4 +171,16 @@ func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
 			})
 		}
 	}
+}
+
+// wgAttention is lower.AttentionPrefill of a in bf16 on the wgmma kernel,
+// which it must choose.
+func wgAttention(tb testing.TB, a lower.AttentionPrefillArgs) lower.Launch {
+	tb.Helper()
+	a.DType, a.Wgmma = "bf16", true
+	l, err := lower.AttentionPrefill(a)
+	if err != nil || l.Kernel != "attn_prefill_wg" {
+		tb.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg", l.NameExpr(), err)
+	}
+	return l
 }
