@@ -114,13 +114,6 @@ func TestAddRMSNormGPU(t *testing.T) {
 				}
 				return sum, out, xq
 			}
-			bytes := func(p cuda.DevicePtr, n int64) []byte {
-				out := make([]byte, n)
-				if err := cuda.Download(s, out, p); err != nil {
-					t.Fatal(err)
-				}
-				return out
-			}
 			// Different fills: a byte one of them leaves unwritten differs.
 			gSum, gOut, gQ := run(true, 0xFF)
 			wSum, wOut, wQ := run(false, 0x00)
@@ -136,7 +129,7 @@ func TestAddRMSNormGPU(t *testing.T) {
 					part{"quantised scales", gQ.Add(scales), wQ.Add(scales), qBytes - scales})
 			}
 			for _, p := range parts {
-				if i := firstByteDiff(bytes(p.got, p.n), bytes(p.exp, p.n)); i >= 0 {
+				if i := firstByteDiff(downloadBytes(t, s, p.got, p.n), downloadBytes(t, s, p.exp, p.n)); i >= 0 {
 					t.Fatalf("%s: byte %d differs from add then rms_norm", p.what, i)
 				}
 			}

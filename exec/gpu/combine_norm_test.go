@@ -71,7 +71,7 @@ func TestMoECombineNormGPU(t *testing.T) {
 				if fused {
 					err = q.one(lower.MoECombineNorm(c.ydt.String(), c.odt.String(), c.T, c.K, c.H, ptr(weights), ptr(posP), ptr(ys), ptr(out), c.acc, ptr(w), ptr(nout), eps))
 				} else {
-					err = q.all([]lower.Launch{lower.MoECombine(c.ydt.String(), c.T, c.K, c.H, ptr(weights), ptr(posP), ptr(ys), ptr(out), c.acc)}, nil)
+					err = q.one(lower.MoECombine(c.ydt.String(), c.T, c.K, c.H, ptr(weights), ptr(posP), ptr(ys), ptr(out), c.acc), nil)
 					if err == nil {
 						err = q.one(lower.RMSNorm(c.ydt.String(), c.odt.String(), ptr(nout), ptr(out), ptr(w), c.T, c.H, eps))
 					}
@@ -81,19 +81,12 @@ func TestMoECombineNormGPU(t *testing.T) {
 				}
 				return out, nout
 			}
-			bytes := func(p cuda.DevicePtr, n int64) []byte {
-				b := make([]byte, n)
-				if err := cuda.Download(s, b, p); err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
 			gOut, gN := run(true, 0xFF)
 			wOut, wN := run(false, 0x00)
-			if i := firstByteDiff(bytes(gOut, yb), bytes(wOut, yb)); i >= 0 {
+			if i := firstByteDiff(downloadBytes(t, s, gOut, yb), downloadBytes(t, s, wOut, yb)); i >= 0 {
 				t.Fatalf("rows: byte %d differs from moe_combine's", i)
 			}
-			if i := firstByteDiff(bytes(gN, ob), bytes(wN, ob)); i >= 0 {
+			if i := firstByteDiff(downloadBytes(t, s, gN, ob), downloadBytes(t, s, wN, ob)); i >= 0 {
 				t.Fatalf("norm: byte %d differs from moe_combine then rms_norm", i)
 			}
 			// The combine did something: a row with a route differs from the residual.

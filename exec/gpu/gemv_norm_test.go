@@ -137,13 +137,6 @@ func TestQGEMVNormGPU(t *testing.T) {
 					}
 					return g, n
 				}
-				bytes := func(p cuda.DevicePtr, n int64) []byte {
-					out := make([]byte, n)
-					if err := cuda.Download(s, out, p); err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
 				ref := newBufs()
 				reset(ref, 0x00)
 				g, n := launches(ref)
@@ -176,12 +169,12 @@ func TestQGEMVNormGPU(t *testing.T) {
 							part{"quantised scales", got.xq.Add(scales), ref.xq.Add(scales), qBytes - scales})
 					}
 					for _, p := range parts {
-						if i := firstByteDiff(bytes(p.got, p.n), bytes(p.exp, p.n)); i >= 0 {
+						if i := firstByteDiff(downloadBytes(t, s, p.got, p.n), downloadBytes(t, s, p.exp, p.n)); i >= 0 {
 							t.Fatalf("run %d: %s: byte %d differs from the GEMV then the norm", run, p.what, i)
 						}
 					}
 				}
-				if cnt := bytes(counter, 4); cnt[0]|cnt[1]|cnt[2]|cnt[3] != 0 {
+				if cnt := downloadBytes(t, s, counter, 4); cnt[0]|cnt[1]|cnt[2]|cnt[3] != 0 {
 					t.Fatalf("counter left at %v", cnt)
 				}
 			})

@@ -175,3 +175,13 @@ func checkClose(t *testing.T, what string, got, want []float32, tol float64) {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// downloadBytes reads n bytes at p back, as stored.
+func downloadBytes(t testing.TB, s *cuda.Stream, p cuda.DevicePtr, n int64) []byte {
+	t.Helper()
+	out := make([]byte, n)
+	if err := cuda.Download(s, out, p); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -75,8 +75,8 @@ type kernelKey struct {
 var compiled sync.Map // kernelKey -> *cuda.Kernel
 
 // sourceDeps are files a kernel file is compiled after: moe.cu uses
-// matmul.cu's tensor-core pieces and norm.cu's row norm (moe_combine_norm), router.cu its GEMV (router_fused), the
-// attention kernels gate.cu's output gate (and the decode attention
+// matmul.cu's tensor-core pieces and norm.cu's warp sums and 16-byte loads
+// (moe_combine_norm), router.cu its GEMV (router_fused), the attention kernels gate.cu's output gate (and the decode attention
 // rope.cu's norm and rotation, fused; the wgmma prefill attention those
 // too, the tensor-core one's pieces and gemm_hopper.cu's wgmma ones), the quantised GEMVs the norm
 // they may end with, router_qgemv.cu the router and the quantised GEMV,
