@@ -19,10 +19,6 @@ var waitLater = map[string]string{
 	// wait: the router two launches before wrote the first, the rest never
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
-	// moe_down_qgemv_pre's early reads, and the shared expert's down GEMV
-	// (its weights, and activations the router wrote two launches before):
-	// lower.DownShared checks both.
-	"moe_down_shexp_norm": "lower.DownShared",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

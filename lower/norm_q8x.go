@@ -59,7 +59,7 @@ import (
 // those that change arguments: they change only the decode and prefill
 // attentions' q and last arguments, which no other fusion reads). fuseXInPre and fuseDownPre come after them all, in that
 // order: they change kernel names alone, of launches the others have
-// settled; fuseDownShared, last, joins the pairs they leave.
+// settled.
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {
@@ -86,7 +86,6 @@ var launchFusions = []struct {
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},
-	{"fuseDownShared", launchesOnly(fuseDownShared)},
 }
 
 // launchesOnly is a fusion whose invariant needs the launches alone.

@@ -536,27 +536,25 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 // qgemv_xin_quant quantises x into the block's shared memory (xs, then
 // xq) and returns that copy; CG reads x through L2 only (ld.global.cg:
 // qgemv_xin_norm_pre reads it before griddepcontrol.wait, where this SM's
-// L1 may hold an older line of the buffer). W: the block's warps; at (16-byte
-// aligned) instead of the start of dynamic shared memory where not null.
-template <int R, bool CG, typename TX, int W = 8>
-__device__ __forceinline__ QX qgemv_xin_quant(int K, const TX* __restrict__ x, unsigned char* at = nullptr) {
+// L1 may hold an older line of the buffer).
+template <int R, bool CG, typename TX> __device__ __forceinline__ QX qgemv_xin_quant(int K, const TX* __restrict__ x) {
   extern __shared__ __align__(16) unsigned char qgemv_xin_smem[];
-  float4* xs = reinterpret_cast<float4*>(at != nullptr ? at : qgemv_xin_smem);
+  float4* xs = reinterpret_cast<float4*>(qgemv_xin_smem);
   const int groups = R * (K / 32);
   signed char* xq = reinterpret_cast<signed char*>(xs + groups);
   // A warp loads its groups (up to 8 a round) before quantising any: one
   // round of load latency, not one a group.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int g0 = warp; g0 < groups; g0 += 8 * W) {
+  for (int g0 = warp; g0 < groups; g0 += 64) {
     float v[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      const int g = g0 + W * i;
+      const int g = g0 + 8 * i;
       v[i] = g >= groups ? 0.f : CG ? norm_ld1<true>(x + (long long)g * 32 + lane) : to_f32(x[(long long)g * 32 + lane]);
     }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      const int g = g0 + W * i;
+      const int g = g0 + 8 * i;
       if (g < groups) {  // uniform in the warp
         float4 sc;
         xq[g * 32 + lane] = (signed char)q8x_group(v[i], sc);
@@ -592,11 +590,11 @@ __global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, l
 // nxs. The norm's outputs may lie over the GEMV's inputs (its quantised
 // activations): every block has read them when the last one starts.
 // Only w is __restrict__: y is the norm's input, xq or x its output.
-template <typename TY, typename TO, int TAIL, int NV = 2>
+template <typename TY, typename TO, int TAIL>
 __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a,
                                            const TY* b, TY* sum, const float* nw, TO* out, signed char* nxq, float4* nxs) {
   if (!last_block(counter, gridDim.x)) return;
-  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0, NV>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
 }
 
 template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
@@ -872,30 +870,14 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
 // first round of weights before griddepcontrol.wait (the ids and weights
 // through L2: the router two launches before wrote them), the activations
 // (the launch before's) after it; TRIG then launch_dependents.
-// QTS >= 0 (moe_down_shexp_norm): also the shared expert's down GEMV of
-// the block's rows (sx: QTS weights, K sx.K, its activations sx.x quantised
-// at sx.xoff of dynamic shared memory), read and summed before the wait
-// as qgemv_xin_norm_pre sums them (one warp a row, lane stride 32), and
-// stored as that launch after this one would: y = shared + the routed sum
-// as rounded to TY.
-template <typename TX> struct MoEShexp {
-  const unsigned char* w;
-  long long rows, row0;
-  int K;
-  const TX* x;
-  int xoff;
-};
-template <typename TY, int QT, int NH, int SD, int W, int ALL, bool PRE = false, bool TRIG = false, int QTS = -1,
-          typename TX = bf16_t>
+template <typename TY, int QT, int NH, int SD, int W, int ALL, bool PRE = false, bool TRIG = false>
 __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long long rows, long long row0,
                                               const signed char* __restrict__ aq, const float4* __restrict__ as,
                                               const float* __restrict__ weights, const int* __restrict__ ids,
-                                              const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate,
-                                              MoEShexp<TX> sx = {}) {
+                                              const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   using Q = QW<QT>;
   static_assert(W == 4 || W == 8, "4 or 8 warps");
   static_assert(!PRE || !ALL, "the early loads are the register path's");
-  static_assert(QTS < 0 || PRE, "the shared expert's GEMV is the early path's");
   constexpr int HB = W * NH;  // rows of a block
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ int se[QMOE_MAX_K];  // slot j's expert, -1 for an invalid id
@@ -924,9 +906,9 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
   int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
   for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
-  float acc[NH], shs[NH];
+  float acc[NH];
 #pragma unroll
-  for (int q = 0; q < NH; q++) acc[q] = 0.f, shs[q] = 0.f;
+  for (int q = 0; q < NH; q++) acc[q] = 0.f;
   if constexpr (ALL) {
     // Every unit of the lane (lane, lane+32, ...) copied into shared memory
     // at once, one wait, then summed in the same order: the same bits.
@@ -974,16 +956,6 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
       }
     };
     load(lane);
-    if constexpr (QTS >= 0) {
-      const QX xs = qgemv_xin_quant<1, true, TX, W>(sx.K, sx.x, qmoe_smem + sx.xoff);
-      long long rowv[NH];
-      float sacc[NH][1];
-#pragma unroll
-      for (int q = 0; q < NH; q++) rowv[q] = sx.row0 + min(h0 + q, H - 1), sacc[q][0] = 0.f;
-      wdots<QTS, NH, 1>(sx.w, sx.rows, rowv, sx.K, xs, lane, 32, sacc);
-#pragma unroll
-      for (int q = 0; q < NH; q++) shs[q] = warp_sum_q(sacc[q][0]);
-    }
     if constexpr (PRE) {
       pdl_wait();
       if constexpr (TRIG) pdl_trigger();
@@ -1017,7 +989,6 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
       const long long o = (long long)t * H + h0 + q;
       float v = sum;
       if (accumulate) v += to_f32(out[o]);
-      if constexpr (QTS >= 0) v = shs[q] + to_f32(from_f32<TY>(v));
       out[o] = from_f32<TY>(v);
     }
   }
@@ -1061,26 +1032,6 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                        const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
                        const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   moe_down_body<TY, QT, NH, SD, W, ALL, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-}
-
-// moe_down_shexp_norm is moe_down_qgemv_pre, then qgemv_xin_norm_pre of the
-// shared expert's down (one activation row, a warp a row) accumulating into
-// its output, in one launch (lower.DownShared): each block sums its rows of
-// the shared GEMV before its wait too, stores shared + routed as the second
-// launch stored it, and the last block runs that launch's norm (norm_tail
-// with 3 virtual warps a warp: 384 lanes on 4 warps). One launch boundary
-// fewer on the decode chain; the same sums in the same order: the same bits.
-template <typename TY, typename TX, typename TO, int QT, int NH, int SD, int W, int QTS, int TAIL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
-    moe_down_shexp_norm(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
-                        const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
-                        const unsigned char* __restrict__ down, TY* out, int accumulate, int sk, long long srows,
-                        long long srow0, const unsigned char* __restrict__ sw, const TX* sx, int xoff, unsigned int* counter,
-                        int n, int lanes, float eps, const TY* x, const TY* a, const TY* b, TY* sum, const float* nw, TO* nout,
-                        signed char* nxq, float4* nxs) {
-  moe_down_body<TY, QT, NH, SD, W, 0, true, false, QTS, TX>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate,
-                                                           MoEShexp<TX>{sw, srows, srow0, sk, sx, xoff});
-  qgemv_tail<TY, TO, TAIL, 3>(counter, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // ---------------------------------------------------------- dequantiser

@@ -29,16 +29,14 @@ func TestXInPrePlan(t *testing.T) {
 		}
 		return flat
 	}
-	// The default plan without fuseDownShared (which joins the last two)
-	// has them fused: one of each a MoE layer.
-	m := traceModels[i]
-	m.disable = []string{"fuseDownShared"}
-	fused := decode(m)
+	// The default plan has them fused: one of each a MoE layer.
+	fused := decode(traceModels[i])
 	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"} {
 		if n := countKernel(fused, k); n != 3 {
-			t.Fatalf("%d %s launches in the 4-layer decode plan without fuseDownShared, want 3", n, k)
+			t.Fatalf("%d %s launches in the default 4-layer decode plan, want 3", n, k)
 		}
 	}
+	m := traceModels[i]
 	m.disable = []string{"fuseXInPre", "fuseDownPre"}
 	flat := decode(m)
 	pairs := 0
@@ -122,89 +120,4 @@ func countKernel(ls []lower.Launch, kernel string) int {
 		}
 	}
 	return n
-}
-
-// TestDownSharedPlan: the default decode plan (S-2.1, q4_k_m, 4 layers)
-// runs moe_down_shexp_norm once a MoE layer and no qgemv_xin_norm_pre; in
-// the plan without fuseDownShared, lower.DownShared joins each
-// moe_down_qgemv_pre and qgemv_xin_norm_pre pair into one launch of the
-// routed down's geometry and arguments, then the shared GEMV's (K, rows,
-// row0, w, xin), the offset of its activations in shared memory and the
-// norm's, and refuses the pairs whose invariant fails.
-func TestDownSharedPlan(t *testing.T) {
-	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == "laguna-s-2.1-q4_k_m" })
-	if i < 0 {
-		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
-	}
-	decode := func(m traceModel) []lower.Launch {
-		var flat []lower.Launch
-		for _, st := range tracePlan(t, m, ir.BF16).Decode.Steps {
-			flat = append(flat, st.Launches...)
-		}
-		return flat
-	}
-	fused := decode(traceModels[i])
-	if n, m := countKernel(fused, "moe_down_shexp_norm"), countKernel(fused, "qgemv_xin_norm_pre"); n != 3 || m != 0 {
-		t.Fatalf("default 4-layer decode plan: %d moe_down_shexp_norm (want 3), %d qgemv_xin_norm_pre (want 0)", n, m)
-	}
-	m := traceModels[i]
-	m.disable = []string{"fuseDownShared"}
-	flat := decode(m)
-	pairs := 0
-	for k := 0; k+1 < len(flat); k++ {
-		d, g := flat[k], flat[k+1]
-		if d.Kernel != "moe_down_qgemv_pre" || g.Kernel != "qgemv_xin_norm_pre" {
-			continue
-		}
-		pairs++
-		f, err := lower.DownShared(d, g)
-		if err != nil {
-			t.Fatalf("DownShared(%s, %s): %v", d.NameExpr(), g.NameExpr(), err)
-		}
-		xoff := (d.Shmem + 255) &^ 255
-		want := append(append(append([]lower.Arg(nil), d.Args...), g.Args[1], g.Args[2], g.Args[3], g.Args[4], g.Args[5]), g.Args[8:]...)
-		if f.Kernel != "moe_down_shexp_norm" || f.Grid != d.Grid || f.Block != d.Block || f.Shmem != xoff+3*int(g.Args[1].Int)/2 ||
-			len(f.Args) != len(want)+1 || !slices.Equal(f.Args[:18], want[:18]) || f.Args[18].Int != int64(xoff) ||
-			!slices.Equal(f.Args[19:], want[18:]) || !slices.Equal(f.Ints, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], g.Ints[0], g.Ints[5]}) {
-			t.Fatalf("DownShared(%s, %s) = %s, want the routed down's geometry and both launches' arguments", d.NameExpr(), g.NameExpr(), f)
-		}
-		if found := lower.FusionNames(); !slices.Contains(found, "fuseDownShared") {
-			t.Fatalf("fuseDownShared is not among the fusions %v", found)
-		}
-		bad := func(what, want string, d, g lower.Launch) {
-			t.Helper()
-			if _, err := lower.DownShared(d, g); err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
-			}
-		}
-		clone := func(l lower.Launch) lower.Launch {
-			l.Args, l.Ints = append([]lower.Arg(nil), l.Args...), append([]int64(nil), l.Ints...)
-			return l
-		}
-		b := clone(g)
-		b.Args[5] = d.Args[11] // the shared GEMV's input inside the routed down's output
-		bad("xin over the routed output", "reads what", d, b)
-		b = clone(g)
-		b.Args[7].Int = 0 // storing rather than adding to the routed sum
-		bad("no accumulate", "does not add", d, b)
-		b = clone(g)
-		b.Args[6] = g.Args[5] // another y
-		bad("another y", "does not add", d, b)
-		b = clone(g)
-		b.Ints[1] = 2 // two activation rows
-		bad("two rows", "one row", d, b)
-		b = clone(g)
-		b.Ints[4] = 2 // split sums
-		bad("split", "one row", d, b)
-		dd := clone(d)
-		dd.Grid[0] *= 2 // two tokens
-		bad("two tokens", "one token", dd, g)
-		dd = clone(d)
-		dd.Ints[5] = 0 // not fuseXInPre's pair
-		bad("TRIG 0", "TRIG", dd, g)
-		bad("swapped", "is not a moe_down_qgemv_pre", g, d)
-	}
-	if pairs != 3 {
-		t.Fatalf("%d moe_down_qgemv_pre, qgemv_xin_norm_pre pairs in the 4-layer decode plan without fuseDownShared, want 3", pairs)
-	}
 }

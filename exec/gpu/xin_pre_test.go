@@ -12,13 +12,12 @@ import (
 	"lagc/exec/gpu"
 )
 
-// TestXInPreGPU: with fuseXInPre, fuseDownPre, both, or both and
-// fuseDownShared (the default), the decode plan of a two-layer
-// Laguna-S-2.1 in the q4_k_m recipe (synthetic weights) runs the kernels
-// that start early (moe_gateup_qgemv_trig, moe_down_qgemv_trig or _pre,
-// qgemv_xin_norm_pre; moe_down_shexp_norm for the last two) and gives the
-// tokens and logits of the plan without any of them (LAGC_DISABLE_FUSIONS)
-// bit for bit over a prompt and 12 steps, eager and replayed as a graph.
+// TestXInPreGPU: with fuseXInPre, fuseDownPre or both (the default), the
+// decode plan of a two-layer Laguna-S-2.1 in the q4_k_m recipe (synthetic
+// weights) runs the kernels that start early (moe_gateup_qgemv_trig,
+// moe_down_qgemv_trig or _pre, qgemv_xin_norm_pre) and gives the tokens
+// and logits of the plan without either (LAGC_DISABLE_FUSIONS) bit for bit
+// over a prompt and 12 steps, eager and replayed as a graph.
 func TestXInPreGPU(t *testing.T) {
 	cudatest.Device(t)
 	cfg, err := config.Preset("laguna-s-2.1")
@@ -32,16 +31,13 @@ func TestXInPreGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compile := func(xin, down, shared bool) *gpu.Executor {
+	compile := func(xin, down bool) *gpu.Executor {
 		var off []string
 		if !xin {
 			off = append(off, "fuseXInPre")
 		}
 		if !down {
 			off = append(off, "fuseDownPre")
-		}
-		if !shared {
-			off = append(off, "fuseDownShared")
 		}
 		t.Setenv("LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
 		ex, err := gpu.Compile(bf16Graph(t, &c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
@@ -51,7 +47,7 @@ func TestXInPreGPU(t *testing.T) {
 		t.Cleanup(func() { ex.Close() })
 		return ex
 	}
-	base := compile(false, false, false)
+	base := compile(false, false)
 	count := func(ex *gpu.Executor, kernel string) int {
 		n := 0
 		for _, st := range ex.Plan().Decode.Steps {
@@ -68,18 +64,17 @@ func TestXInPreGPU(t *testing.T) {
 		prompt[i] = int32(i * 977 % c.VocabSize)
 	}
 	for _, v := range []struct {
-		xin, down, shared bool
-		kernels           []string // one launch each in the decode plan
+		xin, down bool
+		kernels   []string // one launch each in the decode plan
 	}{
-		{true, false, false, []string{"moe_down_qgemv_trig", "qgemv_xin_norm_pre"}},
-		{false, true, false, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre"}},
-		{true, true, false, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"}},
-		{true, true, true, []string{"moe_gateup_qgemv_trig", "moe_down_shexp_norm"}},
+		{true, false, []string{"moe_down_qgemv_trig", "qgemv_xin_norm_pre"}},
+		{false, true, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre"}},
+		{true, true, []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"}},
 	} {
-		pre := compile(v.xin, v.down, v.shared)
+		pre := compile(v.xin, v.down)
 		for _, k := range v.kernels {
 			if count(pre, k) != 1 || count(base, k) != 0 {
-				t.Fatalf("xin %v, down %v, shared %v: %d %s launches in the decode plan (want 1), %d without any", v.xin, v.down, v.shared, count(pre, k), k,
+				t.Fatalf("xin %v, down %v: %d %s launches in the decode plan (want 1), %d without either", v.xin, v.down, count(pre, k), k,
 					count(base, k))
 			}
 		}
@@ -89,11 +84,11 @@ func TestXInPreGPU(t *testing.T) {
 			ta, la, _ := decodeRun(t, base, prompt, false, 12)
 			tb, lb, _ := decodeRun(t, pre, prompt, false, 12)
 			if !slices.Equal(ta, tb) {
-				t.Fatalf("xin %v, down %v, shared %v, eager %v: tokens %v, without any %v", v.xin, v.down, v.shared, eager, tb, ta)
+				t.Fatalf("xin %v, down %v, eager %v: tokens %v, without either %v", v.xin, v.down, eager, tb, ta)
 			}
 			for i := range la {
 				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
-					t.Fatalf("xin %v, down %v, shared %v, eager %v, step %d: logits differ from the plan's without any", v.xin, v.down, v.shared, eager, i)
+					t.Fatalf("xin %v, down %v, eager %v, step %d: logits differ from the plan's without either", v.xin, v.down, eager, i)
 				}
 			}
 			if !eager && (!pre.Captured() || !base.Captured()) {
