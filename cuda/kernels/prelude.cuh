@@ -71,25 +71,30 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 // last_block: whether this block is the last of n to arrive at *counter.
-// Every thread of every block calls it once its writes are done: a fence
-// publishes them before the block counts itself; the last block returns
-// the counter to 0 (it is 0 before the launch: a replayed graph reuses
-// it) and fences again before it reads the others' writes, which it must
-// read through L2 (ld.cg): its SM's L1 may hold older lines. The same
-// answer in every thread of the block.
+// Every thread of every block calls it once its writes are done. The
+// barrier orders them before thread 0's fence, which publishes them
+// (cumulatively: what the barrier ordered before it) before the block
+// counts itself, as cooperative groups' grid sync does: one fence a block
+// rather than one a thread, and acq_rel rather than __threadfence's sc
+// (the release and acquire patterns need no more). The last block returns
+// the counter to 0 (it is 0 before the launch: a replayed graph reuses it)
+// and its thread 0 fences again before the barrier that lets the block
+// read the others' writes, which it must read through L2 (ld.cg): its
+// SM's L1 may hold older lines. The same answer in every thread.
 __device__ __forceinline__ bool last_block(unsigned int* counter, unsigned int n) {
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // release: a fence and the strong write after it
     const bool l = atomicAdd(counter, 1u) == n - 1;
-    if (l) *counter = 0u;
+    if (l) {
+      *counter = 0u;
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");  // acquire: after the strong read before it
+    }
     last = l;
   }
   __syncthreads();
-  if (!last) return false;
-  __threadfence();
-  return true;
+  return last;
 }
 
 // Grid-stride loop over n elements.
