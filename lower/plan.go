@@ -452,7 +452,7 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 			note = "  (launched by the step before)"
 		case st.Op == "norm_rope":
 			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
-		default: // fuseAddNorm, fuseCombineNorm, fuseGEMVNorm (rms_norm; add), fuseDownShared (matmul_add)
+		default: // a step a fusion folded into an earlier launch: norms, a tail's add, the router's outputs
 			for j := i - 1; j >= 0; j-- {
 				if k := len(launches[j]); k > 0 {
 					note = "  (launched by " + launches[j][k-1].Kernel + " before)"

@@ -2,6 +2,7 @@ package lower
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"lagc/ir"
@@ -110,5 +111,39 @@ func TestAtTail(t *testing.T) {
 	}
 	if !reflect.DeepEqual(one, at1) {
 		t.Errorf("TailLast at one token differs from At")
+	}
+}
+
+// TestPrintFusedStepNotes: in the printed plan every step without launches
+// of its own says where its work went: "(launched by K before)" with K the
+// last launch before it, or the norm_rope notes; a quantised S-2.1 decode
+// has such steps for its norms, the add of its last GEMV's tail and the
+// router's outputs.
+func TestPrintFusedStepNotes(t *testing.T) {
+	p := tailPlan(t)
+	var txt strings.Builder
+	if err := p.Print(&txt); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(txt.String(), "\n")
+	noted := map[string]int{}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "  ") || strings.HasPrefix(l, "    ") || !strings.Contains(l, " = ") {
+			continue // not a step line
+		}
+		own := i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    ")
+		note := strings.Contains(l, "(launched by ") || strings.Contains(l, "(done by the attention's launch)")
+		if own == note {
+			t.Errorf("step line %q: launches of its own %v, a note %v", l, own, note)
+		}
+		if j := strings.Index(l, " = "); j >= 0 && note {
+			op, _, _ := strings.Cut(l[j+3:], "(")
+			noted[op]++
+		}
+	}
+	for _, op := range []string{"rms_norm", "add", "router_topk"} {
+		if noted[op] == 0 {
+			t.Errorf("no %s step noted as done by an earlier launch (noted: %v)", op, noted)
+		}
 	}
 }
