@@ -127,17 +127,27 @@ func TestPrintFusedStepNotes(t *testing.T) {
 	}
 	lines := strings.Split(txt.String(), "\n")
 	noted := map[string]int{}
+	last := "" // the kernel of the last launch line so far
 	for i, l := range lines {
-		if !strings.HasPrefix(l, "  ") || strings.HasPrefix(l, "    ") || !strings.Contains(l, " = ") {
-			continue // not a step line
+		if k, ok := strings.CutPrefix(l, "    "); ok {
+			last = strings.FieldsFunc(k, func(r rune) bool { return r == '<' || r == ' ' })[0]
+			continue
+		}
+		lhs, rhs, step := strings.Cut(l, " = ")
+		if !strings.HasPrefix(lhs, "  ") || !step {
+			continue // a title or the finish line
 		}
 		own := i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    ")
-		note := strings.Contains(l, "(launched by ") || strings.Contains(l, "(done by the attention's launch)")
+		launched := strings.Contains(l, "(launched by ")
+		note := launched || strings.Contains(l, "(done by the attention's launch)")
 		if own == note {
 			t.Errorf("step line %q: launches of its own %v, a note %v", l, own, note)
 		}
-		if j := strings.Index(l, " = "); j >= 0 && note {
-			op, _, _ := strings.Cut(l[j+3:], "(")
+		if launched && !strings.Contains(l, "(launched by "+last+" before)") && !strings.Contains(l, "(launched by the step before)") {
+			t.Errorf("step line %q: not noted as launched by %s, the last launch before it", l, last)
+		}
+		if note {
+			op, _, _ := strings.Cut(rhs, "(")
 			noted[op]++
 		}
 	}
