@@ -202,7 +202,7 @@ func TestMoEHopperBF16Q(t *testing.T) {
 				q++
 				if l.Ints[0] != 30 || l.Ints[1] != int64(c.rows) || l.Ints[4] != int64(c.ctas) || l.Ints[5] != int64(c.wgs) ||
 					l.Ints[6] != 16 || l.Ints[7] != int64(c.pip) || l.Block[0] != 128*(c.wgs+1) || l.Grid[0] != 132*c.ctas ||
-					l.Shmem != hopperQSmem(30, c.rows, c.ctas, c.wgs) {
+					l.Shmem != hopperQSmem(30, c.rows, c.ctas, c.wgs, int(l.Ints[2]), l.DTypes[0]) {
 					t.Errorf("%+v: %s grid %v block %v shmem %d", c.f, l.NameExpr(), l.Grid, l.Block, l.Shmem)
 				}
 				if m := l.Args[1].Map; m == nil || m.Elem != "bf16" || m.BoxRows != 64 || m.BoxCols != 64 || m.Cols != int64(l.Args[7].Int) {

@@ -524,11 +524,27 @@ func hopperQBytes(t quant.Type) int {
 
 // hopperQSmem is gemm_wgmma_q's dynamic shared memory: stages of a token
 // tile, 64 x wgs rows of quant bytes and their scales as the producer
-// stages them, and 1 KiB of alignment slack.
-func hopperQSmem(t quant.Type, bn, ctas, wgs int) int {
+// stages them, the epilogue's staging (hopperQEpiStage), and 1 KiB of
+// alignment slack. With two CTAs a multiprocessor the staging comes out
+// of the stages' budget (both CTAs must fit), with one on top of it.
+func hopperQSmem(t quant.Type, bn, ctas, wgs, epi int, yType string) int {
 	stage := bn*128 + 64*wgs*(hopperQBytes(t)+hopperQScaleBytes(t))
-	st := min(hopperQBudget(ctas)/stage, 8)
-	return st*stage + 1024
+	es := hopperQEpiStage(epi, yType, wgs)
+	budget := hopperQBudget(ctas)
+	if ctas == 2 {
+		budget -= es
+	}
+	st := min(budget/stage, 8)
+	return st*stage + es + 1024
+}
+
+// hopperQEpiStage is gemm_wgmma_q's epilogue staging (XSTORE in
+// gemm_hopper.cu): 512 bytes a consumer warp for plain bf16 stores.
+func hopperQEpiStage(epi int, yType string, wgs int) int {
+	if epi != EpiStore || yType != "bf16" {
+		return 0
+	}
+	return 512 * 4 * wgs
 }
 
 // hopperQScaleBytes is the bytes of a row's scales a stage of
@@ -609,7 +625,7 @@ func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr
 	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2, 0, 0},
-		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2),
+		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2, epi, yType),
 		tx, tq, ptrArg(w), i64(int64(wrows)), i32(row0), i32(T), i32(N), i32(K), ptrArg(y), i32(upRow),
 		ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0))
 }
@@ -801,7 +817,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
 		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
 		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
-			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs),
+			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs, epi, "bf16"),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}

@@ -209,7 +209,7 @@ func TestMoEQuantTileRows(t *testing.T) {
 					t.Errorf("rows=%d,ctas=%d,wgs=%d,%q: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d, %v", c.force, c.ctas, c.wgs, c.pipe,
 						x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs, c.wantPipe)
 				}
-				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs) || x.Shmem+1024 > 228*1024 {
+				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs, int(x.Ints[2]), x.DTypes[0]) || x.Shmem+1024 > 228*1024 {
 					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
 				}
 				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {

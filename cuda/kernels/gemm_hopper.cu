@@ -1141,7 +1141,17 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   constexpr int QB = QA<QT>::QB, SC = QA<QT>::SC;
   // A stage: the token tile, the rows' quant bytes, their staged scales.
   constexpr int X_BYTES = BN * 128, Q_BYTES = 64 * NC * QB, STAGE = X_BYTES + Q_BYTES + 64 * NC * SC;
-  constexpr int ST = QCfg<CTAS>::SMEM / STAGE < 8 ? QCfg<CTAS>::SMEM / STAGE : 8;
+  // XSTORE: plain bf16 stores (EPI 0) leave through a 512-byte staging
+  // area a consumer warp after the stages (ST stages take what the budget
+  // leaves it with two CTAs a multiprocessor; lower.hopperQSmem agrees).
+  // Not EPI 1 (its sum is rounded once), nor SwiGLU's (EPI 2: staged the
+  // same way, 32 tokens x a warp's 8 features, prefill was 1% slower than
+  // with EPI 0's alone, docs/PERF.md).
+  constexpr bool XSTORE = EPI == 0 && sizeof(TY) == 2;
+  constexpr int EPI_STAGE = XSTORE ? 512 * 4 * NC : 0;
+  static_assert(!XSTORE || BN % 16 == 0, "the staged epilogue takes 16 tokens at a time");
+  constexpr int BUDGET = QCfg<CTAS>::SMEM - (CTAS == 2 ? EPI_STAGE : 0);
+  constexpr int ST = BUDGET / STAGE < 8 ? BUDGET / STAGE : 8;
   constexpr int FW = EPI == 2 ? 32 * NC : 64 * NC;  // output features per CTA
   // 4 consumers: what 640 threads' 96 registers leave them beside a
   // producer of 40 (128 x 40 + 512 x 104 <= 640 x 96), or with PIPE of 32
@@ -1272,6 +1282,36 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     // Epilogue: acc register i of chunk j = i/4 is fragment row
     // (i/2 & 1) ? rb : ra, token column 8j + 2*tq4 + (i&1) of the tile.
     const int fa_out = f0 + (EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g);
+    if constexpr (XSTORE) {
+      // A token's 16 features of the warp were 2-byte stores 4 tokens an
+      // instruction (the down GEMM's stores cost about 20% of its time at
+      // S-2.1, docs/PERF.md). Instead stmatrix .trans writes 16 tokens x
+      // the warp's 16 features (chunks 2jj, 2jj + 1: ra and rb of each,
+      // an 8 x 8 matrix each) to the staging area as token rows of 32
+      // bytes, and each lane stores 16 bytes of one of them: the same
+      // rounding (cvt.rn to bf16), the same bits. Needs N a multiple of 8
+      // (a lane's 8 features all in or all out).
+      if (N % 8 == 0) {
+        const unsigned stg = sbase + ST * STAGE + (c * 4 + warp) * 512;
+        const int mk = lane >> 3;
+        const unsigned sta = stg + (((mk >> 1) * 8 + (lane & 7)) * 32 + (mk & 1) * 16);
+        const int f = f0 + 64 * c + 16 * warp + 8 * (lane & 1);
+#pragma unroll
+        for (int jj = 0; jj < BN / 16; jj++) {
+          asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(sta),
+                       "r"(pack_bf16(acc[8 * jj], acc[8 * jj + 1])), "r"(pack_bf16(acc[8 * jj + 2], acc[8 * jj + 3])),
+                       "r"(pack_bf16(acc[8 * jj + 4], acc[8 * jj + 5])), "r"(pack_bf16(acc[8 * jj + 6], acc[8 * jj + 7]))
+                       : "memory");
+          __syncwarp();
+          uint4 v;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(stg + 16 * lane));
+          const int tok = 16 * jj + (lane >> 1);
+          if (tok < rt.rows && f < N) *reinterpret_cast<uint4*>(y + (long long)(rt.m0 + tok) * N + f) = v;
+          __syncwarp();
+        }
+        continue;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
