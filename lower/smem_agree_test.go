@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"lagc/cuda"
+	"lagc/quant"
 )
 
 // TestSmemAgrees: the shared-memory sizes lower launches the Hopper GEMMs
@@ -38,6 +39,38 @@ func TestSmemAgrees(t *testing.T) {
 		ctas, want := num(m[1]), num(m[2])*1024
 		if got := hopperQBudget(ctas); got != want {
 			t.Errorf("gemm_wgmma_q with %d CTAs: lower budgets %d bytes, QCfg has %d", ctas, got, want)
+		}
+	}
+	// The epilogue's staging (XSTORE): n bytes a consumer warp, 4 warps a
+	// consumer warpgroup, for EPI 0 with a 2-byte output only, out of the
+	// budget with two CTAs.
+	x := regexp.MustCompile(`constexpr bool XSTORE = EPI == 0 && sizeof\(TY\) == 2;\s*constexpr int EPI_STAGE = XSTORE \? (\d+) \* 4 \* NC : 0;`).FindStringSubmatch(src)
+	b := regexp.MustCompile(`constexpr int BUDGET = QCfg<CTAS>::SMEM - \(CTAS == 2 \? EPI_STAGE : 0\);`).FindString(src)
+	if x == nil || b == "" {
+		t.Fatal("gemm_hopper.cu: gemm_wgmma_q's XSTORE, EPI_STAGE and BUDGET not found in the form this test reads")
+	}
+	per := num(x[1])
+	for _, c := range []struct {
+		epi  int
+		y    string
+		want int
+	}{{EpiStore, "bf16", 1}, {EpiStore, "f32", 0}, {EpiAccumulate, "bf16", 0}, {EpiSwiGLU, "bf16", 0}} {
+		for _, wgs := range []int{2, 4} {
+			if got, want := hopperQEpiStage(c.epi, c.y, wgs), c.want*per*4*wgs; got != want {
+				t.Errorf("gemm_wgmma_q EPI %d, %s out, %d consumer warpgroups: lower stages %d bytes, the kernel %d", c.epi, c.y, wgs, got, want)
+			}
+		}
+	}
+	// With two CTAs a multiprocessor both still fit (228 KiB, 1 KiB of each
+	// reserved by the system), with one the limit a CTA may ask for.
+	for _, wt := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.IQ4_XS, quant.BF16} {
+		for _, bn := range []int{64, 96, 128} {
+			for _, w := range []struct{ ctas, wgs int }{{1, 2}, {1, 4}, {2, 2}} {
+				sm := hopperQSmem(wt, bn, w.ctas, w.wgs, EpiStore, "bf16")
+				if w.ctas*(sm+1024) > 228*1024 || sm > 227*1024 {
+					t.Errorf("gemm_wgmma_q %v, %d rows, %d CTAs of %d consumer warpgroups: %d bytes each do not fit", wt, bn, w.ctas, w.wgs, sm)
+				}
+			}
 		}
 	}
 }
