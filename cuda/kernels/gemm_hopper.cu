@@ -1290,8 +1290,9 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
       // an 8 x 8 matrix each) to the staging area as token rows of 32
       // bytes, and each lane stores 16 bytes of one of them: the same
       // rounding (cvt.rn to bf16), the same bits. Needs N a multiple of 8
-      // (a lane's 8 features all in or all out).
-      if (N % 8 == 0) {
+      // (a lane's 8 features all in or all out) and y 16-byte aligned (the
+      // plan's buffers are; a caller's view need not be).
+      if (N % 8 == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0) {
         const unsigned stg = sbase + ST * STAGE + (c * 4 + warp) * 512;
         const int mk = lane >> 3;
         const unsigned sta = stg + (((mk >> 1) * 8 + (lane & 7)) * 32 + (mk & 1) * 16);
