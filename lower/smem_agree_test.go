@@ -42,9 +42,9 @@ func TestSmemAgrees(t *testing.T) {
 		}
 	}
 	// The epilogue's staging (XSTORE): n bytes a consumer warp, 4 warps a
-	// consumer warpgroup, for EPI 0 with a 2-byte output only, out of the
+	// consumer warpgroup, for EPI 0 with a bf16 output only, out of the
 	// budget with two CTAs.
-	x := regexp.MustCompile(`constexpr bool XSTORE = EPI == 0 && sizeof\(TY\) == 2;\s*constexpr int EPI_STAGE = XSTORE \? (\d+) \* 4 \* NC : 0;`).FindStringSubmatch(src)
+	x := regexp.MustCompile(`constexpr bool XSTORE = EPI == 0 && IsBF16<TY>::value;\s*constexpr int EPI_STAGE = XSTORE \? (\d+) \* 4 \* NC : 0;`).FindStringSubmatch(src)
 	b := regexp.MustCompile(`constexpr int BUDGET = QCfg<CTAS>::SMEM - \(CTAS == 2 \? EPI_STAGE : 0\);`).FindString(src)
 	if x == nil || b == "" {
 		t.Fatal("gemm_hopper.cu: gemm_wgmma_q's XSTORE, EPI_STAGE and BUDGET not found in the form this test reads")
@@ -54,7 +54,7 @@ func TestSmemAgrees(t *testing.T) {
 		epi  int
 		y    string
 		want int
-	}{{EpiStore, "bf16", 1}, {EpiStore, "f32", 0}, {EpiAccumulate, "bf16", 0}, {EpiSwiGLU, "bf16", 0}} {
+	}{{EpiStore, "bf16", 1}, {EpiStore, "f32", 0}, {EpiStore, "f16", 0}, {EpiAccumulate, "bf16", 0}, {EpiSwiGLU, "bf16", 0}} {
 		for _, wgs := range []int{2, 4} {
 			if got, want := hopperQEpiStage(c.epi, c.y, wgs), c.want*per*4*wgs; got != want {
 				t.Errorf("gemm_wgmma_q EPI %d, %s out, %d consumer warpgroups: lower stages %d bytes, the kernel %d", c.epi, c.y, wgs, got, want)

@@ -1129,6 +1129,15 @@ __device__ __forceinline__ void wg_rs_rows(float (&acc)[R], const unsigned (&fa)
   }
 }
 
+// IsBF16: whether an output type is bf16 (gemm_wgmma_q's staged stores
+// round to it).
+template <typename T> struct IsBF16 {
+  static constexpr bool value = false;
+};
+template <> struct IsBF16<bf16_t> {
+  static constexpr bool value = true;
+};
+
 template <typename TY, int QT, int BN, int EPI, int GROUPED, int CTAS, int NC, int VN, int PIPE>
 __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __grid_constant__ TmaMap tx, const __grid_constant__ TmaMap tq,
                                                        const unsigned char* __restrict__ w, long long wrows, int row0, int T,
@@ -1147,7 +1156,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   // Not EPI 1 (its sum is rounded once), nor SwiGLU's (EPI 2: staged the
   // same way, 32 tokens x a warp's 8 features, prefill was 1% slower than
   // with EPI 0's alone, docs/PERF.md).
-  constexpr bool XSTORE = EPI == 0 && sizeof(TY) == 2;
+  constexpr bool XSTORE = EPI == 0 && IsBF16<TY>::value;
   constexpr int EPI_STAGE = XSTORE ? 512 * 4 * NC : 0;
   static_assert(!XSTORE || BN % 16 == 0, "the staged epilogue takes 16 tokens at a time");
   constexpr int BUDGET = QCfg<CTAS>::SMEM - (CTAS == 2 ? EPI_STAGE : 0);
