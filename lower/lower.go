@@ -32,6 +32,9 @@ type Options struct {
 	// PrefillAttnStages is the 128-row attn_prefill_wg's stages of K and V
 	// (AttentionPrefillArgs.WgStages; 0: one): A/B timing.
 	PrefillAttnStages int
+	// PrefillAttnWS runs attn_prefill_wg warp-specialised (NW 3) with
+	// this many stages of K and V (AttentionPrefillArgs.WgWS; 0: not).
+	PrefillAttnWS int
 	// DisableSplitGEMM runs a prefill matmul_split (q, k, v and the gate)
 	// as one GEMM an output instead of one GEMM whose epilogue splits the
 	// columns (splitGEMM): A/B timing.
@@ -142,7 +145,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

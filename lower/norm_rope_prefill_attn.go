@@ -66,10 +66,14 @@ func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 	}
 	split, nw := a.Ints[1], a.Ints[2]
 	ctas := split + 2
-	if nw == 2 {
+	tables := int(4 * rot * ((64*nw-1)/(nh/nkv) + 2))
+	switch nw {
+	case 2:
 		ctas = 2
+	case 3: // a table for each consumer warpgroup's 64 rows
+		ctas, tables = 1, int(2*4*rot*((64-1)/(nh/nkv)+2))
 	}
-	shmem := a.Shmem + int(4*rot*((64*nw-1)/(nh/nkv)+2))
+	shmem := a.Shmem + tables
 	if ctas*int64(shmem+1024) > hopperSmemPerSM {
 		return Launch{}, fmt.Errorf("%s: %d CTAs of %d bytes of shared memory (with the rope table of %d heads a kv head) exceed a multiprocessor's %d",
 			op, ctas, shmem, nh/nkv, hopperSmemPerSM)

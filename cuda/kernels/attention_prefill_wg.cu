@@ -49,10 +49,16 @@
 // from L2 of one warpgroup a CTA), a Q tile each; two CTAs a
 // multiprocessor (128 registers a thread) with one K and one V tile
 // (SPLIT 1, 64 KiB) or two of each (SPLIT 0, 96 KiB).
+//
+// NW 3 is the warp-specialised form (wa_ws below): a producer warpgroup
+// and two consumer warpgroups, SPLIT stages (2 to 4) of K and of V, one
+// persistent CTA a multiprocessor: Q[2 items][2], K[SPLIT], V[SPLIT],
+// then WA_WS_BARS bytes of mbarriers (and the rope tables, NR 1).
+#define WA_WS_BARS 256
 template <int SPLIT, int NW> struct WaCfg {
-  static constexpr int TILES = (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
-  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024;   // 1 KiB alignment slack
-  static constexpr int CTAS = NW == 2 ? 2 : SPLIT + 2;      // a multiprocessor (launch bounds)
+  static constexpr int TILES = NW == 3 ? 4 + 2 * SPLIT : (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
+  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024 + (NW == 3 ? WA_WS_BARS : 0);  // 1 KiB alignment slack
+  static constexpr int CTAS = NW == 3 ? 1 : NW == 2 ? 2 : SPLIT + 2;                 // a multiprocessor (launch bounds)
 };
 
 // wa_chunk is where 16-byte chunk c (elements 8c..8c+7) of row r of a
@@ -156,6 +162,309 @@ __device__ __noinline__ void wa_rope_table(float* tab, int ntab, int p, int rot,
   rope_tables(tab, ntab, p, rot, nullptr, inv_freq, attn);
 }
 
+// wa_scores: s = Q K^T of a warpgroup's 64 rows and a 64-key tile (both
+// swizzled tiles at qa, ka), waited for.
+__device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned ka) {
+#pragma unroll
+  for (int i = 0; i < 32; i++) s[i] = 0.f;
+  wg_pin(s);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; kk++) {
+    const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
+    wgmma_m64n64(s, wg_desc(qa + off), wg_desc(ka + off), kk > 0);
+  }
+  wg_commit();
+  wg_wait<0>();
+  wg_pin(s);
+}
+
+// wa_softmax scales the tile's scores s (keys from j0) to log2 units,
+// masks them where the tile straddles a row's causal or window bound (the
+// warp's rows at positions pw_lo .. pw_hi, this thread's at prow), runs
+// the online softmax of each row (a row's 64 scores lie in the 4 threads
+// of a quad: max m, this thread's share of the sum l, o rescaled) and
+// packs P as the A operands of P V (the S fragments of two adjacent key
+// blocks form one).
+__device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
+                                           int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
+  constexpr int NB = FA_BK / 8, DB = 16;
+  const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = s[4 * nb + e] * sl2;
+      if (need) {
+        const int j = j0 + nb * 8 + 2 * tq + (e & 1), p = prow[e >> 1];
+        if (j > p || (window > 0 && j <= p - window)) x = FA_NEG_INF;
+      }
+      s[4 * nb + e] = x;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float mx = FA_NEG_INF;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[r], mx);
+    const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
+    const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
+    m[r] = mnew;
+    float sum = 0.f;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+      s[4 * nb + 2 * r] = fa_exp2(s[4 * nb + 2 * r] - ms);
+      s[4 * nb + 2 * r + 1] = fa_exp2(s[4 * nb + 2 * r + 1] - ms);
+      sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
+    }
+    l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
+#pragma unroll
+    for (int db = 0; db < DB; db++) {
+      o[4 * db + 2 * r] *= alpha;
+      o[4 * db + 2 * r + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
+    a[kc2][0] = fa_pack(s[8 * kc2 + 0], s[8 * kc2 + 1]);
+    a[kc2][1] = fa_pack(s[8 * kc2 + 2], s[8 * kc2 + 3]);
+    a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
+    a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
+  }
+}
+
+// wa_pv: o += P V (the V tile at va), waited for.
+__device__ __forceinline__ void wa_pv(float (&o)[64], const unsigned (&a)[4][4], unsigned va) {
+  wg_pin(o);
+  wg_fence();
+#pragma unroll
+  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], wa_desc_mn(va + kc2 * 2048));
+  wg_commit();
+  wg_wait<0>();
+  wg_pin(o);
+}
+
+// KRows: the 8 NW rows kr + 8 NW n (n < KR = 8 / NW; NW 3 copies as NW 1)
+// of key tile `tile` a thread copies chunk kch of: their element offsets
+// from the chunk's k/v (bit n of cache clear) or the cache base (set),
+// found once a tile for both K and V with one modulo (the ring slot of
+// the first row): the per-copy index arithmetic had made the kernel
+// issue-bound (the same kernel with K and V found separately took 0.308
+// against 0.245 ms).
+template <int KR> struct KRows {
+  unsigned off[KR];
+  unsigned cache, ok;
+};
+template <int NW>
+__device__ __forceinline__ KRows<8 / NW> wa_krows(int tile, int jlo, int jhi, int p0, int kr, int window, int slots, long long ldkv,
+                                                long long crow) {
+  constexpr int KR = 8 / NW;
+  KRows<KR> r;
+  r.cache = 0, r.ok = 0;
+  const int jb = jlo + tile * FA_BK + kr;
+  int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
+#pragma unroll
+  for (int n = 0; n < KR; n++) {
+    const int j = jb + 8 * NW * n;
+    r.off[n] = 0;
+    if (j <= jhi) {
+      if (j >= p0) {
+        r.off[n] = (unsigned)((long long)(j - p0) * ldkv);
+        r.ok |= 1u << n;
+      } else if (sl < slots) {  // guard only: the host keeps pos < slots
+        r.off[n] = (unsigned)((long long)sl * crow);
+        r.cache |= 1u << n, r.ok |= 1u << n;
+      }
+    }
+    sl += 8 * NW;
+    if (window > 0 && sl >= window) sl = window >= 8 * NW ? sl - window : sl % window;
+  }
+  return r;
+}
+// wa_kload copies rows r of a tile of K or V (cur: the chunk's, cache: the
+// cache's, both at the thread's chunk) to dst (the thread's first chunk in
+// the tile), rows 8 NW apart.
+template <int NW, int KR>
+__device__ __forceinline__ void wa_kload(unsigned short* dst, const unsigned short* cur, const unsigned short* cache, const KRows<KR>& r) {
+#pragma unroll
+  for (int n = 0; n < KR; n++) fa_copy16<1>(dst + n * 512 * NW, ((r.cache >> n) & 1 ? cache : cur) + r.off[n], (r.ok >> n) & 1);
+}
+
+// wa_ws is attn_prefill_wg with NW 3: warp-specialised and persistent, in
+// FlashAttention-3's shape without TMA (K and V rows come from the chunk
+// and from the cache's ring, which one tensor map cannot describe). Items
+// of 128 rows of one kv head (as NW 2's CTAs, in the same order: every kv
+// head's latest rows first) go round-robin to the grid's CTAs, one a
+// multiprocessor. Warpgroup 0 (40 registers) copies each item's Q into
+// one of two Q buffers and its K and V tiles into rings of NS stages with
+// cp.async; a group it issued is handed on (its own wait_group, a proxy
+// fence, an arrive on the stage's "full" mbarrier) two groups later, so
+// that three are in flight. Warpgroups 1 and 2 (232 registers) each take
+// 64 of the item's rows and run attn_prefill_wg's tile loop on the
+// stages, arriving on a stage's "empty" mbarrier once their MMAs have
+// read it: no barrier across the CTA, so one's softmax runs beside the
+// other's MMAs, and the next item's Q and first tiles arrive while this
+// item ends. Same tiles, order and arithmetic as NW 2: the same bits.
+template <int NS, int NR>
+__device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int nkv, int window, int slots, float scale,
+                                      const int* __restrict__ pos, const unsigned short* __restrict__ qg, long long ldq,
+                                      const unsigned short* __restrict__ kg, const unsigned short* __restrict__ vg, long long ldkv,
+                                      const unsigned short* __restrict__ kcg, const unsigned short* __restrict__ vcg,
+                                      unsigned short* __restrict__ og, long long ldo, const bf16_t* __restrict__ gate, long long ldg,
+                                      int G, const float* __restrict__ qw, float eps, const float* __restrict__ inv_freq, int rot,
+                                      float attnf) {
+  constexpr int D = 128;
+  unsigned short* Ks = Qs + 4 * WA_TILE;  // Q[item % 2][warpgroup], then K[NS], V[NS]
+  unsigned short* Vs = Ks + NS * WA_TILE;
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + NS * WA_TILE);
+  static_assert(8 * (4 + 4 * NS) <= WA_WS_BARS, "the mbarriers fit their bytes");
+  const unsigned b0 = smem_addr(bars);  // full Q[2], empty Q[2], full K[NS], empty K[NS], full V[NS], empty V[NS]
+  const unsigned QF = b0, QE = b0 + 16, KF = b0 + 32, KE = KF + 8 * NS, VF = KE + 8 * NS, VE = VF + 8 * NS;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int b = 0; b < 2; b++) mbar_init(QF + 8 * b, 128), mbar_init(QE + 8 * b, 256);
+    for (int s = 0; s < NS; s++) mbar_init(KF + 8 * s, 128), mbar_init(KE + 8 * s, 256), mbar_init(VF + 8 * s, 128), mbar_init(VE + 8 * s, 256);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int group = nh / nkv, R = ntok * group, nrb = (R + 127) / 128, nitems = nkv * nrb, p0 = pos[0];
+  auto item = [&](int i) {
+    FaRows f;
+    f.group = group, f.kvh = i % nkv, f.R = R, f.r0 = (nrb - 1 - i / nkv) * 128, f.p0 = p0;
+    f.nr = min(128, R - f.r0);
+    return f;
+  };
+
+  if (tid < 128) {  // the producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    const int kr = tid >> 4, kch = tid & 15;
+    const unsigned kdst = (kch >> 3) * 4096 + kr * 64 + (((kch & 7) ^ (kr & 7)) << 3);
+    const long long crow = (long long)nkv * D;
+    unsigned pa = 0, pb = 0;  // the barriers of the two groups in flight before the newest, oldest first
+    int np = 0;
+    auto push = [&](unsigned bar) {  // commit a group that completes bar's phase
+      fa_commit();
+      if (np == 2) {
+        fa_wait<2>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mbar_arrive(pa);
+        pa = pb, pb = bar;
+      } else {
+        (np == 0 ? pa : pb) = bar;
+        np++;
+      }
+    };
+    int kc = 0, n = 0;  // tiles and items so far
+    for (int i = blockIdx.x; i < nitems; i += gridDim.x, n++) {
+      const FaRows fr = item(i);
+      const int b = n & 1;
+      mbar_wait(QE + 8 * b, ((n >> 1) & 1) ^ 1);
+      fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs + (2 * b + r / FA_BQ) * WA_TILE, r % FA_BQ, c); }, qg, ldq, fr, 128, 128);
+      push(QF + 8 * b);
+      const FaKeys fk = fa_keys(fr, window);
+      const long long kbase = (long long)fr.kvh * D + kch * 8;
+      for (int t = 0; t < fk.ntiles; t++, kc++) {
+        const KRows<8> r = wa_krows<1>(t, fk.jlo, fk.jhi, p0, kr, window, slots, ldkv, crow);
+        const int s = kc % NS;
+        const unsigned ph = ((kc / NS) & 1) ^ 1;
+        mbar_wait(KE + 8 * s, ph);
+        wa_kload<1>(Ks + s * WA_TILE + kdst, kg + kbase, kcg + kbase, r);
+        push(KF + 8 * s);
+        mbar_wait(VE + 8 * s, ph);
+        wa_kload<1>(Vs + s * WA_TILE + kdst, vg + kbase, vcg + kbase, r);
+        push(VF + 8 * s);
+      }
+    }
+    fa_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (np > 0) mbar_arrive(pa);
+    if (np > 1) mbar_arrive(pb);
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int wg = (tid >> 7) - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int ntab = wa_nr_tokens(FA_BQ, group);
+  float* tab = reinterpret_cast<float*>(bars + WA_WS_BARS / 8) + wg * ntab * rot;  // this warpgroup's rope table (NR)
+  const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
+  int kc = 0, n = 0;
+  for (int i = blockIdx.x; i < nitems; i += gridDim.x, n++) {
+    const FaRows fr = item(i);
+    const FaKeys fk = fa_keys(fr, window);
+    const int b = n & 1, kvh = fr.kvh, r0 = fr.r0 + wg * FA_BQ, nr = max(0, min(FA_BQ, R - r0));
+    unsigned short* Qw = Qs + (2 * b + wg) * WA_TILE;
+    if constexpr (NR) {
+      // The cosines and sines of this warpgroup's tokens while Q comes
+      // (the previous item's rows were rotated before its named barrier).
+      const int half = rot >> 1, t0 = r0 / group;
+      for (int x = t128; x < ntab * half; x += 128) {
+        const int tt = x / half, c = x - tt * half;
+        rope_cos_sin(c, (float)(p0 + t0 + tt), inv_freq, attnf, tab[tt * rot + c], tab[tt * rot + half + c]);
+      }
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+      mbar_wait(QF + 8 * b, (n >> 1) & 1);
+      const float* cs = tab + ((r0 + (t128 >> 1)) / group - t0) * rot;
+      wa_norm_rope_q(Qw, t128, cs, cs + half, qw, eps, rot);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+    } else {
+      mbar_wait(QF + 8 * b, (n >> 1) & 1);
+    }
+
+    const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
+    const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
+    const unsigned qa = smem_addr(Qw);
+    float o[64];  // o[4 db + e]: attn_prefill_tc's o[db][e]
+#pragma unroll
+    for (int x = 0; x < 64; x++) o[x] = 0.f;
+    float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.f, 0.f};
+    for (int t = 0; t < fk.ntiles; t++, kc++) {
+      const int s = kc % NS;
+      const unsigned ph = (kc / NS) & 1;
+      mbar_wait(KF + 8 * s, ph);
+      float sc[32];
+      wa_scores(sc, qa, smem_addr(Ks + s * WA_TILE));
+      mbar_arrive(KE + 8 * s);
+      unsigned a[FA_BK / 16][4];
+      wa_softmax(sc, o, m, l, a, fk.jlo + t * FA_BK, pw_lo, pw_hi, prow, tq, window, sl2);
+      mbar_wait(VF + 8 * s, ph);
+      wa_pv(o, a, smem_addr(Vs + s * WA_TILE));
+      mbar_arrive(VE + 8 * s);
+    }
+
+    // fa_store_out's values, staged in this warpgroup's Q tile in the
+    // swizzled layout once all four warps' MMAs are done with it, then
+    // whole rows out.
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float tot = l[r];
+      tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+      tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+      const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
+      const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
+      const bf16_t* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
+      const int h = kvh * group + row % group;
+#pragma unroll
+      for (int db = 0; db < 16; db++) {
+        const int c = db * 8 + 2 * tq;
+        *reinterpret_cast<unsigned*>(wa_chunk(Qw, rr, db) + 2 * tq) =
+            fa_pack(o[4 * db + 2 * r] * inv * gate_of(gr, nh, D, G, h, c), o[4 * db + 2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
+      }
+    }
+    __syncwarp();
+    for (int x = lane; x < 16 * 16; x += 32) {
+      const int rr = warp * 16 + (x >> 4), c = x & 15;
+      if (rr >= nr) continue;
+      const int row = r0 + rr, t = row / group, h = kvh * group + row % group;
+      *reinterpret_cast<uint4*>(og + t * ldo + (long long)h * D + c * 8) = *reinterpret_cast<const uint4*>(wa_chunk(Qw, rr, c));
+    }
+    mbar_arrive(QE + 8 * b);
+  }
+}
+
 // NR 1: q holds the heads before their per-head norm and rotation (qw,
 // eps, inv_freq, rot, attnf as qk_norm_rope takes them), which the kernel
 // does on its Q tiles (wa_norm_rope_q); NR 0 ignores those arguments. The
@@ -171,7 +480,17 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
                     const float* __restrict__ inv_freq, int rot, float attnf) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
-  static_assert(NW == 1 || (NW == 2 && SPLIT <= 1), "two warpgroups a CTA: one K and one V tile, or two of each");
+  static_assert(NW == 1 || (NW == 2 && SPLIT <= 1) || (NW == 3 && SPLIT >= 2 && SPLIT <= 4),
+                "two warpgroups a CTA: one K and one V tile, or two of each; three: 2 to 4 stages");
+  if constexpr (NW == 3) {
+    extern __shared__ __align__(16) unsigned char wa_raw[];
+    wa_ws<SPLIT, NR>(reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull), ntok, nh, nkv, window, slots,
+                     scale, pos, reinterpret_cast<const unsigned short*>(q), ldq, reinterpret_cast<const unsigned short*>(k),
+                     reinterpret_cast<const unsigned short*>(v), ldkv, reinterpret_cast<const unsigned short*>(kc),
+                     reinterpret_cast<const unsigned short*>(vc), reinterpret_cast<unsigned short*>(out), ldo, gate, ldg, G, qw, eps,
+                     inv_freq, rot, attnf);
+    return;
+  } else {
   constexpr int NB = FA_BK / 8, DB = D / 8;
   constexpr int KR = 8 / NW;  // key rows a thread copies a tile (16 threads a row)
   extern __shared__ __align__(16) unsigned char wa_raw[];
@@ -201,20 +520,12 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   // A thread copies chunk kch = tid % 16 of key rows kr + 8 NW n (kr = tid /
   // 16, n < KR) of each tile: the same swizzled column for all (their row %
-  // 8 is kr's). KRows are those rows' element offsets from the chunk's k/v
-  // (bit n of cache clear) or cache base (set), found once a tile for both
-  // K and V with one modulo (the ring slot of the first row): the per-copy
-  // index arithmetic had made the kernel issue-bound (the same kernel with
-  // K and V found separately took 0.308 against 0.245 ms).
-  struct KRows {
-    unsigned off[KR];
-    unsigned cache, ok;
-  };
+  // 8 is kr's); wa_krows finds them.
   const int kr = tid >> 4, kch = tid & 15;
   const long long kbase = (long long)kvh * D + kch * 8;
   const unsigned kdst = (kch >> 3) * 4096 + kr * 64 + (((kch & 7) ^ (kr & 7)) << 3);
   auto rows = [&](int tile) {
-    KRows r;
+    KRows<KR> r;
     r.cache = 0, r.ok = 0;
     const int jb = jlo + tile * FA_BK + kr;
     int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
@@ -237,15 +548,11 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     return r;
   };
   // load copies tile rows r of K (kv 0) or V (kv 1) into stage st.
-  auto load = [&](int kv, const KRows& r, int st) {
-    unsigned short* dst = (kv ? Vs : Ks) + st * WA_TILE + kdst;
-    const unsigned short* cur = (kv ? vg : kg) + kbase;
-    const unsigned short* cache = (kv ? vcg : kcg) + kbase;
-#pragma unroll
-    for (int n = 0; n < KR; n++) fa_copy16<1>(dst + n * 512 * NW, ((r.cache >> n) & 1 ? cache : cur) + r.off[n], (r.ok >> n) & 1);
+  auto load = [&](int kv, const KRows<KR>& r, int st) {
+    wa_kload<NW>((kv ? Vs : Ks) + st * WA_TILE + kdst, (kv ? vg : kg) + kbase, (kv ? vcg : kcg) + kbase, r);
   };
 
-  KRows kr0 = rows(0);
+  KRows<KR> kr0 = rows(0);
   load(0, kr0, 0);
   if constexpr (SPLIT) fa_commit();  // Q and K of tile 0, then its V
   load(1, kr0, 0);
@@ -277,7 +584,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     const int st = SPLIT ? 0 : it & 1;
     if constexpr (!SPLIT) {
       if (it + 1 < ntiles) {
-        const KRows r = rows(it + 1);
+        const KRows<KR> r = rows(it + 1);
         load(0, r, st ^ 1);
         load(1, r, st ^ 1);
       }
@@ -290,18 +597,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     const int j0 = jlo + it * FA_BK;
     const unsigned ka = smem_addr(Ks + st * WA_TILE), va = smem_addr(Vs + st * WA_TILE);
     float s[4 * NB];  // s[4 nb + e]: attn_prefill_tc's s[nb][e]
-#pragma unroll
-    for (int i = 0; i < 4 * NB; i++) s[i] = 0.f;
-    wg_pin(s);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
-      wgmma_m64n64(s, wg_desc(qa + off), wg_desc(ka + off), kk > 0);
-    }
-    wg_commit();
-    wg_wait<0>();
-    wg_pin(s);
+    wa_scores(s, qa, ka);
     if constexpr (SPLIT) {
       __syncthreads();  // every warp's scores are done with K: the next one comes
       if (it + 1 < ntiles) {
@@ -311,66 +607,14 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
       fa_commit();
     }
 
-    // Scale, and mask where the tile straddles a row's causal or window bound.
-    const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[4 * nb + e] * sl2;
-        if (need) {
-          const int j = j0 + nb * 8 + 2 * tq + (e & 1), p = prow[e >> 1];
-          if (j > p || (window > 0 && j <= p - window)) x = FA_NEG_INF;
-        }
-        s[4 * nb + e] = x;
-      }
-    // Online softmax per row (a row's 64 scores lie in the 4 threads of a quad).
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float mx = FA_NEG_INF;
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mnew = fmaxf(m[r], mx);
-      const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
-      const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
-      m[r] = mnew;
-      float sum = 0.f;
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        s[4 * nb + 2 * r] = fa_exp2(s[4 * nb + 2 * r] - ms);
-        s[4 * nb + 2 * r + 1] = fa_exp2(s[4 * nb + 2 * r + 1] - ms);
-        sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
-      }
-      l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
-#pragma unroll
-      for (int db = 0; db < DB; db++) {
-        o[4 * db + 2 * r] *= alpha;
-        o[4 * db + 2 * r + 1] *= alpha;
-      }
-    }
-    // O += P V: the S fragments of two adjacent key blocks form one A operand.
     unsigned a[FA_BK / 16][4];
-#pragma unroll
-    for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
-      a[kc2][0] = fa_pack(s[8 * kc2 + 0], s[8 * kc2 + 1]);
-      a[kc2][1] = fa_pack(s[8 * kc2 + 2], s[8 * kc2 + 3]);
-      a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
-      a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
-    }
+    wa_softmax(s, o, m, l, a, j0, pw_lo, pw_hi, prow, tq, window, sl2);
     if constexpr (SPLIT) {
       fa_wait<1>();  // V of tile it (the next K may still come) ...
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();  // ... everyone's
     }
-    wg_pin(o);
-    wg_fence();
-#pragma unroll
-    for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], wa_desc_mn(va + kc2 * 2048));
-    wg_commit();
-    wg_wait<0>();
-    wg_pin(o);
+    wa_pv(o, a, va);
     __syncthreads();  // SPLIT: V is free for the next; else stage st for tile it+2
     if constexpr (SPLIT) {
       if (it + 1 < ntiles) load(1, kr0, 0);
@@ -384,4 +628,5 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   // the last tile ended with a barrier after every P V), then write them.
   fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, NW == 1 ? Ks : Qs + wg * FA_BQ * FaCfg<D>::PITCH, og,
                              ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
+  }
 }

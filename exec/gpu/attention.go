@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"os"
 
 	"lagc/cuda"
@@ -31,6 +32,12 @@ var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") != "tc"
 var (
 	prefillWGRows   = map[string]int{"wg64": 64, "wg128": 128, "wg128x2": 128}[os.Getenv("LAGC_PREFILL_ATTN")]
 	prefillWGStages = map[string]int{"wg128x2": 2}[os.Getenv("LAGC_PREFILL_ATTN")]
+	// prefillWGWS: the warp-specialised form's stages of K and V
+	// (LAGC_PREFILL_ATTN=ws2, ws3 or ws4; lower.Options.PrefillAttnWS).
+	prefillWGWS = map[string]int{"ws2": 2, "ws3": 3, "ws4": 4}[os.Getenv("LAGC_PREFILL_ATTN")]
+	// prefillWGWSSMs: its CTAs (0: one a multiprocessor); tests set fewer
+	// so that each CTA takes many items.
+	prefillWGWSSMs = 0
 )
 
 // prefillWGCTAs picks attn_prefill_wg's variant
@@ -136,5 +143,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows, WgStages: prefillWGStages}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows, WgStages: prefillWGStages, WgWS: prefillWGWS, SMs: cmp.Or(prefillWGWSSMs, k.SMs())}))
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -185,41 +186,77 @@ func (g *tcRig) runTC(k *Kernels, s *cuda.Stream) error { return g.run(k, s, tru
 func (g *tcRig) runFFMA(k *Kernels, s *cuda.Stream) error { return g.run(k, s, false, false) }
 
 // runWG runs AttentionPrefill with the wgmma kernel asked for, its
-// variant of ctas CTAs a multiprocessor, rows rows a CTA and stages
-// stages of K and V (lower.AttentionPrefillArgs.WgCTAs, WgRows, WgStages;
-// 0: lower's).
-func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, ctas, rows, stages int) error {
-	saved, savedR, savedS := prefillWGCTAs, prefillWGRows, prefillWGStages
-	prefillWGCTAs, prefillWGRows, prefillWGStages = ctas, rows, stages
-	defer func() { prefillWGCTAs, prefillWGRows, prefillWGStages = saved, savedR, savedS }()
+// variant v.
+func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, v wgVariant) error {
+	defer v.use()()
 	return g.run(k, s, true, true)
 }
 
-// wgVariants are attn_prefill_wg's variants the tests check and time: 64
-// rows a CTA at 2, 3 and 4 CTAs a multiprocessor, and 128 (two
-// warpgroups sharing K and V) at 2, with one stage of K and V and two.
-var wgVariants = []struct{ ctas, rows, stages int }{{2, 64, 0}, {3, 64, 0}, {4, 64, 0}, {2, 128, 0}, {2, 128, 2}}
+// wgVariant is one of attn_prefill_wg's variants
+// (lower.AttentionPrefillArgs.WgCTAs, WgRows, WgStages, WgWS; sms: the
+// warp-specialised one's CTAs, 0 one a multiprocessor).
+type wgVariant struct{ ctas, rows, stages, ws, sms int }
 
-func wgName(ctas, rows, stages int) string {
+// wgVariants are the variants the tests check and time: 64 rows a CTA at
+// 2, 3 and 4 CTAs a multiprocessor, 128 (two warpgroups sharing K and V)
+// at 2, with one stage of K and V and two, and the warp-specialised one
+// with 2 to 4 stages (2 on 3 CTAs: many items each, both Q buffers and
+// the rings reused across items).
+var wgVariants = []wgVariant{{ctas: 2, rows: 64}, {ctas: 3, rows: 64}, {ctas: 4, rows: 64}, {ctas: 2, rows: 128},
+	{ctas: 2, rows: 128, stages: 2}, {ws: 2, sms: 3}, {ws: 3}, {ws: 4}}
+
+// wgDefault is the variant lower picks (the one the others' bits are
+// compared with where they must match).
+var wgDefault = wgVariant{ctas: 2, rows: 128}
+
+func (v wgVariant) name() string {
 	switch {
-	case rows == 64:
-		return fmt.Sprintf("ctas%d", ctas)
-	case stages == 2:
-		return fmt.Sprintf("ctas%d-rows%d-stages2", ctas, rows)
+	case v.ws != 0 && v.sms != 0:
+		return fmt.Sprintf("ws%d-sms%d", v.ws, v.sms)
+	case v.ws != 0:
+		return fmt.Sprintf("ws%d", v.ws)
+	case v.rows == 64:
+		return fmt.Sprintf("ctas%d", v.ctas)
+	case v.stages == 2:
+		return fmt.Sprintf("ctas%d-rows%d-stages2", v.ctas, v.rows)
 	}
-	return fmt.Sprintf("ctas%d-rows%d", ctas, rows)
+	return fmt.Sprintf("ctas%d-rows%d", v.ctas, v.rows)
 }
 
-// wgSplit is attn_prefill_wg's SPLIT for a variant: 0 double-buffers K and
-// V (64 rows at 2 CTAs, or 128 rows at 2 stages).
-func wgSplit(ctas, rows, stages int) int {
+// split and nw are attn_prefill_wg's SPLIT and NW for v: SPLIT 0
+// double-buffers K and V (64 rows at 2 CTAs, or 128 rows at 2 stages);
+// NW 3 is the warp-specialised form, SPLIT its stages.
+func (v wgVariant) split() int {
 	switch {
-	case rows == 128 && stages == 2:
+	case v.ws != 0:
+		return v.ws
+	case v.rows == 128 && v.stages == 2:
 		return 0
-	case rows == 128:
+	case v.rows == 128:
 		return 1
 	}
-	return ctas - 2
+	return v.ctas - 2
+}
+
+func (v wgVariant) nw() int {
+	if v.ws != 0 {
+		return 3
+	}
+	return v.rows / 64
+}
+
+// with sets a's variant fields to v's (SMs: v.sms, else sms).
+func (v wgVariant) with(a lower.AttentionPrefillArgs, sms int) lower.AttentionPrefillArgs {
+	a.WgCTAs, a.WgRows, a.WgStages, a.WgWS, a.SMs = v.ctas, v.rows, v.stages, v.ws, cmp.Or(v.sms, sms)
+	return a
+}
+
+// use makes v the variant the executor's prefill attention runs until
+// the returned function restores the previous one.
+func (v wgVariant) use() func() {
+	c, r, st, ws, sms := prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs
+	prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs = v.ctas, v.rows, v.stages, v.ws, v.sms
+	return func() { prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs = c, r, st, ws, sms }
 }
 
 func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
@@ -285,7 +322,7 @@ func TestAttentionPrefillTCTimingGPU(t *testing.T) {
 			checkClose(t, "tc vs ffma", tc, old, tolFor(cuda.BF16))
 			if k.CC() >= 90 {
 				for _, v := range wgVariants {
-					wg := run("wgmma-"+wgName(v.ctas, v.rows, v.stages), func() error { return g.runWG(k, s, v.ctas, v.rows, v.stages) })
+					wg := run("wgmma-"+v.name(), func() error { return g.runWG(k, s, v) })
 					checkClose(t, "wgmma vs ffma", wg, old, tolFor(cuda.BF16))
 				}
 			}
@@ -342,26 +379,32 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 func TestAttentionPrefillWGGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	for _, v := range wgVariants {
-		ctas, rows, stages := v.ctas, v.rows, v.stages
-		name := wgName(ctas, rows, stages)
+		name := v.name()
 		for i, c := range tcCases() {
 			if c.d != 128 || c.fused {
 				continue
 			}
 			t.Run(name+"/"+c.String(), func(t *testing.T) {
 				g := newTCRig(t, k, s, c, uint64(1000+i))
-				l, err := lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
+				l, err := lower.AttentionPrefill(v.with(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
 					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-					Scale: g.scale, Wgmma: true, CC: k.CC(), WgCTAs: ctas, WgRows: rows, WgStages: stages})
-				split := wgSplit(ctas, rows, stages)
-				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(split) || l.Ints[2] != int64(rows/64) {
-					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d, %d>", l.NameExpr(), err, split, rows/64)
+					Scale: g.scale, Wgmma: true, CC: k.CC()}, k.SMs()))
+				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(v.split()) || l.Ints[2] != int64(v.nw()) {
+					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d, %d>", l.NameExpr(), err, v.split(), v.nw())
 				}
-				if err := g.runWG(k, s, ctas, rows, stages); err != nil {
+				if err := g.runWG(k, s, v); err != nil {
 					t.Fatal(err)
 				}
 				got := download(t, s, cuda.BF16, g.out, g.outElems)
 				checkClose(t, "attn_prefill_wg", got, g.want(t), tolFor(cuda.BF16))
+				if v.ws != 0 {
+					// The same tiles, order and arithmetic as the default: the same bits.
+					poison(t, s, g.out, int64(g.outBytes))
+					if err := g.runWG(k, s, wgDefault); err != nil {
+						t.Fatal(err)
+					}
+					checkBits(t, "warp-specialised against "+wgDefault.name(), got, download(t, s, cuda.BF16, g.out, g.outElems))
+				}
 			})
 		}
 		// Gated: per head and per element, a sliding and a full S-2.1 layer.
@@ -376,11 +419,13 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c.tc, uint64(3000+ci))
 				gate := roundTo(cuda.BF16, randF32(rand.New(rand.NewPCG(uint64(ci), 9)), c.tc.T*c.G, 2))
 				gp := upload(t, k, s, cuda.BF16, gate)
-				saved, savedC, savedR, savedS := prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages
-				prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages = true, ctas, rows, stages
+				saved := prefillWG
+				prefillWG = true
+				restore := v.use()
 				err := k.AttentionPrefillGate(s, cuda.BF16, g.layer, g.out, g.qp, g.kp, g.vp, g.ldq, g.ldkv, g.dpos, c.tc.T, c.tc.nh, g.scale,
 					Gate{G: gp, Width: c.G, LD: c.G})
-				prefillWG, prefillWGCTAs, prefillWGRows, prefillWGStages = saved, savedC, savedR, savedS
+				prefillWG = saved
+				restore()
 				if err != nil {
 					t.Fatal(err)
 				}

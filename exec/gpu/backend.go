@@ -54,7 +54,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
-		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
+		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, PrefillAttnWS: prefillWGWS, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
 		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(),

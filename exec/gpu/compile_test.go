@@ -386,12 +386,12 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 		out = append(out, att)
 	}
-	// attn_prefill_wg's variants (WgCTAs, WgRows, WgStages; the tests check and time each).
+	// attn_prefill_wg's variants (WgCTAs, WgRows, WgStages, WgWS; the tests check and time each).
 	for _, v := range wgVariants {
-		att, err = lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
-			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90, WgCTAs: v.ctas, WgRows: v.rows, WgStages: v.stages})
+		att, err = lower.AttentionPrefill(v.with(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90}, 132))
 		if err != nil || att.Kernel != "attn_prefill_wg" {
-			t.Fatalf("AttentionPrefill with WgCTAs %d, WgRows %d, WgStages %d: %s, %v", v.ctas, v.rows, v.stages, att.Kernel, err)
+			t.Fatalf("AttentionPrefill with variant %s: %s, %v", v.name(), att.Kernel, err)
 		}
 		out = append(out, att)
 	}

@@ -185,3 +185,23 @@ func downloadBytes(t testing.TB, s *cuda.Stream, p cuda.DevicePtr, n int64) []by
 	}
 	return out
 }
+
+// checkBits fails unless got equals want bit for bit (NaNs included).
+func checkBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d values, want %d", what, len(got), len(want))
+	}
+	diff, first := 0, -1
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			if first < 0 {
+				first = i
+			}
+			diff++
+		}
+	}
+	if diff > 0 {
+		t.Fatalf("%s: %d of %d values differ, the first at %d: %v against %v", what, diff, len(got), first, got[first], want[first])
+	}
+}

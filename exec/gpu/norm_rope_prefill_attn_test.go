@@ -35,7 +35,7 @@ func TestPrefillNormRoPEAttentionGPU(t *testing.T) {
 		{tcCase{T: 130, p0: 40, window: 64, nh: 16, nkv: 2, d: 128}, 96, 1, true, false},
 	} {
 		for _, v := range wgVariants {
-			name := fmt.Sprintf("%s/%v-rot%d-norm%v-inplace%v", wgName(v.ctas, v.rows, v.stages), c.tc, c.rot, c.norm, c.inPlace)
+			name := fmt.Sprintf("%s/%v-rot%d-norm%v-inplace%v", v.name(), c.tc, c.rot, c.norm, c.inPlace)
 			t.Run(name, func(t *testing.T) {
 				g := newTCRig(t, k, s, c.tc, uint64(5000+ci))
 				T, nh, d := c.tc.T, c.tc.nh, c.tc.d
@@ -74,9 +74,8 @@ func TestPrefillNormRoPEAttentionGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				attn := func(q, out cuda.DevicePtr) lower.Launch {
-					return wgAttention(t, lower.AttentionPrefillArgs{Cache: g.layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(g.kp),
-						V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh, Scale: g.scale, CC: k.CC(),
-						WgCTAs: v.ctas, WgRows: v.rows, WgStages: v.stages})
+					return wgAttention(t, v.with(lower.AttentionPrefillArgs{Cache: g.layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(g.kp),
+						V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh, Scale: g.scale, CC: k.CC()}, k.SMs()))
 				}
 				// Unfused: the rope into its buffer, the attention reading it.
 				if err := k.on(s).all([]lower.Launch{n, attn(rot, g.out)}, nil); err != nil {
@@ -152,19 +151,36 @@ func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		attn := func(q, out cuda.DevicePtr) lower.Launch {
-			return wgAttention(b, lower.AttentionPrefillArgs{Cache: layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(kk), V: ptr(vv),
-				Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, CC: k.CC()})
+		attnV := func(v wgVariant, q, out cuda.DevicePtr) lower.Launch {
+			return wgAttention(b, v.with(lower.AttentionPrefillArgs{Cache: layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(kk), V: ptr(vv),
+				Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, CC: k.CC()}, k.SMs()))
 		}
+		attn := func(q, out cuda.DevicePtr) lower.Launch { return attnV(wgVariant{}, q, out) }
 		f, err := lower.PrefillNormRoPEAttention(n, attn(rot, q))
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, v := range []struct {
+		cases := []struct {
 			name string
 			ls   []lower.Launch
 		}{{"rope+attention", []lower.Launch{n, attn(rot, out)}}, {"rope", []lower.Launch{n}}, {"attention", []lower.Launch{attn(rot, out)}},
-			{"fused", []lower.Launch{f}}} {
+			{"fused", []lower.Launch{f}}}
+		// The warp-specialised form, alone and fused.
+		for _, ws := range []int{2, 3, 4} {
+			v := wgVariant{ws: ws}
+			fw, err := lower.PrefillNormRoPEAttention(n, attnV(v, rot, q))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cases = append(cases, struct {
+				name string
+				ls   []lower.Launch
+			}{"attention-" + v.name(), []lower.Launch{attnV(v, rot, out)}}, struct {
+				name string
+				ls   []lower.Launch
+			}{"fused-" + v.name(), []lower.Launch{fw}})
+		}
+		for _, v := range cases {
 			b.Run(c.name+"/"+v.name, func(b *testing.B) {
 				run := func(int) error { return k.on(s).all(v.ls, nil) }
 				b.ReportMetric(graphTime(b, s, reps, run).Seconds()*1e6/reps, "us")
