@@ -164,25 +164,32 @@ __device__ __noinline__ void wa_rope_table(float* tab, int ntab, int p, int rot,
 
 // wa_scores: s = Q K^T of a warpgroup's 64 rows and a 64-key tile (both
 // swizzled tiles at qa, ka), waited for.
+// The k16 steps' descriptors are the tiles' plus the step's offset in 16
+// bytes (shared addresses stay below 2^18, so the 14-bit field never
+// carries): one add a descriptor, not wg_desc's mask, shift and or.
+// The first step writes s without reading it (scale-d 0, outputs only):
+// no zeroing of s a tile.
 __device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned ka) {
-#pragma unroll
-  for (int i = 0; i < 32; i++) s[i] = 0.f;
-  wg_pin(s);
   wg_fence();
+  const unsigned long long dq = wg_desc(qa), dk = wg_desc(ka);
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 0, 1, 1, 0, 0;\n"
+      : "=f"(s[0]), "=f"(s[1]), "=f"(s[2]), "=f"(s[3]), "=f"(s[4]), "=f"(s[5]), "=f"(s[6]), "=f"(s[7]), "=f"(s[8]), "=f"(s[9]), "=f"(s[10]), "=f"(s[11]), "=f"(s[12]), "=f"(s[13]), "=f"(s[14]), "=f"(s[15]), "=f"(s[16]), "=f"(s[17]), "=f"(s[18]), "=f"(s[19]), "=f"(s[20]), "=f"(s[21]), "=f"(s[22]), "=f"(s[23]), "=f"(s[24]), "=f"(s[25]), "=f"(s[26]), "=f"(s[27]), "=f"(s[28]), "=f"(s[29]), "=f"(s[30]), "=f"(s[31])
+      : "l"(dq), "l"(dk));
 #pragma unroll
-  for (int kk = 0; kk < 8; kk++) {
-    const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
-    wgmma_m64n64(s, wg_desc(qa + off), wg_desc(ka + off), kk > 0);
+  for (int kk = 1; kk < 8; kk++) {
+    const unsigned off = ((kk >> 2) * 8192 + (kk & 3) * 32) >> 4;
+    wgmma_m64n64(s, dq + off, dk + off, 1);
   }
   wg_commit();
   wg_wait<0>();
   wg_pin(s);
 }
 
-// wa_softmax scales the tile's scores s (keys from j0) to log2 units,
-// masks them where the tile straddles a row's causal or window bound (the
-// warp's rows at positions pw_lo .. pw_hi, this thread's at prow), runs
-// the online softmax of each row (a row's 64 scores lie in the 4 threads
+// wa_softmax takes the tile's scores s (keys from j0; times sl2 they are
+// in log2 units), masks them where the tile straddles a row's causal or
+// window bound (the warp's rows at positions pw_lo .. pw_hi, this
+// thread's at prow), runs the online softmax of each row (a row's 64 scores lie in the 4 threads
 // of a quad: max m, this thread's share of the sum l, o rescaled) and
 // packs P as the A operands of P V (the S fragments of two adjacent key
 // blocks form one).
@@ -190,17 +197,18 @@ __device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float
                                            int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
   constexpr int NB = FA_BK / 8, DB = 16;
   const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
+  if (need) {
 #pragma unroll
-  for (int nb = 0; nb < NB; nb++)
+    for (int nb = 0; nb < NB; nb++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x = s[4 * nb + e] * sl2;
-      if (need) {
+      for (int e = 0; e < 4; e++) {
         const int j = j0 + nb * 8 + 2 * tq + (e & 1), p = prow[e >> 1];
-        if (j > p || (window > 0 && j <= p - window)) x = FA_NEG_INF;
+        if (j > p || (window > 0 && j <= p - window)) s[4 * nb + e] = FA_NEG_INF;
       }
-      s[4 * nb + e] = x;
-    }
+  }
+  // The row's maximum of the raw scores, then scaled (sl2 > 0: the same
+  // float as the maximum of the scaled scores); each p is exp2 of one
+  // FFMA, s sl2 - m.
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float mx = FA_NEG_INF;
@@ -208,15 +216,15 @@ __device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float
     for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mnew = fmaxf(m[r], mx);
+    const float mnew = fmaxf(m[r], mx * sl2);
     const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
     const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
     m[r] = mnew;
     float sum = 0.f;
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-      s[4 * nb + 2 * r] = fa_exp2(s[4 * nb + 2 * r] - ms);
-      s[4 * nb + 2 * r + 1] = fa_exp2(s[4 * nb + 2 * r + 1] - ms);
+      s[4 * nb + 2 * r] = fa_exp2(fmaf(s[4 * nb + 2 * r], sl2, -ms));
+      s[4 * nb + 2 * r + 1] = fa_exp2(fmaf(s[4 * nb + 2 * r + 1], sl2, -ms));
       sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
     }
     l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
@@ -240,7 +248,9 @@ __device__ __forceinline__ void wa_pv(float (&o)[64], const unsigned (&a)[4][4],
   wg_pin(o);
   wg_fence();
 #pragma unroll
-  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], wa_desc_mn(va + kc2 * 2048));
+  const unsigned long long dv = wa_desc_mn(va);
+#pragma unroll
+  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], dv + kc2 * (2048 >> 4));
   wg_commit();
   wg_wait<0>();
   wg_pin(o);
