@@ -100,14 +100,31 @@ func TestFusePrefillNormRoPEAttention(t *testing.T) {
 		{"f32 rope", func(q, a *Launch) { q.DTypes = []string{"f32"} }, false},
 		{"the tensor-core kernel", func(q, a *Launch) { a.Kernel, a.File = "attn_prefill_tc", "attention_prefill_tc.cu" }, false},
 		{"fused already", func(q, a *Launch) { a.Ints = []int64{128, 1, 2, 1} }, false},
+		{"warp-specialised, 4 stages", func(q, a *Launch) { a.Ints, a.Shmem = []int64{128, 4, 3, 0}, PrefillWSSmem(4) }, true},
+		{"warp-specialised, 4 stages, one head a kv head: two rope tables outgrow the CTA", func(q, a *Launch) {
+			a.Ints, a.Shmem = []int64{128, 4, 3, 0}, PrefillWSSmem(4)
+			q.Args[1], a.Args[1] = a.Args[2], a.Args[2]
+		}, false},
 		{"not a rope", func(q, a *Launch) { q.Kernel = "rms_norm_block" }, false},
 	} {
 		q, a := p0.q, p0.a
 		q.Args, a.Args, q.Ints, a.Ints = append([]Arg(nil), q.Args...), append([]Arg(nil), a.Args...), append([]int64(nil), q.Ints...), append([]int64(nil), a.Ints...)
 		c.change(&q, &a)
-		_, err := PrefillNormRoPEAttention(q, a)
+		f, err := PrefillNormRoPEAttention(q, a)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err %v, want ok %v", c.name, err, c.ok)
+		}
+		// The rope table after the tiles: the CTA's tokens (NW 1 or 2), or
+		// each consumer warpgroup's 64 rows' (NW 3), rot floats a token.
+		if err == nil {
+			group, rot, nw := a.Args[1].Int/a.Args[2].Int, q.Args[13].Int, a.Ints[2]
+			tables := 4 * rot * ((64*nw-1)/group + 2)
+			if nw == 3 {
+				tables = 2 * 4 * rot * (63/group + 2)
+			}
+			if f.Shmem != a.Shmem+int(tables) {
+				t.Errorf("%s: %d bytes of shared memory, want %d + %d of rope tables", c.name, f.Shmem, a.Shmem, tables)
+			}
 		}
 	}
 	// In a stream: the k heads' rope writing into the q rows stops it, and

@@ -189,10 +189,10 @@ __device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned 
 // wa_softmax takes the tile's scores s (keys from j0; times sl2 they are
 // in log2 units), masks them where the tile straddles a row's causal or
 // window bound (the warp's rows at positions pw_lo .. pw_hi, this
-// thread's at prow), runs the online softmax of each row (a row's 64 scores lie in the 4 threads
-// of a quad: max m, this thread's share of the sum l, o rescaled) and
-// packs P as the A operands of P V (the S fragments of two adjacent key
-// blocks form one).
+// thread's at prow), runs the online softmax of each row (a row's 64
+// scores lie in the 4 threads of a quad: max m, this thread's share of
+// the sum l, o rescaled) and packs P as the A operands of P V (the S
+// fragments of two adjacent key blocks form one).
 __device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
                                            int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
   constexpr int NB = FA_BK / 8, DB = 16;
