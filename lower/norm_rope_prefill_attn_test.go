@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"lagc/ir"
 )
 
 // prefillPair is a plan's prefill q rope and the attention after it.
@@ -166,5 +168,38 @@ func TestFusePrefillNormRoPEAttention(t *testing.T) {
 		if n != 3 {
 			t.Errorf("%s: %d attentions fused, want the other 3", c.name, n)
 		}
+	}
+}
+
+// TestPrefillAttnWSPlan: with Options.PrefillAttnWS an S-2.1 plan's prefill
+// attentions are the warp-specialised attn_prefill_wg (NW 3, the stages as
+// SPLIT, 384 threads, one CTA a multiprocessor up to the items), each
+// still doing the q heads' norm and rotation (NR 1) with both consumer
+// warpgroups' rope tables in its shared memory.
+func TestPrefillAttnWSPlan(t *testing.T) {
+	p, err := quantPlan(t, "laguna-s-2.1", 4, "q4_k_m", Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132, PrefillAttnWS: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := p.At(p.Prefill, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, st := range steps {
+		for _, l := range st {
+			if l.Kernel != "attn_prefill_wg" {
+				continue
+			}
+			n++
+			nh, nkv, rot := l.Args[1].Int, l.Args[2].Int, l.Args[22].Int
+			tables := int(2 * 4 * rot * (63/(nh/nkv) + 2))
+			if l.Ints[1] != 3 || l.Ints[2] != 3 || l.Ints[3] != 1 || l.Block[0] != 384 || l.Grid != dims(132) || l.Shmem != PrefillWSSmem(3)+tables {
+				t.Errorf("%s grid %v block %v, %d bytes (want %d)", l.NameExpr(), l.Grid, l.Block, l.Shmem, PrefillWSSmem(3)+tables)
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d attn_prefill_wg launches in 4 layers, want 4", n)
 	}
 }

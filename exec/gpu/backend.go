@@ -30,15 +30,15 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128 or wg128x2, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
+// LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128, wg128x2, ws2, ws3 or ws4, LAGC_SPLIT_GEMM=0, LAGC_MOE_GATHER=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
 // LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS and
 // LAGC_DECODE_SPLITS included), so that a plan made without the device is
 // the one the executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	switch v := os.Getenv("LAGC_PREFILL_ATTN"); v {
-	case "", "wgmma", "wg64", "wg128", "wg128x2", "tc", "ffma":
+	case "", "wgmma", "wg64", "wg128", "wg128x2", "ws2", "ws3", "ws4", "tc", "ffma":
 	default:
-		return lower.Options{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want wgmma (the default on Hopper), wg64, wg128, wg128x2, tc or ffma", v)
+		return lower.Options{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want wgmma (the default on Hopper), wg64, wg128, wg128x2, ws2, ws3, ws4, tc or ffma", v)
 	}
 	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
 	if err != nil {

@@ -267,19 +267,25 @@ func TestChunkTail(t *testing.T) {
 }
 
 // TestPrefillAttnEnv: LAGC_PREFILL_ATTN takes wgmma, wg64, wg128, wg128x2,
-// tc or ffma; anything else is an error naming the variable (a typo must
-// not time the wrong kernel silently).
+// ws2, ws3, ws4, tc or ffma; anything else is an error naming the variable
+// (a typo must not time the wrong kernel silently). The warp-specialised
+// form's stages reach the plan's options.
 func TestPrefillAttnEnv(t *testing.T) {
 	for _, c := range []struct {
 		v  string
 		ok bool
-	}{{"", true}, {"wgmma", true}, {"wg64", true}, {"wg128", true}, {"wg128x2", true}, {"tc", true}, {"ffma", true}, {"wgma", false},
-		{"TC", false}, {"wg128x3", false}} {
+	}{{"", true}, {"wgmma", true}, {"wg64", true}, {"wg128", true}, {"wg128x2", true}, {"ws2", true}, {"ws3", true}, {"ws4", true},
+		{"tc", true}, {"ffma", true}, {"wgma", false}, {"TC", false}, {"wg128x3", false}, {"ws1", false}, {"ws5", false}} {
 		t.Setenv("LAGC_PREFILL_ATTN", c.v)
 		_, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
 		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "LAGC_PREFILL_ATTN")) {
 			t.Errorf("%q: %v", c.v, err)
 		}
+	}
+	t.Setenv("LAGC_PREFILL_ATTN", "ws3")
+	defer wgVariant{ws: 3}.use()()
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.PrefillAttnWS != 3 {
+		t.Errorf("ws3: PrefillAttnWS %d, %v", o.PrefillAttnWS, err)
 	}
 }
 
