@@ -193,8 +193,11 @@ __device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned 
 // scores lie in the 4 threads of a quad: max m, this thread's share of
 // the sum l, o rescaled) and packs P as the A operands of P V (the S
 // fragments of two adjacent key blocks form one).
-__device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
-                                           int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
+// RESCALE 0 leaves o alone and gives each row's factor in al instead (the
+// ws form rescales o once the previous tile's P V is done).
+template <bool RESCALE>
+__device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], float (&al)[2],
+                                             int j0, int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
   constexpr int NB = FA_BK / 8, DB = 16;
   const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
   if (need) {
@@ -228,10 +231,13 @@ __device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float
       sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
     }
     l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
+    al[r] = alpha;
+    if constexpr (RESCALE) {
 #pragma unroll
-    for (int db = 0; db < DB; db++) {
-      o[4 * db + 2 * r] *= alpha;
-      o[4 * db + 2 * r + 1] *= alpha;
+      for (int db = 0; db < DB; db++) {
+        o[4 * db + 2 * r] *= alpha;
+        o[4 * db + 2 * r + 1] *= alpha;
+      }
     }
   }
 #pragma unroll
@@ -241,6 +247,12 @@ __device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float
     a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
     a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
   }
+}
+
+__device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
+                                           int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
+  float al[2];
+  wa_softmax_t<true>(s, o, m, l, a, al, j0, pw_lo, pw_hi, prow, tq, window, sl2);
 }
 
 // wa_pv: o += P V (the V tile at va), waited for.
@@ -255,6 +267,7 @@ __device__ __forceinline__ void wa_pv(float (&o)[64], const unsigned (&a)[4][4],
   wg_wait<0>();
   wg_pin(o);
 }
+
 
 // KRows: the 8 NW rows kr + 8 NW n (n < KR = 8 / NW; NW 3 copies as NW 1)
 // of key tile `tile` a thread copies chunk kch of: their element offsets
@@ -313,10 +326,14 @@ __device__ __forceinline__ void wa_kload(unsigned short* dst, const unsigned sho
 // fence, an arrive on the stage's "full" mbarrier) two groups later, so
 // that three are in flight. Warpgroups 1 and 2 (232 registers) each take
 // 64 of the item's rows and run attn_prefill_wg's tile loop on the
-// stages, arriving on a stage's "empty" mbarrier once their MMAs have
-// read it: no barrier across the CTA, so one's softmax runs beside the
-// other's MMAs, and the next item's Q and first tiles arrive while this
-// item ends. Same tiles, order and arithmetic as NW 2: the same bits.
+// stages in FlashAttention-3's order (a tile's softmax beside the last
+// tile's P V, below), arriving on a stage's "empty" mbarrier once their
+// MMAs have read it: no barrier across the CTA, so one's softmax also
+// runs beside the other's MMAs, and the next item's Q and first tiles
+// arrive while this item ends. Same tiles and arithmetic as NW 2, each
+// output's operations in the same order: the same bits. (Measured on the
+// H200 12-25% slower than NW 2 before the in-warpgroup order; with it,
+// not run on a GPU yet: docs/PERF.md.)
 template <int NS, int NR>
 __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int nkv, int window, int slots, float scale,
                                       const int* __restrict__ pos, const unsigned short* __restrict__ qg, long long ldq,
@@ -430,19 +447,69 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
 #pragma unroll
     for (int x = 0; x < 64; x++) o[x] = 0.f;
     float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.f, 0.f};
-    for (int t = 0; t < fk.ntiles; t++, kc++) {
-      const int s = kc % NS;
-      const unsigned ph = (kc / NS) & 1;
-      mbar_wait(KF + 8 * s, ph);
-      float sc[32];
-      wa_scores(sc, qa, smem_addr(Ks + s * WA_TILE));
-      mbar_arrive(KE + 8 * s);
-      unsigned a[FA_BK / 16][4];
-      wa_softmax(sc, o, m, l, a, fk.jlo + t * FA_BK, pw_lo, pw_hi, prow, tq, window, sl2);
-      mbar_wait(VF + 8 * s, ph);
-      wa_pv(o, a, smem_addr(Vs + s * WA_TILE));
-      mbar_arrive(VE + 8 * s);
+    // FlashAttention-3's order: S(t+1) = Q K(t+1) and O += P(t) V(t) issued
+    // together, S(t+1) waited for alone and its softmax run while P V
+    // still runs, then O rescaled. P alternates between two register sets
+    // (the loop unrolled by two): copying one into the other after the
+    // wait made ptxas serialise every wgmma (C7513).
+    const int nt = fk.ntiles;
+    float sc[32], al[2];
+    unsigned pa[FA_BK / 16][4], pb[FA_BK / 16][4];
+    {
+      const int s0 = kc % NS;
+      mbar_wait(KF + 8 * s0, (kc / NS) & 1);
+      wa_scores(sc, qa, smem_addr(Ks + s0 * WA_TILE));
+      mbar_arrive(KE + 8 * s0);
+      wa_softmax_t<false>(sc, o, m, l, pa, al, fk.jlo, pw_lo, pw_hi, prow, tq, window, sl2);  // o is 0: no rescale
     }
+    auto step = [&](int t, const unsigned (&pc)[FA_BK / 16][4], unsigned (&pn)[FA_BK / 16][4]) {
+      const int s = (kc + t) % NS, s1 = (kc + t + 1) % NS;
+      const bool more = t + 1 < nt;
+      if (more) mbar_wait(KF + 8 * s1, ((kc + t + 1) / NS) & 1);
+      mbar_wait(VF + 8 * s, ((kc + t) / NS) & 1);
+      const unsigned long long dv = wa_desc_mn(smem_addr(Vs + s * WA_TILE));
+      const unsigned long long dq = wg_desc(qa), dk = wg_desc(smem_addr(Ks + s1 * WA_TILE));
+#pragma unroll
+      for (int x = 0; x < 32; x++) sc[x] = 0.f;
+      wg_pin(sc);
+      wg_pin(o);
+      wg_fence();
+      if (more) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+          const unsigned off = ((kk >> 2) * 8192 + (kk & 3) * 32) >> 4;
+          wgmma_m64n64(sc, dq + off, dk + off, kk > 0);
+        }
+        wg_commit();
+      }
+#pragma unroll
+      for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, pc[kc2], dv + kc2 * (2048 >> 4));
+      wg_commit();
+      if (more) {
+        wg_wait<1>();
+        wg_pin(sc);
+        mbar_arrive(KE + 8 * s1);
+        float a2[2];
+        wa_softmax_t<false>(sc, o, m, l, pn, a2, fk.jlo + (t + 1) * FA_BK, pw_lo, pw_hi, prow, tq, window, sl2);
+        wg_wait<0>();
+        wg_pin(o);
+        mbar_arrive(VE + 8 * s);
+#pragma unroll
+        for (int db = 0; db < 16; db++) {
+          o[4 * db] *= a2[0], o[4 * db + 1] *= a2[0];
+          o[4 * db + 2] *= a2[1], o[4 * db + 3] *= a2[1];
+        }
+      } else {
+        wg_wait<0>();
+        wg_pin(o);
+        mbar_arrive(VE + 8 * s);
+      }
+    };
+    for (int t = 0; t < nt; t += 2) {
+      step(t, pa, pb);
+      if (t + 1 < nt) step(t + 1, pb, pa);
+    }
+    kc += nt;
 
     // fa_store_out's values, staged in this warpgroup's Q tile in the
     // swizzled layout once all four warps' MMAs are done with it, then

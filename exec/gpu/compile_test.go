@@ -393,7 +393,11 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		if err != nil || att.Kernel != "attn_prefill_wg" {
 			t.Fatalf("AttentionPrefill with variant %s: %s, %v", v.name(), att.Kernel, err)
 		}
-		out = append(out, att)
+		// and its instantiation doing the q heads' norm and rotation (NR 1,
+		// lower.PrefillNormRoPEAttention; TestPrefillNormRoPEAttentionGPU).
+		nr := att
+		nr.Ints = append(append([]int64(nil), att.Ints[:3]...), 1)
+		out = append(out, att, nr)
 	}
 	// The bf16 grouped experts with moe_gather_rows first (NoGather;
 	// TestMoEExpertsHopperGPU's nogather cases).
