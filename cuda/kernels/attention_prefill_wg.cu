@@ -290,6 +290,15 @@ __device__ __forceinline__ KRows<8 / NW> wa_krows(int tile, int jlo, int jhi, in
   KRows<KR> r;
   r.cache = 0, r.ok = 0;
   const int jb = jlo + tile * FA_BK + kr;
+  if (jlo + tile * FA_BK >= p0) {  // the whole tile from the chunk: no ring slot, no branch a row
+#pragma unroll
+    for (int n = 0; n < KR; n++) {
+      const int j = jb + 8 * NW * n;
+      r.off[n] = (unsigned)((long long)(j - p0) * ldkv);
+      r.ok |= (unsigned)(j <= jhi) << n;
+    }
+    return r;
+  }
   int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
 #pragma unroll
   for (int n = 0; n < KR; n++) {
@@ -609,6 +618,15 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     KRows<KR> r;
     r.cache = 0, r.ok = 0;
     const int jb = jlo + tile * FA_BK + kr;
+    if (jlo + tile * FA_BK >= p0) {  // the whole tile from the chunk: no ring slot, no branch a row
+#pragma unroll
+      for (int n = 0; n < KR; n++) {
+        const int j = jb + 8 * NW * n;
+        r.off[n] = (unsigned)((long long)(j - p0) * ldkv);
+        r.ok |= (unsigned)(j <= jhi) << n;
+      }
+      return r;
+    }
     int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
 #pragma unroll
     for (int n = 0; n < KR; n++) {
