@@ -8,6 +8,15 @@
 #
 # NVRTC needs no driver and no device: lagc's kernel-compile tests run with
 # it, GPU tests still skip.
+#
+#   scripts/nvrtc-local.sh sass 'attn_prefill_wg<128, 1, 2, 1>' [DIR]
+#
+# compiles the plan's instantiations whose name contains the pattern and
+# disassembles them (nvdisasm from Debian's nvidia-cuda-toolkit, fetched
+# once, ~87 MB) into DIR (default /tmp/lagc-sass), with each kernel's
+# opcode counts and its loops' address ranges: a kernel's SASS without
+# device time. NVRTC here is 12.4, the H200's 13: read the shape of the
+# code, not its exact schedule.
 set -euo pipefail
 D=${LAGC_NVRTC_DIR:-$HOME/.cache/lagc-nvrtc}
 L=$D/x/usr/lib/x86_64-linux-gnu
@@ -29,8 +38,49 @@ env)
 	[ -e "$L/libnvrtc.so.12" ] || { echo "nvrtc-local: not installed; run: $0 install" >&2; exit 1; }
 	echo "export LAGC_NVRTC_LIB=$L/libnvrtc.so.12 LD_LIBRARY_PATH=$L\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 	;;
+sass)
+	[ -e "$L/libnvrtc.so.12" ] || { echo "nvrtc-local: not installed; run: $0 install" >&2; exit 1; }
+	pat=${2:?usage: $0 sass PATTERN [DIR]}
+	out=${3:-/tmp/lagc-sass}
+	nd=$D/tk/usr/bin/nvdisasm
+	if [ ! -x "$nd" ]; then
+		o=(-o Dir::Etc::SourceList="$D/sid.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$D/lists")
+		(cd "$D/debs" && apt-get "${o[@]}" download nvidia-cuda-toolkit >/dev/null 2>&1) || { echo "nvrtc-local: could not fetch nvidia-cuda-toolkit" >&2; exit 1; }
+		rm -rf "$D/tk" && dpkg-deb --fsys-tarfile "$D"/debs/nvidia-cuda-toolkit_*.deb | (mkdir -p "$D/tk" && cd "$D/tk" && tar x ./usr/bin/nvdisasm)
+	fi
+	rm -rf "$out" && mkdir -p "$out"
+	root=$(cd "$(dirname "$0")/.." && pwd)
+	(cd "$root" && LAGC_NVRTC_LIB=$L/libnvrtc.so.12 LD_LIBRARY_PATH=$L LAGC_REQUIRE_NVRTC=1 LAGC_COMPILE_MATCH="${pat%%<*}" \
+		LAGC_DUMP_CUBIN="$out" LAGC_DUMP_CUBIN_MATCH="$(printf '%s' "$pat" | sed 's/[][\.*^$()+?{}|]/\\&/g')" \
+		go test -count=1 ./exec/gpu -run 'TestPlanKernelsCompile$' >/dev/null) || { echo "nvrtc-local: the compile test failed" >&2; exit 1; }
+	for f in "$out"/*.cubin; do
+		[ -e "$f" ] || { echo "nvrtc-local: no instantiation matches $pat" >&2; exit 1; }
+		"$nd" -c "$f" >"${f%.cubin}.sass"
+		python3 - "${f%.cubin}.sass" <<'PY'
+import collections, re, sys
+ins, lab, cur = [], {}, None
+for l in open(sys.argv[1]):
+    m = re.match(r'\s*\.(L_x_\d+):', l)
+    if m:
+        cur = m.group(1)
+        continue
+    a = re.search(r'/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;', l)
+    if a:
+        ins.append((int(a.group(1), 16), a.group(2)))
+        if cur:
+            lab[cur], cur = ins[-1][0], None
+ops = collections.Counter(re.sub(r'^@!?U?P\w+\s+', '', t).split()[0].split('.')[0] for _, t in ins)
+print(f"{sys.argv[1]}: {len(ins)} instructions; " + ", ".join(f"{o} {n}" for o, n in ops.most_common(12)))
+for a, t in ins:
+    b = re.search(r'BRA.*`\(\.(L_x_\d+)\)', t)
+    if b and lab.get(b.group(1), a) < a:
+        n = sum(1 for x, _ in ins if lab[b.group(1)] <= x <= a)
+        print(f"  loop {lab[b.group(1)]:#x}-{a:#x}: {n} instructions")
+PY
+	done
+	;;
 *)
-	sed -n '2,10p' "$0"
+	sed -n '2,20p' "$0"
 	exit 2
 	;;
 esac

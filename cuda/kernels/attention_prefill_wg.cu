@@ -195,6 +195,10 @@ __device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned 
 // fragments of two adjacent key blocks form one).
 // RESCALE 0 leaves o alone and gives each row's factor in al instead (the
 // ws form rescales o once the previous tile's P V is done).
+// WA_LAZY: how far (log2 units) a row's scores may exceed its reference
+// maximum before wa_softmax_t moves it (FlashAttention-4 uses 8).
+#define WA_LAZY 8.f
+
 template <bool RESCALE>
 __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], float (&al)[2],
                                              int j0, int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
@@ -211,7 +215,16 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
   }
   // The row's maximum of the raw scores, then scaled (sl2 > 0: the same
   // float as the maximum of the scaled scores); each p is exp2 of one
-  // FFMA, s sl2 - m.
+  // FFMA, s sl2 - m. m is a reference, not always the maximum so far
+  // (FlashAttention-4's lazy rescaling): it moves only when some row of
+  // the warp sees scores above it by more than WA_LAZY (log2 units), so
+  // most tiles skip o's rescale (64 multiplies a thread, a quarter of the
+  // softmax's instructions); p then stays under 2^WA_LAZY, which f32 sums
+  // and bf16 P hold. l and o share the reference, so o / l is unchanged
+  // but for rounding. The vote is a warp's: its 16 rows decide together
+  // and the branch stays uniform.
+  float mxs[2];
+  bool up = false;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float mx = FA_NEG_INF;
@@ -219,10 +232,19 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
     for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * r], s[4 * nb + 2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mnew = fmaxf(m[r], mx * sl2);
-    const float ms = mnew == FA_NEG_INF ? 0.f : mnew;  // nothing visible yet: all p = 0
-    const float alpha = fa_exp2(m[r] - ms);             // 0 while m was -inf
-    m[r] = mnew;
+    mxs[r] = mx * sl2;
+    up |= mxs[r] > m[r] + WA_LAZY;  // m -inf: any visible score
+  }
+  up = __any_sync(0xffffffffu, up);
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float alpha = 1.f;
+    if (up) {
+      const float mnew = fmaxf(m[r], mxs[r]);
+      alpha = fa_exp2(m[r] - (mnew == FA_NEG_INF ? 0.f : mnew));  // 0 while m was -inf
+      m[r] = mnew;
+    }
+    const float ms = m[r] == FA_NEG_INF ? 0.f : m[r];  // nothing visible yet: all p = 0
     float sum = 0.f;
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
@@ -230,13 +252,15 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
       s[4 * nb + 2 * r + 1] = fa_exp2(fmaf(s[4 * nb + 2 * r + 1], sl2, -ms));
       sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
     }
-    l[r] = l[r] * alpha + sum;  // this thread's share; the quad sums at the end
+    l[r] = up ? l[r] * alpha + sum : l[r] + sum;  // this thread's share; the quad sums at the end
     al[r] = alpha;
     if constexpr (RESCALE) {
+      if (up) {
 #pragma unroll
-      for (int db = 0; db < DB; db++) {
-        o[4 * db + 2 * r] *= alpha;
-        o[4 * db + 2 * r + 1] *= alpha;
+        for (int db = 0; db < DB; db++) {
+          o[4 * db + 2 * r] *= alpha;
+          o[4 * db + 2 * r + 1] *= alpha;
+        }
       }
     }
   }
