@@ -21,12 +21,21 @@ import (
 type tcCase struct {
 	T, p0, window, nh, nkv, d int
 	fused                     bool
+	// ramp scales key row j (its position) by 1 + j/64, so a row's
+	// largest score grows tile after tile: the online softmax's running
+	// maximum moves again and again, and attn_prefill_wg's lazy rescale
+	// (a move of more than 2^8) runs with factors other than 0 and 1,
+	// which random keys of one scale never ask for after the first tile.
+	ramp bool
 }
 
 func (c tcCase) String() string {
 	lay := "aligned"
 	if c.fused {
 		lay = "fused"
+	}
+	if c.ramp {
+		lay += "-ramp"
 	}
 	return fmt.Sprintf("T%d-p%d-w%d-h%d_%d-d%d-%s", c.T, c.p0, c.window, c.nh, c.nkv, c.d, lay)
 }
@@ -111,7 +120,7 @@ func newTCRig(t *testing.T, k *Kernels, s *cuda.Stream, c tcCase, seed uint64) *
 		vimg[i] = float32(math.NaN())
 	}
 	if c.p0 > 0 {
-		hk := roundTo(dt, randF32(r, c.p0*row, 1))
+		hk := roundTo(dt, rampKeys(c, randF32(r, c.p0*row, 1), 0, row))
 		hv := roundTo(dt, randF32(r, c.p0*row, 1))
 		hpos := make([]int32, c.p0)
 		for i := range hpos {
@@ -137,7 +146,7 @@ func newTCRig(t *testing.T, k *Kernels, s *cuda.Stream, c tcCase, seed uint64) *
 
 	T, nh := c.T, c.nh
 	g.q = roundTo(dt, randF32(r, T*nh*d, 1))
-	g.kk = roundTo(dt, randF32(r, T*row, 1))
+	g.kk = roundTo(dt, rampKeys(c, randF32(r, T*row, 1), c.p0, row))
 	g.vv = roundTo(dt, randF32(r, T*row, 1))
 	if c.fused {
 		ld := (nh+2*nkv)*d + 3
@@ -167,6 +176,17 @@ func newTCRig(t *testing.T, k *Kernels, s *cuda.Stream, c tcCase, seed uint64) *
 	g.out = alloc(t, k, int64(g.outBytes))
 	poison(t, s, g.out, int64(g.outBytes))
 	return g
+}
+
+// rampKeys scales k's rows (positions from p, row values each) as c.ramp
+// asks; k unchanged otherwise.
+func rampKeys(c tcCase, k []float32, p, row int) []float32 {
+	if c.ramp {
+		for i := range k {
+			k[i] *= 1 + float32(p+i/row)/64
+		}
+	}
+	return k
 }
 
 // want is cpu.Attention over the same history and chunk.
@@ -378,9 +398,16 @@ func timeMedian(t *testing.T, s *cuda.Stream, n int, f func() error) time.Durati
 // kernel's; then two gated chunks (a gate per head, per element).
 func TestAttentionPrefillWGGPU(t *testing.T) {
 	k, s := hopperGPU(t)
+	cases := tcCases()
+	// Scores that grow along the keys: the running maximum moves often.
+	for _, c := range []tcCase{{T: 2048, p0: 0, window: 0, nh: 4, nkv: 2}, {T: 300, p0: 700, window: 512, nh: 72, nkv: 8},
+		{T: 2048, p0: 700, window: 512, nh: 8, nkv: 1}, {T: 128, p0: 700, window: 0, nh: 48, nkv: 8}} {
+		c.d, c.ramp = 128, true
+		cases = append(cases, c)
+	}
 	for _, v := range wgVariants {
 		name := v.name()
-		for i, c := range tcCases() {
+		for i, c := range cases {
 			if c.d != 128 || c.fused {
 				continue
 			}
