@@ -448,7 +448,7 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int wg = (tid >> 7) - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0) - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int ntab = wa_nr_tokens(FA_BQ, group);
   float* tab = reinterpret_cast<float*>(bars + WA_WS_BARS / 8) + wg * ntab * rot;  // this warpgroup's rope table (NR)
   const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
@@ -620,7 +620,11 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   // The CTA's rows, in blocks of 64 NW; warpgroup wg's are r0 .. r0 + 63
   // from the CTA's first (nr of them real).
   const FaRows fr = fa_rows(ntok, nh, nkv, pos, FA_BQ * NW);
-  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+  // wg broadcast from lane 0: ptxas then knows it is the warp's, keeps the
+  // Q tile's descriptors in uniform registers and adds each k16 step's
+  // offset there (from tid directly: two moves into uniform registers for
+  // each of a tile's 8 QK^T MMAs, 34 instructions a tile).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), lane = tid & 31, warp = (tid >> 5) & 3;
   const int group = fr.group, kvh = fr.kvh, R = fr.R, r0 = fr.r0 + wg * FA_BQ, nr = max(0, min(FA_BQ, R - r0)), p0 = fr.p0;
   const long long crow = (long long)nkv * D;
 
