@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"cmp"
+	"fmt"
 	"os"
+	"strings"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -13,28 +15,67 @@ import (
 // Query head h uses kv head h/(nh/NKV); a sliding layer's query at
 // position p sees keys j with p-Window < j <= p.
 
+// prefillAttnMode is what a LAGC_PREFILL_ATTN value asks of the prefill
+// attention: the FFMA kernel, the mma.sync one, or attn_prefill_wg's
+// rows a CTA, stages of K and V at 128 rows, or warp-specialised stages
+// (zero: lower's defaults).
+type prefillAttnMode struct {
+	ffma, tc         bool
+	rows, stages, ws int
+}
+
+// prefillAttnModes holds every value LAGC_PREFILL_ATTN takes ("" and
+// wgmma: the default), in the order errors list them: PlanOptions refuses
+// others, and the variables below take their defaults from the same table,
+// so a value cannot be accepted by one and ignored by the other.
+var prefillAttnModes = []struct {
+	name string
+	mode prefillAttnMode
+}{{"wgmma", prefillAttnMode{}}, {"wg64", prefillAttnMode{rows: 64}}, {"wg128", prefillAttnMode{rows: 128}},
+	{"wg128x2", prefillAttnMode{rows: 128, stages: 2}}, {"ws2", prefillAttnMode{ws: 2}}, {"ws3", prefillAttnMode{ws: 3}},
+	{"ws4", prefillAttnMode{ws: 4}}, {"tc", prefillAttnMode{tc: true}}, {"ffma", prefillAttnMode{ffma: true}}}
+
+// prefillAttnFromEnv is LAGC_PREFILL_ATTN's mode, or an error naming the
+// values it takes.
+func prefillAttnFromEnv() (prefillAttnMode, error) {
+	v := os.Getenv("LAGC_PREFILL_ATTN")
+	names := make([]string, 0, len(prefillAttnModes))
+	for _, m := range prefillAttnModes {
+		if v == m.name || v == "" {
+			return m.mode, nil
+		}
+		names = append(names, m.name)
+	}
+	return prefillAttnMode{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want %s (the default on Hopper), %s or %s", v, names[0],
+		strings.Join(names[1:len(names)-1], ", "), names[len(names)-1])
+}
+
+// envPrefillAttn: the variables' defaults (an unknown value leaves them
+// the default's; PlanOptions reports it).
+var envPrefillAttn, _ = prefillAttnFromEnv()
+
 // prefillTC turns the tensor-core prefill attention on (the default).
 // LAGC_PREFILL_ATTN=ffma keeps every call on the FFMA kernel (A/B timing,
 // or a way around a suspected kernel bug without a rebuild); tests flip it
 // to time both kernels.
-var prefillTC = os.Getenv("LAGC_PREFILL_ATTN") != "ffma"
+var prefillTC = !envPrefillAttn.ffma
 
 // prefillWG runs the tensor-core prefill attention on warpgroup MMAs
 // where that kernel applies (Hopper, head_dim 128: attn_prefill_wg, the
 // default); LAGC_PREFILL_ATTN=tc keeps the mma.sync one
 // (lower.Options.PrefillAttnTC). Tests flip it.
-var prefillWG = os.Getenv("LAGC_PREFILL_ATTN") != "tc"
+var prefillWG = !envPrefillAttn.tc
 
 // prefillWGRows is attn_prefill_wg's rows a CTA (LAGC_PREFILL_ATTN=wg64,
 // wg128 or wg128x2; lower.Options.PrefillAttnRows; 0: lower's default),
 // prefillWGStages its stages of K and V at 128 rows (wg128x2: 2;
 // lower.Options.PrefillAttnStages). Tests set them.
 var (
-	prefillWGRows   = map[string]int{"wg64": 64, "wg128": 128, "wg128x2": 128}[os.Getenv("LAGC_PREFILL_ATTN")]
-	prefillWGStages = map[string]int{"wg128x2": 2}[os.Getenv("LAGC_PREFILL_ATTN")]
+	prefillWGRows   = envPrefillAttn.rows
+	prefillWGStages = envPrefillAttn.stages
 	// prefillWGWS: the warp-specialised form's stages of K and V
 	// (LAGC_PREFILL_ATTN=ws2, ws3 or ws4; lower.Options.PrefillAttnWS).
-	prefillWGWS = map[string]int{"ws2": 2, "ws3": 3, "ws4": 4}[os.Getenv("LAGC_PREFILL_ATTN")]
+	prefillWGWS = envPrefillAttn.ws
 	// prefillWGWSSMs: its CTAs (0: one a multiprocessor); tests set fewer
 	// so that each CTA takes many items.
 	prefillWGWSSMs = 0

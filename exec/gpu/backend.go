@@ -35,10 +35,8 @@ type Config struct {
 // LAGC_DECODE_SPLITS included), so that a plan made without the device is
 // the one the executor would run on this machine.
 func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
-	switch v := os.Getenv("LAGC_PREFILL_ATTN"); v {
-	case "", "wgmma", "wg64", "wg128", "wg128x2", "ws2", "ws3", "ws4", "tc", "ffma":
-	default:
-		return lower.Options{}, fmt.Errorf("LAGC_PREFILL_ATTN=%q: want wgmma (the default on Hopper), wg64, wg128, wg128x2, ws2, ws3, ws4, tc or ffma", v)
+	if _, err := prefillAttnFromEnv(); err != nil {
+		return lower.Options{}, err
 	}
 	qmoe, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
 	if err != nil {

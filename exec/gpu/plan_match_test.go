@@ -272,14 +272,29 @@ func TestChunkTail(t *testing.T) {
 // form's stages reach the plan's options.
 func TestPrefillAttnEnv(t *testing.T) {
 	for _, c := range []struct {
-		v  string
-		ok bool
-	}{{"", true}, {"wgmma", true}, {"wg64", true}, {"wg128", true}, {"wg128x2", true}, {"ws2", true}, {"ws3", true}, {"ws4", true},
-		{"tc", true}, {"ffma", true}, {"wgma", false}, {"TC", false}, {"wg128x3", false}, {"ws1", false}, {"ws5", false}} {
+		v    string
+		ok   bool
+		mode prefillAttnMode // what the package's variables start from
+	}{{"", true, prefillAttnMode{}}, {"wgmma", true, prefillAttnMode{}}, {"wg64", true, prefillAttnMode{rows: 64}},
+		{"wg128", true, prefillAttnMode{rows: 128}}, {"wg128x2", true, prefillAttnMode{rows: 128, stages: 2}},
+		{"ws2", true, prefillAttnMode{ws: 2}}, {"ws3", true, prefillAttnMode{ws: 3}}, {"ws4", true, prefillAttnMode{ws: 4}},
+		{"tc", true, prefillAttnMode{tc: true}}, {"ffma", true, prefillAttnMode{ffma: true}},
+		{"wgma", false, prefillAttnMode{}}, {"TC", false, prefillAttnMode{}}, {"wg128x3", false, prefillAttnMode{}},
+		{"ws1", false, prefillAttnMode{}}, {"ws5", false, prefillAttnMode{}}} {
 		t.Setenv("LAGC_PREFILL_ATTN", c.v)
 		_, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
 		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "LAGC_PREFILL_ATTN")) {
 			t.Errorf("%q: %v", c.v, err)
+		}
+		if m, err := prefillAttnFromEnv(); m != c.mode || (err == nil) != c.ok {
+			t.Errorf("%q: mode %+v, %v; want %+v", c.v, m, err, c.mode)
+		}
+		if err != nil {
+			for _, m := range prefillAttnModes { // the error names every value taken
+				if !strings.Contains(err.Error(), m.name) {
+					t.Errorf("%q: %v does not name %s", c.v, err, m.name)
+				}
+			}
 		}
 	}
 	t.Setenv("LAGC_PREFILL_ATTN", "ws3")
