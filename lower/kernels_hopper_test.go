@@ -199,10 +199,14 @@ func TestMoEHopperBF16Q(t *testing.T) {
 		for _, l := range ls {
 			switch l.Kernel {
 			case "gemm_wgmma_q":
+				// gate+up (the SwiGLU epilogue), then down (plain bf16
+				// stores, staged): each launch's shared memory is the one
+				// its own epilogue needs.
+				epi := []int{EpiSwiGLU, EpiStore}[min(q, 1)]
 				q++
-				if l.Ints[0] != 30 || l.Ints[1] != int64(c.rows) || l.Ints[4] != int64(c.ctas) || l.Ints[5] != int64(c.wgs) ||
+				if l.Ints[0] != 30 || l.Ints[1] != int64(c.rows) || l.Ints[2] != int64(epi) || l.Ints[4] != int64(c.ctas) || l.Ints[5] != int64(c.wgs) ||
 					l.Ints[6] != 16 || l.Ints[7] != int64(c.pip) || l.Block[0] != 128*(c.wgs+1) || l.Grid[0] != 132*c.ctas ||
-					l.Shmem != hopperQSmem(30, c.rows, c.ctas, c.wgs, int(l.Ints[2]), l.DTypes[0]) {
+					l.Shmem != hopperQSmem(30, c.rows, c.ctas, c.wgs, epi, "bf16") {
 					t.Errorf("%+v: %s grid %v block %v shmem %d", c.f, l.NameExpr(), l.Grid, l.Block, l.Shmem)
 				}
 				if m := l.Args[1].Map; m == nil || m.Elem != "bf16" || m.BoxRows != 64 || m.BoxCols != 64 || m.Cols != int64(l.Args[7].Int) {
