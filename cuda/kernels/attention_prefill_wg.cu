@@ -368,8 +368,8 @@ __device__ __forceinline__ void wa_kload(unsigned short* dst, const unsigned sho
 // runs beside the other's MMAs, and the next item's Q and first tiles
 // arrive while this item ends. Same tiles and arithmetic as NW 2, each
 // output's operations in the same order: the same bits. (Measured on the
-// H200 12-25% slower than NW 2 before the in-warpgroup order; with it,
-// not run on a GPU yet: docs/PERF.md.)
+// H200 20-27% slower than NW 2, in-warpgroup order included: two
+// computing warpgroups a multiprocessor where NW 2 has four; docs/PERF.md.)
 template <int NS, int NR>
 __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int nkv, int window, int slots, float scale,
                                       const int* __restrict__ pos, const unsigned short* __restrict__ qg, long long ldq,
