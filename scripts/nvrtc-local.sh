@@ -47,6 +47,7 @@ sass)
 		o=(-o Dir::Etc::SourceList="$D/sid.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$D/lists")
 		(cd "$D/debs" && apt-get "${o[@]}" download nvidia-cuda-toolkit >/dev/null 2>&1) || { echo "nvrtc-local: could not fetch nvidia-cuda-toolkit" >&2; exit 1; }
 		rm -rf "$D/tk" && dpkg-deb --fsys-tarfile "$D"/debs/nvidia-cuda-toolkit_*.deb | (mkdir -p "$D/tk" && cd "$D/tk" && tar x ./usr/bin/nvdisasm)
+		rm -f "$D"/debs/nvidia-cuda-toolkit_*.deb # 87 MB, nvdisasm alone is kept
 	fi
 	rm -rf "$out" && mkdir -p "$out"
 	root=$(cd "$(dirname "$0")/.." && pwd)
