@@ -65,13 +65,15 @@ func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: %d heads over %d kv heads", op, nh, nkv)
 	}
 	split, nw := a.Ints[1], a.Ints[2]
-	ctas := split + 2
-	tables := int(4 * rot * ((64*nw-1)/(nh/nkv) + 2))
+	// table is the bytes of the rope table of `rows` rows' tokens: rot
+	// floats a token, wa_nr_tokens of them.
+	table := func(rows int64) int { return int(4 * rot * ((rows-1)/(nh/nkv) + 2)) }
+	ctas, tables := split+2, table(64*nw)
 	switch nw {
 	case 2:
 		ctas = 2
 	case 3: // a table for each consumer warpgroup's 64 rows
-		ctas, tables = 1, int(2*4*rot*((64-1)/(nh/nkv)+2))
+		ctas, tables = 1, 2*table(64)
 	}
 	shmem := a.Shmem + tables
 	if ctas*int64(shmem+1024) > hopperSmemPerSM {

@@ -39,9 +39,12 @@ var prefillAttnModes = []struct {
 // values it takes.
 func prefillAttnFromEnv() (prefillAttnMode, error) {
 	v := os.Getenv("LAGC_PREFILL_ATTN")
+	if v == "" {
+		return prefillAttnMode{}, nil
+	}
 	names := make([]string, 0, len(prefillAttnModes))
 	for _, m := range prefillAttnModes {
-		if v == m.name || v == "" {
+		if v == m.name {
 			return m.mode, nil
 		}
 		names = append(names, m.name)
