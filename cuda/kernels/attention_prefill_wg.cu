@@ -636,44 +636,13 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   // A thread copies chunk kch = tid % 16 of key rows kr + 8 NW n (kr = tid /
   // 16, n < KR) of each tile: the same swizzled column for all (their row %
-  // 8 is kr's). rows finds them as wa_krows does; calling wa_krows here
-  // instead moved ptxas's allocation into spills (24 / 36 bytes in
-  // attn_prefill_wg<128, 1, 2, 0>), so the measured kernel keeps its own.
+  // 8 is kr's), found by wa_krows (as the ws form's producer finds them:
+  // its own copy here spilled less, 4 against 16 bytes, but issued 97 more
+  // instructions a tile and measured 0.5-3% slower, docs/PERF.md).
   const int kr = tid >> 4, kch = tid & 15;
   const long long kbase = (long long)kvh * D + kch * 8;
   const unsigned kdst = (kch >> 3) * 4096 + kr * 64 + (((kch & 7) ^ (kr & 7)) << 3);
-  auto rows = [&](int tile) {
-    KRows<KR> r;
-    r.cache = 0, r.ok = 0;
-    const int jb = jlo + tile * FA_BK + kr;
-    if (jlo + tile * FA_BK >= p0) {  // the whole tile from the chunk: no ring slot, no branch a row
-#pragma unroll
-      for (int n = 0; n < KR; n++) {
-        const int j = jb + 8 * NW * n;
-        r.off[n] = (unsigned)((long long)(j - p0) * ldkv);
-        r.ok |= (unsigned)(j <= jhi) << n;
-      }
-      return r;
-    }
-    int sl = window > 0 ? jb % window : jb;  // ring slot of row jb (cache rows only)
-#pragma unroll
-    for (int n = 0; n < KR; n++) {
-      const int j = jb + 8 * NW * n;
-      r.off[n] = 0;
-      if (j <= jhi) {
-        if (j >= p0) {
-          r.off[n] = (unsigned)((long long)(j - p0) * ldkv);
-          r.ok |= 1u << n;
-        } else if (sl < slots) {  // guard only: the host keeps pos < slots
-          r.off[n] = (unsigned)((long long)sl * crow);
-          r.cache |= 1u << n, r.ok |= 1u << n;
-        }
-      }
-      sl += 8 * NW;
-      if (window > 0 && sl >= window) sl = window >= 8 * NW ? sl - window : sl % window;
-    }
-    return r;
-  };
+  auto rows = [&](int tile) { return wa_krows<NW>(tile, jlo, jhi, p0, kr, window, slots, ldkv, crow); };
   // load copies tile rows r of K (kv 0) or V (kv 1) into stage st.
   auto load = [&](int kv, const KRows<KR>& r, int st) {
     wa_kload<NW>((kv ? Vs : Ks) + st * WA_TILE + kdst, (kv ? vg : kg) + kbase, (kv ? vcg : kcg) + kbase, r);
