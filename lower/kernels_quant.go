@@ -295,6 +295,9 @@ type QMoEForce struct {
 	BF16 bool `json:",omitempty"`
 	// NoBF16 keeps them on gemm_wgmma whatever the chunk (BF16QMaxAvgRows).
 	NoBF16 bool `json:",omitempty"`
+	// BF16Ops keeps q4_k's grouped GEMMs on bf16 operands (weights
+	// dequantised in float, then rounded) rather than f16 (hopperQF16).
+	BF16Ops bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -305,7 +308,8 @@ type QMoEForce struct {
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
-// expert, BF16QMaxAvgRows). QMoE and hopperQShape check the values.
+// expert, BF16QMaxAvgRows); bf16ops: q4_k's grouped GEMMs on bf16 operands
+// (hopperQF16). QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -313,7 +317,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
 			*flag = true
 			continue
 		}
@@ -588,18 +592,18 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 
 // hopperQMaps are the tensor maps of gemm_wgmma_q: the tokens (bf16 [T,
 // K], boxes of bn x 64) and the weights' quant bytes (boxes of 64 rows).
-func hopperQMaps(x Ptr, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
+func hopperQMaps(x Ptr, xelem string, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
 	cols := int64(K) // q8_0: the int8 plane
 	switch t {
 	case quant.BF16: // rows of 64 weights a stage, 128-byte swizzled as x's
-		return tmapArg(x, TMap{Elem: "bf16", Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
+		return tmapArg(x, TMap{Elem: xelem, Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
 			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: 64, BoxCols: 64})
 	case quant.Q4_K:
 		cols = int64(K/256) * 144
 	case quant.IQ4_XS:
 		cols = int64(K / 2) // the qs plane
 	}
-	return tmapArg(x, TMap{Elem: "bf16", Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
+	return tmapArg(x, TMap{Elem: xelem, Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
 		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBytes(t)})
 }
 
@@ -622,7 +626,7 @@ func hopperQTiles(T, N int, swiglu bool) int {
 // EpiSwiGLU.
 func HopperQGEMM(T, N, K int, x Ptr, w Ptr, t quant.Type, wrows, row0 int, y Ptr, yType string, epi, upRow, sms int) Launch {
 	const bn = hopperQBN
-	tx, tq := hopperQMaps(x, T, K, w, t, wrows, bn)
+	tx, tq := hopperQMaps(x, "bf16", T, K, w, t, wrows, bn)
 	tiles := hopperQTiles(T, N, epi == EpiSwiGLU)
 	return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yType}, []int64{int64(t), bn, int64(epi), 0, 1, 2, 0, 0},
 		dims(max(1, min(tiles, sms))), dims(384), hopperQSmem(t, bn, 1, 2, epi, yType),
@@ -814,14 +818,35 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	vn, _ := hopperQStep(a.QMoE)            // likewise
 	pipe := hopperQPipe(a.QMoE, t, wgs)
 	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
-	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr) Launch {
-		tx, tq := hopperQMaps(x, R, K, m.W, t, m.Total, bn)
-		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{"bf16"}, []int64{int64(t), int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
-			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs, epi, "bf16"),
+	// f16 operands: the gathered rows and the gate+up output (the down's
+	// input) in f16, the template's type id QTQ4KF16.
+	f16 := hopperQF16(a.QMoE, t)
+	qt, xe := int64(t), "bf16"
+	if f16 {
+		qt, xe = QTQ4KF16, "f16"
+		p.gather.Kernel = "moe_gather_rows_f16"
+	}
+	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
+		tx, tq := hopperQMaps(x, xe, R, K, m.W, t, m.Total, bn)
+		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yt}, []int64{qt, int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
+			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs, epi, yt),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}
-	p.gateUp = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act))
-	p.down = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys))
+	p.gateUp = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), xe)
+	p.down = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys), "bf16")
 	return p.launches()
+}
+
+// QTQ4KF16 is gemm_wgmma_q's type id for q4_k with f16 operands
+// (QA<QT_Q4_K_F16_H> in gemm_hopper.cu; not a ggml type number).
+const QTQ4KF16 = 112
+
+// hopperQF16 says whether the grouped GEMMs of weights t run on f16
+// operands: q4_k does unless f.BF16Ops. Its dequantisation is then exact
+// up to f16's rounding and three instructions a pair of weights where the
+// float one takes seven (H200, S-2.1 q4_k_m, prefill 2048: docs/PERF.md);
+// the tokens' rows are converted to f16, saturating past its range.
+func hopperQF16(f QMoEForce, t quant.Type) bool {
+	return t == quant.Q4_K && !f.BF16Ops
 }

@@ -94,7 +94,7 @@ type Arg struct {
 // Arg's pointer, which the executor encodes when it binds the launch: the
 // kernel reads it in boxes of BoxRows x BoxCols elements.
 type TMap struct {
-	Elem    string `json:"elem"` // bf16 (128-byte swizzled boxes) or u8 (bytes, unswizzled)
+	Elem    string `json:"elem"` // bf16 or f16 (128-byte swizzled boxes) or u8 (bytes, unswizzled)
 	Rows    int64  `json:"rows"`
 	Cols    int64  `json:"cols"`
 	LD      int64  `json:"ld"` // elements from one row to the next

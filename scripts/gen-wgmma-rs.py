@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
-# gen-wgmma-rs.py: prints gemm_hopper.cu's wgmma_rs_m64nN (A from registers, N = 8..128)
-# and wgmma_rs_n, the block between "// wgmma with A from registers" and WgCfg.
+# gen-wgmma-rs.py: prints gemm_hopper.cu's wgmma_rs_m64nN (A from registers, N = 8..128;
+# H: f16 operands, else bf16) and wgmma_rs_n, the block after the comment
+# "// wgmma with A from registers" up to WgCfg.
 out=[]
 for n in range(8,129,8):
     r=n//2
     regs=", ".join(f"%{i}" for i in range(r))
     cons=", ".join(f'"+f"(d[{i}])' for i in range(r))
-    out.append(f'''template <int R> __device__ __forceinline__ void wgmma_rs_m64n{n}(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r+5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, {{%{r}, %{r+1}, %{r+2}, %{r+3}}}, %{r+4}, p, 1, 1, 0;\\n}}\\n"
-      : {cons}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));
+    def asm(t):
+        return f'''asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r+5}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {{%{r}, %{r+1}, %{r+2}, %{r+3}}}, %{r+4}, p, 1, 1, 0;\\n}}\\n"
+        : {cons}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accum));'''
+    out.append(f'''template <bool H, int R> __device__ __forceinline__ void wgmma_rs_m64n{n}(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {{
+  if constexpr (H)
+    {asm("f16")}
+  else
+    {asm("bf16")}
 }}''')
 print("\n".join(out))
 print('''
 // wgmma_rs_n: m64nNk16 for N a multiple of 8 up to 128 on the first N / 2
-// accumulators of d.
-template <int N, int R> __device__ __forceinline__ void wgmma_rs_n(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
+// accumulators of d; H: f16 operands, else bf16.
+template <int N, bool H = false, int R> __device__ __forceinline__ void wgmma_rs_n(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int accum) {
   static_assert(N % 8 == 0 && N >= 8 && N <= 128 && R >= N / 2, "m64nNk16: N a multiple of 8 in [8, 128], N / 2 accumulators");''')
 for n in range(8,129,8):
     kw = "if constexpr" if n==8 else "else if constexpr"
-    print(f"  {kw} (N == {n})\n    wgmma_rs_m64n{n}(d, a, db, accum);")
+    print(f"  {kw} (N == {n})\n    wgmma_rs_m64n{n}<H>(d, a, db, accum);")
 print("}")

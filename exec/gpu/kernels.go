@@ -306,7 +306,7 @@ func (k *Kernels) tensorMap(p cuda.DevicePtr, a lower.Arg) (cuda.TensorMapArg, e
 	}
 	var err error
 	switch m.Elem {
-	case "bf16":
+	case "bf16", "f16": // TMA copies the bits; the type would matter only to out-of-bounds fills, zeros either way
 		t.Map, err = k.Dev.TensorMapBF16(p, m.Rows, m.Cols, m.LD, m.BoxRows, m.BoxCols)
 	case "u8":
 		t.Map, err = k.Dev.TensorMapBytes(p, m.Rows, m.Cols, m.LD, m.BoxRows, m.BoxCols)
