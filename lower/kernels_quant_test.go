@@ -1,6 +1,8 @@
 package lower
 
 import (
+	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -212,6 +214,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=128,ctas=1,pipe", QMoEForce{TileRows: 128, CTAs: 1, Pipe: true}, ""},
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
+		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)
@@ -223,6 +226,28 @@ func TestParseQMoEForce(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("%q: %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+// TestHopperQF16: q4_k's grouped GEMMs take f16 operands unless bf16ops,
+// the other types keep bf16 ones, and lower's type id for them is the
+// kernel's.
+func TestHopperQF16(t *testing.T) {
+	src, err := os.ReadFile("../cuda/kernels/gemm_hopper.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def := fmt.Sprintf("#define QT_Q4_K_F16_H %d\n", QTQ4KF16); !strings.Contains(string(src), def) {
+		t.Fatalf("gemm_hopper.cu lacks %q: the kernel's type id and lower's differ", def)
+	}
+	for _, c := range []struct {
+		t       quant.Type
+		bf16ops bool
+		ok      bool
+	}{{quant.Q4_K, false, true}, {quant.Q4_K, true, false}, {quant.Q8_0, false, false}, {quant.IQ4_XS, false, false}, {quant.BF16, false, false}} {
+		if ok := hopperQF16(QMoEForce{BF16Ops: c.bf16ops}, c.t); ok != c.ok {
+			t.Errorf("%s bf16ops %v: f16 %v, want %v", c.t, c.bf16ops, ok, c.ok)
 		}
 	}
 }
