@@ -298,6 +298,9 @@ type QMoEForce struct {
 	// BF16Ops keeps q4_k's grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
+	// F16Ops puts q8_0's and iq4_xs's grouped GEMMs on f16 operands too
+	// (opt-in: not yet run on a GPU, docs/PERF.md).
+	F16Ops bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -308,8 +311,9 @@ type QMoEForce struct {
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
-// expert, BF16QMaxAvgRows); bf16ops: q4_k's grouped GEMMs on bf16 operands
-// (hopperQF16). QMoE and hopperQShape check the values.
+// expert, BF16QMaxAvgRows); bf16ops: q4_k's grouped GEMMs on bf16 operands,
+// f16ops: q8_0's and iq4_xs's on f16 ones (hopperQF16). QMoE and
+// hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -317,7 +321,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "f16ops": &f.F16Ops}[kv]; ok {
 			*flag = true
 			continue
 		}
@@ -737,6 +741,8 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 		return 0, 0, 0, fmt.Errorf("moe_experts: pipe and nopipe both set (one or the other)")
 	case f.BF16 && f.NoBF16:
 		return 0, 0, 0, fmt.Errorf("moe_experts: bf16 and nobf16 both set (one or the other)")
+	case f.BF16Ops && f.F16Ops:
+		return 0, 0, 0, fmt.Errorf("moe_experts: bf16ops and f16ops both set (one or the other)")
 	case f.Pipe && f.CTAs == 2:
 		// Two CTAs' 104 registers a consumer do not hold two register sets
 		// beside the accumulators: ptxas spills and serialises the MMAs.
@@ -820,10 +826,9 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, the template's type id QTQ4KF16.
-	f16 := hopperQF16(a.QMoE, t)
 	qt, xe := int64(t), "bf16"
-	if f16 {
-		qt, xe = QTQ4KF16, "f16"
+	if id, ok := hopperQF16(a.QMoE, t); ok {
+		qt, xe = id, "f16"
 		p.gather.Kernel = "moe_gather_rows_f16"
 	}
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
@@ -838,15 +843,23 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	return p.launches()
 }
 
-// QTQ4KF16 is gemm_wgmma_q's type id for q4_k with f16 operands
-// (QA<QT_Q4_K_F16_H> in gemm_hopper.cu; not a ggml type number).
-const QTQ4KF16 = 112
+// hopperQF16IDs are gemm_wgmma_q's type ids for weights with f16
+// operands (QA<QT_Q4_K_F16_H>, QA<QT_Q8_0_F16_H>, QA<QT_IQ4_XS_F16_H> in
+// gemm_hopper.cu; not ggml type numbers).
+var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123}
 
-// hopperQF16 says whether the grouped GEMMs of weights t run on f16
-// operands: q4_k does unless f.BF16Ops. Its dequantisation is then exact
-// up to f16's rounding and three instructions a pair of weights where the
-// float one takes seven (H200, S-2.1 q4_k_m, prefill 2048: docs/PERF.md);
-// the tokens' rows are converted to f16, saturating past its range.
-func hopperQF16(f QMoEForce, t quant.Type) bool {
-	return t == quant.Q4_K && !f.BF16Ops
+// hopperQF16 gives the type id of the grouped GEMMs of weights t on f16
+// operands, and whether they run so: q4_k unless f.BF16Ops, q8_0 and
+// iq4_xs with f.F16Ops (opt-in until measured on a GPU). The
+// dequantisation is then within f16's rounding (iq4_xs: two of them) and
+// three instructions a pair of weights where the float one takes seven or
+// eight (q4_k: H200, S-2.1 q4_k_m, prefill 2048 7-8% faster,
+// docs/PERF.md); the tokens' rows are converted to f16, saturating past
+// its range.
+func hopperQF16(f QMoEForce, t quant.Type) (int64, bool) {
+	id, ok := hopperQF16IDs[t]
+	if t == quant.Q4_K {
+		return id, ok && !f.BF16Ops
+	}
+	return id, ok && f.F16Ops
 }

@@ -877,8 +877,11 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 // (QA<QT_BF16_H>; ggml's id for bf16), so that the grouped bf16 experts
 // get its MMAs as wide as each tile's tokens (the weights as A).
 #define QT_BF16_H 30
-// q4_k with f16 operands (not a ggml id): QA<QT_Q4_K_F16_H>.
+// f16 operands (not ggml ids): QA<QT_Q4_K_F16_H>, QA<QT_Q8_0_F16_H>,
+// QA<QT_IQ4_XS_F16_H>.
 #define QT_Q4_K_F16_H 112
+#define QT_Q8_0_F16_H 108
+#define QT_IQ4_XS_F16_H 123
 
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   unsigned r;
@@ -1151,6 +1154,48 @@ template <> struct QA<QT_Q4_K_F16_H> : QA<QT_Q4_K_H> {
   }
 };
 
+// Q8_0 with f16 operands: a byte b = q + 128 (the sign bit flipped) put
+// under an f16 1024 (a PRMT with 0x64 bytes) is 1024 + b exactly, 1152
+// off gives q, and one multiply by the f16 d rounds once: each weight
+// within f16's rounding of q d. Three instructions a pair where the
+// float path takes eight.
+template <> struct QA<QT_Q8_0_F16_H> : QA<QT_Q8_0_H> {
+  static constexpr bool F16 = true;
+  // Staged: (d, d), (e, e), the stage's two f16 scales, each twice.
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(sa), "r"((hd.d2 & 0xFFFF) * 0x10001u), "r"((hd.d2 >> 16) * 0x10001u)
+                 : "memory");
+  }
+  struct Scales {
+    unsigned d, e;
+  };
+  static __device__ __forceinline__ Scales scales(unsigned sa) {
+    Scales r;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(r.d), "=r"(r.e) : "r"(sa));
+    return r;
+  }
+  // h2: bytes i, i + 1 of b (each q + 128) as the f16 pair q d.
+  static __device__ __forceinline__ unsigned h2(unsigned b, unsigned sel, unsigned d) {
+    unsigned n = __byte_perm(b, 0x64646464u, sel);
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(0xE480E480u));  // -1152: q, exact
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(d));
+    return n;
+  }
+  // b[s]: step s's words with each byte's sign bit flipped (q + 128).
+  static __device__ __forceinline__ void frag_biased(const unsigned (&b)[4], const Scales& sc, unsigned (&o)[8]) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const unsigned d = s < 2 ? sc.d : sc.e;
+      o[2 * s] = h2(b[s], 0x4140u, d);
+      o[2 * s + 1] = h2(b[s], 0x4342u, d);
+    }
+  }
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
+    const unsigned b[4] = {wd.w[0] ^ 0x80808080u, wd.w[1] ^ 0x80808080u, wd.w[2] ^ 0x80808080u, wd.w[3] ^ 0x80808080u};
+    frag_biased(b, sc, o);
+  }
+};
+
 // IQ4_XS: a stage is sub-blocks 2j and 2j + 1 (j = kb % 4) of a row's
 // 256-element block: 32 bytes of qs, a sub-block's element i in the low
 // nibble of its byte i and element 16 + i in the high one, each nibble an
@@ -1197,6 +1242,35 @@ template <> struct QA<QT_IQ4_XS_H> {
       v.w[2 * j + 1] = (unsigned)hi;
     }
     QA<QT_Q8_0_H>::frag(v, sc, o);
+  }
+};
+
+// IQ4_XS with f16 operands: the table looked up with 128 added to each
+// value (iq4_lookup_biased), then q8_0's f16 path with each sub-block's
+// scale d * (ls - 32) rounded to f16: two roundings of f16's, each 8 times
+// finer than bf16's.
+template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
+  static constexpr bool F16 = true;
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    const float d = f16_bits_h((unsigned short)(hd.h.x & 0xFFFF));
+    const unsigned sh = hd.h.x >> 16, sl = (hd.h.y >> (8 * j)) & 0xFF;
+    const int ls0 = (int)((sl & 0xF) | (((sh >> (4 * j)) & 3) << 4)), ls1 = (int)((sl >> 4) | (((sh >> (4 * j + 2)) & 3) << 4));
+    const float d0 = d * (float)(ls0 - 32), d1 = d * (float)(ls1 - 32);
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(sa), "r"(pack_f16(d0, d0)), "r"(pack_f16(d1, d1)) : "memory");
+  }
+  using Scales = QA<QT_Q8_0_F16_H>::Scales;
+  static __device__ __forceinline__ Scales scales(unsigned sa) { return QA<QT_Q8_0_F16_H>::scales(sa); }
+  // Steps 0, 1: sub-block 2j's low and high nibbles; 2, 3: 2j + 1's.
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
+    unsigned b[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      int lo, hi;
+      iq4_lookup_biased((int)wd.w[j], lo, hi);
+      b[2 * j] = (unsigned)lo;
+      b[2 * j + 1] = (unsigned)hi;
+    }
+    QA<QT_Q8_0_F16_H>::frag_biased(b, sc, o);
   }
 };
 

@@ -133,9 +133,11 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
 // ggml's non-linear table kvalues_iq4nl: lo holds the low nibbles' int8
 // values in byte order, hi the high nibbles'. Used by the decode GEMVs
 // (quant.cu) and the prefill's wgmma GEMM (gemm_hopper.cu).
-__device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
+// BIAS: each value plus 128 as an unsigned byte (the sign bit flipped).
+template <bool BIAS = false> __device__ __forceinline__ void iq4_lookup_t(int q, int& lo, int& hi) {
   // kvalues_iq4nl as int8 bytes, entries 0-3, 4-7, 8-11, 12-15.
-  const unsigned int t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+  constexpr unsigned int f = BIAS ? 0x80808080u : 0u;
+  const unsigned int t0 = 0xBFAD9881u ^ f, t1 = 0xF6EADDCFu ^ f, t2 = 0x26190D01u ^ f, t3 = 0x71594535u ^ f;
   int r[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) {
@@ -150,3 +152,5 @@ __device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) {
   lo = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x6420);
   hi = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x7531);
 }
+__device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) { iq4_lookup_t<false>(q, lo, hi); }
+__device__ __forceinline__ void iq4_lookup_biased(int q, int& lo, int& hi) { iq4_lookup_t<true>(q, lo, hi); }
