@@ -594,8 +594,9 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 	return nil
 }
 
-// hopperQMaps are the tensor maps of gemm_wgmma_q: the tokens (bf16 [T,
-// K], boxes of bn x 64) and the weights' quant bytes (boxes of 64 rows).
+// hopperQMaps are the tensor maps of gemm_wgmma_q: the tokens (xelem, bf16
+// or f16, [T, K], boxes of bn x 64) and the weights' quant bytes (boxes of
+// 64 rows).
 func hopperQMaps(x Ptr, xelem string, T, K int, w Ptr, t quant.Type, wrows, bn int) (Arg, Arg) {
 	cols := int64(K) // q8_0: the int8 plane
 	switch t {
@@ -825,7 +826,7 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	pipe := hopperQPipe(a.QMoE, t, wgs)
 	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
-	// input) in f16, the template's type id QTQ4KF16.
+	// input) in f16, and the type's f16 id for the template (hopperQF16).
 	qt, xe := int64(t), "bf16"
 	if id, ok := hopperQF16(a.QMoE, t); ok {
 		qt, xe = id, "f16"

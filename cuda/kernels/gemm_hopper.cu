@@ -835,7 +835,7 @@ __device__ __forceinline__ uint4 bf16x8_to_f16(uint4 v) {
 
 // xg[p] = x[sorted[p] / k]: the routes' activation rows grouped by expert
 // (R rows of H bf16, H a multiple of 8), for the grouped GEMM's TMA loads;
-// F16: converted to f16 (QA<QT_Q4_K_F16_H>'s operands). A warp a row: one
+// F16: converted to f16 (the _F16_H types' operands). A warp a row: one
 // load of its token, then up to 8 16-byte chunks a lane in flight (H200,
 // S-2.1 at 2048 tokens: 41.5 us; a thread a chunk, each behind its own
 // sorted[p], took 45.6).
@@ -934,7 +934,7 @@ __device__ __forceinline__ RowTile row_tile_n(int tm, int T, const int4* tiles, 
 // 32 weights of a stage straight into the wgmma's A registers (for q4_k
 // 1.6% faster end to end than through a bf16 tile in shared memory, the
 // kernel's first form); no bf16 copy in global memory. The tokens are the
-// B operand, bf16 (f16 for QT_Q4_K_F16_H, its weights then f16 too) from
+// B operand, bf16 (f16 for the _F16_H types, their weights then f16 too) from
 // TMA-loaded swizzled tiles. A CTA computes NC x 64
 // weight rows (NC consumer warpgroups of 64, NC 2 or 4) x BN tokens, its
 // MMAs as wide as the tile's rows rounded up to VN (wg_rs_rows). The
@@ -1091,8 +1091,8 @@ template <> struct QA<QT_Q4_K_H> {
   }
 };
 
-// Q4_K with f16 MMA operands (the tokens f16 too: lower's moe_gather_rows
-// copy converts them), which make the dequantisation exact and short: a
+// Q4_K with f16 MMA operands (the tokens f16 too: moe_gather_rows_f16
+// converts them), which make the dequantisation exact and short: a
 // nibble or'ed into an f16 1024 is 1024 + n (low nibble) or 1024 + 16 n
 // (high), so one f16 FMA with the integer scale sc (sc / 16) and -1024 sc
 // (-64 sc) gives sc n exactly (at most 945), and a second d sc n - dmin m
