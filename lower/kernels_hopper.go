@@ -292,7 +292,7 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
 				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)
 	}
-	p := moeHopperParts(a, l, !a.NoGather)
+	p := moeHopperParts(a, l, !a.NoGather, false)
 	if p.gather == nil {
 		// The map over x itself stands in for the unused one of the rows
 		// (a box's rows at most: the map's extent, not x's, for few tokens).
@@ -307,14 +307,19 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 // moeHopperParts builds the grouped experts' launches but the two GEMMs,
 // which the caller puts in (moeHopper bf16, moeHopperQ quantised): the
 // routing, moe_gather_rows's copy of the routes' x rows unless the
-// gate+up GEMM gathers them (gather), and the combine.
-func moeHopperParts(a MoEArgs, l MoELayout, gather bool) moeParts {
+// gate+up GEMM gathers them (gather; f16: moe_gather_rows_f16's, converted),
+// and the combine.
+func moeHopperParts(a MoEArgs, l MoELayout, gather, f16 bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	p := moeParts{routing: MoERouting(a, l),
 		combine: MoECombine(a.OutType, a.T, a.TopK, a.H, a.Weights, a.Workspace.At(l.Pos), a.Workspace.At(l.Ys), a.Out, a.Accumulate)}
 	if !gather {
-		g := kernel("gemm_hopper.cu", "moe_gather_rows", nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
+		name := "moe_gather_rows"
+		if f16 {
+			name = "moe_gather_rows_f16"
+		}
+		g := kernel("gemm_hopper.cu", name, nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
 			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
 		p.gather = &g
 	}

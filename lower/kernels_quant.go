@@ -817,7 +817,6 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 		a.QGate = QMatrix{W: a.Gate, Total: 2 * a.E * a.I}
 		a.QDown = QMatrix{W: a.Down, Total: a.E * a.H}
 	}
-	p := moeHopperParts(a, l, false)
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
@@ -828,10 +827,11 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, and the type's f16 id for the template (hopperQF16).
 	qt, xe := int64(t), "bf16"
-	if id, ok := hopperQF16(a.QMoE, t); ok {
+	id, f16 := hopperQF16(a.QMoE, t)
+	if f16 {
 		qt, xe = id, "f16"
-		p.gather.Kernel = "moe_gather_rows_f16"
 	}
+	p := moeHopperParts(a, l, false, f16)
 	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
 		tx, tq := hopperQMaps(x, xe, R, K, m.W, t, m.Total, bn)
 		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yt}, []int64{qt, int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
