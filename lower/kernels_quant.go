@@ -295,12 +295,9 @@ type QMoEForce struct {
 	BF16 bool `json:",omitempty"`
 	// NoBF16 keeps them on gemm_wgmma whatever the chunk (BF16QMaxAvgRows).
 	NoBF16 bool `json:",omitempty"`
-	// BF16Ops keeps q4_k's grouped GEMMs on bf16 operands (weights
+	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
-	// F16Ops puts q8_0's and iq4_xs's grouped GEMMs on f16 operands too
-	// (opt-in: not yet run on a GPU, docs/PERF.md).
-	F16Ops bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -311,8 +308,8 @@ type QMoEForce struct {
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
-// expert, BF16QMaxAvgRows); bf16ops: q4_k's grouped GEMMs on bf16 operands,
-// f16ops: q8_0's and iq4_xs's on f16 ones (hopperQF16). QMoE and
+// expert, BF16QMaxAvgRows); bf16ops: the quantised grouped GEMMs on bf16
+// operands rather than f16 (hopperQF16). QMoE and
 // hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
@@ -321,14 +318,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "f16ops": &f.F16Ops}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
@@ -742,8 +739,6 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 		return 0, 0, 0, fmt.Errorf("moe_experts: pipe and nopipe both set (one or the other)")
 	case f.BF16 && f.NoBF16:
 		return 0, 0, 0, fmt.Errorf("moe_experts: bf16 and nobf16 both set (one or the other)")
-	case f.BF16Ops && f.F16Ops:
-		return 0, 0, 0, fmt.Errorf("moe_experts: bf16ops and f16ops both set (one or the other)")
 	case f.Pipe && f.CTAs == 2:
 		// Two CTAs' 104 registers a consumer do not hold two register sets
 		// beside the accumulators: ptxas spills and serialises the MMAs.
@@ -850,17 +845,13 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123}
 
 // hopperQF16 gives the type id of the grouped GEMMs of weights t on f16
-// operands, and whether they run so: q4_k unless f.BF16Ops, q8_0 and
-// iq4_xs with f.F16Ops (opt-in until measured on a GPU). The
+// operands, and whether they run so (unless f.BF16Ops). The
 // dequantisation is then within f16's rounding (iq4_xs: two of them) and
 // three instructions a pair of weights where the float one takes seven or
-// eight (q4_k: H200, S-2.1 q4_k_m, prefill 2048 7-8% faster,
+// eight (H200, S-2.1 prefill 2048: q4_k_m 7-8% faster, iq4_xs 13%,
 // docs/PERF.md); the tokens' rows are converted to f16, saturating past
 // its range.
 func hopperQF16(f QMoEForce, t quant.Type) (int64, bool) {
 	id, ok := hopperQF16IDs[t]
-	if t == quant.Q4_K {
-		return id, ok && !f.BF16Ops
-	}
-	return id, ok && f.F16Ops
+	return id, ok && !f.BF16Ops
 }

@@ -215,7 +215,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{F16Ops: true}, ""},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)
@@ -231,8 +231,8 @@ func TestParseQMoEForce(t *testing.T) {
 	}
 }
 
-// TestHopperQF16: q4_k's grouped GEMMs take f16 operands unless bf16ops,
-// q8_0's and iq4_xs's with f16ops, and lower's type ids for them are
+// TestHopperQF16: the quantised grouped GEMMs take f16 operands unless
+// bf16ops, and lower's type ids for them are
 // gemm_hopper.cu's defines (checked against the source).
 func TestHopperQF16(t *testing.T) {
 	src, err := os.ReadFile("../cuda/kernels/gemm_hopper.cu")
@@ -241,14 +241,14 @@ func TestHopperQF16(t *testing.T) {
 	}
 	defs := map[quant.Type]string{quant.Q4_K: "QT_Q4_K_F16_H", quant.Q8_0: "QT_Q8_0_F16_H", quant.IQ4_XS: "QT_IQ4_XS_F16_H"}
 	for _, c := range []struct {
-		t               quant.Type
-		bf16ops, f16ops bool
-		ok              bool
-	}{{quant.Q4_K, false, false, true}, {quant.Q4_K, true, false, false}, {quant.Q8_0, false, false, false}, {quant.Q8_0, false, true, true},
-		{quant.IQ4_XS, false, false, false}, {quant.IQ4_XS, false, true, true}, {quant.BF16, false, true, false}} {
-		id, ok := hopperQF16(QMoEForce{BF16Ops: c.bf16ops, F16Ops: c.f16ops}, c.t)
+		t       quant.Type
+		bf16ops bool
+		ok      bool
+	}{{quant.Q4_K, false, true}, {quant.Q4_K, true, false}, {quant.Q8_0, false, true}, {quant.Q8_0, true, false},
+		{quant.IQ4_XS, false, true}, {quant.IQ4_XS, true, false}, {quant.BF16, false, false}, {quant.Q6_K, false, false}} {
+		id, ok := hopperQF16(QMoEForce{BF16Ops: c.bf16ops}, c.t)
 		if ok != c.ok {
-			t.Errorf("%s bf16ops %v f16ops %v: f16 %v, want %v", c.t, c.bf16ops, c.f16ops, ok, c.ok)
+			t.Errorf("%s bf16ops %v: f16 %v, want %v", c.t, c.bf16ops, ok, c.ok)
 		}
 		if def := fmt.Sprintf("#define %s %d\n", defs[c.t], id); ok && !strings.Contains(string(src), def) {
 			t.Errorf("%s: gemm_hopper.cu lacks %q: the kernel's type id and lower's differ", c.t, def)

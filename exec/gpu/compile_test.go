@@ -321,13 +321,13 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 	// plain loop where the pipelined one is the default (its nopipe/ case)
 	// and the pipelined one forced (pipe/: 128 rows and two warpgroups,
 	// 64, and with the whole tile's MMAs), and the other operand type
-	// (bf16ops/, f16ops/: q4_k on bf16, q8_0 and iq4_xs on f16).
+	// (bf16ops/: on bf16 rather than f16).
 	for _, qt := range lower.HopperQTypes {
 		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
 			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}, {WholeTile: true},
 			{TileRows: 128, CTAs: 1, WGs: 2, TokenStep: 8}, {TileRows: 96, CTAs: 2, TokenStep: 32},
 			{NoPipe: true}, {TileRows: 128, Pipe: true}, {WGs: 2, Pipe: true}, {TileRows: 64, Pipe: true}, {WholeTile: true, Pipe: true},
-			{BF16Ops: true}, {BF16Ops: true, WholeTile: true, Pipe: true}, {F16Ops: true}, {F16Ops: true, WholeTile: true, Pipe: true}} {
+			{BF16Ops: true}, {BF16Ops: true, WholeTile: true, Pipe: true}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,

@@ -76,9 +76,9 @@ type MoEArgs struct {
 	// QPipe forces their pipelined loop, QNoPipe the plain one
 	// (lower.QMoEForce.Pipe, NoPipe; neither: lower's choice).
 	QPipe, QNoPipe bool
-	// QBF16Ops keeps q4_k's grouped GEMMs on bf16 operands, QF16Ops puts
-	// q8_0's and iq4_xs's on f16 ones (lower.QMoEForce.BF16Ops, F16Ops).
-	QBF16Ops, QF16Ops bool
+	// QBF16Ops keeps the quantised grouped GEMMs on bf16 operands rather
+	// than f16 (lower.QMoEForce.BF16Ops).
+	QBF16Ops bool
 	// QBF16 runs bf16 stacks' grouped GEMMs on gemm_wgmma_q with the Q
 	// shape fields above, QNoBF16 on gemm_wgmma (lower.QMoEForce.BF16,
 	// NoBF16; neither: lower's choice by tokens an expert).
@@ -104,7 +104,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
 		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs, TokenStep: a.QStep, WholeTile: a.QWholeTile,
-			Pipe: a.QPipe, NoPipe: a.QNoPipe, BF16: a.QBF16, NoBF16: a.QNoBF16, BF16Ops: a.QBF16Ops, F16Ops: a.QF16Ops}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+			Pipe: a.QPipe, NoPipe: a.QNoPipe, BF16: a.QBF16, NoBF16: a.QNoBF16, BF16Ops: a.QBF16Ops}, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers

@@ -30,8 +30,15 @@ func randQuantBlocks(r *rand.Rand, t quant.Type, rows, K int) []byte {
 	for i := 0; i < nb; i++ {
 		blk := b[i*bb : (i+1)*bb]
 		switch t {
-		case quant.Q8_0, quant.IQ4_XS:
+		case quant.Q8_0:
 			put(blk, 0.002+0.02*r.Float32())
+		case quant.IQ4_XS:
+			// d times a sub-block scale ls - 32 (up to 32) times a table
+			// value (up to 127): 1/32 of q8_0's d keeps the weights in
+			// q8_0's range (|w| < 2.8), as in real files. 32 times larger,
+			// the routed experts' SwiGLU outputs passed f16's 65504 and
+			// saturated on f16 operands.
+			put(blk, (0.002+0.02*r.Float32())/32)
 		case quant.Q4_K, quant.Q5_K:
 			put(blk, 0.002+0.02*r.Float32())
 			put(blk[2:], 0.002+0.02*r.Float32())
