@@ -203,17 +203,18 @@ func TestMoEQuantTileRows(t *testing.T) {
 					t.Errorf("rows=%d: moe_schedule tiles of %d rows", c.force, got)
 				}
 			case "gemm_wgmma_q":
-				epi := []int{EpiSwiGLU, EpiStore}[min(gemms, 1)] // gate+up, then down
+				// gate+up (its output f16, the down's f16 operand), then down
+				epi, yt := []int{EpiSwiGLU, EpiStore}[min(gemms, 1)], []string{"f16", "bf16"}[min(gemms, 1)]
 				gemms++
-				if x.Ints[2] != int64(epi) {
-					t.Errorf("rows=%d: gemm_wgmma_q %d has EPI %d, want %d", c.force, gemms, x.Ints[2], epi)
+				if x.Ints[2] != int64(epi) || len(x.DTypes) != 1 || x.DTypes[0] != yt {
+					t.Errorf("rows=%d: gemm_wgmma_q %d has EPI %d and output %v, want %d and %s", c.force, gemms, x.Ints[2], x.DTypes, epi, yt)
 				}
 				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Ints[7] != int64(b2i(c.wantPipe)) ||
 					x.Block[0] != 128*(c.wantWGs+1) {
 					t.Errorf("rows=%d,ctas=%d,wgs=%d,%q: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d, %v", c.force, c.ctas, c.wgs, c.pipe,
 						x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs, c.wantPipe)
 				}
-				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs, epi, "bf16") || x.Shmem+1024 > 228*1024 {
+				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs, epi, yt) || x.Shmem+1024 > 228*1024 {
 					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
 				}
 				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {
