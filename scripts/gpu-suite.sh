@@ -4,10 +4,18 @@
 #
 # The GPU machine has no Go toolchain, so this works in two steps:
 #   scripts/gpu-suite.sh build [PKG...]   here: compile test binaries into .gpu/
-#                                         (default: the packages with GPU tests),
-#                                         gzipped: a device call carries at most 64 MiB
-#   scripts/gpu-suite.sh run              there: run .gpu/*.test, each from its
-#                                         package directory, with LAGC_REQUIRE_GPU=1
+#                                         (default: the packages with GPU tests)
+#                                         and, without PKG, .gpu/lagc too (for
+#                                         benches and scripts/targets.sh), each
+#                                         compressed: a device call carries at most
+#                                         64 MiB (xz where it is installed, about
+#                                         60 MiB with lagc; else gzip, which
+#                                         leaves lagc out to fit)
+#   scripts/gpu-suite.sh unpack           there: decompress .gpu/ (xz, or python3's
+#                                         lzma where xz is missing; gunzip)
+#   scripts/gpu-suite.sh run              there: unpack, then run .gpu/*.test, each
+#                                         from its package directory, with
+#                                         LAGC_REQUIRE_GPU=1
 # Binaries are named after their package: .gpu/exec__gpu.test runs in exec/gpu.
 # Counted: every test and subtest result line (--- PASS/FAIL/SKIP); a binary
 # (or shard) that dies without reporting (a crash, a timeout) counts as one
@@ -31,7 +39,15 @@ build)
 	export CGO_ENABLED=0
 	mkdir -p .gpu
 	pkgs=("$@")
-	[ ${#pkgs[@]} -eq 0 ] && pkgs=(./cuda/... ./exec/gpu ./engine ./cmd/lagc)
+	whole=0
+	[ ${#pkgs[@]} -eq 0 ] && pkgs=(./cuda/... ./exec/gpu ./engine ./cmd/lagc) whole=1
+	pack() { # compress one file in place: xz where installed, else gzip
+		if command -v xz >/dev/null; then
+			xz -f -T2 -6 "$1"
+		else
+			gzip -f "$1"
+		fi
+	}
 	mod=$(go list -m)
 	n=0
 	for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}"); do
@@ -40,19 +56,37 @@ build)
 		name=${rel:-root}
 		name=${name//\//__}
 		go test -c -ldflags='-s -w' -o ".gpu/$name.test" "$pkg" || exit 1
-		gzip -f ".gpu/$name.test" || exit 1
+		pack ".gpu/$name.test" || exit 1
 		n=$((n + 1))
 	done
-	echo "built $n test binaries in .gpu/"
+	what="$n test binaries"
+	if [ "$whole" = 1 ] && command -v xz >/dev/null; then
+		go build -ldflags='-s -w' -o .gpu/lagc ./cmd/lagc || exit 1
+		pack .gpu/lagc || exit 1
+		what+=" and lagc"
+	fi
+	echo "built $what in .gpu/ ($(du -sh .gpu | cut -f1) with what was there; carry .gpu)"
+	;;
+unpack)
+	shopt -s nullglob
+	for z in .gpu/*.gz; do gunzip -f "$z" || exit 1; done
+	for z in .gpu/*.xz; do
+		if command -v xz >/dev/null; then
+			xz -d -f "$z" || exit 1
+		else
+			python3 -c 'import lzma, os, sys; f = sys.argv[1]; open(f[:-3], "wb").write(lzma.open(f).read()); os.remove(f)' "$z" || exit 1
+		fi
+		chmod 755 "${z%.xz}"
+	done
 	;;
 run)
+	"$0" unpack || exit 1
 	logs=${OUT:-$root/.gpu/logs}
 	mkdir -p "$logs"
 	export LAGC_REQUIRE_GPU=${LAGC_REQUIRE_GPU:-1}
 	passed=0 failed=0 skipped=0
 	failures=()
 	shopt -s nullglob
-	for z in .gpu/*.test.gz; do gunzip -f "$z" || exit 1; done
 	bins=(.gpu/*.test)
 	if [ ${#bins[@]} -eq 0 ]; then
 		echo "no test binaries in .gpu/ (run: scripts/gpu-suite.sh build)" >&2
@@ -110,7 +144,7 @@ run)
 	[ "$failed" -eq 0 ]
 	;;
 *)
-	echo "usage: scripts/gpu-suite.sh build [PKG...] | run [TEST FLAGS...]" >&2
+	echo "usage: scripts/gpu-suite.sh build [PKG...] | unpack | run [TEST FLAGS...]" >&2
 	exit 2
 	;;
 esac
