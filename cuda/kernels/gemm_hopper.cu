@@ -1403,8 +1403,8 @@ __device__ __forceinline__ void wg_rs_rows(float (&acc)[R], const unsigned (&fa)
   }
 }
 
-// out_val: v as an output of type T; f16 saturates (the f16 down GEMM's
-// input, QA<QT_Q4_K_F16_H>).
+// out_val: v as an output of type T; f16 saturates (the gate+up's output,
+// the down GEMM's input, of the _F16_H types).
 template <typename T> __device__ __forceinline__ T out_val(float v) { return from_f32<T>(v); }
 template <> __device__ __forceinline__ half_t out_val<half_t>(float v) { return half_t{(unsigned short)(f16x2_sat(v, 0.f) & 0xFFFF)}; }
 
