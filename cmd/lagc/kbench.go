@@ -552,8 +552,7 @@ func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
 		a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: c.x, Out: c.y, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 			Order: gpu.ExpertsByLoad, CC: e.k.CC(), SMs: e.k.SMs(), IDs: c.ids, Weights: c.wts, WQuant: t,
 			QGate: gpu.QMatrix{W: gu, Total: 2 * E * I}, QUp: gpu.QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QDown: gpu.QMatrix{W: dn, Total: E * H},
-			QTileRows: f.TileRows, QCTAs: f.CTAs, QWGs: f.WGs, QStep: f.TokenStep, QWholeTile: f.WholeTile, QPipe: f.Pipe, QNoPipe: f.NoPipe,
-			QBF16Ops: f.BF16Ops}
+			QMoE: f}
 		wsBytes, err := gpu.MoEWorkspaceBytes(a)
 		if err != nil {
 			return nil, err

@@ -100,7 +100,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		down     lower.HopperSched
 		sms      int  // 0: the GPU's
 		noGather bool // moe_gather_rows first (NoGather), where the gate+up GEMM gathers by default
-		// q: the GEMMs on gemm_wgmma_q (QBF16: weights as A, MMAs as wide
+		// q: the GEMMs on gemm_wgmma_q (QMoE.BF16: weights as A, MMAs as wide
 		// as each tile's tokens), of qrows-token tiles on qwgs consumer
 		// warpgroups (0: lower's), the pipelined loop forced (qpipe).
 		q           bool
@@ -126,7 +126,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
 			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
-			a.QBF16, a.QNoBF16, a.QTileRows, a.QWGs, a.QPipe = v.q, !v.q, v.qrows, v.qwgs, v.qpipe
+			a.QMoE = lower.QMoEForce{BF16: v.q, NoBF16: !v.q, TileRows: v.qrows, WGs: v.qwgs, Pipe: v.qpipe}
 			if v.sms != 0 {
 				a.SMs = v.sms
 			}
@@ -136,7 +136,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			}
 			if v.q {
 				if !hasKernel(ls, "gemm_wgmma_q<bf16_t, 30,") || !hasKernel(ls, "moe_gather_rows") {
-					t.Fatalf("QBF16 did not choose gemm_wgmma_q's bf16 path after moe_gather_rows")
+					t.Fatalf("QMoE.BF16 did not choose gemm_wgmma_q's bf16 path after moe_gather_rows")
 				}
 			} else if !hasKernel(ls, "gemm_wgmma") {
 				t.Fatalf("the grouped path did not choose the wgmma core")
@@ -303,20 +303,20 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 		{T: 129, H: 256, I: 256, E: 64, k: 6, dist: "invalid"},
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
-	// (96 rows on one CTA of four consumer warpgroups), and forced (QTileRows,
-	// QCTAs), each width with MMAs of its own; the gate+up GEMM gathering
+	// (96 rows on one CTA of four consumer warpgroups), and forced (QMoE's
+	// TileRows, CTAs), each width with MMAs of its own; the gate+up GEMM gathering
 	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
 	// wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
 	// the whole tile (whole); the pipelined loop (lower's choice on four
 	// warpgroups) forced (pipe) or the plain one forced (nopipe); bf16
-	// operands rather than f16 (otherOps: bf16ops).
+	// operands rather than f16 (bf16ops).
 	type variant struct {
 		cc, rows, ctas, wgs int
 		noGather            bool
 		step                int
 		whole               bool
-		pipe                int // 1: forced (QPipe), -1: the plain loop forced (QNoPipe), 0: lower's
-		otherOps            bool
+		pipe                int // 1: forced (QMoE.Pipe), -1: the plain loop forced (QMoE.NoPipe), 0: lower's
+		bf16ops             bool
 	}
 	for _, qt := range lower.QuantKernelTypes {
 		for _, v := range []variant{{90, 0, 0, 0, false, 0, false, 0, false}, {90, 64, 0, 0, false, 0, false, 0, false},
@@ -329,7 +329,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 			{90, 0, 0, 0, false, 0, false, 0, true}, {90, 0, 0, 0, false, 0, true, 1, true}} {
 			cc := v.cc
 			for _, c := range cases {
-				if (v.rows != 0 || v.otherOps) && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
+				if (v.rows != 0 || v.bf16ops) && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
 					continue
 				}
 				name := fmt.Sprintf("%s/cc%d/rows%d/%+v", qt, cc, v.rows, c)
@@ -348,7 +348,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				if v.whole {
 					name = "whole/" + name
 				}
-				if v.otherOps {
+				if v.bf16ops {
 					name = "bf16ops/" + name
 				}
 				switch v.pipe {
@@ -371,9 +371,9 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
 					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, QTileRows: v.rows, QCTAs: v.ctas,
-						QWGs: v.wgs, NoGather: v.noGather, QStep: v.step, QWholeTile: v.whole, QPipe: v.pipe == 1, QNoPipe: v.pipe == -1,
-						QBF16Ops: v.otherOps}
+						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, NoGather: v.noGather,
+						QMoE: lower.QMoEForce{TileRows: v.rows, CTAs: v.ctas, WGs: v.wgs, TokenStep: v.step, WholeTile: v.whole, Pipe: v.pipe == 1,
+							NoPipe: v.pipe == -1, BF16Ops: v.bf16ops}}
 					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
 					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
 					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
@@ -407,7 +407,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					// tile's bits, and the pipelined loop (forced: q4_k's
 					// default) the plain one's (the same MMAs in the same
 					// order).
-					a.QWholeTile, a.QPipe, a.QNoPipe = false, a.QPipe || a.QNoPipe, false
+					a.QMoE.WholeTile, a.QMoE.Pipe, a.QMoE.NoPipe = false, a.QMoE.Pipe || a.QMoE.NoPipe, false
 					if c.acc {
 						a.Out = upload(t, k, s, cuda.BF16, d.out0)
 					}
@@ -456,7 +456,7 @@ func moeQuantF16(t *testing.T, k *Kernels, s *cuda.Stream, qt quant.Type, c moeC
 	moeWorkspace(t, k, s, &a)
 	errs := map[bool]float64{} // by f16 operands
 	for _, f16 := range []bool{true, false} {
-		a.QBF16Ops = !f16
+		a.QMoE.BF16Ops = !f16
 		ls, err := k.MoELaunches(a)
 		if err != nil {
 			t.Fatal(err)
@@ -546,7 +546,7 @@ func BenchmarkMoEQuant(b *testing.B) {
 					ids, wts := benchRoutes(r, T, E, K)
 					a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 						Order: ExpertsByLoad, CC: 90, SMs: m.k.SMs(), WQuant: qt, X: m.rand(T * H), Out: m.rand(T * H),
-						QGate: gate, QUp: up, QDown: down, QNoPipe: noPipe}
+						QGate: gate, QUp: up, QDown: down, QMoE: lower.QMoEForce{NoPipe: noPipe}}
 					m.routes(b, &a, ids, wts)
 					m.run(b, float64(bytes), 2*float64(T*K)*3*I*H, func() error { return m.k.MoEExperts(m.s, a) })
 				})

@@ -121,7 +121,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 			name string
 			cc   int
 			down lower.HopperSched
-			q    bool // on gemm_wgmma_q (QBF16)
+			q    bool // on gemm_wgmma_q (QMoE.BF16)
 		}{{"mma", 0, 0, false}, {"wgmma", 90, 0, false}, {"wgmma-downpp", 90, lower.SchedPingPong, false}, {"wgmma-q", 90, 0, true}} {
 			if T == 1 && v.cc != 0 {
 				continue // decode: the same GEMVs either way
@@ -130,7 +130,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
-					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QBF16: v.q, QNoBF16: !v.q}
+					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QMoE: lower.QMoEForce{BF16: v.q, NoBF16: !v.q}}
 				m.routes(b, &a, ids, wts)
 				// Decode reads the k selected experts (repeats across tokens counted again).
 				bytes := float64(min(T*K, E)) * 3 * I * H * 2

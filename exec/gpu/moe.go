@@ -60,29 +60,11 @@ type MoEArgs struct {
 	QGate, QUp, QDown QMatrix
 	// Band is the grouped GEMMs' N-band in output columns (lower.MoEArgs).
 	Band int
-	// QTileRows forces the quantised grouped GEMMs' token tile (64, 96 or
-	// 128; zero chooses: lower.QMoEForce.TileRows).
-	QTileRows int
-	// QCTAs forces the quantised grouped GEMMs' CTAs a multiprocessor (1
-	// or 2; zero chooses: lower.QMoEForce.CTAs).
-	QCTAs int
-	// QWGs forces their consumer warpgroups a CTA (2 or 4; 0: lower's
-	// choice).
-	QWGs int
-	// QStep forces the step their MMAs' width follows a tile's rows in (8,
-	// 16 or 32; 0: lower's), QWholeTile MMAs as wide as the tile.
-	QStep      int
-	QWholeTile bool
-	// QPipe forces their pipelined loop, QNoPipe the plain one
-	// (lower.QMoEForce.Pipe, NoPipe; neither: lower's choice).
-	QPipe, QNoPipe bool
-	// QBF16Ops keeps the quantised grouped GEMMs on bf16 operands rather
-	// than f16 (lower.QMoEForce.BF16Ops).
-	QBF16Ops bool
-	// QBF16 runs bf16 stacks' grouped GEMMs on gemm_wgmma_q with the Q
-	// shape fields above, QNoBF16 on gemm_wgmma (lower.QMoEForce.BF16,
-	// NoBF16; neither: lower's choice by tokens an expert).
-	QBF16, QNoBF16 bool
+	// QMoE forces the grouped GEMMs' shape on gemm_wgmma_q (token tile,
+	// CTAs, warpgroups, MMA widths, loop, operand type) and whether bf16
+	// stacks run there, as LAGC_QMOE_SHAPE does (lower.QMoEForce; the zero
+	// value: lower's choices).
+	QMoE lower.QMoEForce
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
@@ -103,8 +85,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: lower.QMoEForce{TileRows: a.QTileRows, CTAs: a.QCTAs, WGs: a.QWGs, TokenStep: a.QStep, WholeTile: a.QWholeTile,
-			Pipe: a.QPipe, NoPipe: a.QNoPipe, BF16: a.QBF16, NoBF16: a.QNoBF16, BF16Ops: a.QBF16Ops}, HopperDown: a.HopperDown, NoGather: a.NoGather}
+		QMoE: a.QMoE, HopperDown: a.HopperDown, NoGather: a.NoGather}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers
