@@ -156,18 +156,27 @@ __device__ __forceinline__ void fa_load_q(Dst dst, const unsigned short* qg, lon
   }
 }
 
+// fa_pitched addresses a staged tile of rows pitch FaCfg<D>::PITCH apart.
+template <int D>
+struct fa_pitched {
+  unsigned short* base;
+  __device__ __forceinline__ unsigned short* operator()(int r, int c) const { return base + r * FaCfg<D>::PITCH + c * 8; }
+};
+
 // fa_store_out normalises this thread's two rows of o (o[4 db + e]:
 // channel block db, row g + 8 (e / 2), channel 2 tq + e % 2) by the quad's
 // sum of l, times the output gate (gate non-null), stages this warp's 16
-// rows of the CTA's 64 (rows r0 .., nr of them real) at stage (pitch D +
-// 8; nothing reads it any more), and writes them as whole rows of out
-// (head h of token t at t * ldo + h * D). VEC: 16-byte stores, else 2-byte
-// ones. attn_prefill_tc and attn_prefill_wg both end with it.
-template <typename T, int D, int VEC, typename O>
-__device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], unsigned short* stage, unsigned short* og,
+// rows of the CTA's 64 (rows r0 .., nr of them real) where chunk(r, c)
+// says (16-byte chunk c of staged row r; nothing reads it any more), and
+// writes them as whole rows of out (head h of token t at t * ldo + h * D).
+// VEC: 16-byte stores, else 2-byte ones. Every prefill attention ends with
+// it: the pitched forms stage through fa_pitched, the ws form through its
+// swizzled wa_chunk.
+template <typename T, int D, int VEC, typename O, typename C>
+__device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], const C& chunk, unsigned short* og,
                                              long long ldo, const T* gate, long long ldg, int G, int nh, int group, int kvh,
                                              int r0, int nr, int warp, int lane, int g, int tq) {
-  constexpr int P = FaCfg<D>::PITCH, CH = FaCfg<D>::CH, DB = D / 8;
+  constexpr int CH = FaCfg<D>::CH, DB = D / 8;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float tot = l[r];
@@ -177,11 +186,10 @@ __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], un
     const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
     const T* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
     const int h = kvh * group + row % group;
-    unsigned short* dst = stage + rr * P + 2 * tq;
 #pragma unroll
     for (int db = 0; db < DB; db++) {
       const int c = db * 8 + 2 * tq;
-      *reinterpret_cast<unsigned*>(dst + db * 8) = fa_pack(o(db, 2 * r) * inv * gate_of(gr, nh, D, G, h, c),
+      *reinterpret_cast<unsigned*>(chunk(rr, db) + 2 * tq) = fa_pack(o(db, 2 * r) * inv * gate_of(gr, nh, D, G, h, c),
                                                            o(db, 2 * r + 1) * inv * gate_of(gr, nh, D, G, h, c + 1));
     }
   }
@@ -191,7 +199,7 @@ __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], un
     if (r >= nr) continue;
     const int row = r0 + r, t = row / group, h = kvh * group + row % group;
     unsigned short* dst = og + t * ldo + (long long)h * D + c * 8;
-    const uint4 val = *reinterpret_cast<const uint4*>(stage + r * P + c * 8);
+    const uint4 val = *reinterpret_cast<const uint4*>(chunk(r, c));
     if constexpr (VEC) {
       *reinterpret_cast<uint4*>(dst) = val;
     } else {
@@ -387,6 +395,6 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
 
   // Stage this warp's 16 rows in its own part of Qs (only this warp read
   // those rows), then write them.
-  fa_store_out<T, D, VEC>([&](int db, int e) { return o[db][e]; }, l, Qs, og, ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp,
+  fa_store_out<T, D, VEC>([&](int db, int e) { return o[db][e]; }, l, fa_pitched<D>{Qs}, og, ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp,
                           lane, g, tq);
 }

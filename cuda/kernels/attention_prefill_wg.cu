@@ -546,33 +546,11 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
     }
     kc += nt;
 
-    // fa_store_out's values, staged in this warpgroup's Q tile in the
-    // swizzled layout once all four warps' MMAs are done with it, then
-    // whole rows out.
+    // fa_store_out, staged in this warpgroup's Q tile in the swizzled
+    // layout once all four warps' MMAs are done with it.
     asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float tot = l[r];
-      tot += __shfl_xor_sync(0xffffffffu, tot, 1);
-      tot += __shfl_xor_sync(0xffffffffu, tot, 2);
-      const float inv = tot > 0.f ? 1.f / tot : 0.f;  // 0 only for padding rows
-      const int rr = warp * 16 + g + 8 * r, row = r0 + rr;
-      const bf16_t* gr = gate && rr < nr ? gate + (row / group) * ldg : nullptr;
-      const int h = kvh * group + row % group;
-#pragma unroll
-      for (int db = 0; db < 16; db++) {
-        const int c = db * 8 + 2 * tq;
-        *reinterpret_cast<unsigned*>(wa_chunk(Qw, rr, db) + 2 * tq) =
-            fa_pack(o[4 * db + 2 * r] * inv * gate_of(gr, nh, D, G, h, c), o[4 * db + 2 * r + 1] * inv * gate_of(gr, nh, D, G, h, c + 1));
-      }
-    }
-    __syncwarp();
-    for (int x = lane; x < 16 * 16; x += 32) {
-      const int rr = warp * 16 + (x >> 4), c = x & 15;
-      if (rr >= nr) continue;
-      const int row = r0 + rr, t = row / group, h = kvh * group + row % group;
-      *reinterpret_cast<uint4*>(og + t * ldo + (long long)h * D + c * 8) = *reinterpret_cast<const uint4*>(wa_chunk(Qw, rr, c));
-    }
+    fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, [&](int r, int c) { return wa_chunk(Qw, r, c); },
+                               og, ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
     mbar_arrive(QE + 8 * b);
   }
 }
@@ -722,7 +700,8 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   // Stage this warp's 16 rows in the K (and V) tiles, NW 2 from the first
   // Q tile on, 64 rows of D + 8 a warpgroup (no MMA reads them any more:
   // the last tile ended with a barrier after every P V), then write them.
-  fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, NW == 1 ? Ks : Qs + wg * FA_BQ * FaCfg<D>::PITCH, og,
+  fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l,
+                             fa_pitched<D>{NW == 1 ? Ks : Qs + wg * FA_BQ * FaCfg<D>::PITCH}, og,
                              ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
   }
 }
