@@ -454,19 +454,43 @@ __device__ __forceinline__ void moe_combine_at(int t, int h0, int k, int H, cons
   float acc[V];
 #pragma unroll
   for (int q = 0; q < V; q++) acc[q] = 0.f;
-  for (int j = 0; j < k; j++) {
-    const int p = pos[t * k + j];
-    if (p < 0) continue;
-    const float wt = weights[t * k + j];
-    float f[V];
-    if constexpr (V == 8) {
-      load_x<8>(ys + (long long)p * H + h0, f);
-    } else {
+  if constexpr (V == 8) {
+    // KB slots' rows asked for before the first is summed: one at a time
+    // left a thread a single 16-byte load in flight, latency-bound. The
+    // sum keeps slot order, so the bits are the same.
+    constexpr int KB = 4;
+    for (int j0 = 0; j0 < k; j0 += KB) {
+      int p[KB];
+      float wt[KB];
+      uint4 u[KB];
 #pragma unroll
-      for (int q = 0; q < V; q++) f[q] = to_f32(ys[(long long)p * H + h0 + q]);
+      for (int b = 0; b < KB; b++) p[b] = j0 + b < k ? pos[t * k + j0 + b] : -1;
+#pragma unroll
+      for (int b = 0; b < KB; b++)
+        if (p[b] >= 0) {
+          wt[b] = weights[t * k + j0 + b];
+          u[b] = *reinterpret_cast<const uint4*>(ys + (long long)p[b] * H + h0);
+        }
+#pragma unroll
+      for (int b = 0; b < KB; b++)
+        if (p[b] >= 0) {
+          float f[8];
+          bf16x2_f(u[b].x, f[0], f[1]);
+          bf16x2_f(u[b].y, f[2], f[3]);
+          bf16x2_f(u[b].z, f[4], f[5]);
+          bf16x2_f(u[b].w, f[6], f[7]);
+#pragma unroll
+          for (int q = 0; q < 8; q++) acc[q] = fmaf(wt[b], f[q], acc[q]);
+        }
     }
+  } else {
+    for (int j = 0; j < k; j++) {
+      const int p = pos[t * k + j];
+      if (p < 0) continue;
+      const float wt = weights[t * k + j];
 #pragma unroll
-    for (int q = 0; q < V; q++) acc[q] = fmaf(wt, f[q], acc[q]);
+      for (int q = 0; q < V; q++) acc[q] = fmaf(wt, to_f32(ys[(long long)p * H + h0 + q]), acc[q]);
+    }
   }
 #pragma unroll
   for (int q = 0; q < V; q++) {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 // TestMoECombineNormGPU: the fused combine and norm (what fuseCombineNorm
 // makes of a grouped MoE's moe_combine and the rms_norm of its output)
 // writes the rows moe_combine writes and the output rms_norm_block then
-// writes, bit for bit: accumulating onto the residual or not, routes
+// writes, bit for bit, and the rows are the routes' weighted sums: accumulating onto the residual or not, routes
 // missing (pos -1), bf16 and f32 rows, an f32 or bf16 norm output, rows
 // of 1024 to 8192 (blocks of 128 to 1024 threads, and 160 where the chunks
 // do not fill the warps).
@@ -41,7 +42,8 @@ func TestMoECombineNormGPU(t *testing.T) {
 		name := fmt.Sprintf("%v-to-%v-T%d-k%d-H%d-acc%v", c.ydt, c.odt, c.T, c.K, c.H, c.acc)
 		t.Run(name, func(t *testing.T) {
 			R := c.T * c.K
-			ys := upload(t, k, s, cuda.BF16, randF32(r, R*c.H, 2))
+			ysv := roundTo(cuda.BF16, randF32(r, R*c.H, 2))
+			ys := upload(t, k, s, cuda.BF16, ysv)
 			wts := make([]float32, R)
 			for i := range wts {
 				wts[i] = r.Float32()
@@ -89,7 +91,8 @@ func TestMoECombineNormGPU(t *testing.T) {
 			if i := firstByteDiff(downloadBytes(t, s, gN, ob), downloadBytes(t, s, wN, ob)); i >= 0 {
 				t.Fatalf("norm: byte %d differs from moe_combine then rms_norm", i)
 			}
-			// The combine did something: a row with a route differs from the residual.
+			// The rows against a float64 sum of the routes (each slot
+			// once, with its weight): within the row type's rounding.
 			got := download(t, s, c.ydt, gOut, c.T*c.H)
 			same := true
 			for i := range got {
@@ -97,6 +100,23 @@ func TestMoECombineNormGPU(t *testing.T) {
 			}
 			if same {
 				t.Error("the rows are the residual unchanged")
+			}
+			for tok := 0; tok < c.T; tok++ {
+				for h := 0; h < c.H; h++ {
+					want, mag := 0.0, 0.0
+					if c.acc {
+						want, mag = float64(resid[tok*c.H+h]), math.Abs(float64(resid[tok*c.H+h]))
+					}
+					for j := 0; j < c.K; j++ {
+						if p := pos[tok*c.K+j]; p >= 0 {
+							v := float64(wts[tok*c.K+j]) * float64(ysv[int(p)*c.H+h])
+							want, mag = want+v, mag+math.Abs(v)
+						}
+					}
+					if d := math.Abs(float64(got[tok*c.H+h]) - want); d > mag/256+1e-6 {
+						t.Fatalf("row %d [%d] = %g, want %g (the routes' weighted sum)", tok, h, got[tok*c.H+h], want)
+					}
+				}
 			}
 		})
 	}
