@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -225,5 +226,53 @@ func TestMoEHopperBF16Q(t *testing.T) {
 		if c.q && (q != 2 || plain != 0 || gather != 1) || !c.q && (q != 0 || plain != 2) {
 			t.Errorf("%+v, T %d: %d gemm_wgmma_q, %d gemm_wgmma, %d moe_gather_rows", c.f, T, q, plain, gather)
 		}
+	}
+}
+
+// TestMoEMulticast: Multicast puts the bf16 grouped GEMMs on
+// gemm_wgmma_mc (2-CTA clusters) only where the kernel's pairing holds:
+// an even grid and an even number of bands (gate+up: I / 128, down: H /
+// 256), the x rows copied first (moe_gather_rows), cooperative tiles.
+func TestMoEMulticast(t *testing.T) {
+	p := Ptr{Base: BaseWeights}
+	for _, c := range []struct {
+		name             string
+		H, I, SMs        int
+		gather, pp       bool
+		wantUp, wantDown bool
+	}{
+		{"S-2.1", 3072, 1024, 132, false, false, true, true},
+		{"odd grid", 3072, 1024, 131, false, false, false, false},
+		{"odd gate+up bands", 512, 128, 132, false, false, false, true},
+		{"odd down bands", 256, 256, 132, false, false, true, false},
+		{"gathering gate+up", 3072, 1024, 132, true, false, false, true},
+		{"ping-pong down", 3072, 1024, 132, false, true, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := MoEArgs{T: 2048, H: c.H, I: c.I, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+				Gate: p, Up: p.At(2 * 8 * int64(c.I) * int64(c.H)), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16",
+				CC: 90, SMs: c.SMs, NoGather: !c.gather, Multicast: true}
+			if c.pp {
+				a.HopperDown = SchedPingPong
+			}
+			ls, err := MoE(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var up, down bool
+			for _, l := range ls {
+				if l.Kernel == "gemm_wgmma_mc" {
+					up = up || l.Ints[1] == EpiSwiGLU
+					down = down || l.Ints[1] == EpiStore
+				}
+			}
+			if up != c.wantUp || down != c.wantDown {
+				t.Errorf("clusters: gate+up %v, down %v; want %v, %v", up, down, c.wantUp, c.wantDown)
+			}
+			a.Multicast = false
+			if ls, _ := MoE(a); strings.Contains(fmt.Sprint(ls), "gemm_wgmma_mc") {
+				t.Error("gemm_wgmma_mc without Multicast")
+			}
+		})
 	}
 }

@@ -72,6 +72,33 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int
       "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
+// The multicast forms (GROUPED 3, a cluster of two CTAs): tma_load_2d_mc
+// writes the box at dst and signals bar in every CTA of mask, at the same
+// shared offsets; mbar_arrive_rank arrives on bar's copy in CTA rank of
+// the cluster (what it orders are MMA reads against TMA writes, both
+// async: no fence, as CUTLASS's ClusterBarrier; with .release.cluster
+// ptxas put a MEMBAR.ALL.GPU before every arrive); cluster_sync is the
+// cluster's barrier (every thread of both CTAs).
+__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TmaMap* map, int c0, int c1, unsigned bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;" ::"r"(dst),
+      "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_rank(unsigned bar, unsigned rank) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}" ::"r"(bar),
+               "r"(rank)
+               : "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
 
 // A shared-memory matrix descriptor for a K-major tile with the 128-byte
 // swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart.
@@ -559,15 +586,23 @@ template <int ROWS> struct GatherRows {
 };
 
 template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
-__global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M,
-                                                     int N, int K, TY* __restrict__ y, int up_row,
-                                                     const int4* __restrict__ tiles, const int* __restrict__ ntiles,
-                                                     int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
-                                                     const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk) {
-  pdl_wait();
+__device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& tb, int M, int N, int K, TY* __restrict__ y,
+                                                int up_row, const int4* __restrict__ tiles, const int* __restrict__ ntiles,
+                                                int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
+                                                const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk) {
   static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
   constexpr bool GATHER = GROUPED == 2;
   static_assert(!GATHER || EPI == 2, "the gathering producer loads the gate and up tiles of a SwiGLU GEMM");
+  // MC (GROUPED 3, gemm_wgmma_mc): grouped as GROUPED 1, on clusters of two
+  // CTAs that run a row tile's bands 2b and 2b + 1 side by side (tile t in
+  // the CTA of rank t % 2: the grid and the bands a row tile even), so
+  // rank 0 loads each stage's x tile once for both (TMA multicast): a
+  // quarter less of what the SMs read from L2 for a 256-wide tile. A stage
+  // is free for rank 0's producer once both CTAs' consumers released it
+  // (its empty barriers count both); rank 1's producer loads its own
+  // weights only.
+  constexpr bool MC = GROUPED == 3;
+  static_assert(!MC || !PP, "the multicast form is cooperative");
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -577,16 +612,19 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  const unsigned rank = MC ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
       mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
-      mbar_init(smem_addr(&empty_bar[s]), PP ? 128 : 256);
+      mbar_init(smem_addr(&empty_bar[s]), (PP ? 128 : 256) * (MC && rank == 0 ? 2 : 1));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  if constexpr (MC) cluster_sync();  // both CTAs' barriers are initialised before either signals the other's
   const int tilesM = GROUPED ? ntiles[0] : (M + C::BM - 1) / C::BM, tilesN = (N + OW - 1) / OW, ntile = tilesM * tilesN;
+  if (MC && ((gridDim.x | tilesN) & 1)) __trap();  // lower keeps both even: the ranks' tiles pair up
   const int nk = (K + C::BK - 1) / C::BK;
 
   if (wg == 0 && GATHER) {
@@ -625,7 +663,11 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
           const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
           mbar_expect_tx(fb, C::STAGE);
-          tma_load_2d(sa, &ta, kb * C::BK, rt.m0, fb);
+          if constexpr (MC) {
+            if (rank == 0) tma_load_2d_mc(sa, &ta, kb * C::BK, rt.m0, fb, 3);
+          } else {
+            tma_load_2d(sa, &ta, kb * C::BK, rt.m0, fb);
+          }
           if constexpr (EPI == 2) {
             tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
             tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
@@ -635,6 +677,7 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
         }
       }
     }
+    if constexpr (MC) cluster_sync();  // no CTA leaves while the other may still signal it
     return;
   }
 
@@ -680,14 +723,20 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
           wgmma_bn<BN>(acc[h], wg_desc(sa + h * 64 * 128 + 32 * k), wg_desc(sb + 32 * k), kb > 0 || k > 0);
       wg_commit();
       wg_wait<1>();  // the previous k-block's MMAs are done: release its stage
-      if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+      if (prev >= 0) {
+        mbar_arrive(smem_addr(&empty_bar[prev]));
+        if (MC && rank == 1) mbar_arrive_rank(smem_addr(&empty_bar[prev]), 0);
+      }
       prev = s;
     }
     if (PP && t + gridDim.x < ntile) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
     wg_wait<0>();
 #pragma unroll
     for (int h = 0; h < MH; h++) wg_pin(acc[h]);
-    if (prev >= 0) mbar_arrive(smem_addr(&empty_bar[prev]));
+    if (prev >= 0) {
+      mbar_arrive(smem_addr(&empty_bar[prev]));
+      if (MC && rank == 1) mbar_arrive_rank(smem_addr(&empty_bar[prev]), 0);
+    }
     if (nk == 0) {
 #pragma unroll
       for (int h = 0; h < MH; h++)
@@ -783,7 +832,29 @@ __global__ void __launch_bounds__(384, 1) gemm_wgmma(const __grid_constant__ Tma
       }
     }
   }
+  if constexpr (MC) cluster_sync();  // no CTA leaves while the other may still signal it
 }
+
+#define GEMM_WGMMA_PARAMS                                                                                                         \
+  const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M, int N, int K, TY *__restrict__ y, int up_row,      \
+      const int4 *__restrict__ tiles, const int *__restrict__ ntiles, int expert_rows, TY *y1, TY *y2, TY *y3, int c1, int c2, \
+      int c3, const bf16_t *__restrict__ gx, const int *__restrict__ gsorted, int gk
+#define GEMM_WGMMA_ARGS ta, tb, M, N, K, y, up_row, tiles, ntiles, expert_rows, y1, y2, y3, c1, c2, c3, gx, gsorted, gk
+template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
+__global__ void __launch_bounds__(384, 1) gemm_wgmma(GEMM_WGMMA_PARAMS) {
+  pdl_wait();
+  static_assert(GROUPED <= 2, "GROUPED 3 is gemm_wgmma_mc");
+  gemm_wgmma_body<TY, BN, EPI, GROUPED, PP, SPLIT>(GEMM_WGMMA_ARGS);
+}
+// gemm_wgmma_mc is gemm_wgmma's grouped form on clusters of two CTAs, the
+// x tiles multicast (GROUPED 3 above).
+template <typename TY, int BN, int EPI, int PP>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_wgmma_mc(GEMM_WGMMA_PARAMS) {
+  pdl_wait();
+  gemm_wgmma_body<TY, BN, EPI, 3, PP, 0>(GEMM_WGMMA_ARGS);
+}
+#undef GEMM_WGMMA_PARAMS
+#undef GEMM_WGMMA_ARGS
 
 // f16x2_sat: lo and hi rounded to f16, a pair; past f16's range they stay
 // at its largest finite value (NaN stays NaN).

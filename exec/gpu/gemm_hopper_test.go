@@ -106,6 +106,10 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		q           bool
 		qrows, qwgs int
 		qpipe       bool
+		// mc: the GEMMs on 2-CTA clusters sharing each x tile (Multicast,
+		// with moe_gather_rows first), where the grid and bands are even;
+		// the same bits as without.
+		mc bool
 	}
 	run := func(v variant, order ExpertOrder, c moeCase) {
 		name := fmt.Sprintf("order%d/%+v", order, c)
@@ -118,6 +122,9 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		if v.noGather {
 			name = "nogather/" + name
 		}
+		if v.mc {
+			name = fmt.Sprintf("mc/sms%d/%s", v.sms, name)
+		}
 		t.Run(name, func(t *testing.T) {
 			d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 			a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
@@ -125,7 +132,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			gu := append(append([]float32(nil), d.gate...), d.up...)
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
-			a.CC, a.SMs, a.HopperDown, a.NoGather = k.CC(), k.SMs(), v.down, v.noGather
+			a.CC, a.SMs, a.HopperDown, a.NoGather, a.Multicast = k.CC(), k.SMs(), v.down, v.noGather || v.mc, v.mc
 			a.QMoE = lower.QMoEForce{BF16: v.q, NoBF16: !v.q, TileRows: v.qrows, WGs: v.qwgs, Pipe: v.qpipe}
 			if v.sms != 0 {
 				a.SMs = v.sms
@@ -144,8 +151,17 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); !v.q && pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
 			}
-			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); !v.q && (g == v.noGather || hasKernel(ls, "moe_gather_rows") != v.noGather) {
-				t.Fatalf("gate+up gathering %v with NoGather %v", g, v.noGather)
+			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); !v.q && (g == a.NoGather || hasKernel(ls, "moe_gather_rows") != a.NoGather) {
+				t.Fatalf("gate+up gathering %v with NoGather %v", g, a.NoGather)
+			}
+			grid := a.SMs
+			for _, g := range []struct {
+				kernel string
+				bands  int
+			}{{"gemm_wgmma_mc<bf16_t, 256, 2, 0>", ceilDiv(c.I, 128)}, {"gemm_wgmma_mc<bf16_t, 256, 0, 0>", ceilDiv(c.H, 256)}} {
+				if want := v.mc && grid%2 == 0 && g.bands%2 == 0; hasKernel(ls, g.kernel) != want {
+					t.Fatalf("%s launched %v, want %v (grid %d, %d bands)", g.kernel, !want, want, grid, g.bands)
+				}
 			}
 			moeWorkspace(t, k, s, &a)
 			if err := k.MoEExperts(s, a); err != nil {
@@ -153,6 +169,22 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			}
 			got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
 			checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
+			if v.mc { // the same bits without the clusters
+				gb := downloadBytes(t, s, a.Out, int64(2*c.T*c.H))
+				b := a
+				b.Multicast = false
+				b.Out = upload(t, k, s, cuda.BF16, make([]float32, c.T*c.H))
+				if c.acc {
+					b.Out = upload(t, k, s, cuda.BF16, d.out0)
+				}
+				moeWorkspace(t, k, s, &b)
+				if err := k.MoEExperts(s, b); err != nil {
+					t.Fatal(err)
+				}
+				if i := firstByteDiff(gb, downloadBytes(t, s, b.Out, int64(2*c.T*c.H))); i >= 0 {
+					t.Fatalf("byte %d differs from the launches without clusters", i)
+				}
+			}
 		})
 	}
 	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
@@ -169,6 +201,22 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 	}
 	for _, c := range cases {
 		run(variant{q: true}, ExpertsByID, c)
+	}
+	// Clusters: bands even for both GEMMs (I 256 and 512: 2 and 4 gate+up
+	// bands; H 512 and 1024: 2 and 4 down bands), experts with 0, 1 and
+	// hundreds of rows, invalid ids, accumulate; grids of 8 (several tiles
+	// a CTA) and 7 (odd: no clusters).
+	mcCases := []moeCase{
+		{T: 129, H: 512, I: 256, E: 256, k: 10, dist: "skewed"},
+		{T: 300, H: 1024, I: 512, E: 16, k: 4, dist: "same", acc: true},
+		{T: 129, H: 512, I: 256, E: 64, k: 6, dist: "invalid", acc: true},
+		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
+		{T: 64, H: 192, I: 128, E: 8, k: 3, dist: "skewed"}, // odd bands: no clusters
+	}
+	for _, sms := range []int{0, 8, 7} {
+		for _, c := range mcCases {
+			run(variant{mc: true, sms: sms}, ExpertsByLoad, c)
+		}
 	}
 }
 

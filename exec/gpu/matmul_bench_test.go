@@ -122,7 +122,11 @@ func BenchmarkMoEExperts(b *testing.B) {
 			cc   int
 			down lower.HopperSched
 			q    bool // on gemm_wgmma_q (QMoE.BF16)
-		}{{"mma", 0, 0, false}, {"wgmma", 90, 0, false}, {"wgmma-downpp", 90, lower.SchedPingPong, false}, {"wgmma-q", 90, 0, true}} {
+			// copy: moe_gather_rows first (NoGather, the model's default);
+			// mc: that on 2-CTA clusters sharing each x tile (Multicast).
+			copy, mc bool
+		}{{"mma", 0, 0, false, false, false}, {"wgmma", 90, 0, false, false, false}, {"wgmma-downpp", 90, lower.SchedPingPong, false, false, false},
+			{"wgmma-q", 90, 0, true, false, false}, {"wgmma-copy", 90, 0, false, true, false}, {"wgmma-mc", 90, 0, false, true, true}} {
 			if T == 1 && v.cc != 0 {
 				continue // decode: the same GEMVs either way
 			}
@@ -130,7 +134,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
-					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QMoE: lower.QMoEForce{BF16: v.q, NoBF16: !v.q}}
+					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QMoE: lower.QMoEForce{BF16: v.q, NoBF16: !v.q}, NoGather: v.copy, Multicast: v.mc}
 				m.routes(b, &a, ids, wts)
 				// Decode reads the k selected experts (repeats across tokens counted again).
 				bytes := float64(min(T*K, E)) * 3 * I * H * 2
