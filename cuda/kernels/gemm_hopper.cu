@@ -597,7 +597,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
   // CTAs that run a row tile's bands 2b and 2b + 1 side by side (tile t in
   // the CTA of rank t % 2: the grid and the bands a row tile even), so
   // rank 0 loads each stage's x tile once for both (TMA multicast): a
-  // quarter less of what the SMs read from L2 for a 256-wide tile. A stage
+  // pair's stages bring 80 KB from L2 instead of 96 (x 16 KB, weights 32
+  // KB a CTA at 256 wide). Measured slower (docs/PERF.md). A stage
   // is free for rank 0's producer once both CTAs' consumers released it
   // (its empty barriers count both); rank 1's producer loads its own
   // weights only.
