@@ -286,14 +286,14 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if gx {
 			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
 		}
-		name, ints := "gemm_wgmma", []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0}
-		if grid := sms(a.SMs); a.Multicast && !gx && !pp && grid%2 == 0 && ceilDiv(N, box)%2 == 0 {
+		name, ints, grid := "gemm_wgmma", []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0}, sms(a.SMs)
+		if a.Multicast && !gx && !pp && grid%2 == 0 && ceilDiv(N, box)%2 == 0 {
 			// Clusters of two CTAs on a row tile's bands 2b, 2b+1, the x
 			// tiles multicast (the kernel needs both counts even).
 			name, ints = "gemm_wgmma_mc", []int64{int64(bn), int64(epi), 0}
 		}
 		return kernel("gemm_hopper.cu", name, []string{"bf16"}, ints,
-			dims(sms(a.SMs)), dims(384), HopperSmem(bn),
+			dims(grid), dims(384), HopperSmem(bn),
 			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(xrows), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
 				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)

@@ -475,10 +475,7 @@ __device__ __forceinline__ void moe_combine_at(int t, int h0, int k, int H, cons
       for (int b = 0; b < KB; b++)
         if (p[b] >= 0) {
           float f[8];
-          bf16x2_f(u[b].x, f[0], f[1]);
-          bf16x2_f(u[b].y, f[2], f[3]);
-          bf16x2_f(u[b].z, f[4], f[5]);
-          bf16x2_f(u[b].w, f[6], f[7]);
+          Pack<bf16_t>::unpack(u[b], f);
 #pragma unroll
           for (int q = 0; q < 8; q++) acc[q] = fmaf(wt[b], f[q], acc[q]);
         }

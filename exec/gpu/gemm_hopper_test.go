@@ -171,12 +171,11 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
 			if v.mc { // the same bits without the clusters
 				gb := downloadBytes(t, s, a.Out, int64(2*c.T*c.H))
-				b := a
-				b.Multicast = false
-				b.Out = upload(t, k, s, cuda.BF16, make([]float32, c.T*c.H))
+				b, out0 := a, make([]float32, c.T*c.H)
 				if c.acc {
-					b.Out = upload(t, k, s, cuda.BF16, d.out0)
+					out0 = d.out0
 				}
+				b.Multicast, b.Out = false, upload(t, k, s, cuda.BF16, out0)
 				moeWorkspace(t, k, s, &b)
 				if err := k.MoEExperts(s, b); err != nil {
 					t.Fatal(err)

@@ -125,8 +125,8 @@ func BenchmarkMoEExperts(b *testing.B) {
 			// copy: moe_gather_rows first (NoGather, the model's default);
 			// mc: that on 2-CTA clusters sharing each x tile (Multicast).
 			copy, mc bool
-		}{{"mma", 0, 0, false, false, false}, {"wgmma", 90, 0, false, false, false}, {"wgmma-downpp", 90, lower.SchedPingPong, false, false, false},
-			{"wgmma-q", 90, 0, true, false, false}, {"wgmma-copy", 90, 0, false, true, false}, {"wgmma-mc", 90, 0, false, true, true}} {
+		}{{name: "mma"}, {name: "wgmma", cc: 90}, {name: "wgmma-downpp", cc: 90, down: lower.SchedPingPong},
+			{name: "wgmma-q", cc: 90, q: true}, {name: "wgmma-copy", cc: 90, copy: true}, {name: "wgmma-mc", cc: 90, copy: true, mc: true}} {
 			if T == 1 && v.cc != 0 {
 				continue // decode: the same GEMVs either way
 			}
