@@ -83,6 +83,7 @@ var launchFusions = []struct {
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
+	{"fusePrefillGEMMNormRoPE", fusePrefillGEMMNormRoPE},
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},

@@ -276,7 +276,7 @@ func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
 }
 
 // quantPlan lowers the first layers of a preset with a quantisation
-// recipe's types, through the default passes, with o.
+// recipe's types (none: bf16), through the default passes, with o.
 func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options) (*Plan, error) {
 	t.Helper()
 	c, err := config.Preset(preset)
@@ -289,12 +289,14 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := ckpt.ParseRecipe(recipe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := models.SetRecipeTypes(g, r); err != nil {
-		t.Fatal(err)
+	if recipe != "" {
+		r, err := ckpt.ParseRecipe(recipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := models.SetRecipeTypes(g, r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := passes.Run(g, passes.Options{}); err != nil {
 		t.Fatal(err)

@@ -455,6 +455,8 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 		case len(launches[i]) > 0:
 		case st.Op == "norm_rope" && i > 0 && s.Steps[i-1].Op == "norm_rope" && len(launches[i-1]) > 0:
 			note = "  (launched by the step before)"
+		case st.Op == "norm_rope" && normRoPEByGEMM(s.Steps, launches, i):
+			note = "  (done by the GEMM's launch)" // fusePrefillGEMMNormRoPE
 		case st.Op == "norm_rope":
 			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
 		default: // a step a fusion folded into an earlier launch: norms, a tail's add, the router's outputs
@@ -516,4 +518,18 @@ func FormatBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// normRoPEByGEMM says whether norm_rope step i, without launches of its
+// own, was fused into the split GEMM of the matmul_split step before it
+// (gemm_wgmma_nr).
+func normRoPEByGEMM(steps []Step, launches [][]Launch, i int) bool {
+	for j := i - 1; j >= 0; j-- {
+		if steps[j].Op == "norm_rope" {
+			continue
+		}
+		k := len(launches[j])
+		return steps[j].Op == "matmul_split" && k > 0 && launches[j][k-1].Kernel == "gemm_wgmma_nr"
+	}
+	return false
 }

@@ -139,7 +139,7 @@ func TestPrintFusedStepNotes(t *testing.T) {
 		}
 		own := i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    ")
 		launched := strings.Contains(l, "(launched by ")
-		note := launched || strings.Contains(l, "(done by the attention's launch)")
+		note := launched || strings.Contains(l, "(done by the attention's launch)") || strings.Contains(l, "(done by the GEMM's launch)")
 		if own == note {
 			t.Errorf("step line %q: launches of its own %v, a note %v", l, own, note)
 		}

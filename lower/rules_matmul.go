@@ -29,7 +29,7 @@ func init() {
 		return matmulOrQuant(c, a, rows, 0)
 	}, scratch: matmulScratch, quantInputs: quantW})
 	defRule("matmul_add", rule{launches: matmulAdd, scratch: matmulScratch, quantInputs: quantW})
-	defRule("matmul_split", rule{launches: matmulSplit, scratch: matmulScratch, quantInputs: quantW})
+	defRule("matmul_split", rule{launches: matmulSplit, scratch: matmulSplitScratch, quantInputs: quantW})
 }
 
 // matmulOrQuant is a's launches: MatMul's, or quantMatMul's when the
@@ -152,6 +152,17 @@ func matmulScratch(c *stepCtx) (ws, rt int64, err error) {
 		return 0, 0, nil
 	}
 	return int64(a.N) * int64(K) * int64(dtypeSize(dequantDType(a.XType))), 0, nil
+}
+
+// matmulSplitScratch is matmulScratch and, where a prefill step's split
+// GEMM may normalise and rotate its q and k heads (fusePrefillGEMMNormRoPE),
+// room after it for their cosines and sines (RoPECSBytes).
+func matmulSplitScratch(c *stepCtx) (ws, rt int64, err error) {
+	ws, rt, err = matmulScratch(c)
+	if err == nil && c.T > GEMVMaxRows {
+		ws = align(ws) + RoPECSBytes(c.T)
+	}
+	return ws, rt, err
 }
 
 // quantInRegs says whether a (more than QGEMVMaxRows tokens) runs on

@@ -585,12 +585,101 @@ template <int ROWS> struct GatherRows {
   }
 };
 
-template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
+// WgNR: what gemm_wgmma_nr's epilogue needs to normalise and rotate the
+// q and k heads of a split GEMM (qk_norm_rope's work, rope.cu): the norm
+// weights of segments 0 and 1 (null: that segment is stored as computed),
+// the rows' cosines and sines (rope_cs_table's, ROT floats a row, pair i's
+// at 2i and 2i + 1) and eps; w0, w1 and the table 16-byte aligned.
+// Zero elsewhere.
+struct WgNR {
+  const float* w0;
+  const float* w1;
+  const float* tab;
+  float eps;
+};
+
+// wg_norm_rope normalises and rotates (NeoX, the first ROT channels of
+// each head) every 128-column head of a tile in the accumulators, as
+// qk_norm_rope computes a head from the bf16 values the plain epilogue
+// would store: each value rounded to bf16 first, the square sum over the
+// head, inv = 1/sqrt(ss/128 + eps), w[c] * (v * inv), the row's cosine
+// and sine from the table and rope_rotate's expressions; the store then
+// rounds once. A head's 128 columns are chunks 16hh .. 16hh + 15 of the tile's
+// rows, each row's held by the four lanes of a quad (two columns a
+// chunk), so its square sum is the thread's 32 and two shuffles, and a
+// channel's rotation partner ROT/2 columns on is in the same thread
+// (chunk + ROT/16). The sum runs in another order than qk_norm_rope's, so
+// an output may differ from it in its last bits (TestGEMMNormRoPEGPU).
+// Every thread of the warpgroup calls it (the shuffles). The thread's rows
+// in the tile are rbase + rstep * mh + 8h, as the epilogue counts them.
+template <int BN, int MH, int ROT, int R>
+__device__ __forceinline__ void wg_norm_rope(float (&acc)[MH][R], const float* __restrict__ w, const WgNR& nr, int m0, int M,
+                                             int rbase, int rstep, int lane) {
+  constexpr int HEADS = BN / 128, HC = ROT / 16;
+  static_assert(BN % 128 == 0 && ROT % 16 == 0 && ROT >= 16 && ROT <= 128, "heads of 128, a rotary width of 16 to 128");
+  const int q = lane & 3;
+#pragma unroll
+  for (int mh = 0; mh < MH; mh++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = min(m0 + rbase + rstep * mh + 8 * h, M - 1);  // rows past M: computed, not stored
+      const float* cs = nr.tab + (long long)row * ROT;
+      float inv[HEADS];
+#pragma unroll
+      for (int hh = 0; hh < HEADS; hh++) {
+        float ss = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < 16; jj++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float& a = acc[mh][4 * (16 * hh + jj) + 2 * h + e];
+            a = to_f32(from_f32<bf16_t>(a));
+            ss += a * a;
+          }
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        inv[hh] = 1.f / sqrtf(ss / 128.f + nr.eps);
+      }
+#pragma unroll
+      for (int jj = 0; jj < HC; jj++) {
+        const int c = 8 * jj + 2 * q;  // the thread's pairs c and c + 1
+        const float4 t = *reinterpret_cast<const float4*>(cs + 2 * c);
+        const float2 wl = *reinterpret_cast<const float2*>(w + c), wh = *reinterpret_cast<const float2*>(w + c + ROT / 2);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const float co = e ? t.z : t.x, sn = e ? t.w : t.y;
+#pragma unroll
+          for (int hh = 0; hh < HEADS; hh++) {
+            float& lo = acc[mh][4 * (16 * hh + jj) + 2 * h + e];
+            float& hi = acc[mh][4 * (16 * hh + jj + HC) + 2 * h + e];
+            const float bl = (e ? wl.y : wl.x) * (lo * inv[hh]), bh = (e ? wh.y : wh.x) * (hi * inv[hh]);
+            lo = bl * co - bh * sn;
+            hi = bh * co + bl * sn;
+          }
+        }
+      }
+#pragma unroll
+      for (int jj = 2 * HC; jj < 16; jj++) {
+        const float2 wc = *reinterpret_cast<const float2*>(w + 8 * jj + 2 * q);
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+          for (int hh = 0; hh < HEADS; hh++) {
+            float& a = acc[mh][4 * (16 * hh + jj) + 2 * h + e];
+            a = (e ? wc.y : wc.x) * (a * inv[hh]);
+          }
+      }
+    }
+}
+
+template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT, int ROT = 0>
 __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& tb, int M, int N, int K, TY* __restrict__ y,
                                                 int up_row, const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                 int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
-                                                const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk) {
+                                                const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk,
+                                                const WgNR& nr) {
   static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
+  static_assert(!ROT || (SPLIT && sizeof(TY) == 2), "the norm and rotation of a split GEMM's bf16 q and k heads");
   constexpr bool GATHER = GROUPED == 2;
   static_assert(!GATHER || EPI == 2, "the gathering producer loads the gate and up tiles of a SwiGLU GEMM");
   // MC (GROUPED 3, gemm_wgmma_mc): grouped as GROUPED 1, on clusters of two
@@ -765,6 +854,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
       yt = s == 0 ? y : s == 1 ? y1 : s == 2 ? y2 : y3;
       ct = s == 0 ? 0 : s == 1 ? c1 : s == 2 ? c2 : c3;
       ldt = (s == 0 ? c1 : s == 1 ? c2 : s == 2 ? c3 : N) - ct;
+      if constexpr (ROT > 0) {
+        const float* w = s == 0 ? nr.w0 : s == 1 ? nr.w1 : nullptr;
+        if (w != nullptr) wg_norm_rope<BN, MH, ROT>(acc, w, nr, rt.m0, M, 64 * (PP ? 0 : c) + 16 * warp + (lane >> 2), 64, lane);
+      }
     }
     const bool oct = (ldt & 7) == 0 && (reinterpret_cast<unsigned long long>(yt) & 15) == 0;
     const bool pair2 = (ldt & 1) == 0 && (reinterpret_cast<unsigned long long>(yt) & (2 * sizeof(TY) - 1)) == 0;
@@ -845,14 +938,25 @@ template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(GEMM_WGMMA_PARAMS) {
   pdl_wait();
   static_assert(GROUPED <= 2, "GROUPED 3 is gemm_wgmma_mc");
-  gemm_wgmma_body<TY, BN, EPI, GROUPED, PP, SPLIT>(GEMM_WGMMA_ARGS);
+  gemm_wgmma_body<TY, BN, EPI, GROUPED, PP, SPLIT>(GEMM_WGMMA_ARGS, WgNR{});
 }
 // gemm_wgmma_mc is gemm_wgmma's grouped form on clusters of two CTAs, the
 // x tiles multicast (GROUPED 3 above).
 template <typename TY, int BN, int EPI, int PP>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_wgmma_mc(GEMM_WGMMA_PARAMS) {
   pdl_wait();
-  gemm_wgmma_body<TY, BN, EPI, 3, PP, 0>(GEMM_WGMMA_ARGS);
+  gemm_wgmma_body<TY, BN, EPI, 3, PP, 0>(GEMM_WGMMA_ARGS, WgNR{});
+}
+// gemm_wgmma_nr is gemm_wgmma's split form (a prefill's q, k, v and gate)
+// normalising and rotating the q and k heads as it stores them
+// (wg_norm_rope: lower.GEMMNormRoPE puts qk_norm_rope's work here, after
+// a rope_cs_table launch writing ntab).
+template <typename TY, int BN, int PP, int ROT>
+__global__ void __launch_bounds__(384, 1) gemm_wgmma_nr(GEMM_WGMMA_PARAMS, const float* __restrict__ nw0,
+                                                        const float* __restrict__ nw1, const float* __restrict__ ntab,
+                                                        float neps) {
+  pdl_wait();
+  gemm_wgmma_body<TY, BN, 0, 0, PP, 1, ROT>(GEMM_WGMMA_ARGS, WgNR{nw0, nw1, ntab, neps});
 }
 #undef GEMM_WGMMA_PARAMS
 #undef GEMM_WGMMA_ARGS

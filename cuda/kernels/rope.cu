@@ -209,6 +209,25 @@ __device__ __forceinline__ void rope_tables(float* tab, int ntab, int t0, int ro
   }
 }
 
+// rope_cs_table writes the cosine and sine (times attn) of every channel
+// pair i of tokens 0..ntok-1 to tab in device memory, rot floats a token,
+// pair i's two at 2i and 2i + 1 (rope_cos_sin's values, interleaved so
+// that a thread holding pairs i and i + 1 reads them in one 16-byte load),
+// one thread a (token, pair): for gemm_wgmma_nr, whose tiles hold one or
+// two heads of 128 tokens each and so could not share a sincosf between a
+// token's heads (computed per head, it made that GEMM 16% slower than the
+// GEMM alone; docs/PERF.md).
+__global__ void __launch_bounds__(256) rope_cs_table(int ntok, const int* __restrict__ pos, const float* __restrict__ inv_freq,
+                                                     int rot, float attn, float* __restrict__ tab) {
+  pdl_wait();
+  const int half = rot >> 1;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)ntok * half;
+       i += (long long)gridDim.x * blockDim.x) {
+    const int t = (int)(i / half), c = (int)(i - (long long)t * half);
+    rope_cos_sin(c, (float)(pos ? pos[t] : t), inv_freq, attn, tab[(long long)t * rot + 2 * c], tab[(long long)t * rot + 2 * c + 1]);
+  }
+}
+
 // The (token, head) items, token-major, go to blocks per at a time
 // (gridDim.x = ceil(ntok*(nh1+nh2)/per)); a block computes the rope table
 // of each token its items touch once, into shared memory (with a warp a

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"lagc/cuda"
-	"lagc/cuda/cudatest"
 	"lagc/exec/cpu"
 	"lagc/lower"
 	"lagc/prep"
@@ -113,16 +112,7 @@ func TestPrefillNormRoPEAttentionGPU(t *testing.T) {
 //
 //	exec__gpu.test -test.run '^$' -test.bench PrefillNormRoPEAttention -test.count 3
 func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
-	dev := cudatest.Device(b)
-	k := NewKernels(dev)
-	if k.CC() < 90 {
-		b.Skipf("%s is not a Hopper GPU", dev.Props().Name)
-	}
-	s, err := dev.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
+	k, s := hopperBench(b)
 	const T, d, reps = 2048, 128, 20
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, c := range []struct {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"lagc/ckpt"
-	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/exec/gpu"
 )
@@ -20,17 +18,7 @@ import (
 // over a prompt and 12 steps, eager and replayed as a graph.
 func TestXInPreGPU(t *testing.T) {
 	cudatest.Device(t)
-	cfg, err := config.Preset("laguna-s-2.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := *cfg
-	c.NumLayers = 2
-	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = c.LayerTypes[:2], c.MLPLayerTypes[:2], c.HeadsPerLayer[:2]
-	r, err := ckpt.ParseRecipe("q4_k_m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, r := s21q4km(t, 2)
 	compile := func(xin, down bool) *gpu.Executor {
 		var off []string
 		if !xin {
@@ -40,7 +28,7 @@ func TestXInPreGPU(t *testing.T) {
 			off = append(off, "fuseDownPre")
 		}
 		t.Setenv("LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
-		ex, err := gpu.Compile(bf16Graph(t, &c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
+		ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,17 +36,7 @@ func TestXInPreGPU(t *testing.T) {
 		return ex
 	}
 	base := compile(false, false)
-	count := func(ex *gpu.Executor, kernel string) int {
-		n := 0
-		for _, st := range ex.Plan().Decode.Steps {
-			for _, l := range st.Launches {
-				if l.Kernel == kernel {
-					n++
-				}
-			}
-		}
-		return n
-	}
+	count := func(ex *gpu.Executor, kernel string) int { return stepLaunches(ex.Plan().Decode.Steps, kernel) }
 	prompt := make([]int32, 40)
 	for i := range prompt {
 		prompt[i] = int32(i * 977 % c.VocabSize)
