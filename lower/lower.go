@@ -74,6 +74,9 @@ type Options struct {
 	// DisableFusions names launch-stream fusions not to run (FusionNames;
 	// A/B timing, or a way around a suspected fusion bug).
 	DisableFusions []string
+	// EnableFusions names opt-in launch-stream fusions to run
+	// (OptInFusionNames: not yet measured or run on a GPU).
+	EnableFusions []string
 	// QGEMVGroups is the quantised GEMVs' warp-group target (QGEMVShape;
 	// 0: QGEMVGroupsDefault; A/B timing).
 	QGEMVGroups int
@@ -117,9 +120,14 @@ func (o *Options) fill() error {
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
 	}
-	for _, f := range o.DisableFusions {
+	for _, f := range append(append([]string(nil), o.DisableFusions...), o.EnableFusions...) {
 		if !slices.Contains(FusionNames(), f) {
 			return fmt.Errorf("lower: no launch-stream fusion %q (there are %s)", f, strings.Join(FusionNames(), ", "))
+		}
+	}
+	for _, f := range o.EnableFusions {
+		if !slices.Contains(OptInFusionNames(), f) {
+			return fmt.Errorf("lower: %s runs by default (the opt-in fusions are %s)", f, strings.Join(OptInFusionNames(), ", "))
 		}
 	}
 	if o.CC <= 0 {
@@ -149,7 +157,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		QMoE: o.QMoE, DisableFusions: o.DisableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}
@@ -496,7 +504,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 			return nil, fmt.Errorf("%s (%s): %w", st.Name, st.Op, err)
 		}
 	}
-	fuseLaunches(s.Steps, launches, l.p.DisableFusions)
+	fuseLaunches(s.Steps, launches, l.p.fusionsOff())
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

@@ -87,6 +87,26 @@ var launchFusions = []struct {
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},
+	{"fuseTopKShared", fuseTopKShared},
+}
+
+// optInFusions run only when named in Options.EnableFusions: prepared
+// without a GPU, not yet run or measured on one (docs/PERF.md).
+var optInFusions = []string{"fuseTopKShared"}
+
+// OptInFusionNames are the names Options.EnableFusions takes.
+func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }
+
+// fusionsOff are the fusions p's schedules skip: those disabled, and the
+// opt-in ones not enabled.
+func (p *Plan) fusionsOff() []string {
+	off := append([]string(nil), p.DisableFusions...)
+	for _, f := range optInFusions {
+		if !slices.Contains(p.EnableFusions, f) {
+			off = append(off, f)
+		}
+	}
+	return off
 }
 
 // launchesOnly is a fusion whose invariant needs the launches alone.

@@ -79,6 +79,8 @@ type Plan struct {
 	QMoE QMoEForce `json:"qmoe,omitzero"`
 	// DisableFusions: launch-stream fusions not run (Options.DisableFusions).
 	DisableFusions []string `json:"disable_fusions,omitempty"`
+	// EnableFusions: opt-in fusions run (Options.EnableFusions).
+	EnableFusions []string `json:"enable_fusions,omitempty"`
 	// QGEMVGroups: the quantised GEMVs' warp-group target (Options.QGEMVGroups).
 	QGEMVGroups int `json:"qgemv_groups,omitempty"`
 	// DecodeSplits: the decode attention's forced split count (Options.DecodeSplits).

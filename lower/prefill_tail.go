@@ -69,7 +69,7 @@ func (p *Plan) AtTail(s *Schedule, t int, tail Tail) ([][]Launch, error) {
 		}
 		out[i] = ls
 	}
-	fuseLaunches(s.Steps, out, p.DisableFusions)
+	fuseLaunches(s.Steps, out, p.fusionsOff())
 	return out, nil
 }
 

@@ -176,7 +176,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		}
 		out[i] = ls
 	}
-	fuseLaunches(s.Steps, out, p.DisableFusions)
+	fuseLaunches(s.Steps, out, p.fusionsOff())
 	return out, nil
 }
 

@@ -29,13 +29,13 @@ template <typename T> __device__ __forceinline__ float rt_score(T logit, float s
 }
 
 // A warp per token, up to 4 tokens per block; PER = experts per lane, a
-// power of two with 32*PER >= E.
+// power of two with 32*PER >= E. Token t's routes are weights and ids
+// [t*(k+S), t*(k+S)+k), then (S > 0, k+S <= 32) its S shared experts
+// first..first+S-1 with weight 1, as moe_add_shared appends them.
 template <typename T, int PER>
-__global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float softcap, float scaling,
-                                                   const T* __restrict__ logits, long long ld,
-                                                   const float* __restrict__ bias, float* __restrict__ weights,
-                                                   int* __restrict__ ids) {
-  pdl_wait();
+__device__ __forceinline__ void router_topk_body(int ntok, int E, int k, float softcap, float scaling,
+                                                 const T* __restrict__ logits, long long ld, const float* __restrict__ bias,
+                                                 float* __restrict__ weights, int* __restrict__ ids, int S, int first) {
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= ntok) return;  // the whole warp
@@ -78,10 +78,35 @@ __global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float
   }
   float sum = 0.f;
   for (int j = 0; j < k; j++) sum += __shfl_sync(0xffffffffu, s, j);
+  const long long r0 = (long long)t * (k + S);
   if (lane < k) {
-    weights[(long long)t * k + lane] = s / sum * scaling;
-    ids[(long long)t * k + lane] = mine;
+    weights[r0 + lane] = s / sum * scaling;
+    ids[r0 + lane] = mine;
+  } else if (lane < k + S) {
+    weights[r0 + lane] = 1.f;
+    ids[r0 + lane] = first + (lane - k);
   }
+}
+
+template <typename T, int PER>
+__global__ void __launch_bounds__(128) router_topk(int ntok, int E, int k, float softcap, float scaling,
+                                                   const T* __restrict__ logits, long long ld,
+                                                   const float* __restrict__ bias, float* __restrict__ weights,
+                                                   int* __restrict__ ids) {
+  pdl_wait();
+  router_topk_body<T, PER>(ntok, E, k, softcap, scaling, logits, ld, bias, weights, ids, 0, 0);
+}
+
+// router_topk_shared is router_topk with the S shared experts' routes
+// appended to every token's (lower.TopKShared: moe_add_shared's work,
+// the same bits).
+template <typename T, int PER>
+__global__ void __launch_bounds__(128) router_topk_shared(int ntok, int E, int k, float softcap, float scaling,
+                                                          const T* __restrict__ logits, long long ld,
+                                                          const float* __restrict__ bias, float* __restrict__ weights,
+                                                          int* __restrict__ ids, int S, int first) {
+  pdl_wait();
+  router_topk_body<T, PER>(ntok, E, k, softcap, scaling, logits, ld, bias, weights, ids, S, first);
 }
 
 // rt_block_select: a block's choice for one token, logit(e) giving expert

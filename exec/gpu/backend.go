@@ -55,7 +55,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, PrefillAttnWS: prefillWGWS, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", MoEMulticast: os.Getenv("LAGC_MOE_MC") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
-		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: disabledFusions(),
+		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: fusionList("LAGC_DISABLE_FUSIONS"), EnableFusions: fusionList("LAGC_ENABLE_FUSIONS"),
 		QGEMVGroups: groups, DecodeSplits: splits}, nil
 }
 
@@ -73,11 +73,12 @@ func envInt(name string, max int, expected string) (int, error) {
 	return n, nil
 }
 
-// disabledFusions is LAGC_DISABLE_FUSIONS, comma-separated launch-stream
-// fusion names (lower.FusionNames; lower rejects unknown ones).
-func disabledFusions() []string {
+// fusionList is environment variable env (LAGC_DISABLE_FUSIONS,
+// LAGC_ENABLE_FUSIONS), comma-separated launch-stream fusion names
+// (lower.FusionNames; lower rejects unknown ones).
+func fusionList(env string) []string {
 	var out []string
-	for _, f := range strings.Split(os.Getenv("LAGC_DISABLE_FUSIONS"), ",") {
+	for _, f := range strings.Split(os.Getenv(env), ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			out = append(out, f)
 		}

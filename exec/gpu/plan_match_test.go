@@ -145,7 +145,8 @@ func TestExecutorIsThePlanGPU(t *testing.T) {
 	}
 }
 
-// TestDisableFusionsEnv: LAGC_DISABLE_FUSIONS reaches the plan options
+// TestDisableFusionsEnv: LAGC_DISABLE_FUSIONS (and LAGC_ENABLE_FUSIONS)
+// reach the plan options
 // (lagc plan and the executor plan with PlanOptions; lower checks the
 // names, TestDisableFusions).
 func TestDisableFusionsEnv(t *testing.T) {
@@ -157,6 +158,10 @@ func TestDisableFusionsEnv(t *testing.T) {
 	t.Setenv("LAGC_DISABLE_FUSIONS", "")
 	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.DisableFusions != nil {
 		t.Fatalf("options %v with the variable empty, %v", o.DisableFusions, err)
+	}
+	t.Setenv("LAGC_ENABLE_FUSIONS", "fuseTopKShared")
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || !slices.Equal(o.EnableFusions, []string{"fuseTopKShared"}) {
+		t.Fatalf("LAGC_ENABLE_FUSIONS: options %v, %v", o.EnableFusions, err)
 	}
 }
 
