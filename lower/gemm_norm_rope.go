@@ -136,7 +136,7 @@ func GEMMNormRoPE(g Launch, ns []Launch, dst []Ptr, tab Ptr) (table, gemm Launch
 	if tab.Null() || !tab.Aligned(16) {
 		return Launch{}, Launch{}, fmt.Errorf("%s: the rope table at %v", op, tab)
 	}
-	tr := byteRange{tab.Base, tab.Offset, tab.Offset + 4*M*rot}
+	tr := bytesAt(tab, 4*M*rot)
 	wm := g.Args[1].Map
 	if wm == nil {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s has no w map", op, g.NameExpr())

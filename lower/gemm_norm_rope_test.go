@@ -2,6 +2,7 @@ package lower
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,6 +127,40 @@ func TestFusePrefillGEMMNormRoPE(t *testing.T) {
 	}
 	if n != 4 {
 		t.Errorf("q4_k_m without copies: %d rope tables, want 4", n)
+	}
+}
+
+// TestFusePrefillGEMMNormRoPEReaders: a step that reads the raw k rows
+// (here the attention's step) keeps the k heads' qk_norm_rope; the q
+// heads still go into the GEMM, and the other layers fuse as before.
+func TestFusePrefillGEMMNormRoPEReaders(t *testing.T) {
+	p := bf16Plan(t, "laguna-s-2.1", 4, Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132,
+		DisableFusions: []string{"fusePrefillGEMMNormRoPE", "fusePrefillNormRoPEAttention"}})
+	steps, err := p.At(p.Prefill, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := append([]Step(nil), p.Prefill.Steps...)
+	first := slices.IndexFunc(meta, func(s Step) bool { return s.Op == "matmul_split" })
+	meta[first+3].In = append(append([]Operand(nil), meta[first+3].In...), meta[first].Out[1]) // raw k
+	fusePrefillGEMMNormRoPE(meta, steps)
+	n := 0
+	for i := range meta {
+		if meta[i].Op != "matmul_split" {
+			continue
+		}
+		f := steps[i][len(steps[i])-1]
+		if f.Kernel != "gemm_wgmma_nr" || f.Args[19].Ptr().Null() {
+			t.Fatalf("step %s: %s, the q heads not fused", meta[i].Name, f.NameExpr())
+		}
+		kept := len(steps[i+2]) == 1 && steps[i+2][0].Kernel == "qk_norm_rope"
+		if kept != (i == first) || f.Args[20].Ptr().Null() != (i == first) {
+			t.Errorf("step %s: k heads' launch kept %v, k norm in the GEMM %v", meta[i].Name, kept, !f.Args[20].Ptr().Null())
+		}
+		n++
+	}
+	if n != 4 {
+		t.Fatalf("%d split GEMMs, want 4", n)
 	}
 }
 

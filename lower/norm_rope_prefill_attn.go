@@ -105,6 +105,9 @@ func rowsRange(p Ptr, t, ld, w, es int64) byteRange {
 	return byteRange{p.Base, p.Offset, p.Offset + es*((t-1)*ld+w)}
 }
 
+// bytesAt is the n bytes from p.
+func bytesAt(p Ptr, n int64) byteRange { return byteRange{p.Base, p.Offset, p.Offset + n} }
+
 func (r byteRange) overlaps(o byteRange) bool {
 	return r.base == o.base && r.from < o.to && o.from < r.to
 }

@@ -42,9 +42,8 @@ func TopKShared(r, a Launch) (Launch, error) {
 	case S < 1 || k+S > 32 || first < 0:
 		return Launch{}, fmt.Errorf("%s: %d routed and %d shared routes a token from expert %d (a warp's lanes hold them: at most 32)", op, k, S, first)
 	}
-	ext := []byteRange{rowsRange(a.Args[6].Ptr(), 1, 0, 4*T*(k+S), 1), rowsRange(a.Args[7].Ptr(), 1, 0, 4*T*(k+S), 1)}
-	in := []byteRange{rowsRange(r.Args[5].Ptr(), T, r.Args[6].Int, r.Args[1].Int, 4), rowsRange(r.Args[7].Ptr(), 1, 0, 4*r.Args[1].Int, 1)}
-	for _, e := range ext {
+	in := []byteRange{rowsRange(r.Args[5].Ptr(), T, r.Args[6].Int, r.Args[1].Int, 4), bytesAt(r.Args[7].Ptr(), 4*r.Args[1].Int)}
+	for _, e := range routeRanges(a.Args[6], a.Args[7], T*(k+S)) {
 		for _, o := range in {
 			if e.overlaps(o) {
 				return Launch{}, fmt.Errorf("%s: the extended routes overlap the router's logits or bias", op)
@@ -81,13 +80,12 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 			continue
 		}
 		T, k, S := a.Args[0].Int, a.Args[1].Int, a.Args[2].Int
-		outs := []byteRange{rowsRange(r.Args[8].Ptr(), 1, 0, 4*T*k, 1), rowsRange(r.Args[9].Ptr(), 1, 0, 4*T*k, 1)}
-		ext := []byteRange{rowsRange(a.Args[6].Ptr(), 1, 0, 4*T*(k+S), 1), rowsRange(a.Args[7].Ptr(), 1, 0, 4*T*(k+S), 1)}
+		outs := routeRanges(r.Args[8], r.Args[9], T*k)
 		ok := true
 		for _, c := range steps[j][:m] {
-			src, dst, n := c.Args[1].Ptr(), c.Args[0].Ptr(), c.Args[2].Int
-			for _, b := range append(append([]byteRange(nil), outs...), ext...) {
-				if rowsRange(src, 1, 0, n, 1).overlaps(b) || rowsRange(dst, 1, 0, n, 1).overlaps(b) {
+			n := c.Args[2].Int
+			for _, b := range append(outs, routeRanges(a.Args[6], a.Args[7], T*(k+S))...) {
+				if bytesAt(c.Args[1].Ptr(), n).overlaps(b) || bytesAt(c.Args[0].Ptr(), n).overlaps(b) {
 					ok = false
 				}
 			}
@@ -108,4 +106,10 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 		steps[i][len(steps[i])-1] = f
 		steps[j] = append(steps[j][:m:m], steps[j][m+1:]...)
 	}
+}
+
+// routeRanges are the bytes of n routes' weights (f32) at w and ids (i32)
+// at ids.
+func routeRanges(w, ids Arg, n int64) []byteRange {
+	return []byteRange{bytesAt(w.Ptr(), 4*n), bytesAt(ids.Ptr(), 4*n)}
 }

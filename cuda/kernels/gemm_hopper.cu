@@ -589,7 +589,8 @@ template <int ROWS> struct GatherRows {
 // q and k heads of a split GEMM (qk_norm_rope's work, rope.cu): the norm
 // weights of segments 0 and 1 (null: that segment is stored as computed),
 // the rows' cosines and sines (rope_cs_table's, ROT floats a row, pair i's
-// at 2i and 2i + 1) and eps; w0, w1 and the table 16-byte aligned.
+// at 2i and 2i + 1) and eps; w0 and w1 8-byte aligned (float2 loads), the
+// table 16-byte (float4).
 // Zero elsewhere.
 struct WgNR {
   const float* w0;

@@ -28,56 +28,50 @@ func (c gnrCase) String() string {
 	return fmt.Sprintf("T%d_p%d_K%d_q%d_k%d_rot%d_BN%d_%v", c.T, c.p0, c.K, c.nq, c.nk, c.rot, c.bn, c.sched)
 }
 
-// gnrRig holds a case's inputs on the device and builds its launches.
+// gnrRig is a case's inputs on the device, its launches, and what the
+// CPU reference needs.
 type gnrRig struct {
-	c              gnrCase
-	k              *Kernels
-	x, w, pos, inv cuda.DevicePtr
-	wq, wk         cuda.DevicePtr
-	widths         []int
-	qN, kN, vN, gN int
-	outs           [][]cuda.DevicePtr // per set (unfused, fused): q, k, v, gate, k rotated, q rotated
-	table          lower.RoPETable
-	tab            *prep.RopeTable // the same on the host
-	posH           []int32
-	wqH, wkH       []float32
-	split, nq, nk  []lower.Launch // per set
-	fused          []lower.Launch
+	widths        []int              // q, k, v, gate columns
+	outs          [][]cuda.DevicePtr // per set (unfused, fused): q, k, v, gate, k rotated, q rotated
+	tab           *prep.RopeTable    // the rotation on the host
+	pos           []int32
+	wq, wk        []float32      // the q and k norm weights
+	split, nq, nk []lower.Launch // per set
+	fused         []lower.Launch
 }
 
 func newGNRRig(tb testing.TB, k *Kernels, s *cuda.Stream, c gnrCase, seed uint64) *gnrRig {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(seed, 3))
-	g := &gnrRig{c: c, k: k, qN: c.nq * 128, kN: c.nk * 128, vN: c.nk * 128, gN: c.ng}
-	N := g.qN + g.kN + g.vN + g.gN
-	g.widths = []int{g.qN, g.kN, g.vN, g.gN}
-	g.x = upload(tb, k, s, cuda.BF16, roundTo(cuda.BF16, randF32(r, c.T*c.K, 1)))
-	g.w = upload(tb, k, s, cuda.BF16, roundTo(cuda.BF16, randF32(r, N*c.K, 0.2)))
-	pos := make([]int32, c.T)
-	for i := range pos {
-		pos[i] = int32(c.p0 + i)
+	g := &gnrRig{widths: []int{c.nq * 128, c.nk * 128, c.nk * 128, c.ng}}
+	qN, kN, vN, gN := g.widths[0], g.widths[1], g.widths[2], g.widths[3]
+	N := qN + kN + vN + gN
+	x := upload(tb, k, s, cuda.BF16, roundTo(cuda.BF16, randF32(r, c.T*c.K, 1)))
+	w := upload(tb, k, s, cuda.BF16, roundTo(cuda.BF16, randF32(r, N*c.K, 0.2)))
+	g.pos = make([]int32, c.T)
+	for i := range g.pos {
+		g.pos[i] = int32(c.p0 + i)
 	}
-	g.pos, g.posH = uploadI32(tb, k, s, pos), pos
+	dpos := uploadI32(tb, k, s, g.pos)
 	inv := make([]float32, c.rot/2)
 	for i := range inv {
 		inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(c.rot)))
 	}
-	g.inv = upload(tb, k, s, cuda.F32, inv)
-	g.wqH, g.wkH = randF32(r, 128, 1), randF32(r, 128, 1)
-	g.wq, g.wk = upload(tb, k, s, cuda.F32, g.wqH), upload(tb, k, s, cuda.F32, g.wkH)
+	g.wq, g.wk = randF32(r, 128, 1), randF32(r, 128, 1)
+	wq, wk := upload(tb, k, s, cuda.F32, g.wq), upload(tb, k, s, cuda.F32, g.wk)
 	g.tab = &prep.RopeTable{RotaryDim: c.rot, InvFreq: inv, AttnFactor: c.attnf}
-	g.table = lower.RoPETable{InvFreq: ptr(g.inv), RotaryDim: c.rot, AttnFactor: c.attnf}
+	table := lower.RoPETable{InvFreq: ptr(upload(tb, k, s, cuda.F32, inv)), RotaryDim: c.rot, AttnFactor: c.attnf}
 	// Two sets of outputs: the unfused launches' and the fused GEMM's.
 	for v := 0; v < 2; v++ {
 		var o []cuda.DevicePtr
-		for _, n := range []int{g.qN, g.kN, g.vN, g.gN, g.kN, g.qN} {
+		for _, n := range []int{qN, kN, vN, gN, kN, qN} {
 			b := int64(2 * c.T * n)
 			p := alloc(tb, k, b)
 			poison(tb, s, p, b)
 			o = append(o, p)
 		}
 		g.outs = append(g.outs, o)
-		a := lower.MatMulArgs{T: c.T, K: c.K, N: N, X: ptr(g.x), W: ptr(g.w), XType: "bf16", WType: "bf16", YType: "bf16",
+		a := lower.MatMulArgs{T: c.T, K: c.K, N: N, X: ptr(x), W: ptr(w), XType: "bf16", WType: "bf16", YType: "bf16",
 			SMs: k.SMs(), CC: k.CC(), HopperBN: c.bn, HopperSched: c.sched}
 		for i, wd := range g.widths {
 			a.Split = append(a.Split, lower.SplitOut{Y: ptr(o[i]), N: wd})
@@ -88,15 +82,15 @@ func newGNRRig(tb testing.TB, k *Kernels, s *cuda.Stream, c gnrCase, seed uint64
 		}
 		nr := func(x, out cuda.DevicePtr, nh int, w cuda.DevicePtr) lower.Launch {
 			n, err := lower.NormRoPE(lower.NormRoPEArgs{DType: "bf16", Out: ptr(out), X: ptr(x), LD: nh * 128, T: c.T, NQ: nh, D: 128,
-				WQ: ptr(w), Eps: 1e-6, Pos: ptr(g.pos), Table: g.table, SMs: k.SMs()})
+				WQ: ptr(w), Eps: 1e-6, Pos: ptr(dpos), Table: table, SMs: k.SMs()})
 			if err != nil {
 				tb.Fatal(err)
 			}
 			return n
 		}
 		g.split = append(g.split, l)
-		g.nq = append(g.nq, nr(o[0], o[5], c.nq, g.wq))
-		g.nk = append(g.nk, nr(o[1], o[4], c.nk, g.wk))
+		g.nq = append(g.nq, nr(o[0], o[5], c.nq, wq))
+		g.nk = append(g.nk, nr(o[1], o[4], c.nk, wk))
 	}
 	// The fused GEMM (set 1): q rotated over its own rows, as plans place
 	// it, k into the rotated buffer.
@@ -187,7 +181,7 @@ func TestGEMMNormRoPEGPU(t *testing.T) {
 				nh      int
 				w       []float32
 				rotated bool
-			}{{"q", 0, 5, 0, c.nq, g.wqH, true}, {"k", 1, 4, 4, c.nk, g.wkH, true}, {"v", 2, 2, 2, c.nk, nil, false}, {"gate", 3, 3, 3, 0, nil, false}} {
+			}{{"q", 0, 5, 0, c.nq, g.wq, true}, {"k", 1, 4, 4, c.nk, g.wk, true}, {"v", 2, 2, 2, c.nk, nil, false}, {"gate", 3, 3, 3, 0, nil, false}} {
 				n := g.widths[cmp.raw]
 				unfused := download(t, s, cuda.BF16, g.outs[0][cmp.a], c.T*n)
 				fused := download(t, s, cuda.BF16, g.outs[1][cmp.b], c.T*n)
@@ -201,7 +195,7 @@ func TestGEMMNormRoPEGPU(t *testing.T) {
 				}
 				raw := download(t, s, cuda.BF16, g.outs[0][cmp.raw], c.T*n)
 				ref := make([]float32, len(raw))
-				if err := cpu.NormRoPE(ref, raw, cmp.w, g.posH, c.T, cmp.nh, 128, 1e-6, g.tab); err != nil {
+				if err := cpu.NormRoPE(ref, raw, cmp.w, g.pos, c.T, cmp.nh, 128, 1e-6, g.tab); err != nil {
 					t.Fatal(err)
 				}
 				for _, v := range []struct {
