@@ -17,6 +17,7 @@ type driverAPI struct {
 	deviceTotalMem, primaryCtxRetain, primaryCtxRelease                uintptr
 	ctxGetCurrent, ctxSetCurrent, ctxSynchronize                       uintptr
 	memGetInfo, memAlloc, memFree, memAllocHost, memFreeHost           uintptr
+	memHostGetDevicePointer                                            uintptr // optional
 	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync                  uintptr
 	memsetD8Async, memsetD32Async                                      uintptr
 	streamCreate, streamDestroy, streamSynchronize, streamWaitEvent    uintptr
@@ -52,6 +53,7 @@ func bindDriver(lib uintptr, name string) (*driverAPI, error) {
 	s.need(&d.memFree, "cuMemFree_v2")
 	s.need(&d.memAllocHost, "cuMemAllocHost_v2")
 	s.need(&d.memFreeHost, "cuMemFreeHost")
+	s.want(&d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2")
 	s.need(&d.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
 	s.need(&d.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 	s.need(&d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")

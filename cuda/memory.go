@@ -59,6 +59,25 @@ func (h *HostBuffer) span(off, n int) (unsafe.Pointer, error) {
 	return unsafe.Add(h.p, off), nil
 }
 
+// DevicePtr is the buffer's address for kernels (pinned memory is mapped
+// into the device's address space): a kernel's stores to it land in host
+// memory with no copy queued after the kernel.
+func (h *HostBuffer) DevicePtr() (DevicePtr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.p == nil {
+		return 0, fmt.Errorf("cuda: pinned buffer used after Free")
+	}
+	if h.dev.api.memHostGetDevicePointer == 0 {
+		return 0, fmt.Errorf("cuda: the driver has no cuMemHostGetDevicePointer")
+	}
+	var d DevicePtr
+	err := h.dev.do(func() error {
+		return h.dev.api.err("cuMemHostGetDevicePointer_v2", call(h.dev.api.memHostGetDevicePointer, uintptr(unsafe.Pointer(&d)), uintptr(h.p), 0))
+	})
+	return d, err
+}
+
 // Free releases the buffer.
 func (h *HostBuffer) Free() error {
 	h.mu.Lock()

@@ -361,6 +361,13 @@ const (
 // (ArgMaxWorkspace bytes) and a second launch reduces them. The result does
 // not depend on the split: the maximum of the keys is exact.
 func ArgMax(dt string, out, x, ws Ptr, T, V, nsm int) ([]Launch, error) {
+	return ArgMaxKeep(dt, out, x, ws, T, V, nsm, Ptr{}, Ptr{})
+}
+
+// ArgMaxKeep is ArgMax that also copies the row (T 1) to keep + 4*V*(pos[0]&1),
+// where a decode step's logits stay for the host while the next step runs
+// (BaseKept); null keep: ArgMax.
+func ArgMaxKeep(dt string, out, x, ws Ptr, T, V, nsm int, keep, pos Ptr) ([]Launch, error) {
 	const op = "ArgMax"
 	if err := checkDT(op, dt); err != nil {
 		return nil, err
@@ -371,10 +378,13 @@ func ArgMax(dt string, out, x, ws Ptr, T, V, nsm int) ([]Launch, error) {
 	if err := checkPtrs(op, "out", out, "x", x); err != nil {
 		return nil, err
 	}
+	if !keep.Null() && (T != 1 || pos.Null() || !keep.Aligned(4)) {
+		return nil, fmt.Errorf("%s: keeping the row takes one row, a position and 4-byte alignment (%d rows, pos %s, keep %s)", op, T, pos, keep)
+	}
 	parts := ArgMaxParts(T, V, nsm)
 	if parts == 1 {
 		return []Launch{kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T, 1), dims(argmaxThreads), 0,
-			i32(T), i32(V), ptrArg(x), ptrArg(Ptr{}), ptrArg(out))}, nil
+			i32(T), i32(V), ptrArg(x), ptrArg(Ptr{}), ptrArg(out), ptrArg(keep), ptrArg(pos))}, nil
 	}
 	if ws.Null() {
 		return nil, fmt.Errorf("%s: %d parts a row need a workspace of %d bytes", op, parts, ArgMaxWorkspace(T, V, nsm))
@@ -385,7 +395,7 @@ func ArgMax(dt string, out, x, ws Ptr, T, V, nsm int) ([]Launch, error) {
 	w := min(T, 8) // rows (warps) a block of argmax_final
 	return []Launch{
 		kernel("argmax.cu", "argmax", []string{dt}, nil, dims(T, parts), dims(argmaxThreads), 0,
-			i32(T), i32(V), ptrArg(x), ptrArg(ws), ptrArg(out)),
+			i32(T), i32(V), ptrArg(x), ptrArg(ws), ptrArg(out), ptrArg(keep), ptrArg(pos)),
 		kernel("argmax.cu", "argmax_final", nil, nil, dims(ceilDiv(T, w)), dims(32*w), 0,
 			i32(T), i32(parts), ptrArg(ws), ptrArg(out)),
 	}, nil
@@ -422,10 +432,18 @@ func CopyRows(dt string, rows, cols int64, src Ptr, ldi int64, dst Ptr, ldo int6
 }
 
 // StepNext ends a decode step: its argmax (next) becomes the next step's
-// token and the position advances, on the device.
-func StepNext(next, tokens, pos Ptr) Launch {
-	return kernel("step.cu", "step_next", nil, nil, dims(1), dims(32), 0, ptrArg(next), ptrArg(tokens), ptrArg(pos))
+// token and the position advances, on the device; with out (BaseOut), the
+// argmax and the bits of logits[next] (f32 [V]) also go to its slot there.
+func StepNext(next, tokens, pos, logits Ptr, V int, out Ptr) Launch {
+	return kernel("step.cu", "step_next", nil, nil, dims(1), dims(32), 0, ptrArg(next), ptrArg(tokens), ptrArg(pos),
+		ptrArg(logits), i32(V), ptrArg(out))
 }
+
+// OutBytes is BaseOut's size: two slots of an argmax and a logit's bits.
+const OutBytes = 16
+
+// KeptBytes is BaseKept's size for a vocabulary of V: two rows of logits.
+func KeptBytes(V int) int64 { return 8 * int64(V) }
 
 // FillHash fills n elements at out with offset + scale*u, u uniform in
 // [-1, 1) from a hash of (seed, index): synthetic weights made on the

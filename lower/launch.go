@@ -39,6 +39,14 @@ const (
 	BasePos       = "pos"       // their positions, i32 [T]
 	BaseRope      = "rope"      // Plan.Ropes at their offsets
 	BaseShadow    = "shadow"    // Plan.Shadows at their offsets
+	// BaseOut is the decode step's readback, OutBytes of host memory the
+	// kernels write to (pinned and mapped): by the step's position p, its
+	// argmax and the bits of that logit as two i32 at 8*(p&1) (step_next).
+	// BaseKept keeps its row of logits, f32 [V] at 4*V*(p&1) (argmax),
+	// KeptBytes on the device. Both lie apart from the arena, so that a
+	// step queued behind it leaves them alone.
+	BaseOut  = "out"
+	BaseKept = "kept"
 	// BaseSync holds the counters blocks of one launch meet at (the split
 	// decode attention's, the fused router's), Schedule.Sync bytes: zeroed
 	// once by the executor, and every launch leaves them zero.

@@ -516,7 +516,13 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		if !ok || next.DType != "i32" {
 			return nil, fmt.Errorf("the graph has no output next (i32) for the decode step to feed back")
 		}
-		s.Finish = []Launch{StepNext(Ptr{BaseArena, next.Offset}, Ptr{BaseTokens, 0}, Ptr{BasePos, 0})}
+		// With the logits in f32 the step's readback goes to BaseOut.
+		var lg, out Ptr
+		V := 0
+		if b, ok := s.Value("logits"); ok && b.DType == "f32" && len(b.Shape) > 0 {
+			lg, out, V = Ptr{BaseArena, b.Offset}, Ptr{BaseOut, 0}, b.Shape[len(b.Shape)-1]
+		}
+		s.Finish = []Launch{StepNext(Ptr{BaseArena, next.Offset}, Ptr{BaseTokens, 0}, Ptr{BasePos, 0}, lg, V, out)}
 	}
 	return s, nil
 }

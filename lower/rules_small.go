@@ -64,7 +64,11 @@ func init() {
 	}, counters: routerCounters, f32Inputs: []int{0, 1}, f32Outputs: true, outputs: 2})
 	defRule("argmax", rule{launches: func(c *stepCtx) ([]Launch, error) {
 		st := c.st
-		return ArgMax(st.In[0].DType, c.out[0], c.in[0], Ptr{BaseWorkspace, 0}, c.rows(st.In[0]), st.In[0].Last(c.T), c.p.SMs)
+		var keep, pos Ptr
+		if c.s.Class == Decode && !c.batch && c.T == 1 && st.In[0].DType == "f32" {
+			keep, pos = Ptr{BaseKept, 0}, Ptr{BasePos, 0} // the row stays for the host (BaseKept)
+		}
+		return ArgMaxKeep(st.In[0].DType, c.out[0], c.in[0], Ptr{BaseWorkspace, 0}, c.rows(st.In[0]), st.In[0].Last(c.T), c.p.SMs, keep, pos)
 	}, scratch: func(c *stepCtx) (int64, int64, error) {
 		return ArgMaxWorkspace(c.rows(c.st.In[0]), c.st.In[0].Last(c.T), c.p.SMs), 0, nil
 	}})

@@ -204,7 +204,7 @@ func printLoad(w io.Writer, l *loadReport) {
 }
 
 type decodeRow struct {
-	Mode     string  `json:"mode"` // eager or graph
+	Mode     string  `json:"mode"` // eager, graph or graph-queued (DecodeQueued)
 	MsToken  float64 `json:"ms_per_token"`
 	TokS     float64 `json:"tok_per_s"`
 	Roofline float64 `json:"roofline_fraction"`
@@ -324,7 +324,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if err := b.decode(true, 2); err != nil {
 		return err
 	}
-	if _, err := b.decodeRuns(false, 2, 1); err != nil {
+	if _, err := b.decodeRuns(false, false, 2, 1); err != nil {
 		return err
 	}
 	for _, n := range append([]int{min(2048, len(toks))}, sizes...) {
@@ -363,19 +363,18 @@ func runBench(w io.Writer, f *benchFlags) error {
 	bytes, perLayer := decodeBytes(plan, f.ctx)
 	rep.BytesPerToken = bytes
 	rep.BytesPerToken48, rep.LayerBytes = scaleBytes(perLayer, cfg, full)
-	for _, eager := range []bool{true, false} {
-		per, err := b.decodeRuns(eager, f.tokens, f.runs)
+	// graph-queued: the graph's steps queued back to back, the host
+	// reading only the last token: the GPU's own time a step.
+	for _, mode := range []string{"eager", "graph", "graph-queued"} {
+		eager := mode == "eager"
+		per, err := b.decodeRuns(eager, mode == "graph-queued", f.tokens, f.runs)
 		if err != nil {
 			return err
-		}
-		mode := "graph"
-		if eager {
-			mode = "eager"
 		}
 		s := per.Seconds()
 		rep.Decode = append(rep.Decode, decodeRow{Mode: mode, MsToken: 1e3 * s, TokS: 1 / s,
 			Roofline: float64(bytes) / f.bw / s, TokS48: 1 / (s * decScale)})
-		if !eager {
+		if mode == "graph" {
 			rep.DecodeLayerUs = 1e6 * s * decLayer
 			if rep.DecodeLayerUs > 0 {
 				rep.DecodeLayerFrac = float64(rep.LayerBytes) / f.bw / (s * decLayer)
@@ -558,11 +557,11 @@ type bencher struct {
 
 // decode prefills the context, then runs n greedy decode steps.
 func (b *bencher) decode(eager bool, n int) error {
-	_, err := b.decodeTimed(eager, n)
+	_, err := b.decodeTimed(eager, false, n)
 	return err
 }
 
-func (b *bencher) decodeTimed(eager bool, n int) (time.Duration, error) {
+func (b *bencher) decodeTimed(eager, queued bool, n int) (time.Duration, error) {
 	ex := b.ex
 	ex.SetEager(eager)
 	ex.Reset()
@@ -571,11 +570,23 @@ func (b *bencher) decodeTimed(eager bool, n int) (time.Duration, error) {
 		return 0, err
 	}
 	tok := next[len(next)-1]
-	// One untimed step: the first after a prefill writes the scalars.
-	if tok, err = ex.DecodeNext(tok); err != nil {
+	// One untimed step: the first after a prefill writes the scalars
+	// (queued: no step left queued ahead of the timed ones).
+	if queued {
+		tok, err = ex.DecodeQueued(tok, 1)
+	} else {
+		tok, err = ex.DecodeNext(tok)
+	}
+	if err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
+	if queued {
+		if _, err = ex.DecodeQueued(tok, n); err != nil {
+			return 0, err
+		}
+		return time.Since(t0) / time.Duration(n), nil
+	}
 	for i := 0; i < n; i++ {
 		if tok, err = ex.DecodeNext(tok); err != nil {
 			return 0, err
@@ -584,9 +595,11 @@ func (b *bencher) decodeTimed(eager bool, n int) (time.Duration, error) {
 	return time.Since(t0) / time.Duration(n), nil
 }
 
-// decodeRuns returns the median time per decode step over runs runs.
-func (b *bencher) decodeRuns(eager bool, n, runs int) (time.Duration, error) {
-	return medianRuns(runs, func() (time.Duration, error) { return b.decodeTimed(eager, n) })
+// decodeRuns returns the median time per decode step over runs runs;
+// queued: the steps queued back to back (Executor.DecodeQueued), not
+// read one by one.
+func (b *bencher) decodeRuns(eager, queued bool, n, runs int) (time.Duration, error) {
+	return medianRuns(runs, func() (time.Duration, error) { return b.decodeTimed(eager, queued, n) })
 }
 
 // medianRuns is the median of runs timings by run; its first error ends it.

@@ -16,10 +16,15 @@
 #define AM_PER 4  // loads in flight per thread
 #define AM_CHUNK (AM_THREADS * AM_PER)
 
+// keep (a decode step's, one row): the row also goes to keep[(pos[0] & 1) *
+// V + i], where the host reads it (StepLogits) while the next step, queued
+// already, overwrites the logits (exec/gpu's decoding one step ahead).
 template <typename T>
 __global__ void __launch_bounds__(AM_THREADS) argmax(int rows, int V, const T* __restrict__ x,
-                                                     unsigned long long* __restrict__ part, int* __restrict__ out) {
+                                                     unsigned long long* __restrict__ part, int* __restrict__ out,
+                                                     float* __restrict__ keep, const int* __restrict__ pos) {
   pdl_wait();
+  if (keep != nullptr) keep += (long long)(pos[0] & 1) * V;
   __shared__ unsigned long long wbest[AM_THREADS / 32];
   const int r = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
   const T* xr = x + (long long)r * V;
@@ -35,7 +40,10 @@ __global__ void __launch_bounds__(AM_THREADS) argmax(int rows, int V, const T* _
 #pragma unroll
     for (int u = 0; u < AM_PER; u++) {
       const long long i = c + u * AM_THREADS + tid;
-      if (i < V) best = max_u64(best, ord_key(ord_bits(v[u]), (int)i));
+      if (i < V) {
+        best = max_u64(best, ord_key(ord_bits(v[u]), (int)i));
+        if (keep != nullptr) keep[i] = v[u];
+      }
     }
   }
   best = warp_max_u64(best);

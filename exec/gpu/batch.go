@@ -138,6 +138,7 @@ func (e *Executor) StepArgmax(segs []Segment) ([]int32, error) {
 // step runs segs and returns the logits asked for: every row's [T*V], each
 // segment's last [len(segs)*V], or none; and every row's argmax.
 func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, error) {
+	e.settle()
 	T, seen := 0, map[int]bool{}
 	for i, sg := range segs {
 		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
@@ -165,7 +166,7 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 	}
 	// Batched steps overwrite the device's token and position: slot 0's
 	// next decode step uploads them again.
-	e.devState = false
+	e.devState, e.rb.last = false, -1
 	var logits []float32
 	switch rows {
 	case logitsAll:

@@ -80,6 +80,10 @@ type Executor struct {
 	seq         cuda.DevicePtr // i32 [chunk]: their sequence slots (batched decode)
 	sync        cuda.DevicePtr // counters (lower.BaseSync) of syncBytes, zeroed at allocation
 	syncBytes   int64
+	out         cuda.DevicePtr // the decode step's readback (lower.BaseOut), pinned host memory where mapped; 0: the plan has none
+	kept        cuda.DevicePtr // its kept rows of logits (lower.BaseKept), keptBytes
+	keptBytes   int64
+	rb          readback       // the readback's host side and decoding one step ahead (ahead.go)
 	ropes       cuda.DevicePtr // plan.RopeBytes
 	shadows     cuda.DevicePtr // plan.ShadowBytes: bf16 copies of quantised weights
 	// shadowsDropped: why Compile planned without bf16 weight copies.
@@ -168,6 +172,9 @@ func New(plan *lower.Plan, ws WeightSource, o Options) (_ *Executor, err error) 
 	e.s.SetProgrammaticLaunch(!o.Profile && os.Getenv(EnvPDL) != "0")
 	e.q = e.s
 	if err := e.start(ws); err != nil {
+		return nil, err
+	}
+	if err := e.initReadback(); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -302,7 +309,13 @@ func (e *Executor) allocate() error {
 	// kernels that use the counters leave them zero.
 	n := int64(max(p.Prefill.Tokens, 1))
 	e.syncBytes = align(max(p.Decode.Sync, p.Prefill.Sync))
-	ioBytes := 3*align(4*n) + e.syncBytes
+	// Then the decode step's kept rows of logits (lower.BaseKept), where
+	// it writes them.
+	var keptBytes int64
+	if b, ok := p.Decode.Value("logits"); ok && len(b.Shape) > 0 && planWritesOut(p.Decode) {
+		keptBytes = align(lower.KeptBytes(b.Shape[len(b.Shape)-1]))
+	}
+	ioBytes := 3*align(4*n) + e.syncBytes + keptBytes
 	io, err := e.alloc(ioBytes)
 	if err != nil {
 		return err
@@ -310,6 +323,12 @@ func (e *Executor) allocate() error {
 	e.tokens, e.pos, e.seq = io, io.Add(align(4*n)), io.Add(2*align(4*n))
 	if e.syncBytes > 0 {
 		e.sync = io.Add(3 * align(4*n))
+	}
+	if keptBytes > 0 {
+		e.kept, e.keptBytes = io.Add(3*align(4*n)+e.syncBytes), keptBytes
+		if err := e.allocOut(); err != nil {
+			return err
+		}
 	}
 	e.batch.init(p)
 	return e.q.Memset32(io, 0, ioBytes/4)
@@ -335,6 +354,8 @@ func (e *Executor) MaxPos() int { return e.plan.MaxContext }
 // Reset starts a new sequence. The caches need no clearing: attention reads
 // only positions up to the current one, which every step writes first.
 func (e *Executor) Reset() {
+	e.settle()
+	e.rb.aheadHigh, e.rb.last = 0, -1
 	e.next = 0
 	e.devState = false
 	e.broken = false
@@ -354,12 +375,14 @@ func (e *Executor) Close() error {
 		e.graph = nil
 	}
 	keep(e.batch.close())
+	e.settle()
 	if e.prof != nil {
 		e.prof.close()
 	}
 	if e.s != nil {
 		keep(e.s.Synchronize())
 	}
+	e.closeReadback()
 	for _, p := range e.allocs {
 		if e.dev != nil {
 			keep(e.dev.Free(p))
@@ -446,6 +469,7 @@ func (e *Executor) forward(tokens []int32, rows logitRows, lastOnly bool) ([]flo
 	if T == 0 {
 		return nil, nil, fmt.Errorf("gpu: forward: no tokens")
 	}
+	e.settle()
 	if err := e.canFeed(tokens); err != nil {
 		return nil, nil, err
 	}
@@ -537,11 +561,15 @@ func (e *Executor) Rewind(n int) error {
 	if e.broken {
 		return fmt.Errorf("gpu: rewind: an earlier step failed; Reset to start a new sequence")
 	}
+	e.settle()
+	// A step decoded ahead and dropped wrote one position further.
+	high := max(e.next, e.rb.aheadHigh)
 	for _, kv := range e.plan.KV {
-		if kv.Window > 0 && e.next > kv.Slots {
-			return fmt.Errorf("gpu: rewind to %d: the sliding-window ring of %d positions has wrapped at %d", n, kv.Slots, e.next)
+		if kv.Window > 0 && high > kv.Slots {
+			return fmt.Errorf("gpu: rewind to %d: the sliding-window ring of %d positions has wrapped at %d", n, kv.Slots, high)
 		}
 	}
 	e.next, e.devState = n, false
+	e.rb.aheadHigh = 0
 	return nil
 }

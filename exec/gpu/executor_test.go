@@ -299,6 +299,183 @@ func TestForwardArgmax(t *testing.T) {
 	}
 }
 
+// TestDecodeQueued: n greedy steps queued back to back (DecodeQueued) end
+// on the token n DecodeNext calls end on, from the prompt's argmax, from a
+// token the device already holds and from one it does not (a new
+// sequence), eager and graph-replayed, and the sequence goes on from there
+// as it would have; bad counts and a full context are refused.
+func TestDecodeQueued(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	for _, eager := range []bool{true, false} {
+		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
+			_, ex := openGPU(t, dir, engine.Options{DType: "bf16", Eager: eager})
+			want, _, _ := decodeRun(t, ex, g.PromptIDs, false, 24)
+			ex.Reset()
+			if _, _, err := ex.Forward(g.PromptIDs); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ex.DecodeQueued(want[0], 10)
+			if err != nil || got != want[10] {
+				t.Fatalf("10 queued steps from the prompt: %d, %v; DecodeNext's path %d", got, err, want[10])
+			}
+			if got, err = ex.DecodeNext(want[10]); err != nil || got != want[11] {
+				t.Fatalf("a step after them: %d, %v; want %d", got, err, want[11])
+			}
+			if got, err = ex.DecodeQueued(want[11], 1); err != nil || got != want[12] {
+				t.Fatalf("one queued step: %d, %v; want %d", got, err, want[12])
+			}
+			// A token the device does not hold: the steps of another
+			// sequence from the prompt.
+			ex.Reset()
+			if _, _, err := ex.Forward(g.PromptIDs); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ex.DecodeNext(want[0]); err != nil {
+				t.Fatal(err)
+			}
+			if got, err = ex.DecodeQueued(want[1], 5); err != nil || got != want[6] {
+				t.Fatalf("5 queued steps from a token fed by the host: %d, %v; want %d", got, err, want[6])
+			}
+			if _, err := ex.DecodeQueued(want[6], 0); err == nil {
+				t.Fatal("0 queued steps were accepted")
+			}
+			if _, err := ex.DecodeQueued(want[6], ex.Plan().MaxContext); err == nil {
+				t.Fatal("steps past the context length were accepted")
+			}
+		})
+	}
+}
+
+// TestDecodeAheadGPU: greedy steps decoded one step ahead (the default)
+// give the tokens of steps decoded one at a time (LAGC_DECODE_AHEAD=0),
+// eager and graph-replayed; a step queued ahead and then not fed (the
+// caller feeds another token, a prompt chunk, or rewinds) leaves the
+// sequence as if it had never run: what follows equals the one-at-a-time
+// executor's bit for bit; Rewind refuses once the dropped step has wrapped
+// a sliding ring and allows it before.
+// (TestForwardArgmax checks StepLogits after each step decoded ahead.)
+func TestDecodeAheadGPU(t *testing.T) {
+	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
+	g := readGolden(t, dir)
+	prompt := g.PromptIDs[:2]
+	for _, eager := range []bool{true, false} {
+		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
+			_, ex := openGPU(t, dir, engine.Options{DType: "bf16", Eager: eager})
+			ahead := func(on bool) {
+				t.Setenv(gpu.EnvDecodeAhead, map[bool]string{true: "1", false: "0"}[on])
+			}
+			// start feeds the prompt and n greedy steps (ForwardArgmax),
+			// returning the last argmax.
+			start := func(n int) int32 {
+				t.Helper()
+				ex.Reset()
+				_, next, err := ex.Forward(prompt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok := next[len(next)-1]
+				for i := 0; i < n; i++ {
+					if tok, _, err = ex.ForwardArgmax(tok); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return tok
+			}
+			greedy := func(tok int32, n int) []int32 {
+				t.Helper()
+				var out []int32
+				for i := 0; i < n; i++ {
+					var err error
+					if tok, err = ex.DecodeNext(tok); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, tok)
+				}
+				return out
+			}
+			forward := func(toks ...int32) []float32 {
+				t.Helper()
+				lg, _, err := ex.Forward(toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return lg
+			}
+			same := func(what string, a, b []float32) {
+				t.Helper()
+				for j := range a {
+					if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
+						t.Fatalf("%s: logit %d: %v decoding ahead, %v one step at a time", what, j, a[j], b[j])
+					}
+				}
+			}
+			lb, _ := ex.Plan().Decode.Value("logits")
+			V := int32(lb.Shape[len(lb.Shape)-1])
+			other := func(tok int32) int32 { return (tok + 1) % V }
+
+			ahead(false)
+			wantToks := greedy(start(0), 30)
+			ahead(true)
+			if got := greedy(start(0), 30); !slices.Equal(got, wantToks) {
+				t.Fatalf("tokens decoding ahead:\n%v\none step at a time:\n%v", got, wantToks)
+			}
+			// Dropped, then another token, then a prompt chunk.
+			for _, chunk := range []bool{false, true} {
+				var rows [2][]float32
+				var toks [2][]int32
+				for i, on := range []bool{false, true} {
+					ahead(on)
+					tok := start(3)
+					feed := []int32{other(tok)}
+					if chunk {
+						feed = append(feed, tok, other(other(tok)))
+					}
+					lg := forward(feed...)
+					rows[i] = lg[len(lg)-int(V):]
+					toks[i] = greedy(other(tok), 4)
+				}
+				same(fmt.Sprintf("after a dropped step (chunk %v)", chunk), rows[1], rows[0])
+				if !slices.Equal(toks[0], toks[1]) {
+					t.Fatalf("tokens after a dropped step (chunk %v): %v ahead, %v one at a time", chunk, toks[1], toks[0])
+				}
+			}
+			// Rewind after a dropped step: at Pos() 3 it wrote position 3
+			// (the ring of W holds it); at Pos() W position W (slot 0, which
+			// position 0 held).
+			W := 0
+			for _, kv := range ex.Plan().KV {
+				if kv.Window > 0 && (W == 0 || kv.Slots < W) {
+					W = kv.Slots
+				}
+			}
+			if W < 5 {
+				t.Fatalf("the fixture's sliding rings hold %d positions; the test needs 5 or more", W)
+			}
+			var rows [2][]float32
+			for i, on := range []bool{false, true} {
+				ahead(on)
+				start(1) // Pos() 3, a step queued at 3 when on
+				if err := ex.Rewind(1); err != nil {
+					t.Fatalf("ahead %v: rewind from 3: %v", on, err)
+				}
+				rows[i] = forward(prompt[1])
+			}
+			same("after a rewind", rows[1], rows[0])
+			ahead(false)
+			start(W - len(prompt))
+			if err := ex.Rewind(1); err != nil {
+				t.Fatalf("one step at a time: rewind from %d: %v", W, err)
+			}
+			ahead(true)
+			start(W - len(prompt))
+			if err := ex.Rewind(1); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("has wrapped at %d", W+1)) {
+				t.Fatalf("rewind from %d after a step decoded ahead: %v; want the ring wrapped at %d", W, err, W+1)
+			}
+		})
+	}
+}
+
 // TestForwardLast: ForwardLast returns Forward's argmax of every token and
 // its last row of logits, bit for bit, with the prompt in one chunk and in
 // chunks of 5 (the last row then in a later chunk than most), and is an

@@ -37,6 +37,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 			return 0, nil, err
 		}
 	}
+	e.rb.last = e.next // its row is BaseOut's too
 	e.next++
 	e.devState, e.lastNext = true, next[0]
 	return next[0], lg, nil
@@ -99,26 +100,42 @@ func (e *Executor) ForwardArgmax(tok int32) (next int32, finite bool, err error)
 	if err := e.canFeed([]int32{tok}); err != nil {
 		return 0, false, err
 	}
-	next, _, err = e.decodeStep(tok, false)
+	next, logit, err := e.argmaxStep(tok)
+	if err == nil && (next < 0 || int(next) >= e.V) {
+		err = fmt.Errorf("gpu: forward: the argmax %d is outside the vocabulary [0, %d)", next, e.V)
+	}
 	if err != nil {
 		e.broken = true
 		return 0, false, err
 	}
-	if next < 0 || int(next) >= e.V {
-		e.broken = true
-		return 0, false, fmt.Errorf("gpu: forward: the argmax %d is outside the vocabulary [0, %d)", next, e.V)
+	f := float64(logit)
+	return next, !math.IsNaN(f) && !math.IsInf(f, 0), nil
+}
+
+// argmaxStep feeds tok and returns the step's argmax and the logit it
+// picked: through greedyStep (one step ahead), or one step and a read of
+// that logit.
+func (e *Executor) argmaxStep(tok int32) (int32, float32, error) {
+	if e.greedyPath() {
+		return e.greedyStep(tok)
+	}
+	next, _, err := e.decodeStep(tok, false)
+	if err != nil || next < 0 || int(next) >= e.V {
+		return next, 0, err
 	}
 	v := make([]float32, 1)
 	if err := cuda.Download(e.q, v, e.arena.Add(e.decode.logits.Offset+4*int64(next))); err != nil {
-		e.broken = true
-		return 0, false, fmt.Errorf("reading the argmax's logit: %w", err)
+		return 0, 0, fmt.Errorf("reading the argmax's logit: %w", err)
 	}
-	f := float64(v[0])
-	return next, !math.IsNaN(f) && !math.IsInf(f, 0), nil
+	return next, v[0], nil
 }
 
 // StepLogits copies the last decode step's row of logits to the host.
 func (e *Executor) StepLogits() ([]float32, error) {
+	if e.rb.on && e.rb.last >= 0 {
+		// The arena's row may be the next step's already (greedyStep).
+		return e.keptRow(e.rb.last)
+	}
 	out := make([]float32, e.V)
 	if err := cuda.Download(e.q, out, e.arena.Add(e.decode.logits.Offset)); err != nil {
 		return nil, fmt.Errorf("reading the logits: %w", err)

@@ -3,6 +3,8 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -54,6 +56,41 @@ func TestNonFiniteGPU(t *testing.T) {
 				var again *gpu.NonFiniteError
 				if _, err := m.Generate(context.Background(), []int32{1}, engine.GenOptions{}); !errors.As(err, &again) || again.Step != at.Step {
 					t.Errorf("second generation: %v, want the same step %s", err, at.Step)
+				}
+			})
+		}
+	}
+}
+
+// TestForwardArgmaxNonFiniteGPU: a greedy step whose row holds a NaN says
+// so (the logit the argmax picked comes back with it), and StepLogits
+// returns that row as Forward computes it, though the step decoded ahead
+// behind it has run (LAGC_DECODE_AHEAD=0: one step at a time), eager and
+// graph-replayed.
+func TestForwardArgmaxNonFiniteGPU(t *testing.T) {
+	for _, on := range []string{"1", "0"} {
+		for _, eager := range []bool{true, false} {
+			t.Run(fmt.Sprintf("ahead=%s/eager=%v", on, eager), func(t *testing.T) {
+				t.Setenv(gpu.EnvDecodeAhead, on)
+				_, ex := openGPU(t, "../../testdata/hostile/ckpt/nan_weight.gguf", engine.Options{DType: "bf16", Eager: eager})
+				want, _, err := ex.Forward([]int32{1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for step := 0; step < 3; step++ { // the first step compiles, the later ones replay
+					ex.Reset()
+					if _, finite, err := ex.ForwardArgmax(1); err != nil || finite {
+						t.Fatalf("step %d: finite %v, %v; the row holds NaN", step, finite, err)
+					}
+					got, err := ex.StepLogits()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for j := range want {
+						if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+							t.Fatalf("step %d, logit %d: %v, Forward's %v", step, j, got[j], want[j])
+						}
+					}
 				}
 			})
 		}

@@ -89,6 +89,10 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 		p = e.sync
 	case lower.BaseRope:
 		p = e.ropes
+	case lower.BaseOut:
+		p = e.out
+	case lower.BaseKept:
+		p = e.kept
 	case lower.BaseShadow:
 		p = e.shadows
 	default:

@@ -126,6 +126,9 @@ func TestDryRunCublasLt(t *testing.T) {
 // S-2.1 and XS-2 layers in bf16 only: f32 doubles their 20 GB).
 func TestExecutorIsThePlanGPU(t *testing.T) {
 	k, _ := gpu(t)
+	// One decode step: greedy decoding one step ahead would queue a
+	// second step of the same launches (TestDecodeAheadGPU checks it).
+	t.Setenv(EnvDecodeAhead, "0")
 	for _, m := range traceModels {
 		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 			if m.layers > 0 && dt == ir.F32 {

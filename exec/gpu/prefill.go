@@ -109,6 +109,7 @@ func (e *Executor) PrefillTail(tokens []int32) (int32, error) {
 // row only after the last attention) and returns the argmax values; a
 // failure marks the sequence broken.
 func (e *Executor) prefillArgmax(tokens []int32, tail bool) ([]int32, error) {
+	e.settle()
 	if e.next+len(tokens) > e.plan.MaxContext {
 		return nil, fmt.Errorf("gpu: %d tokens at position %d exceed the context length %d", len(tokens), e.next, e.plan.MaxContext)
 	}
@@ -125,9 +126,67 @@ func (e *Executor) DecodeNext(tok int32) (int32, error) {
 	if e.next >= e.plan.MaxContext {
 		return 0, fmt.Errorf("gpu: position %d is past the context length %d", e.next, e.plan.MaxContext)
 	}
+	if e.greedyPath() {
+		if err := e.canFeed([]int32{tok}); err != nil {
+			return 0, err
+		}
+		next, _, err := e.greedyStep(tok)
+		if err != nil {
+			e.broken = true
+		}
+		return next, err
+	}
 	next, _, err := e.decodeStep(tok, false)
 	if err != nil {
 		e.broken = true
 	}
 	return next, err
+}
+
+// DecodeQueued runs n greedy decode steps from tok like n DecodeNext
+// calls, but queues them back to back and reads only the last step's
+// argmax: each step feeds itself the token the step before chose
+// (step_next keeps it on the device), so no host round trip separates
+// them. lagc bench times it beside DecodeNext to show what the host's
+// reads between steps cost. The tokens in between are not returned.
+func (e *Executor) DecodeQueued(tok int32, n int) (int32, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("gpu: decode: %d queued steps (at least 1)", n)
+	}
+	e.settle()
+	if err := e.canFeed([]int32{tok}); err != nil {
+		return 0, err
+	}
+	if e.next+n > e.plan.MaxContext {
+		return 0, fmt.Errorf("gpu: decode: %d steps at position %d exceed the context length %d", n, e.next, e.plan.MaxContext)
+	}
+	if e.prof != nil { // a profile collects each step
+		for i := 0; i < n; i++ {
+			var err error
+			if tok, err = e.DecodeNext(tok); err != nil {
+				return 0, err
+			}
+		}
+		return tok, nil
+	}
+	if !e.devState || tok != e.lastNext {
+		if err := e.setScalars([]int32{tok}); err != nil {
+			e.broken = true
+			return 0, err
+		}
+	}
+	for i := 0; i < n; i++ {
+		if err := e.launchDecode(); err != nil {
+			e.broken = true
+			return 0, err
+		}
+	}
+	_, next, err := e.readOut(e.decode, 1, logitsNone)
+	if err != nil {
+		e.broken = true
+		return 0, err
+	}
+	e.next += n
+	e.devState, e.lastNext = true, next[0]
+	return next[0], nil
 }

@@ -131,6 +131,7 @@ func (p *profiler) close() {
 // StartProfile starts timing every launch (decode runs eagerly while it
 // is on), discarding earlier timings.
 func (e *Executor) StartProfile() {
+	e.settle()
 	if e.prof != nil {
 		e.prof.close()
 	}

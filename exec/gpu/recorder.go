@@ -118,6 +118,8 @@ func (e *Executor) regions() []region {
 		{lower.BaseSeq, e.seq, align(4 * int64(max(p.Prefill.Tokens, 1)))},
 		{lower.BaseSync, e.sync, e.syncBytes},
 		{lower.BaseRope, e.ropes, p.RopeBytes},
+		{lower.BaseOut, e.out, lower.OutBytes},
+		{lower.BaseKept, e.kept, e.keptBytes},
 		{lower.BaseShadow, e.shadows, p.ShadowBytes},
 	}
 }
