@@ -303,14 +303,15 @@ func TestForwardArgmax(t *testing.T) {
 // on the token n DecodeNext calls end on, from the prompt's argmax, from a
 // token the device already holds and from one it does not (a new
 // sequence), eager and graph-replayed, and the sequence goes on from there
-// as it would have; bad counts and a full context are refused.
+// as it would have; StepLogits then gives the last queued step's row as
+// Forward computes it; bad counts and a full context are refused.
 func TestDecodeQueued(t *testing.T) {
 	dir := fixtureDirs(t)[len(fixtureDirs(t))-1]
 	g := readGolden(t, dir)
 	for _, eager := range []bool{true, false} {
 		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
 			_, ex := openGPU(t, dir, engine.Options{DType: "bf16", Eager: eager})
-			want, _, _ := decodeRun(t, ex, g.PromptIDs, false, 24)
+			want, rows, _ := decodeRun(t, ex, g.PromptIDs, false, 24)
 			ex.Reset()
 			if _, _, err := ex.Forward(g.PromptIDs); err != nil {
 				t.Fatal(err)
@@ -324,6 +325,15 @@ func TestDecodeQueued(t *testing.T) {
 			}
 			if got, err = ex.DecodeQueued(want[11], 1); err != nil || got != want[12] {
 				t.Fatalf("one queued step: %d, %v; want %d", got, err, want[12])
+			}
+			row, err := ex.StepLogits()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range row {
+				if math.Float32bits(row[j]) != math.Float32bits(rows[11][j]) {
+					t.Fatalf("the queued step's logit %d: %v, Forward's %v", j, row[j], rows[11][j])
+				}
 			}
 			// A token the device does not hold: the steps of another
 			// sequence from the prompt.

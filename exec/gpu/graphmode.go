@@ -37,7 +37,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 			return 0, nil, err
 		}
 	}
-	e.rb.last = e.next // its row is BaseOut's too
+	e.rb.last = e.next // its row is BaseKept's too
 	e.next++
 	e.devState, e.lastNext = true, next[0]
 	return next[0], lg, nil
