@@ -133,6 +133,8 @@ type benchReport struct {
 	SkipKernels     string  `json:"skip_kernels,omitempty"`
 	SkippedLaunches int     `json:"skipped_launches,omitempty"`
 	Bandwidth       float64 `json:"roofline_bytes_per_s"`
+	// DecodeAhead: greedy steps ran one step ahead (gpu.EnvDecodeAhead).
+	DecodeAhead bool `json:"decode_ahead"`
 
 	Decode  []decodeRow  `json:"decode"`
 	Prefill []prefillRow `json:"prefill"`
@@ -305,6 +307,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	rep.KVBytes = plan.KVBytes
 	rep.ShadowBytes = plan.ShadowBytes
 	rep.ShadowsDropped = ex.ShadowsDropped()
+	rep.DecodeAhead = ex.DecodesAhead()
 	rep.ArenaBytes = max(plan.Decode.Arena, plan.Prefill.Arena)
 	rep.WorkspaceBytes = max(plan.Decode.Workspace, plan.Prefill.Workspace)
 	if plan.CublasLt {
@@ -815,6 +818,11 @@ func printBench(w io.Writer, r *benchReport) {
 	}
 	fmt.Fprintf(w, "decode at context %d: %s read per token (%s at full depth; %s per MoE layer)\n",
 		r.Context, lower.FormatBytes(r.BytesPerToken), lower.FormatBytes(r.BytesPerToken48), lower.FormatBytes(r.LayerBytes))
+	ahead := "one step ahead"
+	if !r.DecodeAhead {
+		ahead = fmt.Sprintf("one step at a time (%s=0, or no mapped pinned memory)", gpu.EnvDecodeAhead)
+	}
+	fmt.Fprintf(w, "greedy steps (eager, graph): %s; graph-queued: queued back to back, the last read\n", ahead)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tms/token\ttok/s\troofline\ttok/s at full depth\t")
 	for _, d := range r.Decode {

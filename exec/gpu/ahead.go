@@ -124,6 +124,12 @@ func (e *Executor) closeReadback() {
 // EnvDecodeAhead is not 0.
 func (e *Executor) aheadOn() bool { return e.greedyPath() && os.Getenv(EnvDecodeAhead) != "0" }
 
+// DecodesAhead reports whether greedy decode steps (DecodeNext,
+// ForwardArgmax) run one step ahead now: the plan reads its steps back
+// through pinned host memory, no profile or check runs, and
+// EnvDecodeAhead is not 0.
+func (e *Executor) DecodesAhead() bool { return e.aheadOn() }
+
 // greedyPath says whether greedy steps (DecodeNext, ForwardArgmax) go
 // through greedyStep: the readback is there and no profile collects, nor a
 // check runs on, each step alone.

@@ -425,8 +425,14 @@ func TestDecodeAheadGPU(t *testing.T) {
 			other := func(tok int32) int32 { return (tok + 1) % V }
 
 			ahead(false)
+			if ex.DecodesAhead() {
+				t.Fatalf("%s=0, and greedy steps still run ahead", gpu.EnvDecodeAhead)
+			}
 			wantToks := greedy(start(0), 30)
 			ahead(true)
+			if !ex.DecodesAhead() {
+				t.Fatal("greedy steps do not run ahead: no pinned host memory mapped for the device?")
+			}
 			if got := greedy(start(0), 30); !slices.Equal(got, wantToks) {
 				t.Fatalf("tokens decoding ahead:\n%v\none step at a time:\n%v", got, wantToks)
 			}

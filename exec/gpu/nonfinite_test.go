@@ -73,6 +73,9 @@ func TestForwardArgmaxNonFiniteGPU(t *testing.T) {
 			t.Run(fmt.Sprintf("ahead=%s/eager=%v", on, eager), func(t *testing.T) {
 				t.Setenv(gpu.EnvDecodeAhead, on)
 				_, ex := openGPU(t, "../../testdata/hostile/ckpt/nan_weight.gguf", engine.Options{DType: "bf16", Eager: eager})
+				if ex.DecodesAhead() != (on == "1") {
+					t.Fatalf("%s=%s: decoding ahead %v", gpu.EnvDecodeAhead, on, ex.DecodesAhead())
+				}
 				want, _, err := ex.Forward([]int32{1})
 				if err != nil {
 					t.Fatal(err)
