@@ -436,29 +436,7 @@ func TestDecodeAheadGPU(t *testing.T) {
 			if got := greedy(start(0), 30); !slices.Equal(got, wantToks) {
 				t.Fatalf("tokens decoding ahead:\n%v\none step at a time:\n%v", got, wantToks)
 			}
-			// Dropped, then another token, then a prompt chunk.
-			for _, chunk := range []bool{false, true} {
-				var rows [2][]float32
-				var toks [2][]int32
-				for i, on := range []bool{false, true} {
-					ahead(on)
-					tok := start(3)
-					feed := []int32{other(tok)}
-					if chunk {
-						feed = append(feed, tok, other(other(tok)))
-					}
-					lg := forward(feed...)
-					rows[i] = lg[len(lg)-int(V):]
-					toks[i] = greedy(other(tok), 4)
-				}
-				same(fmt.Sprintf("after a dropped step (chunk %v)", chunk), rows[1], rows[0])
-				if !slices.Equal(toks[0], toks[1]) {
-					t.Fatalf("tokens after a dropped step (chunk %v): %v ahead, %v one at a time", chunk, toks[1], toks[0])
-				}
-			}
-			// Rewind after a dropped step: at Pos() 3 it wrote position 3
-			// (the ring of W holds it); at Pos() W position W (slot 0, which
-			// position 0 held).
+			// W: the sliding rings' positions.
 			W := 0
 			for _, kv := range ex.Plan().KV {
 				if kv.Window > 0 && (W == 0 || kv.Slots < W) {
@@ -468,6 +446,35 @@ func TestDecodeAheadGPU(t *testing.T) {
 			if W < 5 {
 				t.Fatalf("the fixture's sliding rings hold %d positions; the test needs 5 or more", W)
 			}
+			// Dropped, then another token, then a prompt chunk: at Pos() 5
+			// (a slot no position had used where W > 5), and at W + 3 (the
+			// slot position 3 held, outside every later query's window).
+			for _, c := range []struct {
+				steps int
+				chunk bool
+			}{{3, false}, {3, true}, {W + 1, false}, {W + 1, true}} {
+				chunk := c.chunk
+				var rows [2][]float32
+				var toks [2][]int32
+				for i, on := range []bool{false, true} {
+					ahead(on)
+					tok := start(c.steps)
+					feed := []int32{other(tok)}
+					if chunk {
+						feed = append(feed, tok, other(other(tok)))
+					}
+					lg := forward(feed...)
+					rows[i] = lg[len(lg)-int(V):]
+					toks[i] = greedy(other(tok), 4)
+				}
+				same(fmt.Sprintf("after a step dropped at %d (chunk %v)", len(prompt)+c.steps, chunk), rows[1], rows[0])
+				if !slices.Equal(toks[0], toks[1]) {
+					t.Fatalf("tokens after a step dropped at %d (chunk %v): %v ahead, %v one at a time", len(prompt)+c.steps, chunk, toks[1], toks[0])
+				}
+			}
+			// Rewind after a dropped step: at Pos() 3 it wrote position 3
+			// (the ring of W holds it); at Pos() W position W (slot 0, which
+			// position 0 held).
 			var rows [2][]float32
 			for i, on := range []bool{false, true} {
 				ahead(on)
