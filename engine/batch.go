@@ -51,6 +51,15 @@ type LastRowBatcher interface {
 	StepLast(segs []Segment) (last []float32, next []int32, err error)
 }
 
+// ArgmaxBatcher is implemented by a Batcher that can run a step copying no
+// logits, only every row's argmax [T] (equal to Step's): what a step of
+// greedy decode rows needs. On the GPU each row's logits are 4*V bytes to
+// copy to the host (401 KB at Laguna's vocabulary, a step's whole batch of
+// rows on every step), which a server decoding greedy sequences skips.
+type ArgmaxBatcher interface {
+	StepArgmax(segs []Segment) (next []int32, err error)
+}
+
 // Batch returns the model's batched backend, opened with Options.Slots
 // sequence slots. It shares the executor with Backend (whose sequence is
 // slot 0): use one or the other, not both at once.

@@ -18,6 +18,8 @@ func (b gpuBatch) StepLast(segs []Segment) ([]float32, []int32, error) {
 	return b.ex.StepLast(gpuSegs(segs))
 }
 
+func (b gpuBatch) StepArgmax(segs []Segment) ([]int32, error) { return b.ex.StepArgmax(gpuSegs(segs)) }
+
 func gpuSegs(segs []Segment) []gpu.Segment {
 	gs := make([]gpu.Segment, len(segs))
 	for i, s := range segs {

@@ -346,7 +346,7 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 			decode++
 		}
 	}
-	logits, next, compact, err := s.forward(segs, T)
+	logits, next, compact, err := s.forward(segs, seqs, T)
 	if err != nil {
 		for _, q := range seqs {
 			s.b.ResetSlot(q.slot)
@@ -373,7 +373,11 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 		if compact {
 			lr = i
 		}
-		s.emit(q, logits[lr*s.cfg.Vocab:(lr+1)*s.cfg.Vocab], next[row-1])
+		var lrow []float32 // none where the step copied no logits (greedy rows alone)
+		if logits != nil {
+			lrow = logits[lr*s.cfg.Vocab : (lr+1)*s.cfg.Vocab]
+		}
+		s.emit(q, lrow, next[row-1])
 	}
 	if s.cfg.OnStep != nil {
 		s.cfg.OnStep(StepStats{Sequences: len(segs), DecodeRows: decode, PrefillTokens: T - decode, Duration: time.Since(t0)})
@@ -383,9 +387,18 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 // forward runs a step of T rows. Its logits are each segment's last row
 // (compact) where the backend is an engine.LastRowBatcher, since sampling
 // reads no other and on the GPU every row is 4*vocab bytes to copy; else
-// every row's. next is every row's argmax.
-func (s *Scheduler) forward(segs []engine.Segment, T int) (logits []float32, next []int32, compact bool, err error) {
+// every row's; none for a step of greedy sequences' decode rows alone where
+// the backend is an engine.ArgmaxBatcher (emit reads only the argmax).
+// next is every row's argmax.
+func (s *Scheduler) forward(segs []engine.Segment, seqs []*seq, T int) (logits []float32, next []int32, compact bool, err error) {
 	V := s.cfg.Vocab
+	if ab, ok := s.b.(engine.ArgmaxBatcher); ok && greedyDecode(segs, seqs) {
+		next, err = ab.StepArgmax(segs)
+		if err == nil && len(next) != T {
+			err = fmt.Errorf("the backend returned %d next ids for %d rows", len(next), T)
+		}
+		return nil, next, true, err
+	}
 	if lb, ok := s.b.(engine.LastRowBatcher); ok {
 		logits, next, err = lb.StepLast(segs)
 		if err == nil && (len(logits) != len(segs)*V || len(next) != T) {
@@ -402,7 +415,19 @@ func (s *Scheduler) forward(segs []engine.Segment, T int) (logits []float32, nex
 	return logits, next, false, err
 }
 
-// emit samples q's next token from its last row and decides whether q goes on.
+// greedyDecode reports whether every segment is a decode row (the token a
+// sequence generated last) of a sequence that picks the argmax.
+func greedyDecode(segs []engine.Segment, seqs []*seq) bool {
+	for i, sg := range segs {
+		if len(sg.Tokens) != 1 || !seqs[i].pending || seqs[i].req.Sampler != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// emit samples q's next token from its last row (nil for a greedy q when
+// the step copied no logits) and decides whether q goes on.
 func (s *Scheduler) emit(q *seq, logits []float32, argmax int32) {
 	id := argmax
 	if q.req.Sampler != nil {

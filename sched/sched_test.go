@@ -622,6 +622,76 @@ func TestStepLast(t *testing.T) {
 	}
 }
 
+// argmaxBackend adds StepArgmax to lastRowBackend, counting its calls and
+// failing any with a segment that is not one token.
+type argmaxBackend struct {
+	lastRowBackend
+	argmaxes atomic.Int64
+	mixed    atomic.Bool // a StepArgmax was given a longer segment
+	short    bool        // return one id too few
+}
+
+func (b *argmaxBackend) StepArgmax(segs []engine.Segment) ([]int32, error) {
+	b.argmaxes.Add(1)
+	for _, sg := range segs {
+		if len(sg.Tokens) != 1 {
+			b.mixed.Store(true)
+		}
+	}
+	next := b.step(segs, nil, nil)
+	if b.short {
+		next = next[1:]
+	}
+	return next, nil
+}
+
+// TestStepArgmax: on a backend with StepArgmax, steps of greedy sequences'
+// decode rows alone run without logits, every other step (a prompt chunk
+// in it, or a sampled sequence) through StepLast, and every request gets
+// what it gets through StepLast alone, greedy and sampled, alone and
+// batched; an argmax of the wrong length ends the streams with an error.
+func TestStepArgmax(t *testing.T) {
+	const vocab = 4096
+	js := jobs(10)
+	greedy := slices.DeleteFunc(slices.Clone(js), func(j job) bool { return j.seed != 0 })
+	for _, tc := range []struct {
+		name string
+		js   []job
+	}{{"mixed", js}, {"greedy", greedy}, {"one greedy", greedy[:1]}} {
+		t.Run(tc.name, func(t *testing.T) {
+			last := lastRowBackend{&rowBackend{vocab: vocab, lens: make([]int, 4)}}
+			ab := &argmaxBackend{lastRowBackend: lastRowBackend{&rowBackend{vocab: vocab, lens: make([]int, 4)}}}
+			want := serveAll(t, last, vocab, tc.js)
+			got := serveAll(t, ab, vocab, tc.js)
+			for i := range tc.js {
+				if !slices.Equal(got[i].ids, want[i].ids) || got[i].reason != want[i].reason {
+					t.Errorf("request %d (prompt %d tokens, seed %d):\n StepArgmax %v %q\n StepLast   %v %q",
+						i, len(tc.js[i].prompt), tc.js[i].seed, got[i].ids, got[i].reason, want[i].ids, want[i].reason)
+				}
+			}
+			if ab.argmaxes.Load() == 0 || ab.lastRows.Load() == 0 || ab.mixed.Load() {
+				t.Errorf("%d StepArgmax and %d StepLast calls, a prompt chunk in a StepArgmax %v; want both used, no chunk there",
+					ab.argmaxes.Load(), ab.lastRows.Load(), ab.mixed.Load())
+			}
+		})
+	}
+	t.Run("short", func(t *testing.T) {
+		ab := &argmaxBackend{lastRowBackend: lastRowBackend{&rowBackend{vocab: 8, lens: make([]int, 1)}}, short: true}
+		s, err := New(ab, Config{Vocab: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		st, err := s.Submit(context.Background(), Request{Prompt: []int32{3, 4, 5}, MaxTokens: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), "returned 0 next ids for 1 rows") {
+			t.Fatalf("finish %q, %v; want an error naming the sizes", reason, err)
+		}
+	})
+}
+
 // badLastRows is a fake whose StepLast is stepLast.
 type badLastRows struct {
 	*rowBackend

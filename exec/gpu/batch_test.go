@@ -258,7 +258,9 @@ func TestBatchGEMMGPU(t *testing.T) {
 
 // TestBatchSchedGPU: the server's scheduler on the GPU: greedy requests
 // served together (up to 12 at once, prompts beside decode rows) generate
-// exactly the tokens each generates served alone.
+// exactly the tokens each generates served alone, and served alone their
+// decode steps through StepArgmax (no logits) give the tokens StepLast's
+// give.
 func TestBatchSchedGPU(t *testing.T) {
 	dir := filepath.Join(fixture.Root(t), "models", "tiny")
 	for _, dt := range []string{"bf16", "f32"} {
@@ -268,6 +270,34 @@ func TestBatchSchedGPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			rng := rand.New(rand.NewPCG(21, 3))
+			var prompts [][]int32
+			for range 16 {
+				p := make([]int32, 1+rng.IntN(60))
+				for k := range p {
+					p[k] = int32(100 + rng.IntN(3000))
+				}
+				prompts = append(prompts, p)
+			}
+			// Each alone through StepLast only (the logits copied every
+			// step), the reference for the greedy decode steps the
+			// scheduler runs through StepArgmax below.
+			if _, ok := b.(engine.ArgmaxBatcher); !ok {
+				t.Fatal("the GPU batcher is not an engine.ArgmaxBatcher")
+			}
+			viaLast := make([][]int32, len(prompts))
+			sl, err := sched.New(lastRowsOnly{b, b.(engine.LastRowBatcher)}, sched.Config{Vocab: m.Config.VocabSize, Budget: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range prompts {
+				st, err := sl.Submit(context.Background(), sched.Request{Prompt: p, MaxTokens: 40})
+				if err != nil {
+					t.Fatal(err)
+				}
+				viaLast[i] = drain(t, st)
+			}
+			sl.Close()
 			var mu sync.Mutex
 			most := 0
 			s, err := sched.New(b, sched.Config{Vocab: m.Config.VocabSize, Budget: 512, OnStep: func(st sched.StepStats) {
@@ -279,15 +309,6 @@ func TestBatchSchedGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			rng := rand.New(rand.NewPCG(21, 3))
-			var prompts [][]int32
-			for range 16 {
-				p := make([]int32, 1+rng.IntN(60))
-				for k := range p {
-					p[k] = int32(100 + rng.IntN(3000))
-				}
-				prompts = append(prompts, p)
-			}
 			run := func(p []int32) *sched.Stream {
 				st, err := s.Submit(context.Background(), sched.Request{Prompt: p, MaxTokens: 40})
 				if err != nil {
@@ -298,6 +319,9 @@ func TestBatchSchedGPU(t *testing.T) {
 			alone := make([][]int32, len(prompts))
 			for i, p := range prompts {
 				alone[i] = drain(t, run(p))
+				if !slices.Equal(alone[i], viaLast[i]) {
+					t.Errorf("request %d alone (prompt %d tokens):\n decode steps on StepArgmax %v\n on StepLast             %v", i, len(p), alone[i], viaLast[i])
+				}
 			}
 			mu.Lock()
 			most = 0
@@ -319,6 +343,16 @@ func TestBatchSchedGPU(t *testing.T) {
 			t.Logf("%d requests, up to %d decode rows per step", len(prompts), most)
 		})
 	}
+}
+
+// lastRowsOnly is a Batcher with StepLast and without StepArgmax.
+type lastRowsOnly struct {
+	engine.Batcher
+	last engine.LastRowBatcher
+}
+
+func (b lastRowsOnly) StepLast(segs []engine.Segment) ([]float32, []int32, error) {
+	return b.last.StepLast(segs)
 }
 
 func drain(t *testing.T, st *sched.Stream) []int32 {
