@@ -677,18 +677,7 @@ func TestStepArgmax(t *testing.T) {
 	}
 	t.Run("short", func(t *testing.T) {
 		ab := &argmaxBackend{lastRowBackend: lastRowBackend{&rowBackend{vocab: 8, lens: make([]int, 1)}}, short: true}
-		s, err := New(ab, Config{Vocab: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		st, err := s.Submit(context.Background(), Request{Prompt: []int32{3, 4, 5}, MaxTokens: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), "returned 0 next ids for 1 rows") {
-			t.Fatalf("finish %q, %v; want an error naming the sizes", reason, err)
-		}
+		wantStepError(t, ab, 3, "returned 0 next ids for 1 rows")
 	})
 }
 
@@ -718,18 +707,26 @@ func TestStepLastSizes(t *testing.T) {
 		}, "returned 8 logits and 2 next ids for the last rows of 1 segments of 3 rows"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(badLastRows{&rowBackend{vocab: 8, lens: make([]int, 1)}, tc.stepLast}, Config{Vocab: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			st, err := s.Submit(context.Background(), Request{Prompt: []int32{3, 4, 5}, MaxTokens: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("finish %q, %v; want an error mentioning %q", reason, err, tc.want)
-			}
+			wantStepError(t, badLastRows{&rowBackend{vocab: 8, lens: make([]int, 1)}, tc.stepLast}, 2, tc.want)
 		})
+	}
+}
+
+// wantStepError serves the prompt 3, 4, 5 for up to max tokens on b (a
+// vocabulary of 8) and wants the stream to end with an error mentioning
+// want.
+func wantStepError(t *testing.T, b engine.Batcher, max int, want string) {
+	t.Helper()
+	s, err := New(b, Config{Vocab: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Submit(context.Background(), Request{Prompt: []int32{3, 4, 5}, MaxTokens: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("finish %q, %v; want an error mentioning %q", reason, err, want)
 	}
 }
