@@ -90,8 +90,8 @@ var launchFusions = []struct {
 	{"fuseTopKShared", fuseTopKShared},
 }
 
-// optInFusions run only when named in Options.EnableFusions: prepared
-// without a GPU, not yet run or measured on one (docs/PERF.md).
+// optInFusions run only when named in Options.EnableFusions: correct but
+// measured no faster, kept for A/B runs (docs/PERF.md).
 var optInFusions = []string{"fuseTopKShared"}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
