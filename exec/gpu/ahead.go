@@ -35,18 +35,18 @@ const EnvDecodeAhead = "LAGC_DECODE_AHEAD"
 type readback struct {
 	pin *cuda.HostBuffer // BaseOut: two slots of (argmax, logit bits), by position parity
 	ev  [2]*cuda.Event   // each slot's step done
-	// on: BaseOut is pinned host memory and the events are there.
-	on bool
-	// ahead: a step is queued at aheadAt feeding the previous step's
-	// argmax, aheadTok once read; aheadHigh: one past the furthest
-	// position a dropped step wrote.
+	// on: BaseOut is pinned host memory and the events are there; off:
+	// SetDecodeAhead(false) (EnvDecodeAhead=0 at New).
+	on, off bool
+	// ahead: a step is queued at Pos() feeding the last step's argmax
+	// (lastNext): every other entry point settles it first, so neither
+	// moves under it. aheadHigh: one past the furthest position a dropped
+	// step wrote.
 	ahead     bool
-	aheadAt   int
-	aheadTok  int32
 	aheadHigh int
-	// last: the position of the last decode step whose row BaseKept keeps
-	// (-1: none since Reset).
-	last int
+	// kept: the last step fed was a decode step, whose row BaseKept keeps
+	// (at Pos()-1's parity); settle clears it.
+	kept bool
 }
 
 // allocOut places BaseOut: pinned host memory mapped for the device, or,
@@ -69,7 +69,7 @@ func (e *Executor) allocOut() (err error) {
 // initReadback sets up the readback's events where BaseOut is pinned host
 // memory and a stream runs the steps.
 func (e *Executor) initReadback() (err error) {
-	e.rb.last = -1
+	e.rb.off = os.Getenv(EnvDecodeAhead) == "0"
 	if e.s == nil || e.rb.pin == nil {
 		return nil
 	}
@@ -120,15 +120,15 @@ func (e *Executor) closeReadback() {
 	e.rb.on = false
 }
 
-// aheadOn says whether greedy steps run one ahead: greedyPath, and
-// EnvDecodeAhead is not 0.
-func (e *Executor) aheadOn() bool { return e.greedyPath() && os.Getenv(EnvDecodeAhead) != "0" }
-
 // DecodesAhead reports whether greedy decode steps (DecodeNext,
 // ForwardArgmax) run one step ahead now: the plan reads its steps back
-// through pinned host memory, no profile or check runs, and
-// EnvDecodeAhead is not 0.
-func (e *Executor) DecodesAhead() bool { return e.aheadOn() }
+// through pinned host memory, no profile or check runs, and it is not
+// switched off (SetDecodeAhead, EnvDecodeAhead).
+func (e *Executor) DecodesAhead() bool { return e.greedyPath() && !e.rb.off }
+
+// SetDecodeAhead switches decoding one step ahead on or off (the default
+// is on unless EnvDecodeAhead was 0 at New); the tokens are the same.
+func (e *Executor) SetDecodeAhead(on bool) { e.rb.off = !on }
 
 // greedyPath says whether greedy steps (DecodeNext, ForwardArgmax) go
 // through greedyStep: the readback is there and no profile collects, nor a
@@ -159,10 +159,10 @@ func (e *Executor) awaitStep(p int) (int32, float32, error) {
 
 // greedyStep feeds tok at Pos() and returns the step's argmax and the
 // logit it picked, queueing the next step (feeding that argmax) before it
-// waits where aheadOn. A step already queued for tok is used.
+// waits where DecodesAhead. A step already queued for tok is used.
 func (e *Executor) greedyStep(tok int32) (int32, float32, error) {
 	p := e.next
-	if !(e.rb.ahead && e.rb.aheadAt == p && e.rb.aheadTok == tok) {
+	if !e.rb.ahead || tok != e.lastNext {
 		e.settle()
 		if !e.devState || tok != e.lastNext {
 			if err := e.setScalars([]int32{tok}); err != nil {
@@ -174,18 +174,18 @@ func (e *Executor) greedyStep(tok int32) (int32, float32, error) {
 		}
 	}
 	e.rb.ahead = false
-	if e.aheadOn() && p+2 <= e.plan.MaxContext {
+	if e.DecodesAhead() && p+2 <= e.plan.MaxContext {
 		if err := e.queueStep(p + 1); err != nil {
 			return 0, 0, err
 		}
-		e.rb.ahead, e.rb.aheadAt = true, p+1
+		e.rb.ahead = true
 	}
 	next, logit, err := e.awaitStep(p)
 	if err != nil {
 		e.rb.ahead = false
 		return 0, 0, err
 	}
-	e.rb.aheadTok, e.rb.last = next, p
+	e.rb.kept = true
 	e.next = p + 1
 	e.devState, e.lastNext = true, next
 	return next, logit, nil
@@ -193,14 +193,16 @@ func (e *Executor) greedyStep(tok int32) (int32, float32, error) {
 
 // settle drops a step queued ahead that is not going to be fed: the device
 // is then past Pos(), so the next step writes its token and position again.
-// Every entry point but the greedy steps and StepLogits calls it first.
+// Every entry point but the greedy steps and StepLogits calls it first (the
+// decode steps set kept again after it).
 func (e *Executor) settle() {
+	e.rb.kept = false
 	if !e.rb.ahead {
 		return
 	}
 	e.rb.ahead = false
 	e.devState = false
-	e.rb.aheadHigh = max(e.rb.aheadHigh, e.rb.aheadAt+1)
+	e.rb.aheadHigh = max(e.rb.aheadHigh, e.next+1)
 }
 
 // keptRow copies the row of logits BaseKept keeps for the decode step at

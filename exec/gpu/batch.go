@@ -166,7 +166,7 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 	}
 	// Batched steps overwrite the device's token and position: slot 0's
 	// next decode step uploads them again.
-	e.devState, e.rb.last = false, -1
+	e.devState = false
 	var logits []float32
 	switch rows {
 	case logitsAll:

@@ -355,7 +355,7 @@ func (e *Executor) MaxPos() int { return e.plan.MaxContext }
 // only positions up to the current one, which every step writes first.
 func (e *Executor) Reset() {
 	e.settle()
-	e.rb.aheadHigh, e.rb.last = 0, -1
+	e.rb.aheadHigh = 0
 	e.next = 0
 	e.devState = false
 	e.broken = false

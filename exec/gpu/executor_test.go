@@ -358,7 +358,7 @@ func TestDecodeQueued(t *testing.T) {
 }
 
 // TestDecodeAheadGPU: greedy steps decoded one step ahead (the default)
-// give the tokens of steps decoded one at a time (LAGC_DECODE_AHEAD=0),
+// give the tokens of steps decoded one at a time (SetDecodeAhead(false)),
 // eager and graph-replayed; a step queued ahead and then not fed (the
 // caller feeds another token, a prompt chunk, or rewinds) leaves the
 // sequence as if it had never run: what follows equals the one-at-a-time
@@ -372,9 +372,7 @@ func TestDecodeAheadGPU(t *testing.T) {
 	for _, eager := range []bool{true, false} {
 		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
 			_, ex := openGPU(t, dir, engine.Options{DType: "bf16", Eager: eager})
-			ahead := func(on bool) {
-				t.Setenv(gpu.EnvDecodeAhead, map[bool]string{true: "1", false: "0"}[on])
-			}
+			ahead := ex.SetDecodeAhead
 			// start feeds the prompt and n greedy steps (ForwardArgmax),
 			// returning the last argmax.
 			start := func(n int) int32 {
@@ -426,7 +424,7 @@ func TestDecodeAheadGPU(t *testing.T) {
 
 			ahead(false)
 			if ex.DecodesAhead() {
-				t.Fatalf("%s=0, and greedy steps still run ahead", gpu.EnvDecodeAhead)
+				t.Fatal("switched off, and greedy steps still run ahead")
 			}
 			wantToks := greedy(start(0), 30)
 			ahead(true)

@@ -37,7 +37,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 			return 0, nil, err
 		}
 	}
-	e.rb.last = e.next // its row is BaseKept's too
+	e.rb.kept = true // its row is BaseKept's too
 	e.next++
 	e.devState, e.lastNext = true, next[0]
 	return next[0], lg, nil
@@ -132,9 +132,9 @@ func (e *Executor) argmaxStep(tok int32) (int32, float32, error) {
 
 // StepLogits copies the last decode step's row of logits to the host.
 func (e *Executor) StepLogits() ([]float32, error) {
-	if e.rb.on && e.rb.last >= 0 {
+	if e.rb.on && e.rb.kept {
 		// The arena's row may be the next step's already (greedyStep).
-		return e.keptRow(e.rb.last)
+		return e.keptRow(e.next - 1)
 	}
 	out := make([]float32, e.V)
 	if err := cuda.Download(e.q, out, e.arena.Add(e.decode.logits.Offset)); err != nil {

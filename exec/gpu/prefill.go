@@ -187,7 +187,7 @@ func (e *Executor) DecodeQueued(tok int32, n int) (int32, error) {
 		return 0, err
 	}
 	e.next += n
-	e.rb.last = e.next - 1 // the last step's row is BaseKept's
+	e.rb.kept = true // the last step's row is BaseKept's
 	e.devState, e.lastNext = true, next[0]
 	return next[0], nil
 }
