@@ -199,6 +199,12 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 		}
 		row += len(sg.Tokens)
 	}
+	if len(ds) == 1 && !e.solo.off {
+		if err := e.decodeSolo(ds[0], dec[0], decOut[0], logits, next); err != nil {
+			return nil, nil, fmt.Errorf("gpu: decode step of slot %d: %w", ds[0].Slot, err)
+		}
+		return logits, next, nil
+	}
 	maxB := e.batch.buckets[len(e.batch.buckets)-1]
 	for s := 0; s < len(ds); s += maxB {
 		n := min(maxB, len(ds)-s)

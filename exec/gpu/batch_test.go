@@ -154,8 +154,9 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // TestBatchStepGPU: on every fixture, f32 and bf16, sequences decoding
 // together in batches of 1 to 12 rows (buckets up to 16, beyond the GEMVs'
 // 8 rows, with padding) give every row the same bits as the sequence
-// decoding alone; and alone, the batched path agrees with the
-// single-sequence decode schedule within rounding.
+// decoding alone (its lone rows on the decode schedule, solo.go), as does
+// the batched program of one row; and alone, the batched path agrees with
+// the single-sequence decode schedule within rounding.
 func TestBatchStepGPU(t *testing.T) {
 	for _, dir := range fixtureDirs(t) {
 		for _, dt := range []string{"f32", "bf16"} {
@@ -177,6 +178,20 @@ func TestBatchStepGPU(t *testing.T) {
 				}
 				if len(ex.BatchGraphs()) == 0 {
 					t.Error("no batch bucket replayed a graph")
+				}
+				// Alone, every decode row ran on the decode schedule
+				// (solo.go); the batched program of one row gives the same
+				// bits.
+				if ex.SoloSteps() == 0 || !ex.Captured() {
+					t.Errorf("%d lone decode rows on the decode schedule (captured %v)", ex.SoloSteps(), ex.Captured())
+				}
+				ex.SetSoloDecode(false)
+				one := aloneLogits(t, b, seqs[:2])
+				ex.SetSoloDecode(true)
+				for i := range one {
+					if k, diff := firstBitDiff(one[i], alone[i]); diff {
+						t.Errorf("sequence %d: the batched program of one row differs from the decode schedule at row %d (value %d: %g vs %g)", i, k/V, k, at(one[i], k), at(alone[i], k))
+					}
 				}
 				// The single-sequence schedules on sequence 0.
 				ex.Reset()

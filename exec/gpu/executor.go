@@ -96,6 +96,7 @@ type Executor struct {
 	decodeSteps     int // decode steps run since the last Reset or capture
 
 	batch batchState // sequence slots and batched decode (batch.go)
+	solo  soloState  // a batched step's lone decode row (solo.go)
 
 	V        int
 	next     int  // positions fed so far (sequence slot 0)
@@ -331,6 +332,7 @@ func (e *Executor) allocate() error {
 		}
 	}
 	e.batch.init(p)
+	e.solo.init()
 	return e.q.Memset32(io, 0, ioBytes/4)
 }
 
@@ -375,6 +377,7 @@ func (e *Executor) Close() error {
 		e.graph = nil
 	}
 	keep(e.batch.close())
+	keep(e.solo.close())
 	e.settle()
 	if e.prof != nil {
 		e.prof.close()
