@@ -138,6 +138,14 @@ func (e *Executor) StepArgmax(segs []Segment) ([]int32, error) {
 // step runs segs and returns the logits asked for: every row's [T*V], each
 // segment's last [len(segs)*V], or none; and every row's argmax.
 func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, error) {
+	if e.soloGreedy(segs, rows) {
+		next, _, err := e.greedyStep(segs[0].Tokens[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("gpu: decode step of slot 0: %w", err)
+		}
+		e.solo.steps++
+		return nil, []int32{next}, nil
+	}
 	e.settle()
 	T, seen := 0, map[int]bool{}
 	for i, sg := range segs {

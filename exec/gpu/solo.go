@@ -16,8 +16,9 @@ import (
 // GEMVs as four launches, q and k rotated by launches of their own; the
 // decode schedule has them as one GEMV and inside the attention (lower's
 // fusions need its one-token layout). The two give a row the same bits
-// (TestBatchStepGPU compares them), and a lone row is about 12% faster at
-// Laguna-S-2.1 q4_k_m (docs/PERF.md).
+// (TestBatchStepGPU compares them), and a lone row is about 11% faster at
+// Laguna-S-2.1 q4_k_m (docs/PERF.md). Slot 0's greedy row (StepArgmax)
+// also runs one step ahead, as ForwardArgmax does.
 
 // EnvSoloDecode, set to 0, runs a lone decode row on the batched program
 // of one row instead (A/B timing).
@@ -64,6 +65,18 @@ func (e *Executor) SoloDecode() bool { return !e.solo.off }
 // SetSoloDecode switches a lone decode row between the decode schedule
 // (the default) and the batched program of one row.
 func (e *Executor) SetSoloDecode(on bool) { e.solo.off = !on }
+
+// soloGreedy reports whether a step is slot 0's lone decode row with no
+// logits asked for (a server's one greedy client): it then runs as
+// ForwardArgmax's steps do, one step ahead (ahead.go), which the step
+// queued for the token it returns serves when the next step feeds it.
+func (e *Executor) soloGreedy(segs []Segment, rows logitRows) bool {
+	if rows != logitsNone || e.solo.off || len(segs) != 1 || segs[0].Slot != 0 || len(segs[0].Tokens) != 1 || !e.greedyPath() {
+		return false
+	}
+	tok := segs[0].Tokens[0]
+	return tok >= 0 && int(tok) < e.V && e.next+1 <= e.plan.MaxContext
+}
 
 // soloProgram is the decode schedule bound to slot's caches: slot 0's is
 // the single-sequence API's.

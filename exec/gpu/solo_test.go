@@ -14,8 +14,9 @@ import (
 // decode rows in slot 1 (the decode schedule bound to that slot's caches,
 // eager, then replayed as the slot's graph) give its logits the bits they
 // get in steps of two rows beside another sequence (the batched program)
-// and on the batched program of one row (SetSoloDecode(false)); and only
-// the lone rows with the path on ran it.
+// and on the batched program of one row (SetSoloDecode(false)); only the
+// lone rows with the path on ran it; and slot 0's greedy rows (StepArgmax,
+// one step ahead) give StepLast's tokens.
 func TestSoloDecodeGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 2)
@@ -86,5 +87,44 @@ func TestSoloDecodeGPU(t *testing.T) {
 		if !eager && !slices.Contains(ex.SoloGraphs(), 1) {
 			t.Fatalf("slot 1's lone rows replayed no graph (graphs for slots %v)", ex.SoloGraphs())
 		}
+	}
+	// Slot 0's greedy rows through StepArgmax run one step ahead (a
+	// server's one client): the tokens StepLast's argmax gives, with and
+	// without decoding ahead, each row counted as lone.
+	greedy := func(argmax bool) []int32 {
+		t.Helper()
+		ex.ResetSlot(0)
+		nx, err := ex.StepArgmax([]gpu.Segment{{Slot: 0, Tokens: pa}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := nx[len(nx)-1]
+		var out []int32
+		for range 12 {
+			seg := []gpu.Segment{{Slot: 0, Tokens: []int32{tok}}}
+			if argmax {
+				nx, err = ex.StepArgmax(seg)
+			} else {
+				_, nx, err = ex.StepLast(seg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok = nx[0]
+			out = append(out, tok)
+		}
+		return out
+	}
+	s0 := ex.SoloSteps()
+	ahead := greedy(true)
+	if n := ex.SoloSteps() - s0; n != 12 || !ex.DecodesAhead() {
+		t.Fatalf("%d of 12 greedy rows counted lone, decoding ahead %v", n, ex.DecodesAhead())
+	}
+	ex.SetDecodeAhead(false)
+	off := greedy(true)
+	ex.SetDecodeAhead(true)
+	last := greedy(false)
+	if !slices.Equal(ahead, last) || !slices.Equal(off, last) {
+		t.Fatalf("slot 0's greedy tokens: ahead %v, not ahead %v, StepLast's %v", ahead, off, last)
 	}
 }
