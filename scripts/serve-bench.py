@@ -4,7 +4,9 @@ through its HTTP API (what one client sees).
 
     scripts/serve-bench.py URL [REQUESTS [MAX_TOKENS [PROMPT_TOKENS]]]
 
-Waits for URL/health, then sends REQUESTS (default 3) greedy streaming
+Waits for URL/health (at most 180 s; with SERVE_PID set, only while that
+process lives: a server that exits at start, e.g. on a checkpoint without
+a tokenizer, which `lagc serve` needs, ends the wait at once), then sends REQUESTS (default 3) greedy streaming
 /v1/completions requests one at a time, each a prompt of PROMPT_TOKENS
 (default 512) token ids, asking MAX_TOKENS (default 256) tokens. Per
 request: time to the first streamed token, and decode tok/s between the
@@ -12,6 +14,7 @@ first and the last (tokens counted as streamed chunks); then the medians.
 Python's standard library only (the H200 machine has no network)."""
 import http.client
 import json
+import os
 import statistics
 import sys
 import time
@@ -19,9 +22,20 @@ import urllib.parse
 import urllib.request
 
 
-def wait_ready(url, timeout=600):
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def wait_ready(url, timeout=180):
+    pid = int(os.environ.get("SERVE_PID", "0"))
     t0 = time.time()
     while time.time() - t0 < timeout:
+        if pid and not alive(pid):
+            sys.exit(f"serve-bench: the server (pid {pid}) exited before {url} was ready")
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:

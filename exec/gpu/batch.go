@@ -15,8 +15,9 @@ import (
 // batched decode step of a bucket's size (lower.Plan.AtBatch), its own
 // CUDA graph per bucket once the bucket has run eagerly (the warm-up that
 // compiles its kernels); each row's token, position and slot are uploaded
-// before the replay, padding rows get slot -1. Longer segments are prompt
-// chunks: each runs the prefill schedule bound to its slot's caches.
+// before the replay, padding rows get slot -1; a step's lone decode row
+// runs on the decode schedule instead (solo.go). Longer segments are
+// prompt chunks: each runs the prefill schedule bound to its slot's caches.
 
 // Segment is one sequence's tokens in a batched step: they continue the
 // sequence in slot Slot from its next position.
