@@ -48,6 +48,19 @@ func TokenizerMetadata(ck Checkpoint) ([]KV, error) {
 	return hfTokenizerMetadata(ck.Path(), ck.Config().VocabSize)
 }
 
+// HFTokenizerMetadata is the tokenizer.json (and chat template) in dir as
+// GGUF metadata, its ids padded to vocabSize as TokenizerMetadata pads an
+// HF checkpoint's: for a file of synthetic weights (lagc convert
+// --synthetic --tokenizer), so that it can be served. Unlike a
+// checkpoint's, a missing tokenizer.json is an error.
+func HFTokenizerMetadata(dir string, vocabSize int) ([]KV, error) {
+	kv, err := hfTokenizerMetadata(dir, vocabSize)
+	if err == nil && kv == nil {
+		err = fmt.Errorf("%s: no tokenizer.json", dir)
+	}
+	return kv, err
+}
+
 // maxSideFileBytes bounds the tokenizer files read beside a checkpoint.
 const maxSideFileBytes = 512 << 20
 

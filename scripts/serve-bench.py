@@ -9,8 +9,9 @@ process lives: a server that exits at start, e.g. on a checkpoint without
 a tokenizer, which `lagc serve` needs, ends the wait at once), then sends REQUESTS (default 3) greedy streaming
 /v1/completions requests one at a time, each a prompt of PROMPT_TOKENS
 (default 512) token ids, asking MAX_TOKENS (default 256) tokens. Per
-request: time to the first streamed token, and decode tok/s between the
-first and the last (tokens counted as streamed chunks); then the medians.
+request: time to the first streamed text, and decode tok/s between the
+first and the last text (tokens as the server's usage counts them); then
+the medians.
 Python's standard library only (the H200 machine has no network)."""
 import http.client
 import json
@@ -49,24 +50,31 @@ def wait_ready(url, timeout=180):
 def one(url, prompt, max_tokens):
     u = urllib.parse.urlparse(url)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True})
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
     t0 = time.time()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
         sys.exit(f"serve-bench: HTTP {r.status}: {r.read()[:300]!r}")
-    stamps = []
+    first, last, tokens = None, None, 0
     for line in r:
         line = line.strip()
         if not line.startswith(b"data: ") or line == b"data: [DONE]":
             continue
         ch = json.loads(line[6:])
+        now = time.time()
         if any(x.get("text") for x in ch.get("choices", [])):
-            stamps.append(time.time())
+            first = first or now
+            last = now
+        if ch.get("usage"):
+            tokens = ch["usage"].get("completion_tokens", 0)
     c.close()
-    if len(stamps) < 2:
-        sys.exit(f"serve-bench: {len(stamps)} tokens streamed")
-    return stamps[0] - t0, (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps)
+    # Tokens are the server's count (a chunk may carry several, or a token
+    # no text); the rate runs from the first text to the last.
+    if first is None or last is None or last <= first or tokens < 2:
+        sys.exit(f"serve-bench: {tokens} tokens, too few text chunks to time")
+    return first - t0, (tokens - 1) / (last - first), tokens
 
 
 def main():

@@ -36,11 +36,12 @@ func init() {
 			fs.StringVar(&o.preset, "preset", "", "with --synthetic: the model shape, one of "+strings.Join(config.PresetNames(), ", "))
 			fs.IntVar(&o.layers, "layers", 0, "with --synthetic: only the first N layers (0: all)")
 			fs.Uint64Var(&o.seed, "seed", 1, "with --synthetic: the random seed (the same seed writes the same file)")
+			fs.StringVar(&o.tokenizer, "tokenizer", "", "with --synthetic: embed the tokenizer.json (and chat template) of this directory, its ids padded to the preset's vocabulary, so that lagc serve and chat take the file")
 			return func(args []string) error {
 				if len(args) != 0 {
 					return fmt.Errorf("%w: unexpected arguments %q (the checkpoint goes in --model)", errUsage, args)
 				}
-				if set := setFlags(fs); o.synthetic || set["preset"] || set["layers"] || set["seed"] {
+				if set := setFlags(fs); o.synthetic || set["preset"] || set["layers"] || set["seed"] || set["tokenizer"] {
 					return runConvertSynthetic(o, fs.Output())
 				}
 				if o.model == "" || o.out == "" {
@@ -58,6 +59,7 @@ type convertOpts struct {
 	preset                         string
 	layers                         int
 	seed                           uint64
+	tokenizer                      string // with --synthetic: a directory whose tokenizer.json to embed
 }
 
 func runConvert(o convertOpts, log io.Writer) error {

@@ -18,7 +18,7 @@ import (
 func runConvertSynthetic(o convertOpts, log io.Writer) error {
 	switch {
 	case !o.synthetic:
-		return fmt.Errorf("%w: --preset, --layers and --seed go with --synthetic", errUsage)
+		return fmt.Errorf("%w: --preset, --layers, --seed and --tokenizer go with --synthetic (a checkpoint's own tokenizer is embedded)", errUsage)
 	case o.model != "":
 		return fmt.Errorf("%w: --synthetic writes random weights: it takes no --model", errUsage)
 	case o.preset == "":
@@ -82,5 +82,11 @@ func runConvertSynthetic(o convertOpts, log io.Writer) error {
 	}
 	fmt.Fprintf(log, "convert: synthetic %s: %d of %d layers, hidden %d, %d experts, %d tensors, %.1f MiB of %s weights (seed %d) -> %s\n",
 		o.preset, cfg.NumLayers, full.NumLayers, cfg.HiddenSize, cfg.NumExperts, len(tensors), float64(total)/(1<<20), r.Name, o.seed, o.out)
-	return writeConverted(o, src, ckpt.WriteOptions{Recipe: r, Name: name}, total, start, log)
+	opt := ckpt.WriteOptions{Recipe: r, Name: name}
+	if o.tokenizer != "" {
+		if opt.Extra, err = ckpt.HFTokenizerMetadata(o.tokenizer, cfg.VocabSize); err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+	}
+	return writeConverted(o, src, opt, total, start, log)
 }

@@ -122,10 +122,62 @@ func TestConvertSyntheticUsage(t *testing.T) {
 		{"--synthetic", "--preset", "synthetic-tiny", "--quant", "q9", "-o", out},
 		{"--synthetic", "--preset", "synthetic-tiny", "--quant", "q8_0", "--dtype", "f16", "-o", out},
 		{"--model", "x", "--layers", "2", "-o", out},
+		{"--model", "x", "--tokenizer", ".", "-o", out},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runMain(append([]string{"convert"}, args...), &stdout, &stderr); code != 2 {
 			t.Errorf("convert %q: exit %d (%s), want 2", args, code, stderr.String())
+		}
+	}
+}
+
+// TestConvertSyntheticTokenizer: --tokenizer embeds a directory's
+// tokenizer.json, padded to the preset's vocabulary, so that the file
+// loads the tokenizer lagc serve needs; a directory without one, or a
+// vocabulary larger than the preset's, is an error naming it.
+func TestConvertSyntheticTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	tokDir := filepath.Join(dir, "tok")
+	if err := os.Mkdir(tokDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	js := `{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},` +
+		`"added_tokens":[{"id":3,"content":"<|end|>","special":true}]}`
+	if err := os.WriteFile(filepath.Join(tokDir, "tokenizer.json"), []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	convert := func(tok, out string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := runMain([]string{"convert", "--synthetic", "--preset", "synthetic-tiny", "--layers", "1", "--quant", "q8_0",
+			"--tokenizer", tok, "-o", out}, &stdout, &stderr)
+		return code, stderr.String()
+	}
+	out := filepath.Join(dir, "t.gguf")
+	if code, msg := convert(tokDir, out); code != 0 {
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	ck, err := ckpt.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	full, _ := config.Preset("synthetic-tiny")
+	if toks, _ := ck.Metadata()["tokenizer.ggml.tokens"].([]string); len(toks) != full.VocabSize || toks[3] != "<|end|>" {
+		t.Fatalf("tokens %q, want %d of them with <|end|> at 3", toks, full.VocabSize)
+	}
+	tk, err := engine.LoadTokenizer(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := tk.Encode("abab", false); len(ids) != 2 || ids[0] != 2 || ids[1] != 2 {
+		t.Errorf(`Encode("abab") = %v, want [2 2]`, ids)
+	}
+	for _, c := range []struct{ tok, want string }{
+		{filepath.Join(dir, "none"), "no tokenizer.json"},
+		{"../../testdata/tokenizer", "outside vocab_size 64"},
+	} {
+		if code, msg := convert(c.tok, filepath.Join(dir, "x.gguf")); code == 0 || !strings.Contains(msg, c.want) {
+			t.Errorf("--tokenizer %s: exit %d, %q; want an error saying %q", c.tok, code, msg, c.want)
 		}
 	}
 }

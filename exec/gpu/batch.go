@@ -29,32 +29,21 @@ type Segment struct {
 type batchState struct {
 	lens    []int // positions held by slots 1.. (slot 0: Executor.next)
 	buckets []int
-	progs   map[int]*program        // bucket -> batched decode program
-	graphs  map[int]*cuda.GraphExec // bucket -> its captured graph
-	runs    map[int]int             // bucket -> steps run
-	slotPre map[[3]int]*program     // (slot >= 1, T, tail) -> prefill program bound to the slot's caches
-	rows    []int32                 // upload staging: tokens, pos, seq
+	progs   map[int]*program    // bucket -> batched decode program
+	graphs  graphCache          // by bucket
+	slotPre map[[3]int]*program // (slot >= 1, T, tail) -> prefill program bound to the slot's caches
+	rows    []int32             // upload staging: tokens, pos, seq
 }
 
 func (b *batchState) init(p *lower.Plan) {
 	b.lens = make([]int, p.SeqSlots())
 	b.buckets = lower.BatchBuckets(p.SeqSlots(), p.Prefill.Tokens)
 	b.progs = map[int]*program{}
-	b.graphs = map[int]*cuda.GraphExec{}
-	b.runs = map[int]int{}
+	b.graphs = newGraphCache(0)
 	b.slotPre = map[[3]int]*program{}
 }
 
-func (b *batchState) close() error {
-	var first error
-	for k, g := range b.graphs {
-		if err := g.Close(); err != nil && first == nil {
-			first = err
-		}
-		delete(b.graphs, k)
-	}
-	return first
-}
+func (b *batchState) close() error { return b.graphs.close() }
 
 // Seqs returns the number of sequence slots.
 func (e *Executor) Seqs() int { return e.plan.SeqSlots() }
@@ -379,34 +368,14 @@ func (e *Executor) decodeBatch(segs []Segment, rows, out []int, logits []float32
 // time (compiling its kernels) and in eager mode, else a replay of the
 // bucket's graph, captured on its second step.
 func (e *Executor) launchBatch(p *program, b int) error {
-	runs := e.batch.runs[b]
-	e.batch.runs[b]++
-	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
-		return e.run(p)
-	}
-	g := e.batch.graphs[b]
-	if g == nil {
-		if err := e.s.Synchronize(); err != nil {
-			return err
-		}
-		cg, err := e.s.Capture(func() error { return e.run(p) })
-		if err != nil {
-			return fmt.Errorf("capturing the batched decode step of %d rows: %w", b, err)
-		}
-		defer cg.Close()
-		if g, err = cg.Instantiate(); err != nil {
-			return fmt.Errorf("instantiating the batched decode graph of %d rows: %w", b, err)
-		}
-		e.batch.graphs[b] = g
-	}
-	return g.Launch(e.s)
+	return e.launchCached(&e.batch.graphs, b, p, fmt.Sprintf("the batched decode step of %d rows", b))
 }
 
 // BatchGraphs reports the buckets whose batched decode replays a graph.
 func (e *Executor) BatchGraphs() []int {
 	var out []int
 	for _, b := range e.batch.buckets {
-		if e.batch.graphs[b] != nil {
+		if e.batch.graphs.has(b) {
 			out = append(out, b)
 		}
 	}

@@ -66,20 +66,30 @@ func (e *Executor) decodeKernels() error { return e.run(e.decode) }
 
 // capture records the decode step once as a CUDA graph.
 func (e *Executor) capture() error {
-	if err := e.s.Synchronize(); err != nil {
+	g, err := e.captureRun(e.decode, "the decode step")
+	if err != nil {
 		return err
 	}
-	g, err := e.s.Capture(e.decodeKernels)
+	e.graph = g
+	return nil
+}
+
+// captureRun records p's launches (what, in errors) as an instantiated
+// CUDA graph, once the stream is idle.
+func (e *Executor) captureRun(p *program, what string) (*cuda.GraphExec, error) {
+	if err := e.s.Synchronize(); err != nil {
+		return nil, err
+	}
+	g, err := e.s.Capture(func() error { return e.run(p) })
 	if err != nil {
-		return fmt.Errorf("capturing the decode step: %w", err)
+		return nil, fmt.Errorf("capturing %s: %w", what, err)
 	}
 	defer g.Close()
 	ex, err := g.Instantiate()
 	if err != nil {
-		return fmt.Errorf("instantiating the decode graph: %w", err)
+		return nil, fmt.Errorf("instantiating the graph of %s: %w", what, err)
 	}
-	e.graph = ex
-	return nil
+	return ex, nil
 }
 
 // Captured reports whether decode steps replay a captured graph now.
@@ -141,4 +151,55 @@ func (e *Executor) StepLogits() ([]float32, error) {
 		return nil, fmt.Errorf("reading the logits: %w", err)
 	}
 	return out, nil
+}
+
+// graphCache holds programs' captured graphs by key (a bucket, a slot):
+// a program runs eagerly on its first run (compiling its kernels) and in
+// eager mode, else replays the graph captured on its second. With max > 0
+// at most max graphs are kept: past it they are dropped together.
+type graphCache struct {
+	max    int
+	graphs map[int]*cuda.GraphExec
+	runs   map[int]int
+}
+
+func newGraphCache(max int) graphCache {
+	return graphCache{max: max, graphs: map[int]*cuda.GraphExec{}, runs: map[int]int{}}
+}
+
+// has reports whether key replays a graph.
+func (c *graphCache) has(key int) bool { return c.graphs[key] != nil }
+
+func (c *graphCache) close() error {
+	var first error
+	for k, g := range c.graphs {
+		if err := g.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(c.graphs, k)
+	}
+	return first
+}
+
+// launchCached queues p, key's program in c (what, in errors).
+func (e *Executor) launchCached(c *graphCache, key int, p *program, what string) error {
+	runs := c.runs[key]
+	c.runs[key]++
+	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
+		return e.run(p)
+	}
+	g := c.graphs[key]
+	if g == nil {
+		if c.max > 0 && len(c.graphs) >= c.max {
+			if err := c.close(); err != nil {
+				return err
+			}
+		}
+		var err error
+		if g, err = e.captureRun(p, what); err != nil {
+			return err
+		}
+		c.graphs[key] = g
+	}
+	return g.Launch(e.s)
 }

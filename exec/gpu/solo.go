@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 
-	"lagc/cuda"
 	"lagc/lower"
 )
 
@@ -32,28 +31,17 @@ const soloGraphsMax = 8
 type soloState struct {
 	off    bool
 	progs  map[int]*program // slot >= 1 -> the decode schedule bound to its caches
-	graphs map[int]*cuda.GraphExec
-	runs   map[int]int
-	steps  int // lone rows run so
+	graphs graphCache       // by slot >= 1
+	steps  int              // lone rows run so far
 }
 
 func (s *soloState) init() {
 	s.off = os.Getenv(EnvSoloDecode) == "0"
 	s.progs = map[int]*program{}
-	s.graphs = map[int]*cuda.GraphExec{}
-	s.runs = map[int]int{}
+	s.graphs = newGraphCache(soloGraphsMax)
 }
 
-func (s *soloState) close() error {
-	var first error
-	for k, g := range s.graphs {
-		if err := g.Close(); err != nil && first == nil {
-			first = err
-		}
-		delete(s.graphs, k)
-	}
-	return first
-}
+func (s *soloState) close() error { return s.graphs.close() }
 
 // SoloSteps reports how many batched steps ran their lone decode row on
 // the decode schedule.
@@ -136,32 +124,7 @@ func (e *Executor) launchSolo(p *program, slot int) error {
 	if slot == 0 {
 		return e.launchDecode()
 	}
-	runs := e.solo.runs[slot]
-	e.solo.runs[slot]++
-	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
-		return e.run(p)
-	}
-	g := e.solo.graphs[slot]
-	if g == nil {
-		if len(e.solo.graphs) >= soloGraphsMax {
-			if err := e.solo.close(); err != nil {
-				return err
-			}
-		}
-		if err := e.s.Synchronize(); err != nil {
-			return err
-		}
-		cg, err := e.s.Capture(func() error { return e.run(p) })
-		if err != nil {
-			return fmt.Errorf("capturing the decode step of slot %d: %w", slot, err)
-		}
-		defer cg.Close()
-		if g, err = cg.Instantiate(); err != nil {
-			return fmt.Errorf("instantiating the decode graph of slot %d: %w", slot, err)
-		}
-		e.solo.graphs[slot] = g
-	}
-	return g.Launch(e.s)
+	return e.launchCached(&e.solo.graphs, slot, p, fmt.Sprintf("the decode step of slot %d", slot))
 }
 
 // SoloGraphs reports the slots (other than 0) whose lone decode rows
@@ -169,7 +132,7 @@ func (e *Executor) launchSolo(p *program, slot int) error {
 func (e *Executor) SoloGraphs() []int {
 	var out []int
 	for s := range e.plan.SeqSlots() {
-		if e.solo.graphs[s] != nil {
+		if e.solo.graphs.has(s) {
 			out = append(out, s)
 		}
 	}
