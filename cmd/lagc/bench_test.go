@@ -56,6 +56,17 @@ func TestPlanCommand(t *testing.T) {
 			t.Errorf("plan --slots 12 --batch 3,9 output lacks %q", want)
 		}
 	}
+	const soloNote = "runs a step of one decode row on the decode schedule"
+	if strings.Contains(out, soloNote) {
+		t.Errorf("plan --batch 3,9 notes the lone row's program: %q", soloNote)
+	}
+	// Bucket 1's program is printed with a note that the executor runs a
+	// lone row on the decode schedule instead.
+	if out, errs, code = runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--ctx", "40", "--slots", "2", "--batch", "1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	} else if !strings.Contains(out, soloNote) || !strings.Contains(out, "batched decode of 1 sequences") {
+		t.Errorf("plan --batch 1 output lacks the bucket or the note %q", soloNote)
+	}
 	for _, bad := range [][]string{
 		{"plan"},
 		{"plan", "--preset", "synthetic-tiny", "--dtype", "f16"},

@@ -166,6 +166,10 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		if err != nil {
 			return err
 		}
+		if b == 1 {
+			// exec/gpu's policy (solo.go), not the plan's: say which runs.
+			fmt.Fprintf(w, "note: the GPU executor runs a step of one decode row on the decode schedule above, bound to its slot, not on this program (%s=0 runs this one)\n", gpu.EnvSoloDecode)
+		}
 		if err := p.PrintBatch(w, b, ls); err != nil {
 			return err
 		}
