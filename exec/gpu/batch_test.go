@@ -416,13 +416,7 @@ func TestStepLastGPU(t *testing.T) {
 			}
 			V := m.Config.VocabSize
 			rng := rand.New(rand.NewPCG(13, 17))
-			tokens := func(n int) []int32 {
-				out := make([]int32, n)
-				for i := range out {
-					out[i] = int32(rng.IntN(V))
-				}
-				return out
-			}
+			tokens := func(n int) []int32 { return randTokens(rng, n, V) }
 			// Slot 3 starts with a decode row: a one-token prompt.
 			steps := [][]engine.Segment{{{Slot: 0, Tokens: tokens(40)}, {Slot: 1, Tokens: tokens(5)}, {Slot: 2, Tokens: tokens(33)}, {Slot: 3, Tokens: tokens(1)}}}
 			held := []int{40, 5, 33, 1}
@@ -516,4 +510,13 @@ func top2Gap(v []float32) float64 {
 		}
 	}
 	return a - b
+}
+
+// randTokens is n token ids drawn from rng below V.
+func randTokens(rng *rand.Rand, n, V int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(rng.IntN(V))
+	}
+	return out
 }

@@ -27,14 +27,7 @@ func TestSoloDecodeGPU(t *testing.T) {
 	defer ex.Close()
 	V := c.VocabSize
 	rng := rand.New(rand.NewPCG(3, 9))
-	tokens := func(n int) []int32 {
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = int32(rng.IntN(V))
-		}
-		return out
-	}
-	pa, pb, da, db := tokens(37), tokens(20), tokens(8), tokens(8)
+	pa, pb, da, db := randTokens(rng, 37, V), randTokens(rng, 20, V), randTokens(rng, 8, V), randTokens(rng, 8, V)
 	// run feeds sequence a in slot 1 (and b in slot 2 beside it) and
 	// returns a's decode rows' logits.
 	run := func(both bool) [][]float32 {
