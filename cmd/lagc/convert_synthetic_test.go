@@ -172,6 +172,10 @@ func TestConvertSyntheticTokenizer(t *testing.T) {
 	if ids := tk.Encode("abab", false); len(ids) != 2 || ids[0] != 2 || ids[1] != 2 {
 		t.Errorf(`Encode("abab") = %v, want [2 2]`, ids)
 	}
+	// A text prompt runs end to end (lagc serve loads the same tokenizer).
+	if code, js, stderr := runCapture(t, "run", "--model", out, "--device", "cpu", "--prompt", "abab", "-n", "3", "--json"); code != 0 || !strings.Contains(js, `"text"`) {
+		t.Errorf("run on the file: exit %d: %s%s", code, js, stderr)
+	}
 	for _, c := range []struct{ tok, want string }{
 		{filepath.Join(dir, "none"), "no tokenizer.json"},
 		{"../../testdata/tokenizer", "outside vocab_size 64"},
