@@ -128,6 +128,10 @@ func (e *Executor) StepArgmax(segs []Segment) ([]int32, error) {
 // step runs segs and returns the logits asked for: every row's [T*V], each
 // segment's last [len(segs)*V], or none; and every row's argmax.
 func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, error) {
+	T, err := e.checkSegs(segs)
+	if err != nil {
+		return nil, nil, err
+	}
 	if e.soloGreedy(segs, rows) {
 		next, _, err := e.greedyStep(segs[0].Tokens[0])
 		if err != nil {
@@ -137,31 +141,6 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 		return nil, []int32{next}, nil
 	}
 	e.settle()
-	T, seen := 0, map[int]bool{}
-	for i, sg := range segs {
-		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
-			return nil, nil, fmt.Errorf("gpu: step: segment %d is for slot %d of %d", i, sg.Slot, e.Seqs())
-		}
-		if seen[sg.Slot] {
-			return nil, nil, fmt.Errorf("gpu: step: two segments for slot %d", sg.Slot)
-		}
-		seen[sg.Slot] = true
-		if len(sg.Tokens) == 0 {
-			return nil, nil, fmt.Errorf("gpu: step: segment %d (slot %d) has no tokens", i, sg.Slot)
-		}
-		if at := e.SlotLen(sg.Slot); at+len(sg.Tokens) > e.plan.MaxContext {
-			return nil, nil, fmt.Errorf("gpu: step: %d tokens at position %d of slot %d exceed the context length %d", len(sg.Tokens), at, sg.Slot, e.plan.MaxContext)
-		}
-		for j, id := range sg.Tokens {
-			if id < 0 || int(id) >= e.V {
-				return nil, nil, fmt.Errorf("gpu: step: token %d at index %d of slot %d is outside the vocabulary [0, %d)", id, j, sg.Slot, e.V)
-			}
-		}
-		T += len(sg.Tokens)
-	}
-	if T == 0 {
-		return nil, nil, fmt.Errorf("gpu: step: no tokens")
-	}
 	// Batched steps overwrite the device's token and position: slot 0's
 	// next decode step uploads them again.
 	e.devState = false
@@ -211,6 +190,37 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 		}
 	}
 	return logits, next, nil
+}
+
+// checkSegs checks a step's segments (a slot each, tokens in the
+// vocabulary and the context) and returns their tokens.
+func (e *Executor) checkSegs(segs []Segment) (int, error) {
+	T, seen := 0, map[int]bool{}
+	for i, sg := range segs {
+		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
+			return 0, fmt.Errorf("gpu: step: segment %d is for slot %d of %d", i, sg.Slot, e.Seqs())
+		}
+		if seen[sg.Slot] {
+			return 0, fmt.Errorf("gpu: step: two segments for slot %d", sg.Slot)
+		}
+		seen[sg.Slot] = true
+		if len(sg.Tokens) == 0 {
+			return 0, fmt.Errorf("gpu: step: segment %d (slot %d) has no tokens", i, sg.Slot)
+		}
+		if at := e.SlotLen(sg.Slot); at+len(sg.Tokens) > e.plan.MaxContext {
+			return 0, fmt.Errorf("gpu: step: %d tokens at position %d of slot %d exceed the context length %d", len(sg.Tokens), at, sg.Slot, e.plan.MaxContext)
+		}
+		for j, id := range sg.Tokens {
+			if id < 0 || int(id) >= e.V {
+				return 0, fmt.Errorf("gpu: step: token %d at index %d of slot %d is outside the vocabulary [0, %d)", id, j, sg.Slot, e.V)
+			}
+		}
+		T += len(sg.Tokens)
+	}
+	if T == 0 {
+		return 0, fmt.Errorf("gpu: step: no tokens")
+	}
+	return T, nil
 }
 
 // prefillSlot feeds a prompt chunk (or chunks) to slot on the prefill

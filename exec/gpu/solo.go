@@ -23,8 +23,8 @@ import (
 // of one row instead (A/B timing).
 const EnvSoloDecode = "LAGC_SOLO_DECODE"
 
-// soloGraphsMax bounds the captured solo graphs (one a slot, slot 0's
-// being the single-sequence API's): past it they are dropped together
+// soloGraphsMax bounds the captured graphs of slots >= 1 (slot 0 replays
+// the single-sequence decode graph): past it they are dropped together
 // and recaptured as slots come back.
 const soloGraphsMax = 8
 
@@ -54,24 +54,17 @@ func (e *Executor) SoloDecode() bool { return !e.solo.off }
 // (the default) and the batched program of one row.
 func (e *Executor) SetSoloDecode(on bool) { e.solo.off = !on }
 
-// soloGreedy reports whether a step is slot 0's lone decode row with no
-// logits asked for (a server's one greedy client): it then runs as
-// ForwardArgmax's steps do, one step ahead (ahead.go), which the step
-// queued for the token it returns serves when the next step feeds it.
+// soloGreedy reports whether a step (its segments checked) is slot 0's
+// lone decode row with no logits asked for (a server's one greedy
+// client): it then runs as ForwardArgmax's steps do, one step ahead
+// (ahead.go), which the step queued for the token it returns serves when
+// the next step feeds it.
 func (e *Executor) soloGreedy(segs []Segment, rows logitRows) bool {
-	if rows != logitsNone || e.solo.off || len(segs) != 1 || segs[0].Slot != 0 || len(segs[0].Tokens) != 1 || !e.greedyPath() {
-		return false
-	}
-	tok := segs[0].Tokens[0]
-	return tok >= 0 && int(tok) < e.V && e.next+1 <= e.plan.MaxContext
+	return rows == logitsNone && !e.solo.off && len(segs) == 1 && segs[0].Slot == 0 && len(segs[0].Tokens) == 1 && e.greedyPath()
 }
 
-// soloProgram is the decode schedule bound to slot's caches: slot 0's is
-// the single-sequence API's.
+// soloProgram is the decode schedule bound to the caches of slot >= 1.
 func (e *Executor) soloProgram(slot int) (*program, error) {
-	if slot == 0 {
-		return e.decode, nil
-	}
 	if p := e.solo.progs[slot]; p != nil {
 		return p, nil
 	}
@@ -86,45 +79,47 @@ func (e *Executor) soloProgram(slot int) (*program, error) {
 }
 
 // decodeSolo runs seg's one token (row in the step's argmax, out in its
-// logits) on the decode schedule of its slot.
+// logits) on the decode schedule of its slot: slot 0's is the
+// single-sequence decode step's (decodeStep); another slot's is bound to
+// its caches, its graph in solo.graphs.
 func (e *Executor) decodeSolo(seg Segment, row, out int, logits []float32, next []int32) error {
-	at := e.SlotLen(seg.Slot)
-	if err := e.upload(seg.Tokens, at); err != nil {
-		return err
-	}
-	p, err := e.soloProgram(seg.Slot)
-	if err != nil {
-		return err
-	}
-	if err := e.launchSolo(p, seg.Slot); err != nil {
-		return err
-	}
-	lg, nx, err := e.readOut(p, 1, rowsIf(logits != nil))
-	if err != nil {
-		return err
+	var lg []float32
+	var nx int32
+	if seg.Slot == 0 {
+		var err error
+		if nx, lg, err = e.decodeStep(seg.Tokens[0], logits != nil); err != nil {
+			return err
+		}
+	} else {
+		at := e.SlotLen(seg.Slot)
+		if err := e.upload(seg.Tokens, at); err != nil {
+			return err
+		}
+		p, err := e.soloProgram(seg.Slot)
+		if err != nil {
+			return err
+		}
+		if err := e.launchCached(&e.solo.graphs, seg.Slot, p, fmt.Sprintf("the decode step of slot %d", seg.Slot)); err != nil {
+			return err
+		}
+		l, n, err := e.readOut(p, 1, rowsIf(logits != nil))
+		if err != nil {
+			return err
+		}
+		if e.prof != nil {
+			if err := e.prof.collect(lower.Decode); err != nil {
+				return err
+			}
+		}
+		e.setSlotLen(seg.Slot, at+1)
+		lg, nx = l, n[0]
 	}
 	if logits != nil {
 		copy(logits[out*e.V:(out+1)*e.V], lg)
 	}
-	next[row] = nx[0]
-	if e.prof != nil {
-		if err := e.prof.collect(lower.Decode); err != nil {
-			return err
-		}
-	}
+	next[row] = nx
 	e.solo.steps++
-	e.setSlotLen(seg.Slot, at+1)
 	return nil
-}
-
-// launchSolo queues p for slot as launchDecode does: eagerly the first
-// time and in eager mode, else a replay of its captured graph (slot 0's
-// is the single-sequence decode graph).
-func (e *Executor) launchSolo(p *program, slot int) error {
-	if slot == 0 {
-		return e.launchDecode()
-	}
-	return e.launchCached(&e.solo.graphs, slot, p, fmt.Sprintf("the decode step of slot %d", slot))
 }
 
 // SoloGraphs reports the slots (other than 0) whose lone decode rows
