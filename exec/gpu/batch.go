@@ -195,15 +195,16 @@ func (e *Executor) step(segs []Segment, rows logitRows) ([]float32, []int32, err
 // checkSegs checks a step's segments (a slot each, tokens in the
 // vocabulary and the context) and returns their tokens.
 func (e *Executor) checkSegs(segs []Segment) (int, error) {
-	T, seen := 0, map[int]bool{}
+	T := 0
 	for i, sg := range segs {
 		if sg.Slot < 0 || sg.Slot >= e.Seqs() {
 			return 0, fmt.Errorf("gpu: step: segment %d is for slot %d of %d", i, sg.Slot, e.Seqs())
 		}
-		if seen[sg.Slot] {
-			return 0, fmt.Errorf("gpu: step: two segments for slot %d", sg.Slot)
+		for _, o := range segs[:i] { // at most a segment a slot: no map a step
+			if o.Slot == sg.Slot {
+				return 0, fmt.Errorf("gpu: step: two segments for slot %d", sg.Slot)
+			}
 		}
-		seen[sg.Slot] = true
 		if len(sg.Tokens) == 0 {
 			return 0, fmt.Errorf("gpu: step: segment %d (slot %d) has no tokens", i, sg.Slot)
 		}
