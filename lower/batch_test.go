@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"lagc/ir"
+	"lagc/quant"
 )
 
 func TestBatchBuckets(t *testing.T) {
@@ -95,5 +96,74 @@ func TestDeviceBytes(t *testing.T) {
 	want := align(1000) + 3*align(300) + align(10) + align(4096) + align(7000) + align(9000) + align(700)
 	if got := p.DeviceBytes(); got != want {
 		t.Fatalf("DeviceBytes %d, want %d", got, want)
+	}
+}
+
+// TestAtBatchSplitQGEMV: a quantised batched decode step's q, k, v and
+// gate projection is one qgemv_split launch over the whole weight at every
+// bucket up to QGEMVMaxRows (its outputs the step's, its shape the whole
+// GEMV's), and one GEMV an output with Options.DisableSplitGEMM or more
+// rows; QGEMVSplit refuses what it cannot write.
+func TestAtBatchSplitQGEMV(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, MaxContext: 512, Chunk: 64, Seqs: 16, DisableSplitGEMM: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []int{1, 2, 8, 16} {
+			ls, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			splits, gemvs := 0, 0
+			for i, st := range p.Prefill.Steps {
+				if st.Op != "matmul_split" {
+					continue
+				}
+				for _, l := range ls[i] {
+					switch l.Kernel {
+					case "qgemv_split":
+						splits++
+						if l.Args[0].Int != 11336 && l.Args[0].Int != 8240 || l.Ints[1] != int64(b) {
+							t.Errorf("batch %d: %s is not the whole q,k,v,gate GEMV of %d rows", b, l, b)
+						}
+						nw, split := QGEMVShape(int(l.Args[0].Int), 3072, b, false)
+						if l.Ints[2] != int64(nw) || l.Ints[3] != int64(split) {
+							t.Errorf("batch %d: %s, want the whole GEMV's shape %d, %d", b, l, nw, split)
+						}
+					case "qgemv":
+						gemvs++
+					}
+				}
+			}
+			want := 2 * b2i(!off && b <= QGEMVMaxRows)
+			if splits != want || (want > 0 && gemvs != 0) {
+				t.Errorf("batch %d (split GEMM off %v): %d qgemv_split and %d qgemv launches, want %d split", b, off, splits, gemvs, want)
+			}
+		}
+	}
+	ok := QGEMVArgs{T: 2, K: 256, N: 30, XQ: Ptr{BaseWorkspace, 0}, W: Ptr{BaseWeights, 0}, WType: quant.Q8_0, WRows: 30, YType: "bf16"}
+	outs := []SplitOut{{Ptr{BaseArena, 0}, 10}, {Ptr{BaseArena, 1 << 20}, 20}}
+	if l, err := QGEMVSplit(ok, outs); err != nil || len(l.Args) != 14 || l.Args[10].Ptr() != (Ptr{}) || l.Args[12].Int != 30 {
+		t.Errorf("QGEMVSplit: %v, %v", l, err)
+	}
+	for name, c := range map[string]struct {
+		a    QGEMVArgs
+		outs []SplitOut
+	}{
+		"columns short": {ok, outs[:1]},
+		"no outputs":    {ok, nil},
+		"five outputs":  {QGEMVArgs{T: 2, K: 256, N: 50, XQ: ok.XQ, W: ok.W, WType: quant.Q8_0, WRows: 50, YType: "bf16"}, append(outs, outs[1], outs[0], outs[0])},
+		"null output":   {ok, []SplitOut{outs[0], {Ptr{}, 20}}},
+		"swiglu":        {QGEMVArgs{T: 2, K: 256, N: 30, XQ: ok.XQ, W: ok.W, WType: quant.Q8_0, WRows: 60, YType: "bf16", SwiGLU: true}, outs},
+		"nine rows":     {QGEMVArgs{T: 9, K: 256, N: 30, XQ: ok.XQ, W: ok.W, WType: quant.Q8_0, WRows: 30, YType: "bf16"}, outs},
+		"unaligned xq":  {QGEMVArgs{T: 2, K: 256, N: 30, XQ: Ptr{BaseWorkspace, 4}, W: ok.W, WType: quant.Q8_0, WRows: 30, YType: "bf16"}, outs},
+		"past the rows": {QGEMVArgs{T: 2, K: 256, N: 30, XQ: ok.XQ, W: ok.W, WType: quant.Q8_0, WRows: 20, YType: "bf16"}, outs},
+		"accumulates":   {QGEMVArgs{T: 2, K: 256, N: 30, XQ: ok.XQ, W: ok.W, WType: quant.Q8_0, WRows: 30, YType: "bf16", Accumulate: true}, outs},
+		"zero-wide out": {ok, []SplitOut{outs[0], {Ptr{BaseArena, 1 << 20}, 0}, outs[1]}},
+	} {
+		if _, err := QGEMVSplit(c.a, c.outs); err == nil {
+			t.Errorf("%s: QGEMVSplit accepted it", name)
+		}
 	}
 }

@@ -37,7 +37,9 @@ type Options struct {
 	PrefillAttnWS int
 	// DisableSplitGEMM runs a prefill matmul_split (q, k, v and the gate)
 	// as one GEMM an output instead of one GEMM whose epilogue splits the
-	// columns (splitGEMM): A/B timing.
+	// columns (splitGEMM), and a quantised one of a few rows (a batched
+	// decode step) as one GEMV an output instead of qgemv_split
+	// (splitQGEMV): A/B timing.
 	DisableSplitGEMM bool
 	// MoEGather has the grouped experts' gate+up GEMM gather the routes'
 	// x rows itself (MoEArgs.NoGather false) instead of moe_gather_rows

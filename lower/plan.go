@@ -54,7 +54,7 @@ type Plan struct {
 	// PrefillAttnWS runs its warp-specialised form with this many stages
 	// of K and V (0: not).
 	PrefillAttnWS int `json:"prefill_attn_ws,omitempty"`
-	// DisableSplitGEMM runs a prefill matmul_split as one GEMM an output.
+	// DisableSplitGEMM runs a prefill matmul_split as one GEMM (or GEMV) an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
 	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
 	MoEGather bool `json:"moe_gather,omitempty"`

@@ -225,6 +225,9 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 	if ls, ok, err := splitGEMM(c, a, rows); ok || err != nil {
 		return ls, err
 	}
+	if ls, ok, err := splitQGEMV(c, a, rows); ok || err != nil {
+		return ls, err
+	}
 	var ls []Launch
 	row := 0
 	for i, o := range st.Out {
@@ -302,6 +305,41 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, true, err
 	}
 	return append(dq, l), true, nil
+}
+
+// splitQGEMV is a matmul_split of a few rows (a batched decode step, a
+// short prefill chunk) with quantised weights as one GEMV over the whole
+// weight sending each output its columns (QGEMVSplit), after x's
+// quantisation: the GEMVs of k, v and the gate, one launch each, cost
+// their launches' latency more than their bytes. ok is false where it does
+// not apply (more rows, float weights, mixed output dtypes, more than
+// MaxSplit outputs, Options.DisableSplitGEMM): the caller runs a GEMV an
+// output. Each value is the same as the separate GEMVs' (their shapes'
+// K split agrees: lower's tests check it).
+func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
+	st := c.st
+	t, q := QuantType(a.WType)
+	if !q || c.T > QGEMVMaxRows || len(st.Out) < 2 || len(st.Out) > MaxSplit || rows != a.N || c.p.DisableSplitGEMM ||
+		a.SwiGLU || a.Accumulate {
+		return nil, false, nil
+	}
+	outs := make([]SplitOut, len(st.Out))
+	for i, o := range st.Out {
+		if o.DType != st.Out[0].DType {
+			return nil, false, nil
+		}
+		outs[i] = SplitOut{Y: c.out[i], N: o.Last(0)}
+	}
+	ws := Ptr{BaseWorkspace, 0}
+	qz, err := Q8XQuantize(a.XType, a.X, ws, a.T, a.K)
+	if err != nil {
+		return nil, true, err
+	}
+	g, err := QGEMVSplit(QGEMVArgs{T: a.T, K: a.K, N: a.N, XQ: ws, W: a.W, WType: t, WRows: a.N, YType: st.Out[0].DType}, outs)
+	if err != nil {
+		return nil, true, err
+	}
+	return []Launch{qz, g}, true, nil
 }
 
 // SplitRow reports whether a matmul_split step's outputs at t tokens are
