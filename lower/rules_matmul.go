@@ -314,8 +314,10 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 // their launches' latency more than their bytes. ok is false where it does
 // not apply (more rows, float weights, mixed output dtypes, more than
 // MaxSplit outputs, Options.DisableSplitGEMM): the caller runs a GEMV an
-// output. Each value is the same as the separate GEMVs' (their shapes'
-// K split agrees: lower's tests check it).
+// output. Each value is the whole GEMV's of the step's rows, as the decode
+// schedule's one GEMV computes it; the separate GEMVs' too wherever their
+// K split is the whole one's (at Laguna's K of 2048 and 3072 no shape
+// splits K: TestQGEMVSplitGPU, TestBatchStepGPU).
 func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 	st := c.st
 	t, q := QuantType(a.WType)
