@@ -155,8 +155,9 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // together in batches of 1 to 12 rows (buckets up to 16, beyond the GEMVs'
 // 8 rows, with padding) give every row the same bits as the sequence
 // decoding alone (its lone rows on the decode schedule, solo.go), as does
-// the batched program of one row; and alone, the batched path agrees with
-// the single-sequence decode schedule within rounding.
+// the batched program of one row; and a sequence through the batcher alone
+// (its prompt as prefill chunks bound to its slot, its rows on the decode
+// schedule) agrees with the single-sequence API (Forward) within rounding.
 func TestBatchStepGPU(t *testing.T) {
 	for _, dir := range fixtureDirs(t) {
 		for _, dt := range []string{"f32", "bf16"} {
@@ -193,7 +194,7 @@ func TestBatchStepGPU(t *testing.T) {
 						t.Errorf("sequence %d: the batched program of one row differs from the decode schedule at row %d (value %d: %g vs %g)", i, k/V, k, at(one[i], k), at(alone[i], k))
 					}
 				}
-				// The single-sequence schedules on sequence 0.
+				// The single-sequence API on sequence 0.
 				ex.Reset()
 				s := seqs[0]
 				want, _, err := ex.Forward(s.prompt)
@@ -216,9 +217,9 @@ func TestBatchStepGPU(t *testing.T) {
 					t.Fatalf("%d logits alone, %d from the decode schedule", len(alone[0]), len(want))
 				}
 				if e := relL2(alone[0], want); e > tol {
-					t.Errorf("batched path alone vs the decode schedule: relative L2 %.3g (tolerance %g)", e, tol)
+					t.Errorf("the batcher alone vs Forward: relative L2 %.3g (tolerance %g)", e, tol)
 				} else {
-					t.Logf("batched path alone vs the decode schedule: relative L2 %.3g; graphs for buckets %v", e, ex.BatchGraphs())
+					t.Logf("the batcher alone vs Forward: relative L2 %.3g; graphs for buckets %v", e, ex.BatchGraphs())
 				}
 			})
 		}
