@@ -379,7 +379,7 @@ func (e *Executor) decodeBatch(segs []Segment, rows, out []int, logits []float32
 // time (compiling its kernels) and in eager mode, else a replay of the
 // bucket's graph, captured on its second step.
 func (e *Executor) launchBatch(p *program, b int) error {
-	return e.launchCached(&e.batch.graphs, b, p, fmt.Sprintf("the batched decode step of %d rows", b))
+	return e.launchCached(&e.batch.graphs, b, p, "the batched decode step of %d rows")
 }
 
 // BatchGraphs reports the buckets whose batched decode replays a graph.

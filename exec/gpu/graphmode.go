@@ -181,8 +181,9 @@ func (c *graphCache) close() error {
 	return first
 }
 
-// launchCached queues p, key's program in c (what, in errors).
-func (e *Executor) launchCached(c *graphCache, key int, p *program, what string) error {
+// launchCached queues p, key's program in c; whatKey names it in errors,
+// a format of key (formatted only when capturing: it runs every step).
+func (e *Executor) launchCached(c *graphCache, key int, p *program, whatKey string) error {
 	runs := c.runs[key]
 	c.runs[key]++
 	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
@@ -196,7 +197,7 @@ func (e *Executor) launchCached(c *graphCache, key int, p *program, what string)
 			}
 		}
 		var err error
-		if g, err = e.captureRun(p, what); err != nil {
+		if g, err = e.captureRun(p, fmt.Sprintf(whatKey, key)); err != nil {
 			return err
 		}
 		c.graphs[key] = g

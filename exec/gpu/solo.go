@@ -99,7 +99,7 @@ func (e *Executor) decodeSolo(seg Segment, row, out int, logits []float32, next 
 		if err != nil {
 			return err
 		}
-		if err := e.launchCached(&e.solo.graphs, seg.Slot, p, fmt.Sprintf("the decode step of slot %d", seg.Slot)); err != nil {
+		if err := e.launchCached(&e.solo.graphs, seg.Slot, p, "the decode step of slot %d"); err != nil {
 			return err
 		}
 		l, n, err := e.readOut(p, 1, rowsIf(logits != nil))
