@@ -272,11 +272,9 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, false, nil
 	}
 	b := a
-	for i, o := range st.Out {
-		if o.DType != st.Out[0].DType {
-			return nil, false, nil
-		}
-		b.Split = append(b.Split, SplitOut{Y: c.out[i], N: o.Last(0)})
+	var ok bool
+	if b.Split, ok = c.splitOuts(); !ok {
+		return nil, false, nil
 	}
 	b.Y, b.YType = Ptr{}, st.Out[0].DType
 	if !SplitFits(b.Split, 128) {
@@ -307,6 +305,19 @@ func splitGEMM(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 	return append(dq, l), true, nil
 }
 
+// splitOuts is a matmul_split step's outputs as one split GEMM's or
+// GEMV's (each its columns' width); false where their dtypes differ.
+func (c *stepCtx) splitOuts() ([]SplitOut, bool) {
+	outs := make([]SplitOut, len(c.st.Out))
+	for i, o := range c.st.Out {
+		if o.DType != c.st.Out[0].DType {
+			return nil, false
+		}
+		outs[i] = SplitOut{Y: c.out[i], N: o.Last(0)}
+	}
+	return outs, true
+}
+
 // splitQGEMV is a matmul_split of a few rows (a batched decode step, a
 // short prefill chunk) with quantised weights as one GEMV over the whole
 // weight sending each output its columns (QGEMVSplit), after x's
@@ -325,12 +336,9 @@ func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		a.SwiGLU || a.Accumulate {
 		return nil, false, nil
 	}
-	outs := make([]SplitOut, len(st.Out))
-	for i, o := range st.Out {
-		if o.DType != st.Out[0].DType {
-			return nil, false, nil
-		}
-		outs[i] = SplitOut{Y: c.out[i], N: o.Last(0)}
+	outs, ok := c.splitOuts()
+	if !ok {
+		return nil, false, nil
 	}
 	ws := Ptr{BaseWorkspace, 0}
 	qz, err := Q8XQuantize(a.XType, a.X, ws, a.T, a.K)
