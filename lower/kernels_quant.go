@@ -91,9 +91,26 @@ func QGEMVShape(N, K, T int, swiglu bool) (nw, split int) {
 	return QGEMVShapeFor(N, K, T, swiglu, QGEMVGroupsDefault)
 }
 
-// QGEMVShapeFor is QGEMVShape aiming at want warp groups.
+// QGEMVShapeFor is QGEMVShape aiming at want warp groups. split is chosen
+// as for one row whatever T is: it sets the order in which a row's sums
+// are added (each warp every split-th run of K), so a row's bits do not
+// depend on how many rows share the launch (a batched step's rows equal
+// the decode schedule's); nw does not change that order.
 func QGEMVShapeFor(N, K, T int, swiglu bool, want int) (nw, split int) {
-	nw = 4
+	nw = qgemvRowsPerWarp(N, K, T, swiglu, want)
+	nw1 := qgemvRowsPerWarp(N, K, 1, swiglu, want)
+	units := K / 32
+	split = 1
+	for split < 8 && ceilDiv(N, nw1)*split < want && units >= 2*32*2*split {
+		split *= 2
+	}
+	return nw, split
+}
+
+// qgemvRowsPerWarp is QGEMVShapeFor's nw: fewer rows a warp for more
+// activation rows (registers) and where short rows leave too few groups.
+func qgemvRowsPerWarp(N, K, T int, swiglu bool, want int) int {
+	nw := 4
 	switch {
 	case T > 4:
 		nw = 1
@@ -103,15 +120,10 @@ func QGEMVShapeFor(N, K, T int, swiglu bool, want int) (nw, split int) {
 	if swiglu {
 		nw = max(1, nw/2)
 	}
-	units := K / 32
-	for nw > 1 && ceilDiv(N, nw) < want && units < 4*32 {
+	for nw > 1 && ceilDiv(N, nw) < want && K/32 < 4*32 {
 		nw /= 2
 	}
-	split = 1
-	for split < 8 && ceilDiv(N, nw)*split < want && units >= 2*32*2*split {
-		split *= 2
-	}
-	return nw, split
+	return nw
 }
 
 func checkQuantMatrix(op string, t quant.Type, rows, K int) error {

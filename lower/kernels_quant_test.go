@@ -333,6 +333,11 @@ func TestQGEMVShapeFor(t *testing.T) {
 	if nw, split := QGEMVShape(11336, 3072, 1, false); nw != 2 || split != 1 {
 		t.Errorf("QGEMVShape: %d, %d", nw, split)
 	}
+	// o_proj of S-2.1's 72-head layers at 5 rows: one row a warp, and
+	// still K split 4 ways as for one row (it was 2: other bits).
+	if nw, split := QGEMVShape(3072, 9216, 5, false); nw != 1 || split != 4 {
+		t.Errorf("QGEMVShape(3072, 9216, 5): %d, %d; want 1, 4", nw, split)
+	}
 	blocks := func(o Options) (n int) {
 		p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", o)
 		if err != nil {
@@ -409,6 +414,36 @@ func TestQDequantArgs(t *testing.T) {
 		_, err := QDequant(quant.Q8_0, w, 8, 64, c.row0, c.n, c.out, "bf16")
 		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("rows [%d, %d) into %v: error %v, want %q", c.row0, c.row0+c.n, c.out, err, c.err)
+		}
+	}
+}
+
+// TestQGEMVSplitIgnoresRows: a row's sums are added in an order set by
+// the K split alone, so the split must not follow the row count: a
+// batched step's rows (T = 2 to 8) then equal the decode schedule's (T =
+// 1) bit for bit. Shapes: Laguna's matrices (q,k,v,gate, o_proj of 48,
+// 64 and 72 heads, experts, router, head) and a grid, every warp-group
+// target a plan takes.
+func TestQGEMVSplitIgnoresRows(t *testing.T) {
+	shapes := [][2]int{{11336, 3072}, {8240, 2048}, {3072, 6144}, {3072, 9216}, {2048, 8192}, {2048, 6144},
+		{3072, 1024}, {2048, 3072}, {256, 3072}, {100352, 3072}, {100352, 2048}}
+	for _, n := range []int{1, 7, 96, 256, 1000, 3072, 5000, 70000} {
+		for _, k := range []int{32, 256, 1024, 2048, 4096, 4128, 8192, 9216, 12288, 16384, 32768} {
+			shapes = append(shapes, [2]int{n, k})
+		}
+	}
+	for _, want := range []int{QGEMVGroupsDefault, 256, 1024, 2048, 8192} {
+		for _, s := range shapes {
+			for _, swiglu := range []bool{false, true} {
+				_, split1 := QGEMVShapeFor(s[0], s[1], 1, swiglu, want)
+				for T := 2; T <= QGEMVMaxRows; T++ {
+					nw, split := QGEMVShapeFor(s[0], s[1], T, swiglu, want)
+					if split != split1 || nw < 1 || nw > 4 {
+						t.Errorf("%d x %d, SwiGLU %v, %d groups: T=%d gives %d rows a warp, split %d; T=1 split %d",
+							s[0], s[1], swiglu, want, T, nw, split, split1)
+					}
+				}
+			}
 		}
 	}
 }
