@@ -61,7 +61,7 @@ func TestAtBatchKernels(t *testing.T) {
 						// A split one counts its blocks per row in BaseSync,
 						// sized for the largest bucket.
 						if nh, nkv := int(l.Args[0].Int), int(l.Args[1].Int); l.Grid[0] > 1 &&
-							(!strings.HasSuffix(l.String(), "sync+0, null, null"+noNormRoPE) || p.Prefill.Sync < DecodeCounters(64, nh, nkv)) {
+							(l.Args[attnArgOut+3].Ptr() != (Ptr{BaseSync, 0}) || !l.Args[attnArgXQ].Ptr().Null() || p.Prefill.Sync < DecodeCounters(64, nh, nkv)) {
 							t.Errorf("batch %d: counters of %d bytes for %s", b, p.Prefill.Sync, l)
 						}
 					}

@@ -83,6 +83,7 @@ var launchFusions = []struct {
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
+	{"fuseRowsNormRoPEAttention", fuseRowsNormRoPEAttention},
 	{"fusePrefillGEMMNormRoPE", fusePrefillGEMMNormRoPE},
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},

@@ -312,11 +312,12 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 // each GEMV reading quantised activations must find exactly what it finds
 // in the raw stream.
 func TestDropQ8XPlans(t *testing.T) {
-	// Without fuseNormRoPEAttention and fusePrefillNormRoPEAttention, which
-	// TestFuseNormRoPEAttention and TestFusePrefillNormRoPEAttention check,
-	// and the renames of fuseXInPre and fuseDownPre (TestXInPrePlan).
+	// Without fuseNormRoPEAttention, fuseRowsNormRoPEAttention and
+	// fusePrefillNormRoPEAttention, which TestFuseNormRoPEAttention,
+	// TestFuseRowsNormRoPEAttention and TestFusePrefillNormRoPEAttention
+	// check, and the renames of fuseXInPre and fuseDownPre (TestXInPrePlan).
 	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16,
-		DisableFusions: []string{"fuseNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
+		DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,9 @@ func readQKNormRoPE(t *testing.T, l Launch) qkNormRoPE {
 func TestNormRoPEPairsInDecode(t *testing.T) {
 	for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 		// The q/k pairs as launched before the attention may take them
-		// over (TestFuseNormRoPEAttention).
-		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 8, MaxContext: 64, Seqs: 4, DisableFusions: []string{"fuseNormRoPEAttention"}})
+		// over (TestFuseNormRoPEAttention, TestFuseRowsNormRoPEAttention).
+		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 8, MaxContext: 64, Seqs: 4,
+			DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsNormRoPEAttention"}})
 		if err != nil {
 			t.Fatal(err)
 		}
