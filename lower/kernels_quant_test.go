@@ -333,10 +333,14 @@ func TestQGEMVShapeFor(t *testing.T) {
 	if nw, split := QGEMVShape(11336, 3072, 1, false); nw != 2 || split != 1 {
 		t.Errorf("QGEMVShape: %d, %d", nw, split)
 	}
-	// o_proj of S-2.1's 72-head layers at 5 rows: one row a warp, and
-	// still K split 4 ways as for one row (it was 2: other bits).
-	if nw, split := QGEMVShape(3072, 9216, 5, false); nw != 1 || split != 4 {
-		t.Errorf("QGEMVShape(3072, 9216, 5): %d, %d; want 1, 4", nw, split)
+	// o_proj of S-2.1's 72-head layers at 5 rows: K still split 4 ways as
+	// for one row (it was 2: other bits), and so two rows a warp (one
+	// elsewhere above 4 rows); the 48-head layers' split 2, one row.
+	if nw, split := QGEMVShape(3072, 9216, 5, false); nw != 2 || split != 4 {
+		t.Errorf("QGEMVShape(3072, 9216, 5): %d, %d; want 2, 4", nw, split)
+	}
+	if nw, split := QGEMVShape(3072, 6144, 8, false); nw != 1 || split != 2 {
+		t.Errorf("QGEMVShape(3072, 6144, 8): %d, %d; want 1, 2", nw, split)
 	}
 	blocks := func(o Options) (n int) {
 		p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", o)
