@@ -83,7 +83,7 @@ var launchFusions = []struct {
 	{"fuseGEMVNorm", launchesOnly(fuseGEMVNorm)},
 	{"fuseRouterQGEMV", launchesOnly(fuseRouterQGEMV)},
 	{"fuseNormRoPEAttention", fuseNormRoPEAttention},
-	{"fuseRowsNormRoPEAttention", fuseRowsNormRoPEAttention},
+	{"fuseRowsKNormRoPEAttention", fuseRowsKNormRoPEAttention},
 	{"fusePrefillGEMMNormRoPE", fusePrefillGEMMNormRoPE},
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
@@ -93,7 +93,7 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseTopKShared", "fuseRowsNormRoPEAttention"}
+var optInFusions = []string{"fuseTopKShared"}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }

@@ -312,12 +312,12 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 // each GEMV reading quantised activations must find exactly what it finds
 // in the raw stream.
 func TestDropQ8XPlans(t *testing.T) {
-	// Without fuseNormRoPEAttention, fuseRowsNormRoPEAttention and
+	// Without fuseNormRoPEAttention, fuseRowsKNormRoPEAttention and
 	// fusePrefillNormRoPEAttention, which TestFuseNormRoPEAttention,
 	// TestFuseRowsNormRoPEAttention and TestFusePrefillNormRoPEAttention
 	// check, and the renames of fuseXInPre and fuseDownPre (TestXInPrePlan).
 	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16,
-		DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
+		DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsKNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
 	if err != nil {
 		t.Fatal(err)
 	}

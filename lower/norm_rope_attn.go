@@ -62,37 +62,34 @@ func NormRoPEAttention(n, a Launch) (Launch, error) {
 
 // A batched decode step (a bucket's program: the prefill schedule at T =
 // rows) has q and k in arrays of their own, rotated by two qk_norm_rope
-// launches, q's heads then k's. fuseRowsNormRoPEAttention lets the
-// attention do both (attn_decode with NR = 1 reads row r's q and k at r
-// rows' strides, as in one-token decode), two launches fewer a layer. Its
-// invariant:
+// launches, q's heads then k's. fuseRowsKNormRoPEAttention lets the
+// attention rotate the k heads (attn_decode with NR = 2: the block holding
+// a row's position rotates that row's k head as one-token decode does, and
+// appends it), one launch fewer a layer. q keeps its launch: rotated in the
+// attention (NR = 1) every split's block of a row would do it again, which
+// measured slower from 4 rows (docs/PERF.md). Its invariant:
 //
-//	two qk_norm_rope launches Q and K, each the only launch of its
-//	norm_rope step, are dropped, and the attn_decode launch A right after
-//	them becomes NormRoPEAttentionRows(Q, K, A), only when Q rotates A's
-//	nh q heads and K its nkv k heads of A's rows, each row's heads back to
-//	back (the strides A reads them at), at A's positions, with the same
-//	eps and rotation, A reads q and k where Q and K write them, and no
-//	step but A's reads what they write.
-//
-// The kernel computes each row as one-token decode does (the same code,
-// its row's pointers), so a batched row's bits are the decode schedule's.
+//	a qk_norm_rope launch N, the only launch of its norm_rope step, is
+//	dropped, and the attn_decode launch A right after it becomes
+//	NormKRoPEAttentionRows(N, A), only when N rotates A's nkv k heads of
+//	A's rows, each row's heads back to back (the stride A reads them at),
+//	at A's positions, A reads k where N writes it, A's output lies apart
+//	from the unrotated k and from v, and no step but A's reads what N
+//	writes.
 
-// NormRoPEAttentionRows is the attn_decode launch a doing the
-// qk_norm_rope launches nq (its q heads) and nk (its k heads) before it.
-func NormRoPEAttentionRows(nq, nk, a Launch) (Launch, error) {
-	const op = "NormRoPEAttentionRows"
-	for _, n := range []Launch{nq, nk} {
-		if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Ints) != 1 || len(n.Args) != 16 ||
-			!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
-			return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
-		}
+// NormKRoPEAttentionRows is the attn_decode launch a doing the
+// qk_norm_rope launch nk (its k heads) before it.
+func NormKRoPEAttentionRows(nk, a Launch) (Launch, error) {
+	const op = "NormKRoPEAttentionRows"
+	if nk.Kernel != "qk_norm_rope" || nk.File != "rope.cu" || len(nk.DTypes) != 1 || len(nk.Ints) != 1 || len(nk.Args) != 16 ||
+		!ArgKinds(nk.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
+		return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, nk.NameExpr())
 	}
 	if a.Kernel != "attn_decode" || a.File != "attention.cu" || len(a.DTypes) != 1 || len(a.Ints) != 2 || a.Ints[1] != 0 ||
 		len(a.Args) != attnArgCount {
 		return Launch{}, fmt.Errorf("%s: %s is not an attn_decode launch as AttentionDecode builds it", op, a.NameExpr())
 	}
-	aa := a.Args
+	aa, na := a.Args, nk.Args
 	nh, nkv, d := aa[attnArgNH].Int, aa[attnArgNKV].Int, aa[attnArgD].Int
 	if nkv <= 0 || nh%nkv != 0 || aa[attnArgK].Ptr().Null() {
 		return Launch{}, fmt.Errorf("%s: the attention takes %d q heads over %d kv heads, k at %v", op, nh, nkv, aa[attnArgK].Ptr())
@@ -103,75 +100,52 @@ func NormRoPEAttentionRows(nq, nk, a Launch) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: the attention's grid %v is not whole rows of %d head blocks", op, a.Grid, zh)
 	}
 	rows := int64(a.Grid[2] / zh)
-	for i, c := range []struct {
-		n     Launch
-		heads int64
-		reads Ptr
-	}{{nq, nh, aa[attnArgQ].Ptr()}, {nk, nkv, aa[attnArgK].Ptr()}} {
-		na := c.n.Args
-		switch {
-		case c.n.DTypes[0] != a.DTypes[0]:
-			return Launch{}, fmt.Errorf("%s: launch %d's %s elements, the attention's %s", op, i, c.n.DTypes[0], a.DTypes[0])
-		case na[0].Int != rows || na[1].Int != c.heads || na[2].Int != 0 || na[3].Int != d:
-			return Launch{}, fmt.Errorf("%s: launch %d rotates %d rows of %d+%d heads of %d, the attention reads %d rows of %d heads of %d",
-				op, i, na[0].Int, na[1].Int, na[2].Int, na[3].Int, rows, c.heads, d)
-		case na[4].Int != c.heads*d || na[5].Int != c.heads*d:
-			return Launch{}, fmt.Errorf("%s: launch %d's rows %d and %d elements apart, the attention's %d", op, i, na[4].Int, na[5].Int, c.heads*d)
-		case na[7].Ptr() != c.reads || na[6].Ptr().Null():
-			return Launch{}, fmt.Errorf("%s: launch %d writes %v (from %v), the attention reads %v", op, i, na[7].Ptr(), na[6].Ptr(), c.reads)
-		case na[11].Ptr() != aa[attnArgPos].Ptr():
-			return Launch{}, fmt.Errorf("%s: launch %d at positions %v, the attention at %v", op, i, na[11].Ptr(), aa[attnArgPos].Ptr())
-		}
+	switch {
+	case nk.DTypes[0] != a.DTypes[0]:
+		return Launch{}, fmt.Errorf("%s: %s elements, the attention's %s", op, nk.DTypes[0], a.DTypes[0])
+	case na[0].Int != rows || na[1].Int != nkv || na[2].Int != 0 || na[3].Int != d:
+		return Launch{}, fmt.Errorf("%s: %d rows of %d+%d heads of %d rotated, the attention reads %d rows of %d k heads of %d",
+			op, na[0].Int, na[1].Int, na[2].Int, na[3].Int, rows, nkv, d)
+	case na[4].Int != nkv*d || na[5].Int != nkv*d:
+		return Launch{}, fmt.Errorf("%s: rows %d and %d elements apart, the attention's %d", op, na[4].Int, na[5].Int, nkv*d)
+	case na[7].Ptr() != aa[attnArgK].Ptr() || na[6].Ptr().Null():
+		return Launch{}, fmt.Errorf("%s: k rotated into %v (from %v), the attention reads %v", op, na[7].Ptr(), na[6].Ptr(), aa[attnArgK].Ptr())
+	case na[11].Ptr() != aa[attnArgPos].Ptr():
+		return Launch{}, fmt.Errorf("%s: k rotated at positions %v, the attention's %v", op, na[11].Ptr(), aa[attnArgPos].Ptr())
 	}
-	qa, ka := nq.Args, nk.Args
-	// The attention's output may lie over the unrotated q (the memory plan
-	// reuses it once the rotation has read it): a head's output is stored
-	// after every block reading that head's q has finished. Anywhere else
-	// over q, or over k or v (read by other kv heads' blocks meanwhile), a
-	// store could land before a read.
+	// A kv head's output is stored by its group's last block while the
+	// block holding another row's position may still read that row's
+	// unrotated k (and v): they must lie apart.
 	es := int64(dtypeSize(a.DTypes[0]))
-	out, on := aa[attnArgOut].Ptr(), rows*nh*d*es
-	q, k, v, kn := qa[6].Ptr(), ka[6].Ptr(), aa[attnArgK+1].Ptr(), rows*nkv*d*es
-	if (out != q && overlaps(out, on, q, on)) || overlaps(out, on, k, kn) || overlaps(out, on, v, kn) {
-		return Launch{}, fmt.Errorf("%s: the attention's output %v overlaps q %v, k %v or v %v", op, out, q, k, v)
-	}
-	if qa[10] != ka[10] || qa[12] != ka[12] || qa[13] != ka[13] || qa[14] != ka[14] {
-		return Launch{}, fmt.Errorf("%s: q and k rotated apart (eps %v, %v; table %v, %v; rot %v, %v; factor %v, %v)",
-			op, qa[10], ka[10], qa[12], ka[12], qa[13], ka[13], qa[14], ka[14])
+	out, k, v, kn := aa[attnArgOut].Ptr(), na[6].Ptr(), aa[attnArgK+1].Ptr(), rows*nkv*d*es
+	if on := rows * nh * d * es; overlaps(out, on, k, kn) || overlaps(out, on, v, kn) {
+		return Launch{}, fmt.Errorf("%s: the attention's output %v overlaps k %v or v %v", op, out, k, v)
 	}
 	f := a
-	f.Ints = []int64{a.Ints[0], 1}
+	f.Ints = []int64{a.Ints[0], 2}
 	f.Args = append([]Arg(nil), aa...)
-	f.Args[attnArgQ], f.Args[attnArgK] = qa[6], ka[6]
-	copy(f.Args[attnArgNR:], []Arg{qa[8], ka[8], qa[10], qa[12], qa[13], qa[14]})
+	f.Args[attnArgK] = na[6]
+	copy(f.Args[attnArgNR:], []Arg{ptrArg(Ptr{}), na[8], na[10], na[12], na[13], na[14]})
 	f.Shmem += 4 * int((d+3)&^3) // kT: this token's rotated k head
 	return f, nil
 }
 
-// fuseRowsNormRoPEAttention fuses each pair of qk_norm_rope launches (two
-// norm_rope steps of one launch each) into the batched decode attention
-// right after them where the invariant above holds.
-func fuseRowsNormRoPEAttention(meta []Step, steps [][]Launch) {
+// fuseRowsKNormRoPEAttention fuses each qk_norm_rope launch of its own
+// norm_rope step into the batched decode attention right after it where
+// the invariant above holds.
+func fuseRowsKNormRoPEAttention(meta []Step, steps [][]Launch) {
 	if len(meta) != len(steps) {
 		return
 	}
-	one := func(i int) bool {
-		return meta[i].Op == "norm_rope" && len(steps[i]) == 1 && steps[i][0].Kernel == "qk_norm_rope"
-	}
-	for i := 0; i+2 < len(steps); i++ {
-		j := i + 2
-		if !one(i) || !one(i+1) || len(steps[j]) == 0 || !onlyReader(meta, i, j) {
+	for i := 0; i+1 < len(steps); i++ {
+		j := i + 1
+		if meta[i].Op != "norm_rope" || len(steps[i]) != 1 || len(steps[j]) == 0 || !onlyReader(meta, i, j) {
 			continue
 		}
-		f, err := NormRoPEAttentionRows(steps[i][0], steps[i+1][0], steps[j][0])
-		if err != nil {
-			f, err = NormRoPEAttentionRows(steps[i+1][0], steps[i][0], steps[j][0])
+		if f, err := NormKRoPEAttentionRows(steps[i][0], steps[j][0]); err == nil {
+			steps[j][0] = f
+			steps[i] = steps[i][:0]
 		}
-		if err != nil {
-			continue
-		}
-		steps[j][0] = f
-		steps[i], steps[i+1] = steps[i][:0], steps[i+1][:0]
 	}
 }
 

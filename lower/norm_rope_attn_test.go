@@ -11,7 +11,7 @@ import (
 // qk_norm_rope is taken over by the attention after it, exactly as
 // NormRoPEAttention builds it from the two launches the plan has without
 // the fusion; batched decode steps (several rows, q and k apart) are
-// fuseRowsNormRoPEAttention's, not this fusion's; and the builder refuses
+// fuseRowsKNormRoPEAttention's, not this fusion's; and the builder refuses
 // an attention not reading the rotated heads, or a norm whose output
 // another step reads.
 func TestFuseNormRoPEAttention(t *testing.T) {
@@ -107,22 +107,22 @@ func TestFuseNormRoPEAttention(t *testing.T) {
 	}
 }
 
-// TestFuseRowsNormRoPEAttention: in a batched decode step (a bucket's
+// TestFuseRowsKNormRoPEAttention: in a batched decode step (a bucket's
 // program: q, k and v apart, each row at its own position) every layer's
-// two qk_norm_rope launches are taken over by the attention after them,
-// exactly as NormRoPEAttentionRows builds it from the three launches the
-// step has without the fusion, at every bucket; the decode schedule is
-// left to fuseNormRoPEAttention; it runs only when enabled (measured
-// slower on the H200); and the builder refuses launches that do not rotate
-// what the attention reads as it reads it.
-func TestFuseRowsNormRoPEAttention(t *testing.T) {
+// k heads' qk_norm_rope launch is taken over by the attention after it,
+// exactly as NormKRoPEAttentionRows builds it from the two launches the
+// step has without the fusion, at every bucket, and the q heads keep their
+// launch; the decode schedule is left to fuseNormRoPEAttention; and the
+// builder refuses launches that do not rotate what the attention reads as
+// it reads it.
+func TestFuseRowsKNormRoPEAttention(t *testing.T) {
 	for _, dt := range []ir.DType{ir.BF16, ir.F32} {
-		o := Options{DType: dt, Chunk: 16, MaxContext: 64, Seqs: 4, EnableFusions: []string{"fuseRowsNormRoPEAttention"}} // opt-in
+		o := Options{DType: dt, Chunk: 16, MaxContext: 64, Seqs: 4}
 		fused, err := Lower(tinyGraph(t), o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.EnableFusions = nil
+		o.DisableFusions = []string{"fuseRowsKNormRoPEAttention"}
 		plain, err := Lower(tinyGraph(t), o)
 		if err != nil {
 			t.Fatal(err)
@@ -143,34 +143,34 @@ func TestFuseRowsNormRoPEAttention(t *testing.T) {
 			for i := range lf {
 				got, want = append(got, lf[i]...), append(want, lp[i]...)
 			}
-			var triples int
+			var pairs int
 			for i, k := 0, 0; i < len(want); i, k = i+1, k+1 {
 				if i+2 < len(want) && want[i].Kernel == "qk_norm_rope" && want[i+1].Kernel == "qk_norm_rope" && want[i+2].Kernel == "attn_decode" {
-					f, err := NormRoPEAttentionRows(want[i], want[i+1], want[i+2])
+					f, err := NormKRoPEAttentionRows(want[i+1], want[i+2])
 					if err != nil {
 						t.Fatalf("%s batch %d: %v", dt, b, err)
 					}
-					if f.Ints[1] != 1 || f.Args[attnArgQ] != want[i].Args[6] || f.Args[attnArgK] != want[i+1].Args[6] {
-						t.Fatalf("%s batch %d: %v does not read the unrotated q and k", dt, b, f)
+					if f.Ints[1] != 2 || f.Args[attnArgQ] != want[i+2].Args[attnArgQ] || f.Args[attnArgK] != want[i+1].Args[6] {
+						t.Fatalf("%s batch %d: %v does not read the rotated q and the unrotated k", dt, b, f)
 					}
-					if k >= len(got) || !reflect.DeepEqual(got[k], f) {
-						t.Fatalf("%s batch %d: launch %d is %v, want %v", dt, b, k, got[k], f)
+					if k+1 >= len(got) || !reflect.DeepEqual(got[k], want[i]) || !reflect.DeepEqual(got[k+1], f) {
+						t.Fatalf("%s batch %d: launches %d, %d are %v, %v; want q's rotation %v, then %v", dt, b, k, k+1, got[k], got[k+1], want[i], f)
 					}
-					triples++
-					i += 2
+					pairs++
+					i, k = i+2, k+1
 					continue
 				}
 				if k >= len(got) || !reflect.DeepEqual(got[k], want[i]) {
 					t.Fatalf("%s batch %d: launch %d is %v, want %v", dt, b, k, got[k], want[i])
 				}
 			}
-			if triples != 4 || len(got) != len(want)-2*triples {
-				t.Errorf("%s batch %d: %d fused triples, %d launches of %d", dt, b, triples, len(got), len(want))
+			if pairs != 4 || len(got) != len(want)-pairs {
+				t.Errorf("%s batch %d: %d fused pairs, %d launches of %d", dt, b, pairs, len(got), len(want))
 			}
 		}
 	}
 	// Refusals, on bucket 3's first layer.
-	p, err := Lower(tinyGraph(t), Options{DType: ir.BF16, Chunk: 16, MaxContext: 64, Seqs: 4})
+	p, err := Lower(tinyGraph(t), Options{DType: ir.BF16, Chunk: 16, MaxContext: 64, Seqs: 4, DisableFusions: []string{"fuseRowsKNormRoPEAttention"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestFuseRowsNormRoPEAttention(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NormRoPEAttentionRows(nq, nk, a); err != nil {
+	if _, err := NormKRoPEAttentionRows(nk, a); err != nil {
 		t.Fatal(err)
 	}
 	with := func(l Launch, i int, v Arg) Launch {
@@ -199,30 +199,22 @@ func TestFuseRowsNormRoPEAttention(t *testing.T) {
 		l.Args[i] = v
 		return l
 	}
-	es := int64(2)
-	nh, d := a.Args[attnArgNH].Int, a.Args[attnArgD].Int
-	for name, c := range map[string][3]Launch{
-		"q and k swapped":              {nk, nq, a},
-		"the attention twice":          {nq, a, a},
-		"q read elsewhere":             {nq, nk, with(a, attnArgQ, ptrArg(a.Args[attnArgQ].Ptr().At(64)))},
-		"k read elsewhere":             {nq, nk, with(a, attnArgK, ptrArg(a.Args[attnArgK].Ptr().At(64)))},
-		"no fresh k":                   {nq, nk, with(a, attnArgK, ptrArg(Ptr{}))},
-		"q rotated at other positions": {with(nq, 11, ptrArg(nq.Args[11].Ptr().At(4))), nk, a},
-		"k with another eps":           {nq, with(nk, 10, f32(1e-3)), a},
-		"k with another rotation":      {nq, with(nk, 13, i32(int(nk.Args[13].Int/2))), a},
-		"q rows strided":               {with(with(nq, 4, i64(2*nh*d)), 5, i64(2*nh*d)), nk, a},
-		"q for fewer rows":             {with(nq, 0, i32(2)), nk, a},
-		"k with q's heads":             {nq, with(nk, 1, i32(int(nh))), a},
-		"already fused":                {nq, nk, func() Launch { f, _ := NormRoPEAttentionRows(nq, nk, a); return f }()},
-		"output over k":                {nq, nk, with(a, attnArgOut, ptrArg(nk.Args[6].Ptr().At(es*d)))},
-		"output over v":                {nq, nk, with(a, attnArgOut, ptrArg(a.Args[attnArgK+1].Ptr()))},
-		"output half over q":           {nq, nk, with(a, attnArgOut, ptrArg(nq.Args[6].Ptr().At(es*d)))},
+	es, d := int64(2), a.Args[attnArgD].Int
+	for name, c := range map[string][2]Launch{
+		"q's rotation":                {nq, a},
+		"the attention twice":         {a, a},
+		"k read elsewhere":            {nk, with(a, attnArgK, ptrArg(a.Args[attnArgK].Ptr().At(64)))},
+		"no fresh k":                  {nk, with(a, attnArgK, ptrArg(Ptr{}))},
+		"k at other positions":        {with(nk, 11, ptrArg(nk.Args[11].Ptr().At(4))), a},
+		"k rows strided":              {with(with(nk, 4, i64(2*nk.Args[4].Int)), 5, i64(2*nk.Args[5].Int)), a},
+		"k for fewer rows":            {with(nk, 0, i32(2)), a},
+		"k and more heads":            {with(nk, 2, i32(1)), a},
+		"already fused":               {nk, func() Launch { f, _ := NormKRoPEAttentionRows(nk, a); return f }()},
+		"output over the unrotated k": {nk, with(a, attnArgOut, ptrArg(nk.Args[6].Ptr().At(es*d)))},
+		"output over v":               {nk, with(a, attnArgOut, ptrArg(a.Args[attnArgK+1].Ptr()))},
 	} {
-		if _, err := NormRoPEAttentionRows(c[0], c[1], c[2]); err == nil {
+		if _, err := NormKRoPEAttentionRows(c[0], c[1]); err == nil {
 			t.Errorf("%s: fused", name)
 		}
-	}
-	if f, err := NormRoPEAttentionRows(nq, nk, with(a, attnArgOut, ptrArg(nq.Args[6].Ptr()))); err != nil || f.Args[attnArgOut].Ptr() != nq.Args[6].Ptr() {
-		t.Errorf("the output exactly over the unrotated q: %v", err)
 	}
 }

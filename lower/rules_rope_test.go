@@ -36,7 +36,7 @@ func TestNormRoPEPairsInDecode(t *testing.T) {
 		// The q/k pairs as launched before the attention may take them
 		// over (TestFuseNormRoPEAttention, TestFuseRowsNormRoPEAttention).
 		p, err := Lower(tinyGraph(t), Options{DType: dt, Chunk: 8, MaxContext: 64, Seqs: 4,
-			DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsNormRoPEAttention"}})
+			DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsKNormRoPEAttention"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -312,7 +312,9 @@ __device__ __forceinline__ void dec_rope_stage(bool v4, int d, const T* x, float
 // whose keys include pos this token's k head (warp 0, into kT; the block
 // that appends it writes kT to the cache). qw, kw: the norms' weights
 // (null: no norm), eps, inv_freq, rot, attnf: as qk_norm_rope's. Same bits
-// as the two launches.
+// as the two launches. NR = 2 (fuseRowsKNormRoPEAttention): k alone, q
+// read as given (rotated by its own launch, once a row rather than again in
+// every split's block).
 template <typename T, int NCH, int NR>
 __global__ void __launch_bounds__(32 * DEC_HEADS)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
@@ -367,8 +369,8 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   int p;
   // NR: q and k heads staged with 4 channels a lane where qk_norm_rope
   // would have (its vector path: d and the pointers aligned to 4 values).
-  const bool nr4 = (d & 3) == 0 && ((((unsigned long long)q) | ((unsigned long long)kx)) & (4 * sizeof(T) - 1)) == 0;
-  if constexpr (NR) {
+  const bool nr4 = (d & 3) == 0 && (((NR == 1 ? (unsigned long long)q : 0ull) | ((unsigned long long)kx)) & (4 * sizeof(T) - 1)) == 0;
+  if constexpr (NR == 1) {
     p = *pos;
     if (active) {  // uniform per warp
       float* b = Ks + warp * d;

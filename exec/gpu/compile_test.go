@@ -47,8 +47,8 @@ func dumpCubin(t *testing.T, dir, key string, cubin []byte) {
 
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
-// every kernel instantiation the trace models' plans launch (and the fused
-// norm forms they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
+// every kernel instantiation the trace models' plans launch, batched
+// decode steps included (and the fused norm forms they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
 // before it reaches a GPU.
 func TestPlanKernelsCompile(t *testing.T) {
 	if _, err := cuda.NVRTCVersion(); err != nil {
@@ -69,6 +69,15 @@ func TestPlanKernelsCompile(t *testing.T) {
 		}
 		kinds[key][argKinds(l.Args)] = true
 	}
+	addAll := func(all [][]lower.Launch) {
+		for _, ls := range all {
+			for _, l := range ls {
+				if l.Kernel != lower.Memcpy {
+					add(l)
+				}
+			}
+		}
+	}
 	for _, m := range traceModels {
 		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
 			p := tracePlan(t, m, dt)
@@ -81,14 +90,16 @@ func TestPlanKernelsCompile(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					for _, ls := range all {
-						for _, l := range ls {
-							if l.Kernel != lower.Memcpy {
-								add(l)
-							}
-						}
-					}
+					addAll(all)
 				}
+			}
+			// Batched decode steps (buckets of 2 and 8 rows).
+			for _, b := range []int{2, 8} {
+				all, err := p.AtBatch(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				addAll(all)
 			}
 		}
 	}
