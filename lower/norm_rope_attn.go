@@ -67,7 +67,9 @@ func NormRoPEAttention(n, a Launch) (Launch, error) {
 // a row's position rotates that row's k head as one-token decode does, and
 // appends it), one launch fewer a layer. q keeps its launch: rotated in the
 // attention (NR = 1) every split's block of a row would do it again, which
-// measured slower from 4 rows (docs/PERF.md). Its invariant:
+// measured slower from 4 rows; this form measured level with the two
+// launches (the one-block k launch overlaps under programmatic launch), so
+// it is opt-in (docs/PERF.md). Its invariant:
 //
 //	a qk_norm_rope launch N, the only launch of its norm_rope step, is
 //	dropped, and the attn_decode launch A right after it becomes

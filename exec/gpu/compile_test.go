@@ -48,7 +48,8 @@ func dumpCubin(t *testing.T, dir, key string, cubin []byte) {
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
 // every kernel instantiation the trace models' plans launch, batched
-// decode steps included (and the fused norm forms they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
+// decode steps included (and the fused norm forms and opt-in fusions'
+// attentions they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
 // before it reaches a GPU.
 func TestPlanKernelsCompile(t *testing.T) {
 	if _, err := cuda.NVRTCVersion(); err != nil {
@@ -93,13 +94,23 @@ func TestPlanKernelsCompile(t *testing.T) {
 					addAll(all)
 				}
 			}
-			// Batched decode steps (buckets of 2 and 8 rows).
+			// Batched decode steps (buckets of 2 and 8 rows), and the
+			// attention of the opt-in fuseRowsKNormRoPEAttention.
 			for _, b := range []int{2, 8} {
 				all, err := p.AtBatch(b)
 				if err != nil {
 					t.Fatal(err)
 				}
 				addAll(all)
+				var flat []lower.Launch
+				for _, ls := range all {
+					flat = append(flat, ls...)
+				}
+				for i := 0; i+1 < len(flat); i++ {
+					if f, err := lower.NormKRoPEAttentionRows(flat[i], flat[i+1]); err == nil {
+						add(f)
+					}
+				}
 			}
 		}
 	}
