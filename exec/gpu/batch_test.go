@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"lagc/ckpt"
+	"lagc/config"
+	"lagc/cuda/cudatest"
 	"lagc/engine"
 	"lagc/internal/fixture"
 	"lagc/sched"
@@ -520,4 +523,71 @@ func randTokens(rng *rand.Rand, n, V int) []int32 {
 		out[i] = int32(rng.IntN(V))
 	}
 	return out
+}
+
+// TestBatchStepS21GPU is TestBatchStepGPU at Laguna-S-2.1's shapes, which
+// no fixture reaches: the first two layers (the dense one, K 12288 in its
+// down; a 72-head MoE one, K 9216 in o_proj) with synthetic q4_k_m
+// weights, bf16. Rows decoded together in buckets of 1 to 16 must be the
+// bits of each sequence alone: with K that long the quantised GEMVs split
+// it, and a split that followed the row count (as it did before
+// 2026-12-04 at 5-8 rows) adds a row's sums in another order.
+func TestBatchStepS21GPU(t *testing.T) {
+	cudatest.Device(t)
+	full, err := config.Preset("laguna-s-2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := *full
+	cfg.NumLayers = 2
+	cfg.LayerTypes = append([]string(nil), full.LayerTypes[:2]...)
+	cfg.MLPLayerTypes = append([]string(nil), full.MLPLayerTypes[:2]...)
+	cfg.HeadsPerLayer = append([]int(nil), full.HeadsPerLayer[:2]...)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Heads(1)*cfg.HeadDim != 9216 || cfg.IntermediateSize != 12288 {
+		t.Fatalf("layer 1 has %d q heads of %d, the dense MLP %d: not the shapes this test is for", cfg.Heads(1), cfg.HeadDim, cfg.IntermediateSize)
+	}
+	g, err := engine.BuildGraph(&cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := engine.ExpectedTensors(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ckpt.ParseRecipe("q4_k_m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tensors []ckpt.TensorInfo
+	for _, e := range want {
+		ti := ckpt.TensorInfo{Name: e.Name, Shape: e.Shape}
+		ti.DType = r.TypeFor(ti)
+		if ti.Size, err = ti.DType.Bytes(ti.Elements()); err != nil {
+			t.Fatal(err)
+		}
+		tensors = append(tensors, ti)
+	}
+	ck, err := ckpt.Synthetic(&cfg, "synthetic:laguna-s-2.1", tensors, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: "cuda", DType: "bf16", MaxContext: 256, Chunk: 64, Slots: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	b, err := m.Batch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := cfg.VocabSize
+	seqs, alone, got := aloneAndBatched(t, b, V)
+	for i := range seqs {
+		if k, diff := firstBitDiff(got[i], alone[i]); diff {
+			t.Errorf("sequence %d: batched row %d differs from alone (value %d: %g vs %g)", i, k/V, k, at(got[i], k), at(alone[i], k))
+		}
+	}
 }
