@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -165,5 +166,73 @@ func TestAtBatchSplitQGEMV(t *testing.T) {
 		if _, err := QGEMVSplit(c.a, c.outs); err == nil {
 			t.Errorf("%s: QGEMVSplit accepted it", name)
 		}
+	}
+}
+
+// TestBatchGEMVSplitsMatchDecode: every quantised GEMV of a batched step
+// (buckets 1 to 16, S-2.1's first two layers in q4_k_m: the dense down's K
+// 12288, a 72-head o_proj's K 9216) splits K as the decode schedule's GEMV
+// of the same weight does, so it adds a row's sums in the same order and
+// a batched row keeps the lone row's bits (the GPU checks the values:
+// TestQGEMVRowsAloneGPU, TestBatchStepS21GPU). Before 2026-12-04 buckets
+// 5-8 split those two 2 ways where one row splits them 4.
+func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
+	p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// split reads a qgemv-family launch's weight rows and K split (qgemv,
+	// qgemv_norm, qgemv_xin*, qgemv_split: N, K, rows, row0, w first).
+	split := func(l Launch) (key string, s int64, ok bool) {
+		if !strings.HasPrefix(l.Kernel, "qgemv") || len(l.Args) < 5 || l.Args[4].Kind != ArgPtr || l.Args[4].Base != BaseWeights {
+			return "", 0, false
+		}
+		i := 4
+		if l.Kernel == "qgemv_split" {
+			i = 3
+		}
+		if len(l.Ints) <= i {
+			return "", 0, false
+		}
+		return fmt.Sprintf("%v row %d K %d", l.Args[4].Ptr(), l.Args[3].Int, l.Args[1].Int), l.Ints[i], true
+	}
+	decode := map[string]int64{}
+	for _, st := range p.Decode.Steps {
+		for _, l := range st.Launches {
+			if k, s, ok := split(l); ok {
+				decode[k] = s
+			}
+		}
+	}
+	if len(decode) < 8 {
+		t.Fatalf("%d quantised GEMVs in the decode schedule: %v", len(decode), decode)
+	}
+	long := 0
+	for b := 1; b <= 16; b++ {
+		ls, err := p.AtBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range ls {
+			for _, l := range step {
+				k, s, ok := split(l)
+				if !ok {
+					continue
+				}
+				want, seen := decode[k]
+				if !seen { // the shared gate+up: router_qgemv's in decode
+					continue
+				}
+				if s != want {
+					t.Errorf("batch %d: %s splits %s %d ways, the decode schedule %d", b, l.NameExpr(), k, s, want)
+				}
+				if s >= 4 {
+					long++
+				}
+			}
+		}
+	}
+	if long == 0 {
+		t.Error("no GEMV split K 4 ways: the plan lacks the shapes this test is for")
 	}
 }
