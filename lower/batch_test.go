@@ -1,7 +1,6 @@
 package lower
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -169,70 +168,89 @@ func TestAtBatchSplitQGEMV(t *testing.T) {
 	}
 }
 
-// TestBatchGEMVSplitsMatchDecode: every quantised GEMV of a batched step
-// (buckets 1 to 16, S-2.1's first two layers in q4_k_m: the dense down's K
-// 12288, a 72-head o_proj's K 9216) splits K as the decode schedule's GEMV
-// of the same weight does, so it adds a row's sums in the same order and
-// a batched row keeps the lone row's bits (the GPU checks the values:
-// TestQGEMVRowsAloneGPU, TestBatchStepS21GPU). Before 2026-12-04 buckets
-// 5-8 split those two 2 ways where one row splits them 4.
+// TestBatchGEMVSplitsMatchDecode: every GEMV of a batched step (buckets 1
+// to 16, S-2.1's first two layers, q4_k_m and bf16: the dense down's K
+// 12288, a 72-head o_proj's K 9216, the q,k,v,gate weight) splits K as the
+// decode schedule's GEMV over the same weight rows does, so it adds a
+// row's sums in the same order and a batched row keeps the lone row's
+// bits (the GPU checks the values: TestQGEMVRowsAloneGPU,
+// TestBatchStepS21GPU). Before 2026-12-04 quantised buckets 5-8 split
+// those two 2 ways where one row splits them 4, and a bf16 step's k, v
+// and gate GEMVs (row blocks of the q,k,v,gate weight) split 8 ways where
+// the decode schedule's one GEMV over the whole weight splits 1.
 func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
-	p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
-	if err != nil {
-		t.Fatal(err)
+	type gemv struct {
+		w        Ptr   // quantised: the tensor; float: the weights' base
+		from, to int64 // quantised: rows; float: bytes
+		split    int64
 	}
-	// split reads a qgemv-family launch's weight rows and K split (qgemv,
-	// qgemv_norm, qgemv_xin*, qgemv_split: N, K, rows, row0, w first).
-	split := func(l Launch) (key string, s int64, ok bool) {
-		if !strings.HasPrefix(l.Kernel, "qgemv") || len(l.Args) < 5 || l.Args[4].Kind != ArgPtr || l.Args[4].Base != BaseWeights {
-			return "", 0, false
-		}
-		i := 4
-		if l.Kernel == "qgemv_split" {
-			i = 3
-		}
-		if len(l.Ints) <= i {
-			return "", 0, false
-		}
-		return fmt.Sprintf("%v row %d K %d", l.Args[4].Ptr(), l.Args[3].Int, l.Args[1].Int), l.Ints[i], true
-	}
-	decode := map[string]int64{}
-	for _, st := range p.Decode.Steps {
-		for _, l := range st.Launches {
-			if k, s, ok := split(l); ok {
-				decode[k] = s
+	// read reads a GEMV launch: qgemv-family (N, K, rows, row0, w first;
+	// the split among its integers) or matmul.cu's gemv (N, K, split, x,
+	// w: N rows of K from w on).
+	read := func(l Launch) (gemv, bool) {
+		switch {
+		case l.Kernel == "gemv" && l.File == "matmul.cu" && len(l.Args) >= 5 && l.Args[4].Ptr().Base == BaseWeights:
+			w := l.Args[4].Ptr()
+			n := l.Args[0].Int * l.Args[1].Int * int64(dtypeSize(l.DTypes[1]))
+			return gemv{w: Ptr{BaseWeights, 0}, from: w.Offset, to: w.Offset + n, split: l.Args[2].Int}, true
+		case strings.HasPrefix(l.Kernel, "qgemv") && len(l.Args) >= 5 && l.Args[4].Kind == ArgPtr && l.Args[4].Base == BaseWeights:
+			i := 4
+			if l.Kernel == "qgemv_split" {
+				i = 3
 			}
+			if len(l.Ints) <= i {
+				return gemv{}, false
+			}
+			return gemv{w: l.Args[4].Ptr(), from: l.Args[3].Int, to: l.Args[3].Int + l.Args[0].Int, split: l.Ints[i]}, true
 		}
+		return gemv{}, false
 	}
-	if len(decode) < 8 {
-		t.Fatalf("%d quantised GEMVs in the decode schedule: %v", len(decode), decode)
-	}
-	long := 0
-	for b := 1; b <= 16; b++ {
-		ls, err := p.AtBatch(b)
+	for _, recipe := range []string{"q4_k_m", ""} {
+		p, err := quantPlan(t, "laguna-s-2.1", 2, recipe, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, step := range ls {
-			for _, l := range step {
-				k, s, ok := split(l)
-				if !ok {
-					continue
-				}
-				want, seen := decode[k]
-				if !seen { // the shared gate+up: router_qgemv's in decode
-					continue
-				}
-				if s != want {
-					t.Errorf("batch %d: %s splits %s %d ways, the decode schedule %d", b, l.NameExpr(), k, s, want)
-				}
-				if s >= 4 {
-					long++
+		var decode []gemv
+		for _, st := range p.Decode.Steps {
+			for _, l := range st.Launches {
+				if g, ok := read(l); ok {
+					decode = append(decode, g)
 				}
 			}
 		}
-	}
-	if long == 0 {
-		t.Error("no GEMV split K 4 ways: the plan lacks the shapes this test is for")
+		if len(decode) < 6 {
+			t.Fatalf("%q: %d GEMVs in the decode schedule: %v", recipe, len(decode), decode)
+		}
+		compared, long := 0, 0
+		for b := 1; b <= 16; b++ {
+			ls, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, step := range ls {
+				for _, l := range step {
+					g, ok := read(l)
+					if !ok {
+						continue
+					}
+					for _, d := range decode { // the decode GEMV over these rows
+						if d.w != g.w || g.from < d.from || g.to > d.to {
+							continue
+						}
+						compared++
+						if g.split != d.split {
+							t.Errorf("%q batch %d: %s splits %v [%d, %d) %d ways, the decode schedule %d",
+								recipe, b, l.NameExpr(), g.w, g.from, g.to, g.split, d.split)
+						}
+						if g.split >= 4 {
+							long++
+						}
+					}
+				}
+			}
+		}
+		if compared == 0 || (recipe != "" && long == 0) {
+			t.Errorf("%q: %d GEMVs compared, %d splitting K 4 ways: the plan lacks the shapes this test is for", recipe, compared, long)
+		}
 	}
 }

@@ -37,6 +37,12 @@ type MatMulArgs struct {
 	// columns into rows of its own width; Y is unused. The N widths sum
 	// to N.
 	Split []SplitOut
+	// WholeN, for the GEMV of a row block of a larger matrix of WholeN
+	// rows, chooses the K split as for that matrix (0: for N), so each
+	// row's sums are added in the order the whole matrix's GEMV adds them
+	// (a batched step's q, k, v and gate against the decode schedule's
+	// one GEMV).
+	WholeN int
 }
 
 // SplitOut is one output of a split GEMM (MatMulArgs.Split): columns of
@@ -164,7 +170,7 @@ func MatMul(a MatMulArgs) (Launch, error) {
 	case a.T <= GEMVMaxRows:
 		ws := dtypeSize(a.WType)
 		vec := int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
-		split := GEMVSplit(a.N, a.K, ws, sm)
+		split := GEMVSplit(max(a.N, a.WholeN), a.K, ws, sm)
 		l = kernel("matmul.cu", "gemv", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), sw, vec},
 			dims(ceilDiv(a.N, 8/split)), dims(256), 0,
 			i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W), ptrArg(a.Y), acc)

@@ -247,6 +247,7 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 			continue
 		}
 		b.W = c.in[1].At(int64(row) * int64(K) * int64(dtypeSize(st.In[1].DType)))
+		b.WholeN = a.N // each row's sums in the order of the decode schedule's one GEMV
 		l, err := c.gemvRows(b, func(b MatMulArgs) ([]Launch, error) { return one(MatMul(b)) })
 		if err != nil {
 			return nil, err
