@@ -527,11 +527,12 @@ func randTokens(rng *rand.Rand, n, V int) []int32 {
 
 // TestBatchStepS21GPU is TestBatchStepGPU at Laguna-S-2.1's shapes, which
 // no fixture reaches: the first two layers (the dense one, K 12288 in its
-// down; a 72-head MoE one, K 9216 in o_proj) with synthetic q4_k_m
-// weights, bf16. Rows decoded together in buckets of 1 to 16 must be the
-// bits of each sequence alone: with K that long the quantised GEMVs split
-// it, and a split that followed the row count (as it did before
-// 2026-12-04 at 5-8 rows) adds a row's sums in another order.
+// down; a 72-head MoE one, K 9216 in o_proj) with synthetic q4_k_m and
+// bf16 weights, bf16 activations. Rows decoded together in buckets of 1 to
+// 16 must be the bits of each sequence alone: with K that long the GEMVs
+// split it, and a split that followed the row count (quantised, 5-8 rows)
+// or an output's own rows (bf16 k, v and gate) before 2026-12-04 added a
+// row's sums in another order.
 func TestBatchStepS21GPU(t *testing.T) {
 	cudatest.Device(t)
 	full, err := config.Preset("laguna-s-2.1")
@@ -557,7 +558,15 @@ func TestBatchStepS21GPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := ckpt.ParseRecipe("q4_k_m")
+	for _, recipe := range []string{"q4_k_m", "bf16"} {
+		t.Run(recipe, func(t *testing.T) { batchStepSynthetic(t, &cfg, want, recipe) })
+	}
+}
+
+// batchStepSynthetic is TestBatchStepS21GPU's check on cfg's synthetic
+// weights of recipe (want: the graph's tensors).
+func batchStepSynthetic(t *testing.T, cfg *config.Config, want []ckpt.Expected, recipe string) {
+	r, err := ckpt.ParseRecipe(recipe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +579,7 @@ func TestBatchStepS21GPU(t *testing.T) {
 		}
 		tensors = append(tensors, ti)
 	}
-	ck, err := ckpt.Synthetic(&cfg, "synthetic:laguna-s-2.1", tensors, 7)
+	ck, err := ckpt.Synthetic(cfg, "synthetic:laguna-s-2.1", tensors, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
