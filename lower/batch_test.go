@@ -171,7 +171,8 @@ func TestAtBatchSplitQGEMV(t *testing.T) {
 // TestBatchGEMVSplitsMatchDecode: every GEMV of a batched step (buckets 1
 // to 16, S-2.1's first two layers, q4_k_m and bf16: the dense down's K
 // 12288, a 72-head o_proj's K 9216, the q,k,v,gate weight) splits K as the
-// decode schedule's GEMV over the same weight rows does, so it adds a
+// decode schedule's GEMV over the same weight rows does (a bf16 one's
+// q,k,v,gate as four GEMVs or, with FloatSplitGEMV, as gemv_split), so it adds a
 // row's sums in the same order and a batched row keeps the lone row's
 // bits (the GPU checks the values: TestQGEMVRowsAloneGPU,
 // TestBatchStepS21GPU). Before 2026-12-04 quantised buckets 5-8 split
@@ -189,7 +190,7 @@ func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
 	// w: N rows of K from w on).
 	read := func(l Launch) (gemv, bool) {
 		switch {
-		case l.Kernel == "gemv" && l.File == "matmul.cu" && len(l.Args) >= 5 && l.Args[4].Ptr().Base == BaseWeights:
+		case (l.Kernel == "gemv" || l.Kernel == "gemv_split") && l.File == "matmul.cu" && len(l.Args) >= 5 && l.Args[4].Ptr().Base == BaseWeights:
 			w := l.Args[4].Ptr()
 			n := l.Args[0].Int * l.Args[1].Int * int64(dtypeSize(l.DTypes[1]))
 			return gemv{w: Ptr{BaseWeights, 0}, from: w.Offset, to: w.Offset + n, split: l.Args[2].Int}, true
@@ -205,8 +206,12 @@ func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
 		}
 		return gemv{}, false
 	}
-	for _, recipe := range []string{"q4_k_m", ""} {
-		p, err := quantPlan(t, "laguna-s-2.1", 2, recipe, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16})
+	for _, c := range []struct {
+		recipe     string
+		floatSplit bool
+	}{{"q4_k_m", false}, {"", false}, {"", true}} {
+		recipe := c.recipe
+		p, err := quantPlan(t, "laguna-s-2.1", 2, recipe, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, FloatSplitGEMV: c.floatSplit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,6 +256,69 @@ func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
 		}
 		if compared == 0 || (recipe != "" && long == 0) {
 			t.Errorf("%q: %d GEMVs compared, %d splitting K 4 ways: the plan lacks the shapes this test is for", recipe, compared, long)
+		}
+	}
+}
+
+// TestAtBatchSplitGEMV: with Options.FloatSplitGEMV a bf16 model's batched
+// step (buckets 1-8) runs each layer's q, k, v and gate as one gemv_split
+// over the whole weight, in the whole GEMV's shape; without it, or at 16
+// rows (runs of 8), one gemv an output; GEMVSplitLaunch refuses what it
+// cannot take.
+func TestAtBatchSplitGEMV(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		p, err := quantPlan(t, "laguna-s-2.1", 2, "", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, FloatSplitGEMV: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []int{1, 2, 5, 8, 16} {
+			ls, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			splits := 0
+			for _, step := range ls {
+				for _, l := range step {
+					if l.Kernel != "gemv_split" {
+						continue
+					}
+					splits++
+					N, K := int(l.Args[0].Int), int(l.Args[1].Int)
+					if (N != 11336 && N != 8240) || K != 3072 || l.Ints[0] != int64(b) || l.Args[2].Int != int64(GEMVSplit(N, K, 2, 132)) ||
+						l.Grid[0] != ceilDiv(N, 8/int(l.Args[2].Int)) {
+						t.Errorf("batch %d: %s is not the whole q,k,v,gate GEMV of %d rows", b, l, b)
+					}
+				}
+			}
+			if want := 2 * b2i(on && b <= GEMVMaxRows); splits != want {
+				t.Errorf("batch %d (FloatSplitGEMV %v): %d gemv_split launches, want %d", b, on, splits, want)
+			}
+		}
+	}
+	p := Ptr{BaseArena, 0}
+	ok := MatMulArgs{T: 2, K: 256, N: 30, X: p, W: Ptr{BaseWeights, 0}, XType: "bf16", WType: "bf16", YType: "bf16"}
+	outs := []SplitOut{{Ptr{BaseArena, 1 << 20}, 10}, {Ptr{BaseArena, 2 << 20}, 20}}
+	if l, err := GEMVSplitLaunch(ok, outs); err != nil || len(l.Args) != 12 || l.Args[8].Ptr() != (Ptr{}) || l.Args[10].Int != 30 {
+		t.Errorf("GEMVSplitLaunch: %v, %v", l, err)
+	}
+	with := func(f func(*MatMulArgs)) MatMulArgs { a := ok; f(&a); return a }
+	for name, c := range map[string]struct {
+		a    MatMulArgs
+		outs []SplitOut
+	}{
+		"columns short": {ok, outs[:1]},
+		"no outputs":    {ok, nil},
+		"five outputs":  {ok, []SplitOut{outs[0], outs[0], outs[0], outs[0], outs[0]}},
+		"a null output": {ok, []SplitOut{outs[0], {Ptr{}, 20}}},
+		"an empty one":  {ok, []SplitOut{outs[0], {outs[1].Y, 0}, outs[1]}},
+		"nine rows":     {with(func(a *MatMulArgs) { a.T = 9 }), outs},
+		"SwiGLU":        {with(func(a *MatMulArgs) { a.SwiGLU = true }), outs},
+		"accumulating":  {with(func(a *MatMulArgs) { a.Accumulate = true }), outs},
+		"a q8_0 weight": {with(func(a *MatMulArgs) { a.WType = "q8_0" }), outs},
+		"no x":          {with(func(a *MatMulArgs) { a.X = Ptr{} }), outs},
+	} {
+		if _, err := GEMVSplitLaunch(c.a, c.outs); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }

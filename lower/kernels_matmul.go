@@ -141,6 +141,52 @@ func GEMVSplit(n, k, wsize, sms int) int {
 	return split
 }
 
+// GEMVSplitLaunch is the GEMV of a (up to GEMVMaxRows rows, float weights, no
+// SwiGLU, no accumulation) writing y's columns to outs in order (each its
+// own [T, N_i] rows: gemv_split), up to MaxSplit of them summing to a.N:
+// one launch for a float model's batched q, k, v and gate, each value
+// the whole GEMV's (its K split chosen for a.N), as the decode
+// schedule's one GEMV computes it.
+func GEMVSplitLaunch(a MatMulArgs, outs []SplitOut) (Launch, error) {
+	const op = "gemv_split"
+	if len(outs) > 0 {
+		a.Y = outs[0].Y // for validate; the kernel writes outs
+	}
+	if err := a.validate(); err != nil {
+		return Launch{}, err
+	}
+	if len(outs) < 1 || len(outs) > MaxSplit || a.SwiGLU || a.Accumulate || a.T > GEMVMaxRows || a.Split != nil {
+		return Launch{}, fmt.Errorf("%s: %d outputs (1 to %d), %d rows (at most %d), SwiGLU %v, accumulate %v",
+			op, len(outs), MaxSplit, a.T, GEMVMaxRows, a.SwiGLU, a.Accumulate)
+	}
+	ys := make([]Arg, 0, MaxSplit)
+	ends := make([]Arg, 0, MaxSplit-1)
+	col := 0
+	for i, o := range outs {
+		if o.N <= 0 || o.Y.Null() {
+			return Launch{}, fmt.Errorf("%s: output %d of %d columns at %s", op, i, o.N, o.Y)
+		}
+		col += o.N
+		ys = append(ys, ptrArg(o.Y))
+		if i < MaxSplit-1 {
+			ends = append(ends, i32(col))
+		}
+	}
+	if col != a.N {
+		return Launch{}, fmt.Errorf("%s: outputs of %d columns, the GEMV's %d", op, col, a.N)
+	}
+	for len(ys) < MaxSplit {
+		ys = append(ys, ptrArg(Ptr{}))
+		ends = append(ends, i32(a.N))
+	}
+	ws := dtypeSize(a.WType)
+	vec := int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
+	split := GEMVSplit(max(a.N, a.WholeN), a.K, ws, sms(a.SMs))
+	args := append([]Arg{i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W)}, ys...)
+	return kernel("matmul.cu", "gemv_split", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), vec},
+		dims(ceilDiv(a.N, 8/split)), dims(256), 0, append(args, ends[:MaxSplit-1]...)...), nil
+}
+
 // MatMul is the launch of a: cuBLASLt where a allows it (cublasLtOK); the
 // GEMV for T <= GEMVMaxRows; on Hopper the
 // TMA + wgmma GEMM where it applies (HopperGEMM); the mma.sync tensor-core

@@ -228,6 +228,9 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 	if ls, ok, err := splitQGEMV(c, a, rows); ok || err != nil {
 		return ls, err
 	}
+	if ls, ok, err := splitGEMV(c, a, rows); ok || err != nil {
+		return ls, err
+	}
 	var ls []Launch
 	row := 0
 	for i, o := range st.Out {
@@ -351,6 +354,30 @@ func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, true, err
 	}
 	return []Launch{qz, g}, true, nil
+}
+
+// splitGEMV is splitQGEMV for float weights (gemv_split), where
+// Options.FloatSplitGEMV asks for it: one launch for the GEMVs of q, k, v
+// and the gate, each value the whole GEMV's. ok is false where it does not
+// apply: the caller runs a GEMV an output (each with the whole GEMV's K
+// split, WholeN, so the values are the same).
+func splitGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
+	st := c.st
+	if !c.p.FloatSplitGEMV || IsQuantized(a.WType) || c.T > GEMVMaxRows || len(st.Out) < 2 || len(st.Out) > MaxSplit || rows != a.N ||
+		c.p.DisableSplitGEMM || a.SwiGLU || a.Accumulate {
+		return nil, false, nil
+	}
+	outs, ok := c.splitOuts()
+	if !ok {
+		return nil, false, nil
+	}
+	b := a
+	b.Y, b.YType = Ptr{}, st.Out[0].DType
+	l, err := GEMVSplitLaunch(b, outs)
+	if err != nil {
+		return nil, true, err
+	}
+	return []Launch{l}, true, nil
 }
 
 // SplitRow reports whether a matmul_split step's outputs at t tokens are

@@ -159,10 +159,12 @@ __device__ __forceinline__ void warp_dots(const TW* const (&wr)[NW], const TX* _
 // taking every split-th 512-byte stretch of it, and their sums are added in
 // warp order. With SWIGLU, w is [2N, K] and one warp streams both the gate
 // row n and the up row N+n. gemv_block is block blk's rows, which
-// router.cu's router_fused computes too (the same bits).
-template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC>
+// router.cu's router_fused computes too (the same bits). SPLITY: the
+// values go to *sy's outputs instead of y (gemv_split), the same sums.
+template <typename TX, typename TW, typename TY, int R, int SWIGLU, int VEC, bool SPLITY = false>
 __device__ __forceinline__ void gemv_block(int blk, int N, int K, int split, const TX* __restrict__ x,
-                                           const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
+                                           const TW* __restrict__ w, TY* __restrict__ y, int accumulate,
+                                           const SplitY<TY>* sy = nullptr) {
   constexpr int NW = SWIGLU ? 2 : 1;
   __shared__ float part[8][NW][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -204,9 +206,13 @@ __device__ __forceinline__ void gemv_block(int blk, int N, int K, int split, con
 #pragma unroll
     for (int r = 0; r < R; r++) {
       float v = SWIGLU ? silu_f(acc[0][r]) * acc[NW - 1][r] : acc[0][r];
-      const long long o = (long long)r * N + n;
-      if (accumulate) v += to_f32(y[o]);
-      y[o] = from_f32<TY>(v);
+      if constexpr (SPLITY) {
+        sy->store(N, r, n, v);
+      } else {
+        const long long o = (long long)r * N + n;
+        if (accumulate) v += to_f32(y[o]);
+        y[o] = from_f32<TY>(v);
+      }
     }
   }
 }
@@ -216,6 +222,18 @@ __global__ void __launch_bounds__(256) gemv(int N, int K, int split, const TX* _
                                             const TW* __restrict__ w, TY* __restrict__ y, int accumulate) {
   pdl_wait();
   gemv_block<TX, TW, TY, R, SWIGLU, VEC>(blockIdx.x, N, K, split, x, w, y, accumulate);
+}
+
+// gemv_split is gemv (no SwiGLU, no accumulation) writing its columns to
+// up to four outputs (SplitY): a float model's batched decode step's q, k,
+// v and gate in one launch, each value gemv's of the whole weight (the
+// decode schedule's one GEMV): the same bits.
+template <typename TX, typename TW, typename TY, int R, int VEC>
+__global__ void __launch_bounds__(256) gemv_split(int N, int K, int split, const TX* __restrict__ x, const TW* __restrict__ w,
+                                                  TY* y0, TY* y1, TY* y2, TY* y3, int end0, int end1, int end2) {
+  pdl_wait();
+  const SplitY<TY> sy{{y0, y1, y2, y3}, {end0, end1, end2}};
+  gemv_block<TX, TW, TY, R, 0, VEC, true>(blockIdx.x, N, K, split, x, w, y0, 0, &sy);
 }
 
 // ------------------------------------------------- bf16 tensor-core tiles

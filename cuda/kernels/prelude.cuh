@@ -154,3 +154,17 @@ template <bool BIAS = false> __device__ __forceinline__ void iq4_lookup_t(int q,
 }
 __device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) { iq4_lookup_t<false>(q, lo, hi); }
 __device__ __forceinline__ void iq4_lookup_biased(int q, int& lo, int& hi) { iq4_lookup_t<true>(q, lo, hi); }
+
+// SplitY: a GEMV's N columns sent to up to four outputs (qgemv_split,
+// gemv_split), output i taking columns [end[i-1], end[i]) (end[-1] = 0,
+// end[3] = N) as its own rows of that width: a batched decode step's q, k,
+// v and gate. store writes row r's column c there.
+template <typename TY> struct SplitY {
+  TY* y[4];
+  int end[3];
+  __device__ __forceinline__ void store(int N, int r, int c, float v) const {
+    const int i = c < end[0] ? 0 : c < end[1] ? 1 : c < end[2] ? 2 : 3;
+    const int c0 = i == 0 ? 0 : end[i - 1], c1 = i == 3 ? N : end[i];
+    y[i][(long long)r * (c1 - c0) + c - c0] = from_f32<TY>(v);
+  }
+};

@@ -455,14 +455,6 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
   }
 }
 
-// QSplitY: y's N columns sent to up to four outputs (qgemv_split), output
-// i taking columns [end[i-1], end[i]) (end[-1] = 0, end[3] = N) as its own
-// rows of that width: a batched decode step's q, k, v and gate.
-template <typename TY> struct QSplitY {
-  TY* y[4];
-  int end[3];
-};
-
 // y[r, n] = w[row0 + n] . x[r] for R (<= 8) rows of quantised activations
 // (w has `rows` rows; row0 picks a row block of it); a group of SPLIT
 // warps of a block computes NW consecutive output rows,
@@ -475,7 +467,7 @@ template <typename TY> struct QSplitY {
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false>
 __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate,
-                                           const QSplitY<TY>* sy = nullptr) {
+                                           const SplitY<TY>* sy = nullptr) {
   constexpr int NR = SWIGLU ? 2 * NW : NW;
   __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -523,9 +515,7 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
       if (n0 + q < N) {
         float v = SWIGLU ? silu_q(acc[q][r]) * acc[SWIGLU ? NW + q : q][r] : acc[q][r];
         if constexpr (SPLITY) {
-          const int c = n0 + q, i = c < sy->end[0] ? 0 : c < sy->end[1] ? 1 : c < sy->end[2] ? 2 : 3;
-          const int c0 = i == 0 ? 0 : sy->end[i - 1], c1 = i == 3 ? N : sy->end[i];
-          sy->y[i][(long long)r * (c1 - c0) + c - c0] = from_f32<TY>(v);
+          sy->store(N, r, n0 + q, v);
         } else {
           const long long o = (long long)r * N + n0 + q;
           if (accumulate) v += to_f32(y[o]);
@@ -543,7 +533,7 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
 }
 
 // qgemv_split is qgemv (no SwiGLU, no accumulation) writing its columns
-// to up to four outputs (QSplitY): a batched decode step's q, k, v and
+// to up to four outputs (SplitY): a batched decode step's q, k, v and
 // gate in one launch where the prefill schedule lays them out apart. Each
 // value is qgemv's of the same shape: the same bits.
 template <typename TY, int QT, int R, int NW, int SPLIT>
@@ -551,7 +541,7 @@ __global__ void __launch_bounds__(256) qgemv_split(int N, int K, long long rows,
                                                    const signed char* __restrict__ xq, const float4* __restrict__ xs, TY* y0,
                                                    TY* y1, TY* y2, TY* y3, int end0, int end1, int end2) {
   pdl_wait();
-  const QSplitY<TY> sy{{y0, y1, y2, y3}, {end0, end1, end2}};
+  const SplitY<TY> sy{{y0, y1, y2, y3}, {end0, end1, end2}};
   qgemv_rows<TY, QT, R, 0, NW, SPLIT, false, true>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y0, 0, &sy);
 }
 

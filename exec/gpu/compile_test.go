@@ -254,6 +254,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, l)
 		}
+		// gemv_split (Options.FloatSplitGEMV, off by default).
+		for _, T := range []int{1, 2, 5, 8} {
+			outs := []lower.SplitOut{{Y: p, N: 9216}, {Y: p, N: 1024}, {Y: p, N: 1024}, {Y: p, N: 72}}
+			l, err := lower.GEMVSplitLaunch(lower.MatMulArgs{T: T, K: 3072, N: 11336, X: p, W: p, XType: dt, WType: dt, YType: dt, SMs: 132}, outs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
 		ls, err := lower.ArgMax(dt, p, p, p, 1, 100352, 132)
 		if err != nil {
 			t.Fatal(err)
