@@ -159,32 +159,47 @@ func GEMVSplitLaunch(a MatMulArgs, outs []SplitOut) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: %d outputs (1 to %d), %d rows (at most %d), SwiGLU %v, accumulate %v",
 			op, len(outs), MaxSplit, a.T, GEMVMaxRows, a.SwiGLU, a.Accumulate)
 	}
-	ys := make([]Arg, 0, MaxSplit)
-	ends := make([]Arg, 0, MaxSplit-1)
+	outArgs, err := splitOutArgs(op, outs, a.N)
+	if err != nil {
+		return Launch{}, err
+	}
+	vec, split := gemvShape(a)
+	args := append([]Arg{i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W)}, outArgs...)
+	return kernel("matmul.cu", "gemv_split", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), vec},
+		dims(ceilDiv(a.N, 8/split)), dims(256), 0, args...), nil
+}
+
+// gemvShape is the GEMV's vector flag (16-byte loads: K a multiple of a
+// vector, x and w aligned) and K split (for WholeN rows where given).
+func gemvShape(a MatMulArgs) (vec int64, split int) {
+	ws := dtypeSize(a.WType)
+	vec = int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
+	return vec, GEMVSplit(max(a.N, a.WholeN), a.K, ws, sms(a.SMs))
+}
+
+// splitOutArgs are a split GEMV's output arguments: MaxSplit pointers
+// (outs', then null) and the first MaxSplit-1 column ends (N past outs),
+// after checking that outs are non-empty and their widths sum to N.
+func splitOutArgs(op string, outs []SplitOut, N int) ([]Arg, error) {
+	ys := make([]Arg, 0, 2*MaxSplit-1)
+	var ends []Arg
 	col := 0
 	for i, o := range outs {
 		if o.N <= 0 || o.Y.Null() {
-			return Launch{}, fmt.Errorf("%s: output %d of %d columns at %s", op, i, o.N, o.Y)
+			return nil, fmt.Errorf("%s: output %d of %d columns at %s", op, i, o.N, o.Y)
 		}
 		col += o.N
 		ys = append(ys, ptrArg(o.Y))
-		if i < MaxSplit-1 {
-			ends = append(ends, i32(col))
-		}
+		ends = append(ends, i32(col))
 	}
-	if col != a.N {
-		return Launch{}, fmt.Errorf("%s: outputs of %d columns, the GEMV's %d", op, col, a.N)
+	if col != N {
+		return nil, fmt.Errorf("%s: outputs of %d columns, the GEMV's %d", op, col, N)
 	}
 	for len(ys) < MaxSplit {
 		ys = append(ys, ptrArg(Ptr{}))
-		ends = append(ends, i32(a.N))
+		ends = append(ends, i32(N))
 	}
-	ws := dtypeSize(a.WType)
-	vec := int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
-	split := GEMVSplit(max(a.N, a.WholeN), a.K, ws, sms(a.SMs))
-	args := append([]Arg{i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W)}, ys...)
-	return kernel("matmul.cu", "gemv_split", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), vec},
-		dims(ceilDiv(a.N, 8/split)), dims(256), 0, append(args, ends[:MaxSplit-1]...)...), nil
+	return append(ys, ends[:MaxSplit-1]...), nil
 }
 
 // MatMul is the launch of a: cuBLASLt where a allows it (cublasLtOK); the
@@ -214,9 +229,7 @@ func MatMul(a MatMulArgs) (Launch, error) {
 	var l Launch
 	switch {
 	case a.T <= GEMVMaxRows:
-		ws := dtypeSize(a.WType)
-		vec := int64(b2i(a.K%(16/ws) == 0 && a.X.Aligned(16) && a.W.Aligned(16)))
-		split := GEMVSplit(max(a.N, a.WholeN), a.K, ws, sm)
+		vec, split := gemvShape(a)
 		l = kernel("matmul.cu", "gemv", []string{a.XType, a.WType, a.YType}, []int64{int64(a.T), sw, vec},
 			dims(ceilDiv(a.N, 8/split)), dims(256), 0,
 			i32(a.N), i32(a.K), i32(split), ptrArg(a.X), ptrArg(a.W), ptrArg(a.Y), acc)

@@ -175,29 +175,13 @@ func QGEMVSplit(a QGEMVArgs, outs []SplitOut) (Launch, error) {
 	if a.XQ.Null() || !a.XQ.Aligned(16) {
 		return Launch{}, fmt.Errorf("%s: null or unaligned pointer", op)
 	}
-	ys := make([]Arg, 0, MaxSplit)
-	ends := make([]Arg, 0, MaxSplit-1)
-	col := 0
-	for i, o := range outs {
-		if o.N <= 0 || o.Y.Null() {
-			return Launch{}, fmt.Errorf("%s: output %d of %d columns at %s", op, i, o.N, o.Y)
-		}
-		col += o.N
-		ys = append(ys, ptrArg(o.Y))
-		if i < MaxSplit-1 {
-			ends = append(ends, i32(col))
-		}
-	}
-	if col != a.N {
-		return Launch{}, fmt.Errorf("%s: outputs of %d columns, the GEMV's %d", op, col, a.N)
-	}
-	for len(ys) < MaxSplit {
-		ys = append(ys, ptrArg(Ptr{}))
-		ends = append(ends, i32(a.N))
+	outArgs, err := splitOutArgs(op, outs, a.N)
+	if err != nil {
+		return Launch{}, err
 	}
 	groups := ceilDiv(a.N, nw)
 	args := []Arg{i32(a.N), i32(a.K), i64(int64(a.WRows)), i64(int64(a.Row0)), ptrArg(a.W), ptrArg(a.XQ), ptrArg(q8xScales(a.XQ, a.T, a.K))}
-	args = append(append(args, ys...), ends[:MaxSplit-1]...)
+	args = append(args, outArgs...)
 	return kernel("quant.cu", "qgemv_split", []string{a.YType}, []int64{int64(a.WType), int64(a.T), int64(nw), int64(split)},
 		dims(ceilDiv(groups, 8/split)), dims(256), 0, args...), nil
 }
