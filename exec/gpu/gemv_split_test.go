@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lagc/cuda"
 	"lagc/lower"
 )
 
@@ -49,15 +48,7 @@ func TestGEMVSplitGPU(t *testing.T) {
 				if ref.Kernel != "gemv" {
 					t.Fatalf("the reference is %s, not gemv", ref.NameExpr())
 				}
-				// Each output with a guard row after it: nothing may land there.
-				var outs []lower.SplitOut
-				var bufs []cuda.DevicePtr
-				for _, n := range c.outs {
-					b := alloc(t, k, int64((c.T+1)*n*es))
-					poison(t, s, b, int64((c.T+1)*n*es))
-					bufs = append(bufs, b)
-					outs = append(outs, lower.SplitOut{Y: ptr(b), N: n})
-				}
+				outs, bufs := guardedSplitOuts(t, k, s, c.outs, c.T, es)
 				a.Y = lower.Ptr{}
 				split, err := lower.GEMVSplitLaunch(a, outs)
 				if err != nil {
@@ -69,23 +60,7 @@ func TestGEMVSplitGPU(t *testing.T) {
 				if err := k.on(s).all([]lower.Launch{ref, split}, nil); err != nil {
 					t.Fatal(err)
 				}
-				want := downloadBytes(t, s, whole, int64(c.T*N*es))
-				col := 0
-				for i, n := range c.outs {
-					got := downloadBytes(t, s, bufs[i], int64((c.T+1)*n*es))
-					for row := range c.T {
-						g, w := got[row*n*es:(row+1)*n*es], want[(row*N+col)*es:(row*N+col+n)*es]
-						if j := firstByteDiff(g, w); j >= 0 {
-							t.Fatalf("output %d, row %d: byte %d differs from gemv's columns %d..%d", i, row, j, col, col+n)
-						}
-					}
-					for j, b := range got[c.T*n*es:] {
-						if b != 0xFF {
-							t.Fatalf("output %d: byte %d past its %d rows written", i, j, c.T)
-						}
-					}
-					col += n
-				}
+				checkSplitOutputs(t, s, "gemv", whole, bufs, c.outs, c.T, N, es)
 			})
 		}
 	}

@@ -55,15 +55,7 @@ func TestQGEMVSplitGPU(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Each output with a guard row after it: nothing may land there.
-				var outs []lower.SplitOut
-				var bufs []cuda.DevicePtr
-				for _, n := range c.outs {
-					b := alloc(t, k, int64((c.T+1)*n*c.y.Size()))
-					poison(t, s, b, int64((c.T+1)*n*c.y.Size()))
-					bufs = append(bufs, b)
-					outs = append(outs, lower.SplitOut{Y: ptr(b), N: n})
-				}
+				outs, bufs := guardedSplitOuts(t, k, s, c.outs, c.T, c.y.Size())
 				split, err := lower.QGEMVSplit(a, outs)
 				if err != nil {
 					t.Fatal(err)
@@ -74,24 +66,48 @@ func TestQGEMVSplitGPU(t *testing.T) {
 				if err := k.on(s).all([]lower.Launch{ref, split}, nil); err != nil {
 					t.Fatal(err)
 				}
-				want := downloadBytes(t, s, whole, int64(c.T*N*c.y.Size()))
-				col, es := 0, c.y.Size()
-				for i, n := range c.outs {
-					got := downloadBytes(t, s, bufs[i], int64((c.T+1)*n*es))
-					for row := range c.T {
-						g, w := got[row*n*es:(row+1)*n*es], want[(row*N+col)*es:(row*N+col+n)*es]
-						if j := firstByteDiff(g, w); j >= 0 {
-							t.Fatalf("output %d, row %d: byte %d differs from qgemv's columns %d..%d", i, row, j, col, col+n)
-						}
-					}
-					for j, b := range got[c.T*n*es:] {
-						if b != 0xFF {
-							t.Fatalf("output %d: byte %d past its %d rows written", i, j, c.T)
-						}
-					}
-					col += n
-				}
+				checkSplitOutputs(t, s, "qgemv", whole, bufs, c.outs, c.T, N, c.y.Size())
 			})
 		}
+	}
+}
+
+// guardedSplitOuts allocates a split GEMV's outputs, ns columns wide, of T
+// rows of es bytes each and a guard row after each, poisoned (0xFF):
+// checkSplitOutputs then finds anything written past them.
+func guardedSplitOuts(t *testing.T, k *Kernels, s *cuda.Stream, ns []int, T, es int) ([]lower.SplitOut, []cuda.DevicePtr) {
+	t.Helper()
+	var outs []lower.SplitOut
+	var bufs []cuda.DevicePtr
+	for _, n := range ns {
+		b := alloc(t, k, int64((T+1)*n*es))
+		poison(t, s, b, int64((T+1)*n*es))
+		bufs = append(bufs, b)
+		outs = append(outs, lower.SplitOut{Y: ptr(b), N: n})
+	}
+	return outs, bufs
+}
+
+// checkSplitOutputs: each output's T rows are byte for byte its columns of
+// the whole GEMV's rows (whole: T rows of N, by ref), and its guard row is
+// untouched.
+func checkSplitOutputs(t *testing.T, s *cuda.Stream, ref string, whole cuda.DevicePtr, bufs []cuda.DevicePtr, ns []int, T, N, es int) {
+	t.Helper()
+	want := downloadBytes(t, s, whole, int64(T*N*es))
+	col := 0
+	for i, n := range ns {
+		got := downloadBytes(t, s, bufs[i], int64((T+1)*n*es))
+		for row := range T {
+			g, w := got[row*n*es:(row+1)*n*es], want[(row*N+col)*es:(row*N+col+n)*es]
+			if j := firstByteDiff(g, w); j >= 0 {
+				t.Fatalf("output %d, row %d: byte %d differs from %s's columns %d..%d", i, row, j, ref, col, col+n)
+			}
+		}
+		for j, b := range got[T*n*es:] {
+			if b != 0xFF {
+				t.Fatalf("output %d: byte %d past its %d rows written", i, j, T)
+			}
+		}
+		col += n
 	}
 }
