@@ -39,7 +39,7 @@ type Options struct {
 	// as one GEMM an output instead of one GEMM whose epilogue splits the
 	// columns (splitGEMM), and a quantised one of a few rows (a batched
 	// decode step) as one GEMV an output instead of qgemv_split
-	// (splitQGEMV): A/B timing.
+	// (splitGEMV): A/B timing.
 	DisableSplitGEMM bool
 	// FloatSplitGEMV runs a float model's matmul_split of a few rows (a
 	// batched decode step, a short prefill chunk) as one GEMV over the

@@ -225,9 +225,6 @@ func matmulSplit(c *stepCtx) ([]Launch, error) {
 	if ls, ok, err := splitGEMM(c, a, rows); ok || err != nil {
 		return ls, err
 	}
-	if ls, ok, err := splitQGEMV(c, a, rows); ok || err != nil {
-		return ls, err
-	}
 	if ls, ok, err := splitGEMV(c, a, rows); ok || err != nil {
 		return ls, err
 	}
@@ -322,27 +319,36 @@ func (c *stepCtx) splitOuts() ([]SplitOut, bool) {
 	return outs, true
 }
 
-// splitQGEMV is a matmul_split of a few rows (a batched decode step, a
-// short prefill chunk) with quantised weights as one GEMV over the whole
-// weight sending each output its columns (QGEMVSplit), after x's
-// quantisation: the GEMVs of k, v and the gate, one launch each, cost
-// their launches' latency more than their bytes. ok is false where it does
-// not apply (more rows, float weights, mixed output dtypes, more than
-// MaxSplit outputs, Options.DisableSplitGEMM): the caller runs a GEMV an
-// output. Each value is the whole GEMV's of the step's rows, as the decode
-// schedule's one GEMV computes it; the separate GEMVs' too wherever their
-// K split is the whole one's (at Laguna's K of 2048 and 3072 no shape
-// splits K: TestQGEMVSplitGPU, TestBatchStepGPU).
-func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
+// splitGEMV is a matmul_split of a few rows (a batched decode step, a
+// short prefill chunk) as one GEMV over the whole weight sending each
+// output its columns: quantised weights through QGEMVSplit after x's
+// quantisation, float ones through GEMVSplitLaunch where
+// Options.FloatSplitGEMV asks (not yet measured). The GEMVs of k, v and
+// the gate, one launch each, cost their launches' latency more than their
+// bytes. ok is false where it does not apply (more rows, mixed output
+// dtypes, more than MaxSplit outputs, Options.DisableSplitGEMM): the
+// caller runs a GEMV an output, each splitting K as the whole GEMV does.
+// Each value is the whole GEMV's of the step's rows, as the decode
+// schedule's one GEMV computes it (TestQGEMVSplitGPU, TestGEMVSplitGPU,
+// TestBatchStepGPU).
+func splitGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 	st := c.st
 	t, q := QuantType(a.WType)
-	if !q || c.T > QGEMVMaxRows || len(st.Out) < 2 || len(st.Out) > MaxSplit || rows != a.N || c.p.DisableSplitGEMM ||
-		a.SwiGLU || a.Accumulate {
+	if (!q && !c.p.FloatSplitGEMV) || c.T > min(QGEMVMaxRows, GEMVMaxRows) || len(st.Out) < 2 || len(st.Out) > MaxSplit ||
+		rows != a.N || c.p.DisableSplitGEMM || a.SwiGLU || a.Accumulate {
 		return nil, false, nil
 	}
 	outs, ok := c.splitOuts()
 	if !ok {
 		return nil, false, nil
+	}
+	if !q {
+		a.YType = st.Out[0].DType
+		l, err := GEMVSplitLaunch(a, outs)
+		if err != nil {
+			return nil, true, err
+		}
+		return []Launch{l}, true, nil
 	}
 	ws := Ptr{BaseWorkspace, 0}
 	qz, err := Q8XQuantize(a.XType, a.X, ws, a.T, a.K)
@@ -354,30 +360,6 @@ func splitQGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 		return nil, true, err
 	}
 	return []Launch{qz, g}, true, nil
-}
-
-// splitGEMV is splitQGEMV for float weights (gemv_split), where
-// Options.FloatSplitGEMV asks for it: one launch for the GEMVs of q, k, v
-// and the gate, each value the whole GEMV's. ok is false where it does not
-// apply: the caller runs a GEMV an output (each with the whole GEMV's K
-// split, WholeN, so the values are the same).
-func splitGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
-	st := c.st
-	if !c.p.FloatSplitGEMV || IsQuantized(a.WType) || c.T > GEMVMaxRows || len(st.Out) < 2 || len(st.Out) > MaxSplit || rows != a.N ||
-		c.p.DisableSplitGEMM || a.SwiGLU || a.Accumulate {
-		return nil, false, nil
-	}
-	outs, ok := c.splitOuts()
-	if !ok {
-		return nil, false, nil
-	}
-	b := a
-	b.Y, b.YType = Ptr{}, st.Out[0].DType
-	l, err := GEMVSplitLaunch(b, outs)
-	if err != nil {
-		return nil, true, err
-	}
-	return []Launch{l}, true, nil
 }
 
 // SplitRow reports whether a matmul_split step's outputs at t tokens are
