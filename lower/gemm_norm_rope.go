@@ -67,8 +67,7 @@ func GEMMNormRoPE(g Launch, ns []Launch, dst []Ptr, tab Ptr) (table, gemm Launch
 	var first Launch
 	var outs []byteRange
 	for k, n := range ns {
-		if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Ints) != 1 || len(n.Args) != 16 ||
-			!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
+		if !isQKNormRoPE(n) {
 			return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
 		}
 		a := n.Args

@@ -19,16 +19,28 @@ import "fmt"
 // values; the q,k,v GEMV's output then keeps the unrotated q and k, which
 // only A read.
 
+// isQKNormRoPE reports whether l is a qk_norm_rope launch as NormRoPE
+// builds it (the argument layout the fusions read).
+func isQKNormRoPE(l Launch) bool {
+	return l.Kernel == "qk_norm_rope" && l.File == "rope.cu" && len(l.DTypes) == 1 && len(l.Ints) == 1 && len(l.Args) == 16 &&
+		ArgKinds(l.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32)
+}
+
+// isPlainAttnDecode reports whether a is an attn_decode launch as
+// AttentionDecode builds it, doing no norm or rotation (NR 0).
+func isPlainAttnDecode(a Launch) bool {
+	return a.Kernel == "attn_decode" && a.File == "attention.cu" && len(a.DTypes) == 1 && len(a.Ints) == 2 && a.Ints[1] == 0 &&
+		len(a.Args) == attnArgCount
+}
+
 // NormRoPEAttention is the attn_decode launch a doing the qk_norm_rope
 // launch n before it.
 func NormRoPEAttention(n, a Launch) (Launch, error) {
 	const op = "NormRoPEAttention"
-	if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Ints) != 1 || len(n.Args) != 16 ||
-		!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
+	if !isQKNormRoPE(n) {
 		return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
 	}
-	if a.Kernel != "attn_decode" || a.File != "attention.cu" || len(a.DTypes) != 1 || len(a.Ints) != 2 || a.Ints[1] != 0 ||
-		len(a.Args) != attnArgCount {
+	if !isPlainAttnDecode(a) {
 		return Launch{}, fmt.Errorf("%s: %s is not an attn_decode launch as AttentionDecode builds it", op, a.NameExpr())
 	}
 	na, aa := n.Args, a.Args
@@ -83,12 +95,10 @@ func NormRoPEAttention(n, a Launch) (Launch, error) {
 // qk_norm_rope launch nk (its k heads) before it.
 func NormKRoPEAttentionRows(nk, a Launch) (Launch, error) {
 	const op = "NormKRoPEAttentionRows"
-	if nk.Kernel != "qk_norm_rope" || nk.File != "rope.cu" || len(nk.DTypes) != 1 || len(nk.Ints) != 1 || len(nk.Args) != 16 ||
-		!ArgKinds(nk.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
+	if !isQKNormRoPE(nk) {
 		return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, nk.NameExpr())
 	}
-	if a.Kernel != "attn_decode" || a.File != "attention.cu" || len(a.DTypes) != 1 || len(a.Ints) != 2 || a.Ints[1] != 0 ||
-		len(a.Args) != attnArgCount {
+	if !isPlainAttnDecode(a) {
 		return Launch{}, fmt.Errorf("%s: %s is not an attn_decode launch as AttentionDecode builds it", op, a.NameExpr())
 	}
 	aa, na := a.Args, nk.Args

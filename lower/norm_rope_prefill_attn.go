@@ -27,8 +27,7 @@ import "fmt"
 // qk_norm_rope launch n (of its q heads) on its Q tiles.
 func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 	const op = "PrefillNormRoPEAttention"
-	if n.Kernel != "qk_norm_rope" || n.File != "rope.cu" || len(n.DTypes) != 1 || len(n.Ints) != 1 || len(n.Args) != 16 ||
-		!ArgKinds(n.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgF32, ArgPtr, ArgPtr, ArgI32, ArgF32, ArgI32) {
+	if !isQKNormRoPE(n) {
 		return Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
 	}
 	if a.Kernel != "attn_prefill_wg" || a.File != "attention_prefill_wg.cu" || len(a.Ints) != 4 || a.Ints[3] != 0 ||
