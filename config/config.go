@@ -201,6 +201,24 @@ const (
 	MaxWeightElements = 1 << 40
 )
 
+// FirstLayers is c cut to its first n layers (a model's depth measured
+// in part: benchmarks, synthetic files, tests); c itself where n <= 0 or
+// n >= NumLayers. c is not changed.
+func (c *Config) FirstLayers(n int) (*Config, error) {
+	if n <= 0 || n >= c.NumLayers {
+		return c, nil
+	}
+	t := *c
+	t.NumLayers = n
+	t.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
+	t.MLPLayerTypes = append([]string(nil), c.MLPLayerTypes[:n]...)
+	t.HeadsPerLayer = append([]int(nil), c.HeadsPerLayer[:n]...)
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("first %d layers: %w", n, err)
+	}
+	return &t, nil
+}
+
 // Normalize fills the per-layer lists as transformers does when they are
 // absent, then validates the configuration.
 func (c *Config) Normalize() error {

@@ -63,3 +63,20 @@ func TestParseHFConfigLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstLayers(t *testing.T) {
+	full, err := Preset("laguna-s-2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := full.FirstLayers(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumLayers != 4 || len(c.LayerTypes) != 4 || c.IsMoE(0) || !c.IsMoE(3) || c.IsSliding(0) || !c.IsSliding(1) || full.NumLayers != 48 {
+		t.Fatalf("truncated: %+v", c)
+	}
+	if same, _ := full.FirstLayers(0); same != full {
+		t.Fatal("0 layers should keep the config")
+	}
+}

@@ -189,6 +189,32 @@ func BuildGraph(cfg *config.Config, yamlPath string) (*ir.Graph, error) {
 	return models.Build(file, src, cfg, models.BuildOptions{WeightDType: ir.F32})
 }
 
+// SyntheticTensors are the tensors of cfg's graph in the types recipe r
+// gives them, with their sizes and total bytes: what ckpt.Synthetic makes
+// random values for (lagc convert --synthetic, tests at a preset's shapes).
+func SyntheticTensors(cfg *config.Config, r *ckpt.Recipe) ([]ckpt.TensorInfo, int64, error) {
+	g, err := BuildGraph(cfg, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	want, err := ExpectedTensors(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	var tensors []ckpt.TensorInfo
+	var total int64
+	for _, e := range want {
+		t := ckpt.TensorInfo{Name: e.Name, Shape: e.Shape}
+		t.DType = r.TypeFor(t)
+		if t.Size, err = t.DType.Bytes(t.Elements()); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		total += t.Size
+		tensors = append(tensors, t)
+	}
+	return tensors, total, nil
+}
+
 // ExpectedTensors lists the checkpoint tensors g reads: its weights that
 // are not derived from others, with their shapes and, as the reason, their
 // declaration in the model file.

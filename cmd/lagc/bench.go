@@ -268,7 +268,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 			return fmt.Errorf("%w: --layers needs --synthetic weights", errUsage)
 		}
 	}
-	cfg, err := truncateLayers(full, f.layers)
+	cfg, err := full.FirstLayers(f.layers)
 	if err != nil {
 		return err
 	}
@@ -534,22 +534,6 @@ func maxInts(xs []int) int {
 		m = max(m, x)
 	}
 	return m
-}
-
-// truncateLayers keeps the first n layers of c (0 or n >= layers: all).
-func truncateLayers(c *config.Config, n int) (*config.Config, error) {
-	if n <= 0 || n >= c.NumLayers {
-		return c, nil
-	}
-	t := *c
-	t.NumLayers = n
-	t.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
-	t.MLPLayerTypes = append([]string(nil), c.MLPLayerTypes[:n]...)
-	t.HeadsPerLayer = append([]int(nil), c.HeadsPerLayer[:n]...)
-	if err := t.Validate(); err != nil {
-		return nil, fmt.Errorf("first %d layers: %w", n, err)
-	}
-	return &t, nil
 }
 
 type bencher struct {

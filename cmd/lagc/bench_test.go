@@ -147,28 +147,11 @@ func TestCPUBench(t *testing.T) {
 	}
 }
 
-func TestTruncateLayers(t *testing.T) {
-	full, err := config.Preset("laguna-s-2.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := truncateLayers(full, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.NumLayers != 4 || len(c.LayerTypes) != 4 || c.IsMoE(0) || !c.IsMoE(3) || c.IsSliding(0) || !c.IsSliding(1) || full.NumLayers != 48 {
-		t.Fatalf("truncated: %+v", c)
-	}
-	if same, _ := truncateLayers(full, 0); same != full {
-		t.Fatal("0 layers should keep the config")
-	}
-}
-
 // TestDepthScale: the full-depth estimate takes each layer of the full
 // model from the benched layers of its kind.
 func TestDepthScale(t *testing.T) {
 	full, _ := config.Preset("laguna-s-2.1")
-	benched, _ := truncateLayers(full, 2) // dense/full, moe/sliding
+	benched, _ := full.FirstLayers(2) // dense/full, moe/sliding
 	entries := []gpu.ProfileEntry{
 		{Class: "decode", Layer: -1, GPU: 10 * time.Microsecond},
 		{Class: "decode", Layer: 0, GPU: 20 * time.Microsecond},

@@ -45,7 +45,7 @@ func runConvertSynthetic(o convertOpts, log io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --preset: %v", errUsage, err)
 	}
-	cfg, err := truncateLayers(full, o.layers)
+	cfg, err := full.FirstLayers(o.layers)
 	if err != nil {
 		return err
 	}
@@ -53,24 +53,9 @@ func runConvertSynthetic(o convertOpts, log io.Writer) error {
 		return err
 	}
 	start := time.Now()
-	g, err := engine.BuildGraph(cfg, "")
+	tensors, total, err := engine.SyntheticTensors(cfg, r)
 	if err != nil {
 		return err
-	}
-	want, err := engine.ExpectedTensors(g)
-	if err != nil {
-		return err
-	}
-	var tensors []ckpt.TensorInfo
-	var total int64
-	for _, e := range want {
-		t := ckpt.TensorInfo{Name: e.Name, Shape: e.Shape}
-		t.DType = r.TypeFor(t)
-		if t.Size, err = t.DType.Bytes(t.Elements()); err != nil {
-			return fmt.Errorf("%s: %w", t.Name, err)
-		}
-		total += t.Size
-		tensors = append(tensors, t)
 	}
 	name := o.name
 	if name == "" {

@@ -539,45 +539,28 @@ func TestBatchStepS21GPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := *full
-	cfg.NumLayers = 2
-	cfg.LayerTypes = append([]string(nil), full.LayerTypes[:2]...)
-	cfg.MLPLayerTypes = append([]string(nil), full.MLPLayerTypes[:2]...)
-	cfg.HeadsPerLayer = append([]int(nil), full.HeadsPerLayer[:2]...)
-	if err := cfg.Validate(); err != nil {
+	cfg, err := full.FirstLayers(2)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Heads(1)*cfg.HeadDim != 9216 || cfg.IntermediateSize != 12288 {
 		t.Fatalf("layer 1 has %d q heads of %d, the dense MLP %d: not the shapes this test is for", cfg.Heads(1), cfg.HeadDim, cfg.IntermediateSize)
 	}
-	g, err := engine.BuildGraph(&cfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := engine.ExpectedTensors(g)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, recipe := range []string{"q4_k_m", "bf16"} {
-		t.Run(recipe, func(t *testing.T) { batchStepSynthetic(t, &cfg, want, recipe) })
+		t.Run(recipe, func(t *testing.T) { batchStepSynthetic(t, cfg, recipe) })
 	}
 }
 
 // batchStepSynthetic is TestBatchStepS21GPU's check on cfg's synthetic
-// weights of recipe (want: the graph's tensors).
-func batchStepSynthetic(t *testing.T, cfg *config.Config, want []ckpt.Expected, recipe string) {
+// weights of recipe.
+func batchStepSynthetic(t *testing.T, cfg *config.Config, recipe string) {
 	r, err := ckpt.ParseRecipe(recipe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tensors []ckpt.TensorInfo
-	for _, e := range want {
-		ti := ckpt.TensorInfo{Name: e.Name, Shape: e.Shape}
-		ti.DType = r.TypeFor(ti)
-		if ti.Size, err = ti.DType.Bytes(ti.Elements()); err != nil {
-			t.Fatal(err)
-		}
-		tensors = append(tensors, ti)
+	tensors, _, err := engine.SyntheticTensors(cfg, r)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ck, err := ckpt.Synthetic(cfg, "synthetic:laguna-s-2.1", tensors, 7)
 	if err != nil {
