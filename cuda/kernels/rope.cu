@@ -62,10 +62,31 @@ __device__ __forceinline__ void rope_cos_sin(int i, float fp, const float* __res
   s *= attn;
   co *= attn;
 }
+// rope_pair is channel value a rotated with its partner's value b: a*co -
+// b*s in the first half, a*co + b*s in the second. Both products are
+// rounded, then summed: with nvcc's default contraction each call site
+// chose its own fused multiply-add, and qk_norm_rope's fast path
+// (nr_head128) differed from the one-warp path and the decode attention's
+// fused rotation by an ulp of T, so a batched step (the fast path) and the
+// decode schedule (the attention's rotation) gave a row other bits on
+// S-2.1's 128-channel heads (TestBatchStepS21GPU). Every rotation that
+// must agree bit for bit calls this.
+__device__ __forceinline__ float rope_pair(float a, float b, float co, float s, bool first) {
+  const float x = __fmul_rn(a, co), y = __fmul_rn(b, s);
+  return first ? __fsub_rn(x, y) : __fadd_rn(x, y);
+}
+// rope_sq_add is ss + v*v with one rounding (an explicit fused
+// multiply-add), the square sums' step in rope_stage and nr_head128 alike.
+__device__ __forceinline__ float rope_sq_add(float ss, float v) { return __fmaf_rn(v, v, ss); }
+// rope_inv_rms is 1/sqrt(ss/d + eps), each step rounded once, spelled out
+// for the same reason.
+__device__ __forceinline__ float rope_inv_rms(float ss, float d, float eps) {
+  return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, d), eps)));
+}
 // rope_rotate is channel c < rot of the head staged in b rotated by its
 // pair's co and s (the one expression both ways of getting them share).
 __device__ __forceinline__ float rope_rotate(const float* b, int c, int half, float co, float s) {
-  return c < half ? b[c] * co - b[c + half] * s : b[c] * co + b[c - half] * s;
+  return c < half ? rope_pair(b[c], b[c + half], co, s, true) : rope_pair(b[c], b[c - half], co, s, false);
 }
 // rope_channel is channel c of the rotated head staged (normalised) in b.
 __device__ __forceinline__ float rope_channel(const float* b, int c, int rot, float fp,
@@ -96,12 +117,12 @@ __device__ __forceinline__ void rope_stage(int d, const T* xr, float* b, const f
 #pragma unroll
     for (int e = 0; e < STEP; e++) {
       b[c + e] = v[e];
-      ss += v[e] * v[e];
+      ss = rope_sq_add(ss, v[e]);
     }
   }
   if (w != nullptr) {  // uniform per warp
     ss = rope_warp_sum(ss);
-    float inv = 1.f / sqrtf(ss / (float)d + eps);
+    const float inv = rope_inv_rms(ss, (float)d, eps);
     for (int c = lane * STEP; c < d; c += 32 * STEP)
 #pragma unroll
       for (int e = 0; e < STEP; e++) b[c + e] = w[c + e] * (b[c + e] * inv);
@@ -144,9 +165,10 @@ __device__ __forceinline__ void rope_head(int d, const T* xr, T* orow, float* b,
 // stores them at o. The square sums run in rope_stage's order (lanes of
 // 4 channels, then its butterfly: here each thread's two halves, xor 8..1
 // over threads, then the halves) and the rotation is rope_rotate's
-// expression, yet the compiled arithmetic is not the one-warp path's: on
-// the H200 some outputs differ from it by one ulp of T
-// (TestNormRoPEItemsGPU). Every lane of the warp calls it (the shuffles);
+// expression, and every rounding step is rope_pair's, rope_sq_add's and
+// rope_inv_rms's, so its bits are the one-warp path's (TestNormRoPEItemsGPU;
+// before they were pinned, nvcc's own contractions made some outputs
+// differ by one ulp of T). Every lane of the warp calls it (the shuffles);
 // store is false where the thread has no head.
 template <typename T>
 __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, const float* __restrict__ w, float eps,
@@ -162,16 +184,16 @@ __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, 
   // The sums on every lane (a warp's halves may differ in w: q and k).
   float sa = 0.f, sb = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; e++) sa += v[e] * v[e];
+  for (int e = 0; e < 4; e++) sa = rope_sq_add(sa, v[e]);
 #pragma unroll
-  for (int e = 4; e < 8; e++) sb += v[e] * v[e];
+  for (int e = 4; e < 8; e++) sb = rope_sq_add(sb, v[e]);
 #pragma unroll
   for (int m = 8; m > 0; m >>= 1) {
     sa += __shfl_xor_sync(0xffffffffu, sa, m);
     sb += __shfl_xor_sync(0xffffffffu, sb, m);
   }
   if (w != nullptr) {
-    const float inv = 1.f / sqrtf((sa + sb) / 128.f + eps);
+    const float inv = rope_inv_rms(sa + sb, 128.f, eps);
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = w[c0 + e] * (v[e] * inv);
   }
@@ -187,7 +209,7 @@ __device__ __forceinline__ void nr_head128(uint4 raw, int c0, T* o, bool store, 
 #pragma unroll
     for (int f = 0; f < 2; f++) {
       const int c = c0 + e + f, i = c < half ? c : c - half;
-      y[f] = c >= rot ? v[e + f] : c < half ? v[e + f] * cs[i] - p[e + f] * sn[i] : v[e + f] * cs[i] + p[e + f] * sn[i];
+      y[f] = c >= rot ? v[e + f] : rope_pair(v[e + f], p[e + f], cs[i], sn[i], c < half);
     }
     const T lo = from_f32<T>(y[0]), hi = from_f32<T>(y[1]);
     out[e >> 1] = (unsigned)lo.bits | ((unsigned)hi.bits << 16);
