@@ -323,7 +323,7 @@ func (c *stepCtx) splitOuts() ([]SplitOut, bool) {
 // short prefill chunk) as one GEMV over the whole weight sending each
 // output its columns: quantised weights through QGEMVSplit after x's
 // quantisation, float ones through GEMVSplitLaunch where
-// Options.FloatSplitGEMV asks (not yet measured). The GEMVs of k, v and
+// Options.FloatSplitGEMV asks (the executor's default). The GEMVs of k, v and
 // the gate, one launch each, cost their launches' latency more than their
 // bytes. ok is false where it does not apply (more rows, mixed output
 // dtypes, more than MaxSplit outputs, Options.DisableSplitGEMM): the

@@ -168,6 +168,21 @@ func TestDisableFusionsEnv(t *testing.T) {
 	}
 }
 
+// TestFloatSplitGEMVEnv: a float model's batched q, k, v and gate run as
+// one gemv_split by default (measured faster on the H200, 2026-12-04);
+// LAGC_FLOAT_SPLIT_GEMV=0 runs four GEMVs.
+func TestFloatSplitGEMVEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want bool
+	}{{"", true}, {"1", true}, {"0", false}} {
+		t.Setenv("LAGC_FLOAT_SPLIT_GEMV", c.env)
+		if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.FloatSplitGEMV != c.want {
+			t.Errorf("LAGC_FLOAT_SPLIT_GEMV=%q: FloatSplitGEMV %v (want %v), %v", c.env, o.FloatSplitGEMV, c.want, err)
+		}
+	}
+}
+
 // TestDryRunTail: PrefillTail and ForwardTail launch what lower.AtTail
 // plans (a full chunk without its tail, then the ragged last chunk with its
 // tail on its last row; a short prompt in one chunk), recorded without a
