@@ -19,8 +19,11 @@
 # Binaries are named after their package: .gpu/exec__gpu.test runs in exec/gpu.
 # Counted: every test and subtest result line (--- PASS/FAIL/SKIP); a binary
 # (or shard) that dies without reporting (a crash, a timeout) counts as one
-# failure. Logs go to $OUT (when set) or .gpu/logs. Extra arguments after
-# `run` are passed to every binary (e.g. -test.run GPU).
+# failure. Logs go to $OUT (when set) or .gpu/logs; 00-failures.log there
+# holds every failed top-level test's output (from its === RUN line to its
+# --- FAIL) and a dead shard's last lines, whichever shard ran it: a device
+# call brings back only a few files (by name, so it sorts first). Extra arguments after `run` are passed to
+# every binary (e.g. -test.run GPU).
 # The binaries run side by side, each in its own process (CUDA context), and
 # the largest (exec/gpu, about 330 s alone: NVRTC compiles, CPU-bound, take
 # much of it) in GPU_SUITE_SHARDS (default 8) processes taking every
@@ -86,6 +89,7 @@ run)
 	export LAGC_REQUIRE_GPU=${LAGC_REQUIRE_GPU:-1}
 	passed=0 failed=0 skipped=0
 	failures=()
+	died=()
 	shopt -s nullglob
 	bins=(.gpu/*.test)
 	if [ ${#bins[@]} -eq 0 ]; then
@@ -135,8 +139,27 @@ run)
 		passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 		while read -r line; do failures+=("$name: $line"); done < <(grep -E '^\s*--- FAIL' "$log" | sed 's/^ *--- FAIL: //')
 		if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+			died[k]=1
 			failed=$((failed + 1))
 			failures+=("$name: exited $rc without a failing test (crash or timeout); see $log")
+		fi
+	done
+	# Each failed top-level test's lines, from the logs that hold one.
+	: >"$logs/00-failures.log"
+	for job in "${jobs[@]}"; do
+		IFS='|' read -r name dir bin log re <<<"$job"
+		grep -qE '^--- FAIL' "$log" || continue
+		awk -v job="$name" '
+			FNR == NR { if ($0 ~ /^--- FAIL: /) bad[$3] = 1; next }
+			$1 == "===" && $2 == "RUN" && ($3 in bad) { on = 1; print "## " job ": " $3 }
+			on { print }
+			/^--- FAIL: / && ($3 in bad) { on = 0 }
+		' "$log" "$log" >>"$logs/00-failures.log"
+	done
+	for k in "${!jobs[@]}"; do # a shard that died without a --- FAIL: its last lines
+		IFS='|' read -r name dir bin log re <<<"${jobs[k]}"
+		if [ -n "${died[k]:-}" ]; then
+			{ echo "## $name: died (last 40 lines)"; tail -40 "$log"; } >>"$logs/00-failures.log"
 		fi
 	done
 	for x in "${failures[@]}"; do echo "FAIL $x"; done
