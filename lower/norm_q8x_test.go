@@ -279,12 +279,14 @@ func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
 // recipe's types (none: bf16), through the default passes, with o.
 func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options) (*Plan, error) {
 	t.Helper()
-	c, err := config.Preset(preset)
+	full, err := config.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.NumLayers = layers
-	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = c.LayerTypes[:layers], c.MLPLayerTypes[:layers], c.HeadsPerLayer[:layers]
+	c, err := full.FirstLayers(layers)
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, c, models.BuildOptions{WeightDType: ir.BF16})
 	if err != nil {
 		t.Fatal(err)

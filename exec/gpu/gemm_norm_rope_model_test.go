@@ -72,14 +72,15 @@ func s21q4km(t *testing.T, n int) (*config.Config, *ckpt.Recipe) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := *cfg
-	c.NumLayers = n
-	c.LayerTypes, c.MLPLayerTypes, c.HeadsPerLayer = c.LayerTypes[:n], c.MLPLayerTypes[:n], c.HeadsPerLayer[:n]
+	c, err := cfg.FirstLayers(n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := ckpt.ParseRecipe("q4_k_m")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &c, r
+	return c, r
 }
 
 // stepLaunches is the number of launches of kernel in steps.

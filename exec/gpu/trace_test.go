@@ -73,13 +73,8 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.layers > 0 && m.layers < cfg.NumLayers {
-		c := *cfg
-		c.NumLayers = m.layers
-		c.LayerTypes = c.LayerTypes[:m.layers]
-		c.MLPLayerTypes = c.MLPLayerTypes[:m.layers]
-		c.HeadsPerLayer = c.HeadsPerLayer[:m.layers]
-		cfg = &c
+	if cfg, err = cfg.FirstLayers(m.layers); err != nil {
+		t.Fatal(err)
 	}
 	g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: dt})
 	if err != nil {
