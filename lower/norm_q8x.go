@@ -93,7 +93,7 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention"}
+var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention", branchFusion}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }
@@ -115,13 +115,15 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 	return func(_ []Step, steps [][]Launch) { f(steps) }
 }
 
-// FusionNames are the names Options.DisableFusions takes, in order.
+// FusionNames are the names Options.DisableFusions takes, in order:
+// launchFusions', then branchSharedDown (the decode schedule's last, run
+// once its workspace is sized).
 func FusionNames() []string {
-	names := make([]string, len(launchFusions))
+	names := make([]string, len(launchFusions), len(launchFusions)+1)
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return names
+	return append(names, branchFusion)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

@@ -465,10 +465,12 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 		case st.Op == "norm_rope":
 			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
 		default: // a step a fusion folded into an earlier launch: norms, a tail's add, the router's outputs
-			for j := i - 1; j >= 0; j-- {
-				if k := len(launches[j]); k > 0 {
-					note = "  (launched by " + launches[j][k-1].Kernel + " before)"
-					break
+			for j := i - 1; j >= 0 && note == ""; j-- {
+				for k := len(launches[j]) - 1; k >= 0; k-- {
+					if l := launches[j][k]; !l.IsBranch() && l.Stream == 0 { // a branch's launches come after
+						note = "  (launched by " + l.Kernel + " before)"
+						break
+					}
 				}
 			}
 		}

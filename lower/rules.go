@@ -177,7 +177,24 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
+	if s.Class == Decode && !batch {
+		ws, _, _, err := p.scratch(s)
+		if err != nil {
+			return nil, err
+		}
+		p.branch(out, ws)
+	}
 	return out, nil
+}
+
+// branch runs branchSharedDown on a decode schedule's launches where the
+// plan enables it, its buffer past ws (the workspace the steps need), and
+// returns the bytes it adds there.
+func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
+	if slices.Contains(p.fusionsOff(), branchFusion) {
+		return 0
+	}
+	return branchSharedDown(launches, ws)
 }
 
 // scratch sizes the workspace, routes and counters of s: the most any

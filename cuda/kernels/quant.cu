@@ -656,6 +656,23 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm_pre(int N, int K, long 
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
+// qgemv_join_norm is qgemv_xin_norm_pre's store and tail after its GEMV ran
+// on a branch (lower.branchSharedDown): s holds the GEMV's f32 sums (a
+// qgemv_xin with y in f32: acc itself), and y[i] = s[i] + y[i] rounded to
+// TY is the accumulating store's value (one add either way), then the
+// norm_tail of the launch's last block, by this one block. The same bits as
+// qgemv_xin_norm_pre. ny: the values of y.
+template <typename TY, typename TO, int TAIL>
+__global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __restrict__ s, TY* y, int n, int lanes,
+                                                     float eps, const TY* x, const TY* a, const TY* b, TY* sum,
+                                                     const float* nw, TO* out, signed char* nxq, float4* nxs) {
+  pdl_wait();
+  for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + to_f32(y[i]));
+  __threadfence();  // the tail may read y through L2 (norm_ld), as it reads other blocks' stores
+  __syncthreads();
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+}
+
 // ------------------------------------------ routed experts (decode)
 //
 // moe_gateup_qgemv and moe_down_qgemv are the quantised routed experts of

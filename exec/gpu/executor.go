@@ -58,8 +58,9 @@ type Executor struct {
 	dev    *cuda.Device
 	ownDev bool
 	k      *Kernels
-	s      *cuda.Stream // nil on a dry run
-	q      Queue        // where launches and copies go: s, or a Recorder
+	s      *cuda.Stream  // nil on a dry run
+	q      Queue         // where launches and copies go: s, or a Recorder
+	branch *streamBranch // s's side stream, where the plan has branches (lower.Fork)
 	act    cuda.DType
 	// dryNext is the next address a dry run hands out (no device).
 	dryNext cuda.DevicePtr
@@ -392,6 +393,10 @@ func (e *Executor) Close() error {
 		}
 	}
 	e.allocs = nil
+	if e.branch != nil {
+		keep(e.branch.close())
+		e.branch = nil
+	}
 	if e.s != nil {
 		keep(e.s.Close())
 		e.s = nil

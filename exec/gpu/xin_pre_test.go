@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -56,22 +57,30 @@ func TestXInPreGPU(t *testing.T) {
 					count(base, k))
 			}
 		}
-		for _, eager := range []bool{true, false} {
-			base.SetEager(eager)
-			pre.SetEager(eager)
-			ta, la, _ := decodeRun(t, base, prompt, false, 12)
-			tb, lb, _ := decodeRun(t, pre, prompt, false, 12)
-			if !slices.Equal(ta, tb) {
-				t.Fatalf("xin %v, down %v, eager %v: tokens %v, without either %v", v.xin, v.down, eager, tb, ta)
+		sameDecodes(t, fmt.Sprintf("xin %v, down %v", v.xin, v.down), base, pre, prompt, 12)
+	}
+}
+
+// sameDecodes fails unless ex decodes prompt and steps tokens after it
+// with the tokens and logits of base bit for bit, eager and replayed as a
+// graph.
+func sameDecodes(t *testing.T, what string, base, ex *gpu.Executor, prompt []int32, steps int) {
+	t.Helper()
+	for _, eager := range []bool{true, false} {
+		base.SetEager(eager)
+		ex.SetEager(eager)
+		ta, la, _ := decodeRun(t, base, prompt, false, steps)
+		tb, lb, _ := decodeRun(t, ex, prompt, false, steps)
+		if !slices.Equal(ta, tb) {
+			t.Fatalf("%s, eager %v: tokens %v, the base plan's %v", what, eager, tb, ta)
+		}
+		for i := range la {
+			if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+				t.Fatalf("%s, eager %v, step %d: logits differ from the base plan's", what, eager, i)
 			}
-			for i := range la {
-				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
-					t.Fatalf("xin %v, down %v, eager %v, step %d: logits differ from the plan's without either", v.xin, v.down, eager, i)
-				}
-			}
-			if !eager && (!pre.Captured() || !base.Captured()) {
-				t.Fatalf("graph mode: captured %v, without either %v", pre.Captured(), base.Captured())
-			}
+		}
+		if !eager && (!ex.Captured() || !base.Captured()) {
+			t.Fatalf("%s, graph mode: captured %v, the base plan %v", what, ex.Captured(), base.Captured())
 		}
 	}
 }

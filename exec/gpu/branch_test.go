@@ -1,0 +1,40 @@
+package gpu_test
+
+import (
+	"testing"
+
+	"lagc/cuda/cudatest"
+	"lagc/exec/gpu"
+)
+
+// TestBranchSharedDownGPU: with branchSharedDown (LAGC_ENABLE_FUSIONS) the
+// decode plan of a three-layer Laguna-S-2.1 in the q4_k_m recipe
+// (synthetic weights; two MoE layers, so the branches share their buffer)
+// runs each MoE layer's shared down GEMV on the side stream and gives the
+// tokens and logits of the default plan bit for bit over a prompt and 12
+// steps, eager and replayed as a graph (whose capture follows the
+// branch's events).
+func TestBranchSharedDownGPU(t *testing.T) {
+	cudatest.Device(t)
+	c, r := s21q4km(t, 3)
+	compile := func(enable string) *gpu.Executor {
+		t.Setenv("LAGC_ENABLE_FUSIONS", enable)
+		ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ex.Close() })
+		return ex
+	}
+	base, br := compile(""), compile("branchSharedDown")
+	for _, k := range []string{"fork", "join", "qgemv_join_norm"} {
+		if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != 2 || n0 != 0 {
+			t.Fatalf("%d %s launches in the branched decode plan (want 2), %d in the default one", n, k, n0)
+		}
+	}
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(i * 977 % c.VocabSize)
+	}
+	sameDecodes(t, "branchSharedDown", base, br, prompt, 12)
+}

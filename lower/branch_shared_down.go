@@ -1,0 +1,115 @@
+package lower
+
+import "fmt"
+
+// branchSharedDown (opt-in, decode only; docs/DECODE_MEGAKERNEL.md) takes
+// the shared expert's down GEMV of a quantised MoE layer off the chain of
+// launches: its GEMV reads only the shared activations (written before the
+// routed gate+up) and its weights, so it can run on a second stream beside
+// the routed gate+up and down, and only its store, the residual add and the
+// next norm must wait for the routed down. Its invariant:
+//
+//	the stream's launches G, D, X, one after the other, a
+//	moe_gateup_qgemv_trig, a moe_down_qgemv_pre and a qgemv_xin_norm_pre of
+//	one row accumulating into its y, where G's and D's outputs lie apart
+//	from X's xin, become: fork, X's GEMV as a qgemv_xin into an f32 buffer
+//	(the side stream), G, D, join, qgemv_join_norm (X's store and tail).
+//
+// The fork comes right after the launch before G, so the side GEMV reads
+// what X read (written before G; G and D do not write it); it writes only
+// the buffer, past the schedule's workspace, which only the join's launch
+// reads. Its sums are X's (the same qgemv_rows shape, K split and
+// quantisation of xin), kept in f32, and qgemv_join_norm adds y to them as
+// X's accumulating store did and runs X's tail: the same bits. Every
+// layer's branch uses the one buffer: a layer's fork follows the previous
+// layer's join launch on the main stream, so its side GEMV starts after
+// that launch has read the buffer.
+const branchFusion = "branchSharedDown"
+
+// BranchSharedDown returns the launches g, d, x become on a branch with
+// its f32 sums at buf (RowsBytes of x): fork and the side GEMV (to go right
+// after the launch before g), and join and the join launch (in x's place);
+// or an error saying why they may not.
+func BranchSharedDown(g, d, x Launch, buf Ptr) (fork, side, join, tail Launch, err error) {
+	const op = "BranchSharedDown"
+	fail := func(f string, a ...any) (Launch, Launch, Launch, Launch, error) {
+		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: "+f, append([]any{op}, a...)...)
+	}
+	if g.Kernel != "moe_gateup_qgemv_trig" || g.File != "quant.cu" || len(g.Ints) != 4 || len(g.Args) != 15 ||
+		!ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgPtr) {
+		return fail("%s is not a moe_gateup_qgemv_trig launch", g.NameExpr())
+	}
+	if d.Kernel != "moe_down_qgemv_pre" || d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) != 6 ||
+		!ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+		return fail("%s is not a moe_down_qgemv_pre launch", d.NameExpr())
+	}
+	if x.Kernel != "qgemv_xin_norm_pre" || x.File != "quant.cu" || len(x.DTypes) != 3 || len(x.Ints) != 6 ||
+		!ArgKinds(x.Args, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgI32, ArgPtr, ArgI32, ArgI32, ArgF32,
+			ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr) {
+		return fail("%s is not a qgemv_xin_norm_pre launch", x.NameExpr())
+	}
+	R, N, K := x.Ints[1], x.Args[0].Int, x.Args[1].Int
+	if R != 1 || x.Ints[2] != 0 || x.Args[7].Int != 1 || N <= 0 || K <= 0 {
+		return fail("%s: %d rows, SwiGLU %d, accumulate %d (one row accumulating, no SwiGLU)", x.NameExpr(), R, x.Ints[2], x.Args[7].Int)
+	}
+	if buf.Null() {
+		return fail("no buffer for the side GEMV's sums")
+	}
+	// What G and D write (DownPre's and XInPre's reading of their
+	// arguments) must lie apart from the side GEMV's inputs.
+	I := g.Args[2].Int
+	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
+	if I <= 0 || I%32 != 0 || H <= 0 || nh <= 0 || w <= 0 {
+		return fail("routed experts of %d values a route, %d rows", I, H)
+	}
+	routes := int64(g.Grid[0]) / (I / 32)
+	T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w))
+	xin := span{x.Args[5].Ptr(), R * K * int64(dtypeSize(x.DTypes[1]))}
+	for _, o := range []span{{g.Args[13].Ptr(), routes * I}, {g.Args[14].Ptr(), routes * I / 32 * 16},
+		{d.Args[11].Ptr(), T * H * int64(dtypeSize(d.DTypes[0]))}} {
+		if routes <= 0 || T <= 0 || overlaps(o.at, o.n, xin.at, xin.n) || overlaps(o.at, o.n, buf, 4*R*N) {
+			return fail("%s or %s writes what the side GEMV reads or writes (or the sizes do not read back)", g.NameExpr(), d.NameExpr())
+		}
+	}
+	side = Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", x.DTypes[1]}, Ints: append([]int64(nil), x.Ints[:5]...),
+		Grid: x.Grid, Block: x.Block, Shmem: x.Shmem, Stream: 1,
+		Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
+	tail = kernel("quant.cu", "qgemv_join_norm", []string{x.DTypes[0], x.DTypes[2]}, []int64{x.Ints[5]}, dims(1), dims(256), 0,
+		append([]Arg{i32(int(R * N)), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
+	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, tail, nil
+}
+
+// branchSharedDown applies BranchSharedDown to each such run of the
+// stream, its side GEMVs' sums at ws (the end of the schedule's
+// workspace), and returns the workspace bytes it adds (0: no branch).
+func branchSharedDown(steps [][]Launch, ws int64) int64 {
+	where := streamOrder(steps)
+	var need int64
+	type put struct {
+		after      streamPos // fork and side go after this launch
+		x          streamPos // join and tail replace this one
+		fork, side Launch
+		join, tail Launch
+	}
+	var puts []put
+	for k := 1; k+2 < len(where); k++ {
+		g, d, x := where[k], where[k+1], where[k+2]
+		buf := Ptr{BaseWorkspace, ws}
+		f, s, j, t, err := BranchSharedDown(steps[g.step][g.i], steps[d.step][d.i], steps[x.step][x.i], buf)
+		if err != nil {
+			continue
+		}
+		need = max(need, 4*steps[x.step][x.i].Ints[1]*steps[x.step][x.i].Args[0].Int)
+		puts = append(puts, put{where[k-1], x, f, s, j, t})
+		k += 2
+	}
+	// Back to front, so that the positions before stay valid.
+	for i := len(puts) - 1; i >= 0; i-- {
+		p := puts[i]
+		ls := steps[p.x.step]
+		steps[p.x.step] = append(append(append([]Launch(nil), ls[:p.x.i]...), p.join, p.tail), ls[p.x.i+1:]...)
+		ls = steps[p.after.step]
+		steps[p.after.step] = append(append(append([]Launch(nil), ls[:p.after.i+1]...), p.fork, p.side), ls[p.after.i+1:]...)
+	}
+	return align(need)
+}

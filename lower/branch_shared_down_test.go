@@ -1,0 +1,153 @@
+package lower
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"lagc/ir"
+)
+
+// TestBranchSharedDownPlan: with branchSharedDown enabled, S-2.1's q4_k_m
+// decode schedule (three layers: two MoE ones) is the default one with each
+// MoE layer's qgemv_xin_norm_pre taken apart: a fork and the side GEMV
+// right after the launch before the routed gate+up (the side GEMV X's
+// shape and inputs, its y an f32 buffer past the workspace), then join and
+// qgemv_join_norm (X's y, norm and outputs) in X's place; one buffer for
+// both, the workspace grown by it; Plan.At gives the same launches; the
+// prefill schedule and batched programs keep theirs.
+func TestBranchSharedDownPlan(t *testing.T) {
+	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 4}
+	base, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.EnableFusions = []string{branchFusion}
+	br, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := Ptr{BaseWorkspace, base.Decode.Workspace}
+	if got, want := br.Decode.Workspace, base.Decode.Workspace+align(4*3072); got != want {
+		t.Errorf("decode workspace %d, want %d (the default's and one f32 row of 3072)", got, want)
+	}
+	flat := func(s *Schedule) (ls []Launch) {
+		for _, st := range s.Steps {
+			ls = append(ls, st.Launches...)
+		}
+		return ls
+	}
+	// Rebuild the branched stream from the default one.
+	var want []Launch
+	ls := flat(base.Decode)
+	branches := 0
+	for i := 0; i < len(ls); i++ {
+		if i+3 < len(ls) && ls[i+1].Kernel == "moe_gateup_qgemv_trig" && ls[i+3].Kernel == "qgemv_xin_norm_pre" {
+			x := ls[i+3]
+			side := Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", "bf16"}, Ints: x.Ints[:5], Grid: x.Grid,
+				Block: x.Block, Shmem: x.Shmem, Stream: 1, Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
+			tail := kernel("quant.cu", "qgemv_join_norm", []string{"bf16", "bf16"}, []int64{3}, dims(1), dims(256), 0,
+				append([]Arg{i32(3072), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
+			want = append(want, ls[i], Launch{Kernel: Fork}, side, ls[i+1], ls[i+2], Launch{Kernel: Join}, tail)
+			i += 3
+			branches++
+			continue
+		}
+		want = append(want, ls[i])
+	}
+	if branches != 2 {
+		t.Fatalf("%d MoE layers' launch runs in the default decode plan, want 2", branches)
+	}
+	if got := flat(br.Decode); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the branched decode plan is not the default's with its two branches:\n%s", firstLaunchDiff(got, want))
+	}
+	at, err := br.At(br.Decode, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range br.Decode.Steps {
+		if !reflect.DeepEqual(at[i], st.Launches) {
+			t.Fatalf("Plan.At(decode, 1) step %s: %v, the plan's %v", st.Name, at[i], st.Launches)
+		}
+	}
+	for _, s := range []*Schedule{br.Prefill} {
+		if !reflect.DeepEqual(flat(s), flat(base.Prefill)) {
+			t.Errorf("the prefill schedule changed")
+		}
+	}
+	for _, B := range []int{2, 4} {
+		a, err := br.AtBatch(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := base.AtBatch(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("batch %d: the batched program changed", B)
+		}
+	}
+}
+
+// firstLaunchDiff names the first launch where got and want differ.
+func firstLaunchDiff(got, want []Launch) string {
+	for i := range min(len(got), len(want)) {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			return fmt.Sprintf("launch %d:\n got  %s\n want %s", i, got[i], want[i])
+		}
+	}
+	return fmt.Sprintf("%d launches, want %d", len(got), len(want))
+}
+
+// TestBranchSharedDownRefuses: BranchSharedDown takes only the run it was
+// made for, and refuses where the routed launches write what the side
+// GEMV reads or writes.
+func TestBranchSharedDownRefuses(t *testing.T) {
+	p, err := quantPlan(t, "laguna-s-2.1", 2, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g, d, x Launch
+	for _, st := range p.Decode.Steps {
+		for _, l := range st.Launches {
+			switch l.Kernel {
+			case "moe_gateup_qgemv_trig":
+				g = l
+			case "moe_down_qgemv_pre":
+				d = l
+			case "qgemv_xin_norm_pre":
+				x = l
+			}
+		}
+	}
+	buf := Ptr{BaseWorkspace, p.Decode.Workspace}
+	if _, _, _, _, err := BranchSharedDown(g, d, x, buf); err != nil {
+		t.Fatalf("the plan's own run: %v", err)
+	}
+	with := func(l Launch, f func(*Launch)) Launch {
+		l.Args, l.Ints = append([]Arg(nil), l.Args...), append([]int64(nil), l.Ints...)
+		f(&l)
+		return l
+	}
+	xin := x.Args[5].Ptr()
+	for name, c := range map[string]struct {
+		g, d, x Launch
+		buf     Ptr
+	}{
+		"not a gate+up":         {d, d, x, buf},
+		"not a down":            {g, g, x, buf},
+		"not the shared down":   {g, d, d, buf},
+		"two rows":              {g, d, with(x, func(l *Launch) { l.Ints[1] = 2 }), buf},
+		"not accumulating":      {g, d, with(x, func(l *Launch) { l.Args[7] = i32(0) }), buf},
+		"no buffer":             {g, d, x, Ptr{}},
+		"down writes xin":       {g, with(d, func(l *Launch) { l.Args[11] = ptrArg(xin) }), x, buf},
+		"gate+up writes xin":    {with(g, func(l *Launch) { l.Args[13] = ptrArg(xin) }), d, x, buf},
+		"down writes the sums":  {g, with(d, func(l *Launch) { l.Args[11] = ptrArg(buf) }), x, buf},
+		"scales write the sums": {with(g, func(l *Launch) { l.Args[14] = ptrArg(buf) }), d, x, buf},
+	} {
+		if _, _, _, _, err := BranchSharedDown(c.g, c.d, c.x, c.buf); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
