@@ -9,7 +9,8 @@ import (
 )
 
 // TestWithoutSkipped: LAGC_SKIP_KERNELS leaves out exactly the launches of
-// the kernels it matches, in order, and counts them; unset, nothing.
+// the kernels it matches, in order, and counts them; unset, nothing; a
+// branch's fork and join stay whatever it matches.
 func TestWithoutSkipped(t *testing.T) {
 	ls := []lower.Launch{{Kernel: "qgemv"}, {Kernel: "attn_decode"}, {Kernel: "qgemv_norm"}, {Kernel: "moe_gateup_qgemv"}, {}}
 	names := func(ls []lower.Launch) string {
@@ -29,12 +30,17 @@ func TestWithoutSkipped(t *testing.T) {
 		{"^qgemv", "attn_decode,moe_gateup_qgemv,", 2},
 		{"qgemv", "attn_decode,", 3},
 		{"nothing", "qgemv,attn_decode,qgemv_norm,moe_gateup_qgemv,", 0},
+		{".", ",fork,join", 4},
 	} {
 		var re *regexp.Regexp
 		if c.re != "" {
 			re = regexp.MustCompile(c.re)
 		}
-		got, n := withoutSkipped(ls, re)
+		in := ls
+		if c.re == "." {
+			in = append(append([]lower.Launch{}, ls...), lower.Launch{Kernel: lower.Fork}, lower.Launch{Kernel: lower.Join})
+		}
+		got, n := withoutSkipped(in, re)
 		if names(got) != c.want || n != c.n {
 			t.Errorf("%q: kept %s (%d left out), want %s (%d)", c.re, names(got), n, c.want, c.n)
 		}
