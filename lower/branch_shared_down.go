@@ -24,16 +24,52 @@ import "fmt"
 // layer's branch uses the one buffer: a layer's fork follows the previous
 // layer's join launch on the main stream, so its side GEMV starts after
 // that launch has read the buffer.
-const branchFusion = "branchSharedDown"
+//
+// branchSharedDownTail (opt-in) is the same branch joined before the routed
+// down, whose last block then does the join launch's work
+// (BranchSharedDownTail): one launch a layer fewer on the chain.
+const (
+	branchFusion     = "branchSharedDown"
+	branchTailFusion = "branchSharedDownTail"
+)
 
 // BranchSharedDown returns the launches g, d, x become on a branch with
 // its f32 sums at buf (RowsBytes of x): fork and the side GEMV (to go right
 // after the launch before g), and join and the join launch (in x's place);
 // or an error saying why they may not.
 func BranchSharedDown(g, d, x Launch, buf Ptr) (fork, side, join, tail Launch, err error) {
-	const op = "BranchSharedDown"
-	fail := func(f string, a ...any) (Launch, Launch, Launch, Launch, error) {
-		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: "+f, append([]any{op}, a...)...)
+	if side, err = branchSide("BranchSharedDown", g, d, x, buf); err != nil {
+		return Launch{}, Launch{}, Launch{}, Launch{}, err
+	}
+	R, N := x.Ints[1], x.Args[0].Int
+	tail = kernel("quant.cu", "qgemv_join_norm", []string{x.DTypes[0], x.DTypes[2]}, []int64{x.Ints[5]}, dims(1), dims(256), 0,
+		append([]Arg{i32(int(R * N)), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
+	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, tail, nil
+}
+
+// BranchSharedDownTail is BranchSharedDown with the join before d and
+// x's store and tail in d's last block (moe_down_qgemv_pre_join, counting
+// its blocks on x's counter), one launch fewer: fork and side go after the
+// launch before g, join and down in d's place, x goes. One token, and d's
+// output is x's y.
+func BranchSharedDownTail(g, d, x Launch, buf Ptr) (fork, side, join, down Launch, err error) {
+	const op = "BranchSharedDownTail"
+	if side, err = branchSide(op, g, d, x, buf); err != nil {
+		return Launch{}, Launch{}, Launch{}, Launch{}, err
+	}
+	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
+	if T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w)); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
+		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y (%d rows of %d)", op, d.NameExpr(), x.NameExpr(), H, x.Args[0].Int)
+	}
+	down = kernel("quant.cu", "moe_down_qgemv_pre_join", []string{d.DTypes[0], x.DTypes[2]}, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], x.Ints[5]},
+		d.Grid, d.Block, d.Shmem, append(append(append([]Arg(nil), d.Args...), x.Args[8], ptrArg(buf)), x.Args[9:]...)...)
+	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, down, nil
+}
+
+// branchSide checks g, d and x for either form and returns the side GEMV.
+func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
+	fail := func(f string, a ...any) (Launch, error) {
+		return Launch{}, fmt.Errorf("%s: "+f, append([]any{op}, a...)...)
 	}
 	if g.Kernel != "moe_gateup_qgemv_trig" || g.File != "quant.cu" || len(g.Ints) != 4 || len(g.Args) != 15 ||
 		!ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgPtr) {
@@ -56,7 +92,7 @@ func BranchSharedDown(g, d, x Launch, buf Ptr) (fork, side, join, tail Launch, e
 		return fail("no buffer for the side GEMV's sums")
 	}
 	// What G and D write (DownPre's and XInPre's reading of their
-	// arguments) must lie apart from the side GEMV's inputs.
+	// arguments) must lie apart from the side GEMV's input and output.
 	I := g.Args[2].Int
 	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
 	if I <= 0 || I%32 != 0 || H <= 0 || nh <= 0 || w <= 0 {
@@ -71,45 +107,56 @@ func BranchSharedDown(g, d, x Launch, buf Ptr) (fork, side, join, tail Launch, e
 			return fail("%s or %s writes what the side GEMV reads or writes (or the sizes do not read back)", g.NameExpr(), d.NameExpr())
 		}
 	}
-	side = Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", x.DTypes[1]}, Ints: append([]int64(nil), x.Ints[:5]...),
+	return Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", x.DTypes[1]}, Ints: append([]int64(nil), x.Ints[:5]...),
 		Grid: x.Grid, Block: x.Block, Shmem: x.Shmem, Stream: 1,
-		Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
-	tail = kernel("quant.cu", "qgemv_join_norm", []string{x.DTypes[0], x.DTypes[2]}, []int64{x.Ints[5]}, dims(1), dims(256), 0,
-		append([]Arg{i32(int(R * N)), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
-	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, tail, nil
+		Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}, nil
 }
 
-// branchSharedDown applies BranchSharedDown to each such run of the
-// stream, its side GEMVs' sums at ws (the end of the schedule's
-// workspace), and returns the workspace bytes it adds (0: no branch).
-func branchSharedDown(steps [][]Launch, ws int64) int64 {
+// branchSharedDown applies BranchSharedDown (BranchSharedDownTail with
+// tail) to each such run of the stream, its side GEMVs' sums at ws (the end
+// of the schedule's workspace), and returns the workspace bytes it adds (0:
+// no branch).
+func branchSharedDown(steps [][]Launch, ws int64, tail bool) int64 {
 	where := streamOrder(steps)
+	buf := Ptr{BaseWorkspace, ws}
 	var need int64
-	type put struct {
-		after      streamPos // fork and side go after this launch
-		x          streamPos // join and tail replace this one
-		fork, side Launch
-		join, tail Launch
-	}
-	var puts []put
+	// edits: at a stream position, the launches that replace it.
+	edits := map[streamPos][]Launch{}
 	for k := 1; k+2 < len(where); k++ {
-		g, d, x := where[k], where[k+1], where[k+2]
-		buf := Ptr{BaseWorkspace, ws}
-		f, s, j, t, err := BranchSharedDown(steps[g.step][g.i], steps[d.step][d.i], steps[x.step][x.i], buf)
-		if err != nil {
-			continue
+		r, g, d, x := where[k-1], where[k], where[k+1], where[k+2]
+		at := func(p streamPos) Launch { return steps[p.step][p.i] }
+		if tail {
+			fork, side, join, down, err := BranchSharedDownTail(at(g), at(d), at(x), buf)
+			if err != nil {
+				continue
+			}
+			edits[r] = []Launch{at(r), fork, side}
+			edits[d] = []Launch{join, down}
+			edits[x] = []Launch{}
+		} else {
+			fork, side, join, last, err := BranchSharedDown(at(g), at(d), at(x), buf)
+			if err != nil {
+				continue
+			}
+			edits[r] = []Launch{at(r), fork, side}
+			edits[x] = []Launch{join, last}
 		}
-		need = max(need, 4*steps[x.step][x.i].Ints[1]*steps[x.step][x.i].Args[0].Int)
-		puts = append(puts, put{where[k-1], x, f, s, j, t})
+		need = max(need, 4*at(x).Ints[1]*at(x).Args[0].Int)
 		k += 2
 	}
-	// Back to front, so that the positions before stay valid.
-	for i := len(puts) - 1; i >= 0; i-- {
-		p := puts[i]
-		ls := steps[p.x.step]
-		steps[p.x.step] = append(append(append([]Launch(nil), ls[:p.x.i]...), p.join, p.tail), ls[p.x.i+1:]...)
-		ls = steps[p.after.step]
-		steps[p.after.step] = append(append(append([]Launch(nil), ls[:p.after.i+1]...), p.fork, p.side), ls[p.after.i+1:]...)
+	if len(edits) == 0 {
+		return 0
+	}
+	for i, ls := range steps {
+		var out []Launch
+		for j, l := range ls {
+			if e, ok := edits[streamPos{i, j}]; ok {
+				out = append(out, e...)
+			} else {
+				out = append(out, l)
+			}
+		}
+		steps[i] = out
 	}
 	return align(need)
 }

@@ -8,85 +8,95 @@ import (
 	"lagc/ir"
 )
 
-// TestBranchSharedDownPlan: with branchSharedDown enabled, S-2.1's q4_k_m
-// decode schedule (three layers: two MoE ones) is the default one with each
-// MoE layer's qgemv_xin_norm_pre taken apart: a fork and the side GEMV
-// right after the launch before the routed gate+up (the side GEMV X's
-// shape and inputs, its y an f32 buffer past the workspace), then join and
-// qgemv_join_norm (X's y, norm and outputs) in X's place; one buffer for
-// both, the workspace grown by it; Plan.At gives the same launches; the
-// prefill schedule and batched programs keep theirs.
+// TestBranchSharedDownPlan: with branchSharedDown (or
+// branchSharedDownTail) enabled, S-2.1's q4_k_m decode schedule (three
+// layers: two MoE ones) is the default one with each MoE layer's
+// qgemv_xin_norm_pre taken apart: a fork and the side GEMV right after the
+// launch before the routed gate+up (the side GEMV X's shape and inputs,
+// its y an f32 buffer past the workspace), then join and qgemv_join_norm
+// (X's y, norm and outputs) in X's place, or (tail) join before the routed
+// down, which becomes moe_down_qgemv_pre_join with X's tail, and X gone;
+// one buffer for both layers, the workspace grown by it; Plan.At gives the
+// same launches; the prefill schedule and batched programs keep theirs.
 func TestBranchSharedDownPlan(t *testing.T) {
 	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 4}
 	base, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.EnableFusions = []string{branchFusion}
-	br, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
-	if err != nil {
-		t.Fatal(err)
-	}
 	buf := Ptr{BaseWorkspace, base.Decode.Workspace}
-	if got, want := br.Decode.Workspace, base.Decode.Workspace+align(4*3072); got != want {
-		t.Errorf("decode workspace %d, want %d (the default's and one f32 row of 3072)", got, want)
-	}
 	flat := func(s *Schedule) (ls []Launch) {
 		for _, st := range s.Steps {
 			ls = append(ls, st.Launches...)
 		}
 		return ls
 	}
-	// Rebuild the branched stream from the default one.
-	var want []Launch
-	ls := flat(base.Decode)
-	branches := 0
-	for i := 0; i < len(ls); i++ {
-		if i+3 < len(ls) && ls[i+1].Kernel == "moe_gateup_qgemv_trig" && ls[i+3].Kernel == "qgemv_xin_norm_pre" {
-			x := ls[i+3]
-			side := Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", "bf16"}, Ints: x.Ints[:5], Grid: x.Grid,
-				Block: x.Block, Shmem: x.Shmem, Stream: 1, Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
-			tail := kernel("quant.cu", "qgemv_join_norm", []string{"bf16", "bf16"}, []int64{3}, dims(1), dims(256), 0,
-				append([]Arg{i32(3072), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
-			want = append(want, ls[i], Launch{Kernel: Fork}, side, ls[i+1], ls[i+2], Launch{Kernel: Join}, tail)
-			i += 3
-			branches++
-			continue
-		}
-		want = append(want, ls[i])
-	}
-	if branches != 2 {
-		t.Fatalf("%d MoE layers' launch runs in the default decode plan, want 2", branches)
-	}
-	if got := flat(br.Decode); !reflect.DeepEqual(got, want) {
-		t.Fatalf("the branched decode plan is not the default's with its two branches:\n%s", firstLaunchDiff(got, want))
-	}
-	at, err := br.At(br.Decode, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, st := range br.Decode.Steps {
-		if !reflect.DeepEqual(at[i], st.Launches) {
-			t.Fatalf("Plan.At(decode, 1) step %s: %v, the plan's %v", st.Name, at[i], st.Launches)
-		}
-	}
-	for _, s := range []*Schedule{br.Prefill} {
-		if !reflect.DeepEqual(flat(s), flat(base.Prefill)) {
-			t.Errorf("the prefill schedule changed")
-		}
-	}
-	for _, B := range []int{2, 4} {
-		a, err := br.AtBatch(B)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := base.AtBatch(B)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("batch %d: the batched program changed", B)
-		}
+	for _, fusion := range []string{branchFusion, branchTailFusion} {
+		t.Run(fusion, func(t *testing.T) {
+			o.EnableFusions = []string{fusion}
+			br, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := br.Decode.Workspace, base.Decode.Workspace+align(4*3072); got != want {
+				t.Errorf("decode workspace %d, want %d (the default's and one f32 row of 3072)", got, want)
+			}
+			// Rebuild the branched stream from the default one.
+			var want []Launch
+			ls := flat(base.Decode)
+			branches := 0
+			for i := 0; i < len(ls); i++ {
+				if i+3 < len(ls) && ls[i+1].Kernel == "moe_gateup_qgemv_trig" && ls[i+3].Kernel == "qgemv_xin_norm_pre" {
+					d, x := ls[i+2], ls[i+3]
+					side := Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", "bf16"}, Ints: x.Ints[:5], Grid: x.Grid,
+						Block: x.Block, Shmem: x.Shmem, Stream: 1, Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
+					if fusion == branchFusion {
+						tail := kernel("quant.cu", "qgemv_join_norm", []string{"bf16", "bf16"}, []int64{3}, dims(1), dims(256), 0,
+							append([]Arg{i32(3072), ptrArg(buf), x.Args[6]}, x.Args[9:]...)...)
+						want = append(want, ls[i], Launch{Kernel: Fork}, side, ls[i+1], d, Launch{Kernel: Join}, tail)
+					} else {
+						down := kernel("quant.cu", "moe_down_qgemv_pre_join", []string{"bf16", "bf16"}, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], 3},
+							d.Grid, d.Block, d.Shmem, append(append(append([]Arg(nil), d.Args...), x.Args[8], ptrArg(buf)), x.Args[9:]...)...)
+						want = append(want, ls[i], Launch{Kernel: Fork}, side, ls[i+1], Launch{Kernel: Join}, down)
+					}
+					i += 3
+					branches++
+					continue
+				}
+				want = append(want, ls[i])
+			}
+			if branches != 2 {
+				t.Fatalf("%d MoE layers' launch runs in the default decode plan, want 2", branches)
+			}
+			if got := flat(br.Decode); !reflect.DeepEqual(got, want) {
+				t.Fatalf("the branched decode plan is not the default's with its two branches:\n%s", firstLaunchDiff(got, want))
+			}
+			at, err := br.At(br.Decode, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range br.Decode.Steps {
+				if len(at[i])+len(st.Launches) > 0 && !reflect.DeepEqual(at[i], st.Launches) {
+					t.Fatalf("Plan.At(decode, 1) step %s: %v, the plan's %v", st.Name, at[i], st.Launches)
+				}
+			}
+			if !reflect.DeepEqual(flat(br.Prefill), flat(base.Prefill)) {
+				t.Errorf("the prefill schedule changed")
+			}
+			for _, B := range []int{2, 4} {
+				a, err := br.AtBatch(B)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := base.AtBatch(B)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(a, b) {
+					t.Errorf("batch %d: the batched program changed", B)
+				}
+			}
+		})
 	}
 }
 
@@ -125,6 +135,9 @@ func TestBranchSharedDownRefuses(t *testing.T) {
 	if _, _, _, _, err := BranchSharedDown(g, d, x, buf); err != nil {
 		t.Fatalf("the plan's own run: %v", err)
 	}
+	if _, _, _, _, err := BranchSharedDownTail(g, d, x, buf); err != nil {
+		t.Fatalf("the plan's own run, tail: %v", err)
+	}
 	with := func(l Launch, f func(*Launch)) Launch {
 		l.Args, l.Ints = append([]Arg(nil), l.Args...), append([]int64(nil), l.Ints...)
 		f(&l)
@@ -148,6 +161,20 @@ func TestBranchSharedDownRefuses(t *testing.T) {
 	} {
 		if _, _, _, _, err := BranchSharedDown(c.g, c.d, c.x, c.buf); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+		if _, _, _, _, err := BranchSharedDownTail(c.g, c.d, c.x, c.buf); err == nil {
+			t.Errorf("%s, tail: no error", name)
+		}
+	}
+	// The tail's own conditions: one token, d writing x's y, the register path.
+	for name, dd := range map[string]Launch{
+		"two tokens":        with(d, func(l *Launch) { l.Grid[0] *= 2 }),
+		"another y":         with(d, func(l *Launch) { l.Args[11] = ptrArg(Ptr{BaseArena, 1 << 20}) }),
+		"down accumulating": with(d, func(l *Launch) { l.Args[12] = i32(1) }),
+		"all units at once": with(d, func(l *Launch) { l.Ints[4] = 1 }),
+	} {
+		if _, _, _, _, err := BranchSharedDownTail(g, dd, x, buf); err == nil {
+			t.Errorf("tail, %s: no error", name)
 		}
 	}
 }

@@ -188,13 +188,18 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 }
 
 // branch runs branchSharedDown on a decode schedule's launches where the
-// plan enables it, its buffer past ws (the workspace the steps need), and
-// returns the bytes it adds there.
+// plan enables it (branchSharedDownTail's form where that is enabled), its
+// buffer past ws (the workspace the steps need), and returns the bytes it
+// adds there.
 func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
-	if slices.Contains(p.fusionsOff(), branchFusion) {
-		return 0
+	off := p.fusionsOff()
+	switch {
+	case !slices.Contains(off, branchTailFusion):
+		return branchSharedDown(launches, ws, true)
+	case !slices.Contains(off, branchFusion):
+		return branchSharedDown(launches, ws, false)
 	}
-	return branchSharedDown(launches, ws)
+	return 0
 }
 
 // scratch sizes the workspace, routes and counters of s: the most any

@@ -1070,6 +1070,29 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
   moe_down_body<TY, QT, NH, SD, W, ALL, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
 }
 
+// moe_down_qgemv_pre_join is moe_down_qgemv_pre (TRIG 0) of one token
+// followed by qgemv_join_norm's work in its last block (last_block, as
+// qgemv_norm counts itself): out[i] = s[i] + out[i] rounded to TY, where s
+// holds the shared down's f32 sums (lower.branchSharedDown's side GEMV,
+// joined before this launch), then norm_tail of TAIL. out is read through
+// L2 there (the other blocks stored it). The routed sums and the tail are
+// those of moe_down_qgemv_pre then qgemv_join_norm: the same bits, one
+// launch fewer.
+template <typename TY, typename TO, int QT, int NH, int SD, int W, int TAIL>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+    moe_down_qgemv_pre_join(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
+                            const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
+                            const unsigned char* __restrict__ down, TY* out, int accumulate, unsigned int* counter,
+                            const float* __restrict__ s, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
+                            TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
+  moe_down_body<TY, QT, NH, SD, W, 0, true, false>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
+  if (!last_block(counter, gridDim.x)) return;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[i] = from_f32<TY>(s[i] + norm_ld1<true>(out + i));
+  __threadfence();
+  __syncthreads();
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, nout, nxq, nxs, a, b, sum);
+}
+
 // ---------------------------------------------------------- dequantiser
 
 // QD<QT>::group writes the 32 floats of group g (elements 32g..32g+31) of

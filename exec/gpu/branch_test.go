@@ -7,13 +7,13 @@ import (
 	"lagc/exec/gpu"
 )
 
-// TestBranchSharedDownGPU: with branchSharedDown (LAGC_ENABLE_FUSIONS) the
-// decode plan of a three-layer Laguna-S-2.1 in the q4_k_m recipe
-// (synthetic weights; two MoE layers, so the branches share their buffer)
-// runs each MoE layer's shared down GEMV on the side stream and gives the
-// tokens and logits of the default plan bit for bit over a prompt and 12
-// steps, eager and replayed as a graph (whose capture follows the
-// branch's events).
+// TestBranchSharedDownGPU: with branchSharedDown or branchSharedDownTail
+// (LAGC_ENABLE_FUSIONS) the decode plan of a three-layer Laguna-S-2.1 in
+// the q4_k_m recipe (synthetic weights; two MoE layers, so the branches
+// share their buffer) runs each MoE layer's shared down GEMV on the side
+// stream and gives the tokens and logits of the default plan bit for bit
+// over a prompt and 12 steps, eager and replayed as a graph (whose capture
+// follows the branch's events).
 func TestBranchSharedDownGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 3)
@@ -26,15 +26,18 @@ func TestBranchSharedDownGPU(t *testing.T) {
 		t.Cleanup(func() { ex.Close() })
 		return ex
 	}
-	base, br := compile(""), compile("branchSharedDown")
-	for _, k := range []string{"fork", "join", "qgemv_join_norm"} {
-		if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != 2 || n0 != 0 {
-			t.Fatalf("%d %s launches in the branched decode plan (want 2), %d in the default one", n, k, n0)
-		}
-	}
+	base := compile("")
 	prompt := make([]int32, 40)
 	for i := range prompt {
 		prompt[i] = int32(i * 977 % c.VocabSize)
 	}
-	sameDecodes(t, "branchSharedDown", base, br, prompt, 12)
+	for fusion, last := range map[string]string{"branchSharedDown": "qgemv_join_norm", "branchSharedDownTail": "moe_down_qgemv_pre_join"} {
+		br := compile(fusion)
+		for _, k := range []string{"fork", "join", last} {
+			if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != 2 || n0 != 0 {
+				t.Fatalf("%s: %d %s launches in the branched decode plan (want 2), %d in the default one", fusion, n, k, n0)
+			}
+		}
+		sameDecodes(t, fusion, base, br, prompt, 12)
+	}
 }

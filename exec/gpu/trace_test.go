@@ -48,6 +48,8 @@ var traceModels = []traceModel{
 		multicast: true},
 	{name: "laguna-s-2.1-q4_k_m-branch", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
 		enable: []string{"branchSharedDown"}},
+	{name: "laguna-s-2.1-q4_k_m-branch-tail", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
+		enable: []string{"branchSharedDownTail"}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
