@@ -730,3 +730,35 @@ func TestGPUUnclosedStreamIsCollected(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 }
+
+// TestGPUSyncEventOrdersStreams: a sync event (no timing) recorded on one
+// stream makes another wait for its work: a copy queued on the second after
+// the wait sees the first's memset; Elapsed refuses such events.
+func TestGPUSyncEventOrdersStreams(t *testing.T) {
+	d := cudatest.Device(t)
+	s1, s2 := stream(t, d), stream(t, d)
+	a, err := d.NewArena(2 << 20)
+	must(t, err)
+	defer a.Close()
+	p, err := a.Alloc(1 << 20)
+	must(t, err)
+	q, err := a.Alloc(1 << 20)
+	must(t, err)
+	e, err := d.NewSyncEvent()
+	must(t, err)
+	defer e.Close()
+	must(t, s1.Memset8(p, 9, 1<<20))
+	must(t, s1.Record(e))
+	must(t, s2.WaitEvent(e))
+	must(t, s2.CopyDtoD(q, p, 1<<20))
+	buf := make([]byte, 1<<20)
+	must(t, s2.CopyDtoH(buf, q))
+	for i, v := range buf {
+		if v != 9 {
+			t.Fatalf("byte %d is %d after the wait, want 9", i, v)
+		}
+	}
+	if _, err := cuda.Elapsed(e, e); err == nil {
+		t.Error("Elapsed on an event without timing: no error")
+	}
+}

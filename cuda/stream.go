@@ -280,10 +280,18 @@ type Event struct {
 }
 
 // NewEvent creates an event with timing enabled.
-func (d *Device) NewEvent() (*Event, error) {
+func (d *Device) NewEvent() (*Event, error) { return d.newEvent(0) }
+
+// NewSyncEvent creates an event without timing (CU_EVENT_DISABLE_TIMING),
+// for ordering streams: cheaper to record and wait on; Elapsed refuses it.
+func (d *Device) NewSyncEvent() (*Event, error) { return d.newEvent(eventDisableTiming) }
+
+const eventDisableTiming = 2
+
+func (d *Device) newEvent(flags uintptr) (*Event, error) {
 	e := &Event{dev: d}
 	err := d.do(func() error {
-		return d.api.err("cuEventCreate", call(d.api.eventCreate, uintptr(unsafe.Pointer(&e.h)), 0))
+		return d.api.err("cuEventCreate", call(d.api.eventCreate, uintptr(unsafe.Pointer(&e.h)), flags))
 	})
 	if err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ const (
 )
 
 // BranchSharedDown returns the launches g, d, x become on a branch with
-// its f32 sums at buf (RowsBytes of x): fork and the side GEMV (to go right
+// its f32 sums at buf (x's row of N values in f32): fork and the side GEMV (to go right
 // after the launch before g), and join and the join launch (in x's place);
 // or an error saying why they may not.
 func BranchSharedDown(g, d, x Launch, buf Ptr) (fork, side, join, tail Launch, err error) {

@@ -35,8 +35,8 @@ func newStreamBranch(dev *cuda.Device, main *cuda.Stream, pdl bool) (*streamBran
 		return nil, fmt.Errorf("the side stream of a branch: %w", err)
 	}
 	b.side.SetProgrammaticLaunch(pdl)
-	if b.forked, err = dev.NewEvent(); err == nil {
-		b.joined, err = dev.NewEvent()
+	if b.forked, err = dev.NewSyncEvent(); err == nil {
+		b.joined, err = dev.NewSyncEvent()
 	}
 	if err != nil {
 		_ = b.close()
