@@ -527,12 +527,15 @@ func randTokens(rng *rand.Rand, n, V int) []int32 {
 
 // TestBatchStepS21GPU is TestBatchStepGPU at Laguna-S-2.1's shapes, which
 // no fixture reaches: the first two layers (the dense one, K 12288 in its
-// down; a 72-head MoE one, K 9216 in o_proj) with synthetic q4_k_m and
-// bf16 weights, bf16 activations. Rows decoded together in buckets of 1 to
-// 16 must be the bits of each sequence alone: with K that long the GEMVs
-// split it, and a split that followed the row count (quantised, 5-8 rows)
-// or an output's own rows (bf16 k, v and gate) before 2026-12-04 added a
-// row's sums in another order.
+// down; a 72-head MoE one, K 9216 in o_proj) with synthetic q4_k_m,
+// iq4_xs (4-bit attention too) and bf16 weights, bf16 activations. Rows
+// decoded together in buckets of 1 to 16 must be the bits of each
+// sequence alone: with K that long the GEMVs split it, and a split that
+// followed the row count (quantised, 5-8 rows) or an output's own rows
+// (bf16 k, v and gate) before 2026-12-04 added a row's sums in another
+// order; and head_dim 128 takes qk_norm_rope's fast path in a batched
+// step, whose roundings differed from the decode attention's until
+// 2026-12-04 (rope.cu's rope_pair).
 func TestBatchStepS21GPU(t *testing.T) {
 	cudatest.Device(t)
 	full, err := config.Preset("laguna-s-2.1")
@@ -546,7 +549,7 @@ func TestBatchStepS21GPU(t *testing.T) {
 	if cfg.Heads(1)*cfg.HeadDim != 9216 || cfg.IntermediateSize != 12288 {
 		t.Fatalf("layer 1 has %d q heads of %d, the dense MLP %d: not the shapes this test is for", cfg.Heads(1), cfg.HeadDim, cfg.IntermediateSize)
 	}
-	for _, recipe := range []string{"q4_k_m", "bf16"} {
+	for _, recipe := range []string{"q4_k_m", "iq4_xs", "bf16"} {
 		t.Run(recipe, func(t *testing.T) { batchStepSynthetic(t, cfg, recipe) })
 	}
 }
