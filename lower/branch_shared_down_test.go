@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"lagc/ir"
@@ -79,6 +80,13 @@ func TestBranchSharedDownPlan(t *testing.T) {
 				if len(at[i])+len(st.Launches) > 0 && !reflect.DeepEqual(at[i], st.Launches) {
 					t.Fatalf("Plan.At(decode, 1) step %s: %v, the plan's %v", st.Name, at[i], st.Launches)
 				}
+			}
+			var out strings.Builder
+			if err := br.Print(&out); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(flat(base.Decode)) + len(base.Decode.Finish); fusion == branchTailFusion && !strings.Contains(out.String(), fmt.Sprintf("%d launches (2 on a side stream, 2 branches)", n)) {
+				t.Errorf("lagc plan's decode header does not count %d launches, 2 on a side stream, 2 branches:\n%.300s", n, out.String())
 			}
 			if !reflect.DeepEqual(flat(br.Prefill), flat(base.Prefill)) {
 				t.Errorf("the prefill schedule changed")

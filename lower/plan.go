@@ -438,15 +438,34 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 	if len(launches) != len(s.Steps) {
 		return fmt.Errorf("lower: %d launch lists for %d steps", len(launches), len(s.Steps))
 	}
-	n := 0
+	n, side, forks := 0, 0, 0
 	if finish {
 		n = len(s.Finish)
 	}
 	for _, ls := range launches {
-		n += len(ls)
+		for _, l := range ls {
+			switch {
+			case l.Kernel == Fork:
+				forks++
+			case l.IsBranch():
+			case l.Stream == 1:
+				side++
+				n++
+			default:
+				n++
+			}
+		}
 	}
-	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
-		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
+	branches := ""
+	if forks > 0 {
+		plural := "es"
+		if forks == 1 {
+			plural = ""
+		}
+		branches = fmt.Sprintf(" (%d on a side stream, %d branch%s)", side, forks, plural)
+	}
+	fmt.Fprintf(w, "\n%s: %d steps, %d launches%s, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
+		n, branches, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
 	for i, st := range s.Steps {
 		var ins, outs []string
 		for _, o := range st.In {
