@@ -662,15 +662,25 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm_pre(int N, int K, long 
 // TY is the accumulating store's value (one add either way), then the
 // norm_tail of the launch's last block, by this one block. The same bits as
 // qgemv_xin_norm_pre. ny: the values of y.
+// join_tail is that store and tail by the calling block: y read through
+// L2 (another block or launch stored it), the block's stores fenced
+// before norm_tail reads them (through L2 too).
+template <typename TY, typename TO, int TAIL>
+__device__ __forceinline__ void join_tail(int ny, const float* __restrict__ s, TY* y, int n, int lanes, float eps,
+                                          const TY* x, const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
+                                          signed char* nxq, float4* nxs) {
+  for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + norm_ld1<true>(y + i));
+  __threadfence();
+  __syncthreads();
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+}
+
 template <typename TY, typename TO, int TAIL>
 __global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __restrict__ s, TY* y, int n, int lanes,
                                                      float eps, const TY* x, const TY* a, const TY* b, TY* sum,
                                                      const float* nw, TO* out, signed char* nxq, float4* nxs) {
   pdl_wait();
-  for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + to_f32(y[i]));
-  __threadfence();  // the tail may read y through L2 (norm_ld), as it reads other blocks' stores
-  __syncthreads();
-  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+  join_tail<TY, TO, TAIL>(ny, s, y, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
 // ------------------------------------------ routed experts (decode)
@@ -1071,11 +1081,10 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
 }
 
 // moe_down_qgemv_pre_join is moe_down_qgemv_pre (TRIG 0) of one token
-// followed by qgemv_join_norm's work in its last block (last_block, as
-// qgemv_norm counts itself): out[i] = s[i] + out[i] rounded to TY, where s
-// holds the shared down's f32 sums (lower.branchSharedDown's side GEMV,
-// joined before this launch), then norm_tail of TAIL. out is read through
-// L2 there (the other blocks stored it). The routed sums and the tail are
+// followed by qgemv_join_norm's work (join_tail) in its last block
+// (last_block, as qgemv_norm counts itself): s holds the shared down's f32
+// sums (lower.branchSharedDown's side GEMV, joined before this launch).
+// The routed sums and the tail are
 // those of moe_down_qgemv_pre then qgemv_join_norm: the same bits, one
 // launch fewer.
 template <typename TY, typename TO, int QT, int NH, int SD, int W, int TAIL>
@@ -1086,11 +1095,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                             const float* __restrict__ s, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
                             TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
   moe_down_body<TY, QT, NH, SD, W, 0, true, false>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-  if (!last_block(counter, gridDim.x)) return;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) out[i] = from_f32<TY>(s[i] + norm_ld1<true>(out + i));
-  __threadfence();
-  __syncthreads();
-  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, nout, nxq, nxs, a, b, sum);
+  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // ---------------------------------------------------------- dequantiser
