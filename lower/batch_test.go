@@ -172,7 +172,7 @@ func TestAtBatchSplitQGEMV(t *testing.T) {
 // to 16, S-2.1's first two layers, q4_k_m and bf16: the dense down's K
 // 12288, a 72-head o_proj's K 9216, the q,k,v,gate weight) splits K as the
 // decode schedule's GEMV over the same weight rows does (a bf16 one's
-// q,k,v,gate as four GEMVs or, with FloatSplitGEMV, as gemv_split), so it adds a
+// q,k,v,gate as four GEMVs or, by default, as gemv_split), so it adds a
 // row's sums in the same order and a batched row keeps the lone row's
 // bits (the GPU checks the values: TestQGEMVRowsAloneGPU,
 // TestBatchStepS21GPU). Before 2026-12-04 quantised buckets 5-8 split
@@ -211,7 +211,7 @@ func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
 		floatSplit bool
 	}{{"q4_k_m", false}, {"", false}, {"", true}} {
 		recipe := c.recipe
-		p, err := quantPlan(t, "laguna-s-2.1", 2, recipe, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, FloatSplitGEMV: c.floatSplit})
+		p, err := quantPlan(t, "laguna-s-2.1", 2, recipe, Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, DisableFloatSplitGEMV: !c.floatSplit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,14 +260,14 @@ func TestBatchGEMVSplitsMatchDecode(t *testing.T) {
 	}
 }
 
-// TestAtBatchSplitGEMV: with Options.FloatSplitGEMV a bf16 model's batched
+// TestAtBatchSplitGEMV: unless Options.DisableFloatSplitGEMV, a bf16 model's batched
 // step (buckets 1-8) runs each layer's q, k, v and gate as one gemv_split
 // over the whole weight, in the whole GEMV's shape; without it, or at 16
 // rows (runs of 8), one gemv an output; GEMVSplitLaunch refuses what it
 // cannot take.
 func TestAtBatchSplitGEMV(t *testing.T) {
 	for _, on := range []bool{false, true} {
-		p, err := quantPlan(t, "laguna-s-2.1", 2, "", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, FloatSplitGEMV: on})
+		p, err := quantPlan(t, "laguna-s-2.1", 2, "", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16, DisableFloatSplitGEMV: !on})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestAtBatchSplitGEMV(t *testing.T) {
 				}
 			}
 			if want := 2 * b2i(on && b <= GEMVMaxRows); splits != want {
-				t.Errorf("batch %d (FloatSplitGEMV %v): %d gemv_split launches, want %d", b, on, splits, want)
+				t.Errorf("batch %d (gemv_split %v): %d gemv_split launches, want %d", b, on, splits, want)
 			}
 		}
 	}

@@ -41,13 +41,13 @@ type Options struct {
 	// decode step) as one GEMV an output instead of qgemv_split
 	// (splitGEMV): A/B timing.
 	DisableSplitGEMM bool
-	// FloatSplitGEMV runs a float model's matmul_split of a few rows (a
-	// batched decode step, a short prefill chunk) as one GEMV over the
-	// whole weight sending each output its columns (gemv_split) instead
-	// of one GEMV an output. The executor's PlanOptions sets it (measured
-	// 4-6% faster a bf16 step at buckets 2-8 on the H200, 2026-12-04);
-	// LAGC_FLOAT_SPLIT_GEMV=0 clears it.
-	FloatSplitGEMV bool
+	// DisableFloatSplitGEMV runs a float model's matmul_split of a few
+	// rows (a batched decode step, a short prefill chunk) as one GEMV an
+	// output instead of one GEMV over the whole weight sending each
+	// output its columns (gemv_split: measured 4-6% faster a bf16 step at
+	// buckets 2-8 on the H200, 2026-12-04): A/B timing
+	// (LAGC_FLOAT_SPLIT_GEMV=0).
+	DisableFloatSplitGEMV bool
 	// MoEGather has the grouped experts' gate+up GEMM gather the routes'
 	// x rows itself (MoEArgs.NoGather false) instead of moe_gather_rows
 	// copying them first: measured no faster (bf16 equal, q4_k 4.5% slower
@@ -165,7 +165,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, FloatSplitGEMV: o.FloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

@@ -56,9 +56,9 @@ type Plan struct {
 	PrefillAttnWS int `json:"prefill_attn_ws,omitempty"`
 	// DisableSplitGEMM runs a prefill matmul_split as one GEMM (or GEMV) an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
-	// FloatSplitGEMV runs a float matmul_split of a few rows as one
-	// gemv_split.
-	FloatSplitGEMV bool `json:"float_split_gemv,omitempty"`
+	// DisableFloatSplitGEMV runs a float matmul_split of a few rows as
+	// one GEMV an output instead of one gemv_split.
+	DisableFloatSplitGEMV bool `json:"disable_float_split_gemv,omitempty"`
 	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
 	MoEGather bool `json:"moe_gather,omitempty"`
 	// MoEMulticast runs the bf16 grouped GEMMs on 2-CTA clusters.

@@ -323,7 +323,7 @@ func (c *stepCtx) splitOuts() ([]SplitOut, bool) {
 // short prefill chunk) as one GEMV over the whole weight sending each
 // output its columns: quantised weights through QGEMVSplit after x's
 // quantisation, float ones through GEMVSplitLaunch where
-// Options.FloatSplitGEMV asks (the executor's default). The GEMVs of k, v and
+// Options.DisableFloatSplitGEMV does not say otherwise. The GEMVs of k, v and
 // the gate, one launch each, cost their launches' latency more than their
 // bytes. ok is false where it does not apply (more rows, mixed output
 // dtypes, more than MaxSplit outputs, Options.DisableSplitGEMM): the
@@ -334,7 +334,7 @@ func (c *stepCtx) splitOuts() ([]SplitOut, bool) {
 func splitGEMV(c *stepCtx, a MatMulArgs, rows int) ([]Launch, bool, error) {
 	st := c.st
 	t, q := QuantType(a.WType)
-	if (!q && !c.p.FloatSplitGEMV) || c.T > min(QGEMVMaxRows, GEMVMaxRows) || len(st.Out) < 2 || len(st.Out) > MaxSplit ||
+	if (!q && c.p.DisableFloatSplitGEMV) || c.T > min(QGEMVMaxRows, GEMVMaxRows) || len(st.Out) < 2 || len(st.Out) > MaxSplit ||
 		rows != a.N || c.p.DisableSplitGEMM || a.SwiGLU || a.Accumulate {
 		return nil, false, nil
 	}

@@ -52,7 +52,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	}
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
-		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, PrefillAttnWS: prefillWGWS, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0", FloatSplitGEMV: os.Getenv("LAGC_FLOAT_SPLIT_GEMV") != "0",
+		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, PrefillAttnWS: prefillWGWS, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0", DisableFloatSplitGEMV: os.Getenv("LAGC_FLOAT_SPLIT_GEMV") == "0",
 		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", MoEMulticast: os.Getenv("LAGC_MOE_MC") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
 		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: fusionList("LAGC_DISABLE_FUSIONS"), EnableFusions: fusionList("LAGC_ENABLE_FUSIONS"),

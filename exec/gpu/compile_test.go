@@ -254,7 +254,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, l)
 		}
-		// gemv_split (Options.FloatSplitGEMV, off by default).
+		// gemv_split at other row counts than the trace models' buckets.
 		for _, T := range []int{1, 2, 5, 8} {
 			outs := []lower.SplitOut{{Y: p, N: 9216}, {Y: p, N: 1024}, {Y: p, N: 1024}, {Y: p, N: 72}}
 			l, err := lower.GEMVSplitLaunch(lower.MatMulArgs{T: T, K: 3072, N: 11336, X: p, W: p, XType: dt, WType: dt, YType: dt, SMs: 132}, outs)

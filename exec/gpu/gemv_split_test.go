@@ -10,7 +10,7 @@ import (
 
 // TestGEMVSplitGPU: the float GEMV sending its columns to several outputs
 // (gemv_split, a float model's batched q, k, v and gate in one launch,
-// Options.FloatSplitGEMV) writes each output's rows bit for bit as gemv
+// by default; Options.DisableFloatSplitGEMV) writes each output's rows bit for bit as gemv
 // over the whole weight writes those columns, f32 and bf16, one to four
 // outputs, one to eight rows (S-2.1's q, k, v, gate among them), and
 // stores nothing past its outputs.

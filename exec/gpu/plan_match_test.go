@@ -177,8 +177,8 @@ func TestFloatSplitGEMVEnv(t *testing.T) {
 		want bool
 	}{{"", true}, {"1", true}, {"0", false}} {
 		t.Setenv("LAGC_FLOAT_SPLIT_GEMV", c.env)
-		if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.FloatSplitGEMV != c.want {
-			t.Errorf("LAGC_FLOAT_SPLIT_GEMV=%q: FloatSplitGEMV %v (want %v), %v", c.env, o.FloatSplitGEMV, c.want, err)
+		if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.DisableFloatSplitGEMV == c.want {
+			t.Errorf("LAGC_FLOAT_SPLIT_GEMV=%q: DisableFloatSplitGEMV %v (want %v), %v", c.env, o.DisableFloatSplitGEMV, !c.want, err)
 		}
 	}
 }
