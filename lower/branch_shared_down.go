@@ -57,9 +57,8 @@ func BranchSharedDownTail(g, d, x Launch, buf Ptr) (fork, side, join, down Launc
 	if side, err = branchSide(op, g, d, x, buf); err != nil {
 		return Launch{}, Launch{}, Launch{}, Launch{}, err
 	}
-	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
-	if T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w)); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
-		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y (%d rows of %d)", op, d.NameExpr(), x.NameExpr(), H, x.Args[0].Int)
+	if T, H := downTokens(d); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
+		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y", op, d.NameExpr(), x.NameExpr())
 	}
 	down = kernel("quant.cu", "moe_down_qgemv_pre_join", []string{d.DTypes[0], x.DTypes[2]}, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], x.Ints[5]},
 		d.Grid, d.Block, d.Shmem, append(append(append([]Arg(nil), d.Args...), x.Args[8], ptrArg(buf)), x.Args[9:]...)...)
@@ -94,16 +93,15 @@ func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
 	// What G and D write (DownPre's and XInPre's reading of their
 	// arguments) must lie apart from the side GEMV's input and output.
 	I := g.Args[2].Int
-	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
-	if I <= 0 || I%32 != 0 || H <= 0 || nh <= 0 || w <= 0 {
-		return fail("routed experts of %d values a route, %d rows", I, H)
+	T, H := downTokens(d)
+	if I <= 0 || I%32 != 0 || T <= 0 {
+		return fail("routed experts of %d values a route, %d rows, %d blocks", I, H, d.Grid[0])
 	}
 	routes := int64(g.Grid[0]) / (I / 32)
-	T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w))
 	xin := span{x.Args[5].Ptr(), R * K * int64(dtypeSize(x.DTypes[1]))}
 	for _, o := range []span{{g.Args[13].Ptr(), routes * I}, {g.Args[14].Ptr(), routes * I / 32 * 16},
 		{d.Args[11].Ptr(), T * H * int64(dtypeSize(d.DTypes[0]))}} {
-		if routes <= 0 || T <= 0 || overlaps(o.at, o.n, xin.at, xin.n) || overlaps(o.at, o.n, buf, 4*R*N) {
+		if routes <= 0 || overlaps(o.at, o.n, xin.at, xin.n) || overlaps(o.at, o.n, buf, 4*R*N) {
 			return fail("%s or %s writes what the side GEMV reads or writes (or the sizes do not read back)", g.NameExpr(), d.NameExpr())
 		}
 	}

@@ -37,14 +37,11 @@ func XInPre(p, g Launch) (Launch, Launch, error) {
 		!ArgKinds(g.Args[:6], ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr) {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a qgemv_xin_norm launch", op, g.NameExpr())
 	}
-	// P's output: T tokens of H values, T its blocks over the blocks a
-	// token (W warps of NH rows each).
-	H, nh, w := p.Args[1].Int, p.Ints[1], p.Ints[3]
-	if H <= 0 || nh <= 0 || w <= 0 {
-		return Launch{}, Launch{}, fmt.Errorf("%s: moe_down_qgemv of %d rows, %d a warp, %d warps", op, H, nh, w)
+	// P's output: T tokens of H values.
+	T, H := downTokens(p)
+	if T <= 0 {
+		return Launch{}, Launch{}, fmt.Errorf("%s: moe_down_qgemv of %d rows, %d a warp, %d warps, %d blocks", op, H, p.Ints[1], p.Ints[3], p.Grid[0])
 	}
-	per := (H + nh*w - 1) / (nh * w)
-	T := int64(p.Grid[0]) / per
 	out, outN := p.Args[11].Ptr(), T*H*int64(dtypeSize(p.DTypes[0]))
 	K, R := g.Args[1].Int, g.Ints[1]
 	xin, xinN := g.Args[5].Ptr(), R*K*int64(dtypeSize(g.DTypes[1]))
@@ -53,6 +50,17 @@ func XInPre(p, g Launch) (Launch, Launch, error) {
 	}
 	p.Kernel, g.Kernel = "moe_down_qgemv_trig", "qgemv_xin_norm_pre"
 	return p, g, nil
+}
+
+// downTokens is what a moe_down_qgemv launch d covers: T tokens of H
+// rows, T its blocks over the blocks a token (W warps of NH rows each); T
+// is 0 where its shape does not read back.
+func downTokens(d Launch) (T, H int64) {
+	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
+	if H <= 0 || nh <= 0 || w <= 0 {
+		return 0, H
+	}
+	return int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w)), H
 }
 
 // fuseXInPre applies XInPre to each such pair of the stream, in place.
@@ -118,11 +126,10 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 	R := int64(g.Grid[0]) / (I / 32)
 	outs := []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
 	k := d.Args[0].Int
-	H, nh, w := d.Args[1].Int, d.Ints[1], d.Ints[3]
-	if k <= 0 || H <= 0 || nh <= 0 || w <= 0 {
-		return Launch{}, Launch{}, fmt.Errorf("%s: moe_down_qgemv of %d routes, %d rows", op, k, H)
+	T, H := downTokens(d)
+	if k <= 0 || T <= 0 {
+		return Launch{}, Launch{}, fmt.Errorf("%s: moe_down_qgemv of %d routes, %d rows, %d blocks", op, k, H, d.Grid[0])
 	}
-	T := int64(d.Grid[0]) / ((H + nh*w - 1) / (nh * w))
 	early := []span{{d.Args[8].Ptr(), 4 * T * k}, {d.Args[9].Ptr(), 4 * T * k}} // routing weights, ids
 	for _, o := range outs {
 		for _, e := range early {
