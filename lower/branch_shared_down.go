@@ -28,9 +28,21 @@ import "fmt"
 // branchSharedDownTail (opt-in) is the same branch joined before the routed
 // down, whose last block then does the join launch's work
 // (BranchSharedDownTail): one launch a layer fewer on the chain.
+//
+// sharedDownBlocks (opt-in) needs no branch: X's GEMV runs as extra blocks
+// of the routed down's launch (SharedDownBlocks), which start before G
+// completes, and its last block does the join's work.
 const (
-	branchFusion     = "branchSharedDown"
-	branchTailFusion = "branchSharedDownTail"
+	branchFusion       = "branchSharedDown"
+	branchTailFusion   = "branchSharedDownTail"
+	sharedBlocksFusion = "sharedDownBlocks"
+)
+
+// The forms of branchSharedDown.
+const (
+	branchJoinLaunch = iota // branchSharedDown
+	branchJoinTail          // branchSharedDownTail
+	branchNone              // sharedDownBlocks
 )
 
 // BranchSharedDown returns the launches g, d, x become on a branch with
@@ -63,6 +75,42 @@ func BranchSharedDownTail(g, d, x Launch, buf Ptr) (fork, side, join, down Launc
 	down = kernel("quant.cu", "moe_down_qgemv_pre_join", []string{d.DTypes[0], x.DTypes[2]}, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], x.Ints[5]},
 		d.Grid, d.Block, d.Shmem, append(append(append([]Arg(nil), d.Args...), x.Args[8], ptrArg(buf)), x.Args[9:]...)...)
 	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, down, nil
+}
+
+// sharedDownRows: the rows a warp of SharedDownBlocks' shared blocks
+// computes (rows a warp change no row's sums).
+const sharedDownRows = 8
+
+// SharedDownBlocks returns the launch d and x become when x's GEMV runs as
+// extra blocks of d (moe_down_qgemv_pre_shared), its f32 sums at buf and
+// x's store and tail in the launch's last block: one launch for two, and
+// no branch. The shared blocks come first (fewer and shorter than the
+// routed ones, they should be resident while the routed gate+up runs). The checks are BranchSharedDownTail's, and x's K split must
+// fit d's warps.
+func SharedDownBlocks(g, d, x Launch, buf Ptr) (Launch, error) {
+	const op = "SharedDownBlocks"
+	side, err := branchSide(op, g, d, x, buf)
+	if err != nil {
+		return Launch{}, err
+	}
+	if T, H := downTokens(d); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
+		return Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y", op, d.NameExpr(), x.NameExpr())
+	}
+	warps := int64(d.Block[0] / 32)
+	split := x.Ints[4]
+	if split <= 0 || warps%split != 0 || d.Block[1] != 1 || d.Block[2] != 1 {
+		return Launch{}, fmt.Errorf("%s: %s's K split %d does not fit %s's %d warps", op, x.NameExpr(), split, d.NameExpr(), warps)
+	}
+	N := x.Args[0].Int
+	per := warps / split * sharedDownRows // rows a shared block
+	sb := (N + per - 1) / per
+	shmem := max(d.Shmem, side.Shmem)
+	args := append(append([]Arg(nil), d.Args...), i32(int(sb)))
+	args = append(append(args, x.Args[:6]...), ptrArg(buf))
+	args = append(args, x.Args[8:]...)
+	return kernel("quant.cu", "moe_down_qgemv_pre_shared", []string{d.DTypes[0], x.DTypes[1], x.DTypes[2]},
+		[]int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], d.Ints[5], x.Ints[0], sharedDownRows, split, x.Ints[5]},
+		dims(d.Grid[0]+int(sb)), d.Block, shmem, args...), nil
 }
 
 // branchSide checks g, d and x for either form and returns the side GEMV.
@@ -110,11 +158,11 @@ func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
 		Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}, nil
 }
 
-// branchSharedDown applies BranchSharedDown (BranchSharedDownTail with
-// tail) to each such run of the stream, its side GEMVs' sums at ws (the end
-// of the schedule's workspace), and returns the workspace bytes it adds (0:
-// no branch).
-func branchSharedDown(steps [][]Launch, ws int64, tail bool) int64 {
+// branchSharedDown applies BranchSharedDown (BranchSharedDownTail,
+// SharedDownBlocks: form) to each such run of the stream, its side GEMVs'
+// sums at ws (the end of the schedule's workspace), and returns the
+// workspace bytes it adds (0: none applied).
+func branchSharedDown(steps [][]Launch, ws int64, form int) int64 {
 	where := streamOrder(steps)
 	buf := Ptr{BaseWorkspace, ws}
 	var need int64
@@ -123,7 +171,15 @@ func branchSharedDown(steps [][]Launch, ws int64, tail bool) int64 {
 	for k := 1; k+2 < len(where); k++ {
 		r, g, d, x := where[k-1], where[k], where[k+1], where[k+2]
 		at := func(p streamPos) Launch { return steps[p.step][p.i] }
-		if tail {
+		switch form {
+		case branchNone:
+			down, err := SharedDownBlocks(at(g), at(d), at(x), buf)
+			if err != nil {
+				continue
+			}
+			edits[d] = []Launch{down}
+			edits[x] = []Launch{}
+		case branchJoinTail:
 			fork, side, join, down, err := BranchSharedDownTail(at(g), at(d), at(x), buf)
 			if err != nil {
 				continue
@@ -131,7 +187,7 @@ func branchSharedDown(steps [][]Launch, ws int64, tail bool) int64 {
 			edits[r] = []Launch{at(r), fork, side}
 			edits[d] = []Launch{join, down}
 			edits[x] = []Launch{}
-		} else {
+		default:
 			fork, side, join, last, err := BranchSharedDown(at(g), at(d), at(x), buf)
 			if err != nil {
 				continue

@@ -7,11 +7,12 @@ import (
 	"lagc/exec/gpu"
 )
 
-// TestBranchSharedDownGPU: with branchSharedDown or branchSharedDownTail
-// (LAGC_ENABLE_FUSIONS) the decode plan of a three-layer Laguna-S-2.1 in
-// the q4_k_m recipe (synthetic weights; two MoE layers, so the branches
-// share their buffer) runs each MoE layer's shared down GEMV on the side
-// stream and gives the tokens and logits of the default plan bit for bit
+// TestBranchSharedDownGPU: with branchSharedDown, branchSharedDownTail or
+// sharedDownBlocks (LAGC_ENABLE_FUSIONS) the decode plan of a three-layer
+// Laguna-S-2.1 in the q4_k_m recipe (synthetic weights; two MoE layers, so
+// the forms share their buffer) runs each MoE layer's shared down GEMV on
+// the side stream (sharedDownBlocks: as blocks of the routed down's
+// launch, no branch) and gives the tokens and logits of the default plan bit for bit
 // over a prompt and 12 steps, eager and replayed as a graph (whose capture
 // follows the branch's events).
 func TestBranchSharedDownGPU(t *testing.T) {
@@ -31,11 +32,16 @@ func TestBranchSharedDownGPU(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = int32(i * 977 % c.VocabSize)
 	}
-	for fusion, last := range map[string]string{"branchSharedDown": "qgemv_join_norm", "branchSharedDownTail": "moe_down_qgemv_pre_join"} {
+	for fusion, last := range map[string]string{"branchSharedDown": "qgemv_join_norm", "branchSharedDownTail": "moe_down_qgemv_pre_join",
+		"sharedDownBlocks": "moe_down_qgemv_pre_shared"} {
 		br := compile(fusion)
 		for _, k := range []string{"fork", "join", last} {
-			if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != 2 || n0 != 0 {
-				t.Fatalf("%s: %d %s launches in the branched decode plan (want 2), %d in the default one", fusion, n, k, n0)
+			want := 2
+			if fusion == "sharedDownBlocks" && k != last {
+				want = 0 // no branch: the shared down is blocks of the routed down's launch
+			}
+			if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != want || n0 != 0 {
+				t.Fatalf("%s: %d %s launches in the branched decode plan (want %d), %d in the default one", fusion, n, k, want, n0)
 			}
 		}
 		sameDecodes(t, fusion, base, br, prompt, 12)

@@ -67,7 +67,7 @@ type kernelKey struct {
 	fake       bool
 	file, name string
 	dts        [4]cuda.DType
-	ints       [8]int64 // router_qgemv has 7
+	ints       [10]int64 // moe_down_qgemv_pre_shared has 9
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for

@@ -50,6 +50,8 @@ var traceModels = []traceModel{
 		enable: []string{"branchSharedDown"}},
 	{name: "laguna-s-2.1-q4_k_m-branch-tail", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
 		enable: []string{"branchSharedDownTail"}},
+	{name: "laguna-s-2.1-q4_k_m-shared-blocks", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
+		enable: []string{"sharedDownBlocks"}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
@@ -297,6 +299,36 @@ func TestSplitGEMMPlumbing(t *testing.T) {
 		}
 		if seen == 0 {
 			t.Fatalf("%s: no matmul_split in the prefill", name)
+		}
+	}
+}
+
+// TestKernelKeyFitsLaunches: every launch of the trace models' plans
+// names no more template arguments than Kernels' cache key holds (a
+// launch with more fails at Kernel, which the dry runs above never call).
+func TestKernelKeyFitsLaunches(t *testing.T) {
+	var key kernelKey
+	for _, m := range traceModels {
+		p := tracePlan(t, m, ir.BF16)
+		all := [][]lower.Launch{p.Decode.Finish}
+		for _, sch := range []*lower.Schedule{p.Decode, p.Prefill} {
+			for _, st := range sch.Steps {
+				all = append(all, st.Launches)
+			}
+		}
+		for _, b := range []int{2, 8} {
+			ls, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, ls...)
+		}
+		for _, ls := range all {
+			for _, l := range ls {
+				if len(l.DTypes) > len(key.dts) || len(l.Ints) > len(key.ints) {
+					t.Errorf("%s: %s has %d types and %d ints, the key holds %d and %d", m.name, l.NameExpr(), len(l.DTypes), len(l.Ints), len(key.dts), len(key.ints))
+				}
+			}
 		}
 	}
 }
