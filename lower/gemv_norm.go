@@ -33,13 +33,8 @@ import (
 // the split decode attention's. The rms_norm rule reserves it
 // (GEMVNormCounter) in every schedule that has a norm of one row.
 
-// CountedTailBytes is the sync bytes a launch whose last block runs a
-// tail counts itself in (cuda's last_block_grouped: a counter and 16 group
-// counters after it, LAST_BLOCK_COUNTERS words).
-const CountedTailBytes = 4 * (1 + 16)
-
-// GEMVNormCounter is the sync bytes QGEMVNorm's counters take.
-const GEMVNormCounter = CountedTailBytes
+// GEMVNormCounter is the sync bytes QGEMVNorm's counter takes.
+const GEMVNormCounter = 4
 
 // fuseGEMVNorm fuses one-row norms into the quantised GEMV before them,
 // in place.

@@ -235,7 +235,7 @@ type span struct {
 //   - router_fused (RouterFused: E, K, split, x, w, logits, k, softcap,
 //     scaling, bias, weights, ids, counter): logits f32 [R, E], R its
 //     first integer parameter, weights f32 and ids i32, each [R, k], and
-//     the counters (RouterFusedCounters bytes);
+//     the counter (4 bytes);
 //   - moe_add_shared (MoEAddShared: T, k, S, first, weights, ids, w2,
 //     ids2): w2 f32 and ids2 i32, each [T, k+S].
 //
@@ -253,7 +253,7 @@ func routerOutputs(l Launch) ([]span, bool) {
 		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
 	case l.Kernel == "router_fused" && is(i, i, i, p, p, p, i, f, f, p, p, p, p) && len(l.Ints) == 2:
 		R, E, k := l.Ints[0], a[0].Int, a[6].Int
-		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), RouterFusedCounters}}, R > 0 && E > 0 && k > 0
+		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
 	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):
 		T, k, S := a[0].Int, a[1].Int, a[2].Int
 		return []span{{a[6].Ptr(), 4 * T * (k + S)}, {a[7].Ptr(), 4 * T * (k + S)}}, T > 0 && k >= 0 && S >= 0

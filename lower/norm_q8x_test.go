@@ -136,7 +136,7 @@ func TestNormQ8XLaunchArgs(t *testing.T) {
 		{g, []span{{Ptr{BaseArena, 1024}, 4 * 64}}},
 		{r, []span{{Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}}},
 		{sh, []span{{Ptr{BaseRoutes, 0}, 72}, {Ptr{BaseRoutes, 256}, 72}}},
-		{f, []span{{Ptr{BaseArena, 1024}, 4 * 64}, {Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}, {Ptr{BaseSync, 64}, RouterFusedCounters}}},
+		{f, []span{{Ptr{BaseArena, 1024}, 4 * 64}, {Ptr{BaseArena, 2048}, 16}, {Ptr{BaseArena, 2064}, 16}, {Ptr{BaseSync, 64}, 4}}},
 		{bad, nil},
 		{qgemvTestLaunch(t, 1, 64, 32, 0), nil},
 		{normTestLaunch(t, "bf16", 1, 64, 0), nil},

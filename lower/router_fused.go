@@ -32,14 +32,13 @@ const RouterFusedMaxT = 1
 const RouterFusedMaxE = 1024
 
 // RouterFusedCounters is the sync bytes (BaseSync) a fused router needs:
-// a counted tail's.
-const RouterFusedCounters = CountedTailBytes
+// one u32.
+const RouterFusedCounters = 4
 
 // RouterFused is gemv (a MatMul GEMV launch: x [R, K] . w^T into f32 logits
 // [R, E]) and topk (RouterTopK's block launch on those logits) as one
 // launch of router.cu's router_fused, its blocks counting themselves done
-// at counter (RouterFusedCounters bytes, zero before the launch, which
-// leaves them zero).
+// at counter (4 bytes, zero before the launch, which leaves it zero).
 func RouterFused(gemv, topk Launch, counter Ptr) (Launch, error) {
 	const op = "RouterFused"
 	is := ArgKinds

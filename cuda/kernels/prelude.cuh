@@ -97,40 +97,6 @@ __device__ __forceinline__ bool last_block(unsigned int* counter, unsigned int n
   return last;
 }
 
-// last_block_grouped is last_block for block blk of n where n is large:
-// a one-wave launch's blocks finish nearly together, and n of them adding
-// to one address queue there (4% of a q4_k_m decode token at S-2.1's
-// shapes, measured). Above 2 * LAST_BLOCK_GROUPS blocks, block blk counts
-// at counter[1 + blk % LAST_BLOCK_GROUPS], and each group's last block
-// (after an acquire fence, so its release carries the group's writes on)
-// at counter[0]; the last of those is the last block. Counters:
-// LAST_BLOCK_COUNTERS words (lower.CountedTailBytes), zero before and
-// after.
-#define LAST_BLOCK_GROUPS 16
-#define LAST_BLOCK_COUNTERS (1 + LAST_BLOCK_GROUPS)
-__device__ __forceinline__ bool last_block_grouped(unsigned int* counter, unsigned int blk, unsigned int n) {
-  if (n <= 2 * LAST_BLOCK_GROUPS) return last_block(counter, n);
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // release
-    const unsigned g = blk % LAST_BLOCK_GROUPS;
-    bool l = atomicAdd(counter + 1 + g, 1u) == (n - g + LAST_BLOCK_GROUPS - 1) / LAST_BLOCK_GROUPS - 1;
-    if (l) {
-      counter[1 + g] = 0u;
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");  // acquire the group's writes, release them onward
-      l = atomicAdd(counter, 1u) == LAST_BLOCK_GROUPS - 1;
-      if (l) {
-        *counter = 0u;
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");  // acquire
-      }
-    }
-    last = l;
-  }
-  __syncthreads();
-  return last;
-}
-
 // Grid-stride loop over n elements.
 #define LAGC_FOR(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

@@ -614,7 +614,7 @@ __global__ void __launch_bounds__(256) qgemv_xin(int N, int K, long long rows, l
 template <typename TY, typename TO, int TAIL>
 __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a,
                                            const TY* b, TY* sum, const float* nw, TO* out, signed char* nxq, float4* nxs) {
-  if (!last_block_grouped(counter, blockIdx.x, gridDim.x)) return;
+  if (!last_block(counter, gridDim.x)) return;
   norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
 }
 
@@ -1101,7 +1101,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                             const float* __restrict__ s, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
                             TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
   moe_down_body<TY, QT, NH, SD, W, 0, true, false>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-  if (last_block_grouped(counter, blockIdx.x, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
+  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // moe_down_qgemv_pre_shared is moe_down_qgemv_pre_join with the shared
@@ -1131,7 +1131,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
   } else {
     moe_down_body<TY, QT, NH, SD, W, 0, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate, sb);
   }
-  if (last_block_grouped(counter, blockIdx.x, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
+  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // ---------------------------------------------------------- dequantiser

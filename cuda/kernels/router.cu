@@ -186,7 +186,7 @@ __device__ __forceinline__ void router_fused_body(int blk, int nblk, int E, int 
                                                   unsigned int* counter) {
   extern __shared__ unsigned long long rt_smem[];
   gemv_block<TX, TW, float, R, 0, VEC>(blk, E, K, split, x, w, logits, 0);
-  if (!last_block_grouped(counter, blk, nblk)) return;
+  if (!last_block(counter, nblk)) return;
   for (int t = 0; t < R; t++) {
     // From L2: this SM's L1 may hold stale lines of the logits.
     const float* row = logits + (long long)t * E;
