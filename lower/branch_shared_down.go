@@ -31,11 +31,13 @@ import "fmt"
 //
 // sharedDownBlocks (opt-in) needs no branch: X's GEMV runs as extra blocks
 // of the routed down's launch (SharedDownBlocks), which start before G
-// completes, and its last block does the join's work.
+// completes, and its last block does the join's work; sharedDownBlocksLast
+// puts those blocks after the routed down's.
 const (
-	branchFusion       = "branchSharedDown"
-	branchTailFusion   = "branchSharedDownTail"
-	sharedBlocksFusion = "sharedDownBlocks"
+	branchFusion           = "branchSharedDown"
+	branchTailFusion       = "branchSharedDownTail"
+	sharedBlocksFusion     = "sharedDownBlocks"
+	sharedBlocksLastFusion = "sharedDownBlocksLast"
 )
 
 // The forms of branchSharedDown.
@@ -43,6 +45,7 @@ const (
 	branchJoinLaunch = iota // branchSharedDown
 	branchJoinTail          // branchSharedDownTail
 	branchNone              // sharedDownBlocks
+	branchNoneLast          // sharedDownBlocksLast
 )
 
 // BranchSharedDown returns the launches g, d, x become on a branch with
@@ -85,9 +88,11 @@ const sharedDownRows = 8
 // extra blocks of d (moe_down_qgemv_pre_shared), its f32 sums at buf and
 // x's store and tail in the launch's last block: one launch for two, and
 // no branch. The shared blocks come first (fewer and shorter than the
-// routed ones, they should be resident while the routed gate+up runs). The checks are BranchSharedDownTail's, and x's K split must
-// fit d's warps.
-func SharedDownBlocks(g, d, x Launch, buf Ptr) (Launch, error) {
+// routed ones, resident while the routed gate+up runs), or with last
+// after the routed ones (which then keep the slots for their early
+// work). The checks are BranchSharedDownTail's, and x's K split must fit
+// d's warps.
+func SharedDownBlocks(g, d, x Launch, buf Ptr, last bool) (Launch, error) {
 	const op = "SharedDownBlocks"
 	side, err := branchSide(op, g, d, x, buf)
 	if err != nil {
@@ -109,7 +114,7 @@ func SharedDownBlocks(g, d, x Launch, buf Ptr) (Launch, error) {
 	args = append(append(args, x.Args[:6]...), ptrArg(buf))
 	args = append(args, x.Args[8:]...)
 	return kernel("quant.cu", "moe_down_qgemv_pre_shared", []string{d.DTypes[0], x.DTypes[1], x.DTypes[2]},
-		[]int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], d.Ints[5], x.Ints[0], sharedDownRows, split, x.Ints[5]},
+		[]int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], d.Ints[5], int64(b2i(!last)), x.Ints[0], sharedDownRows, split, x.Ints[5]},
 		dims(d.Grid[0]+int(sb)), d.Block, shmem, args...), nil
 }
 
@@ -158,8 +163,8 @@ func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
 		Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}, nil
 }
 
-// branchSharedDown applies BranchSharedDown (BranchSharedDownTail,
-// SharedDownBlocks: form) to each such run of the stream, its side GEMVs'
+// branchSharedDown applies BranchSharedDown (BranchSharedDownTail or
+// SharedDownBlocks, by form) to each such run of the stream, its side GEMVs'
 // sums at ws (the end of the schedule's workspace), and returns the
 // workspace bytes it adds (0: none applied).
 func branchSharedDown(steps [][]Launch, ws int64, form int) int64 {
@@ -172,8 +177,8 @@ func branchSharedDown(steps [][]Launch, ws int64, form int) int64 {
 		r, g, d, x := where[k-1], where[k], where[k+1], where[k+2]
 		at := func(p streamPos) Launch { return steps[p.step][p.i] }
 		switch form {
-		case branchNone:
-			down, err := SharedDownBlocks(at(g), at(d), at(x), buf)
+		case branchNone, branchNoneLast:
+			down, err := SharedDownBlocks(at(g), at(d), at(x), buf, form == branchNoneLast)
 			if err != nil {
 				continue
 			}

@@ -32,7 +32,7 @@ func TestBranchSharedDownPlan(t *testing.T) {
 		}
 		return ls
 	}
-	for _, fusion := range []string{branchFusion, branchTailFusion, sharedBlocksFusion} {
+	for _, fusion := range []string{branchFusion, branchTailFusion, sharedBlocksFusion, sharedBlocksLastFusion} {
 		t.Run(fusion, func(t *testing.T) {
 			o.EnableFusions = []string{fusion}
 			br, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
@@ -52,12 +52,13 @@ func TestBranchSharedDownPlan(t *testing.T) {
 					side := Launch{Kernel: "qgemv_xin", File: "quant.cu", DTypes: []string{"f32", "bf16"}, Ints: x.Ints[:5], Grid: x.Grid,
 						Block: x.Block, Shmem: x.Shmem, Stream: 1, Args: append(append([]Arg(nil), x.Args[:6]...), ptrArg(buf), i32(0))}
 					switch fusion {
-					case sharedBlocksFusion:
-						// 3072 rows, 4 warps of 8 rows a block (no K split): 96 blocks before d's.
+					case sharedBlocksFusion, sharedBlocksLastFusion:
+						// 3072 rows, 4 warps of 8 rows a block (no K split): 96 blocks before d's (after, Last).
 						args := append(append([]Arg(nil), d.Args...), i32(96))
 						args = append(append(append(args, x.Args[:6]...), ptrArg(buf)), x.Args[8:]...)
+						first := int64(b2i(fusion == sharedBlocksFusion))
 						down := kernel("quant.cu", "moe_down_qgemv_pre_shared", []string{"bf16", "bf16", "bf16"},
-							[]int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], 1, x.Ints[0], 8, 1, 3}, dims(d.Grid[0]+96), d.Block, d.Shmem, args...)
+							[]int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], 1, first, x.Ints[0], 8, 1, 3}, dims(d.Grid[0]+96), d.Block, d.Shmem, args...)
 						want = append(want, ls[i], ls[i+1], down)
 					case branchFusion:
 						tail := kernel("quant.cu", "qgemv_join_norm", []string{"bf16", "bf16"}, []int64{3}, dims(1), dims(256), 0,
@@ -96,7 +97,7 @@ func TestBranchSharedDownPlan(t *testing.T) {
 			if n := len(flat(base.Decode)) + len(base.Decode.Finish); fusion == branchTailFusion && !strings.Contains(out.String(), fmt.Sprintf("%d launches (2 on a side stream, 2 branches)", n)) {
 				t.Errorf("lagc plan's decode header does not count %d launches, 2 on a side stream, 2 branches:\n%.300s", n, out.String())
 			}
-			if n := len(flat(base.Decode)) + len(base.Decode.Finish) - 2; fusion == sharedBlocksFusion && !strings.Contains(out.String(), fmt.Sprintf("decode T=1: %d steps, %d launches, ", len(base.Decode.Steps), n)) {
+			if n := len(flat(base.Decode)) + len(base.Decode.Finish) - 2; (fusion == sharedBlocksFusion || fusion == sharedBlocksLastFusion) && !strings.Contains(out.String(), fmt.Sprintf("decode T=1: %d steps, %d launches, ", len(base.Decode.Steps), n)) {
 				t.Errorf("lagc plan's decode header does not count %d launches and no branch:\n%.300s", n, out.String())
 			}
 			if !reflect.DeepEqual(flat(br.Prefill), flat(base.Prefill)) {
@@ -184,7 +185,7 @@ func TestBranchSharedDownRefuses(t *testing.T) {
 		if _, _, _, _, err := BranchSharedDownTail(c.g, c.d, c.x, c.buf); err == nil {
 			t.Errorf("%s, tail: no error", name)
 		}
-		if _, err := SharedDownBlocks(c.g, c.d, c.x, c.buf); err == nil {
+		if _, err := SharedDownBlocks(c.g, c.d, c.x, c.buf, false); err == nil {
 			t.Errorf("%s, shared blocks: no error", name)
 		}
 	}
@@ -198,15 +199,15 @@ func TestBranchSharedDownRefuses(t *testing.T) {
 		if _, _, _, _, err := BranchSharedDownTail(g, dd, x, buf); err == nil {
 			t.Errorf("tail, %s: no error", name)
 		}
-		if _, err := SharedDownBlocks(g, dd, x, buf); err == nil {
+		if _, err := SharedDownBlocks(g, dd, x, buf, true); err == nil {
 			t.Errorf("shared blocks, %s: no error", name)
 		}
 	}
 	// The shared blocks run x's K split in d's warps.
-	if _, err := SharedDownBlocks(g, d, x, buf); err != nil {
+	if _, err := SharedDownBlocks(g, d, x, buf, false); err != nil {
 		t.Fatalf("the plan's own run, shared blocks: %v", err)
 	}
-	if _, err := SharedDownBlocks(g, d, with(x, func(l *Launch) { l.Ints[4] = 8 }), buf); err == nil || !strings.Contains(err.Error(), "K split 8") {
+	if _, err := SharedDownBlocks(g, d, with(x, func(l *Launch) { l.Ints[4] = 8 }), buf, false); err == nil || !strings.Contains(err.Error(), "K split 8") {
 		t.Errorf("shared blocks, a K split of 8 in 4 warps: %v, want an error naming the split", err)
 	}
 }

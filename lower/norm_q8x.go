@@ -93,7 +93,8 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion}
+var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion,
+	sharedBlocksLastFusion}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }
@@ -116,15 +117,15 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 }
 
 // FusionNames are the names Options.DisableFusions takes, in order:
-// launchFusions', then branchSharedDown, branchSharedDownTail and
-// sharedDownBlocks (the decode schedule's last, run once its workspace is
-// sized).
+// launchFusions', then branchSharedDown, branchSharedDownTail,
+// sharedDownBlocks and sharedDownBlocksLast (the decode schedule's last,
+// run once its workspace is sized).
 func FusionNames() []string {
-	names := make([]string, len(launchFusions), len(launchFusions)+3)
+	names := make([]string, len(launchFusions), len(launchFusions)+4)
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return append(names, branchFusion, branchTailFusion, sharedBlocksFusion)
+	return append(names, branchFusion, branchTailFusion, sharedBlocksFusion, sharedBlocksLastFusion)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

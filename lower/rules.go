@@ -188,13 +188,15 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 }
 
 // branch runs branchSharedDown on a decode schedule's launches where the
-// plan enables it (sharedDownBlocks' or branchSharedDownTail's form where
-// that is enabled, in that order), its
+// plan enables it (sharedDownBlocksLast's, sharedDownBlocks' or
+// branchSharedDownTail's form where that is enabled, in that order), its
 // buffer past ws (the workspace the steps need), and returns the bytes it
 // adds there.
 func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
 	off := p.fusionsOff()
 	switch {
+	case !slices.Contains(off, sharedBlocksLastFusion):
+		return branchSharedDown(launches, ws, branchNoneLast)
 	case !slices.Contains(off, sharedBlocksFusion):
 		return branchSharedDown(launches, ws, branchNone)
 	case !slices.Contains(off, branchTailFusion):

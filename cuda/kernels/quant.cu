@@ -1105,18 +1105,20 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
 }
 
 // moe_down_qgemv_pre_shared is moe_down_qgemv_pre_join with the shared
-// down GEMV in the same launch (lower.SharedDownBlocks): its first sb
-// blocks run qgemv_xin_norm_pre's GEMV (its xin's quantisation, qgemv_rows
-// sums of one row with its K split, the wait before the stores) in blocks
-// of W warps, storing its f32 sums at s for the last block's join_tail;
-// the rest are the routed down's. The shared blocks depend only on what
-// the router's launch, two launches back, wrote, so they run beside the
-// routed gate+up (first: blocks start in order), and the launch boundary
-// after the routed down is gone. TRIG: every block lets the launch after
-// start once past its wait (launch_dependents), as moe_down_qgemv_pre
-// does for the launch after it. The same sums, stores and tail: the same
-// bits.
-template <typename TY, typename TX, typename TO, int QT, int NH, int SD, int W, int TRIG, int SQT, int SNW, int SSPLIT, int TAIL>
+// down GEMV in the same launch (lower.SharedDownBlocks): sb of its blocks
+// (the first with SFIRST, else the last) run qgemv_xin_norm_pre's GEMV
+// (its xin's quantisation, qgemv_rows sums of one row with its K split,
+// the wait before the stores) in blocks of W warps, storing its f32 sums
+// at s for the last block's join_tail; the rest are the routed down's.
+// The shared blocks depend only on what the router's launch, two launches
+// back, wrote, so they can run beside the routed gate+up (blocks start in
+// order: first, they take the slots the routed down's early work would),
+// and the launch boundary after the routed down is gone. TRIG: every
+// block lets the launch after start once past its wait
+// (launch_dependents), as moe_down_qgemv_pre does for the launch after it.
+// The same sums, stores and tail: the same bits.
+template <typename TY, typename TX, typename TO, int QT, int NH, int SD, int W, int TRIG, int SFIRST, int SQT, int SNW,
+          int SSPLIT, int TAIL>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
     moe_down_qgemv_pre_shared(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
                               const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
@@ -1124,12 +1126,15 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                               long long srows, long long srow0, const unsigned char* __restrict__ sw, const TX* sx, float* s,
                               unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
                               TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
-  if ((int)blockIdx.x < sb) {
+  const int rb = gridDim.x - sb;  // the routed down's blocks
+  const int sblk = SFIRST ? (int)blockIdx.x : (int)blockIdx.x - rb;
+  if (sblk >= 0 && sblk < sb) {
     const QX xv = qgemv_xin_quant<1, true, TX, W>(SK, sx);
-    qgemv_rows<float, SQT, 1, 0, SNW, SSPLIT, true, false, W>(blockIdx.x, SN, SK, srows, srow0, sw, xv, s, 0);
+    qgemv_rows<float, SQT, 1, 0, SNW, SSPLIT, true, false, W>(sblk, SN, SK, srows, srow0, sw, xv, s, 0);
     if constexpr (TRIG) pdl_trigger();
   } else {
-    moe_down_body<TY, QT, NH, SD, W, 0, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate, sb);
+    moe_down_body<TY, QT, NH, SD, W, 0, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate,
+                                                         SFIRST ? sb : 0);
   }
   if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }

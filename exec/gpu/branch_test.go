@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"strings"
 	"testing"
 
 	"lagc/cuda/cudatest"
@@ -8,7 +9,7 @@ import (
 )
 
 // TestBranchSharedDownGPU: with branchSharedDown, branchSharedDownTail or
-// sharedDownBlocks (LAGC_ENABLE_FUSIONS) the decode plan of a three-layer
+// sharedDownBlocks(Last) (LAGC_ENABLE_FUSIONS) the decode plan of a three-layer
 // Laguna-S-2.1 in the q4_k_m recipe (synthetic weights; two MoE layers, so
 // the forms share their buffer) runs each MoE layer's shared down GEMV on
 // the side stream (sharedDownBlocks: as blocks of the routed down's
@@ -33,11 +34,11 @@ func TestBranchSharedDownGPU(t *testing.T) {
 		prompt[i] = int32(i * 977 % c.VocabSize)
 	}
 	for fusion, last := range map[string]string{"branchSharedDown": "qgemv_join_norm", "branchSharedDownTail": "moe_down_qgemv_pre_join",
-		"sharedDownBlocks": "moe_down_qgemv_pre_shared"} {
+		"sharedDownBlocks": "moe_down_qgemv_pre_shared", "sharedDownBlocksLast": "moe_down_qgemv_pre_shared"} {
 		br := compile(fusion)
 		for _, k := range []string{"fork", "join", last} {
 			want := 2
-			if fusion == "sharedDownBlocks" && k != last {
+			if strings.HasPrefix(fusion, "sharedDownBlocks") && k != last {
 				want = 0 // no branch: the shared down is blocks of the routed down's launch
 			}
 			if n, n0 := stepLaunches(br.Plan().Decode.Steps, k), stepLaunches(base.Plan().Decode.Steps, k); n != want || n0 != 0 {
