@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"os"
 
 	"lagc/cuda"
 	"lagc/lower"
@@ -28,13 +27,13 @@ type streamBranch struct {
 	forked, joined *cuda.Event
 }
 
-func newStreamBranch(dev *cuda.Device, main *cuda.Stream, pdl bool) (*streamBranch, error) {
+func newStreamBranch(dev *cuda.Device, main *cuda.Stream) (*streamBranch, error) {
 	b := &streamBranch{main: main}
 	var err error
 	if b.side, err = dev.NewStream(); err != nil {
 		return nil, fmt.Errorf("the side stream of a branch: %w", err)
 	}
-	b.side.SetProgrammaticLaunch(pdl)
+	b.side.SetProgrammaticLaunch(main.ProgrammaticLaunch())
 	if b.forked, err = dev.NewSyncEvent(); err == nil {
 		b.joined, err = dev.NewSyncEvent()
 	}
@@ -117,7 +116,7 @@ func (e *Executor) needBranch(launches [][]lower.Launch) error {
 		for _, l := range ls {
 			if l.Kernel == lower.Fork {
 				var err error
-				e.branch, err = newStreamBranch(e.dev, e.s, !e.o.Profile && os.Getenv(EnvPDL) != "0")
+				e.branch, err = newStreamBranch(e.dev, e.s)
 				return err
 			}
 		}
