@@ -177,7 +177,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
-	if s.Class == Decode && !batch {
+	if _, on := p.branchForm(); on && s.Class == Decode && !batch {
 		ws, _, _, err := p.scratch(s)
 		if err != nil {
 			return nil, err
@@ -187,22 +187,29 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 	return out, nil
 }
 
-// branch runs branchSharedDown on a decode schedule's launches where the
-// plan enables it (sharedDownBlocksLast's, sharedDownBlocks' or
-// branchSharedDownTail's form where that is enabled, in that order), its
-// buffer past ws (the workspace the steps need), and returns the bytes it
-// adds there.
-func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
+// branchForm is the form of branchSharedDown the plan enables
+// (sharedDownBlocksLast's, sharedDownBlocks', branchSharedDownTail's or
+// branchSharedDown's, the first enabled in that order), and whether one
+// is.
+func (p *Plan) branchForm() (int, bool) {
 	off := p.fusionsOff()
-	switch {
-	case !slices.Contains(off, sharedBlocksLastFusion):
-		return branchSharedDown(launches, ws, branchNoneLast)
-	case !slices.Contains(off, sharedBlocksFusion):
-		return branchSharedDown(launches, ws, branchNone)
-	case !slices.Contains(off, branchTailFusion):
-		return branchSharedDown(launches, ws, branchJoinTail)
-	case !slices.Contains(off, branchFusion):
-		return branchSharedDown(launches, ws, branchJoinLaunch)
+	for _, f := range []struct {
+		name string
+		form int
+	}{{sharedBlocksLastFusion, branchNoneLast}, {sharedBlocksFusion, branchNone}, {branchTailFusion, branchJoinTail}, {branchFusion, branchJoinLaunch}} {
+		if !slices.Contains(off, f.name) {
+			return f.form, true
+		}
+	}
+	return 0, false
+}
+
+// branch runs branchSharedDown in the plan's form (branchForm) on a decode
+// schedule's launches, its buffer past ws (the workspace the steps need),
+// and returns the bytes it adds there (0: no form enabled).
+func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
+	if form, on := p.branchForm(); on {
+		return branchSharedDown(launches, ws, form)
 	}
 	return 0
 }
