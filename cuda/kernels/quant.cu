@@ -1085,14 +1085,17 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
   moe_down_body<TY, QT, NH, SD, W, ALL, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
 }
 
+// join_vw is the virtual warps a warp of a W-warp block keeps at once in
+// a join's norm tail (norm_tail's VW): sized for 384 lanes (S-2.1's 3072
+// values); a wider norm takes norm_tail's loops (the same bits, slower).
+__host__ __device__ constexpr int join_vw(int w) { return (384 / 32 + w - 1) / w; }
+
 // moe_down_qgemv_pre_join is moe_down_qgemv_pre (TRIG 0) of one token
 // followed by qgemv_join_norm's work (join_tail) in its last block
 // (last_block, as qgemv_norm counts itself): s holds the shared down's f32
 // sums (lower.branchSharedDown's side GEMV, joined before this launch).
-// The routed sums and the tail are
-// those of moe_down_qgemv_pre then qgemv_join_norm: the same bits, one
-// launch fewer. The tail keeps 384 lanes' worth of the norm's values in
-// W warps at once ((12 + W - 1) / W virtual warps a warp: S-2.1's 3072).
+// The routed sums and the tail are those of moe_down_qgemv_pre then
+// qgemv_join_norm: the same bits, one launch fewer.
 template <typename TY, typename TO, int QT, int NH, int SD, int W, int TAIL>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
     moe_down_qgemv_pre_join(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
@@ -1101,7 +1104,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                             const float* __restrict__ s, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
                             TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
   moe_down_body<TY, QT, NH, SD, W, 0, true, false>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
+  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, join_vw(W)>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // moe_down_qgemv_pre_shared is moe_down_qgemv_pre_join with the shared
@@ -1136,7 +1139,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
     moe_down_body<TY, QT, NH, SD, W, 0, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate,
                                                          SFIRST ? sb : 0);
   }
-  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, (12 + W - 1) / W>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
+  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, join_vw(W)>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // ---------------------------------------------------------- dequantiser
