@@ -146,6 +146,67 @@ __device__ __forceinline__ void rt_block_select(L logit, int E, int k, float sof
   __syncthreads();
 }
 
+// rt_warp_select is rt_block_select's choice, the same bits, with the
+// ranking done by warp 0 in k rounds of a warp maximum over the keys (its
+// lanes holding RT_WARP_PER each) and the weights by lanes: for E <= 32 *
+// RT_WARP_PER and k <= 32 (rt_select), where rt_block_select's ranking (E
+// keys read by every thread) and thread 0's serial loops were most of the
+// decode router's last block, which every later launch of the layer waits
+// for (docs/PERF.md: that tail cost 3.7 us a MoE layer).
+#define RT_WARP_PER 8
+template <typename L>
+__device__ __forceinline__ void rt_warp_select(L logit, int E, int k, float softcap, float scaling,
+                                               const float* __restrict__ bias, unsigned long long* key, float* score,
+                                               float* __restrict__ weights, int* __restrict__ ids) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  for (int e = tid; e < E; e += blockDim.x) {
+    float s = rt_score(logit(e), softcap);
+    score[e] = s;
+    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
+  }
+  __syncthreads();
+  if (tid < 32) {
+    unsigned long long kv[RT_WARP_PER];  // 0 once taken: below every candidate
+#pragma unroll
+    for (int i = 0; i < RT_WARP_PER; i++) kv[i] = lane + 32 * i < E ? key[lane + 32 * i] : 0ull;
+    int mine = 0;  // lane j: the j-th choice
+    for (int j = 0; j < k; j++) {
+      unsigned long long m[RT_WARP_PER];
+#pragma unroll
+      for (int i = 0; i < RT_WARP_PER; i++) m[i] = kv[i];
+#pragma unroll
+      for (int w = RT_WARP_PER / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int i = 0; i < w; i++) m[i] = max_u64(m[i], m[i + w]);
+      const int e = key_index(warp_max_u64(m[0]));
+#pragma unroll
+      for (int i = 0; i < RT_WARP_PER; i++)
+        if (lane + 32 * i == e) kv[i] = 0ull;
+      if (lane == j) mine = e;
+    }
+    // The sum in selection order, as the reference adds.
+    const float s = lane < k ? score[mine] : 0.f;
+    float sum = 0.f;
+    for (int j = 0; j < k; j++) sum += __shfl_sync(0xffffffffu, s, j);
+    if (lane < k) {
+      weights[lane] = s / sum * scaling;
+      ids[lane] = mine;
+    }
+  }
+  __syncthreads();
+}
+
+// rt_select is rt_warp_select where it applies, else rt_block_select.
+template <typename L>
+__device__ __forceinline__ void rt_select(L logit, int E, int k, float softcap, float scaling, const float* __restrict__ bias,
+                                          unsigned long long* key, float* score, int* chosen, float* __restrict__ weights,
+                                          int* __restrict__ ids) {
+  if (E <= 32 * RT_WARP_PER && k <= 32)
+    rt_warp_select(logit, E, k, softcap, scaling, bias, key, score, weights, ids);
+  else
+    rt_block_select(logit, E, k, softcap, scaling, bias, key, score, chosen, weights, ids);
+}
+
 // A block per token (a thread per expert up to 1024, more each beyond), for
 // E > 1024 or k > 32, and for few tokens (RouterBlockMaxT), where a block's
 // threads rank its experts faster than a warp selects them.
@@ -190,9 +251,8 @@ __device__ __forceinline__ void router_fused_body(int blk, int nblk, int E, int 
   for (int t = 0; t < R; t++) {
     // From L2: this SM's L1 may hold stale lines of the logits.
     const float* row = logits + (long long)t * E;
-    rt_block_select([&](int e) { return __ldcg(row + e); }, E, k, softcap, scaling, bias, rt_smem,
-                    (float*)(rt_smem + E), (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k,
-                    ids + (long long)t * k);
+    rt_select([&](int e) { return __ldcg(row + e); }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
+              (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
   }
 }
 
