@@ -17,7 +17,9 @@
 // registers (lane l holds experts l, l+32, ...); a selection round is the
 // lanes' own best and a warp maximum of two redux.sync instructions, with
 // no shared memory and no barrier. router_topk_block: a block per token for
-// larger E or k and for few tokens, each expert ranked against every key
+// larger E or k and for few tokens, its threads scoring the experts, then
+// (rt_select) one warp selecting as router_topk does for E <= 256 and k <=
+// 32 (rt_warp_select), else each expert ranked against every key
 // (rt_block_select). router_fused: the router GEMV and that selection in
 // one launch, for decode.
 
@@ -152,7 +154,8 @@ __device__ __forceinline__ void rt_block_select(L logit, int E, int k, float sof
 // RT_WARP_PER and k <= 32 (rt_select), where rt_block_select's ranking (E
 // keys read by every thread) and thread 0's serial loops were most of the
 // decode router's last block, which every later launch of the layer waits
-// for (docs/PERF.md: that tail cost 3.7 us a MoE layer).
+// for (docs/PERF.md, 2026-12-04 from 11:59: that tail cost 3.75 us a MoE
+// layer; this selection took 1.6 us off it).
 #define RT_WARP_PER 8
 template <typename L>
 __device__ __forceinline__ void rt_warp_select(L logit, int E, int k, float softcap, float scaling,
@@ -221,7 +224,7 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
   const int t = blockIdx.x;
   if (t >= ntok) return;
   const T* row = logits + t * ld;
-  rt_block_select([&](int e) { return row[e]; }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
+  rt_select([&](int e) { return row[e]; }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
                   (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
 }
 

@@ -22,8 +22,9 @@ import (
 // soft-capping, no bias, rows of tied logits (ties go to the lower index),
 // selection scores of exactly zero and a subnormal score, NaN and infinite
 // logits. Each case runs lower's choice and the block kernel (at every T:
-// router_topk_block ranks each expert against every key; E > 1024 has
-// threads take several experts).
+// router_topk_block selects with one warp up to 256 experts and 32
+// choices, else ranks each expert against every key; E > 1024 has threads
+// take several experts).
 func TestRouterTopKGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(21, 22))
