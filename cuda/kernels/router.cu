@@ -212,7 +212,8 @@ __device__ __forceinline__ void rt_select(L logit, int E, int k, float softcap, 
 
 // A block per token (a thread per expert up to 1024, more each beyond), for
 // E > 1024 or k > 32, and for few tokens (RouterBlockMaxT), where a block's
-// threads rank its experts faster than a warp selects them.
+// threads score its experts (and then rank them, or one warp selects:
+// rt_select) faster than a warp does it all.
 //
 // Dynamic shared memory: E 64-bit keys, E floats (s), k ints (chosen).
 template <typename T>
