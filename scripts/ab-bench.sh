@@ -12,7 +12,8 @@
 # median over rounds of graph and eager decode (ms/token and tok/s at full
 # depth), the MoE layer's graph decode time, each prefill length's ms (and
 # the last-row-only prefill's, where the build has it: nan where not),
-# then each one's ratio of time to the first configuration's. Raw JSON lines
+# then each one's ratio of time to the first configuration's (with --batch:
+# each batch size's ms a step instead of the decode rows). Raw JSON lines
 # go to $OUT (or .gpu/) as ab-bench.jsonl. A configuration may name its own
 # binary first, '@PATH [ENV...]' (two builds: main's and a branch's):
 #   scripts/ab-bench.sh 3 .gpu/lagc '' '@.gpu/lagc-main' -- --preset ...
@@ -80,6 +81,10 @@ for i, rs in runs.items():
         d = [x for run in rs for x in decode(run) if x['mode'] == mode]
         r[mode + ' ms'] = med([x['ms_per_token'] for x in d])
         r[mode + ' tok/s 48'] = med([x['tok_per_s_full_depth'] for x in d])
+    # lagc bench --batch: each batch size's ms a step (its graph-replayed
+    # batched decode step).
+    for b in sorted({x['batch'] for run in rs for x in run.get('batches', [])}):
+        r[f'batch {b} ms'] = med([x['ms_per_step'] for run in rs for x in run.get('batches', []) if x['batch'] == b])
     if any('decode_moe_layer_us_graph' in run for run in rs):
         r['MoE layer us'] = med([run['decode_moe_layer_us_graph'] for run in rs if 'decode_moe_layer_us_graph' in run])
     for p in sorted({x['tokens'] for run in rs for x in run.get('prefill', [])}):
