@@ -344,7 +344,16 @@ type QMoEForce struct {
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
+	// Decoded stages q4_k's shared bytes decoded (scales and mins as
+	// floats) in the decode routed-expert kernels: QMoEDecodedType. The
+	// same bits; an A/B lead (docs/DECODE_MEGAKERNEL.md), q4_k only.
+	Decoded bool `json:",omitempty"`
 }
+
+// QMoEDecodedType is quant.cu's QT_Q4_K_DEC, the routed-expert kernels'
+// type argument for q4_k weights staged decoded (QMoEForce.Decoded): the
+// same bytes, 64 + 8 staged bytes a block row where q4_k stages 16 + 4.
+const QMoEDecodedType = 112
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
@@ -355,8 +364,9 @@ type QMoEForce struct {
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
 // expert, BF16QMaxAvgRows); bf16ops: the quantised grouped GEMMs on bf16
-// operands rather than f16 (hopperQF16). QMoE and
-// hopperQShape check the values.
+// operands rather than f16 (hopperQF16); dec: q4_k's routed experts staged
+// decoded in decode (QMoEForce.Decoded). QMoE and hopperQShape check the
+// values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -364,14 +374,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "dec": &f.Decoded}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec)", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
@@ -437,8 +447,11 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 // block's downRows*downWarps rows of each slot's expert. With stages, gate+up
 // adds its warps' rings of units from a 256-byte boundary, and down with
 // all its units (downAll) their copies likewise.
-func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
+func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll, decoded bool) (gateUp, down int) {
 	q := qmoeTypes[t]
+	if decoded {
+		q.sa, q.head = 64, 8
+	}
 	be, sa, head := q.be, q.sa, q.head
 	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
 	if stages > 0 {
@@ -505,10 +518,17 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if ns != 0 && (ns < 2 || ns > 4) {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
 	}
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
+	if a.Decoded && a.WType != quant.Q4_K {
+		return nil, fmt.Errorf("moe: decoded staging (dec) is q4_k's only, not %s's", a.WType)
+	}
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll, a.Decoded)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
+	}
+	kt := int64(a.WType) // the kernels' type argument
+	if a.Decoded {
+		kt = QMoEDecodedType
 	}
 	R, lay := a.T*a.TopK, a.layout()
 	xq, aq := a.Workspace.At(lay.xq), a.Workspace.At(lay.aq)
@@ -519,11 +539,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	}
 	return []Launch{
 		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{kt, int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{kt, int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),

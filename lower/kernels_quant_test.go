@@ -108,6 +108,20 @@ func TestQMoELaunches(t *testing.T) {
 			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
 				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
 			}
+			// q4_k staged decoded: its own type argument, 64 + 8 staged
+			// bytes a block row for 16 + 4
+			if c.qt == quant.Q4_K {
+				a.DownAll, a.Decoded = false, true
+				ld, err := QMoE(a)
+				if err != nil {
+					t.Fatalf("%s T=%d, decoded: %v", c.name, T, err)
+				}
+				nb := c.H / 256
+				if g, d := ld[1], ld[2]; g.Ints[0] != QMoEDecodedType || d.Ints[0] != QMoEDecodedType ||
+					g.Shmem != c.wantShm+64*nb*(64+8-16-4) || d.Shmem != c.wantDSh+c.k*8*(c.I/256)*(64+8-16-4) {
+					t.Errorf("%s T=%d, decoded: gate+up %v shmem %d, down %v shmem %d", c.name, T, g.Ints, g.Shmem, d.Ints, d.Shmem)
+				}
+			}
 			ints := append(slices.Clone(gu.Ints), dn.Ints...)
 			if first == nil {
 				first = ints
@@ -146,6 +160,7 @@ func TestQMoERejects(t *testing.T) {
 			a.Down.Total = a.E * a.H
 		}, "H = 16384, I = 1024 and k = 10 need 106496 and 21760"},
 		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
+		{"decoded q8_0", func(a *QMoEArgs) { a.WType, a.Decoded = quant.Q8_0, true }, "q4_k's only"},
 	} {
 		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)
 		c.edit(&a)
@@ -208,6 +223,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
+		{"dec,all", QMoEForce{DownAll: true, Decoded: true}, ""},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
 		{"vn=16,whole", QMoEForce{TokenStep: 16, WholeTile: true}, ""},
@@ -215,7 +231,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)

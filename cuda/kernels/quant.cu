@@ -86,6 +86,10 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
                : "memory");
 }
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_wait_all() {
   cp_async_commit();
   cp_async_wait<0>();
@@ -136,6 +140,7 @@ struct X32 {
 
 template <> struct QW<QT_Q8_0> {
   static constexpr int BE = 32, BODY = 32, SA = 0, SAOFF = 0, HEAD = 2;
+  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 a, b;
     float d;
@@ -177,10 +182,22 @@ template <> struct QW<QT_Q8_0> {
 // Q4_K and Q5_K: unit u is half h of 64-element chunk j of block b: its 16
 // bytes of qs hold elements 64j+16h+[0,16) in the low nibbles (sub-block
 // 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
+// nibbles: a unit's 16 bytes of 4-bit quants, low nibbles in lo and high
+// ones in hi, a byte each (q4_k's, q5_k's low four bits).
+__device__ __forceinline__ void nibbles(const uint4& q, int (&lo)[4], int (&hi)[4]) {
+  const int raw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    lo[i] = raw[i] & 0x0F0F0F0F;
+    hi[i] = (raw[i] >> 4) & 0x0F0F0F0F;
+  }
+}
+
 template <int QT> struct QWK45 {
   static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
   // staged: (scales, mins) and, for q5_k, qh (four units share each half)
   static constexpr int BE = 256, BODY = BYTES, SA = QT == QT_Q4_K ? 16 : 48, SAOFF = 0, HEAD = 4;
+  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 q, sm, qh;  // quants, (scales[8], mins[8]), high bits (q5_k)
     unsigned dd;      // f16 d, f16 dmin
@@ -226,13 +243,8 @@ template <int QT> struct QWK45 {
   }
   static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
     const int j = (u >> 1) & 3;
-    const int raw[4] = {(int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w};
     int lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      lo[i] = raw[i] & 0x0F0F0F0F;
-      hi[i] = (raw[i] >> 4) & 0x0F0F0F0F;
-    }
+    nibbles(w.q, lo, hi);
     if constexpr (QT == QT_Q5_K) {
       const int qh[4] = {(int)w.qh.x, (int)w.qh.y, (int)w.qh.z, (int)w.qh.w};
 #pragma unroll
@@ -251,10 +263,71 @@ template <int QT> struct QWK45 {
 template <> struct QW<QT_Q4_K> : QWK45<QT_Q4_K> {};
 template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 
+// QT_Q4_K_DEC (LAGC_QMOE_SHAPE=dec, lower.QMoEForce.Decoded; routed-expert
+// kernels only): q4_k's bytes as they are, each block row's shared bytes
+// staged decoded: stage_rows copies the 16 bytes of scales and mins into
+// the last 16 of the row's 64-byte slot (SA) and d, dmin into the first 4
+// of its 8 (HEAD), and stage_decode, once they have landed, rewrites the
+// slots as 16 floats and 2, so that a unit reads its two scales, two mins,
+// d and dmin as they are instead of selecting, shifting and converting them
+// (ten instructions a unit and row, four of them I2F). q4_k's dot, the same
+// expressions: the same bits.
+#define QT_Q4_K_DEC 112
+template <> struct QW<QT_Q4_K_DEC> {
+  using K = QWK45<QT_Q4_K>;
+  static constexpr int BE = 256, BODY = K::BODY, SA = 64, SAOFF = 0, HEAD = 8, QB = K::QB;
+  static constexpr bool DEC = true;
+  struct W {
+    uint4 q;
+    float s0, s1, m0, m1, d, dmin;
+  };
+  using X = K::X;
+  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K_, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+    v.q = ldq(w + (row * (K_ / 256) + b) * BODY + 16 + 32 * j + 16 * h);
+  }
+  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K_, int u) {
+    K::copyq(dst, w, row, K_, u);
+  }
+  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
+  // stage_copy: block row i's shared bytes (at blk and dd) into its slots.
+  static __device__ __forceinline__ void stage_copy(unsigned char* sa, unsigned char* sh, const unsigned char* blk,
+                                                    const unsigned* dd, int i) {
+    cp_async16(sa + SA * i + 48, blk);
+    cp_async4(sh + HEAD * i, dd);
+  }
+  // stage_decode: block row i's slots rewritten as floats (by the thread
+  // that copied them: its reads come before its writes).
+  static __device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* sh, int i) {
+    const uint4 sm = *reinterpret_cast<const uint4*>(sa + SA * i + 48);
+    const unsigned dd = *reinterpret_cast<const unsigned*>(sh + HEAD * i);
+    float4* o = reinterpret_cast<float4*>(sa + SA * i);
+    const unsigned b[4] = {sm.x, sm.y, sm.z, sm.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+      o[k] = make_float4((float)(b[k] & 0xFF), (float)((b[k] >> 8) & 0xFF), (float)((b[k] >> 16) & 0xFF), (float)(b[k] >> 24));
+    *reinterpret_cast<float2*>(sh + HEAD * i) = make_float2(f16_bits((unsigned short)(dd & 0xFFFF)), f16_bits((unsigned short)(dd >> 16)));
+  }
+  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
+    const int b = u >> 3, j = (u >> 1) & 3;
+    const float* st = reinterpret_cast<const float*>(sa + SA * b);
+    const float2 sc = reinterpret_cast<const float2*>(st)[j], mn = reinterpret_cast<const float2*>(st + 8)[j];
+    const float2 dd = reinterpret_cast<const float2*>(sh)[b];
+    v.s0 = sc.x, v.s1 = sc.y, v.m0 = mn.x, v.m1 = mn.y, v.d = dd.x, v.dmin = dd.y;
+  }
+  static __device__ __forceinline__ X xload(const QX& x, int r, int u) { return K::xload(x, r, u); }
+  static __device__ __forceinline__ float dot(const W& w, const X& x, int) {
+    int lo[4], hi[4];
+    nibbles(w.q, lo, hi);
+    return w.d * (w.s0 * x.da * (float)dot16(lo, x.lo) + w.s1 * x.db * (float)dot16(hi, x.hi)) - w.dmin * (w.m0 * x.suma + w.m1 * x.sumb);
+  }
+};
+
 // Q6_K: unit u is l in [8v, 8v+8) of 128-element half `half` of block b:
 // elements n+l, n+32+l, n+64+l and n+96+l (n = 128 half), four groups of 8.
 template <> struct QW<QT_Q6_K> {
   static constexpr int BE = 256, BODY = 208, SA = 16, SAOFF = 192, HEAD = 2;  // staged: int8 scales[16]
+  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint2 la, lb, hh;
     uint4 sc;
@@ -344,6 +417,7 @@ template <> struct QW<QT_Q6_K> {
 // the non-linear table (iq4_lookup, prelude.cuh).
 template <> struct QW<QT_IQ4_XS> {
   static constexpr int BE = 256, BODY = 128, SA = 0, SAOFF = 0, HEAD = 8;
+  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 q;
     uint2 hd;
@@ -712,6 +786,11 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
                                            long long row, int n, int K) {
   using Q = QW<QT>;
   const int nb = K / Q::BE;
+  if constexpr (Q::DEC) {  // the rows' bytes into their slots, for stage_decode
+    const unsigned* dd = reinterpret_cast<const unsigned*>(w + align256(rows * nb * Q::BODY)) + row * nb;
+    for (int i = threadIdx.x; i < n * nb; i += blockDim.x) Q::stage_copy(sa, sh, w + (row * nb + i) * Q::BODY, dd + i, i);
+    return;
+  }
   if constexpr (Q::SA > 0) {
     constexpr int P = Q::SA / 16;
     const unsigned char* body = w + row * nb * Q::BODY + Q::SAOFF;
@@ -727,6 +806,16 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
   else
     for (int i = threadIdx.x; i < hb / 2; i += blockDim.x)
       reinterpret_cast<unsigned short*>(sh)[i] = __ldg(reinterpret_cast<const unsigned short*>(head) + i);
+}
+
+// stage_decode: for a decoded type (QW's DEC), the block rows a stage_rows
+// call (the same n and K) staged, decoded in place once this thread's copies
+// have landed (cp_async_wait), each by the thread that copied it; a barrier
+// after it before other threads read them. Nothing for other types.
+template <int QT>
+__device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* sh, int n, int K) {
+  if constexpr (QW<QT>::DEC)
+    for (int i = threadIdx.x; i < n * (K / QW<QT>::BE); i += blockDim.x) QW<QT>::stage_decode(sa, sh, i);
 }
 
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
@@ -831,6 +920,8 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     for (int p = 0; p < NS - 1; p++) issue();
   stage_shared();
   cp_async_wait_all();
+  stage_decode<QT>(sa, sh, 32, H);
+  stage_decode<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, 32, H);
   __syncthreads();
 #pragma unroll
   for (int g = 0; g < NG; g++) {
@@ -954,6 +1045,10 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
   __syncthreads();
   for (int j = 0; j < k; j++)
     if (se[j] >= 0) stage_rows<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, down, rows, row0 + (long long)se[j] * H + hb0, min(HB, H - hb0), I);
+  auto decode = [&]() {  // a decoded type's staged rows, once this thread's copies have landed
+    for (int j = 0; j < k; j++)
+      if (se[j] >= 0) stage_decode<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, min(HB, H - hb0), I);
+  };
   int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
   for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
@@ -972,6 +1067,7 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
         for (int q = 0; q < NH; q++) Q::copyq(mine + (i * NH + q) * 32 * Q::QB, down, row0 + (long long)e * H + hb0 + hq[q], I, u);
     }
     cp_async_wait_all();
+    decode();
     __syncthreads();
     typename Q::W wv;
     // unit lane + 32i is unit u of slot j: stepped, not divided
@@ -1008,12 +1104,17 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
     };
     load(lane);
     if constexpr (PRE) {
+      if constexpr (Q::DEC) {  // before the wait: off the chain
+        cp_async_wait_all();
+        decode();
+      }
       pdl_wait();
       if constexpr (TRIG) pdl_trigger();
       block_copy16(ast, as + (long long)t * nv, nv);
       block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
     }
     cp_async_wait_all();
+    if constexpr (!PRE) decode();
     __syncthreads();
     for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
 #pragma unroll

@@ -330,6 +330,18 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 			out = append(out, ls[1:]...)
 		}
+		// q4_k staged decoded (TestQMoEBatchBitsGPU's decoded cases): the
+		// default rounds and gate+up's ring with down's units at once.
+		for _, f := range []lower.QMoEForce{{Decoded: true}, {GateUpRows: 4, GateUpStages: 3, DownAll: true, Decoded: true}} {
+			const E, H, I = 16, 1024, 512
+			ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
+				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+				Down: lower.QMatrix{W: p, Total: E * H}, WType: quant.Q4_K, Out: p, OutType: dt, Workspace: p, QMoEForce: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls[1:]...)
+		}
 		// GEMVs ending with the norm of their y (TestQGEMVNormGPU): a warp
 		// norm, a plain block one, an add of another output dtype.
 		for _, c := range gemvNormCases {

@@ -483,12 +483,12 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			ids[5] = -1 // invalid: skipped
 			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
 			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
-			run := func(T int, rd [7]int) []float32 {
+			run := func(T int, rd [7]int, dec ...bool) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 					Down: QMatrix{W: dw, Total: E * H},
 					QMoEForce: lower.QMoEForce{GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4],
-						GateUpStages: rd[5], DownAll: rd[6] == 1}}
+						GateUpStages: rd[5], DownAll: rd[6] == 1, Decoded: len(dec) > 0 && dec[0]}}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
 				if err := k.QMoE(s, a); err != nil {
@@ -514,6 +514,14 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			for _, rd := range qmoeBitsShapes {
 				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
 				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
+			}
+			// q4_k staged decoded (LAGC_QMOE_SHAPE=dec): the same bits,
+			// with every forced shape.
+			if qt == quant.Q4_K {
+				for _, rd := range append([][7]int{{}}, qmoeBitsShapes...) {
+					same(fmt.Sprintf("decoded, rounds %v", rd), run(maxT, rd, true))
+					same(fmt.Sprintf("decoded, rounds %v, one token", rd), run(1, rd, true)[:H])
+				}
 			}
 		})
 	}
@@ -680,6 +688,14 @@ func TestQMoEShapesLower(t *testing.T) {
 			if _, err := lower.QMoE(a); err != nil {
 				t.Errorf("%s %v: %v", qt, rd, err)
 			}
+		}
+	}
+	for _, rd := range qmoeBitsShapes {
+		a := args(quant.Q4_K, lower.QGEMVMaxRows, 12, 1024, 512, 4)
+		a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = rd[0], rd[1], rd[2], rd[3], rd[4], rd[5], rd[6] == 1
+		a.Decoded = true
+		if _, err := lower.QMoE(a); err != nil {
+			t.Errorf("decoded q4_k %v: %v", rd, err)
 		}
 	}
 	for _, c := range qmoeBenchCases() {
