@@ -179,9 +179,6 @@ template <> struct QW<QT_Q8_0> {
   }
 };
 
-// Q4_K and Q5_K: unit u is half h of 64-element chunk j of block b: its 16
-// bytes of qs hold elements 64j+16h+[0,16) in the low nibbles (sub-block
-// 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
 // nibbles: a unit's 16 bytes of 4-bit quants, low nibbles in lo and high
 // ones in hi, a byte each (q4_k's, q5_k's low four bits).
 __device__ __forceinline__ void nibbles(const uint4& q, int (&lo)[4], int (&hi)[4]) {
@@ -193,6 +190,9 @@ __device__ __forceinline__ void nibbles(const uint4& q, int (&lo)[4], int (&hi)[
   }
 }
 
+// Q4_K and Q5_K: unit u is half h of 64-element chunk j of block b: its 16
+// bytes of qs hold elements 64j+16h+[0,16) in the low nibbles (sub-block
+// 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
 template <int QT> struct QWK45 {
   static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
   // staged: (scales, mins) and, for q5_k, qh (four units share each half)
