@@ -346,7 +346,8 @@ type QMoEForce struct {
 	BF16Ops bool `json:",omitempty"`
 	// Decoded stages q4_k's shared bytes decoded (scales and mins as
 	// floats) in the decode routed-expert kernels: QMoEDecodedType. The
-	// same bits; an A/B lead (docs/DECODE_MEGAKERNEL.md), q4_k only.
+	// same bits; an A/B lead (docs/DECODE_MEGAKERNEL.md). Experts of other
+	// types (a real Q4_K_M file's q5_k or q6_k layers) stage as before.
 	Decoded bool `json:",omitempty"`
 }
 
@@ -518,16 +519,14 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if ns != 0 && (ns < 2 || ns > 4) {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
 	}
-	if a.Decoded && a.WType != quant.Q4_K {
-		return nil, fmt.Errorf("moe: decoded staging (dec) is q4_k's only, not %s's", a.WType)
-	}
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll, a.Decoded)
+	dec := a.Decoded && a.WType == quant.Q4_K // other types stage as stored
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll, dec)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
 	kt := int64(a.WType) // the kernels' type argument
-	if a.Decoded {
+	if dec {
 		kt = QMoEDecodedType
 	}
 	R, lay := a.T*a.TopK, a.layout()

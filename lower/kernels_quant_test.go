@@ -109,7 +109,15 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
 			}
 			// q4_k staged decoded: its own type argument, 64 + 8 staged
-			// bytes a block row for 16 + 4
+			// bytes a block row for 16 + 4; other types stage as before
+			if c.qt != quant.Q4_K {
+				a.Decoded = true
+				lo, err := QMoE(a)
+				if err != nil || !reflect.DeepEqual(lo, lsAll) {
+					t.Errorf("%s T=%d, dec on another type: %v (%v)", c.name, T, lo, err)
+				}
+				a.Decoded = false
+			}
 			if c.qt == quant.Q4_K {
 				a.DownAll, a.Decoded = false, true
 				ld, err := QMoE(a)
@@ -160,7 +168,6 @@ func TestQMoERejects(t *testing.T) {
 			a.Down.Total = a.E * a.H
 		}, "H = 16384, I = 1024 and k = 10 need 106496 and 21760"},
 		{"H not a block multiple", func(a *QMoEArgs) { a.H = 3000 }, "multiple of 256"},
-		{"decoded q8_0", func(a *QMoEArgs) { a.WType, a.Decoded = quant.Q8_0, true }, "q4_k's only"},
 	} {
 		a := qmoeTestArgs(quant.Q4_K, 1, 3072, 1024, 256, 10)
 		c.edit(&a)
