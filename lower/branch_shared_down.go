@@ -72,12 +72,23 @@ func BranchSharedDownTail(g, d, x Launch, buf Ptr) (fork, side, join, down Launc
 	if side, err = branchSide(op, g, d, x, buf); err != nil {
 		return Launch{}, Launch{}, Launch{}, Launch{}, err
 	}
-	if T, H := downTokens(d); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
-		return Launch{}, Launch{}, Launch{}, Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y", op, d.NameExpr(), x.NameExpr())
+	if err = joinInDown(op, d, x); err != nil {
+		return Launch{}, Launch{}, Launch{}, Launch{}, err
 	}
 	down = kernel("quant.cu", "moe_down_qgemv_pre_join", []string{d.DTypes[0], x.DTypes[2]}, []int64{d.Ints[0], d.Ints[1], d.Ints[2], d.Ints[3], x.Ints[5]},
 		d.Grid, d.Block, d.Shmem, append(append(append([]Arg(nil), d.Args...), x.Args[8], ptrArg(buf)), x.Args[9:]...)...)
 	return Launch{Kernel: Fork}, side, Launch{Kernel: Join}, down, nil
+}
+
+// joinInDown checks that d's last block may do x's store and tail (the
+// forms that join in the routed down, BranchSharedDownTail and
+// SharedDownBlocks): one token, d's output x's y, not accumulating, the
+// register path.
+func joinInDown(op string, d, x Launch) error {
+	if T, H := downTokens(d); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
+		return fmt.Errorf("%s: %s is not one token's routed down writing %s's y", op, d.NameExpr(), x.NameExpr())
+	}
+	return nil
 }
 
 // sharedDownRows: the rows a warp of SharedDownBlocks' shared blocks
@@ -90,16 +101,16 @@ const sharedDownRows = 8
 // no branch. The shared blocks come first (fewer and shorter than the
 // routed ones, resident while the routed gate+up runs), or with last
 // after the routed ones (which then keep the slots for their early
-// work). The checks are BranchSharedDownTail's, and x's K split must fit
-// d's warps.
+// work). The checks are BranchSharedDownTail's (branchSide, joinInDown),
+// and x's K split must fit d's warps.
 func SharedDownBlocks(g, d, x Launch, buf Ptr, last bool) (Launch, error) {
 	const op = "SharedDownBlocks"
 	side, err := branchSide(op, g, d, x, buf)
 	if err != nil {
 		return Launch{}, err
 	}
-	if T, H := downTokens(d); T != 1 || H != x.Args[0].Int || d.Args[11] != x.Args[6] || d.Args[12].Int != 0 || d.Ints[4] != 0 {
-		return Launch{}, fmt.Errorf("%s: %s is not one token's routed down writing %s's y", op, d.NameExpr(), x.NameExpr())
+	if err := joinInDown(op, d, x); err != nil {
+		return Launch{}, err
 	}
 	warps := int64(d.Block[0] / 32)
 	split := x.Ints[4]
