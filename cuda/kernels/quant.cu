@@ -257,6 +257,13 @@ template <int QT> struct QWK45 {
     const unsigned sw = (j < 2 ? w.sm.x : w.sm.y) >> (16 * (j & 1)), mw = (j < 2 ? w.sm.z : w.sm.w) >> (16 * (j & 1));
     const float d = f16_bits((unsigned short)(w.dd & 0xFFFF)), dmin = f16_bits((unsigned short)(w.dd >> 16));
     const float s0 = (float)(sw & 0xFF), s1 = (float)((sw >> 8) & 0xFF), m0 = (float)(mw & 0xFF), m1 = (float)((mw >> 8) & 0xFF);
+    return combine(x, lo, hi, s0, s1, m0, m1, d, dmin);
+  }
+  // combine: a unit's sum from its sub-blocks' quants (lo, hi), scales,
+  // mins and the block's d and dmin; QT_Q4_K_DEC's dot calls it too, so
+  // both give the same bits.
+  static __device__ __forceinline__ float combine(const X& x, const int (&lo)[4], const int (&hi)[4], float s0, float s1, float m0,
+                                                  float m1, float d, float dmin) {
     return d * (s0 * x.da * (float)dot16(lo, x.lo) + s1 * x.db * (float)dot16(hi, x.hi)) - dmin * (m0 * x.suma + m1 * x.sumb);
   }
 };
@@ -270,8 +277,8 @@ template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 // of its 8 (HEAD), and stage_decode, once they have landed, rewrites the
 // slots as 16 floats and 2, so that a unit reads its two scales, two mins,
 // d and dmin as they are instead of selecting, shifting and converting them
-// (ten instructions a unit and row, four of them I2F). q4_k's dot, the same
-// expressions: the same bits.
+// (ten instructions a unit and row, four of them I2F). q4_k's combine:
+// the same bits.
 #define QT_Q4_K_DEC 112
 template <> struct QW<QT_Q4_K_DEC> {
   using K = QWK45<QT_Q4_K>;
@@ -319,7 +326,7 @@ template <> struct QW<QT_Q4_K_DEC> {
   static __device__ __forceinline__ float dot(const W& w, const X& x, int) {
     int lo[4], hi[4];
     nibbles(w.q, lo, hi);
-    return w.d * (w.s0 * x.da * (float)dot16(lo, x.lo) + w.s1 * x.db * (float)dot16(hi, x.hi)) - w.dmin * (w.m0 * x.suma + w.m1 * x.sumb);
+    return K::combine(x, lo, hi, w.s0, w.s1, w.m0, w.m1, w.d, w.dmin);
   }
 };
 
