@@ -19,20 +19,9 @@ import (
 func TestBranchSharedDownGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 3)
-	compile := func(enable string) *gpu.Executor {
-		t.Setenv("LAGC_ENABLE_FUSIONS", enable)
-		ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ex.Close() })
-		return ex
-	}
+	compile := func(enable string) *gpu.Executor { return compileWith(t, c, r, "LAGC_ENABLE_FUSIONS", enable) }
 	base := compile("")
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(i * 977 % c.VocabSize)
-	}
+	prompt := spreadPrompt(c, 40)
 	for fusion, last := range map[string]string{"branchSharedDown": "qgemv_join_norm", "branchSharedDownTail": "moe_down_qgemv_pre_join",
 		"sharedDownBlocks": "moe_down_qgemv_pre_shared", "sharedDownBlocksLast": "moe_down_qgemv_pre_shared"} {
 		br := compile(fusion)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"lagc/cuda/cudatest"
-	"lagc/exec/gpu"
 	"lagc/lower"
 )
 
@@ -16,16 +15,7 @@ import (
 func TestQMoEDecodedGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 3)
-	compile := func(shape string) *gpu.Executor {
-		t.Setenv("LAGC_QMOE_SHAPE", shape)
-		ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ex.Close() })
-		return ex
-	}
-	base, dec := compile(""), compile("dec")
+	base, dec := compileWith(t, c, r, "LAGC_QMOE_SHAPE", ""), compileWith(t, c, r, "LAGC_QMOE_SHAPE", "dec")
 	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre"} {
 		n, nd := 0, 0
 		for _, st := range dec.Plan().Decode.Steps {
@@ -42,9 +32,5 @@ func TestQMoEDecodedGPU(t *testing.T) {
 			t.Fatalf("%d %s launches in the decoded plan, %d of them decoded (want 2 and 2)", n, k, nd)
 		}
 	}
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(i * 977 % c.VocabSize)
-	}
-	sameDecodes(t, "decoded staging", base, dec, prompt, 12)
+	sameDecodes(t, "decoded staging", base, dec, spreadPrompt(c, 40), 12)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/ckpt"
+	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/exec/gpu"
 )
@@ -28,20 +30,11 @@ func TestXInPreGPU(t *testing.T) {
 		if !down {
 			off = append(off, "fuseDownPre")
 		}
-		t.Setenv("LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
-		ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ex.Close() })
-		return ex
+		return compileWith(t, c, r, "LAGC_DISABLE_FUSIONS", strings.Join(off, ","))
 	}
 	base := compile(false, false)
 	count := func(ex *gpu.Executor, kernel string) int { return stepLaunches(ex.Plan().Decode.Steps, kernel) }
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(i * 977 % c.VocabSize)
-	}
+	prompt := spreadPrompt(c, 40)
 	for _, v := range []struct {
 		xin, down bool
 		kernels   []string // one launch each in the decode plan
@@ -59,6 +52,29 @@ func TestXInPreGPU(t *testing.T) {
 		}
 		sameDecodes(t, fmt.Sprintf("xin %v, down %v", v.xin, v.down), base, pre, prompt, 12)
 	}
+}
+
+// compileWith compiles the bf16 graph of c's model with r's weights
+// (MaxContext 256, prefill chunks of 64) under the environment variable
+// key=val, closed with the test: the decode-plan comparisons' builds.
+func compileWith(t *testing.T, c *config.Config, r *ckpt.Recipe, key, val string) *gpu.Executor {
+	t.Helper()
+	t.Setenv(key, val)
+	ex, err := gpu.Compile(bf16Graph(t, c, r), nil, gpu.Config{MaxContext: 256, Chunk: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+// spreadPrompt is n tokens spread over c's vocabulary.
+func spreadPrompt(c *config.Config, n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(i * 977 % c.VocabSize)
+	}
+	return p
 }
 
 // sameDecodes fails unless ex decodes prompt and steps tokens after it
