@@ -354,7 +354,7 @@ type QMoEForce struct {
 // QMoEDecodedType is quant.cu's QT_Q4_K_DEC, the routed-expert kernels'
 // type argument for q4_k weights staged decoded (QMoEForce.Decoded): the
 // same bytes, 64 + 8 staged bytes a block row where q4_k stages 16 + 4.
-const QMoEDecodedType = 112
+const QMoEDecodedType quant.Type = 112
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
@@ -414,6 +414,9 @@ var qmoeTypes = map[quant.Type]qmoeType{
 	quant.Q5_K:   {16, 2, 8, 256, 48, 4, 16},
 	quant.Q6_K:   {8, 2, 8, 256, 16, 2, 24},
 	quant.IQ4_XS: {16, 2, 8, 256, 0, 8, 16},
+	// q4_k staged decoded (QMoEForce.Decoded): 16 floats of scales and
+	// mins, then d and dmin as 2.
+	QMoEDecodedType: {16, 2, 8, 256, 64, 8, 16},
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
@@ -448,11 +451,8 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 // block's downRows*downWarps rows of each slot's expert. With stages, gate+up
 // adds its warps' rings of units from a 256-byte boundary, and down with
 // all its units (downAll) their copies likewise.
-func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll, decoded bool) (gateUp, down int) {
+func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
-	if decoded {
-		q.sa, q.head = 64, 8
-	}
 	be, sa, head := q.be, q.sa, q.head
 	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
 	if stages > 0 {
@@ -519,15 +519,14 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if ns != 0 && (ns < 2 || ns > 4) {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
 	}
-	dec := a.Decoded && a.WType == quant.Q4_K // other types stage as stored
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll, dec)
+	kt := a.WType // the kernels' type argument
+	if a.Decoded && a.WType == quant.Q4_K {
+		kt = QMoEDecodedType // other types stage as stored
+	}
+	smem, dsmem := qmoeShared(kt, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
-	}
-	kt := int64(a.WType) // the kernels' type argument
-	if dec {
-		kt = QMoEDecodedType
 	}
 	R, lay := a.T*a.TopK, a.layout()
 	xq, aq := a.Workspace.At(lay.xq), a.Workspace.At(lay.aq)
@@ -538,11 +537,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	}
 	return []Launch{
 		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{kt, int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(kt), int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{kt, int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(kt), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),

@@ -125,7 +125,7 @@ func TestQMoELaunches(t *testing.T) {
 					t.Fatalf("%s T=%d, decoded: %v", c.name, T, err)
 				}
 				nb := c.H / 256
-				if g, d := ld[1], ld[2]; g.Ints[0] != QMoEDecodedType || d.Ints[0] != QMoEDecodedType ||
+				if g, d := ld[1], ld[2]; g.Ints[0] != int64(QMoEDecodedType) || d.Ints[0] != int64(QMoEDecodedType) ||
 					g.Shmem != c.wantShm+64*nb*(64+8-16-4) || d.Shmem != c.wantDSh+c.k*8*(c.I/256)*(64+8-16-4) {
 					t.Errorf("%s T=%d, decoded: gate+up %v shmem %d, down %v shmem %d", c.name, T, g.Ints, g.Shmem, d.Ints, d.Shmem)
 				}

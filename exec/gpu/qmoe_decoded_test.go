@@ -22,7 +22,7 @@ func TestQMoEDecodedGPU(t *testing.T) {
 			for _, l := range st.Launches {
 				if l.Kernel == k {
 					n++
-					if l.Ints[0] == lower.QMoEDecodedType {
+					if l.Ints[0] == int64(lower.QMoEDecodedType) {
 						nd++
 					}
 				}
