@@ -312,7 +312,9 @@ type QMoEArgs struct {
 // 8, 16: rows in flight per lane in the gate+up kernel), DownRows (1, 2,
 // 4: rows per warp in the down kernel) and DownUnits (2, 4, 8: units per
 // row in flight per lane there) force the kernels' rounds (QMoEShape).
-// GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero: 4.
+// GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
+// the type's gate+up warps (QMoEShape) where GateUpRows is not forced, 4
+// where it is, and 4 for down.
 // GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
 // registers a round ahead (0), or into shared memory stages-1 rounds
 // ahead. DownAll copies each lane's down units into shared memory at once
@@ -406,27 +408,32 @@ const qmoeMaxShared = 96 << 10
 // (QMoEShape) and how they stage the bytes a block's units share (QW's
 // BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
 // of its body and head bytes of its head; QB: qb bytes of quants a unit).
-type qmoeType struct{ gateUpRows, downRows, downUnits, be, sa, head, qb int }
+type qmoeType struct{ gateUpRows, gateUpWarps, downRows, downUnits, be, sa, head, qb int }
 
+// The 4-bit, 5-bit and 6-bit types' gate+up on 8 warps of 4 rows: 320
+// blocks of S-2.1's decode fit three an SM either way, and twice the warps
+// hide more of each round's latency (H200, 12 layers, MoE layer against
+// 4 warps of 16 or 8 rows: q4_k -1.6%, iq4_xs -2.9%, q5_k -4.7%, q6_k
+// -5.9%; q8_0 +0.4%, so it keeps its 4 warps).
 var qmoeTypes = map[quant.Type]qmoeType{
-	quant.Q8_0:   {8, 2, 4, 32, 0, 2, 32},
-	quant.Q4_K:   {16, 2, 8, 256, 16, 4, 16},
-	quant.Q5_K:   {16, 2, 8, 256, 48, 4, 16},
-	quant.Q6_K:   {8, 2, 8, 256, 16, 2, 24},
-	quant.IQ4_XS: {16, 2, 8, 256, 0, 8, 16},
+	quant.Q8_0:   {8, 4, 2, 4, 32, 0, 2, 32},
+	quant.Q4_K:   {4, 8, 2, 8, 256, 16, 4, 16},
+	quant.Q5_K:   {4, 8, 2, 8, 256, 48, 4, 16},
+	quant.Q6_K:   {4, 8, 2, 8, 256, 16, 2, 24},
+	quant.IQ4_XS: {4, 8, 2, 8, 256, 0, 8, 16},
 	// q4_k staged decoded (QMoEForce.Decoded): 16 floats of scales and
 	// mins, then d and dmin as 2.
-	QMoEDecodedType: {16, 2, 8, 256, 64, 8, 16},
+	QMoEDecodedType: {4, 8, 2, 8, 256, 64, 8, 16},
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
-// weights of type t: 8 or 16 units of 32 weights in flight per lane, about
-// 256 bytes of quants (units take 16 bytes, 24 for q6_k, 32 for q8_0),
-// as many as the registers of three 128-thread blocks per SM hold without
-// spilling. It depends on the type alone, never on T.
-func QMoEShape(t quant.Type) (gateUpRows, downRows, downUnits int) {
+// weights of type t: gate+up's rows in flight per lane and warps a block,
+// down's rows per warp and units in flight per lane (8: about 128 bytes of
+// quants), as the registers of three blocks per SM hold without spilling.
+// It depends on the type alone, never on T.
+func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, downRows, downUnits int) {
 	q := qmoeTypes[t]
-	return q.gateUpRows, q.downRows, q.downUnits
+	return q.gateUpRows, q.gateUpWarps, q.downRows, q.downUnits
 }
 
 // qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
@@ -498,9 +505,12 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
-	g, nh, sd := QMoEShape(a.WType)
+	g, gw, nh, sd := QMoEShape(a.WType)
 	if a.GateUpRows != 0 {
-		g = a.GateUpRows
+		g, gw = a.GateUpRows, 4 // forced rows keep their 4 warps unless those are forced too
+	}
+	if a.GateUpWarps != 0 {
+		gw = a.GateUpWarps
 	}
 	if a.DownRows != 0 {
 		nh = a.DownRows
@@ -508,7 +518,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if a.DownUnits != 0 {
 		sd = a.DownUnits
 	}
-	gw, dw := max(a.GateUpWarps, 4), max(a.DownWarps, 4)
+	dw := max(a.DownWarps, 4)
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
 	}

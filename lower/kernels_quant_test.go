@@ -25,20 +25,20 @@ func qmoeTestArgs(qt quant.Type, T, H, I, E, k int) QMoEArgs {
 // token's bits do not change with the batch.
 func TestQMoELaunches(t *testing.T) {
 	for _, c := range []struct {
-		name                    string
-		qt                      quant.Type
-		H, I, E, k              int
-		xType                   string
-		wantG, wantShm, wantDSh int
+		name                           string
+		qt                             quant.Type
+		H, I, E, k                     int
+		xType                          string
+		wantG, wantW, wantShm, wantDSh int
 	}{
 		// x's scales and int8 values, 64 rows x 12 blocks of staged
 		// (scales, mins) and (d, dmin); down: 10 routes' scales and int8
 		// activations, 8 rows x 4 blocks of staged bytes per route
-		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 16, 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
-		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 16, 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
-		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
-		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 16, 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
-		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 8, 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
+		{"s-2.1 q4_k", quant.Q4_K, 3072, 1024, 256, 10, "bf16", 4, 8, 16*96 + 3072 + 64*12*(16+4), 10 * (16*32 + 1024 + 8*4*(16+4))},
+		{"xs-2 iq4_xs f32", quant.IQ4_XS, 2048, 512, 257, 9, "f32", 4, 8, 16*64 + 2048 + 64*8*8, 9 * (16*16 + 512 + 8*2*8)},
+		{"q8_0", quant.Q8_0, 512, 256, 5, 3, "bf16", 8, 4, 16*16 + 512 + 64*16*2, 3 * (16*8 + 256 + 8*8*2)},
+		{"q5_k", quant.Q5_K, 512, 256, 5, 3, "f32", 4, 8, 16*16 + 512 + 64*2*(48+4), 3 * (16*8 + 256 + 8*1*(48+4))},
+		{"q6_k", quant.Q6_K, 512, 256, 5, 3, "f32", 4, 8, 16*16 + 512 + 64*2*(16+2), 3 * (16*8 + 256 + 8*1*(16+2))},
 	} {
 		var first []int64
 		for _, T := range []int{1, 3, 8} {
@@ -59,13 +59,20 @@ func TestQMoELaunches(t *testing.T) {
 			}
 			gu, dn := ls[1], ls[2]
 			R := T * c.k
-			if gu.Grid != dims(R*c.I/32) || gu.Block != dims(128) || gu.Shmem != c.wantShm || len(gu.DTypes) != 0 {
-				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of 128, %d bytes, no dtype", c.name, T,
-					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, c.wantShm)
+			if gu.Grid != dims(R*c.I/32) || gu.Block != dims(32*c.wantW) || gu.Shmem != c.wantShm || len(gu.DTypes) != 0 {
+				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of %d, %d bytes, no dtype", c.name, T,
+					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, 32*c.wantW, c.wantShm)
 			}
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), 4, 0}) {
-				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, 4 warps, registers", c.name, T, gu.Ints, c.qt, c.wantG)
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), 0}) {
+				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, registers", c.name, T, gu.Ints, c.qt, c.wantG, c.wantW)
 			}
+			// rows forced alone keep 4 warps (the shapes forced before the
+			// types chose 8)
+			a.GateUpRows = 8
+			if lf, err := QMoE(a); err != nil || lf[1].Ints[1] != 8 || lf[1].Ints[2] != 4 {
+				t.Errorf("%s T=%d: 8 rows forced: %v (%v), want 8 rows on 4 warps", c.name, T, lf, err)
+			}
+			a.GateUpRows = 0
 			if dn.Ints[3] != 4 {
 				t.Errorf("%s T=%d: down instantiated with %v, want 4 warps", c.name, T, dn.Ints)
 			}

@@ -970,8 +970,10 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   }
 }
 
+// Three blocks an SM whatever W: a decode step's blocks (S-2.1: 320) then
+// run in one wave on 8 warps too, which lower chooses for the k-quants.
 template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+__global__ void __launch_bounds__(32 * W, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
@@ -985,7 +987,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_gateup_qgemv(int k
 // (moe_down_qgemv_pre, lower.DownPre) start once every block has passed
 // its wait.
 template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+__global__ void __launch_bounds__(32 * W, 3)
     moe_gateup_qgemv_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
                           const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
                           long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,

@@ -307,19 +307,21 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				}
 			}
 		}
-		// The routed experts on 8 warps a block, and through shared memory
-		// (gate+up's ring, down's units all at once: BenchmarkQMoE,
+		// The routed experts as each type chooses (the trace models hold
+		// q4_k and iq4_xs only), on 8 warps a block, and through shared
+		// memory (gate+up's ring, down's units all at once: BenchmarkQMoE,
 		// TestQMoEBatchBitsGPU), every type.
 		for _, qt := range lower.QuantKernelTypes {
 			const E, H, I = 16, 1024, 512
-			ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
-				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p,
-				QMoEForce: lower.QMoEForce{GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}})
-			if err != nil {
-				t.Fatal(err)
+			for _, f := range []lower.QMoEForce{{}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
+				ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
+					Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+					Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, QMoEForce: f})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, ls[1:]...)
 			}
-			out = append(out, ls[1:]...)
 			// and gate+up's units through shared memory
 			ls, err = lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
 				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
