@@ -315,9 +315,9 @@ type QMoEArgs struct {
 // GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
 // the type's gate+up warps (QMoEShape) where GateUpRows is not forced, 4
 // where it is, and 4 for down.
-// GateUpStages (0, or 2 to 4) forces how gate+up loads its units: into
-// registers a round ahead (0), or into shared memory stages-1 rounds
-// ahead. DownAll copies each lane's down units into shared memory at once
+// GateUpStages (0 to 4) forces how gate+up loads its units: into
+// registers once the round before is summed (0), into a second set of
+// registers before it is (1), or into shared memory stages-1 rounds ahead. DownAll copies each lane's down units into shared memory at once
 // (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
 // token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
 // with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
@@ -462,7 +462,7 @@ func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
 	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
-	if stages > 0 {
+	if stages >= 2 {
 		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
 	}
 	down = k * (16*(I/32) + I + downWarps*downRows*(I/be)*(sa+head))
@@ -526,8 +526,8 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most 64/warps rows)", gw, g, dw)
 	}
 	ns := a.GateUpStages
-	if ns != 0 && (ns < 2 || ns > 4) {
-		return nil, fmt.Errorf("moe: %d gate+up stages (0, or 2 to 4)", ns)
+	if ns < 0 || ns > 4 {
+		return nil, fmt.Errorf("moe: %d gate+up stages (0 to 4)", ns)
 	}
 	kt := a.WType // the kernels' type argument
 	if a.Decoded && a.WType == quant.Q4_K {

@@ -88,6 +88,12 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d, 8 warps: gate+up %v x %v %v, down %v x %v %v shmem %d", c.name, T, g8.Grid, g8.Block, g8.Ints,
 					d8.Grid, d8.Block, d8.Ints, d8.Shmem)
 			}
+			// Two rounds in registers (stages 1): no ring, the same shared
+			// memory as one round.
+			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.GateUpStages = 0, 0, 0, 1
+			if l1, err := QMoE(a); err != nil || l1[1].Ints[3] != 1 || l1[1].Shmem != c.wantShm {
+				t.Errorf("%s T=%d, stages 1: %v (%v), want NS 1 and %d bytes", c.name, T, l1, err, c.wantShm)
+			}
 			// Units through shared memory, 3 stages: the rings after the
 			// staged bytes, from a 256-byte boundary.
 			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.GateUpStages = 0, 4, 0, 3
@@ -164,7 +170,7 @@ func TestQMoERejects(t *testing.T) {
 		{"odd rounds", func(a *QMoEArgs) { a.GateUpRows = 3 }, "rounds of 3 gate+up rows"},
 		{"odd down rows", func(a *QMoEArgs) { a.DownRows = 8 }, "8 down rows"},
 		{"six warps", func(a *QMoEArgs) { a.DownWarps = 6 }, "6 down warps"},
-		{"one stage", func(a *QMoEArgs) { a.GateUpStages = 1 }, "1 gate+up stages"},
+		{"five stages", func(a *QMoEArgs) { a.GateUpStages = 5 }, "5 gate+up stages"},
 		{"8 warps of 16 rows", func(a *QMoEArgs) { a.GateUpWarps, a.GateUpRows = 8, 16 }, "8 gate+up warps of 16 rows"},
 		{"many wide routes", func(a *QMoEArgs) {
 			a.TopK, a.I = 64, 1024

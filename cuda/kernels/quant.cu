@@ -833,8 +833,9 @@ __device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* s
 // (4 or 8) takes 32 consecutive i of one route (a group of act), 32/W per
 // warp: its gate rows, then its up rows, G rows at a time, each lane with one unit
 // of each of the G rows per round (quant bytes only: the rows' shared bytes
-// are staged). NS = 0: a round's units are loaded into registers while the
-// round before is summed; NS >= 2: copied into shared memory NS-1 rounds
+// are staged). NS = 0: a round's units are loaded into registers once the
+// round before is summed; NS = 1: into a second set of registers before it
+// is summed (two rounds in flight); NS >= 2: copied into shared memory NS-1 rounds
 // ahead (the same sums in the same order: the same bits). Dynamic shared
 // memory: x_t's scales (float4 [H/32]) and int8 values ([H]), then the
 // staged bytes (stage_rows) of the block's 32 gate rows and 32 up rows,
@@ -852,7 +853,7 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   using Q = QW<QT>;
   constexpr int NI = 32 / W, NG = 2 * NI / G;
   static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
-  static_assert(NS == 0 || NS >= 2, "no pipeline, or 2 stages or more");
+  static_assert(NS >= 0 && NS <= 4, "registers (0, 1) or 2 to 4 stages");
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -893,14 +894,15 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     }
   };
   const QX xsm{xq, xs, H};
-  typename Q::W wv[G];
+  typename Q::W wv[G], wn[NS == 1 ? G : 1];
   // NS = 0: round (g, s), the warp's rows g*G .. g*G+G-1 at unit lane +
-  // 32s, is loaded into registers while round (g, s-1) is summed.
-  auto load = [&](int g, int s) {
+  // 32s, is loaded into registers (v: wv, or wn for NS = 1) after round
+  // (g, s-1) is summed; NS = 1: before.
+  auto load = [&](typename Q::W* v, int g, int s) {
     const int u = lane + 32 * s;
     if (u < U)
 #pragma unroll
-      for (int q = 0; q < G; q++) Q::loadq(wv[q], mat(g * G + q), row(g * G + q), H, u);
+      for (int q = 0; q < G; q++) Q::loadq(v[q], mat(g * G + q), row(g * G + q), H, u);
   };
   // NS >= 2: each lane copies its own units (cp.async) NS-1 rounds ahead
   // into its slots of an NS-stage ring after the staged bytes, so that
@@ -920,8 +922,8 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     islot = islot + 1 == NS ? 0 : islot + 1;
     cp_async_commit();  // possibly empty: one group a round
   };
-  if constexpr (NS == 0)
-    load(0, 0);
+  if constexpr (NS <= 1)
+    load(wv, 0, 0);
   else
 #pragma unroll
     for (int p = 0; p < NS - 1; p++) issue();
@@ -936,7 +938,13 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
 #pragma unroll
     for (int q = 0; q < G; q++) acc[q] = 0.f;
     for (int s = 0; s < S; s++) {
-      if constexpr (NS > 0) {
+      if constexpr (NS == 1) {
+        if (s + 1 < S)
+          load(wn, g, s + 1);
+        else if (g + 1 < NG)
+          load(wn, g + 1, 0);
+      }
+      if constexpr (NS >= 2) {
         issue();
         cp_async_wait<NS - 1>();  // round (g, s)'s copies (this lane's) have landed
       }
@@ -946,16 +954,19 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
 #pragma unroll
         for (int q = 0; q < G; q++) {
           const int br = stage(g * G + q);
-          if constexpr (NS > 0) Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
+          if constexpr (NS >= 2) Q::fromq(wv[q], ring + (slot * G + q) * 32 * Q::QB);
           Q::loads(wv[q], sa + br * nb * Q::SA, sh + br * nb * Q::HEAD, u);
           acc[q] += Q::dot(wv[q], xv, u);
         }
       }
       if constexpr (NS == 0) {
         if (s + 1 < S)
-          load(g, s + 1);
+          load(wv, g, s + 1);
         else if (g + 1 < NG)
-          load(g + 1, 0);
+          load(wv, g + 1, 0);
+      } else if constexpr (NS == 1) {
+#pragma unroll
+        for (int q = 0; q < G; q++) wv[q] = wn[q];
       } else {
         slot = slot + 1 == NS ? 0 : slot + 1;
       }
