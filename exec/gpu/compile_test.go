@@ -308,9 +308,9 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 		}
 		// The routed experts as each type chooses (the trace models hold
-		// q4_k and iq4_xs only), with two rounds in registers, on 8 warps a block, and through shared
-		// memory (gate+up's ring, down's units all at once: BenchmarkQMoE,
-		// TestQMoEBatchBitsGPU), every type.
+		// q4_k and iq4_xs only), with two rounds in registers, on 8 warps
+		// a block, and through shared memory (gate+up's ring, down's units
+		// all at once: BenchmarkQMoE, TestQMoEBatchBitsGPU), every type.
 		for _, qt := range lower.QuantKernelTypes {
 			const E, H, I = 16, 1024, 512
 			for _, f := range []lower.QMoEForce{{}, {GateUpStages: 1}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
