@@ -134,8 +134,7 @@ func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
 	fail := func(f string, a ...any) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: "+f, append([]any{op}, a...)...)
 	}
-	if g.Kernel != "moe_gateup_qgemv_trig" || g.File != "quant.cu" || len(g.Ints) != 4 || len(g.Args) != 15 ||
-		!ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgPtr) {
+	if g.Kernel != "moe_gateup_qgemv_trig" || !isGateUp(g) {
 		return fail("%s is not a moe_gateup_qgemv_trig launch", g.NameExpr())
 	}
 	if d.Kernel != "moe_down_qgemv_pre" || d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) != 6 ||
@@ -161,10 +160,9 @@ func branchSide(op string, g, d, x Launch, buf Ptr) (Launch, error) {
 	if I <= 0 || I%32 != 0 || T <= 0 {
 		return fail("routed experts of %d values a route, %d rows, %d blocks", I, H, d.Grid[0])
 	}
-	routes := int64(g.Grid[0]) / (I / 32)
+	routes, outs := gateUpOutputs(g)
 	xin := span{x.Args[5].Ptr(), R * K * int64(dtypeSize(x.DTypes[1]))}
-	for _, o := range []span{{g.Args[13].Ptr(), routes * I}, {g.Args[14].Ptr(), routes * I / 32 * 16},
-		{d.Args[11].Ptr(), T * H * int64(dtypeSize(d.DTypes[0]))}} {
+	for _, o := range append(outs, span{d.Args[11].Ptr(), T * H * int64(dtypeSize(d.DTypes[0]))}) {
 		if routes <= 0 || overlaps(o.at, o.n, xin.at, xin.n) || overlaps(o.at, o.n, buf, 4*R*N) {
 			return fail("%s or %s writes what the side GEMV reads or writes (or the sizes do not read back)", g.NameExpr(), d.NameExpr())
 		}

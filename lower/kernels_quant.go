@@ -302,6 +302,9 @@ type QMoEArgs struct {
 	OutType          string
 	Accumulate       bool
 	Workspace        Ptr // QMoEWorkspace bytes
+	// Counters is QMoECounters bytes of the sync region (zero before the
+	// launches, which leave them zero); null unless Half.
+	Counters Ptr
 	// QMoEForce forces the kernels' shape (TileRows, the prefill GEMMs',
 	// is unused here); zero chooses.
 	QMoEForce
@@ -351,6 +354,11 @@ type QMoEForce struct {
 	// same bits; an A/B lead (docs/DECODE_MEGAKERNEL.md). Experts of other
 	// types (a real Q4_K_M file's q5_k or q6_k layers) stage as before.
 	Decoded bool `json:",omitempty"`
+	// Half runs the decode gate+up on blocks of 16 activations, half a
+	// quantisation group (4 warps unless forced), so that S-2.1's blocks
+	// spread evenly over the SMs; each pair meets at a counter and the
+	// second quantises the group. The same bits; an A/B lead.
+	Half bool `json:",omitempty"`
 }
 
 // QMoEDecodedType is quant.cu's QT_Q4_K_DEC, the routed-expert kernels'
@@ -368,8 +376,9 @@ const QMoEDecodedType quant.Type = 112
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
 // expert, BF16QMaxAvgRows); bf16ops: the quantised grouped GEMMs on bf16
 // operands rather than f16 (hopperQF16); dec: q4_k's routed experts staged
-// decoded in decode (QMoEForce.Decoded). QMoE and hopperQShape check the
-// values.
+// decoded in decode (QMoEForce.Decoded); half: the decode gate+up on
+// blocks of 16 activations (QMoEForce.Half). QMoE and hopperQShape check
+// the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -377,14 +386,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "dec": &f.Decoded}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "dec": &f.Decoded, "half": &f.Half}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec, half)", s, kv)
 		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
@@ -439,12 +448,27 @@ func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, downRows, downUnits int) 
 // qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
 // a quantised GEMV of the same x puts it, so that reuseQ8X drops the
 // repeat and fuseNormQ8X moves it into the norm), then the routes'
-// activations, quantised.
-type qmoeLayout struct{ xq, aq, total int64 }
+// activations, quantised, and with Half their f32 values (pv: each block
+// of a pair stores its half there for the second).
+type qmoeLayout struct{ xq, aq, pv, total int64 }
 
 func (a QMoEArgs) layout() qmoeLayout {
 	x := Q8XBytes(a.T, a.H)
-	return qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
+	l := qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
+	if a.Half {
+		l.pv = align256(l.total)
+		l.total = l.pv + 4*int64(a.T)*int64(a.TopK)*int64(a.I)
+	}
+	return l
+}
+
+// QMoECounters is the sync bytes QMoE's gate+up needs: with Half, one u32
+// a quantisation group of the routes' activations; else none.
+func QMoECounters(a QMoEArgs) int64 {
+	if !a.Half {
+		return 0
+	}
+	return 4 * int64(a.T) * int64(a.TopK) * int64(a.I/32)
 }
 
 // QMoEWorkspace is the scratch QMoE needs: x and the routes' activations,
@@ -453,15 +477,15 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
 // qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
 // quantised x (scales and int8 values) and the staged
-// bytes of a block's 64 weight rows; for down the token's k quantised
+// bytes of a block's 2*ob weight rows (ob activations); for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
 // block's downRows*downWarps rows of each slot's expert. With stages, gate+up
 // adds its warps' rings of units from a 256-byte boundary, and down with
 // all its units (downAll) their copies likewise.
-func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
+func qmoeShared(t quant.Type, H, I, k, ob, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
-	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
+	gateUp = 16*(H/32) + H + 2*ob*(H/be)*(sa+head)
 	if stages >= 2 {
 		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
 	}
@@ -506,6 +530,10 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
 	g, gw, nh, sd := QMoEShape(a.WType)
+	ob := 32 // activations a gate+up block
+	if a.Half {
+		ob, gw = 16, 4
+	}
 	if a.GateUpRows != 0 {
 		g, gw = a.GateUpRows, 4 // forced rows keep their 4 warps unless those are forced too
 	}
@@ -522,8 +550,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
 	}
-	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 64/gw {
-		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most 64/warps rows)", gw, g, dw)
+	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 2*ob/gw {
+		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most %d/warps rows)", gw, g, dw, 2*ob)
+	}
+	if a.Half && a.Counters.Null() {
+		return nil, fmt.Errorf("moe: half-group gate+up blocks need counters")
 	}
 	ns := a.GateUpStages
 	if ns < 0 || ns > 4 {
@@ -533,13 +564,17 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if a.Decoded && a.WType == quant.Q4_K {
 		kt = QMoEDecodedType // other types stage as stored
 	}
-	smem, dsmem := qmoeShared(kt, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
+	smem, dsmem := qmoeShared(kt, a.H, a.I, a.TopK, ob, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
 	R, lay := a.T*a.TopK, a.layout()
 	xq, aq := a.Workspace.At(lay.xq), a.Workspace.At(lay.aq)
+	pv, cnt := Ptr{}, Ptr{} // Half's values and counters
+	if a.Half {
+		pv, cnt = a.Workspace.At(lay.pv), a.Counters
+	}
 	as := q8xScales(aq, R, a.I)
 	qx, err := Q8XQuantize(a.XType, a.X, xq, a.T, a.H)
 	if err != nil {
@@ -547,10 +582,10 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	}
 	return []Launch{
 		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(kt), int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(kt), int64(g), int64(gw), int64(ns), int64(ob)}, dims(R*(a.I/ob)), dims(32*gw), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
-			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
+			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as), ptrArg(pv), ptrArg(cnt)),
 		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(kt), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
@@ -743,7 +778,7 @@ func (a MoEArgs) qmoe() QMoEArgs {
 	t, _ := QuantType(a.WType)
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
 		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
-		Workspace: a.Workspace, QMoEForce: a.QMoE}
+		Workspace: a.Workspace, Counters: a.Counters, QMoEForce: a.QMoE}
 }
 
 // dequantArgs is a with bf16 stacks in the workspace at off, where

@@ -63,7 +63,7 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of %d, %d bytes, no dtype", c.name, T,
 					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, 32*c.wantW, c.wantShm)
 			}
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), 0}) {
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), 0, 32}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, registers", c.name, T, gu.Ints, c.qt, c.wantG, c.wantW)
 			}
 			// rows forced alone keep 4 warps (the shapes forced before the
@@ -88,6 +88,31 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d, 8 warps: gate+up %v x %v %v, down %v x %v %v shmem %d", c.name, T, g8.Grid, g8.Block, g8.Ints,
 					d8.Grid, d8.Block, d8.Ints, d8.Shmem)
 			}
+			// Half a group a block (Half): twice the blocks of 4 warps,
+			// half the staged rows, the routes' f32 values after the
+			// workspace's quantised ones, a counter a group; refused
+			// without counters.
+			if gu.Args[15].Ptr() != (Ptr{}) || gu.Args[16].Ptr() != (Ptr{}) || QMoECounters(a) != 0 {
+				t.Errorf("%s T=%d: gate+up without Half has values %v, counters %v (%d bytes)", c.name, T, gu.Args[15], gu.Args[16], QMoECounters(a))
+			}
+			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.Half = 0, 0, 0, true
+			if _, err := QMoE(a); err == nil || !strings.Contains(err.Error(), "need counters") {
+				t.Errorf("%s T=%d: Half without counters: %v", c.name, T, err)
+			}
+			a.Counters = Ptr{BaseSync, 64}
+			lh, err := QMoE(a)
+			if err != nil {
+				t.Fatalf("%s T=%d, half: %v", c.name, T, err)
+			}
+			ws := Q8XBytes(T, c.H) + Q8XBytes(R, c.I)
+			if h := lh[1]; h.Grid != dims(R*c.I/16) || h.Block != dims(128) || h.Ints[2] != 4 || h.Ints[4] != 16 ||
+				2*h.Shmem != c.wantShm+16*(c.H/32)+c.H ||
+				h.Args[15].Ptr() != a.Workspace.At(align256(ws)) || h.Args[16].Ptr() != a.Counters ||
+				QMoEWorkspace(a) != align256(ws)+4*int64(R*c.I) || QMoECounters(a) != 4*int64(R*c.I/32) {
+				t.Errorf("%s T=%d, half: gate+up %v x %v %v args %v, %v; workspace %d, counters %d", c.name, T, h.Grid, h.Block, h.Ints,
+					h.Args[15], h.Args[16], QMoEWorkspace(a), QMoECounters(a))
+			}
+			a.Half, a.Counters = false, Ptr{}
 			// Two rounds in registers (stages 1): no ring, the same shared
 			// memory as one round.
 			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.GateUpStages = 0, 0, 0, 1
@@ -251,7 +276,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec, half)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)

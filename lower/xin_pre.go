@@ -105,8 +105,7 @@ func renamePairs(steps [][]Launch, f func(a, b Launch) (Launch, Launch, error)) 
 // moe_down_qgemv_pre, or an error saying why they may not be.
 func DownPre(g, d Launch) (Launch, Launch, error) {
 	const op = "DownPre"
-	if g.Kernel != "moe_gateup_qgemv" || g.File != "quant.cu" || len(g.Ints) != 4 || len(g.Args) != 15 ||
-		!ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgPtr) {
+	if g.Kernel != "moe_gateup_qgemv" || !isGateUp(g) {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a moe_gateup_qgemv launch", op, g.NameExpr())
 	}
 	trig := d.Kernel == "moe_down_qgemv_trig"
@@ -117,14 +116,12 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 	if d.Ints[4] != 0 {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s copies all its units at once (ALL): no early round to move", op, d.NameExpr())
 	}
-	// G's outputs: R routes of I int8 values and their I/32 float4 scales,
-	// R its blocks over the blocks a route (32 values each).
+	// G's outputs (gateUpOutputs).
 	I := g.Args[2].Int
 	if I <= 0 || I%32 != 0 {
 		return Launch{}, Launch{}, fmt.Errorf("%s: moe_gateup_qgemv of %d values a route", op, I)
 	}
-	R := int64(g.Grid[0]) / (I / 32)
-	outs := []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
+	R, outs := gateUpOutputs(g)
 	k := d.Args[0].Int
 	T, H := downTokens(d)
 	if k <= 0 || T <= 0 {
@@ -145,3 +142,25 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 
 // fuseDownPre applies DownPre to each such pair of the stream, in place.
 func fuseDownPre(steps [][]Launch) { renamePairs(steps, DownPre) }
+
+// isGateUp reports whether g's template ints and arguments are QMoE's
+// gate+up launch's (moe_gateup_qgemv or its _trig form).
+func isGateUp(g Launch) bool {
+	return g.File == "quant.cu" && len(g.Ints) == 5 && (g.Ints[4] == 32 || g.Ints[4] == 16) && len(g.Args) == 17 &&
+		ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64,
+			ArgPtr, ArgPtr, ArgPtr, ArgPtr)
+}
+
+// gateUpOutputs is what a gate+up launch g (isGateUp, I a multiple of 32)
+// writes: R routes of I int8 values and their I/32 float4 scales, R its
+// blocks over the blocks a route (Ints[4] values each), and with blocks
+// of half a group the routes' f32 values too.
+func gateUpOutputs(g Launch) (R int64, outs []span) {
+	I := g.Args[2].Int
+	R = int64(g.Grid[0]) / (I / g.Ints[4])
+	outs = []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
+	if pv := g.Args[15].Ptr(); !pv.Null() {
+		outs = append(outs, span{pv, 4 * R * I})
+	}
+	return R, outs
+}

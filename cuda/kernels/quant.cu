@@ -844,25 +844,34 @@ __device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* s
 // row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
-template <int QT, int G, int W, int NS>
+//
+// OB = 16 (lower's QMoEForce.Half): a block takes 16 i, half a group, so
+// that a step's blocks spread evenly over the SMs (S-2.1: 640 blocks of 4
+// warps, at most 5 an SM, where 320 of 32 i put 3 on some SMs and 2 on
+// the rest). Each half stores its 16 products (pv, f32 [R, I]) and counts
+// itself at cnt[group] (zero before the launch); the second to arrive
+// quantises the 32 (last_block): the same values, the same bits.
+template <int QT, int G, int W, int NS, int OB = 32>
 __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                 const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                 const unsigned char* __restrict__ gate, long long gate_rows, long long gate_row0,
                                                 const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
-                                                signed char* __restrict__ aq, float4* __restrict__ as) {
+                                                signed char* __restrict__ aq, float4* __restrict__ as, float* pv = nullptr,
+                                                unsigned int* cnt = nullptr) {
   using Q = QW<QT>;
-  constexpr int NI = 32 / W, NG = 2 * NI / G;
-  static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
+  constexpr int NI = OB / W, NG = 2 * NI / G;
+  static_assert((W == 4 || W == 8) && (OB == 32 || OB == 16) && NI >= 1 && (2 * NI) % G == 0,
+                "4 or 8 warps, 32 or 16 i a block; G must divide a warp's rows");
   static_assert(NS >= 0 && NS <= 4, "registers (0, 1) or 2 to 4 stages");
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int groups = I / 32;
-  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * 32;
-  const long long o = (long long)r * I + i0;
+  const int groups = I / OB;
+  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * OB;
+  const long long o = (long long)r * I + i0, og = o - (i0 & 31);  // og: the group's first i
   const int e = ids[r];
-  if (e < 0 || e >= E) {  // uniform over the block
-    if (warp == 0) {
+  if (e < 0 || e >= E) {  // uniform over the block; the group's first block writes it
+    if (warp == 0 && o == og) {
       aq[o + lane] = 0;
       if (lane == 0) as[o / 32] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -872,15 +881,15 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   float4* xs = reinterpret_cast<float4*>(qmoe_smem);
   signed char* xq = reinterpret_cast<signed char*>(xs + U);
   unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
-  unsigned char* sh = sa + 64 * nb * Q::SA;
+  unsigned char* sh = sa + 2 * OB * nb * Q::SA;
   const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
   // the matrix and row of the warp's row n (its gate rows, then its up rows)
   auto mat = [&](int n) { return n < NI ? gate : up; };
   auto row = [&](int n) { return n < NI ? grow + NI * warp + n : urow + NI * warp + n - NI; };
-  auto stage = [&](int n) { return n < NI ? NI * warp + n : 32 + NI * warp + n - NI; };  // its place in the stage
+  auto stage = [&](int n) { return n < NI ? NI * warp + n : OB + NI * warp + n - NI; };  // its place in the stage
   auto stage_shared = [&]() {
-    stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
-    stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
+    stage_rows<QT>(sa, sh, gate, gate_rows, grow, OB, H);
+    stage_rows<QT>(sa + OB * nb * Q::SA, sh + OB * nb * Q::HEAD, up, up_rows, urow, OB, H);
     const long long t = r / k;
     block_copy16(xs, xsg + t * U, U);
     block_copy16(xq, xqg + t * H, H / 16);
@@ -909,7 +918,7 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   // loads stay in flight while it sums; a lane reads only its own slots,
   // no barrier in the loop. (ig, is): the next round to copy; counters,
   // not divisions.
-  unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
+  unsigned char* ring = qmoe_smem + align256(sh + 2 * OB * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
   int ig = 0, is = 0, islot = 0, slot = 0;
   auto issue = [&]() {
     if (ig < NG) {
@@ -929,8 +938,8 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     for (int p = 0; p < NS - 1; p++) issue();
   stage_shared();
   cp_async_wait_all();
-  stage_decode<QT>(sa, sh, 32, H);
-  stage_decode<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, 32, H);
+  stage_decode<QT>(sa, sh, OB, H);
+  stage_decode<QT>(sa + OB * nb * Q::SA, sh + OB * nb * Q::HEAD, OB, H);
   __syncthreads();
 #pragma unroll
   for (int g = 0; g < NG; g++) {
@@ -974,38 +983,50 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     store(g, acc);
   }
   __syncthreads();
-  if (warp == 0) {
-    float4 sc;
-    aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
-    if (lane == 0) as[o / 32] = sc;
+  if constexpr (OB == 32) {
+    if (warp == 0) {
+      float4 sc;
+      aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
+      if (lane == 0) as[o / 32] = sc;
+    }
+  } else {
+    if (warp == 0 && lane < OB) pv[o + lane] = silu_q(sums[0][lane]) * sums[1][lane];
+    if (!last_block(cnt + og / 32, 2)) return;
+    if (warp == 0) {
+      float4 sc;
+      aq[og + lane] = (signed char)q8x_group(__ldcg(pv + og + lane), sc);
+      if (lane == 0) as[og / 32] = sc;
+    }
   }
 }
 
 // Three blocks an SM whatever W: a decode step's blocks (S-2.1: 320) then
-// run in one wave on 8 warps too, which lower chooses for the k-quants.
-template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+// run in one wave on 8 warps too, which lower chooses for the k-quants;
+// five of 4 warps with half-group blocks (S-2.1: 640).
+#define QMOE_GATEUP_MIN_BLOCKS(W, OB) ((OB) == 16 && (W) == 4 ? 5 : 3)
+template <int QT, int G, int W, int NS, int OB>
+__global__ void __launch_bounds__(32 * W, QMOE_GATEUP_MIN_BLOCKS(W, OB)) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
                                                           long long up_rows, long long up_row0, signed char* __restrict__ aq,
-                                                          float4* __restrict__ as) {
+                                                          float4* __restrict__ as, float* pv, unsigned int* cnt) {
   pdl_wait();
-  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
+  moe_gateup_body<QT, G, W, NS, OB>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as, pv, cnt);
 }
 
 // moe_gateup_qgemv_trig is moe_gateup_qgemv letting the launch after it
 // (moe_down_qgemv_pre, lower.DownPre) start once every block has passed
 // its wait.
-template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, 3)
+template <int QT, int G, int W, int NS, int OB>
+__global__ void __launch_bounds__(32 * W, QMOE_GATEUP_MIN_BLOCKS(W, OB))
     moe_gateup_qgemv_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
                           const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
                           long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
-                          signed char* __restrict__ aq, float4* __restrict__ as) {
+                          signed char* __restrict__ aq, float4* __restrict__ as, float* pv, unsigned int* cnt) {
   pdl_wait();
   pdl_trigger();
-  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
+  moe_gateup_body<QT, G, W, NS, OB>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as, pv, cnt);
 }
 
 // The most routes per token moe_down_qgemv takes.
