@@ -313,7 +313,7 @@ type QMoEArgs struct {
 // QMoEForce is a forced shape of the decode routed-expert kernels; zero
 // values choose and every choice gives the same bits. GateUpRows (2, 4,
 // 8, 16: rows in flight per lane in the gate+up kernel), DownRows (1, 2,
-// 4: rows per warp in the down kernel) and DownUnits (2, 4, 8: units per
+// 4: rows per warp in the down kernel) and DownUnits (2, 4, 8, 10: units per
 // row in flight per lane there) force the kernels' rounds (QMoEShape).
 // GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
 // the type's gate+up warps (QMoEShape) where GateUpRows is not forced, 4
@@ -547,8 +547,8 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 		sd = a.DownUnits
 	}
 	dw := max(a.DownWarps, 4)
-	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8) {
-		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8)", g, nh, sd)
+	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8 && sd != 10) {
+		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8, 10)", g, nh, sd)
 	}
 	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 2*ob/gw {
 		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most %d/warps rows)", gw, g, dw, 2*ob)

@@ -314,7 +314,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		// TestQMoEBatchBitsGPU), every type.
 		for _, qt := range lower.QuantKernelTypes {
 			const E, H, I = 16, 1024, 512
-			for _, f := range []lower.QMoEForce{{}, {GateUpStages: 1}, {Half: true}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
+			for _, f := range []lower.QMoEForce{{}, {GateUpStages: 1}, {Half: true, DownUnits: 10}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
 				ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
 					Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
 					Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, Counters: p, QMoEForce: f})

@@ -461,7 +461,8 @@ func TestQMoEGPU(t *testing.T) {
 // round, warps; gate+up stages; down's units all at once (1).
 var qmoeBitsShapes = [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16, 4, 2, 4, 4, 0, 0}, {8, 8, 1, 8, 8, 0, 0},
 	{2, 8, 4, 4, 8, 0, 0}, {8, 4, 2, 8, 4, 2, 0}, {4, 4, 2, 8, 4, 3, 1}, {2, 8, 2, 8, 4, 4, 0}, {4, 8, 2, 8, 8, 2, 1},
-	{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}, {4, 8, 2, 8, 4, 1, 0}, {2, 8, 2, 8, 4, 1, 0}, {8, 4, 2, 8, 4, 1, 0}}
+	{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}, {4, 8, 2, 8, 4, 1, 0}, {2, 8, 2, 8, 4, 1, 0}, {8, 4, 2, 8, 4, 1, 0},
+	{0, 0, 2, 10, 4, 0, 0}, {0, 0, 1, 10, 8, 0, 0}}
 
 // qmoeHalfShapes are gate+up rounds TestQMoEBatchBitsGPU runs on
 // half-group blocks (QMoEForce.Half: 16 activations a block, so at most
