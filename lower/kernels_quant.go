@@ -316,12 +316,12 @@ type QMoEArgs struct {
 // 4: rows per warp in the down kernel) and DownUnits (2, 4, 8, 10: units per
 // row in flight per lane there) force the kernels' rounds (QMoEShape).
 // GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
-// the type's gate+up warps (QMoEShape) where GateUpRows is not forced, 4
-// where it is, and 4 for down.
-// GateUpStages (0 to 4) forces how gate+up loads its units: into
-// registers once the round before is summed (0), into a second set of
-// registers before it is (1), or into shared memory stages-1 rounds ahead. DownAll copies each lane's down units into shared memory at once
-// (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
+// the type's gate+up warps (QMoEShape) where neither GateUpRows nor Half
+// is forced, 4 where one is, and 4 for down. GateUpStages (0 to 4) forces
+// how gate+up loads its units: into registers once the round before is
+// summed (0), into a second set of registers before it is (1), or into
+// shared memory stages-1 rounds ahead. DownAll copies each lane's down
+// units into shared memory at once (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
 // token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
 // with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
 // 4 on one CTA with tiles of up to 96 rows): hopperQShape; Pipe and NoPipe
@@ -476,12 +476,12 @@ func QMoECounters(a QMoEArgs) int64 {
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
 // qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
-// quantised x (scales and int8 values) and the staged
-// bytes of a block's 2*ob weight rows (ob activations); for down the token's k quantised
+// quantised x (scales and int8 values) and the staged bytes of a block's
+// 2*ob weight rows (ob activations); for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
-// block's downRows*downWarps rows of each slot's expert. With stages, gate+up
-// adds its warps' rings of units from a 256-byte boundary, and down with
-// all its units (downAll) their copies likewise.
+// block's downRows*downWarps rows of each slot's expert. With stages (2
+// or more), gate+up adds its warps' rings of units from a 256-byte
+// boundary, and down with all its units (downAll) their copies likewise.
 func qmoeShared(t quant.Type, H, I, k, ob, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
