@@ -100,6 +100,16 @@ for issue, what, got, goal, unit, hi in rows:
     fmt = ",.3f" if unit == "x" else ",.1f"
     print(f"  {issue}  {what}: {got:{fmt}} {unit} (goal {goal:,} {unit}) {'met' if ok else 'NOT met'}")
 print(f"targets: {met} of {sum(r[2] is not None for r in rows)} measured met")
+# How the synthetic weights' routers spread the 2048-token prefills
+# (kernel-bench routes uniformly: every expert used, about 80 routes each).
+for name in ("q4_k_m", "bf16"):
+    rt = (load(name) or {}).get("prefill_routes")
+    if rt and rt.get("layers"):
+        used = sorted(l["used"] for l in rt["layers"])
+        busy = sorted(l["busiest"] for l in rt["layers"])
+        print(f"  routing ({name}, prefill {rt['tokens']}): {used[0]}-{used[-1]} of {rt['experts']} experts used a layer "
+              f"(median {used[len(used)//2]}), busiest expert median {busy[len(busy)//2]} routes "
+              f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})")
 EOF
 # One file back from a device call (a call returns at most 8): the raw
 # JSON and errors packed beside the directory.

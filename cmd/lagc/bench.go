@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -154,6 +155,34 @@ type benchReport struct {
 	ScaledNote      string  `json:"scaling"`
 	// Load: how --model's weights were loaded (absent with synthetic ones).
 	Load *loadReport `json:"load,omitempty"`
+	// PrefillRoutes: how the largest prefill's tokens spread over each MoE
+	// layer's experts (gpu.Executor.CensusRoutes).
+	PrefillRoutes *routesReport `json:"prefill_routes,omitempty"`
+}
+
+// routesReport is a prefill's routing, layer by layer: synthetic weights
+// route as their random router does, which a trained model's balanced
+// router need not resemble; the grouped GEMMs' speed depends on it
+// (kernel-bench routes uniformly at random: all experts used, about
+// tokens*topk/experts routes each).
+type routesReport struct {
+	Tokens  int               `json:"tokens"`
+	TopK    int               `json:"top_k"`
+	Experts int               `json:"experts"`
+	Layers  []gpu.RouteCensus `json:"layers"`
+}
+
+// summary is the experts used a layer (least, median, most) and the
+// median layer's busiest expert's routes.
+func (r *routesReport) summary() (usedMin, usedMed, usedMax, busiestMed int) {
+	used := make([]int, len(r.Layers))
+	busiest := make([]int, len(r.Layers))
+	for i, l := range r.Layers {
+		used[i], busiest[i] = l.Used, l.Busiest
+	}
+	slices.Sort(used)
+	slices.Sort(busiest)
+	return used[0], used[len(used)/2], used[len(used)-1], busiest[len(busiest)/2]
 }
 
 // loadReport is the time of a checkpoint's load, by stage. The stage times
@@ -410,6 +439,15 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		rep.PrefillLast = append(rep.PrefillLast, prefillRow{Tokens: n, Ms: 1e3 * sl, TokS: float64(n) / sl,
 			TokS48: float64(n) / (s*preScale - (s - sl))})
+	}
+	if n := maxInts(sizes); n > 0 && cfg.NumExperts > 0 {
+		layers, err := ex.CensusRoutes(toks[:n])
+		if err != nil {
+			return fmt.Errorf("route census: %w", err)
+		}
+		if len(layers) > 0 {
+			rep.PrefillRoutes = &routesReport{Tokens: n, TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
+		}
 	}
 	if n := ex.SkippedLaunches(); n > 0 {
 		rep.SkipKernels, rep.SkippedLaunches = os.Getenv(gpu.EnvSkipKernels), n
@@ -836,6 +874,11 @@ func printBench(w io.Writer, r *benchReport) {
 			fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t\n", p.Tokens, p.Ms, p.TokS, p.TokS48)
 		}
 		tw.Flush()
+	}
+	if rt := r.PrefillRoutes; rt != nil && len(rt.Layers) > 0 {
+		lo, med, hi, busy := rt.summary()
+		fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); the busiest expert takes %d routes in the median layer, against %.0f each if spread evenly\n",
+			rt.Tokens, lo, hi, rt.Experts, med, busy, float64(rt.Tokens*rt.TopK)/float64(rt.Experts))
 	}
 	fmt.Fprintf(w, "\n%s\n", r.ScaledNote)
 }

@@ -320,3 +320,21 @@ func TestBenchProfile(t *testing.T) {
 		t.Errorf("prefill class holds %d ns, want the prefill run's %d", prefill, (9 * ms).Nanoseconds())
 	}
 }
+
+// TestRoutesSummary: the experts used a layer (least, median, most) and
+// the median layer's busiest expert, whatever the layers' order.
+func TestRoutesSummary(t *testing.T) {
+	for _, c := range []struct {
+		layers               []gpu.RouteCensus
+		lo, med, hi, busiest int
+	}{
+		{[]gpu.RouteCensus{{Layer: 1, Used: 200, Busiest: 90}}, 200, 200, 200, 90},
+		{[]gpu.RouteCensus{{Layer: 1, Used: 256, Busiest: 95}, {Layer: 2, Used: 40, Busiest: 900}, {Layer: 3, Used: 120, Busiest: 300}},
+			40, 120, 256, 300},
+	} {
+		r := &routesReport{Tokens: 2048, TopK: 10, Experts: 256, Layers: c.layers}
+		if lo, med, hi, b := r.summary(); lo != c.lo || med != c.med || hi != c.hi || b != c.busiest {
+			t.Errorf("%+v: summary %d %d %d %d, want %d %d %d %d", c.layers, lo, med, hi, b, c.lo, c.med, c.hi, c.busiest)
+		}
+	}
+}

@@ -133,7 +133,7 @@ func (e *Executor) SetDecodeAhead(on bool) { e.rb.off = !on }
 // greedyPath says whether greedy steps (DecodeNext, ForwardArgmax) go
 // through greedyStep: the readback is there and no profile collects, nor a
 // check runs on, each step alone.
-func (e *Executor) greedyPath() bool { return e.rb.on && e.prof == nil && !e.checking }
+func (e *Executor) greedyPath() bool { return e.rb.on && !e.hooked() }
 
 // queueStep queues the decode step at position p (the device holding its
 // token and position) and the event that says its slot of BaseOut is

@@ -80,7 +80,7 @@ func (b *streamBranch) close() error {
 // branches, run them in line (the same launches one after another: the
 // same bits).
 func (e *Executor) fork() (Queue, error) {
-	if e.prof != nil || e.checking {
+	if e.hooked() {
 		return e.q, nil
 	}
 	if b, ok := e.q.(Brancher); ok {

@@ -104,7 +104,8 @@ type Executor struct {
 	devState bool // device tokens[0], pos[0] hold (lastNext, next): a decode step advanced them
 	lastNext int32
 	broken   bool
-	checking bool // LocateNonFinite: check every step's outputs
+	checking bool         // LocateNonFinite: check every step's outputs
+	census   *routeCensus // CensusRoutes: count every router step's routes
 	prof     *profiler
 	// loadStats: how the weights were loaded.
 	loadStats LoadStats

@@ -47,7 +47,7 @@ func (e *Executor) decodeStep(tok int32, logits bool) (int32, []float32, error) 
 // compiles every kernel, the warm-up) and in eager mode; afterwards a
 // replay of the graph captured from the eager launches.
 func (e *Executor) launchDecode() error {
-	if e.o.Eager || e.prof != nil || e.checking || e.decodeSteps == 0 {
+	if e.o.Eager || e.hooked() || e.decodeSteps == 0 {
 		e.decodeSteps++
 		return e.decodeKernels()
 	}
@@ -186,7 +186,7 @@ func (c *graphCache) close() error {
 func (e *Executor) launchCached(c *graphCache, key int, p *program, whatKey string) error {
 	runs := c.runs[key]
 	c.runs[key]++
-	if e.o.Eager || e.prof != nil || e.checking || runs == 0 {
+	if e.o.Eager || e.hooked() || runs == 0 {
 		return e.run(p)
 	}
 	g := c.graphs[key]

@@ -50,6 +50,11 @@ func (e *Executor) run(p *program) error {
 				return err
 			}
 		}
+		if e.census != nil {
+			if err := e.censusStep(st, p.T); err != nil {
+				return err
+			}
+		}
 	}
 	for _, l := range p.finish {
 		if err := l.Launch(e.q); err != nil {
