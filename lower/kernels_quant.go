@@ -364,7 +364,8 @@ type QMoEForce struct {
 // QMoEDecodedType is quant.cu's QT_Q4_K_DEC, the routed-expert kernels'
 // type argument for q4_k weights staged decoded (QMoEForce.Decoded): the
 // same bytes, 64 + 8 staged bytes a block row where q4_k stages 16 + 4.
-const QMoEDecodedType quant.Type = 112
+// 212, apart from the prefill's f16 forms' 100 + type (hopperQF16IDs).
+const QMoEDecodedType quant.Type = 212
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a

@@ -278,8 +278,9 @@ template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 // slots as 16 floats and 2, so that a unit reads its two scales, two mins,
 // d and dmin as they are instead of selecting, shifting and converting them
 // (ten instructions a unit and row, four of them I2F). q4_k's combine:
-// the same bits.
-#define QT_Q4_K_DEC 112
+// the same bits. 200 + q4_k's 12: the prefill's f16 forms take 100 + the
+// type (gemm_hopper.cu's QT_Q4_K_F16_H is 112).
+#define QT_Q4_K_DEC 212
 template <> struct QW<QT_Q4_K_DEC> {
   using K = QWK45<QT_Q4_K>;
   static constexpr int BE = 256, BODY = K::BODY, SA = 64, SAOFF = 0, HEAD = 8, QB = K::QB;
