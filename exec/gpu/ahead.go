@@ -131,8 +131,8 @@ func (e *Executor) DecodesAhead() bool { return e.greedyPath() && !e.rb.off }
 func (e *Executor) SetDecodeAhead(on bool) { e.rb.off = !on }
 
 // greedyPath says whether greedy steps (DecodeNext, ForwardArgmax) go
-// through greedyStep: the readback is there and no profile collects, nor a
-// check runs on, each step alone.
+// through greedyStep: the readback is there and nothing watches each step
+// alone (hooked).
 func (e *Executor) greedyPath() bool { return e.rb.on && !e.hooked() }
 
 // queueStep queues the decode step at position p (the device holding its

@@ -76,9 +76,9 @@ func (b *streamBranch) close() error {
 }
 
 // fork starts a branch of the program being run: the queue its side
-// launches go to. Profiling and checking runs, and a queue without
-// branches, run them in line (the same launches one after another: the
-// same bits).
+// launches go to. Hooked runs (a profile, a check, a census) and a queue
+// without branches run them in line (the same launches one after
+// another: the same bits).
 func (e *Executor) fork() (Queue, error) {
 	if e.hooked() {
 		return e.q, nil

@@ -582,3 +582,8 @@ func (e *Executor) Rewind(n int) error {
 	e.rb.aheadHigh = 0
 	return nil
 }
+
+// hooked says whether a profile, a check or a census watches each step
+// alone: the program then runs eagerly, with no graph, branch or early
+// readback.
+func (e *Executor) hooked() bool { return e.prof != nil || e.checking || e.census != nil }

@@ -25,11 +25,6 @@ type routeCensus struct {
 	counts map[int]map[int32]int
 }
 
-// hooked says whether a profile, a check or a census watches each step
-// alone: the program then runs eagerly, with no graph, branch or early
-// readback.
-func (e *Executor) hooked() bool { return e.prof != nil || e.checking || e.census != nil }
-
 // CensusRoutes prefills tokens from position 0 eagerly, copying each
 // router step's expert ids to the host after its launches, and returns
 // every MoE layer's census, in layer order; the sequence is reset
