@@ -9,25 +9,30 @@ import (
 // randomScales says where a type's blocks keep their f16 scales, and the
 // scale d (and min, where there is one) that spreads the block's values
 // over about ±1 for a random block: d at dAt, min at mAt (-1: none), as
-// multiples of the wanted magnitude.
+// multiples of the wanted magnitude. A min is set so that the values'
+// mean is about zero (E[d*sc*q] = E[dmin*m]): a common offset in every
+// weight adds the same direction to every token's hidden state, layer
+// after layer, until all tokens look alike and a router sends them all to
+// the same experts (a synthetic Q4_K model routed 2048 tokens to 10 of
+// 256 experts before its mins were halved).
 type randomScales struct {
 	dAt, mAt int
 	d, m     float32
 }
 
 var randomLayouts = map[Type]randomScales{
-	Q8_0:   {0, -1, 1. / 127, 0},       // d*q, q in [-128,127]
-	Q4_0:   {0, -1, 1. / 8, 0},         // d*(q-8), q in [0,15]
-	Q4_1:   {0, 2, 2. / 15, -1},        // d*q + m
-	Q5_0:   {0, -1, 1. / 16, 0},        // d*(q-16), q in [0,31]
-	Q5_1:   {0, 2, 2. / 31, -1},        // d*q + m
-	Q2_K:   {80, 82, 1. / 45, 1. / 15}, // d*sc*q - dmin*m, sc and m 4-bit, q 2-bit
-	Q3_K:   {108, -1, 1. / 128, 0},     // d*(sc-32)*(q-4), sc 6-bit
-	Q4_K:   {0, 2, 1. / 945, 1. / 63},  // d*sc*q - dmin*m, sc and m 6-bit, q 4-bit
-	Q5_K:   {0, 2, 1. / 1953, 1. / 63}, // q 5-bit
-	Q6_K:   {208, -1, 1. / 4096, 0},    // d*sc*(q-32), sc int8
-	IQ4_NL: {0, -1, 1. / 127, 0},       // d*kvalues[q], kvalues in [-127,113]
-	IQ4_XS: {0, -1, 1. / 4064, 0},      // d*(ls-32)*kvalues[q], ls 6-bit
+	Q8_0:   {0, -1, 1. / 127, 0},        // d*q, q in [-128,127]
+	Q4_0:   {0, -1, 1. / 8, 0},          // d*(q-8), q in [0,15]
+	Q4_1:   {0, 2, 2. / 15, -1},         // d*q + m
+	Q5_0:   {0, -1, 1. / 16, 0},         // d*(q-16), q in [0,31]
+	Q5_1:   {0, 2, 2. / 31, -1},         // d*q + m
+	Q2_K:   {80, 82, 1. / 45, 1. / 30},  // d*sc*q - dmin*m, sc and m 4-bit, q 2-bit
+	Q3_K:   {108, -1, 1. / 128, 0},      // d*(sc-32)*(q-4), sc 6-bit
+	Q4_K:   {0, 2, 1. / 945, 1. / 126},  // d*sc*q - dmin*m, sc and m 6-bit, q 4-bit
+	Q5_K:   {0, 2, 1. / 1953, 1. / 126}, // q 5-bit
+	Q6_K:   {208, -1, 1. / 4096, 0},     // d*sc*(q-32), sc int8
+	IQ4_NL: {0, -1, 1. / 127, 0},        // d*kvalues[q], kvalues in [-127,113]
+	IQ4_XS: {0, -1, 1. / 4064, 0},       // d*(ls-32)*kvalues[q], ls 6-bit
 	F32:    {-1, -1, 0, 0},
 	F16:    {-1, -1, 0, 0},
 	BF16:   {-1, -1, 0, 0},
