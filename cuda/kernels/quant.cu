@@ -1453,7 +1453,13 @@ __device__ __forceinline__ unsigned short qscale(unsigned h) { return (unsigned 
 
 // qsynth fills a [rows, K] matrix in the device layout with random quants
 // and small positive scales (benchmarks with synthetic weights): one
-// thread per block of the type.
+// thread per block of the type. q4_k's and q5_k's dmin is d times the
+// quants' mean (7.5 or 15.5), so that E[d*sc*q] = E[dmin*m] and the
+// values average about zero: with dmin as large as d every weight carried
+// the same positive offset, every token's hidden state drifted to the
+// same direction, and the routers sent all tokens to the same experts
+// (quant.Random had the same fault; on the CPU it routed 2048 tokens of
+// an 8-layer S-2.1 to 10 of 256 experts a layer, 235-256 once fixed).
 template <int QT>
 __global__ void __launch_bounds__(256) qsynth(long long rows, int K, unsigned char* __restrict__ w, unsigned seed) {
   pdl_wait();
@@ -1471,8 +1477,9 @@ __global__ void __launch_bounds__(256) qsynth(long long rows, int K, unsigned ch
       body = reinterpret_cast<unsigned*>(w + b * BYTES + 16), words = BYTES / 4 - 4;
       unsigned* sm = reinterpret_cast<unsigned*>(w + b * BYTES);  // 6-bit scales and mins
       for (int i = 0; i < 4; i++) sm[i] = qhash(key * 7 + 4 + i) & 0x3F3F3F3Fu;
-      const unsigned h = qhash(key * 7 + 1);
-      reinterpret_cast<unsigned*>(w + align256(rows * (K / 256) * BYTES))[b] = (unsigned)qscale(h) | ((unsigned)qscale(h >> 11) << 16);
+      const unsigned short d = qscale(qhash(key * 7 + 1));
+      const unsigned short dmin = from_f32<half_t>((QT == QT_Q4_K ? 7.5f : 15.5f) * f16_bits(d)).bits;
+      reinterpret_cast<unsigned*>(w + align256(rows * (K / 256) * BYTES))[b] = (unsigned)d | ((unsigned)dmin << 16);
     } else if constexpr (QT == QT_Q6_K) {
       body = reinterpret_cast<unsigned*>(w + b * 208), words = 52;
       reinterpret_cast<unsigned short*>(w + align256(rows * (K / 256) * 208))[b] = qscale(qhash(key * 7 + 1));

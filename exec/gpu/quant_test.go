@@ -897,3 +897,36 @@ func TestQMoEShapeEnv(t *testing.T) {
 		t.Fatalf("a bad LAGC_QMOE_SHAPE gave %v", err)
 	}
 }
+
+// TestQSynthMeanGPU: synthetic weights of every type average about zero
+// (at most 7% of their mean magnitude; q8_0 and the codebook types sit
+// half a step low by their formats). A common offset in every weight had
+// sent all tokens of a synthetic q4_k model to the same experts.
+func TestQSynthMeanGPU(t *testing.T) {
+	k, s := gpu(t)
+	const rows, K = 64, 3072
+	for _, qt := range lower.QuantKernelTypes {
+		t.Run(qt.String(), func(t *testing.T) {
+			n, err := lower.QuantDeviceBytes(qt, rows, K)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := alloc(t, k, n)
+			if err := k.QSynth(s, qt, w, rows, K, 3); err != nil {
+				t.Fatal(err)
+			}
+			out := alloc(t, k, int64(4*rows*K))
+			if err := k.QDequant(s, qt, w, rows, K, 0, rows, out, cuda.F32); err != nil {
+				t.Fatal(err)
+			}
+			var sum, sumAbs float64
+			for _, v := range download(t, s, cuda.F32, out, rows*K) {
+				sum += float64(v)
+				sumAbs += math.Abs(float64(v))
+			}
+			if mean, mag := sum/(rows*K), sumAbs/(rows*K); mag == 0 || math.Abs(mean) > 0.07*mag {
+				t.Errorf("values average %.3g at a mean magnitude of %.3g", mean, mag)
+			}
+		})
+	}
+}
