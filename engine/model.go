@@ -12,6 +12,7 @@ import (
 	"lagc/config"
 	"lagc/exec/cpu"
 	"lagc/exec/gpu"
+	"lagc/exec/routes"
 	"lagc/ir"
 	"lagc/models"
 	"lagc/passes"
@@ -340,6 +341,11 @@ func (b cpuBackend) Pos() int     { return b.ex.Pos() }
 func (b cpuBackend) MaxPos() int  { return b.ex.MaxPos() }
 func (b cpuBackend) Reset()       { b.ex.Reset() }
 func (b cpuBackend) Close() error { return nil }
+
+// CensusRoutes is the executor's (lagc bench --device cpu reports it).
+func (b cpuBackend) CensusRoutes(tokens []int32) ([]routes.Layer, error) {
+	return b.ex.CensusRoutes(tokens)
+}
 
 // progressSource reports weight loading (in stored bytes) on a bar.
 type progressSource struct {

@@ -19,6 +19,7 @@ import (
 	"lagc/cuda"
 	"lagc/engine"
 	"lagc/exec/gpu"
+	"lagc/exec/routes"
 	"lagc/ir"
 	"lagc/lower"
 	"lagc/models"
@@ -166,10 +167,20 @@ type benchReport struct {
 // (kernel-bench routes uniformly at random: all experts used, about
 // tokens*topk/experts routes each).
 type routesReport struct {
-	Tokens  int               `json:"tokens"`
-	TopK    int               `json:"top_k"`
-	Experts int               `json:"experts"`
-	Layers  []gpu.RouteCensus `json:"layers"`
+	Tokens  int            `json:"tokens"`
+	TopK    int            `json:"top_k"`
+	Experts int            `json:"experts"`
+	Layers  []routes.Layer `json:"layers"`
+}
+
+// print writes the routing's line (nothing for a nil report).
+func (r *routesReport) print(w io.Writer) {
+	if r == nil || len(r.Layers) == 0 {
+		return
+	}
+	lo, med, hi, busy := r.summary()
+	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); the busiest expert takes %d routes in the median layer, against %.0f each if spread evenly\n",
+		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
 }
 
 // summary is the experts used a layer (least, median, most) and the
@@ -875,10 +886,6 @@ func printBench(w io.Writer, r *benchReport) {
 		}
 		tw.Flush()
 	}
-	if rt := r.PrefillRoutes; rt != nil && len(rt.Layers) > 0 {
-		lo, med, hi, busy := rt.summary()
-		fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); the busiest expert takes %d routes in the median layer, against %.0f each if spread evenly\n",
-			rt.Tokens, lo, hi, rt.Experts, med, busy, float64(rt.Tokens*rt.TopK)/float64(rt.Experts))
-	}
+	r.PrefillRoutes.print(w)
 	fmt.Fprintf(w, "\n%s\n", r.ScaledNote)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"text/tabwriter"
@@ -12,6 +13,7 @@ import (
 
 	"lagc/engine"
 	"lagc/exec/cpu"
+	"lagc/exec/routes"
 	"lagc/internal/cputime"
 )
 
@@ -25,6 +27,9 @@ type cpuBenchReport struct {
 	Context int       `json:"decode_context"`
 	Decode  cpuRate   `json:"decode"`
 	Prefill []cpuRate `json:"prefill"`
+	// PrefillRoutes: how the smallest prefill's tokens spread over each
+	// MoE layer's experts (the CPU executor's CensusRoutes).
+	PrefillRoutes *routesReport `json:"prefill_routes,omitempty"`
 }
 
 // cpuRate is one measurement (the median run): wall and process CPU ms for
@@ -146,6 +151,18 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		}
 		rep.Prefill = append(rep.Prefill, medianRate(ts, n))
 	}
+	if c, ok := be.(interface {
+		CensusRoutes([]int32) ([]routes.Layer, error)
+	}); ok && len(sizes) > 0 && m.Config.NumExperts > 0 {
+		n := slices.Min(sizes)
+		layers, err := c.CensusRoutes(toks[:n])
+		if err != nil {
+			return fmt.Errorf("route census: %w", err)
+		}
+		if len(layers) > 0 {
+			rep.PrefillRoutes = &routesReport{Tokens: n, TopK: m.Config.NumExpertsPerTok, Experts: m.Config.NumExperts, Layers: layers}
+		}
+	}
 	if f.jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -158,5 +175,9 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 	for _, p := range rep.Prefill {
 		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.0f\t\n", p.Tokens, p.Ms, p.CPUMs, p.TokS)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rep.PrefillRoutes.print(w)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"lagc/config"
 	"lagc/exec/cpu"
 	"lagc/exec/gpu"
+	"lagc/exec/routes"
 	"lagc/lower"
 	"lagc/models"
 )
@@ -135,12 +136,24 @@ func TestCPUBench(t *testing.T) {
 		len(r.Prefill) != 2 || r.Prefill[1].Tokens != 9 || !(r.Prefill[1].Ms > 0) {
 		t.Errorf("report %+v", r)
 	}
+	// the routing of the smallest prefill: every MoE layer's 5 x top-k
+	// routes over at most E experts, none on one expert more than 5 times
+	rt := r.PrefillRoutes
+	if rt == nil || rt.Tokens != 5 || len(rt.Layers) == 0 {
+		t.Fatalf("routes %+v", rt)
+	}
+	for _, l := range rt.Layers {
+		if l.Routes != 5*rt.TopK || l.Used < rt.TopK || l.Used > rt.Experts || l.Busiest < 1 || l.Busiest > 5 {
+			t.Errorf("layer %+v of %d experts, top-%d", l, rt.Experts, rt.TopK)
+		}
+	}
 	out.Reset()
 	f.jsonOut = false
 	if err := runCPUBench(&out, f, false); err != nil { // --prefill not given: the CPU defaults
 		t.Fatal(err)
 	}
-	for _, want := range []string{"bundled model on the CPU, 1 threads, kernels " + cpu.Kernels(), "decode at context 3", "\n             128", "\n             512"} {
+	for _, want := range []string{"bundled model on the CPU, 1 threads, kernels " + cpu.Kernels(), "decode at context 3", "\n             128", "\n             512",
+		"prefill 128 routing: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -325,11 +338,11 @@ func TestBenchProfile(t *testing.T) {
 // the median layer's busiest expert, whatever the layers' order.
 func TestRoutesSummary(t *testing.T) {
 	for _, c := range []struct {
-		layers               []gpu.RouteCensus
+		layers               []routes.Layer
 		lo, med, hi, busiest int
 	}{
-		{[]gpu.RouteCensus{{Layer: 1, Used: 200, Busiest: 90}}, 200, 200, 200, 90},
-		{[]gpu.RouteCensus{{Layer: 1, Used: 256, Busiest: 95}, {Layer: 2, Used: 40, Busiest: 900}, {Layer: 3, Used: 120, Busiest: 300}},
+		{[]routes.Layer{{Layer: 1, Used: 200, Busiest: 90}}, 200, 200, 200, 90},
+		{[]routes.Layer{{Layer: 1, Used: 256, Busiest: 95}, {Layer: 2, Used: 40, Busiest: 900}, {Layer: 3, Used: 120, Busiest: 300}},
 			40, 120, 256, 300},
 	} {
 		r := &routesReport{Tokens: 2048, TopK: 10, Experts: 256, Layers: c.layers}

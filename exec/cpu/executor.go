@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 
+	"lagc/exec/routes"
 	"lagc/ir"
 	"lagc/prep"
 	"lagc/quant"
@@ -31,7 +32,8 @@ type Executor struct {
 	maxPos   int
 	step     []Segment // the segments of the step running now
 
-	checkNonFinite bool // SetCheckFinite
+	checkNonFinite bool           // SetCheckFinite
+	census         *routes.Census // CensusRoutes
 }
 
 // kvShape is what a layer's cache holds.
@@ -303,6 +305,11 @@ func (e *Executor) Step(segs []Segment) (*Result, error) {
 			}
 			return nil, fmt.Errorf("%s: %w", n, err)
 		}
+		if e.census != nil && n.Op == "router_topk" && len(n.Outputs) > 1 {
+			if layer, ok := ir.LayerOf(n.Outputs[1].Name); ok {
+				e.census.Add(layer, i32[n.Outputs[1]])
+			}
+		}
 		if e.checkNonFinite {
 			if err := e.checkFinite(n, f32); err != nil {
 				for _, sg := range segs {
@@ -365,4 +372,15 @@ func prepareRoPE(e *Executor, n *ir.Node) error {
 	}
 	e.ropes[n] = tab
 	return nil
+}
+
+// CensusRoutes runs tokens from position 0 and returns how every MoE
+// layer's router spread them over its experts (routes.Layer), in layer
+// order; the sequence is reset afterwards. For benchmark reports (lagc
+// bench --device cpu), as gpu's CensusRoutes.
+func (e *Executor) CensusRoutes(tokens []int32) ([]routes.Layer, error) {
+	return routes.Take(func(c *routes.Census) { e.census = c }, e.Reset, func() error {
+		_, err := e.Forward(tokens)
+		return err
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"lagc/cuda"
+	"lagc/exec/routes"
 	"lagc/lower"
 )
 
@@ -104,8 +105,8 @@ type Executor struct {
 	devState bool // device tokens[0], pos[0] hold (lastNext, next): a decode step advanced them
 	lastNext int32
 	broken   bool
-	checking bool         // LocateNonFinite: check every step's outputs
-	census   *routeCensus // CensusRoutes: count every router step's routes
+	checking bool           // LocateNonFinite: check every step's outputs
+	census   *routes.Census // CensusRoutes: count every router step's routes
 	prof     *profiler
 	// loadStats: how the weights were loaded.
 	loadStats LoadStats
