@@ -107,9 +107,11 @@ for name in ("q4_k_m", "bf16"):
     if rt and rt.get("layers"):
         used = sorted(l["used"] for l in rt["layers"])
         busy = sorted(l["busiest"] for l in rt["layers"])
+        collapsed = used[len(used)//2] < rt["experts"] // 2
         print(f"  routing ({name}, prefill {rt['tokens']}): {used[0]}-{used[-1]} of {rt['experts']} experts used a layer "
               f"(median {used[len(used)//2]}), busiest expert median {busy[len(busy)//2]} routes "
-              f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})")
+              f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})"
+              + (": COLLAPSED, the prefill rows above are not a trained model's" if collapsed else ""))
 EOF
 # One file back from a device call (a call returns at most 8): the raw
 # JSON and errors packed beside the directory.
