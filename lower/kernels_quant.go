@@ -321,10 +321,11 @@ type QMoEArgs struct {
 // how gate+up loads its units: into registers once the round before is
 // summed (0), into a second set of registers before it is (1), or into
 // shared memory stages-1 rounds ahead. DownAll copies each lane's down
-// units into shared memory at once (DownUnits unused). TileRows is the prefill's quantised grouped GEMMs'
-// token tile (64, 96 or 128), CTAs their CTAs a multiprocessor (1, or 2
-// with tiles of up to 96 rows), WGs their consumer warpgroups a CTA (2, or
-// 4 on one CTA with tiles of up to 96 rows): hopperQShape; Pipe and NoPipe
+// units into shared memory at once (DownUnits unused). TileRows is the
+// prefill's quantised grouped GEMMs' token tile (64, 96 or 128), CTAs
+// their CTAs a multiprocessor (1, or 2 with tiles of up to 96 rows), WGs
+// their consumer warpgroups a CTA (2, or 4 on one CTA with tiles of up to
+// 96 rows): hopperQShape; Pipe and NoPipe
 // force their pipelined loop (a stage dequantised while the last one's
 // MMAs run; one CTA) or the plain one: hopperQPipe; TokenStep and
 // WholeTile their MMAs' widths: hopperQStep.

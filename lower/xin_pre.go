@@ -116,11 +116,6 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 	if d.Ints[4] != 0 {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s copies all its units at once (ALL): no early round to move", op, d.NameExpr())
 	}
-	// G's outputs (gateUpOutputs).
-	I := g.Args[2].Int
-	if I <= 0 || I%32 != 0 {
-		return Launch{}, Launch{}, fmt.Errorf("%s: moe_gateup_qgemv of %d values a route", op, I)
-	}
 	R, outs := gateUpOutputs(g)
 	k := d.Args[0].Int
 	T, H := downTokens(d)
@@ -144,15 +139,15 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 func fuseDownPre(steps [][]Launch) { renamePairs(steps, DownPre) }
 
 // isGateUp reports whether g's template ints and arguments are QMoE's
-// gate+up launch's (moe_gateup_qgemv or its _trig form).
+// gate+up launch's (moe_gateup_qgemv or its _trig form), of a positive
+// multiple of 32 values a route.
 func isGateUp(g Launch) bool {
 	return g.File == "quant.cu" && len(g.Ints) == 5 && (g.Ints[4] == 32 || g.Ints[4] == 16) && len(g.Args) == 17 &&
 		ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64,
-			ArgPtr, ArgPtr, ArgPtr, ArgPtr)
+			ArgPtr, ArgPtr, ArgPtr, ArgPtr) && g.Args[2].Int > 0 && g.Args[2].Int%32 == 0
 }
 
-// gateUpOutputs is what a gate+up launch g (isGateUp, I a multiple of 32)
-// writes: R routes of I int8 values and their I/32 float4 scales, R its
+// gateUpOutputs is what a gate+up launch g (isGateUp) writes: R routes of I int8 values and their I/32 float4 scales, R its
 // blocks over the blocks a route (Ints[4] values each), and with blocks
 // of half a group the routes' f32 values too.
 func gateUpOutputs(g Launch) (R int64, outs []span) {
