@@ -111,6 +111,20 @@ __global__ void __launch_bounds__(128) router_topk_shared(int ntok, int E, int k
   router_topk_body<T, PER>(ntok, E, k, softcap, scaling, logits, ld, bias, weights, ids, S, first);
 }
 
+// rt_keys: the block's threads score every expert (score[e]) and key it
+// for the choice (key[e]: the score plus its bias, then the index), then a
+// barrier: the first half of either block selection.
+template <typename L>
+__device__ __forceinline__ void rt_keys(L logit, int E, float softcap, const float* __restrict__ bias, unsigned long long* key,
+                                        float* score) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    float s = rt_score(logit(e), softcap);
+    score[e] = s;
+    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
+  }
+  __syncthreads();
+}
+
 // rt_block_select: a block's choice for one token, logit(e) giving expert
 // e's logit; key and score are E entries of shared memory, chosen k. Keys
 // are unique, so an expert's rank is the number of keys above its own, and
@@ -123,12 +137,7 @@ __device__ __forceinline__ void rt_block_select(L logit, int E, int k, float sof
                                                 const float* __restrict__ bias, unsigned long long* key, float* score,
                                                 int* chosen, float* __restrict__ weights, int* __restrict__ ids) {
   const int tid = threadIdx.x;
-  for (int e = tid; e < E; e += blockDim.x) {
-    float s = rt_score(logit(e), softcap);
-    score[e] = s;
-    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
-  }
-  __syncthreads();
+  rt_keys(logit, E, softcap, bias, key, score);
   for (int e = tid; e < E; e += blockDim.x) {
     const unsigned long long m = key[e];
     int rank = 0;  // every thread reads the same key: a broadcast
@@ -162,12 +171,7 @@ __device__ __forceinline__ void rt_warp_select(L logit, int E, int k, float soft
                                                const float* __restrict__ bias, unsigned long long* key, float* score,
                                                float* __restrict__ weights, int* __restrict__ ids) {
   const int tid = threadIdx.x, lane = tid & 31;
-  for (int e = tid; e < E; e += blockDim.x) {
-    float s = rt_score(logit(e), softcap);
-    score[e] = s;
-    key[e] = ord_key(ord_bits(bias != nullptr ? s + bias[e] : s), e);
-  }
-  __syncthreads();
+  rt_keys(logit, E, softcap, bias, key, score);
   if (tid < 32) {
     unsigned long long kv[RT_WARP_PER];  // 0 once taken: below every candidate
 #pragma unroll
