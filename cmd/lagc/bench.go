@@ -173,18 +173,36 @@ type routesReport struct {
 	Layers  []routes.Layer `json:"layers"`
 }
 
+// censusReport is how c's router spreads tokens (a prefill from position
+// 0: CensusRoutes), nil for a model without MoE layers.
+func censusReport(c interface {
+	CensusRoutes([]int32) ([]routes.Layer, error)
+}, tokens []int32, cfg *config.Config) (*routesReport, error) {
+	if cfg.NumExperts == 0 {
+		return nil, nil
+	}
+	layers, err := c.CensusRoutes(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("route census: %w", err)
+	}
+	if len(layers) == 0 {
+		return nil, nil
+	}
+	return &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}, nil
+}
+
 // print writes the routing's line (nothing for a nil report).
 func (r *routesReport) print(w io.Writer) {
 	if r == nil || len(r.Layers) == 0 {
 		return
 	}
 	lo, med, hi, busy := r.summary()
-	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); the busiest expert takes %d routes in the median layer, against %.0f each if spread evenly\n",
+	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); a layer's busiest expert takes %d routes (median over the layers), against %.0f each if spread evenly\n",
 		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
 }
 
 // summary is the experts used a layer (least, median, most) and the
-// median layer's busiest expert's routes.
+// median over the layers of their busiest expert's routes.
 func (r *routesReport) summary() (usedMin, usedMed, usedMax, busiestMed int) {
 	used := make([]int, len(r.Layers))
 	busiest := make([]int, len(r.Layers))
@@ -451,13 +469,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 		rep.PrefillLast = append(rep.PrefillLast, prefillRow{Tokens: n, Ms: 1e3 * sl, TokS: float64(n) / sl,
 			TokS48: float64(n) / (s*preScale - (s - sl))})
 	}
-	if n := maxInts(sizes); n > 0 && cfg.NumExperts > 0 {
-		layers, err := ex.CensusRoutes(toks[:n])
-		if err != nil {
-			return fmt.Errorf("route census: %w", err)
-		}
-		if len(layers) > 0 {
-			rep.PrefillRoutes = &routesReport{Tokens: n, TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
+	if len(sizes) > 0 {
+		if rep.PrefillRoutes, err = censusReport(ex, toks[:maxInts(sizes)], cfg); err != nil {
+			return err
 		}
 	}
 	if n := ex.SkippedLaunches(); n > 0 {

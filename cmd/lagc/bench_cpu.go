@@ -153,14 +153,10 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 	}
 	if c, ok := be.(interface {
 		CensusRoutes([]int32) ([]routes.Layer, error)
-	}); ok && len(sizes) > 0 && m.Config.NumExperts > 0 {
-		n := slices.Min(sizes)
-		layers, err := c.CensusRoutes(toks[:n])
-		if err != nil {
-			return fmt.Errorf("route census: %w", err)
-		}
-		if len(layers) > 0 {
-			rep.PrefillRoutes = &routesReport{Tokens: n, TopK: m.Config.NumExpertsPerTok, Experts: m.Config.NumExperts, Layers: layers}
+	}); ok && len(sizes) > 0 {
+		var err error
+		if rep.PrefillRoutes, err = censusReport(c, toks[:slices.Min(sizes)], m.Config); err != nil {
+			return err
 		}
 	}
 	if f.jsonOut {
