@@ -16,9 +16,11 @@ import (
 // layer) prefilling a 300-token prompt on gemm_wgmma_nr (its split GEMMs
 // normalising and rotating q and k, fusePrefillGEMMNormRoPE) decodes what
 // the plan without the fusion decodes: the same tokens while the greedy
-// choice is clear (a gap above 0.05), logits within bf16 rounding of its
-// (the fusion's square sums run in another order, so bits may differ),
-// eager and graph-replayed.
+// choice is clear (a gap above 0.05), logits within 0.03 relative L2 of
+// its, the bound the fixtures hold against transformers (the fusion's
+// square sums run in another order, so bits may differ, and with weights
+// that spread the routing over all 256 experts one rounding step can swap
+// a near-tied tenth expert), eager and graph-replayed.
 func TestGEMMNormRoPEModelGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 2)
@@ -55,7 +57,9 @@ func TestGEMMNormRoPEModelGPU(t *testing.T) {
 				d := float64(lb[i][j]) - float64(la[i][j])
 				num, den = num+d*d, den+float64(la[i][j])*float64(la[i][j])
 			}
-			if rel := math.Sqrt(num / den); rel > 1e-2 {
+			rel := math.Sqrt(num / den)
+			t.Logf("eager %v, step %d: logits %.3g from the plan's without the fusion (relative L2), gap %.3g", eager, i, rel, gaps[i])
+			if rel > 0.03 {
 				t.Fatalf("eager %v, step %d: logits %.3g from the plan's without the fusion (relative L2)", eager, i, rel)
 			}
 			if gaps[i] < 0.05 {
