@@ -199,6 +199,18 @@ func (r *routesReport) print(w io.Writer) {
 	lo, med, hi, busy := r.summary()
 	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); a layer's busiest expert takes %d routes (median over the layers), against %.0f each if spread evenly\n",
 		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
+	if r.collapsed() {
+		fmt.Fprintf(w, "warning: the routing collapsed (the median MoE layer uses %d of the %d experts its %d routes could reach): prefill and batched-decode times on these weights are not a trained model's\n",
+			med, min(r.Experts, r.Tokens*r.TopK), r.Tokens*r.TopK)
+	}
+}
+
+// collapsed says the median layer's routes reach under half the experts
+// they could (the synthetic q4_k weights before 2026-12-04 sent every
+// token to about 10 of 256, which made grouped GEMMs look fast).
+func (r *routesReport) collapsed() bool {
+	_, med, _, _ := r.summary()
+	return 2*med < min(r.Experts, r.Tokens*r.TopK)
 }
 
 // summary is the experts used a layer (least, median, most) and the

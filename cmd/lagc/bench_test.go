@@ -351,3 +351,34 @@ func TestRoutesSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesCollapsed: the warning when the median layer's routes reach
+// under half the experts they could (all of them, or as many as there are
+// routes), and none otherwise.
+func TestRoutesCollapsed(t *testing.T) {
+	for _, c := range []struct {
+		tokens, experts int
+		used            []int
+		want            bool
+	}{
+		{2048, 256, []int{11, 10, 11}, true}, // the old synthetic q4_k weights
+		{2048, 256, []int{256, 252, 235}, false},
+		{2048, 256, []int{256, 100, 127}, true}, // median 127 < 128
+		{2048, 256, []int{256, 100, 128}, false},
+		{4, 256, []int{21}, false}, // 40 routes: 21 of the 40 they could reach
+		{4, 256, []int{19}, true},
+		{64, 8, []int{8}, false},
+	} {
+		var ls []routes.Layer
+		for i, u := range c.used {
+			ls = append(ls, routes.Layer{Layer: i + 1, Used: u, Busiest: 1})
+		}
+		r := &routesReport{Tokens: c.tokens, TopK: 10, Experts: c.experts, Layers: ls}
+		var b strings.Builder
+		r.print(&b)
+		if got := strings.Contains(b.String(), "warning: the routing collapsed"); got != c.want || r.collapsed() != c.want {
+			t.Errorf("%d tokens, %d experts, used %v: warned %v (collapsed() %v), want %v:\n%s", c.tokens, c.experts, c.used, got,
+				r.collapsed(), c.want, b.String())
+		}
+	}
+}
