@@ -317,10 +317,12 @@ type QMoEArgs struct {
 // row in flight per lane there) force the kernels' rounds (QMoEShape).
 // GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
 // the type's gate+up warps (QMoEShape) where neither GateUpRows nor Half
-// is forced, 4 where one is, and 4 for down. GateUpStages (0 to 4) forces
-// how gate+up loads its units: into registers once the round before is
-// summed (0), into a second set of registers before it is (1), or into
-// shared memory stages-1 rounds ahead. DownAll copies each lane's down
+// is forced, 4 where one is, and 4 for down. GateUpStages (1 to 4) forces
+// how gate+up loads its units: into a second set of registers before the
+// round before is summed (1), or into shared memory stages-1 rounds
+// ahead; GateUpStagesZero forces 0, into registers once the round before
+// is summed; neither: the type's (QMoEStages) where neither GateUpRows,
+// GateUpWarps nor Half is forced, else 0. DownAll copies each lane's down
 // units into shared memory at once (DownUnits unused). TileRows is the
 // prefill's quantised grouped GEMMs' token tile (64, 96 or 128), CTAs
 // their CTAs a multiprocessor (1, or 2 with tiles of up to 96 rows), WGs
@@ -331,6 +333,7 @@ type QMoEArgs struct {
 // WholeTile their MMAs' widths: hopperQStep.
 type QMoEForce struct {
 	GateUpRows, GateUpWarps, GateUpStages int  `json:",omitempty"`
+	GateUpStagesZero                      bool `json:",omitempty"`
 	DownRows, DownUnits, DownWarps        int  `json:",omitempty"`
 	DownAll                               bool `json:",omitempty"`
 	TileRows                              int  `json:",omitempty"`
@@ -397,6 +400,9 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if !ok || err != nil || n < 0 {
 			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec, half)", s, kv)
 		}
+		if k == "s" && n == 0 {
+			f.GateUpStagesZero = true // the zero value chooses, so s=0 is a flag
+		}
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
@@ -419,7 +425,7 @@ const qmoeMaxShared = 96 << 10
 // (QMoEShape) and how they stage the bytes a block's units share (QW's
 // BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
 // of its body and head bytes of its head; QB: qb bytes of quants a unit).
-type qmoeType struct{ gateUpRows, gateUpWarps, downRows, downUnits, be, sa, head, qb int }
+type qmoeType struct{ gateUpRows, gateUpWarps, gateUpStages, downRows, downUnits, be, sa, head, qb int }
 
 // The 4-bit, 5-bit and 6-bit types' gate+up on 8 warps of 4 rows: 320
 // blocks of S-2.1's decode fit three an SM either way, and twice the warps
@@ -429,16 +435,19 @@ type qmoeType struct{ gateUpRows, gateUpWarps, downRows, downUnits, be, sa, head
 // units of a lane (S-2.1's top-10 x 32) before its wait, where 8 leave a
 // second DRAM round trip after it (H200, q4_k_m graph decode, full depth
 // 265.8 -> 269.0 tok/s, 12 layers 1.2% faster, 162 registers, no spill);
-// iq4_xs measured 1.7% slower so, and q6_k spills.
+// iq4_xs measured 1.7% slower so, and q6_k spills. iq4_xs's gate+up loads
+// its second round into a second set of registers before the first is
+// summed (stages 1: full depth 263.1 -> 266.3 tok/s, 12 layers 1.6%
+// faster; q4_k level, so not chosen).
 var qmoeTypes = map[quant.Type]qmoeType{
-	quant.Q8_0:   {8, 4, 2, 4, 32, 0, 2, 32},
-	quant.Q4_K:   {4, 8, 2, 10, 256, 16, 4, 16},
-	quant.Q5_K:   {4, 8, 2, 8, 256, 48, 4, 16},
-	quant.Q6_K:   {4, 8, 2, 8, 256, 16, 2, 24},
-	quant.IQ4_XS: {4, 8, 2, 8, 256, 0, 8, 16},
+	quant.Q8_0:   {8, 4, 0, 2, 4, 32, 0, 2, 32},
+	quant.Q4_K:   {4, 8, 0, 2, 10, 256, 16, 4, 16},
+	quant.Q5_K:   {4, 8, 0, 2, 8, 256, 48, 4, 16},
+	quant.Q6_K:   {4, 8, 0, 2, 8, 256, 16, 2, 24},
+	quant.IQ4_XS: {4, 8, 1, 2, 8, 256, 0, 8, 16},
 	// q4_k staged decoded (QMoEForce.Decoded): 16 floats of scales and
 	// mins, then d and dmin as 2.
-	QMoEDecodedType: {4, 8, 2, 8, 256, 64, 8, 16},
+	QMoEDecodedType: {4, 8, 0, 2, 8, 256, 64, 8, 16},
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
@@ -450,6 +459,10 @@ func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, downRows, downUnits int) 
 	q := qmoeTypes[t]
 	return q.gateUpRows, q.gateUpWarps, q.downRows, q.downUnits
 }
+
+// QMoEStages is the gate+up stages (QMoEForce.GateUpStages) the type's
+// shape runs with when nothing of the gate+up is forced.
+func QMoEStages(t quant.Type) int { return qmoeTypes[t].gateUpStages }
 
 // qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
 // a quantised GEMV of the same x puts it, so that reuseQ8X drops the
@@ -563,6 +576,9 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 		return nil, fmt.Errorf("moe: half-group gate+up blocks need counters")
 	}
 	ns := a.GateUpStages
+	if ns == 0 && !a.GateUpStagesZero && a.GateUpRows == 0 && a.GateUpWarps == 0 && !a.Half {
+		ns = QMoEStages(a.WType)
+	}
 	if ns < 0 || ns > 4 {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0 to 4)", ns)
 	}

@@ -63,9 +63,16 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of %d, %d bytes, no dtype", c.name, T,
 					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, 32*c.wantW, c.wantShm)
 			}
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), 0, 32}) {
-				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, registers", c.name, T, gu.Ints, c.qt, c.wantG, c.wantW)
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), int64(QMoEStages(c.qt)), 32}) {
+				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, the type's %d stages", c.name, T, gu.Ints, c.qt,
+					c.wantG, c.wantW, QMoEStages(c.qt))
 			}
+			// s=0 forced: the plain loads whatever the type's stages
+			a.GateUpStagesZero = true
+			if lf, err := QMoE(a); err != nil || lf[1].Ints[3] != 0 {
+				t.Errorf("%s T=%d: s=0 forced: %v (%v), want 0 stages", c.name, T, lf, err)
+			}
+			a.GateUpStagesZero = false
 			// rows forced alone keep 4 warps (the shapes forced before the
 			// types chose 8)
 			a.GateUpRows = 8
@@ -264,6 +271,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"", QMoEForce{}, ""},
 		{"g=8", QMoEForce{GateUpRows: 8}, ""},
 		{" g=8, gw=4 ,s=3,nh=2,sd=8,dw=4,all", QMoEForce{GateUpRows: 8, GateUpWarps: 4, GateUpStages: 3, DownRows: 2, DownUnits: 8, DownWarps: 4, DownAll: true}, ""},
+		{"s=0", QMoEForce{GateUpStagesZero: true}, ""},
 		{"rows=96,ctas=1,wgs=4", QMoEForce{TileRows: 96, CTAs: 1, WGs: 4}, ""},
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
