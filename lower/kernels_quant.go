@@ -373,7 +373,7 @@ const QMoEDecodedType quant.Type = 212
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
-// round, warps, stages; down rows a warp, units a round, warps, all units
+// round, warps, stages (s=0 sets GateUpStagesZero); down rows a warp, units a round, warps, all units
 // at once; the prefill grouped GEMMs' token tile, CTAs a
 // multiprocessor, consumer warpgroups, the step its MMAs' width follows a
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
