@@ -373,9 +373,9 @@ const QMoEDecodedType quant.Type = 212
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
-// round, warps, stages (s=0 sets GateUpStagesZero); down rows a warp, units a round, warps, all units
-// at once; the prefill grouped GEMMs' token tile, CTAs a
-// multiprocessor, consumer warpgroups, the step its MMAs' width follows a
+// round, warps, stages (s=0 sets GateUpStagesZero); down rows a warp,
+// units a round, warps, all units at once; the prefill grouped GEMMs'
+// token tile, CTAs a multiprocessor, consumer warpgroups, the step its MMAs' width follows a
 // tile's rows in, or MMAs always as wide as the tile, and their pipelined
 // loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
 // the same kernel whatever the chunk, nobf16: never (neither: by tokens an
@@ -422,7 +422,7 @@ const QMoEMaxTopK = 64
 const qmoeMaxShared = 96 << 10
 
 // qmoeType is, per weight type, the rounds of the routed-expert kernels
-// (QMoEShape) and how they stage the bytes a block's units share (QW's
+// (QMoEShape, QMoEStages) and how they stage the bytes a block's units share (QW's
 // BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
 // of its body and head bytes of its head; QB: qb bytes of quants a unit).
 type qmoeType struct{ gateUpRows, gateUpWarps, gateUpStages, downRows, downUnits, be, sa, head, qb int }
