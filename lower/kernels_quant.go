@@ -375,15 +375,15 @@ const QMoEDecodedType quant.Type = 212
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
 // round, warps, stages (s=0 sets GateUpStagesZero); down rows a warp,
 // units a round, warps, all units at once; the prefill grouped GEMMs'
-// token tile, CTAs a multiprocessor, consumer warpgroups, the step its MMAs' width follows a
-// tile's rows in, or MMAs always as wide as the tile, and their pipelined
-// loop (pipe) or the plain one (nopipe); bf16: the bf16 grouped experts on
-// the same kernel whatever the chunk, nobf16: never (neither: by tokens an
-// expert, BF16QMaxAvgRows); bf16ops: the quantised grouped GEMMs on bf16
-// operands rather than f16 (hopperQF16); dec: q4_k's routed experts staged
-// decoded in decode (QMoEForce.Decoded); half: the decode gate+up on
-// blocks of 16 activations (QMoEForce.Half). QMoE and hopperQShape check
-// the values.
+// token tile, CTAs a multiprocessor, consumer warpgroups, the step its
+// MMAs' width follows a tile's rows in, or MMAs always as wide as the
+// tile, and their pipelined loop (pipe) or the plain one (nopipe); bf16:
+// the bf16 grouped experts on the same kernel whatever the chunk, nobf16:
+// never (neither: by tokens an expert, BF16QMaxAvgRows); bf16ops: the
+// quantised grouped GEMMs on bf16 operands rather than f16 (hopperQF16);
+// dec: q4_k's routed experts staged decoded in decode
+// (QMoEForce.Decoded); half: the decode gate+up on blocks of 16
+// activations (QMoEForce.Half). QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
