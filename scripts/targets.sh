@@ -107,7 +107,7 @@ for name in ("q4_k_m", "bf16"):
     if rt and rt.get("layers"):
         used = sorted(l["used"] for l in rt["layers"])
         busy = sorted(l["busiest"] for l in rt["layers"])
-        collapsed = used[len(used)//2] < rt["experts"] // 2
+        collapsed = rt.get("collapsed", False)  # lagc bench's rule (routesReport.collapsed)
         print(f"  routing ({name}, prefill {rt['tokens']}): {used[0]}-{used[-1]} of {rt['experts']} experts used a layer "
               f"(median {used[len(used)//2]}), busiest expert median {busy[len(busy)//2]} routes "
               f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})"

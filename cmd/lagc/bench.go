@@ -171,13 +171,19 @@ type routesReport struct {
 	TopK    int            `json:"top_k"`
 	Experts int            `json:"experts"`
 	Layers  []routes.Layer `json:"layers"`
+	// Collapsed is collapsed(), for scripts (targets.sh).
+	Collapsed bool `json:"collapsed"`
+}
+
+// routeCensus is an executor that counts a prefill's routes (gpu's and
+// cpu's CensusRoutes).
+type routeCensus interface {
+	CensusRoutes([]int32) ([]routes.Layer, error)
 }
 
 // censusReport is how c's router spreads tokens (a prefill from position
 // 0: CensusRoutes), nil for a model without MoE layers.
-func censusReport(c interface {
-	CensusRoutes([]int32) ([]routes.Layer, error)
-}, tokens []int32, cfg *config.Config) (*routesReport, error) {
+func censusReport(c routeCensus, tokens []int32, cfg *config.Config) (*routesReport, error) {
 	if cfg.NumExperts == 0 {
 		return nil, nil
 	}
@@ -188,7 +194,9 @@ func censusReport(c interface {
 	if len(layers) == 0 {
 		return nil, nil
 	}
-	return &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}, nil
+	r := &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
+	r.Collapsed = r.collapsed()
+	return r, nil
 }
 
 // print writes the routing's line (nothing for a nil report).

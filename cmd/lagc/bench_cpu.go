@@ -13,7 +13,6 @@ import (
 
 	"lagc/engine"
 	"lagc/exec/cpu"
-	"lagc/exec/routes"
 	"lagc/internal/cputime"
 )
 
@@ -151,9 +150,7 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 		}
 		rep.Prefill = append(rep.Prefill, medianRate(ts, n))
 	}
-	if c, ok := be.(interface {
-		CensusRoutes([]int32) ([]routes.Layer, error)
-	}); ok && len(sizes) > 0 {
+	if c, ok := be.(routeCensus); ok && len(sizes) > 0 {
 		var err error
 		if rep.PrefillRoutes, err = censusReport(c, toks[:slices.Min(sizes)], m.Config); err != nil {
 			return err
