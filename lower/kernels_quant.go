@@ -321,7 +321,7 @@ type QMoEArgs struct {
 // how gate+up loads its units: into a second set of registers before the
 // round before is summed (1), or into shared memory stages-1 rounds
 // ahead; GateUpStagesZero forces 0, into registers once the round before
-// is summed; neither: the type's (QMoEStages) where neither GateUpRows,
+// is summed; neither: the type's (QMoEShape) where neither GateUpRows,
 // GateUpWarps nor Half is forced, else 0. DownAll copies each lane's down
 // units into shared memory at once (DownUnits unused). TileRows is the
 // prefill's quantised grouped GEMMs' token tile (64, 96 or 128), CTAs
@@ -422,7 +422,7 @@ const QMoEMaxTopK = 64
 const qmoeMaxShared = 96 << 10
 
 // qmoeType is, per weight type, the rounds of the routed-expert kernels
-// (QMoEShape, QMoEStages) and how they stage the bytes a block's units share (QW's
+// (QMoEShape) and how they stage the bytes a block's units share (QW's
 // BE, SA and HEAD in quant.cu: per block of be elements of a row, sa bytes
 // of its body and head bytes of its head; QB: qb bytes of quants a unit).
 type qmoeType struct{ gateUpRows, gateUpWarps, gateUpStages, downRows, downUnits, be, sa, head, qb int }
@@ -451,18 +451,15 @@ var qmoeTypes = map[quant.Type]qmoeType{
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
-// weights of type t: gate+up's rows in flight per lane and warps a block,
-// down's rows per warp and units in flight per lane (8: about 128 bytes of
-// quants; 10 for q4_k), as the registers of three blocks per SM hold
-// without spilling. It depends on the type alone, never on T.
-func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, downRows, downUnits int) {
+// weights of type t: gate+up's rows in flight per lane, warps a block and
+// stages (QMoEForce.GateUpStages), down's rows per warp and units in
+// flight per lane (8: about 128 bytes of quants; 10 for q4_k), as the
+// registers of three blocks per SM hold without spilling. It depends on
+// the type alone, never on T.
+func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, gateUpStages, downRows, downUnits int) {
 	q := qmoeTypes[t]
-	return q.gateUpRows, q.gateUpWarps, q.downRows, q.downUnits
+	return q.gateUpRows, q.gateUpWarps, q.gateUpStages, q.downRows, q.downUnits
 }
-
-// QMoEStages is the gate+up stages (QMoEForce.GateUpStages) the type's
-// shape runs with when nothing of the gate+up is forced.
-func QMoEStages(t quant.Type) int { return qmoeTypes[t].gateUpStages }
 
 // qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
 // a quantised GEMV of the same x puts it, so that reuseQ8X drops the
@@ -548,7 +545,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
-	g, gw, nh, sd := QMoEShape(a.WType)
+	g, gw, ns, nh, sd := QMoEShape(a.WType)
 	ob := 32 // activations a gate+up block
 	if a.Half {
 		ob, gw = 16, 4
@@ -575,9 +572,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if a.Half && a.Counters.Null() {
 		return nil, fmt.Errorf("moe: half-group gate+up blocks need counters")
 	}
-	ns := a.GateUpStages
-	if ns == 0 && !a.GateUpStagesZero && a.GateUpRows == 0 && a.GateUpWarps == 0 && !a.Half {
-		ns = QMoEStages(a.WType)
+	switch {
+	case a.GateUpStages != 0 || a.GateUpStagesZero:
+		ns = a.GateUpStages
+	case a.GateUpRows != 0 || a.GateUpWarps != 0 || a.Half:
+		ns = 0 // a forced gate+up shape loads plainly unless its stages are forced too
 	}
 	if ns < 0 || ns > 4 {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0 to 4)", ns)

@@ -63,9 +63,10 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d: gate+up grid %v block %v shmem %d %v, want %d blocks of %d, %d bytes, no dtype", c.name, T,
 					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, 32*c.wantW, c.wantShm)
 			}
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), int64(QMoEStages(c.qt)), 32}) {
+			_, _, ns, _, _ := QMoEShape(c.qt)
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), int64(ns), 32}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, the type's %d stages", c.name, T, gu.Ints, c.qt,
-					c.wantG, c.wantW, QMoEStages(c.qt))
+					c.wantG, c.wantW, ns)
 			}
 			// s=0 forced: the plain loads whatever the type's stages
 			a.GateUpStagesZero = true

@@ -147,9 +147,10 @@ func isGateUp(g Launch) bool {
 			ArgPtr, ArgPtr, ArgPtr, ArgPtr) && g.Args[2].Int > 0 && g.Args[2].Int%32 == 0
 }
 
-// gateUpOutputs is what a gate+up launch g (isGateUp) writes: R routes of I int8 values and their I/32 float4 scales, R its
-// blocks over the blocks a route (Ints[4] values each), and with blocks
-// of half a group the routes' f32 values too.
+// gateUpOutputs is what a gate+up launch g (isGateUp) writes: R routes
+// of I int8 values and their I/32 float4 scales, R its blocks over the
+// blocks a route (Ints[4] values each), and with blocks of half a group
+// the routes' f32 values too.
 func gateUpOutputs(g Launch) (R int64, outs []span) {
 	I := g.Args[2].Int
 	R = int64(g.Grid[0]) / (I / g.Ints[4])

@@ -852,7 +852,7 @@ func TestQMoEShapeEnv(t *testing.T) {
 				}
 			case "moe_down_qgemv", "moe_down_qgemv_trig": // _trig: fuseXInPre's (ALL 1 keeps fuseDownPre off)
 				dn++
-				_, _, _, sd := lower.QMoEShape(quant.Q4_K) // not forced: the type's (unused with all)
+				_, _, _, _, sd := lower.QMoEShape(quant.Q4_K) // not forced: the type's (unused with all)
 				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 1, int64(sd), 8, 1}) || l.Block[0] != 256 {
 					t.Errorf("down instantiated with %v, block %v", l.Ints, l.Block)
 				}
