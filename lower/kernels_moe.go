@@ -66,8 +66,6 @@ type MoEArgs struct {
 	// QMoE forces the decode kernels' shape (QMoEArgs) and the prefill's
 	// quantised grouped GEMMs' token tile; zero chooses.
 	QMoE QMoEForce
-	// Counters is the sync bytes the decode kernels may need (QMoEArgs).
-	Counters Ptr
 	// HopperDown is the bf16 grouped down GEMM's consumer schedule on the
 	// wgmma core: SchedPingPong runs it on 128-wide tiles, ping-pong;
 	// SchedAuto and SchedCooperative on 256-wide tiles, cooperative

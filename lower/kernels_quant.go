@@ -302,9 +302,6 @@ type QMoEArgs struct {
 	OutType          string
 	Accumulate       bool
 	Workspace        Ptr // QMoEWorkspace bytes
-	// Counters is QMoECounters bytes of the sync region (zero before the
-	// launches, which leave them zero); null unless Half.
-	Counters Ptr
 	// QMoEForce forces the kernels' shape (TileRows, the prefill GEMMs',
 	// is unused here); zero chooses.
 	QMoEForce
@@ -316,13 +313,13 @@ type QMoEArgs struct {
 // 4: rows per warp in the down kernel) and DownUnits (2, 4, 8, 10: units per
 // row in flight per lane there) force the kernels' rounds (QMoEShape).
 // GateUpWarps and DownWarps (4 or 8) force the warps of a block; zero:
-// the type's gate+up warps (QMoEShape) where neither GateUpRows nor Half
-// is forced, 4 where one is, and 4 for down. GateUpStages (1 to 4) forces
-// how gate+up loads its units: into a second set of registers before the
-// round before is summed (1), or into shared memory stages-1 rounds
-// ahead; GateUpStagesZero forces 0, into registers once the round before
-// is summed; neither: the type's (QMoEShape) where neither GateUpRows,
-// GateUpWarps nor Half is forced, else 0. DownAll copies each lane's down
+// the type's gate+up warps (QMoEShape) where GateUpRows is not forced, 4
+// where it is, and 4 for down. GateUpStages (1 to 4) forces how gate+up
+// loads its units: into a second set of registers before the round before
+// is summed (1), or into shared memory stages-1 rounds ahead;
+// GateUpStagesZero forces 0, into registers once the round before is
+// summed; neither: the type's (QMoEShape) where neither GateUpRows nor
+// GateUpWarps is forced, else 0. DownAll copies each lane's down
 // units into shared memory at once (DownUnits unused). TileRows is the
 // prefill's quantised grouped GEMMs' token tile (64, 96 or 128), CTAs
 // their CTAs a multiprocessor (1, or 2 with tiles of up to 96 rows), WGs
@@ -353,23 +350,7 @@ type QMoEForce struct {
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
-	// Decoded stages q4_k's shared bytes decoded (scales and mins as
-	// floats) in the decode routed-expert kernels: QMoEDecodedType. The
-	// same bits; an A/B lead (docs/DECODE_MEGAKERNEL.md). Experts of other
-	// types (a real Q4_K_M file's q5_k or q6_k layers) stage as before.
-	Decoded bool `json:",omitempty"`
-	// Half runs the decode gate+up on blocks of 16 activations, half a
-	// quantisation group (4 warps unless forced), so that S-2.1's blocks
-	// spread evenly over the SMs; each pair meets at a counter and the
-	// second quantises the group. The same bits; an A/B lead.
-	Half bool `json:",omitempty"`
 }
-
-// QMoEDecodedType is quant.cu's QT_Q4_K_DEC, the routed-expert kernels'
-// type argument for q4_k weights staged decoded (QMoEForce.Decoded): the
-// same bytes, 64 + 8 staged bytes a block row where q4_k stages 16 + 4.
-// 212, apart from the prefill's f16 forms' 100 + type (hopperQF16IDs).
-const QMoEDecodedType quant.Type = 212
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
 // (any subset, comma-separated; "" is the zero shape): gate+up rows a
@@ -380,10 +361,8 @@ const QMoEDecodedType quant.Type = 212
 // tile, and their pipelined loop (pipe) or the plain one (nopipe); bf16:
 // the bf16 grouped experts on the same kernel whatever the chunk, nobf16:
 // never (neither: by tokens an expert, BF16QMaxAvgRows); bf16ops: the
-// quantised grouped GEMMs on bf16 operands rather than f16 (hopperQF16);
-// dec: q4_k's routed experts staged decoded in decode
-// (QMoEForce.Decoded); half: the decode gate+up on blocks of 16
-// activations (QMoEForce.Half). QMoE and hopperQShape check the values.
+// quantised grouped GEMMs on bf16 operands rather than f16 (hopperQF16).
+// QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
 	var f QMoEForce
 	for _, kv := range strings.Split(s, ",") {
@@ -391,14 +370,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "dec": &f.Decoded, "half": &f.Half}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec, half)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, kv)
 		}
 		if k == "s" && n == 0 {
 			f.GateUpStagesZero = true // the zero value chooses, so s=0 is a flag
@@ -406,7 +385,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, k)
 		}
 		*field = n
 	}
@@ -445,9 +424,6 @@ var qmoeTypes = map[quant.Type]qmoeType{
 	quant.Q5_K:   {4, 8, 0, 2, 8, 256, 48, 4, 16},
 	quant.Q6_K:   {4, 8, 0, 2, 8, 256, 16, 2, 24},
 	quant.IQ4_XS: {4, 8, 1, 2, 8, 256, 0, 8, 16},
-	// q4_k staged decoded (QMoEForce.Decoded): 16 floats of scales and
-	// mins, then d and dmin as 2.
-	QMoEDecodedType: {4, 8, 0, 2, 8, 256, 64, 8, 16},
 }
 
 // QMoEShape chooses the rounds of the quantised routed-expert kernels for
@@ -464,27 +440,12 @@ func QMoEShape(t quant.Type) (gateUpRows, gateUpWarps, gateUpStages, downRows, d
 // qmoeLayout is QMoE's workspace: x quantised first (at offset 0, where
 // a quantised GEMV of the same x puts it, so that reuseQ8X drops the
 // repeat and fuseNormQ8X moves it into the norm), then the routes'
-// activations, quantised, and with Half their f32 values (pv: each block
-// of a pair stores its half there for the second).
-type qmoeLayout struct{ xq, aq, pv, total int64 }
+// activations, quantised.
+type qmoeLayout struct{ xq, aq, total int64 }
 
 func (a QMoEArgs) layout() qmoeLayout {
 	x := Q8XBytes(a.T, a.H)
-	l := qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
-	if a.Half {
-		l.pv = align256(l.total)
-		l.total = l.pv + 4*int64(a.T)*int64(a.TopK)*int64(a.I)
-	}
-	return l
-}
-
-// QMoECounters is the sync bytes QMoE's gate+up needs: with Half, one u32
-// a quantisation group of the routes' activations; else none.
-func QMoECounters(a QMoEArgs) int64 {
-	if !a.Half {
-		return 0
-	}
-	return 4 * int64(a.T) * int64(a.TopK) * int64(a.I/32)
+	return qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
 }
 
 // QMoEWorkspace is the scratch QMoE needs: x and the routes' activations,
@@ -493,15 +454,15 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 
 // qmoeShared is the kernels' dynamic shared memory: for gate+up a token's
 // quantised x (scales and int8 values) and the staged bytes of a block's
-// 2*ob weight rows (ob activations); for down the token's k quantised
+// 64 weight rows (32 activations); for down the token's k quantised
 // activation rows (scales, int8 values) and the staged bytes of the
 // block's downRows*downWarps rows of each slot's expert. With stages (2
 // or more), gate+up adds its warps' rings of units from a 256-byte
 // boundary, and down with all its units (downAll) their copies likewise.
-func qmoeShared(t quant.Type, H, I, k, ob, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
+func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
 	be, sa, head := q.be, q.sa, q.head
-	gateUp = 16*(H/32) + H + 2*ob*(H/be)*(sa+head)
+	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
 	if stages >= 2 {
 		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
 	}
@@ -546,10 +507,6 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
 	g, gw, ns, nh, sd := QMoEShape(a.WType)
-	ob := 32 // activations a gate+up block
-	if a.Half {
-		ob, gw = 16, 4
-	}
 	if a.GateUpRows != 0 {
 		g, gw = a.GateUpRows, 4 // forced rows keep their 4 warps unless those are forced too
 	}
@@ -566,36 +523,25 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if (g != 2 && g != 4 && g != 8 && g != 16) || (nh != 1 && nh != 2 && nh != 4) || (sd != 2 && sd != 4 && sd != 8 && sd != 10) {
 		return nil, fmt.Errorf("moe: rounds of %d gate+up rows, %d down rows x %d units (2, 4, 8, 16; 1, 2, 4; 2, 4, 8, 10)", g, nh, sd)
 	}
-	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 2*ob/gw {
-		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most %d/warps rows)", gw, g, dw, 2*ob)
-	}
-	if a.Half && a.Counters.Null() {
-		return nil, fmt.Errorf("moe: half-group gate+up blocks need counters")
+	if (gw != 4 && gw != 8) || (dw != 4 && dw != 8) || g > 64/gw {
+		return nil, fmt.Errorf("moe: %d gate+up warps of %d rows, %d down warps (4 or 8 warps, at most 64/warps rows)", gw, g, dw)
 	}
 	switch {
 	case a.GateUpStages != 0 || a.GateUpStagesZero:
 		ns = a.GateUpStages
-	case a.GateUpRows != 0 || a.GateUpWarps != 0 || a.Half:
+	case a.GateUpRows != 0 || a.GateUpWarps != 0:
 		ns = 0 // a forced gate+up shape loads plainly unless its stages are forced too
 	}
 	if ns < 0 || ns > 4 {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0 to 4)", ns)
 	}
-	kt := a.WType // the kernels' type argument
-	if a.Decoded && a.WType == quant.Q4_K {
-		kt = QMoEDecodedType // other types stage as stored
-	}
-	smem, dsmem := qmoeShared(kt, a.H, a.I, a.TopK, ob, g, gw, ns, nh, dw, a.DownAll)
+	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
 	}
 	R, lay := a.T*a.TopK, a.layout()
 	xq, aq := a.Workspace.At(lay.xq), a.Workspace.At(lay.aq)
-	pv, cnt := Ptr{}, Ptr{} // Half's values and counters
-	if a.Half {
-		pv, cnt = a.Workspace.At(lay.pv), a.Counters
-	}
 	as := q8xScales(aq, R, a.I)
 	qx, err := Q8XQuantize(a.XType, a.X, xq, a.T, a.H)
 	if err != nil {
@@ -603,11 +549,11 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	}
 	return []Launch{
 		qx,
-		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(kt), int64(g), int64(gw), int64(ns), int64(ob)}, dims(R*(a.I/ob)), dims(32*gw), smem,
+		kernel("quant.cu", "moe_gateup_qgemv", nil, []int64{int64(a.WType), int64(g), int64(gw), int64(ns)}, dims(R*(a.I/32)), dims(32*gw), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
-			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as), ptrArg(pv), ptrArg(cnt)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(kt), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
+			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
@@ -799,7 +745,7 @@ func (a MoEArgs) qmoe() QMoEArgs {
 	t, _ := QuantType(a.WType)
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
 		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
-		Workspace: a.Workspace, Counters: a.Counters, QMoEForce: a.QMoE}
+		Workspace: a.Workspace, QMoEForce: a.QMoE}
 }
 
 // dequantArgs is a with bf16 stacks in the workspace at off, where

@@ -64,7 +64,7 @@ func TestQMoELaunches(t *testing.T) {
 					gu.Grid, gu.Block, gu.Shmem, gu.DTypes, R*c.I/32, 32*c.wantW, c.wantShm)
 			}
 			_, _, ns, _, _ := QMoEShape(c.qt)
-			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), int64(ns), 32}) {
+			if !slices.Equal(gu.Ints, []int64{int64(c.qt), int64(c.wantG), int64(c.wantW), int64(ns)}) {
 				t.Errorf("%s T=%d: gate+up instantiated with %v, want type %d, %d rows a round, %d warps, the type's %d stages", c.name, T, gu.Ints, c.qt,
 					c.wantG, c.wantW, ns)
 			}
@@ -96,31 +96,6 @@ func TestQMoELaunches(t *testing.T) {
 				t.Errorf("%s T=%d, 8 warps: gate+up %v x %v %v, down %v x %v %v shmem %d", c.name, T, g8.Grid, g8.Block, g8.Ints,
 					d8.Grid, d8.Block, d8.Ints, d8.Shmem)
 			}
-			// Half a group a block (Half): twice the blocks of 4 warps,
-			// half the staged rows, the routes' f32 values after the
-			// workspace's quantised ones, a counter a group; refused
-			// without counters.
-			if gu.Args[15].Ptr() != (Ptr{}) || gu.Args[16].Ptr() != (Ptr{}) || QMoECounters(a) != 0 {
-				t.Errorf("%s T=%d: gate+up without Half has values %v, counters %v (%d bytes)", c.name, T, gu.Args[15], gu.Args[16], QMoECounters(a))
-			}
-			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.Half = 0, 0, 0, true
-			if _, err := QMoE(a); err == nil || !strings.Contains(err.Error(), "need counters") {
-				t.Errorf("%s T=%d: Half without counters: %v", c.name, T, err)
-			}
-			a.Counters = Ptr{BaseSync, 64}
-			lh, err := QMoE(a)
-			if err != nil {
-				t.Fatalf("%s T=%d, half: %v", c.name, T, err)
-			}
-			ws := Q8XBytes(T, c.H) + Q8XBytes(R, c.I)
-			if h := lh[1]; h.Grid != dims(R*c.I/16) || h.Block != dims(128) || h.Ints[2] != 4 || h.Ints[4] != 16 ||
-				2*h.Shmem != c.wantShm+16*(c.H/32)+c.H ||
-				h.Args[15].Ptr() != a.Workspace.At(align256(ws)) || h.Args[16].Ptr() != a.Counters ||
-				QMoEWorkspace(a) != align256(ws)+4*int64(R*c.I) || QMoECounters(a) != 4*int64(R*c.I/32) {
-				t.Errorf("%s T=%d, half: gate+up %v x %v %v args %v, %v; workspace %d, counters %d", c.name, T, h.Grid, h.Block, h.Ints,
-					h.Args[15], h.Args[16], QMoEWorkspace(a), QMoECounters(a))
-			}
-			a.Half, a.Counters = false, Ptr{}
 			// Two rounds in registers (stages 1): no ring, the same shared
 			// memory as one round.
 			a.GateUpWarps, a.GateUpRows, a.DownWarps, a.GateUpStages = 0, 0, 0, 1
@@ -153,28 +128,6 @@ func TestQMoELaunches(t *testing.T) {
 			}
 			if nh := int(dn.Ints[1]); nh != 2 || dn.Grid != dims(T*ceilDiv(c.H, 8)) || dn.Block != dims(128) || dn.Shmem != c.wantDSh {
 				t.Errorf("%s T=%d: down grid %v block %v shmem %d for %d rows a warp, want 2 rows and %d bytes", c.name, T, dn.Grid, dn.Block, dn.Shmem, nh, c.wantDSh)
-			}
-			// q4_k staged decoded: its own type argument, 64 + 8 staged
-			// bytes a block row for 16 + 4; other types stage as before
-			if c.qt != quant.Q4_K {
-				a.Decoded = true
-				lo, err := QMoE(a)
-				if err != nil || !reflect.DeepEqual(lo, lsAll) {
-					t.Errorf("%s T=%d, dec on another type: %v (%v)", c.name, T, lo, err)
-				}
-				a.Decoded = false
-			}
-			if c.qt == quant.Q4_K {
-				a.DownAll, a.Decoded = false, true
-				ld, err := QMoE(a)
-				if err != nil {
-					t.Fatalf("%s T=%d, decoded: %v", c.name, T, err)
-				}
-				nb := c.H / 256
-				if g, d := ld[1], ld[2]; g.Ints[0] != int64(QMoEDecodedType) || d.Ints[0] != int64(QMoEDecodedType) ||
-					g.Shmem != c.wantShm+64*nb*(64+8-16-4) || d.Shmem != c.wantDSh+c.k*8*(c.I/256)*(64+8-16-4) {
-					t.Errorf("%s T=%d, decoded: gate+up %v shmem %d, down %v shmem %d", c.name, T, g.Ints, g.Shmem, d.Ints, d.Shmem)
-				}
 			}
 			ints := append(slices.Clone(gu.Ints), dn.Ints...)
 			if first == nil {
@@ -277,7 +230,8 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
-		{"dec,all", QMoEForce{DownAll: true, Decoded: true}, ""},
+		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
+		{"half", QMoEForce{}, "is not KEY=N"},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
 		{"vn=16,whole", QMoEForce{TokenStep: 16, WholeTile: true}, ""},
@@ -285,7 +239,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, dec, half)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)

@@ -16,8 +16,8 @@ import (
 func init() {
 	// The expert stacks may stay block-quantised (moe_grouped's unfused
 	// form reads gate, up, down at 3, 4, 5; fused, gate_up and down at 3, 4).
-	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch, counters: moeCounters, quantInputs: []int{3, 4, 5}})
-	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, counters: moeCounters, quantInputs: []int{3, 4, 5}, layout: func(n *ir.Node, i int) string {
+	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}})
+	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}, layout: func(n *ir.Node, i int) string {
 		// The MoE kernels read gate and up stacks separately.
 		if n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
 			return LayoutGateUpSplit
@@ -52,7 +52,7 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 		T: c.rows(st.In[0]), H: H, I: I, E: E, TopK: st.In[1].Last(c.T) + st.Int("shared"),
 		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
 		XType: st.In[0].DType, WType: st.In[nd].DType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
-		Accumulate: res != 0, SMs: c.p.SMs, CC: c.p.cc(), PrefillMMA: c.p.PrefillMMA, QMoE: c.p.QMoE, Counters: Ptr{BaseSync, 0},
+		Accumulate: res != 0, SMs: c.p.SMs, CC: c.p.cc(), PrefillMMA: c.p.PrefillMMA, QMoE: c.p.QMoE,
 		NoGather: !c.p.MoEGather, Multicast: c.p.MoEMulticast,
 	}
 	if st.String("order") == "descending" {
@@ -135,20 +135,6 @@ func moeRule(c *stepCtx) ([]Launch, error) {
 		return nil, err
 	}
 	return append(ls, ms...), nil
-}
-
-// moeCounters is the sync bytes of the decode kernels' runs (at most
-// QGEMVMaxRows rows each, gemvRuns), where they count (QMoECounters).
-func moeCounters(c *stepCtx) (int64, error) {
-	a, err := moeArgs(c)
-	if err != nil || !IsQuantized(a.WType) {
-		return 0, err
-	}
-	a.T = min(a.T, QGEMVMaxRows)
-	if q, err := a.quantPath(); err != nil || q != moeQuantDecode {
-		return 0, err
-	}
-	return QMoECounters(a.qmoe()), nil
 }
 
 func moeScratch(c *stepCtx) (ws, rt int64, err error) {

@@ -142,21 +142,16 @@ func fuseDownPre(steps [][]Launch) { renamePairs(steps, DownPre) }
 // gate+up launch's (moe_gateup_qgemv or its _trig form), of a positive
 // multiple of 32 values a route.
 func isGateUp(g Launch) bool {
-	return g.File == "quant.cu" && len(g.Ints) == 5 && (g.Ints[4] == 32 || g.Ints[4] == 16) && len(g.Args) == 17 &&
+	return g.File == "quant.cu" && len(g.Ints) == 4 && len(g.Args) == 15 &&
 		ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64,
-			ArgPtr, ArgPtr, ArgPtr, ArgPtr) && g.Args[2].Int > 0 && g.Args[2].Int%32 == 0
+			ArgPtr, ArgPtr) && g.Args[2].Int > 0 && g.Args[2].Int%32 == 0
 }
 
 // gateUpOutputs is what a gate+up launch g (isGateUp) writes: R routes
 // of I int8 values and their I/32 float4 scales, R its blocks over the
-// blocks a route (Ints[4] values each), and with blocks of half a group
-// the routes' f32 values too.
+// blocks a route (32 values each).
 func gateUpOutputs(g Launch) (R int64, outs []span) {
 	I := g.Args[2].Int
-	R = int64(g.Grid[0]) / (I / g.Ints[4])
-	outs = []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
-	if pv := g.Args[15].Ptr(); !pv.Null() {
-		outs = append(outs, span{pv, 4 * R * I})
-	}
-	return R, outs
+	R = int64(g.Grid[0]) / (I / 32)
+	return R, []span{{g.Args[13].Ptr(), R * I}, {g.Args[14].Ptr(), R * I / 32 * 16}}
 }

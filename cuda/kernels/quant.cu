@@ -86,10 +86,6 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
                : "memory");
 }
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() {
   cp_async_commit();
   cp_async_wait<0>();
@@ -140,7 +136,6 @@ struct X32 {
 
 template <> struct QW<QT_Q8_0> {
   static constexpr int BE = 32, BODY = 32, SA = 0, SAOFF = 0, HEAD = 2;
-  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 a, b;
     float d;
@@ -179,17 +174,6 @@ template <> struct QW<QT_Q8_0> {
   }
 };
 
-// nibbles: a unit's 16 bytes of 4-bit quants, low nibbles in lo and high
-// ones in hi, a byte each (q4_k's, q5_k's low four bits).
-__device__ __forceinline__ void nibbles(const uint4& q, int (&lo)[4], int (&hi)[4]) {
-  const int raw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    lo[i] = raw[i] & 0x0F0F0F0F;
-    hi[i] = (raw[i] >> 4) & 0x0F0F0F0F;
-  }
-}
-
 // Q4_K and Q5_K: unit u is half h of 64-element chunk j of block b: its 16
 // bytes of qs hold elements 64j+16h+[0,16) in the low nibbles (sub-block
 // 2j) and 64j+32+16h+[0,16) in the high ones (sub-block 2j+1).
@@ -197,7 +181,6 @@ template <int QT> struct QWK45 {
   static constexpr int BYTES = QT == QT_Q4_K ? 144 : 176;
   // staged: (scales, mins) and, for q5_k, qh (four units share each half)
   static constexpr int BE = 256, BODY = BYTES, SA = QT == QT_Q4_K ? 16 : 48, SAOFF = 0, HEAD = 4;
-  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 q, sm, qh;  // quants, (scales[8], mins[8]), high bits (q5_k)
     unsigned dd;      // f16 d, f16 dmin
@@ -243,8 +226,13 @@ template <int QT> struct QWK45 {
   }
   static __device__ __forceinline__ float dot(const W& w, const X& x, int u) {
     const int j = (u >> 1) & 3;
+    const int raw[4] = {(int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w};
     int lo[4], hi[4];
-    nibbles(w.q, lo, hi);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      lo[i] = raw[i] & 0x0F0F0F0F;
+      hi[i] = (raw[i] >> 4) & 0x0F0F0F0F;
+    }
     if constexpr (QT == QT_Q5_K) {
       const int qh[4] = {(int)w.qh.x, (int)w.qh.y, (int)w.qh.z, (int)w.qh.w};
 #pragma unroll
@@ -257,85 +245,16 @@ template <int QT> struct QWK45 {
     const unsigned sw = (j < 2 ? w.sm.x : w.sm.y) >> (16 * (j & 1)), mw = (j < 2 ? w.sm.z : w.sm.w) >> (16 * (j & 1));
     const float d = f16_bits((unsigned short)(w.dd & 0xFFFF)), dmin = f16_bits((unsigned short)(w.dd >> 16));
     const float s0 = (float)(sw & 0xFF), s1 = (float)((sw >> 8) & 0xFF), m0 = (float)(mw & 0xFF), m1 = (float)((mw >> 8) & 0xFF);
-    return combine(x, lo, hi, s0, s1, m0, m1, d, dmin);
-  }
-  // combine: a unit's sum from its sub-blocks' quants (lo, hi), scales,
-  // mins and the block's d and dmin; QT_Q4_K_DEC's dot calls it too, so
-  // both give the same bits.
-  static __device__ __forceinline__ float combine(const X& x, const int (&lo)[4], const int (&hi)[4], float s0, float s1, float m0,
-                                                  float m1, float d, float dmin) {
     return d * (s0 * x.da * (float)dot16(lo, x.lo) + s1 * x.db * (float)dot16(hi, x.hi)) - dmin * (m0 * x.suma + m1 * x.sumb);
   }
 };
 template <> struct QW<QT_Q4_K> : QWK45<QT_Q4_K> {};
 template <> struct QW<QT_Q5_K> : QWK45<QT_Q5_K> {};
 
-// QT_Q4_K_DEC (LAGC_QMOE_SHAPE=dec, lower.QMoEForce.Decoded; routed-expert
-// kernels only): q4_k's bytes as they are, each block row's shared bytes
-// staged decoded: stage_rows copies the 16 bytes of scales and mins into
-// the last 16 of the row's 64-byte slot (SA) and d, dmin into the first 4
-// of its 8 (HEAD), and stage_decode, once they have landed, rewrites the
-// slots as 16 floats and 2, so that a unit reads its two scales, two mins,
-// d and dmin as they are instead of selecting, shifting and converting them
-// (ten instructions a unit and row, four of them I2F). q4_k's combine:
-// the same bits. 200 + q4_k's 12: the prefill's f16 forms take 100 + the
-// type (gemm_hopper.cu's QT_Q4_K_F16_H is 112).
-#define QT_Q4_K_DEC 212
-template <> struct QW<QT_Q4_K_DEC> {
-  using K = QWK45<QT_Q4_K>;
-  static constexpr int BE = 256, BODY = K::BODY, SA = 64, SAOFF = 0, HEAD = 8, QB = K::QB;
-  static constexpr bool DEC = true;
-  struct W {
-    uint4 q;
-    float s0, s1, m0, m1, d, dmin;
-  };
-  using X = K::X;
-  static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K_, int u) {
-    const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
-    v.q = ldq(w + (row * (K_ / 256) + b) * BODY + 16 + 32 * j + 16 * h);
-  }
-  static __device__ __forceinline__ void copyq(unsigned char* dst, const unsigned char* w, long long row, int K_, int u) {
-    K::copyq(dst, w, row, K_, u);
-  }
-  static __device__ __forceinline__ void fromq(W& v, const unsigned char* src) { v.q = *reinterpret_cast<const uint4*>(src); }
-  // stage_copy: block row i's shared bytes (at blk and dd) into its slots.
-  static __device__ __forceinline__ void stage_copy(unsigned char* sa, unsigned char* sh, const unsigned char* blk,
-                                                    const unsigned* dd, int i) {
-    cp_async16(sa + SA * i + 48, blk);
-    cp_async4(sh + HEAD * i, dd);
-  }
-  // stage_decode: block row i's slots rewritten as floats (by the thread
-  // that copied them: its reads come before its writes).
-  static __device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* sh, int i) {
-    const uint4 sm = *reinterpret_cast<const uint4*>(sa + SA * i + 48);
-    const unsigned dd = *reinterpret_cast<const unsigned*>(sh + HEAD * i);
-    float4* o = reinterpret_cast<float4*>(sa + SA * i);
-    const unsigned b[4] = {sm.x, sm.y, sm.z, sm.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-      o[k] = make_float4((float)(b[k] & 0xFF), (float)((b[k] >> 8) & 0xFF), (float)((b[k] >> 16) & 0xFF), (float)(b[k] >> 24));
-    *reinterpret_cast<float2*>(sh + HEAD * i) = make_float2(f16_bits((unsigned short)(dd & 0xFFFF)), f16_bits((unsigned short)(dd >> 16)));
-  }
-  static __device__ __forceinline__ void loads(W& v, const unsigned char* sa, const unsigned char* sh, int u) {
-    const int b = u >> 3, j = (u >> 1) & 3;
-    const float* st = reinterpret_cast<const float*>(sa + SA * b);
-    const float2 sc = reinterpret_cast<const float2*>(st)[j], mn = reinterpret_cast<const float2*>(st + 8)[j];
-    const float2 dd = reinterpret_cast<const float2*>(sh)[b];
-    v.s0 = sc.x, v.s1 = sc.y, v.m0 = mn.x, v.m1 = mn.y, v.d = dd.x, v.dmin = dd.y;
-  }
-  static __device__ __forceinline__ X xload(const QX& x, int r, int u) { return K::xload(x, r, u); }
-  static __device__ __forceinline__ float dot(const W& w, const X& x, int) {
-    int lo[4], hi[4];
-    nibbles(w.q, lo, hi);
-    return K::combine(x, lo, hi, w.s0, w.s1, w.m0, w.m1, w.d, w.dmin);
-  }
-};
-
 // Q6_K: unit u is l in [8v, 8v+8) of 128-element half `half` of block b:
 // elements n+l, n+32+l, n+64+l and n+96+l (n = 128 half), four groups of 8.
 template <> struct QW<QT_Q6_K> {
   static constexpr int BE = 256, BODY = 208, SA = 16, SAOFF = 192, HEAD = 2;  // staged: int8 scales[16]
-  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint2 la, lb, hh;
     uint4 sc;
@@ -425,7 +344,6 @@ template <> struct QW<QT_Q6_K> {
 // the non-linear table (iq4_lookup, prelude.cuh).
 template <> struct QW<QT_IQ4_XS> {
   static constexpr int BE = 256, BODY = 128, SA = 0, SAOFF = 0, HEAD = 8;
-  static constexpr bool DEC = false;  // staged as stored (stage_rows)
   struct W {
     uint4 q;
     uint2 hd;
@@ -794,11 +712,6 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
                                            long long row, int n, int K) {
   using Q = QW<QT>;
   const int nb = K / Q::BE;
-  if constexpr (Q::DEC) {  // the rows' bytes into their slots, for stage_decode
-    const unsigned* dd = reinterpret_cast<const unsigned*>(w + align256(rows * nb * Q::BODY)) + row * nb;
-    for (int i = threadIdx.x; i < n * nb; i += blockDim.x) Q::stage_copy(sa, sh, w + (row * nb + i) * Q::BODY, dd + i, i);
-    return;
-  }
   if constexpr (Q::SA > 0) {
     constexpr int P = Q::SA / 16;
     const unsigned char* body = w + row * nb * Q::BODY + Q::SAOFF;
@@ -814,16 +727,6 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
   else
     for (int i = threadIdx.x; i < hb / 2; i += blockDim.x)
       reinterpret_cast<unsigned short*>(sh)[i] = __ldg(reinterpret_cast<const unsigned short*>(head) + i);
-}
-
-// stage_decode: for a decoded type (QW's DEC), the block rows a stage_rows
-// call (the same n and K) staged, decoded in place once this thread's copies
-// have landed (cp_async_wait), each by the thread that copied it; a barrier
-// after it before other threads read them. Nothing for other types.
-template <int QT>
-__device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* sh, int n, int K) {
-  if constexpr (QW<QT>::DEC)
-    for (int i = threadIdx.x; i < n * (K / QW<QT>::BE); i += blockDim.x) QW<QT>::stage_decode(sa, sh, i);
 }
 
 // act[r, i] = silu(gate_e[i] . x_t) * (up_e[i] . x_t) for route r = t*k+j,
@@ -845,34 +748,25 @@ __device__ __forceinline__ void stage_decode(unsigned char* sa, unsigned char* s
 // row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
-//
-// OB = 16 (lower's QMoEForce.Half): a block takes 16 i, half a group, so
-// that a step's blocks spread evenly over the SMs (S-2.1: 640 blocks of 4
-// warps, at most 5 an SM, where 320 of 32 i put 3 on some SMs and 2 on
-// the rest). Each half stores its 16 products (pv, f32 [R, I]) and counts
-// itself at cnt[group] (zero before the launch); the second to arrive
-// quantises the 32 (last_block): the same values, the same bits.
-template <int QT, int G, int W, int NS, int OB = 32>
+template <int QT, int G, int W, int NS>
 __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                 const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                 const unsigned char* __restrict__ gate, long long gate_rows, long long gate_row0,
                                                 const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
-                                                signed char* __restrict__ aq, float4* __restrict__ as, float* pv = nullptr,
-                                                unsigned int* cnt = nullptr) {
+                                                signed char* __restrict__ aq, float4* __restrict__ as) {
   using Q = QW<QT>;
-  constexpr int NI = OB / W, NG = 2 * NI / G;
-  static_assert((W == 4 || W == 8) && (OB == 32 || OB == 16) && NI >= 1 && (2 * NI) % G == 0,
-                "4 or 8 warps, 32 or 16 i a block; G must divide a warp's rows");
+  constexpr int NI = 32 / W, NG = 2 * NI / G;
+  static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
   static_assert(NS >= 0 && NS <= 4, "registers (0, 1) or 2 to 4 stages");
   extern __shared__ __align__(16) unsigned char qmoe_smem[];
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int groups = I / OB;
-  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * OB;
-  const long long o = (long long)r * I + i0, og = o - (i0 & 31);  // og: the group's first i
+  const int groups = I / 32;
+  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * 32;
+  const long long o = (long long)r * I + i0;
   const int e = ids[r];
-  if (e < 0 || e >= E) {  // uniform over the block; the group's first block writes it
-    if (warp == 0 && o == og) {
+  if (e < 0 || e >= E) {  // uniform over the block
+    if (warp == 0) {
       aq[o + lane] = 0;
       if (lane == 0) as[o / 32] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -882,15 +776,15 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   float4* xs = reinterpret_cast<float4*>(qmoe_smem);
   signed char* xq = reinterpret_cast<signed char*>(xs + U);
   unsigned char* sa = reinterpret_cast<unsigned char*>(xq + H);
-  unsigned char* sh = sa + 2 * OB * nb * Q::SA;
+  unsigned char* sh = sa + 64 * nb * Q::SA;
   const long long grow = gate_row0 + (long long)e * I + i0, urow = up_row0 + (long long)e * I + i0;
   // the matrix and row of the warp's row n (its gate rows, then its up rows)
   auto mat = [&](int n) { return n < NI ? gate : up; };
   auto row = [&](int n) { return n < NI ? grow + NI * warp + n : urow + NI * warp + n - NI; };
-  auto stage = [&](int n) { return n < NI ? NI * warp + n : OB + NI * warp + n - NI; };  // its place in the stage
+  auto stage = [&](int n) { return n < NI ? NI * warp + n : 32 + NI * warp + n - NI; };  // its place in the stage
   auto stage_shared = [&]() {
-    stage_rows<QT>(sa, sh, gate, gate_rows, grow, OB, H);
-    stage_rows<QT>(sa + OB * nb * Q::SA, sh + OB * nb * Q::HEAD, up, up_rows, urow, OB, H);
+    stage_rows<QT>(sa, sh, gate, gate_rows, grow, 32, H);
+    stage_rows<QT>(sa + 32 * nb * Q::SA, sh + 32 * nb * Q::HEAD, up, up_rows, urow, 32, H);
     const long long t = r / k;
     block_copy16(xs, xsg + t * U, U);
     block_copy16(xq, xqg + t * H, H / 16);
@@ -919,7 +813,7 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   // loads stay in flight while it sums; a lane reads only its own slots,
   // no barrier in the loop. (ig, is): the next round to copy; counters,
   // not divisions.
-  unsigned char* ring = qmoe_smem + align256(sh + 2 * OB * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
+  unsigned char* ring = qmoe_smem + align256(sh + 64 * nb * Q::HEAD - qmoe_smem) + warp * NS * G * 32 * Q::QB + lane * Q::QB;
   int ig = 0, is = 0, islot = 0, slot = 0;
   auto issue = [&]() {
     if (ig < NG) {
@@ -939,8 +833,6 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     for (int p = 0; p < NS - 1; p++) issue();
   stage_shared();
   cp_async_wait_all();
-  stage_decode<QT>(sa, sh, OB, H);
-  stage_decode<QT>(sa + OB * nb * Q::SA, sh + OB * nb * Q::HEAD, OB, H);
   __syncthreads();
 #pragma unroll
   for (int g = 0; g < NG; g++) {
@@ -984,50 +876,38 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
     store(g, acc);
   }
   __syncthreads();
-  if constexpr (OB == 32) {
-    if (warp == 0) {
-      float4 sc;
-      aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
-      if (lane == 0) as[o / 32] = sc;
-    }
-  } else {
-    if (warp == 0 && lane < OB) pv[o + lane] = silu_q(sums[0][lane]) * sums[1][lane];
-    if (!last_block(cnt + og / 32, 2)) return;
-    if (warp == 0) {
-      float4 sc;
-      aq[og + lane] = (signed char)q8x_group(__ldcg(pv + og + lane), sc);
-      if (lane == 0) as[og / 32] = sc;
-    }
+  if (warp == 0) {
+    float4 sc;
+    aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
+    if (lane == 0) as[o / 32] = sc;
   }
 }
 
 // Three blocks an SM whatever W: a decode step's blocks (S-2.1: 320) then
-// run in one wave on 8 warps too, which lower chooses for the k-quants;
-// five of 4 warps with half-group blocks (S-2.1: 640).
-#define QMOE_GATEUP_MIN_BLOCKS(W, OB) ((OB) == 16 && (W) == 4 ? 5 : 3)
-template <int QT, int G, int W, int NS, int OB>
-__global__ void __launch_bounds__(32 * W, QMOE_GATEUP_MIN_BLOCKS(W, OB)) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+// run in one wave on 8 warps too, which lower chooses for the k-quants.
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
                                                           long long up_rows, long long up_row0, signed char* __restrict__ aq,
-                                                          float4* __restrict__ as, float* pv, unsigned int* cnt) {
+                                                          float4* __restrict__ as) {
   pdl_wait();
-  moe_gateup_body<QT, G, W, NS, OB>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as, pv, cnt);
+  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
 }
 
 // moe_gateup_qgemv_trig is moe_gateup_qgemv letting the launch after it
 // (moe_down_qgemv_pre, lower.DownPre) start once every block has passed
 // its wait.
-template <int QT, int G, int W, int NS, int OB>
-__global__ void __launch_bounds__(32 * W, QMOE_GATEUP_MIN_BLOCKS(W, OB))
+template <int QT, int G, int W, int NS>
+__global__ void __launch_bounds__(32 * W, 3)
     moe_gateup_qgemv_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
                           const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
                           long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
-                          signed char* __restrict__ aq, float4* __restrict__ as, float* pv, unsigned int* cnt) {
+                          signed char* __restrict__ aq, float4* __restrict__ as) {
   pdl_wait();
   pdl_trigger();
-  moe_gateup_body<QT, G, W, NS, OB>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as, pv, cnt);
+  moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
 }
 
 // The most routes per token moe_down_qgemv takes.
@@ -1087,10 +967,6 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
   __syncthreads();
   for (int j = 0; j < k; j++)
     if (se[j] >= 0) stage_rows<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, down, rows, row0 + (long long)se[j] * H + hb0, min(HB, H - hb0), I);
-  auto decode = [&]() {  // a decoded type's staged rows, once this thread's copies have landed
-    for (int j = 0; j < k; j++)
-      if (se[j] >= 0) stage_decode<QT>(sa + j * HB * nb * Q::SA, sh + j * HB * nb * Q::HEAD, min(HB, H - hb0), I);
-  };
   int hq[NH];  // the warp's rows in the block; past H: a valid row, result unused
 #pragma unroll
   for (int q = 0; q < NH; q++) hq[q] = min(h0 + q, H - 1) - hb0;
@@ -1109,7 +985,6 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
         for (int q = 0; q < NH; q++) Q::copyq(mine + (i * NH + q) * 32 * Q::QB, down, row0 + (long long)e * H + hb0 + hq[q], I, u);
     }
     cp_async_wait_all();
-    decode();
     __syncthreads();
     typename Q::W wv;
     // unit lane + 32i is unit u of slot j: stepped, not divided
@@ -1146,17 +1021,12 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
     };
     load(lane);
     if constexpr (PRE) {
-      if constexpr (Q::DEC) {  // before the wait: off the chain
-        cp_async_wait_all();
-        decode();
-      }
       pdl_wait();
       if constexpr (TRIG) pdl_trigger();
       block_copy16(ast, as + (long long)t * nv, nv);
       block_copy16(aqt, aq + (long long)t * k * I, k * I / 16);
     }
     cp_async_wait_all();
-    if constexpr (!PRE) decode();
     __syncthreads();
     for (int v0 = lane; v0 < nv; v0 += 32 * SD) {
 #pragma unroll

@@ -316,16 +316,16 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			}
 		}
 		// The routed experts as each type chooses (the trace models hold
-		// q4_k and iq4_xs only), with two rounds in registers, on
-		// half-group blocks, on 8 warps a block, and through shared memory
+		// q4_k and iq4_xs only), with two rounds in registers, with ten
+		// down units a lane, on 8 warps a block, and through shared memory
 		// (gate+up's ring, down's units all at once: BenchmarkQMoE,
 		// TestQMoEBatchBitsGPU), every type.
 		for _, qt := range lower.QuantKernelTypes {
 			const E, H, I = 16, 1024, 512
-			for _, f := range []lower.QMoEForce{{}, {GateUpStages: 1}, {Half: true, DownUnits: 10}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
+			for _, f := range []lower.QMoEForce{{}, {GateUpStages: 1}, {DownUnits: 10}, {GateUpRows: 8, GateUpWarps: 8, DownRows: 1, DownUnits: 8, DownWarps: 8}} {
 				ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
 					Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-					Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, Counters: p, QMoEForce: f})
+					Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, QMoEForce: f})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -336,18 +336,6 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
 				Down: lower.QMatrix{W: p, Total: E * H}, WType: qt, Out: p, OutType: dt, Workspace: p, QMoEForce: lower.QMoEForce{GateUpRows: 4,
 					GateUpStages: 3, DownAll: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, ls[1:]...)
-		}
-		// q4_k staged decoded (TestQMoEBatchBitsGPU's decoded cases): the
-		// default rounds and gate+up's ring with down's units at once.
-		for _, f := range []lower.QMoEForce{{Decoded: true}, {GateUpRows: 4, GateUpStages: 3, DownAll: true, Decoded: true}} {
-			const E, H, I = 16, 1024, 512
-			ls, err := lower.QMoE(lower.QMoEArgs{T: 1, H: H, I: I, E: E, TopK: 4, X: p, XType: dt, Weights: p, IDs: p,
-				Gate: lower.QMatrix{W: p, Total: 2 * E * I}, Up: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				Down: lower.QMatrix{W: p, Total: E * H}, WType: quant.Q4_K, Out: p, OutType: dt, Workspace: p, QMoEForce: f})
 			if err != nil {
 				t.Fatal(err)
 			}

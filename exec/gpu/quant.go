@@ -74,9 +74,6 @@ type QMoEArgs struct {
 	OutType          cuda.DType
 	Accumulate       bool
 	Workspace        cuda.DevicePtr
-	// Counters: lower.QMoECounters bytes, zero (Half's pairs count there
-	// and leave them zero); 0 without Half.
-	Counters cuda.DevicePtr
 	// QMoEForce forces the kernels' shape (lower.QMoEForce); zero chooses.
 	lower.QMoEForce
 }
@@ -85,11 +82,8 @@ func (a QMoEArgs) lower() lower.QMoEArgs {
 	return lower.QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: ptr(a.X), XType: a.XType.String(),
 		Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: a.Gate.lower(), Up: a.Up.lower(), Down: a.Down.lower(),
 		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
-		Counters: ptr(a.Counters), QMoEForce: a.QMoEForce}
+		QMoEForce: a.QMoEForce}
 }
-
-// QMoECounterBytes is the zeroed counters QMoE needs (lower.QMoECounters).
-func QMoECounterBytes(a QMoEArgs) int64 { return lower.QMoECounters(a.lower()) }
 
 // QMoEWorkspaceBytes is the workspace QMoE needs.
 func QMoEWorkspaceBytes(a QMoEArgs) int64 { return lower.QMoEWorkspace(a.lower()) }

@@ -464,11 +464,6 @@ var qmoeBitsShapes = [][7]int{{2, 4, 1, 2, 4, 0, 0}, {4, 4, 4, 8, 4, 0, 0}, {16,
 	{0, 0, 1, 2, 8, 0, 1}, {0, 0, 4, 2, 4, 0, 1}, {4, 8, 2, 8, 4, 1, 0}, {2, 8, 2, 8, 4, 1, 0}, {8, 4, 2, 8, 4, 1, 0},
 	{0, 0, 2, 10, 4, 0, 0}, {0, 0, 1, 10, 8, 0, 0}}
 
-// qmoeHalfShapes are gate+up rounds TestQMoEBatchBitsGPU runs on
-// half-group blocks (QMoEForce.Half: 16 activations a block, so at most
-// 32/warps rows a warp), in qmoeBitsShapes' form.
-var qmoeHalfShapes = [][7]int{{}, {8, 4, 2, 8, 4, 0, 0}, {2, 4, 2, 8, 4, 1, 0}, {4, 8, 2, 8, 4, 0, 0}, {2, 8, 2, 8, 4, 2, 0}}
-
 // TestQMoEBatchBitsGPU: a token's routed-expert output has the same bits
 // whatever the number of tokens in the launch and whatever rounds the
 // kernels take (batched decode compares batches bitwise).
@@ -489,38 +484,20 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			ids[5] = -1 // invalid: skipped
 			x := upload(t, k, s, cuda.BF16, randF32(r, maxT*H, 1))
 			idp, wtp := uploadI32(t, k, s, ids), upload(t, k, s, cuda.F32, wts)
-			// run: the routed experts of T tokens with rounds rd and the
-			// flags of mod (decoded, half); with half, the counters must
-			// be back at zero.
-			run := func(T int, rd [7]int, mod ...func(*lower.QMoEForce)) []float32 {
+			// run: the routed experts of T tokens with rounds rd.
+			run := func(T int, rd [7]int) []float32 {
 				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, XType: cuda.BF16, OutType: cuda.BF16,
 					X: x, IDs: idp, Weights: wtp, Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
 					Down: QMatrix{W: dw, Total: E * H},
 					QMoEForce: lower.QMoEForce{GateUpRows: rd[0], GateUpWarps: rd[1], DownRows: rd[2], DownUnits: rd[3], DownWarps: rd[4],
 						GateUpStages: rd[5], DownAll: rd[6] == 1}}
-				for _, m := range mod {
-					m(&a.QMoEForce)
-				}
 				a.Out = alloc(t, k, int64(2*T*H))
 				a.Workspace = alloc(t, k, QMoEWorkspaceBytes(a))
-				nc := int(QMoECounterBytes(a) / 4)
-				if nc > 0 {
-					a.Counters = upload(t, k, s, cuda.F32, make([]float32, nc))
-				}
 				if err := k.QMoE(s, a); err != nil {
 					t.Fatal(err)
 				}
-				if nc > 0 {
-					for i, v := range download(t, s, cuda.F32, a.Counters, nc) {
-						if v != 0 {
-							t.Fatalf("counter %d left at %#x", i, math.Float32bits(v))
-						}
-					}
-				}
 				return download(t, s, cuda.BF16, a.Out, T*H)
 			}
-			decoded := func(f *lower.QMoEForce) { f.Decoded = true }
-			half := func(f *lower.QMoEForce) { f.Half = true }
 			want := run(maxT, [7]int{})
 			same := func(what string, got []float32) {
 				t.Helper()
@@ -539,20 +516,6 @@ func TestQMoEBatchBitsGPU(t *testing.T) {
 			for _, rd := range qmoeBitsShapes {
 				same(fmt.Sprintf("rounds %v", rd), run(maxT, rd))
 				same(fmt.Sprintf("rounds %v, one token", rd), run(1, rd)[:H])
-			}
-			// q4_k staged decoded (LAGC_QMOE_SHAPE=dec): the same bits,
-			// with every forced shape.
-			if qt == quant.Q4_K {
-				for _, rd := range append([][7]int{{}}, qmoeBitsShapes...) {
-					same(fmt.Sprintf("decoded, rounds %v", rd), run(maxT, rd, decoded))
-					same(fmt.Sprintf("decoded, rounds %v, one token", rd), run(1, rd, decoded)[:H])
-				}
-			}
-			// gate+up on half-group blocks (LAGC_QMOE_SHAPE=half): the
-			// same bits, with the shapes half a group takes.
-			for _, rd := range qmoeHalfShapes {
-				same(fmt.Sprintf("half, rounds %v", rd), run(maxT, rd, half))
-				same(fmt.Sprintf("half, rounds %v, one token", rd), run(1, rd, half)[:H])
 			}
 		})
 	}
@@ -721,24 +684,6 @@ func TestQMoEShapesLower(t *testing.T) {
 			}
 		}
 	}
-	for _, rd := range qmoeBitsShapes {
-		a := args(quant.Q4_K, lower.QGEMVMaxRows, 12, 1024, 512, 4)
-		a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = rd[0], rd[1], rd[2], rd[3], rd[4], rd[5], rd[6] == 1
-		a.Decoded = true
-		if _, err := lower.QMoE(a); err != nil {
-			t.Errorf("decoded q4_k %v: %v", rd, err)
-		}
-	}
-	for _, qt := range lower.QuantKernelTypes {
-		for _, rd := range qmoeHalfShapes {
-			a := args(qt, lower.QGEMVMaxRows, 12, 1024, 512, 4)
-			a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = rd[0], rd[1], rd[2], rd[3], rd[4], rd[5], rd[6] == 1
-			a.Half, a.Counters = true, p
-			if _, err := lower.QMoE(a); err != nil {
-				t.Errorf("half %s %v: %v", qt, rd, err)
-			}
-		}
-	}
 	for _, c := range qmoeBenchCases() {
 		a := args(c.qt, 1, 256, 3072, 1024, 10)
 		a.GateUpRows, a.GateUpWarps, a.DownRows, a.DownUnits, a.DownWarps, a.GateUpStages, a.DownAll = c.g, c.gw, c.nh, c.sd, c.dw, c.ns, c.all
@@ -847,7 +792,7 @@ func TestQMoEShapeEnv(t *testing.T) {
 			switch l.Kernel {
 			case "moe_gateup_qgemv":
 				gu++
-				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 8, 4, 3, 32}) {
+				if !slices.Equal(l.Ints, []int64{int64(quant.Q4_K), 8, 4, 3}) {
 					t.Errorf("gate+up instantiated with %v", l.Ints)
 				}
 			case "moe_down_qgemv", "moe_down_qgemv_trig": // _trig: fuseXInPre's (ALL 1 keeps fuseDownPre off)
@@ -864,32 +809,6 @@ func TestQMoEShapeEnv(t *testing.T) {
 	}
 	ex, _, err := DryRun(p)
 	if err != nil {
-		t.Fatal(err)
-	}
-	ex.Close()
-	// half: the gate+up on half-group blocks (still fused with the down
-	// before it by DownPre), its counters in the decode's sync bytes.
-	t.Setenv("LAGC_QMOE_SHAPE", "half")
-	if o, err = PlanOptions(Config{DType: ir.BF16}, 132, 90); err != nil || !o.QMoE.Half {
-		t.Fatalf("half: options %+v (%v)", o.QMoE, err)
-	}
-	m.qmoe = o.QMoE
-	p = tracePlan(t, m, ir.BF16)
-	gu = 0
-	for _, st := range p.Decode.Steps {
-		for _, l := range st.Launches {
-			if l.Kernel == "moe_gateup_qgemv_trig" {
-				gu++
-				if l.Ints[2] != 4 || l.Ints[4] != 16 || l.Grid[0] != 640 || l.Args[16].Ptr() != (lower.Ptr{Base: lower.BaseSync}) {
-					t.Errorf("half: gate+up %v grid %v counters %v", l.Ints, l.Grid, l.Args[16])
-				}
-			}
-		}
-	}
-	if gu == 0 || p.Decode.Sync < 4*10*1024/32 {
-		t.Fatalf("half: %d gate+up launches, %d sync bytes", gu, p.Decode.Sync)
-	}
-	if ex, _, err = DryRun(p); err != nil {
 		t.Fatal(err)
 	}
 	ex.Close()

@@ -54,8 +54,6 @@ var traceModels = []traceModel{
 		enable: []string{"sharedDownBlocks"}},
 	{name: "laguna-s-2.1-q4_k_m-shared-blocks-last", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
 		enable: []string{"sharedDownBlocksLast"}},
-	{name: "laguna-s-2.1-q4_k_m-dec", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		qmoe: lower.QMoEForce{Decoded: true}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
