@@ -63,8 +63,9 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 // kernel (128 threads, two-byte loads, scores and softmax through shared
 // memory and three barriers per tile) was latency bound.
 //
-// Dynamic shared memory, floats (d4 = d rounded up to 4, kp = d4 padded to
-// 4 mod 32): q [heads][d4], K [DEC_TILE][kp], V [DEC_TILE][d4].
+// Dynamic shared memory (d4 = d rounded up to 4, kp = dec_tpitch): q
+// [heads][d4] floats, then K [DEC_TILE][kp] and V [DEC_TILE][d4] of T (lower
+// sizes them as floats).
 
 #define DEC_TILE 32
 #define DEC_HEADS 16
@@ -123,6 +124,46 @@ __device__ __forceinline__ void dec_st4(float* p, const float* f) {
 
 // dec_pitch is the K tile's row pitch: d4 floats padded to 4 mod 32.
 __device__ __forceinline__ int dec_pitch(int d4) { return d4 + ((36 - (d4 & 31)) & 31); }
+
+// The K and V tiles hold the cache's own T (bf16 and f16 as they are, half
+// the shared memory a float took): a tile's 32 keys are read by every head's
+// warp, and at long contexts, where a block walks many tiles, the shared
+// loads of float tiles bounded the kernel. Converted to float as they are
+// read (exactly): the same values, the same bits.
+//
+// dec_tpitch is the K tile's row pitch in T: floats d4 padded to 4 mod 32
+// (dec_pitch); 2-byte T d4 padded so that a row is 2 words mod 32, which puts
+// a lane's 8-byte read of its row in banks of its own.
+template <typename T> __device__ __forceinline__ int dec_tpitch(int d4) {
+  if constexpr (sizeof(T) == 4) return dec_pitch(d4);
+  return d4 + ((68 - (d4 & 63)) & 63);
+}
+// dec_ld4 reads 4 tile values (8-byte aligned for 2-byte T) as floats.
+__device__ __forceinline__ float4 dec_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 dec_ld4(const bf16_t* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  float f[4];
+  dec_bf16x2(u.x, f);
+  dec_bf16x2(u.y, f + 2);
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ float4 dec_ld4(const half_t* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  float f[4];
+  dec_f16x2(u.x, f);
+  dec_f16x2(u.y, f + 2);
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+// dec_stv stores one 16-byte load of T (DecVec<T>::N values) into a tile
+// row at p (8-byte aligned for 2-byte T, 16 for float).
+template <typename T> __device__ __forceinline__ void dec_stv(T* p, uint4 u) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+    reinterpret_cast<uint2*>(p)[0] = make_uint2(u.x, u.y);
+    reinterpret_cast<uint2*>(p)[1] = make_uint2(u.z, u.w);
+  }
+}
 
 // dec_q8x writes this warp's head h of the output quantised to int8 groups
 // of 32 channels, bit for bit as q8x_quantize quantises the stored output
@@ -361,10 +402,11 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   }
   kc += (long long)sq * seq_stride;
   vc += (long long)sq * seq_stride;
-  int d4 = (d + 3) & ~3, kp = dec_pitch(d4);
+  int d4 = (d + 3) & ~3, kp = dec_tpitch<T>(d4);
   float* qs = dec_smem;                    // [hb][d4]
-  float* Ks = qs + hb * d4;                // [DEC_TILE][kp]
-  float* Vs = Ks + DEC_TILE * kp;          // [DEC_TILE][d4]
+  float* scr = qs + hb * d4;               // the q and k heads' norm and rotation, before the tiles
+  T* Ks = reinterpret_cast<T*>(scr);       // [DEC_TILE][kp]
+  T* Vs = Ks + DEC_TILE * kp;              // [DEC_TILE][d4]
 
   int p;
   // NR: q and k heads staged with 4 channels a lane where qk_norm_rope
@@ -373,7 +415,7 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   if constexpr (NR == 1) {
     p = *pos;
     if (active) {  // uniform per warp
-      float* b = Ks + warp * d;
+      float* b = scr + warp * d;
       dec_rope_stage(nr4, d, q + head * d, b, qw, eps);
       for (int c = lane; c < d4; c += 32)
         qs[warp * d4 + c] = c < d ? to_f32(from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf))) : 0.f;
@@ -395,11 +437,11 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   long long rowstride = (long long)nkv * d;
   bool fresh = kx != nullptr;  // this step's k, v come from kx, vx
 
-  T* kT = reinterpret_cast<T*>(Vs + DEC_TILE * d4);  // NR: this token's k head, normalised and rotated
+  T* kT = Vs + DEC_TILE * d4;  // NR: this token's k head, normalised and rotated (past scr's use)
   if constexpr (NR) {
     if (fresh && p >= j0 && p < j1) {  // uniform per block
       if (warp == 0) {
-        float* b = Ks + hb * d;  // past the q heads' staging
+        float* b = scr + hb * d;  // past the q heads' staging
         dec_rope_stage(nr4, d, kx + (long long)kvh * d, b, kw, eps);
         for (int c = lane; c < d; c += 32) kT[c] = from_f32<T>(rope_channel(b, c, rot, (float)p, inv_freq, attnf));
       }
@@ -469,15 +511,8 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
         for (int u = 0; u < DEC_LD; u++) {
           const int kk = kb + u * kst + tk;
           if (kk < nt) {
-            float f[VN];
-            DecVec<T>::cvt(kr[u], f);
-#pragma unroll
-            for (int e = 0; e < VN; e += 4)
-              dec_st4(Ks + kk * kp + tc + e, f + e);
-            DecVec<T>::cvt(vr[u], f);
-#pragma unroll
-            for (int e = 0; e < VN; e += 4)
-              dec_st4(Vs + kk * d4 + tc + e, f + e);
+            dec_stv(Ks + kk * kp + tc, kr[u]);
+            dec_stv(Vs + kk * d4 + tc, vr[u]);
           }
         }
       }
@@ -485,15 +520,15 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
               // block (vec without fixed_chunk: rare shapes): element by element, tail zeroed
       for (int i = tid; i < nt * d4; i += nthr) {
         int kk = i / d4, c = i - kk * d4, j = jt + kk;
-        float kv = 0.f, vv = 0.f;
+        T kv = from_f32<T>(0.f), vv = kv;
         if (c < d) {
           if (fresh && j == p) {
-            kv = to_f32(NR ? kT[c] : kx[(long long)kvh * d + c]);
-            vv = to_f32(vx[(long long)kvh * d + c]);
+            kv = NR ? kT[c] : kx[(long long)kvh * d + c];
+            vv = vx[(long long)kvh * d + c];
           } else {
             long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
-            kv = to_f32(kc[off]);
-            vv = to_f32(vc[off]);
+            kv = kc[off];
+            vv = vc[off];
           }
         }
         Ks[kk * kp + c] = kv;
@@ -505,12 +540,12 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
     // Scores: key `lane` against this warp's head.
     float sc = ATT_NEG_INF;
     if (lane < nt) {
-      const float* kr = Ks + lane * kp;
+      const T* kr = Ks + lane * kp;
       const float* qr = qs + warp * d4;
       float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 4
       for (int c = 0; c < d4; c += 4) {
-        float4 kv = *reinterpret_cast<const float4*>(kr + c);
+        float4 kv = dec_ld4(kr + c);
         float4 qv = *reinterpret_cast<const float4*>(qr + c);
         a0 += qv.x * kv.x;
         a1 += qv.y * kv.y;
@@ -547,10 +582,10 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
 #pragma unroll 4
     for (int kk = 0; kk < nt; kk++) {
       const float pk = __shfl_sync(0xffffffffu, pr, kk);
-      const float* vr = Vs + kk * d4;
+      const T* vr = Vs + kk * d4;
 #pragma unroll
       for (int i = 0; i < NCH; i++) {
-        const float4 v = *reinterpret_cast<const float4*>(vr + voff[i]);
+        const float4 v = dec_ld4(vr + voff[i]);
         const float pv = vin[i] ? pk : 0.f;
         acc[i][0] += pv * v.x;
         acc[i][1] += pv * v.y;
