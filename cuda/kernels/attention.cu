@@ -71,55 +71,22 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 #define DEC_HEADS 16
 #define DEC_LD 4
 
-// DecVec<T>: how many T fill 16 bytes, and their conversion to float.
-template <typename T> struct DecVec;
-template <> struct DecVec<float> {
-  static constexpr int N = 4;
-  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
-    o[0] = __uint_as_float(u.x);
-    o[1] = __uint_as_float(u.y);
-    o[2] = __uint_as_float(u.z);
-    o[3] = __uint_as_float(u.w);
-  }
+// DecVec<T>::N: how many T fill a 16-byte load.
+template <typename T> struct DecVec {
+  static constexpr int N = 16 / sizeof(T);
 };
+// dec_bf16x2, dec_f16x2: a word's two 2-byte values as floats, the one at
+// the lower address first.
 __device__ __forceinline__ void dec_bf16x2(unsigned int u, float* o) {
-  o[0] = __uint_as_float(u << 16);  // the element at the lower address
+  o[0] = __uint_as_float(u << 16);
   o[1] = __uint_as_float(u & 0xffff0000u);
 }
-template <> struct DecVec<bf16_t> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
-    dec_bf16x2(u.x, o);
-    dec_bf16x2(u.y, o + 2);
-    dec_bf16x2(u.z, o + 4);
-    dec_bf16x2(u.w, o + 6);
-  }
-};
 __device__ __forceinline__ void dec_f16x2(unsigned int u, float* o) {
   half_t a, b;
   a.bits = (unsigned short)(u & 0xffffu);
   b.bits = (unsigned short)(u >> 16);
   o[0] = to_f32(a);
   o[1] = to_f32(b);
-}
-template <> struct DecVec<half_t> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void cvt(uint4 u, float* o) {
-    dec_f16x2(u.x, o);
-    dec_f16x2(u.y, o + 2);
-    dec_f16x2(u.z, o + 4);
-    dec_f16x2(u.w, o + 6);
-  }
-};
-
-// dec_st4 stores 4 floats to 16-byte aligned shared memory.
-__device__ __forceinline__ void dec_st4(float* p, const float* f) {
-  float4 v;
-  v.x = f[0];
-  v.y = f[1];
-  v.z = f[2];
-  v.w = f[3];
-  *reinterpret_cast<float4*>(p) = v;
 }
 
 // dec_pitch is the K tile's row pitch: d4 floats padded to 4 mod 32.
