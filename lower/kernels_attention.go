@@ -61,6 +61,16 @@ func checkAttention(op, dt string, c Cache, nh int) error {
 	return nil
 }
 
+// decodeShmem is attn_decode's shared memory for blocks of `heads` query
+// heads of d4 channels (head_dim rounded up to 4): q as floats, then a tile
+// of K (rows at dec_pitch, 4 mod 32 floats) and one of V, sized as floats
+// (the kernel stores bf16 and f16 tiles as they are, in half of it:
+// TestDecodeTilesFit). fuseNormRoPEAttention adds kT's room.
+func decodeShmem(heads, d4 int) int {
+	kp := d4 + (36-d4%32)%32
+	return 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+}
+
 // DecodeSplits is the number of blocks per kv head the decode attention
 // splits a cache of `slots` over (flash-decoding). It depends on the
 // cache's capacity only, never on the position, so a captured graph stays
@@ -190,8 +200,7 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	group := a.NH / c.NKV
 	heads := min(group, decodeHeads)
 	d4 := (d + 3) &^ 3
-	kp := d4 + (36-d4%32)%32 // key pitch: 4 mod 32 floats
-	shmem := 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+	shmem := decodeShmem(heads, d4)
 	var partAcc, partML, counters Ptr
 	if nsplit > 1 {
 		partAcc = a.Workspace

@@ -3,6 +3,7 @@ package lower
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"lagc/cuda"
@@ -117,4 +118,43 @@ func atoiT(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestDecodeTilesFit: attn_decode's layout of 2-byte K and V tiles
+// (attention.cu: dec_tpitch, the tiles after the q heads, kT after the
+// tiles) fits the shared memory lower launches it with (sized as float
+// tiles, plus kT's room with the fused norm and rotation) for every head
+// dim and heads a block; kT stays 16-byte aligned (the tile loads read it
+// 16 bytes at once) and clear of the q and k heads' rotation scratch
+// (hb + 1 heads of floats from the tiles' start), and a K row is 2 words
+// mod 32 (a lane's 8-byte read of its key's row in banks of its own).
+func TestDecodeTilesFit(t *testing.T) {
+	src, err := cuda.Source("attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"return d4 + ((68 - (d4 & 63)) & 63);", "kp = dec_tpitch<T>(d4);",
+		"T* Ks = reinterpret_cast<T*>(scr);", "T* Vs = Ks + DEC_TILE * kp;", "T* kT = Vs + DEC_TILE * d4;"} {
+		if !strings.Contains(src, want) {
+			t.Fatalf("attention.cu: %q not found; this test mirrors it", want)
+		}
+	}
+	for d := 1; d <= MaxHeadDim; d++ {
+		d4 := (d + 3) &^ 3
+		kp := d4 + (68-d4%64)%64
+		if kp%4 != 0 || (kp/2)%32 != 2 {
+			t.Fatalf("d %d: 2-byte K pitch %d (%d words)", d, kp, kp/2)
+		}
+		for hb := 1; hb <= decodeHeads; hb++ {
+			have := decodeShmem(hb, d4)
+			qs := 4 * hb * d4
+			kT := qs + 2*decodeTile*(kp+d4)
+			if kT+2*d > have+4*d4 || kT > have {
+				t.Errorf("d %d, %d heads: tiles end at %d, kT at %d..%d, lower launches %d (+%d with kT)", d, hb, kT, kT, kT+2*d, have, 4*d4)
+			}
+			if kT%16 != 0 || kT-qs < 4*(hb+1)*d {
+				t.Errorf("d %d, %d heads: kT at %d (scratch ends at %d)", d, hb, kT, qs+4*(hb+1)*d)
+			}
+		}
+	}
 }
