@@ -105,21 +105,20 @@ template <typename T> __device__ __forceinline__ int dec_tpitch(int d4) {
   if constexpr (sizeof(T) == 4) return dec_pitch(d4);
   return d4 + ((68 - (d4 & 63)) & 63);
 }
+// dec_x2: dec_bf16x2 or dec_f16x2 by the tile's type (p's).
+__device__ __forceinline__ void dec_x2(const bf16_t*, unsigned int u, float* o) { dec_bf16x2(u, o); }
+__device__ __forceinline__ void dec_x2(const half_t*, unsigned int u, float* o) { dec_f16x2(u, o); }
 // dec_ld4 reads 4 tile values (8-byte aligned for 2-byte T) as floats.
-__device__ __forceinline__ float4 dec_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 dec_ld4(const bf16_t* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  float f[4];
-  dec_bf16x2(u.x, f);
-  dec_bf16x2(u.y, f + 2);
-  return make_float4(f[0], f[1], f[2], f[3]);
-}
-__device__ __forceinline__ float4 dec_ld4(const half_t* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  float f[4];
-  dec_f16x2(u.x, f);
-  dec_f16x2(u.y, f + 2);
-  return make_float4(f[0], f[1], f[2], f[3]);
+template <typename T> __device__ __forceinline__ float4 dec_ld4(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    float f[4];
+    dec_x2(p, u.x, f);
+    dec_x2(p, u.y, f + 2);
+    return make_float4(f[0], f[1], f[2], f[3]);
+  }
 }
 // dec_stv stores one 16-byte load of T (DecVec<T>::N values) into a tile
 // row at p (8-byte aligned for 2-byte T, 16 for float).
