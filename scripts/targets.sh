@@ -105,11 +105,9 @@ print(f"targets: {met} of {sum(r[2] is not None for r in rows)} measured met")
 for name in ("q4_k_m", "bf16"):
     rt = (load(name) or {}).get("prefill_routes")
     if rt and rt.get("layers"):
-        used = sorted(l["used"] for l in rt["layers"])
-        busy = sorted(l["busiest"] for l in rt["layers"])
-        collapsed = rt.get("collapsed", False)  # lagc bench's rule (routesReport.collapsed)
-        print(f"  routing ({name}, prefill {rt['tokens']}): {used[0]}-{used[-1]} of {rt['experts']} experts used a layer "
-              f"(median {used[len(used)//2]}), busiest expert median {busy[len(busy)//2]} routes "
+        collapsed = rt.get("collapsed", False)  # lagc bench's summary and rule (routesReport)
+        print(f"  routing ({name}, prefill {rt['tokens']}): {rt['used_min']}-{rt['used_max']} of {rt['experts']} experts used a layer "
+              f"(median {rt['used_median']}), busiest expert median {rt['busiest_median']} routes "
               f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})"
               + (": COLLAPSED, the prefill rows above are not a trained model's" if collapsed else ""))
 EOF

@@ -171,8 +171,12 @@ type routesReport struct {
 	TopK    int            `json:"top_k"`
 	Experts int            `json:"experts"`
 	Layers  []routes.Layer `json:"layers"`
-	// Collapsed is collapsed(), for scripts (targets.sh).
-	Collapsed bool `json:"collapsed"`
+	// For scripts (targets.sh): summary() and collapsed().
+	UsedMin       int  `json:"used_min"`
+	UsedMedian    int  `json:"used_median"`
+	UsedMax       int  `json:"used_max"`
+	BusiestMedian int  `json:"busiest_median"`
+	Collapsed     bool `json:"collapsed"`
 }
 
 // routeCensus is an executor that counts a prefill's routes (gpu's and
@@ -195,6 +199,7 @@ func censusReport(c routeCensus, tokens []int32, cfg *config.Config) (*routesRep
 		return nil, nil
 	}
 	r := &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
+	r.UsedMin, r.UsedMedian, r.UsedMax, r.BusiestMedian = r.summary()
 	r.Collapsed = r.collapsed()
 	return r, nil
 }
