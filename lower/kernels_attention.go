@@ -62,13 +62,114 @@ func checkAttention(op, dt string, c Cache, nh int) error {
 }
 
 // decodeShmem is attn_decode's shared memory for blocks of `heads` query
-// heads of d4 channels (head_dim rounded up to 4): q as floats, then a tile
-// of K (rows at dec_pitch, 4 mod 32 floats) and one of V, sized as floats
-// (the kernel stores bf16 and f16 tiles as they are, in half of it:
-// TestDecodeTilesFit). fuseNormRoPEAttention adds kT's room.
-func decodeShmem(heads, d4 int) int {
+// heads of d4 channels (head_dim rounded up to 4) and `stages` tiles in
+// flight (DecodeStages; 0: one tile, loaded synchronously): q as floats,
+// then a tile of K (rows at dec_pitch, 4 mod 32 floats) and one of V, sized
+// as floats (the kernel stores bf16 and f16 tiles as they are, in half of
+// it: TestDecodeTilesFit); with stages, that many tiles of K (rows at
+// dec_tpitch) and V of es-byte elements. fuseNormRoPEAttention adds kT's
+// room.
+func decodeShmem(heads, d4, stages, es int) int {
+	if stages >= 2 {
+		return 4*heads*d4 + stages*es*decodeTile*(decodeTPitch(d4, es)+d4)
+	}
 	kp := d4 + (36-d4%32)%32
 	return 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+}
+
+// decodeTPitch is dec_tpitch: the K tile's row pitch in es-byte elements.
+func decodeTPitch(d4, es int) int {
+	if es == 4 {
+		return d4 + (36-d4%32)%32
+	}
+	return d4 + (68-d4%64)%64
+}
+
+// DecodeMMAFrom is the tiles of 32 keys a block must walk for DecodeMMA to
+// choose tensor cores.
+const DecodeMMAFrom = 4
+
+// decodeMMAKeys and decodeMMAPitch are DEC_MMA_KEYS and DEC_MMA_PITCH.
+const (
+	decodeMMAKeys  = 16
+	decodeMMAPitch = 136
+)
+
+// DecodeMMA reports whether attn_decode runs its key loop on tensor cores
+// (TC): each warp a tile of 16 keys for every head of the group, through
+// a private ring of two tiles (DEC_MMA_*, attention.cu). It reads a tile
+// once a block where the FFMA loop reads it once a head, so it pays where
+// a block walks many tiles (a long cache's full layers); at one tile a
+// block its longer serial chain does not (the `decmma` form measured
+// slower at 512 and 4096 slots, docs/PERF.md). bf16, head_dim 128, a group
+// of at most 6 heads (one block, a warp a head, two blocks an SM under
+// the kernel's launch bounds: Laguna's full layers) and a window of at
+// least a tile. force: 0 lower's choice, 1 off, 2 on where it can run.
+func DecodeMMA(dt string, d, group, window, slots, nsplit, force int) bool {
+	if dt != "bf16" || d != 128 || group > 6 || (window > 0 && window < decodeTile) || force == 1 {
+		return false
+	}
+	if force == 2 {
+		return true
+	}
+	keys := slots
+	if window > 0 {
+		keys = min(window, slots)
+	}
+	return ceilDiv(ceilDiv(keys, nsplit), decodeTile) >= DecodeMMAFrom
+}
+
+// decodeMMAShmem is attn_decode's shared memory with the tensor-core loop:
+// q as floats, then each warp's two stages of K and V (bf16), which the
+// warps' partial outputs reuse. fuseNormRoPEAttention adds kT's room.
+func decodeMMAShmem(heads, d4 int) int {
+	return 4*heads*d4 + heads*2*(2*decodeMMAKeys*decodeMMAPitch)*2
+}
+
+// DecodeStagesDefault is the tile ring attn_decode keeps in flight where
+// DecodeStages chooses one, and DecodeStagesFrom the tiles a block must
+// walk for it to.
+const (
+	DecodeStagesDefault = 4
+	DecodeStagesFrom    = 4
+	MaxDecodeStages     = 8
+	// decodeShmemMax is what a block may have on sm_80 to sm_90 (227
+	// KiB): a ring that would not fit is shortened.
+	decodeShmemMax = 227 << 10
+)
+
+// DecodeStages is attn_decode's ST: the tiles of keys and values a block
+// keeps in flight through cp.async (0: each tile loaded through registers
+// and waited for before its scores). A ring pays where a block walks many
+// tiles (a long cache's full layers), not where it holds one (a sliding
+// ring of 512 keys over 16 splits); it needs rows of 16-byte chunks the
+// block's threads load a fixed one of (d a multiple of the chunk's
+// elements, 32*heads a multiple of d's chunks) and a window of at least a
+// tile. force > 0 forces force stages (1: none) where the ring can run;
+// a ring that would not fit a block's shared memory is shortened.
+func DecodeStages(es, d, window, slots, nsplit, heads, force int) int {
+	vn := 16 / es
+	if d%vn != 0 || (32*heads)%(d/vn) != 0 || (window > 0 && window < decodeTile) {
+		return 0
+	}
+	st := DecodeStagesDefault
+	keys := slots
+	if window > 0 {
+		keys = min(window, slots)
+	}
+	if force > 0 {
+		st = force
+	} else if ceilDiv(ceilDiv(keys, nsplit), decodeTile) < DecodeStagesFrom {
+		st = 0
+	}
+	d4 := (d + 3) &^ 3
+	for st >= 2 && decodeShmem(heads, d4, st, es)+4*d4 > decodeShmemMax {
+		st-- // kT's room included
+	}
+	if st < 2 {
+		return 0
+	}
+	return st
 }
 
 // DecodeSplits is the number of blocks per kv head the decode attention
@@ -147,6 +248,12 @@ type AttentionDecodeArgs struct {
 	// Both may be null without a split.
 	Workspace, Counters Ptr
 	Splits, SMs         int // Splits 0: DecodeSplits
+	// Stages forces the tiles in flight (DecodeStages' force: 0 its
+	// choice, 1 none, 2 to MaxDecodeStages that many; A/B timing).
+	Stages int
+	// MMA forces the key loop on tensor cores or not (DecodeMMA's
+	// force: 0 its choice, 1 off, 2 on where it can run; A/B timing).
+	MMA int
 	// Rows > 1 is a batched decode step: row r's q, k, v, gate and out
 	// follow row r-1's, at position Pos[r], in sequence slot Seq[r] (i32
 	// [Rows]; -1 pads a bucket), whose caches lie Seq[r]*SeqStride
@@ -200,7 +307,18 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	group := a.NH / c.NKV
 	heads := min(group, decodeHeads)
 	d4 := (d + 3) &^ 3
-	shmem := decodeShmem(heads, d4)
+	if a.Stages < 0 || a.Stages > MaxDecodeStages {
+		return nil, fmt.Errorf("%s: %d stages (0 to %d)", op, a.Stages, MaxDecodeStages)
+	}
+	if a.MMA < 0 || a.MMA > 2 {
+		return nil, fmt.Errorf("%s: tensor-core choice %d (0 lower's, 1 off, 2 on)", op, a.MMA)
+	}
+	es := dtypeSize(a.DType)
+	stages, mma := DecodeStages(es, d, c.Window, c.Slots, nsplit, heads, a.Stages), 0
+	shmem := decodeShmem(heads, d4, stages, es)
+	if DecodeMMA(a.DType, d, group, c.Window, c.Slots, nsplit, a.MMA) {
+		stages, mma, shmem = 0, 1, decodeMMAShmem(heads, d4)
+	}
 	var partAcc, partML, counters Ptr
 	if nsplit > 1 {
 		partAcc = a.Workspace
@@ -219,7 +337,7 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	args = append(append(args, gate...), ptrArg(a.Out), ptrArg(partAcc), ptrArg(partML), ptrArg(counters), ptrArg(a.XQ), ptrArg(xs))
 	// No fused q/k norm and rope (NormRoPEAttention sets them).
 	args = append(args, ptrArg(Ptr{}), ptrArg(Ptr{}), f32(0), ptrArg(Ptr{}), i32(0), f32(0))
-	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128)), 0},
+	return []Launch{kernel("attention.cu", "attn_decode", []string{a.DType}, []int64{int64(ceilDiv(d4, 128)), 0, int64(stages), int64(mma)},
 		dims(nsplit, c.NKV, rows*ceilDiv(group, heads)), dims(32*heads), shmem, args...)}, nil
 }
 

@@ -92,6 +92,12 @@ type Options struct {
 	// DecodeSplits forces the decode attention's blocks per kv head
 	// (0: DecodeSplits' choice from the cache's capacity; A/B timing).
 	DecodeSplits int
+	// DecodeStages forces the decode attention's tiles in flight (0:
+	// DecodeStages' choice; 1: none; 2 to MaxDecodeStages; A/B timing).
+	DecodeStages int
+	// DecodeMMA forces the decode attention's key loop on tensor cores
+	// (DecodeMMA's force: 0 its choice, 1 off, 2 on; A/B timing).
+	DecodeMMA int
 }
 
 // DefaultChunk is the prefill step size when none is given.
@@ -125,6 +131,12 @@ func (o *Options) fill() error {
 	}
 	if o.DecodeSplits < 0 || o.DecodeSplits > MaxSplits {
 		return fmt.Errorf("lower: decode attention splits must be 0 (lower's choice) to %d, got %d", MaxSplits, o.DecodeSplits)
+	}
+	if o.DecodeStages < 0 || o.DecodeStages > MaxDecodeStages {
+		return fmt.Errorf("lower: decode attention stages must be 0 (lower's choice) to %d, got %d", MaxDecodeStages, o.DecodeStages)
+	}
+	if o.DecodeMMA < 0 || o.DecodeMMA > 2 {
+		return fmt.Errorf("lower: decode attention tensor-core choice must be 0 (lower's), 1 (off) or 2 (on), got %d", o.DecodeMMA)
 	}
 	if o.SMs <= 0 {
 		o.SMs = defaultSMs
@@ -166,7 +178,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
 		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
-		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
+		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits, DecodeStages: o.DecodeStages, DecodeMMA: o.DecodeMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err
 	}

@@ -665,7 +665,7 @@ func rotatedByAttention(steps []Step) bool {
 	for _, st := range steps {
 		if len(st.Launches) > 0 {
 			l := st.Launches[0]
-			return l.Kernel == "attn_decode" && len(l.Ints) == 2 && l.Ints[1] == 1
+			return l.Kernel == "attn_decode" && len(l.Ints) == 4 && l.Ints[1] == 1
 		}
 		if st.Op != "norm_rope" {
 			return false

@@ -29,7 +29,7 @@ func isQKNormRoPE(l Launch) bool {
 // isPlainAttnDecode reports whether a is an attn_decode launch as
 // AttentionDecode builds it, doing no norm or rotation (NR 0).
 func isPlainAttnDecode(a Launch) bool {
-	return a.Kernel == "attn_decode" && a.File == "attention.cu" && len(a.DTypes) == 1 && len(a.Ints) == 2 && a.Ints[1] == 0 &&
+	return a.Kernel == "attn_decode" && a.File == "attention.cu" && len(a.DTypes) == 1 && len(a.Ints) == 4 && a.Ints[1] == 0 &&
 		len(a.Args) == attnArgCount
 }
 
@@ -65,7 +65,7 @@ func NormRoPEAttention(n, a Launch) (Launch, error) {
 			op, aa[attnArgQ].Ptr(), aa[attnArgK].Ptr(), aa[attnArgPos].Ptr(), x, kx, na[11].Ptr())
 	}
 	f := a
-	f.Ints = []int64{a.Ints[0], 1}
+	f.Ints = []int64{a.Ints[0], 1, a.Ints[2], a.Ints[3]}
 	f.Args = append([]Arg(nil), aa...)
 	copy(f.Args[attnArgNR:], []Arg{na[8], na[9], na[10], na[12], na[13], na[14]})
 	f.Shmem += 4 * int((d+3)&^3) // kT: this token's rotated k head
@@ -134,7 +134,7 @@ func NormKRoPEAttentionRows(nk, a Launch) (Launch, error) {
 		return Launch{}, fmt.Errorf("%s: the attention's output %v overlaps k %v or v %v", op, out, k, v)
 	}
 	f := a
-	f.Ints = []int64{a.Ints[0], 2}
+	f.Ints = []int64{a.Ints[0], 2, a.Ints[2], a.Ints[3]}
 	f.Args = append([]Arg(nil), aa...)
 	f.Args[attnArgK] = na[6]
 	copy(f.Args[attnArgNR:], []Arg{ptrArg(Ptr{}), na[8], na[10], na[12], na[13], na[14]})

@@ -88,6 +88,10 @@ type Plan struct {
 	QGEMVGroups int `json:"qgemv_groups,omitempty"`
 	// DecodeSplits: the decode attention's forced split count (Options.DecodeSplits).
 	DecodeSplits int `json:"decode_splits,omitempty"`
+	// DecodeStages: its forced tiles in flight (Options.DecodeStages).
+	DecodeStages int `json:"decode_stages,omitempty"`
+	// DecodeMMA: its forced tensor-core choice (Options.DecodeMMA).
+	DecodeMMA int `json:"decode_mma,omitempty"`
 	// Weights are placed in one device allocation of WeightBytes.
 	Weights     []Weight `json:"weights"`
 	WeightBytes int64    `json:"weight_bytes"`

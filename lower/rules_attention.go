@@ -55,7 +55,7 @@ func attentionRule(c *stepCtx, gate OutputGate) ([]Launch, error) {
 		}
 		a := AttentionDecodeArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
 			Pos: c.in[3], NH: nh, Scale: scale, Gate: gate, Workspace: Ptr{BaseWorkspace, attentionQ8XReserve(rows, nh, kv.HeadDim)},
-			Counters: Ptr{BaseSync, 0}, Splits: c.decodeSplits(kv), SMs: c.p.SMs}
+			Counters: Ptr{BaseSync, 0}, Splits: c.decodeSplits(kv), Stages: c.p.DecodeStages, MMA: c.p.DecodeMMA, SMs: c.p.SMs}
 		if c.batch {
 			// One decode row per sequence: each appends its k, v to its
 			// slot's caches and attends over them.

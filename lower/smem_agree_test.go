@@ -120,41 +120,76 @@ func atoiT(t *testing.T, s string) int {
 	return n
 }
 
-// TestDecodeTilesFit: attn_decode's layout of 2-byte K and V tiles
-// (attention.cu: dec_tpitch, the tiles after the q heads, kT after the
-// tiles) fits the shared memory lower launches it with (sized as float
-// tiles, plus kT's room with the fused norm and rotation) for every head
-// dim and heads a block; kT stays 16-byte aligned (the tile loads read it
-// 16 bytes at once) and clear of the q and k heads' rotation scratch
-// (hb + 1 heads of floats from the tiles' start), and a K row is 2 words
-// mod 32 (a lane's 8-byte read of its key's row in banks of its own).
+// TestDecodeTilesFit checks that attn_decode's layout (q as floats, then
+// one tile of K and V as the cache's T, or a ring of `stages` of them, then
+// kT) fits the shared memory lower launches it with (one tile sized as
+// floats, a ring as T, plus kT's room with the fused norm and rotation)
+// for every head dim, heads a block and ring length; kT stays 16-byte
+// aligned (the tile loads read it 16 bytes at once) and clear of the q and
+// k heads' rotation scratch (hb + 1 heads of floats from the tiles' start),
+// every stage's K and V rows are 16-byte aligned where 16-byte chunks land
+// (8 for 2-byte K), and a 2-byte K row is 2 words mod 32 (a lane's 8-byte
+// read of its key's row in banks of its own).
 func TestDecodeTilesFit(t *testing.T) {
 	src, err := cuda.Source("attention.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"return d4 + ((68 - (d4 & 63)) & 63);", "kp = dec_tpitch<T>(d4);",
-		"T* Ks = reinterpret_cast<T*>(scr);", "T* Vs = Ks + DEC_TILE * kp;", "T* kT = Vs + DEC_TILE * d4;"} {
+		"T* Ks = reinterpret_cast<T*>(scr);", "T* Vs = Ks + DEC_TILE * kp;", "T* kT = TC ? Ks + hb * 2 * DEC_MMA_STAGE : Ks + (ST >= 2 ? ST : 1) * DEC_TILE * (kp + d4);",
+		"#define DEC_MMA_KEYS 16", "#define DEC_MMA_PITCH 136", "#define DEC_MMA_STAGE (2 * DEC_MMA_KEYS * DEC_MMA_PITCH)",
+		"bf16_t* st0 = ring + warp * 2 * DEC_MMA_STAGE;", "float2* ml = reinterpret_cast<float2*>(mo + nwarp * group * 128);",
+		"stg = DEC_TILE * (kp + d4);", "T* K_ = Ks + (t % ST) * stg;", "T* V_ = K_ + DEC_TILE * kp;"} {
 		if !strings.Contains(src, want) {
 			t.Fatalf("attention.cu: %q not found; this test mirrors it", want)
 		}
 	}
 	for d := 1; d <= MaxHeadDim; d++ {
 		d4 := (d + 3) &^ 3
-		kp := d4 + (68-d4%64)%64
-		if kp%4 != 0 || (kp/2)%32 != 2 {
-			t.Fatalf("d %d: 2-byte K pitch %d (%d words)", d, kp, kp/2)
+		for _, es := range []int{2, 4} {
+			kp := decodeTPitch(d4, es)
+			if es == 2 && (kp%4 != 0 || (kp/2)%32 != 2) {
+				t.Fatalf("d %d: 2-byte K pitch %d (%d words)", d, kp, kp/2)
+			}
+			if es == 4 && kp%32 != 4 {
+				t.Fatalf("d %d: float K pitch %d", d, kp)
+			}
+			for hb := 1; hb <= decodeHeads; hb++ {
+				for _, stages := range []int{0, 2, 3, 4, 5, 6, 7, 8} {
+					if stages > 0 && DecodeStages(es, d, 0, 1<<20, 1, hb, stages) != stages {
+						continue // lower runs no such ring (it would not fit, or d's chunks do not)
+					}
+					have := decodeShmem(hb, d4, stages, es)
+					qs := 4 * hb * d4
+					stg := es * decodeTile * (kp + d4)
+					kT := qs + max(stages, 1)*stg
+					if kT+es*d > have+4*d4 || kT > have || have+4*d4 > decodeShmemMax {
+						t.Errorf("d %d, %d-byte, %d heads, %d stages: kT at %d..%d, lower launches %d (+%d with kT)", d, es, hb, stages, kT, kT+es*d, have, 4*d4)
+					}
+					if kT%16 != 0 || kT-qs < 4*(hb+1)*d {
+						t.Errorf("d %d, %d-byte, %d heads, %d stages: kT at %d (scratch ends at %d)", d, es, hb, stages, kT, qs+4*(hb+1)*d)
+					}
+					if stages >= 2 && (stg%16 != 0 || qs%16 != 0 || (es*kp)%8 != 0 || (es*decodeTile*kp)%16 != 0 || (es*d4)%16 != 0 || (es == 4 && (es*kp)%16 != 0)) {
+						t.Errorf("d %d, %d-byte, %d stages: rows not aligned for the ring's copies (stage %d bytes, K pitch %d)", d, es, stages, stg, es*kp)
+					}
+				}
+			}
 		}
-		for hb := 1; hb <= decodeHeads; hb++ {
-			have := decodeShmem(hb, d4)
-			qs := 4 * hb * d4
-			kT := qs + 2*decodeTile*(kp+d4)
-			if kT+2*d > have+4*d4 || kT > have {
-				t.Errorf("d %d, %d heads: tiles end at %d, kT at %d..%d, lower launches %d (+%d with kT)", d, hb, kT, kT, kT+2*d, have, 4*d4)
-			}
-			if kT%16 != 0 || kT-qs < 4*(hb+1)*d {
-				t.Errorf("d %d, %d heads: kT at %d (scratch ends at %d)", d, hb, kT, qs+4*(hb+1)*d)
-			}
+	}
+	// The tensor-core loop (d 128, a warp a head, at most 6): each warp's
+	// two stages of K and V rows of 272 bytes (16-byte aligned, 4 words
+	// mod 32: ldmatrix's 8 rows in distinct banks), then kT; the norm's
+	// scratch and the warps' partial outputs fit in the stages.
+	if decodeMMAKeys != 16 || decodeMMAPitch != 136 || (2*decodeMMAPitch)%16 != 0 || (2*decodeMMAPitch/4)%32 != 4 {
+		t.Fatalf("tensor-core tiles: %d keys, pitch %d", decodeMMAKeys, decodeMMAPitch)
+	}
+	for hb := 1; hb <= 6; hb++ {
+		have, qs := decodeMMAShmem(hb, 128), 4*hb*128
+		ring := hb * 2 * 2 * (2 * decodeMMAKeys * decodeMMAPitch)
+		kT := qs + ring
+		merge := hb*hb*128*4 + hb*hb*8
+		if kT != have || kT%16 != 0 || merge > ring || 4*(hb+1)*128 > ring || have+4*128 > decodeShmemMax {
+			t.Errorf("%d heads: ring %d bytes (merge %d), kT at %d, lower launches %d (+%d with kT)", hb, ring, merge, kT, have, 4*128)
 		}
 	}
 }

@@ -311,6 +311,241 @@ __device__ __forceinline__ void dec_rope_stage(bool v4, int d, const T* x, float
     rope_stage<1, T>(d, x, b, w, eps);
 }
 
+// dec_tile folds a tile of nt keys (K rows kp apart, V rows d4 apart) into
+// this warp's head (q at qr): its scores, the online softmax's max m and
+// sum l, and acc. Every lane of the warp calls it.
+template <typename T, int NCH>
+__device__ __forceinline__ void dec_tile(const T* Ks, const T* Vs, int kp, int d4, const float* qr, int nt, int lane,
+                                         float scale, float& m, float& l, float (&acc)[NCH][4]) {
+  // Scores: key `lane` against this warp's head.
+  float sc = ATT_NEG_INF;
+  if (lane < nt) {
+    const T* kr = Ks + lane * kp;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < d4; c += 4) {
+      float4 kv = dec_ld4(kr + c);
+      float4 qv = *reinterpret_cast<const float4*>(qr + c);
+      a0 += qv.x * kv.x;
+      a1 += qv.y * kv.y;
+      a2 += qv.z * kv.z;
+      a3 += qv.w * kv.w;
+    }
+    sc = ((a0 + a1) + (a2 + a3)) * scale;
+  }
+  // Online softmax, in registers (every lane holds m and l).
+  float mnew = fmaxf(m, att_warp_max(sc));
+  float pr = lane < nt ? expf(sc - mnew) : 0.f;
+  float alpha = expf(m - mnew);  // 0 on the first tile (m = -inf)
+  l = l * alpha + att_warp_sum(pr);
+  m = mnew;
+#pragma unroll
+  for (int i = 0; i < NCH; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[i][e] *= alpha;
+  // acc += p.V: channels 4ch..4ch+3 for ch = lane + 32i. A lane's chunks
+  // are fixed, so their offsets (clamped into the row) and bounds are
+  // worked out before the key loop, which is then a shuffle, a shared
+  // load and four FMAs a key and chunk: guarded loads inside it made the
+  // compiler recompute the shared window's address and reconverge around
+  // every load (Nsight: 38% of the kernel's instructions). A chunk past
+  // d4 adds 0 * v to channels never written.
+  int voff[NCH];
+  bool vin[NCH];
+#pragma unroll
+  for (int i = 0; i < NCH; i++) {
+    const int c = 4 * (lane + 32 * i);
+    vin[i] = c < d4;
+    voff[i] = vin[i] ? c : 0;
+  }
+#pragma unroll 4
+  for (int kk = 0; kk < nt; kk++) {
+    const float pk = __shfl_sync(0xffffffffu, pr, kk);
+    const T* vr = Vs + kk * d4;
+#pragma unroll
+    for (int i = 0; i < NCH; i++) {
+      const float4 v = dec_ld4(vr + voff[i]);
+      const float pv = vin[i] ? pk : 0.f;
+      acc[i][0] += pv * v.x;
+      acc[i][1] += pv * v.y;
+      acc[i][2] += pv * v.z;
+      acc[i][3] += pv * v.w;
+    }
+  }
+}
+
+// The key loop on tensor cores (TC = 1: bf16, d 128, a block of every head
+// of its kv head, at most 6, two blocks an SM; lower's choice where a block walks many
+// tiles). Each warp takes every nwarp-th tile of 16 keys of the block's
+// split, for all the group's heads at once: S = q K^T as m16n8k16 MMAs
+// (the heads as rows, 8 to 15 zero; keys as columns), the online softmax
+// by head, then O^T += V^T P^T (channels as rows, the heads as columns,
+// P as two bf16 parts, so about 16 bits of it), a warp's tiles
+// coming through a private ring of two stages by cp.async, so the loop
+// needs no block barrier. A K or V row is DEC_MMA_PITCH bf16 (272 bytes:
+// ldmatrix's 8 rows in distinct banks). Then the warps' (max, sum, O)
+// meet in shared memory (the ring's) and warp h merges head h's in warp
+// order into m, l and acc (channels 4*lane..4*lane+3) for the per-head
+// epilogue the FFMA loop also ends in. An FFMA loop reads every K and V
+// value once a head; this reads it once a block.
+#define DEC_MMA_KEYS 16
+#define DEC_MMA_PITCH 136
+#define DEC_MMA_STAGE (2 * DEC_MMA_KEYS * DEC_MMA_PITCH)
+template <int NR>
+__device__ __forceinline__ void dec_keys_mma(bf16_t* ring, const float* qs, int group, int lane, int j0, int j1, int p,
+                                             bool fresh, const bf16_t* kT, const bf16_t* kx, const bf16_t* vx,
+                                             const bf16_t* kc, const bf16_t* vc, int kvh, int window, long long rowstride,
+                                             float scale, float& m, float& l, float (&acc)[1][4]) {
+  const int warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
+  __syncthreads();  // every head's q is staged (and the norm's scratch, in the ring, read)
+  // q as A fragments: row g is head g (rows g + 8 are zero: a1, a3).
+  unsigned qa[8][2];
+#pragma unroll
+  for (int kk = 0; kk < 8; kk++) {
+    const float* qr = qs + g * 128 + 16 * kk + 2 * t;
+    qa[kk][0] = g < group ? pack_bf16x2(qr[0], qr[1]) : 0u;
+    qa[kk][1] = g < group ? pack_bf16x2(qr[8], qr[9]) : 0u;
+  }
+  const int ntl = j1 > j0 ? (j1 - j0 + DEC_MMA_KEYS - 1) / DEC_MMA_KEYS : 0;
+  const int mine = ntl > warp ? (ntl - warp + nwarp - 1) / nwarp : 0;  // tiles warp, warp + nwarp, ...
+  bf16_t* st0 = ring + warp * 2 * DEC_MMA_STAGE;
+  // Tile i of this warp into stage i & 1: lane + 32r is row (lane + 32r) / 16,
+  // chunk (lane + 32r) % 16; rows past the split zero-filled (p V must not
+  // see stale values, even times 0).
+  auto issue = [&](int i) {
+    if (i < mine) {
+      const int jt = j0 + (warp + i * nwarp) * DEC_MMA_KEYS, nt = min(DEC_MMA_KEYS, j1 - jt), s0 = att_slot(jt, window);
+      bf16_t* K_ = st0 + (i & 1) * DEC_MMA_STAGE;
+      bf16_t* V_ = K_ + DEC_MMA_KEYS * DEC_MMA_PITCH;
+#pragma unroll
+      for (int r = 0; r < DEC_MMA_KEYS / 2; r++) {
+        const int u = lane + 32 * r, kk = u >> 4, c = (u & 15) * 8;
+        bf16_t* kd = K_ + kk * DEC_MMA_PITCH + c;
+        bf16_t* vd = V_ + kk * DEC_MMA_PITCH + c;
+        if (kk < nt && fresh && jt + kk == p) {  // this step's key (kT may be shared memory)
+          *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>((NR ? kT : kx + (long long)kvh * 128) + c);
+          *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vx + (long long)kvh * 128 + c);
+        } else {
+          int slot = s0 + kk;  // att_slot(j, window): kk < DEC_MMA_KEYS <= window
+          if (window > 0 && slot >= window) slot -= window;
+          const long long off = kk < nt ? (long long)slot * rowstride + (long long)kvh * 128 + c : 0;
+          const int bytes = kk < nt ? 16 : 0;
+          cp_async16_fill(smem_u32(kd), kc + off, bytes);
+          cp_async16_fill(smem_u32(vd), vc + off, bytes);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  float o[8][4];  // O^T: o[i] rows channels 16i + g (+8), columns heads 2t, 2t + 1
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[i][e] = 0.f;
+  float mw = ATT_NEG_INF, lw = 0.f;  // head g's, over this warp's tiles
+  issue(0);
+  for (int i = 0; i < mine; i++) {
+    issue(i + 1);
+    cp_async_wait<1>();
+    __syncwarp();  // tile i is in (every lane's copies and stores)
+    const int nt = min(DEC_MMA_KEYS, j1 - j0 - (warp + i * nwarp) * DEC_MMA_KEYS);
+    const bf16_t* K_ = st0 + (i & 1) * DEC_MMA_STAGE;
+    const bf16_t* V_ = K_ + DEC_MMA_KEYS * DEC_MMA_PITCH;
+    float s[2][4];  // S: s[j] keys 8j + 2t (+1) of head g (and g + 8)
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 8; kk += 2)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        unsigned b0, b1, b2, b3;  // keys 8j.., channels 16kk.., +8, +16, +24
+        ldsm_x4(K_ + (8 * j + (lane & 7)) * DEC_MMA_PITCH + 16 * kk + 8 * (lane >> 3), b0, b1, b2, b3);
+        const unsigned a0[4] = {qa[kk][0], 0u, qa[kk][1], 0u}, a1[4] = {qa[kk + 1][0], 0u, qa[kk + 1][1], 0u};
+        mma_bf16(s[j], a0, b0, b1);
+        mma_bf16(s[j], a1, b2, b3);
+      }
+    // Online softmax of head g over its 4 keys a lane and the 4 lanes of g.
+    float x[4], mx = ATT_NEG_INF;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int key = 8 * (q >> 1) + 2 * t + (q & 1);
+      x[q] = key < nt ? s[q >> 1][q & 1] * scale : ATT_NEG_INF;
+      mx = fmaxf(mx, x[q]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(mw, mx);  // finite: a tile holds a key
+    float ps = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      x[q] = expf(x[q] - mnew);
+      ps += x[q];
+    }
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+    const float alpha = expf(mw - mnew);  // 0 on the first tile
+    lw = lw * alpha + ps;
+    mw = mnew;
+    // O^T's columns are heads 2t and 2t + 1, whose alpha lanes 8t and 8t + 4 hold.
+    const float a_lo = __shfl_sync(0xffffffffu, alpha, 8 * t), a_hi = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+    // P^T (keys 2t (+1) and 8 + 2t (+1) of head g) as bf16 and the rest
+    // of each float (exact in f32) as bf16 again: about 16 bits of P, so
+    // that p V loses no more than the FFMA loop's float products.
+    const unsigned ph0 = pack_bf16x2(x[0], x[1]), ph1 = pack_bf16x2(x[2], x[3]);
+    const unsigned pl0 = pack_bf16x2(x[0] - __uint_as_float(ph0 << 16), x[1] - __uint_as_float(ph0 & 0xffff0000u));
+    const unsigned pl1 = pack_bf16x2(x[2] - __uint_as_float(ph1 << 16), x[3] - __uint_as_float(ph1 & 0xffff0000u));
+#pragma unroll
+    for (int i2 = 0; i2 < 8; i2++) {
+      o[i2][0] *= a_lo;
+      o[i2][1] *= a_hi;
+      o[i2][2] *= a_lo;
+      o[i2][3] *= a_hi;
+      unsigned a[4];  // V^T rows channels 16i2.. (+8), columns keys 0-7, 8-15
+      ldsm_x4_t(V_ + (8 * (lane >> 4) + (lane & 7)) * DEC_MMA_PITCH + 16 * i2 + 8 * ((lane >> 3) & 1), a[0], a[1], a[2], a[3]);
+      mma_bf16(o[i2], a, ph0, ph1);
+      mma_bf16(o[i2], a, pl0, pl1);
+    }
+    __syncwarp();  // the stage is read before the next issue refills it
+  }
+  // The warps meet: O^T as [warp][head][128] floats, (max, sum) as
+  // [warp][head], in the ring (every warp past its tiles).
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(ring);
+  float2* ml = reinterpret_cast<float2*>(mo + nwarp * group * 128);
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int h = 2 * t + (e & 1), c = 16 * i + g + 8 * (e >> 1);
+      if (h < group) mo[(warp * group + h) * 128 + c] = o[i][e];
+    }
+  if (t == 0 && g < group) ml[warp * group + g] = make_float2(mw, lw);
+  __syncthreads();
+  if (warp >= group) return;  // none: lower runs a warp a head
+  m = ATT_NEG_INF;
+  for (int w = 0; w < nwarp; w++) {
+    const float2 v = ml[w * group + warp];
+    if (v.y > 0.f) m = fmaxf(m, v.x);
+  }
+  l = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; e++) acc[0][e] = 0.f;
+  for (int w = 0; w < nwarp; w++) {
+    const float2 v = ml[w * group + warp];
+    if (v.y > 0.f) {
+      const float f = expf(v.x - m);
+      const float4 a = *reinterpret_cast<const float4*>(mo + (w * group + warp) * 128 + 4 * lane);
+      l += v.y * f;
+      acc[0][0] += a.x * f;
+      acc[0][1] += a.y * f;
+      acc[0][2] += a.z * f;
+      acc[0][3] += a.w * f;
+    }
+  }
+}
+
 // Fused q/k norm and rope (NR = 1, fuseNormRoPEAttention in lower): q and
 // this step's k (kx) arrive as the q,k,v GEMV wrote them, and the kernel
 // does what qk_norm_rope (rope.cu) would have done first, with its code
@@ -322,8 +557,8 @@ __device__ __forceinline__ void dec_rope_stage(bool v4, int d, const T* x, float
 // as the two launches. NR = 2 (fuseRowsKNormRoPEAttention): k alone, q
 // read as given (rotated by its own launch, once a row rather than again in
 // every split's block).
-template <typename T, int NCH, int NR>
-__global__ void __launch_bounds__(32 * DEC_HEADS)
+template <typename T, int NCH, int NR, int ST, int TC>
+__global__ void __launch_bounds__(TC ? 192 : 32 * DEC_HEADS, TC ? 2 : 1)
     attn_decode(int nh, int nkv, int d, int window, int slots, int nsplit, float scale, const int* __restrict__ pos,
                 const int* __restrict__ seq, long long seq_stride, const T* q, const T* kx, const T* vx, T* kc, T* vc,
                 const T* gate, long long ldg, int G, T* out, float* part_acc, float* part_ml,
@@ -403,7 +638,9 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
   long long rowstride = (long long)nkv * d;
   bool fresh = kx != nullptr;  // this step's k, v come from kx, vx
 
-  T* kT = Vs + DEC_TILE * d4;  // NR: this token's k head, normalised and rotated (past scr's use)
+  // NR: this token's k head, normalised and rotated (past scr's use and
+  // every stage of the tile ring).
+  T* kT = TC ? Ks + hb * 2 * DEC_MMA_STAGE : Ks + (ST >= 2 ? ST : 1) * DEC_TILE * (kp + d4);
   if constexpr (NR) {
     if (fresh && p >= j0 && p < j1) {  // uniform per block
       if (warp == 0) {
@@ -443,121 +680,122 @@ __global__ void __launch_bounds__(32 * DEC_HEADS)
 #pragma unroll
     for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
 
-  for (int jt = j0; jt < j1; jt += DEC_TILE) {
-    int nt = min(DEC_TILE, j1 - jt);
-    __syncthreads();  // the previous tile's readers are done (and q is stored)
-    if (fixed_chunk) {
-      // The thread's chunk is fixed (tc) and its keys step by kst: no
-      // division or modulo per load (the earlier form, i / cpr and j %
-      // window per load, spent about 50 instructions a load on them).
-      const int s0 = att_slot(jt, window);
-      for (int kb = 0; kb < nt; kb += DEC_LD * kst) {
-        uint4 kr[DEC_LD], vr[DEC_LD];
-#pragma unroll
-        for (int u = 0; u < DEC_LD; u++) {
-          const int kk = kb + u * kst + tk, j = jt + kk;
-          if (kk < nt) {
-            const T* ks;
-            const T* vs;
-            if (fresh && j == p) {
-              ks = NR ? kT + tc : kx + (long long)kvh * d + tc;
-              vs = vx + (long long)kvh * d + tc;
-            } else {
-              int slot = s0 + kk;  // att_slot(j, window): kk < DEC_TILE <= window
-              if (window > 0 && slot >= window) slot -= window;
-              const long long off = (long long)slot * rowstride + (long long)kvh * d + tc;
-              ks = kc + off;
-              vs = vc + off;
-            }
-            kr[u] = *reinterpret_cast<const uint4*>(ks);
-            vr[u] = *reinterpret_cast<const uint4*>(vs);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < DEC_LD; u++) {
-          const int kk = kb + u * kst + tk;
-          if (kk < nt) {
-            dec_stv(Ks + kk * kp + tc, kr[u]);
-            dec_stv(Vs + kk * d4 + tc, vr[u]);
-          }
-        }
-      }
-    } else {  // unaligned rows, d not a multiple of the vector, or chunks not fitting the
-              // block (vec without fixed_chunk: rare shapes): element by element, tail zeroed
-      for (int i = tid; i < nt * d4; i += nthr) {
-        int kk = i / d4, c = i - kk * d4, j = jt + kk;
-        T kv = from_f32<T>(0.f), vv = kv;
-        if (c < d) {
-          if (fresh && j == p) {
-            kv = NR ? kT[c] : kx[(long long)kvh * d + c];
-            vv = vx[(long long)kvh * d + c];
+  const float* qr = qs + warp * d4;
+  // The key loop: on tensor cores (TC), through a ring of ST tiles, or
+  // through registers; rows not 16-byte aligned take the last.
+  bool piped = false, mma = false;
+  if constexpr (ST >= 2) piped = fixed_chunk;
+  if constexpr (TC) mma = vec;
+  if (mma) {
+    if constexpr (TC) {
+      static_assert(sizeof(T) == 2 && NCH == 1, "the tensor-core loop is bf16 and head_dim 128's (lower's DecodeTC)");
+      dec_keys_mma<NR>(Ks, qs, group, lane, j0, j1, p, fresh, kT, kx, vx, kc, vc, kvh, window, rowstride, scale, m, l, acc);
+    }
+  } else if (piped) {
+    // ST >= 2 (lower's choice where a block walks many tiles): a ring of ST
+    // tiles filled by cp.async, ST - 1 tiles ahead of the one being read,
+    // so a tile's loads hold no registers and wait behind the tiles before
+    // it rather than in front of its own scores. The same tile arithmetic
+    // (dec_tile) in the same order as the synchronous loop: the same bits.
+    const int ntl = j1 > j0 ? (j1 - j0 + DEC_TILE - 1) / DEC_TILE : 0, stg = DEC_TILE * (kp + d4);
+    auto issue = [&](int t) {  // tile t into stage t % ST
+      if (t < ntl) {
+        const int jt = j0 + t * DEC_TILE, nt = min(DEC_TILE, j1 - jt), s0 = att_slot(jt, window);
+        T* K_ = Ks + (t % ST) * stg;
+        T* V_ = K_ + DEC_TILE * kp;
+        for (int kk = tk; kk < nt; kk += kst) {
+          T* kd = K_ + kk * kp + tc;
+          T* vd = V_ + kk * d4 + tc;
+          if (fresh && jt + kk == p) {  // this step's key (kT may be shared memory): stored as it is read
+            const T* ks = NR ? kT + tc : kx + (long long)kvh * d + tc;
+            dec_stv(kd, *reinterpret_cast<const uint4*>(ks));
+            dec_stv(vd, *reinterpret_cast<const uint4*>(vx + (long long)kvh * d + tc));
           } else {
-            long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
-            kv = kc[off];
-            vv = vc[off];
+            int slot = s0 + kk;  // att_slot(j, window): kk < DEC_TILE <= window
+            if (window > 0 && slot >= window) slot -= window;
+            const long long off = (long long)slot * rowstride + (long long)kvh * d + tc;
+            if constexpr (sizeof(T) == 4) {
+              cp_async16(kd, kc + off);
+            } else {  // K rows are 8-byte aligned (dec_tpitch)
+              cp_async8(kd, kc + off);
+              cp_async8(kd + VN / 2, kc + off + VN / 2);
+            }
+            cp_async16(vd, vc + off);
           }
         }
-        Ks[kk * kp + c] = kv;
-        Vs[kk * d4 + c] = vv;
       }
+      cp_async_commit();
+    };
+    if constexpr (NR) __syncthreads();  // the norm and rotation's scratch (stage 0) is read
+    for (int t = 0; t < ST - 1; t++) issue(t);
+    for (int t = 0; t < ntl; t++) {
+      cp_async_wait<ST - 2>();
+      __syncthreads();  // tile t is in; tile t - 1's stage, refilled next, is read
+      issue(t + ST - 1);
+      const T* K_ = Ks + (t % ST) * stg;
+      if (active) dec_tile<T, NCH>(K_, K_ + DEC_TILE * kp, kp, d4, qr, min(DEC_TILE, j1 - j0 - t * DEC_TILE), lane, scale, m, l, acc);
     }
-    __syncthreads();
-    if (!active) continue;
-    // Scores: key `lane` against this warp's head.
-    float sc = ATT_NEG_INF;
-    if (lane < nt) {
-      const T* kr = Ks + lane * kp;
-      const float* qr = qs + warp * d4;
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll 4
-      for (int c = 0; c < d4; c += 4) {
-        float4 kv = dec_ld4(kr + c);
-        float4 qv = *reinterpret_cast<const float4*>(qr + c);
-        a0 += qv.x * kv.x;
-        a1 += qv.y * kv.y;
-        a2 += qv.z * kv.z;
-        a3 += qv.w * kv.w;
+  } else {
+    for (int jt = j0; jt < j1; jt += DEC_TILE) {
+      int nt = min(DEC_TILE, j1 - jt);
+      __syncthreads();  // the previous tile's readers are done (and q is stored)
+      if (fixed_chunk) {
+        // The thread's chunk is fixed (tc) and its keys step by kst: no
+        // division or modulo per load (the earlier form, i / cpr and j %
+        // window per load, spent about 50 instructions a load on them).
+        const int s0 = att_slot(jt, window);
+        for (int kb = 0; kb < nt; kb += DEC_LD * kst) {
+          uint4 kr[DEC_LD], vr[DEC_LD];
+#pragma unroll
+          for (int u = 0; u < DEC_LD; u++) {
+            const int kk = kb + u * kst + tk, j = jt + kk;
+            if (kk < nt) {
+              const T* ks;
+              const T* vs;
+              if (fresh && j == p) {
+                ks = NR ? kT + tc : kx + (long long)kvh * d + tc;
+                vs = vx + (long long)kvh * d + tc;
+              } else {
+                int slot = s0 + kk;  // att_slot(j, window): kk < DEC_TILE <= window
+                if (window > 0 && slot >= window) slot -= window;
+                const long long off = (long long)slot * rowstride + (long long)kvh * d + tc;
+                ks = kc + off;
+                vs = vc + off;
+              }
+              kr[u] = *reinterpret_cast<const uint4*>(ks);
+              vr[u] = *reinterpret_cast<const uint4*>(vs);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < DEC_LD; u++) {
+            const int kk = kb + u * kst + tk;
+            if (kk < nt) {
+              dec_stv(Ks + kk * kp + tc, kr[u]);
+              dec_stv(Vs + kk * d4 + tc, vr[u]);
+            }
+          }
+        }
+      } else {  // unaligned rows, d not a multiple of the vector, or chunks not fitting the
+                // block (vec without fixed_chunk: rare shapes): element by element, tail zeroed
+        for (int i = tid; i < nt * d4; i += nthr) {
+          int kk = i / d4, c = i - kk * d4, j = jt + kk;
+          T kv = from_f32<T>(0.f), vv = kv;
+          if (c < d) {
+            if (fresh && j == p) {
+              kv = NR ? kT[c] : kx[(long long)kvh * d + c];
+              vv = vx[(long long)kvh * d + c];
+            } else {
+              long long off = (long long)att_slot(j, window) * rowstride + (long long)kvh * d + c;
+              kv = kc[off];
+              vv = vc[off];
+            }
+          }
+          Ks[kk * kp + c] = kv;
+          Vs[kk * d4 + c] = vv;
+        }
       }
-      sc = ((a0 + a1) + (a2 + a3)) * scale;
-    }
-    // Online softmax, in registers (every lane holds m and l).
-    float mnew = fmaxf(m, att_warp_max(sc));
-    float pr = lane < nt ? expf(sc - mnew) : 0.f;
-    float alpha = expf(m - mnew);  // 0 on the first tile (m = -inf)
-    l = l * alpha + att_warp_sum(pr);
-    m = mnew;
-#pragma unroll
-    for (int i = 0; i < NCH; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[i][e] *= alpha;
-    // acc += p.V: channels 4ch..4ch+3 for ch = lane + 32i. A lane's chunks
-    // are fixed, so their offsets (clamped into the row) and bounds are
-    // worked out before the key loop, which is then a shuffle, a shared
-    // load and four FMAs a key and chunk: guarded loads inside it made the
-    // compiler recompute the shared window's address and reconverge around
-    // every load (Nsight: 38% of the kernel's instructions). A chunk past
-    // d4 adds 0 * v to channels never written.
-    int voff[NCH];
-    bool vin[NCH];
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-      const int c = 4 * (lane + 32 * i);
-      vin[i] = c < d4;
-      voff[i] = vin[i] ? c : 0;
-    }
-#pragma unroll 4
-    for (int kk = 0; kk < nt; kk++) {
-      const float pk = __shfl_sync(0xffffffffu, pr, kk);
-      const T* vr = Vs + kk * d4;
-#pragma unroll
-      for (int i = 0; i < NCH; i++) {
-        const float4 v = dec_ld4(vr + voff[i]);
-        const float pv = vin[i] ? pk : 0.f;
-        acc[i][0] += pv * v.x;
-        acc[i][1] += pv * v.y;
-        acc[i][2] += pv * v.z;
-        acc[i][3] += pv * v.w;
-      }
+      __syncthreads();
+      if (active) dec_tile<T, NCH>(Ks, Vs, kp, d4, qr, nt, lane, scale, m, l, acc);
     }
   }
   if (gate) gate += (long long)row * ldg;

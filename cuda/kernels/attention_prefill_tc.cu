@@ -42,7 +42,6 @@ template <int D> struct FaCfg {
   static constexpr int SMEM = (FA_BQ * PITCH + 4 * TILE) * 2;  // bytes
 };
 
-__device__ __forceinline__ unsigned fa_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
@@ -52,7 +51,7 @@ template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.as
 template <int VEC>
 __device__ __forceinline__ void fa_copy16(unsigned short* dst, const unsigned short* src, bool ok) {
   if constexpr (VEC) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(dst)), "l"(src), "r"(ok ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0)
                  : "memory");
   } else {
     unsigned w[4] = {0u, 0u, 0u, 0u};
@@ -67,33 +66,6 @@ __device__ __forceinline__ void fa_copy16(unsigned short* dst, const unsigned sh
     u.w = w[3];
     *reinterpret_cast<uint4*>(dst) = u;
   }
-}
-
-__device__ __forceinline__ void fa_ldsm_x4(const void* p, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(fa_smem(p))
-               : "memory");
-}
-
-__device__ __forceinline__ void fa_ldsm_x4_t(const void* p, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(fa_smem(p))
-               : "memory");
-}
-
-__device__ __forceinline__ void fa_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as bf16x2, lo at the lower address (the lower column).
-__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 __device__ __forceinline__ float fa_exp2(float x) {  // 2^x; 2^-inf = 0
@@ -189,7 +161,7 @@ __device__ __forceinline__ void fa_store_out(const O& o, const float (&l)[2], co
 #pragma unroll
     for (int db = 0; db < DB; db++) {
       const int c = db * 8 + 2 * tq;
-      *reinterpret_cast<unsigned*>(chunk(rr, db) + 2 * tq) = fa_pack(o(db, 2 * r) * inv * gate_of(gr, nh, D, G, h, c),
+      *reinterpret_cast<unsigned*>(chunk(rr, db) + 2 * tq) = pack_bf16x2(o(db, 2 * r) * inv * gate_of(gr, nh, D, G, h, c),
                                                            o(db, 2 * r + 1) * inv * gate_of(gr, nh, D, G, h, c + 1));
     }
   }
@@ -286,7 +258,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   for (int kc2 = 0; kc2 < D / 16; kc2++) {
     const int r = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
     const int c = kc2 * 16 + (lane >> 4) * 8;
-    fa_ldsm_x4(Qs + r * P + c, qf[kc2][0], qf[kc2][1], qf[kc2][2], qf[kc2][3]);
+    ldsm_x4(Qs + r * P + c, qf[kc2][0], qf[kc2][1], qf[kc2][2], qf[kc2][3]);
   }
 
   // This thread's rows within the warp: g and g+8 (fragment layout).
@@ -326,9 +298,9 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
           const int key = nb * 8 + (lane >> 4) * 8 + (lane & 7);
           const int c = kc2 * 16 + ((lane >> 3) & 1) * 8;
           unsigned b0, b1, b2, b3;
-          fa_ldsm_x4(kt + key * P + c, b0, b1, b2, b3);
-          fa_mma(s[nb], qf[kc2], b0, b1);
-          fa_mma(s[nb + 1], qf[kc2], b2, b3);
+          ldsm_x4(kt + key * P + c, b0, b1, b2, b3);
+          mma_bf16(s[nb], qf[kc2], b0, b1);
+          mma_bf16(s[nb + 1], qf[kc2], b2, b3);
         }
       }
       // Scale, and mask where the tile straddles a row's causal or window bound.
@@ -374,18 +346,18 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
 #pragma unroll
       for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
         unsigned a[4];
-        a[0] = fa_pack(s[2 * kc2][0], s[2 * kc2][1]);
-        a[1] = fa_pack(s[2 * kc2][2], s[2 * kc2][3]);
-        a[2] = fa_pack(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]);
-        a[3] = fa_pack(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3]);
+        a[0] = pack_bf16x2(s[2 * kc2][0], s[2 * kc2][1]);
+        a[1] = pack_bf16x2(s[2 * kc2][2], s[2 * kc2][3]);
+        a[2] = pack_bf16x2(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]);
+        a[3] = pack_bf16x2(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3]);
 #pragma unroll
         for (int db = 0; db < DB; db += 2) {
           const int key = kc2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
           const int c = (db + (lane >> 4)) * 8;
           unsigned b0, b1, b2, b3;
-          fa_ldsm_x4_t(vt + key * P + c, b0, b1, b2, b3);
-          fa_mma(o[db], a, b0, b1);
-          fa_mma(o[db + 1], a, b2, b3);
+          ldsm_x4_t(vt + key * P + c, b0, b1, b2, b3);
+          mma_bf16(o[db], a, b0, b1);
+          mma_bf16(o[db + 1], a, b2, b3);
         }
       }
     }

@@ -94,7 +94,7 @@ __device__ __forceinline__ void wa_q8(const unsigned short* tile, int r, int c, 
 }
 __device__ __forceinline__ void wa_st8(unsigned short* tile, int r, int c, const float (&v)[8]) {
   uint4 u;
-  u.x = fa_pack(v[0], v[1]), u.y = fa_pack(v[2], v[3]), u.z = fa_pack(v[4], v[5]), u.w = fa_pack(v[6], v[7]);
+  u.x = pack_bf16x2(v[0], v[1]), u.y = pack_bf16x2(v[2], v[3]), u.z = pack_bf16x2(v[4], v[5]), u.w = pack_bf16x2(v[6], v[7]);
   *reinterpret_cast<uint4*>(wa_chunk(tile, r, c)) = u;
 }
 
@@ -266,10 +266,10 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
   }
 #pragma unroll
   for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) {
-    a[kc2][0] = fa_pack(s[8 * kc2 + 0], s[8 * kc2 + 1]);
-    a[kc2][1] = fa_pack(s[8 * kc2 + 2], s[8 * kc2 + 3]);
-    a[kc2][2] = fa_pack(s[8 * kc2 + 4], s[8 * kc2 + 5]);
-    a[kc2][3] = fa_pack(s[8 * kc2 + 6], s[8 * kc2 + 7]);
+    a[kc2][0] = pack_bf16x2(s[8 * kc2 + 0], s[8 * kc2 + 1]);
+    a[kc2][1] = pack_bf16x2(s[8 * kc2 + 2], s[8 * kc2 + 3]);
+    a[kc2][2] = pack_bf16x2(s[8 * kc2 + 4], s[8 * kc2 + 5]);
+    a[kc2][3] = pack_bf16x2(s[8 * kc2 + 6], s[8 * kc2 + 7]);
   }
 }
 

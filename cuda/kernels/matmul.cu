@@ -257,28 +257,6 @@ template <int MI, int BK> struct MmaCfg {
   static constexpr int SMEM = STAGES * STAGE * 2;      // bytes
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes global -> shared, bypassing L1; bytes < 16 zero-fills the rest.
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void mma_bf16(float* d, const unsigned* a, unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // The tile row this thread copies in pass i (of AP or BP passes).
 template <int MI, int BK> __device__ __forceinline__ int mma_row(int i) {
   return threadIdx.x / MmaCfg<MI, BK>::CPR + MmaCfg<MI, BK>::RPP * i;
@@ -314,13 +292,13 @@ __device__ __forceinline__ void mma_tile(float (&acc)[MI][4][4], const bf16_t* c
 #pragma unroll
     for (int i = 0; i < C::AP; i++) {
       const bool ok = kin && ap[i] != nullptr;
-      cp_async16(smem_u32(sA + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(ap[i] + k) : safe,
+      cp_async16_fill(smem_u32(sA + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(ap[i] + k) : safe,
                  ok ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < C::BP; i++) {
       const bool ok = kin && bp[i] != nullptr;
-      cp_async16(smem_u32(sB + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(bp[i] + k) : safe,
+      cp_async16_fill(smem_u32(sB + (lrow + C::RPP * i) * PITCH + chunk * 8), ok ? (const void*)(bp[i] + k) : safe,
                  ok ? 16 : 0);
     }
   };
@@ -347,13 +325,13 @@ __device__ __forceinline__ void mma_tile(float (&acc)[MI][4][4], const bf16_t* c
       for (int mi = 0; mi < MI; mi++) {
         const int r = wm * 16 * MI + mi * 16 + (lane & 15);
         const int c = kk + (lane >> 4) * 8;
-        ldsm_x4(smem_u32(sA + r * PITCH + c), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+        ldsm_x4(sA + r * PITCH + c, a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
       }
 #pragma unroll
       for (int nj = 0; nj < 4; nj += 2) {
         const int r = wn * 32 + nj * 8 + (lane & 7) + ((lane >> 4) << 3);
         const int c = kk + ((lane >> 3) & 1) * 8;
-        ldsm_x4(smem_u32(sB + r * PITCH + c), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
+        ldsm_x4(sB + r * PITCH + c, b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
       }
 #pragma unroll
       for (int mi = 0; mi < MI; mi++)

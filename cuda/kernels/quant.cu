@@ -75,17 +75,6 @@ __device__ __forceinline__ uint2 ldq2(const void* p) {
   return v;
 }
 
-// 16- and 8-byte asynchronous copies from global to shared memory (sm_80
-// on): they hold no registers while in flight. A thread's copies are
-// visible to it after the wait for their group, to others after a barrier.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() {
   cp_async_commit();
   cp_async_wait<0>();

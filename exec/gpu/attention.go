@@ -138,7 +138,7 @@ func (g Gate) lower() lower.OutputGate {
 // workspace of DecodeWorkspaceBytes, zeroed before its first use (may be 0
 // when that is 0). scale is usually 1/sqrt(d).
 func (k *Kernels) AttentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, pos cuda.DevicePtr, nh int, scale float32, ws cuda.DevicePtr) error {
-	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, Gate{}, ws, 0)
+	return k.attentionDecode(s, dt, c, out, q, 0, 0, pos, nh, scale, Gate{}, ws, 0, 0, 0)
 }
 
 // AttentionDecodeAppend is KVAppend and AttentionDecode in one launch:
@@ -155,15 +155,18 @@ func (k *Kernels) AttentionDecodeGate(s Queue, dt cuda.DType, c KVLayer, out, q,
 	if kx == 0 || vx == 0 {
 		return errNull("AttentionDecodeAppend", "k and v rows")
 	}
-	return k.attentionDecode(s, dt, c, out, q, kx, vx, pos, nh, scale, g, ws, 0)
+	return k.attentionDecode(s, dt, c, out, q, kx, vx, pos, nh, scale, g, ws, 0, 0, 0)
 }
 
 // attentionDecode runs with an explicit split count, or DecodeSplits(c)
-// when nsplit is 0 (tests force both paths).
-func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, g Gate, ws cuda.DevicePtr, nsplit int) error {
+// when nsplit is 0, stages tiles in flight (lower.DecodeStages' force: 0
+// its choice, 1 none) and the key loop on tensor cores or not
+// (lower.DecodeMMA's force: 0 its choice, 1 off, 2 on); tests force each
+// path.
+func (k *Kernels) attentionDecode(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx, pos cuda.DevicePtr, nh int, scale float32, g Gate, ws cuda.DevicePtr, nsplit, stages, mma int) error {
 	a := lower.AttentionDecodeArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), Pos: ptr(pos), NH: nh, Scale: scale, Gate: g.lower(),
-		Splits: nsplit, SMs: k.SMs()}
+		Splits: nsplit, Stages: stages, MMA: mma, SMs: k.SMs()}
 	if ws != 0 {
 		a.Counters, a.Workspace = ptr(ws), ptr(ws.Add(decodeCountersBytes(c, nh)))
 	}

@@ -228,7 +228,7 @@ func TestAttentionDecodeReplayGPU(t *testing.T) {
 					poison(t, s, outs[i], int64(n*dt.Size()))
 				}
 				step := func(out cuda.DevicePtr) error {
-					return k.attentionDecode(s, dt, a.c, out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, c.spl)
+					return k.attentionDecode(s, dt, a.c, out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, c.spl, 0, 0)
 				}
 				if err := step(outs[0]); err != nil {
 					t.Fatal(err)

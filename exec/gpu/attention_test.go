@@ -32,6 +32,10 @@ type attnRig struct {
 	G    int
 	gate cuda.DevicePtr
 	g    []float32 // the last inputs' gates [T, G]
+	// stages: the decode attention's tiles in flight (lower.DecodeStages'
+	// force; 0: its choice); mma: its key loop on tensor cores
+	// (lower.DecodeMMA's force; 0: its choice).
+	stages, mma int
 }
 
 // attnRigMaxSplits bounds the decode split counts the rig's workspace fits.
@@ -219,12 +223,12 @@ func (a *attnRig) decodeStep(nsplit int, fused bool) (got, want []float32) {
 	}
 	var err error
 	if fused {
-		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit)
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit, a.stages, a.mma)
 	} else {
 		if err := a.k.KVAppend(a.s, a.dt, a.c, kp, vp, a.ld(), a.pos, 1); err != nil {
 			t.Fatal(err)
 		}
-		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, 0, 0, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit)
+		err = a.k.attentionDecode(a.s, a.dt, a.c, a.out, qp, 0, 0, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, nsplit, a.stages, a.mma)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -405,10 +409,13 @@ func TestAttentionArgs(t *testing.T) {
 		{"head dim too big", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 1, HeadDim: 300, Slots: 4}, p, p, p, 1, 1, p)},
 		{"null q", k.AttentionDecode(nil, cuda.F32, good, p, 0, p, 4, 1, p)},
 		{"append null v", k.AttentionDecodeAppend(nil, cuda.F32, good, p, p, p, 0, p, 4, 1, p)},
-		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, lower.MaxSplits+1)},
+		{"too many splits", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, lower.MaxSplits+1, 0, 0)},
+		{"too many stages", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, 2, lower.MaxDecodeStages+1, 0)},
+		{"negative stages", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, 2, -1, 0)},
+		{"bad tensor-core choice", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, p, 2, 0, 3)},
 		{"gate width", k.AttentionDecodeGate(nil, cuda.F32, good, p, p, p, p, p, 4, 1, Gate{G: p, Width: 5}, p)},
 		{"gate stride", k.AttentionDecodeGate(nil, cuda.F32, good, p, p, p, p, p, 4, 1, Gate{G: p, Width: 4, LD: 3}, p)},
-		{"split without workspace", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, 0, 2)},
+		{"split without workspace", k.attentionDecode(nil, cuda.F32, good, p, p, 0, 0, p, 4, 1, Gate{}, 0, 2, 0, 0)},
 		{"prefill gate width", k.AttentionPrefillGate(nil, cuda.F32, good, p, p, p, p, 0, 0, p, 3, 4, 1, Gate{G: p, Width: 63})},
 		{"ring slots", k.AttentionDecode(nil, cuda.F32, KVLayer{K: p, V: p, NKV: 2, HeadDim: 16, Window: 4, Slots: 10}, p, p, p, 4, 1, p)},
 		{"null cache", k.AttentionPrefill(nil, cuda.F32, KVLayer{NKV: 2, HeadDim: 16, Slots: 10}, p, p, p, p, 0, 0, p, 3, 4, 1)},

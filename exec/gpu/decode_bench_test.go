@@ -325,7 +325,7 @@ func BenchmarkDecodeKernels(b *testing.B) {
 		for _, ns := range []int{1, 2, 4, 8, 16, 33} {
 			b.Run(fmt.Sprintf("%s/splits-%d", c.name, ns), func(b *testing.B) {
 				decodeTime(b, s, func() error {
-					return k.attentionDecode(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, gate, ws, ns)
+					return k.attentionDecode(s, cuda.BF16, cache, out, q, kx, vx, pos, c.nh, 0.088, gate, ws, ns, 0, 0)
 				})
 			})
 		}
