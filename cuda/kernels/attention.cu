@@ -54,18 +54,23 @@ __device__ __forceinline__ int att_slot(int j, int window) { return window > 0 ?
 // which saves the separate kv_append launch. With kx null the cache
 // already holds them (KVAppend ran before).
 //
-// Per tile of DEC_TILE keys: K and V are loaded with 16-byte loads (several
-// in flight per thread) into shared memory as float; a warp scores its head
-// against the tile with a key per lane (float4 reads; K rows padded to a
-// pitch of 4 mod 32 floats, so the lanes' rows fall in distinct banks),
-// keeps the online softmax's max and sum in registers, and accumulates p.V
-// with 4 channels per lane (NCH chunks of 128 channels). The previous
-// kernel (128 threads, two-byte loads, scores and softmax through shared
-// memory and three barriers per tile) was latency bound.
+// The key loop, one of three by the cache's size (lower's DecodeMMA and
+// DecodeStages): on tensor cores (TC, dec_keys_mma, below), or the FFMA
+// loop with its tiles through a cp.async ring of ST stages, or the FFMA
+// loop as described here. Per tile of DEC_TILE keys: K and V are loaded
+// with 16-byte loads (several in flight per thread) into shared memory
+// (as the cache's T, K rows padded by dec_tpitch so that the lanes' rows
+// fall in distinct banks); a warp scores its head against the tile with a
+// key per lane, keeps the online softmax's max and sum in registers, and
+// accumulates p.V with 4 channels per lane (NCH chunks of 128 channels)
+// (dec_tile). The previous kernel (128 threads, two-byte loads, scores and
+// softmax through shared memory and three barriers per tile) was latency
+// bound.
 //
 // Dynamic shared memory (d4 = d rounded up to 4, kp = dec_tpitch): q
 // [heads][d4] floats, then K [DEC_TILE][kp] and V [DEC_TILE][d4] of T (lower
-// sizes them as floats).
+// sizes one tile as floats), ST of them with a ring; with TC each warp's
+// two stages of DEC_MMA_STAGE bf16 instead; kT after them.
 
 #define DEC_TILE 32
 #define DEC_HEADS 16
@@ -375,14 +380,14 @@ __device__ __forceinline__ void dec_tile(const T* Ks, const T* Vs, int kp, int d
 }
 
 // The key loop on tensor cores (TC = 1: bf16, d 128, a block of every head
-// of its kv head, at most 6, two blocks an SM; lower's choice where a block walks many
-// tiles). Each warp takes every nwarp-th tile of 16 keys of the block's
-// split, for all the group's heads at once: S = q K^T as m16n8k16 MMAs
-// (the heads as rows, 8 to 15 zero; keys as columns), the online softmax
-// by head, then O^T += V^T P^T (channels as rows, the heads as columns,
-// P as two bf16 parts, so about 16 bits of it), a warp's tiles
-// coming through a private ring of two stages by cp.async, so the loop
-// needs no block barrier. A K or V row is DEC_MMA_PITCH bf16 (272 bytes:
+// of its kv head, at most 6, two blocks an SM; lower's choice where a
+// block walks many tiles). Each warp takes every nwarp-th tile of 16 keys
+// of the block's split, for all the group's heads at once: S = q K^T as
+// m16n8k16 MMAs (the heads as rows, those past the group zero; keys as
+// columns), the online softmax by head, then O^T += V^T P^T (channels as
+// rows, the heads as columns, P as two bf16 parts, so about 16 bits of
+// it), a warp's tiles coming through a private ring of two stages by
+// cp.async, so the loop needs no block barrier. A K or V row is DEC_MMA_PITCH bf16 (272 bytes:
 // ldmatrix's 8 rows in distinct banks). Then the warps' (max, sum, O)
 // meet in shared memory (the ring's) and warp h merges head h's in warp
 // order into m, l and acc (channels 4*lane..4*lane+3) for the per-head
