@@ -73,8 +73,18 @@ func decodeShmem(heads, d4, stages, es int) int {
 	if stages >= 2 {
 		return 4*heads*d4 + stages*es*decodeTile*(decodeTPitch(d4, es)+d4)
 	}
-	kp := d4 + (36-d4%32)%32
-	return 4 * (heads*d4 + decodeTile*kp + decodeTile*d4)
+	return 4 * (heads*d4 + decodeTile*decodeTPitch(d4, 4) + decodeTile*d4)
+}
+
+// decodeTiles is the tiles of decodeTile keys the decode attention's
+// blocks walk at most over a cache of slots (a ring of window) in nsplit
+// splits.
+func decodeTiles(slots, window, nsplit int) int {
+	keys := slots
+	if window > 0 {
+		keys = min(window, slots)
+	}
+	return ceilDiv(ceilDiv(keys, max(nsplit, 1)), decodeTile)
 }
 
 // decodeTPitch is dec_tpitch: the K tile's row pitch in es-byte elements.
@@ -109,14 +119,7 @@ func DecodeMMA(dt string, d, group, window, slots, nsplit, force int) bool {
 	if dt != "bf16" || d != 128 || group > 6 || (window > 0 && window < decodeTile) || force == 1 {
 		return false
 	}
-	if force == 2 {
-		return true
-	}
-	keys := slots
-	if window > 0 {
-		keys = min(window, slots)
-	}
-	return ceilDiv(ceilDiv(keys, nsplit), decodeTile) >= DecodeMMAFrom
+	return force == 2 || decodeTiles(slots, window, nsplit) >= DecodeMMAFrom
 }
 
 // decodeMMAShmem is attn_decode's shared memory with the tensor-core loop:
@@ -153,13 +156,9 @@ func DecodeStages(es, d, window, slots, nsplit, heads, force int) int {
 		return 0
 	}
 	st := DecodeStagesDefault
-	keys := slots
-	if window > 0 {
-		keys = min(window, slots)
-	}
 	if force > 0 {
 		st = force
-	} else if ceilDiv(ceilDiv(keys, nsplit), decodeTile) < DecodeStagesFrom {
+	} else if decodeTiles(slots, window, nsplit) < DecodeStagesFrom {
 		st = 0
 	}
 	d4 := (d + 3) &^ 3
