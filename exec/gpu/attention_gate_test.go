@@ -71,7 +71,9 @@ func TestAttentionGateGPU(t *testing.T) {
 // wrap), 2 rows padding (slot -1), gated, against cpu.Attention then
 // cpu.SoftplusGate per row; every row, run again alone (one row, its own
 // slot), gives the same bits, and padding rows are zeros. Two steps in a
-// row, so the second finds every row's counters back at zero.
+// row, so the second finds every row's counters back at zero. The key
+// loop as lower chooses it, and forced onto tensor cores (bf16; f32 keeps
+// FFMA) and onto the FFMA loop's ring.
 func TestAttentionDecodeRowsGPU(t *testing.T) {
 	k, s := gpu(t)
 	cases := []struct {
@@ -79,11 +81,14 @@ func TestAttentionDecodeRowsGPU(t *testing.T) {
 		nh, nkv, d, window, max int
 		spl                     int
 		perElement              bool
+		stages, mma             int // lower.DecodeStages' and DecodeMMA's forcing
 	}{
-		{"g9-d128-full-auto", 18, 2, 128, 0, 600, 0, false},
-		{"g6-d64-win64-per-element-auto", 12, 2, 64, 64, 4096, 0, true},
-		{"g20-d32-full-split5", 40, 2, 32, 0, 400, 5, false},
-		{"g6-d128-full-nosplit", 12, 2, 128, 0, 400, 1, false},
+		{"g9-d128-full-auto", 18, 2, 128, 0, 600, 0, false, 0, 0},
+		{"g6-d64-win64-per-element-auto", 12, 2, 64, 64, 4096, 0, true, 0, 0},
+		{"g20-d32-full-split5", 40, 2, 32, 0, 400, 5, false, 0, 0},
+		{"g6-d128-full-nosplit", 12, 2, 128, 0, 400, 1, false, 0, 0},
+		{"g6-d128-full-split2-mma", 12, 2, 128, 0, 600, 2, false, 0, 2},
+		{"g6-d128-full-split2-ring", 12, 2, 128, 0, 600, 2, false, 4, 1},
 	}
 	seq := []int32{2, 0, -1, 1, -1}
 	hist := []int{0, 70, 300}
@@ -127,7 +132,7 @@ func TestAttentionDecodeRowsGPU(t *testing.T) {
 					return lower.AttentionDecodeArgs{DType: dt.String(), Cache: base.cache(), Out: at(o, c.nh*c.d),
 						Q: at(q, c.nh*c.d), K: at(kx, c.nkv*c.d), V: at(vx, c.nkv*c.d), Pos: ptr(pos.Add(int64(4 * r))),
 						NH: c.nh, Scale: rigs[0].scale, Gate: lower.OutputGate{Gate: at(g, G), G: G},
-						Workspace: ptr(ws), Counters: ptr(counters), Splits: nsplit, SMs: k.SMs(),
+						Workspace: ptr(ws), Counters: ptr(counters), Splits: nsplit, Stages: c.stages, MMA: c.mma, SMs: k.SMs(),
 						Rows: rows, Seq: ptr(dseq.Add(int64(4 * r))), SeqStride: stride}
 				}
 				rng := rigs[0].r
