@@ -8,7 +8,7 @@ import "testing"
 // with a ring where those cannot run and blocks walk 4 tiles or more, the
 // plain loop at one tile a block (a 512-key sliding ring, 512 slots), and
 // forced choices (a ring shortened to fit, none where chunks do not fit
-// the block).
+// the block; lower's own ring no deeper than two blocks an SM allow).
 func TestDecodeKeyLoopChoice(t *testing.T) {
 	p := Ptr{BaseArena, 0}
 	for _, c := range []struct {
@@ -26,7 +26,10 @@ func TestDecodeKeyLoopChoice(t *testing.T) {
 		{"s21-sliding-ring-forced", "bf16", 72, 128, 512, 512, 0, 3, 0, 3, 0},   // a ring of 3 on a wrapped window
 		{"s21-full-mma-off", "bf16", 48, 128, 0, 32768, 0, 0, 1, 4, 0},          // the ring instead
 		{"s21-full-mma-off-ring-off", "bf16", 48, 128, 0, 32768, 0, 1, 1, 0, 0}, // neither
-		{"f32-full-32768", "f32", 48, 128, 0, 32768, 0, 0, 0, 4, 0},
+		{"f32-full-32768", "f32", 48, 128, 0, 32768, 0, 0, 0, 3, 0},             // 4 stages of 33 KiB would leave one block an SM
+		{"f32-full-32768-forced4", "f32", 48, 128, 0, 32768, 0, 4, 0, 4, 0},
+		{"f32-d256-auto", "f32", 16, 256, 0, 8192, 1, 0, 0, 0, 0}, // one stage of 66 KiB fits two blocks: no ring
+		{"bf16-d256-auto", "bf16", 16, 256, 0, 8192, 1, 0, 0, 3, 0},
 		{"f32-d256-ring8", "f32", 16, 256, 0, 8192, 1, 8, 0, 3, 0}, // 8 stages of 66 KiB do not fit: 3
 		{"bf16-d40-ring", "bf16", 16, 40, 0, 8192, 1, 4, 0, 0, 0},  // 5 chunks a row, 64 threads
 	} {

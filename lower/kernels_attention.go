@@ -137,8 +137,14 @@ const (
 	DecodeStagesFrom    = 4
 	MaxDecodeStages     = 8
 	// decodeShmemMax is what a block may have on sm_80 to sm_90 (227
-	// KiB): a ring that would not fit is shortened.
+	// KiB): a forced ring that would not fit is shortened.
 	decodeShmemMax = 227 << 10
+	// decodeShmemTwo is what each of two blocks an SM may have there
+	// (228 KiB an SM, 1 KiB of it reserved a block): lower's own ring is
+	// shortened to it, as the FFMA loop runs two blocks an SM where its
+	// registers allow (the ring of 4 measured faster was bf16's 68 KiB;
+	// f32's 4 would be 133 KiB, one block an SM, not measured).
+	decodeShmemTwo = 113 << 10
 )
 
 // DecodeStages is attn_decode's ST: the tiles of keys and values a block
@@ -149,7 +155,8 @@ const (
 // block's threads load a fixed one of (d a multiple of the chunk's
 // elements, 32*heads a multiple of d's chunks) and a window of at least a
 // tile. force > 0 forces force stages (1: none) where the ring can run;
-// a ring that would not fit a block's shared memory is shortened.
+// a ring that would not fit a block's shared memory is shortened, and
+// lower's own choice to what lets two blocks share an SM.
 func DecodeStages(es, d, window, slots, nsplit, heads, force int) int {
 	vn := 16 / es
 	if d%vn != 0 || (32*heads)%(d/vn) != 0 || (window > 0 && window < decodeTile) {
@@ -162,7 +169,11 @@ func DecodeStages(es, d, window, slots, nsplit, heads, force int) int {
 		st = 0
 	}
 	d4 := (d + 3) &^ 3
-	for st >= 2 && decodeShmem(heads, d4, st, es)+4*d4 > decodeShmemMax {
+	limit := decodeShmemMax
+	if force == 0 {
+		limit = decodeShmemTwo
+	}
+	for st >= 2 && decodeShmem(heads, d4, st, es)+4*d4 > limit {
 		st-- // kT's room included
 	}
 	if st < 2 {
