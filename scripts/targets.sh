@@ -10,10 +10,11 @@
 # decode), bf16 at 24 layers scaled to 48 (prefill 2048) and q4_k_m and
 # iq4_xs at 24 layers (their prefill 2048 time against bf16's), then `lagc
 # kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
-# and 4096 tokens, bf16 and q4_k), and `lagc profile` of the q4_k_m and bf16
-# runs (where the time goes, in the tarball). TARGETS_RUNS (default 5) is each bench's
+# and 4096 tokens, bf16 and q4_k), `lagc profile` of the q4_k_m and bf16
+# runs (where the time goes, in the tarball), and q4_k_m's decode at a
+# context of 32768 (informational). TARGETS_RUNS (default 5) is each bench's
 # --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
-# fails prints its error and the others still run. Takes about two minutes on the H200.
+# fails prints its error and the others still run. Takes several minutes on the H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lagc=${1:-.gpu/lagc}
@@ -45,6 +46,9 @@ for name in q4_k_m bf16; do
 	[ -f "$out/$name.pprof" ] && "$lagc" profile --top 30 "$out/$name.pprof" >"$out/$name-profile.txt" 2>&1
 done
 step kernels kernel-bench --json --runs "$runs" --gemm-t 2048 --moe-t 2048,4096 --moe-quant q4_k
+# Decode at a long context (no goal in the issues; the full layers'
+# attention over the cache is the difference: docs/PERF.md).
+step q4_k_m-32768 bench --preset laguna-s-2.1 --synthetic --json --runs "$runs" --decode-tokens 32 --prefill 512 --quant q4_k_m --ctx 32768
 
 python3 - "$out" <<'EOF'
 import json, os, sys
@@ -100,6 +104,12 @@ for issue, what, got, goal, unit, hi in rows:
     fmt = ",.3f" if unit == "x" else ",.1f"
     print(f"  {issue}  {what}: {got:{fmt}} {unit} (goal {goal:,} {unit}) {'met' if ok else 'NOT met'}")
 print(f"targets: {met} of {sum(r[2] is not None for r in rows)} measured met")
+lc = load("q4_k_m-32768")
+lcg = [d for d in (lc or {}).get("decode", []) if d["mode"] == "graph"]
+if lcg:
+    print(f"  long context (no goal): q4_k_m graph decode at {lc.get('decode_context')} tokens, full depth: {lcg[0]['tok_per_s_full_depth']:,.1f} tok/s")
+else:
+    print(f"  -   long context (no goal): q4_k_m decode at 32768 tokens not measured (see the .err files in {out}.tar.gz)")
 # How the synthetic weights' routers spread the 2048-token prefills
 # (kernel-bench routes uniformly: every expert used, about 80 routes each).
 for name in ("q4_k_m", "bf16"):
