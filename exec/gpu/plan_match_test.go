@@ -275,6 +275,32 @@ func TestDecodeSplitsEnv(t *testing.T) {
 	}
 }
 
+// TestDecodeKeyLoopEnv: LAGC_DECODE_STAGES (1 to lower.MaxDecodeStages)
+// and LAGC_DECODE_MMA (0 or 1) reach the plan options as lower's forcings;
+// anything else is an error naming the variable.
+func TestDecodeKeyLoopEnv(t *testing.T) {
+	for _, c := range []struct {
+		stages, mma         string
+		wantStages, wantMMA int
+	}{{"", "", 0, 0}, {"1", "0", 1, 1}, {"8", "1", 8, 2}, {"3", "", 3, 0}} {
+		t.Setenv("LAGC_DECODE_STAGES", c.stages)
+		t.Setenv("LAGC_DECODE_MMA", c.mma)
+		o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
+		if err != nil || o.DecodeStages != c.wantStages || o.DecodeMMA != c.wantMMA {
+			t.Errorf("LAGC_DECODE_STAGES=%q LAGC_DECODE_MMA=%q: options %d, %d, %v", c.stages, c.mma, o.DecodeStages, o.DecodeMMA, err)
+		}
+	}
+	for _, c := range []struct{ key, val string }{{"LAGC_DECODE_STAGES", "0"}, {"LAGC_DECODE_STAGES", "9"}, {"LAGC_DECODE_STAGES", "x"},
+		{"LAGC_DECODE_MMA", "2"}, {"LAGC_DECODE_MMA", "on"}} {
+		t.Setenv("LAGC_DECODE_STAGES", "")
+		t.Setenv("LAGC_DECODE_MMA", "")
+		t.Setenv(c.key, c.val)
+		if _, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%s=%q: %v", c.key, c.val, err)
+		}
+	}
+}
+
 // TestChunkTail: a prompt's chunks run their tail on every row, or with
 // only the last row wanted, on the last chunk's last row and not at all
 // in the others.
