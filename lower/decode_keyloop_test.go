@@ -4,7 +4,8 @@ import "testing"
 
 // TestDecodeKeyLoopChoice: which key loop AttentionDecode gives the decode
 // attention, by cache and forcing: tensor cores for Laguna-S-2.1's full
-// layers from 4096 slots (4 tiles a block over 33 splits), the FFMA loop
+// layers where a split can hold DecodeMMAMinKeys (from 3168 slots over 33
+// splits; the kernel then runs them where it does), the FFMA loop
 // with a ring where those cannot run and blocks walk 4 tiles or more, the
 // plain loop at one tile a block (a 512-key sliding ring, 512 slots), and
 // forced choices (a ring shortened to fit, none where chunks do not fit
@@ -19,6 +20,8 @@ func TestDecodeKeyLoopChoice(t *testing.T) {
 	}{
 		{"s21-full-32768", "bf16", 48, 128, 0, 32768, 0, 0, 0, 0, 1},
 		{"s21-full-4096", "bf16", 48, 128, 0, 4096, 0, 0, 0, 0, 1},
+		{"s21-full-3168", "bf16", 48, 128, 0, 3168, 0, 0, 0, 0, 1}, // 96 keys a split
+		{"s21-full-3135", "bf16", 48, 128, 0, 3135, 0, 0, 0, 0, 0}, // 95
 		{"s21-full-2048", "bf16", 48, 128, 0, 2048, 0, 0, 0, 0, 0},
 		{"s21-full-512", "bf16", 48, 128, 0, 512, 0, 0, 0, 0, 0},
 		{"s21-sliding-512", "bf16", 72, 128, 512, 512, 0, 0, 0, 0, 0},

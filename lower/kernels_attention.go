@@ -76,15 +76,14 @@ func decodeShmem(heads, d4, stages, es int) int {
 	return 4 * (heads*d4 + decodeTile*decodeTPitch(d4, 4) + decodeTile*d4)
 }
 
-// decodeTiles is the tiles of decodeTile keys the decode attention's
-// blocks walk at most over a cache of slots (a ring of window) in nsplit
-// splits.
-func decodeTiles(slots, window, nsplit int) int {
+// decodeSplitKeys is the keys a split of the decode attention holds at
+// most over a cache of slots (a ring of window) in nsplit splits.
+func decodeSplitKeys(slots, window, nsplit int) int {
 	keys := slots
 	if window > 0 {
 		keys = min(window, slots)
 	}
-	return ceilDiv(ceilDiv(keys, max(nsplit, 1)), decodeTile)
+	return ceilDiv(keys, max(nsplit, 1))
 }
 
 // decodeTPitch is dec_tpitch: the K tile's row pitch in es-byte elements.
@@ -95,9 +94,12 @@ func decodeTPitch(d4, es int) int {
 	return d4 + (68-d4%64)%64
 }
 
-// DecodeMMAFrom is the tiles of 32 keys a block must walk for DecodeMMA to
-// choose tensor cores.
-const DecodeMMAFrom = 4
+// DecodeMMAMinKeys is DEC_MMA_MIN_KEYS: the keys a split must hold for the
+// tensor-core loop to run (the kernel decides by the position, lower by
+// whether the cache's splits can ever hold them). H200, q4_k_m, 12 layers:
+// at 32 keys a split the tensor cores were 1.8% slower a token, at 125
+// 0.9% faster (docs/PERF.md).
+const DecodeMMAMinKeys = 96
 
 // decodeMMAKeys and decodeMMAPitch are DEC_MMA_KEYS and DEC_MMA_PITCH.
 const (
@@ -105,21 +107,25 @@ const (
 	decodeMMAPitch = 136
 )
 
-// DecodeMMA reports whether attn_decode runs its key loop on tensor cores
-// (TC): each warp a tile of 16 keys for every head of the group, through
-// a private ring of two tiles (DEC_MMA_*, attention.cu). It reads a tile
-// once a block where the FFMA loop reads it once a head, so it pays where
-// a block walks many tiles (a long cache's full layers); at one tile a
-// block its longer serial chain does not (the `decmma` form measured
-// slower at 512 and 4096 slots, docs/PERF.md). bf16, head_dim 128, a group
-// of at most 6 heads (one block, a warp a head, two blocks an SM under
-// the kernel's launch bounds: Laguna's full layers) and a window of at
-// least a tile. force: 0 lower's choice, 1 off, 2 on where it can run.
+// DecodeMMA reports whether attn_decode is built with its key loop on
+// tensor cores (TC): each warp a tile of 16 keys for every head of the
+// group, through a private ring of two tiles (DEC_MMA_*, attention.cu),
+// run by a block whose split holds DecodeMMAMinKeys keys at the step's
+// position (the FFMA loop otherwise: at a tile or two a block the tensor
+// cores' longer serial chain measured slower, as the `decmma` form did at
+// 512 and 4096 slots, docs/PERF.md). It reads a tile once a block where
+// the FFMA loop reads it once a head, so it pays where blocks walk many
+// tiles (a long cache's full layers). bf16, head_dim 128, a group of at
+// most 6 heads (one block, a warp a head, two blocks an SM under the
+// kernel's launch bounds: Laguna's full layers), a window of at least a
+// tile, and splits that can hold DecodeMMAMinKeys keys. force: 0 lower's
+// choice, 1 off, 2 on where it can run (still only for splits holding
+// DecodeMMAMinKeys keys).
 func DecodeMMA(dt string, d, group, window, slots, nsplit, force int) bool {
 	if dt != "bf16" || d != 128 || group > 6 || (window > 0 && window < decodeTile) || force == 1 {
 		return false
 	}
-	return force == 2 || decodeTiles(slots, window, nsplit) >= DecodeMMAFrom
+	return force == 2 || decodeSplitKeys(slots, window, nsplit) >= DecodeMMAMinKeys
 }
 
 // decodeMMAShmem is attn_decode's shared memory with the tensor-core loop:
@@ -165,7 +171,7 @@ func DecodeStages(es, d, window, slots, nsplit, heads, force int) int {
 	st := DecodeStagesDefault
 	if force > 0 {
 		st = force
-	} else if decodeTiles(slots, window, nsplit) < DecodeStagesFrom {
+	} else if ceilDiv(decodeSplitKeys(slots, window, nsplit), decodeTile) < DecodeStagesFrom {
 		st = 0
 	}
 	d4 := (d + 3) &^ 3

@@ -139,6 +139,7 @@ func TestDecodeTilesFit(t *testing.T) {
 		"T* Ks = reinterpret_cast<T*>(scr);", "T* Vs = Ks + DEC_TILE * kp;", "T* kT = TC ? Ks + hb * 2 * DEC_MMA_STAGE : Ks + (ST >= 2 ? ST : 1) * DEC_TILE * (kp + d4);",
 		"#define DEC_MMA_KEYS 16", "#define DEC_MMA_PITCH 136", "#define DEC_MMA_STAGE (2 * DEC_MMA_KEYS * DEC_MMA_PITCH)",
 		"bf16_t* st0 = ring + warp * 2 * DEC_MMA_STAGE;", "float2* ml = reinterpret_cast<float2*>(mo + nwarp * group * 128);",
+		"#define DEC_MMA_MIN_KEYS 96", "mma = vec && j1 - j0 >= DEC_MMA_MIN_KEYS;",
 		"stg = DEC_TILE * (kp + d4);", "T* K_ = Ks + (t % ST) * stg;", "T* V_ = K_ + DEC_TILE * kp;"} {
 		if !strings.Contains(src, want) {
 			t.Fatalf("attention.cu: %q not found; this test mirrors it", want)
@@ -179,8 +180,9 @@ func TestDecodeTilesFit(t *testing.T) {
 	// The tensor-core loop (d 128, a warp a head, at most 6): each warp's
 	// two stages of K and V rows of 272 bytes (16-byte aligned, 4 words
 	// mod 32: ldmatrix's 8 rows in distinct banks), then kT; the norm's
-	// scratch and the warps' partial outputs fit in the stages.
-	if decodeMMAKeys != 16 || decodeMMAPitch != 136 || (2*decodeMMAPitch)%16 != 0 || (2*decodeMMAPitch/4)%32 != 4 {
+	// scratch, the warps' partial outputs and the FFMA loop's one tile (for
+	// splits short of DEC_MMA_MIN_KEYS) fit in the stages.
+	if DecodeMMAMinKeys != 96 || decodeMMAKeys != 16 || decodeMMAPitch != 136 || (2*decodeMMAPitch)%16 != 0 || (2*decodeMMAPitch/4)%32 != 4 {
 		t.Fatalf("tensor-core tiles: %d keys, pitch %d", decodeMMAKeys, decodeMMAPitch)
 	}
 	for hb := 1; hb <= 6; hb++ {
@@ -188,8 +190,9 @@ func TestDecodeTilesFit(t *testing.T) {
 		ring := hb * 2 * 2 * (2 * decodeMMAKeys * decodeMMAPitch)
 		kT := qs + ring
 		merge := hb*hb*128*4 + hb*hb*8
-		if kT != have || kT%16 != 0 || merge > ring || 4*(hb+1)*128 > ring || have+4*128 > decodeShmemMax {
-			t.Errorf("%d heads: ring %d bytes (merge %d), kT at %d, lower launches %d (+%d with kT)", hb, ring, merge, kT, have, 4*128)
+		tile := 2 * decodeTile * (decodeTPitch(128, 2) + 128) // the FFMA loop's, for splits short of DEC_MMA_MIN_KEYS
+		if kT != have || kT%16 != 0 || merge > ring || tile > ring || 4*(hb+1)*128 > ring || have+4*128 > decodeShmemMax {
+			t.Errorf("%d heads: ring %d bytes (merge %d, FFMA tile %d), kT at %d, lower launches %d (+%d with kT)", hb, ring, merge, tile, kT, have, 4*128)
 		}
 	}
 }

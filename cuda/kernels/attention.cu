@@ -381,18 +381,22 @@ __device__ __forceinline__ void dec_tile(const T* Ks, const T* Vs, int kp, int d
 
 // The key loop on tensor cores (TC = 1: bf16, d 128, a block of every head
 // of its kv head, at most 6, two blocks an SM; lower's choice where a
-// block walks many tiles). Each warp takes every nwarp-th tile of 16 keys
-// of the block's split, for all the group's heads at once: S = q K^T as
-// m16n8k16 MMAs (the heads as rows, those past the group zero; keys as
-// columns), the online softmax by head, then O^T += V^T P^T (channels as
-// rows, the heads as columns, P as two bf16 parts, so about 16 bits of
-// it), a warp's tiles coming through a private ring of two stages by
-// cp.async, so the loop needs no block barrier. A K or V row is DEC_MMA_PITCH bf16 (272 bytes:
-// ldmatrix's 8 rows in distinct banks). Then the warps' (max, sum, O)
-// meet in shared memory (the ring's) and warp h merges head h's in warp
-// order into m, l and acc (channels 4*lane..4*lane+3) for the per-head
-// epilogue the FFMA loop also ends in. An FFMA loop reads every K and V
-// value once a head; this reads it once a block.
+// split can hold DEC_MMA_MIN_KEYS keys, and the block's own where its
+// split does at this position: with fewer, the FFMA loop runs, which
+// measured faster at a tile or two a block). Each warp takes every
+// nwarp-th tile of 16 keys of the block's split, for all the group's
+// heads at once: S = q K^T as m16n8k16 MMAs (the heads as rows, those past
+// the group zero; keys as columns), the online softmax by head, then O^T
+// += V^T P^T (channels as rows, the heads as columns, P as two bf16 parts,
+// so about 16 bits of it), a warp's tiles coming through a private ring
+// of two stages by cp.async, so the loop needs no block barrier. A K or V
+// row is DEC_MMA_PITCH bf16 (272 bytes: ldmatrix's 8 rows in distinct
+// banks). Then the warps' (max, sum, O) meet in shared memory (the
+// ring's) and warp h merges head h's in warp order into m, l and acc
+// (channels 4*lane..4*lane+3) for the per-head epilogue the FFMA loop also
+// ends in. An FFMA loop reads every K and V value once a head; this reads
+// it once a block.
+#define DEC_MMA_MIN_KEYS 96
 #define DEC_MMA_KEYS 16
 #define DEC_MMA_PITCH 136
 #define DEC_MMA_STAGE (2 * DEC_MMA_KEYS * DEC_MMA_PITCH)
@@ -686,11 +690,12 @@ __global__ void __launch_bounds__(TC ? 192 : 32 * DEC_HEADS, TC ? 2 : 1)
     for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
 
   const float* qr = qs + warp * d4;
-  // The key loop: on tensor cores (TC), through a ring of ST tiles, or
-  // through registers; rows not 16-byte aligned take the last.
+  // The key loop: on tensor cores (TC, and this block's split holding
+  // DEC_MMA_MIN_KEYS keys or more at this position), through a ring of ST
+  // tiles, or through registers; rows not 16-byte aligned take the last.
   bool piped = false, mma = false;
   if constexpr (ST >= 2) piped = fixed_chunk;
-  if constexpr (TC) mma = vec;
+  if constexpr (TC) mma = vec && j1 - j0 >= DEC_MMA_MIN_KEYS;
   if (mma) {
     if constexpr (TC) {
       static_assert(sizeof(T) == 2 && NCH == 1, "the tensor-core loop is bf16 and head_dim 128's (lower's DecodeTC)");

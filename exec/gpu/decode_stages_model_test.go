@@ -64,21 +64,23 @@ func TestDecodeStagesModelGPU(t *testing.T) {
 	}
 }
 
-// TestDecodeMMAModelGPU: at compileLong's shape, lower's choice puts the
-// full layer's decode attention on tensor cores (the sliding ring's one
-// tile a split stays on FFMA), and after a 1500-token prompt it decodes
-// what the FFMA loop decodes, eager and replayed alike: the same tokens (a
+// TestDecodeMMAModelGPU: at compileLong's shape, lower's choice builds
+// the full layer's decode attention on tensor cores (the sliding ring's
+// one tile a split stays on FFMA), and after a 3500-token prompt (splits
+// of 107 keys, over DEC_MMA_MIN_KEYS, but for the last) it decodes what
+// the FFMA plan decodes, eager and replayed alike: the same tokens (a
 // different one only at a near tie, a gap under 0.05, which ends the
 // comparison), and logits within 0.01 relative L2 of the FFMA plan's at
 // the median step, 0.1 at the worst. Its sums run in another order, so
 // bits may differ, and a bf16 output one unit apart can move one of the
-// next layer's top-10 expert choices (synthetic weights route near ties):
-// on the H200 the steps measured 0 (steps 0-2: the same bits), 0.0092,
-// 0.0029, 0.0026 and 0.0425 at a step whose token was still the same, as
-// TestGEMMNormRoPEModelGPU's isolated steps do. A wrong head, split or
-// merge moves every step by far more. The rig's TestAttentionDecodeMMAGPU
-// holds the attention itself to the FFMA loop's error. Replayed equals
-// eager bit for bit.
+// next layer's top-10 expert choices (synthetic weights route near ties).
+// On the H200, with a 1500-token prompt (46 keys a split, when the
+// tensor cores ran at any length), the steps measured 0 (steps 0-2: the
+// same bits), 0.0092, 0.0029, 0.0026, 0.0425 at a step whose token was
+// still the same, and 0.0097, as TestGEMMNormRoPEModelGPU's isolated steps
+// do; a wrong head, split or merge moves every step by far more. The
+// rig's TestAttentionDecodeMMAGPU holds the attention itself to the FFMA
+// loop's error. Replayed equals eager bit for bit.
 func TestDecodeMMAModelGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, _ := s21q4km(t, 2)
@@ -90,7 +92,7 @@ func TestDecodeMMAModelGPU(t *testing.T) {
 	if got := decodeKeyLoops(ffma); got[0][1] != 0 || got[512][1] != 0 {
 		t.Fatalf("LAGC_DECODE_MMA=0: decode key loops by window %v", got)
 	}
-	prompt := spreadPrompt(c, 1500)
+	prompt := spreadPrompt(c, 3500)
 	var eagerLogits [][]float32
 	for _, eager := range []bool{true, false} {
 		ffma.SetEager(eager)

@@ -81,15 +81,18 @@ func TestAttentionDecodeStagesGPU(t *testing.T) {
 	}
 }
 
-// TestAttentionDecodeMMAGPU: the decode attention's key loop on tensor
-// cores (lower.DecodeMMA, forced on) against the CPU reference for a
-// decode step after a history (KVAppend then the attention, and the
+// TestAttentionDecodeMMAGPU: the decode attention built with its key loop
+// on tensor cores (lower.DecodeMMA, forced on) against the CPU reference
+// for a decode step after a history (KVAppend then the attention, and the
 // attention appending itself), bf16, head_dim 128: Laguna-S-2.1's full
-// layer (33 splits; one split of 188 tiles of 16 keys; 5), a group of 1,
-// a sliding ring of 1024 wrapped, the first token over 4 splits (three of
-// them empty), a split of fewer tiles than warps, a partial last tile; and
-// lower runs it nowhere else (f32, d 64, a group of 7, a window under a
-// tile).
+// layer (33 splits of 122 keys; one split of 251 tiles of 16 keys; 5), a
+// group of 1, a sliding ring of 1024 wrapped, splits of 97, 97 and 95 keys
+// (the last on the FFMA loop: DEC_MMA_MIN_KEYS), a split of fewer tiles
+// than warps; its error no more than the FFMA loop's on the same step.
+// Where every split holds fewer than DEC_MMA_MIN_KEYS keys (the first
+// token over 4 splits, three of them empty; 38 keys) the block runs the
+// FFMA loop: the FFMA build's bits. And lower builds it nowhere else (f32,
+// d 64, a group of 7, a window under a tile).
 func TestAttentionDecodeMMAGPU(t *testing.T) {
 	k, s := gpu(t)
 	t.Cleanup(func() { _ = s.Close() }) // an unclosed stream's pinned buffer panics at GC
@@ -97,11 +100,12 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 		name                          string
 		nh, nkv, d, window, hist, spl int
 	}{
-		{"s21-full-3000-auto", 48, 8, 128, 0, 3000, 0},
-		{"s21-full-3000-nosplit", 48, 8, 128, 0, 3000, 1},
+		{"s21-full-4000-auto", 48, 8, 128, 0, 4000, 0},
+		{"s21-full-4000-nosplit", 48, 8, 128, 0, 4000, 1},
 		{"g6-full-2000-split5", 48, 8, 128, 0, 2000, 5},
 		{"g1-full-500-split2", 8, 8, 128, 0, 500, 2},
 		{"g6-win1024-wrap-split3", 12, 2, 128, 1024, 2500, 3},
+		{"g6-splits-97-97-95", 12, 2, 128, 0, 288, 3},
 		{"g6-first-token-split4", 12, 2, 128, 0, 0, 4},
 		{"g6-few-tiles", 12, 2, 128, 0, 37, 1},
 	} {
@@ -123,6 +127,20 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				ffma := download(t, s, cuda.BF16, a.out, a.nh*a.d)
+				nsplit := c.spl
+				if nsplit == 0 {
+					nsplit = k.DecodeSplits(a.c)
+				}
+				keys := c.hist + 1 // this step's position is hist
+				if c.window > 0 {
+					keys = min(keys, c.window)
+				}
+				if ceilDiv(keys, nsplit) < lower.DecodeMMAMinKeys {
+					if !slices.EqualFunc(got, ffma, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
+						t.Fatalf("fused append %v: splits of %d keys at most ran the FFMA loop, yet not the FFMA build's bits", fused, ceilDiv(keys, nsplit))
+					}
+					continue
+				}
 				em, ef := relL2(got, want), relL2(ffma, want)
 				t.Logf("fused append %v: relative error %.3g on tensor cores, %.3g on FFMA", fused, em, ef)
 				if em > 1.25*ef+1e-4 {
