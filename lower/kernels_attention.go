@@ -329,11 +329,13 @@ func AttentionDecode(a AttentionDecodeArgs) ([]Launch, error) {
 	if a.MMA < 0 || a.MMA > 2 {
 		return nil, fmt.Errorf("%s: tensor-core choice %d (0 lower's, 1 off, 2 on)", op, a.MMA)
 	}
-	es := dtypeSize(a.DType)
-	stages, mma := DecodeStages(es, d, c.Window, c.Slots, nsplit, heads, a.Stages), 0
-	shmem := decodeShmem(heads, d4, stages, es)
-	if DecodeMMA(a.DType, d, group, c.Window, c.Slots, nsplit, a.MMA) {
-		stages, mma, shmem = 0, 1, decodeMMAShmem(heads, d4)
+	// The key loop: tensor cores where DecodeMMA builds them (no ring
+	// then), else the FFMA loop with DecodeStages' ring or none.
+	stages, mma, shmem := 0, 1, decodeMMAShmem(heads, d4)
+	if !DecodeMMA(a.DType, d, group, c.Window, c.Slots, nsplit, a.MMA) {
+		es := dtypeSize(a.DType)
+		stages, mma = DecodeStages(es, d, c.Window, c.Slots, nsplit, heads, a.Stages), 0
+		shmem = decodeShmem(heads, d4, stages, es)
 	}
 	var partAcc, partML, counters Ptr
 	if nsplit > 1 {
