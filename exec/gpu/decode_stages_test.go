@@ -91,7 +91,9 @@ func TestAttentionDecodeStagesGPU(t *testing.T) {
 // than warps; its error no more than the FFMA loop's on the same step.
 // Where every split holds fewer than DEC_MMA_MIN_KEYS keys (the first
 // token over 4 splits, three of them empty; 38 keys) the block runs the
-// FFMA loop: the FFMA build's bits. And lower builds it nowhere else (f32,
+// FFMA loop: the FFMA build's bits. With splits, each split's float
+// partials equal the FFMA build's exactly where it holds fewer keys than
+// that, and differ where it holds more (the tensor cores ran). And lower builds it nowhere else (f32,
 // d 64, a group of 7, a window under a tile).
 func TestAttentionDecodeMMAGPU(t *testing.T) {
 	k, s := gpu(t)
@@ -113,9 +115,22 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 			a := newAttnRig(t, k, s, cuda.BF16, c.nh, c.nkv, c.d, c.window, c.hist+8, 4096, uint64(950+ci))
 			a.fill(c.hist)
 			for _, fused := range []bool{false, true} {
+				nsplit := c.spl
+				if nsplit == 0 {
+					nsplit = k.DecodeSplits(a.c)
+				}
+				// With splits, each split's float partials (part_acc, before
+				// the merge) show which loop its block ran.
+				partials := func() []float32 {
+					if nsplit == 1 {
+						return nil
+					}
+					return download(t, s, cuda.F32, a.ws.Add(decodeCountersBytes(a.c, a.nh)), nsplit*a.nh*a.d)
+				}
 				a.mma = 2
 				got, want := a.decodeStep(c.spl, fused)
 				checkClose(t, "decode", got, want, attnTol(cuda.BF16))
+				pm := partials()
 				// The same step on the FFMA loop: the tensor cores' error is
 				// the loop's (both round the output to bf16; P keeps about
 				// 16 bits), not more.
@@ -127,9 +142,21 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				ffma := download(t, s, cuda.BF16, a.out, a.nh*a.d)
-				nsplit := c.spl
-				if nsplit == 0 {
-					nsplit = k.DecodeSplits(a.c)
+				pf := partials()
+				first := 0 // the step's keys: first .. hist
+				if c.window > 0 {
+					first = max(0, c.hist-c.window+1)
+				}
+				per := ceilDiv(c.hist-first+1, nsplit)
+				for sp := 0; sp < len(pm)/(a.nh*a.d); sp++ {
+					j0 := first + sp*per
+					n := max(0, min(j0+per, c.hist+1)-j0)
+					seg := func(x []float32) []float32 { return x[sp*a.nh*a.d : (sp+1)*a.nh*a.d] }
+					same := slices.EqualFunc(seg(pm), seg(pf), func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+					if tc := n >= lower.DecodeMMAMinKeys; tc == same {
+						t.Fatalf("fused append %v, split %d of %d keys: partials the FFMA build's bits %v, want %v (tensor cores from %d keys)",
+							fused, sp, n, same, !tc, lower.DecodeMMAMinKeys)
+					}
 				}
 				keys := c.hist + 1 // this step's position is hist
 				if c.window > 0 {
