@@ -227,7 +227,8 @@ func argSizes(ks string) []int {
 // at every experts-per-lane count and past the warp kernel's limits, the
 // argmax split over several parts, the float-activation GEMV, the GEMV
 // quantising its activations, the fused router of several rows and of the
-// scalar GEMV, in both activation dtypes.
+// scalar GEMV, the decode attention's forced key loops, in both activation
+// dtypes.
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
@@ -270,6 +271,18 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				t.Fatal(err)
 			}
 			out = append(out, l)
+		}
+		// The decode attention's forced key loops (TestAttentionDecodeStagesGPU,
+		// TestAttentionDecodeMMAGPU): rings of 2, 3 and 8 tiles, and the
+		// tensor-core form, without the fused norm (NR 0).
+		for _, f := range []struct{ stages, mma int }{{2, 1}, {3, 1}, {8, 1}, {0, 2}} {
+			cache := lower.Cache{K: p, V: p, NKV: 8, HeadDim: 128, Slots: 4096}
+			ls, err := lower.AttentionDecode(lower.AttentionDecodeArgs{DType: dt, Cache: cache, Out: p, Q: p, Pos: p, NH: 48, Scale: 1,
+				Workspace: p, Counters: p, Stages: f.stages, MMA: f.mma, SMs: 132})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls...)
 		}
 		ls, err := lower.ArgMax(dt, p, p, p, 1, 100352, 132)
 		if err != nil {
