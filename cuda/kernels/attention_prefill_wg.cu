@@ -383,7 +383,7 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
   unsigned short* Vs = Ks + NS * WA_TILE;
   unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + NS * WA_TILE);
   static_assert(8 * (4 + 4 * NS) <= WA_WS_BARS, "the mbarriers fit their bytes");
-  const unsigned b0 = smem_addr(bars);  // full Q[2], empty Q[2], full K[NS], empty K[NS], full V[NS], empty V[NS]
+  const unsigned b0 = smem_u32(bars);  // full Q[2], empty Q[2], full K[NS], empty K[NS], full V[NS], empty V[NS]
   const unsigned QF = b0, QE = b0 + 16, KF = b0 + 32, KE = KF + 8 * NS, VF = KE + 8 * NS, VE = VF + 8 * NS;
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -478,7 +478,7 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
 
     const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
     const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
-    const unsigned qa = smem_addr(Qw);
+    const unsigned qa = smem_u32(Qw);
     float o[64];  // o[4 db + e]: attn_prefill_tc's o[db][e]
 #pragma unroll
     for (int x = 0; x < 64; x++) o[x] = 0.f;
@@ -494,7 +494,7 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
     {
       const int s0 = kc % NS;
       mbar_wait(KF + 8 * s0, (kc / NS) & 1);
-      wa_scores(sc, qa, smem_addr(Ks + s0 * WA_TILE));
+      wa_scores(sc, qa, smem_u32(Ks + s0 * WA_TILE));
       mbar_arrive(KE + 8 * s0);
       wa_softmax_t<false>(sc, o, m, l, pa, al, fk.jlo, pw_lo, pw_hi, prow, tq, window, sl2);  // o is 0: no rescale
     }
@@ -503,8 +503,8 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
       const bool more = t + 1 < nt;
       if (more) mbar_wait(KF + 8 * s1, ((kc + t + 1) / NS) & 1);
       mbar_wait(VF + 8 * s, ((kc + t) / NS) & 1);
-      const unsigned long long dv = wa_desc_mn(smem_addr(Vs + s * WA_TILE));
-      const unsigned long long dq = wg_desc(qa), dk = wg_desc(smem_addr(Ks + s1 * WA_TILE));
+      const unsigned long long dv = wa_desc_mn(smem_u32(Vs + s * WA_TILE));
+      const unsigned long long dq = wg_desc(qa), dk = wg_desc(smem_u32(Ks + s1 * WA_TILE));
 #pragma unroll
       for (int x = 0; x < 32; x++) sc[x] = 0.f;
       wg_pin(sc);
@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
   const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
   const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
-  const unsigned qa = smem_addr(Qs + wg * WA_TILE);
+  const unsigned qa = smem_u32(Qs + wg * WA_TILE);
 
   float o[4 * DB];  // o[4 db + e]: attn_prefill_tc's o[db][e]
 #pragma unroll
@@ -669,7 +669,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     __syncthreads();  // ... and everyone's, visible to the MMAs
 
     const int j0 = jlo + it * FA_BK;
-    const unsigned ka = smem_addr(Ks + st * WA_TILE), va = smem_addr(Vs + st * WA_TILE);
+    const unsigned ka = smem_u32(Ks + st * WA_TILE), va = smem_u32(Vs + st * WA_TILE);
     float s[4 * NB];  // s[4 nb + e]: attn_prefill_tc's s[nb][e]
     wa_scores(s, qa, ka);
     if constexpr (SPLIT) {

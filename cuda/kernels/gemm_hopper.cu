@@ -45,8 +45,6 @@ struct __align__(64) TmaMap {
   unsigned long long v[16];
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
 }
@@ -575,13 +573,13 @@ template <int ROWS> struct GatherRows {
     constexpr int LAG = gather_lag(ST);
     if (it >= LAG) {
       asm volatile("cp.async.wait_group %0;" ::"n"(LAG) : "memory");
-      gather_land(smem_addr(&full[(it - LAG) % ST]));
+      gather_land(smem_u32(&full[(it - LAG) % ST]));
     }
   }
   // flush lands the stages still in flight after the last, it - 1.
   template <int ST> __device__ __forceinline__ void flush(int it, unsigned long long* full) const {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
-    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_addr(&full[done % ST]));
+    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_u32(&full[done % ST]));
   }
 };
 
@@ -707,8 +705,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), GATHER ? 129 : 1);
-      mbar_init(smem_addr(&empty_bar[s]), (PP ? 128 : 256) * (MC && rank == 0 ? 2 : 1));
+      mbar_init(smem_u32(&full_bar[s]), GATHER ? 129 : 1);
+      mbar_init(smem_u32(&empty_bar[s]), (PP ? 128 : 256) * (MC && rank == 0 ? 2 : 1));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -728,8 +726,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
       g.tile(gsorted, rt.m0, rt.rows, gk, K);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
-        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-        const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
+        mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sa = smem_u32(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_u32(&full_bar[s]);
         if (tid == 0) {
           mbar_expect_tx(fb, C::B_BYTES);
           tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
@@ -751,8 +749,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
         const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % ST;
-          mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-          const unsigned sa = smem_addr(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_addr(&full_bar[s]);
+          mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+          const unsigned sa = smem_u32(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_u32(&full_bar[s]);
           mbar_expect_tx(fb, C::STAGE);
           if constexpr (MC) {
             if (rank == 0) tma_load_2d_mc(sa, &ta, kb * C::BK, rt.m0, fb, 3);
@@ -803,9 +801,9 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
     for (int h = 0; h < MH; h++) wg_pin(acc[h]);
     for (int kb = 0; kb < nk; kb++, it++) {
       const int s = it % ST;
-      mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
-      const unsigned sa = smem_addr(smem + s * C::STAGE) + (PP ? 0 : c * 64 * 128),
-                     sb = smem_addr(smem + s * C::STAGE + C::A_BYTES);
+      mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
+      const unsigned sa = smem_u32(smem + s * C::STAGE) + (PP ? 0 : c * 64 * 128),
+                     sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
       wg_fence();
 #pragma unroll
       for (int k = 0; k < C::BK / 16; k++)
@@ -815,8 +813,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
       wg_commit();
       wg_wait<1>();  // the previous k-block's MMAs are done: release its stage
       if (prev >= 0) {
-        mbar_arrive(smem_addr(&empty_bar[prev]));
-        if (MC && rank == 1) mbar_arrive_rank(smem_addr(&empty_bar[prev]), 0);
+        mbar_arrive(smem_u32(&empty_bar[prev]));
+        if (MC && rank == 1) mbar_arrive_rank(smem_u32(&empty_bar[prev]), 0);
       }
       prev = s;
     }
@@ -825,8 +823,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
 #pragma unroll
     for (int h = 0; h < MH; h++) wg_pin(acc[h]);
     if (prev >= 0) {
-      mbar_arrive(smem_addr(&empty_bar[prev]));
-      if (MC && rank == 1) mbar_arrive_rank(smem_addr(&empty_bar[prev]), 0);
+      mbar_arrive(smem_u32(&empty_bar[prev]));
+      if (MC && rank == 1) mbar_arrive_rank(smem_u32(&empty_bar[prev]), 0);
     }
     if (nk == 0) {
 #pragma unroll
@@ -1631,8 +1629,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_addr(&full_bar[s]), 1 + 128);  // the TMA's expect_tx, each producer thread's scales
-      mbar_init(smem_addr(&empty_bar[s]), 128 * NC);
+      mbar_init(smem_u32(&full_bar[s]), 1 + 128);  // the TMA's expect_tx, each producer thread's scales
+      mbar_init(smem_u32(&empty_bar[s]), 128 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -1654,8 +1652,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
         sr.load(w, sb, K, kb);
-        mbar_wait(smem_addr(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-        const unsigned sx = smem_addr(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_addr(&full_bar[s]);
+        mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) & 1) ^ 1);
+        const unsigned sx = smem_u32(smem + s * STAGE), sq = sx + X_BYTES, fb = smem_u32(&full_bar[s]);
         if (tid == 0) {
           mbar_expect_tx(fb, X_BYTES + Q_BYTES);
           tma_load_2d(sx, &tx, kb * 64, rt.m0, fb);
@@ -1675,7 +1673,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   // producer staged for them.
   const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
   const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
-  const unsigned qw = q_words_at<QT>(qa, tq4), wsel = words_sel(tq4), sbase = smem_addr(smem);
+  const unsigned qw = q_words_at<QT>(qa, tq4), wsel = words_sel(tq4), sbase = smem_u32(smem);
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
@@ -1684,7 +1682,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   // tile's rows (wg_rs_rows), one commit group.
   auto dq = [&](int j, unsigned (&xa)[8], unsigned (&xb)[8]) {
     const int s = j % ST;
-    mbar_wait(smem_addr(&full_bar[s]), (j / ST) & 1);
+    mbar_wait(smem_u32(&full_bar[s]), (j / ST) & 1);
     const unsigned sq = sbase + s * STAGE + X_BYTES, ssc = sq + Q_BYTES;
     QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
     QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
@@ -1711,23 +1709,23 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         mma(it + kb, kb == 0, a0, b0, rt.rows);
         if (kb > 0) {
           wg_wait<1>();
-          mbar_arrive(smem_addr(&empty_bar[(it + kb - 1) % ST]));
+          mbar_arrive(smem_u32(&empty_bar[(it + kb - 1) % ST]));
         }
         if (kb + 1 >= nk) break;
         dq(it + kb + 1, a1, b1);
         mma(it + kb + 1, false, a1, b1, rt.rows);
         wg_wait<1>();
-        mbar_arrive(smem_addr(&empty_bar[(it + kb) % ST]));
+        mbar_arrive(smem_u32(&empty_bar[(it + kb) % ST]));
         if (kb + 2 < nk) dq(it + kb + 2, a0, b0);
       }
       wg_wait<0>();
-      mbar_arrive(smem_addr(&empty_bar[(it + nk - 1) % ST]));
+      mbar_arrive(smem_u32(&empty_bar[(it + nk - 1) % ST]));
       it += nk;
     } else {
 #pragma unroll 1
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % ST;
-        mbar_wait(smem_addr(&full_bar[s]), (it / ST) & 1);
+        mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
         const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
         unsigned fa[8], fb[8];
         QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
@@ -1739,7 +1737,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         // past here. The other warpgroups on the multiprocessor fill the
         // wait.
         wg_wait<0>();
-        mbar_arrive(smem_addr(&empty_bar[s]));
+        mbar_arrive(smem_u32(&empty_bar[s]));
       }
     }
     wg_pin(acc);
