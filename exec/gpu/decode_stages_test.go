@@ -107,7 +107,7 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 		{"g6-full-2000-split5", 48, 8, 128, 0, 2000, 5},
 		{"g1-full-500-split2", 8, 8, 128, 0, 500, 2},
 		{"g6-win1024-wrap-split3", 12, 2, 128, 1024, 2500, 3},
-		{"g6-splits-97-97-95", 12, 2, 128, 0, 288, 3},
+		{"g6-splits-97-97-95-then-96", 12, 2, 128, 0, 288, 3}, // the fused pass is one position on: 97, 97, 96
 		{"g6-first-token-split4", 12, 2, 128, 0, 0, 4},
 		{"g6-few-tiles", 12, 2, 128, 0, 37, 1},
 	} {
@@ -143,24 +143,22 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 				}
 				ffma := download(t, s, cuda.BF16, a.out, a.nh*a.d)
 				pf := partials()
-				first := 0 // the step's keys: first .. hist
+				p := a.next - 1 // this step's position: hist, then hist+1 (each step appends)
+				first := 0      // the step's keys: first .. p
 				if c.window > 0 {
-					first = max(0, c.hist-c.window+1)
+					first = max(0, p-c.window+1)
 				}
-				per := ceilDiv(c.hist-first+1, nsplit)
+				keys := p - first + 1
+				per := ceilDiv(keys, nsplit)
 				for sp := 0; sp < len(pm)/(a.nh*a.d); sp++ {
 					j0 := first + sp*per
-					n := max(0, min(j0+per, c.hist+1)-j0)
+					n := max(0, min(j0+per, p+1)-j0)
 					seg := func(x []float32) []float32 { return x[sp*a.nh*a.d : (sp+1)*a.nh*a.d] }
 					same := slices.EqualFunc(seg(pm), seg(pf), func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 					if tc := n >= lower.DecodeMMAMinKeys; tc == same {
 						t.Fatalf("fused append %v, split %d of %d keys: partials the FFMA build's bits %v, want %v (tensor cores from %d keys)",
 							fused, sp, n, same, !tc, lower.DecodeMMAMinKeys)
 					}
-				}
-				keys := c.hist + 1 // this step's position is hist
-				if c.window > 0 {
-					keys = min(keys, c.window)
 				}
 				if ceilDiv(keys, nsplit) < lower.DecodeMMAMinKeys {
 					if !slices.EqualFunc(got, ffma, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
