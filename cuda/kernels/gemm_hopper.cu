@@ -1332,8 +1332,9 @@ template <> struct QA<QT_Q8_0_F16_H> : QA<QT_Q8_0_H> {
     return r;
   }
   // h2: bytes i, i + 1 of b (each q + 128) as the f16 pair q d.
-  static __device__ __forceinline__ unsigned h2(unsigned b, unsigned sel, unsigned d) {
-    unsigned n = __byte_perm(b, 0x64646464u, sel);
+  static __device__ __forceinline__ unsigned h2(unsigned b, unsigned sel, unsigned d) { return h2_of(__byte_perm(b, 0x64646464u, sel), d); }
+  // h2_of: n, the f16 pair 1024 + (q + 128), as q d.
+  static __device__ __forceinline__ unsigned h2_of(unsigned n, unsigned d) {
     asm("add.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(0xE480E480u));  // -1152: q, exact
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(d));
     return n;
@@ -1409,7 +1410,7 @@ template <> struct QA<QT_IQ4_XS_H> {
 };
 
 // IQ4_XS with f16 operands: the table looked up with 128 added to each
-// value (iq4_lookup_biased), then q8_0's f16 path with each sub-block's
+// value (iq4_lookup_raw<true>), then q8_0's f16 path with each sub-block's
 // scale d * (ls - 32) rounded to f16: two roundings of f16's, each 8 times
 // finer than bf16's.
 template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
@@ -1421,17 +1422,23 @@ template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
   }
   using Scales = QA<QT_Q8_0_F16_H>::Scales;
   static __device__ __forceinline__ Scales scales(unsigned sa) { return QA<QT_Q8_0_F16_H>::scales(sa); }
-  // Steps 0, 1: sub-block 2j's low and high nibbles; 2, 3: 2j + 1's.
+  // Steps 0, 1: sub-block 2j's low and high nibbles; 2, 3: 2j + 1's: q8_0's
+  // frag_biased on the lookup's interleaved words (iq4_lookup_raw), each
+  // pair's two bytes taken where the lookup left them.
   static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, unsigned (&o)[8]) {
-    unsigned b[4];
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-      int lo, hi;
-      iq4_lookup_biased((int)wd.w[j], lo, hi);
-      b[2 * j] = (unsigned)lo;
-      b[2 * j + 1] = (unsigned)hi;
+      unsigned r0, r1;
+      iq4_lookup_raw<true>(wd.w[j], r0, r1);
+      const unsigned d = j == 0 ? sc.d : sc.e;
+      // Each pair's bytes under 0x64 bytes: r's bytes 0, 2 (selector 0x0604,
+      // r the second operand) or 1, 3 (0x0705).
+      using Q8 = QA<QT_Q8_0_F16_H>;
+      o[4 * j] = Q8::h2_of(prmt(0x64646464u, r0, 0x0604u), d);      // low nibbles 0, 1
+      o[4 * j + 1] = Q8::h2_of(prmt(0x64646464u, r1, 0x0604u), d);  // 2, 3
+      o[4 * j + 2] = Q8::h2_of(prmt(0x64646464u, r0, 0x0705u), d);  // high nibbles 0, 1
+      o[4 * j + 3] = Q8::h2_of(prmt(0x64646464u, r1, 0x0705u), d);  // 2, 3
     }
-    QA<QT_Q8_0_F16_H>::frag_biased(b, sc, o);
   }
 };
 

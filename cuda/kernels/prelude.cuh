@@ -170,31 +170,43 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
   return ((unsigned long long)mh << 32) | ml;
 }
 
+// prmt is PTX's prmt.b32 for selectors whose nibbles all have bit 3
+// clear: __byte_perm ignores that bit by definition, PRMT sign-extends
+// on it, so NVRTC masks a __byte_perm selector it cannot prove clear
+// (and moves constant ones into registers per use); iq4_lookup_raw's are.
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned s) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+}
+
 // iq4_lookup maps the 8 nibbles of q (4 bytes of IQ4_XS quants) through
 // ggml's non-linear table kvalues_iq4nl: lo holds the low nibbles' int8
 // values in byte order, hi the high nibbles'. Used by the decode GEMVs
 // (quant.cu) and the prefill's wgmma GEMM (gemm_hopper.cu).
 // BIAS: each value plus 128 as an unsigned byte (the sign bit flipped).
-template <bool BIAS = false> __device__ __forceinline__ void iq4_lookup_t(int q, int& lo, int& hi) {
+// iq4_lookup_raw leaves them interleaved, as the lookup makes them: r0
+// holds [lo 0, hi 0, lo 1, hi 1], r1 [lo 2, hi 2, lo 3, hi 3] (the f16
+// path takes its pairs from there, without iq4_lookup_t's two PRMTs).
+template <bool BIAS = false> __device__ __forceinline__ void iq4_lookup_raw(unsigned q, unsigned& r0, unsigned& r1) {
   // kvalues_iq4nl as int8 bytes, entries 0-3, 4-7, 8-11, 12-15.
   constexpr unsigned int f = BIAS ? 0x80808080u : 0u;
   const unsigned int t0 = 0xBFAD9881u ^ f, t1 = 0xF6EADDCFu ^ f, t2 = 0x26190D01u ^ f, t3 = 0x71594535u ^ f;
-  int r[2];
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const unsigned int sel = (unsigned int)q >> (16 * i);  // nibbles of bytes 2i, 2i+1
-    const unsigned int idx = sel & 0x7777;
-    const unsigned int a = __byte_perm(t0, t1, idx), b = __byte_perm(t2, t3, idx);
-    // per output byte: bit 3 of its nibble picks the upper half of the table
-    const unsigned int pick = 0x3210 | ((sel & 0x8888) >> 1);
-    r[i] = (int)__byte_perm(a, b, pick);
-  }
-  // r[i] bytes: [elem 2i (low), elem 2i+16 (high), elem 2i+1, elem 2i+17]
-  lo = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x6420);
-  hi = (int)__byte_perm((unsigned)r[0], (unsigned)r[1], 0x7531);
+  // A nibble's bits 0-2 index a half of the table, its bit 3 picks the
+  // half (bit 2 of the final PRMT's selector, which reads the upper
+  // half's lookup): both selectors made once a word, the high 16 bits
+  // serving bytes 2 and 3.
+  const unsigned int idx = q & 0x77777777u, pick = ((q >> 1) & 0x44444444u) | 0x32103210u;
+  r0 = prmt(prmt(t0, t1, idx), prmt(t2, t3, idx), pick);
+  r1 = prmt(prmt(t0, t1, idx >> 16), prmt(t2, t3, idx >> 16), pick >> 16);
+}
+template <bool BIAS = false> __device__ __forceinline__ void iq4_lookup_t(int q, int& lo, int& hi) {
+  unsigned r0, r1;
+  iq4_lookup_raw<BIAS>((unsigned)q, r0, r1);
+  lo = (int)__byte_perm(r0, r1, 0x6420);
+  hi = (int)__byte_perm(r0, r1, 0x7531);
 }
 __device__ __forceinline__ void iq4_lookup(int q, int& lo, int& hi) { iq4_lookup_t<false>(q, lo, hi); }
-__device__ __forceinline__ void iq4_lookup_biased(int q, int& lo, int& hi) { iq4_lookup_t<true>(q, lo, hi); }
 
 // SplitY: a GEMV's N columns sent to up to four outputs (qgemv_split,
 // gemv_split), output i taking columns [end[i-1], end[i]) (end[-1] = 0,
