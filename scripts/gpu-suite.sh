@@ -26,10 +26,10 @@
 # every binary (e.g. -test.run GPU).
 # The binaries run side by side, each in its own process (CUDA context), and
 # the largest (exec/gpu, about 330 s alone: NVRTC compiles, CPU-bound, take
-# much of it) in GPU_SUITE_SHARDS (default 8) processes taking every
-# eighth of its tests; without extra arguments only (on the 16-core H200
-# machine: 128 s with 4; with 8, 114 s for the suite and a short benchmark
-# before it in one call). GPU_SUITE_SHARDS=1 runs
+# much of it) in GPU_SUITE_SHARDS (default 10) processes, each taking
+# every tenth of its tests; without extra arguments only (on the 16-core
+# H200 machine, 2026-12-04: with 8, shard 0 passed 320 s, its tests' share
+# uneven; with 10, the whole suite in 272 s). GPU_SUITE_SHARDS=1 runs
 # each binary whole; GPU_SUITE_TIMEOUT (540 s) bounds each process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +97,7 @@ run)
 		echo "GPU suite: 0 passed, 1 failed, 0 skipped"
 		exit 1
 	fi
-	shards=${GPU_SUITE_SHARDS:-8}
+	shards=${GPU_SUITE_SHARDS:-10}
 	[ $# -gt 0 ] && shards=1
 	jobs=() # name|dir|bin|log|-test.run regexp (empty: every test)
 	for bin in "${bins[@]}"; do
