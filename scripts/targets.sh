@@ -12,8 +12,8 @@
 # kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
 # and 4096 tokens, bf16 and q4_k), `lagc profile` of the q4_k_m and bf16
 # runs (where the time goes, in the tarball), and q4_k_m's decode at a
-# context of 32768 (informational). TARGETS_RUNS (default 5) is each bench's
-# --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
+# context of 32768 and prefill of 32768 tokens (informational).
+# TARGETS_RUNS (default 5) is each bench's --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
 # fails prints its error and the others still run. Takes several minutes on the H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,9 @@ done
 step kernels kernel-bench --json --runs "$runs" --gemm-t 2048 --moe-t 2048,4096 --moe-quant q4_k
 # Decode at a long context (no goal in the issues; the full layers'
 # attention over the cache is the difference: docs/PERF.md).
-step q4_k_m-32768 bench --preset laguna-s-2.1 --synthetic --json --runs "$runs" --decode-tokens 32 --prefill 512 --quant q4_k_m --ctx 32768
+# The same run times a 32768-token prompt's prefill beside 2048's (the
+# full layers' prefill attention over the cache grows with the position).
+step q4_k_m-32768 bench --preset laguna-s-2.1 --synthetic --json --runs "$runs" --decode-tokens 32 --prefill 2048,32768 --quant q4_k_m --ctx 32768
 
 python3 - "$out" <<'EOF'
 import json, os, sys
@@ -110,6 +112,13 @@ if lcg:
     print(f"  long context (no goal): q4_k_m graph decode at {lc.get('decode_context')} tokens, full depth: {lcg[0]['tok_per_s_full_depth']:,.1f} tok/s")
 else:
     print(f"  -   long context (no goal): q4_k_m decode at 32768 tokens not measured (see the .err files in {out}.tar.gz)")
+lp = {(key, p["tokens"]): p["tok_per_s_full_depth"] for key in ("prefill", "prefill_last_row") for p in (lc or {}).get(key) or []}
+if ("prefill", 32768) in lp and ("prefill", 2048) in lp:
+    print(f"  long context (no goal): q4_k_m prefill 32768 tokens, full depth: {lp[('prefill', 32768)]:,.1f} tok/s every row, "
+          f"{lp.get(('prefill_last_row', 32768), 0):,.1f} last row (2048 in the same run: {lp[('prefill', 2048)]:,.1f} / "
+          f"{lp.get(('prefill_last_row', 2048), 0):,.1f})")
+else:
+    print(f"  -   long context (no goal): q4_k_m prefill of 32768 tokens not measured (see the .err files in {out}.tar.gz)")
 # How the synthetic weights' routers spread the 2048-token prefills
 # (kernel-bench routes uniformly: every expert used, about 80 routes each).
 for name in ("q4_k_m", "bf16"):
