@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"lagc/cuda"
@@ -148,27 +151,31 @@ func TestPlanKernelsCompile(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	n := 0
-	for _, key := range keys {
-		if !compileRe.MatchString(key) {
-			continue
-		}
-		n++
-		l := specs[key]
-		spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints, Options: []string{"--ptxas-options=-v"}}
-		for _, s := range l.DTypes {
-			dt, err := cuda.ParseDType(s)
-			if err != nil {
-				t.Fatal(err)
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !compileRe.MatchString(k) })
+	// NVRTC compiles independent programs concurrently (it is thread
+	// safe, each compile its own program): compileJobs of them at once,
+	// the results then reported in key order as a sequential loop would.
+	type result struct {
+		c   cuda.Compiled
+		err error
+	}
+	results := make([]result, len(keys))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(compileJobs(t), len(keys)) {
+		wg.Go(func() {
+			for i := range next {
+				results[i].c, results[i].err = compileSpec(specs[keys[i]])
 			}
-			spec.DTypes = append(spec.DTypes, dt)
-		}
-		src, err := source(l.File)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec.Source = src
-		c, err := cuda.CompileCubin(spec, "sm_90a")
+		})
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, key := range keys {
+		c, err := results[i].c, results[i].err
 		if err != nil {
 			t.Errorf("%s: %v", key, err)
 			continue
@@ -200,7 +207,45 @@ func TestPlanKernelsCompile(t *testing.T) {
 			}
 		}
 	}
+	n := len(keys)
 	t.Logf("%d instantiations compiled", n)
+}
+
+// LAGC_COMPILE_JOBS bounds TestPlanKernelsCompile's concurrent NVRTC
+// compiles (default GOMAXPROCS; 1: one at a time).
+const envCompileJobs = "LAGC_COMPILE_JOBS"
+
+// compileJobs is how many instantiations TestPlanKernelsCompile compiles
+// at once.
+func compileJobs(t *testing.T) int {
+	v := os.Getenv(envCompileJobs)
+	if v == "" {
+		return runtime.GOMAXPROCS(0)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a count of at least 1", envCompileJobs, v)
+	}
+	return n
+}
+
+// compileSpec compiles l's instantiation for sm_90a with ptxas's
+// register and spill report.
+func compileSpec(l lower.Launch) (cuda.Compiled, error) {
+	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints, Options: []string{"--ptxas-options=-v"}}
+	for _, s := range l.DTypes {
+		dt, err := cuda.ParseDType(s)
+		if err != nil {
+			return cuda.Compiled{}, err
+		}
+		spec.DTypes = append(spec.DTypes, dt)
+	}
+	src, err := source(l.File)
+	if err != nil {
+		return cuda.Compiled{}, err
+	}
+	spec.Source = src
+	return cuda.CompileCubin(spec, "sm_90a")
 }
 
 // argKinds is a launch's argument kinds, space-separated.
