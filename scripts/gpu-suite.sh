@@ -22,7 +22,8 @@
 # failure. Logs go to $OUT (when set) or .gpu/logs; 00-failures.log there
 # holds every failed top-level test's output (from its === RUN line to its
 # --- FAIL) and a dead shard's last lines, whichever shard ran it: a device
-# call brings back only a few files (by name, so it sorts first). Extra arguments after `run` are passed to
+# call brings back only a few files (by name, so it sorts first), and
+# 01-times.txt every top-level test's seconds, longest first. Extra arguments after `run` are passed to
 # every binary (e.g. -test.run GPU).
 # The binaries run side by side, each in its own process (CUDA context), and
 # the largest (exec/gpu, about 330 s alone: NVRTC compiles, CPU-bound, take
@@ -162,6 +163,13 @@ run)
 			{ echo "## $name: died (last 40 lines)"; tail -40 "$log"; } >>"$logs/00-failures.log"
 		fi
 	done
+	# Every top-level test's time, longest first (01- sorts next to
+	# 00-failures.log, so a device call brings it back): where the wall
+	# time goes, and what a shard that ran long held.
+	for job in "${jobs[@]}"; do
+		IFS='|' read -r name dir bin log re <<<"$job"
+		sed -nE 's/^--- (PASS|FAIL|SKIP): ([^ ]+) \(([0-9.]+)s\)$/\3 \2 \1 '"$name"'/p' "$log"
+	done | sort -k1,1 -gr >"$logs/01-times.txt"
 	for x in "${failures[@]}"; do echo "FAIL $x"; done
 	echo "GPU suite: $passed passed, $failed failed, $skipped skipped"
 	[ "$failed" -eq 0 ]
