@@ -42,17 +42,12 @@ template <int D> struct FaCfg {
   static constexpr int SMEM = (FA_BQ * PITCH + 4 * TILE) * 2;  // bytes
 };
 
-
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // 16 bytes (8 elements) global -> shared; zeros where !ok. VEC: cp.async
 // (src 16-byte aligned), else plain 2-byte loads and one 16-byte store.
 template <int VEC>
 __device__ __forceinline__ void fa_copy16(unsigned short* dst, const unsigned short* src, bool ok) {
   if constexpr (VEC) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
+    cp_async16_fill(smem_u32(dst), src, ok ? 16 : 0);
   } else {
     unsigned w[4] = {0u, 0u, 0u, 0u};
     if (ok) {
@@ -248,8 +243,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   };
 
   load_kv(0, 0);
-  fa_commit();
-  fa_wait<0>();
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
 
   // This warp's 16 rows: Q fragments (A operands, one per 16 channels).
@@ -277,8 +272,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
   for (int it = 0; it < ntiles; it++) {
     const int st = it & 1;
     if (it + 1 < ntiles) load_kv(it + 1, st ^ 1);
-    fa_commit();
-    fa_wait<1>();  // tile it has landed (this thread's copies) ...
+    cp_async_commit();
+    cp_async_wait<1>();  // tile it has landed (this thread's copies) ...
     __syncthreads();  // ... and everyone's
 
     const int j0 = jlo + it * FA_BK;
@@ -363,7 +358,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     }
     __syncthreads();  // stage st is free for the load of tile it+2
   }
-  fa_wait<0>();
+  cp_async_wait<0>();
 
   // Stage this warp's 16 rows in its own part of Qs (only this warp read
   // those rows), then write them.

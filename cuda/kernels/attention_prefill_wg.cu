@@ -408,9 +408,9 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
     unsigned pa = 0, pb = 0;  // the barriers of the two groups in flight before the newest, oldest first
     int np = 0;
     auto push = [&](unsigned bar) {  // commit a group that completes bar's phase
-      fa_commit();
+      cp_async_commit();
       if (np == 2) {
-        fa_wait<2>();
+        cp_async_wait<2>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         mbar_arrive(pa);
         pa = pb, pb = bar;
@@ -440,7 +440,7 @@ __device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int 
         push(VF + 8 * s);
       }
     }
-    fa_wait<0>();
+    cp_async_wait<0>();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (np > 0) mbar_arrive(pa);
     if (np > 1) mbar_arrive(pb);
@@ -608,7 +608,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs + (r / FA_BQ) * WA_TILE, r % FA_BQ, c); }, qg, ldq, fr, FA_BQ * NW,
                   128 * NW);
-  if constexpr (NR) fa_commit();  // Q alone: rotated before the first scores read it
+  if constexpr (NR) cp_async_commit();  // Q alone: rotated before the first scores read it
   const FaKeys fk = fa_keys(fr, window);  // the keys of the CTA's rows: both warpgroups walk them
   const int jlo = fk.jlo, jhi = fk.jhi, ntiles = fk.ntiles;
 
@@ -628,16 +628,16 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   KRows<KR> kr0 = rows(0);
   load(0, kr0, 0);
-  if constexpr (SPLIT) fa_commit();  // Q and K of tile 0, then its V
+  if constexpr (SPLIT) cp_async_commit();  // Q and K of tile 0, then its V
   load(1, kr0, 0);
-  fa_commit();
+  cp_async_commit();
   if constexpr (NR) {
     // The cosines and sines of the CTA's tokens (a sincosf a pair and
     // token, not a pair and row: group rows a token), while Q comes.
     float* tab = reinterpret_cast<float*>(Qs + WaCfg<SPLIT, NW>::TILES * WA_TILE);
     const int t0 = fr.r0 / group;
     wa_rope_table(tab, wa_nr_tokens(FA_BQ * NW, group), p0 + t0, rot, inv_freq, attnf);
-    fa_wait<SPLIT ? 2 : 1>();  // Q (this thread's copies; K and V may still come) ...
+    cp_async_wait<SPLIT ? 2 : 1>();  // Q (this thread's copies; K and V may still come) ...
     __syncthreads();           // ... and everyone's, and the table; the loop's first fence and barrier hand the result to the MMAs
     const float* cs = tab + ((r0 + ((tid & 127) >> 1)) / group - t0) * rot;
     wa_norm_rope_q(Qs + wg * WA_TILE, tid & 127, cs, cs + (rot >> 1), qw, eps, rot);
@@ -662,9 +662,9 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
         load(0, r, st ^ 1);
         load(1, r, st ^ 1);
       }
-      fa_commit();
+      cp_async_commit();
     }
-    fa_wait<1>();  // K of tile it (SPLIT: its V may still come; else V too), this thread's copies ...
+    cp_async_wait<1>();  // K of tile it (SPLIT: its V may still come; else V too), this thread's copies ...
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();  // ... and everyone's, visible to the MMAs
 
@@ -678,13 +678,13 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
         kr0 = rows(it + 1);  // kept for its V
         load(0, kr0, 0);
       }
-      fa_commit();
+      cp_async_commit();
     }
 
     unsigned a[FA_BK / 16][4];
     wa_softmax(s, o, m, l, a, j0, pw_lo, pw_hi, prow, tq, window, sl2);
     if constexpr (SPLIT) {
-      fa_wait<1>();  // V of tile it (the next K may still come) ...
+      cp_async_wait<1>();  // V of tile it (the next K may still come) ...
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();  // ... everyone's
     }
@@ -692,10 +692,10 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
     __syncthreads();  // SPLIT: V is free for the next; else stage st for tile it+2
     if constexpr (SPLIT) {
       if (it + 1 < ntiles) load(1, kr0, 0);
-      fa_commit();
+      cp_async_commit();
     }
   }
-  fa_wait<0>();
+  cp_async_wait<0>();
 
   // Stage this warp's 16 rows in the K (and V) tiles, NW 2 from the first
   // Q tile on, 64 rows of D + 8 a warpgroup (no MMA reads them any more:

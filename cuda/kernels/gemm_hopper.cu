@@ -561,24 +561,22 @@ template <int ROWS> struct GatherRows {
 #pragma unroll
     for (int i = 0; i < ROWS / 16; i++) {
       const bool ok = rb + 16 * i < rows && c < K;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + i * 16 * 128), "l"(gx + off[i] + (ok ? c : 0)),
-                   "r"(ok ? 16 : 0)
-                   : "memory");
+      cp_async16_fill(dst + i * 16 * 128, gx + off[i] + (ok ? c : 0), ok ? 16 : 0);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
   }
   // landed follows stage it's copies of a ring of ST stages (full: their
   // full barriers): the stage gather_lag(ST) before it has landed.
   template <int ST> __device__ __forceinline__ void landed(int it, unsigned long long* full) const {
     constexpr int LAG = gather_lag(ST);
     if (it >= LAG) {
-      asm volatile("cp.async.wait_group %0;" ::"n"(LAG) : "memory");
+      cp_async_wait<LAG>();
       gather_land(smem_u32(&full[(it - LAG) % ST]));
     }
   }
   // flush lands the stages still in flight after the last, it - 1.
   template <int ST> __device__ __forceinline__ void flush(int it, unsigned long long* full) const {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
     for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_u32(&full[done % ST]));
   }
 };
@@ -1026,11 +1024,6 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 #define QT_Q8_0_F16_H 108
 #define QT_IQ4_XS_F16_H 123
 
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 __device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
   unsigned r;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -1173,8 +1166,8 @@ template <> struct QA<QT_Q8_0_H> {
     for (int s = 0; s < 4; s++) {
       const float d = s < 2 ? sc.d : sc.e, d8 = s < 2 ? sc.d8 : sc.e8;
       const unsigned v = wd.w[s] ^ 0x80808080u, u = v >> 16;
-      o[2 * s] = pack_bf16(d * (mag(v, 0xFFu) - 8388736.f), d8 * (mag(v, 0xFF00u) - 8421376.f));
-      o[2 * s + 1] = pack_bf16(d * (mag(u, 0xFFu) - 8388736.f), d8 * (mag(u, 0xFF00u) - 8421376.f));
+      o[2 * s] = pack_bf16x2(d * (mag(v, 0xFFu) - 8388736.f), d8 * (mag(v, 0xFF00u) - 8421376.f));
+      o[2 * s + 1] = pack_bf16x2(d * (mag(u, 0xFFu) - 8388736.f), d8 * (mag(u, 0xFF00u) - 8421376.f));
     }
   }
 };
@@ -1239,10 +1232,10 @@ template <> struct QA<QT_Q4_K_H> {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const unsigned v = i ? wd.w23 : wd.w01, u = v >> 16;
-      o[2 * i] = pack_bf16(sc.fl * (mag(v, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(v, 0xF00u) - 8388608.f) - sc.ol);
-      o[2 * i + 1] = pack_bf16(sc.fl * (mag(u, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(u, 0xF00u) - 8388608.f) - sc.ol);
-      o[4 + 2 * i] = pack_bf16(sc.fh * (mag(v, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(v, 0xF000u) - 8388608.f) - sc.oh);
-      o[5 + 2 * i] = pack_bf16(sc.fh * (mag(u, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(u, 0xF000u) - 8388608.f) - sc.oh);
+      o[2 * i] = pack_bf16x2(sc.fl * (mag(v, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(v, 0xF00u) - 8388608.f) - sc.ol);
+      o[2 * i + 1] = pack_bf16x2(sc.fl * (mag(u, 0xFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(u, 0xF00u) - 8388608.f) - sc.ol);
+      o[4 + 2 * i] = pack_bf16x2(sc.fh * (mag(v, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(v, 0xF000u) - 8388608.f) - sc.oh);
+      o[5 + 2 * i] = pack_bf16x2(sc.fh * (mag(u, 0xF0u) - 8388608.f) - sc.oh, sc.fh8 * (mag(u, 0xF000u) - 8388608.f) - sc.oh);
     }
   }
 };
@@ -1770,8 +1763,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
 #pragma unroll
         for (int jj = 0; jj < BN / 16; jj++) {
           asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(sta),
-                       "r"(pack_bf16(acc[8 * jj], acc[8 * jj + 1])), "r"(pack_bf16(acc[8 * jj + 2], acc[8 * jj + 3])),
-                       "r"(pack_bf16(acc[8 * jj + 4], acc[8 * jj + 5])), "r"(pack_bf16(acc[8 * jj + 6], acc[8 * jj + 7]))
+                       "r"(pack_bf16x2(acc[8 * jj], acc[8 * jj + 1])), "r"(pack_bf16x2(acc[8 * jj + 2], acc[8 * jj + 3])),
+                       "r"(pack_bf16x2(acc[8 * jj + 4], acc[8 * jj + 5])), "r"(pack_bf16x2(acc[8 * jj + 6], acc[8 * jj + 7]))
                        : "memory");
           __syncwarp();
           uint4 v;
