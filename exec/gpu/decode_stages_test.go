@@ -3,7 +3,6 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"slices"
 	"testing"
 
 	"lagc/cuda"
@@ -69,11 +68,7 @@ func TestAttentionDecodeStagesGPU(t *testing.T) {
 						if err := k.attentionDecode(s, dt, a.c, a.out, qp, kp, vp, a.pos, a.nh, a.scale, a.gateGPU(), a.ws, c.spl, st, 1); err != nil {
 							t.Fatal(err)
 						}
-						got := download(t, s, dt, a.out, a.nh*a.d)
-						if i := slices.IndexFunc(got, func(x float32) bool { return math.IsNaN(float64(x)) }); i >= 0 ||
-							!slices.EqualFunc(got, base, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
-							t.Fatalf("fused append %v, %d stages: output differs from the loop's bits (first NaN at %d)", fused, st, i)
-						}
+						checkBits(t, fmt.Sprintf("fused append %v, %d stages against the loop", fused, st), download(t, s, dt, a.out, a.nh*a.d), base)
 					}
 				}
 			})
@@ -87,7 +82,8 @@ func TestAttentionDecodeStagesGPU(t *testing.T) {
 // attention appending itself), bf16, head_dim 128: Laguna-S-2.1's full
 // layer (33 splits of 122 keys; one split of 251 tiles of 16 keys; 5), a
 // group of 1, a sliding ring of 1024 wrapped, splits of 97, 97 and 95 keys
-// (the last on the FFMA loop: DEC_MMA_MIN_KEYS), a split of fewer tiles
+// (the last on the FFMA loop: DEC_MMA_MIN_KEYS) and, a step later, 97, 97
+// and 96 (all on tensor cores), a split of fewer tiles
 // than warps; its error no more than the FFMA loop's on the same step.
 // Where every split holds fewer than DEC_MMA_MIN_KEYS keys (the first
 // token over 4 splits, three of them empty; 38 keys) the block runs the
@@ -154,16 +150,14 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 					j0 := first + sp*per
 					n := max(0, min(j0+per, p+1)-j0)
 					seg := func(x []float32) []float32 { return x[sp*a.nh*a.d : (sp+1)*a.nh*a.d] }
-					same := slices.EqualFunc(seg(pm), seg(pf), func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+					same := sameBits(seg(pm), seg(pf))
 					if tc := n >= lower.DecodeMMAMinKeys; tc == same {
 						t.Fatalf("fused append %v, split %d of %d keys: partials the FFMA build's bits %v, want %v (tensor cores from %d keys)",
 							fused, sp, n, same, !tc, lower.DecodeMMAMinKeys)
 					}
 				}
 				if ceilDiv(keys, nsplit) < lower.DecodeMMAMinKeys {
-					if !slices.EqualFunc(got, ffma, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
-						t.Fatalf("fused append %v: splits of %d keys at most ran the FFMA loop, yet not the FFMA build's bits", fused, ceilDiv(keys, nsplit))
-					}
+					checkBits(t, fmt.Sprintf("fused append %v, splits of %d keys at most (the FFMA loop) against the FFMA build", fused, ceilDiv(keys, nsplit)), got, ffma)
 					continue
 				}
 				em, ef := relL2(got, want), relL2(ffma, want)

@@ -3,6 +3,7 @@ package gpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"lagc/cuda"
@@ -184,6 +185,11 @@ func downloadBytes(t testing.TB, s *cuda.Stream, p cuda.DevicePtr, n int64) []by
 		t.Fatal(err)
 	}
 	return out
+}
+
+// sameBits reports whether a equals b bit for bit (NaNs included).
+func sameBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
 
 // checkBits fails unless got equals want bit for bit (NaNs included).
