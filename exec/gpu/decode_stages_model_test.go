@@ -1,8 +1,8 @@
 package gpu_test
 
 import (
-	"math"
 	"slices"
+	"strconv"
 	"testing"
 
 	"lagc/cuda/cudatest"
@@ -55,7 +55,7 @@ func TestDecodeStagesModelGPU(t *testing.T) {
 	}
 	prompt := spreadPrompt(c, 1500)
 	for _, st := range []int64{2, 8} {
-		env := map[int64]string{2: "2", 8: "8"}[st]
+		env := strconv.FormatInt(st, 10)
 		ex := compileLong(t, "LAGC_DECODE_MMA", "0", "LAGC_DECODE_STAGES", env)
 		if got := decodeKeyLoops(ex); got[0] != [2]int64{st, 0} || got[512] != [2]int64{st, 0} {
 			t.Fatalf("LAGC_DECODE_STAGES=%s: decode key loops by window %v", env, got)
@@ -103,10 +103,8 @@ func TestDecodeMMAModelGPU(t *testing.T) {
 			eagerLogits = lb
 		} else {
 			for i := range lb {
-				for j := range lb[i] {
-					if math.Float32bits(lb[i][j]) != math.Float32bits(eagerLogits[i][j]) {
-						t.Fatalf("step %d: replayed logits differ from eager ones", i)
-					}
+				if j, diff := firstBitDiff(lb[i], eagerLogits[i]); diff {
+					t.Fatalf("step %d: replayed logits differ from eager ones (first at %d)", i, j)
 				}
 			}
 		}
