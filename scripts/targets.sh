@@ -13,8 +13,10 @@
 # and 4096 tokens, bf16 and q4_k), `lagc profile` of the q4_k_m and bf16
 # runs (where the time goes, in the tarball), and q4_k_m's decode at a
 # context of 32768 and prefill of 32768 tokens (informational).
-# TARGETS_RUNS (default 5) is each bench's --runs. Raw JSON goes to $OUT/targets.tar.gz (or .gpu/); a step that
-# fails prints its error and the others still run. Takes several minutes on the H200.
+# TARGETS_RUNS (default 5) is each bench's --runs. Raw JSON goes to
+# $OUT/targets.tar.gz (or .gpu/); a step that fails prints its error and
+# the others still run. Takes a few minutes on the H200 (85 s with
+# TARGETS_RUNS=3 before the 32768-token prefill was added).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lagc=${1:-.gpu/lagc}

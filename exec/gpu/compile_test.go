@@ -207,8 +207,7 @@ func TestPlanKernelsCompile(t *testing.T) {
 			}
 		}
 	}
-	n := len(keys)
-	t.Logf("%d instantiations compiled", n)
+	t.Logf("%d instantiations compiled", len(keys))
 }
 
 // LAGC_COMPILE_JOBS bounds TestPlanKernelsCompile's concurrent NVRTC
