@@ -1,15 +1,42 @@
 package ir
 
+import (
+	"cmp"
+	"slices"
+)
+
 // ParamCount returns the number of checkpoint parameters (every weight that
 // is not derived from others) and the number active for one token: the
 // embedding table is excluded there (it is a lookup, not a matmul), routed
 // expert tensors count top_k/num_experts of their size, everything else in
 // full. A derived weight passes its consumers' use on to its sources.
 func (g *Graph) ParamCount() (total, active int64) {
+	use := g.weightUse()
+	for _, w := range g.Weights {
+		if w.From != nil {
+			continue
+		}
+		n, ok := w.Type.Shape.ConstElems()
+		if !ok {
+			continue
+		}
+		total += n
+		if f, ok := use[w]; ok {
+			active += n * f.num / f.den
+		}
+	}
+	return total, active
+}
+
+// useFrac is the fraction of a weight one token reads, num/den.
+type useFrac struct{ num, den int64 }
+
+// weightUse returns the fraction of each weight one token reads (see
+// ParamCount); weights no node reads are absent.
+func (g *Graph) weightUse() map[*Value]useFrac {
 	// use[w] is the fraction of w read per token, as num/den.
-	type frac struct{ num, den int64 }
-	use := map[*Value]frac{}
-	more := func(w *Value, f frac) bool {
+	use := map[*Value]useFrac{}
+	more := func(w *Value, f useFrac) bool {
 		old, ok := use[w]
 		if ok && old.num*f.den >= f.num*old.den {
 			return false
@@ -22,10 +49,10 @@ func (g *Graph) ParamCount() (total, active int64) {
 			if v == nil || v.Kind != Weight {
 				continue
 			}
-			f := frac{1, 1}
+			f := useFrac{1, 1}
 			switch {
 			case n.Op == "embedding" && i == 1:
-				f = frac{0, 1}
+				f = useFrac{0, 1}
 			case (n.Op == "moe_experts" || n.Op == "moe_grouped") && i >= 3 && len(v.Type.Shape) == 3 && len(n.Inputs[1].Type.Shape) == 2:
 				k, e := n.Inputs[1].Type.Shape[1], v.Type.Shape[0]
 				if !k.IsConst() || !e.IsConst() {
@@ -35,12 +62,12 @@ func (g *Graph) ParamCount() (total, active int64) {
 				if routed <= 0 {
 					break
 				}
-				f = frac{int64(k.N), int64(routed)}
+				f = useFrac{int64(k.N), int64(routed)}
 				if routed != e.N && v.From != nil && v.From.Op == "concat" {
 					// A stack with the shared expert appended (shared-expert-merge):
 					// the routed source is read k/E, the shared one in full.
 					for _, s := range v.From.Srcs {
-						fs := frac{1, 1}
+						fs := useFrac{1, 1}
 						if sh := s.Type.Shape; len(sh) == 3 && sh[0].IsConst() && sh[0].N == routed {
 							fs = f
 						}
@@ -64,6 +91,25 @@ func (g *Graph) ParamCount() (total, active int64) {
 			}
 		}
 	}
+	return use
+}
+
+// WeightTypeStat is what the checkpoint weights (those not derived from
+// others) of one dtype hold, and the bytes of them one decode token reads
+// (ParamCount's fractions: routed experts at top_k/num_experts, the
+// embedding's one row not counted).
+type WeightTypeStat struct {
+	DType                 DType
+	Tensors               int
+	Params, Bytes, PerTok int64
+}
+
+// WeightTypes returns the checkpoint weights grouped by dtype, the most
+// bytes first.
+func (g *Graph) WeightTypes() []WeightTypeStat {
+	use := g.weightUse()
+	byType := map[DType]*WeightTypeStat{}
+	var out []*WeightTypeStat
 	for _, w := range g.Weights {
 		if w.From != nil {
 			continue
@@ -72,10 +118,24 @@ func (g *Graph) ParamCount() (total, active int64) {
 		if !ok {
 			continue
 		}
-		total += n
+		st := byType[w.Type.DType]
+		if st == nil {
+			st = &WeightTypeStat{DType: w.Type.DType}
+			byType[w.Type.DType] = st
+			out = append(out, st)
+		}
+		b := w.Type.DType.Bytes(n)
+		st.Tensors++
+		st.Params += n
+		st.Bytes += b
 		if f, ok := use[w]; ok {
-			active += n * f.num / f.den
+			st.PerTok += b * f.num / f.den
 		}
 	}
-	return total, active
+	stats := make([]WeightTypeStat, len(out))
+	for i, st := range out {
+		stats[i] = *st
+	}
+	slices.SortStableFunc(stats, func(a, b WeightTypeStat) int { return cmp.Compare(b.Bytes, a.Bytes) })
+	return stats
 }

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"slices"
 	"testing"
 
 	"lagc/config"
@@ -9,7 +10,8 @@ import (
 
 // TestParamCountSurvivesFusion: the fused graph (stacks concatenated, the
 // shared expert merged into the routed gather) counts the same parameters,
-// total and active per token, as the graph before the passes.
+// total and active per token, and the same bytes of each weight type, as
+// the graph before the passes.
 func TestParamCountSurvivesFusion(t *testing.T) {
 	for _, name := range []string{"laguna-s-2.1", "synthetic-tiny"} {
 		cfg, err := config.Preset(name)
@@ -21,6 +23,7 @@ func TestParamCountSurvivesFusion(t *testing.T) {
 			t.Fatal(err)
 		}
 		total0, active0 := g.ParamCount()
+		types0 := g.WeightTypes()
 		if _, err := Run(g, Options{Passes: append([]string{"shapes"}, append(FusionPasses, "cse", "dce")...)}); err != nil {
 			t.Fatal(err)
 		}
@@ -30,6 +33,9 @@ func TestParamCountSurvivesFusion(t *testing.T) {
 		total, active := g.ParamCount()
 		if total != total0 || active != active0 {
 			t.Errorf("%s: fused graph counts %d total, %d active; unfused %d, %d", name, total, active, total0, active0)
+		}
+		if types := g.WeightTypes(); !slices.Equal(types, types0) {
+			t.Errorf("%s: fused graph's weight types %+v; unfused %+v", name, types, types0)
 		}
 	}
 }

@@ -536,14 +536,12 @@ func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoi
 			return nil, nil, err
 		}
 	}
-	if f.quant != "" {
-		r, err := ckpt.ParseRecipe(f.quant)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: --quant: %v", errUsage, err)
-		}
-		if err := models.SetRecipeTypes(g, r); err != nil {
-			return nil, nil, fmt.Errorf("--quant %s: %w", f.quant, err)
-		}
+	r, err := parseQuantFlag(f.quant, f.model)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := setQuantTypes(g, r); err != nil {
+		return nil, nil, err
 	}
 	pres, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)})
 	if err != nil {

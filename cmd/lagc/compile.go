@@ -22,7 +22,7 @@ func init() {
 	register(&command{
 		name:    "compile",
 		summary: "build the model graph, run the passes, print a summary (and dumps)",
-		usage:   "compile [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [flags]",
+		usage:   "compile [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [--quant RECIPE] [flags]",
 		setup:   setupCompile,
 	})
 }
@@ -34,7 +34,7 @@ type compileFlags struct {
 	dumpAfter, dumpDir    string
 	dumpFormat, emit      string
 	layers                string
-	weightDType           string
+	weightDType, quant    string
 	prefill               int
 }
 
@@ -51,6 +51,7 @@ func setupCompile(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.emit, "emit", "", "print the final graph (text, dot or json) instead of the summary")
 	fs.StringVar(&f.layers, "layers", "", "with --emit dot: draw only these layers, e.g. 0-3 or 0,5-7")
 	fs.StringVar(&f.weightDType, "weight-dtype", "bf16", "dtype of weights (overridden per tensor by --model)")
+	fs.StringVar(&f.quant, "quant", "", quantFlagDoc)
 	fs.IntVar(&f.prefill, "prefill", 2048, "prefill step size for the memory plan")
 	return func(args []string) error { return runCompile(compileStdout, f, args) }
 }
@@ -112,6 +113,10 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if f.layers != "" && f.emit != "dot" {
 		return fmt.Errorf("%w: --layers goes with --emit dot", errUsage)
 	}
+	recipe, err := parseQuantFlag(f.quant, f.model)
+	if err != nil {
+		return err
+	}
 	cfg, ck, source, err := modelShape(f.preset, f.config, f.model)
 	if ck != nil {
 		defer ck.Close()
@@ -133,6 +138,9 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
+	}
+	if err := setQuantTypes(g, recipe); err != nil {
+		return err
 	}
 	opt := passes.Options{
 		Passes: splitList(f.passes), Disable: splitList(f.disable), DumpAfter: splitList(f.dumpAfter),
@@ -167,12 +175,13 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 // facts are the properties of the model the summary reports.
 type facts struct {
 	total, active int64
+	types         []ir.WeightTypeStat
 	layers        []models.LayerInfo
 }
 
 func modelFacts(g *ir.Graph) facts {
 	total, active := g.ParamCount()
-	return facts{total, active, models.LayerTable(g)}
+	return facts{total, active, g.WeightTypes(), models.LayerTable(g)}
 }
 
 func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Result, prefill int, model facts, kc *kernelCounts) {
@@ -186,6 +195,7 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 	total, active := model.total, model.active
 	fmt.Fprintf(w, "parameters: %s total (%d)\n", paramCount(total), total)
 	fmt.Fprintf(w, "active per token: %s (%d; embedding excluded, lm_head counted, routed experts at top_k/num_experts)\n\n", paramCount(active), active)
+	printWeightTypes(w, model.types)
 
 	fmt.Fprintln(w, "ops by kind:")
 	counts := g.OpCounts()
@@ -248,6 +258,28 @@ func printSummary(w io.Writer, g *ir.Graph, file, source string, res *passes.Res
 	if len(res.Dumps) > 0 {
 		fmt.Fprintf(w, "\ndumps: %s\n", strings.Join(res.Dumps, ", "))
 	}
+}
+
+// printWeightTypes writes the weights by stored type: what a decode token
+// reads of them is the bytes of its active parameters, the bound of a
+// memory-bound step (docs/PERF.md's byte roofline).
+func printWeightTypes(w io.Writer, types []ir.WeightTypeStat) {
+	fmt.Fprintln(w, "weights by type (as stored; a decode token reads its active parameters' bytes):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  type\ttensors\tparameters\tbytes\ta token")
+	var all ir.WeightTypeStat
+	for _, t := range types {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\n", t.DType, t.Tensors, paramCount(t.Params), lower.FormatBytes(t.Bytes), lower.FormatBytes(t.PerTok))
+		all.Tensors += t.Tensors
+		all.Params += t.Params
+		all.Bytes += t.Bytes
+		all.PerTok += t.PerTok
+	}
+	if len(types) > 1 {
+		fmt.Fprintf(tw, "  all\t%d\t%s\t%s\t%s\n", all.Tensors, paramCount(all.Params), lower.FormatBytes(all.Bytes), lower.FormatBytes(all.PerTok))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 func planSize(p *passes.MemoryPlan) string {

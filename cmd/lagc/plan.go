@@ -20,13 +20,14 @@ func init() {
 	register(&command{
 		name:    "plan",
 		summary: "compile a model to its GPU kernel plan (decode and prefill schedules) and print it",
-		usage:   "plan [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [--json] [flags]",
+		usage:   "plan [MODEL.yaml] (--preset NAME | --config config.json | --model CKPT) [--quant RECIPE] [--json] [flags]",
 		setup:   setupPlan,
 	})
 }
 
 type planFlags struct {
 	preset, config, model string
+	quant                 string
 	passes, disable       string
 	dtype                 string
 	chunk, ctx, sms, cc   int
@@ -48,6 +49,7 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.model, "model", "", "a checkpoint (HF directory or .gguf): its config and weight dtypes")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one)")
 	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
+	fs.StringVar(&f.quant, "quant", "", quantFlagDoc)
 	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights on the GPU: bf16 or f32")
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
@@ -78,6 +80,10 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		return fmt.Errorf("%w: --chunk, --sms and --cc must be positive, --ctx and --gpu-mem not negative", errUsage)
 	}
 	if err := checkPassNames(f.passes, f.disable); err != nil {
+		return err
+	}
+	recipe, err := parseQuantFlag(f.quant, f.model)
+	if err != nil {
 		return err
 	}
 	var at []int
@@ -124,6 +130,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		if err := engine.BindCheckpoint(g, ck); err != nil {
 			return err
 		}
+	}
+	if err := setQuantTypes(g, recipe); err != nil {
+		return err
 	}
 	if _, err := passes.Run(g, passes.Options{Passes: splitList(f.passes), Disable: splitList(f.disable)}); err != nil {
 		return err

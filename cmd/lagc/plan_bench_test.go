@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -31,17 +32,23 @@ func planSections(out string) map[string][]string {
 	return secs
 }
 
-// TestPlanPrintsBenchLaunches: `lagc plan --preset laguna-s-2.1` (with the
-// context bench sizes its caches for, and --at for its short prefill)
-// prints exactly the launches `lagc bench --preset laguna-s-2.1
-// --synthetic` makes: bench's own graph and executor configuration,
+// TestPlanPrintsBenchLaunches: `lagc plan --preset laguna-s-2.1 [--quant
+// Q]` (with the context bench sizes its caches for, and --at for its short
+// prefill) prints exactly the launches `lagc bench --preset laguna-s-2.1
+// --synthetic [--quant Q]` makes, in bf16 and two recipes: bench's own graph and executor configuration,
 // lowered for the 132 SMs of an H200 and run without a GPU (a dry run
 // records every launch).
 func TestPlanPrintsBenchLaunches(t *testing.T) {
+	for _, quant := range []string{"", "q4_k_m", "iq4_xs"} {
+		t.Run("weights="+cmp.Or(quant, "bf16"), func(t *testing.T) { planPrintsBenchLaunches(t, quant) })
+	}
+}
+
+func planPrintsBenchLaunches(t *testing.T, quant string) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f := benchFlagSet(fs)
-	if err := fs.Parse([]string{"--preset", "laguna-s-2.1", "--synthetic"}); err != nil {
+	if err := fs.Parse([]string{"--preset", "laguna-s-2.1", "--synthetic", "--quant", quant}); err != nil {
 		t.Fatal(err)
 	}
 	sizes, err := benchSizes(f)
@@ -78,7 +85,7 @@ func TestPlanPrintsBenchLaunches(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	pf := &planFlags{preset: f.preset, dtype: "bf16", chunk: f.chunk, ctx: bc.MaxContext, sms: 132, cc: 90, at: strings.Join(short, ",")}
+	pf := &planFlags{preset: f.preset, quant: quant, dtype: "bf16", chunk: f.chunk, ctx: bc.MaxContext, sms: 132, cc: 90, at: strings.Join(short, ",")}
 	if err := runPlan(&out, pf, nil); err != nil {
 		t.Fatal(err)
 	}

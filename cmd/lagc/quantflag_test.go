@@ -1,0 +1,84 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestCompileQuantTypes: `lagc compile --quant` gives the preset's weights
+// the recipe's types, and the summary's table says what each type holds
+// and what a decode token reads (S-2.1 under Q4_K_M: about 6.5 GB, the
+// figure issue 12's roofline is taken from; bf16: 2 bytes a parameter).
+func TestCompileQuantTypes(t *testing.T) {
+	row := func(out, typ string) []string {
+		m := regexp.MustCompile(`(?m)^  ` + typ + `\s+(\d+)\s+(\S+)\s+(\S+ \S+)\s+(\S+ \S+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no %s row in the weight types:\n%s", typ, out)
+		}
+		return m[1:]
+	}
+	for _, c := range []struct {
+		quant string
+		rows  map[string][]string
+	}{
+		{"", map[string][]string{
+			"bf16": {"767", "117.56B", "218.98 GiB", "15.16 GiB"},
+			"all":  {"814", "117.56B", "218.98 GiB", "15.16 GiB"},
+		}},
+		{"q4_k_m", map[string][]string{
+			"q4_k": {"145", "113.97B", "59.71 GiB", "2.38 GiB"}, // routed experts: 10 of 256 a token
+			"q8_0": {"382", "3.55B", "3.52 GiB", "3.52 GiB"},    // attention, shared expert, dense layer, head: all read
+			"f32":  {"287", "37.28M", "142.23 MiB", "142.23 MiB"},
+			"all":  {"814", "117.56B", "63.36 GiB", "6.04 GiB"}, // 6.48e9 bytes
+		}},
+	} {
+		args := []string{"compile", "--preset", "laguna-s-2.1"}
+		if c.quant != "" {
+			args = append(args, "--quant", c.quant)
+		}
+		out, errs, code := runLagc(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		for typ, want := range c.rows {
+			if got := row(out, typ); strings.Join(got, " | ") != strings.Join(want, " | ") {
+				t.Errorf("%v: %s row %q, want %q", args, typ, got, want)
+			}
+		}
+	}
+}
+
+// TestQuantFlagErrors: --quant is checked before anything is built: an
+// unknown recipe names the known ones, and a checkpoint keeps its types.
+func TestQuantFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compile", "--preset", "synthetic-tiny", "--quant", "q4_k_x"}, `unknown quantisation "q4_k_x": want one of`},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--quant", "q4"}, "q4_k_m, q5_k_m"},
+		{[]string{"compile", "--model", "../../testdata/quant/q4_k_m.gguf", "--quant", "q8_0"}, "a checkpoint (--model) keeps its own"},
+		{[]string{"plan", "--model", "../../testdata/quant/q4_k_m.gguf", "--quant", "q8_0"}, "a checkpoint (--model) keeps its own"},
+	} {
+		_, errs, code := runLagc(t, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error (2) saying %q", c.args, code, errs, c.want)
+		}
+	}
+}
+
+// TestPlanQuantFits: the S-2.1 plan under Q4_K_M fits an H200 (no memory
+// warning; bf16 does not, TestPlanWarnsGPUMemory) and names the routed
+// experts' quantised decode kernels.
+func TestPlanQuantFits(t *testing.T) {
+	out, errs, code := runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q4_k_m", "--ctx", "4096")
+	if code != 0 || strings.Contains(errs, "warning") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"weights: 575 tensors uploaded", "moe_gateup_qgemv", "moe_down_qgemv", "gemm_wgmma_q<"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q", want)
+		}
+	}
+}
