@@ -11,19 +11,9 @@ import (
 // expert tensors count top_k/num_experts of their size, everything else in
 // full. A derived weight passes its consumers' use on to its sources.
 func (g *Graph) ParamCount() (total, active int64) {
-	use := g.weightUse()
-	for _, w := range g.Weights {
-		if w.From != nil {
-			continue
-		}
-		n, ok := w.Type.Shape.ConstElems()
-		if !ok {
-			continue
-		}
-		total += n
-		if f, ok := use[w]; ok {
-			active += n * f.num / f.den
-		}
+	for _, t := range g.WeightTypes() {
+		total += t.Params
+		active += t.Active
 	}
 	return total, active
 }
@@ -95,13 +85,13 @@ func (g *Graph) weightUse() map[*Value]useFrac {
 }
 
 // WeightTypeStat is what the checkpoint weights (those not derived from
-// others) of one dtype hold, and the bytes of them one decode token reads
-// (ParamCount's fractions: routed experts at top_k/num_experts, the
-// embedding's one row not counted).
+// others) of one dtype hold, and the parameters and bytes of them one
+// decode token reads (ParamCount's fractions: routed experts at
+// top_k/num_experts, the embedding's one row not counted).
 type WeightTypeStat struct {
-	DType                 DType
-	Tensors               int
-	Params, Bytes, PerTok int64
+	DType                         DType
+	Tensors                       int
+	Params, Bytes, Active, PerTok int64
 }
 
 // WeightTypes returns the checkpoint weights grouped by dtype, the most
@@ -129,6 +119,7 @@ func (g *Graph) WeightTypes() []WeightTypeStat {
 		st.Params += n
 		st.Bytes += b
 		if f, ok := use[w]; ok {
+			st.Active += n * f.num / f.den
 			st.PerTok += b * f.num / f.den
 		}
 	}

@@ -18,19 +18,16 @@ func TestWeightTypesS21(t *testing.T) {
 	if len(st) != 2 || st[0].DType != ir.BF16 || st[1].DType != ir.F32 {
 		t.Fatalf("bf16 graph's weight types: %+v", st)
 	}
-	var params, perTok int64
+	var params, act int64
 	for _, s := range st {
 		params += s.Params
-		perTok += s.PerTok
-		if s.Bytes != s.DType.Bytes(s.Params) {
-			t.Errorf("%v: %d bytes for %d parameters", s.DType, s.Bytes, s.Params)
+		act += s.Active
+		if size := int64(2 + 2*b2i(s.DType == ir.F32)); s.Bytes != size*s.Params || s.PerTok != size*s.Active {
+			t.Errorf("%v: %d bytes for %d parameters, %d a token for %d active", s.DType, s.Bytes, s.Params, s.PerTok, s.Active)
 		}
 	}
-	if params != total || st[0].Bytes+st[1].Bytes != 2*st[0].Params+4*st[1].Params {
-		t.Errorf("types hold %d parameters, ParamCount %d", params, total)
-	}
-	if want := 2*active + 2*st[1].PerTok/4; perTok != want {
-		t.Errorf("bf16 bytes a token %d, want %d (2 a bf16 active parameter, 4 an f32 one)", perTok, want)
+	if params != total || act != active {
+		t.Errorf("types hold %d parameters, %d active; ParamCount %d, %d", params, act, total, active)
 	}
 
 	r, err := ckpt.ParseRecipe("q4_k_m")
@@ -41,8 +38,8 @@ func TestWeightTypesS21(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = g.WeightTypes()
-	var bytes int64
-	perTok, params = 0, 0
+	var bytes, perTok int64
+	params = 0
 	for _, s := range st {
 		t.Logf("%-5v %4d tensors %14d params %14d bytes %12d a token", s.DType, s.Tensors, s.Params, s.Bytes, s.PerTok)
 		params += s.Params
@@ -55,4 +52,11 @@ func TestWeightTypesS21(t *testing.T) {
 	if perTok < 6.0e9 || perTok > 7.0e9 || bytes < 60e9 || bytes > 70e9 {
 		t.Errorf("q4_k_m: %d bytes a token, %d in all; DESIGN.md: about 6.5 GB a token, about 62-66 GB in all", perTok, bytes)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
