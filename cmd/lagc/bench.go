@@ -365,6 +365,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	loadStart := time.Now()
 	ex, err := gpu.Compile(g, ws, benchConfig(f, dt, sizes, batches))
+	if cuda.Unavailable(err) {
+		return fmt.Errorf("%w; lagc bench --device cpu times the CPU reference executor", err)
+	}
 	if err != nil {
 		return err
 	}

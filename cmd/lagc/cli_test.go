@@ -189,6 +189,18 @@ func TestRunNotices(t *testing.T) {
 	}
 }
 
+// TestBenchNoGPU: on a machine without CUDA, `lagc bench` (GPU by
+// default) says why in one line and points at the CPU executor's bench.
+func TestBenchNoGPU(t *testing.T) {
+	if short, _ := gpuUnavailable(); short == "" {
+		t.Skip("a GPU is available here: bench would run")
+	}
+	code, _, errs := runCapture(t, "bench", "--preset", "synthetic-tiny", "--synthetic")
+	if code != 1 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "lagc bench --device cpu times the CPU reference executor") {
+		t.Errorf("exit %d, stderr %q: want one line naming --device cpu", code, errs)
+	}
+}
+
 // TestRunUnwritableCache: where the cache cannot be written, `lagc run`
 // reads the bundled model from memory and generates the same tokens.
 func TestRunUnwritableCache(t *testing.T) {
