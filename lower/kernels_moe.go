@@ -1,6 +1,10 @@
 package lower
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"strings"
+)
 
 // MoEPath selects the kernels of the routed experts.
 type MoEPath int
@@ -38,11 +42,16 @@ type MoEArgs struct {
 	Weights          Ptr // f32 [T,TopK]
 	IDs              Ptr // i32 [T,TopK]; ids outside [0,E) contribute nothing
 	Gate, Up         Ptr // [E,I,H] WType
-	Down             Ptr // [E,H,I] WType
+	Down             Ptr // [E,H,I] DownType
 	Out              Ptr // [T,H] OutType
 	// Element types: f32 or bf16; the grouped path needs bf16 x and weights.
 	XType, WType, OutType string
-	Accumulate            bool // out += the routed sum
+	// DownType is the down stack's type where it differs from the gate and
+	// up stacks' WType ("": WType). Both are then block types: files
+	// quantised by llama.cpp's mixtures (Q4_K_M's downs in Q6_K where its
+	// gate and up are Q4_K).
+	DownType   string
+	Accumulate bool // out += the routed sum
 	// Workspace of at least MoEWorkspace(a) bytes, 16-byte aligned; it
 	// needs no initialisation and holds nothing between calls.
 	Workspace Ptr
@@ -84,6 +93,9 @@ type MoEArgs struct {
 	hopperRows int
 }
 
+// downType is the down stack's type.
+func (a MoEArgs) downType() string { return cmp.Or(a.DownType, a.WType) }
+
 func (a MoEArgs) validate() error {
 	if a.T <= 0 || a.H <= 0 || a.I <= 0 || a.E <= 0 || a.TopK <= 0 {
 		return fmt.Errorf("moe_experts: T, H, I, E, k must be positive (got %d, %d, %d, %d, %d)", a.T, a.H, a.I, a.E, a.TopK)
@@ -91,10 +103,13 @@ func (a MoEArgs) validate() error {
 	if int64(a.T)*int64(a.TopK) > 1<<30 || int64(a.T)*int64(a.H) > 1<<40 || a.H > 1<<24 || a.I > 1<<24 {
 		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
 	}
-	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"out", a.OutType}} {
-		if d.dt != "f32" && d.dt != "bf16" && (d.name != "weights" || !IsQuantized(d.dt)) {
+	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"down weights", a.downType()}, {"out", a.OutType}} {
+		if d.dt != "f32" && d.dt != "bf16" && (!strings.HasSuffix(d.name, "weights") || !IsQuantized(d.dt)) {
 			return fmt.Errorf("moe_experts: %s dtype %q (want f32 or bf16)", d.name, d.dt)
 		}
+	}
+	if a.downType() != a.WType && !(IsQuantized(a.WType) && IsQuantized(a.downType())) {
+		return fmt.Errorf("moe_experts: gate and up stacks of %s, down of %s: stacks of different types must all be block-quantised", a.WType, a.downType())
 	}
 	stacks := []Ptr{a.Gate, a.Up, a.Down}
 	if IsQuantized(a.WType) {
@@ -280,7 +295,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 		}
 		b := a
 		b.hopperRows = rows
-		b.WType, b.Gate, b.Up, b.Down = "bf16", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}
+		b.WType, b.DownType, b.Gate, b.Up, b.Down = "bf16", "", Ptr{BaseDevice, 256}, Ptr{BaseDevice, 256 + 2*int64(a.E)*int64(a.I)*int64(a.H)}, Ptr{BaseDevice, 256}
 		b.QGate, b.QUp, b.QDown = QMatrix{}, QMatrix{}, QMatrix{}
 		l, err := b.Layout()
 		if err != nil {

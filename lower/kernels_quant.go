@@ -297,8 +297,9 @@ type QMoEArgs struct {
 	XType            string
 	Weights, IDs     Ptr // f32 and i32 [T, TopK]
 	Gate, Up, Down   QMatrix
-	WType            quant.Type
-	Out              Ptr // [T, H] OutType
+	WType            quant.Type // gate and up
+	DownType         quant.Type // down; zero (f32, never a stack's block type): WType
+	Out              Ptr        // [T, H] OutType
 	OutType          string
 	Accumulate       bool
 	Workspace        Ptr // QMoEWorkspace bytes
@@ -448,6 +449,14 @@ func (a QMoEArgs) layout() qmoeLayout {
 	return qmoeLayout{xq: 0, aq: x, total: x + Q8XBytes(a.T*a.TopK, a.I)}
 }
 
+// downType is the down stack's type.
+func (a QMoEArgs) downType() quant.Type {
+	if a.DownType == 0 {
+		return a.WType
+	}
+	return a.DownType
+}
+
 // QMoEWorkspace is the scratch QMoE needs: x and the routes' activations,
 // quantised.
 func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
@@ -459,16 +468,16 @@ func QMoEWorkspace(a QMoEArgs) int64 { return a.layout().total }
 // block's downRows*downWarps rows of each slot's expert. With stages (2
 // or more), gate+up adds its warps' rings of units from a 256-byte
 // boundary, and down with all its units (downAll) their copies likewise.
-func qmoeShared(t quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
+func qmoeShared(t, dt quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, downRows, downWarps int, downAll bool) (gateUp, down int) {
 	q := qmoeTypes[t]
-	be, sa, head := q.be, q.sa, q.head
-	gateUp = 16*(H/32) + H + 64*(H/be)*(sa+head)
+	gateUp = 16*(H/32) + H + 64*(H/q.be)*(q.sa+q.head)
 	if stages >= 2 {
 		gateUp = int(align256(int64(gateUp))) + gateUpWarps*stages*gateUpRows*32*q.qb
 	}
-	down = k * (16*(I/32) + I + downWarps*downRows*(I/be)*(sa+head))
+	d := qmoeTypes[dt]
+	down = k * (16*(I/32) + I + downWarps*downRows*(I/d.be)*(d.sa+d.head))
 	if downAll {
-		down = int(align256(int64(down))) + downWarps*ceilDiv(k*I/32, 32)*downRows*32*q.qb
+		down = int(align256(int64(down))) + downWarps*ceilDiv(k*I/32, 32)*downRows*32*d.qb
 	}
 	return gateUp, down
 }
@@ -481,8 +490,9 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	for _, m := range []struct {
 		q    QMatrix
 		n, k int
-	}{{a.Gate, a.E * a.I, a.H}, {a.Up, a.E * a.I, a.H}, {a.Down, a.E * a.H, a.I}} {
-		if err := checkQuantMatrix("moe", a.WType, m.q.Total, m.k); err != nil {
+		t    quant.Type
+	}{{a.Gate, a.E * a.I, a.H, a.WType}, {a.Up, a.E * a.I, a.H, a.WType}, {a.Down, a.E * a.H, a.I, a.downType()}} {
+		if err := checkQuantMatrix("moe", m.t, m.q.Total, m.k); err != nil {
 			return nil, err
 		}
 		if m.q.Row0 < 0 || m.q.Row0+m.n > m.q.Total || m.q.W.Null() || !m.q.W.Aligned(16) {
@@ -506,7 +516,8 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if !a.X.Aligned(16) || !a.Workspace.Aligned(16) {
 		return nil, fmt.Errorf("moe: x and the workspace must be 16-byte aligned")
 	}
-	g, gw, ns, nh, sd := QMoEShape(a.WType)
+	g, gw, ns, _, _ := QMoEShape(a.WType)
+	_, _, _, nh, sd := QMoEShape(a.downType())
 	if a.GateUpRows != 0 {
 		g, gw = a.GateUpRows, 4 // forced rows keep their 4 warps unless those are forced too
 	}
@@ -535,7 +546,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 	if ns < 0 || ns > 4 {
 		return nil, fmt.Errorf("moe: %d gate+up stages (0 to 4)", ns)
 	}
-	smem, dsmem := qmoeShared(a.WType, a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
+	smem, dsmem := qmoeShared(a.WType, a.downType(), a.H, a.I, a.TopK, g, gw, ns, nh, dw, a.DownAll)
 	if smem > qmoeMaxShared || dsmem > qmoeMaxShared {
 		return nil, fmt.Errorf("moe: H = %d, I = %d and k = %d need %d and %d bytes of shared memory (at most %d)",
 			a.H, a.I, a.TopK, smem, dsmem, qmoeMaxShared)
@@ -553,7 +564,7 @@ func QMoE(a QMoEArgs) ([]Launch, error) {
 			i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(xq), ptrArg(q8xScales(xq, a.T, a.H)), ptrArg(a.IDs),
 			ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)),
 			ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)), ptrArg(aq), ptrArg(as)),
-		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.WType), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
+		kernel("quant.cu", "moe_down_qgemv", []string{a.OutType}, []int64{int64(a.downType()), int64(nh), int64(sd), int64(dw), int64(b2i(a.DownAll))},
 			dims(a.T*ceilDiv(a.H, dw*nh)), dims(32*dw), dsmem, i32(a.TopK), i32(a.H), i32(a.I), i32(a.E),
 			i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(aq), ptrArg(as),
 			ptrArg(a.Weights), ptrArg(a.IDs), ptrArg(a.Down.W), ptrArg(a.Out), i32(b2i(a.Accumulate))),
@@ -725,26 +736,40 @@ const (
 )
 
 func (a MoEArgs) quantPath() (moeQuant, error) {
-	t, ok := QuantType(a.WType)
-	if !ok {
-		return 0, fmt.Errorf("moe_experts: no GPU kernels for %s stacks", a.WType)
+	t, dt, err := a.quantTypes()
+	if err != nil {
+		return 0, err
 	}
 	if a.T <= QGEMVMaxRows {
 		return moeQuantDecode, nil
 	}
 	fused := a.QUp.W == a.QGate.W && a.QUp.Total == a.QGate.Total && a.QUp.Row0 == a.QGate.Row0+a.E*a.I
-	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) == nil && hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.I) == nil &&
+	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) == nil && hopperQOK(a.CC, a.PrefillMMA, dt, a.XType, a.I) == nil &&
 		a.H%64 == 0 && a.I%64 == 0 && fused && a.E <= MaxExperts {
 		return moeQuantHopper, nil
 	}
 	return moeQuantDequant, nil
 }
 
+// quantTypes are the gate and up stacks' type and the down stack's, each
+// one with GPU kernels.
+func (a MoEArgs) quantTypes() (gateUp, down quant.Type, err error) {
+	t, ok := QuantType(a.WType)
+	if !ok {
+		return 0, 0, fmt.Errorf("moe_experts: no GPU kernels for %s stacks", a.WType)
+	}
+	dt, ok := QuantType(a.downType())
+	if !ok {
+		return 0, 0, fmt.Errorf("moe_experts: no GPU kernels for %s down stacks", a.downType())
+	}
+	return t, dt, nil
+}
+
 // qmoe is the decode path's arguments.
 func (a MoEArgs) qmoe() QMoEArgs {
-	t, _ := QuantType(a.WType)
+	t, dt, _ := a.quantTypes()
 	return QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: a.X, XType: a.XType, Weights: a.Weights, IDs: a.IDs,
-		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
+		Gate: a.QGate, Up: a.QUp, Down: a.QDown, WType: t, DownType: dt, Out: a.Out, OutType: a.OutType, Accumulate: a.Accumulate,
 		Workspace: a.Workspace, QMoEForce: a.QMoE}
 }
 
@@ -752,7 +777,7 @@ func (a MoEArgs) qmoe() QMoEArgs {
 // dequantStacks writes them.
 func (a MoEArgs) dequantArgs(off int64) MoEArgs {
 	b := a
-	b.WType = "bf16"
+	b.WType, b.DownType = "bf16", ""
 	EIH := int64(a.E) * int64(a.I) * int64(a.H)
 	b.Gate = a.Workspace.At(off)
 	b.Up = b.Gate.At(2 * EIH)
@@ -765,15 +790,19 @@ func (a MoEArgs) dequantArgs(off int64) MoEArgs {
 // gate, up and down stacks into the workspace at off, and a with its
 // stacks pointing there.
 func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
-	t, _ := QuantType(a.WType)
+	t, dt, err := a.quantTypes()
+	if err != nil {
+		return nil, a, err
+	}
 	b := a.dequantArgs(off)
 	var ls []Launch
 	for _, m := range []struct {
 		q    QMatrix
 		n, k int
 		out  Ptr
-	}{{a.QGate, a.E * a.I, a.H, b.Gate}, {a.QUp, a.E * a.I, a.H, b.Up}, {a.QDown, a.E * a.H, a.I, b.Down}} {
-		l, err := QDequant(t, m.q.W, m.q.Total, m.k, m.q.Row0, m.n, m.out, "bf16")
+		t    quant.Type
+	}{{a.QGate, a.E * a.I, a.H, b.Gate, t}, {a.QUp, a.E * a.I, a.H, b.Up, t}, {a.QDown, a.E * a.H, a.I, b.Down, dt}} {
+		l, err := QDequant(m.t, m.q.W, m.q.Total, m.k, m.q.Row0, m.n, m.out, "bf16")
 		if err != nil {
 			return nil, b, err
 		}
@@ -882,9 +911,9 @@ func hopperQStep(f QMoEForce) (int, error) {
 // moe_gather_rows copies the routes' x rows first (the producer stages
 // the rows' scales rather than gathering; MoEArgs.NoGather is moot here).
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
-	t, _ := QuantType(a.WType)
+	t, dt, _ := a.quantTypes()
 	if !IsQuantized(a.WType) { // bf16 stacks (MoELayout.BF16Q): gate then up in one matrix (moeHopperOK checked), as the quantised ones
-		t = quant.BF16
+		t, dt = quant.BF16, quant.BF16
 		a.QGate = QMatrix{W: a.Gate, Total: 2 * a.E * a.I}
 		a.QDown = QMatrix{W: a.Down, Total: a.E * a.H}
 	}
@@ -893,25 +922,33 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
 	vn, _ := hopperQStep(a.QMoE)            // likewise
-	pipe := hopperQPipe(a.QMoE, t, wgs)
-	bn := 32 * l.MI // the schedule's token tile (hopperQShape)
+	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
-	// input) in f16, and the type's f16 id for the template (hopperQF16).
-	qt, xe := int64(t), "bf16"
-	id, f16 := hopperQF16(a.QMoE, t)
+	// input) in f16, and each type's f16 id for the template (hopperQF16);
+	// both GEMMs so or neither, as the down reads the gate+up's output.
+	_, f16 := hopperQF16(a.QMoE, t)
+	if _, ok := hopperQF16(a.QMoE, dt); !ok {
+		f16 = false
+	}
+	xe := "bf16"
 	if f16 {
-		qt, xe = id, "f16"
+		xe = "f16"
 	}
 	p := moeHopperParts(a, l, false, f16)
-	grouped := func(x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
+	grouped := func(t quant.Type, x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
+		qt := int64(t)
+		if f16 {
+			qt, _ = hopperQF16(a.QMoE, t)
+		}
+		pipe := hopperQPipe(a.QMoE, t, wgs)
 		tx, tq := hopperQMaps(x, xe, R, K, m.W, t, m.Total, bn)
 		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yt}, []int64{qt, int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs, epi, yt),
 			tx, tq, ptrArg(m.W), i64(int64(m.Total)), i32(m.Row0), i32(R), i32(N), i32(K), ptrArg(y), i32(upRow),
 			ws(l.Tiles), ws(l.NTiles), i32(expertRows))
 	}
-	p.gateUp = grouped(a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), xe)
-	p.down = grouped(a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys), "bf16")
+	p.gateUp = grouped(t, a.Workspace.At(l.XG), a.H, a.QGate, a.I, EpiSwiGLU, a.E*a.I, a.I, a.Workspace.At(l.Act), xe)
+	p.down = grouped(dt, a.Workspace.At(l.Act), a.I, a.QDown, a.H, EpiStore, 0, a.H, a.Workspace.At(l.Ys), "bf16")
 	return p.launches()
 }
 

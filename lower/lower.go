@@ -293,7 +293,8 @@ func (l *lowerer) weights() error {
 				lay = r.layout(n, i)
 			}
 			// Block-quantised weights stay so where the kernels read them.
-			if _, ok := QuantType(v.Type.DType.String()); ok && slices.Contains(rules[n.Op].quantInputs, i) {
+			r := rules[n.Op]
+			if _, ok := QuantType(v.Type.DType.String()); ok && slices.Contains(r.quantInputs, i) && (r.quantKeep == nil || r.quantKeep(n)) {
 				dt = v.Type.DType
 				lay = quantLayout(lay)
 			}

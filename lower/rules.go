@@ -32,6 +32,10 @@ type rule struct {
 	// quantised (in the device layout of qlayout.go), where the
 	// checkpoint stores them in a type with GPU kernels.
 	quantInputs []int
+	// quantKeep, when set, says whether n's quantInputs may stay
+	// block-quantised at all: where it says no, every one of them is
+	// converted to the plan's dtype.
+	quantKeep func(n *ir.Node) bool
 	// outputs is the fewest outputs a step has (0: 1).
 	outputs int
 }

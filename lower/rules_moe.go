@@ -16,14 +16,41 @@ import (
 func init() {
 	// The expert stacks may stay block-quantised (moe_grouped's unfused
 	// form reads gate, up, down at 3, 4, 5; fused, gate_up and down at 3, 4).
-	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}})
-	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}, layout: func(n *ir.Node, i int) string {
+	defRule("moe_experts", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}, quantKeep: moeQuantKeep})
+	defRule("moe_grouped", rule{launches: moeRule, scratch: moeScratch, quantInputs: []int{3, 4, 5}, quantKeep: moeQuantKeep, layout: func(n *ir.Node, i int) string {
 		// The MoE kernels read gate and up stacks separately.
 		if n.AttrString("gate_up") == ir.GateUpFused && i == 3 {
 			return LayoutGateUpSplit
 		}
 		return ""
 	}})
+}
+
+// moeQuantKeep: the expert stacks stay block-quantised only all together
+// and only where the kernels read them so (moeArgs): each of a type with
+// GPU kernels, gate and up (or the fused gate_up) of one type, the down of
+// that or another (llama.cpp's Q4_K_M stores some layers' downs in Q6_K).
+// Otherwise (a stack in f16, or in a type without kernels: llama-quantize
+// falls back so on rows that are not whole blocks) all of them go to the
+// plan's dtype, which the float kernels read.
+func moeQuantKeep(n *ir.Node) bool {
+	res := 0
+	if n.Op == "moe_grouped" {
+		res = n.AttrInt("residual")
+	}
+	nd := len(n.Inputs) - 1 - res
+	if nd < 4 {
+		return false
+	}
+	for i, v := range n.Inputs[3 : nd+1] {
+		if _, ok := QuantType(v.Type.DType.String()); !ok || v.Kind != ir.Weight {
+			return false
+		}
+		if i+3 < nd && v.Type.DType != n.Inputs[3].Type.DType {
+			return false
+		}
+	}
+	return true
 }
 
 // moeArgs describes the step at c.T tokens, its routes as the step reads
@@ -42,16 +69,23 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 	if st.In[1].DType != "f32" || st.In[2].DType != "i32" {
 		return MoEArgs{}, fmt.Errorf("router weights must be f32 and ids i32")
 	}
-	for _, o := range st.In[3 : nd+1] {
-		if o.DType != st.In[nd].DType {
-			return MoEArgs{}, fmt.Errorf("expert stacks of mixed dtypes")
+	// Gate and up (or the fused gate_up) share a type; the down may have
+	// another where all are block-quantised (MoEArgs.DownType, which
+	// validate checks).
+	for _, o := range st.In[3:nd] {
+		if o.DType != st.In[3].DType {
+			return MoEArgs{}, fmt.Errorf("gate and up stacks of different dtypes (%s, %s)", st.In[3].DType, o.DType)
 		}
+	}
+	var downType string
+	if st.In[nd].DType != st.In[3].DType {
+		downType = st.In[nd].DType
 	}
 	E, H, I := d[0], d[1], d[2]
 	a := MoEArgs{
 		T: c.rows(st.In[0]), H: H, I: I, E: E, TopK: st.In[1].Last(c.T) + st.Int("shared"),
 		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
-		XType: st.In[0].DType, WType: st.In[nd].DType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
+		XType: st.In[0].DType, WType: st.In[3].DType, DownType: downType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
 		Accumulate: res != 0, SMs: c.p.SMs, CC: c.p.cc(), PrefillMMA: c.p.PrefillMMA, QMoE: c.p.QMoE,
 		NoGather: !c.p.MoEGather, Multicast: c.p.MoEMulticast,
 	}

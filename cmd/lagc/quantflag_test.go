@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,6 +80,36 @@ func TestPlanQuantFits(t *testing.T) {
 	for _, want := range []string{"weights: 575 tensors uploaded", "moe_gateup_qgemv", "moe_down_qgemv", "gemm_wgmma_q<"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q", want)
+		}
+	}
+}
+
+// TestPlanMixedExpertTypes: llama.cpp's own Q4_K_M mixture (q6_k downs of
+// q4_k experts in some layers) plans on the quantised kernels of each
+// stack's type, and recipes whose fallbacks leave the bundled-size model's
+// stacks in types the quantised kernels do not read together (q8_0 with
+// f16) plan them as bf16 stacks; both were refused ("expert stacks of
+// mixed dtypes").
+func TestPlanMixedExpertTypes(t *testing.T) {
+	out, errs, code := runPlanCmd(t, "plan", "--model", "../../testdata/quant/q4_k_m-llama.gguf", "--gpu-mem", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	secs := planSections(out)
+	for sec, want := range map[string][]string{
+		"decode T=1":     {"moe_gateup_qgemv_trig<12, ", "moe_down_qgemv_pre<bf16_t, 14, "},
+		"prefill T=2048": {"qdequant<bf16_t, 12>", "qdequant<bf16_t, 14>", "gemm_wgmma<bf16_t, 256, 2, 1, "},
+	} {
+		for _, w := range want {
+			if !slices.ContainsFunc(secs[sec], func(l string) bool { return strings.HasPrefix(l, w) }) {
+				t.Errorf("%s: no %q launch", sec, w)
+			}
+		}
+	}
+	for _, q := range []string{"q6_k", "q8_0"} {
+		out, errs, code := runPlanCmd(t, "plan", "--preset", "synthetic-tiny", "--quant", q)
+		if code != 0 || !strings.Contains(out, "ffn_gate_up_exps_shexp.weight:bf16[") || !strings.Contains(out, "moe_down_gemv<bf16_t, bf16_t") {
+			t.Errorf("synthetic-tiny --quant %s: exit %d (%s); want its expert stacks planned as bf16", q, code, errs)
 		}
 	}
 }

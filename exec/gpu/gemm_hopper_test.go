@@ -3,7 +3,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -405,34 +404,10 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 					name = "nopipe/" + name
 				}
 				t.Run(name, func(t *testing.T) {
-					h := fnv.New64a()
-					h.Write([]byte(name))
-					r := rand.New(rand.NewPCG(h.Sum64(), 42))
-					gub := randQuantBlocks(r, qt, 2*c.E*c.I, c.H)
-					db := randQuantBlocks(r, qt, c.E*c.H, c.I)
-					gu := dequantRef(t, qt, gub, 2*c.E*c.I*c.H)
-					dn := dequantRef(t, qt, db, c.E*c.H*c.I)
-					if c.T > GEMVMaxRows { // the prefill paths multiply bf16
-						gu, dn = roundTo(cuda.BF16, gu), roundTo(cuda.BF16, dn)
-					}
-					d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
-					d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
-					a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
-						Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: cc, SMs: k.SMs(), WQuant: qt, NoGather: v.noGather,
-						QMoE: lower.QMoEForce{TileRows: v.rows, CTAs: v.ctas, WGs: v.wgs, TokenStep: v.step, WholeTile: v.whole, Pipe: v.pipe == 1,
-							NoPipe: v.pipe == -1, BF16Ops: v.bf16ops}}
-					gp := uploadQuant(t, k, s, qt, 2*c.E*c.I, c.H, gub)
-					a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
-					a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
-					a.QDown = QMatrix{W: uploadQuant(t, k, s, qt, c.E*c.H, c.I, db), Total: c.E * c.H}
-					a.X = upload(t, k, s, cuda.BF16, d.x)
-					a.Weights = upload(t, k, s, cuda.F32, d.w)
-					a.IDs = uploadI32(t, k, s, d.ids)
-					if c.acc {
-						a.Out = upload(t, k, s, cuda.BF16, d.out0)
-					} else {
-						a.Out = alloc(t, k, int64(2*c.T*c.H))
-					}
+					a, d := quantMoE(t, k, s, name, 42, c, qt, qt)
+					a.CC, a.NoGather = cc, v.noGather
+					a.QMoE = lower.QMoEForce{TileRows: v.rows, CTAs: v.ctas, WGs: v.wgs, TokenStep: v.step, WholeTile: v.whole, Pipe: v.pipe == 1,
+						NoPipe: v.pipe == -1, BF16Ops: v.bf16ops}
 					moeWorkspace(t, k, s, &a)
 					if ls, err := k.MoELaunches(a); err != nil {
 						t.Fatal(err)

@@ -58,6 +58,9 @@ type MoEArgs struct {
 	// device layout; Gate, Up, Down and WType are then unused.
 	WQuant            quant.Type
 	QGate, QUp, QDown QMatrix
+	// DownQuant is the down stack's block type where it is not WQuant's
+	// (lower.MoEArgs.DownType); zero: WQuant.
+	DownQuant quant.Type
 	// Band is the grouped GEMMs' N-band in output columns (lower.MoEArgs).
 	Band int
 	// QMoE forces the grouped GEMMs' shape on gemm_wgmma_q (token tile,
@@ -82,6 +85,9 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		b.WQuant, b.Gate, b.Up, b.Down = 0, a.QGate.W, a.QUp.W, a.QDown.W
 		l := b.lower()
 		l.WType, l.QGate, l.QUp, l.QDown = a.WQuant.String(), a.QGate.lower(), a.QUp.lower(), a.QDown.lower()
+		if a.DownQuant != 0 && a.DownQuant != a.WQuant {
+			l.DownType = a.DownQuant.String()
+		}
 		return l
 	}
 	return lower.MoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK,

@@ -69,7 +69,8 @@ type QMoEArgs struct {
 	XType            cuda.DType
 	Weights, IDs     cuda.DevicePtr
 	Gate, Up, Down   QMatrix
-	WType            quant.Type
+	WType            quant.Type // gate and up
+	DownType         quant.Type // down; zero: WType (lower.QMoEArgs)
 	Out              cuda.DevicePtr
 	OutType          cuda.DType
 	Accumulate       bool
@@ -81,7 +82,7 @@ type QMoEArgs struct {
 func (a QMoEArgs) lower() lower.QMoEArgs {
 	return lower.QMoEArgs{T: a.T, H: a.H, I: a.I, E: a.E, TopK: a.TopK, X: ptr(a.X), XType: a.XType.String(),
 		Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: a.Gate.lower(), Up: a.Up.lower(), Down: a.Down.lower(),
-		WType: a.WType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
+		WType: a.WType, DownType: a.DownType, Out: ptr(a.Out), OutType: a.OutType.String(), Accumulate: a.Accumulate, Workspace: ptr(a.Workspace),
 		QMoEForce: a.QMoEForce}
 }
 

@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/ckpt"
 	"lagc/engine"
 	"lagc/internal/fixture"
 )
 
-// TestQuantFixturesGPU: every llama-quantize fixture (each ggml type, and
-// the q4_k_m recipe) on the GPU against the CPU engine on the same file,
+// TestQuantFixturesGPU: every llama-quantize fixture (each ggml type, the
+// q4_k_m recipe, and llama.cpp's own Q4_K_M mixture with q6_k downs) on the GPU against the CPU engine on the same file,
 // which is bitwise the float32 executor on the dequantised weights. The GPU
 // is fed the CPU's tokens (a prompt, then 16 greedy steps), so every row
 // compares the same inputs. Decode multiplies through activations quantised
@@ -28,62 +29,95 @@ func TestQuantFixturesGPU(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no quantised fixtures: %v", err)
 	}
-	prompt := []int32{1, 5, 9, 13, 17, 21, 25, 29}
-	const steps = 16
 	for _, path := range files {
 		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
-		t.Run(name, func(t *testing.T) {
-			ref, err := engine.Open(path, engine.Options{Device: "cpu"})
+		// Graph replay against eager: the recipe, and llama.cpp's mixture.
+		t.Run(name, func(t *testing.T) { quantFileAgainstCPU(t, path, strings.HasPrefix(name, "q4_k_m")) })
+	}
+}
+
+// TestQuantFallbacksGPU: the bundled model (rows of 64 to 512) under the
+// recipes whose fallbacks give its expert stacks types the quantised
+// kernels do not read together (q6_k: q8_0 gate and up, f16 down; q8_0:
+// q8_0 and f16), which the GPU runs as bf16 stacks, against the CPU on
+// the same file.
+func TestQuantFallbacksGPU(t *testing.T) {
+	src, err := ckpt.Open(filepath.Join(fixture.Root(t), "models", "tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, recipe := range []string{"q6_k", "q8_0"} {
+		t.Run(recipe, func(t *testing.T) {
+			r, err := ckpt.ParseRecipe(recipe)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ref.Close()
-			seq, want := teacherRun(t, ref.Backend, prompt, nil, steps)
-			for _, dt := range []string{"f32", "bf16"} {
-				m, _ := openGPU(t, path, engine.Options{DType: dt})
-				_, got := teacherRun(t, m.Backend, prompt, seq, steps)
-				var errs []float64
-				agree, decided := 0, 0
-				for r := range want {
-					errs = append(errs, relL2(got[r], want[r]))
-					if gap(want[r]) >= nearTie {
-						decided++
-						if argmaxOf(got[r]) == argmaxOf(want[r]) {
-							agree++
-						}
-					}
-				}
-				sort.Float64s(errs)
-				med, worst := errs[len(errs)/2], errs[len(errs)-1]
-				t.Logf("%s: %d rows, relative L2 error median %.3g, worst %.3g; argmax agrees on %d of %d decided rows",
-					dt, len(errs), med, worst, agree, decided)
-				tol := 2e-2
-				if dt == "bf16" {
-					tol = 4e-2
-				}
-				if med > tol {
-					t.Errorf("%s: median row error %.3g > %.3g", dt, med, tol)
-				}
-				if decided == 0 || float64(agree) < 0.8*float64(decided) {
-					t.Errorf("%s: argmax agrees with the CPU on %d of %d rows without a near-tie", dt, agree, decided)
-				}
+			path := filepath.Join(t.TempDir(), "tiny_"+recipe+".gguf")
+			if err := ckpt.WriteGGUFFile(path, src, ckpt.WriteOptions{Recipe: r}); err != nil {
+				t.Fatal(err)
 			}
-			if name != "q4_k_m" {
-				return
-			}
-			_, eager := openGPU(t, path, engine.Options{DType: "bf16", Eager: true})
-			_, graph := openGPU(t, path, engine.Options{DType: "bf16"})
-			ta, la, _ := decodeRun(t, eager, prompt, false, steps)
-			tb, lb, _ := decodeRun(t, graph, prompt, false, steps)
-			if !graph.Captured() || !slices.Equal(ta, tb) {
-				t.Fatalf("graph replay (captured %v): tokens %v, eager %v", graph.Captured(), tb, ta)
-			}
-			for i := range la {
-				if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
-					t.Fatalf("decode step %d: graph replay logits differ from eager", i)
-				}
-			}
+			quantFileAgainstCPU(t, path, true)
 		})
+	}
+}
+
+// quantFileAgainstCPU runs the quantised file at path on the GPU against
+// the CPU engine on the same file, which is bitwise the float32 executor
+// on the dequantised weights (TestQuantFixturesGPU); replay: also graph
+// replay against eager launches, bit for bit.
+func quantFileAgainstCPU(t *testing.T, path string, replay bool) {
+	prompt := []int32{1, 5, 9, 13, 17, 21, 25, 29}
+	const steps = 16
+	ref, err := engine.Open(path, engine.Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	seq, want := teacherRun(t, ref.Backend, prompt, nil, steps)
+	for _, dt := range []string{"f32", "bf16"} {
+		m, _ := openGPU(t, path, engine.Options{DType: dt})
+		_, got := teacherRun(t, m.Backend, prompt, seq, steps)
+		var errs []float64
+		agree, decided := 0, 0
+		for r := range want {
+			errs = append(errs, relL2(got[r], want[r]))
+			if gap(want[r]) >= nearTie {
+				decided++
+				if argmaxOf(got[r]) == argmaxOf(want[r]) {
+					agree++
+				}
+			}
+		}
+		sort.Float64s(errs)
+		med, worst := errs[len(errs)/2], errs[len(errs)-1]
+		t.Logf("%s: %d rows, relative L2 error median %.3g, worst %.3g; argmax agrees on %d of %d decided rows",
+			dt, len(errs), med, worst, agree, decided)
+		tol := 2e-2
+		if dt == "bf16" {
+			tol = 4e-2
+		}
+		if med > tol {
+			t.Errorf("%s: median row error %.3g > %.3g", dt, med, tol)
+		}
+		if decided == 0 || float64(agree) < 0.8*float64(decided) {
+			t.Errorf("%s: argmax agrees with the CPU on %d of %d rows without a near-tie", dt, agree, decided)
+		}
+	}
+	if !replay {
+		return
+	}
+	_, eager := openGPU(t, path, engine.Options{DType: "bf16", Eager: true})
+	_, graph := openGPU(t, path, engine.Options{DType: "bf16"})
+	ta, la, _ := decodeRun(t, eager, prompt, false, steps)
+	tb, lb, _ := decodeRun(t, graph, prompt, false, steps)
+	if !graph.Captured() || !slices.Equal(ta, tb) {
+		t.Fatalf("graph replay (captured %v): tokens %v, eager %v", graph.Captured(), tb, ta)
+	}
+	for i := range la {
+		if !slices.EqualFunc(la[i], lb[i], func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+			t.Fatalf("decode step %d: graph replay logits differ from eager", i)
+		}
 	}
 }
 

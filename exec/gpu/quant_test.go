@@ -383,19 +383,31 @@ func TestQGEMVFXGPU(t *testing.T) {
 // TestQMoEGPU: the quantised routed experts against the CPU reference
 // (with the activations quantised as the kernels do), invalid ids
 // included, at a shape where a lane holds one unit of a row and at one
-// where it holds several (the S-2.1 and XS-2 kernels' case).
+// where it holds several (the S-2.1 and XS-2 kernels' case): every type,
+// and downs of another type than their gate and up, as llama.cpp's
+// Q4_K_M mixture stores them (q6_k downs of q4_k experts).
 func TestQMoEGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(9, 10))
+	var pairs [][2]quant.Type
 	for _, qt := range lower.QuantKernelTypes {
+		pairs = append(pairs, [2]quant.Type{qt, qt})
+	}
+	pairs = append(pairs, [2]quant.Type{quant.Q4_K, quant.Q6_K}, [2]quant.Type{quant.Q5_K, quant.Q6_K}, [2]quant.Type{quant.IQ4_XS, quant.Q8_0})
+	for _, pair := range pairs {
+		qt, dt := pair[0], pair[1]
+		name := qt.String()
+		if dt != qt {
+			name += "+" + dt.String()
+		}
 		for _, c := range []struct{ T, E, H, I, topK int }{{1, 5, 512, 256, 3}, {3, 5, 512, 256, 3}, {3, 6, 2048, 512, 4}} {
 			T := c.T
-			t.Run(fmt.Sprintf("%s/T%d_H%d_I%d", qt, T, c.H, c.I), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/T%d_H%d_I%d", name, T, c.H, c.I), func(t *testing.T) {
 				E, H, I, topK := c.E, c.H, c.I, c.topK
 				gb := randQuantBlocks(r, qt, E*I, H)
 				ub := randQuantBlocks(r, qt, E*I, H)
-				db := randQuantBlocks(r, qt, E*H, I)
-				gw, uw, dw := dequantRef(t, qt, gb, E*I*H), dequantRef(t, qt, ub, E*I*H), dequantRef(t, qt, db, E*H*I)
+				db := randQuantBlocks(r, dt, E*H, I)
+				gw, uw, dw := dequantRef(t, qt, gb, E*I*H), dequantRef(t, qt, ub, E*I*H), dequantRef(t, dt, db, E*H*I)
 				x := randF32(r, T*H, 1)
 				ids := make([]int32, T*topK)
 				wts := make([]float32, T*topK)
@@ -404,10 +416,10 @@ func TestQMoEGPU(t *testing.T) {
 					wts[i] = r.Float32()
 				}
 				ids[len(ids)-1] = int32(E) // out of range: contributes nothing
-				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, OutType: cuda.F32, XType: cuda.F32}
+				a := QMoEArgs{T: T, H: H, I: I, E: E, TopK: topK, WType: qt, DownType: dt, OutType: cuda.F32, XType: cuda.F32}
 				a.Gate = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, gb), Total: E * I}
 				a.Up = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, ub), Total: E * I}
-				a.Down = QMatrix{W: uploadQuant(t, k, s, qt, E*H, I, db), Total: E * H}
+				a.Down = QMatrix{W: uploadQuant(t, k, s, dt, E*H, I, db), Total: E * H}
 				a.X = upload(t, k, s, cuda.F32, x)
 				a.IDs = uploadI32(t, k, s, ids)
 				a.Weights = upload(t, k, s, cuda.F32, wts)

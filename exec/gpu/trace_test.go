@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,7 +27,10 @@ type traceModel struct {
 	layers int      // 0: all
 	passes []string // nil: the default pipeline
 	quant  string   // a quantisation recipe for the weights ("": the plan's dtype)
-	seqs   int      // sequence slots (0: 1)
+	// rules come before the recipe's own (llama.cpp's mixtures, which
+	// lagc does not write).
+	rules []ckpt.TypeRule
+	seqs  int // sequence slots (0: 1)
 	// cublasLt plans prefill GEMMs on cuBLASLt (lower.Options.CublasLt).
 	cublasLt bool
 	qmoe     lower.QMoEForce // lower.Options.QMoE
@@ -55,6 +59,10 @@ var traceModels = []traceModel{
 	{name: "laguna-s-2.1-q4_k_m-shared-blocks-last", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
 		enable: []string{"sharedDownBlocksLast"}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
+	// llama.cpp's Q4_K_M mixture in its layers that raise ffn_down and
+	// attn_v: q6_k downs (routed and shared) under q4_k gate and up.
+	{name: "laguna-s-2.1-q4_k-q6_k-downs", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k",
+		rules: []ckpt.TypeRule{{Pattern: regexp.MustCompile(`ffn_down|attn_v|^output\.weight$`), Type: ckpt.Q6_K}}},
 	{name: "synthetic-tiny", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") }},
 	{name: "synthetic-tiny-unfused", config: func() (*config.Config, error) { return config.Preset("synthetic-tiny") },
 		passes: []string{"shapes", "cse", "dce", "memplan"}},
@@ -94,6 +102,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 		if err != nil {
 			t.Fatal(err)
 		}
+		r.Rules = append(slices.Clone(m.rules), r.Rules...)
 		if err := models.SetRecipeTypes(g, r); err != nil {
 			t.Fatal(err)
 		}

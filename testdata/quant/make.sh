@@ -19,6 +19,9 @@ for t in q4_0 q4_1 q5_0 q5_1 q2_k q3_k q5_k q6_k iq4_nl iq4_xs; do
 	"$L" llama-quantize --pure "$tmp/f32.gguf" "$Q/$t.gguf" "${t^^}" 2 >"$tmp/$t.log" 2>&1 || { cat "$tmp/$t.log"; exit 1; }
 done
 "$L" llama-quantize --pure "${mixed[@]}" "$tmp/f32.gguf" "$Q/q4_k_m.gguf" Q4_K 2 >"$tmp/q4_k_m.log" 2>&1 || { cat "$tmp/q4_k_m.log"; exit 1; }
+# llama.cpp's own Q4_K_M mixture (no --pure), as most Q4_K_M files are made: the head, and in
+# some layers attn_v and the routed and shared experts' ffn_down, in Q6_K.
+"$L" llama-quantize "$tmp/f32.gguf" "$Q/q4_k_m-llama.gguf" Q4_K_M 2 >"$tmp/q4_k_m-llama.log" 2>&1 || { cat "$tmp/q4_k_m-llama.log"; exit 1; }
 "$L" gguf-py $Q/reference.py files $Q/*.gguf >$Q/reference.json
 
 # Random blocks of every type.

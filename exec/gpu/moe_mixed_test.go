@@ -1,0 +1,94 @@
+package gpu
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/lower"
+	"lagc/quant"
+)
+
+// TestMoEExpertsMixedGPU: routed experts whose down stack has another
+// block type than their gate and up (llama.cpp's Q4_K_M stores some
+// layers' downs in Q6_K) against the float reference: decode (the
+// GEMVs, each stack's type), prefill on the quantised wgmma GEMMs where
+// both types have one (f16 operands, and bf16 forced) and with the stacks
+// dequantised where the down's type has none (q6_k).
+func TestMoEExpertsMixedGPU(t *testing.T) {
+	k, s := hopperGPU(t)
+	for _, pair := range [][2]quant.Type{{quant.Q4_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K}, {quant.Q4_K, quant.Q8_0}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.Q4_K}} {
+		gt, dt := pair[0], pair[1]
+		for _, c := range []moeCase{
+			{T: 3, H: 256, I: 256, E: 8, k: 3, dist: "distinct"},
+			{T: 129, H: 512, I: 256, E: 64, k: 6, dist: "skewed"},
+			{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
+		} {
+			for _, bf16ops := range []bool{false, true} {
+				if bf16ops && c.T <= GEMVMaxRows {
+					continue
+				}
+				name := fmt.Sprintf("%s+%s/bf16ops=%v/%+v", gt, dt, bf16ops, c)
+				t.Run(name, func(t *testing.T) {
+					a, d := quantMoE(t, k, s, name, 43, c, gt, dt)
+					a.QMoE.BF16Ops = bf16ops
+					moeWorkspace(t, k, s, &a)
+					ls, err := k.MoELaunches(a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					hopper := c.T > GEMVMaxRows && slices.Contains(lower.HopperQTypes, gt) && slices.Contains(lower.HopperQTypes, dt)
+					if got := hasKernel(ls, "gemm_wgmma_q"); got != hopper {
+						t.Fatalf("gemm_wgmma_q launched: %v, want %v", got, hopper)
+					}
+					if err := k.MoEExperts(s, a); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
+					// Decode quantises the activations to int8: a little
+					// looser than bf16 (TestMoEExpertsQuantGPU's bound).
+					checkClose(t, "moe", got, moeRef(t, c, d), 2*tolFor(cuda.BF16))
+				})
+			}
+		}
+	}
+}
+
+// quantMoE is case c's routed experts with quantised stacks on the device,
+// gate and up of type gt, down of dt, random blocks seeded by name, and
+// the float data the reference takes (the stacks dequantised, rounded to
+// bf16 where the prefill paths multiply bf16); CC 90, the experts by load,
+// no workspace yet.
+func quantMoE(t *testing.T, k *Kernels, s *cuda.Stream, name string, seed uint64, c moeCase, gt, dt quant.Type) (MoEArgs, moeData) {
+	t.Helper()
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	r := rand.New(rand.NewPCG(h.Sum64(), seed))
+	gub := randQuantBlocks(r, gt, 2*c.E*c.I, c.H)
+	db := randQuantBlocks(r, dt, c.E*c.H, c.I)
+	gu := dequantRef(t, gt, gub, 2*c.E*c.I*c.H)
+	dn := dequantRef(t, dt, db, c.E*c.H*c.I)
+	if c.T > GEMVMaxRows { // the prefill paths multiply bf16
+		gu, dn = roundTo(cuda.BF16, gu), roundTo(cuda.BF16, dn)
+	}
+	d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
+	d.gate, d.up, d.down = gu[:c.E*c.I*c.H], gu[c.E*c.I*c.H:], dn
+	a := MoEArgs{T: c.T, H: c.H, I: c.I, E: c.E, TopK: c.k, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
+		Accumulate: c.acc, Path: MoEAuto, Order: ExpertsByLoad, CC: 90, SMs: k.SMs(), WQuant: gt, DownQuant: dt}
+	gp := uploadQuant(t, k, s, gt, 2*c.E*c.I, c.H, gub)
+	a.QGate = QMatrix{W: gp, Total: 2 * c.E * c.I}
+	a.QUp = QMatrix{W: gp, Total: 2 * c.E * c.I, Row0: c.E * c.I}
+	a.QDown = QMatrix{W: uploadQuant(t, k, s, dt, c.E*c.H, c.I, db), Total: c.E * c.H}
+	a.X = upload(t, k, s, cuda.BF16, d.x)
+	a.Weights = upload(t, k, s, cuda.F32, d.w)
+	a.IDs = uploadI32(t, k, s, d.ids)
+	if c.acc {
+		a.Out = upload(t, k, s, cuda.BF16, d.out0)
+	} else {
+		a.Out = alloc(t, k, int64(2*c.T*c.H))
+	}
+	return a, d
+}

@@ -1,0 +1,121 @@
+package lower
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"lagc/quant"
+)
+
+// mixedMoEArgs is a quantised MoE of S-2.1's shape whose gate and up
+// stacks are gt and whose down stack is dt.
+func mixedMoEArgs(T int, gt, dt quant.Type) MoEArgs {
+	E, H, I := 256, 3072, 1024
+	w := Ptr{BaseWeights, 0}
+	a := MoEArgs{T: T, H: H, I: I, E: E, TopK: 10, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 26},
+		IDs: Ptr{BaseArena, 2 << 26}, Out: Ptr{BaseArena, 3 << 26}, XType: "bf16", WType: gt.String(), OutType: "bf16",
+		CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
+		QDown: QMatrix{W: Ptr{BaseWeights, 1 << 32}, Total: E * H}, Workspace: Ptr{BaseWorkspace, 0}}
+	if dt != gt {
+		a.DownType = dt.String()
+	}
+	return a
+}
+
+// TestMoEMixedTypes: experts whose down stack has another block type than
+// their gate and up (llama.cpp's Q4_K_M keeps some layers' downs in Q6_K)
+// run the gate+up launch of the gate's type and the down launch of the
+// down's, each exactly as an expert stack all of that type runs it: decode
+// (the GEMVs, their rounds and shared memory per type) and prefill on the
+// quantised wgmma GEMMs where both types have one (each GEMM its type's
+// template, pipelined loop and shared memory; f16 operands as both have
+// them, bf16 for both when forced). A down type without a grouped GEMM
+// (q6_k) dequantises each stack from its own type.
+func TestMoEMixedTypes(t *testing.T) {
+	launches := func(a MoEArgs) []Launch {
+		t.Helper()
+		ls, err := MoE(a)
+		if err != nil {
+			t.Fatalf("%s/%s T=%d: %v", a.WType, a.downType(), a.T, err)
+		}
+		return ls
+	}
+	find := func(ls []Launch, kern string, nth int) Launch {
+		t.Helper()
+		for _, l := range ls {
+			if l.Kernel == kern {
+				if nth == 0 {
+					return l
+				}
+				nth--
+			}
+		}
+		t.Fatalf("no %s launch %d in %v", kern, nth, ls)
+		return Launch{}
+	}
+	for _, c := range []struct{ gate, down quant.Type }{
+		{quant.Q4_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K}, {quant.Q4_K, quant.Q8_0}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.Q4_K},
+	} {
+		name := c.gate.String() + "/" + c.down.String()
+		// Decode, one token and a batch of them.
+		for _, T := range []int{1, 4} {
+			mixed := launches(mixedMoEArgs(T, c.gate, c.down))
+			g, d := launches(mixedMoEArgs(T, c.gate, c.gate)), launches(mixedMoEArgs(T, c.down, c.down))
+			if len(mixed) != 3 || !reflect.DeepEqual(mixed[0], g[0]) || !reflect.DeepEqual(mixed[1], g[1]) || !reflect.DeepEqual(mixed[2], d[2]) {
+				t.Errorf("%s T=%d: launches\n %v\nwant the %s stacks' x copy and gate+up, the %s stacks' down:\n %v\n %v", name, T, mixed, c.gate, c.down, g, d)
+			}
+		}
+		// Prefill.
+		a := mixedMoEArgs(2048, c.gate, c.down)
+		l, err := a.Layout()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hopper := slices.Contains(HopperQTypes, c.gate) && slices.Contains(HopperQTypes, c.down)
+		if want := map[bool]moeQuant{true: moeQuantHopper, false: moeQuantDequant}[hopper]; l.Quant != want {
+			t.Errorf("%s prefill: path %d, want %d", name, l.Quant, want)
+		}
+		mixed := launches(a)
+		if !hopper {
+			for i, tt := range []quant.Type{c.gate, c.gate, c.down} {
+				if q := find(mixed, "qdequant", i); q.Ints[0] != int64(tt) {
+					t.Errorf("%s prefill: stack %d dequantised as type %d, want %s (%d)", name, i, q.Ints[0], tt, tt)
+				}
+			}
+			continue
+		}
+		for _, bf16ops := range []bool{false, true} {
+			a.QMoE.BF16Ops = bf16ops
+			mixed = launches(a)
+			ga, da := mixedMoEArgs(2048, c.gate, c.gate), mixedMoEArgs(2048, c.down, c.down)
+			ga.QMoE.BF16Ops, da.QMoE.BF16Ops = bf16ops, bf16ops
+			g, d := launches(ga), launches(da)
+			if got, want := find(mixed, "gemm_wgmma_q", 0), find(g, "gemm_wgmma_q", 0); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s prefill (bf16 operands %v): gate+up\n %v\nwant the %s stacks'\n %v", name, bf16ops, got, c.gate, want)
+			}
+			if got, want := find(mixed, "gemm_wgmma_q", 1), find(d, "gemm_wgmma_q", 1); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s prefill (bf16 operands %v): down\n %v\nwant the %s stacks'\n %v", name, bf16ops, got, c.down, want)
+			}
+			if gather := find(mixed, map[bool]string{false: "moe_gather_rows_f16", true: "moe_gather_rows"}[bf16ops], 0); gather.Kernel == "" {
+				t.Errorf("%s prefill: no gather", name)
+			}
+		}
+	}
+}
+
+// TestMoEMixedTypesRejected: stacks of different types must all be block
+// types with kernels, and gate and up one type.
+func TestMoEMixedTypesRejected(t *testing.T) {
+	a := mixedMoEArgs(1, quant.Q4_K, quant.Q6_K)
+	a.WType = "bf16"
+	a.Gate, a.Up, a.Down = Ptr{BaseWeights, 0}, Ptr{BaseWeights, 1 << 30}, Ptr{BaseWeights, 1 << 32}
+	if _, err := MoE(a); err == nil || !strings.Contains(err.Error(), "must all be block-quantised") {
+		t.Errorf("bf16 gate and up with a q6_k down: %v", err)
+	}
+	b := mixedMoEArgs(1, quant.Q4_K, quant.Q2_K)
+	if _, err := MoE(b); err == nil || !strings.Contains(err.Error(), "no GPU kernels for q2_k down stacks") {
+		t.Errorf("a q2_k down: %v", err)
+	}
+}
