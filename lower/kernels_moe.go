@@ -186,7 +186,7 @@ func (a MoEArgs) bf16Q() bool {
 type MoELayout struct {
 	Grouped         bool
 	Quant           moeQuant // quantised stacks: which path
-	Dequant         int64    // moeQuantDequant: the bf16 stacks
+	Dequant         int64    // moeQuantDequant: the bf16 stacks; moeQuantHopperBF16Down: the down's
 	Hopper          bool     // grouped on the wgmma core (moeHopper)
 	BF16Q           bool     // Hopper with bf16 stacks on gemm_wgmma_q (MoEArgs.bf16Q)
 	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
@@ -285,7 +285,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	switch q {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
-	case moeQuantHopper:
+	case moeQuantHopper, moeQuantHopperBF16Down:
 		rows, _, _, err := hopperQShape(a.QMoE)
 		if err != nil {
 			return MoELayout{}, err
@@ -305,6 +305,10 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 			return MoELayout{}, fmt.Errorf("moe_experts: the quantised grouped path needs the wgmma core's layout")
 		}
 		l.Quant = q
+		if q == moeQuantHopperBF16Down { // the down stack's bf16 rows, after the rest
+			l.Dequant = l.Total
+			l.Total += align256(2 * int64(a.E) * int64(a.H) * int64(a.I))
+		}
 		return l, nil
 	}
 	// The workspace's address does not matter here (it may be unset).
@@ -370,6 +374,8 @@ func MoE(a MoEArgs) ([]Launch, error) {
 			return QMoE(a.qmoe())
 		case moeQuantHopper:
 			return moeHopperQ(a, l), nil
+		case moeQuantHopperBF16Down:
+			return moeHopperBF16Down(a, l)
 		}
 		stacks := align256(3 * 2 * int64(a.E) * int64(a.I) * int64(a.H))
 		dq, b, err := a.dequantStacks(0)

@@ -733,6 +733,11 @@ const (
 	moeQuantDecode moeQuant = iota
 	moeQuantHopper
 	moeQuantDequant
+	// moeQuantHopperBF16Down: gate and up on the quantised wgmma GEMM,
+	// the down stack (a type without one: q6_k, q5_k) dequantised into the
+	// workspace and run as bf16 rows on the same GEMM (QT_BF16_H), both on
+	// bf16 operands.
+	moeQuantHopperBF16Down
 )
 
 func (a MoEArgs) quantPath() (moeQuant, error) {
@@ -744,11 +749,13 @@ func (a MoEArgs) quantPath() (moeQuant, error) {
 		return moeQuantDecode, nil
 	}
 	fused := a.QUp.W == a.QGate.W && a.QUp.Total == a.QGate.Total && a.QUp.Row0 == a.QGate.Row0+a.E*a.I
-	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) == nil && hopperQOK(a.CC, a.PrefillMMA, dt, a.XType, a.I) == nil &&
-		a.H%64 == 0 && a.I%64 == 0 && fused && a.E <= MaxExperts {
+	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) != nil || a.H%64 != 0 || a.I%64 != 0 || !fused || a.E > MaxExperts {
+		return moeQuantDequant, nil
+	}
+	if hopperQOK(a.CC, a.PrefillMMA, dt, a.XType, a.I) == nil {
 		return moeQuantHopper, nil
 	}
-	return moeQuantDequant, nil
+	return moeQuantHopperBF16Down, nil
 }
 
 // quantTypes are the gate and up stacks' type and the down stack's, each
@@ -917,6 +924,28 @@ func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 		a.QGate = QMatrix{W: a.Gate, Total: 2 * a.E * a.I}
 		a.QDown = QMatrix{W: a.Down, Total: a.E * a.H}
 	}
+	return moeHopperQTypes(a, l, t, dt)
+}
+
+// moeHopperBF16Down is moeQuantHopperBF16Down's launches: the down stack
+// dequantised to bf16 rows at l.Dequant, then moeHopperQ's with those.
+func moeHopperBF16Down(a MoEArgs, l MoELayout) ([]Launch, error) {
+	t, dt, err := a.quantTypes()
+	if err != nil {
+		return nil, err
+	}
+	down := a.Workspace.At(l.Dequant)
+	dq, err := QDequant(dt, a.QDown.W, a.QDown.Total, a.I, a.QDown.Row0, a.E*a.H, down, "bf16")
+	if err != nil {
+		return nil, err
+	}
+	a.QDown = QMatrix{W: down, Total: a.E * a.H}
+	return append([]Launch{dq}, moeHopperQTypes(a, l, t, quant.BF16)...), nil
+}
+
+// moeHopperQTypes is moeHopperQ with gate and up of type t and the down
+// of dt (quant.BF16: bf16 rows).
+func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)

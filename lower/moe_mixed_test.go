@@ -73,16 +73,47 @@ func TestMoEMixedTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hopper := slices.Contains(HopperQTypes, c.gate) && slices.Contains(HopperQTypes, c.down)
-		if want := map[bool]moeQuant{true: moeQuantHopper, false: moeQuantDequant}[hopper]; l.Quant != want {
+		gateQ, downQ := slices.Contains(HopperQTypes, c.gate), slices.Contains(HopperQTypes, c.down)
+		want := moeQuantDequant
+		switch {
+		case gateQ && downQ:
+			want = moeQuantHopper
+		case gateQ:
+			want = moeQuantHopperBF16Down
+		}
+		if l.Quant != want {
 			t.Errorf("%s prefill: path %d, want %d", name, l.Quant, want)
 		}
 		mixed := launches(a)
-		if !hopper {
+		if !gateQ {
 			for i, tt := range []quant.Type{c.gate, c.gate, c.down} {
 				if q := find(mixed, "qdequant", i); q.Ints[0] != int64(tt) {
 					t.Errorf("%s prefill: stack %d dequantised as type %d, want %s (%d)", name, i, q.Ints[0], tt, tt)
 				}
+			}
+			continue
+		}
+		if !downQ {
+			// The down alone dequantised, into the workspace after the
+			// wgmma path's (the same offsets as the gate's type alone uses),
+			// and read there as bf16 rows; gate and up as the gate's type
+			// runs them on bf16 operands.
+			dq := find(mixed, "qdequant", 0)
+			at := Ptr{BaseWorkspace, l.Dequant}
+			if dq.Ints[0] != int64(c.down) || !reflect.DeepEqual(mixed[0], dq) || dq.Args[len(dq.Args)-1] != ptrArg(at) {
+				t.Errorf("%s prefill: first launch %v, want the %s down stack dequantised to %v", name, mixed[0], c.down, at)
+			}
+			ga := mixedMoEArgs(2048, c.gate, c.gate)
+			ga.QMoE.BF16Ops = true
+			if got, want := find(mixed, "gemm_wgmma_q", 0), find(launches(ga), "gemm_wgmma_q", 0); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s prefill: gate+up\n %v\nwant the %s stacks' on bf16 operands\n %v", name, got, c.gate, want)
+			}
+			down := find(mixed, "gemm_wgmma_q", 1)
+			if down.Ints[0] != int64(quant.BF16) || !strings.Contains(down.String(), "tmap("+at.String()+", bf16 ") {
+				t.Errorf("%s prefill: down %v, want bf16 rows (type %d) read at %v", name, down, quant.BF16, at)
+			}
+			if l.Total != l.Dequant+align256(2*int64(a.E)*int64(a.H)*int64(a.I)) {
+				t.Errorf("%s prefill: workspace %d bytes, the down's bf16 rows at %d", name, l.Total, l.Dequant)
 			}
 			continue
 		}

@@ -97,8 +97,9 @@ func TestPlanMixedExpertTypes(t *testing.T) {
 	}
 	secs := planSections(out)
 	for sec, want := range map[string][]string{
-		"decode T=1":     {"moe_gateup_qgemv_trig<12, ", "moe_down_qgemv_pre<bf16_t, 14, "},
-		"prefill T=2048": {"qdequant<bf16_t, 12>", "qdequant<bf16_t, 14>", "gemm_wgmma<bf16_t, 256, 2, 1, "},
+		"decode T=1": {"moe_gateup_qgemv_trig<12, ", "moe_down_qgemv_pre<bf16_t, 14, "},
+		// the q6_k down dequantised to bf16 rows, both GEMMs on gemm_wgmma_q
+		"prefill T=2048": {"qdequant<bf16_t, 14>", "gemm_wgmma_q<bf16_t, 12, ", "gemm_wgmma_q<bf16_t, 30, "},
 	} {
 		for _, w := range want {
 			if !slices.ContainsFunc(secs[sec], func(l string) bool { return strings.HasPrefix(l, w) }) {

@@ -16,8 +16,10 @@ import (
 // block type than their gate and up (llama.cpp's Q4_K_M stores some
 // layers' downs in Q6_K) against the float reference: decode (the
 // GEMVs, each stack's type), prefill on the quantised wgmma GEMMs where
-// both types have one (f16 operands, and bf16 forced) and with the stacks
-// dequantised where the down's type has none (q6_k).
+// both types have one (f16 operands, and bf16 forced), with the down alone
+// dequantised to bf16 rows on that GEMM where only its type has none
+// (q4_k + q6_k), and with every stack dequantised where the gate's has
+// none (q5_k + q6_k).
 func TestMoEExpertsMixedGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	for _, pair := range [][2]quant.Type{{quant.Q4_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K}, {quant.Q4_K, quant.Q8_0}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.Q4_K}} {
@@ -40,7 +42,9 @@ func TestMoEExpertsMixedGPU(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					hopper := c.T > GEMVMaxRows && slices.Contains(lower.HopperQTypes, gt) && slices.Contains(lower.HopperQTypes, dt)
+					// The wgmma path where the gate's type has one (a down
+					// without: dequantised to bf16 rows, run on it too).
+					hopper := c.T > GEMVMaxRows && slices.Contains(lower.HopperQTypes, gt)
 					if got := hasKernel(ls, "gemm_wgmma_q"); got != hopper {
 						t.Fatalf("gemm_wgmma_q launched: %v, want %v", got, hopper)
 					}
