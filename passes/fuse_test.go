@@ -331,12 +331,35 @@ func TestFusionPreconditions(t *testing.T) {
 				t.Errorf("notes %q", notes)
 			}
 		}},
+		// q, k and the gate concatenated, v apart (llama.cpp's Q4_K_S keeps
+		// attn_v in q5_k): q and k still one row.
 		{"v of another dtype", "qkvg-concat", nil, func(g *ir.Graph) { g.Value("blk.1.attn_v.weight").Type.DType = ir.F16 },
+			func(t *testing.T, g *ir.Graph, notes []string) {
+				if ops := layerOps(g, 1); ops["matmul_split"] != 1 || ops["matmul"] != 6 {
+					t.Errorf("layer 1: %v, want q, k, g in one matmul_split and v apart", ops)
+				}
+				var split *ir.Node
+				for _, n := range g.Nodes {
+					if n.Op == "matmul_split" && strings.HasPrefix(n.Inputs[1].Name, "blk.1.") {
+						split = n
+					}
+				}
+				if split == nil || split.Inputs[1].Name != "blk.1.attn_qkg.weight" || len(split.Outputs) != 3 ||
+					split.Outputs[0].Name != "blk.1.q" || split.Outputs[1].Name != "blk.1.k" || split.Outputs[2].Name != "blk.1.g" {
+					t.Errorf("layer 1's split: %v", split)
+				}
+				if !slices.Contains(notes, "qkvg-concat: 4 attentions fused (1 in part: a projection of another dtype stays apart, e.g. blk.1.attn_q.weight is bf16, blk.1.attn_v.weight f16), 0 skipped (precondition)") {
+					t.Errorf("notes %q", notes)
+				}
+			}},
+		// k of another dtype than q: nothing concatenates (q and k would
+		// come out apart either way).
+		{"k of another dtype", "qkvg-concat", nil, func(g *ir.Graph) { g.Value("blk.1.attn_k.weight").Type.DType = ir.F16 },
 			func(t *testing.T, g *ir.Graph, notes []string) {
 				if ops := layerOps(g, 1); ops["matmul_split"] != 0 || ops["matmul"] != 9 {
 					t.Errorf("layer 1 fused: %v", ops)
 				}
-				if !slices.Contains(notes, "qkvg-concat: 3 attentions fused, 1 skipped (1: dtypes differ, e.g. blk.1.attn_q.weight is bf16, blk.1.attn_v.weight f16)") {
+				if !slices.Contains(notes, "qkvg-concat: 3 attentions fused, 1 skipped (1: dtypes differ, e.g. blk.1.attn_q.weight is bf16, blk.1.attn_k.weight f16)") {
 					t.Errorf("notes %q", notes)
 				}
 			}},

@@ -10,7 +10,7 @@ var table = []*Pass{
 	// The fusions (fuse_*.go, expert_order.go) rewrite the graph that cse,
 	// dce and memplan then see.
 	{Name: "qkvg-concat", Default: true, Fusion: true, Run: qkvgConcat,
-		Doc: "the q, k, v and gate projections of each attention -> one matmul_split over their concatenated rows"},
+		Doc: "the q, k, v and gate projections of each attention -> one matmul_split over their concatenated rows (those of q's dtype where the dtypes differ)"},
 	// Either side of qkvg-concat, which follows q and k back through it.
 	{Name: "norm-rope", Default: true, Fusion: true, Run: normRoPE,
 		Doc: "rope(rms_norm(x, w), pos) -> norm_rope: each attention head normalised and rotated by one kernel (q_norm, k_norm)"},
