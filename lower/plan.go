@@ -404,6 +404,9 @@ func (p *Plan) Print(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "plan %s: dtype %s, context %d, %d SMs, compute capability %d.%d\n", p.Model, p.DType, p.MaxContext, p.SMs, p.CC/10, p.CC%10)
 	fmt.Fprintf(w, "weights: %d tensors uploaded (%d derived), %s\n", up, p.derived(), FormatBytes(p.WeightBytes))
+	if note := p.ConversionNote(); note != "" {
+		fmt.Fprintf(w, "  %s\n", note)
+	}
 	if p.SeqSlots() > 1 {
 		fmt.Fprintf(w, "kv caches: %d layers, %s per sequence, %d sequence slots (%s), batch buckets %v\n", len(p.KV),
 			FormatBytes(p.KVBytes), p.SeqSlots(), FormatBytes(int64(p.SeqSlots())*p.KVSeqBytes()), BatchBuckets(p.SeqSlots(), p.Prefill.Tokens))

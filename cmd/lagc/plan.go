@@ -203,5 +203,8 @@ func warnGPUMemory(w io.Writer, p *lower.Plan, gib float64) {
 		if p.ShadowBytes > 0 && os.Getenv(gpu.EnvPrefillBF16) == "" {
 			fmt.Fprintf(w, "(lagc run leaves the bf16 weight copies out where they do not fit; %s=0 plans without them)\n", gpu.EnvPrefillBF16)
 		}
+		if note := p.ConversionNote(); note != "" {
+			fmt.Fprintf(w, "(weights %s)\n", note)
+		}
 	}
 }

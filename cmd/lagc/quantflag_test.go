@@ -114,3 +114,19 @@ func TestPlanMixedExpertTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanConversionNote: a model in a type the GPU has no kernels for
+// (q3_k) is uploaded in bf16: lagc plan says so under the weights line and
+// in its memory warning, where 47 GiB of file become 219 GiB; a recipe
+// whose types all have kernels converts only the embedding table.
+func TestPlanConversionNote(t *testing.T) {
+	out, errs, code := runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q3_k", "--ctx", "4096")
+	const note = "converted at upload, no GPU kernel reading their type there: 194 q3_k tensors, 47.03 GiB as stored, 218.91 GiB in bf16"
+	if code != 0 || !strings.Contains(out, "\n  "+note+"\n") || !strings.Contains(errs, "warning: the plan needs ") || !strings.Contains(errs, "(weights "+note+")") {
+		t.Errorf("exit %d; stdout lacks the note or stderr the warning with it: %q", code, errs)
+	}
+	out, _, _ = runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q4_k_m", "--ctx", "4096")
+	if !strings.Contains(out, "no GPU kernel reading their type there: 1 q4_k tensors, 165.38 MiB as stored, 588.00 MiB in bf16") {
+		t.Errorf("q4_k_m: the embedding table's conversion not noted")
+	}
+}

@@ -266,6 +266,9 @@ func (e *Executor) allocate() error {
 	p := e.plan
 	var err error
 	if e.weights, err = e.alloc(p.WeightBytes); err != nil {
+		if note := p.ConversionNote(); note != "" {
+			return fmt.Errorf("weights (%d bytes; %s): %w", p.WeightBytes, note, err)
+		}
 		return fmt.Errorf("weights (%d bytes): %w", p.WeightBytes, err)
 	}
 	seqs := int64(p.SeqSlots())
