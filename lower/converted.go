@@ -14,9 +14,11 @@ import (
 // one stack's type has none (lower's quantKeep). They take the float
 // type's bytes, which can be several times the file's.
 type Conversion struct {
-	Source, DType string
-	Tensors       int
-	Stored, Bytes int64 // as the source type holds them; on the device
+	Source  string `json:"source_dtype"`
+	DType   string `json:"dtype"`
+	Tensors int    `json:"tensors"`
+	Stored  int64  `json:"stored_bytes"` // as the source type holds them
+	Bytes   int64  `json:"bytes"`        // on the device
 }
 
 // Conversions lists the plan's conversions of block-quantised weights to

@@ -15,7 +15,10 @@ import (
 	"lagc/ckpt"
 	"lagc/config"
 	"lagc/engine"
+	"lagc/exec/gpu"
+	"lagc/ir"
 	"lagc/lower"
+	"lagc/passes"
 )
 
 func init() {
@@ -61,6 +64,12 @@ type inspectJSON struct {
 	Valid    bool           `json:"valid"`
 	Problems string         `json:"problems,omitempty"`
 	Metadata map[string]any `json:"metadata"`
+	// GPUWeightBytes is what the GPU plan uploads (lower.Plan.WeightBytes:
+	// the device layouts, fused weights, and the block-quantised weights
+	// no GPU kernel reads in their type converted, GPUConversions); 0 where
+	// no plan is made (an invalid checkpoint).
+	GPUWeightBytes int64              `json:"gpu_weight_bytes,omitempty"`
+	GPUConversions []lower.Conversion `json:"gpu_conversions,omitempty"`
 }
 
 func runInspect(path string, o inspectOpts, stdout io.Writer) error {
@@ -75,6 +84,8 @@ func runInspect(path string, o inspectOpts, stdout io.Writer) error {
 		out.Valid, out.Problems = false, err.Error()
 	} else if err := engine.CheckCheckpoint(ck); err != nil {
 		out.Valid, out.Problems = false, err.Error()
+	} else if p, err := inspectPlan(ck, rep.Memory.Context); err == nil {
+		out.GPUWeightBytes, out.GPUConversions = p.WeightBytes, p.Conversions()
 	}
 	for k, v := range ck.Metadata() {
 		out.Metadata[k] = summarizeValue(v, o.json)
@@ -89,6 +100,26 @@ func runInspect(path string, o inspectOpts, stdout io.Writer) error {
 	}
 	printInspect(stdout, out, ck.Config())
 	return nil
+}
+
+// inspectPlan is the GPU plan lagc run would make for ck at ctx (bf16
+// activations, an H200's SMs), without a GPU: what it uploads.
+func inspectPlan(ck ckpt.Checkpoint, ctx int) (*lower.Plan, error) {
+	g, err := engine.BuildGraph(ck.Config(), "")
+	if err != nil {
+		return nil, err
+	}
+	if err := engine.BindCheckpoint(g, ck); err != nil {
+		return nil, err
+	}
+	if _, err := passes.Run(g, passes.Options{}); err != nil {
+		return nil, err
+	}
+	opts, err := gpu.PlanOptions(gpu.Config{DType: ir.BF16, MaxContext: max(ctx, 1)}, 132, 90)
+	if err != nil {
+		return nil, err
+	}
+	return lower.Lower(g, opts)
 }
 
 // fileBytes is the size of a file, or of the files in a directory.
@@ -130,8 +161,17 @@ func printInspect(w io.Writer, r inspectJSON, cfg *config.Config) {
 		count(r.Parameters), count(r.ActiveParameters))
 	fmt.Fprintf(w, "weights:       %s, %.2f bits per weight\n", lower.FormatBytes(r.WeightBytes), r.BitsPerWeight)
 	m := r.Memory
-	fmt.Fprintf(w, "gpu memory:    %s at context %d: weights %s + KV caches (bf16) %s; activations come on top (lagc plan)\n",
-		lower.FormatBytes(m.TotalBytes), m.Context, lower.FormatBytes(m.WeightBytes), lower.FormatBytes(m.KVBytes))
+	if r.GPUWeightBytes > 0 {
+		fmt.Fprintf(w, "gpu memory:    %s at context %d: weights %s as the GPU holds them + KV caches (bf16) %s; activations come on top (lagc plan)\n",
+			lower.FormatBytes(r.GPUWeightBytes+m.KVBytes), m.Context, lower.FormatBytes(r.GPUWeightBytes), lower.FormatBytes(m.KVBytes))
+		for _, c := range r.GPUConversions {
+			fmt.Fprintf(w, "               %d %s tensors converted to %s on upload (no GPU kernel reads their type there): %s as stored, %s on the GPU\n",
+				c.Tensors, c.Source, c.DType, lower.FormatBytes(c.Stored), lower.FormatBytes(c.Bytes))
+		}
+	} else {
+		fmt.Fprintf(w, "gpu memory:    %s at context %d: weights %s + KV caches (bf16) %s; activations come on top (lagc plan)\n",
+			lower.FormatBytes(m.TotalBytes), m.Context, lower.FormatBytes(m.WeightBytes), lower.FormatBytes(m.KVBytes))
+	}
 	if r.Valid {
 		fmt.Fprintln(w, "checks:        the tensors match the configuration")
 	} else {

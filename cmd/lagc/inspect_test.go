@@ -147,3 +147,37 @@ func TestInspectBrokenCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectGPUWeights: inspect reports the weights as the GPU plan holds
+// them, and which block-quantised weights it converts on upload: a q3_k
+// file (no GPU kernels for q3_k) takes 4.6 times its stored bytes in bf16.
+func TestInspectGPUWeights(t *testing.T) {
+	out, stderr, code := runInspectCmd(t, "../../testdata/quant/q3_k.gguf", "--json", "--tensors=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r struct {
+		GPUWeightBytes int64 `json:"gpu_weight_bytes"`
+		GPUConversions []struct {
+			Source  string `json:"source_dtype"`
+			DType   string `json:"dtype"`
+			Tensors int    `json:"tensors"`
+		} `json:"gpu_conversions"`
+		Memory struct {
+			WeightBytes int64 `json:"weight_bytes"`
+		} `json:"gpu_memory"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GPUConversions) != 1 || r.GPUConversions[0].Source != "q3_k" || r.GPUConversions[0].Tensors != 10 ||
+		r.GPUWeightBytes < 4*r.Memory.WeightBytes {
+		t.Errorf("gpu weights %d (stored %d), conversions %+v; want the 10 q3_k matrices in bf16, over 4x the file's bytes",
+			r.GPUWeightBytes, r.Memory.WeightBytes, r.GPUConversions)
+	}
+	text, _, _ := runInspectCmd(t, "../../testdata/quant/q3_k.gguf", "--tensors=false")
+	if !strings.Contains(text, "gpu memory:    2.77 MiB at context 128: weights 2.70 MiB as the GPU holds them") ||
+		!strings.Contains(text, "10 q3_k tensors converted to bf16 on upload (no GPU kernel reads their type there): 592.1 KiB as stored, 2.69 MiB on the GPU") {
+		t.Errorf("text:\n%s", text)
+	}
+}
