@@ -589,6 +589,29 @@ func QDequant(t quant.Type, w Ptr, rows, K, row0, n int, out Ptr, outType string
 		i64(int64(rows)), i32(K), i64(int64(row0)), i64(int64(n)), ptrArg(w), ptrArg(out)), nil
 }
 
+// QEmbedding is Embedding with the table [V, H] block-quantised (type t,
+// the device layout): each token's row dequantised into out as dt.
+func QEmbedding(t quant.Type, dt string, out, tokens, table Ptr, T, V, H int) (Launch, error) {
+	const op = "QEmbedding"
+	if err := checkQuantMatrix(op, t, V, H); err != nil {
+		return Launch{}, err
+	}
+	if err := checkDT(op, dt); err != nil {
+		return Launch{}, err
+	}
+	if T <= 0 || T > 65535 || H%32 != 0 {
+		return Launch{}, fmt.Errorf("%s: %d tokens (1 to 65535) of rows of %d (a multiple of 32)", op, T, H)
+	}
+	if err := checkPtrs(op, "out", out, "tokens", tokens, "table", table); err != nil {
+		return Launch{}, err
+	}
+	if !out.Aligned(16) || !table.Aligned(16) {
+		return Launch{}, fmt.Errorf("%s: out %v and the table %v must be 16-byte aligned", op, out, table)
+	}
+	return kernel("quant.cu", "qembedding", []string{dt}, []int64{int64(t)}, dims(min(ceilDiv(H/32, 256), 64), T), dims(256), 0,
+		i32(T), i32(H), i32(V), ptrArg(tokens), ptrArg(table), ptrArg(out)), nil
+}
+
 // QSynth fills the quantised matrix (rows x K) at w with random quants and
 // small scales in the device layout: synthetic weights for benchmarks.
 func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {

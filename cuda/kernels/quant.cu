@@ -1295,6 +1295,32 @@ __global__ void __launch_bounds__(256) qdequant(long long rows, int K, long long
   }
 }
 
+// qembedding is embedding (embedding.cu) reading a block-quantised table
+// in the device layout: out[t, :] = row tokens[t] of the table, t < ntok,
+// each group of 32 dequantised as qdequant does (QD<QT>::group, then
+// store32's rounding), so a row has the bits of the table converted to TY
+// first. A token outside [0, V) gets a NaN row, as embedding's.
+// Grid: (groups of a row / 256 capped, ntok); a thread a group.
+template <typename TY, int QT>
+__global__ void __launch_bounds__(256) qembedding(int ntok, int H, int V, const int* __restrict__ tokens,
+                                                  const unsigned char* __restrict__ w, TY* __restrict__ out) {
+  pdl_wait();
+  const int t = blockIdx.y;
+  if (t >= ntok) return;
+  const int id = tokens[t];
+  const bool ok = id >= 0 && id < V;
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < H / 32; g += gridDim.x * blockDim.x) {
+    float v[32];
+    if (ok) {
+      QD<QT>::group(w, V, id, H, g, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] = __int_as_float(0x7fc00000);
+    }
+    store32(out + (long long)t * H + 32LL * g, v);
+  }
+}
+
 // ------------------------------------------------------ synthetic weights
 
 __device__ __forceinline__ unsigned qhash(unsigned long long x) {

@@ -276,13 +276,21 @@ func argSizes(ks string) []int {
 func unplannedLaunches(t *testing.T) []lower.Launch {
 	p := lower.DevicePtr(256)
 	var out []lower.Launch
-	// Synthetic weights (the executor's, benchmarks'), every type.
+	// Synthetic weights (the executor's, benchmarks'), and embedding tables
+	// read quantised (the trace models' are q4_k and iq4_xs): every type.
 	for _, qt := range lower.QuantKernelTypes {
 		l, err := lower.QSynth(qt, p, 64, 512, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, l)
+		for _, dt := range []string{"f32", "bf16"} {
+			e, err := lower.QEmbedding(qt, dt, p, p, p, 3, 64, 512)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e)
+		}
 	}
 	for _, dt := range []string{"f32", "bf16"} {
 		for _, c := range []struct{ E, k int }{{8, 2}, {64, 8}, {128, 8}, {256, 10}, {512, 8}, {1024, 32}, {1500, 12}, {256, 33}} {

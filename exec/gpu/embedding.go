@@ -3,6 +3,7 @@ package gpu
 import (
 	"lagc/cuda"
 	"lagc/lower"
+	"lagc/quant"
 )
 
 // Embedding gathers rows of table [V,H] into out [T,H] for the T token ids
@@ -13,4 +14,11 @@ import (
 // launch.
 func (k *Kernels) Embedding(s Queue, dt cuda.DType, out, tokens, table cuda.DevicePtr, T, V, H int) error {
 	return k.on(s).one(lower.Embedding(dt.String(), ptr(out), ptr(tokens), ptr(table), T, V, H))
+}
+
+// QEmbedding is Embedding with a block-quantised table [V, H] of type t in
+// the device layout (uploadQuant's, RepackQuant's): the rows it reads
+// dequantised as QDequant does.
+func (k *Kernels) QEmbedding(s Queue, t quant.Type, dt cuda.DType, out, tokens, table cuda.DevicePtr, T, V, H int) error {
+	return k.on(s).one(lower.QEmbedding(t, dt.String(), ptr(out), ptr(tokens), ptr(table), T, V, H))
 }

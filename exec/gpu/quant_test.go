@@ -97,7 +97,8 @@ func q8xRef(x []float32) []float32 {
 }
 
 // TestQDequantGPU: the device decoders of every type against the CPU
-// reference dequantiser.
+// reference dequantiser: qdequant's rows, and qembedding's (the matrix
+// as an embedding table of 7 tokens; ids outside it give NaN rows).
 func TestQDequantGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(5, 6))
@@ -123,6 +124,30 @@ func TestQDequantGPU(t *testing.T) {
 			for i := range gotBF {
 				if gotBF[i] != wantBF[i] {
 					t.Fatalf("bf16: value %d is %g, want %g", i, gotBF[i], wantBF[i])
+				}
+			}
+			// qembedding, held as qdequant: f32 within 1e-6, bf16 bit for bit.
+			ids := []int32{int32(rows - 1), 0, -1, 4, int32(rows), 4}
+			emb := alloc(t, k, int64(4*len(ids)*K))
+			for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+				if err := k.QEmbedding(s, qt, dt, emb, uploadI32(t, k, s, ids), w, len(ids), rows, K); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, s, dt, emb, len(ids)*K)
+				for i, id := range ids {
+					row := got[i*K : (i+1)*K]
+					if id < 0 || id >= int32(rows) {
+						if c := slices.IndexFunc(row, func(v float32) bool { return !math.IsNaN(float64(v)) }); c >= 0 {
+							t.Fatalf("qembedding %v: token %d (outside the table), channel %d: %g, want NaN", dt, id, c, row[c])
+						}
+						continue
+					}
+					ref := want[int(id)*K : int(id+1)*K]
+					if dt == cuda.F32 {
+						checkClose(t, fmt.Sprintf("qembedding f32, token %d", id), row, ref, 1e-6)
+					} else if !slices.Equal(row, roundTo(cuda.BF16, ref)) {
+						t.Fatalf("qembedding bf16, token %d: not the reference rounded", id)
+					}
 				}
 			}
 		})
