@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -52,10 +53,7 @@ func (p *Plan) Conversions() []Conversion {
 		out = append(out, *c)
 	}
 	slices.SortFunc(out, func(a, b Conversion) int {
-		if a.Bytes != b.Bytes {
-			return int(min(max(b.Bytes-a.Bytes, -1), 1))
-		}
-		return strings.Compare(a.Source+a.DType, b.Source+b.DType)
+		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), strings.Compare(a.Source+a.DType, b.Source+b.DType))
 	})
 	return out
 }
