@@ -43,6 +43,7 @@ type benchFlags struct {
 	passes, disable               string
 	synthetic, jsonOut            bool
 	quant                         string
+	tensorTypes                   tensorTypes
 	layers, runs, tokens, ctx     int
 	chunk                         int
 	bw                            float64
@@ -82,6 +83,7 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.IntVar(&f.layers, "layers", 0, "bench only the first N layers (0: all); results are also scaled to the full depth")
 	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights: bf16 or f32")
 	fs.StringVar(&f.quant, "quant", "", "with --synthetic: weights in a quantisation recipe or type (q4_k_m, q8_0, q4_k, ...), as lagc convert --quant stores them")
+	fs.Var(&f.tensorTypes, "tensor-type", "with --synthetic --quant: "+tensorTypeDoc)
 	fs.IntVar(&f.runs, "runs", 5, "runs of each measurement; the median is reported")
 	fs.IntVar(&f.tokens, "decode-tokens", 64, "decode steps per run")
 	fs.IntVar(&f.ctx, "ctx", 512, "context (tokens prefilled) before the decode steps")
@@ -310,7 +312,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if f.preset != "" && !f.synthetic {
 		return fmt.Errorf("%w: --preset has no weights: add --synthetic", errUsage)
 	}
-	if f.quant != "" && !f.synthetic {
+	if (f.quant != "" || len(f.tensorTypes) > 0) && !f.synthetic {
 		return fmt.Errorf("%w: --quant makes synthetic weights: add --synthetic (a checkpoint keeps its own types)", errUsage)
 	}
 	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw > 0) {
@@ -381,6 +383,9 @@ func runBench(w io.Writer, f *benchFlags) error {
 	weights := "synthetic"
 	if f.quant != "" {
 		weights = "synthetic " + f.quant
+		if len(f.tensorTypes) > 0 {
+			weights += " with --tensor-type " + f.tensorTypes.String()
+		}
 	}
 	rep := &benchReport{Model: name, Weights: weights, DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
 		Chunk: f.chunk, Context: f.ctx, Runs: f.runs, Device: fmt.Sprintf("%s (%d SMs)", props.Name, props.SMs),
@@ -539,7 +544,7 @@ func benchGraph(f *benchFlags, dt ir.DType, cfg *config.Config, ck ckpt.Checkpoi
 			return nil, nil, err
 		}
 	}
-	r, err := parseQuantFlag(f.quant, f.model)
+	r, err := parseQuantFlag(f.quant, f.model, f.tensorTypes)
 	if err != nil {
 		return nil, nil, err
 	}

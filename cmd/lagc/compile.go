@@ -35,6 +35,7 @@ type compileFlags struct {
 	dumpFormat, emit      string
 	layers                string
 	weightDType, quant    string
+	tensorTypes           tensorTypes
 	prefill               int
 }
 
@@ -52,6 +53,7 @@ func setupCompile(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.layers, "layers", "", "with --emit dot: draw only these layers, e.g. 0-3 or 0,5-7")
 	fs.StringVar(&f.weightDType, "weight-dtype", "bf16", "dtype of weights (overridden per tensor by --model)")
 	fs.StringVar(&f.quant, "quant", "", quantFlagDoc)
+	fs.Var(&f.tensorTypes, "tensor-type", tensorTypeDoc)
 	fs.IntVar(&f.prefill, "prefill", 2048, "prefill step size for the memory plan")
 	return func(args []string) error { return runCompile(compileStdout, f, args) }
 }
@@ -113,7 +115,7 @@ func runCompile(w io.Writer, f *compileFlags, args []string) error {
 	if f.layers != "" && f.emit != "dot" {
 		return fmt.Errorf("%w: --layers goes with --emit dot", errUsage)
 	}
-	recipe, err := parseQuantFlag(f.quant, f.model)
+	recipe, err := parseQuantFlag(f.quant, f.model, f.tensorTypes)
 	if err != nil {
 		return err
 	}

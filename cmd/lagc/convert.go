@@ -22,7 +22,7 @@ func init() {
 	register(&command{
 		name:    "convert",
 		summary: "convert a Laguna checkpoint (HF safetensors or GGUF) to GGUF with llama.cpp's laguna names",
-		usage:   "convert (--model CKPT | --synthetic --preset NAME [--layers N]) -o OUT.gguf [--dtype keep|f32|f16|bf16 | --quant TYPE|RECIPE]",
+		usage:   "convert (--model CKPT | --synthetic --preset NAME [--layers N]) -o OUT.gguf [--dtype keep|f32|f16|bf16 | --quant TYPE|RECIPE [--tensor-type PATTERN=TYPE]...]",
 		setup: func(fs *flag.FlagSet) func([]string) error {
 			var o convertOpts
 			fs.StringVar(&o.model, "model", "", "checkpoint to convert: HF directory (config.json + safetensors) or .gguf file")
@@ -31,6 +31,7 @@ func init() {
 			fs.StringVar(&o.dtype, "dtype", "keep", "type of weight matrices: keep (as stored), f32, f16 or bf16; vectors, norms and the router stay f32")
 			fs.StringVar(&o.quant, "quant", "", "quantise the weight matrices: a type (every matrix in it, with llama-quantize's fallbacks) or a recipe; one of "+
 				strings.Join(ckpt.RecipeNames(), ", ")+"; vectors, norms and the router stay f32")
+			fs.Var(&o.tensorTypes, "tensor-type", tensorTypeDoc)
 			fs.StringVar(&o.name, "name", "", "general.name to record (default: the checkpoint's base name)")
 			fs.BoolVar(&o.synthetic, "synthetic", false, "write random weights of a preset's shapes instead of converting a checkpoint (with --preset; for load benchmarks)")
 			fs.StringVar(&o.preset, "preset", "", "with --synthetic: the model shape, one of "+strings.Join(config.PresetNames(), ", "))
@@ -60,6 +61,7 @@ type convertOpts struct {
 	layers                         int
 	seed                           uint64
 	tokenizer                      string // with --synthetic: a directory whose tokenizer.json to embed
+	tensorTypes                    tensorTypes
 }
 
 func runConvert(o convertOpts, log io.Writer) error {

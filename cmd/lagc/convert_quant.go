@@ -11,7 +11,8 @@ import (
 // applyQuant sets opt's recipe from --quant.
 func applyQuant(o convertOpts, opt *ckpt.WriteOptions) error {
 	if o.quant == "" {
-		return nil
+		_, err := withTensorTypes(nil, o.tensorTypes) // an error where there are any
+		return err
 	}
 	if o.dtype != "keep" {
 		return fmt.Errorf("%w: --dtype %s and --quant %s exclude each other (--quant f16 and --quant bf16 exist)", errUsage, o.dtype, o.quant)
@@ -19,6 +20,9 @@ func applyQuant(o convertOpts, opt *ckpt.WriteOptions) error {
 	r, err := ckpt.ParseRecipe(o.quant)
 	if err != nil {
 		return fmt.Errorf("%w: --quant: %v", errUsage, err)
+	}
+	if r, err = withTensorTypes(r, o.tensorTypes); err != nil {
+		return err
 	}
 	opt.Recipe, opt.KeepDType = r, false
 	return nil

@@ -28,6 +28,7 @@ func init() {
 type planFlags struct {
 	preset, config, model string
 	quant                 string
+	tensorTypes           tensorTypes
 	passes, disable       string
 	dtype                 string
 	chunk, ctx, sms, cc   int
@@ -50,6 +51,7 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one)")
 	fs.StringVar(&f.disable, "disable-pass", "", "comma-separated passes to skip")
 	fs.StringVar(&f.quant, "quant", "", quantFlagDoc)
+	fs.Var(&f.tensorTypes, "tensor-type", tensorTypeDoc)
 	fs.StringVar(&f.dtype, "dtype", "bf16", "activations and weights on the GPU: bf16 or f32")
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk (the prefill schedule's T)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length of the KV caches (0: max_position_embeddings)")
@@ -82,7 +84,7 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err := checkPassNames(f.passes, f.disable); err != nil {
 		return err
 	}
-	recipe, err := parseQuantFlag(f.quant, f.model)
+	recipe, err := parseQuantFlag(f.quant, f.model, f.tensorTypes)
 	if err != nil {
 		return err
 	}

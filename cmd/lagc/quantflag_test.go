@@ -1,10 +1,13 @@
 package main
 
 import (
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"lagc/ckpt"
 )
 
 // TestCompileQuantTypes: `lagc compile --quant` gives the preset's weights
@@ -129,5 +132,56 @@ func TestPlanConversionNote(t *testing.T) {
 	out, _, _ = runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q4_k_m", "--ctx", "4096")
 	if strings.Contains(out, "converted at upload") || !strings.Contains(out, "qembedding<bf16_t, 12>") {
 		t.Errorf("q4_k_m: a conversion noted, or the embedding table not read quantised")
+	}
+}
+
+// TestTensorTypeFlag: --tensor-type PATTERN=TYPE (llama-quantize's) puts
+// the matching tensors in TYPE before --quant's rules, in compile, plan,
+// bench and convert alike; a value that is not PATTERN=TYPE, a bad
+// pattern, a recipe for TYPE, or the flag without --quant is an error.
+func TestTensorTypeFlag(t *testing.T) {
+	out, errs, code := runLagc(t, "compile", "--preset", "laguna-s-2.1", "--quant", "q4_k",
+		"--tensor-type", "ffn_down|attn_v=q6_k", "--tensor-type", `^output\.weight$=q6_k`)
+	if code != 0 || !regexp.MustCompile(`(?m)^  q6_k\s+144\s`).MatchString(out) {
+		t.Errorf("compile: exit %d (%s); want 144 q6_k tensors (48 ffn_down, 47 shared downs, 48 attn_v, the head):\n%s", code, errs, out)
+	}
+	plan, errs, code := runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q4_k", "--tensor-type", "ffn_down=q6_k", "--ctx", "4096")
+	if code != 0 || !strings.Contains(plan, "moe_down_qgemv_pre<bf16_t, 14, ") || !strings.Contains(plan, "moe_gateup_qgemv_trig<12, ") {
+		t.Errorf("plan: exit %d (%s); want q4_k gate+up and q6_k down GEMVs", code, errs)
+	}
+	dir := t.TempDir()
+	gguf := filepath.Join(dir, "tiny.gguf")
+	if _, errs, code := runLagc(t, "convert", "--model", "../../models/tiny", "-o", gguf, "--quant", "q8_0", "--tensor-type", "attn_v=q4_0"); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errs)
+	}
+	ck, err := ckpt.Open(gguf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	for _, ti := range ck.Tensors() {
+		want := ckpt.Q8_0
+		if strings.Contains(ti.Name, "attn_v") {
+			want = ckpt.Q4_0
+		}
+		if ckpt.Quantizable(ti) && ti.DType != want && ti.DType != ckpt.F16 {
+			t.Errorf("convert: %s is %s, want %s", ti.Name, ti.DType, want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compile", "--preset", "synthetic-tiny", "--tensor-type", "a=q6_k"}, "needs --quant"},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--quant", "q8_0", "--tensor-type", "a"}, "want PATTERN=TYPE"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--quant", "q8_0", "--tensor-type", "a(=q6_k"}, "missing closing )"},
+		{[]string{"compile", "--preset", "synthetic-tiny", "--quant", "q8_0", "--tensor-type", "a=q4_k_m"}, "not a type lagc quantises to"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--tensor-type", "a=q6_k"}, "--preset has no weights"},
+		{[]string{"convert", "--model", "../../models/tiny", "-o", filepath.Join(dir, "x.gguf"), "--tensor-type", "a=q6_k"}, "needs --quant"},
+	} {
+		_, errs, code := runLagc(t, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error saying %q", c.args, code, errs, c.want)
+		}
 	}
 }
