@@ -185,3 +185,25 @@ func TestTensorTypeFlag(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTensorTypeFlag: --tensor-type's parser takes any string without
+// panicking; what it accepts is a compiled pattern and a type lagc
+// quantises to, and prints back as it was given.
+func FuzzTensorTypeFlag(f *testing.F) {
+	for _, s := range []string{"ffn_down=q6_k", `^output\.weight$=q8_0`, "a=b=q4_k", "=q4_k", "a=", "(=q4_k", "x=q4_k_m", "attn_v|ffn_down=iq4_xs", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var tt tensorTypes
+		if err := tt.Set(s); err != nil {
+			return
+		}
+		if len(tt) != 1 || tt[0].Pattern == nil || !tt[0].Type.CanQuantize() {
+			t.Fatalf("%q accepted as %+v", s, tt)
+		}
+		var again tensorTypes
+		if err := again.Set(tt.String()); err != nil || again.String() != tt.String() {
+			t.Fatalf("%q printed as %q, which reads back as %q (%v)", s, tt.String(), again.String(), err)
+		}
+	})
+}
