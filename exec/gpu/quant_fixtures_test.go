@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lagc/ckpt"
+	"lagc/config"
 	"lagc/engine"
 	"lagc/internal/fixture"
 )
@@ -36,26 +37,43 @@ func TestQuantFixturesGPU(t *testing.T) {
 	}
 }
 
-// TestQuantFallbacksGPU: the bundled model (rows of 64 to 512) under the
-// recipes whose fallbacks give its expert stacks types the quantised
-// kernels do not read together (q6_k: q8_0 gate and up, f16 down; q8_0:
-// q8_0 and f16), which the GPU runs as bf16 stacks, against the CPU on
-// the same file.
+// TestQuantFallbacksGPU: synthetic-tiny (experts 16 wide, hidden 32)
+// under the q6_k and q8_0 recipes, whose fallbacks leave each MoE layer
+// q8_0 gate and up stacks with an f16 down (lagc convert --synthetic
+// writes the same), which the GPU runs as bf16 stacks (lower's
+// quantKeep), against the CPU on the same file.
 func TestQuantFallbacksGPU(t *testing.T) {
-	src, err := ckpt.Open(filepath.Join(fixture.Root(t), "models", "tiny"))
+	cfg, err := config.Preset("synthetic-tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer src.Close()
 	for _, recipe := range []string{"q6_k", "q8_0"} {
 		t.Run(recipe, func(t *testing.T) {
 			r, err := ckpt.ParseRecipe(recipe)
 			if err != nil {
 				t.Fatal(err)
 			}
+			tensors, _, err := engine.SyntheticTensors(cfg, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, err := ckpt.Synthetic(cfg, "synthetic:synthetic-tiny", tensors, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
 			path := filepath.Join(t.TempDir(), "tiny_"+recipe+".gguf")
 			if err := ckpt.WriteGGUFFile(path, src, ckpt.WriteOptions{Recipe: r}); err != nil {
 				t.Fatal(err)
+			}
+			ck, err := ckpt.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate, _ := ck.Tensor("blk.1.ffn_gate_exps.weight")
+			down, _ := ck.Tensor("blk.1.ffn_down_exps.weight")
+			ck.Close()
+			if gate.DType != ckpt.Q8_0 || down.DType != ckpt.F16 {
+				t.Fatalf("layer 1's stacks %s and %s: not the fallback mix this test is for", gate.DType, down.DType)
 			}
 			quantFileAgainstCPU(t, path, true)
 		})
