@@ -1,7 +1,6 @@
 package gpu_test
 
 import (
-	"math"
 	"regexp"
 	"testing"
 
@@ -54,32 +53,5 @@ func TestLlamaMixtureS21GPU(t *testing.T) {
 		t.Fatalf("decode: qk_norm_rope launches %d in part (want 0: in the attention), %d apart; q6_k downs %d",
 			count(part, "qk_norm_rope"), count(apart, "qk_norm_rope"), count(part, "moe_down_qgemv_pre"))
 	}
-	prompt := make([]int32, 300)
-	for i := range prompt {
-		prompt[i] = int32(i * 977 % c.VocabSize)
-	}
-	for _, eager := range []bool{true, false} {
-		part.SetEager(eager)
-		apart.SetEager(eager)
-		ta, la, gaps := decodeRun(t, apart, prompt, false, 8)
-		tb, lb, _ := decodeRun(t, part, prompt, false, 8)
-		for i := range ta {
-			if ta[i] != tb[i] {
-				t.Fatalf("eager %v, step %d: token %d, with the projections apart %d (gap %.3g)", eager, i, tb[i], ta[i], gaps[i])
-			}
-			var num, den float64
-			for j := range la[i] {
-				d := float64(lb[i][j]) - float64(la[i][j])
-				num, den = num+d*d, den+float64(la[i][j])*float64(la[i][j])
-			}
-			rel := math.Sqrt(num / den)
-			t.Logf("eager %v, step %d: logits %.3g from the plan with the projections apart (relative L2), gap %.3g", eager, i, rel, gaps[i])
-			if rel > 0.03 {
-				t.Fatalf("eager %v, step %d: logits %.3g from the plan with the projections apart (relative L2)", eager, i, rel)
-			}
-			if gaps[i] < 0.05 {
-				break // a near tie: later tokens may differ
-			}
-		}
-	}
+	closeDecodes(t, apart, part, c.VocabSize, "the plan with the projections apart")
 }
