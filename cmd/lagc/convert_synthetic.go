@@ -41,6 +41,13 @@ func runConvertSynthetic(o convertOpts, log io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --quant: %v", errUsage, err)
 	}
+	if o.quant == "" && len(o.tensorTypes) > 0 {
+		_, err := withTensorTypes(nil, o.tensorTypes) // needs --quant
+		return err
+	}
+	if r, err = withTensorTypes(r, o.tensorTypes); err != nil {
+		return err
+	}
 	full, err := config.Preset(o.preset)
 	if err != nil {
 		return fmt.Errorf("%w: --preset: %v", errUsage, err)

@@ -154,19 +154,29 @@ func TestTensorTypeFlag(t *testing.T) {
 	if _, errs, code := runLagc(t, "convert", "--model", "../../models/tiny", "-o", gguf, "--quant", "q8_0", "--tensor-type", "attn_v=q4_0"); code != 0 {
 		t.Fatalf("convert: exit %d: %s", code, errs)
 	}
-	ck, err := ckpt.Open(gguf)
-	if err != nil {
-		t.Fatal(err)
+	synth := filepath.Join(dir, "synth.gguf")
+	if _, errs, code := runLagc(t, "convert", "--synthetic", "--preset", "synthetic-tiny", "-o", synth, "--quant", "q8_0", "--tensor-type", "attn_v=q4_0"); code != 0 {
+		t.Fatalf("convert --synthetic: exit %d: %s", code, errs)
 	}
-	defer ck.Close()
-	for _, ti := range ck.Tensors() {
-		want := ckpt.Q8_0
-		if strings.Contains(ti.Name, "attn_v") {
-			want = ckpt.Q4_0
+	for _, path := range []string{gguf, synth} {
+		ck, err := ckpt.Open(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ckpt.Quantizable(ti) && ti.DType != want && ti.DType != ckpt.F16 {
-			t.Errorf("convert: %s is %s, want %s", ti.Name, ti.DType, want)
+		vs := 0
+		for _, ti := range ck.Tensors() {
+			want := ckpt.Q8_0
+			if strings.Contains(ti.Name, "attn_v") {
+				want, vs = ckpt.Q4_0, vs+1
+			}
+			if ckpt.Quantizable(ti) && ti.DType != want && ti.DType != ckpt.F16 {
+				t.Errorf("convert %s: %s is %s, want %s", filepath.Base(path), ti.Name, ti.DType, want)
+			}
 		}
+		if vs == 0 {
+			t.Errorf("convert %s: no attn_v tensor", filepath.Base(path))
+		}
+		ck.Close()
 	}
 	for _, c := range []struct {
 		args []string
@@ -178,6 +188,7 @@ func TestTensorTypeFlag(t *testing.T) {
 		{[]string{"compile", "--preset", "synthetic-tiny", "--quant", "q8_0", "--tensor-type", "a=q4_k_m"}, "not a type lagc quantises to"},
 		{[]string{"bench", "--preset", "synthetic-tiny", "--tensor-type", "a=q6_k"}, "--preset has no weights"},
 		{[]string{"convert", "--model", "../../models/tiny", "-o", filepath.Join(dir, "x.gguf"), "--tensor-type", "a=q6_k"}, "needs --quant"},
+		{[]string{"convert", "--synthetic", "--preset", "synthetic-tiny", "-o", filepath.Join(dir, "y.gguf"), "--tensor-type", "a=q6_k"}, "needs --quant"},
 	} {
 		_, errs, code := runLagc(t, c.args...)
 		if code != 2 || !strings.Contains(errs, c.want) {
