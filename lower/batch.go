@@ -94,7 +94,16 @@ func (p *Plan) AtBatch(b int) ([][]Launch, error) {
 // each row then gets exactly the arithmetic it gets in any other batch,
 // unless the plan lets large batches run the GEMMs (Options.BatchGEMM).
 func (c *stepCtx) gemvRuns(T int, f func(r, n int) ([]Launch, error)) ([]Launch, error) {
-	if !c.batch || c.p.BatchGEMM || T <= GEMVMaxRows {
+	if c.p.BatchGEMM {
+		return f(0, T)
+	}
+	return c.rowRuns(T, f)
+}
+
+// rowRuns is gemvRuns whatever Plan.BatchGEMM says: a batched step's rows
+// in runs of GEMVMaxRows.
+func (c *stepCtx) rowRuns(T int, f func(r, n int) ([]Launch, error)) ([]Launch, error) {
+	if !c.batch || T <= GEMVMaxRows {
 		return f(0, T)
 	}
 	var ls []Launch

@@ -2,10 +2,16 @@ package lower
 
 import (
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"lagc/ckpt"
+	"lagc/config"
+	"lagc/ir"
+	"lagc/models"
+	"lagc/passes"
 	"lagc/quant"
 )
 
@@ -148,5 +154,72 @@ func TestMoEMixedTypesRejected(t *testing.T) {
 	b := mixedMoEArgs(1, quant.Q4_K, quant.Q2_K)
 	if _, err := MoE(b); err == nil || !strings.Contains(err.Error(), "no GPU kernels for q2_k down stacks") {
 		t.Errorf("a q2_k down: %v", err)
+	}
+}
+
+// TestBatchGEMMMixedRuns: with Options.BatchGEMM, a batched decode step of
+// more rows than a GEMV takes runs the MoE of a layer whose down stack has
+// no grouped wgmma GEMM (q6_k under q4_k) as GEMV runs, where the GEMMs
+// would dequantise the q6_k stack (1.6 GB in S-2.1) at every step; a layer
+// of one type keeps the GEMMs.
+func TestBatchGEMMMixedRuns(t *testing.T) {
+	full, err := config.Preset("laguna-s-2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := full.FirstLayers(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		downs string
+		runs  bool
+	}{{"q6_k", true}, {"q4_k", false}} {
+		g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ckpt.ParseRecipe("q4_k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dt, err := ckpt.ParseRecipe(c.downs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Rules = []ckpt.TypeRule{{Pattern: regexp.MustCompile("ffn_down"), Type: dt.Base}}
+		if err := models.SetRecipeTypes(g, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := passes.Run(g, passes.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Lower(g, Options{DType: ir.BF16, MaxContext: 256, Seqs: 64, BatchGEMM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps, err := p.AtBatch(p.Bucket(40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gemv, gemm, dequant int
+		for i, ls := range steps {
+			if p.Prefill.Steps[i].Op != "moe_grouped" {
+				continue
+			}
+			for _, l := range ls {
+				switch {
+				case strings.HasPrefix(l.Kernel, "moe_gateup_qgemv"):
+					gemv++
+				case l.Kernel == "gemm_wgmma_q":
+					gemm++
+				case l.Kernel == "qdequant":
+					dequant++
+				}
+			}
+		}
+		if c.runs && (gemv != 64/GEMVMaxRows || gemm != 0 || dequant != 0) || !c.runs && (gemv != 0 || gemm != 2) {
+			t.Errorf("%s downs: the MoE's batched step makes %d gate+up GEMVs, %d grouped GEMMs, %d dequantisations", c.downs, gemv, gemm, dequant)
+		}
 	}
 }

@@ -159,7 +159,16 @@ func moeRule(c *stepCtx) ([]Launch, error) {
 	// for matmuls.
 	xs, outs := int64(a.H*dtypeSize(a.XType)), int64(a.H*dtypeSize(a.OutType))
 	rs := 4 * int64(a.TopK)
-	ms, err := c.gemvRuns(a.T, func(r, n int) ([]Launch, error) {
+	runs := c.gemvRuns
+	if c.batch && c.p.BatchGEMM && a.T > GEMVMaxRows && IsQuantized(a.WType) {
+		// The tensor-core GEMMs would dequantise stacks of a type without
+		// a grouped wgmma GEMM (q5_k, q6_k) at every step, gigabytes for a
+		// few rows: the GEMVs read the blocks, in runs.
+		if q, err := a.quantPath(); err == nil && (q == moeQuantDequant || q == moeQuantHopperBF16Down) {
+			runs = c.rowRuns
+		}
+	}
+	ms, err := runs(a.T, func(r, n int) ([]Launch, error) {
 		b := a
 		b.T, b.X, b.Out = n, a.X.At(int64(r)*xs), a.Out.At(int64(r)*outs)
 		b.Weights, b.IDs = a.Weights.At(int64(r)*rs), a.IDs.At(int64(r)*rs)
