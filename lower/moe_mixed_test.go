@@ -8,10 +8,7 @@ import (
 	"testing"
 
 	"lagc/ckpt"
-	"lagc/config"
 	"lagc/ir"
-	"lagc/models"
-	"lagc/passes"
 	"lagc/quant"
 )
 
@@ -163,38 +160,12 @@ func TestMoEMixedTypesRejected(t *testing.T) {
 // would dequantise the q6_k stack (1.6 GB in S-2.1) at every step; a layer
 // of one type keeps the GEMMs.
 func TestBatchGEMMMixedRuns(t *testing.T) {
-	full, err := config.Preset("laguna-s-2.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := full.FirstLayers(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
-		downs string
+		downs quant.Type
 		runs  bool
-	}{{"q6_k", true}, {"q4_k", false}} {
-		g, err := models.Build("laguna.yaml", models.LagunaYAML, cfg, models.BuildOptions{WeightDType: ir.BF16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := ckpt.ParseRecipe("q4_k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dt, err := ckpt.ParseRecipe(c.downs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Rules = []ckpt.TypeRule{{Pattern: regexp.MustCompile("ffn_down"), Type: dt.Base}}
-		if err := models.SetRecipeTypes(g, r); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := passes.Run(g, passes.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		p, err := Lower(g, Options{DType: ir.BF16, MaxContext: 256, Seqs: 64, BatchGEMM: true})
+	}{{quant.Q6_K, true}, {quant.Q4_K, false}} {
+		p, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", []ckpt.TypeRule{{Pattern: regexp.MustCompile("ffn_down"), Type: c.downs}},
+			Options{DType: ir.BF16, MaxContext: 256, Seqs: 64, BatchGEMM: true})
 		if err != nil {
 			t.Fatal(err)
 		}

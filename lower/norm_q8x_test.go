@@ -279,6 +279,13 @@ func unfuseAttnQ8X(l Launch) (attn, q Launch, ok bool) {
 // recipe's types (none: bf16), through the default passes, with o.
 func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options) (*Plan, error) {
 	t.Helper()
+	return quantPlanRules(t, preset, layers, recipe, nil, o)
+}
+
+// quantPlanRules is quantPlan with rules before the recipe's own (as
+// --tensor-type puts them).
+func quantPlanRules(t *testing.T, preset string, layers int, recipe string, rules []ckpt.TypeRule, o Options) (*Plan, error) {
+	t.Helper()
 	full, err := config.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +303,7 @@ func quantPlan(t *testing.T, preset string, layers int, recipe string, o Options
 		if err != nil {
 			t.Fatal(err)
 		}
+		r.Rules = append(slices.Clone(rules), r.Rules...)
 		if err := models.SetRecipeTypes(g, r); err != nil {
 			t.Fatal(err)
 		}
