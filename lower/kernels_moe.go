@@ -3,7 +3,6 @@ package lower
 import (
 	"cmp"
 	"fmt"
-	"strings"
 )
 
 // MoEPath selects the kernels of the routed experts.
@@ -103,8 +102,11 @@ func (a MoEArgs) validate() error {
 	if int64(a.T)*int64(a.TopK) > 1<<30 || int64(a.T)*int64(a.H) > 1<<40 || a.H > 1<<24 || a.I > 1<<24 {
 		return fmt.Errorf("moe_experts: shape too large (T %d, H %d, I %d, k %d)", a.T, a.H, a.I, a.TopK)
 	}
-	for _, d := range []struct{ name, dt string }{{"x", a.XType}, {"weights", a.WType}, {"down weights", a.downType()}, {"out", a.OutType}} {
-		if d.dt != "f32" && d.dt != "bf16" && (!strings.HasSuffix(d.name, "weights") || !IsQuantized(d.dt)) {
+	for _, d := range []struct {
+		name, dt string
+		stack    bool // a weight stack: a block type too
+	}{{"x", a.XType, false}, {"weights", a.WType, true}, {"down weights", a.downType(), true}, {"out", a.OutType, false}} {
+		if d.dt != "f32" && d.dt != "bf16" && (!d.stack || !IsQuantized(d.dt)) {
 			return fmt.Errorf("moe_experts: %s dtype %q (want f32 or bf16)", d.name, d.dt)
 		}
 	}

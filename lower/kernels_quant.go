@@ -593,16 +593,10 @@ func QDequant(t quant.Type, w Ptr, rows, K, row0, n int, out Ptr, outType string
 // the device layout): each token's row dequantised into out as dt.
 func QEmbedding(t quant.Type, dt string, out, tokens, table Ptr, T, V, H int) (Launch, error) {
 	const op = "QEmbedding"
-	if err := checkQuantMatrix(op, t, V, H); err != nil {
+	if err := checkEmbedding(op, dt, out, tokens, table, T, V, H); err != nil {
 		return Launch{}, err
 	}
-	if err := checkDT(op, dt); err != nil {
-		return Launch{}, err
-	}
-	if T <= 0 || T > 65535 || H%32 != 0 {
-		return Launch{}, fmt.Errorf("%s: %d tokens (1 to 65535) of rows of %d (a multiple of 32)", op, T, H)
-	}
-	if err := checkPtrs(op, "out", out, "tokens", tokens, "table", table); err != nil {
+	if err := checkQuantMatrix(op, t, V, H); err != nil { // rows of whole blocks: of 32 at least
 		return Launch{}, err
 	}
 	if !out.Aligned(16) || !table.Aligned(16) {

@@ -9,21 +9,25 @@ import "fmt"
 // at tokens (i32; the previous step's argmax writes there, so a captured
 // decode graph serves every step). An id outside [0, V) gives a NaN row.
 func Embedding(dt string, out, tokens, table Ptr, T, V, H int) (Launch, error) {
-	const op = "Embedding"
-	if err := checkDT(op, dt); err != nil {
-		return Launch{}, err
-	}
-	if err := checkPos(op, "T", T, "V", V, "H", H); err != nil {
-		return Launch{}, err
-	}
-	if T > 65535 {
-		return Launch{}, fmt.Errorf("%s: %d tokens exceed the 65535 of one launch", op, T)
-	}
-	if err := checkPtrs(op, "out", out, "tokens", tokens, "table", table); err != nil {
+	if err := checkEmbedding("Embedding", dt, out, tokens, table, T, V, H); err != nil {
 		return Launch{}, err
 	}
 	return kernel("embedding.cu", "embedding", []string{dt}, nil, dims(min(ceilDiv(H, 256), 64), T), dims(256), 0,
 		i32(T), i32(H), i32(V), ptrArg(tokens), ptrArg(table), ptrArg(out)), nil
+}
+
+// checkEmbedding is the argument check of Embedding and QEmbedding.
+func checkEmbedding(op, dt string, out, tokens, table Ptr, T, V, H int) error {
+	if err := checkDT(op, dt); err != nil {
+		return err
+	}
+	if err := checkPos(op, "T", T, "V", V, "H", H); err != nil {
+		return err
+	}
+	if T > 65535 {
+		return fmt.Errorf("%s: %d tokens exceed the 65535 of one launch", op, T)
+	}
+	return checkPtrs(op, "out", out, "tokens", tokens, "table", table)
 }
 
 // RMSNorm computes out = w * x / sqrt(mean(x^2) + eps) over each of rows

@@ -34,11 +34,7 @@ func init() {
 // falls back so on rows that are not whole blocks) all of them go to the
 // plan's dtype, which the float kernels read.
 func moeQuantKeep(n *ir.Node) bool {
-	res := 0
-	if n.Op == "moe_grouped" {
-		res = n.AttrInt("residual")
-	}
-	nd := len(n.Inputs) - 1 - res
+	nd := len(n.Inputs) - 1 - n.AttrInt("residual") // as moeArgs: the down stack
 	if nd < 4 {
 		return false
 	}

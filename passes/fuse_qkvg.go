@@ -55,12 +55,17 @@ func fuseQKVG(rw *ir.Rewriter, at *ir.Node) (out ir.Outcome, part string, err er
 		}
 		projs = append(projs, p)
 	}
-	part = qkvgBlocker(rw, at)
-	switch {
-	case fuseProjections(rw, projs):
+	if fuseProjections(rw, projs) {
 		return ir.Applied, "", nil
-	case fuseProjections(rw, sameAsQ(projs)):
-		return ir.Applied, part, nil
+	}
+	if same := sameAsQ(projs); same != nil {
+		var ws []*ir.Value
+		for _, p := range projs {
+			ws = append(ws, p.Inputs[1])
+		}
+		if part := concatBlocker(ws...); fuseProjections(rw, same) {
+			return ir.Applied, part, nil
+		}
 	}
 	return ir.Declined, "", nil
 }

@@ -103,7 +103,8 @@ func runInspect(path string, o inspectOpts, stdout io.Writer) error {
 }
 
 // inspectPlan is the GPU plan lagc run would make for ck at ctx (bf16
-// activations, an H200's SMs), without a GPU: what it uploads.
+// activations; lower's default target, an H200), without a GPU: what it
+// uploads.
 func inspectPlan(ck ckpt.Checkpoint, ctx int) (*lower.Plan, error) {
 	g, err := engine.BuildGraph(ck.Config(), "")
 	if err != nil {
@@ -115,7 +116,7 @@ func inspectPlan(ck ckpt.Checkpoint, ctx int) (*lower.Plan, error) {
 	if _, err := passes.Run(g, passes.Options{}); err != nil {
 		return nil, err
 	}
-	opts, err := gpu.PlanOptions(gpu.Config{DType: ir.BF16, MaxContext: max(ctx, 1)}, 132, 90)
+	opts, err := gpu.PlanOptions(gpu.Config{DType: ir.BF16, MaxContext: max(ctx, 1)}, 0, 0)
 	if err != nil {
 		return nil, err
 	}
