@@ -554,9 +554,10 @@ func TestBatchStepS21GPU(t *testing.T) {
 	}
 }
 
-// batchStepSynthetic is TestBatchStepS21GPU's check on cfg's synthetic
-// weights of recipe.
-func batchStepSynthetic(t *testing.T, cfg *config.Config, recipe string) {
+// syntheticCheckpoint is cfg's random weights (seed) in recipe's types,
+// as lagc convert --synthetic writes them, and the recipe.
+func syntheticCheckpoint(t *testing.T, cfg *config.Config, name, recipe string, seed uint64) (ckpt.Checkpoint, *ckpt.Recipe) {
+	t.Helper()
 	r, err := ckpt.ParseRecipe(recipe)
 	if err != nil {
 		t.Fatal(err)
@@ -565,10 +566,17 @@ func batchStepSynthetic(t *testing.T, cfg *config.Config, recipe string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, err := ckpt.Synthetic(cfg, "synthetic:laguna-s-2.1", tensors, 7)
+	ck, err := ckpt.Synthetic(cfg, name, tensors, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ck, r
+}
+
+// batchStepSynthetic is TestBatchStepS21GPU's check on cfg's synthetic
+// weights of recipe.
+func batchStepSynthetic(t *testing.T, cfg *config.Config, recipe string) {
+	ck, _ := syntheticCheckpoint(t, cfg, "synthetic:laguna-s-2.1", recipe, 7)
 	m, err := engine.OpenCheckpoint(ck, engine.Options{Device: "cuda", DType: "bf16", MaxContext: 256, Chunk: 64, Slots: 12})
 	if err != nil {
 		t.Fatal(err)

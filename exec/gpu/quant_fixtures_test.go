@@ -49,18 +49,7 @@ func TestQuantFallbacksGPU(t *testing.T) {
 	}
 	for _, recipe := range []string{"q6_k", "q8_0"} {
 		t.Run(recipe, func(t *testing.T) {
-			r, err := ckpt.ParseRecipe(recipe)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tensors, _, err := engine.SyntheticTensors(cfg, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			src, err := ckpt.Synthetic(cfg, "synthetic:synthetic-tiny", tensors, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, r := syntheticCheckpoint(t, cfg, "synthetic:synthetic-tiny", recipe, 3)
 			path := filepath.Join(t.TempDir(), "tiny_"+recipe+".gguf")
 			if err := ckpt.WriteGGUFFile(path, src, ckpt.WriteOptions{Recipe: r}); err != nil {
 				t.Fatal(err)
