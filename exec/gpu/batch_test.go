@@ -219,7 +219,7 @@ func TestBatchStepGPU(t *testing.T) {
 				if len(alone[0]) != len(want) {
 					t.Fatalf("%d logits alone, %d from the decode schedule", len(alone[0]), len(want))
 				}
-				if e := relL2(alone[0], want); e > tol {
+				if e := fixture.RelL2(alone[0], want); e > tol {
 					t.Errorf("the batcher alone vs Forward: relative L2 %.3g (tolerance %g)", e, tol)
 				} else {
 					t.Logf("the batcher alone vs Forward: relative L2 %.3g; graphs for buckets %v", e, ex.BatchGraphs())
@@ -261,7 +261,7 @@ func TestBatchGEMMGPU(t *testing.T) {
 				if len(got[i]) != len(alone[i]) {
 					t.Fatalf("sequence %d: %d logits batched, %d alone", i, len(got[i]), len(alone[i]))
 				}
-				e := relL2(got[i], alone[i])
+				e := fixture.RelL2(got[i], alone[i])
 				worst = max(worst, e)
 				if _, diff := firstBitDiff(got[i], alone[i]); !diff {
 					exact++
@@ -490,7 +490,7 @@ func TestStepLastGPU(t *testing.T) {
 					// A prompt segment's last row comes from its one-row tail
 					// (lower.AtTail): Step's within rounding, and its argmax
 					// where Step's top two logits are further apart than that.
-					if e := relL2(got, ref); !(e <= tol) {
+					if e := fixture.RelL2(got, ref); !(e <= tol) {
 						t.Errorf("%s: last row %.3g from Step's in relative L2 (> %g)", what, e, tol)
 					}
 					if d := maxAbsDiff(got, ref); next[i][row-1] != want[i][row-1] && top2Gap(ref) > 4*d {

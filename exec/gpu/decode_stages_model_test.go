@@ -7,6 +7,7 @@ import (
 
 	"lagc/cuda/cudatest"
 	"lagc/exec/gpu"
+	"lagc/internal/fixture"
 )
 
 // decodeKeyLoops is each decode attention's key loop in ex's decode plan,
@@ -110,7 +111,7 @@ func TestDecodeMMAModelGPU(t *testing.T) {
 		}
 		var rels []float64
 		for i := range ta {
-			rel := relL2(lb[i], la[i])
+			rel := fixture.RelL2(lb[i], la[i])
 			rels = append(rels, rel)
 			t.Logf("eager %v, step %d: logits %.3g from the FFMA loop's (relative L2), gap %.3g", eager, i, rel, gaps[i])
 			if rel > 0.1 {

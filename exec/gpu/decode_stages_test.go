@@ -2,10 +2,10 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"lagc/cuda"
+	"lagc/internal/fixture"
 	"lagc/lower"
 )
 
@@ -160,7 +160,7 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 					checkBits(t, fmt.Sprintf("fused append %v, splits of %d keys at most (the FFMA loop) against the FFMA build", fused, ceilDiv(keys, nsplit)), got, ffma)
 					continue
 				}
-				em, ef := relL2(got, want), relL2(ffma, want)
+				em, ef := fixture.RelL2(got, want), fixture.RelL2(ffma, want)
 				t.Logf("fused append %v: relative error %.3g on tensor cores, %.3g on FFMA", fused, em, ef)
 				if em > 1.25*ef+1e-4 {
 					t.Errorf("fused append %v: relative error %.3g on tensor cores, %.3g on the FFMA loop", fused, em, ef)
@@ -176,14 +176,4 @@ func TestAttentionDecodeMMAGPU(t *testing.T) {
 			t.Errorf("%s, d %d, group %d, window %d: lower runs the tensor-core loop", c.dt, c.d, c.group, c.window)
 		}
 	}
-}
-
-// relL2 is |got - want| / |want|.
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range got {
-		d := float64(got[i]) - float64(want[i])
-		num, den = num+d*d, den+float64(want[i])*float64(want[i])
-	}
-	return math.Sqrt(num / math.Max(den, 1e-30))
 }

@@ -137,7 +137,7 @@ func TestFixturesBF16(t *testing.T) {
 			worst := 0.0
 			for p := range g.PromptLogits {
 				worst = math.Max(worst, maxAbsDiff(res.PromptRows[p], g.PromptLogits[p]))
-				if e := relL2(res.PromptRows[p], g.PromptLogits[p]); p < 4 && e > 0.03 {
+				if e := fixture.RelL2(res.PromptRows[p], g.PromptLogits[p]); p < 4 && e > 0.03 {
 					t.Errorf("prompt row %d: relative L2 %.3g from the f32 reference, beyond bf16 rounding", p, e)
 				}
 			}

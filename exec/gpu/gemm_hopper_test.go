@@ -3,7 +3,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"lagc/cuda"
 	"lagc/cuda/cudatest"
+	"lagc/internal/fixture"
 	"lagc/lower"
 	"lagc/quant"
 )
@@ -490,12 +490,7 @@ func moeQuantF16(t *testing.T, k *Kernels, s *cuda.Stream, qt quant.Type, c moeC
 			t.Fatal(err)
 		}
 		got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
-		var num, den float64
-		for i := range got {
-			e := float64(got[i]) - float64(want[i])
-			num, den = num+e*e, den+float64(want[i])*float64(want[i])
-		}
-		errs[f16] = math.Sqrt(num / den)
+		errs[f16] = fixture.RelL2(got, want)
 	}
 	t.Logf("relative error against the float weights: f16 operands %.3g, bf16 operands %.3g", errs[true], errs[false])
 	if errs[true] > 1.25*errs[false] || errs[false] > 2*tolFor(cuda.BF16) {

@@ -1,13 +1,13 @@
 package gpu_test
 
 import (
-	"math"
 	"testing"
 
 	"lagc/ckpt"
 	"lagc/config"
 	"lagc/cuda/cudatest"
 	"lagc/exec/gpu"
+	"lagc/internal/fixture"
 	"lagc/lower"
 )
 
@@ -64,12 +64,7 @@ func closeDecodes(t *testing.T, ref, got *gpu.Executor, vocab int, what string) 
 			if ta[i] != tb[i] {
 				t.Fatalf("eager %v, step %d: token %d, %s %d (gap %.3g)", eager, i, tb[i], what, ta[i], gaps[i])
 			}
-			var num, den float64
-			for j := range la[i] {
-				d := float64(lb[i][j]) - float64(la[i][j])
-				num, den = num+d*d, den+float64(la[i][j])*float64(la[i][j])
-			}
-			rel := math.Sqrt(num / den)
+			rel := fixture.RelL2(lb[i], la[i])
 			t.Logf("eager %v, step %d: logits %.3g from %s (relative L2), gap %.3g", eager, i, rel, what, gaps[i])
 			if rel > 0.03 {
 				t.Fatalf("eager %v, step %d: logits %.3g from %s (relative L2)", eager, i, rel, what)

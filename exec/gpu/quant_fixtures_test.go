@@ -88,7 +88,7 @@ func quantFileAgainstCPU(t *testing.T, path string, replay bool) {
 		var errs []float64
 		agree, decided := 0, 0
 		for r := range want {
-			errs = append(errs, relL2(got[r], want[r]))
+			errs = append(errs, fixture.RelL2(got[r], want[r]))
 			if gap(want[r]) >= nearTie {
 				decided++
 				if argmaxOf(got[r]) == argmaxOf(want[r]) {
@@ -158,16 +158,6 @@ func teacherRun(t *testing.T, b engine.Backend, prompt, seq []int32, steps int) 
 		tok = nx[0]
 	}
 	return fed, rows
-}
-
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range got {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / math.Max(den, 1e-30))
 }
 
 func argmaxOf(row []float32) int {
