@@ -111,7 +111,7 @@ func hopperOK(a MatMulArgs) error {
 	case a.XType != "bf16" || a.WType != "bf16":
 		return fmt.Errorf("x and w are %s and %s (the wgmma GEMM reads bf16)", a.XType, a.WType)
 	case a.K%8 != 0 || !a.X.Aligned(16) || !a.W.Aligned(16):
-		return fmt.Errorf("K %d or the operands' alignment do not allow 16-byte TMA rows", a.K)
+		return fmt.Errorf("an inner dimension K of %d or the operands' alignment do not allow 16-byte TMA rows", a.K)
 	case a.SwiGLU && a.Accumulate:
 		return fmt.Errorf("no SwiGLU epilogue that also accumulates")
 	}
@@ -238,7 +238,7 @@ func moeHopperOK(a MoEArgs) error {
 	case a.CC < 90 || a.PrefillMMA:
 		return fmt.Errorf("not a Hopper target, or prefill GEMMs kept on mma.sync")
 	case a.H%64 != 0 || a.I%64 != 0:
-		return fmt.Errorf("H %d and I %d must be multiples of 64", a.H, a.I)
+		return fmt.Errorf("hidden size H %d and expert size I %d must be multiples of 64", a.H, a.I)
 	case a.Up != a.Gate.At(2*int64(a.E)*int64(a.I)*int64(a.H)):
 		return fmt.Errorf("the up stack does not follow the gate stack")
 	}

@@ -690,7 +690,7 @@ func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
 	case xType != "bf16":
 		return fmt.Errorf("%s activations (the wgmma kernel reads bf16)", xType)
 	case K%64 != 0 || K%t.BlockElems() != 0:
-		return fmt.Errorf("K = %d must be a multiple of 64 and of %s's block", K, t)
+		return fmt.Errorf("the inner dimension K = %d must be a multiple of 64 and of %s's block", K, t)
 	}
 	return nil
 }

@@ -220,7 +220,7 @@ func PlanMemory(g *ir.Graph, tokens int, floatAs ir.DType) (*MemoryPlan, error) 
 		b := &p.Buffers[bi]
 		size := align(b.Size)
 		if size > maxArena-p.NoReuse {
-			return nil, fmt.Errorf("T=%d: the activations need more than %d bytes", tokens, int64(maxArena))
+			return nil, fmt.Errorf("at T=%d the activations need more than %d bytes", tokens, int64(maxArena))
 		}
 		clash = clash[:0]
 		for _, oi := range overlaps[bi] {
