@@ -351,6 +351,10 @@ type QMoEForce struct {
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
+	// Q6K runs q6_k expert stacks on gemm_wgmma_q too (QA<QT_Q6_K_H>, bf16
+	// operands), where they are otherwise dequantised into the workspace
+	// (hopperQMoEOK). Opt-in until it has run on a GPU.
+	Q6K bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -371,14 +375,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "q6k": &f.Q6K}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)", s, kv)
 		}
 		if k == "s" && n == 0 {
 			f.GateUpStagesZero = true // the zero value chooses, so s=0 is a flag
@@ -386,7 +390,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)", s, k)
 		}
 		*field = n
 	}
@@ -620,11 +624,29 @@ func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
 // HopperQTypes are the weight types the quantised wgmma GEMM reads.
 var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
 
-// hopperQBytes is the quant bytes of a row per 64-element stage.
+// hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: q6_k too
+// where QMoEForce.Q6K asks for it.
+func (a MoEArgs) hopperQMoEOK(t quant.Type, K int) error {
+	if t == quant.Q6_K && a.QMoE.Q6K {
+		if err := hopperQOK(a.CC, a.PrefillMMA, quant.Q8_0, a.XType, K); err != nil { // q8_0's conditions, and K whole blocks
+			return err
+		}
+		if K%t.BlockElems() != 0 {
+			return fmt.Errorf("the inner dimension K = %d must be a multiple of %s's block", K, t)
+		}
+		return nil
+	}
+	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, K)
+}
+
+// hopperQBytes is the quant bytes of a row per 64-element stage (q6_k:
+// ql's 64 and qh's 32, in three boxes of hopperQBox).
 func hopperQBytes(t quant.Type) int {
 	switch t {
 	case quant.Q4_K, quant.IQ4_XS:
 		return 32
+	case quant.Q6_K:
+		return 96
 	case quant.BF16:
 		return 128 // 64 bf16 weights (QA<QT_BF16_H>)
 	}
@@ -662,12 +684,21 @@ func hopperQEpiStage(epi int, yType string, wgs int) int {
 // multiples (iq4_xs: its two sub-blocks' d * (ls - 32) so).
 func hopperQScaleBytes(t quant.Type) int {
 	switch t {
-	case quant.Q4_K:
+	case quant.Q4_K, quant.Q6_K: // q6_k: its four k16 steps' d * sc and their 2^-8 multiples
 		return 32
 	case quant.BF16:
 		return 0
 	}
 	return 16
+}
+
+// hopperQBox is the byte width of the weights' TMA boxes (64 rows each):
+// a stage's quant bytes of a row, or q6_k's three boxes of 32.
+func hopperQBox(t quant.Type) int {
+	if t == quant.Q6_K {
+		return 32
+	}
+	return hopperQBytes(t)
 }
 
 // hopperQBudget is gemm_wgmma_q's shared-memory budget with ctas CTAs a
@@ -706,11 +737,13 @@ func hopperQMaps(x Ptr, xelem string, T, K int, w Ptr, t quant.Type, wrows, bn i
 			tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: 64, BoxCols: 64})
 	case quant.Q4_K:
 		cols = int64(K/256) * 144
+	case quant.Q6_K:
+		cols = int64(K/256) * 208
 	case quant.IQ4_XS:
 		cols = int64(K / 2) // the qs plane
 	}
 	return tmapArg(x, TMap{Elem: xelem, Rows: int64(T), Cols: int64(K), LD: int64(K), BoxRows: bn, BoxCols: 64}),
-		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBytes(t)})
+		tmapArg(w, TMap{Elem: "u8", Rows: int64(wrows), Cols: cols, LD: cols, BoxRows: 64, BoxCols: hopperQBox(t)})
 }
 
 // hopperQBN is gemm_wgmma_q's token tile of dense GEMMs.
@@ -766,10 +799,10 @@ func (a MoEArgs) quantPath() (moeQuant, error) {
 		return moeQuantDecode, nil
 	}
 	fused := a.QUp.W == a.QGate.W && a.QUp.Total == a.QGate.Total && a.QUp.Row0 == a.QGate.Row0+a.E*a.I
-	if hopperQOK(a.CC, a.PrefillMMA, t, a.XType, a.H) != nil || a.H%64 != 0 || a.I%64 != 0 || !fused || a.E > MaxExperts {
+	if a.hopperQMoEOK(t, a.H) != nil || a.H%64 != 0 || a.I%64 != 0 || !fused || a.E > MaxExperts {
 		return moeQuantDequant, nil
 	}
-	if hopperQOK(a.CC, a.PrefillMMA, dt, a.XType, a.I) == nil {
+	if a.hopperQMoEOK(dt, a.I) == nil {
 		return moeQuantHopper, nil
 	}
 	return moeQuantHopperBF16Down, nil

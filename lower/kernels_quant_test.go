@@ -230,7 +230,8 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
-		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
+		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)"},
+		{"q6k,rows=96", QMoEForce{TileRows: 96, Q6K: true}, ""},
 		{"half", QMoEForce{}, "is not KEY=N"},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
@@ -239,7 +240,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)

@@ -1013,6 +1013,7 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 
 #define QT_Q8_0_H 8
 #define QT_Q4_K_H 12
+#define QT_Q6_K_H 14
 #define QT_IQ4_XS_H 23
 // Not a quantisation: plain bf16 weight rows through gemm_wgmma_q's path
 // (QA<QT_BF16_H>; ggml's id for bf16), so that the grouped bf16 experts
@@ -1096,6 +1097,11 @@ template <int QT> struct QA;
 __device__ __forceinline__ unsigned ldg_u32(const unsigned* p) {
   unsigned v;
   asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned short ldg_u16(const void* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint4 ldg_v4(const void* p) {
@@ -1435,6 +1441,93 @@ template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
   }
 };
 
+// Q6_K: stage j = kb % 4 of a 256-element block is its columns 64j ..
+// 64j + 63, in half h = j / 2 of the block, nibble p = j % 2: column c's
+// six bits are nibble p of ql[64h + c] and bits 4p + 2 (c / 32) of
+// qh[32h + c % 32], the value those minus 32 times d * sc[4j + c / 16]
+// (QD<QT_Q6_K>'s expression, (d * sc) * (q - 32)). A stage's quant bytes
+// (QB 96 a row) are three TMA boxes of 64 rows x 32 bytes (BOX): ql[64h
+// ..+32], ql[64h + 32 ..+32] and qh[32h ..+32], one after the other, so a
+// 64-row group holds 6 KiB and a row's bytes are 32 apart in each box
+// (q_words_at). Stages 2h and 2h + 1 bring the same bytes (their nibbles
+// differ; the second from L2). frag takes p, the stage's parity, which the
+// consumer's stage counter gives (q_frag: a tile starts at a multiple of
+// K / 64 stages, itself a multiple of 4). The staged scales: the four
+// k16 steps' d * sc and their 2^-8 multiples.
+template <> struct QA<QT_Q6_K_H> {
+  static constexpr int QB = 96, SC = 32, HDR_KB = 4, BOX = 32;
+  static constexpr bool F16 = false;
+  // qcol_box: box i's first byte column in the quant rows' tensor map
+  // (208-byte bodies) at stage kb.
+  static __device__ __forceinline__ int qcol_box(int kb, int i) {
+    const int base = (kb >> 2) * 208, h = (kb >> 1) & 1;
+    return base + (i < 2 ? 64 * h + 32 * i : 128 + 32 * h);
+  }
+  struct Hdr {
+    uint4 sc;          // int8 scales[16]
+    unsigned short d;  // f16 d
+  };
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long wrows, int K) {
+    return w + align256h(wrows * (K / 256) * 208);
+  }
+  static __device__ __forceinline__ Hdr hdr(const unsigned char* w, const unsigned char* sb, long long grow, int K, int b) {
+    const long long bi = grow * (K / 256) + b;
+    return Hdr{ldg_v4(w + bi * 208 + 192), ldg_u16(sb + 2 * bi)};
+  }
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    const unsigned w4 = j == 0 ? hd.sc.x : j == 1 ? hd.sc.y : j == 2 ? hd.sc.z : hd.sc.w;  // scales 4j .. 4j + 3
+    const float d = f16_bits_h(hd.d);
+    float f[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) f[s] = d * (float)(int)(signed char)((w4 >> (8 * s)) & 0xFF);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "f"(f[0]), "f"(f[0] * 0x1p-8f), "f"(f[1]), "f"(f[1] * 0x1p-8f) : "memory");
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa + 16), "f"(f[2]), "f"(f[2] * 0x1p-8f), "f"(f[3]), "f"(f[3] * 0x1p-8f)
+                 : "memory");
+  }
+  struct Scales {
+    float f[8];  // step s: f[2s] = d * sc, f[2s + 1] its 2^-8 multiple
+  };
+  static __device__ __forceinline__ Scales scales(unsigned sa) {
+    Scales r;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.f[0]), "=f"(r.f[1]), "=f"(r.f[2]), "=f"(r.f[3]) : "r"(sa));
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.f[4]), "=f"(r.f[5]), "=f"(r.f[6]), "=f"(r.f[7]) : "r"(sa + 16));
+    return r;
+  }
+  // Words: step s's ql bytes at columns 16s + 2tq4 (+1) and those + 8
+  // (l[s], as q8_0's words), and the qh bytes of columns 2tq4 (+1), 8 +
+  // 2tq4 (+1) (h[0]) and those + 16 (h[1]), which steps 2 and 3 share
+  // with 0 and 1. q is q_words_at's offset of the row in its group.
+  struct Words {
+    unsigned l[4], h[2];
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    Words r;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const unsigned a = q + (s >> 1) * 2048 + 16 * (s & 1);
+      r.l[s] = __byte_perm(ld_shared4(a), ld_shared4(a + 8), sel);
+    }
+#pragma unroll
+    for (int s = 0; s < 2; s++) r.h[s] = __byte_perm(ld_shared4(q + 4096 + 16 * s), ld_shared4(q + 4096 + 16 * s + 8), sel);
+    return r;
+  }
+  // Each byte of v the six-bit value (nibble p, the high bits at 4p + 2
+  // (s / 2) moved to bits 4-5); mag's 2^23 + 32 and 2^23 + 32 * 256 off
+  // give q - 32 exactly (times 256 for a second byte, which f[2s + 1]'s
+  // 2^-8 undoes).
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
+    const int ls = 4 * p;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const unsigned hi = ((wd.h[s & 1] >> (ls + 2 * (s >> 1))) << 4) & 0x30303030u;
+      const unsigned v = ((wd.l[s] >> ls) & 0x0F0F0F0Fu) | hi, u = v >> 16;
+      const float f = sc.f[2 * s], f8 = sc.f[2 * s + 1];
+      o[2 * s] = pack_bf16x2(f * (mag(v, 0xFFu) - 8388640.f), f8 * (mag(v, 0xFF00u) - 8396800.f));
+      o[2 * s + 1] = pack_bf16x2(f * (mag(u, 0xFFu) - 8388640.f), f8 * (mag(u, 0xFF00u) - 8396800.f));
+    }
+  }
+};
+
 // BF16: no quantisation; a stage is the rows' 64 bf16 weights (128
 // bytes), TMA-loaded in the 128-byte swizzle (16-byte chunk c of row r at
 // c ^ (r % 8), which spreads a fragment's 8 rows over all banks), and the
@@ -1474,9 +1567,22 @@ template <> struct QA<QT_BF16_H> {
 template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq4) {
   if constexpr (QT == QT_BF16_H) {
     return row * 128 + 4 * tq4;
+  } else if constexpr (QT == QT_Q6_K_H) {  // groups of 64 rows, each three boxes of 32-byte rows
+    return (row >> 6) * 64 * QA<QT>::QB + (row & 63) * QA<QT>::BOX + 4 * (tq4 >> 1);
   } else {
     return words_at(row, QA<QT>::QB, tq4);
   }
+}
+
+// q6_frags: q6_k's A fragments of a stage's rows ra (words at qa, scales
+// at sa) and rb (qb, sb) into fa and fb; j is the consumer's stage counter,
+// whose parity is the stage's (a tile starts at a multiple of K / 64
+// stages, itself a multiple of 4).
+__device__ __forceinline__ void q6_frags(unsigned sq, unsigned qa, unsigned qb, unsigned sel, unsigned sa, unsigned sb, int j,
+                                         unsigned (&fa)[8], unsigned (&fb)[8]) {
+  using Q = QA<QT_Q6_K_H>;
+  Q::frag(Q::words(sq + qa, sel), Q::scales(sa), j & 1, fa);
+  Q::frag(Q::words(sq + qb, sel), Q::scales(sb), j & 1, fb);
 }
 
 // q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
@@ -1485,11 +1591,20 @@ template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq
 template <int QT, int EPI, int NC>
 __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
   constexpr int QB = QA<QT>::QB;
-  const int qc = QA<QT>::qcol(kb);
+  if constexpr (QT == QT_Q6_K_H) {
 #pragma unroll
-  for (int i = 0; i < NC; i++) {
-    const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
-    tma_load_2d(sq + 64 * i * QB, tq, qc, row, fb);
+    for (int i = 0; i < NC; i++) {
+      const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
+#pragma unroll
+      for (int b = 0; b < 3; b++) tma_load_2d(sq + 64 * i * QB + 64 * QA<QT>::BOX * b, tq, QA<QT>::qcol_box(kb, b), row, fb);
+    }
+  } else {
+    const int qc = QA<QT>::qcol(kb);
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+      const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
+      tma_load_2d(sq + 64 * i * QB, tq, qc, row, fb);
+    }
   }
 }
 
@@ -1674,6 +1789,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
   const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
   const unsigned qw = q_words_at<QT>(qa, tq4), wsel = words_sel(tq4), sbase = smem_u32(smem);
+  const unsigned qw6 = q_words_at<QT>(qb, tq4);  // rb's (q6_k's rows are not QB apart)
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
@@ -1684,8 +1800,12 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     const int s = j % ST;
     mbar_wait(smem_u32(&full_bar[s]), (j / ST) & 1);
     const unsigned sq = sbase + s * STAGE + X_BYTES, ssc = sq + Q_BYTES;
-    QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
-    QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
+    if constexpr (QT == QT_Q6_K_H) {
+      q6_frags(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, j, xa, xb);
+    } else {
+      QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
+      QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
+    }
   };
   auto mma = [&](int j, bool first, const unsigned (&xa)[8], const unsigned (&xb)[8], int rows) {
     wg_fence();
@@ -1728,8 +1848,12 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
         const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
         unsigned fa[8], fb[8];
-        QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
-        QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
+        if constexpr (QT == QT_Q6_K_H) {
+          q6_frags(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, it, fa, fb);
+        } else {
+          QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
+          QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);
+        }
         wg_fence();
         wg_rs_rows<BN, VN, true, QA<QT>::F16>(acc, fa, fb, wg_desc(sx), kb, rt.rows);  // committed in the width's branch: no empty group
         // Wait for them at once: the MMAs read fa and fb while they run

@@ -447,6 +447,22 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
+	// q6_k stacks on gemm_wgmma_q (QMoEForce.Q6K, opt-in; TestMoEQ6KGPU):
+	// under q4_k gate and up and all q6_k, in each shape the others take.
+	for _, gt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		for _, f := range []lower.QMoEForce{{Q6K: true}, {Q6K: true, TileRows: 64, CTAs: 2}, {Q6K: true, TileRows: 96, CTAs: 2},
+			{Q6K: true, TileRows: 128}, {Q6K: true, Pipe: true}, {Q6K: true, WholeTile: true}} {
+			E, H, I := 8, 256, 512
+			ls, err := lower.MoE(lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+				XType: "bf16", WType: gt.String(), DownType: quant.Q6_K.String(), OutType: "bf16", CC: 90, SMs: 132,
+				QGate: lower.QMatrix{W: p, Total: 2 * E * I}, QUp: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
+				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls...)
+		}
+	}
 	// The bf16 grouped experts on gemm_wgmma_q (QMoEForce.BF16;
 	// TestMoEExpertsHopperGPU's q cases).
 	for _, f := range []lower.QMoEForce{{BF16: true}, {BF16: true, TileRows: 64}, {BF16: true, TileRows: 128}, {BF16: true, WGs: 2},
