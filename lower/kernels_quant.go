@@ -1032,9 +1032,10 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 }
 
 // hopperQF16IDs are gemm_wgmma_q's type ids for weights with f16
-// operands (QA<QT_Q4_K_F16_H>, QA<QT_Q8_0_F16_H>, QA<QT_IQ4_XS_F16_H> in
+// operands (QA<QT_Q4_K_F16_H>, QA<QT_Q8_0_F16_H>, QA<QT_IQ4_XS_F16_H>,
+// QA<QT_Q6_K_F16_H> in
 // gemm_hopper.cu; not ggml type numbers).
-var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123}
+var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123, quant.Q6_K: 114}
 
 // hopperQF16 gives the type id of the grouped GEMMs of weights t on f16
 // operands, and whether they run so (unless f.BF16Ops). The

@@ -264,13 +264,13 @@ func TestHopperQF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs := map[quant.Type]string{quant.Q4_K: "QT_Q4_K_F16_H", quant.Q8_0: "QT_Q8_0_F16_H", quant.IQ4_XS: "QT_IQ4_XS_F16_H"}
+	defs := map[quant.Type]string{quant.Q4_K: "QT_Q4_K_F16_H", quant.Q8_0: "QT_Q8_0_F16_H", quant.IQ4_XS: "QT_IQ4_XS_F16_H", quant.Q6_K: "QT_Q6_K_F16_H"}
 	for _, c := range []struct {
 		t       quant.Type
 		bf16ops bool
 		ok      bool
 	}{{quant.Q4_K, false, true}, {quant.Q4_K, true, false}, {quant.Q8_0, false, true}, {quant.Q8_0, true, false},
-		{quant.IQ4_XS, false, true}, {quant.IQ4_XS, true, false}, {quant.BF16, false, false}, {quant.Q6_K, false, false}} {
+		{quant.IQ4_XS, false, true}, {quant.IQ4_XS, true, false}, {quant.BF16, false, false}, {quant.Q6_K, false, true}, {quant.Q6_K, true, false}, {quant.Q5_K, false, false}} {
 		id, ok := hopperQF16(QMoEForce{BF16Ops: c.bf16ops}, c.t)
 		if ok != c.ok {
 			t.Errorf("%s bf16ops %v: f16 %v, want %v", c.t, c.bf16ops, ok, c.ok)

@@ -197,83 +197,95 @@ func TestBatchGEMMMixedRuns(t *testing.T) {
 }
 
 // TestMoEQ6KHopper: with QMoEForce.Q6K, q6_k stacks run on gemm_wgmma_q
-// (type id 14, QA<QT_Q6_K_H>) on bf16 operands: a q6_k down under q4_k
-// gate and up (llama.cpp's Q4_K_M) without the down dequantised into the
-// workspace, and all-q6_k stacks without any; its tensor map the 208-byte
-// bodies in boxes of 32 bytes, its shared memory three boxes and eight
-// floats of scales a row a stage. Without the flag, or with an inner
-// dimension that is not whole blocks, the dequantising paths stay.
+// (type id 114 on f16 operands, QA<QT_Q6_K_F16_H>, 14 on bf16 ones): a
+// q6_k down under q4_k gate and up (llama.cpp's Q4_K_M) without the down
+// dequantised into the workspace, and all-q6_k stacks without any, the
+// gate+up of q4_k exactly as a q4_k layer's on the same operands; the q6_k
+// tensor map the 208-byte bodies in boxes of 32 bytes, its shared memory
+// three boxes and eight floats of scales a row a stage. Without the flag,
+// or with an inner dimension that is not whole blocks, the dequantising
+// paths stay.
 func TestMoEQ6KHopper(t *testing.T) {
 	q6 := func(a MoEArgs) MoEArgs { a.QMoE.Q6K = true; return a }
+	ids := map[bool]map[quant.Type]int64{false: {quant.Q4_K: 112, quant.Q6_K: 114}, true: {quant.Q4_K: 12, quant.Q6_K: 14}}
 	for _, c := range []struct{ gate, down quant.Type }{{quant.Q4_K, quant.Q6_K}, {quant.Q6_K, quant.Q6_K}} {
-		name := c.gate.String() + "/" + c.down.String()
-		a := q6(mixedMoEArgs(2048, c.gate, c.down))
-		l, err := a.Layout()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Quant != moeQuantHopper {
-			t.Errorf("%s: path %d, want the wgmma path %d", name, l.Quant, moeQuantHopper)
-		}
-		ls, err := MoE(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var gemms []Launch
-		for _, x := range ls {
-			switch x.Kernel {
-			case "qdequant", "moe_gather_rows_f16":
-				t.Errorf("%s: %s launched: %v", name, x.Kernel, x)
-			case "gemm_wgmma_q":
-				gemms = append(gemms, x)
-			}
-		}
-		if len(gemms) != 2 {
-			t.Fatalf("%s: %d gemm_wgmma_q launches, want 2: %v", name, len(gemms), ls)
-		}
-		for i, tt := range []quant.Type{c.gate, c.down} {
-			g := gemms[i]
-			if g.Ints[0] != int64(tt) {
-				t.Errorf("%s: GEMM %d type %d, want %s's %d", name, i, g.Ints[0], tt, tt)
-			}
-			if tt != quant.Q6_K {
-				continue
-			}
-			K := a.H
-			if i == 1 {
-				K = a.I
-			}
-			if m := fmt.Sprintf("u8 %dx%d ld %d, box 64x32)", []int{2 * a.E * a.I, a.E * a.H}[i], K/256*208, K/256*208); !strings.Contains(g.String(), m) {
-				t.Errorf("%s: GEMM %d %v, want the q6_k map %q", name, i, g, m)
-			}
-			bn, ctas, wgs := int(g.Ints[1]), int(g.Ints[4]), int(g.Ints[5])
-			if want := hopperQSmem(quant.Q6_K, bn, ctas, wgs, int(g.Ints[2]), g.DTypes[0]); g.Shmem != want || want > 227<<10 {
-				t.Errorf("%s: GEMM %d shared memory %d, want %d (at most 227 KiB)", name, i, g.Shmem, want)
-			}
-			if stage := bn*128 + 64*wgs*(96+32); (g.Shmem-1024-hopperQEpiStage(int(g.Ints[2]), g.DTypes[0], wgs))/stage < 2 {
-				t.Errorf("%s: GEMM %d holds fewer than two stages of %d bytes in %d", name, i, stage, g.Shmem)
-			}
-		}
-		if c.gate == quant.Q4_K {
-			// gate+up exactly as a q4_k layer's on bf16 operands
-			ga := mixedMoEArgs(2048, c.gate, c.gate)
-			ga.QMoE.BF16Ops = true
-			gl, err := MoE(ga)
+		for _, bf16ops := range []bool{false, true} {
+			name := fmt.Sprintf("%s/%s bf16ops=%v", c.gate, c.down, bf16ops)
+			a := q6(mixedMoEArgs(2048, c.gate, c.down))
+			a.QMoE.BF16Ops = bf16ops
+			l, err := a.Layout()
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, x := range gl {
-				if x.Kernel == "gemm_wgmma_q" {
-					if !reflect.DeepEqual(x, gemms[0]) {
-						t.Errorf("%s: gate+up\n %v\nwant\n %v", name, gemms[0], x)
+			if l.Quant != moeQuantHopper {
+				t.Errorf("%s: path %d, want the wgmma path %d", name, l.Quant, moeQuantHopper)
+			}
+			ls, err := MoE(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gemms []Launch
+			gathers := 0
+			for _, x := range ls {
+				switch x.Kernel {
+				case "qdequant":
+					t.Errorf("%s: %s launched: %v", name, x.Kernel, x)
+				case "moe_gather_rows", "moe_gather_rows_f16":
+					gathers++
+					if (x.Kernel == "moe_gather_rows") != bf16ops {
+						t.Errorf("%s: %s launched", name, x.Kernel)
 					}
-					break
+				case "gemm_wgmma_q":
+					gemms = append(gemms, x)
+				}
+			}
+			if len(gemms) != 2 || gathers != 1 {
+				t.Fatalf("%s: %d gemm_wgmma_q launches and %d gathers, want 2 and 1: %v", name, len(gemms), gathers, ls)
+			}
+			for i, tt := range []quant.Type{c.gate, c.down} {
+				g := gemms[i]
+				if g.Ints[0] != ids[bf16ops][tt] {
+					t.Errorf("%s: GEMM %d type %d, want %d", name, i, g.Ints[0], ids[bf16ops][tt])
+				}
+				if tt != quant.Q6_K {
+					continue
+				}
+				K := a.H
+				if i == 1 {
+					K = a.I
+				}
+				if m := fmt.Sprintf("u8 %dx%d ld %d, box 64x32)", []int{2 * a.E * a.I, a.E * a.H}[i], K/256*208, K/256*208); !strings.Contains(g.String(), m) {
+					t.Errorf("%s: GEMM %d %v, want the q6_k map %q", name, i, g, m)
+				}
+				bn, ctas, wgs := int(g.Ints[1]), int(g.Ints[4]), int(g.Ints[5])
+				if want := hopperQSmem(quant.Q6_K, bn, ctas, wgs, int(g.Ints[2]), g.DTypes[0]); g.Shmem != want || want > 227<<10 {
+					t.Errorf("%s: GEMM %d shared memory %d, want %d (at most 227 KiB)", name, i, g.Shmem, want)
+				}
+				if stage := bn*128 + 64*wgs*(96+32); (g.Shmem-1024-hopperQEpiStage(int(g.Ints[2]), g.DTypes[0], wgs))/stage < 2 {
+					t.Errorf("%s: GEMM %d holds fewer than two stages of %d bytes in %d", name, i, stage, g.Shmem)
+				}
+			}
+			if c.gate == quant.Q4_K {
+				// gate+up exactly as a q4_k layer's on the same operands
+				ga := mixedMoEArgs(2048, c.gate, c.gate)
+				ga.QMoE.BF16Ops = bf16ops
+				gl, err := MoE(ga)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, x := range gl {
+					if x.Kernel == "gemm_wgmma_q" {
+						if !reflect.DeepEqual(x, gemms[0]) {
+							t.Errorf("%s: gate+up\n %v\nwant\n %v", name, gemms[0], x)
+						}
+						break
+					}
 				}
 			}
 		}
 		// Without the flag: the dequantising paths.
 		if l, err := mixedMoEArgs(2048, c.gate, c.down).Layout(); err != nil || l.Quant == moeQuantHopper {
-			t.Errorf("%s without q6k: path %d (%v), want a dequantising one", name, l.Quant, err)
+			t.Errorf("%s/%s without q6k: path %d (%v), want a dequantising one", c.gate, c.down, l.Quant, err)
 		}
 	}
 	// I = 320: whole 64-column stages, not whole q6_k blocks.

@@ -1024,6 +1024,9 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 #define QT_Q4_K_F16_H 112
 #define QT_Q8_0_F16_H 108
 #define QT_IQ4_XS_F16_H 123
+#define QT_Q6_K_F16_H 114
+// q6k_qt: q6_k's ids (its words and boxes differ from the others').
+template <int QT> constexpr bool q6k_qt = QT == QT_Q6_K_H || QT == QT_Q6_K_F16_H;
 
 __device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
   unsigned r;
@@ -1511,19 +1514,64 @@ template <> struct QA<QT_Q6_K_H> {
     for (int s = 0; s < 2; s++) r.h[s] = __byte_perm(ld_shared4(q + 4096 + 16 * s), ld_shared4(q + 4096 + 16 * s + 8), sel);
     return r;
   }
-  // Each byte of v the six-bit value (nibble p, the high bits at 4p + 2
-  // (s / 2) moved to bits 4-5); mag's 2^23 + 32 and 2^23 + 32 * 256 off
-  // give q - 32 exactly (times 256 for a second byte, which f[2s + 1]'s
-  // 2^-8 undoes).
-  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
+  // six: step s's four six-bit values q, a byte each (nibble p, the high
+  // bits at 4p + 2 (s / 2) moved to bits 4-5).
+  static __device__ __forceinline__ unsigned six(const Words& wd, int p, int s) {
     const int ls = 4 * p;
+    const unsigned hi = ((wd.h[s & 1] >> (ls + 2 * (s >> 1))) << 4) & 0x30303030u;
+    return ((wd.l[s] >> ls) & 0x0F0F0F0Fu) | hi;
+  }
+  // mag's 2^23 + 32 and 2^23 + 32 * 256 off give q - 32 exactly (times
+  // 256 for a second byte, which f[2s + 1]'s 2^-8 undoes).
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-      const unsigned hi = ((wd.h[s & 1] >> (ls + 2 * (s >> 1))) << 4) & 0x30303030u;
-      const unsigned v = ((wd.l[s] >> ls) & 0x0F0F0F0Fu) | hi, u = v >> 16;
+      const unsigned v = six(wd, p, s), u = v >> 16;
       const float f = sc.f[2 * s], f8 = sc.f[2 * s + 1];
       o[2 * s] = pack_bf16x2(f * (mag(v, 0xFFu) - 8388640.f), f8 * (mag(v, 0xFF00u) - 8396800.f));
       o[2 * s + 1] = pack_bf16x2(f * (mag(u, 0xFFu) - 8388640.f), f8 * (mag(u, 0xFF00u) - 8396800.f));
+    }
+  }
+};
+
+// Q6_K with f16 operands: a six-bit q under an f16 1024 (a PRMT with 0x64
+// bytes) is 1024 + q exactly, 1056 off gives q - 32, and one multiply by
+// the step's d * sc rounded to f16: each weight within two f16 roundings
+// of the float dequantisation.
+template <> struct QA<QT_Q6_K_F16_H> : QA<QT_Q6_K_H> {
+  static constexpr bool F16 = true;
+  // Staged: each k16 step's d * sc as an f16 pair (16 of SC's 32 bytes).
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    const unsigned w4 = j == 0 ? hd.sc.x : j == 1 ? hd.sc.y : j == 2 ? hd.sc.z : hd.sc.w;
+    const float d = f16_bits_h(hd.d);
+    unsigned h[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const float f = d * (float)(int)(signed char)((w4 >> (8 * s)) & 0xFF);
+      h[s] = pack_f16(f, f);
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]) : "memory");
+  }
+  struct Scales {
+    unsigned h[4];
+  };
+  static __device__ __forceinline__ Scales scales(unsigned sa) {
+    Scales r;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(r.h[0]), "=r"(r.h[1]), "=r"(r.h[2]), "=r"(r.h[3]) : "r"(sa));
+    return r;
+  }
+  static __device__ __forceinline__ unsigned h2(unsigned v, unsigned sel, unsigned d) {
+    unsigned n = __byte_perm(v, 0x64646464u, sel);
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(0xE420E420u));  // -1056: q - 32, exact
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(d));
+    return n;
+  }
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const unsigned v = six(wd, p, s);
+      o[2 * s] = h2(v, 0x4140u, sc.h[s]);
+      o[2 * s + 1] = h2(v, 0x4342u, sc.h[s]);
     }
   }
 };
@@ -1567,7 +1615,7 @@ template <> struct QA<QT_BF16_H> {
 template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq4) {
   if constexpr (QT == QT_BF16_H) {
     return row * 128 + 4 * tq4;
-  } else if constexpr (QT == QT_Q6_K_H) {  // groups of 64 rows, each three boxes of 32-byte rows
+  } else if constexpr (q6k_qt<QT>) {  // groups of 64 rows, each three boxes of 32-byte rows
     return (row >> 6) * 64 * QA<QT>::QB + (row & 63) * QA<QT>::BOX + 4 * (tq4 >> 1);
   } else {
     return words_at(row, QA<QT>::QB, tq4);
@@ -1578,9 +1626,10 @@ template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq
 // at sa) and rb (qb, sb) into fa and fb; j is the consumer's stage counter,
 // whose parity is the stage's (a tile starts at a multiple of K / 64
 // stages, itself a multiple of 4).
+template <int QT>
 __device__ __forceinline__ void q6_frags(unsigned sq, unsigned qa, unsigned qb, unsigned sel, unsigned sa, unsigned sb, int j,
                                          unsigned (&fa)[8], unsigned (&fb)[8]) {
-  using Q = QA<QT_Q6_K_H>;
+  using Q = QA<QT>;
   Q::frag(Q::words(sq + qa, sel), Q::scales(sa), j & 1, fa);
   Q::frag(Q::words(sq + qb, sel), Q::scales(sb), j & 1, fb);
 }
@@ -1591,7 +1640,7 @@ __device__ __forceinline__ void q6_frags(unsigned sq, unsigned qa, unsigned qb, 
 template <int QT, int EPI, int NC>
 __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
   constexpr int QB = QA<QT>::QB;
-  if constexpr (QT == QT_Q6_K_H) {
+  if constexpr (q6k_qt<QT>) {
 #pragma unroll
     for (int i = 0; i < NC; i++) {
       const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
@@ -1800,8 +1849,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     const int s = j % ST;
     mbar_wait(smem_u32(&full_bar[s]), (j / ST) & 1);
     const unsigned sq = sbase + s * STAGE + X_BYTES, ssc = sq + Q_BYTES;
-    if constexpr (QT == QT_Q6_K_H) {
-      q6_frags(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, j, xa, xb);
+    if constexpr (q6k_qt<QT>) {
+      q6_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, j, xa, xb);
     } else {
       QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
       QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
@@ -1848,8 +1897,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
         const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
         unsigned fa[8], fb[8];
-        if constexpr (QT == QT_Q6_K_H) {
-          q6_frags(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, it, fa, fb);
+        if constexpr (q6k_qt<QT>) {
+          q6_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, it, fa, fb);
         } else {
           QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
           QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);

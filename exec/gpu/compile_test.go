@@ -448,10 +448,10 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 	}
 	// q6_k stacks on gemm_wgmma_q (QMoEForce.Q6K, opt-in; TestMoEQ6KGPU):
-	// under q4_k gate and up and all q6_k, in each shape the others take.
+	// under q4_k gate and up and all q6_k, in each shape the others take,
+	// on f16 and on bf16 operands.
 	for _, gt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
-		for _, f := range []lower.QMoEForce{{Q6K: true}, {Q6K: true, TileRows: 64, CTAs: 2}, {Q6K: true, TileRows: 96, CTAs: 2},
-			{Q6K: true, TileRows: 128}, {Q6K: true, Pipe: true}, {Q6K: true, WholeTile: true}} {
+		for _, f := range q6kForces {
 			E, H, I := 8, 256, 512
 			ls, err := lower.MoE(lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: gt.String(), DownType: quant.Q6_K.String(), OutType: "bf16", CC: 90, SMs: 132,

@@ -98,14 +98,28 @@ func quantMoE(t *testing.T, k *Kernels, s *cuda.Stream, name string, seed uint64
 	return a, d
 }
 
+// q6kForces are the grouped GEMM shapes TestMoEQ6KGPU runs q6_k stacks in
+// (and TestPlanKernelsCompile compiles): the default, two CTAs of two
+// warpgroups, 64- and 128-row tiles, the pipelined loop, MMAs as wide as
+// the tile; each on f16 and on bf16 operands.
+var q6kForces = func() []lower.QMoEForce {
+	var fs []lower.QMoEForce
+	for _, bf16ops := range []bool{false, true} {
+		for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
+			f.Q6K, f.BF16Ops = true, bf16ops
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}()
+
 // TestMoEQ6KGPU: q6_k expert stacks on gemm_wgmma_q (QMoEForce.Q6K,
-// QA<QT_Q6_K_H>: the weights dequantised in the MMA's registers). Under
-// q4_k gate and up, the result equals bit for bit that of the path which
-// dequantises the q6_k down into the workspace and runs it as bf16 rows on
-// the same GEMM (the same bf16 weights, the same MMAs in the same order);
-// all-q6_k stacks against the float reference. Every shape the grouped
-// GEMMs take: the default, two CTAs of two warpgroups, 64- and 128-row
-// tiles, the pipelined loop, MMAs as wide as the tile.
+// QA<QT_Q6_K_H> and QA<QT_Q6_K_F16_H>: the weights dequantised in the
+// MMA's registers), under q4_k gate and up and all q6_k, against the float
+// reference in every shape of q6kForces. On bf16 operands under q4_k the
+// result equals bit for bit that of the path which dequantises the q6_k
+// down into the workspace and runs it as bf16 rows on the same GEMM (the
+// same bf16 weights, the same MMAs in the same order).
 func TestMoEQ6KGPU(t *testing.T) {
 	k, s := hopperGPU(t)
 	for _, gt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
@@ -114,19 +128,18 @@ func TestMoEQ6KGPU(t *testing.T) {
 			{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
 			{T: 300, H: 768, I: 256, E: 8, k: 2, dist: "distinct"},
 		} {
-			for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
+			for _, f := range q6kForces {
 				name := fmt.Sprintf("%s+q6_k/%+v/%+v", gt, f, c)
 				t.Run(name, func(t *testing.T) {
-					run := func(q6 bool) ([]float32, moeData) {
+					run := func(f lower.QMoEForce) ([]float32, moeData) {
 						a, d := quantMoE(t, k, s, name, 47, c, gt, quant.Q6_K)
 						a.QMoE = f
-						a.QMoE.Q6K = q6
 						moeWorkspace(t, k, s, &a)
 						ls, err := k.MoELaunches(a)
 						if err != nil {
 							t.Fatal(err)
 						}
-						if q6 && hasKernel(ls, "qdequant") {
+						if f.Q6K && hasKernel(ls, "qdequant") {
 							t.Fatalf("q6k: the stacks were dequantised: %v", ls)
 						}
 						if err := k.MoEExperts(s, a); err != nil {
@@ -134,12 +147,14 @@ func TestMoEQ6KGPU(t *testing.T) {
 						}
 						return download(t, s, cuda.BF16, a.Out, c.T*c.H), d
 					}
-					got, d := run(true)
+					got, d := run(f)
 					checkClose(t, "moe", got, moeRef(t, c, d), 2*tolFor(cuda.BF16))
-					if gt != quant.Q4_K {
+					if gt != quant.Q4_K || !f.BF16Ops {
 						return
 					}
-					want, _ := run(false)
+					nf := f
+					nf.Q6K = false
+					want, _ := run(nf)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 							t.Fatalf("element %d: %v in registers, %v through the dequantised bf16 rows", i, got[i], want[i])
