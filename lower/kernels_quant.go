@@ -351,10 +351,12 @@ type QMoEForce struct {
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
-	// Q6K runs q6_k expert stacks on gemm_wgmma_q too (QA<QT_Q6_K_H>, bf16
-	// operands), where they are otherwise dequantised into the workspace
-	// (hopperQMoEOK). Opt-in until it has run on a GPU.
+	// Q6K and Q5K run q6_k and q5_k expert stacks on gemm_wgmma_q too
+	// (QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16 forms), where they are
+	// otherwise dequantised into the workspace (hopperQMoEOK). Opt-in until
+	// they have run on a GPU.
 	Q6K bool `json:",omitempty"`
+	Q5K bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -375,14 +377,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "q6k": &f.Q6K}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "q6k": &f.Q6K, "q5k": &f.Q5K}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)", s, kv)
 		}
 		if k == "s" && n == 0 {
 			f.GateUpStagesZero = true // the zero value chooses, so s=0 is a flag
@@ -390,7 +392,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)", s, k)
 		}
 		*field = n
 	}
@@ -624,10 +626,10 @@ func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
 // HopperQTypes are the weight types the quantised wgmma GEMM reads.
 var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
 
-// hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: q6_k too
-// where QMoEForce.Q6K asks for it.
+// hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: q6_k and
+// q5_k too where QMoEForce.Q6K and Q5K ask for them.
 func (a MoEArgs) hopperQMoEOK(t quant.Type, K int) error {
-	if t == quant.Q6_K && a.QMoE.Q6K {
+	if t == quant.Q6_K && a.QMoE.Q6K || t == quant.Q5_K && a.QMoE.Q5K {
 		if err := hopperQOK(a.CC, a.PrefillMMA, quant.Q8_0, a.XType, K); err != nil { // q8_0's conditions, and K whole blocks
 			return err
 		}
@@ -640,13 +642,16 @@ func (a MoEArgs) hopperQMoEOK(t quant.Type, K int) error {
 }
 
 // hopperQBytes is the quant bytes of a row per 64-element stage (q6_k:
-// ql's 64 and qh's 32, in three boxes of hopperQBox).
+// ql's 64 and qh's 32, in three boxes of hopperQBox; q5_k: qs's 32 and
+// qh's 32, in two).
 func hopperQBytes(t quant.Type) int {
 	switch t {
 	case quant.Q4_K, quant.IQ4_XS:
 		return 32
 	case quant.Q6_K:
 		return 96
+	case quant.Q5_K:
+		return 64
 	case quant.BF16:
 		return 128 // 64 bf16 weights (QA<QT_BF16_H>)
 	}
@@ -684,7 +689,7 @@ func hopperQEpiStage(epi int, yType string, wgs int) int {
 // multiples (iq4_xs: its two sub-blocks' d * (ls - 32) so).
 func hopperQScaleBytes(t quant.Type) int {
 	switch t {
-	case quant.Q4_K, quant.Q6_K: // q6_k: its four k16 steps' d * sc and their 2^-8 multiples
+	case quant.Q4_K, quant.Q5_K, quant.Q6_K: // q6_k: its four k16 steps' d * sc and their 2^-8 multiples
 		return 32
 	case quant.BF16:
 		return 0
@@ -693,9 +698,10 @@ func hopperQScaleBytes(t quant.Type) int {
 }
 
 // hopperQBox is the byte width of the weights' TMA boxes (64 rows each):
-// a stage's quant bytes of a row, or q6_k's three boxes of 32.
+// a stage's quant bytes of a row, or q6_k's three boxes of 32 and q5_k's
+// two.
 func hopperQBox(t quant.Type) int {
-	if t == quant.Q6_K {
+	if t == quant.Q6_K || t == quant.Q5_K {
 		return 32
 	}
 	return hopperQBytes(t)
@@ -739,6 +745,8 @@ func hopperQMaps(x Ptr, xelem string, T, K int, w Ptr, t quant.Type, wrows, bn i
 		cols = int64(K/256) * 144
 	case quant.Q6_K:
 		cols = int64(K/256) * 208
+	case quant.Q5_K:
+		cols = int64(K/256) * 176
 	case quant.IQ4_XS:
 		cols = int64(K / 2) // the qs plane
 	}
@@ -1033,9 +1041,9 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 
 // hopperQF16IDs are gemm_wgmma_q's type ids for weights with f16
 // operands (QA<QT_Q4_K_F16_H>, QA<QT_Q8_0_F16_H>, QA<QT_IQ4_XS_F16_H>,
-// QA<QT_Q6_K_F16_H> in
+// QA<QT_Q6_K_F16_H>, QA<QT_Q5_K_F16_H> in
 // gemm_hopper.cu; not ggml type numbers).
-var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123, quant.Q6_K: 114}
+var hopperQF16IDs = map[quant.Type]int64{quant.Q4_K: 112, quant.Q8_0: 108, quant.IQ4_XS: 123, quant.Q6_K: 114, quant.Q5_K: 113}
 
 // hopperQF16 gives the type id of the grouped GEMMs of weights t on f16
 // operands, and whether they run so (unless f.BF16Ops). The

@@ -230,8 +230,9 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
-		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)"},
+		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)"},
 		{"q6k,rows=96", QMoEForce{TileRows: 96, Q6K: true}, ""},
+		{"q5k,q6k", QMoEForce{Q6K: true, Q5K: true}, ""},
 		{"half", QMoEForce{}, "is not KEY=N"},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
@@ -240,7 +241,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)
@@ -264,13 +265,13 @@ func TestHopperQF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defs := map[quant.Type]string{quant.Q4_K: "QT_Q4_K_F16_H", quant.Q8_0: "QT_Q8_0_F16_H", quant.IQ4_XS: "QT_IQ4_XS_F16_H", quant.Q6_K: "QT_Q6_K_F16_H"}
+	defs := map[quant.Type]string{quant.Q4_K: "QT_Q4_K_F16_H", quant.Q8_0: "QT_Q8_0_F16_H", quant.IQ4_XS: "QT_IQ4_XS_F16_H", quant.Q6_K: "QT_Q6_K_F16_H", quant.Q5_K: "QT_Q5_K_F16_H"}
 	for _, c := range []struct {
 		t       quant.Type
 		bf16ops bool
 		ok      bool
 	}{{quant.Q4_K, false, true}, {quant.Q4_K, true, false}, {quant.Q8_0, false, true}, {quant.Q8_0, true, false},
-		{quant.IQ4_XS, false, true}, {quant.IQ4_XS, true, false}, {quant.BF16, false, false}, {quant.Q6_K, false, true}, {quant.Q6_K, true, false}, {quant.Q5_K, false, false}} {
+		{quant.IQ4_XS, false, true}, {quant.IQ4_XS, true, false}, {quant.BF16, false, false}, {quant.Q6_K, false, true}, {quant.Q6_K, true, false}, {quant.Q5_K, false, true}, {quant.Q2_K, false, false}} {
 		id, ok := hopperQF16(QMoEForce{BF16Ops: c.bf16ops}, c.t)
 		if ok != c.ok {
 			t.Errorf("%s bf16ops %v: f16 %v, want %v", c.t, c.bf16ops, ok, c.ok)

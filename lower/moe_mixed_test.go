@@ -196,19 +196,24 @@ func TestBatchGEMMMixedRuns(t *testing.T) {
 	}
 }
 
-// TestMoEQ6KHopper: with QMoEForce.Q6K, q6_k stacks run on gemm_wgmma_q
-// (type id 114 on f16 operands, QA<QT_Q6_K_F16_H>, 14 on bf16 ones): a
-// q6_k down under q4_k gate and up (llama.cpp's Q4_K_M) without the down
-// dequantised into the workspace, and all-q6_k stacks without any, the
-// gate+up of q4_k exactly as a q4_k layer's on the same operands; the q6_k
-// tensor map the 208-byte bodies in boxes of 32 bytes, its shared memory
-// three boxes and eight floats of scales a row a stage. Without the flag,
-// or with an inner dimension that is not whole blocks, the dequantising
-// paths stay.
+// TestMoEQ6KHopper: with QMoEForce.Q6K and Q5K, q6_k and q5_k stacks run
+// on gemm_wgmma_q (type ids 114 and 113 on f16 operands,
+// QA<QT_Q6_K_F16_H> and QA<QT_Q5_K_F16_H>; 14 and 13 on bf16 ones): a q6_k
+// down under q4_k gate and up (llama.cpp's Q4_K_M) without the down
+// dequantised into the workspace, q5_k gate and up over q6_k downs
+// (Q5_K_M), all-q6_k and all-q5_k stacks without any, a q4_k gate+up
+// exactly as a q4_k layer's on the same operands; the tensor maps the
+// 208- or 176-byte bodies in boxes of 32 bytes, the shared memory three
+// (q6_k) or two (q5_k) boxes and eight floats of scales a row a stage.
+// Without the flags, or with an inner dimension that is not whole blocks,
+// the dequantising paths stay.
 func TestMoEQ6KHopper(t *testing.T) {
-	q6 := func(a MoEArgs) MoEArgs { a.QMoE.Q6K = true; return a }
-	ids := map[bool]map[quant.Type]int64{false: {quant.Q4_K: 112, quant.Q6_K: 114}, true: {quant.Q4_K: 12, quant.Q6_K: 14}}
-	for _, c := range []struct{ gate, down quant.Type }{{quant.Q4_K, quant.Q6_K}, {quant.Q6_K, quant.Q6_K}} {
+	q6 := func(a MoEArgs) MoEArgs { a.QMoE.Q6K, a.QMoE.Q5K = true, true; return a }
+	ids := map[bool]map[quant.Type]int64{false: {quant.Q4_K: 112, quant.Q5_K: 113, quant.Q6_K: 114},
+		true: {quant.Q4_K: 12, quant.Q5_K: 13, quant.Q6_K: 14}}
+	body := map[quant.Type]int{quant.Q5_K: 176, quant.Q6_K: 208}
+	for _, c := range []struct{ gate, down quant.Type }{{quant.Q4_K, quant.Q6_K}, {quant.Q6_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K},
+		{quant.Q5_K, quant.Q5_K}} {
 		for _, bf16ops := range []bool{false, true} {
 			name := fmt.Sprintf("%s/%s bf16ops=%v", c.gate, c.down, bf16ops)
 			a := q6(mixedMoEArgs(2048, c.gate, c.down))
@@ -247,21 +252,22 @@ func TestMoEQ6KHopper(t *testing.T) {
 				if g.Ints[0] != ids[bf16ops][tt] {
 					t.Errorf("%s: GEMM %d type %d, want %d", name, i, g.Ints[0], ids[bf16ops][tt])
 				}
-				if tt != quant.Q6_K {
+				if tt == quant.Q4_K {
 					continue
 				}
 				K := a.H
 				if i == 1 {
 					K = a.I
 				}
-				if m := fmt.Sprintf("u8 %dx%d ld %d, box 64x32)", []int{2 * a.E * a.I, a.E * a.H}[i], K/256*208, K/256*208); !strings.Contains(g.String(), m) {
-					t.Errorf("%s: GEMM %d %v, want the q6_k map %q", name, i, g, m)
+				cols := K / 256 * body[tt]
+				if m := fmt.Sprintf("u8 %dx%d ld %d, box 64x32)", []int{2 * a.E * a.I, a.E * a.H}[i], cols, cols); !strings.Contains(g.String(), m) {
+					t.Errorf("%s: GEMM %d %v, want the %s map %q", name, i, g, tt, m)
 				}
 				bn, ctas, wgs := int(g.Ints[1]), int(g.Ints[4]), int(g.Ints[5])
-				if want := hopperQSmem(quant.Q6_K, bn, ctas, wgs, int(g.Ints[2]), g.DTypes[0]); g.Shmem != want || want > 227<<10 {
+				if want := hopperQSmem(tt, bn, ctas, wgs, int(g.Ints[2]), g.DTypes[0]); g.Shmem != want || want > 227<<10 {
 					t.Errorf("%s: GEMM %d shared memory %d, want %d (at most 227 KiB)", name, i, g.Shmem, want)
 				}
-				if stage := bn*128 + 64*wgs*(96+32); (g.Shmem-1024-hopperQEpiStage(int(g.Ints[2]), g.DTypes[0], wgs))/stage < 2 {
+				if stage := bn*128 + 64*wgs*(map[quant.Type]int{quant.Q5_K: 64, quant.Q6_K: 96}[tt]+32); (g.Shmem-1024-hopperQEpiStage(int(g.Ints[2]), g.DTypes[0], wgs))/stage < 2 {
 					t.Errorf("%s: GEMM %d holds fewer than two stages of %d bytes in %d", name, i, stage, g.Shmem)
 				}
 			}
@@ -283,9 +289,9 @@ func TestMoEQ6KHopper(t *testing.T) {
 				}
 			}
 		}
-		// Without the flag: the dequantising paths.
+		// Without the flags: the dequantising paths.
 		if l, err := mixedMoEArgs(2048, c.gate, c.down).Layout(); err != nil || l.Quant == moeQuantHopper {
-			t.Errorf("%s/%s without q6k: path %d (%v), want a dequantising one", c.gate, c.down, l.Quant, err)
+			t.Errorf("%s/%s without q6k and q5k: path %d (%v), want a dequantising one", c.gate, c.down, l.Quant, err)
 		}
 	}
 	// I = 320: whole 64-column stages, not whole q6_k blocks.

@@ -1013,6 +1013,7 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 
 #define QT_Q8_0_H 8
 #define QT_Q4_K_H 12
+#define QT_Q5_K_H 13
 #define QT_Q6_K_H 14
 #define QT_IQ4_XS_H 23
 // Not a quantisation: plain bf16 weight rows through gemm_wgmma_q's path
@@ -1024,9 +1025,13 @@ __global__ void __launch_bounds__(256) moe_gather_rows_f16(int R, int k, int H, 
 #define QT_Q4_K_F16_H 112
 #define QT_Q8_0_F16_H 108
 #define QT_IQ4_XS_F16_H 123
+#define QT_Q5_K_F16_H 113
 #define QT_Q6_K_F16_H 114
-// q6k_qt: q6_k's ids (its words and boxes differ from the others').
-template <int QT> constexpr bool q6k_qt = QT == QT_Q6_K_H || QT == QT_Q6_K_F16_H;
+// boxed_qt: q5_k's and q6_k's ids, whose stage's quant bytes are NBOX TMA
+// boxes of BOX bytes a row (q_words_at, q_boxes) and whose frag takes the
+// stage's index in its block (staged_frags).
+template <int QT>
+constexpr bool boxed_qt = QT == QT_Q5_K_H || QT == QT_Q5_K_F16_H || QT == QT_Q6_K_H || QT == QT_Q6_K_F16_H;
 
 __device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
   unsigned r;
@@ -1444,6 +1449,122 @@ template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
   }
 };
 
+// Q5_K: q4_k's stage (sub-blocks 2j and 2j + 1 of a 256-element block, j =
+// kb % 4, as the low and high nibbles of 32 qs bytes) with a fifth bit a
+// weight: bit 2j (low nibbles) or 2j + 1 (high) of qh[l] for the weight of
+// qs byte l. A stage's quant bytes (QB 64 a row) are two TMA boxes of 64
+// rows x 32 bytes: qs[32j ..+32] and the block's qh[32] (every stage
+// brings it again, the later ones from L2), so qh's words sit 2 KiB after
+// qs's at the same offsets. Scales as q4_k's, the high nibbles' without
+// its 2^-4 (they are shifted down here): each weight sc * q - m as
+// QD<QT_Q5_K> computes it.
+template <> struct QA<QT_Q5_K_H> : QA<QT_Q4_K_H> {
+  static constexpr int QB = 64, BOX = 32, NBOX = 2;
+  static __device__ __forceinline__ int qcol_box(int kb, int i) {
+    const int base = (kb >> 2) * 176;
+    return base + (i == 0 ? 48 + 32 * (kb & 3) : 16);
+  }
+  static __device__ __forceinline__ const unsigned char* scale_base(const unsigned char* w, long long wrows, int K) {
+    return w + align256h(wrows * (K / 256) * 176);
+  }
+  static __device__ __forceinline__ Hdr hdr(const unsigned char* w, const unsigned char* sb, long long grow, int K, int b) {
+    const long long bi = grow * (K / 256) + b;
+    return Hdr{ldg_v4(w + bi * 176), ldg_u32(reinterpret_cast<const unsigned*>(sb) + bi)};
+  }
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    unsigned sc, m;
+    sub(hd, j, sc, m);
+    const float d = f16_bits_h((unsigned short)(hd.dd & 0xFFFF)), dmin = f16_bits_h((unsigned short)(hd.dd >> 16));
+    const float fl = d * (float)(sc & 0xFF), ol = dmin * (float)(m & 0xFF);
+    const float fh = d * (float)(sc >> 8), oh = dmin * (float)(m >> 8);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "f"(fl), "f"(fl * 0x1p-8f), "f"(ol), "f"(fh) : "memory");
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(sa + 16), "f"(fh * 0x1p-8f), "f"(oh) : "memory");
+  }
+  // Words: q4_k's (w01, w23) and the qh bytes at the same offsets.
+  struct Words {
+    unsigned w01, w23, h01, h23;
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    return Words{__byte_perm(ld_shared4(q), ld_shared4(q + 8), sel), __byte_perm(ld_shared4(q + 16), ld_shared4(q + 24), sel),
+                 __byte_perm(ld_shared4(q + 2048), ld_shared4(q + 2056), sel), __byte_perm(ld_shared4(q + 2064), ld_shared4(q + 2072), sel)};
+  }
+  // five: the four five-bit values of word v's nibbles at bit nb (0 low, 4
+  // high), a byte each, their fifth bits bit b of h's bytes.
+  static __device__ __forceinline__ unsigned five(unsigned v, unsigned h, int nb, int b) {
+    return ((v >> nb) & 0x0F0F0F0Fu) | (((h >> b) << 4) & 0x10101010u);
+  }
+  // Steps 0, 1 the low nibbles (sub-block 2jj), 2, 3 the high ones.
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int jj, unsigned (&o)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const unsigned lo = five(i ? wd.w23 : wd.w01, i ? wd.h23 : wd.h01, 0, 2 * jj), ul = lo >> 16;
+      const unsigned hi = five(i ? wd.w23 : wd.w01, i ? wd.h23 : wd.h01, 4, 2 * jj + 1), uh = hi >> 16;
+      o[2 * i] = pack_bf16x2(sc.fl * (mag(lo, 0xFFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(lo, 0xFF00u) - 8388608.f) - sc.ol);
+      o[2 * i + 1] = pack_bf16x2(sc.fl * (mag(ul, 0xFFu) - 8388608.f) - sc.ol, sc.fl8 * (mag(ul, 0xFF00u) - 8388608.f) - sc.ol);
+      o[4 + 2 * i] = pack_bf16x2(sc.fh * (mag(hi, 0xFFu) - 8388608.f) - sc.oh, sc.fh8 * (mag(hi, 0xFF00u) - 8388608.f) - sc.oh);
+      o[5 + 2 * i] = pack_bf16x2(sc.fh * (mag(uh, 0xFFu) - 8388608.f) - sc.oh, sc.fh8 * (mag(uh, 0xFF00u) - 8388608.f) - sc.oh);
+    }
+  }
+};
+
+// Q5_K with f16 operands: q4_k's f16 form with the fifth bit or'ed in
+// beside each nibble (the five bits at 0-4 of each f16 half, so the high
+// nibbles take the low ones' factors: sc, not sc / 16): sc q, exact (at
+// most 63 x 31), then d sc q - dmin m, one f16 rounding.
+template <> struct QA<QT_Q5_K_F16_H> : QA<QT_Q5_K_H> {
+  static constexpr bool F16 = true;
+  // Staged as q4_k's f16 form: (sc, sc), (-1024 sc, ..) of the low
+  // nibbles, the same of the high ones, (d, d), (-dmin m, ..) low and high.
+  static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
+    unsigned sc, m;
+    sub(hd, j, sc, m);
+    const float dmin = f16_bits_h((unsigned short)(hd.dd >> 16));
+    const float sl = (float)(sc & 0xFF), shi = (float)(sc >> 8);
+    const unsigned d2 = (hd.dd & 0xFFFF) * 0x10001u;
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(sa), "r"(pack_f16(sl, sl)), "r"(pack_f16(-1024.f * sl, -1024.f * sl)),
+                 "r"(pack_f16(shi, shi)), "r"(pack_f16(-1024.f * shi, -1024.f * shi))
+                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(sa + 16), "r"(d2), "r"(pack_f16(-dmin * (float)(m & 0xFF), -dmin * (float)(m & 0xFF))),
+                 "r"(pack_f16(-dmin * (float)(m >> 8), -dmin * (float)(m >> 8))), "r"(0u)
+                 : "memory");
+  }
+  using Scales = QA<QT_Q4_K_F16_H>::Scales;
+  static __device__ __forceinline__ Scales scales(unsigned sa) { return QA<QT_Q4_K_F16_H>::scales(sa); }
+  // Words: as q4_k's f16 form, x[i] the lane's two qs bytes of the u16 at
+  // bytes 8i + 2tq4 moved to bytes 0 and 2, h[i] the qh bytes so.
+  struct Words {
+    unsigned x[4], h[4];
+  };
+  static __device__ __forceinline__ Words words(unsigned q, unsigned sel) {
+    const unsigned sp = 0x4140u + 0x0202u * ((sel >> 1) & 1);
+    Words r;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      r.x[i] = __byte_perm(ld_shared4(q + 8 * i), 0, sp);
+      r.h[i] = __byte_perm(ld_shared4(q + 2048 + 8 * i), 0, sp);
+    }
+    return r;
+  }
+  // h2: the f16 pair of five-bit values f (at bits 0-4 of each half) as d
+  // sc f - dmin m.
+  static __device__ __forceinline__ unsigned h2(unsigned f, unsigned s, unsigned c, unsigned d, unsigned o) {
+    unsigned n;
+    asm("lop3.b32 %0, %1, %2, %3, 0xFE;" : "=r"(n) : "r"(f), "r"(0u), "r"(0x64006400u));  // f | 0x6400: 1024 + f
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(n) : "r"(n), "r"(s), "r"(c));               // sc f, exact
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(n) : "r"(n), "r"(d), "r"(o));
+    return n;
+  }
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int jj, unsigned (&o)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const unsigned lo = (wd.x[i] & 0x000F000Fu) | (((wd.h[i] >> (2 * jj)) << 4) & 0x00100010u);
+      const unsigned hi = ((wd.x[i] >> 4) & 0x000F000Fu) | (((wd.h[i] >> (2 * jj + 1)) << 4) & 0x00100010u);
+      o[i] = h2(lo, sc.sl, sc.cl, sc.d, sc.ol);
+      o[4 + i] = h2(hi, sc.sh, sc.ch, sc.d, sc.oh);
+    }
+  }
+};
+
 // Q6_K: stage j = kb % 4 of a 256-element block is its columns 64j ..
 // 64j + 63, in half h = j / 2 of the block, nibble p = j % 2: column c's
 // six bits are nibble p of ql[64h + c] and bits 4p + 2 (c / 32) of
@@ -1453,12 +1574,11 @@ template <> struct QA<QT_IQ4_XS_F16_H> : QA<QT_IQ4_XS_H> {
 // ..+32], ql[64h + 32 ..+32] and qh[32h ..+32], one after the other, so a
 // 64-row group holds 6 KiB and a row's bytes are 32 apart in each box
 // (q_words_at). Stages 2h and 2h + 1 bring the same bytes (their nibbles
-// differ; the second from L2). frag takes p, the stage's parity, which the
-// consumer's stage counter gives (q_frag: a tile starts at a multiple of
-// K / 64 stages, itself a multiple of 4). The staged scales: the four
+// differ; the second from L2). frag takes the stage's index jj in its
+// block (staged_frags), whose parity is p. The staged scales: the four
 // k16 steps' d * sc and their 2^-8 multiples.
 template <> struct QA<QT_Q6_K_H> {
-  static constexpr int QB = 96, SC = 32, HDR_KB = 4, BOX = 32;
+  static constexpr int QB = 96, SC = 32, HDR_KB = 4, BOX = 32, NBOX = 3;
   static constexpr bool F16 = false;
   // qcol_box: box i's first byte column in the quant rows' tensor map
   // (208-byte bodies) at stage kb.
@@ -1523,7 +1643,8 @@ template <> struct QA<QT_Q6_K_H> {
   }
   // mag's 2^23 + 32 and 2^23 + 32 * 256 off give q - 32 exactly (times
   // 256 for a second byte, which f[2s + 1]'s 2^-8 undoes).
-  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int jj, unsigned (&o)[8]) {
+    const int p = jj & 1;
 #pragma unroll
     for (int s = 0; s < 4; s++) {
       const unsigned v = six(wd, p, s), u = v >> 16;
@@ -1566,7 +1687,8 @@ template <> struct QA<QT_Q6_K_F16_H> : QA<QT_Q6_K_H> {
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(n) : "r"(n), "r"(d));
     return n;
   }
-  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int p, unsigned (&o)[8]) {
+  static __device__ __forceinline__ void frag(const Words& wd, const Scales& sc, int jj, unsigned (&o)[8]) {
+    const int p = jj & 1;
 #pragma unroll
     for (int s = 0; s < 4; s++) {
       const unsigned v = six(wd, p, s);
@@ -1615,23 +1737,23 @@ template <> struct QA<QT_BF16_H> {
 template <int QT> __device__ __forceinline__ unsigned q_words_at(int row, int tq4) {
   if constexpr (QT == QT_BF16_H) {
     return row * 128 + 4 * tq4;
-  } else if constexpr (q6k_qt<QT>) {  // groups of 64 rows, each three boxes of 32-byte rows
+  } else if constexpr (boxed_qt<QT>) {  // groups of 64 rows, each NBOX boxes of BOX-byte rows
     return (row >> 6) * 64 * QA<QT>::QB + (row & 63) * QA<QT>::BOX + 4 * (tq4 >> 1);
   } else {
     return words_at(row, QA<QT>::QB, tq4);
   }
 }
 
-// q6_frags: q6_k's A fragments of a stage's rows ra (words at qa, scales
-// at sa) and rb (qb, sb) into fa and fb; j is the consumer's stage counter,
-// whose parity is the stage's (a tile starts at a multiple of K / 64
-// stages, itself a multiple of 4).
+// staged_frags: a boxed type's A fragments of a stage's rows ra (words at
+// qa, scales at sa) and rb (qb, sb) into fa and fb; j is the consumer's
+// stage counter, which is the stage's index in its block modulo 4 (a tile
+// starts at a multiple of K / 64 stages, itself a multiple of 4).
 template <int QT>
-__device__ __forceinline__ void q6_frags(unsigned sq, unsigned qa, unsigned qb, unsigned sel, unsigned sa, unsigned sb, int j,
-                                         unsigned (&fa)[8], unsigned (&fb)[8]) {
+__device__ __forceinline__ void staged_frags(unsigned sq, unsigned qa, unsigned qb, unsigned sel, unsigned sa, unsigned sb, int j,
+                                             unsigned (&fa)[8], unsigned (&fb)[8]) {
   using Q = QA<QT>;
-  Q::frag(Q::words(sq + qa, sel), Q::scales(sa), j & 1, fa);
-  Q::frag(Q::words(sq + qb, sel), Q::scales(sb), j & 1, fb);
+  Q::frag(Q::words(sq + qa, sel), Q::scales(sa), j & 3, fa);
+  Q::frag(Q::words(sq + qb, sel), Q::scales(sb), j & 3, fb);
 }
 
 // q_boxes: a stage's quant bytes of NC x 64 weight rows, boxes of 64 rows
@@ -1640,12 +1762,12 @@ __device__ __forceinline__ void q6_frags(unsigned sq, unsigned qa, unsigned qb, 
 template <int QT, int EPI, int NC>
 __device__ __forceinline__ void q_boxes(unsigned sq, const TmaMap* tq, int kb, int r0, int r1, unsigned fb) {
   constexpr int QB = QA<QT>::QB;
-  if constexpr (q6k_qt<QT>) {
+  if constexpr (boxed_qt<QT>) {
 #pragma unroll
     for (int i = 0; i < NC; i++) {
       const int row = EPI == 2 ? (i < NC / 2 ? r0 + 64 * i : r1 + 64 * (i - NC / 2)) : r0 + 64 * i;
 #pragma unroll
-      for (int b = 0; b < 3; b++) tma_load_2d(sq + 64 * i * QB + 64 * QA<QT>::BOX * b, tq, QA<QT>::qcol_box(kb, b), row, fb);
+      for (int b = 0; b < QA<QT>::NBOX; b++) tma_load_2d(sq + 64 * i * QB + 64 * QA<QT>::BOX * b, tq, QA<QT>::qcol_box(kb, b), row, fb);
     }
   } else {
     const int qc = QA<QT>::qcol(kb);
@@ -1838,7 +1960,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
   const int la = EPI == 2 ? 32 * c + 8 * warp + g : 64 * c + 16 * warp + g;
   const int qa = la, qb = EPI == 2 ? 32 * NC + la : la + 8;
   const unsigned qw = q_words_at<QT>(qa, tq4), wsel = words_sel(tq4), sbase = smem_u32(smem);
-  const unsigned qw6 = q_words_at<QT>(qb, tq4);  // rb's (q6_k's rows are not QB apart)
+  const unsigned qw6 = q_words_at<QT>(qb, tq4);  // rb's (a boxed type's rows are not QB apart)
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
@@ -1849,8 +1971,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
     const int s = j % ST;
     mbar_wait(smem_u32(&full_bar[s]), (j / ST) & 1);
     const unsigned sq = sbase + s * STAGE + X_BYTES, ssc = sq + Q_BYTES;
-    if constexpr (q6k_qt<QT>) {
-      q6_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, j, xa, xb);
+    if constexpr (boxed_qt<QT>) {
+      staged_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, j, xa, xb);
     } else {
       QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), xa);
       QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), xb);
@@ -1897,8 +2019,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), CTAS) gemm_wgmma_q(const __gri
         mbar_wait(smem_u32(&full_bar[s]), (it / ST) & 1);
         const unsigned sx = sbase + s * STAGE, sq = sx + X_BYTES, ssc = sq + Q_BYTES;
         unsigned fa[8], fb[8];
-        if constexpr (q6k_qt<QT>) {
-          q6_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, it, fa, fb);
+        if constexpr (boxed_qt<QT>) {
+          staged_frags<QT>(sq, qw, qw6, wsel, ssc + qa * SC, ssc + qb * SC, it, fa, fb);
         } else {
           QA<QT>::frag(QA<QT>::words(sq + qw, wsel), QA<QT>::scales(ssc + qa * SC), fa);
           QA<QT>::frag(QA<QT>::words(sq + qw + (qb - qa) * QB, wsel), QA<QT>::scales(ssc + qb * SC), fb);

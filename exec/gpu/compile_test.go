@@ -447,14 +447,14 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
-	// q6_k stacks on gemm_wgmma_q (QMoEForce.Q6K, opt-in; TestMoEQ6KGPU):
-	// under q4_k gate and up and all q6_k, in each shape the others take,
-	// on f16 and on bf16 operands.
-	for _, gt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+	// q6_k and q5_k stacks on gemm_wgmma_q (QMoEForce.Q6K, Q5K, opt-in;
+	// TestMoEQ6KGPU), in each shape the others take, on f16 and on bf16
+	// operands.
+	for _, pair := range q6kPairs {
 		for _, f := range q6kForces {
 			E, H, I := 8, 256, 512
 			ls, err := lower.MoE(lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
-				XType: "bf16", WType: gt.String(), DownType: quant.Q6_K.String(), OutType: "bf16", CC: 90, SMs: 132,
+				XType: "bf16", WType: pair[0].String(), DownType: pair[1].String(), OutType: "bf16", CC: 90, SMs: 132,
 				QGate: lower.QMatrix{W: p, Total: 2 * E * I}, QUp: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
 				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f})
 			if err != nil {

@@ -98,41 +98,47 @@ func quantMoE(t *testing.T, k *Kernels, s *cuda.Stream, name string, seed uint64
 	return a, d
 }
 
-// q6kForces are the grouped GEMM shapes TestMoEQ6KGPU runs q6_k stacks in
-// (and TestPlanKernelsCompile compiles): the default, two CTAs of two
-// warpgroups, 64- and 128-row tiles, the pipelined loop, MMAs as wide as
-// the tile; each on f16 and on bf16 operands.
+// q6kForces are the grouped GEMM shapes TestMoEQ6KGPU runs q6_k and q5_k
+// stacks in (and TestPlanKernelsCompile compiles): the default, two CTAs
+// of two warpgroups, 64- and 128-row tiles, the pipelined loop, MMAs as
+// wide as the tile; each on f16 and on bf16 operands.
 var q6kForces = func() []lower.QMoEForce {
 	var fs []lower.QMoEForce
 	for _, bf16ops := range []bool{false, true} {
 		for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
-			f.Q6K, f.BF16Ops = true, bf16ops
+			f.Q6K, f.Q5K, f.BF16Ops = true, true, bf16ops
 			fs = append(fs, f)
 		}
 	}
 	return fs
 }()
 
-// TestMoEQ6KGPU: q6_k expert stacks on gemm_wgmma_q (QMoEForce.Q6K,
-// QA<QT_Q6_K_H> and QA<QT_Q6_K_F16_H>: the weights dequantised in the
-// MMA's registers), under q4_k gate and up and all q6_k, against the float
-// reference in every shape of q6kForces. On bf16 operands under q4_k the
-// result equals bit for bit that of the path which dequantises the q6_k
-// down into the workspace and runs it as bf16 rows on the same GEMM (the
-// same bf16 weights, the same MMAs in the same order).
+// q6kPairs are the gate+up and down types of TestMoEQ6KGPU: llama.cpp's
+// Q4_K_M (q6_k downs under q4_k), its Q5_K_M (under q5_k), Q6_K, and all
+// q5_k.
+var q6kPairs = [][2]quant.Type{{quant.Q4_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K}, {quant.Q6_K, quant.Q6_K}, {quant.Q5_K, quant.Q5_K}}
+
+// TestMoEQ6KGPU: q6_k and q5_k expert stacks on gemm_wgmma_q
+// (QMoEForce.Q6K, Q5K: QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16 forms,
+// the weights dequantised in the MMA's registers) against the float
+// reference in every shape of q6kForces. On bf16 operands a q6_k down
+// under q4_k gives bit for bit the result of the path which dequantises
+// the down into the workspace and runs it as bf16 rows on the same GEMM
+// (the same bf16 weights, the same MMAs in the same order).
 func TestMoEQ6KGPU(t *testing.T) {
 	k, s := hopperGPU(t)
-	for _, gt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+	for _, pair := range q6kPairs {
+		gt, dt := pair[0], pair[1]
 		for _, c := range []moeCase{
 			{T: 129, H: 512, I: 256, E: 64, k: 6, dist: "skewed"},
 			{T: 200, H: 256, I: 512, E: 16, k: 4, dist: "same", acc: true},
 			{T: 300, H: 768, I: 256, E: 8, k: 2, dist: "distinct"},
 		} {
 			for _, f := range q6kForces {
-				name := fmt.Sprintf("%s+q6_k/%+v/%+v", gt, f, c)
+				name := fmt.Sprintf("%s+%s/%+v/%+v", gt, dt, f, c)
 				t.Run(name, func(t *testing.T) {
 					run := func(f lower.QMoEForce) ([]float32, moeData) {
-						a, d := quantMoE(t, k, s, name, 47, c, gt, quant.Q6_K)
+						a, d := quantMoE(t, k, s, name, 47, c, gt, dt)
 						a.QMoE = f
 						moeWorkspace(t, k, s, &a)
 						ls, err := k.MoELaunches(a)
@@ -140,7 +146,7 @@ func TestMoEQ6KGPU(t *testing.T) {
 							t.Fatal(err)
 						}
 						if f.Q6K && hasKernel(ls, "qdequant") {
-							t.Fatalf("q6k: the stacks were dequantised: %v", ls)
+							t.Fatalf("q6k, q5k: the stacks were dequantised: %v", ls)
 						}
 						if err := k.MoEExperts(s, a); err != nil {
 							t.Fatal(err)
@@ -153,7 +159,7 @@ func TestMoEQ6KGPU(t *testing.T) {
 						return
 					}
 					nf := f
-					nf.Q6K = false
+					nf.Q6K, nf.Q5K = false, false
 					want, _ := run(nf)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
