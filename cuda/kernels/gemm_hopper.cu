@@ -1515,6 +1515,8 @@ template <> struct QA<QT_Q5_K_F16_H> : QA<QT_Q5_K_H> {
   static constexpr bool F16 = true;
   // Staged as q4_k's f16 form: (sc, sc), (-1024 sc, ..) of the low
   // nibbles, the same of the high ones, (d, d), (-dmin m, ..) low and high.
+  // (One function with q4_k's, its high factors a template choice, changed
+  // the register allocation of q4_k's default instantiations: kept apart.)
   static __device__ __forceinline__ void put_scales(unsigned sa, const Hdr& hd, int j) {
     unsigned sc, m;
     sub(hd, j, sc, m);
