@@ -71,3 +71,58 @@ func (p *Plan) ConversionNote() string {
 	}
 	return "converted at upload, no GPU kernel reading their type there: " + strings.Join(parts, "; ")
 }
+
+// Dequant is what a full prefill chunk dequantises into the workspace
+// before its GEMMs read it (qdequant launches): the dense matmuls of
+// quantised weights without a bf16 copy, and the expert stacks of types
+// without a grouped GEMM (q5_k, q6_k unless QMoEForce asks for theirs).
+// Every chunk writes these bytes and reads them back.
+type Dequant struct {
+	Matrices int   `json:"matrices"`
+	Bytes    int64 `json:"bytes"` // written a chunk
+	Experts  int   `json:"expert_stacks"`
+}
+
+// PrefillDequant sums the prefill schedule's qdequant launches.
+func (p *Plan) PrefillDequant() Dequant {
+	var d Dequant
+	if p.Prefill == nil {
+		return d
+	}
+	for _, st := range p.Prefill.Steps {
+		for _, l := range st.Launches {
+			if l.Kernel != "qdequant" || len(l.Args) < 4 || len(l.DTypes) != 1 {
+				continue
+			}
+			d.Matrices++
+			d.Bytes += l.Args[3].Int * l.Args[1].Int * int64(dtypeSize(l.DTypes[0])) // rows n x K
+			if strings.HasPrefix(st.Op, "moe") {
+				d.Experts++
+			}
+		}
+	}
+	return d
+}
+
+// DequantNote says what PrefillDequant counts in one line ("" if
+// nothing).
+func (p *Plan) DequantNote() string {
+	d := p.PrefillDequant()
+	if d.Matrices == 0 {
+		return ""
+	}
+	return "prefill dequantises " + d.String()
+}
+
+// String is "N matrices (M expert stacks) into the workspace every chunk,
+// X written and read back".
+func (d Dequant) String() string {
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	return fmt.Sprintf("%s (%s) into the workspace every chunk, %s written and read back",
+		plural(d.Matrices, "matrix", "matrices"), plural(d.Experts, "expert stack", "expert stacks"), FormatBytes(d.Bytes))
+}

@@ -417,6 +417,9 @@ func (p *Plan) Print(w io.Writer) error {
 	if len(p.Shadows) > 0 {
 		fmt.Fprintf(w, "bf16 copies of quantised weights for prefill: %d, %s\n", len(p.Shadows), FormatBytes(p.ShadowBytes))
 	}
+	if note := p.DequantNote(); note != "" {
+		fmt.Fprintf(w, "%s\n", note)
+	}
 	for _, s := range []*Schedule{p.Decode, p.Prefill} {
 		launches := make([][]Launch, len(s.Steps))
 		for i, st := range s.Steps {

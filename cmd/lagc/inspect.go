@@ -70,6 +70,10 @@ type inspectJSON struct {
 	// no plan is made (an invalid checkpoint).
 	GPUWeightBytes int64              `json:"gpu_weight_bytes,omitempty"`
 	GPUConversions []lower.Conversion `json:"gpu_conversions,omitempty"`
+	// GPUPrefillDequant is what each prefill chunk of that plan
+	// dequantises into the workspace (lower.Plan.PrefillDequant); absent
+	// where nothing.
+	GPUPrefillDequant *lower.Dequant `json:"gpu_prefill_dequant,omitempty"`
 }
 
 func runInspect(path string, o inspectOpts, stdout io.Writer) error {
@@ -86,6 +90,9 @@ func runInspect(path string, o inspectOpts, stdout io.Writer) error {
 		out.Valid, out.Problems = false, err.Error()
 	} else if p, err := inspectPlan(ck, rep.Memory.Context); err == nil {
 		out.GPUWeightBytes, out.GPUConversions = p.WeightBytes, p.Conversions()
+		if d := p.PrefillDequant(); d.Matrices > 0 {
+			out.GPUPrefillDequant = &d
+		}
 	}
 	for k, v := range ck.Metadata() {
 		out.Metadata[k] = summarizeValue(v, o.json)
@@ -168,6 +175,9 @@ func printInspect(w io.Writer, r inspectJSON, cfg *config.Config) {
 		for _, c := range r.GPUConversions {
 			fmt.Fprintf(w, "               %d %s tensors converted to %s on upload (no GPU kernel reads their type there): %s as stored, %s on the GPU\n",
 				c.Tensors, c.Source, c.DType, lower.FormatBytes(c.Stored), lower.FormatBytes(c.Bytes))
+		}
+		if d := r.GPUPrefillDequant; d != nil {
+			fmt.Fprintf(w, "gpu prefill:   dequantises %s\n", d)
 		}
 	} else {
 		fmt.Fprintf(w, "gpu memory:    %s at context %d: weights %s + KV caches (bf16) %s; activations come on top (lagc plan)\n",

@@ -181,3 +181,35 @@ func TestInspectGPUWeights(t *testing.T) {
 		t.Errorf("text:\n%s", text)
 	}
 }
+
+// TestInspectPrefillDequant: inspect says what the GPU plan's prefill
+// dequantises every chunk: llama.cpp's Q4_K_M of the fixture model its one
+// q6_k down stack (3 experts of 256 x 256, 512 KiB of bf16 rows), lagc's
+// q4_k_m recipe nothing (the field absent).
+func TestInspectPrefillDequant(t *testing.T) {
+	out, stderr, code := runInspectCmd(t, "../../testdata/quant/q4_k_m-llama.gguf", "--json", "--tensors=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r struct {
+		D *struct {
+			Matrices int   `json:"matrices"`
+			Bytes    int64 `json:"bytes"`
+			Experts  int   `json:"expert_stacks"`
+		} `json:"gpu_prefill_dequant"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.D == nil || r.D.Matrices != 1 || r.D.Experts != 1 || r.D.Bytes != 512<<10 {
+		t.Errorf("gpu_prefill_dequant %+v, want the one q6_k down stack, 512 KiB", r.D)
+	}
+	text, _, _ := runInspectCmd(t, "../../testdata/quant/q4_k_m-llama.gguf", "--tensors=false")
+	if !strings.Contains(text, "gpu prefill:   dequantises 1 matrix (1 expert stack) into the workspace every chunk, 512.0 KiB written and read back\n") {
+		t.Errorf("text:\n%s", text)
+	}
+	out, _, _ = runInspectCmd(t, "../../testdata/quant/q4_k_m.gguf", "--json", "--tensors=false")
+	if strings.Contains(out, "gpu_prefill_dequant") {
+		t.Errorf("lagc's q4_k_m: a prefill dequantisation reported")
+	}
+}

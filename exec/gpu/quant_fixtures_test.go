@@ -33,7 +33,26 @@ func TestQuantFixturesGPU(t *testing.T) {
 	for _, path := range files {
 		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
 		// Graph replay against eager: the recipe, and llama.cpp's mixture.
-		t.Run(name, func(t *testing.T) { quantFileAgainstCPU(t, path, strings.HasPrefix(name, "q4_k_m")) })
+		t.Run(name, func(t *testing.T) { quantFileAgainstCPU(t, path, quantPrompt, strings.HasPrefix(name, "q4_k_m")) })
+	}
+}
+
+// TestQuantFixturesQ6KGPU: the fixtures whose expert stacks are q6_k or
+// q5_k (llama.cpp's Q4_K_M of the fixture model: q6_k downs under q4_k;
+// lagc's q6_k and q5_k recipes) on the grouped GEMMs of their types
+// (LAGC_QMOE_SHAPE=q6k,q5k; by default those stacks are dequantised into
+// the workspace), against the CPU engine, with a prompt of 40 tokens: a
+// prefill chunk past the GEMV path's 8 rows, so that the grouped GEMMs run.
+func TestQuantFixturesQ6KGPU(t *testing.T) {
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(1 + 7*i%61) // the fixtures' vocabulary is 64
+	}
+	t.Setenv("LAGC_QMOE_SHAPE", "q6k,q5k")
+	for _, name := range []string{"q4_k_m-llama", "q6_k", "q5_k"} {
+		t.Run(name, func(t *testing.T) {
+			quantFileAgainstCPU(t, filepath.Join(fixture.Root(t), "testdata", "quant", name+".gguf"), prompt, true)
+		})
 	}
 }
 
@@ -64,17 +83,20 @@ func TestQuantFallbacksGPU(t *testing.T) {
 			if gate.DType != ckpt.Q8_0 || down.DType != ckpt.F16 {
 				t.Fatalf("layer 1's stacks %s and %s: not the fallback mix this test is for", gate.DType, down.DType)
 			}
-			quantFileAgainstCPU(t, path, true)
+			quantFileAgainstCPU(t, path, quantPrompt, true)
 		})
 	}
 }
 
+// quantPrompt is quantFileAgainstCPU's usual prompt: 8 tokens, a decode
+// batch's GEMVs.
+var quantPrompt = []int32{1, 5, 9, 13, 17, 21, 25, 29}
+
 // quantFileAgainstCPU runs the quantised file at path on the GPU against
 // the CPU engine on the same file, which is bitwise the float32 executor
-// on the dequantised weights (TestQuantFixturesGPU); replay: also graph
-// replay against eager launches, bit for bit.
-func quantFileAgainstCPU(t *testing.T, path string, replay bool) {
-	prompt := []int32{1, 5, 9, 13, 17, 21, 25, 29}
+// on the dequantised weights (TestQuantFixturesGPU), prompt then 16 steps;
+// replay: also graph replay against eager launches, bit for bit.
+func quantFileAgainstCPU(t *testing.T, path string, prompt []int32, replay bool) {
 	const steps = 16
 	ref, err := engine.Open(path, engine.Options{Device: "cpu"})
 	if err != nil {
