@@ -34,7 +34,19 @@ func TestQuantFixturesGPU(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
 		// Graph replay against eager: the recipe, and llama.cpp's mixture.
 		t.Run(name, func(t *testing.T) { quantFileAgainstCPU(t, path, quantPrompt, strings.HasPrefix(name, "q4_k_m")) })
+		// and a prompt past the GEMV path's 8 rows: the prefill GEMMs.
+		t.Run(name+"/prefill", func(t *testing.T) { quantFileAgainstCPU(t, path, longPrompt(), false) })
 	}
+}
+
+// longPrompt is 40 tokens of the fixtures' vocabulary (64): a prefill
+// chunk past the GEMV path's 8 rows, so that the GEMMs run.
+func longPrompt() []int32 {
+	p := make([]int32, 40)
+	for i := range p {
+		p[i] = int32(1 + 7*i%61)
+	}
+	return p
 }
 
 // TestQuantFixturesQ6KGPU: the fixtures whose expert stacks are q6_k or
@@ -44,10 +56,7 @@ func TestQuantFixturesGPU(t *testing.T) {
 // the workspace), against the CPU engine, with a prompt of 40 tokens: a
 // prefill chunk past the GEMV path's 8 rows, so that the grouped GEMMs run.
 func TestQuantFixturesQ6KGPU(t *testing.T) {
-	prompt := make([]int32, 40)
-	for i := range prompt {
-		prompt[i] = int32(1 + 7*i%61) // the fixtures' vocabulary is 64
-	}
+	prompt := longPrompt()
 	t.Setenv("LAGC_QMOE_SHAPE", "q6k,q5k")
 	for _, name := range []string{"q4_k_m-llama", "q6_k", "q5_k"} {
 		t.Run(name, func(t *testing.T) {
