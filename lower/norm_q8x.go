@@ -237,6 +237,8 @@ type span struct {
 //     scaling, bias, weights, ids, counter): logits f32 [R, E], R its
 //     first integer parameter, weights f32 and ids i32, each [R, k], and
 //     the counter (4 bytes);
+//   - router_fused_shared (TopKShared: router_fused's, then S, first):
+//     as router_fused, the weights and ids each [R, k+S];
 //   - moe_add_shared (MoEAddShared: T, k, S, first, weights, ids, w2,
 //     ids2): w2 f32 and ids2 i32, each [T, k+S].
 //
@@ -254,6 +256,9 @@ func routerOutputs(l Launch) ([]span, bool) {
 		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
 	case l.Kernel == "router_fused" && is(i, i, i, p, p, p, i, f, f, p, p, p, p) && len(l.Ints) == 2:
 		R, E, k := l.Ints[0], a[0].Int, a[6].Int
+		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
+	case l.Kernel == "router_fused_shared" && is(i, i, i, p, p, p, i, f, f, p, p, p, p, i, i) && len(l.Ints) == 2:
+		R, E, k := l.Ints[0], a[0].Int, a[6].Int+a[13].Int
 		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
 	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):
 		T, k, S := a[0].Int, a[1].Int, a[2].Int

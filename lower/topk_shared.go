@@ -7,10 +7,13 @@ import "fmt"
 // step's first launch, moe_add_shared, copies them into the routes buffer
 // with the shared experts' routes (weight 1) appended. fuseTopKShared lets
 // the selection write the extended routes itself (router_topk_shared), one
-// launch fewer a layer. Its invariant:
+// launch fewer a layer. A decode layer whose shared expert runs among the
+// routed ones (a bf16 model's, or stacks of one type: llama.cpp's
+// mixtures) does the same after its router_fused (router_fused_shared): a
+// one-block launch fewer on the step's chain. Its invariant:
 //
-//	a router_topk launch R ending its step and a moe_add_shared launch A of
-//	the next step, with only memcpy launches before A in that step (the
+//	a router_topk (or router_fused) launch R ending its step and a moe_add_shared launch A of
+//	the next step that launches anything, with only memcpy launches before A in that step (the
 //	residual's copy), become TopKShared(R, A) and A is dropped, only when A
 //	reads exactly R's weights and ids (as many tokens and routes), at most
 //	32 routes a token, the memcpys touch neither R's outputs nor A's, no
@@ -21,13 +24,47 @@ import "fmt"
 // and ids and appends the same constants), and R's own output rows, which
 // it no longer writes, are read by nobody.
 
-// TopKShared is the router_topk launch r writing the routes the
-// moe_add_shared launch a makes of its output, as router_topk_shared.
+// topkRouter is what TopKShared reads of a selecting launch: its tokens,
+// routes a token, the weights and ids it writes, what else it reads or
+// writes (which the extended routes must not overlap), and where its
+// arguments end before the routes (router_topk) or continue after them
+// (router_fused: the counter).
+type topkRouter struct {
+	T, k        int64
+	w, ids      Arg
+	other       []byteRange
+	shared      string
+	head, after []Arg
+}
+
+// readTopK reads r as RouterTopK builds a router_topk launch or
+// RouterFused a router_fused one.
+func readTopK(r Launch) (topkRouter, bool) {
+	a := r.Args
+	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
+	switch {
+	case r.Kernel == "router_topk" && r.File == "router.cu" && len(r.DTypes) == 1 && len(r.Ints) == 1 && ArgKinds(a, i, i, i, f, f, p, x, p, p, p):
+		T, E := a[0].Int, a[1].Int
+		return topkRouter{T: T, k: a[2].Int, w: a[8], ids: a[9], shared: "router_topk_shared", head: a[:8],
+			other: []byteRange{rowsRange(a[5].Ptr(), T, a[6].Int, E, 4), bytesAt(a[7].Ptr(), 4*E)}}, true
+	case r.Kernel == "router_fused" && r.File == "router.cu" && len(r.DTypes) == 2 && len(r.Ints) == 2 &&
+		ArgKinds(a, i, i, i, p, p, p, i, f, f, p, p, p, p):
+		T, E, K, xs := r.Ints[0], a[0].Int, a[1].Int, int64(dtypeSize(r.DTypes[0]))
+		return topkRouter{T: T, k: a[6].Int, w: a[10], ids: a[11], shared: "router_fused_shared", head: a[:10], after: a[12:],
+			other: []byteRange{rowsRange(a[5].Ptr(), T, E, E, 4), bytesAt(a[9].Ptr(), 4*E), bytesAt(a[12].Ptr(), 4),
+				rowsRange(a[3].Ptr(), T, K, K, xs)}}, xs > 0
+	}
+	return topkRouter{}, false
+}
+
+// TopKShared is the router_topk (or router_fused) launch r writing the
+// routes the moe_add_shared launch a makes of its output, as
+// router_topk_shared (router_fused_shared).
 func TopKShared(r, a Launch) (Launch, error) {
 	const op = "TopKShared"
-	if r.Kernel != "router_topk" || r.File != "router.cu" || len(r.DTypes) != 1 || len(r.Ints) != 1 || len(r.Args) != 10 ||
-		!ArgKinds(r.Args, ArgI32, ArgI32, ArgI32, ArgF32, ArgF32, ArgPtr, ArgI64, ArgPtr, ArgPtr, ArgPtr) {
-		return Launch{}, fmt.Errorf("%s: %s is not a router_topk launch as RouterTopK builds it", op, r.NameExpr())
+	rt, ok := readTopK(r)
+	if !ok {
+		return Launch{}, fmt.Errorf("%s: %s is not a router_topk or router_fused launch as RouterTopK and RouterFused build them", op, r.NameExpr())
 	}
 	if a.Kernel != "moe_add_shared" || a.File != "moe.cu" || len(a.Args) != 8 ||
 		!ArgKinds(a.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr) {
@@ -35,24 +72,23 @@ func TopKShared(r, a Launch) (Launch, error) {
 	}
 	T, k, S, first := a.Args[0].Int, a.Args[1].Int, a.Args[2].Int, a.Args[3].Int
 	switch {
-	case T != r.Args[0].Int || k != r.Args[2].Int:
-		return Launch{}, fmt.Errorf("%s: moe_add_shared of %d tokens' %d routes after router_topk's %d of %d", op, T, k, r.Args[0].Int, r.Args[2].Int)
-	case a.Args[4] != r.Args[8] || a.Args[5] != r.Args[9]:
-		return Launch{}, fmt.Errorf("%s: moe_add_shared reads %v and %v, router_topk writes %v and %v", op, a.Args[4], a.Args[5], r.Args[8], r.Args[9])
+	case T != rt.T || k != rt.k:
+		return Launch{}, fmt.Errorf("%s: moe_add_shared of %d tokens' %d routes after %s's %d of %d", op, T, k, r.Kernel, rt.T, rt.k)
+	case a.Args[4] != rt.w || a.Args[5] != rt.ids:
+		return Launch{}, fmt.Errorf("%s: moe_add_shared reads %v and %v, %s writes %v and %v", op, a.Args[4], a.Args[5], r.Kernel, rt.w, rt.ids)
 	case S < 1 || k+S > 32 || first < 0:
 		return Launch{}, fmt.Errorf("%s: %d routed and %d shared routes a token from expert %d (a warp's lanes hold them: at most 32)", op, k, S, first)
 	}
-	in := []byteRange{rowsRange(r.Args[5].Ptr(), T, r.Args[6].Int, r.Args[1].Int, 4), bytesAt(r.Args[7].Ptr(), 4*r.Args[1].Int)}
 	for _, e := range routeRanges(a.Args[6], a.Args[7], T*(k+S)) {
-		for _, o := range in {
+		for _, o := range rt.other {
 			if e.overlaps(o) {
-				return Launch{}, fmt.Errorf("%s: the extended routes overlap the router's logits or bias", op)
+				return Launch{}, fmt.Errorf("%s: the extended routes overlap the router's logits, bias or other operands (%s)", op, r.Kernel)
 			}
 		}
 	}
 	f := r
-	f.Kernel = "router_topk_shared"
-	f.Args = append(append([]Arg(nil), r.Args[:8]...), a.Args[6], a.Args[7], i32(int(S)), i32(int(first)))
+	f.Kernel = rt.shared
+	f.Args = append(append(append(append([]Arg(nil), rt.head...), a.Args[6], a.Args[7]), rt.after...), i32(int(S)), i32(int(first)))
 	return f, nil
 }
 
@@ -62,11 +98,20 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 		return
 	}
 	for i := 0; i+1 < len(steps); i++ {
-		if len(steps[i]) == 0 || steps[i][len(steps[i])-1].Kernel != "router_topk" {
+		if len(steps[i]) == 0 {
 			continue
 		}
 		r := steps[i][len(steps[i])-1]
+		rt, ok := readTopK(r)
+		if !ok {
+			continue
+		}
+		// A's step: the next one launching anything (decode's selection
+		// step launches nothing: router_fused does its work).
 		j := i + 1
+		for j+1 < len(steps) && len(steps[j]) == 0 {
+			j++
+		}
 		m := 0
 		for m < len(steps[j]) && steps[j][m].Kernel == Memcpy {
 			m++
@@ -80,8 +125,7 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 			continue
 		}
 		T, k, S := a.Args[0].Int, a.Args[1].Int, a.Args[2].Int
-		outs := routeRanges(r.Args[8], r.Args[9], T*k)
-		ok := true
+		outs := routeRanges(rt.w, rt.ids, T*k)
 		for _, c := range steps[j][:m] {
 			n := c.Args[2].Int
 			for _, b := range append(outs, routeRanges(a.Args[6], a.Args[7], T*(k+S))...) {
@@ -92,13 +136,13 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 		}
 		for _, l := range steps[j][m+1:] {
 			for _, arg := range l.Args {
-				if arg.Kind == ArgPtr && (arg.Ptr() == r.Args[8].Ptr() || arg.Ptr() == r.Args[9].Ptr()) {
+				if arg.Kind == ArgPtr && (arg.Ptr() == rt.w.Ptr() || arg.Ptr() == rt.ids.Ptr()) {
 					ok = false
 				}
 			}
 		}
 		for _, o := range outs {
-			ok = ok && onlyReaderUntilWritten(meta, i+1, j, o, int(T))
+			ok = ok && onlyReaderUntilWritten(meta, j, j, o, int(T))
 		}
 		if !ok {
 			continue

@@ -8,52 +8,62 @@ import (
 	"lagc/ir"
 )
 
-// TestFuseTopKShared: in S-2.1 bf16 prefill plans at 2048 and 300 tokens
-// with the opt-in fusion enabled, every MoE layer's router_topk becomes
-// TopKShared of it and the moe_add_shared after it, which goes; nothing
-// else changes against the default plan (without it), decode included; an
-// opt-in fusion only, and only a known one, may be enabled.
+// TestFuseTopKShared: in S-2.1 bf16 plans with the opt-in fusion enabled,
+// every MoE layer's router_topk (prefill at 2048 and 300 tokens) and
+// router_fused (decode) becomes TopKShared of it and the moe_add_shared
+// after it, which goes; nothing else changes against the default plan
+// (without it); an opt-in fusion only, and only a known one, may be
+// enabled.
 func TestFuseTopKShared(t *testing.T) {
 	off := Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132}
 	on := off
 	on.EnableFusions = []string{"fuseTopKShared"} // opt-in
 	fused, plain := bf16Plan(t, "laguna-s-2.1", 4, on), bf16Plan(t, "laguna-s-2.1", 4, off)
-	for _, T := range []int{2048, 300} {
-		got, err := fused.At(fused.Prefill, T)
+	for _, c := range []struct {
+		decode bool
+		T      int
+	}{{false, 2048}, {false, 300}, {true, 1}} {
+		fs, ps, router := fused.Prefill, plain.Prefill, "router_topk"
+		if c.decode {
+			fs, ps, router = fused.Decode, plain.Decode, "router_fused"
+		}
+		T := c.T
+		got, err := fused.At(fs, T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := plain.At(plain.Prefill, T)
+		want, err := plain.At(ps, T)
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for i := range want {
-			if len(want[i]) == 0 || want[i][len(want[i])-1].Kernel != "router_topk" {
+			if len(want[i]) == 0 || want[i][len(want[i])-1].Kernel != router {
 				continue
 			}
 			r := want[i][len(want[i])-1]
+			j := i + 1
+			for len(want[j]) == 0 { // decode's selection step launches nothing
+				j++
+			}
 			m := 0
-			for want[i+1][m].Kernel == Memcpy {
+			for want[j][m].Kernel == Memcpy {
 				m++
 			}
-			f, err := TopKShared(r, want[i+1][m])
+			f, err := TopKShared(r, want[j][m])
 			if err != nil {
 				t.Fatalf("T=%d: %v", T, err)
 			}
 			want[i][len(want[i])-1] = f
-			want[i+1] = append(want[i+1][:m:m], want[i+1][m+1:]...)
+			want[j] = append(want[j][:m:m], want[j][m+1:]...)
 			n++
 		}
 		if n != 3 {
-			t.Fatalf("T=%d: %d router_topk launches in 3 MoE layers", T, n)
+			t.Fatalf("T=%d: %d %s launches in 3 MoE layers", T, n, router)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("T=%d: the fused plan is not the plain one with TopKShared's launches", T)
 		}
-	}
-	if !reflect.DeepEqual(fused.Decode, plain.Decode) {
-		t.Errorf("decode changed")
 	}
 	for _, bad := range []string{"fuseGEMVNorm", "fuseNothing"} {
 		o := off
@@ -111,26 +121,76 @@ func TestTopKSharedInvariant(t *testing.T) {
 	if _, err := TopKShared(r, a); err != nil {
 		t.Fatalf("the plan's own launches: %v", err)
 	}
-	mod := func(l Launch, f func(*Launch)) Launch {
-		l.Args = append([]Arg(nil), l.Args...)
-		f(&l)
-		return l
-	}
 	for _, c := range []struct {
 		name   string
 		r, a   Launch
 		reason string
 	}{
-		{"block kernel", mod(r, func(l *Launch) { l.Kernel = "router_topk_block" }), a, "not a router_topk"},
-		{"tokens", r, mod(a, func(l *Launch) { l.Args[0] = i32(7) }), "tokens"},
-		{"other weights", r, mod(a, func(l *Launch) { l.Args[4] = l.Args[6] }), "reads"},
-		{"33 routes", r, mod(a, func(l *Launch) { l.Args[2] = i32(23) }), "at most 32"},
-		{"no shared", r, mod(a, func(l *Launch) { l.Args[2] = i32(0) }), "at most 32"},
-		{"over logits", r, mod(a, func(l *Launch) { l.Args[6] = r.Args[5] }), "overlap the router's logits"},
+		{"block kernel", modLaunch(r, func(l *Launch) { l.Kernel = "router_topk_block" }), a, "not a router_topk"},
+		{"tokens", r, modLaunch(a, func(l *Launch) { l.Args[0] = i32(7) }), "tokens"},
+		{"other weights", r, modLaunch(a, func(l *Launch) { l.Args[4] = l.Args[6] }), "reads"},
+		{"33 routes", r, modLaunch(a, func(l *Launch) { l.Args[2] = i32(23) }), "at most 32"},
+		{"no shared", r, modLaunch(a, func(l *Launch) { l.Args[2] = i32(0) }), "at most 32"},
+		{"over logits", r, modLaunch(a, func(l *Launch) { l.Args[6] = r.Args[5] }), "overlap the router's logits"},
 	} {
 		_, err := TopKShared(c.r, c.a)
 		if err == nil || !strings.Contains(err.Error(), c.reason) {
 			t.Errorf("%s: %v, want an error about %q", c.name, err, c.reason)
 		}
 	}
+}
+
+// TestTopKSharedRouterFused: in decode TopKShared turns router_fused and
+// the moe_add_shared after it into router_fused_shared: router_fused's
+// arguments with the extended routes for its own and S, first after the
+// counter, which routerOutputs reads as k+S routes a token; it refuses
+// extended routes over the router's activations, logits or counter, or
+// another token count.
+func TestTopKSharedRouterFused(t *testing.T) {
+	p := bf16Plan(t, "laguna-s-2.1", 2, Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132})
+	var r, a Launch
+	for _, st := range p.Decode.Steps {
+		for _, l := range st.Launches {
+			switch l.Kernel {
+			case "router_fused":
+				r = l
+			case "moe_add_shared":
+				a = l
+			}
+		}
+	}
+	f, err := TopKShared(r, a)
+	if err != nil {
+		t.Fatalf("the plan's own launches: %v", err)
+	}
+	want := append(append(append([]Arg(nil), r.Args[:10]...), a.Args[6], a.Args[7], r.Args[12]), a.Args[2], a.Args[3])
+	if f.Kernel != "router_fused_shared" || !reflect.DeepEqual(f.Args, want) || !reflect.DeepEqual(f.Ints, r.Ints) || f.Grid != r.Grid || f.Shmem != r.Shmem {
+		t.Errorf("fused %v, want router_fused_shared with %v", f, want)
+	}
+	spans, ok := routerOutputs(f)
+	if k, S := a.Args[1].Int, a.Args[2].Int; !ok || len(spans) != 4 || spans[1] != (span{a.Args[6].Ptr(), 4 * (k + S)}) || spans[2] != (span{a.Args[7].Ptr(), 4 * (k + S)}) {
+		t.Errorf("routerOutputs of the fused launch: %v, %v", spans, ok)
+	}
+	for _, c := range []struct {
+		name   string
+		r, a   Launch
+		reason string
+	}{
+		{"over x", r, modLaunch(a, func(l *Launch) { l.Args[6] = r.Args[3] }), "overlap"},
+		{"over logits", r, modLaunch(a, func(l *Launch) { l.Args[7] = r.Args[5] }), "overlap"},
+		{"over the counter", r, modLaunch(a, func(l *Launch) { l.Args[6] = r.Args[12] }), "overlap"},
+		{"tokens", r, modLaunch(a, func(l *Launch) { l.Args[0] = i32(2) }), "tokens"},
+		{"other ids", r, modLaunch(a, func(l *Launch) { l.Args[5] = l.Args[7] }), "reads"},
+	} {
+		if _, err := TopKShared(c.r, c.a); err == nil || !strings.Contains(err.Error(), c.reason) {
+			t.Errorf("%s: %v, want an error about %q", c.name, err, c.reason)
+		}
+	}
+}
+
+// modLaunch is l with f applied to a copy of its arguments.
+func modLaunch(l Launch, f func(*Launch)) Launch {
+	l.Args = append([]Arg(nil), l.Args...)
+	f(&l)
+	return l
 }

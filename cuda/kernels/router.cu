@@ -247,20 +247,29 @@ __global__ void router_topk_block(int ntok, int E, int k, float softcap, float s
 // Dynamic shared memory: router_topk_block's. Launch bounds (256, 1):
 // under (256) ptxas spilled at R = 8 to fit 64 registers. router_fused_body
 // is block blk of nblk such blocks (router_qgemv.cu runs it beside a GEMV).
-template <typename TX, typename TW, int R, int VEC>
+// SH: each token's routes are k + S apart, its S shared experts first ..
+// first + S - 1 appended with weight 1 (router_fused_shared).
+template <typename TX, typename TW, int R, int VEC, bool SH = false>
 __device__ __forceinline__ void router_fused_body(int blk, int nblk, int E, int K, int split, const TX* __restrict__ x,
                                                   const TW* __restrict__ w, float* logits, int k, float softcap,
                                                   float scaling, const float* __restrict__ bias,
                                                   float* __restrict__ weights, int* __restrict__ ids,
-                                                  unsigned int* counter) {
+                                                  unsigned int* counter, int S = 0, int first = 0) {
   extern __shared__ unsigned long long rt_smem[];
   gemv_block<TX, TW, float, R, 0, VEC>(blk, E, K, split, x, w, logits, 0);
   if (!last_block(counter, nblk)) return;
   for (int t = 0; t < R; t++) {
     // From L2: this SM's L1 may hold stale lines of the logits.
     const float* row = logits + (long long)t * E;
+    const long long at = (long long)t * (SH ? k + S : k);
     rt_select([&](int e) { return __ldcg(row + e); }, E, k, softcap, scaling, bias, rt_smem, (float*)(rt_smem + E),
-              (int*)((float*)(rt_smem + E) + E), weights + (long long)t * k, ids + (long long)t * k);
+              (int*)((float*)(rt_smem + E) + E), weights + at, ids + at);
+    if constexpr (SH) {
+      if ((int)threadIdx.x < S) {
+        weights[at + k + threadIdx.x] = 1.f;
+        ids[at + k + threadIdx.x] = first + (int)threadIdx.x;
+      }
+    }
   }
 }
 
@@ -273,4 +282,18 @@ __global__ void __launch_bounds__(256, 1) router_fused(int E, int K, int split, 
   pdl_wait();
   router_fused_body<TX, TW, R, VEC>(blockIdx.x, gridDim.x, E, K, split, x, w, logits, k, softcap, scaling, bias, weights,
                                     ids, counter);
+}
+
+// router_fused_shared is router_fused writing each token's routes with its
+// S shared experts (first ..) appended, weight 1: what moe_add_shared
+// makes of router_fused's routes (lower.TopKShared), the same bits.
+template <typename TX, typename TW, int R, int VEC>
+__global__ void __launch_bounds__(256, 1) router_fused_shared(int E, int K, int split, const TX* __restrict__ x,
+                                                              const TW* __restrict__ w, float* logits, int k, float softcap,
+                                                              float scaling, const float* __restrict__ bias,
+                                                              float* __restrict__ weights, int* __restrict__ ids,
+                                                              unsigned int* counter, int S, int first) {
+  pdl_wait();
+  router_fused_body<TX, TW, R, VEC, true>(blockIdx.x, gridDim.x, E, K, split, x, w, logits, k, softcap, scaling, bias,
+                                          weights, ids, counter, S, first);
 }

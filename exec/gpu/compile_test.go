@@ -314,6 +314,12 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				t.Fatal(err)
 			}
 			out = append(out, l)
+			// and with the shared expert's route appended (fuseTopKShared)
+			sh, err := lower.TopKShared(l, lower.MoEAddShared(c.T, 10, 1, 256, p.At(1<<20), p.At(2<<20), p.At(3<<20), p.At(4<<20)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, sh)
 		}
 		// gemv_split at other row counts than the trace models' buckets.
 		for _, T := range []int{1, 2, 5, 8} {
