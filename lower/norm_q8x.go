@@ -59,7 +59,8 @@ import (
 // those that change arguments: they change only the decode and prefill
 // attentions' q and last arguments, which no other fusion reads). fuseXInPre and fuseDownPre come after them all, in that
 // order: they change kernel names alone, of launches the others have
-// settled.
+// settled. fuseTopKShared and fuseQGEMVPair (opt-in) come last: each takes
+// launches no other fusion wants once those have run.
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
 		if !slices.Contains(disabled, f.name) {
@@ -89,12 +90,13 @@ var launchFusions = []struct {
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},
 	{"fuseTopKShared", fuseTopKShared},
+	{"fuseQGEMVPair", launchesOnly(fuseQGEMVPair)},
 }
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
 var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion,
-	sharedBlocksLastFusion}
+	sharedBlocksLastFusion, "fuseQGEMVPair"}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }

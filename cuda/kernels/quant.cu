@@ -523,6 +523,27 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
+// qgemv_pair is two qgemv launches of R rows that do not depend on each
+// other (lower.QGEMVPair: llama.cpp's mixtures keep attn_v in another type
+// than q, k and the gate, so v's GEMV stays apart) in one launch: blocks
+// [0, nb1) run the first's body on their own index, the rest the second's
+// on theirs less nb1, as the two launches would: the same bits, one link
+// of a decode step's chain fewer.
+template <typename TY1, typename TY2, int R, int QT1, int SW1, int NW1, int SPLIT1, int QT2, int SW2, int NW2, int SPLIT2>
+__global__ void __launch_bounds__(256) qgemv_pair(int nb1, int N1, int K1, long long rows1, long long row01,
+                                                  const unsigned char* __restrict__ w1, const signed char* __restrict__ xq1,
+                                                  const float4* __restrict__ xs1, TY1* __restrict__ y1, int acc1, int N2, int K2,
+                                                  long long rows2, long long row02, const unsigned char* __restrict__ w2,
+                                                  const signed char* __restrict__ xq2, const float4* __restrict__ xs2,
+                                                  TY2* __restrict__ y2, int acc2) {
+  pdl_wait();
+  if ((int)blockIdx.x < nb1) {
+    qgemv_rows<TY1, QT1, R, SW1, NW1, SPLIT1>(blockIdx.x, N1, K1, rows1, row01, w1, QX{xq1, xs1, K1}, y1, acc1);
+  } else {
+    qgemv_rows<TY2, QT2, R, SW2, NW2, SPLIT2>(blockIdx.x - nb1, N2, K2, rows2, row02, w2, QX{xq2, xs2, K2}, y2, acc2);
+  }
+}
+
 // qgemv_split is qgemv (no SwiGLU, no accumulation) writing its columns
 // to up to four outputs (SplitY): a batched decode step's q, k, v and
 // gate in one launch where the prefill schedule lays them out apart. Each

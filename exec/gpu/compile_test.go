@@ -469,6 +469,29 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
+	// Two quantised GEMVs as one launch (fuseQGEMVPair, opt-in;
+	// TestQGEMVPairGPU's pairs).
+	for _, pc := range qgemvPairCases {
+		var ls []lower.Launch
+		for i, sd := range []qgemvSide{pc.a, pc.b} {
+			c := sd.c
+			rows := c.N
+			if c.swiglu {
+				rows *= 2
+			}
+			l, err := lower.QGEMV(lower.QGEMVArgs{T: c.T, K: c.K, N: c.N, XQ: p, W: p, Y: p.At(int64(i+1) << 24), WType: sd.qt, WRows: rows,
+				YType: c.y.String(), SwiGLU: c.swiglu, Accumulate: c.acc, RowsPerWarp: c.nw, Split: c.split})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		pr, err := lower.QGEMVPair(ls[0], ls[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pr)
+	}
 	// The bf16 grouped experts on gemm_wgmma_q (QMoEForce.BF16;
 	// TestMoEExpertsHopperGPU's q cases).
 	for _, f := range []lower.QMoEForce{{BF16: true}, {BF16: true, TileRows: 64}, {BF16: true, TileRows: 128}, {BF16: true, WGs: 2},

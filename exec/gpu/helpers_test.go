@@ -53,6 +53,14 @@ func roundTo(dt cuda.DType, v []float32) []float32 {
 // upload copies v to a new device buffer stored as dtype dt.
 func upload(t testing.TB, k *Kernels, s *cuda.Stream, dt cuda.DType, v []float32) cuda.DevicePtr {
 	t.Helper()
+	p := alloc(t, k, int64(len(v)*dt.Size()))
+	uploadTo(t, s, p, dt, v)
+	return p
+}
+
+// uploadTo copies v, converted to dt, to the device buffer at p.
+func uploadTo(t testing.TB, s *cuda.Stream, p cuda.DevicePtr, dt cuda.DType, v []float32) {
+	t.Helper()
 	var bytes []byte
 	switch dt {
 	case cuda.F32:
@@ -72,11 +80,9 @@ func upload(t testing.TB, k *Kernels, s *cuda.Stream, dt cuda.DType, v []float32
 	default:
 		t.Fatalf("upload: unsupported dtype %v", dt)
 	}
-	p := alloc(t, k, int64(len(bytes)))
 	if err := s.CopyHtoD(p, bytes); err != nil {
 		t.Fatal(err)
 	}
-	return p
 }
 
 // uploadI32 copies v to a new device buffer.
