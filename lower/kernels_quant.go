@@ -351,12 +351,14 @@ type QMoEForce struct {
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
 	BF16Ops bool `json:",omitempty"`
-	// Q6K and Q5K run q6_k and q5_k expert stacks on gemm_wgmma_q too
-	// (QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16 forms), where they are
-	// otherwise dequantised into the workspace (hopperQMoEOK). Opt-in until
-	// they have run on a GPU.
-	Q6K bool `json:",omitempty"`
-	Q5K bool `json:",omitempty"`
+	// NoQ6K and NoQ5K dequantise q6_k and q5_k expert stacks into the
+	// workspace for the bf16 grouped GEMMs, as before 2026-12-05, where
+	// gemm_wgmma_q reads them (QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16
+	// forms; hopperQMoEOK): H200, 12 S-2.1 layers, prefill 2048 0.60x the
+	// time with q6_k downs under q4_k, 0.41x with q5_k over q6_k downs
+	// (docs/PERF.md).
+	NoQ6K bool `json:",omitempty"`
+	NoQ5K bool `json:",omitempty"`
 }
 
 // ParseQMoEForce reads a shape as "g=8,gw=4,s=3,nh=2,sd=8,dw=4,all,rows=96,ctas=2,wgs=4,vn=16,whole,pipe"
@@ -377,14 +379,14 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		if kv == "" {
 			continue
 		}
-		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "q6k": &f.Q6K, "q5k": &f.Q5K}[kv]; ok {
+		if flag, ok := map[string]*bool{"all": &f.DownAll, "whole": &f.WholeTile, "pipe": &f.Pipe, "nopipe": &f.NoPipe, "bf16": &f.BF16, "nobf16": &f.NoBF16, "bf16ops": &f.BF16Ops, "noq6k": &f.NoQ6K, "noq5k": &f.NoQ5K}[kv]; ok {
 			*flag = true
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)", s, kv)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: %q is not KEY=N (N >= 0) or a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, noq6k, noq5k)", s, kv)
 		}
 		if k == "s" && n == 0 {
 			f.GateUpStagesZero = true // the zero value chooses, so s=0 is a flag
@@ -392,7 +394,7 @@ func ParseQMoEForce(s string) (QMoEForce, error) {
 		field, ok := map[string]*int{"g": &f.GateUpRows, "gw": &f.GateUpWarps, "s": &f.GateUpStages,
 			"nh": &f.DownRows, "sd": &f.DownUnits, "dw": &f.DownWarps, "rows": &f.TileRows, "ctas": &f.CTAs, "wgs": &f.WGs, "vn": &f.TokenStep}[k]
 		if !ok {
-			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)", s, k)
+			return QMoEForce{}, fmt.Errorf("qmoe shape %q: unknown key %q (g, gw, s, nh, sd, dw, all, rows, ctas, wgs, vn, whole, pipe, nopipe, bf16, nobf16, bf16ops, noq6k, noq5k)", s, k)
 		}
 		*field = n
 	}
@@ -627,9 +629,9 @@ func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
 var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
 
 // hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: q6_k and
-// q5_k too where QMoEForce.Q6K and Q5K ask for them.
+// q5_k too unless QMoEForce.NoQ6K or NoQ5K.
 func (a MoEArgs) hopperQMoEOK(t quant.Type, K int) error {
-	if t == quant.Q6_K && a.QMoE.Q6K || t == quant.Q5_K && a.QMoE.Q5K {
+	if t == quant.Q6_K && !a.QMoE.NoQ6K || t == quant.Q5_K && !a.QMoE.NoQ5K {
 		if err := hopperQOK(a.CC, a.PrefillMMA, quant.Q8_0, a.XType, K); err != nil { // q8_0's conditions, and K whole blocks
 			return err
 		}

@@ -230,9 +230,10 @@ func TestParseQMoEForce(t *testing.T) {
 		{"rows=96,ctas=2", QMoEForce{TileRows: 96, CTAs: 2}, ""},
 		{"rows=96,g=8", QMoEForce{GateUpRows: 8, TileRows: 96}, ""},
 		{"all,", QMoEForce{DownAll: true}, ""},
-		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)"},
-		{"q6k,rows=96", QMoEForce{TileRows: 96, Q6K: true}, ""},
-		{"q5k,q6k", QMoEForce{Q6K: true, Q5K: true}, ""},
+		{"dec,all", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, noq6k, noq5k)"},
+		{"noq6k,rows=96", QMoEForce{TileRows: 96, NoQ6K: true}, ""},
+		{"noq5k,noq6k", QMoEForce{NoQ6K: true, NoQ5K: true}, ""},
+		{"q6k", QMoEForce{}, "is not KEY=N"},
 		{"half", QMoEForce{}, "is not KEY=N"},
 		{"g=-1", QMoEForce{}, "is not KEY=N"},
 		{"g", QMoEForce{}, "is not KEY=N"},
@@ -241,7 +242,7 @@ func TestParseQMoEForce(t *testing.T) {
 		{"pipe,whole", QMoEForce{WholeTile: true, Pipe: true}, ""},
 		{"nopipe,vn=8", QMoEForce{TokenStep: 8, NoPipe: true}, ""},
 		{"bf16ops,rows=96", QMoEForce{TileRows: 96, BF16Ops: true}, ""},
-		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, q6k, q5k)"},
+		{"f16ops", QMoEForce{}, "a flag (all, whole, pipe, nopipe, bf16, nobf16, bf16ops, noq6k, noq5k)"},
 		{"x=1", QMoEForce{}, `unknown key "x"`},
 	} {
 		got, err := ParseQMoEForce(c.in)

@@ -223,7 +223,7 @@ func checkSchedule(t *testing.T, p *Plan, s *Schedule, act string) {
 		if len(st.Launches) == 0 && (st.Op != "norm_rope" || i == 0 || pairedHeads(s.Steps[i-1]) != st.Out[0].Shape[1]) &&
 			(st.Op != "norm_rope" || !rotatedByAttention(s.Steps[i+1:])) &&
 			(st.Op != "rms_norm" || !normFusedBefore(s.Steps[:i], st)) &&
-			(st.Op != "router_topk" || i == 0 || kernels(s.Steps[i-1]) != "router_fused") {
+			(st.Op != "router_topk" || i == 0 || kernels(s.Steps[i-1]) != "router_fused" && kernels(s.Steps[i-1]) != "router_fused_shared") {
 			t.Errorf("%s %s: no kernels", s.Class, st.Name)
 		}
 		for _, l := range st.Launches {

@@ -38,6 +38,13 @@ func mixedMoEArgs(T int, gt, dt quant.Type) MoEArgs {
 // them, bf16 for both when forced). A down type without a grouped GEMM
 // (q6_k) dequantises each stack from its own type.
 func TestMoEMixedTypes(t *testing.T) {
+	// q6_k and q5_k without their grouped GEMMs (NoQ6K, NoQ5K): the paths a
+	// type without one takes (TestMoEQ6KHopper has theirs).
+	fallback := func(T int, gt, dt quant.Type) MoEArgs {
+		a := mixedMoEArgs(T, gt, dt)
+		a.QMoE.NoQ6K, a.QMoE.NoQ5K = true, true
+		return a
+	}
 	launches := func(a MoEArgs) []Launch {
 		t.Helper()
 		ls, err := MoE(a)
@@ -65,14 +72,14 @@ func TestMoEMixedTypes(t *testing.T) {
 		name := c.gate.String() + "/" + c.down.String()
 		// Decode, one token and a batch of them.
 		for _, T := range []int{1, 4} {
-			mixed := launches(mixedMoEArgs(T, c.gate, c.down))
-			g, d := launches(mixedMoEArgs(T, c.gate, c.gate)), launches(mixedMoEArgs(T, c.down, c.down))
+			mixed := launches(fallback(T, c.gate, c.down))
+			g, d := launches(fallback(T, c.gate, c.gate)), launches(fallback(T, c.down, c.down))
 			if len(mixed) != 3 || !reflect.DeepEqual(mixed[0], g[0]) || !reflect.DeepEqual(mixed[1], g[1]) || !reflect.DeepEqual(mixed[2], d[2]) {
 				t.Errorf("%s T=%d: launches\n %v\nwant the %s stacks' x copy and gate+up, the %s stacks' down:\n %v\n %v", name, T, mixed, c.gate, c.down, g, d)
 			}
 		}
 		// Prefill.
-		a := mixedMoEArgs(2048, c.gate, c.down)
+		a := fallback(2048, c.gate, c.down)
 		l, err := a.Layout()
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +114,7 @@ func TestMoEMixedTypes(t *testing.T) {
 			if dq.Ints[0] != int64(c.down) || !reflect.DeepEqual(mixed[0], dq) || dq.Args[len(dq.Args)-1] != ptrArg(at) {
 				t.Errorf("%s prefill: first launch %v, want the %s down stack dequantised to %v", name, mixed[0], c.down, at)
 			}
-			ga := mixedMoEArgs(2048, c.gate, c.gate)
+			ga := fallback(2048, c.gate, c.gate)
 			ga.QMoE.BF16Ops = true
 			if got, want := find(mixed, "gemm_wgmma_q", 0), find(launches(ga), "gemm_wgmma_q", 0); !reflect.DeepEqual(got, want) {
 				t.Errorf("%s prefill: gate+up\n %v\nwant the %s stacks' on bf16 operands\n %v", name, got, c.gate, want)
@@ -124,7 +131,7 @@ func TestMoEMixedTypes(t *testing.T) {
 		for _, bf16ops := range []bool{false, true} {
 			a.QMoE.BF16Ops = bf16ops
 			mixed = launches(a)
-			ga, da := mixedMoEArgs(2048, c.gate, c.gate), mixedMoEArgs(2048, c.down, c.down)
+			ga, da := fallback(2048, c.gate, c.gate), fallback(2048, c.down, c.down)
 			ga.QMoE.BF16Ops, da.QMoE.BF16Ops = bf16ops, bf16ops
 			g, d := launches(ga), launches(da)
 			if got, want := find(mixed, "gemm_wgmma_q", 0), find(g, "gemm_wgmma_q", 0); !reflect.DeepEqual(got, want) {
@@ -163,10 +170,11 @@ func TestMoEMixedTypesRejected(t *testing.T) {
 func TestBatchGEMMMixedRuns(t *testing.T) {
 	for _, c := range []struct {
 		downs quant.Type
+		noQ6K bool // q6_k downs without their grouped GEMM (QMoEForce.NoQ6K)
 		runs  bool
-	}{{quant.Q6_K, true}, {quant.Q4_K, false}} {
+	}{{quant.Q6_K, true, true}, {quant.Q6_K, false, false}, {quant.Q4_K, false, false}} {
 		p, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", []ckpt.TypeRule{{Pattern: regexp.MustCompile("ffn_down"), Type: c.downs}},
-			Options{DType: ir.BF16, MaxContext: 256, Seqs: 64, BatchGEMM: true})
+			Options{DType: ir.BF16, MaxContext: 256, Seqs: 64, BatchGEMM: true, QMoE: QMoEForce{NoQ6K: c.noQ6K}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +199,7 @@ func TestBatchGEMMMixedRuns(t *testing.T) {
 			}
 		}
 		if c.runs && (gemv != 64/GEMVMaxRows || gemm != 0 || dequant != 0) || !c.runs && (gemv != 0 || gemm != 2) {
-			t.Errorf("%s downs: the MoE's batched step makes %d gate+up GEMVs, %d grouped GEMMs, %d dequantisations", c.downs, gemv, gemm, dequant)
+			t.Errorf("%s downs (noq6k %v): the MoE's batched step makes %d gate+up GEMVs, %d grouped GEMMs, %d dequantisations", c.downs, c.noQ6K, gemv, gemm, dequant)
 		}
 	}
 }
@@ -205,10 +213,10 @@ func TestBatchGEMMMixedRuns(t *testing.T) {
 // exactly as a q4_k layer's on the same operands; the tensor maps the
 // 208- or 176-byte bodies in boxes of 32 bytes, the shared memory three
 // (q6_k) or two (q5_k) boxes and eight floats of scales a row a stage.
-// Without the flags, or with an inner dimension that is not whole blocks,
-// the dequantising paths stay.
+// With NoQ6K and NoQ5K, or an inner dimension that is not whole blocks,
+// the dequantising paths.
 func TestMoEQ6KHopper(t *testing.T) {
-	q6 := func(a MoEArgs) MoEArgs { a.QMoE.Q6K, a.QMoE.Q5K = true, true; return a }
+	q6 := func(a MoEArgs) MoEArgs { return a } // the default
 	ids := map[bool]map[quant.Type]int64{false: {quant.Q4_K: 112, quant.Q5_K: 113, quant.Q6_K: 114},
 		true: {quant.Q4_K: 12, quant.Q5_K: 13, quant.Q6_K: 14}}
 	body := map[quant.Type]int{quant.Q5_K: 176, quant.Q6_K: 208}
@@ -289,9 +297,11 @@ func TestMoEQ6KHopper(t *testing.T) {
 				}
 			}
 		}
-		// Without the flags: the dequantising paths.
-		if l, err := mixedMoEArgs(2048, c.gate, c.down).Layout(); err != nil || l.Quant == moeQuantHopper {
-			t.Errorf("%s/%s without q6k and q5k: path %d (%v), want a dequantising one", c.gate, c.down, l.Quant, err)
+		// With NoQ6K and NoQ5K: the dequantising paths.
+		off := mixedMoEArgs(2048, c.gate, c.down)
+		off.QMoE.NoQ6K, off.QMoE.NoQ5K = true, true
+		if l, err := off.Layout(); err != nil || l.Quant == moeQuantHopper {
+			t.Errorf("%s/%s with noq6k and noq5k: path %d (%v), want a dequantising one", c.gate, c.down, l.Quant, err)
 		}
 	}
 	// I = 320: whole 64-column stages, not whole q6_k blocks.

@@ -59,7 +59,7 @@ import (
 // those that change arguments: they change only the decode and prefill
 // attentions' q and last arguments, which no other fusion reads). fuseXInPre and fuseDownPre come after them all, in that
 // order: they change kernel names alone, of launches the others have
-// settled. fuseTopKShared and fuseQGEMVPair (opt-in) come last: each takes
+// settled. fuseTopKShared and fuseQGEMVPair come last: each takes
 // launches no other fusion wants once those have run.
 func fuseLaunches(meta []Step, steps [][]Launch, disabled []string) {
 	for _, f := range launchFusions {
@@ -95,8 +95,8 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseTopKShared", "fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion,
-	sharedBlocksLastFusion, "fuseQGEMVPair"}
+var optInFusions = []string{"fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion,
+	sharedBlocksLastFusion}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }

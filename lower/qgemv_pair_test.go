@@ -12,19 +12,20 @@ import (
 )
 
 // TestFuseQGEMVPair: in the decode plan of S-2.1's first layers in
-// llama.cpp's Q4_K_M mixture (attn_v in q6_k under q4_k), with the opt-in
-// fusion, each layer's v GEMV and the q, k, gate GEMV after it become one
-// qgemv_pair launch, and nothing else changes; without attn_v raised
-// (lagc's q4_k_m) the plan has no pair.
+// llama.cpp's Q4_K_M mixture (attn_v in q6_k under q4_k) each layer's v
+// GEMV and the q, k, gate GEMV after it become one qgemv_pair launch, and
+// nothing else changes against the plan without the fusion; without
+// attn_v raised (lagc's q4_k_m) the plan has no pair.
 func TestFuseQGEMVPair(t *testing.T) {
 	rules := []ckpt.TypeRule{{Pattern: regexp.MustCompile(`attn_v`), Type: ckpt.Q6_K}}
 	o := Options{DType: ir.BF16, MaxContext: 4096, SMs: 132}
-	plain, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", rules, o)
+	fused, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", rules, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.EnableFusions = []string{"fuseQGEMVPair"}
-	fused, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", rules, o)
+	noPair := o
+	noPair.DisableFusions = []string{"fuseQGEMVPair"}
+	plain, err := quantPlanRules(t, "laguna-s-2.1", 2, "q4_k", rules, noPair)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,12 +102,14 @@ func TestMoEQuantPaths(t *testing.T) {
 		{quant.Q8_0, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
 		{quant.IQ4_XS, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
 		{quant.IQ4_XS, 100, 80, moeQuantDequant, "qdequant"},
-		{quant.Q6_K, 100, 90, moeQuantDequant, "qdequant"},
+		{quant.Q6_K, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.Q5_K, 100, 90, moeQuantHopper, "gemm_wgmma_q"},
+		{quant.Q6_K, 100, 90, moeQuantDequant, "qdequant"}, // noq6k below
 		{quant.Q4_K, 100, 80, moeQuantDequant, "qdequant"},
 	} {
 		E, H, I := 8, 256, 256
 		w := Ptr{BaseWeights, 0}
-		a := MoEArgs{T: c.T, H: H, I: I, E: E, TopK: 2, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
+		a := MoEArgs{QMoE: QMoEForce{NoQ6K: c.want == moeQuantDequant}, T: c.T, H: H, I: I, E: E, TopK: 2, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
 			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.qt.String(), OutType: "bf16",
 			CC: c.cc, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
 			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}}

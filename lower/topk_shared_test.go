@@ -8,16 +8,15 @@ import (
 	"lagc/ir"
 )
 
-// TestFuseTopKShared: in S-2.1 bf16 plans with the opt-in fusion enabled,
-// every MoE layer's router_topk (prefill at 2048 and 300 tokens) and
-// router_fused (decode) becomes TopKShared of it and the moe_add_shared
-// after it, which goes; nothing else changes against the default plan
-// (without it); an opt-in fusion only, and only a known one, may be
-// enabled.
+// TestFuseTopKShared: in S-2.1 bf16 plans, every MoE layer's router_topk
+// (prefill at 2048 and 300 tokens) and router_fused (decode) becomes
+// TopKShared of it and the moe_add_shared after it, which goes; nothing
+// else changes against the plan without the fusion; an opt-in fusion
+// only, and only a known one, may be enabled.
 func TestFuseTopKShared(t *testing.T) {
-	off := Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132}
-	on := off
-	on.EnableFusions = []string{"fuseTopKShared"} // opt-in
+	on := Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132}
+	off := on
+	off.DisableFusions = []string{"fuseTopKShared"}
 	fused, plain := bf16Plan(t, "laguna-s-2.1", 4, on), bf16Plan(t, "laguna-s-2.1", 4, off)
 	for _, c := range []struct {
 		decode bool
@@ -65,8 +64,8 @@ func TestFuseTopKShared(t *testing.T) {
 			t.Errorf("T=%d: the fused plan is not the plain one with TopKShared's launches", T)
 		}
 	}
-	for _, bad := range []string{"fuseGEMVNorm", "fuseNothing"} {
-		o := off
+	for _, bad := range []string{"fuseGEMVNorm", "fuseNothing", "fuseTopKShared"} {
+		o := on
 		o.EnableFusions = []string{bad}
 		if _, err := quantPlan(t, "laguna-s-2.1", 2, "", o); err == nil {
 			t.Errorf("EnableFusions %s accepted", bad)
@@ -147,7 +146,8 @@ func TestTopKSharedInvariant(t *testing.T) {
 // extended routes over the router's activations, logits or counter, or
 // another token count.
 func TestTopKSharedRouterFused(t *testing.T) {
-	p := bf16Plan(t, "laguna-s-2.1", 2, Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132})
+	p := bf16Plan(t, "laguna-s-2.1", 2, Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132,
+		DisableFusions: []string{"fuseTopKShared"}})
 	var r, a Launch
 	for _, st := range p.Decode.Steps {
 		for _, l := range st.Launches {

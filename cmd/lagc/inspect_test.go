@@ -183,10 +183,15 @@ func TestInspectGPUWeights(t *testing.T) {
 }
 
 // TestInspectPrefillDequant: inspect says what the GPU plan's prefill
-// dequantises every chunk: llama.cpp's Q4_K_M of the fixture model its one
-// q6_k down stack (3 experts of 256 x 256, 512 KiB of bf16 rows), lagc's
-// q4_k_m recipe nothing (the field absent).
+// dequantises every chunk: with LAGC_QMOE_SHAPE=noq6k, llama.cpp's Q4_K_M
+// of the fixture model its one q6_k down stack (3 experts of 256 x 256,
+// 512 KiB of bf16 rows); by default nothing, as for lagc's q4_k_m recipe
+// (the field absent).
 func TestInspectPrefillDequant(t *testing.T) {
+	if out, _, _ := runInspectCmd(t, "../../testdata/quant/q4_k_m-llama.gguf", "--json", "--tensors=false"); strings.Contains(out, "gpu_prefill_dequant") {
+		t.Errorf("llama.cpp's Q4_K_M: a prefill dequantisation reported by default")
+	}
+	t.Setenv("LAGC_QMOE_SHAPE", "noq6k")
 	out, stderr, code := runInspectCmd(t, "../../testdata/quant/q4_k_m-llama.gguf", "--json", "--tensors=false")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -101,8 +101,8 @@ func TestPlanMixedExpertTypes(t *testing.T) {
 	secs := planSections(out)
 	for sec, want := range map[string][]string{
 		"decode T=1": {"moe_gateup_qgemv_trig<12, ", "moe_down_qgemv_pre<bf16_t, 14, "},
-		// the q6_k down dequantised to bf16 rows, both GEMMs on gemm_wgmma_q
-		"prefill T=2048": {"qdequant<bf16_t, 14>", "gemm_wgmma_q<bf16_t, 12, ", "gemm_wgmma_q<bf16_t, 30, "},
+		// q4_k's gate+up and q6_k's down GEMMs on gemm_wgmma_q, f16 operands
+		"prefill T=2048": {"gemm_wgmma_q<half_t, 112, ", "gemm_wgmma_q<bf16_t, 114, "},
 	} {
 		for _, w := range want {
 			if !slices.ContainsFunc(secs[sec], func(l string) bool { return strings.HasPrefix(l, w) }) {
@@ -221,20 +221,20 @@ func FuzzTensorTypeFlag(f *testing.F) {
 
 // TestPlanDequantNote: lagc plan says what each prefill chunk dequantises
 // into the workspace: llama.cpp's Q4_K_M mixture (q6_k expert downs under
-// q4_k) dequantises the 47 MoE layers' down stacks, 1.5 GiB of bf16 rows
-// each; with LAGC_QMOE_SHAPE=q6k the grouped GEMMs read them in place and
-// the line goes, as it is absent for lagc's q4_k_m recipe.
+// q4_k) with LAGC_QMOE_SHAPE=noq6k dequantises the 47 MoE layers' down
+// stacks, 1.5 GiB of bf16 rows each; by default the grouped GEMMs read
+// them in place and the line is absent, as for lagc's q4_k_m recipe.
 func TestPlanDequantNote(t *testing.T) {
 	args := []string{"plan", "--preset", "laguna-s-2.1", "--quant", "q4_k", "--tensor-type", "ffn_down_exps=q6_k", "--ctx", "4096"}
-	const note = "\nprefill dequantises 47 matrices (47 expert stacks) into the workspace every chunk, 70.50 GiB written and read back\n"
 	out, errs, code := runPlanCmd(t, args...)
-	if code != 0 || !strings.Contains(out, note) {
-		t.Errorf("exit %d (%s); stdout lacks %q", code, errs, note)
+	if code != 0 || strings.Contains(out, "prefill dequantises") || !strings.Contains(out, "gemm_wgmma_q<bf16_t, 114, ") {
+		t.Errorf("exit %d (%s); a dequantisation noted, or no q6_k grouped GEMM", code, errs)
 	}
-	t.Setenv("LAGC_QMOE_SHAPE", "q6k")
+	const note = "\nprefill dequantises 47 matrices (47 expert stacks) into the workspace every chunk, 70.50 GiB written and read back\n"
+	t.Setenv("LAGC_QMOE_SHAPE", "noq6k")
 	out, errs, code = runPlanCmd(t, args...)
-	if code != 0 || strings.Contains(out, "prefill dequantises") || !strings.Contains(out, "gemm_wgmma_q<half_t, 114, ") && !strings.Contains(out, "gemm_wgmma_q<bf16_t, 114, ") {
-		t.Errorf("q6k: exit %d (%s); a dequantisation noted, or no q6_k grouped GEMM", code, errs)
+	if code != 0 || !strings.Contains(out, note) {
+		t.Errorf("noq6k: exit %d (%s); stdout lacks %q", code, errs, note)
 	}
 	t.Setenv("LAGC_QMOE_SHAPE", "")
 	if out, _, _ := runPlanCmd(t, "plan", "--preset", "laguna-s-2.1", "--quant", "q4_k_m", "--ctx", "4096"); strings.Contains(out, "prefill dequantises") {

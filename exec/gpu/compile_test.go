@@ -453,9 +453,8 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			out = append(out, ls...)
 		}
 	}
-	// q6_k and q5_k stacks on gemm_wgmma_q (QMoEForce.Q6K, Q5K, opt-in;
-	// TestMoEQ6KGPU), in each shape the others take, on f16 and on bf16
-	// operands.
+	// q6_k and q5_k stacks on gemm_wgmma_q (TestMoEQ6KGPU), in each shape
+	// the others take, on f16 and on bf16 operands.
 	for _, pair := range q6kPairs {
 		for _, f := range q6kForces {
 			E, H, I := 8, 256, 512

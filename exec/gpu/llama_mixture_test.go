@@ -6,6 +6,7 @@ import (
 
 	"lagc/ckpt"
 	"lagc/cuda/cudatest"
+	"lagc/engine"
 	"lagc/exec/gpu"
 	"lagc/ir"
 	"lagc/models"
@@ -29,6 +30,17 @@ func TestLlamaMixtureS21GPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Rules = []ckpt.TypeRule{{Pattern: regexp.MustCompile(`ffn_down|attn_v|^output\.weight$`), Type: ckpt.Q6_K}}
+	// One checkpoint for both plans: synthetic weights made by the executor
+	// are seeded by each uploaded weight's index, so attn_qkg and the
+	// projections apart (and every weight after them) would differ.
+	tensors, _, err := engine.SyntheticTensors(c, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := ckpt.Synthetic(c, "synthetic:laguna-s-2.1", tensors, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	compile := func(disable ...string) *gpu.Executor {
 		g, err := models.Build("laguna.yaml", models.LagunaYAML, c, models.BuildOptions{WeightDType: ir.BF16})
 		if err != nil {
@@ -40,7 +52,7 @@ func TestLlamaMixtureS21GPU(t *testing.T) {
 		if _, err := passes.Run(g, passes.Options{Disable: disable}); err != nil {
 			t.Fatal(err)
 		}
-		ex, err := gpu.Compile(g, nil, gpu.Config{MaxContext: 1024, Chunk: 512})
+		ex, err := gpu.Compile(g, ck, gpu.Config{MaxContext: 1024, Chunk: 512})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"lagc/cuda"
@@ -43,11 +44,13 @@ func TestMoEExpertsMixedGPU(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					// The wgmma path where the gate's type has one (a down
-					// without: dequantised to bf16 rows, run on it too).
-					hopper := c.T > GEMVMaxRows && slices.Contains(lower.HopperQTypes, gt)
-					if got := hasKernel(ls, "gemm_wgmma_q"); got != hopper {
-						t.Fatalf("gemm_wgmma_q launched: %v, want %v", got, hopper)
+					// The quantised wgmma path where the gate's type has one
+					// (a down without: dequantised to bf16 rows, run on it
+					// too); without, the stacks are dequantised and may run
+					// as bf16 rows on it (QT_BF16_H, type 30) alone.
+					hopper := c.T > GEMVMaxRows && slices.Contains(slices.Concat(lower.HopperQTypes, []quant.Type{quant.Q5_K, quant.Q6_K}), gt)
+					if got := hasQuantWgmma(ls); got != hopper {
+						t.Fatalf("gemm_wgmma_q of a quantised type launched: %v, want %v", got, hopper)
 					}
 					if err := k.MoEExperts(s, a); err != nil {
 						t.Fatal(err)
@@ -106,7 +109,7 @@ var q6kForces = func() []lower.QMoEForce {
 	var fs []lower.QMoEForce
 	for _, bf16ops := range []bool{false, true} {
 		for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
-			f.Q6K, f.Q5K, f.BF16Ops = true, true, bf16ops
+			f.BF16Ops = bf16ops
 			fs = append(fs, f)
 		}
 	}
@@ -118,8 +121,8 @@ var q6kForces = func() []lower.QMoEForce {
 // q5_k.
 var q6kPairs = [][2]quant.Type{{quant.Q4_K, quant.Q6_K}, {quant.Q5_K, quant.Q6_K}, {quant.Q6_K, quant.Q6_K}, {quant.Q5_K, quant.Q5_K}}
 
-// TestMoEQ6KGPU: q6_k and q5_k expert stacks on gemm_wgmma_q
-// (QMoEForce.Q6K, Q5K: QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16 forms,
+// TestMoEQ6KGPU: q6_k and q5_k expert stacks on gemm_wgmma_q (the
+// default; QMoEForce.NoQ6K, NoQ5K dequantise them instead: QA<QT_Q6_K_H>, QA<QT_Q5_K_H> and their f16 forms,
 // the weights dequantised in the MMA's registers) against the float
 // reference in every shape of q6kForces. On bf16 operands a q6_k down
 // under q4_k gives bit for bit the result of the path which dequantises
@@ -145,8 +148,8 @@ func TestMoEQ6KGPU(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if f.Q6K && hasKernel(ls, "qdequant") {
-							t.Fatalf("q6k, q5k: the stacks were dequantised: %v", ls)
+						if !f.NoQ6K && hasKernel(ls, "qdequant") {
+							t.Fatalf("the stacks were dequantised: %v", ls)
 						}
 						if err := k.MoEExperts(s, a); err != nil {
 							t.Fatal(err)
@@ -159,7 +162,7 @@ func TestMoEQ6KGPU(t *testing.T) {
 						return
 					}
 					nf := f
-					nf.Q6K, nf.Q5K = false, false
+					nf.NoQ6K, nf.NoQ5K = true, true
 					want, _ := run(nf)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -170,4 +173,17 @@ func TestMoEQ6KGPU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hasQuantWgmma says whether ls launch gemm_wgmma_q on quantised weights
+// (a type id other than QT_BF16_H's 30).
+func hasQuantWgmma(ls []KernelLaunch) bool {
+	for _, l := range ls {
+		if rest, ok := strings.CutPrefix(l.Name, "gemm_wgmma_q<"); ok {
+			if f := strings.Split(rest, ", "); len(f) > 1 && f[1] != "30" {
+				return true
+			}
+		}
+	}
+	return false
 }

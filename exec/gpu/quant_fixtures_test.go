@@ -34,7 +34,8 @@ func TestQuantFixturesGPU(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
 		// Graph replay against eager: the recipe, and llama.cpp's mixture.
 		t.Run(name, func(t *testing.T) { quantFileAgainstCPU(t, path, quantPrompt, strings.HasPrefix(name, "q4_k_m")) })
-		// and a prompt past the GEMV path's 8 rows: the prefill GEMMs.
+		// and a prompt past the GEMV path's 8 rows: the prefill GEMMs (the
+		// q6_k and q5_k stacks of q4_k_m-llama, q6_k and q5_k on theirs).
 		t.Run(name+"/prefill", func(t *testing.T) { quantFileAgainstCPU(t, path, longPrompt(), false) })
 	}
 }
@@ -47,22 +48,6 @@ func longPrompt() []int32 {
 		p[i] = int32(1 + 7*i%61)
 	}
 	return p
-}
-
-// TestQuantFixturesQ6KGPU: the fixtures whose expert stacks are q6_k or
-// q5_k (llama.cpp's Q4_K_M of the fixture model: q6_k downs under q4_k;
-// lagc's q6_k and q5_k recipes) on the grouped GEMMs of their types
-// (LAGC_QMOE_SHAPE=q6k,q5k; by default those stacks are dequantised into
-// the workspace), against the CPU engine, with a prompt of 40 tokens: a
-// prefill chunk past the GEMV path's 8 rows, so that the grouped GEMMs run.
-func TestQuantFixturesQ6KGPU(t *testing.T) {
-	prompt := longPrompt()
-	t.Setenv("LAGC_QMOE_SHAPE", "q6k,q5k")
-	for _, name := range []string{"q4_k_m-llama", "q6_k", "q5_k"} {
-		t.Run(name, func(t *testing.T) {
-			quantFileAgainstCPU(t, filepath.Join(fixture.Root(t), "testdata", "quant", name+".gguf"), prompt, true)
-		})
-	}
 }
 
 // TestQuantFallbacksGPU: synthetic-tiny (experts 16 wide, hidden 32)

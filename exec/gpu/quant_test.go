@@ -29,21 +29,27 @@ func randQuantBlocks(r *rand.Rand, t quant.Type, rows, K int) []byte {
 	}
 	for i := 0; i < nb; i++ {
 		blk := b[i*bb : (i+1)*bb]
+		// Each type's d keeps the weights in q8_0's range (|w| < 2.8), as
+		// in real files: a scale up to 127 (q8_0's quants, q6_k's int8
+		// scales), 63 (the k-quants' 6-bit scales and mins) or 32 (iq4_xs's
+		// ls - 32) times a quant up to 127 (iq4_xs's table), 32 (q6_k's q -
+		// 32), 31 (q5_k) or 15 (q4_k). Larger, the routed experts' SwiGLU
+		// outputs passed f16's 65504 and saturated on f16 operands (iq4_xs
+		// first; q5_k and q6_k stacks, 2026-12-05, TestMoEQ6KGPU).
+		d := func() float32 { return 0.002 + 0.02*r.Float32() }
 		switch t {
 		case quant.Q8_0:
-			put(blk, 0.002+0.02*r.Float32())
+			put(blk, d())
 		case quant.IQ4_XS:
-			// d times a sub-block scale ls - 32 (up to 32) times a table
-			// value (up to 127): 1/32 of q8_0's d keeps the weights in
-			// q8_0's range (|w| < 2.8), as in real files. 32 times larger,
-			// the routed experts' SwiGLU outputs passed f16's 65504 and
-			// saturated on f16 operands.
-			put(blk, (0.002+0.02*r.Float32())/32)
-		case quant.Q4_K, quant.Q5_K:
-			put(blk, 0.002+0.02*r.Float32())
-			put(blk[2:], 0.002+0.02*r.Float32())
+			put(blk, d()/32)
+		case quant.Q4_K:
+			put(blk, d()/8)
+			put(blk[2:], d()/8)
+		case quant.Q5_K:
+			put(blk, d()/16)
+			put(blk[2:], d()/16)
 		case quant.Q6_K:
-			put(blk[208:], 0.002+0.02*r.Float32())
+			put(blk[208:], d()/32)
 		}
 	}
 	return b
