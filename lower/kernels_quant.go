@@ -625,22 +625,20 @@ func QSynth(t quant.Type, w Ptr, rows, K int, seed uint32) (Launch, error) {
 		i64(int64(rows)), i32(K), ptrArg(w), u32(seed)), nil
 }
 
-// HopperQTypes are the weight types the quantised wgmma GEMM reads.
-var HopperQTypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
+// HopperQTypes are the weight types the quantised wgmma GEMM reads in
+// dense matmuls; HopperQMoETypes those its grouped MoE GEMMs read.
+var (
+	HopperQTypes    = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS}
+	HopperQMoETypes = []quant.Type{quant.Q8_0, quant.Q4_K, quant.IQ4_XS, quant.Q5_K, quant.Q6_K}
+)
 
-// hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: q6_k and
-// q5_k too unless QMoEForce.NoQ6K or NoQ5K.
+// hopperQMoEOK is hopperQOK for an MoE layer's grouped GEMMs: the types of
+// HopperQMoETypes, q6_k and q5_k unless QMoEForce.NoQ6K or NoQ5K.
 func (a MoEArgs) hopperQMoEOK(t quant.Type, K int) error {
-	if t == quant.Q6_K && !a.QMoE.NoQ6K || t == quant.Q5_K && !a.QMoE.NoQ5K {
-		if err := hopperQOK(a.CC, a.PrefillMMA, quant.Q8_0, a.XType, K); err != nil { // q8_0's conditions, and K whole blocks
-			return err
-		}
-		if K%t.BlockElems() != 0 {
-			return fmt.Errorf("the inner dimension K = %d must be a multiple of %s's block", K, t)
-		}
-		return nil
+	if t == quant.Q6_K && a.QMoE.NoQ6K || t == quant.Q5_K && a.QMoE.NoQ5K {
+		return fmt.Errorf("the %s grouped GEMM turned off (LAGC_QMOE_SHAPE's noq6k, noq5k)", t)
 	}
-	return hopperQOK(a.CC, a.PrefillMMA, t, a.XType, K)
+	return hopperQTypeOK(a.CC, a.PrefillMMA, t, HopperQMoETypes, a.XType, K)
 }
 
 // hopperQBytes is the quant bytes of a row per 64-element stage (q6_k:
@@ -721,10 +719,15 @@ func hopperQBudget(ctas int) int {
 // hopperQOK says why gemm_wgmma_q cannot run a GEMM of K with t weights and
 // xType activations, or nil.
 func hopperQOK(cc int, mma bool, t quant.Type, xType string, K int) error {
+	return hopperQTypeOK(cc, mma, t, HopperQTypes, xType, K)
+}
+
+// hopperQTypeOK is hopperQOK with the weight types the GEMM reads given.
+func hopperQTypeOK(cc int, mma bool, t quant.Type, types []quant.Type, xType string, K int) error {
 	switch {
 	case cc < 90 || mma:
 		return fmt.Errorf("not a Hopper target, or prefill GEMMs kept on mma.sync")
-	case !slices.Contains(HopperQTypes, t):
+	case !slices.Contains(types, t):
 		return fmt.Errorf("no wgmma kernel for %s weights", t)
 	case xType != "bf16":
 		return fmt.Errorf("%s activations (the wgmma kernel reads bf16)", xType)

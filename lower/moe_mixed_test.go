@@ -308,7 +308,7 @@ func TestMoEQ6KHopper(t *testing.T) {
 	a := q6(mixedMoEArgs(2048, quant.Q4_K, quant.Q6_K))
 	a.I = 320
 	a.QGate.Total, a.QUp.Total, a.QUp.Row0 = 2*a.E*a.I, 2*a.E*a.I, a.E*a.I
-	if err := a.hopperQMoEOK(quant.Q6_K, a.I); err == nil || !strings.Contains(err.Error(), "multiple of q6_k's block") {
+	if err := a.hopperQMoEOK(quant.Q6_K, a.I); err == nil || !strings.Contains(err.Error(), "of q6_k's block") {
 		t.Errorf("q6_k with K = 320: %v", err)
 	}
 }

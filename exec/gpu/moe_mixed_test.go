@@ -48,7 +48,7 @@ func TestMoEExpertsMixedGPU(t *testing.T) {
 					// (a down without: dequantised to bf16 rows, run on it
 					// too); without, the stacks are dequantised and may run
 					// as bf16 rows on it (QT_BF16_H, type 30) alone.
-					hopper := c.T > GEMVMaxRows && slices.Contains(slices.Concat(lower.HopperQTypes, []quant.Type{quant.Q5_K, quant.Q6_K}), gt)
+					hopper := c.T > GEMVMaxRows && slices.Contains(lower.HopperQMoETypes, gt)
 					if got := hasQuantWgmma(ls); got != hopper {
 						t.Fatalf("gemm_wgmma_q of a quantised type launched: %v, want %v", got, hopper)
 					}
