@@ -33,11 +33,7 @@ func TestTopKSharedGPU(t *testing.T) {
 				bias = upload(t, k, s, cuda.F32, randF32(r, c.E, 0.5))
 			}
 			nr, ne := int64(4*c.T*c.topK), int64(4*c.T*(c.topK+c.S))
-			buf := func(n int64) cuda.DevicePtr {
-				p := alloc(t, k, n)
-				poison(t, s, p, n)
-				return p
-			}
+			buf := func(n int64) cuda.DevicePtr { return allocPoisoned(t, k, s, n) }
 			w, ids, w2, ids2 := buf(nr), buf(nr), buf(ne), buf(ne)
 			rt, err := lower.RouterTopK("f32", ptr(w), ptr(ids), ptr(logits), ptr(bias), c.T, c.E, c.topK, 0, 1)
 			if err != nil || rt.Kernel != "router_topk" {
@@ -102,11 +98,7 @@ func TestRouterFusedSharedGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			nr, ne := int64(4*c.T*c.topK), int64(4*c.T*(c.topK+c.S))
-			buf := func(n int64) cuda.DevicePtr {
-				p := alloc(t, k, n)
-				poison(t, s, p, n)
-				return p
-			}
+			buf := func(n int64) cuda.DevicePtr { return allocPoisoned(t, k, s, n) }
 			wt, ids, w2, ids2 := buf(nr), buf(nr), buf(ne), buf(ne)
 			g, err := lower.MatMul(lower.MatMulArgs{T: c.T, K: c.K, N: c.E, X: ptr(x), W: ptr(w), Y: ptr(logits), XType: c.dt, WType: c.dt,
 				YType: "f32", SMs: k.SMs()})
@@ -128,4 +120,12 @@ func TestRouterFusedSharedGPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allocPoisoned is alloc's n bytes, poisoned (an unwritten output fails).
+func allocPoisoned(t *testing.T, k *Kernels, s *cuda.Stream, n int64) cuda.DevicePtr {
+	t.Helper()
+	p := alloc(t, k, n)
+	poison(t, s, p, n)
+	return p
 }
