@@ -157,3 +157,49 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 func routeRanges(w, ids Arg, n int64) []byteRange {
 	return []byteRange{bytesAt(w.Ptr(), 4*n), bytesAt(ids.Ptr(), 4*n)}
 }
+
+// Selection is where a launch that selects experts writes their ids: T
+// tokens' rows of Stride ids at IDs, the first K of a row routed, the rest
+// (Stride > K) the shared experts' routes TopKShared appended.
+type Selection struct {
+	IDs          Ptr
+	T, K, Stride int64
+}
+
+// SelectionOf reads l as a router_topk, router_topk_block, router_fused,
+// router_topk_shared or router_fused_shared launch as RouterTopK,
+// RouterFused and TopKShared build them. A fused selection no longer
+// writes its step's own outputs (the router_topk step's rows): whoever
+// reads what a router chose (a census, a check) must ask here.
+func SelectionOf(l Launch) (Selection, bool) {
+	a := l.Args
+	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
+	if l.File != "router.cu" {
+		return Selection{}, false
+	}
+	switch {
+	case l.Kernel == "router_topk_block" && ArgKinds(a, i, i, i, f, f, p, x, p, p, p):
+		return Selection{IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int}, true
+	case l.Kernel == "router_topk_shared" && ArgKinds(a, i, i, i, f, f, p, x, p, p, p, i, i):
+		return Selection{IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int + a[10].Int}, true
+	case l.Kernel == "router_fused_shared" && len(l.Ints) == 2 && ArgKinds(a, i, i, i, p, p, p, i, f, f, p, p, p, p, i, i):
+		return Selection{IDs: a[11].Ptr(), T: l.Ints[0], K: a[6].Int, Stride: a[6].Int + a[13].Int}, true
+	}
+	if rt, ok := readTopK(l); ok {
+		return Selection{IDs: rt.ids.Ptr(), T: rt.T, K: rt.k, Stride: rt.k}, true
+	}
+	return Selection{}, false
+}
+
+// StepSelection is the selection that router_topk step i of steps (a
+// schedule's launches at some T) stands for: its own last launch's or,
+// where the step launches nothing, that of the last launch before it
+// (RouterFused's, in the step before).
+func StepSelection(steps [][]Launch, i int) (Selection, bool) {
+	for j := i; j >= 0 && j < len(steps); j-- {
+		if n := len(steps[j]); n > 0 {
+			return SelectionOf(steps[j][n-1])
+		}
+	}
+	return Selection{}, false
+}

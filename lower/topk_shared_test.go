@@ -194,3 +194,62 @@ func modLaunch(l Launch, f func(*Launch)) Launch {
 	f(&l)
 	return l
 }
+
+// TestStepSelection: every router_topk step of S-2.1 bf16 plans (prefill
+// at 2048, 300 and 40 tokens, decode) has a selection of its T tokens' 10
+// routed ids: in the step's own ids output without fuseTopKShared (and at
+// 40 tokens, where the block kernel selects and moe_add_shared stays), in
+// the routes buffer with the shared expert's route after them with it.
+func TestStepSelection(t *testing.T) {
+	on := Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132}
+	off := on
+	off.DisableFusions = []string{"fuseTopKShared"}
+	for _, c := range []struct {
+		fused  bool
+		decode bool
+		T      int
+	}{{true, false, 2048}, {true, false, 300}, {true, false, 40}, {true, true, 1}, {false, false, 2048}, {false, true, 1}} {
+		o := off
+		if c.fused {
+			o = on
+		}
+		p := bf16Plan(t, "laguna-s-2.1", 3, o)
+		s := p.Prefill
+		if c.decode {
+			s = p.Decode
+		}
+		steps, err := p.At(s, c.T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extended := c.fused && (c.decode || c.T > RouterBlockMaxT) // router_fused_shared, router_topk_shared
+		n := 0
+		for i, st := range s.Steps {
+			if st.Op != "router_topk" {
+				continue
+			}
+			n++
+			sel, ok := StepSelection(steps, i)
+			ids := Ptr{BaseArena, st.Out[1].Offset}
+			want := Selection{IDs: ids, T: int64(c.T), K: 10, Stride: 10}
+			if extended {
+				want.Stride = 11
+			}
+			if extended && (sel.IDs.Base != BaseRoutes || sel.IDs == ids) {
+				t.Errorf("%+v %s: the selection's ids at %v, want the routes buffer", c, st.Name, sel.IDs)
+			}
+			if extended {
+				want.IDs = sel.IDs
+			}
+			if !ok || sel != want {
+				t.Errorf("%+v %s: selection %+v (%v), want %+v", c, st.Name, sel, ok, want)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%+v: %d router_topk steps, want 2", c, n)
+		}
+	}
+	if _, ok := SelectionOf(Launch{Kernel: "router_topk", File: "router.cu"}); ok {
+		t.Error("SelectionOf read a launch without arguments")
+	}
+}

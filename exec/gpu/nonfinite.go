@@ -64,9 +64,17 @@ func (e *Executor) LocateNonFinite(steps [][]int32) error {
 	return nil
 }
 
-// checkStep returns a *NonFiniteError if a float activation step st wrote
-// at T tokens holds a non-finite value.
-func (e *Executor) checkStep(st *lower.Step, T int) error {
+// checkStep returns a *NonFiniteError if a float activation step i of p
+// (st) wrote holds a non-finite value. A router_topk step whose selection
+// was fused to write the routes buffer (lower.StepSelection) left its own
+// rows as they were: not read.
+func (e *Executor) checkStep(st *lower.Step, p *program, i int) error {
+	T := p.T
+	if st.Op == "router_topk" && len(st.Out) == 2 {
+		if sel, ok := lower.StepSelection(p.lowered, i); ok && sel.IDs != (lower.Ptr{Base: lower.BaseArena, Offset: st.Out[1].Offset}) {
+			return nil
+		}
+	}
 	for _, o := range st.Out {
 		if o.Kind != "activation" {
 			continue

@@ -15,6 +15,7 @@ type program struct {
 	T            int
 	tail         lower.Tail // prefill: the rows its tail runs on
 	steps        [][]KernelLaunch
+	lowered      [][]lower.Launch // steps' launches as lower gave them (StepSelection)
 	finish       []KernelLaunch
 	logits, next lower.Buffer
 }
@@ -46,12 +47,12 @@ func (e *Executor) run(p *program) error {
 			}
 		}
 		if e.checking {
-			if err := e.checkStep(st, p.T); err != nil {
+			if err := e.checkStep(st, p, i); err != nil {
 				return err
 			}
 		}
 		if e.census != nil {
-			if err := e.censusStep(st, p.T); err != nil {
+			if err := e.censusStep(st, p, i); err != nil {
 				return err
 			}
 		}
@@ -123,7 +124,7 @@ func (e *Executor) base(region string) (cuda.DevicePtr, error) {
 // bind resolves the launches of sch at T tokens (per step, as lower gives
 // them).
 func (e *Executor) bind(sch *lower.Schedule, T int, launches [][]lower.Launch) (*program, error) {
-	p := &program{sch: sch, T: T}
+	p := &program{sch: sch, T: T, lowered: launches}
 	var ok1, ok2 bool
 	p.logits, ok1 = sch.Value("logits")
 	p.next, ok2 = sch.Value("next")

@@ -20,21 +20,30 @@ func (e *Executor) CensusRoutes(tokens []int32) ([]routes.Layer, error) {
 	})
 }
 
-// censusStep counts the expert ids a router_topk step st wrote at T
-// tokens (its i32 output).
-func (e *Executor) censusStep(st *lower.Step, T int) error {
+// censusStep counts the routed expert ids that router_topk step i of p
+// selected, where its selecting launch wrote them (lower.StepSelection:
+// a fused selection writes the routes buffer with the shared experts'
+// routes appended, not the step's own ids rows).
+func (e *Executor) censusStep(st *lower.Step, p *program, i int) error {
 	if st.Op != "router_topk" {
 		return nil
 	}
-	for _, o := range st.Out {
-		if o.DType != "i32" || o.Kind != "activation" {
-			continue
-		}
-		ids := make([]int32, o.Elems(T))
-		if err := cuda.Download(e.q, ids, e.arena.Add(o.Offset)); err != nil {
-			return fmt.Errorf("census of %s: %w", o.Value, err)
-		}
-		e.census.Add(st.Layer, ids)
+	sel, ok := lower.StepSelection(p.lowered, i)
+	if !ok {
+		return fmt.Errorf("census of %s: no launch before it selects experts", st.Name)
 	}
+	base, err := e.base(sel.IDs.Base)
+	if err != nil {
+		return fmt.Errorf("census of %s: %w", st.Name, err)
+	}
+	rows := make([]int32, sel.T*sel.Stride)
+	if err := cuda.Download(e.q, rows, base.Add(sel.IDs.Offset)); err != nil {
+		return fmt.Errorf("census of %s: %w", st.Name, err)
+	}
+	ids := make([]int32, 0, sel.T*sel.K)
+	for r := range sel.T {
+		ids = append(ids, rows[r*sel.Stride:r*sel.Stride+sel.K]...)
+	}
+	e.census.Add(st.Layer, ids)
 	return nil
 }
