@@ -164,9 +164,10 @@ func TestMoEMixedTypesRejected(t *testing.T) {
 
 // TestBatchGEMMMixedRuns: with Options.BatchGEMM, a batched decode step of
 // more rows than a GEMV takes runs the MoE of a layer whose down stack has
-// no grouped wgmma GEMM (q6_k under q4_k) as GEMV runs, where the GEMMs
-// would dequantise the q6_k stack (1.6 GB in S-2.1) at every step; a layer
-// of one type keeps the GEMMs.
+// no grouped wgmma GEMM (q6_k under q4_k, QMoEForce.NoQ6K) as GEMV runs,
+// where the GEMMs would dequantise the q6_k stack (1.6 GB in S-2.1) at
+// every step; with q6_k's grouped GEMM, or a layer of one type, it keeps
+// the GEMMs.
 func TestBatchGEMMMixedRuns(t *testing.T) {
 	for _, c := range []struct {
 		downs quant.Type

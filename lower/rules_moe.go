@@ -158,8 +158,9 @@ func moeRule(c *stepCtx) ([]Launch, error) {
 	runs := c.gemvRuns
 	if c.batch && c.p.BatchGEMM && a.T > GEMVMaxRows && IsQuantized(a.WType) {
 		// The tensor-core GEMMs would dequantise stacks of a type without
-		// a grouped wgmma GEMM (q5_k, q6_k) at every step, gigabytes for a
-		// few rows: the GEMVs read the blocks, in runs.
+		// a grouped wgmma GEMM (before Hopper; q6_k, q5_k switched off) at
+		// every step, gigabytes for a few rows: the GEMVs read the blocks,
+		// in runs.
 		if q, err := a.quantPath(); err == nil && (q == moeQuantDequant || q == moeQuantHopperBF16Down) {
 			runs = c.rowRuns
 		}
