@@ -75,7 +75,8 @@ func (p *Plan) ConversionNote() string {
 // Dequant is what a full prefill chunk dequantises into the workspace
 // before its GEMMs read it (qdequant launches): the dense matmuls of
 // quantised weights without a bf16 copy, and the expert stacks of types
-// without a grouped GEMM (q5_k, q6_k unless QMoEForce asks for theirs).
+// without a grouped GEMM (before Hopper; q5_k, q6_k where QMoEForce turns
+// theirs off).
 // Every chunk writes these bytes and reads them back.
 type Dequant struct {
 	Matrices int   `json:"matrices"`
