@@ -167,13 +167,19 @@ type Selection struct {
 }
 
 // SelectionOf reads l as a router_topk, router_topk_block, router_fused,
-// router_topk_shared or router_fused_shared launch as RouterTopK,
-// RouterFused and TopKShared build them. A fused selection no longer
-// writes its step's own outputs (the router_topk step's rows): whoever
-// reads what a router chose (a census, a check) must ask here.
+// router_topk_shared, router_fused_shared or router_qgemv launch as
+// RouterTopK, RouterFused, TopKShared and RouterQGEMV build them. A fused
+// selection no longer writes its step's own outputs (the router_topk
+// step's rows): whoever reads what a router chose (a census, a check) must
+// ask here.
 func SelectionOf(l Launch) (Selection, bool) {
 	a := l.Args
 	const i, f, p, x = ArgI32, ArgF32, ArgPtr, ArgI64
+	if l.Kernel == "router_qgemv" && l.File == "router_qgemv.cu" && len(a) > 14 && len(l.DTypes) == 3 && len(l.Ints) > 2 {
+		// RouterQGEMV: the block count, then router_fused's arguments.
+		l = Launch{Kernel: "router_fused", File: "router.cu", DTypes: l.DTypes[:2], Ints: l.Ints[:2], Args: a[1:14]}
+		a = l.Args
+	}
 	if l.File != "router.cu" {
 		return Selection{}, false
 	}

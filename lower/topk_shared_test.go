@@ -253,3 +253,56 @@ func TestStepSelection(t *testing.T) {
 		t.Error("SelectionOf read a launch without arguments")
 	}
 }
+
+// TestStepSelectionEveryPlan: every router_topk step of S-2.1's prefill
+// (chunks of 1 to 2048 tokens), batched and single decode schedules, bf16
+// and each quantised recipe, has a selection of its T tokens' 10 ids: the
+// step's own rows, or the routes buffer with the shared route after them
+// (a route census fails where none is found; q4_k_m's router_qgemv at one
+// token was not read before).
+func TestStepSelectionEveryPlan(t *testing.T) {
+	for _, recipe := range []string{"", "q4_k_m", "q4_k", "iq4_xs"} {
+		p, err := quantPlan(t, "laguna-s-2.1", 3, recipe, Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132, Seqs: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(what string, s *Schedule, T int, steps [][]Launch) {
+			t.Helper()
+			n := 0
+			for i, st := range s.Steps {
+				if st.Op != "router_topk" {
+					continue
+				}
+				n++
+				sel, ok := StepSelection(steps, i)
+				own := sel.IDs == Ptr{BaseArena, st.Out[1].Offset} // unfused: the step's own ids rows
+				if !ok || sel.T != int64(T) || sel.K != 10 || !(sel.Stride == 10 && own || sel.Stride == 11 && sel.IDs.Base == BaseRoutes) {
+					t.Errorf("%q %s at %d tokens, %s: selection %+v (%v)", recipe, what, T, st.Name, sel, ok)
+				}
+			}
+			if n != 2 {
+				t.Errorf("%q %s: %d router_topk steps, want 2", recipe, what, n)
+			}
+		}
+		for _, T := range []int{1, 2, 8, 9, 40, 64, 65, 300, 2048} {
+			steps, err := p.At(p.Prefill, T)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("prefill", p.Prefill, T, steps)
+		}
+		steps, err := p.At(p.Decode, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("decode", p.Decode, 1, steps)
+		for _, rows := range []int{2, 16} {
+			b := p.Bucket(rows)
+			steps, err := p.AtBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("batched decode", p.Prefill, b, steps)
+		}
+	}
+}
