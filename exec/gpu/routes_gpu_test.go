@@ -11,8 +11,9 @@ import (
 
 // TestCensusRoutesGPU: a two-layer Laguna-S-2.1 (q4_k_m recipe, synthetic
 // weights) prefilling 150 tokens in chunks of 64 has one census, for its
-// MoE layer, of every token's top-k routes; the same twice; and the
-// sequence afterwards decodes as it did before the census.
+// MoE layer, of every token's top-k routes; the same twice; the sequence
+// afterwards decodes as it did before the census; and a one-token prompt
+// has its k routes.
 func TestCensusRoutesGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 2)
@@ -34,6 +35,12 @@ func TestCensusRoutesGPU(t *testing.T) {
 	}
 	if after, _, _ := decodeRun(t, ex, prompt, false, 4); !slices.Equal(before, after) {
 		t.Fatalf("tokens after the census %v, before %v", after, before)
+	}
+	// One token: the router's selection is router_qgemv's (fused with the
+	// shared expert's GEMV), in the step before the router's.
+	one, err := ex.CensusRoutes(prompt[:1])
+	if err != nil || len(one) != 1 || one[0].Routes != k || one[0].Used != k || one[0].Busiest != 1 {
+		t.Fatalf("census of one token %+v (%v): want layer 1 with %d routes to %d experts", one, err, k, k)
 	}
 }
 
