@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -223,31 +224,19 @@ func TestStepSelection(t *testing.T) {
 			t.Fatal(err)
 		}
 		extended := c.fused && (c.decode || c.T > RouterBlockMaxT) // router_fused_shared, router_topk_shared
-		n := 0
-		for i, st := range s.Steps {
-			if st.Op != "router_topk" {
-				continue
-			}
-			n++
-			sel, ok := StepSelection(steps, i)
+		eachSelection(t, fmt.Sprintf("%+v", c), s, steps, func(st Step, sel Selection, ok bool) {
 			ids := Ptr{BaseArena, st.Out[1].Offset}
 			want := Selection{IDs: ids, T: int64(c.T), K: 10, Stride: 10}
 			if extended {
-				want.Stride = 11
-			}
-			if extended && (sel.IDs.Base != BaseRoutes || sel.IDs == ids) {
-				t.Errorf("%+v %s: the selection's ids at %v, want the routes buffer", c, st.Name, sel.IDs)
-			}
-			if extended {
-				want.IDs = sel.IDs
+				if sel.IDs.Base != BaseRoutes || sel.IDs == ids {
+					t.Errorf("%+v %s: the selection's ids at %v, want the routes buffer", c, st.Name, sel.IDs)
+				}
+				want.IDs, want.Stride = sel.IDs, 11
 			}
 			if !ok || sel != want {
 				t.Errorf("%+v %s: selection %+v (%v), want %+v", c, st.Name, sel, ok, want)
 			}
-		}
-		if n != 2 {
-			t.Errorf("%+v: %d router_topk steps, want 2", c, n)
-		}
+		})
 	}
 	if _, ok := SelectionOf(Launch{Kernel: "router_topk", File: "router.cu"}); ok {
 		t.Error("SelectionOf read a launch without arguments")
@@ -268,21 +257,12 @@ func TestStepSelectionEveryPlan(t *testing.T) {
 		}
 		check := func(what string, s *Schedule, T int, steps [][]Launch) {
 			t.Helper()
-			n := 0
-			for i, st := range s.Steps {
-				if st.Op != "router_topk" {
-					continue
-				}
-				n++
-				sel, ok := StepSelection(steps, i)
+			eachSelection(t, fmt.Sprintf("%q %s at %d tokens", recipe, what, T), s, steps, func(st Step, sel Selection, ok bool) {
 				own := sel.IDs == Ptr{BaseArena, st.Out[1].Offset} // unfused: the step's own ids rows
 				if !ok || sel.T != int64(T) || sel.K != 10 || !(sel.Stride == 10 && own || sel.Stride == 11 && sel.IDs.Base == BaseRoutes) {
 					t.Errorf("%q %s at %d tokens, %s: selection %+v (%v)", recipe, what, T, st.Name, sel, ok)
 				}
-			}
-			if n != 2 {
-				t.Errorf("%q %s: %d router_topk steps, want 2", recipe, what, n)
-			}
+			})
 		}
 		for _, T := range []int{1, 2, 8, 9, 40, 64, 65, 300, 2048} {
 			steps, err := p.At(p.Prefill, T)
@@ -304,5 +284,22 @@ func TestStepSelectionEveryPlan(t *testing.T) {
 			}
 			check("batched decode", p.Prefill, b, steps)
 		}
+	}
+}
+
+// eachSelection calls f with every router_topk step of s (launches steps)
+// and its StepSelection; S-2.1's first three layers have two.
+func eachSelection(t *testing.T, what string, s *Schedule, steps [][]Launch, f func(Step, Selection, bool)) {
+	t.Helper()
+	n := 0
+	for i, st := range s.Steps {
+		if st.Op == "router_topk" {
+			n++
+			sel, ok := StepSelection(steps, i)
+			f(st, sel, ok)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%s: %d router_topk steps, want 2", what, n)
 	}
 }
