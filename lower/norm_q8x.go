@@ -229,7 +229,8 @@ type span struct {
 }
 
 // routerOutputs is what a launch of a MoE router writes, read off its
-// arguments as its builder lays them out:
+// arguments as its builder lays them out (the routes where SelectionOf
+// finds them):
 //   - gemv (MatMul's GEMV: N, K, split, x, w, y, accumulate): y [R, N] of
 //     DTypes[2], R its first integer parameter;
 //   - router_topk or router_topk_block (RouterTopK: T, E, k, softcap,
@@ -253,15 +254,17 @@ func routerOutputs(l Launch) ([]span, bool) {
 	case l.Kernel == "gemv" && is(i, i, i, p, p, p, i) && len(l.DTypes) == 3 && len(l.Ints) == 3:
 		R, N, size := l.Ints[0], a[0].Int, int64(dtypeSize(l.DTypes[2]))
 		return []span{{a[5].Ptr(), R * N * size}}, R > 0 && N > 0 && size > 0
-	case (l.Kernel == "router_topk" || l.Kernel == "router_topk_block") && is(i, i, i, f, f, p, x, p, p, p):
-		T, k := a[0].Int, a[2].Int
-		return []span{{a[8].Ptr(), 4 * T * k}, {a[9].Ptr(), 4 * T * k}}, T > 0 && k > 0
-	case l.Kernel == "router_fused" && is(i, i, i, p, p, p, i, f, f, p, p, p, p) && len(l.Ints) == 2:
-		R, E, k := l.Ints[0], a[0].Int, a[6].Int
-		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
-	case l.Kernel == "router_fused_shared" && is(i, i, i, p, p, p, i, f, f, p, p, p, p, i, i) && len(l.Ints) == 2:
-		R, E, k := l.Ints[0], a[0].Int, a[6].Int+a[13].Int
-		return []span{{a[5].Ptr(), 4 * R * E}, {a[10].Ptr(), 4 * R * k}, {a[11].Ptr(), 4 * R * k}, {a[12].Ptr(), 4}}, R > 0 && E > 0 && k > 0
+	case l.Kernel == "router_topk" || l.Kernel == "router_topk_block" || l.Kernel == "router_fused" || l.Kernel == "router_fused_shared":
+		sel, ok := SelectionOf(l)
+		if !ok {
+			return nil, false
+		}
+		routes := []span{{sel.W, 4 * sel.T * sel.Stride}, {sel.IDs, 4 * sel.T * sel.Stride}}
+		if l.Kernel == "router_topk" || l.Kernel == "router_topk_block" {
+			return routes, sel.T > 0 && sel.K > 0
+		}
+		E := a[0].Int
+		return append(append([]span{{a[5].Ptr(), 4 * sel.T * E}}, routes...), span{a[12].Ptr(), 4}), sel.T > 0 && E > 0 && sel.K > 0
 	case l.Kernel == "moe_add_shared" && is(i, i, i, i, p, p, p, p):
 		T, k, S := a[0].Int, a[1].Int, a[2].Int
 		return []span{{a[6].Ptr(), 4 * T * (k + S)}, {a[7].Ptr(), 4 * T * (k + S)}}, T > 0 && k >= 0 && S >= 0

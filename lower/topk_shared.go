@@ -158,11 +158,12 @@ func routeRanges(w, ids Arg, n int64) []byteRange {
 	return []byteRange{bytesAt(w.Ptr(), 4*n), bytesAt(ids.Ptr(), 4*n)}
 }
 
-// Selection is where a launch that selects experts writes their ids: T
-// tokens' rows of Stride ids at IDs, the first K of a row routed, the rest
-// (Stride > K) the shared experts' routes TopKShared appended.
+// Selection is where a launch that selects experts writes their weights
+// (f32, at W) and ids (i32, at IDs): T tokens' rows of Stride routes each,
+// the first K of a row routed, the rest (Stride > K) the shared experts'
+// routes TopKShared appended.
 type Selection struct {
-	IDs          Ptr
+	W, IDs       Ptr
 	T, K, Stride int64
 }
 
@@ -185,14 +186,14 @@ func SelectionOf(l Launch) (Selection, bool) {
 	}
 	switch {
 	case l.Kernel == "router_topk_block" && ArgKinds(a, i, i, i, f, f, p, x, p, p, p):
-		return Selection{IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int}, true
+		return Selection{W: a[8].Ptr(), IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int}, true
 	case l.Kernel == "router_topk_shared" && ArgKinds(a, i, i, i, f, f, p, x, p, p, p, i, i):
-		return Selection{IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int + a[10].Int}, true
+		return Selection{W: a[8].Ptr(), IDs: a[9].Ptr(), T: a[0].Int, K: a[2].Int, Stride: a[2].Int + a[10].Int}, true
 	case l.Kernel == "router_fused_shared" && len(l.Ints) == 2 && ArgKinds(a, i, i, i, p, p, p, i, f, f, p, p, p, p, i, i):
-		return Selection{IDs: a[11].Ptr(), T: l.Ints[0], K: a[6].Int, Stride: a[6].Int + a[13].Int}, true
+		return Selection{W: a[10].Ptr(), IDs: a[11].Ptr(), T: l.Ints[0], K: a[6].Int, Stride: a[6].Int + a[13].Int}, true
 	}
 	if rt, ok := readTopK(l); ok {
-		return Selection{IDs: rt.ids.Ptr(), T: rt.T, K: rt.k, Stride: rt.k}, true
+		return Selection{W: rt.w.Ptr(), IDs: rt.ids.Ptr(), T: rt.T, K: rt.k, Stride: rt.k}, true
 	}
 	return Selection{}, false
 }

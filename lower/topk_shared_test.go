@@ -226,12 +226,12 @@ func TestStepSelection(t *testing.T) {
 		extended := c.fused && (c.decode || c.T > RouterBlockMaxT) // router_fused_shared, router_topk_shared
 		eachSelection(t, fmt.Sprintf("%+v", c), s, steps, func(st Step, sel Selection, ok bool) {
 			ids := Ptr{BaseArena, st.Out[1].Offset}
-			want := Selection{IDs: ids, T: int64(c.T), K: 10, Stride: 10}
+			want := Selection{W: Ptr{BaseArena, st.Out[0].Offset}, IDs: ids, T: int64(c.T), K: 10, Stride: 10}
 			if extended {
-				if sel.IDs.Base != BaseRoutes || sel.IDs == ids {
-					t.Errorf("%+v %s: the selection's ids at %v, want the routes buffer", c, st.Name, sel.IDs)
+				if sel.IDs.Base != BaseRoutes || sel.W.Base != BaseRoutes {
+					t.Errorf("%+v %s: the selection's weights and ids at %v, %v, want the routes buffer", c, st.Name, sel.W, sel.IDs)
 				}
-				want.IDs, want.Stride = sel.IDs, 11
+				want.W, want.IDs, want.Stride = sel.W, sel.IDs, 11
 			}
 			if !ok || sel != want {
 				t.Errorf("%+v %s: selection %+v (%v), want %+v", c, st.Name, sel, ok, want)
