@@ -76,8 +76,7 @@ func (p *Plan) ConversionNote() string {
 // before its GEMMs read it (qdequant launches): the dense matmuls of
 // quantised weights without a bf16 copy, and the expert stacks of types
 // without a grouped GEMM (before Hopper; q5_k, q6_k where QMoEForce turns
-// theirs off).
-// Every chunk writes these bytes and reads them back.
+// theirs off). Every chunk writes these bytes and reads them back.
 type Dequant struct {
 	Matrices int   `json:"matrices"`
 	Bytes    int64 `json:"bytes"` // written a chunk
