@@ -1,0 +1,454 @@
+// Run on the H200: nvcc -O3 -arch=sm_90a -o /tmp/gemvchain scripts/probes/gemv-chain.cu && /tmp/gemvchain 48 && /tmp/gemvchain 48 norm
+// (docs/DECODE_MEGAKERNEL.md, "Step 0b"). Not part of lagc; no Go code reads it.
+//
+// The question: can a chain of dependent GEMVs of a decode layer's sizes
+// stream its weights at close to the DRAM rate if each multiprocessor's
+// weights keep arriving through a shared-memory ring while its consumers
+// wait for the previous GEMV (one persistent kernel, counters between
+// GEMVs), where lagc's launches (one a GEMV, programmatic launch) reach
+// about 40% of the byte roofline? Step 0 compared counters with launches
+// without such a ring and found counters 1 us a GEMV slower.
+//
+// A "layer" is seven int8 GEMVs (y = s * W x, W [N, K] row-major, x the
+// first K values of the previous y, f32) of about a q4_k_m MoE layer's
+// bytes: q,k,v,gate 11264x3072, an attention stand-in 9216x512, o_proj
+// 3072x9216, router and shared gate+up 2304x3072, routed gate+up
+// 15360x2304, routed down 3072x5760, shared down 3072x1024: 129 MB. 48
+// layers, every weight distinct (6.2 GB, far above L2).
+//
+//   launch  each GEMV a launch: griddepcontrol.wait first (pdl) or not
+//           (plain), all 336 captured in one graph
+//   pre     pdl, and each launch issues its first weight loads before the
+//           wait, triggering its dependents at its start
+//   ring    one persistent kernel, a block a multiprocessor: a producer
+//           warp bulk-copies the block's rows of every GEMV in turn into a
+//           ring of 9 KB slots, never waiting for a GEMV; 8 consumer warps
+//           wait for the previous GEMV's counter, read x from L2, and sum
+//           the rows as they land
+// Prints us a layer, TB/s over the weights, and the largest relative
+// difference of the last y between each form and `launch plain`.
+#ifndef __CUDACC_RTC__  // NVRTC (a syntax check off the GPU machine) sees the kernels only
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <cmath>
+#endif
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+struct Gemv {
+  const signed char* w;
+  int N, K;
+  float scale;
+  int norm;        // 1: y = scale * W x / rms(x), rms over x's K values, as a norm before the GEMV
+  const float* x;  // the previous y (or the input)
+  float* y;
+};
+
+__device__ __forceinline__ unsigned su32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ float dot16(int4 w, const float* x) {
+  const signed char* b = reinterpret_cast<const signed char*>(&w);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 16; i++) s += (float)b[i] * x[i];
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 1 / rms of K values whose squares' 8 warp sums are in red.
+__device__ __forceinline__ float rms_inv(const float* red, int K) {
+  float t = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) t += red[i];
+  return rsqrtf(t / (float)K + 1e-6f);
+}
+
+__global__ void fill(signed char* w, long long n, unsigned seed) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ (unsigned)(i >> 32) * 97u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    w[i] = (signed char)((int)(h % 255u) - 127);
+  }
+}
+
+// ---------------------------------------------------------------- launches
+// A warp a row pair, lane-strided 16-byte pieces, U pieces of each row in
+// flight, x staged in shared memory (from L2) after the wait; 8 warps, 16
+// rows a block. PRE: the first round's weights before griddepcontrol.wait,
+// and launch_dependents at the start.
+template <int PDL, int PRE>
+__global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
+  constexpr int U = 4;
+  extern __shared__ __align__(16) float xsh[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = (blockIdx.x * 8 + warp) * 2;
+  const int ppr = g.K / 16;
+  const int4* w0 = reinterpret_cast<const int4*>(g.w + (long long)min(r0, g.N - 1) * g.K);
+  const int4* w1 = reinterpret_cast<const int4*>(g.w + (long long)min(r0 + 1, g.N - 1) * g.K);
+  int4 a[U], b[U];
+  if (PRE) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int q = lane + 32 * u;
+      a[u] = q < ppr ? __ldcs(w0 + q) : make_int4(0, 0, 0, 0);
+      b[u] = q < ppr ? __ldcs(w1 + q) : make_int4(0, 0, 0, 0);
+    }
+    asm volatile("griddepcontrol.launch_dependents;");
+  }
+  if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+  __shared__ float red[8];
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < g.K / 4; k += 256) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(g.x) + k);
+    reinterpret_cast<float4*>(xsh)[k] = v;
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
+  float s0 = 0.f, s1 = 0.f;
+  for (int p = lane; p < ppr; p += 32 * U) {
+    if (!PRE || p != lane) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int q = p + 32 * u;
+        a[u] = q < ppr ? __ldcs(w0 + q) : make_int4(0, 0, 0, 0);
+        b[u] = q < ppr ? __ldcs(w1 + q) : make_int4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int q = p + 32 * u;
+      if (q < ppr) {
+        s0 += dot16(a[u], xsh + 16 * q);
+        s1 += dot16(b[u], xsh + 16 * q);
+      }
+    }
+  }
+  s0 = warp_sum(s0);
+  s1 = warp_sum(s1);
+  if (lane == 0) {
+    if (r0 < g.N) g.y[r0] = s0 * g.scale * inv;
+    if (r0 + 1 < g.N) g.y[r0 + 1] = s1 * g.scale * inv;
+  }
+}
+
+// ---------------------------------------------------------------- the ring
+#define SLOT 9216
+#define NSLOT 20
+#define XMAX 9216
+#define CONS 256  // consumer threads (8 warps); warp 8 produces
+
+struct Chain {
+  const Gemv* g;
+  int n;
+  unsigned* counters;  // one a GEMV: blocks done, epoch * gridDim.x after run `epoch`
+  unsigned epoch;
+  int dep;  // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
+};
+
+// A wait that never ends is a bug of this probe: trap rather than hang the call.
+#define SPIN_LIMIT (1ll << 24)
+
+// The block's rows of GEMV i and its rows a chunk.
+__device__ __forceinline__ void block_rows(const Gemv& g, int& rb, int& re, int& rpc) {
+  rb = (int)((long long)g.N * blockIdx.x / gridDim.x);
+  re = (int)((long long)g.N * (blockIdx.x + 1) / gridDim.x);
+  rpc = max(1, SLOT / g.K);
+}
+
+__global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
+  extern __shared__ __align__(128) unsigned char ring_smem[];
+  __shared__ __align__(8) unsigned long long full[NSLOT], empty[NSLOT];
+  __shared__ float part[2][SLOT / 512 + 64];  // a chunk's rows (at most SLOT / min K)
+  __shared__ float red[8];
+  float* xs = reinterpret_cast<float*>(ring_smem + NSLOT * SLOT);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < NSLOT; s++) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(su32(&full[s])), "r"(1));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(su32(&empty[s])), "r"(1));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  for (int i = tid; i < 2 * (SLOT / 512 + 64); i += blockDim.x) (&part[0][0])[i] = 0.f;
+  __syncthreads();
+  if (tid >= CONS) {  // the producer warp: lane 0 streams every chunk in order
+    if (tid != CONS) return;
+    int j = 0;
+    for (int i = 0; i < c.n; i++) {
+      const Gemv g = c.g[i];
+      int rb, re, rpc;
+      block_rows(g, rb, re, rpc);
+      for (int r = rb; r < re; r += rpc, j++) {
+        const int s = j % NSLOT, rows = min(rpc, re - r);
+        const unsigned bytes = (unsigned)(rows * g.K);
+        unsigned done = 0;
+        const unsigned par = ((j / NSLOT) & 1) ^ 1;
+        long long spins = 0;
+        do {
+          if (++spins > SPIN_LIMIT) __trap();
+          asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                       : "=r"(done)
+                       : "r"(su32(&empty[s])), "r"(par)
+                       : "memory");
+        } while (!done);
+        const unsigned fb = su32(&full[s]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         su32(ring_smem + s * SLOT)),
+                     "l"(g.w + (long long)r * g.K), "r"(bytes), "r"(fb)
+                     : "memory");
+      }
+    }
+    return;
+  }
+  const int warp = tid >> 5, lane = tid & 31;
+  int j = 0;
+  for (int i = 0; i < c.n; i++) {
+    const Gemv g = c.g[i];
+    int rb, re, rpc;
+    block_rows(g, rb, re, rpc);
+    if (i > 0 && c.dep) {  // the previous GEMV done by every block
+      if (tid == 0) {
+        const unsigned want = c.epoch * gridDim.x;
+        unsigned v;
+        long long spins = 0;
+        do {
+          if (++spins > SPIN_LIMIT) __trap();
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.counters + i - 1) : "memory");
+        } while ((int)(v - want) < 0);
+      }
+      asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
+    }
+    float ss = 0.f;
+    for (int k = tid; k < g.K / 4; k += CONS) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(g.x) + k);
+      reinterpret_cast<float4*>(xs)[k] = v;
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
+    const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
+    const int ppr = g.K / 16;
+    for (int r = rb; r < re; r += rpc, j++) {
+      const int s = j % NSLOT, rows = min(rpc, re - r), pieces = rows * ppr;
+      const unsigned par = (j / NSLOT) & 1;
+      unsigned done = 0;
+      long long spins = 0;
+      do {
+        if (++spins > SPIN_LIMIT) __trap();
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(su32(&full[s])), "r"(par)
+                     : "memory");
+      } while (!done);
+      float* pt = part[j & 1];
+      const int4* wq = reinterpret_cast<const int4*>(ring_smem + s * SLOT);
+      for (int base = 0; base < pieces; base += CONS) {
+        // a warp's 32 pieces lie in at most two rows (ppr >= 32)
+        const int q = base + tid;
+        const int row = q < pieces ? q / ppr : -1;
+        const float v = q < pieces ? dot16(wq[q], xs + 16 * (q - row * ppr)) : 0.f;
+        const int rowA = __shfl_sync(0xffffffffu, row, 0);
+        const float va = warp_sum(row == rowA ? v : 0.f), vb = warp_sum(row != rowA && row >= 0 ? v : 0.f);
+        const int rowB = __reduce_max_sync(0xffffffffu, row);  // the last valid lane's row
+        if (lane == 0) {
+          if (rowA >= 0) atomicAdd(&pt[rowA], va);
+          if (rowB >= 0 && rowB != rowA) atomicAdd(&pt[rowB], vb);
+        }
+      }
+      asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");  // the chunk's sums are in pt, its slot read
+      if (tid == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(su32(&empty[s])) : "memory");
+      if (tid < rows) {
+        g.y[r + tid] = pt[tid] * g.scale * inv;
+        pt[tid] = 0.f;
+      }
+    }
+    // every consumer's stores of this GEMV, then the count
+    asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
+    if (tid == 0) {
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c.counters + i) : "memory");
+    }
+  }
+}
+
+// The read ceiling: every weight byte once, as the launches read them.
+__global__ void __launch_bounds__(256) read_all(const int4* w, long long n, int* sink) {
+  int acc = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int4 v = __ldcs(w + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678) sink[0] = acc;
+}
+
+// ---------------------------------------------------------------- host
+#ifndef __CUDACC_RTC__
+static float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const int layers = argc > 1 ? atoi(argv[1]) : 48;
+  const int norm = argc > 2 && argv[2][0] == 'n';  // "norm": every GEMV divides by its x's rms (in every block)
+  const int shapes[7][2] = {{11264, 3072}, {9216, 512}, {3072, 9216}, {2304, 3072}, {15360, 2304}, {3072, 5760}, {3072, 1024}};
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int n = 7 * layers;
+  long long wbytes = 0;
+  for (int i = 0; i < n; i++) wbytes += (long long)shapes[i % 7][0] * shapes[i % 7][1];
+  signed char* W;
+  CK(cudaMalloc(&W, wbytes));
+  fill<<<4 * sms, 256>>>(W, wbytes, 12345u);
+  // y buffers: one a GEMV (the forms overwrite them), the input x0
+  float *Y, *x0;
+  long long ytotal = 0;
+  for (int i = 0; i < n; i++) ytotal += shapes[i % 7][0];
+  CK(cudaMalloc(&Y, ytotal * sizeof(float)));
+  CK(cudaMalloc(&x0, XMAX * sizeof(float)));
+  std::vector<float> hx(XMAX);
+  for (int i = 0; i < XMAX; i++) hx[i] = sinf(0.37f * i) * 1.3f;
+  CK(cudaMemcpy(x0, hx.data(), XMAX * sizeof(float), cudaMemcpyHostToDevice));
+  std::vector<Gemv> hg(n);
+  long long wo = 0, yo = 0;
+  for (int i = 0; i < n; i++) {
+    const int N = shapes[i % 7][0], K = shapes[i % 7][1];
+    hg[i] = Gemv{W + wo, N, K, 1.f / (73.3f * sqrtf((float)K)), norm, i == 0 ? x0 : Y + (yo - shapes[(i + 6) % 7][0]), Y + yo};
+    wo += (long long)N * K;
+    yo += N;
+  }
+  Gemv* dg;
+  CK(cudaMalloc(&dg, n * sizeof(Gemv)));
+  CK(cudaMemcpy(dg, hg.data(), n * sizeof(Gemv), cudaMemcpyHostToDevice));
+  unsigned* counters;
+  CK(cudaMalloc(&counters, n * sizeof(unsigned)));
+  CK(cudaMemset(counters, 0, n * sizeof(unsigned)));
+  const int lastN = hg[n - 1].N;
+  float* lastY = hg[n - 1].y;
+  CK(cudaFuncSetAttribute(gemv_launch<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaDeviceSynchronize());
+  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of int8 weights (%.1f MB a layer), %d SMs%s\n", layers, n, wbytes / 1e9,
+         wbytes / 1e6 / layers, sms, norm ? ", each x normalised in every block" : "");
+
+  std::vector<float> ref(lastN), got(lastN);
+  auto report = [&](const char* name, float ms, bool isref) {
+    CK(cudaMemcpy(got.data(), lastY, lastN * sizeof(float), cudaMemcpyDeviceToHost));
+    if (isref) ref = got;
+    double md = 0, mx = 0;
+    for (int i = 0; i < lastN; i++) {
+      md = std::max(md, (double)fabsf(got[i] - ref[i]));
+      mx = std::max(mx, (double)fabsf(ref[i]));
+    }
+    printf("  %-12s %8.2f us a layer  %5.2f TB/s  max |y - plain| / max |plain| = %.2e\n", name, 1e3 * ms / layers,
+           wbytes / (ms * 1e-3) / 1e12, md / mx);
+  };
+  const int reps = 7;
+  // launches, in a graph
+  for (int form = 0; form < 3; form++) {
+    cudaGraph_t graph;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < n; i++) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3((hg[i].N + 15) / 16);
+      cfg.blockDim = dim3(256);
+      cfg.dynamicSmemBytes = hg[i].K * sizeof(float);
+      cfg.stream = st;
+      cudaLaunchAttribute at[1];
+      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      at[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = at;
+      cfg.numAttrs = form > 0 ? 1 : 0;
+      if (form == 0) CK(cudaLaunchKernelEx(&cfg, gemv_launch<0, 0>, hg[i]));
+      if (form == 1) CK(cudaLaunchKernelEx(&cfg, gemv_launch<1, 0>, hg[i]));
+      if (form == 2) CK(cudaLaunchKernelEx(&cfg, gemv_launch<1, 1>, hg[i]));
+    }
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&ge, graph, 0));
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+      CK(cudaEventRecord(e0, st));
+      CK(cudaGraphLaunch(ge, st));
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    report(form == 0 ? "launch plain" : form == 1 ? "launch pdl" : "pre", median(t), form == 0);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(graph));
+  }
+  // the ring
+  const int smem = NSLOT * SLOT + XMAX * 4;
+  CK(cudaFuncSetAttribute(gemv_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (int dep : {1, 0}) {
+    const int grid = sms;
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+      static unsigned epoch = 0;
+      epoch++;
+      Chain c{dg, n, counters, epoch, dep};
+      CK(cudaEventRecord(e0, st));
+      gemv_ring<<<grid, CONS + 32, smem, st>>>(c);
+      CK(cudaGetLastError());
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    char name[32];
+    snprintf(name, sizeof name, dep ? "ring" : "ring nodep");
+    report(name, median(t), false);
+  }
+  // the bytes alone: a plain read of all weights
+  {
+    int* sink;
+    CK(cudaMalloc(&sink, 4));
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+      CK(cudaEventRecord(e0, st));
+      read_all<<<8 * sms, 256, 0, st>>>(reinterpret_cast<const int4*>(W), wbytes / 16, sink);
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    const float ms = median(t);
+    printf("  %-12s %8.2f us a layer  %5.2f TB/s  (the weights read once, no chain)\n", "read", 1e3 * ms / layers,
+           wbytes / (ms * 1e-3) / 1e12);
+  }
+  return 0;
+}
+#endif
