@@ -17,6 +17,11 @@
 # opcode counts and its loops' address ranges: a kernel's SASS without
 # device time. NVRTC here is 12.4, the H200's 13: read the shape of the
 # code, not its exact schedule.
+#
+#   eval "$(scripts/nvrtc-local.sh nvcc)"; nvcc -arch=sm_90a -o /tmp/p scripts/probes/gemv-chain.cu
+#
+# installs nvcc 12.4 (once) and puts it on PATH: the standalone probes
+# compile here, host code included (they run only on the GPU machine).
 set -euo pipefail
 D=${LAGC_NVRTC_DIR:-$HOME/.cache/lagc-nvrtc}
 L=$D/x/usr/lib/x86_64-linux-gnu
@@ -80,8 +85,33 @@ for a, t in ins:
 PY
 	done
 	;;
+nvcc)
+	# nvcc 12.4 from Debian (toolkit 87 MB; from nvidia-cuda-dev, 934 MB fetched
+	# once, the headers, the static runtime and libcuda's stub kept): compiles the standalone probes
+	# (scripts/probes/*.cu, host code and all) here; they still run only on the GPU
+	# machine. Prints the PATH export.
+	T=$D/nvcc
+	B=$T/usr/lib/nvidia-cuda-toolkit/bin
+	if [ ! -x "$B/nvcc" ] || [ ! -e "$T/usr/include/cuda_runtime.h" ]; then
+		o=(-o Dir::Etc::SourceList="$D/sid.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$D/lists")
+		mkdir -p "$D/debs/nvcc" && (cd "$D/debs/nvcc" && apt-get "${o[@]}" download nvidia-cuda-toolkit nvidia-cuda-dev libnvvm4 >/dev/null 2>&1) ||
+			{ echo "nvrtc-local: could not fetch nvidia-cuda-toolkit, nvidia-cuda-dev and libnvvm4" >&2; exit 1; }
+		rm -rf "$T" && mkdir -p "$T"
+		for f in "$D"/debs/nvcc/nvidia-cuda-toolkit_*.deb "$D"/debs/nvcc/libnvvm4_*.deb; do dpkg -x "$f" "$T"; done
+		dpkg-deb --fsys-tarfile "$D"/debs/nvcc/nvidia-cuda-dev_*.deb | (cd "$T" && tar x ./usr/include \
+			./usr/lib/x86_64-linux-gnu/libcudart_static.a ./usr/lib/x86_64-linux-gnu/libcudadevrt.a \
+			./usr/lib/x86_64-linux-gnu/stubs/libcuda.so)
+		rm -rf "$D/debs/nvcc"
+		# Debian's profile names /usr/lib/nvidia-cuda-toolkit: point it here
+		rm -f "$B/nvcc.profile"
+		printf 'NVVMIR_LIBRARY_DIR = %s\nPATH += %s:%s:\nINCLUDES += -I%s\nLIBRARIES =+ $(_SPACE_) -L%s -L%s\n' \
+			"$T/usr/lib/nvidia-cuda-toolkit/libdevice" "$B" "$T/usr/bin" "$T/usr/include" \
+			"$T/usr/lib/x86_64-linux-gnu/stubs" "$T/usr/lib/x86_64-linux-gnu" >"$B/nvcc.profile"
+	fi
+	echo "export PATH=$B\${PATH:+:\$PATH}"
+	;;
 *)
-	sed -n '2,20p' "$0"
+	sed -n '2,25p' "$0"
 	exit 2
 	;;
 esac
