@@ -20,11 +20,13 @@
 //           (plain), all 336 captured in one graph
 //   pre     pdl, and each launch issues its first weight loads before the
 //           wait, triggering its dependents at its start
-//   ring    one persistent kernel, a block a multiprocessor: a producer
+//   ring S  one persistent kernel, a block a multiprocessor: a producer
 //           warp bulk-copies the block's rows of every GEMV in turn into a
-//           ring of 9 KB slots, never waiting for a GEMV; 8 consumer warps
-//           wait for the previous GEMV's counter, read x from L2, and sum
-//           the rows as they land
+//           ring of S 9 KB slots (20, 10, 5), never waiting for a GEMV; 8
+//           consumer warps wait for the previous GEMV's counter, read x
+//           from L2, and sum the rows as they land; "nodep": no waits
+//           (timing only), the ring's streaming alone
+//   read    every weight byte once, the ceiling
 // Prints us a layer, TB/s over the weights, and the largest relative
 // difference of the last y between each form and `launch plain`.
 #ifndef __CUDACC_RTC__  // NVRTC (a syntax check off the GPU machine) sees the kernels only
@@ -162,7 +164,8 @@ struct Chain {
   int n;
   unsigned* counters;  // one a GEMV: blocks done, epoch * gridDim.x after run `epoch`
   unsigned epoch;
-  int dep;  // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
+  int dep;    // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
+  int nslot;  // the ring's slots in use (at most NSLOT): how much HBM time it buffers
 };
 
 // A wait that never ends is a bug of this probe: trap rather than hang the call.
@@ -199,10 +202,10 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       int rb, re, rpc;
       block_rows(g, rb, re, rpc);
       for (int r = rb; r < re; r += rpc, j++) {
-        const int s = j % NSLOT, rows = min(rpc, re - r);
+        const int s = j % c.nslot, rows = min(rpc, re - r);
         const unsigned bytes = (unsigned)(rows * g.K);
         unsigned done = 0;
-        const unsigned par = ((j / NSLOT) & 1) ^ 1;
+        const unsigned par = ((j / c.nslot) & 1) ^ 1;
         long long spins = 0;
         do {
           if (++spins > SPIN_LIMIT) __trap();
@@ -251,8 +254,8 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
     const int ppr = g.K / 16;
     for (int r = rb; r < re; r += rpc, j++) {
-      const int s = j % NSLOT, rows = min(rpc, re - r), pieces = rows * ppr;
-      const unsigned par = (j / NSLOT) & 1;
+      const int s = j % c.nslot, rows = min(rpc, re - r), pieces = rows * ppr;
+      const unsigned par = (j / c.nslot) & 1;
       unsigned done = 0;
       long long spins = 0;
       do {
@@ -411,13 +414,14 @@ int main(int argc, char** argv) {
   // the ring
   const int smem = NSLOT * SLOT + XMAX * 4;
   CK(cudaFuncSetAttribute(gemv_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  for (int dep : {1, 0}) {
-    const int grid = sms;
+  const int forms[4][2] = {{1, NSLOT}, {1, NSLOT / 2}, {1, NSLOT / 4}, {0, NSLOT}};  // (dep, slots)
+  for (const auto& f : forms) {
+    const int grid = sms, dep = f[0], nslot = f[1];
     std::vector<float> t;
     for (int r = 0; r < reps; r++) {
       static unsigned epoch = 0;
       epoch++;
-      Chain c{dg, n, counters, epoch, dep};
+      Chain c{dg, n, counters, epoch, dep, nslot};
       CK(cudaEventRecord(e0, st));
       gemv_ring<<<grid, CONS + 32, smem, st>>>(c);
       CK(cudaGetLastError());
@@ -428,7 +432,7 @@ int main(int argc, char** argv) {
       t.push_back(ms);
     }
     char name[32];
-    snprintf(name, sizeof name, dep ? "ring" : "ring nodep");
+    snprintf(name, sizeof name, dep ? "ring %d" : "ring %d nodep", nslot);
     report(name, median(t), false);
   }
   // the bytes alone: a plain read of all weights
