@@ -1,4 +1,4 @@
-// Run on the H200: nvcc -O3 -arch=sm_90a -o /tmp/gemvchain scripts/probes/gemv-chain.cu && /tmp/gemvchain 48 && /tmp/gemvchain 48 norm
+// Run on the H200: nvcc -O3 -arch=sm_90a -o /tmp/gemvchain scripts/probes/gemv-chain.cu && /tmp/gemvchain 48 && /tmp/gemvchain 48 norm && /tmp/gemvchain 48 noroute
 // (docs/DECODE_MEGAKERNEL.md, "Step 0b"). Not part of lagc; no Go code reads it.
 //
 // The question: can a chain of dependent GEMVs of a decode layer's sizes
@@ -14,7 +14,11 @@
 // bytes: q,k,v,gate 11264x3072, an attention stand-in 9216x512, o_proj
 // 3072x9216, router and shared gate+up 2304x3072, routed gate+up
 // 15360x2304, routed down 3072x5760, shared down 3072x1024: 129 MB. 48
-// layers, every weight distinct (6.2 GB, far above L2).
+// layers, every weight distinct (6.2 GB read, far above L2). The routed
+// gate+up's rows are 10 experts of 1536 chosen from a stack of 256 (906
+// MB, shared by the layers) by the top-10 of the router GEMV's first 256
+// outputs, so the ring's producer, like a real one, cannot stream them
+// before the router is done (`noroute`: fixed rows, as the others').
 //
 //   launch  each GEMV a launch: griddepcontrol.wait first (pdl) or not
 //           (plain), all 336 captured in one graph
@@ -33,6 +37,7 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #include <algorithm>
 #include <cmath>
@@ -54,7 +59,44 @@ struct Gemv {
   int norm;        // 1: y = scale * W x / rms(x), rms over x's K values, as a norm before the GEMV
   const float* x;  // the previous y (or the input)
   float* y;
+  int erows;       // > 0: w is a stack of 256 experts of erows rows; the N = k*erows rows are
+                   // those of the top-k of x[0, 256) (ties to the lower index), best first
 };
+
+#define ROUTE_MAX 16
+
+// topk_warp: a warp's choice of the k largest of v[0, 256) (v in shared
+// or global memory, read through ld): expert ids best first into ids
+// (lane j writes ids[j]).
+template <typename LD>
+__device__ __forceinline__ void topk_warp(LD ld, int k, int* ids) {
+  const int lane = threadIdx.x & 31;
+  unsigned long long key[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const int e = lane + 32 * i;
+    unsigned b = __float_as_uint(ld(e));
+    b = (b & 0x80000000u) ? ~b : b | 0x80000000u;  // order-preserving
+    key[i] = ((unsigned long long)b << 32) | (unsigned)(255 - e);
+  }
+  for (int j = 0; j < k; j++) {
+    unsigned long long m = key[0];
+#pragma unroll
+    for (int i = 1; i < 8; i++) m = max(m, key[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = 255 - (int)(m & 0xffffffffu);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if (lane + 32 * i == e) key[i] = 0ull;
+    if (lane == j) ids[j] = e;
+  }
+}
+
+// The stack row of the GEMV's row r.
+__device__ __forceinline__ long long weight_row(const Gemv& g, const int* ids, int r) {
+  return g.erows ? (long long)ids[r / g.erows] * g.erows + r % g.erows : r;
+}
 
 __device__ __forceinline__ unsigned su32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -102,18 +144,20 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = (blockIdx.x * 8 + warp) * 2;
   const int ppr = g.K / 16;
+  __shared__ int ids[ROUTE_MAX];
+  const bool pre = PRE && g.erows == 0;  // a routed GEMV's rows wait for x
   const int4* w0 = reinterpret_cast<const int4*>(g.w + (long long)min(r0, g.N - 1) * g.K);
   const int4* w1 = reinterpret_cast<const int4*>(g.w + (long long)min(r0 + 1, g.N - 1) * g.K);
   int4 a[U], b[U];
-  if (PRE) {
+  if (pre) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int q = lane + 32 * u;
       a[u] = q < ppr ? __ldcs(w0 + q) : make_int4(0, 0, 0, 0);
       b[u] = q < ppr ? __ldcs(w1 + q) : make_int4(0, 0, 0, 0);
     }
-    asm volatile("griddepcontrol.launch_dependents;");
   }
+  if (PRE) asm volatile("griddepcontrol.launch_dependents;");
   if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
   __shared__ float red[8];
   float ss = 0.f;
@@ -126,9 +170,15 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   if (lane == 0) red[warp] = ss;
   __syncthreads();
   const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
+  if (g.erows) {
+    if (warp == 0) topk_warp([&](int e) { return xsh[e]; }, g.N / g.erows, ids);
+    __syncthreads();
+    w0 = reinterpret_cast<const int4*>(g.w + weight_row(g, ids, min(r0, g.N - 1)) * g.K);
+    w1 = reinterpret_cast<const int4*>(g.w + weight_row(g, ids, min(r0 + 1, g.N - 1)) * g.K);
+  }
   float s0 = 0.f, s1 = 0.f;
   for (int p = lane; p < ppr; p += 32 * U) {
-    if (!PRE || p != lane) {
+    if (!pre || p != lane) {
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int q = p + 32 * u;
@@ -183,6 +233,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
   __shared__ __align__(8) unsigned long long full[NSLOT], empty[NSLOT];
   __shared__ float part[2][SLOT / 512 + 64];  // a chunk's rows (at most SLOT / min K)
   __shared__ float red[8];
+  __shared__ int pids[ROUTE_MAX];  // the producer's route ids
   float* xs = reinterpret_cast<float*>(ring_smem + NSLOT * SLOT);
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -195,12 +246,27 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
   for (int i = tid; i < 2 * (SLOT / 512 + 64); i += blockDim.x) (&part[0][0])[i] = 0.f;
   __syncthreads();
   if (tid >= CONS) {  // the producer warp: lane 0 streams every chunk in order
-    if (tid != CONS) return;
+    const int plane = tid - CONS;
     int j = 0;
     for (int i = 0; i < c.n; i++) {
       const Gemv g = c.g[i];
       int rb, re, rpc;
       block_rows(g, rb, re, rpc);
+      if (g.erows) {  // a routed GEMV: its rows are known once the GEMV before it is done
+        if (plane == 0 && c.dep) {
+          const unsigned want = c.epoch * gridDim.x;
+          unsigned v;
+          long long spins = 0;
+          do {
+            if (++spins > SPIN_LIMIT) __trap();
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.counters + i - 1) : "memory");
+          } while ((int)(v - want) < 0);
+        }
+        __syncwarp();
+        topk_warp([&](int e) { return __ldcg(g.x + e); }, g.N / g.erows, pids);
+        __syncwarp();
+      }
+      if (plane != 0) continue;
       for (int r = rb; r < re; r += rpc, j++) {
         const int s = j % c.nslot, rows = min(rpc, re - r);
         const unsigned bytes = (unsigned)(rows * g.K);
@@ -216,10 +282,18 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
         } while (!done);
         const unsigned fb = su32(&full[s]);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(bytes) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         su32(ring_smem + s * SLOT)),
-                     "l"(g.w + (long long)r * g.K), "r"(bytes), "r"(fb)
-                     : "memory");
+        if (g.erows == 0 || r / g.erows == (r + rows - 1) / g.erows) {
+          asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                           su32(ring_smem + s * SLOT)),
+                       "l"(g.w + weight_row(g, pids, r) * g.K), "r"(bytes), "r"(fb)
+                       : "memory");
+        } else {  // the chunk's rows span two experts: a copy a row
+          for (int q = 0; q < rows; q++)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             su32(ring_smem + s * SLOT + q * g.K)),
+                         "l"(g.w + weight_row(g, pids, r + q) * g.K), "r"((unsigned)g.K), "r"(fb)
+                         : "memory");
+        }
       }
     }
     return;
@@ -315,16 +389,31 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? atoi(argv[1]) : 48;
-  const int norm = argc > 2 && argv[2][0] == 'n';  // "norm": every GEMV divides by its x's rms (in every block)
+  int norm = 0, route = 1;
+  for (int a = 2; a < argc; a++) {
+    if (!strcmp(argv[a], "norm")) norm = 1;  // every GEMV divides by its x's rms (in every block)
+    else if (!strcmp(argv[a], "noroute")) route = 0;  // the routed gate+up's rows fixed, as the others'
+    else {
+      fprintf(stderr, "usage: %s [LAYERS] [norm] [noroute]\n", argv[0]);
+      return 2;
+    }
+  }
+  const int experts = 256, topk = 10, erows = 1536;  // the routed gate+up: 10 of 256 experts of 1536 rows
   const int shapes[7][2] = {{11264, 3072}, {9216, 512}, {3072, 9216}, {2304, 3072}, {15360, 2304}, {3072, 5760}, {3072, 1024}};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int n = 7 * layers;
-  long long wbytes = 0;
-  for (int i = 0; i < n; i++) wbytes += (long long)shapes[i % 7][0] * shapes[i % 7][1];
+  auto routed = [&](int i) { return route && i % 7 == 4; };
+  long long wbytes = 0, alloc = 0;  // bytes the chain reads; bytes of weights held
+  for (int i = 0; i < n; i++) {
+    const long long b = (long long)shapes[i % 7][0] * shapes[i % 7][1];
+    wbytes += b;
+    alloc += routed(i) ? 0 : b;
+  }
+  const long long stack = route ? (long long)experts * erows * shapes[4][1] : 0;
   signed char* W;
-  CK(cudaMalloc(&W, wbytes));
-  fill<<<4 * sms, 256>>>(W, wbytes, 12345u);
+  CK(cudaMalloc(&W, alloc + stack));
+  fill<<<4 * sms, 256>>>(W, alloc + stack, 12345u);
   // y buffers: one a GEMV (the forms overwrite them), the input x0
   float *Y, *x0;
   long long ytotal = 0;
@@ -338,8 +427,13 @@ int main(int argc, char** argv) {
   long long wo = 0, yo = 0;
   for (int i = 0; i < n; i++) {
     const int N = shapes[i % 7][0], K = shapes[i % 7][1];
-    hg[i] = Gemv{W + wo, N, K, 1.f / (73.3f * sqrtf((float)K)), norm, i == 0 ? x0 : Y + (yo - shapes[(i + 6) % 7][0]), Y + yo};
-    wo += (long long)N * K;
+    hg[i] = Gemv{routed(i) ? W + alloc : W + wo, N, K, 1.f / (73.3f * sqrtf((float)K)), norm,
+                 i == 0 ? x0 : Y + (yo - shapes[(i + 6) % 7][0]), Y + yo, routed(i) ? erows : 0};
+    if (routed(i) && N != topk * erows) {
+      fprintf(stderr, "gemv-chain: the routed GEMV has %d rows, not %d x %d\n", N, topk, erows);
+      return 1;
+    }
+    wo += routed(i) ? 0 : (long long)N * K;
     yo += N;
   }
   Gemv* dg;
@@ -359,8 +453,9 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   CK(cudaDeviceSynchronize());
-  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of int8 weights (%.1f MB a layer), %d SMs%s\n", layers, n, wbytes / 1e9,
-         wbytes / 1e6 / layers, sms, norm ? ", each x normalised in every block" : "");
+  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of int8 weights read (%.1f MB a layer), %d SMs%s%s\n", layers, n,
+         wbytes / 1e9, wbytes / 1e6 / layers, sms, norm ? ", each x normalised in every block" : "",
+         route ? ", the gate+up routed (top-10 of 256 experts of 1536 x 2304, one stack)" : "");
 
   std::vector<float> ref(lastN), got(lastN);
   auto report = [&](const char* name, float ms, bool isref) {
@@ -442,7 +537,7 @@ int main(int argc, char** argv) {
     std::vector<float> t;
     for (int r = 0; r < reps; r++) {
       CK(cudaEventRecord(e0, st));
-      read_all<<<8 * sms, 256, 0, st>>>(reinterpret_cast<const int4*>(W), wbytes / 16, sink);
+      read_all<<<8 * sms, 256, 0, st>>>(reinterpret_cast<const int4*>(W), alloc / 16, sink);
       CK(cudaEventRecord(e1, st));
       CK(cudaEventSynchronize(e1));
       float ms;
@@ -450,8 +545,8 @@ int main(int argc, char** argv) {
       t.push_back(ms);
     }
     const float ms = median(t);
-    printf("  %-12s %8.2f us a layer  %5.2f TB/s  (the weights read once, no chain)\n", "read", 1e3 * ms / layers,
-           wbytes / (ms * 1e-3) / 1e12);
+    printf("  %-12s %8.2f us a layer  %5.2f TB/s  (the unrouted weights read once, no chain; us scaled to a layer's bytes)\n",
+           "read", 1e3 * ms / layers * (double)wbytes / alloc, alloc / (ms * 1e-3) / 1e12);
   }
   return 0;
 }
