@@ -221,6 +221,29 @@ struct Chain {
 // A wait that never ends is a bug of this probe: trap rather than hang the call.
 #define SPIN_LIMIT (1ll << 24)
 
+// mbar_wait: until the phase of parity par of the mbarrier at bar is complete.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned par) {
+  unsigned done = 0;
+  long long spins = 0;
+  do {
+    if (++spins > SPIN_LIMIT) __trap();
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(par)
+                 : "memory");
+  } while (!done);
+}
+
+// count_wait: until *counter reaches want (acquire).
+__device__ __forceinline__ void count_wait(const unsigned* counter, unsigned want) {
+  unsigned v;
+  long long spins = 0;
+  do {
+    if (++spins > SPIN_LIMIT) __trap();
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  } while ((int)(v - want) < 0);
+}
+
 // The block's rows of GEMV i and its rows a chunk.
 __device__ __forceinline__ void block_rows(const Gemv& g, int& rb, int& re, int& rpc) {
   rb = (int)((long long)g.N * blockIdx.x / gridDim.x);
@@ -253,15 +276,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       int rb, re, rpc;
       block_rows(g, rb, re, rpc);
       if (g.erows) {  // a routed GEMV: its rows are known once the GEMV before it is done
-        if (plane == 0 && c.dep) {
-          const unsigned want = c.epoch * gridDim.x;
-          unsigned v;
-          long long spins = 0;
-          do {
-            if (++spins > SPIN_LIMIT) __trap();
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.counters + i - 1) : "memory");
-          } while ((int)(v - want) < 0);
-        }
+        if (plane == 0 && c.dep) count_wait(c.counters + i - 1, c.epoch * gridDim.x);
         __syncwarp();
         topk_warp([&](int e) { return __ldcg(g.x + e); }, g.N / g.erows, pids);
         __syncwarp();
@@ -270,16 +285,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       for (int r = rb; r < re; r += rpc, j++) {
         const int s = j % c.nslot, rows = min(rpc, re - r);
         const unsigned bytes = (unsigned)(rows * g.K);
-        unsigned done = 0;
-        const unsigned par = ((j / c.nslot) & 1) ^ 1;
-        long long spins = 0;
-        do {
-          if (++spins > SPIN_LIMIT) __trap();
-          asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                       : "=r"(done)
-                       : "r"(su32(&empty[s])), "r"(par)
-                       : "memory");
-        } while (!done);
+        mbar_wait(su32(&empty[s]), ((j / c.nslot) & 1) ^ 1);
         const unsigned fb = su32(&full[s]);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(bytes) : "memory");
         if (g.erows == 0 || r / g.erows == (r + rows - 1) / g.erows) {
@@ -305,15 +311,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     int rb, re, rpc;
     block_rows(g, rb, re, rpc);
     if (i > 0 && c.dep) {  // the previous GEMV done by every block
-      if (tid == 0) {
-        const unsigned want = c.epoch * gridDim.x;
-        unsigned v;
-        long long spins = 0;
-        do {
-          if (++spins > SPIN_LIMIT) __trap();
-          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.counters + i - 1) : "memory");
-        } while ((int)(v - want) < 0);
-      }
+      if (tid == 0) count_wait(c.counters + i - 1, c.epoch * gridDim.x);
       asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     }
     float ss = 0.f;
@@ -329,16 +327,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     const int ppr = g.K / 16;
     for (int r = rb; r < re; r += rpc, j++) {
       const int s = j % c.nslot, rows = min(rpc, re - r), pieces = rows * ppr;
-      const unsigned par = (j / c.nslot) & 1;
-      unsigned done = 0;
-      long long spins = 0;
-      do {
-        if (++spins > SPIN_LIMIT) __trap();
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(su32(&full[s])), "r"(par)
-                     : "memory");
-      } while (!done);
+      mbar_wait(su32(&full[s]), (j / c.nslot) & 1);
       float* pt = part[j & 1];
       const int4* wq = reinterpret_cast<const int4*>(ring_smem + s * SLOT);
       for (int base = 0; base < pieces; base += CONS) {
