@@ -29,7 +29,8 @@
 //           ring of S 9 KB slots (20, 10, 5), never waiting for a GEMV; 8
 //           consumer warps wait for the previous GEMV's counter, read x
 //           from L2, and sum the rows as they land; "nodep": no waits
-//           (timing only), the ring's streaming alone
+//           (timing only), the ring's streaming alone; "8 x2": two blocks
+//           of 8 slots an SM (twice the consumer warps), where they fit
 //   read    every weight byte once, the ceiling
 // Prints us a layer, TB/s over the weights, and the largest relative
 // difference of the last y between each form and `launch plain`.
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
   __shared__ float part[2][SLOT / 512 + 64];  // a chunk's rows (at most SLOT / min K)
   __shared__ float red[8];
   __shared__ int pids[ROUTE_MAX];  // the producer's route ids
-  float* xs = reinterpret_cast<float*>(ring_smem + NSLOT * SLOT);
+  float* xs = reinterpret_cast<float*>(ring_smem + c.nslot * SLOT);
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < NSLOT; s++) {
@@ -500,16 +501,24 @@ int main(int argc, char** argv) {
   // the ring
   const int smem = NSLOT * SLOT + XMAX * 4;
   CK(cudaFuncSetAttribute(gemv_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int forms[4][2] = {{1, NSLOT}, {1, NSLOT / 2}, {1, NSLOT / 4}, {0, NSLOT}};  // (dep, slots)
+  // (dep, slots, blocks an SM): the last, two blocks of 8 slots an SM, runs only where the
+  // occupancy calculator says two fit (the counters need every block resident)
+  int two = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, gemv_ring, CONS + 32, 8 * SLOT + XMAX * 4));
+  const int forms[5][3] = {{1, NSLOT, 1}, {1, NSLOT / 2, 1}, {1, NSLOT / 4, 1}, {0, NSLOT, 1}, {1, 8, 2}};
   for (const auto& f : forms) {
-    const int grid = sms, dep = f[0], nslot = f[1];
+    const int dep = f[0], nslot = f[1], per = f[2], grid = per * sms, fsmem = nslot * SLOT + XMAX * 4;
+    if (per > two) {
+      printf("  ring %d x%d: skipped, %d block(s) of %d B an SM fit\n", nslot, per, two, fsmem);
+      continue;
+    }
     std::vector<float> t;
     for (int r = 0; r < reps; r++) {
       static unsigned epoch = 0;
       epoch++;
       Chain c{dg, n, counters, epoch, dep, nslot};
       CK(cudaEventRecord(e0, st));
-      gemv_ring<<<grid, CONS + 32, smem, st>>>(c);
+      gemv_ring<<<grid, CONS + 32, fsmem, st>>>(c);
       CK(cudaGetLastError());
       CK(cudaEventRecord(e1, st));
       CK(cudaEventSynchronize(e1));
@@ -518,9 +527,9 @@ int main(int argc, char** argv) {
       t.push_back(ms);
     }
     char name[32];
-    snprintf(name, sizeof name, dep ? "ring %d" : "ring %d nodep", nslot);
+    snprintf(name, sizeof name, "ring %d%s%s", nslot, per > 1 ? " x2" : "", dep ? "" : " nodep");
     report(name, median(t), false);
-    if (dep && nslot == NSLOT) ms_ring = median(t);
+    if (dep && nslot == NSLOT && per == 1) ms_ring = median(t);
   }
   // the bytes alone: a plain read of all weights
   {
