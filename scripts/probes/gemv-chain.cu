@@ -26,11 +26,12 @@
 //           wait, triggering its dependents at its start
 //   ring S  one persistent kernel, a block a multiprocessor: a producer
 //           warp bulk-copies the block's rows of every GEMV in turn into a
-//           ring of S 9 KB slots (20, 10, 5), never waiting for a GEMV; 8
-//           consumer warps wait for the previous GEMV's counter, read x
-//           from L2, and sum the rows as they land; "nodep": no waits
-//           (timing only), the ring's streaming alone; "8 x2": two blocks
-//           of 8 slots an SM (twice the consumer warps), where they fit
+//           ring of S 9 KB slots (16 or 8), never waiting for a GEMV; 8
+//           consumer warps, each with its own slots (chunk j to warp j % 8),
+//           wait for the previous GEMV's counter, read x from L2, and sum
+//           their chunks' rows as they land, no block barrier a chunk;
+//           "nodep": no waits (timing only), the ring's streaming alone;
+//           "8 x2": two blocks of 8 slots an SM, where they fit
 //   read    every weight byte once, the ceiling
 // Prints us a layer, TB/s over the weights, and the largest relative
 // difference of the last y between each form and `launch plain`.
@@ -206,9 +207,10 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
 
 // ---------------------------------------------------------------- the ring
 #define SLOT 9216
-#define NSLOT 20
+#define NSLOT 16
 #define XMAX 9216
-#define CONS 256  // consumer threads (8 warps); warp 8 produces
+#define CWARPS 8
+#define CONS (32 * CWARPS)  // consumer threads; warp CWARPS produces
 
 struct Chain {
   const Gemv* g;
@@ -216,7 +218,7 @@ struct Chain {
   unsigned* counters;  // one a GEMV: blocks done, epoch * gridDim.x after run `epoch`
   unsigned epoch;
   int dep;    // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
-  int nslot;  // the ring's slots in use (at most NSLOT): how much HBM time it buffers
+  int nslot;  // the ring's slots in use, a multiple of CWARPS (at most NSLOT): how much HBM time it buffers
 };
 
 // A wait that never ends is a bug of this probe: trap rather than hang the call.
@@ -252,14 +254,26 @@ __device__ __forceinline__ void block_rows(const Gemv& g, int& rb, int& re, int&
   rpc = max(1, SLOT / g.K);
 }
 
+// Chunk j of the block's stream (every GEMV's chunks in order) belongs to
+// consumer warp j % CWARPS, its k-th (k = j / CWARPS), and lands in that
+// warp's slot w + CWARPS * (k % per), phase k / per: each warp waits only
+// on its own slots, in order, so no wait can see an older phase's parity.
+struct Slot {
+  int s;
+  unsigned par;
+};
+__device__ __forceinline__ Slot chunk_slot(int j, int nslot) {
+  const int w = j % CWARPS, k = j / CWARPS, per = nslot / CWARPS;
+  return Slot{w + CWARPS * (k % per), (unsigned)((k / per) & 1)};
+}
+
 __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
   extern __shared__ __align__(128) unsigned char ring_smem[];
   __shared__ __align__(8) unsigned long long full[NSLOT], empty[NSLOT];
-  __shared__ float part[2][SLOT / 512 + 64];  // a chunk's rows (at most SLOT / min K)
-  __shared__ float red[8];
+  __shared__ float red[CWARPS];
   __shared__ int pids[ROUTE_MAX];  // the producer's route ids
   float* xs = reinterpret_cast<float*>(ring_smem + c.nslot * SLOT);
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < NSLOT; s++) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(su32(&full[s])), "r"(1));
@@ -267,37 +281,36 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  for (int i = tid; i < 2 * (SLOT / 512 + 64); i += blockDim.x) (&part[0][0])[i] = 0.f;
   __syncthreads();
-  if (tid >= CONS) {  // the producer warp: lane 0 streams every chunk in order
-    const int plane = tid - CONS;
+  if (warp == CWARPS) {  // the producer warp: lane 0 streams every chunk in order
     int j = 0;
     for (int i = 0; i < c.n; i++) {
       const Gemv g = c.g[i];
       int rb, re, rpc;
       block_rows(g, rb, re, rpc);
       if (g.erows) {  // a routed GEMV: its rows are known once the GEMV before it is done
-        if (plane == 0 && c.dep) count_wait(c.counters + i - 1, c.epoch * gridDim.x);
+        if (lane == 0 && c.dep) count_wait(c.counters + i - 1, c.epoch * gridDim.x);
         __syncwarp();
         topk_warp([&](int e) { return __ldcg(g.x + e); }, g.N / g.erows, pids);
         __syncwarp();
       }
-      if (plane != 0) continue;
+      if (lane != 0) continue;
       for (int r = rb; r < re; r += rpc, j++) {
-        const int s = j % c.nslot, rows = min(rpc, re - r);
+        const Slot sl = chunk_slot(j, c.nslot);
+        const int rows = min(rpc, re - r);
         const unsigned bytes = (unsigned)(rows * g.K);
-        mbar_wait(su32(&empty[s]), ((j / c.nslot) & 1) ^ 1);
-        const unsigned fb = su32(&full[s]);
+        mbar_wait(su32(&empty[sl.s]), sl.par ^ 1);
+        const unsigned fb = su32(&full[sl.s]);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(bytes) : "memory");
         if (g.erows == 0 || r / g.erows == (r + rows - 1) / g.erows) {
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                           su32(ring_smem + s * SLOT)),
+                           su32(ring_smem + sl.s * SLOT)),
                        "l"(g.w + weight_row(g, pids, r) * g.K), "r"(bytes), "r"(fb)
                        : "memory");
         } else {  // the chunk's rows span two experts: a copy a row
           for (int q = 0; q < rows; q++)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             su32(ring_smem + s * SLOT + q * g.K)),
+                             su32(ring_smem + sl.s * SLOT + q * g.K)),
                          "l"(g.w + weight_row(g, pids, r + q) * g.K), "r"((unsigned)g.K), "r"(fb)
                          : "memory");
         }
@@ -305,8 +318,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     }
     return;
   }
-  const int warp = tid >> 5, lane = tid & 31;
-  int j = 0;
+  int j = 0;  // the block's chunks so far (every warp counts all of them)
   for (int i = 0; i < c.n; i++) {
     const Gemv g = c.g[i];
     int rb, re, rpc;
@@ -325,31 +337,23 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     if (lane == 0) red[warp] = ss;
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
-    const int ppr = g.K / 16;
+    const int ppr = g.K / 16;  // pieces of 16 bytes a row, at least 32
     for (int r = rb; r < re; r += rpc, j++) {
-      const int s = j % c.nslot, rows = min(rpc, re - r), pieces = rows * ppr;
-      mbar_wait(su32(&full[s]), (j / c.nslot) & 1);
-      float* pt = part[j & 1];
-      const int4* wq = reinterpret_cast<const int4*>(ring_smem + s * SLOT);
-      for (int base = 0; base < pieces; base += CONS) {
-        // a warp's 32 pieces lie in at most two rows (ppr >= 32)
-        const int q = base + tid;
-        const int row = q < pieces ? q / ppr : -1;
-        const float v = q < pieces ? dot16(wq[q], xs + 16 * (q - row * ppr)) : 0.f;
-        const int rowA = __shfl_sync(0xffffffffu, row, 0);
-        const float va = warp_sum(row == rowA ? v : 0.f), vb = warp_sum(row != rowA && row >= 0 ? v : 0.f);
-        const int rowB = __reduce_max_sync(0xffffffffu, row);  // the last valid lane's row
-        if (lane == 0) {
-          if (rowA >= 0) atomicAdd(&pt[rowA], va);
-          if (rowB >= 0 && rowB != rowA) atomicAdd(&pt[rowB], vb);
-        }
+      if (j % CWARPS != warp) continue;
+      const Slot sl = chunk_slot(j, c.nslot);
+      const int rows = min(rpc, re - r);
+      mbar_wait(su32(&full[sl.s]), sl.par);
+      const int4* wq = reinterpret_cast<const int4*>(ring_smem + sl.s * SLOT);
+      float mine = 0.f;  // lane q: row q's sum (rows <= SLOT / 512 <= 32)
+      for (int q = 0; q < rows; q++) {
+        float v = 0.f;
+        for (int p = lane; p < ppr; p += 32) v += dot16(wq[q * ppr + p], xs + 16 * p);
+        v = warp_sum(v);
+        if (lane == q) mine = v;
       }
-      asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");  // the chunk's sums are in pt, its slot read
-      if (tid == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(su32(&empty[s])) : "memory");
-      if (tid < rows) {
-        g.y[r + tid] = pt[tid] * g.scale * inv;
-        pt[tid] = 0.f;
-      }
+      __syncwarp();  // every lane's reads of the slot are done
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(su32(&empty[sl.s])) : "memory");
+      if (lane < rows) g.y[r + lane] = mine * g.scale * inv;
     }
     // every consumer's stores of this GEMV, then the count
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
@@ -448,7 +452,7 @@ int main(int argc, char** argv) {
          route ? ", the gate+up routed (top-10 of 256 experts of 1536 x 2304, one stack)" : "");
 
   std::vector<float> ref(lastN), got(lastN);
-  float ms_pdl = 0, ms_ring = 0;  // us a layer: launch pdl, ring 20
+  float ms_pdl = 0, ms_ring = 0;  // launch pdl's and ring 16's times
   auto report = [&](const char* name, float ms, bool isref) {
     CK(cudaMemcpy(got.data(), lastY, lastN * sizeof(float), cudaMemcpyDeviceToHost));
     if (isref) ref = got;
@@ -505,7 +509,7 @@ int main(int argc, char** argv) {
   // occupancy calculator says two fit (the counters need every block resident)
   int two = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, gemv_ring, CONS + 32, 8 * SLOT + XMAX * 4));
-  const int forms[5][3] = {{1, NSLOT, 1}, {1, NSLOT / 2, 1}, {1, NSLOT / 4, 1}, {0, NSLOT, 1}, {1, 8, 2}};
+  const int forms[4][3] = {{1, NSLOT, 1}, {1, NSLOT / 2, 1}, {0, NSLOT, 1}, {1, NSLOT / 2, 2}};
   for (const auto& f : forms) {
     const int dep = f[0], nslot = f[1], per = f[2], grid = per * sms, fsmem = nslot * SLOT + XMAX * 4;
     if (per > two) {
