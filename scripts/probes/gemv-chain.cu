@@ -1,4 +1,4 @@
-// Run on the H200: nvcc -O3 -arch=sm_90a -o /tmp/gemvchain scripts/probes/gemv-chain.cu && /tmp/gemvchain 48 && /tmp/gemvchain 48 norm && /tmp/gemvchain 48 noroute
+// Run on the H200: nvcc -O3 -arch=sm_90a -o /tmp/gemvchain scripts/probes/gemv-chain.cu && /tmp/gemvchain 48 && /tmp/gemvchain 48 norm && /tmp/gemvchain 48 noroute && /tmp/gemvchain 48 q4k
 // (docs/DECODE_MEGAKERNEL.md, "Step 0b"). Not part of lagc; no Go code reads it.
 //
 // The question: can a chain of dependent GEMVs of a decode layer's sizes
@@ -19,6 +19,13 @@
 // MB, shared by the layers) by the top-10 of the router GEMV's first 256
 // outputs, so the ring's producer, like a real one, cannot stream them
 // before the router is done (`noroute`: fixed rows, as the others').
+// `q4k`: the two routed GEMVs as S-2.1's in a q4_k_m file, q4_k blocks
+// (ggml's layout, scales unpacked a unit as llama.cpp does) against x
+// quantised to int8 in every block (lagc's qgemv_xin): gate+up 10 of 256
+// experts of 2048x3072 from o_proj's y, picked by the router's; the down
+// over the ten experts' 1024 inputs as one 3072x10240 GEMV (131 MB a
+// layer). That is the consumers' real work a byte: what decides whether
+// 8 consumer warps keep up with the ring.
 //
 //   launch  each GEMV a launch: griddepcontrol.wait first (pdl) or not
 //           (plain), all 336 captured in one graph
@@ -55,15 +62,19 @@
   } while (0)
 
 struct Gemv {
-  const signed char* w;
+  const unsigned char* w;
   int N, K;
+  int type;        // 0: int8 rows of K bytes; 1: q4_k rows of K/256 blocks of 144 bytes (ggml's layout)
   float scale;
   int norm;        // 1: y = scale * W x / rms(x), rms over x's K values, as a norm before the GEMV
-  const float* x;  // the previous y (or the input)
+  const float* x;  // an earlier y (or the input)
+  const float* route;  // erows > 0: the y whose first 256 values pick the experts
   float* y;
   int erows;       // > 0: w is a stack of 256 experts of erows rows; the N = k*erows rows are
-                   // those of the top-k of x[0, 256) (ties to the lower index), best first
+                   // those of the top-k of route[0, 256) (ties to the lower index), best first
 };
+
+__host__ __device__ __forceinline__ int row_bytes(const Gemv& g) { return g.type ? g.K / 256 * 144 : g.K; }
 
 #define ROUTE_MAX 16
 
@@ -102,7 +113,7 @@ __device__ __forceinline__ long long weight_row(const Gemv& g, const int* ids, i
 
 __device__ __forceinline__ unsigned su32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ float dot16(int4 w, const float* x) {
+__device__ __forceinline__ float dot16(int4 w, const float* x) {  // 16 int8 weights and their x
   const signed char* b = reinterpret_cast<const signed char*>(&w);
   float s = 0.f;
 #pragma unroll
@@ -124,6 +135,81 @@ __device__ __forceinline__ float rms_inv(const float* red, int K) {
   return rsqrtf(t / (float)K + 1e-6f);
 }
 
+// ---------------------------------------------------------------- q4_k
+// A q4_k block (ggml's layout, 144 bytes for 256 weights): f16 d, f16
+// dmin, 12 bytes of 6-bit scales and mins for its 8 sub-blocks of 32, 128
+// bytes of nibbles (32-byte chunk j: sub-block 2j low, 2j+1 high). The
+// probe's weights are random bytes, so d and dmin keep only the mantissa
+// and a fixed exponent (values in [0.125, 0.25): no NaN, no denormal).
+// x is quantised as lagc's qgemv_xin does it: int8 a value and, a group of
+// 32, (d, d*sum(q[0,16)), d*sum(q[16,32)), 0). Unit u of a row (lagc's
+// QWK45 unit) is half h of chunk j of block b: 16 nibble bytes, 32 weights.
+
+__device__ __forceinline__ float q4k_f16(unsigned bits) {  // the f16 0x3000 | (bits & 0x3FF)
+  return (float)(1024u + (bits & 0x3FFu)) * (1.f / 8192.f);
+}
+
+__device__ __forceinline__ unsigned byte_of(uint4 v, int i) {  // byte i (0..15) of v, no local memory
+  const unsigned w = i < 8 ? (i < 4 ? v.x : v.y) : (i < 12 ? v.z : v.w);
+  return (w >> (8 * (i & 3))) & 0xFFu;
+}
+
+// q4k_unit: unit u's product with x, from its block's 16 header bytes and
+// its 16 nibble bytes.
+__device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char* xq, const float4* xs, int u) {
+  const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
+  const int e = b * 256 + 64 * j + 16 * h;
+  // sub-blocks s0 = 2j, s1 = 2j + 1; scales byte k is byte 4 + k of hdr (ggml's get_scale_min_k4)
+  const int s0 = 2 * j, s1 = 2 * j + 1;
+  unsigned sc0, m0, sc1, m1;
+  if (j < 2) {
+    sc0 = byte_of(hdr, 4 + s0) & 63u;
+    m0 = byte_of(hdr, 8 + s0) & 63u;
+    sc1 = byte_of(hdr, 4 + s1) & 63u;
+    m1 = byte_of(hdr, 8 + s1) & 63u;
+  } else {
+    sc0 = (byte_of(hdr, 8 + s0) & 15u) | ((byte_of(hdr, s0) >> 6) << 4);
+    m0 = (byte_of(hdr, 8 + s0) >> 4) | ((byte_of(hdr, 4 + s0) >> 6) << 4);
+    sc1 = (byte_of(hdr, 8 + s1) & 15u) | ((byte_of(hdr, s1) >> 6) << 4);
+    m1 = (byte_of(hdr, 8 + s1) >> 4) | ((byte_of(hdr, 4 + s1) >> 6) << 4);
+  }
+  const int4 xl = *reinterpret_cast<const int4*>(xq + e), xh = *reinterpret_cast<const int4*>(xq + e + 32);
+  const float4 sa = xs[e / 32], sb = xs[e / 32 + 1];
+  const int raw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+  const int xlv[4] = {xl.x, xl.y, xl.z, xl.w}, xhv[4] = {xh.x, xh.y, xh.z, xh.w};
+  int dl = 0, dh = 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    dl = __dp4a(raw[i] & 0x0F0F0F0F, xlv[i], dl);
+    dh = __dp4a((raw[i] >> 4) & 0x0F0F0F0F, xhv[i], dh);
+  }
+  const float d = q4k_f16(hdr.x), dmin = q4k_f16(hdr.x >> 16);
+  return d * ((float)sc0 * sa.x * (float)dl + (float)sc1 * sb.x * (float)dh) -
+         dmin * ((float)m0 * (h ? sa.z : sa.y) + (float)m1 * (h ? sb.z : sb.y));
+}
+
+// quantise_x: x's K values (f32, shared) into xq and xs (shared), a group of
+// 32 a warp at a time (lane i value i); warps w of nw.
+__device__ __forceinline__ void quantise_x(const float* x, signed char* xq, float4* xs, int K, int w, int nw) {
+  const int lane = threadIdx.x & 31;
+  for (int g = w; g < K / 32; g += nw) {
+    const float v = x[32 * g + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const int q = d > 0.f ? __float2int_rn(v / d) : 0;
+    xq[32 * g + lane] = (signed char)q;
+    int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      lo += __shfl_xor_sync(0xffffffffu, lo, o);
+      hi += __shfl_xor_sync(0xffffffffu, hi, o);
+    }
+    if (lane == 0) xs[g] = make_float4(d, d * (float)lo, d * (float)hi, 0.f);
+  }
+}
+
 __global__ void fill(signed char* w, long long n, unsigned seed) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     unsigned h = (unsigned)i * 2654435761u ^ (unsigned)(i >> 32) * 97u ^ seed;
@@ -135,28 +221,51 @@ __global__ void fill(signed char* w, long long n, unsigned seed) {
 }
 
 // ---------------------------------------------------------------- launches
-// A warp a row pair, lane-strided 16-byte pieces, U pieces of each row in
-// flight, x staged in shared memory (from L2) after the wait; 8 warps, 16
-// rows a block. PRE: the first round's weights before griddepcontrol.wait,
-// and launch_dependents at the start.
-template <int PDL, int PRE>
+// A warp a row pair, lane-strided pieces (T 0: 16 bytes; T 1: a q4_k unit,
+// its 16 nibble bytes and its block's 16 header bytes), U pieces of each
+// row in flight, x staged in shared memory (from L2) after the wait (and,
+// T 1, quantised there); 8 warps, 16 rows a block. PRE: the first round's
+// weights before griddepcontrol.wait, and launch_dependents at the start.
+struct Piece {
+  uint4 q, hdr;  // T 0: q the 16 int8 weights
+};
+
+template <int T>
+__device__ __forceinline__ Piece load_piece(const unsigned char* row, int p) {
+  if (T == 0) return Piece{__ldcs(reinterpret_cast<const uint4*>(row) + p), make_uint4(0, 0, 0, 0)};
+  const int b = p >> 3, j = (p >> 1) & 3, h = p & 1;
+  const unsigned char* blk = row + b * 144;
+  return Piece{__ldcs(reinterpret_cast<const uint4*>(blk + 16 + 32 * j + 16 * h)), __ldg(reinterpret_cast<const uint4*>(blk))};
+}
+
+template <int T>
+__device__ __forceinline__ float piece_dot(const Piece& w, const float* xf, const signed char* xq, const float4* xs, int p) {
+  if (T == 0) return dot16(make_int4((int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w), xf + 16 * p);
+  return q4k_unit(w.hdr, w.q, xq, xs, p);
+}
+
+template <int PDL, int PRE, int T>
 __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   constexpr int U = 4;
   extern __shared__ __align__(16) float xsh[];
+  signed char* xq = reinterpret_cast<signed char*>(xsh + g.K);  // T 1: x quantised
+  float4* xqs = reinterpret_cast<float4*>(xq + g.K);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = (blockIdx.x * 8 + warp) * 2;
-  const int ppr = g.K / 16;
+  const int ppr = T ? g.K / 32 : g.K / 16;  // pieces a row
+  const int rb = row_bytes(g);
   __shared__ int ids[ROUTE_MAX];
-  const bool pre = PRE && g.erows == 0;  // a routed GEMV's rows wait for x
-  const int4* w0 = reinterpret_cast<const int4*>(g.w + (long long)min(r0, g.N - 1) * g.K);
-  const int4* w1 = reinterpret_cast<const int4*>(g.w + (long long)min(r0 + 1, g.N - 1) * g.K);
-  int4 a[U], b[U];
+  const bool pre = PRE && g.erows == 0;  // a routed GEMV's rows wait for the router
+  const unsigned char* w0 = g.w + (long long)min(r0, g.N - 1) * rb;
+  const unsigned char* w1 = g.w + (long long)min(r0 + 1, g.N - 1) * rb;
+  const Piece zero{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  Piece a[U], b[U];
   if (pre) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int q = lane + 32 * u;
-      a[u] = q < ppr ? __ldcs(w0 + q) : make_int4(0, 0, 0, 0);
-      b[u] = q < ppr ? __ldcs(w1 + q) : make_int4(0, 0, 0, 0);
+      a[u] = q < ppr ? load_piece<T>(w0, q) : zero;
+      b[u] = q < ppr ? load_piece<T>(w1, q) : zero;
     }
   }
   if (PRE) asm volatile("griddepcontrol.launch_dependents;");
@@ -172,11 +281,15 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   if (lane == 0) red[warp] = ss;
   __syncthreads();
   const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
-  if (g.erows) {
-    if (warp == 0) topk_warp([&](int e) { return xsh[e]; }, g.N / g.erows, ids);
+  if (T) {
+    quantise_x(xsh, xq, xqs, g.K, warp, 8);
     __syncthreads();
-    w0 = reinterpret_cast<const int4*>(g.w + weight_row(g, ids, min(r0, g.N - 1)) * g.K);
-    w1 = reinterpret_cast<const int4*>(g.w + weight_row(g, ids, min(r0 + 1, g.N - 1)) * g.K);
+  }
+  if (g.erows) {
+    if (warp == 0) topk_warp([&](int e) { return __ldcg(g.route + e); }, g.N / g.erows, ids);
+    __syncthreads();
+    w0 = g.w + weight_row(g, ids, min(r0, g.N - 1)) * rb;
+    w1 = g.w + weight_row(g, ids, min(r0 + 1, g.N - 1)) * rb;
   }
   float s0 = 0.f, s1 = 0.f;
   for (int p = lane; p < ppr; p += 32 * U) {
@@ -184,16 +297,16 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int q = p + 32 * u;
-        a[u] = q < ppr ? __ldcs(w0 + q) : make_int4(0, 0, 0, 0);
-        b[u] = q < ppr ? __ldcs(w1 + q) : make_int4(0, 0, 0, 0);
+        a[u] = q < ppr ? load_piece<T>(w0, q) : zero;
+        b[u] = q < ppr ? load_piece<T>(w1, q) : zero;
       }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int q = p + 32 * u;
       if (q < ppr) {
-        s0 += dot16(a[u], xsh + 16 * q);
-        s1 += dot16(b[u], xsh + 16 * q);
+        s0 += piece_dot<T>(a[u], xsh, xq, xqs, q);
+        s1 += piece_dot<T>(b[u], xsh, xq, xqs, q);
       }
     }
   }
@@ -208,7 +321,6 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
 // ---------------------------------------------------------------- the ring
 #define SLOT 9216
 #define NSLOT 16
-#define XMAX 9216
 #define CWARPS 8
 #define CONS (32 * CWARPS)  // consumer threads; warp CWARPS produces
 
@@ -219,6 +331,7 @@ struct Chain {
   unsigned epoch;
   int dep;    // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
   int nslot;  // the ring's slots in use, a multiple of CWARPS (at most NSLOT): how much HBM time it buffers
+  int xmax;   // the largest K: x's staging after the ring (f32; then, where a GEMV is q4_k, int8 and scales)
 };
 
 // A wait that never ends is a bug of this probe: trap rather than hang the call.
@@ -251,7 +364,7 @@ __device__ __forceinline__ void count_wait(const unsigned* counter, unsigned wan
 __device__ __forceinline__ void block_rows(const Gemv& g, int& rb, int& re, int& rpc) {
   rb = (int)((long long)g.N * blockIdx.x / gridDim.x);
   re = (int)((long long)g.N * (blockIdx.x + 1) / gridDim.x);
-  rpc = max(1, SLOT / g.K);
+  rpc = max(1, SLOT / row_bytes(g));
 }
 
 // Chunk j of the block's stream (every GEMV's chunks in order) belongs to
@@ -273,6 +386,8 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
   __shared__ float red[CWARPS];
   __shared__ int pids[ROUTE_MAX];  // the producer's route ids
   float* xs = reinterpret_cast<float*>(ring_smem + c.nslot * SLOT);
+  signed char* xq = reinterpret_cast<signed char*>(xs + c.xmax);  // q4_k GEMVs: x quantised
+  float4* xqs = reinterpret_cast<float4*>(xq + c.xmax);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < NSLOT; s++) {
@@ -291,27 +406,28 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       if (g.erows) {  // a routed GEMV: its rows are known once the GEMV before it is done
         if (lane == 0 && c.dep) count_wait(c.counters + i - 1, c.epoch * gridDim.x);
         __syncwarp();
-        topk_warp([&](int e) { return __ldcg(g.x + e); }, g.N / g.erows, pids);
+        topk_warp([&](int e) { return __ldcg(g.route + e); }, g.N / g.erows, pids);
         __syncwarp();
       }
       if (lane != 0) continue;
+      const int rbytes = row_bytes(g);
       for (int r = rb; r < re; r += rpc, j++) {
         const Slot sl = chunk_slot(j, c.nslot);
         const int rows = min(rpc, re - r);
-        const unsigned bytes = (unsigned)(rows * g.K);
+        const unsigned bytes = (unsigned)(rows * rbytes);
         mbar_wait(su32(&empty[sl.s]), sl.par ^ 1);
         const unsigned fb = su32(&full[sl.s]);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fb), "r"(bytes) : "memory");
         if (g.erows == 0 || r / g.erows == (r + rows - 1) / g.erows) {
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                            su32(ring_smem + sl.s * SLOT)),
-                       "l"(g.w + weight_row(g, pids, r) * g.K), "r"(bytes), "r"(fb)
+                       "l"(g.w + weight_row(g, pids, r) * rbytes), "r"(bytes), "r"(fb)
                        : "memory");
         } else {  // the chunk's rows span two experts: a copy a row
           for (int q = 0; q < rows; q++)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             su32(ring_smem + sl.s * SLOT + q * g.K)),
-                         "l"(g.w + weight_row(g, pids, r + q) * g.K), "r"((unsigned)g.K), "r"(fb)
+                             su32(ring_smem + sl.s * SLOT + q * rbytes)),
+                         "l"(g.w + weight_row(g, pids, r + q) * rbytes), "r"((unsigned)rbytes), "r"(fb)
                          : "memory");
         }
       }
@@ -337,17 +453,33 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     if (lane == 0) red[warp] = ss;
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
-    const int ppr = g.K / 16;  // pieces of 16 bytes a row, at least 32
+    if (g.type) {
+      quantise_x(xs, xq, xqs, g.K, warp, CWARPS);
+      asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
+    }
+    const int ppr = g.type ? g.K / 32 : g.K / 16;  // pieces a row (q4_k units or 16 int8 bytes), at least 32
+    const int rbytes = row_bytes(g);
     for (int r = rb; r < re; r += rpc, j++) {
       if (j % CWARPS != warp) continue;
       const Slot sl = chunk_slot(j, c.nslot);
       const int rows = min(rpc, re - r);
       mbar_wait(su32(&full[sl.s]), sl.par);
-      const int4* wq = reinterpret_cast<const int4*>(ring_smem + sl.s * SLOT);
-      float mine = 0.f;  // lane q: row q's sum (rows <= SLOT / 512 <= 32)
+      const unsigned char* slot = ring_smem + sl.s * SLOT;
+      float mine = 0.f;  // lane q: row q's sum (rows <= 32: the host checks)
       for (int q = 0; q < rows; q++) {
+        const unsigned char* row = slot + q * rbytes;
         float v = 0.f;
-        for (int p = lane; p < ppr; p += 32) v += dot16(wq[q * ppr + p], xs + 16 * p);
+        if (g.type) {
+          for (int p = lane; p < ppr; p += 32) {
+            const unsigned char* blk = row + (p >> 3) * 144;
+            const uint4 hdr = *reinterpret_cast<const uint4*>(blk);
+            const uint4 qv = *reinterpret_cast<const uint4*>(blk + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+            v += q4k_unit(hdr, qv, xq, xqs, p);
+          }
+        } else {
+          const int4* wq = reinterpret_cast<const int4*>(row);
+          for (int p = lane; p < ppr; p += 32) v += dot16(wq[p], xs + 16 * p);
+        }
         v = warp_sum(v);
         if (lane == q) mine = v;
       }
@@ -383,52 +515,91 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? atoi(argv[1]) : 48;
-  int norm = 0, route = 1;
+  int norm = 0, route = 1, q4k = 0;
   for (int a = 2; a < argc; a++) {
     if (!strcmp(argv[a], "norm")) norm = 1;  // every GEMV divides by its x's rms (in every block)
     else if (!strcmp(argv[a], "noroute")) route = 0;  // the routed gate+up's rows fixed, as the others'
+    else if (!strcmp(argv[a], "q4k")) q4k = 1;  // the routed gate+up and down in q4_k, at S-2.1's shapes
     else {
-      fprintf(stderr, "usage: %s [LAYERS] [norm] [noroute]\n", argv[0]);
+      fprintf(stderr, "usage: %s [LAYERS] [norm] [noroute] [q4k]\n", argv[0]);
       return 2;
     }
   }
-  const int experts = 256, topk = 10, erows = 1536;  // the routed gate+up: 10 of 256 experts of 1536 rows
-  const int shapes[7][2] = {{11264, 3072}, {9216, 512}, {3072, 9216}, {2304, 3072}, {15360, 2304}, {3072, 5760}, {3072, 1024}};
+  // A layer's GEMVs: N, K, type, x the y of the GEMV `back` before (the routed gate+up's
+  // experts are picked from the one before), erows (the routed gate+up: 10 of 256 experts).
+  struct Spec {
+    int N, K, type, back, erows;
+  };
+  const Spec int8_layer[7] = {{11264, 3072, 0, 1, 0}, {9216, 512, 0, 1, 0},     {3072, 9216, 0, 1, 0},
+                              {2304, 3072, 0, 1, 0},  {15360, 2304, 0, 1, 1536}, {3072, 5760, 0, 1, 0},
+                              {3072, 1024, 0, 1, 0}};
+  // q4k: the routed gate+up 10 x 2048 rows of 3072 from o_proj's y (the router's picks its
+  // experts), the routed down as one GEMV over the ten experts' 1024 inputs each (K 10240)
+  const Spec q4k_layer[7] = {{11264, 3072, 0, 1, 0}, {9216, 512, 0, 1, 0},     {3072, 9216, 0, 1, 0},
+                             {2304, 3072, 0, 1, 0},  {20480, 3072, 1, 2, 2048}, {3072, 10240, 1, 1, 0},
+                             {3072, 1024, 0, 1, 0}};
+  const Spec* layer = q4k ? q4k_layer : int8_layer;
+  const int experts = 256, topk = 10;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int n = 7 * layers;
-  auto routed = [&](int i) { return route && i % 7 == 4; };
+  auto routed = [&](int i) { return route && layer[i % 7].erows > 0; };
+  auto rowb = [&](const Spec& sp) { return sp.type ? sp.K / 256 * 144 : sp.K; };
   long long wbytes = 0, alloc = 0;  // bytes the chain reads; bytes of weights held
+  int xmax = 0;
+  for (int i = 0; i < 7; i++) {
+    const Spec& sp = layer[i];
+    const int rb = rowb(sp);
+    if (rb > SLOT || SLOT / rb > 32 || rb % 16 || (sp.type && sp.K % 1024) || (!sp.type && sp.K % 512)) {
+      fprintf(stderr, "gemv-chain: GEMV %d's rows (%d bytes, K %d) do not fit the probe's pieces and slots\n", i, rb, sp.K);
+      return 1;
+    }
+    xmax = std::max(xmax, sp.K);
+  }
   for (int i = 0; i < n; i++) {
-    const long long b = (long long)shapes[i % 7][0] * shapes[i % 7][1];
+    const long long b = (long long)layer[i % 7].N * rowb(layer[i % 7]);
     wbytes += b;
     alloc += routed(i) ? 0 : b;
   }
-  const long long stack = route ? (long long)experts * erows * shapes[4][1] : 0;
-  signed char* W;
+  const Spec& rs = layer[4];
+  const long long stack = route ? (long long)experts * rs.erows * rowb(rs) : 0;
+  unsigned char* W;
   CK(cudaMalloc(&W, alloc + stack));
-  fill<<<4 * sms, 256>>>(W, alloc + stack, 12345u);
+  fill<<<4 * sms, 256>>>(reinterpret_cast<signed char*>(W), alloc + stack, 12345u);
   // y buffers: one a GEMV (the forms overwrite them), the input x0
   float *Y, *x0;
+  std::vector<long long> yoff(n);
   long long ytotal = 0;
-  for (int i = 0; i < n; i++) ytotal += shapes[i % 7][0];
-  CK(cudaMalloc(&Y, ytotal * sizeof(float)));
-  CK(cudaMalloc(&x0, XMAX * sizeof(float)));
-  std::vector<float> hx(XMAX);
-  for (int i = 0; i < XMAX; i++) hx[i] = sinf(0.37f * i) * 1.3f;
-  CK(cudaMemcpy(x0, hx.data(), XMAX * sizeof(float), cudaMemcpyHostToDevice));
-  std::vector<Gemv> hg(n);
-  long long wo = 0, yo = 0;
   for (int i = 0; i < n; i++) {
-    const int N = shapes[i % 7][0], K = shapes[i % 7][1];
-    hg[i] = Gemv{routed(i) ? W + alloc : W + wo, N, K, 1.f / (73.3f * sqrtf((float)K)), norm,
-                 i == 0 ? x0 : Y + (yo - shapes[(i + 6) % 7][0]), Y + yo, routed(i) ? erows : 0};
-    if (routed(i) && N != topk * erows) {
-      fprintf(stderr, "gemv-chain: the routed GEMV has %d rows, not %d x %d\n", N, topk, erows);
+    yoff[i] = ytotal;
+    ytotal += layer[i % 7].N;
+  }
+  CK(cudaMalloc(&Y, ytotal * sizeof(float)));
+  CK(cudaMalloc(&x0, xmax * sizeof(float)));
+  std::vector<float> hx(xmax);
+  for (int i = 0; i < xmax; i++) hx[i] = sinf(0.37f * i) * 1.3f;
+  CK(cudaMemcpy(x0, hx.data(), xmax * sizeof(float), cudaMemcpyHostToDevice));
+  std::vector<Gemv> hg(n);
+  long long wo = 0;
+  for (int i = 0; i < n; i++) {
+    const Spec& sp = layer[i % 7];
+    if (i >= sp.back && layer[(i - sp.back) % 7].N < sp.K) {
+      fprintf(stderr, "gemv-chain: GEMV %d's x (%d values) is shorter than its K %d\n", i, layer[(i - sp.back) % 7].N, sp.K);
       return 1;
     }
-    wo += routed(i) ? 0 : (long long)N * K;
-    yo += N;
+    // int8 weights (uniform in [-127, 127], rms 73.3) keep x's scale; q4_k's (d*sc*q - dmin*m,
+    // mean about 38, rms about 60) do not have a zero mean, so the routed down, whose x then
+    // has one, divides by its x's rms always (else the chain would grow about 40x a layer)
+    const float scale = sp.type ? (sp.back == 1 ? 1.f / (60.f * sp.K) : 1.f / (60.f * sqrtf((float)sp.K)))
+                                : 1.f / (73.3f * sqrtf((float)sp.K));
+    const float* x = i >= sp.back ? Y + yoff[i - sp.back] : x0;
+    hg[i] = Gemv{routed(i) ? W + alloc : W + wo, sp.N, sp.K, sp.type, scale, norm || (sp.type && sp.back == 1), x,
+                 i >= 1 ? Y + yoff[i - 1] : x0, Y + yoff[i], routed(i) ? sp.erows : 0};
+    if (routed(i) && sp.N != topk * sp.erows) {
+      fprintf(stderr, "gemv-chain: the routed GEMV has %d rows, not %d x %d\n", sp.N, topk, sp.erows);
+      return 1;
+    }
+    wo += routed(i) ? 0 : (long long)sp.N * rowb(sp);
   }
   Gemv* dg;
   CK(cudaMalloc(&dg, n * sizeof(Gemv)));
@@ -438,18 +609,24 @@ int main(int argc, char** argv) {
   CK(cudaMemset(counters, 0, n * sizeof(unsigned)));
   const int lastN = hg[n - 1].N;
   float* lastY = hg[n - 1].y;
-  CK(cudaFuncSetAttribute(gemv_launch<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
-  CK(cudaFuncSetAttribute(gemv_launch<1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
-  CK(cudaFuncSetAttribute(gemv_launch<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMAX * 4));
+  // x staged (f32) and, for q4_k, quantised (int8 a value, 16 bytes a group of 32)
+  const int xsmem = xmax * 4 + (q4k ? xmax + xmax / 32 * 16 : 0);
+  CK(cudaFuncSetAttribute(gemv_launch<0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
+  CK(cudaFuncSetAttribute(gemv_launch<0, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
+  CK(cudaFuncSetAttribute(gemv_launch<1, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   CK(cudaDeviceSynchronize());
-  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of int8 weights read (%.1f MB a layer), %d SMs%s%s\n", layers, n,
-         wbytes / 1e9, wbytes / 1e6 / layers, sms, norm ? ", each x normalised in every block" : "",
-         route ? ", the gate+up routed (top-10 of 256 experts of 1536 x 2304, one stack)" : "");
+  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of weights read (%.1f MB a layer), %d SMs%s%s%s\n", layers, n,
+         wbytes / 1e9, wbytes / 1e6 / layers, sms, q4k ? ", the routed experts q4_k (the rest int8)" : ", int8",
+         norm ? ", each x normalised in every block" : "",
+         route ? ", the gate+up routed (top-10 of 256 experts, one stack)" : "");
 
   std::vector<float> ref(lastN), got(lastN);
   float ms_pdl = 0, ms_ring = 0;  // launch pdl's and ring 16's times
@@ -474,16 +651,17 @@ int main(int argc, char** argv) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3((hg[i].N + 15) / 16);
       cfg.blockDim = dim3(256);
-      cfg.dynamicSmemBytes = hg[i].K * sizeof(float);
+      cfg.dynamicSmemBytes = hg[i].K * sizeof(float) + (hg[i].type ? hg[i].K + hg[i].K / 32 * 16 : 0);
       cfg.stream = st;
       cudaLaunchAttribute at[1];
       at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       at[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = at;
       cfg.numAttrs = form > 0 ? 1 : 0;
-      if (form == 0) CK(cudaLaunchKernelEx(&cfg, gemv_launch<0, 0>, hg[i]));
-      if (form == 1) CK(cudaLaunchKernelEx(&cfg, gemv_launch<1, 0>, hg[i]));
-      if (form == 2) CK(cudaLaunchKernelEx(&cfg, gemv_launch<1, 1>, hg[i]));
+      const int t = hg[i].type;
+      if (form == 0) CK(cudaLaunchKernelEx(&cfg, t ? gemv_launch<0, 0, 1> : gemv_launch<0, 0, 0>, hg[i]));
+      if (form == 1) CK(cudaLaunchKernelEx(&cfg, t ? gemv_launch<1, 0, 1> : gemv_launch<1, 0, 0>, hg[i]));
+      if (form == 2) CK(cudaLaunchKernelEx(&cfg, t ? gemv_launch<1, 1, 1> : gemv_launch<1, 1, 0>, hg[i]));
     }
     CK(cudaStreamEndCapture(st, &graph));
     CK(cudaGraphInstantiate(&ge, graph, 0));
@@ -503,15 +681,15 @@ int main(int argc, char** argv) {
     CK(cudaGraphDestroy(graph));
   }
   // the ring
-  const int smem = NSLOT * SLOT + XMAX * 4;
+  const int smem = NSLOT * SLOT + xsmem;
   CK(cudaFuncSetAttribute(gemv_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // (dep, slots, blocks an SM): the last, two blocks of 8 slots an SM, runs only where the
   // occupancy calculator says two fit (the counters need every block resident)
   int two = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, gemv_ring, CONS + 32, 8 * SLOT + XMAX * 4));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, gemv_ring, CONS + 32, 8 * SLOT + xsmem));
   const int forms[4][3] = {{1, NSLOT, 1}, {1, NSLOT / 2, 1}, {0, NSLOT, 1}, {1, NSLOT / 2, 2}};
   for (const auto& f : forms) {
-    const int dep = f[0], nslot = f[1], per = f[2], grid = per * sms, fsmem = nslot * SLOT + XMAX * 4;
+    const int dep = f[0], nslot = f[1], per = f[2], grid = per * sms, fsmem = nslot * SLOT + xsmem;
     if (per > two) {
       printf("  ring %d x%d: skipped, %d block(s) of %d B an SM fit\n", nslot, per, two, fsmem);
       continue;
@@ -520,7 +698,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; r++) {
       static unsigned epoch = 0;
       epoch++;
-      Chain c{dg, n, counters, epoch, dep, nslot};
+      Chain c{dg, n, counters, epoch, dep, nslot, xmax};
       CK(cudaEventRecord(e0, st));
       gemv_ring<<<grid, CONS + 32, fsmem, st>>>(c);
       CK(cudaGetLastError());
