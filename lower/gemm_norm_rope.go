@@ -65,7 +65,7 @@ func GEMMNormRoPE(g Launch, ns []Launch, dst []Ptr, tab Ptr) (table, gemm Launch
 	taken := [2]bool{}
 	var rot int64
 	var first Launch
-	var outs []byteRange
+	var outs []span
 	for k, n := range ns {
 		if !isQKNormRoPE(n) {
 			return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a qk_norm_rope launch", op, n.NameExpr())
@@ -111,7 +111,7 @@ func GEMMNormRoPE(g Launch, ns []Launch, dst []Ptr, tab Ptr) (table, gemm Launch
 	if xm == nil || xm.Rows <= 0 || xm.Cols <= 0 {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s has no x map", op, g.NameExpr())
 	}
-	keep := []byteRange{rowsRange(g.Args[0].Ptr(), xm.Rows, xm.LD, xm.Cols, 2)}
+	keep := []span{rowsRange(g.Args[0].Ptr(), xm.Rows, xm.LD, xm.Cols, 2)}
 	for s := 0; s < 4; s++ {
 		if cs[s+1] > cs[s] && (s > 1 || !taken[s]) {
 			keep = append(keep, rowsRange(ys[s], M, cs[s+1]-cs[s], cs[s+1]-cs[s], 2))
@@ -244,7 +244,7 @@ func attnReadsQ(a Launch, q Ptr, ld int64, x Ptr) bool {
 // onlyReaderUntilWritten says whether, of steps from..end of meta, step
 // j is the only one whose activation inputs overlap r before a step
 // writes over r (that step's own inputs are read before it writes).
-func onlyReaderUntilWritten(meta []Step, from, j int, r byteRange, T int) bool {
+func onlyReaderUntilWritten(meta []Step, from, j int, r span, T int) bool {
 	for s := from; s < len(meta); s++ {
 		writes := false
 		for _, o := range meta[s].In {
@@ -264,11 +264,11 @@ func onlyReaderUntilWritten(meta []Step, from, j int, r byteRange, T int) bool {
 
 // operandRange is the arena bytes of activation o at T tokens, or an
 // empty range.
-func operandRange(o Operand, T int) byteRange {
+func operandRange(o Operand, T int) span {
 	if o.Kind != "activation" || o.Weight >= 0 {
-		return byteRange{}
+		return span{}
 	}
-	return byteRange{BaseArena, o.Offset, o.Offset + int64(o.Elems(T)*dtypeSize(o.DType))}
+	return span{Ptr{BaseArena, o.Offset}, int64(o.Elems(T) * dtypeSize(o.DType))}
 }
 
 // ropeCSAt is where the split GEMM g's rope table goes: in the workspace

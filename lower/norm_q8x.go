@@ -222,12 +222,6 @@ func leavesNormQ8X(l Launch, out Ptr, n int64) bool {
 	return ok
 }
 
-// span is the n bytes at at.
-type span struct {
-	at Ptr
-	n  int64
-}
-
 // routerOutputs is what a launch of a MoE router writes, read off its
 // arguments as its builder lays them out (the routes where SelectionOf
 // finds them):

@@ -92,25 +92,6 @@ func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 // KiB of it reserved for each CTA.
 const hopperSmemPerSM = 228 << 10
 
-// byteRange is [from, to) bytes of one allocation (Ptr.Base).
-type byteRange struct {
-	base     string
-	from, to int64
-}
-
-// rowsRange is the bytes of t rows of w elements of es bytes, ld apart,
-// from p.
-func rowsRange(p Ptr, t, ld, w, es int64) byteRange {
-	return byteRange{p.Base, p.Offset, p.Offset + es*((t-1)*ld+w)}
-}
-
-// bytesAt is the n bytes from p.
-func bytesAt(p Ptr, n int64) byteRange { return byteRange{p.Base, p.Offset, p.Offset + n} }
-
-func (r byteRange) overlaps(o byteRange) bool {
-	return r.base == o.base && r.from < o.to && o.from < r.to
-}
-
 // fusePrefillNormRoPEAttention fuses each q heads' qk_norm_rope launch
 // into the prefill attention after it where the invariant above holds.
 func fusePrefillNormRoPEAttention(meta []Step, steps [][]Launch) {

@@ -73,8 +73,3 @@ func qgemvOutput(l Launch) (Ptr, int64, bool) {
 	T, N, size := l.Ints[1], l.Args[0].Int, int64(dtypeSize(l.DTypes[0]))
 	return l.Args[7].Ptr(), T * N * size, T > 0 && N > 0 && size > 0
 }
-
-// overlaps reports whether [a, a+an) and [b, b+bn) share a byte.
-func overlaps(a Ptr, an int64, b Ptr, bn int64) bool {
-	return a.Base == b.Base && a.Offset < b.Offset+bn && b.Offset < a.Offset+an
-}

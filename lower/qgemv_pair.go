@@ -36,17 +36,11 @@ func QGEMVPair(a, b Launch) (Launch, error) {
 	}
 	ya := span{ga.Y, int64(ga.T) * int64(ga.N) * int64(dtypeSize(ga.YType))}
 	yb := span{gb.Y, int64(gb.T) * int64(gb.N) * int64(dtypeSize(gb.YType))}
-	ra := []span{{ga.XQ, Q8XBytes(ga.T, ga.K)}, ya}
-	rb := []span{{gb.XQ, Q8XBytes(gb.T, gb.K)}, yb}
-	for _, c := range []struct {
-		w  span
-		rs []span
-	}{{ya, rb}, {yb, ra}} {
-		for _, r := range c.rs {
-			if overlaps(c.w.at, c.w.n, r.at, r.n) {
-				return Launch{}, fmt.Errorf("%s: one GEMV writes %v, which the other uses", op, c.w.at)
-			}
-		}
+	if w, ok := clash([]span{ya}, []span{{gb.XQ, Q8XBytes(gb.T, gb.K)}, yb}); ok {
+		return Launch{}, fmt.Errorf("%s: one GEMV writes %v, which the other uses", op, w.at)
+	}
+	if w, ok := clash([]span{yb}, []span{{ga.XQ, Q8XBytes(ga.T, ga.K)}, ya}); ok {
+		return Launch{}, fmt.Errorf("%s: one GEMV writes %v, which the other uses", op, w.at)
 	}
 	args := append([]Arg{i32(a.Grid[0])}, a.Args...)
 	args = append(args, b.Args...)

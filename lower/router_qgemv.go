@@ -39,20 +39,11 @@ func RouterQGEMV(f, q Launch) (Launch, error) {
 	ny := int64(a.T) * int64(a.N) * int64(dtypeSize(a.YType))
 	fr := []span{{fa[3].Ptr(), R * K * int64(dtypeSize(f.DTypes[0]))}, {fa[9].Ptr(), 4 * E}} // x, bias
 	qw := []span{{a.Y, ny}}
-	qr := []span{{a.XQ, Q8XBytes(a.T, a.K)}, {a.Y, ny}}
-	for _, w := range fw {
-		for _, o := range append(append([]span(nil), qw...), qr...) {
-			if overlaps(w.at, w.n, o.at, o.n) {
-				return Launch{}, fmt.Errorf("%s: the router writes %v, which the GEMV uses", op, w.at)
-			}
-		}
+	if w, ok := clash(fw, []span{{a.XQ, Q8XBytes(a.T, a.K)}, {a.Y, ny}}); ok {
+		return Launch{}, fmt.Errorf("%s: the router writes %v, which the GEMV uses", op, w.at)
 	}
-	for _, w := range qw {
-		for _, o := range fr {
-			if !o.at.Null() && overlaps(w.at, w.n, o.at, o.n) {
-				return Launch{}, fmt.Errorf("%s: the GEMV writes %v, which the router reads", op, w.at)
-			}
-		}
+	if w, ok := clash(qw, fr); ok {
+		return Launch{}, fmt.Errorf("%s: the GEMV writes %v, which the router reads", op, w.at)
 	}
 	args := append([]Arg{i32(f.Grid[0])}, fa...)
 	args = append(args, q.Args...)

@@ -32,7 +32,7 @@ import "fmt"
 type topkRouter struct {
 	T, k        int64
 	w, ids      Arg
-	other       []byteRange
+	other       []span
 	shared      string
 	head, after []Arg
 }
@@ -46,12 +46,12 @@ func readTopK(r Launch) (topkRouter, bool) {
 	case r.Kernel == "router_topk" && r.File == "router.cu" && len(r.DTypes) == 1 && len(r.Ints) == 1 && ArgKinds(a, i, i, i, f, f, p, x, p, p, p):
 		T, E := a[0].Int, a[1].Int
 		return topkRouter{T: T, k: a[2].Int, w: a[8], ids: a[9], shared: "router_topk_shared", head: a[:8],
-			other: []byteRange{rowsRange(a[5].Ptr(), T, a[6].Int, E, 4), bytesAt(a[7].Ptr(), 4*E)}}, true
+			other: []span{rowsRange(a[5].Ptr(), T, a[6].Int, E, 4), bytesAt(a[7].Ptr(), 4*E)}}, true
 	case r.Kernel == "router_fused" && r.File == "router.cu" && len(r.DTypes) == 2 && len(r.Ints) == 2 &&
 		ArgKinds(a, i, i, i, p, p, p, i, f, f, p, p, p, p):
 		T, E, K, xs := r.Ints[0], a[0].Int, a[1].Int, int64(dtypeSize(r.DTypes[0]))
 		return topkRouter{T: T, k: a[6].Int, w: a[10], ids: a[11], shared: "router_fused_shared", head: a[:10], after: a[12:],
-			other: []byteRange{rowsRange(a[5].Ptr(), T, E, E, 4), bytesAt(a[9].Ptr(), 4*E), bytesAt(a[12].Ptr(), 4),
+			other: []span{rowsRange(a[5].Ptr(), T, E, E, 4), bytesAt(a[9].Ptr(), 4*E), bytesAt(a[12].Ptr(), 4),
 				rowsRange(a[3].Ptr(), T, K, K, xs)}}, xs > 0
 	}
 	return topkRouter{}, false
@@ -154,8 +154,8 @@ func fuseTopKShared(meta []Step, steps [][]Launch) {
 
 // routeRanges are the bytes of n routes' weights (f32) at w and ids (i32)
 // at ids.
-func routeRanges(w, ids Arg, n int64) []byteRange {
-	return []byteRange{bytesAt(w.Ptr(), 4*n), bytesAt(ids.Ptr(), 4*n)}
+func routeRanges(w, ids Arg, n int64) []span {
+	return []span{bytesAt(w.Ptr(), 4*n), bytesAt(ids.Ptr(), 4*n)}
 }
 
 // Selection is where a launch that selects experts writes their weights
