@@ -43,6 +43,33 @@ type PersistChainArgs struct {
 	// Prefetch has each block ask L2 for its first unit's weights of a
 	// GEMV before it waits for the GEMV's input (q8_0 only).
 	Prefetch bool
+	// Ring streams each block's weights into a ring of shared-memory slots
+	// ahead of its GEMVs (persist_qgemv_ring: step 0c; q8_0, every K a
+	// multiple of 256, one block an SM, no Prefetch).
+	Ring bool
+}
+
+// PersistRingShared is the dynamic shared memory persist_qgemv_ring takes
+// at most (x's quantised copy and the slots; an H100 or H200 block may
+// have 227 KiB, a little of it static here).
+const PersistRingShared = 220 << 10
+
+// persistRingMaxSlots is persist.cu's PERSIST_RING_MAX.
+const persistRingMaxSlots = 32
+
+// PersistRingLayout is persist_qgemv_ring's shared memory for a chain of
+// largest K maxK and rows per warp and split nw, split: x's copy (xoff
+// bytes), then ns slots of slot bytes, each a unit's (8/split*nw rows)
+// quants and scales. ns is 0 where not two slots fit.
+func PersistRingLayout(maxK, nw, split int) (xoff, slot, ns int) {
+	xoff = ceilDiv(maxK+maxK/2, 128) * 128
+	ur := 8 / split * nw
+	slot = ceilDiv(ur*maxK+ur*maxK/16, 128) * 128
+	ns = min(persistRingMaxSlots, (PersistRingShared-xoff)/slot)
+	if ns < 2 {
+		ns = 0
+	}
+	return xoff, slot, ns
 }
 
 // PersistChainMaxBlocksPerSM is the kernel's launch bound: 2 blocks of 256
@@ -156,7 +183,33 @@ func PersistQGEMVChain(a PersistChainArgs) (Launch, error) {
 	for _, g := range a.GEMVs {
 		maxK = max(maxK, g.K)
 	}
+	if a.Ring {
+		return a.ring(nw, split, maxK)
+	}
 	return kernel("persist.cu", "persist_qgemv_chain", []string{"bf16"}, []int64{int64(a.GEMVs[0].WType), int64(nw), int64(split), int64(b2i(a.Prefetch))},
 		dims(a.Grid), dims(256), maxK+16*(maxK/32),
 		i32(len(a.GEMVs)), ptrArg(a.Table), ptrArg(a.Counters)), nil
+}
+
+// ring is the persist_qgemv_ring launch of a.
+func (a PersistChainArgs) ring(nw, split, maxK int) (Launch, error) {
+	const op = "persist_qgemv_ring"
+	switch {
+	case a.GEMVs[0].WType != quant.Q8_0:
+		return Launch{}, fmt.Errorf("%s: q8_0 weights only, not %s", op, a.GEMVs[0].WType)
+	case a.Prefetch:
+		return Launch{}, fmt.Errorf("%s: the ring replaces the L2 prefetch; not both", op)
+	}
+	for i, g := range a.GEMVs {
+		if g.K%256 != 0 {
+			return Launch{}, fmt.Errorf("%s: GEMV %d: K %d, not a multiple of 256 (the copies move 16-byte multiples of scales)", op, i, g.K)
+		}
+	}
+	xoff, slot, ns := PersistRingLayout(maxK, nw, split)
+	if ns == 0 {
+		return Launch{}, fmt.Errorf("%s: a unit of %d rows of K %d takes %d bytes; two slots and x's copy do not fit %d", op, 8/split*nw, maxK, slot, PersistRingShared)
+	}
+	return kernel("persist.cu", op, []string{"bf16"}, []int64{int64(nw), int64(split)},
+		dims(a.Grid), dims(256), xoff+ns*slot,
+		i32(len(a.GEMVs)), ptrArg(a.Table), ptrArg(a.Counters), i32(xoff), i32(slot), i32(ns)), nil
 }

@@ -102,6 +102,18 @@ func TestPersistChainErrors(t *testing.T) {
 		{"grid", func(a *PersistChainArgs) { a.Grid = 0 }, "grid of 0"},
 		{"counters", func(a *PersistChainArgs) { a.Counters = Ptr{} }, "null or unaligned table or counters"},
 		{"table alignment", func(a *PersistChainArgs) { a.Table = DevicePtr(8200) }, "null or unaligned table or counters"},
+		{"ring of q4_k", func(a *PersistChainArgs) {
+			a.Ring = true
+			for i := range a.GEMVs {
+				a.GEMVs[i].WType = quant.Q4_K
+			}
+		}, "q8_0 weights only"},
+		{"ring and prefetch", func(a *PersistChainArgs) { a.Ring, a.Prefetch = true, true }, "not both"},
+		{"ring of K 1056", func(a *PersistChainArgs) {
+			a.Ring = true
+			a.GEMVs = a.GEMVs[:1]
+			a.GEMVs[0].K = 1056
+		}, "K 1056, not a multiple of 256"},
 	} {
 		t.Run("launch "+c.name, func(t *testing.T) {
 			a := persistTestChain()
@@ -110,5 +122,43 @@ func TestPersistChainErrors(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPersistRing: the ring's launch lays out x's quantised copy, then as
+// many slots of a unit's quants and scales as fit (at most 32), and passes
+// the layout to the kernel.
+func TestPersistRing(t *testing.T) {
+	a := persistTestChain()
+	a.Ring = true
+	nw, split, err := PersistChainShape(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := PersistQGEMVChain(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xoff, slot, ns := PersistRingLayout(2048, nw, split)
+	ur := 8 / split * nw
+	switch {
+	case l.Kernel != "persist_qgemv_ring" || l.Ints[0] != int64(nw) || l.Ints[1] != int64(split):
+		t.Errorf("launch %s", l.NameExpr())
+	case xoff != 3072 || slot < ur*2048*17/16 || slot%128 != 0 || ns < 2 || ns > 32:
+		t.Errorf("layout: x %d bytes, slots of %d for %d rows of 2048, %d of them", xoff, slot, ur, ns)
+	case l.Shmem != xoff+ns*slot || l.Shmem > PersistRingShared:
+		t.Errorf("shared memory %d, want %d (at most %d)", l.Shmem, xoff+ns*slot, PersistRingShared)
+	case len(l.Args) != 6 || l.Args[3].Int != int64(xoff) || l.Args[4].Int != int64(slot) || l.Args[5].Int != int64(ns):
+		t.Errorf("arguments %v", l.Args)
+	}
+	for _, c := range []struct{ maxK, nw, split, ns int }{
+		{2048, 1, 8, 32}, // a row a unit: 2176-byte slots, the most slots
+		{2048, 4, 1, 3},  // 32 rows: 69,632 bytes a slot
+		{4096, 4, 1, 0},  // 32 rows of 4096: not two slots
+		{1024, 2, 2, 25}, // 8 rows of 1024: 8,704 bytes
+	} {
+		if _, _, ns := PersistRingLayout(c.maxK, c.nw, c.split); ns != c.ns {
+			t.Errorf("PersistRingLayout(%d, %d, %d): %d slots, want %d", c.maxK, c.nw, c.split, ns, c.ns)
+		}
 	}
 }

@@ -103,3 +103,177 @@ __global__ void __launch_bounds__(256, 2) persist_qgemv_chain(int G, const Persi
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == (E + 1) * gridDim.x - 1) atomicExch(ctr, E + 1);
 }
+
+// ------------------------------------------------------------ the ring
+// persist_qgemv_ring is persist_qgemv_chain (q8_0) with each block's
+// weights streamed ahead of its GEMVs into a ring of ns shared-memory slots
+// (step 0c of docs/DECODE_MEGAKERNEL.md): a slot holds one unit's rows
+// (qgemv_xin's block: quants, then f16 scales), copied by cp.async.bulk
+// and counted in by an mbarrier. Thread 0 fills the ring with the block's
+// first ns units at the start, whatever GEMV they belong to (weights depend
+// on nothing), and refills a slot with the unit ns further on as soon as
+// the block is done with it, so that while the block waits for a GEMV's
+// input, the next GEMVs' weights are already landing: what step 0's chain
+// (weights asked after each wait, or only of L2) did not have. The sums
+// are qgemv_rows's in the same order on the same bytes: the same bits.
+#define PERSIST_RING_MAX 32
+
+// persist_unit_next: the block's unit after (g, blk) in its stream (every
+// GEMV's units blockIdx.x, +gridDim.x, ...); g == G past the last.
+__device__ __forceinline__ void persist_unit_next(int G, const PersistGEMV* __restrict__ tab, int& g, int& blk) {
+  blk += gridDim.x;
+  while (g < G && blk >= tab[g].blocks) {
+    g++;
+    blk = blockIdx.x;
+  }
+}
+
+// persist_ring_issue: unit (g, blk) of UR rows into slot dst (UR*K quant
+// bytes, then UR*K/16 scale bytes), its bytes counted at bar. By one thread.
+__device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk, int UR, unsigned char* dst, unsigned bar) {
+  const int r0 = blk * UR, nr = min(UR, e.N - r0), K = e.K;
+  const unsigned qb = (unsigned)(nr * K), sb = (unsigned)(nr * K / 16);
+  const unsigned char* qs = e.w + (e.row0 + r0) * K;
+  const unsigned char* sc = e.w + align256(e.rows * K) + (e.row0 + r0) * (K / 16);
+  // the slot was last read by generic loads; the copies write it through the async proxy
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(qb + sb) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(dst)),
+               "l"(qs), "r"(qb), "r"(bar)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(dst + UR * K)),
+               "l"(sc), "r"(sb), "r"(bar)
+               : "memory");
+}
+
+// persist_ring_wait: until the phase of parity par of the mbarrier at bar
+// completes; traps after about 2^26 polls (a copy that never lands).
+__device__ __forceinline__ void persist_ring_wait(unsigned bar, unsigned par) {
+  unsigned done = 0, polls = 0;
+  do {
+    if (++polls == (1u << 26)) __trap();
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(par)
+                 : "memory");
+  } while (!done);
+}
+
+// persist_slot_rows is qgemv_rows<TY, QT_Q8_0, 1, 0, NW, SPLIT> of block
+// blk with the block's weight rows in a slot (row n of the GEMV is slot
+// row n - blk*UR): wdots' loop, its loads from shared memory.
+template <typename TY, int NW, int SPLIT>
+__device__ __forceinline__ void persist_slot_rows(int blk, int N, int K, const unsigned char* slot, int UR, const QX& x,
+                                                  TY* __restrict__ y) {
+  using Q = QW<QT_Q8_0>;
+  __shared__ float part[8][NW];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slice = warp % SPLIT;
+  const int n0 = (blk * (8 / SPLIT) + warp / SPLIT) * NW;
+  const unsigned char* scales = slot + UR * K;
+  int lr[NW];  // slot rows; past N: a valid row, result unused
+#pragma unroll
+  for (int q = 0; q < NW; q++) lr[q] = min(n0 + q, N - 1) - blk * UR;
+  auto load = [&](int r, int u) {
+    const uint4* qs = reinterpret_cast<const uint4*>(slot + (long long)r * K + u * 32);
+    return Q::W{qs[0], qs[1], f16_bits(reinterpret_cast<const unsigned short*>(scales)[r * (K / 32) + u])};
+  };
+  float acc[NW];
+#pragma unroll
+  for (int q = 0; q < NW; q++) acc[q] = 0.f;
+  if (n0 < N) {
+    const int units = K / 32, step = SPLIT * 32;
+    int u = slice * 32 + lane;
+    for (; u + step < units; u += 2 * step) {
+      Q::W wv[2][NW];
+#pragma unroll
+      for (int q = 0; q < NW; q++) {
+        wv[0][q] = load(lr[q], u);
+        wv[1][q] = load(lr[q], u + step);
+      }
+      const Q::X xa = Q::xload(x, 0, u), xb = Q::xload(x, 0, u + step);
+#pragma unroll
+      for (int q = 0; q < NW; q++) acc[q] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
+    }
+    if (u < units) {
+      Q::W wv[NW];
+#pragma unroll
+      for (int q = 0; q < NW; q++) wv[q] = load(lr[q], u);
+      const Q::X xa = Q::xload(x, 0, u);
+#pragma unroll
+      for (int q = 0; q < NW; q++) acc[q] += Q::dot(wv[q], xa, u);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < NW; q++) acc[q] = warp_sum_q(acc[q]);
+  if constexpr (SPLIT > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int q = 0; q < NW; q++) part[warp][q] = acc[q];
+    __syncthreads();
+    if (lane == 0 && slice == 0)
+#pragma unroll
+      for (int q = 0; q < NW; q++) {
+        float v = 0.f;
+        for (int i = 0; i < SPLIT; i++) v += part[warp + i][q];
+        acc[q] = v;
+      }
+  }
+  if (lane != 0 || slice != 0) return;
+#pragma unroll
+  for (int q = 0; q < NW; q++)
+    if (n0 + q < N) y[n0 + q] = from_f32<TY>(acc[q]);
+}
+
+// ctr as persist_qgemv_chain's. Dynamic shared memory: x's quantised copy
+// (qgemv_xin_quant, xoff bytes), then ns slots of slot bytes. Every unit's
+// K must be a multiple of 256 (the copies' 16-byte sizes) and its rows fit
+// a slot (lower.PersistQGEMVChain checks both). One block an SM.
+template <typename TY, int NW, int SPLIT>
+__global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const PersistGEMV* __restrict__ tab, unsigned* ctr, int xoff,
+                                                             int slot, int ns) {
+  pdl_wait();
+  extern __shared__ __align__(128) unsigned char persist_ring_smem[];
+  __shared__ __align__(8) unsigned long long full[PERSIST_RING_MAX];
+  __shared__ unsigned epoch;
+  constexpr int UR = (8 / SPLIT) * NW;  // a unit's rows
+  unsigned char* ring = persist_ring_smem + xoff;
+  auto bar = [&](int s) { return (unsigned)__cvta_generic_to_shared(&full[s]); };
+  int ig = 0, iblk = blockIdx.x;  // thread 0: the next unit to copy
+  if (threadIdx.x == 0) {
+    epoch = persist_ld_acquire(ctr);
+    for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    while (ig < G && iblk >= tab[ig].blocks) ig++;  // the block's first unit
+    for (int s = 0; s < ns && ig < G; s++) {
+      persist_ring_issue(tab[ig], iblk, UR, ring + s * slot, bar(s));
+      persist_unit_next(G, tab, ig, iblk);
+    }
+  }
+  __syncthreads();
+  const unsigned E = epoch;
+  int j = 0;  // the block's units consumed: unit j is in slot j % ns, phase j / ns
+  for (int g = 0; g < G; g++) {
+    const int blocks = tab[g].blocks;
+    if ((int)blockIdx.x >= blocks) continue;
+    const PersistGEMV e = tab[g];
+    if (g > 0) persist_wait(ctr + 2 + g - 1, (E + 1) * (unsigned)tab[g - 1].blocks);
+    const QX xv = qgemv_xin_quant<1, true>(e.K, e.x);
+    unsigned n = 0;
+    for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x, n++, j++) {
+      const int s = j % ns;
+      persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+      persist_slot_rows<TY, NW, SPLIT>(blk, e.N, e.K, ring + s * slot, UR, xv, e.y);
+      __syncthreads();  // the slot, the partial sums and x's copy are reused
+      if (threadIdx.x == 0 && ig < G) {
+        persist_ring_issue(tab[ig], iblk, UR, ring + s * slot, bar(s));
+        persist_unit_next(G, tab, ig, iblk);
+      }
+    }
+    persist_signal(ctr + 2 + g, n);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == (E + 1) * gridDim.x - 1) atomicExch(ctr, E + 1);
+}

@@ -376,8 +376,8 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				a := lower.PersistChainArgs{X: p, Table: p, Counters: p, Grid: 132, GEMVs: []lower.QGEMVArgs{
 					{T: 1, K: nk[1], N: nk[0], W: p, Y: lower.DevicePtr(1 << 20), WType: quant.Q8_0, WRows: nk[0], YType: "bf16"},
 					{T: 1, K: nk[0], N: nk[1], W: p, Y: lower.DevicePtr(2 << 20), WType: quant.Q8_0, WRows: nk[1], YType: "bf16"}}}
-				for _, pre := range []bool{false, true} {
-					a.Prefetch = pre
+				for _, f := range []struct{ pre, ring bool }{{false, false}, {true, false}, {false, true}} {
+					a.Prefetch, a.Ring = f.pre, f.ring
 					l, err := lower.PersistQGEMVChain(a)
 					if err != nil {
 						t.Fatal(err)

@@ -115,15 +115,26 @@ func (c *persistChain) ys(tb testing.TB, s *cuda.Stream, i int) [][]uint16 {
 // TestPersistQGEMVChainGPU: the persistent chain's every y equals the
 // qgemv_xin launches' bit for bit, eagerly and replayed from a graph over
 // several epochs, at one and two blocks an SM and with fewer blocks than a
-// GEMV has units.
+// GEMV has units; and so does the ring's (persist_qgemv_ring, one block
+// an SM at most).
 func TestPersistQGEMVChainGPU(t *testing.T) {
 	k, s := gpu(t)
 	sms := k.SMs()
 	for _, sh := range persistShapes {
-		for _, grid := range []int{sms, lower.PersistChainMaxBlocksPerSM * sms, 7} {
-			t.Run(fmt.Sprintf("%s/grid%d", sh.name, grid), func(t *testing.T) {
+		for _, f := range []struct {
+			grid int
+			ring bool
+		}{{sms, false}, {lower.PersistChainMaxBlocksPerSM * sms, false}, {7, false}, {sms, true}, {7, true}} {
+			grid := f.grid
+			name := fmt.Sprintf("%s/grid%d", sh.name, grid)
+			if f.ring {
+				name += "/ring"
+			}
+			t.Run(name, func(t *testing.T) {
 				c := newPersistChain(t, k, s, [2][2]int{sh.a, sh.b}, 6, 1, grid)
-				c.sets[0].Prefetch = grid != 2*sms // both forms; the prefetch on the largest and smallest grids
+				// both forms; the prefetch on the largest and smallest grids
+				c.sets[0].Prefetch = !f.ring && grid != 2*sms
+				c.sets[0].Ring = f.ring
 				if err := c.launches(s, 0); err != nil {
 					t.Fatal(err)
 				}
@@ -171,9 +182,10 @@ func TestPersistQGEMVChainGPU(t *testing.T) {
 // decode: 8 dependent Q8_0 GEMVs as 8 qgemv_xin launches (with and without
 // programmatic launch, the decode plan's boundary) and as one persistent
 // launch with counters between them (at 1 and 2 blocks an SM; _pre: each
-// block's first weights asked of L2 before its wait), each from a
-// CUDA graph of 16 chains cycling through 4 weight sets (more than L2).
-// Reports microseconds a GEMV.
+// block's first weights asked of L2 before its wait; ring_1: each block's
+// weights streamed ahead into a ring of shared memory, persist_qgemv_ring),
+// each from a CUDA graph of 16 chains cycling through 4 weight sets (more
+// than L2). Reports microseconds a GEMV.
 //
 //	./exec__gpu.test -test.run '^$' -test.bench PersistBoundary -test.count 3
 func BenchmarkPersistBoundary(b *testing.B) {
@@ -181,7 +193,7 @@ func BenchmarkPersistBoundary(b *testing.B) {
 	k := NewKernels(dev)
 	const n, sets, reps = 8, 4, 16
 	for _, sh := range persistShapes {
-		for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre"} {
+		for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre", "ring_1"} {
 			b.Run(sh.name+"/"+mode, func(b *testing.B) {
 				s, err := dev.NewStream()
 				if err != nil {
@@ -195,6 +207,7 @@ func BenchmarkPersistBoundary(b *testing.B) {
 				c := newPersistChain(b, k, s, [2][2]int{sh.a, sh.b}, n, sets, grid)
 				for i := range c.sets {
 					c.sets[i].Prefetch = strings.HasSuffix(mode, "_pre")
+					c.sets[i].Ring = mode == "ring_1"
 				}
 				s.SetProgrammaticLaunch(mode != "launches")
 				run := func(i int) error {
