@@ -149,11 +149,13 @@ __device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk
 }
 
 // persist_ring_wait: until the phase of parity par of the mbarrier at bar
-// completes; traps after about 2^26 polls (a copy that never lands).
+// completes; traps after 2^22 polls (each try_wait may suspend a while: a
+// second or more, where a slot's copy takes microseconds) rather than
+// hanging on a copy that never lands.
 __device__ __forceinline__ void persist_ring_wait(unsigned bar, unsigned par) {
   unsigned done = 0, polls = 0;
   do {
-    if (++polls == (1u << 26)) __trap();
+    if (++polls == (1u << 22)) __trap();
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done)
                  : "r"(bar), "r"(par)
