@@ -44,8 +44,9 @@ type PersistChainArgs struct {
 	// GEMV before it waits for the GEMV's input (q8_0 only).
 	Prefetch bool
 	// Ring streams each block's weights into a ring of shared-memory slots
-	// ahead of its GEMVs (persist_qgemv_ring: step 0c; q8_0, every K a
-	// multiple of 256, one block an SM, no Prefetch).
+	// ahead of its GEMVs (persist_qgemv_ring: step 0c; every quantised
+	// type, one block an SM, no Prefetch; PersistQGEMVChain checks that the
+	// copies' places and sizes are multiples of 16 bytes).
 	Ring bool
 }
 
@@ -58,18 +59,28 @@ const PersistRingShared = 220 << 10
 const persistRingMaxSlots = 32
 
 // PersistRingLayout is persist_qgemv_ring's shared memory for a chain of
-// largest K maxK and rows per warp and split nw, split: x's copy (xoff
-// bytes), then ns slots of slot bytes, each a unit's (8/split*nw rows)
-// quants and scales. ns is 0 where not two slots fit.
-func PersistRingLayout(maxK, nw, split int) (xoff, slot, ns int) {
+// t weights, largest K maxK and rows per warp and split nw, split: x's
+// copy (xoff bytes), then ns slots of slot bytes, each a unit's (8/split*nw
+// rows) bodies and, from the next 256-byte boundary, heads (quant.cu's
+// layout of a matrix of that many rows). ns is 0 where not two slots fit.
+func PersistRingLayout(t quant.Type, maxK, nw, split int) (xoff, slot, ns int) {
 	xoff = ceilDiv(maxK+maxK/2, 128) * 128
-	ur := 8 / split * nw
-	slot = ceilDiv(ur*maxK+ur*maxK/16, 128) * 128
+	ur := int64(8 / split * nw)
+	body, head := quantRowBytes(t, maxK)
+	slot = int(align256(ur*body)+ur*head+127) / 128 * 128
 	ns = min(persistRingMaxSlots, (PersistRingShared-xoff)/slot)
 	if ns < 2 {
 		ns = 0
 	}
 	return xoff, slot, ns
+}
+
+// quantRowBytes is a row of K weights of type t in its device layout: its
+// bytes in the body plane and in the head plane (QuantDeviceBytes).
+func quantRowBytes(t quant.Type, K int) (body, head int64) {
+	sp, _ := quantSplit(t)
+	nb := int64(K / t.BlockElems())
+	return nb * int64(sp.body), nb * int64(sp.head)
 }
 
 // PersistChainMaxBlocksPerSM is the kernel's launch bound: 2 blocks of 256
@@ -194,22 +205,30 @@ func PersistQGEMVChain(a PersistChainArgs) (Launch, error) {
 // ring is the persist_qgemv_ring launch of a.
 func (a PersistChainArgs) ring(nw, split, maxK int) (Launch, error) {
 	const op = "persist_qgemv_ring"
-	switch {
-	case a.GEMVs[0].WType != quant.Q8_0:
-		return Launch{}, fmt.Errorf("%s: q8_0 weights only, not %s", op, a.GEMVs[0].WType)
-	case a.Prefetch:
+	if a.Prefetch {
 		return Launch{}, fmt.Errorf("%s: the ring replaces the L2 prefetch; not both", op)
 	}
+	t := a.GEMVs[0].WType
+	ur := int64(8 / split * nw)
 	for i, g := range a.GEMVs {
-		if g.K%256 != 0 {
-			return Launch{}, fmt.Errorf("%s: GEMV %d: K %d, not a multiple of 256 (the copies move 16-byte multiples of scales)", op, i, g.K)
+		// every unit's two copies (bodies, heads) start and end on 16 bytes
+		body, head := quantRowBytes(t, g.K)
+		last := int64(g.N) % ur
+		for _, b := range []struct {
+			what string
+			n    int64
+		}{{"bodies", body}, {"heads", head}} {
+			if (int64(g.Row0)*b.n)%16 != 0 || (ur*b.n)%16 != 0 || (last*b.n)%16 != 0 {
+				return Launch{}, fmt.Errorf("%s: GEMV %d: %s rows of K %d from row %d, units of %d rows: %d-byte %s a row leave a copy off 16 bytes",
+					op, i, t, g.K, g.Row0, ur, b.n, b.what)
+			}
 		}
 	}
-	xoff, slot, ns := PersistRingLayout(maxK, nw, split)
+	xoff, slot, ns := PersistRingLayout(t, maxK, nw, split)
 	if ns == 0 {
-		return Launch{}, fmt.Errorf("%s: a unit of %d rows of K %d takes %d bytes; two slots and x's copy do not fit %d", op, 8/split*nw, maxK, slot, PersistRingShared)
+		return Launch{}, fmt.Errorf("%s: a unit of %d rows of K %d takes %d bytes; two slots and x's copy do not fit %d", op, ur, maxK, slot, PersistRingShared)
 	}
-	return kernel("persist.cu", op, []string{"bf16"}, []int64{int64(nw), int64(split)},
+	return kernel("persist.cu", op, []string{"bf16"}, []int64{int64(t), int64(nw), int64(split)},
 		dims(a.Grid), dims(256), xoff+ns*slot,
 		i32(len(a.GEMVs)), ptrArg(a.Table), ptrArg(a.Counters), i32(xoff), i32(slot), i32(ns)), nil
 }

@@ -102,18 +102,17 @@ func TestPersistChainErrors(t *testing.T) {
 		{"grid", func(a *PersistChainArgs) { a.Grid = 0 }, "grid of 0"},
 		{"counters", func(a *PersistChainArgs) { a.Counters = Ptr{} }, "null or unaligned table or counters"},
 		{"table alignment", func(a *PersistChainArgs) { a.Table = DevicePtr(8200) }, "null or unaligned table or counters"},
-		{"ring of q4_k", func(a *PersistChainArgs) {
-			a.Ring = true
-			for i := range a.GEMVs {
-				a.GEMVs[i].WType = quant.Q4_K
-			}
-		}, "q8_0 weights only"},
 		{"ring and prefetch", func(a *PersistChainArgs) { a.Ring, a.Prefetch = true, true }, "not both"},
-		{"ring of K 1056", func(a *PersistChainArgs) {
+		{"ring of q8_0 heads off 16 bytes", func(a *PersistChainArgs) {
 			a.Ring = true
 			a.GEMVs = a.GEMVs[:1]
-			a.GEMVs[0].K = 1056
-		}, "K 1056, not a multiple of 256"},
+			a.GEMVs[0].K, a.GEMVs[0].N, a.GEMVs[0].WRows = 1056, 1025, 1025 // 66 bytes of scales a row, 1 row in the last unit
+		}, "66-byte heads a row"},
+		{"ring of q6_k heads off 16 bytes", func(a *PersistChainArgs) {
+			a.Ring = true
+			a.GEMVs = a.GEMVs[:1]
+			a.GEMVs[0].WType, a.GEMVs[0].K, a.GEMVs[0].N, a.GEMVs[0].WRows = quant.Q6_K, 1024, 1025, 1025 // 8 bytes a row
+		}, "8-byte heads a row"},
 	} {
 		t.Run("launch "+c.name, func(t *testing.T) {
 			a := persistTestChain()
@@ -139,10 +138,10 @@ func TestPersistRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xoff, slot, ns := PersistRingLayout(2048, nw, split)
+	xoff, slot, ns := PersistRingLayout(quant.Q8_0, 2048, nw, split)
 	ur := 8 / split * nw
 	switch {
-	case l.Kernel != "persist_qgemv_ring" || l.Ints[0] != int64(nw) || l.Ints[1] != int64(split):
+	case l.Kernel != "persist_qgemv_ring" || l.Ints[0] != int64(quant.Q8_0) || l.Ints[1] != int64(nw) || l.Ints[2] != int64(split):
 		t.Errorf("launch %s", l.NameExpr())
 	case xoff != 3072 || slot < ur*2048*17/16 || slot%128 != 0 || ns < 2 || ns > 32:
 		t.Errorf("layout: x %d bytes, slots of %d for %d rows of 2048, %d of them", xoff, slot, ur, ns)
@@ -151,14 +150,20 @@ func TestPersistRing(t *testing.T) {
 	case len(l.Args) != 6 || l.Args[3].Int != int64(xoff) || l.Args[4].Int != int64(slot) || l.Args[5].Int != int64(ns):
 		t.Errorf("arguments %v", l.Args)
 	}
-	for _, c := range []struct{ maxK, nw, split, ns int }{
-		{2048, 1, 8, 32}, // a row a unit: 2176-byte slots, the most slots
-		{2048, 4, 1, 3},  // 32 rows: 69,632 bytes a slot
-		{4096, 4, 1, 0},  // 32 rows of 4096: not two slots
-		{1024, 2, 2, 25}, // 8 rows of 1024: 8,704 bytes
+	for _, c := range []struct {
+		t                         quant.Type
+		maxK, nw, split, slot, ns int
+	}{
+		{quant.Q8_0, 2048, 1, 8, 2176, 32},  // a row a unit: 2048 bytes, then 128 of scales; the most slots
+		{quant.Q8_0, 2048, 4, 1, 69632, 3},  // 32 rows: 65,536 + 4,096
+		{quant.Q8_0, 4096, 4, 1, 139264, 0}, // 32 rows of 4096: not two slots
+		{quant.Q8_0, 1024, 2, 2, 8704, 25},  // 8 rows of 1024: 8,192 + 512
+		{quant.Q4_K, 3072, 2, 2, 14208, 15}, // 8 rows of 12 bodies of 144 (13,824), 48 bytes of heads a row
+		{quant.Q6_K, 1024, 1, 1, 6784, 32},  // 8 rows of 4 bodies of 208 (6,656), 8 bytes of heads a row
 	} {
-		if _, _, ns := PersistRingLayout(c.maxK, c.nw, c.split); ns != c.ns {
-			t.Errorf("PersistRingLayout(%d, %d, %d): %d slots, want %d", c.maxK, c.nw, c.split, ns, c.ns)
+		_, slot, ns := PersistRingLayout(c.t, c.maxK, c.nw, c.split)
+		if slot != c.slot || ns != c.ns {
+			t.Errorf("PersistRingLayout(%s, %d, %d, %d): %d slots of %d bytes, want %d of %d", c.t, c.maxK, c.nw, c.split, ns, slot, c.ns, c.slot)
 		}
 	}
 }

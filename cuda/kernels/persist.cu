@@ -105,17 +105,19 @@ __global__ void __launch_bounds__(256, 2) persist_qgemv_chain(int G, const Persi
 }
 
 // ------------------------------------------------------------ the ring
-// persist_qgemv_ring is persist_qgemv_chain (q8_0) with each block's
-// weights streamed ahead of its GEMVs into a ring of ns shared-memory slots
-// (step 0c of docs/DECODE_MEGAKERNEL.md): a slot holds one unit's rows
-// (qgemv_xin's block: quants, then f16 scales), copied by cp.async.bulk
-// and counted in by an mbarrier. Thread 0 fills the ring with the block's
-// first ns units at the start, whatever GEMV they belong to (weights depend
-// on nothing), and refills a slot with the unit ns further on as soon as
-// the block is done with it, so that while the block waits for a GEMV's
-// input, the next GEMVs' weights are already landing: what step 0's chain
-// (weights asked after each wait, or only of L2) did not have. The sums
-// are qgemv_rows's in the same order on the same bytes: the same bits.
+// persist_qgemv_ring is persist_qgemv_chain with each block's weights
+// streamed ahead of its GEMVs into a ring of ns shared-memory slots (step
+// 0c of docs/DECODE_MEGAKERNEL.md): a slot holds one unit's rows
+// (qgemv_xin's block) laid out as quant.cu lays out a matrix of UR rows
+// (bodies, then heads at a 256-byte boundary), copied by two
+// cp.async.bulk and counted in by an mbarrier. Thread 0 fills the ring
+// with the block's first ns units at the start, whatever GEMV they belong
+// to (weights depend on nothing), and refills a slot with the unit ns
+// further on as soon as the block is done with it, so that while the
+// block waits for a GEMV's input, the next GEMVs' weights are already
+// landing: what step 0's chain (weights asked after each wait, or only of
+// L2) did not have. The sums are qgemv_rows's, reading the slot (SLd):
+// the same code on the same bytes as the launches.
 #define PERSIST_RING_MAX 32
 
 // persist_unit_next: the block's unit after (g, blk) in its stream (every
@@ -128,13 +130,18 @@ __device__ __forceinline__ void persist_unit_next(int G, const PersistGEMV* __re
   }
 }
 
-// persist_ring_issue: unit (g, blk) of UR rows into slot dst (UR*K quant
-// bytes, then UR*K/16 scale bytes), its bytes counted at bar. By one thread.
+// persist_ring_issue: unit (g, blk) of UR rows into slot dst, its bytes
+// counted at bar. By one thread. A row of K weights has body and head
+// bytes (quant.cu's planes); lower.PersistQGEMVChain has checked that
+// every copy's place and size are multiples of 16 bytes.
+template <int QT>
 __device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk, int UR, unsigned char* dst, unsigned bar) {
-  const int r0 = blk * UR, nr = min(UR, e.N - r0), K = e.K;
-  const unsigned qb = (unsigned)(nr * K), sb = (unsigned)(nr * K / 16);
-  const unsigned char* qs = e.w + (e.row0 + r0) * K;
-  const unsigned char* sc = e.w + align256(e.rows * K) + (e.row0 + r0) * (K / 16);
+  using Q = QW<QT>;
+  const int nb = e.K / Q::BE, r0 = blk * UR, nr = min(UR, e.N - r0);
+  const long long body = (long long)nb * Q::BODY, head = (long long)nb * Q::HEAD, row = e.row0 + r0;
+  const unsigned qb = (unsigned)(nr * body), sb = (unsigned)(nr * head);
+  const unsigned char* qs = e.w + row * body;
+  const unsigned char* hs = e.w + align256(e.rows * body) + row * head;
   // the slot was last read by generic loads; the copies write it through the async proxy
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(qb + sb) : "memory");
@@ -143,8 +150,8 @@ __device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk
                "l"(qs), "r"(qb), "r"(bar)
                : "memory");
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   (unsigned)__cvta_generic_to_shared(dst + UR * K)),
-               "l"(sc), "r"(sb), "r"(bar)
+                   (unsigned)__cvta_generic_to_shared(dst + align256(UR * body))),
+               "l"(hs), "r"(sb), "r"(bar)
                : "memory");
 }
 
@@ -163,77 +170,10 @@ __device__ __forceinline__ void persist_ring_wait(unsigned bar, unsigned par) {
   } while (!done);
 }
 
-// persist_slot_rows is qgemv_rows<TY, QT_Q8_0, 1, 0, NW, SPLIT> of block
-// blk with the block's weight rows in a slot (row n of the GEMV is slot
-// row n - blk*UR): wdots' loop, its loads from shared memory.
-template <typename TY, int NW, int SPLIT>
-__device__ __forceinline__ void persist_slot_rows(int blk, int N, int K, const unsigned char* slot, int UR, const QX& x,
-                                                  TY* __restrict__ y) {
-  using Q = QW<QT_Q8_0>;
-  __shared__ float part[8][NW];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int slice = warp % SPLIT;
-  const int n0 = (blk * (8 / SPLIT) + warp / SPLIT) * NW;
-  const unsigned char* scales = slot + UR * K;
-  int lr[NW];  // slot rows; past N: a valid row, result unused
-#pragma unroll
-  for (int q = 0; q < NW; q++) lr[q] = min(n0 + q, N - 1) - blk * UR;
-  auto load = [&](int r, int u) {
-    const uint4* qs = reinterpret_cast<const uint4*>(slot + (long long)r * K + u * 32);
-    return Q::W{qs[0], qs[1], f16_bits(reinterpret_cast<const unsigned short*>(scales)[r * (K / 32) + u])};
-  };
-  float acc[NW];
-#pragma unroll
-  for (int q = 0; q < NW; q++) acc[q] = 0.f;
-  if (n0 < N) {
-    const int units = K / 32, step = SPLIT * 32;
-    int u = slice * 32 + lane;
-    for (; u + step < units; u += 2 * step) {
-      Q::W wv[2][NW];
-#pragma unroll
-      for (int q = 0; q < NW; q++) {
-        wv[0][q] = load(lr[q], u);
-        wv[1][q] = load(lr[q], u + step);
-      }
-      const Q::X xa = Q::xload(x, 0, u), xb = Q::xload(x, 0, u + step);
-#pragma unroll
-      for (int q = 0; q < NW; q++) acc[q] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
-    }
-    if (u < units) {
-      Q::W wv[NW];
-#pragma unroll
-      for (int q = 0; q < NW; q++) wv[q] = load(lr[q], u);
-      const Q::X xa = Q::xload(x, 0, u);
-#pragma unroll
-      for (int q = 0; q < NW; q++) acc[q] += Q::dot(wv[q], xa, u);
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < NW; q++) acc[q] = warp_sum_q(acc[q]);
-  if constexpr (SPLIT > 1) {
-    if (lane == 0)
-#pragma unroll
-      for (int q = 0; q < NW; q++) part[warp][q] = acc[q];
-    __syncthreads();
-    if (lane == 0 && slice == 0)
-#pragma unroll
-      for (int q = 0; q < NW; q++) {
-        float v = 0.f;
-        for (int i = 0; i < SPLIT; i++) v += part[warp + i][q];
-        acc[q] = v;
-      }
-  }
-  if (lane != 0 || slice != 0) return;
-#pragma unroll
-  for (int q = 0; q < NW; q++)
-    if (n0 + q < N) y[n0 + q] = from_f32<TY>(acc[q]);
-}
-
 // ctr as persist_qgemv_chain's. Dynamic shared memory: x's quantised copy
-// (qgemv_xin_quant, xoff bytes), then ns slots of slot bytes. Every unit's
-// K must be a multiple of 256 (the copies' 16-byte sizes) and its rows fit
-// a slot (lower.PersistQGEMVChain checks both). One block an SM.
-template <typename TY, int NW, int SPLIT>
+// (qgemv_xin_quant, xoff bytes), then ns slots of slot bytes (lower.
+// PersistRingLayout). One block an SM.
+template <typename TY, int QT, int NW, int SPLIT>
 __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const PersistGEMV* __restrict__ tab, unsigned* ctr, int xoff,
                                                              int slot, int ns) {
   pdl_wait();
@@ -250,7 +190,7 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     while (ig < G && iblk >= tab[ig].blocks) ig++;  // the block's first unit
     for (int s = 0; s < ns && ig < G; s++) {
-      persist_ring_issue(tab[ig], iblk, UR, ring + s * slot, bar(s));
+      persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, bar(s));
       persist_unit_next(G, tab, ig, iblk);
     }
   }
@@ -267,10 +207,11 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
     for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x, n++, j++) {
       const int s = j % ns;
       persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
-      persist_slot_rows<TY, NW, SPLIT>(blk, e.N, e.K, ring + s * slot, UR, xv, e.y);
+      // the slot as a matrix of UR rows whose row 0 is the unit's first
+      qgemv_rows<TY, QT, 1, 0, NW, SPLIT, false, false, 8, SLd>(blk, e.N, e.K, UR, -(long long)blk * UR, ring + s * slot, xv, e.y, 0);
       __syncthreads();  // the slot, the partial sums and x's copy are reused
       if (threadIdx.x == 0 && ig < G) {
-        persist_ring_issue(tab[ig], iblk, UR, ring + s * slot, bar(s));
+        persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, bar(s));
         persist_unit_next(G, tab, ig, iblk);
       }
     }
