@@ -167,3 +167,24 @@ func TestPersistRing(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistRingEveryType: the ring takes every quantised type at the
+// chains TestPersistQGEMVChainGPU runs (GEMVs of 1024 x 2048 and 2048 x
+// 1024).
+func TestPersistRingEveryType(t *testing.T) {
+	for _, qt := range QuantKernelTypes {
+		a := persistTestChain()
+		a.Ring = true
+		for i := range a.GEMVs {
+			a.GEMVs[i].WType = qt
+		}
+		l, err := PersistQGEMVChain(a)
+		if err != nil {
+			t.Errorf("%s: %v", qt, err)
+			continue
+		}
+		if l.Ints[0] != int64(qt) || l.Shmem > PersistRingShared || l.Args[5].Int < 2 {
+			t.Errorf("%s: launch %s, %d bytes of shared memory, %d slots", qt, l.NameExpr(), l.Shmem, l.Args[5].Int)
+		}
+	}
+}

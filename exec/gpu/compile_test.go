@@ -384,6 +384,20 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 					}
 					out = append(out, l)
 				}
+				// the ring of every type (TestPersistQGEMVChainGPU)
+				for _, qt := range lower.QuantKernelTypes[1:] {
+					r := a
+					r.Prefetch, r.Ring = false, true
+					r.GEMVs = append([]lower.QGEMVArgs(nil), a.GEMVs...)
+					for i := range r.GEMVs {
+						r.GEMVs[i].WType = qt
+					}
+					l, err := lower.PersistQGEMVChain(r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, l)
+				}
 			}
 		}
 		// The routed experts as each type chooses (the trace models hold

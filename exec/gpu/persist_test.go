@@ -12,8 +12,8 @@ import (
 	"lagc/quant"
 )
 
-// persistChain is a chain of dependent Q8_0 GEMVs on the device (lower/
-// persist.go): sets copies of its weights, each set's GEMVs writing their
+// persistChain is a chain of dependent quantised GEMVs (Q8_0 unless
+// said) on the device (lower/persist.go): sets copies of its weights, each set's GEMVs writing their
 // own y buffers, so results can be compared GEMV by GEMV and the weights
 // need not stay in L2 between calls.
 type persistChain struct {
@@ -39,6 +39,11 @@ var persistShapes = []struct {
 
 func newPersistChain(tb testing.TB, k *Kernels, s *cuda.Stream, shape [2][2]int, n, sets, grid int) *persistChain {
 	tb.Helper()
+	return newPersistChainOf(tb, k, s, quant.Q8_0, shape, n, sets, grid)
+}
+
+func newPersistChainOf(tb testing.TB, k *Kernels, s *cuda.Stream, t quant.Type, shape [2][2]int, n, sets, grid int) *persistChain {
+	tb.Helper()
 	c := &persistChain{k: k}
 	r := rand.New(rand.NewPCG(41, 42))
 	c.x = upload(tb, k, s, cuda.BF16, randF32(r, shape[0][1], 0.5))
@@ -50,17 +55,17 @@ func newPersistChain(tb testing.TB, k *Kernels, s *cuda.Stream, shape [2][2]int,
 		a := lower.PersistChainArgs{X: ptr(c.x), Counters: ptr(c.counters), Grid: grid}
 		for g := 0; g < n; g++ {
 			N, K := shape[g%2][0], shape[g%2][1]
-			wb, err := lower.QuantDeviceBytes(quant.Q8_0, N, K)
+			wb, err := lower.QuantDeviceBytes(t, N, K)
 			if err != nil {
 				tb.Fatal(err)
 			}
 			w := alloc(tb, k, wb)
-			if err := k.QSynth(s, quant.Q8_0, w, N, K, uint32(100*set+g+1)); err != nil {
+			if err := k.QSynth(s, t, w, N, K, uint32(100*set+g+1)); err != nil {
 				tb.Fatal(err)
 			}
 			y := alloc(tb, k, int64(2*N))
 			poison(tb, s, y, int64(2*N))
-			a.GEMVs = append(a.GEMVs, lower.QGEMVArgs{T: 1, K: K, N: N, W: ptr(w), Y: ptr(y), WType: quant.Q8_0, WRows: N, YType: "bf16"})
+			a.GEMVs = append(a.GEMVs, lower.QGEMVArgs{T: 1, K: K, N: N, W: ptr(w), Y: ptr(y), WType: t, WRows: N, YType: "bf16"})
 		}
 		table, err := lower.EncodePersistChain(a)
 		if err != nil {
@@ -116,22 +121,34 @@ func (c *persistChain) ys(tb testing.TB, s *cuda.Stream, i int) [][]uint16 {
 // qgemv_xin launches' bit for bit, eagerly and replayed from a graph over
 // several epochs, at one and two blocks an SM and with fewer blocks than a
 // GEMV has units; and so does the ring's (persist_qgemv_ring, one block
-// an SM at most).
+// an SM at most), q8_0 on both shapes, the other types on the first.
 func TestPersistQGEMVChainGPU(t *testing.T) {
 	k, s := gpu(t)
 	sms := k.SMs()
-	for _, sh := range persistShapes {
-		for _, f := range []struct {
-			grid int
-			ring bool
-		}{{sms, false}, {lower.PersistChainMaxBlocksPerSM * sms, false}, {7, false}, {sms, true}, {7, true}} {
+	type form struct {
+		grid int
+		ring bool
+		t    quant.Type
+	}
+	for i, sh := range persistShapes {
+		forms := []form{{sms, false, quant.Q8_0}, {lower.PersistChainMaxBlocksPerSM * sms, false, quant.Q8_0}, {7, false, quant.Q8_0},
+			{sms, true, quant.Q8_0}, {7, true, quant.Q8_0}}
+		if i == 0 {
+			for _, qt := range lower.QuantKernelTypes[1:] {
+				forms = append(forms, form{sms, true, qt})
+			}
+		}
+		for _, f := range forms {
 			grid := f.grid
 			name := fmt.Sprintf("%s/grid%d", sh.name, grid)
 			if f.ring {
 				name += "/ring"
 			}
+			if f.t != quant.Q8_0 {
+				name += "/" + f.t.String()
+			}
 			t.Run(name, func(t *testing.T) {
-				c := newPersistChain(t, k, s, [2][2]int{sh.a, sh.b}, 6, 1, grid)
+				c := newPersistChainOf(t, k, s, f.t, [2][2]int{sh.a, sh.b}, 6, 1, grid)
 				// both forms; the prefetch on the largest and smallest grids
 				c.sets[0].Prefetch = !f.ring && grid != 2*sms
 				c.sets[0].Ring = f.ring
