@@ -202,16 +202,33 @@ func TestPersistQGEMVChainGPU(t *testing.T) {
 // block's first weights asked of L2 before its wait; ring_1: each block's
 // weights streamed ahead into a ring of shared memory, persist_qgemv_ring),
 // each from a CUDA graph of 16 chains cycling through 4 weight sets (more
-// than L2). Reports microseconds a GEMV.
+// than L2); then q4_k chains (the routed experts' type) as launches with
+// programmatic launch, the chain and the ring. Reports microseconds a GEMV.
 //
 //	./exec__gpu.test -test.run '^$' -test.bench PersistBoundary -test.count 3
 func BenchmarkPersistBoundary(b *testing.B) {
 	dev := cudatest.Device(b)
 	k := NewKernels(dev)
 	const n, sets, reps = 8, 4, 16
+	type form struct {
+		t    quant.Type
+		mode string
+	}
+	var forms []form
+	for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre", "ring_1"} {
+		forms = append(forms, form{quant.Q8_0, mode})
+	}
+	for _, mode := range []string{"launches_pdl", "persist_1", "ring_1"} {
+		forms = append(forms, form{quant.Q4_K, mode})
+	}
 	for _, sh := range persistShapes {
-		for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre", "ring_1"} {
-			b.Run(sh.name+"/"+mode, func(b *testing.B) {
+		for _, f := range forms {
+			mode := f.mode
+			name := sh.name + "/" + mode
+			if f.t != quant.Q8_0 {
+				name = sh.name + "/" + f.t.String() + "/" + mode
+			}
+			b.Run(name, func(b *testing.B) {
 				s, err := dev.NewStream()
 				if err != nil {
 					b.Fatal(err)
@@ -221,7 +238,7 @@ func BenchmarkPersistBoundary(b *testing.B) {
 				if strings.HasPrefix(mode, "persist_2") {
 					grid *= 2
 				}
-				c := newPersistChain(b, k, s, [2][2]int{sh.a, sh.b}, n, sets, grid)
+				c := newPersistChainOf(b, k, s, f.t, [2][2]int{sh.a, sh.b}, n, sets, grid)
 				for i := range c.sets {
 					c.sets[i].Prefetch = strings.HasSuffix(mode, "_pre")
 					c.sets[i].Ring = mode == "ring_1"
