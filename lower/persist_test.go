@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"testing"
@@ -185,6 +186,52 @@ func TestPersistRingEveryType(t *testing.T) {
 		}
 		if l.Ints[0] != int64(qt) || l.Shmem > PersistRingShared || l.Args[5].Int < 2 {
 			t.Errorf("%s: launch %s, %d bytes of shared memory, %d slots", qt, l.NameExpr(), l.Shmem, l.Args[5].Int)
+		}
+	}
+}
+
+// TestPersistRingSlotLayout: what persist_qgemv_ring's two copies put in a
+// slot (a unit's rows of bodies, then from align256(UR*body) their heads,
+// read off a whole matrix's device layout at the places the kernel
+// computes) is the device layout of those rows alone, as qgemv_rows reads
+// a matrix of UR rows: every type's layout is row-separable.
+func TestPersistRingSlotLayout(t *testing.T) {
+	const N, UR = 20, 8
+	for _, qt := range QuantKernelTypes {
+		for _, K := range []int{1024, 3072} {
+			bb, be := qt.BlockBytes(), qt.BlockElems()
+			src := make([]byte, N*K/be*bb)
+			for i := range src {
+				src[i] = byte(i*131 + i/7 + K)
+			}
+			n, err := QuantDeviceBytes(qt, N, K)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev := make([]byte, n)
+			if err := RepackQuant(qt, N, K, src, dev); err != nil {
+				t.Fatal(err)
+			}
+			body, head := quantRowBytes(qt, K)
+			for r0 := 0; r0 < N; r0 += UR {
+				nr := min(UR, N-r0)
+				slot := make([]byte, align256(UR*body)+UR*head)
+				copy(slot, dev[int64(r0)*body:int64(r0+nr)*body])
+				hs := align256(N*body) + int64(r0)*head
+				copy(slot[align256(UR*body):], dev[hs:hs+int64(nr)*head])
+				wn, _ := QuantDeviceBytes(qt, nr, K)
+				want := make([]byte, wn)
+				if err := RepackQuant(qt, nr, K, src[r0*K/be*bb:(r0+nr)*K/be*bb], want); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(slot[:int64(nr)*body], want[:int64(nr)*body]) {
+					t.Errorf("%s K %d rows [%d, %d): the slot's bodies differ from the rows' own layout", qt, K, r0, r0+nr)
+				}
+				wh := align256(int64(nr) * body)
+				if !bytes.Equal(slot[align256(UR*body):align256(UR*body)+int64(nr)*head], want[wh:wh+int64(nr)*head]) {
+					t.Errorf("%s K %d rows [%d, %d): the slot's heads differ from the rows' own layout", qt, K, r0, r0+nr)
+				}
+			}
 		}
 	}
 }
