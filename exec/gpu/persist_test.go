@@ -13,9 +13,9 @@ import (
 )
 
 // persistChain is a chain of dependent quantised GEMVs (Q8_0 unless
-// said) on the device (lower/persist.go): sets copies of its weights, each set's GEMVs writing their
-// own y buffers, so results can be compared GEMV by GEMV and the weights
-// need not stay in L2 between calls.
+// said) on the device (lower/persist.go): sets copies of its weights, each
+// set's GEMVs writing their own y buffers, so results can be compared GEMV
+// by GEMV and the weights need not stay in L2 between calls.
 type persistChain struct {
 	k        *Kernels
 	x        cuda.DevicePtr
