@@ -204,14 +204,7 @@ func TestPersistRingSlotLayout(t *testing.T) {
 			for i := range src {
 				src[i] = byte(i*131 + i/7 + K)
 			}
-			n, err := QuantDeviceBytes(qt, N, K)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dev := make([]byte, n)
-			if err := RepackQuant(qt, N, K, src, dev); err != nil {
-				t.Fatal(err)
-			}
+			dev := repacked(t, qt, N, K, src)
 			body, head := quantRowBytes(qt, K)
 			for r0 := 0; r0 < N; r0 += UR {
 				nr := min(UR, N-r0)
@@ -219,11 +212,7 @@ func TestPersistRingSlotLayout(t *testing.T) {
 				copy(slot, dev[int64(r0)*body:int64(r0+nr)*body])
 				hs := align256(N*body) + int64(r0)*head
 				copy(slot[align256(UR*body):], dev[hs:hs+int64(nr)*head])
-				wn, _ := QuantDeviceBytes(qt, nr, K)
-				want := make([]byte, wn)
-				if err := RepackQuant(qt, nr, K, src[r0*K/be*bb:(r0+nr)*K/be*bb], want); err != nil {
-					t.Fatal(err)
-				}
+				want := repacked(t, qt, nr, K, src[r0*K/be*bb:(r0+nr)*K/be*bb])
 				if !bytes.Equal(slot[:int64(nr)*body], want[:int64(nr)*body]) {
 					t.Errorf("%s K %d rows [%d, %d): the slot's bodies differ from the rows' own layout", qt, K, r0, r0+nr)
 				}

@@ -21,14 +21,7 @@ func TestRepackQuant(t *testing.T) {
 		for i := range src {
 			src[i] = byte(r.Uint32())
 		}
-		n, err := QuantDeviceBytes(qt, rows, K)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := make([]byte, n)
-		if err := RepackQuant(qt, rows, K, src, dst); err != nil {
-			t.Fatal(err)
-		}
+		dst := repacked(t, qt, rows, K, src)
 		sp, _ := quantSplit(qt)
 		bb := qt.BlockBytes()
 		nb := len(src) / bb
@@ -55,7 +48,7 @@ func TestRepackQuant(t *testing.T) {
 		}
 		// In parts (split anywhere between blocks), the same bytes.
 		cut := bb * (nb/2 + 1)
-		parts := make([]byte, n)
+		parts := make([]byte, len(dst))
 		if err := RepackQuantParts(qt, rows, K, [][]byte{src[:cut], nil, src[cut:]}, parts); err != nil {
 			t.Fatal(err)
 		}
@@ -228,4 +221,18 @@ func TestMoEQuantTileRows(t *testing.T) {
 			t.Errorf("rows=%d: %d gemm_wgmma_q launches, want 2", c.force, gemms)
 		}
 	}
+}
+
+// repacked is src (ggml blocks of a [rows, K] matrix) in its device layout.
+func repacked(t testing.TB, qt quant.Type, rows, K int, src []byte) []byte {
+	t.Helper()
+	n, err := QuantDeviceBytes(qt, rows, K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, n)
+	if err := RepackQuant(qt, rows, K, src, dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }
