@@ -220,3 +220,216 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == (E + 1) * gridDim.x - 1) atomicExch(ctr, E + 1);
 }
+
+// ------------------------------------------------------------ the routed pair
+// persist_moe_pair is the routed experts of one decode token, QMoE's
+// moe_gateup_qgemv then moe_down_qgemv (T = 1), as one persistent launch
+// with the down's weights streamed while the gate+up runs (step 1a of
+// docs/DECODE_MEGAKERNEL.md): every block's stream of units goes through
+// one ring of ns slots filled by thread 0 as persist_qgemv_ring's is. A
+// gate+up group (32 consecutive i of one route, a group of the quantised
+// activations) is four sub-units of 8 i: a slot holds their 8 gate rows
+// and 8 up rows as a matrix of 16 rows, warp w summing i = 8q + w; once
+// the four are summed, warp 0 quantises the group. Then a counter: every
+// group of every block done. A down unit is 8 rows h of every route: a
+// slot holds route j's rows as rows 8j..8j+7 of a matrix of 8k rows, warp
+// w summing h = 8hb + w over the routes. Each row's sum is the launches'
+// (moe_gateup_body: a lane's units one at a time; moe_down_body: the
+// routes' units as one sequence, fmaf with the route's weight), read
+// through QW<QT>::load from the slot: the same bits. ctr: the epoch, the
+// blocks arrived at the end, the gate+up groups done. Dynamic shared
+// memory: x quantised (int8 [H], scales [H/32]), the routes' activations
+// (int8 [k I], scales [k I/32]), then from xoff the ring. One block an SM.
+#define PM_SUB 8  // i of a gate+up sub-unit, h of a down unit: a warp each
+
+// A block's place in its stream of units: sub-unit q of group g while
+// g < G (groups of an invalid route skipped), then down unit hb; done once
+// hb reaches H / PM_SUB.
+struct PMCursor {
+  int g, q, hb;
+};
+
+__device__ __forceinline__ void pm_settle(PMCursor& c, int G, int gpr, const int* se) {
+  while (c.g < G && se[c.g / gpr] < 0) c.g += gridDim.x;
+}
+
+__device__ __forceinline__ void pm_next(PMCursor& c, int G, int gpr, const int* se) {
+  if (c.g < G) {
+    if (++c.q == 4) {
+      c.q = 0;
+      c.g += gridDim.x;
+      pm_settle(c, G, gpr, se);
+    }
+  } else {
+    c.hb += gridDim.x;
+  }
+}
+
+// pm_copy: n rows of a matrix (rows rows of bodies of body bytes, then its
+// heads from align256(rows * body)) from row r into slot rows [d, d + n) of
+// a slot laid out as a matrix of srows rows.
+__device__ __forceinline__ void pm_copy(const unsigned char* w, long long rows, long long r, int n, long long body, long long head,
+                                        unsigned char* slot, int srows, int d, unsigned bar) {
+  const unsigned char* src[2] = {w + r * body, w + align256(rows * body) + r * head};
+  unsigned char* dst[2] = {slot + d * body, slot + align256(srows * body) + d * head};
+  const unsigned bytes[2] = {(unsigned)(n * body), (unsigned)(n * head)};
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst[i])),
+                 "l"(src[i]), "r"(bytes[i]), "r"(bar)
+                 : "memory");
+}
+
+template <int QT, int QTD>
+__device__ __forceinline__ void pm_issue(const PMCursor& c, int k, int H, int I, int G, const int* se, const unsigned char* gate,
+                                         long long gate_rows, long long gate_row0, const unsigned char* up, long long up_rows,
+                                         long long up_row0, const unsigned char* down, long long down_rows, long long down_row0,
+                                         unsigned char* slot, unsigned bar) {
+  using Q = QW<QT>;
+  using QD = QW<QTD>;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if (c.g < G) {
+    const int gpr = I / 32, r = c.g / gpr, i0 = (c.g - r * gpr) * 32 + PM_SUB * c.q;
+    const long long body = (long long)(H / Q::BE) * Q::BODY, head = (long long)(H / Q::BE) * Q::HEAD, e = se[r];
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"((unsigned)(2 * PM_SUB * (body + head)))
+                 : "memory");
+    pm_copy(gate, gate_rows, gate_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, 0, bar);
+    pm_copy(up, up_rows, up_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, PM_SUB, bar);
+  } else {
+    const long long body = (long long)(I / QD::BE) * QD::BODY, head = (long long)(I / QD::BE) * QD::HEAD;
+    int valid = 0;
+    for (int j = 0; j < k; j++) valid += se[j] >= 0;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"((unsigned)(valid * PM_SUB * (body + head)))
+                 : "memory");
+    for (int j = 0; j < k; j++)
+      if (se[j] >= 0)
+        pm_copy(down, down_rows, down_row0 + (long long)se[j] * H + PM_SUB * c.hb, PM_SUB, body, head, slot, PM_SUB * k, PM_SUB * j,
+                bar);
+  }
+}
+
+template <typename TY, int QT, int QTD>
+__global__ void __launch_bounds__(256, 1)
+    persist_moe_pair(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
+                     const int* __restrict__ ids, const float* __restrict__ weights, const unsigned char* __restrict__ gate,
+                     long long gate_rows, long long gate_row0, const unsigned char* __restrict__ up, long long up_rows,
+                     long long up_row0, const unsigned char* __restrict__ down, long long down_rows, long long down_row0,
+                     signed char* aq, float4* as, TY* __restrict__ out, int accumulate, unsigned* ctr, int xoff, int slot, int ns) {
+  using Q = QW<QT>;
+  using QD = QW<QTD>;
+  pdl_wait();
+  extern __shared__ __align__(128) unsigned char persist_ring_smem[];
+  __shared__ __align__(8) unsigned long long full[PERSIST_RING_MAX];
+  __shared__ int se[QMOE_MAX_K];  // route j's expert, -1 for an invalid id
+  __shared__ float sw[QMOE_MAX_K];
+  __shared__ float sums[2][32];  // a group's gate and up sums
+  __shared__ unsigned epoch;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gpr = I / 32, G = k * gpr, nh = H / PM_SUB, U = H / 32, UI = I / 32;
+  signed char* xq = reinterpret_cast<signed char*>(persist_ring_smem);
+  float4* xs = reinterpret_cast<float4*>(xq + H);
+  signed char* aqs = reinterpret_cast<signed char*>(xs + U);
+  float4* ass = reinterpret_cast<float4*>(aqs + k * I);
+  unsigned char* ring = persist_ring_smem + xoff;
+  auto bar = [&](int s) { return (unsigned)__cvta_generic_to_shared(&full[s]); };
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    const int e = __ldcg(ids + j);
+    se[j] = e >= 0 && e < E ? e : -1;
+    sw[j] = __ldcg(weights + j);
+  }
+  for (int i = threadIdx.x; i < H / 16; i += blockDim.x) reinterpret_cast<int4*>(xq)[i] = __ldcg(reinterpret_cast<const int4*>(xqg) + i);
+  for (int i = threadIdx.x; i < U; i += blockDim.x) xs[i] = __ldcg(xsg + i);
+  __syncthreads();
+  PMCursor ic{(int)blockIdx.x, 0, (int)blockIdx.x};  // thread 0: the next unit to copy
+  if (threadIdx.x == 0) {
+    epoch = persist_ld_acquire(ctr);
+    for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    pm_settle(ic, G, gpr, se);
+    for (int s = 0; s < ns && ic.hb < nh; s++) {
+      pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
+                        ring + s * slot, bar(s));
+      pm_next(ic, G, gpr, se);
+    }
+  }
+  __syncthreads();
+  const unsigned ep = epoch;
+  int j = 0;  // units consumed: unit j is in slot j % ns, phase j / ns
+  // after unit j: its slot refilled with the unit ns further on
+  auto refill = [&](int s) {
+    if (threadIdx.x == 0 && ic.hb < nh) {
+      pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
+                        ring + s * slot, bar(s));
+      pm_next(ic, G, gpr, se);
+    }
+  };
+  const QX xv{xq, xs, H};
+  unsigned groups = 0;
+  for (int g = blockIdx.x; g < G; g += gridDim.x, groups++) {
+    const int r = g / gpr;
+    const long long o = (long long)r * I + (g - r * gpr) * 32;
+    if (se[r] < 0) {  // as moe_gateup_body: a zero group
+      if (warp == 0) {
+        aq[o + lane] = 0;
+        if (lane == 0) as[o / 32] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      continue;
+    }
+    for (int q = 0; q < 4; q++, j++) {
+      const int s = j % ns;
+      persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+      const unsigned char* sl = ring + s * slot;
+      float ag = 0.f, au = 0.f;
+      for (int u = lane; u < U; u += 32) {
+        const typename Q::X x = Q::xload(xv, 0, u);
+        ag += Q::dot(Q::template load<SLd>(sl, 2 * PM_SUB, warp, H, u), x, u);
+        au += Q::dot(Q::template load<SLd>(sl, 2 * PM_SUB, PM_SUB + warp, H, u), x, u);
+      }
+      ag = warp_sum_q(ag);
+      au = warp_sum_q(au);
+      if (lane == 0) {
+        sums[0][PM_SUB * q + warp] = ag;
+        sums[1][PM_SUB * q + warp] = au;
+      }
+      __syncthreads();  // the slot read, the sums written
+      refill(s);
+    }
+    if (warp == 0) {
+      float4 sc;
+      aq[o + lane] = (signed char)q8x_group(silu_q(sums[0][lane]) * sums[1][lane], sc);
+      if (lane == 0) as[o / 32] = sc;
+    }
+    __syncthreads();  // the sums read before the next group's
+  }
+  persist_signal(ctr + 2, groups);
+  // the down: every group of every block quantised
+  persist_wait(ctr + 2, (ep + 1) * (unsigned)G);
+  for (int i = threadIdx.x; i < k * I / 16; i += blockDim.x) reinterpret_cast<int4*>(aqs)[i] = __ldcg(reinterpret_cast<const int4*>(aq) + i);
+  for (int i = threadIdx.x; i < k * UI; i += blockDim.x) ass[i] = __ldcg(as + i);
+  __syncthreads();
+  for (int hb = blockIdx.x; hb < nh; hb += gridDim.x, j++) {
+    const int s = j % ns;
+    persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+    const unsigned char* sl = ring + s * slot;
+    float acc = 0.f;
+    for (int v = lane; v < k * UI; v += 32) {
+      const int jr = v / UI, u = v - jr * UI;
+      if (se[jr] >= 0) {
+        const typename QD::X x = QD::xload(QX{aqs + jr * I, ass + jr * UI, I}, 0, u);
+        acc = fmaf(sw[jr], QD::dot(QD::template load<SLd>(sl, PM_SUB * k, PM_SUB * jr + warp, I, u), x, u), acc);
+      }
+    }
+    const float sum = warp_sum_q(acc);
+    if (lane == 0) {
+      const int h = PM_SUB * hb + warp;
+      float v = sum;
+      if (accumulate) v += to_f32(out[h]);
+      out[h] = from_f32<TY>(v);
+    }
+    __syncthreads();  // the slot read
+    refill(s);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == (ep + 1) * gridDim.x - 1) atomicExch(ctr, ep + 1);
+}

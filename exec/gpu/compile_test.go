@@ -384,6 +384,19 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 					}
 					out = append(out, l)
 				}
+				// the routed pair (TestPersistMoEPairGPU, BenchmarkQMoE's persist rows)
+				if nk[0] == 1024 {
+					for _, tt := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0},
+						{quant.Q5_K, quant.Q5_K}, {quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}} {
+						l, err := lower.PersistMoE(lower.PersistMoEArgs{H: 2048, I: 512, E: 6, TopK: 4, XQ: p, Weights: p, IDs: p,
+							Gate: lower.QMatrix{W: p, Total: 6 * 512}, Up: lower.QMatrix{W: p, Total: 6 * 512}, Down: lower.QMatrix{W: p, Total: 6 * 2048},
+							WType: tt[0], DownType: tt[1], Act: p, Out: p, OutType: "bf16", Counters: p, Grid: 132})
+						if err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, l)
+					}
+				}
 				// the ring of every type (TestPersistQGEMVChainGPU)
 				for _, qt := range lower.QuantKernelTypes[1:] {
 					r := a

@@ -768,13 +768,7 @@ func BenchmarkQMoE(b *testing.B) {
 				b.Fatal(err)
 			}
 			db, _ := lower.QuantDeviceBytes(qt, E*H, I)
-			ids := make([]int32, sets*K)
-			wts := make([]float32, sets*K)
-			for s := range sets {
-				for j, e := range r.Perm(E)[:K] {
-					ids[s*K+j], wts[s*K+j] = int32(e), 0.1
-				}
-			}
+			ids, wts := routeSets(r, E, K, sets)
 			gu := m.rand(int(gb / 2))
 			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
@@ -892,4 +886,17 @@ func TestQSynthMeanGPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routeSets is sets routings of one token to k distinct experts of E,
+// each route weighing 0.1: ids and weights [sets*k].
+func routeSets(r *rand.Rand, E, k, sets int) ([]int32, []float32) {
+	ids := make([]int32, sets*k)
+	wts := make([]float32, sets*k)
+	for s := range sets {
+		for j, e := range r.Perm(E)[:k] {
+			ids[s*k+j], wts[s*k+j] = int32(e), 0.1
+		}
+	}
+	return ids, wts
 }

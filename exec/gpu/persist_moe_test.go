@@ -1,0 +1,203 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"lagc/cuda"
+	"lagc/lower"
+	"lagc/quant"
+)
+
+// persistMoE is one token's routed experts with QMoE's arguments and the
+// persistent pair's (lower/persist_moe.go) over the same weights: the pair
+// reads QMoE's quantised x (its workspace's first bytes) and writes its own
+// activations and output.
+type persistMoE struct {
+	q QMoEArgs
+	p lower.PersistMoEArgs
+}
+
+func newPersistMoE(q QMoEArgs, act, out, counters cuda.DevicePtr, grid int) persistMoE {
+	l := q.lower()
+	return persistMoE{q: q, p: lower.PersistMoEArgs{H: q.H, I: q.I, E: q.E, TopK: q.TopK, XQ: ptr(q.Workspace),
+		Weights: ptr(q.Weights), IDs: ptr(q.IDs), Gate: l.Gate, Up: l.Up, Down: l.Down, WType: q.WType, DownType: q.DownType,
+		Act: ptr(act), Out: ptr(out), OutType: q.OutType.String(), Accumulate: q.Accumulate, Counters: ptr(counters), Grid: grid}}
+}
+
+// launch queues x's quantisation (QMoE's first launch) and the pair.
+func (m persistMoE) launch(k *Kernels, s Queue) error {
+	qx, err := lower.Q8XQuantize(m.q.XType.String(), ptr(m.q.X), ptr(m.q.Workspace), 1, m.q.H)
+	if err != nil {
+		return err
+	}
+	l, err := lower.PersistMoE(m.p)
+	if err != nil {
+		return err
+	}
+	return k.on(s).all([]lower.Launch{qx, l}, nil)
+}
+
+// TestPersistMoEPairGPU: the persistent pair's output and quantised
+// activations equal QMoE's launches' bit for bit, for every type (and
+// q4_k_m's and iq4_xs files' down types), with an invalid route, with and
+// without accumulating, at one block an SM and at 7 blocks, eagerly and
+// replayed from a graph over several epochs.
+func TestPersistMoEPairGPU(t *testing.T) {
+	k, s := gpu(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	pairs := [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0}, {quant.Q5_K, quant.Q5_K},
+		{quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}}
+	shapes := []struct{ E, H, I, topK int }{{6, 2048, 512, 4}, {16, 3072, 1024, 10}}
+	for _, pair := range pairs {
+		for si, c := range shapes {
+			if si == 1 && pair != [2]quant.Type{quant.Q4_K, quant.Q4_K} && pair != [2]quant.Type{quant.Q4_K, quant.Q6_K} {
+				continue // S-2.1's widths for q4_k_m's types
+			}
+			qt, dt := pair[0], pair[1]
+			t.Run(fmt.Sprintf("%s+%s/H%d_I%d_k%d", qt, dt, c.H, c.I, c.topK), func(t *testing.T) {
+				E, H, I, topK := c.E, c.H, c.I, c.topK
+				ids := make([]int32, topK)
+				wts := make([]float32, topK)
+				for i := range ids {
+					ids[i] = int32(r.IntN(E))
+					wts[i] = r.Float32()
+				}
+				ids[1] = int32(E) // out of range: contributes nothing, its activations zero
+				q := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: topK, WType: qt, DownType: dt, OutType: cuda.BF16, XType: cuda.BF16}
+				q.Gate = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, randQuantBlocks(r, qt, E*I, H)), Total: E * I}
+				q.Up = QMatrix{W: uploadQuant(t, k, s, qt, E*I, H, randQuantBlocks(r, qt, E*I, H)), Total: E * I}
+				q.Down = QMatrix{W: uploadQuant(t, k, s, dt, E*H, I, randQuantBlocks(r, dt, E*H, I)), Total: E * H}
+				q.X = upload(t, k, s, cuda.BF16, randF32(r, H, 1))
+				q.IDs = uploadI32(t, k, s, ids)
+				q.Weights = upload(t, k, s, cuda.F32, wts)
+				init := randF32(r, H, 0.5)
+				actBytes := lower.Q8XBytes(topK, I)
+				for _, acc := range []bool{false, true} {
+					q.Accumulate = acc
+					q.Out = upload(t, k, s, cuda.BF16, init)
+					q.Workspace = alloc(t, k, QMoEWorkspaceBytes(q))
+					if err := k.QMoE(s, q); err != nil {
+						t.Fatal(err)
+					}
+					wantOut := make([]uint16, H)
+					if err := cuda.Download(s, wantOut, q.Out); err != nil {
+						t.Fatal(err)
+					}
+					wantAct := make([]byte, actBytes)
+					if err := cuda.Download(s, wantAct, q.Workspace.Add(lower.Q8XBytes(1, H))); err != nil {
+						t.Fatal(err)
+					}
+					for _, grid := range []int{k.SMs(), 7} {
+						act, out := alloc(t, k, actBytes), alloc(t, k, int64(2*H))
+						counters := alloc(t, k, lower.PersistMoECounterBytes)
+						if err := s.Memset8(counters, 0, lower.PersistMoECounterBytes); err != nil {
+							t.Fatal(err)
+						}
+						m := newPersistMoE(q, act, out, counters, grid)
+						check := func(what string) {
+							t.Helper()
+							where := fmt.Sprintf("accumulate %v, grid %d, %s", acc, grid, what)
+							sameBytes(t, s, where+": out", out, cuda.AsBytes(wantOut))
+							sameBytes(t, s, where+": activations", act, wantAct)
+						}
+						reset := func() {
+							uploadTo(t, s, out, cuda.BF16, init)
+							poison(t, s, act, actBytes)
+						}
+						for e := 0; e < 2; e++ {
+							reset()
+							if err := m.launch(k, s); err != nil {
+								t.Fatal(err)
+							}
+							check(fmt.Sprintf("eager launch %d", e))
+						}
+						ex := captureExec(t, s, func() error { return m.launch(k, s) })
+						for e := 0; e < 2; e++ {
+							reset()
+							if err := ex.Launch(s); err != nil {
+								t.Fatal(err)
+							}
+							check(fmt.Sprintf("graph replay %d", e))
+						}
+						ctr := make([]uint32, 3)
+						if err := cuda.Download(s, ctr, counters); err != nil {
+							t.Fatal(err)
+						}
+						G := uint32(topK * I / 32)
+						if ctr[0] != 4 || ctr[1] != uint32(4*grid) || ctr[2] != 4*G {
+							t.Errorf("counters after 4 launches: %v; want 4, %d, %d", ctr, 4*grid, 4*G)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPersistMoE: one decode token's routed experts at S-2.1's shapes
+// (top-10 of 256, H 3072, I 1024; q4_k, and q4_k_m's q6_k downs) as QMoE's
+// launches (x's quantisation, gate+up, down; programmatic launch, as the
+// decode plan runs them) and as x's quantisation and the persistent pair,
+// each from a CUDA graph of 16 tokens routed to 16 different sets of
+// experts (their weights from HBM). Reports microseconds a token and the
+// ten experts' GB/s.
+//
+//	./exec__gpu.test -test.run '^$' -test.bench PersistMoE -test.count 3
+func BenchmarkPersistMoE(b *testing.B) {
+	m := newMMBench(b)
+	m.s.SetProgrammaticLaunch(true)
+	r := rand.New(rand.NewPCG(5, 6))
+	const E, K, H, I, sets, reps = 256, 10, 3072, 1024, 16, 16
+	for _, pair := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}} {
+		qt, dt := pair[0], pair[1]
+		gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
+		if err != nil {
+			b.Fatal(err)
+		}
+		db, err := lower.QuantDeviceBytes(dt, E*H, I)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids, wts := routeSets(r, E, K, sets)
+		gu := m.rand(int(gb / 2))
+		q := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, DownType: dt, OutType: cuda.BF16, XType: cuda.BF16,
+			Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
+			Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H)}
+		q.Workspace = m.rand(int(QMoEWorkspaceBytes(q) / 2))
+		idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
+		counters := m.upload(make([]byte, lower.PersistMoECounterBytes))
+		act := m.rand(int(lower.Q8XBytes(K, I) / 2))
+		bytes := float64(K) * float64(gb+db) / E
+		for _, mode := range []string{"launches", "persist"} {
+			b.Run(fmt.Sprintf("%s+%s/%s", qt, dt, mode), func(b *testing.B) {
+				run := func(i int) error {
+					a := q
+					a.IDs, a.Weights = idp.Add(int64(4*K*(i%sets))), wtp.Add(int64(4*K*(i%sets)))
+					if mode == "launches" {
+						return m.k.QMoE(m.s, a)
+					}
+					return newPersistMoE(a, act, a.Out, counters, m.k.SMs()).launch(m.k, m.s)
+				}
+				d := graphTime(b, m.s, reps, run)
+				b.ReportMetric(d.Seconds()*1e6/reps, "us/token")
+				b.ReportMetric(bytes/(d.Seconds()/reps)/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// sameBytes fails t unless the len(want) bytes at p are want.
+func sameBytes(t *testing.T, s *cuda.Stream, what string, p cuda.DevicePtr, want []byte) {
+	t.Helper()
+	got := make([]byte, len(want))
+	if err := cuda.Download(s, got, p); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: byte %d = %#02x, the launches give %#02x", what, i, got[i], want[i])
+		}
+	}
+}

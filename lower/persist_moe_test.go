@@ -1,0 +1,79 @@
+package lower
+
+import (
+	"strings"
+	"testing"
+
+	"lagc/quant"
+)
+
+func persistMoETestArgs(qt, dt quant.Type, E, H, I, k int) PersistMoEArgs {
+	p := DevicePtr(1 << 20)
+	return PersistMoEArgs{H: H, I: I, E: E, TopK: k, XQ: p, Weights: p, IDs: p,
+		Gate: QMatrix{W: p, Total: 2 * E * I}, Up: QMatrix{W: p, Total: 2 * E * I, Row0: E * I}, Down: QMatrix{W: p, Total: E * H},
+		WType: qt, DownType: dt, Act: p, Out: p, OutType: "bf16", Counters: p, Grid: 132}
+}
+
+// TestPersistMoE: the launch at S-2.1's shapes for every type (and q4_k_m's
+// q6_k downs) and at the GPU test's, its layout, and what it refuses.
+func TestPersistMoE(t *testing.T) {
+	for _, c := range []struct {
+		qt, dt     quant.Type
+		E, H, I, k int
+	}{
+		{quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10},
+		{quant.Q4_K, quant.Q6_K, 256, 3072, 1024, 10},
+		{quant.Q8_0, quant.Q8_0, 256, 3072, 1024, 10},
+		{quant.Q5_K, quant.Q5_K, 256, 3072, 1024, 10},
+		{quant.IQ4_XS, quant.IQ4_XS, 256, 3072, 1024, 10},
+		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4},
+	} {
+		a := persistMoETestArgs(c.qt, c.dt, c.E, c.H, c.I, c.k)
+		l, err := PersistMoE(a)
+		if err != nil {
+			t.Errorf("%s+%s: %v", c.qt, c.dt, err)
+			continue
+		}
+		xoff, slot, ns := PersistMoELayout(a)
+		gb, gh := quantRowBytes(c.qt, c.H)
+		db, dh := quantRowBytes(c.dt, c.I)
+		switch {
+		case l.Kernel != "persist_moe_pair" || l.Ints[0] != int64(c.qt) || l.Ints[1] != int64(c.dt):
+			t.Errorf("%s+%s: launch %s", c.qt, c.dt, l.NameExpr())
+		case xoff < 3*c.H/2+3*c.k*c.I/2 || int64(slot) < 16*(gb+gh) || int64(slot) < int64(8*c.k)*(db+dh) || ns < 2:
+			t.Errorf("%s+%s: x and activations %d bytes, %d slots of %d", c.qt, c.dt, xoff, ns, slot)
+		case l.Shmem != xoff+ns*slot || l.Shmem > PersistRingShared:
+			t.Errorf("%s+%s: %d bytes of shared memory", c.qt, c.dt, l.Shmem)
+		}
+	}
+	a := persistMoETestArgs(quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10)
+	if _, slot, ns := PersistMoELayout(a); slot != 47360 || ns != 4 {
+		t.Errorf("S-2.1 q4_k: %d slots of %d bytes, want 4 of 47,360 (80 down rows of 576 bytes and 16 of heads)", ns, slot)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*PersistMoEArgs)
+		want string
+	}{
+		{"k", func(a *PersistMoEArgs) { a.TopK = 65 }, "k 65"},
+		{"H", func(a *PersistMoEArgs) { a.H = 3076 }, "q4_k"},
+		{"I", func(a *PersistMoEArgs) { a.I = 1000 }, "q4_k"},
+		{"out", func(a *PersistMoEArgs) { a.OutType = "f16" }, "output dtype"},
+		{"grid", func(a *PersistMoEArgs) { a.Grid = 0 }, "grid of 0"},
+		{"act", func(a *PersistMoEArgs) { a.Act = Ptr{} }, "null pointer"},
+		{"stack", func(a *PersistMoEArgs) { a.Down.Total = 100 }, "down stack"},
+		{"heads off 16 bytes", func(a *PersistMoEArgs) {
+			a.DownType = quant.Q6_K
+			a.Down.Row0, a.Down.Total = 1, a.E*a.H+1
+		}, "8-byte planes from row 1"},
+		{"too big", func(a *PersistMoEArgs) { a.TopK = 64 }, "do not fit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := persistMoETestArgs(quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10)
+			c.edit(&a)
+			if _, err := PersistMoE(a); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
