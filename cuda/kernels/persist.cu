@@ -243,8 +243,9 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
 #define PM_SUB 8  // i of a gate+up sub-unit, h of a down unit: a warp each
 
 // A block's place in its stream of units: sub-unit q of group g while
-// g < G (groups of an invalid route skipped), then down unit hb; done once
-// hb reaches H / PM_SUB.
+// g < G (groups of an invalid route skipped), then down unit hb; done
+// (pm_more false) once g has reached G and hb H / PM_SUB (a block may
+// have units of one phase only).
 struct PMCursor {
   int g, q, hb;
 };
@@ -252,6 +253,8 @@ struct PMCursor {
 __device__ __forceinline__ void pm_settle(PMCursor& c, int G, int gpr, const int* se) {
   while (c.g < G && se[c.g / gpr] < 0) c.g += gridDim.x;
 }
+
+__device__ __forceinline__ bool pm_more(const PMCursor& c, int G, int nh) { return c.g < G || c.hb < nh; }
 
 __device__ __forceinline__ void pm_next(PMCursor& c, int G, int gpr, const int* se) {
   if (c.g < G) {
@@ -347,7 +350,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     pm_settle(ic, G, gpr, se);
-    for (int s = 0; s < ns && ic.hb < nh; s++) {
+    for (int s = 0; s < ns && pm_more(ic, G, nh); s++) {
       pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
                         ring + s * slot, bar(s));
       pm_next(ic, G, gpr, se);
@@ -358,7 +361,7 @@ __global__ void __launch_bounds__(256, 1)
   int j = 0;  // units consumed: unit j is in slot j % ns, phase j / ns
   // after unit j: its slot refilled with the unit ns further on
   auto refill = [&](int s) {
-    if (threadIdx.x == 0 && ic.hb < nh) {
+    if (threadIdx.x == 0 && pm_more(ic, G, nh)) {
       pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
                         ring + s * slot, bar(s));
       pm_next(ic, G, gpr, se);
