@@ -43,17 +43,20 @@ func (m persistMoE) launch(k *Kernels, s Queue) error {
 // activations equal QMoE's launches' bit for bit, for every type (and
 // q4_k_m's and iq4_xs files' down types), with an invalid route, with and
 // without accumulating, at one block an SM and at 7 blocks, eagerly and
-// replayed from a graph over several epochs.
+// replayed from a graph over several epochs; S-2.1's widths for q4_k_m's
+// types, and for q4_k a shape whose 64 down units leave blocks with
+// gate+up groups only.
 func TestPersistMoEPairGPU(t *testing.T) {
 	k, s := gpu(t)
 	r := rand.New(rand.NewPCG(21, 22))
 	pairs := [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0}, {quant.Q5_K, quant.Q5_K},
 		{quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}}
-	shapes := []struct{ E, H, I, topK int }{{6, 2048, 512, 4}, {16, 3072, 1024, 10}}
+	shapes := []struct{ E, H, I, topK int }{{6, 2048, 512, 4}, {16, 3072, 1024, 10}, {6, 512, 1024, 4}}
 	for _, pair := range pairs {
 		for si, c := range shapes {
-			if si == 1 && pair != [2]quant.Type{quant.Q4_K, quant.Q4_K} && pair != [2]quant.Type{quant.Q4_K, quant.Q6_K} {
-				continue // S-2.1's widths for q4_k_m's types
+			if (si == 1 && pair != [2]quant.Type{quant.Q4_K, quant.Q4_K} && pair != [2]quant.Type{quant.Q4_K, quant.Q6_K}) ||
+				(si == 2 && pair != [2]quant.Type{quant.Q4_K, quant.Q4_K}) {
+				continue
 			}
 			qt, dt := pair[0], pair[1]
 			t.Run(fmt.Sprintf("%s+%s/H%d_I%d_k%d", qt, dt, c.H, c.I, c.topK), func(t *testing.T) {
