@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(256, 1)
                      long long gate_rows, long long gate_row0, const unsigned char* __restrict__ up, long long up_rows,
                      long long up_row0, const unsigned char* __restrict__ down, long long down_rows, long long down_row0,
                      signed char* aq, float4* as, TY* __restrict__ out, int accumulate, unsigned* ctr, int xoff, int slot, int ns) {
+  pdl_wait();
   using Q = QW<QT>;
   using QD = QW<QTD>;
-  pdl_wait();
   extern __shared__ __align__(128) unsigned char persist_ring_smem[];
   __shared__ __align__(8) unsigned long long full[PERSIST_RING_MAX];
   __shared__ int se[QMOE_MAX_K];  // route j's expert, -1 for an invalid id
