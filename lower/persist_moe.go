@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 
 	"lagc/quant"
 )
@@ -12,36 +13,39 @@ import (
 // and then their down rows through one shared-memory ring, so the down's
 // weights arrive while the gate+up still runs, and a counter (every
 // gate+up group done) replaces the launch boundary. Each row is summed as
-// the launches sum it: the same bits (TestPersistMoEPairGPU). Lower does
-// not plan it: BenchmarkQMoE's "persist" rows time it against QMoE's
-// launches.
+// the launches sum it: the same bits (TestPersistMoEPairGPU). Lower plans
+// it only where the opt-in fusion persistMoE is enabled (decode schedules,
+// one token: PersistMoEPair on the decode plan's pair of launches);
+// BenchmarkPersistMoE times it against QMoE's launches.
 
 // PersistMoEArgs is one token's routed experts for persist_moe_pair.
 type PersistMoEArgs struct {
 	H, I, E, TopK int
 	// XQ is x quantised as Q8XQuantize writes it (int8 [H], then its
-	// scales at q8xScales(XQ, 1, H)).
-	XQ           Ptr
+	// scales at q8xScales(XQ, 1, H), or at XS where XS is not null).
+	XQ, XS       Ptr
 	Weights, IDs Ptr // f32 and i32 [TopK]
 	Gate, Up     QMatrix
 	Down         QMatrix
 	WType        quant.Type // gate and up
 	DownType     quant.Type // zero: WType
 	// Act receives the routes' activations quantised (Q8XBytes(TopK, I)),
-	// as QMoE's workspace holds them.
-	Act        Ptr
+	// as QMoE's workspace holds them (or their scales at ActS where ActS
+	// is not null).
+	Act, ActS  Ptr
 	Out        Ptr // [H] OutType
 	OutType    string
 	Accumulate bool
-	// Counters: PersistMoECounterBytes, zero before the first launch and
-	// never reset (an epoch, the blocks arrived, the gate+up groups done).
+	// Counters: PersistMoECounterBytes, zero before the launch; it leaves
+	// them zero (the blocks arrived, the gate+up groups done): a plan's
+	// sync bytes (BaseSync) serve.
 	Counters Ptr
 	// Grid: every block must be resident at once (one an SM at most).
 	Grid int
 }
 
 // PersistMoECounterBytes is the counter space of persist_moe_pair.
-const PersistMoECounterBytes = 12
+const PersistMoECounterBytes = 8
 
 // persistMoESub is persist.cu's PM_SUB: a gate+up sub-unit's i and a down
 // unit's h (a warp each of a block of 8).
@@ -115,13 +119,93 @@ func PersistMoE(a PersistMoEArgs) (Launch, error) {
 	if !a.XQ.Aligned(16) || !a.Act.Aligned(16) || !a.Counters.Aligned(4) {
 		return Launch{}, fmt.Errorf("%s: x and the activations must be 16-byte aligned, the counters 4", op)
 	}
+	xs, as := a.XS, a.ActS
+	if xs.Null() {
+		xs = q8xScales(a.XQ, 1, a.H)
+	}
+	if as.Null() {
+		as = q8xScales(a.Act, a.TopK, a.I)
+	}
+	if !xs.Aligned(16) || !as.Aligned(16) {
+		return Launch{}, fmt.Errorf("%s: the scales must be 16-byte aligned", op)
+	}
 	xoff, slot, ns := PersistMoELayout(a)
 	if ns == 0 {
 		return Launch{}, fmt.Errorf("%s: slots of %d bytes: two and the activations' %d do not fit %d", op, slot, xoff, PersistRingShared)
 	}
 	return kernel("persist.cu", op, []string{a.OutType}, []int64{int64(a.WType), int64(dt)}, dims(a.Grid), dims(256), xoff+ns*slot,
-		i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(a.XQ), ptrArg(q8xScales(a.XQ, 1, a.H)), ptrArg(a.IDs), ptrArg(a.Weights),
+		i32(a.TopK), i32(a.H), i32(a.I), i32(a.E), ptrArg(a.XQ), ptrArg(xs), ptrArg(a.IDs), ptrArg(a.Weights),
 		ptrArg(a.Gate.W), i64(int64(a.Gate.Total)), i64(int64(a.Gate.Row0)), ptrArg(a.Up.W), i64(int64(a.Up.Total)), i64(int64(a.Up.Row0)),
-		ptrArg(a.Down.W), i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(a.Act), ptrArg(q8xScales(a.Act, a.TopK, a.I)),
+		ptrArg(a.Down.W), i64(int64(a.Down.Total)), i64(int64(a.Down.Row0)), ptrArg(a.Act), ptrArg(as),
 		ptrArg(a.Out), i32(b2i(a.Accumulate)), ptrArg(a.Counters), i32(xoff), i32(slot), i32(ns)), nil
+}
+
+// persistMoEFusion (opt-in, decode only) runs a decode step's routed
+// experts as persist_moe_pair: PersistMoEPair on each moe_gateup_qgemv
+// (or _trig) launch followed by a moe_down_qgemv (or _pre, _trig) of one
+// token, its counters at the schedule's sync bytes.
+const persistMoEFusion = "persistMoE"
+
+// PersistMoEPair is the gate+up launch g and the down launch d of one
+// token's routed experts (QMoE's, as the decode schedule has them) as one
+// persist_moe_pair launch of sms blocks, its counters at counters.
+func PersistMoEPair(g, d Launch, sms int, counters Ptr) (Launch, error) {
+	const op = "PersistMoEPair"
+	if (g.Kernel != "moe_gateup_qgemv" && g.Kernel != "moe_gateup_qgemv_trig") || !isGateUp(g) {
+		return Launch{}, fmt.Errorf("%s: %s is not a moe_gateup_qgemv launch", op, g.NameExpr())
+	}
+	switch d.Kernel {
+	case "moe_down_qgemv", "moe_down_qgemv_trig", "moe_down_qgemv_pre":
+	default:
+		return Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
+	}
+	if d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) < 5 ||
+		!ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+		return Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
+	}
+	ga, da := g.Args, d.Args
+	k, H, I, E := int(ga[0].Int), int(ga[1].Int), int(ga[2].Int), int(ga[3].Int)
+	R, _ := gateUpOutputs(g)
+	T, dH := downTokens(d)
+	switch {
+	case R != int64(k) || T != 1:
+		return Launch{}, fmt.Errorf("%s: %d routes of %d tokens: one token's only", op, R, T)
+	case int(da[0].Int) != k || int(da[1].Int) != H || int(da[2].Int) != I || int(da[3].Int) != E || int(dH) != H:
+		return Launch{}, fmt.Errorf("%s: the down's k, H, I, E (%d, %d, %d, %d) are not the gate+up's (%d, %d, %d, %d)",
+			op, da[0].Int, da[1].Int, da[2].Int, da[3].Int, k, H, I, E)
+	case da[6].Ptr() != ga[13].Ptr() || da[7].Ptr() != ga[14].Ptr() || da[9].Ptr() != ga[6].Ptr():
+		return Launch{}, fmt.Errorf("%s: the down reads other activations or routes than the gate+up writes and reads", op)
+	}
+	return PersistMoE(PersistMoEArgs{H: H, I: I, E: E, TopK: k, XQ: ga[4].Ptr(), XS: ga[5].Ptr(), IDs: ga[6].Ptr(), Weights: da[8].Ptr(),
+		Gate:  QMatrix{W: ga[7].Ptr(), Total: int(ga[8].Int), Row0: int(ga[9].Int)},
+		Up:    QMatrix{W: ga[10].Ptr(), Total: int(ga[11].Int), Row0: int(ga[12].Int)},
+		Down:  QMatrix{W: da[10].Ptr(), Total: int(da[4].Int), Row0: int(da[5].Int)},
+		WType: quant.Type(g.Ints[0]), DownType: quant.Type(d.Ints[0]), Act: ga[13].Ptr(), ActS: ga[14].Ptr(),
+		Out: da[11].Ptr(), OutType: d.DTypes[0], Accumulate: da[12].Int != 0, Counters: counters, Grid: sms})
+}
+
+// persistMoE applies PersistMoEPair to each such pair of a decode
+// schedule's launches where the plan enables persistMoEFusion, in place,
+// and returns the sync bytes it needs (0: none applied).
+func (p *Plan) persistMoE(steps [][]Launch) int64 {
+	if slices.Contains(p.fusionsOff(), persistMoEFusion) || p.SMs <= 0 {
+		return 0
+	}
+	var need int64
+	for i, ls := range steps {
+		out := ls[:0:0]
+		for j := 0; j < len(ls); j++ {
+			if j+1 < len(ls) {
+				if f, err := PersistMoEPair(ls[j], ls[j+1], p.SMs, Ptr{BaseSync, 0}); err == nil {
+					out = append(out, f)
+					need = PersistMoECounterBytes
+					j++
+					continue
+				}
+			}
+			out = append(out, ls[j])
+		}
+		steps[i] = out
+	}
+	return need
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"lagc/ir"
 	"lagc/quant"
 )
 
@@ -89,6 +90,92 @@ func TestPersistMoEPairShapes(t *testing.T) {
 		a.Gate, a.Up = QMatrix{W: a.XQ, Total: c.E * c.I}, QMatrix{W: a.XQ, Total: c.E * c.I}
 		if _, err := PersistMoE(a); err != nil {
 			t.Errorf("%s+%s %dx%d: %v", c.qt, c.dt, c.H, c.I, err)
+		}
+	}
+}
+
+// TestPersistMoEPlan: with persistMoE enabled, a q4_k_m decode schedule's
+// routed pairs (moe_gateup_qgemv_trig, moe_down_qgemv_pre) become one
+// persist_moe_pair each, built from their arguments, the rest of the
+// stream as it was; the schedule's sync bytes hold its counters; batched
+// and prefill schedules keep their launches.
+func TestPersistMoEPlan(t *testing.T) {
+	o := Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 4}
+	base, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.EnableFusions = []string{persistMoEFusion}
+	pm, err := quantPlan(t, "laguna-s-2.1", 3, "q4_k_m", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := func(s *Schedule) (ls []Launch) {
+		for _, st := range s.Steps {
+			ls = append(ls, st.Launches...)
+		}
+		return ls
+	}
+	var want []Launch
+	ls := flat(base.Decode)
+	pairs := 0
+	for i := 0; i < len(ls); i++ {
+		if i+1 < len(ls) && ls[i].Kernel == "moe_gateup_qgemv_trig" && ls[i+1].Kernel == "moe_down_qgemv_pre" {
+			f, err := PersistMoEPair(ls[i], ls[i+1], base.SMs, Ptr{BaseSync, 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, f)
+			pairs++
+			i++
+			continue
+		}
+		want = append(want, ls[i])
+	}
+	if pairs != 2 { // 3 layers: the first dense, two MoE
+		t.Fatalf("%d routed pairs in the default decode schedule, want 2", pairs)
+	}
+	got := flat(pm.Decode)
+	if len(got) != len(want) {
+		t.Fatalf("%d launches, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].NameExpr() != want[i].NameExpr() || got[i].Grid != want[i].Grid || got[i].Shmem != want[i].Shmem || len(got[i].Args) != len(want[i].Args) {
+			t.Fatalf("launch %d: %s %v %d, want %s %v %d", i, got[i].NameExpr(), got[i].Grid, got[i].Shmem, want[i].NameExpr(), want[i].Grid, want[i].Shmem)
+		}
+		for j := range got[i].Args {
+			if got[i].Args[j] != want[i].Args[j] {
+				t.Fatalf("launch %d (%s) argument %d: %v, want %v", i, got[i].NameExpr(), j, got[i].Args[j], want[i].Args[j])
+			}
+		}
+	}
+	if pm.Decode.Sync < PersistMoECounterBytes {
+		t.Errorf("decode sync bytes %d, want at least %d", pm.Decode.Sync, PersistMoECounterBytes)
+	}
+	at, err := pm.At(pm.Decode, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range at {
+		for _, l := range s {
+			n += b2i(l.Kernel == "persist_moe_pair")
+		}
+	}
+	if n != 2 {
+		t.Errorf("Plan.At of the decode schedule: %d persist_moe_pair launches, want 2", n)
+	}
+	for _, b := range []int{2, 8} {
+		all, err := pm.AtBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range all {
+			for _, l := range s {
+				if l.Kernel == "persist_moe_pair" {
+					t.Fatalf("a batched step of %d rows has a persist_moe_pair launch", b)
+				}
+			}
 		}
 	}
 }

@@ -236,8 +236,12 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
 // w summing h = 8hb + w over the routes. Each row's sum is the launches'
 // (moe_gateup_body: a lane's units one at a time; moe_down_body: the
 // routes' units as one sequence, fmaf with the route's weight), read
-// through QW<QT>::load from the slot: the same bits. ctr: the epoch, the
-// blocks arrived at the end, the gate+up groups done. Dynamic shared
+// through QW<QT>::load from the slot: the same bits. ctr: the blocks
+// arrived at the end, the gate+up groups done; zero before the launch, and
+// the last block to arrive leaves them zero (every block has passed its
+// wait by then), so a plan's sync bytes serve (lower.BaseSync). Once every
+// group is done, the launch after it may start (its blocks beside the
+// down's: qgemv_xin_norm_pre, as after moe_down_qgemv_pre). Dynamic shared
 // memory: x quantised (int8 [H], scales [H/32]), the routes' activations
 // (int8 [k I], scales [k I/32]), then from xoff the ring. One block an SM.
 #define PM_SUB 8  // i of a gate+up sub-unit, h of a down unit: a warp each
@@ -327,7 +331,6 @@ __global__ void __launch_bounds__(256, 1)
   __shared__ int se[QMOE_MAX_K];  // route j's expert, -1 for an invalid id
   __shared__ float sw[QMOE_MAX_K];
   __shared__ float sums[2][32];  // a group's gate and up sums
-  __shared__ unsigned epoch;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gpr = I / 32, G = k * gpr, nh = H / PM_SUB, U = H / 32, UI = I / 32;
   signed char* xq = reinterpret_cast<signed char*>(persist_ring_smem);
@@ -346,7 +349,6 @@ __global__ void __launch_bounds__(256, 1)
   __syncthreads();
   PMCursor ic{(int)blockIdx.x, 0, (int)blockIdx.x};  // thread 0: the next unit to copy
   if (threadIdx.x == 0) {
-    epoch = persist_ld_acquire(ctr);
     for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     pm_settle(ic, G, gpr, se);
@@ -357,7 +359,6 @@ __global__ void __launch_bounds__(256, 1)
     }
   }
   __syncthreads();
-  const unsigned ep = epoch;
   int j = 0;  // units consumed: unit j is in slot j % ns, phase j / ns
   // after unit j: its slot refilled with the unit ns further on
   auto refill = [&](int s) {
@@ -405,9 +406,10 @@ __global__ void __launch_bounds__(256, 1)
     }
     __syncthreads();  // the sums read before the next group's
   }
-  persist_signal(ctr + 2, groups);
+  persist_signal(ctr + 1, groups);
   // the down: every group of every block quantised
-  persist_wait(ctr + 2, (ep + 1) * (unsigned)G);
+  persist_wait(ctr + 1, (unsigned)G);
+  pdl_trigger();
   for (int i = threadIdx.x; i < k * I / 16; i += blockDim.x) reinterpret_cast<int4*>(aqs)[i] = __ldcg(reinterpret_cast<const int4*>(aq) + i);
   for (int i = threadIdx.x; i < k * UI; i += blockDim.x) ass[i] = __ldcg(as + i);
   __syncthreads();
@@ -434,5 +436,8 @@ __global__ void __launch_bounds__(256, 1)
     refill(s);
   }
   __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == (ep + 1) * gridDim.x - 1) atomicExch(ctr, ep + 1);
+  if (threadIdx.x == 0 && atomicAdd(ctr, 1u) == gridDim.x - 1) {
+    atomicExch(ctr + 1, 0u);
+    atomicExch(ctr, 0u);
+  }
 }

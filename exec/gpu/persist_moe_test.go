@@ -43,7 +43,7 @@ func (m persistMoE) launch(k *Kernels, s Queue) error {
 // activations equal QMoE's launches' bit for bit, for every type (and
 // q4_k_m's and iq4_xs files' down types), with an invalid route, with and
 // without accumulating, at one block an SM and at 7 blocks, eagerly and
-// replayed from a graph over several epochs; S-2.1's widths for q4_k_m's
+// replayed from a graph, each launch leaving its counters zero; S-2.1's widths for q4_k_m's
 // types, and for q4_k a shape whose 64 down units leave blocks with
 // gate+up groups only.
 func TestPersistMoEPairGPU(t *testing.T) {
@@ -127,13 +127,12 @@ func TestPersistMoEPairGPU(t *testing.T) {
 							}
 							check(fmt.Sprintf("graph replay %d", e))
 						}
-						ctr := make([]uint32, 3)
+						ctr := make([]uint32, 2)
 						if err := cuda.Download(s, ctr, counters); err != nil {
 							t.Fatal(err)
 						}
-						G := uint32(topK * I / 32)
-						if ctr[0] != 4 || ctr[1] != uint32(4*grid) || ctr[2] != 4*G {
-							t.Errorf("counters after 4 launches: %v; want 4, %d, %d", ctr, 4*grid, 4*G)
+						if ctr[0] != 0 || ctr[1] != 0 {
+							t.Errorf("counters after 4 launches: %v; every launch leaves them zero", ctr)
 						}
 					}
 				}
