@@ -85,7 +85,8 @@ func TestPersistMoEPairShapes(t *testing.T) {
 		qt, dt     quant.Type
 		E, H, I, k int
 	}{{quant.Q4_K, quant.Q4_K, 6, 512, 1024, 4}, {quant.Q4_K, quant.Q6_K, 16, 3072, 1024, 10}, {quant.IQ4_XS, quant.Q8_0, 6, 2048, 512, 4},
-		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4}, {quant.Q8_0, quant.Q8_0, 6, 2048, 512, 4}, {quant.Q5_K, quant.Q5_K, 6, 2048, 512, 4}} {
+		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4}, {quant.Q8_0, quant.Q8_0, 6, 2048, 512, 4}, {quant.Q5_K, quant.Q5_K, 6, 2048, 512, 4},
+		{quant.Q8_0, quant.IQ4_XS, 6, 2048, 512, 4}} {
 		a := persistMoETestArgs(c.qt, c.dt, c.E, c.H, c.I, c.k)
 		a.Gate, a.Up = QMatrix{W: a.XQ, Total: c.E * c.I}, QMatrix{W: a.XQ, Total: c.E * c.I}
 		if _, err := PersistMoE(a); err != nil {

@@ -387,7 +387,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				// the routed pair (TestPersistMoEPairGPU, BenchmarkQMoE's persist rows)
 				if nk[0] == 1024 {
 					for _, tt := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0},
-						{quant.Q5_K, quant.Q5_K}, {quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}} {
+						{quant.Q5_K, quant.Q5_K}, {quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.IQ4_XS}} {
 						l, err := lower.PersistMoE(lower.PersistMoEArgs{H: 2048, I: 512, E: 6, TopK: 4, XQ: p, Weights: p, IDs: p,
 							Gate: lower.QMatrix{W: p, Total: 6 * 512}, Up: lower.QMatrix{W: p, Total: 6 * 512}, Down: lower.QMatrix{W: p, Total: 6 * 2048},
 							WType: tt[0], DownType: tt[1], Act: p, Out: p, OutType: "bf16", Counters: p, Grid: 132})
