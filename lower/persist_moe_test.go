@@ -180,3 +180,21 @@ func TestPersistMoEPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistMoEBenchForms: BenchmarkPersistMoE's launches_pre, QMoE's
+// launches at S-2.1's shapes in DownPre's forms, are ones lower makes.
+func TestPersistMoEBenchForms(t *testing.T) {
+	p := DevicePtr(1 << 20)
+	for _, dt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		const E, H, I, k = 256, 3072, 1024, 10
+		ls, err := QMoE(QMoEArgs{T: 1, H: H, I: I, E: E, TopK: k, X: p, XType: "bf16", Weights: p, IDs: DevicePtr(2 << 20),
+			Gate: QMatrix{W: p, Total: 2 * E * I}, Up: QMatrix{W: p, Total: 2 * E * I, Row0: E * I}, Down: QMatrix{W: p, Total: E * H},
+			WType: quant.Q4_K, DownType: dt, Out: DevicePtr(3 << 20), OutType: "bf16", Workspace: DevicePtr(4 << 20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := DownPre(ls[1], ls[2]); err != nil {
+			t.Errorf("q4_k+%s: %v", dt, err)
+		}
+	}
+}

@@ -145,8 +145,10 @@ func TestPersistMoEPairGPU(t *testing.T) {
 
 // BenchmarkPersistMoE: one decode token's routed experts at S-2.1's shapes
 // (top-10 of 256, H 3072, I 1024; q4_k, and q4_k_m's q6_k downs) as QMoE's
-// launches (x's quantisation, gate+up, down; programmatic launch, as the
-// decode plan runs them) and as x's quantisation and the persistent pair,
+// launches (x's quantisation, gate+up, down; programmatic launch), as
+// those in the decode plan's forms (launches_pre: lower.DownPre's
+// moe_gateup_qgemv_trig and moe_down_qgemv_pre) and as x's quantisation
+// and the persistent pair,
 // each from a CUDA graph of 16 tokens routed to 16 different sets of
 // experts (their weights from HBM). Reports microseconds a token and the
 // ten experts' GB/s.
@@ -177,13 +179,24 @@ func BenchmarkPersistMoE(b *testing.B) {
 		counters := m.upload(make([]byte, lower.PersistMoECounterBytes))
 		act := m.rand(int(lower.Q8XBytes(K, I) / 2))
 		bytes := float64(K) * float64(gb+db) / E
-		for _, mode := range []string{"launches", "persist"} {
+		for _, mode := range []string{"launches", "launches_pre", "persist"} {
 			b.Run(fmt.Sprintf("%s+%s/%s", qt, dt, mode), func(b *testing.B) {
 				run := func(i int) error {
 					a := q
 					a.IDs, a.Weights = idp.Add(int64(4*K*(i%sets))), wtp.Add(int64(4*K*(i%sets)))
-					if mode == "launches" {
+					switch mode {
+					case "launches":
 						return m.k.QMoE(m.s, a)
+					case "launches_pre":
+						ls, err := lower.QMoE(a.lower())
+						if err != nil {
+							return err
+						}
+						g, d, err := lower.DownPre(ls[1], ls[2])
+						if err != nil {
+							return err
+						}
+						return m.k.on(m.s).all([]lower.Launch{ls[0], g, d}, nil)
 					}
 					return newPersistMoE(a, act, a.Out, counters, m.k.SMs()).launch(m.k, m.s)
 				}
