@@ -65,14 +65,28 @@ const persistRingMaxSlots = 32
 // layout of a matrix of that many rows). ns is 0 where not two slots fit.
 func PersistRingLayout(t quant.Type, maxK, nw, split int) (xoff, slot, ns int) {
 	xoff = ceilDiv(maxK+maxK/2, 128) * 128
-	ur := int64(8 / split * nw)
-	body, head := quantRowBytes(t, maxK)
-	slot = int(align256(ur*body)+ur*head+127) / 128 * 128
+	slot, ns = ringSlots(xoff, slotMatrixBytes(t, 8/split*nw, maxK))
+	return xoff, slot, ns
+}
+
+// slotMatrixBytes is a ring slot holding rows rows of K weights of type t
+// as quant.cu lays out a matrix: their bodies, then from the next 256-byte
+// boundary their heads.
+func slotMatrixBytes(t quant.Type, rows, K int) int64 {
+	body, head := quantRowBytes(t, K)
+	return align256(int64(rows)*body) + int64(rows)*head
+}
+
+// ringSlots is a ring's slots of need bytes each (rounded up to 128) after
+// xoff bytes of shared memory: their size, and how many fit
+// PersistRingShared (at most persistRingMaxSlots; 0 where not two).
+func ringSlots(xoff int, need int64) (slot, ns int) {
+	slot = int((need + 127) / 128 * 128)
 	ns = min(persistRingMaxSlots, (PersistRingShared-xoff)/slot)
 	if ns < 2 {
 		ns = 0
 	}
-	return xoff, slot, ns
+	return slot, ns
 }
 
 // quantRowBytes is a row of K weights of type t in its device layout: its

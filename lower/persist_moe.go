@@ -65,15 +65,9 @@ func (a PersistMoEArgs) downType() quant.Type {
 // 0 where not two slots fit.
 func PersistMoELayout(a PersistMoEArgs) (xoff, slot, ns int) {
 	xoff = ceilDiv(3*a.H/2+3*a.TopK*a.I/2, 128) * 128
-	gb, gh := quantRowBytes(a.WType, a.H)
-	db, dh := quantRowBytes(a.downType(), a.I)
-	gu := align256(2*persistMoESub*gb) + 2*persistMoESub*gh
-	dn := align256(int64(persistMoESub*a.TopK)*db) + int64(persistMoESub*a.TopK)*dh
-	slot = int((max(gu, dn) + 127) / 128 * 128)
-	ns = min(persistRingMaxSlots, (PersistRingShared-xoff)/slot)
-	if ns < 2 {
-		ns = 0
-	}
+	gu := slotMatrixBytes(a.WType, 2*persistMoESub, a.H)
+	dn := slotMatrixBytes(a.downType(), persistMoESub*a.TopK, a.I)
+	slot, ns = ringSlots(xoff, max(gu, dn))
 	return xoff, slot, ns
 }
 
@@ -81,25 +75,18 @@ func PersistMoELayout(a PersistMoEArgs) (xoff, slot, ns int) {
 func PersistMoE(a PersistMoEArgs) (Launch, error) {
 	const op = "persist_moe_pair"
 	dt := a.downType()
-	for _, m := range []struct {
-		what string
-		q    QMatrix
-		n, k int
-		t    quant.Type
-	}{{"gate", a.Gate, a.E * a.I, a.H, a.WType}, {"up", a.Up, a.E * a.I, a.H, a.WType}, {"down", a.Down, a.E * a.H, a.I, dt}} {
-		if err := checkQuantMatrix(op, m.t, m.q.Total, m.k); err != nil {
-			return Launch{}, err
-		}
-		if m.q.Row0 < 0 || m.q.Row0+m.n > m.q.Total || m.q.W.Null() || !m.q.W.Aligned(16) {
-			return Launch{}, fmt.Errorf("%s: %s stack of %d rows from %d outside its matrix of %d, or unaligned", op, m.what, m.n, m.q.Row0, m.q.Total)
-		}
-		// every copy, 8 rows from a multiple of 8 past Row0, starts and ends on 16 bytes
-		body, head := quantRowBytes(m.t, m.k)
+	// every copy, 8 rows from a multiple of 8 past Row0, starts and ends on 16 bytes
+	copies := func(what string, q QMatrix, K int, t quant.Type) error {
+		body, head := quantRowBytes(t, K)
 		for _, n := range []int64{body, head} {
-			if (int64(m.q.Row0)*n)%16 != 0 || (persistMoESub*n)%16 != 0 {
-				return Launch{}, fmt.Errorf("%s: %s rows of %d-byte planes from row %d leave a copy off 16 bytes", op, m.what, n, m.q.Row0)
+			if (int64(q.Row0)*n)%16 != 0 || (persistMoESub*n)%16 != 0 {
+				return fmt.Errorf("%s: %s rows of %d-byte planes from row %d leave a copy off 16 bytes", op, what, n, q.Row0)
 			}
 		}
+		return nil
+	}
+	if err := checkMoEStacks(op, a.Gate, a.Up, a.Down, a.E, a.H, a.I, a.WType, dt, copies); err != nil {
+		return Launch{}, err
 	}
 	switch {
 	case a.TopK <= 0 || a.TopK > QMoEMaxTopK || a.E <= 0:
@@ -154,13 +141,7 @@ func PersistMoEPair(g, d Launch, sms int, counters Ptr) (Launch, error) {
 	if (g.Kernel != "moe_gateup_qgemv" && g.Kernel != "moe_gateup_qgemv_trig") || !isGateUp(g) {
 		return Launch{}, fmt.Errorf("%s: %s is not a moe_gateup_qgemv launch", op, g.NameExpr())
 	}
-	switch d.Kernel {
-	case "moe_down_qgemv", "moe_down_qgemv_trig", "moe_down_qgemv_pre":
-	default:
-		return Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
-	}
-	if d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) < 5 ||
-		!ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+	if !slices.Contains([]string{"moe_down_qgemv", "moe_down_qgemv_trig", "moe_down_qgemv_pre"}, d.Kernel) || !isDown(d) {
 		return Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
 	}
 	ga, da := g.Args, d.Args

@@ -109,8 +109,7 @@ func DownPre(g, d Launch) (Launch, Launch, error) {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a moe_gateup_qgemv launch", op, g.NameExpr())
 	}
 	trig := d.Kernel == "moe_down_qgemv_trig"
-	if (d.Kernel != "moe_down_qgemv" && !trig) || d.File != "quant.cu" || len(d.DTypes) != 1 || len(d.Ints) != 5 ||
-		!ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32) {
+	if (d.Kernel != "moe_down_qgemv" && !trig) || !isDown(d) || len(d.Ints) != 5 {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a moe_down_qgemv launch", op, d.NameExpr())
 	}
 	if d.Ints[4] != 0 {
@@ -145,6 +144,14 @@ func isGateUp(g Launch) bool {
 	return g.File == "quant.cu" && len(g.Ints) == 4 && len(g.Args) == 15 &&
 		ArgKinds(g.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI64, ArgI64, ArgPtr, ArgI64, ArgI64,
 			ArgPtr, ArgPtr) && g.Args[2].Int > 0 && g.Args[2].Int%32 == 0
+}
+
+// isDown reports whether d's template ints (at least five) and arguments
+// are QMoE's down launch's (moe_down_qgemv or a form of it with the same
+// arguments: _trig, _pre).
+func isDown(d Launch) bool {
+	return d.File == "quant.cu" && len(d.DTypes) == 1 && len(d.Ints) >= 5 &&
+		ArgKinds(d.Args, ArgI32, ArgI32, ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgPtr, ArgI32)
 }
 
 // gateUpOutputs is what a gate+up launch g (isGateUp) writes: R routes

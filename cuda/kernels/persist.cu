@@ -130,36 +130,50 @@ __device__ __forceinline__ void persist_unit_next(int G, const PersistGEMV* __re
   }
 }
 
-// persist_ring_issue: unit (g, blk) of UR rows into slot dst, its bytes
-// counted at bar. By one thread. A row of K weights has body and head
-// bytes (quant.cu's planes); lower.PersistQGEMVChain has checked that
-// every copy's place and size are multiples of 16 bytes.
-template <int QT>
-__device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk, int UR, unsigned char* dst, unsigned bar) {
-  using Q = QW<QT>;
-  const int nb = e.K / Q::BE, r0 = blk * UR, nr = min(UR, e.N - r0);
-  const long long body = (long long)nb * Q::BODY, head = (long long)nb * Q::HEAD, row = e.row0 + r0;
-  const unsigned qb = (unsigned)(nr * body), sb = (unsigned)(nr * head);
-  const unsigned char* qs = e.w + row * body;
-  const unsigned char* hs = e.w + align256(e.rows * body) + row * head;
-  // the slot was last read by generic loads; the copies write it through the async proxy
+// The ring's pieces, shared by persist_qgemv_ring and persist_moe_pair.
+// A slot is filled by one thread: ring_expect (its bytes, counted at the
+// slot's mbarrier), then ring_copy for each run of rows; a unit j of a
+// block's stream lies in slot j % ns at phase j / ns (ring_take).
+
+// ring_init: ns mbarriers of one arrival each. By one thread.
+__device__ __forceinline__ void ring_init(unsigned long long* full, int ns) {
+  for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&full[s])));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// ring_expect: the slot of mbarrier bar will receive bytes. The slot was
+// last read by generic loads; the copies write it through the async proxy.
+__device__ __forceinline__ void ring_expect(unsigned long long* bar, unsigned bytes) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(qb + sb) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   (unsigned)__cvta_generic_to_shared(dst)),
-               "l"(qs), "r"(qb), "r"(bar)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   (unsigned)__cvta_generic_to_shared(dst + align256(UR * body))),
-               "l"(hs), "r"(sb), "r"(bar)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes)
                : "memory");
 }
 
-// persist_ring_wait: until the phase of parity par of the mbarrier at bar
-// completes; traps after 2^22 polls (each try_wait may suspend a while: a
-// second or more, where a slot's copy takes microseconds) rather than
-// hanging on a copy that never lands.
-__device__ __forceinline__ void persist_ring_wait(unsigned bar, unsigned par) {
+// ring_copy: n rows of a matrix in quant.cu's layout (rows rows of bodies
+// of body bytes, then its heads from align256(rows * body)) from row r
+// into rows [d, d + n) of a slot laid out as a matrix of srows rows,
+// counted at bar. lower has checked that every copy's place and size are
+// multiples of 16 bytes.
+__device__ __forceinline__ void ring_copy(const unsigned char* w, long long rows, long long r, int n, long long body, long long head,
+                                          unsigned char* slot, int srows, int d, unsigned long long* bar) {
+  const unsigned char* src[2] = {w + r * body, w + align256(rows * body) + r * head};
+  unsigned char* dst[2] = {slot + d * body, slot + align256(srows * body) + d * head};
+  const unsigned bytes[2] = {(unsigned)(n * body), (unsigned)(n * head)};
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst[i])),
+                 "l"(src[i]), "r"(bytes[i]), "r"((unsigned)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+
+// ring_take: waits until unit j of the block's stream has landed and
+// returns its slot. Traps after 2^22 polls (each try_wait may suspend a
+// while: a second or more, where a slot's copy takes microseconds) rather
+// than hanging on a copy that never lands.
+__device__ __forceinline__ int ring_take(unsigned long long* full, int j, int ns) {
+  const int s = j % ns;
+  const unsigned bar = (unsigned)__cvta_generic_to_shared(&full[s]), par = (unsigned)((j / ns) & 1);
   unsigned done = 0, polls = 0;
   do {
     if (++polls == (1u << 22)) __trap();
@@ -168,6 +182,18 @@ __device__ __forceinline__ void persist_ring_wait(unsigned bar, unsigned par) {
                  : "r"(bar), "r"(par)
                  : "memory");
   } while (!done);
+  return s;
+}
+
+// persist_ring_issue: unit (g, blk) of UR rows into slot dst, counted at
+// bar. By one thread.
+template <int QT>
+__device__ __forceinline__ void persist_ring_issue(const PersistGEMV& e, int blk, int UR, unsigned char* dst, unsigned long long* bar) {
+  using Q = QW<QT>;
+  const int nb = e.K / Q::BE, r0 = blk * UR, nr = min(UR, e.N - r0);
+  const long long body = (long long)nb * Q::BODY, head = (long long)nb * Q::HEAD;
+  ring_expect(bar, (unsigned)(nr * (body + head)));
+  ring_copy(e.w, e.rows, e.row0 + r0, nr, body, head, dst, UR, 0, bar);
 }
 
 // ctr as persist_qgemv_chain's. Dynamic shared memory: x's quantised copy
@@ -182,15 +208,13 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
   __shared__ unsigned epoch;
   constexpr int UR = (8 / SPLIT) * NW;  // a unit's rows
   unsigned char* ring = persist_ring_smem + xoff;
-  auto bar = [&](int s) { return (unsigned)__cvta_generic_to_shared(&full[s]); };
   int ig = 0, iblk = blockIdx.x;  // thread 0: the next unit to copy
   if (threadIdx.x == 0) {
     epoch = persist_ld_acquire(ctr);
-    for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ring_init(full, ns);
     while (ig < G && iblk >= tab[ig].blocks) ig++;  // the block's first unit
     for (int s = 0; s < ns && ig < G; s++) {
-      persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, bar(s));
+      persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, &full[s]);
       persist_unit_next(G, tab, ig, iblk);
     }
   }
@@ -205,13 +229,12 @@ __global__ void __launch_bounds__(256, 1) persist_qgemv_ring(int G, const Persis
     const QX xv = qgemv_xin_quant<1, true>(e.K, e.x);
     unsigned n = 0;
     for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x, n++, j++) {
-      const int s = j % ns;
-      persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+      const int s = ring_take(full, j, ns);
       // the slot as a matrix of UR rows whose row 0 is the unit's first
       qgemv_rows<TY, QT, 1, 0, NW, SPLIT, false, false, 8, SLd>(blk, e.N, e.K, UR, -(long long)blk * UR, ring + s * slot, xv, e.y, 0);
       __syncthreads();  // the slot, the partial sums and x's copy are reused
       if (threadIdx.x == 0 && ig < G) {
-        persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, bar(s));
+        persist_ring_issue<QT>(tab[ig], iblk, UR, ring + s * slot, &full[s]);
         persist_unit_next(G, tab, ig, iblk);
       }
     }
@@ -272,47 +295,28 @@ __device__ __forceinline__ void pm_next(PMCursor& c, int G, int gpr, const int* 
   }
 }
 
-// pm_copy: n rows of a matrix (rows rows of bodies of body bytes, then its
-// heads from align256(rows * body)) from row r into slot rows [d, d + n) of
-// a slot laid out as a matrix of srows rows.
-__device__ __forceinline__ void pm_copy(const unsigned char* w, long long rows, long long r, int n, long long body, long long head,
-                                        unsigned char* slot, int srows, int d, unsigned bar) {
-  const unsigned char* src[2] = {w + r * body, w + align256(rows * body) + r * head};
-  unsigned char* dst[2] = {slot + d * body, slot + align256(srows * body) + d * head};
-  const unsigned bytes[2] = {(unsigned)(n * body), (unsigned)(n * head)};
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst[i])),
-                 "l"(src[i]), "r"(bytes[i]), "r"(bar)
-                 : "memory");
-}
-
+// pm_issue: the unit at c into slot, counted at bar; nvalid: the routes
+// with a valid expert. By one thread.
 template <int QT, int QTD>
-__device__ __forceinline__ void pm_issue(const PMCursor& c, int k, int H, int I, int G, const int* se, const unsigned char* gate,
-                                         long long gate_rows, long long gate_row0, const unsigned char* up, long long up_rows,
-                                         long long up_row0, const unsigned char* down, long long down_rows, long long down_row0,
-                                         unsigned char* slot, unsigned bar) {
+__device__ __forceinline__ void pm_issue(const PMCursor& c, int k, int H, int I, int G, const int* se, int nvalid,
+                                         const unsigned char* gate, long long gate_rows, long long gate_row0, const unsigned char* up,
+                                         long long up_rows, long long up_row0, const unsigned char* down, long long down_rows,
+                                         long long down_row0, unsigned char* slot, unsigned long long* bar) {
   using Q = QW<QT>;
   using QD = QW<QTD>;
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   if (c.g < G) {
     const int gpr = I / 32, r = c.g / gpr, i0 = (c.g - r * gpr) * 32 + PM_SUB * c.q;
     const long long body = (long long)(H / Q::BE) * Q::BODY, head = (long long)(H / Q::BE) * Q::HEAD, e = se[r];
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"((unsigned)(2 * PM_SUB * (body + head)))
-                 : "memory");
-    pm_copy(gate, gate_rows, gate_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, 0, bar);
-    pm_copy(up, up_rows, up_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, PM_SUB, bar);
+    ring_expect(bar, (unsigned)(2 * PM_SUB * (body + head)));
+    ring_copy(gate, gate_rows, gate_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, 0, bar);
+    ring_copy(up, up_rows, up_row0 + e * I + i0, PM_SUB, body, head, slot, 2 * PM_SUB, PM_SUB, bar);
   } else {
     const long long body = (long long)(I / QD::BE) * QD::BODY, head = (long long)(I / QD::BE) * QD::HEAD;
-    int valid = 0;
-    for (int j = 0; j < k; j++) valid += se[j] >= 0;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"((unsigned)(valid * PM_SUB * (body + head)))
-                 : "memory");
+    ring_expect(bar, (unsigned)(nvalid * PM_SUB * (body + head)));
     for (int j = 0; j < k; j++)
       if (se[j] >= 0)
-        pm_copy(down, down_rows, down_row0 + (long long)se[j] * H + PM_SUB * c.hb, PM_SUB, body, head, slot, PM_SUB * k, PM_SUB * j,
-                bar);
+        ring_copy(down, down_rows, down_row0 + (long long)se[j] * H + PM_SUB * c.hb, PM_SUB, body, head, slot, PM_SUB * k, PM_SUB * j,
+                  bar);
   }
 }
 
@@ -338,7 +342,6 @@ __global__ void __launch_bounds__(256, 1)
   signed char* aqs = reinterpret_cast<signed char*>(xs + U);
   float4* ass = reinterpret_cast<float4*>(aqs + k * I);
   unsigned char* ring = persist_ring_smem + xoff;
-  auto bar = [&](int s) { return (unsigned)__cvta_generic_to_shared(&full[s]); };
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
     const int e = __ldcg(ids + j);
     se[j] = e >= 0 && e < E ? e : -1;
@@ -348,26 +351,23 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = threadIdx.x; i < U; i += blockDim.x) xs[i] = __ldcg(xsg + i);
   __syncthreads();
   PMCursor ic{(int)blockIdx.x, 0, (int)blockIdx.x};  // thread 0: the next unit to copy
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(s)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    pm_settle(ic, G, gpr, se);
-    for (int s = 0; s < ns && pm_more(ic, G, nh); s++) {
-      pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
-                        ring + s * slot, bar(s));
-      pm_next(ic, G, gpr, se);
-    }
-  }
-  __syncthreads();
-  int j = 0;  // units consumed: unit j is in slot j % ns, phase j / ns
-  // after unit j: its slot refilled with the unit ns further on
-  auto refill = [&](int s) {
-    if (threadIdx.x == 0 && pm_more(ic, G, nh)) {
-      pm_issue<QT, QTD>(ic, k, H, I, G, se, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
-                        ring + s * slot, bar(s));
+  int nvalid = 0;                                    // thread 0: the routes with a valid expert
+  // thread 0, while the stream has units: the next into slot s
+  auto issue = [&](int s) {
+    if (pm_more(ic, G, nh)) {
+      pm_issue<QT, QTD>(ic, k, H, I, G, se, nvalid, gate, gate_rows, gate_row0, up, up_rows, up_row0, down, down_rows, down_row0,
+                        ring + s * slot, &full[s]);
       pm_next(ic, G, gpr, se);
     }
   };
+  if (threadIdx.x == 0) {
+    for (int r = 0; r < k; r++) nvalid += se[r] >= 0;
+    ring_init(full, ns);
+    pm_settle(ic, G, gpr, se);
+    for (int s = 0; s < ns; s++) issue(s);
+  }
+  __syncthreads();
+  int j = 0;  // units consumed (ring_take)
   const QX xv{xq, xs, H};
   unsigned groups = 0;
   for (int g = blockIdx.x; g < G; g += gridDim.x, groups++) {
@@ -381,8 +381,7 @@ __global__ void __launch_bounds__(256, 1)
       continue;
     }
     for (int q = 0; q < 4; q++, j++) {
-      const int s = j % ns;
-      persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+      const int s = ring_take(full, j, ns);
       const unsigned char* sl = ring + s * slot;
       float ag = 0.f, au = 0.f;
       for (int u = lane; u < U; u += 32) {
@@ -397,7 +396,7 @@ __global__ void __launch_bounds__(256, 1)
         sums[1][PM_SUB * q + warp] = au;
       }
       __syncthreads();  // the slot read, the sums written
-      refill(s);
+      if (threadIdx.x == 0) issue(s);
     }
     if (warp == 0) {
       float4 sc;
@@ -414,8 +413,7 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = threadIdx.x; i < k * UI; i += blockDim.x) ass[i] = __ldcg(as + i);
   __syncthreads();
   for (int hb = blockIdx.x; hb < nh; hb += gridDim.x, j++) {
-    const int s = j % ns;
-    persist_ring_wait(bar(s), (unsigned)((j / ns) & 1));
+    const int s = ring_take(full, j, ns);
     const unsigned char* sl = ring + s * slot;
     float acc = 0.f;
     for (int v = lane; v < k * UI; v += 32) {
@@ -433,7 +431,7 @@ __global__ void __launch_bounds__(256, 1)
       out[h] = from_f32<TY>(v);
     }
     __syncthreads();  // the slot read
-    refill(s);
+    if (threadIdx.x == 0) issue(s);
   }
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(ctr, 1u) == gridDim.x - 1) {

@@ -384,7 +384,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 					}
 					out = append(out, l)
 				}
-				// the routed pair (TestPersistMoEPairGPU, BenchmarkQMoE's persist rows)
+				// the routed pair (TestPersistMoEPairGPU, BenchmarkPersistMoE; more type pairs than they run)
 				if nk[0] == 1024 {
 					for _, tt := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0},
 						{quant.Q5_K, quant.Q5_K}, {quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.IQ4_XS}} {

@@ -26,9 +26,9 @@ func newPersistMoE(q QMoEArgs, act, out, counters cuda.DevicePtr, grid int) pers
 		Act: ptr(act), Out: ptr(out), OutType: q.OutType.String(), Accumulate: q.Accumulate, Counters: ptr(counters), Grid: grid}}
 }
 
-// launch queues x's quantisation (QMoE's first launch) and the pair.
+// launch queues x's quantisation (QMoE's own first launch) and the pair.
 func (m persistMoE) launch(k *Kernels, s Queue) error {
-	qx, err := lower.Q8XQuantize(m.q.XType.String(), ptr(m.q.X), ptr(m.q.Workspace), 1, m.q.H)
+	ls, err := lower.QMoE(m.q.lower())
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (m persistMoE) launch(k *Kernels, s Queue) error {
 	if err != nil {
 		return err
 	}
-	return k.on(s).all([]lower.Launch{qx, l}, nil)
+	return k.on(s).all([]lower.Launch{ls[0], l}, nil)
 }
 
 // TestPersistMoEPairGPU: the persistent pair's output and quantised
