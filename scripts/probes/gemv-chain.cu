@@ -127,11 +127,10 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// 1 / rms of K values whose squares' 8 warp sums are in red.
-__device__ __forceinline__ float rms_inv(const float* red, int K) {
+// 1 / rms of K values whose squares' nw warp sums are in red.
+__device__ __forceinline__ float rms_inv(const float* red, int nw, int K) {
   float t = 0.f;
-#pragma unroll
-  for (int i = 0; i < 8; i++) t += red[i];
+  for (int i = 0; i < nw; i++) t += red[i];
   return rsqrtf(t / (float)K + 1e-6f);
 }
 
@@ -280,7 +279,7 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   ss = warp_sum(ss);
   if (lane == 0) red[warp] = ss;
   __syncthreads();
-  const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
+  const float inv = g.norm ? rms_inv(red, 8, g.K) : 1.f;
   if (T) {
     quantise_x(xsh, xq, xqs, g.K, warp, 8);
     __syncthreads();
@@ -319,9 +318,15 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
 }
 
 // ---------------------------------------------------------------- the ring
-#define SLOT 9216
+#ifndef SLOT
+#define SLOT 9216  // -DSLOT=18432 -DNSLOT=8: half the copies, twice the bytes each
+#endif
+#ifndef NSLOT
 #define NSLOT 16
-#define CWARPS 8
+#endif
+#ifndef CWARPS
+#define CWARPS 8  // -DCWARPS=16: twice the consumers (NSLOT must stay a multiple)
+#endif
 #define CONS (32 * CWARPS)  // consumer threads; warp CWARPS produces
 
 struct Chain {
@@ -332,6 +337,7 @@ struct Chain {
   int dep;    // 0: no GEMV waits for the one before (timing only: the ring's streaming alone)
   int nslot;  // the ring's slots in use, a multiple of CWARPS (at most NSLOT): how much HBM time it buffers
   int xmax;   // the largest K: x's staging after the ring (f32; then, where a GEMV is q4_k, int8 and scales)
+  int sum;    // 0 (nosum): consumers take and free each chunk unread, the ring's streaming alone (y is wrong)
 };
 
 // A wait that never ends is a bug of this probe: trap rather than hang the call.
@@ -452,7 +458,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     ss = warp_sum(ss);
     if (lane == 0) red[warp] = ss;
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
-    const float inv = g.norm ? rms_inv(red, g.K) : 1.f;
+    const float inv = g.norm ? rms_inv(red, CWARPS, g.K) : 1.f;
     if (g.type) {
       quantise_x(xs, xq, xqs, g.K, warp, CWARPS);
       asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
@@ -466,7 +472,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       mbar_wait(su32(&full[sl.s]), sl.par);
       const unsigned char* slot = ring_smem + sl.s * SLOT;
       float mine = 0.f;  // lane q: row q's sum (rows <= 32: the host checks)
-      for (int q = 0; q < rows; q++) {
+      for (int q = 0; q < (c.sum ? rows : 0); q++) {
         const unsigned char* row = slot + q * rbytes;
         float v = 0.f;
         if (g.type) {
@@ -515,13 +521,14 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? atoi(argv[1]) : 48;
-  int norm = 0, route = 1, q4k = 0;
+  int norm = 0, route = 1, q4k = 0, sum = 1;
   for (int a = 2; a < argc; a++) {
     if (!strcmp(argv[a], "norm")) norm = 1;  // every GEMV divides by its x's rms (in every block)
     else if (!strcmp(argv[a], "noroute")) route = 0;  // the routed gate+up's rows fixed, as the others'
+    else if (!strcmp(argv[a], "nosum")) sum = 0;  // the ring's consumers sum nothing: its streaming alone
     else if (!strcmp(argv[a], "q4k")) q4k = 1;  // the routed gate+up and down in q4_k, at S-2.1's shapes
     else {
-      fprintf(stderr, "usage: %s [LAYERS] [norm] [noroute] [q4k]\n", argv[0]);
+      fprintf(stderr, "usage: %s [LAYERS] [norm] [noroute] [q4k] [nosum]\n", argv[0]);
       return 2;
     }
   }
@@ -550,7 +557,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 7; i++) {
     const Spec& sp = layer[i];
     const int rb = rowb(sp);
-    if (rb > SLOT || SLOT / rb > 32 || rb % 16 || (sp.type && sp.K % 1024) || (!sp.type && sp.K % 512)) {
+    if (rb > SLOT || SLOT / rb > 32 || rb % 16 || (sp.type ? sp.K % 256 || sp.K < 1024 : sp.K % 16 || sp.K < 512)) {
       fprintf(stderr, "gemv-chain: GEMV %d's rows (%d bytes, K %d) do not fit the probe's pieces and slots\n", i, rb, sp.K);
       return 1;
     }
@@ -690,6 +697,10 @@ int main(int argc, char** argv) {
   const int forms[4][3] = {{1, NSLOT, 1}, {1, NSLOT / 2, 1}, {0, NSLOT, 1}, {1, NSLOT / 2, 2}};
   for (const auto& f : forms) {
     const int dep = f[0], nslot = f[1], per = f[2], grid = per * sms, fsmem = nslot * SLOT + xsmem;
+    if (nslot % CWARPS) {
+      printf("  ring %d x%d: skipped, not a multiple of the %d consumer warps\n", nslot, per, CWARPS);
+      continue;
+    }
     if (per > two) {
       printf("  ring %d x%d: skipped, %d block(s) of %d B an SM fit\n", nslot, per, two, fsmem);
       continue;
@@ -698,7 +709,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; r++) {
       static unsigned epoch = 0;
       epoch++;
-      Chain c{dg, n, counters, epoch, dep, nslot, xmax};
+      Chain c{dg, n, counters, epoch, dep, nslot, xmax, sum};
       CK(cudaEventRecord(e0, st));
       gemv_ring<<<grid, CONS + 32, fsmem, st>>>(c);
       CK(cudaGetLastError());
