@@ -370,7 +370,7 @@ __device__ __forceinline__ void count_wait(const unsigned* counter, unsigned wan
 __device__ __forceinline__ void block_rows(const Gemv& g, int& rb, int& re, int& rpc) {
   rb = (int)((long long)g.N * blockIdx.x / gridDim.x);
   re = (int)((long long)g.N * (blockIdx.x + 1) / gridDim.x);
-  rpc = max(1, SLOT / row_bytes(g));
+  rpc = max(1, min(32, SLOT / row_bytes(g)));  // a lane a row's sum
 }
 
 // Chunk j of the block's stream (every GEMV's chunks in order) belongs to
@@ -557,7 +557,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 7; i++) {
     const Spec& sp = layer[i];
     const int rb = rowb(sp);
-    if (rb > SLOT || SLOT / rb > 32 || rb % 16 || (sp.type ? sp.K % 256 || sp.K < 1024 : sp.K % 16 || sp.K < 512)) {
+    if (rb > SLOT || rb % 16 || (sp.type ? sp.K % 256 || sp.K < 1024 : sp.K % 16 || sp.K < 512)) {
       fprintf(stderr, "gemv-chain: GEMV %d's rows (%d bytes, K %d) do not fit the probe's pieces and slots\n", i, rb, sp.K);
       return 1;
     }
