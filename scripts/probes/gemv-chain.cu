@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       const int rows = min(rpc, re - r);
       mbar_wait(su32(&full[sl.s]), sl.par);
       const unsigned char* slot = ring_smem + sl.s * SLOT;
-      float mine = 0.f;  // lane q: row q's sum (rows <= 32: the host checks)
+      float mine = 0.f;  // lane q: row q's sum (rows <= 32: block_rows)
       for (int q = 0; q < (c.sum ? rows : 0); q++) {
         const unsigned char* row = slot + q * rbytes;
         float v = 0.f;
