@@ -16,20 +16,33 @@ func persistMoETestArgs(qt, dt quant.Type, E, H, I, k int) PersistMoEArgs {
 }
 
 // TestPersistMoE: the launch at S-2.1's shapes for every type (and q4_k_m's
-// q6_k downs) and at the GPU test's, its layout, and what it refuses.
+// q6_k downs) and at TestPersistMoEPairGPU's (gate and up in stacks of
+// their own, as that test holds them), its layout, and what it refuses.
 func TestPersistMoE(t *testing.T) {
 	for _, c := range []struct {
 		qt, dt     quant.Type
 		E, H, I, k int
+		gpu        bool
 	}{
-		{quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10},
-		{quant.Q4_K, quant.Q6_K, 256, 3072, 1024, 10},
-		{quant.Q8_0, quant.Q8_0, 256, 3072, 1024, 10},
-		{quant.Q5_K, quant.Q5_K, 256, 3072, 1024, 10},
-		{quant.IQ4_XS, quant.IQ4_XS, 256, 3072, 1024, 10},
-		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4},
+		{quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10, false},
+		{quant.Q4_K, quant.Q6_K, 256, 3072, 1024, 10, false},
+		{quant.Q8_0, quant.Q8_0, 256, 3072, 1024, 10, false},
+		{quant.Q5_K, quant.Q5_K, 256, 3072, 1024, 10, false},
+		{quant.IQ4_XS, quant.IQ4_XS, 256, 3072, 1024, 10, false},
+		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4, false},
+		{quant.Q4_K, quant.Q4_K, 6, 2048, 512, 4, true},
+		{quant.Q4_K, quant.Q4_K, 16, 3072, 1024, 10, true},
+		{quant.Q4_K, quant.Q4_K, 6, 512, 1024, 4, true},
+		{quant.Q4_K, quant.Q6_K, 6, 2048, 512, 4, true},
+		{quant.Q4_K, quant.Q6_K, 16, 3072, 1024, 10, true},
+		{quant.Q5_K, quant.Q5_K, 6, 2048, 512, 4, true},
+		{quant.IQ4_XS, quant.Q8_0, 6, 2048, 512, 4, true},
+		{quant.Q8_0, quant.IQ4_XS, 6, 2048, 512, 4, true},
 	} {
 		a := persistMoETestArgs(c.qt, c.dt, c.E, c.H, c.I, c.k)
+		if c.gpu {
+			a.Gate, a.Up = QMatrix{W: a.XQ, Total: c.E * c.I}, QMatrix{W: a.XQ, Total: c.E * c.I}
+		}
 		l, err := PersistMoE(a)
 		if err != nil {
 			t.Errorf("%s+%s: %v", c.qt, c.dt, err)
@@ -76,22 +89,6 @@ func TestPersistMoE(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
 			}
 		})
-	}
-}
-
-// TestPersistMoEPairShapes: the GPU test's shapes are ones lower takes.
-func TestPersistMoEPairShapes(t *testing.T) {
-	for _, c := range []struct {
-		qt, dt     quant.Type
-		E, H, I, k int
-	}{{quant.Q4_K, quant.Q4_K, 6, 512, 1024, 4}, {quant.Q4_K, quant.Q6_K, 16, 3072, 1024, 10}, {quant.IQ4_XS, quant.Q8_0, 6, 2048, 512, 4},
-		{quant.Q6_K, quant.Q6_K, 6, 2048, 512, 4}, {quant.Q8_0, quant.Q8_0, 6, 2048, 512, 4}, {quant.Q5_K, quant.Q5_K, 6, 2048, 512, 4},
-		{quant.Q8_0, quant.IQ4_XS, 6, 2048, 512, 4}} {
-		a := persistMoETestArgs(c.qt, c.dt, c.E, c.H, c.I, c.k)
-		a.Gate, a.Up = QMatrix{W: a.XQ, Total: c.E * c.I}, QMatrix{W: a.XQ, Total: c.E * c.I}
-		if _, err := PersistMoE(a); err != nil {
-			t.Errorf("%s+%s %dx%d: %v", c.qt, c.dt, c.H, c.I, err)
-		}
 	}
 }
 
