@@ -324,6 +324,9 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
 #ifndef NSLOT
 #define NSLOT 16
 #endif
+#ifndef RB
+#define RB 1  // -DRB=4: a consumer warp sums 4 rows of a chunk at once (loads together, 4 sums in flight)
+#endif
 #ifndef CWARPS
 #define CWARPS 8  // -DCWARPS=16: twice the consumers (NSLOT must stay a multiple)
 #endif
@@ -472,22 +475,35 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       mbar_wait(su32(&full[sl.s]), sl.par);
       const unsigned char* slot = ring_smem + sl.s * SLOT;
       float mine = 0.f;  // lane q: row q's sum (rows <= 32: block_rows)
-      for (int q = 0; q < (c.sum ? rows : 0); q++) {
-        const unsigned char* row = slot + q * rbytes;
-        float v = 0.f;
+      // RB rows at a time: their loads together and RB independent sums and
+      // reductions (RB 1: a row at a time, the first form); each row's sum
+      // in the same order either way. Past the chunk's last row, b sums that
+      // row again (unconditional loads the compiler can issue together);
+      // no lane keeps it
+      for (int q0 = 0; q0 < (c.sum ? rows : 0); q0 += RB) {
+        float v[RB];
+#pragma unroll
+        for (int b = 0; b < RB; b++) v[b] = 0.f;
         if (g.type) {
           for (int p = lane; p < ppr; p += 32) {
-            const unsigned char* blk = row + (p >> 3) * 144;
-            const uint4 hdr = *reinterpret_cast<const uint4*>(blk);
-            const uint4 qv = *reinterpret_cast<const uint4*>(blk + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
-            v += q4k_unit(hdr, qv, xq, xqs, p);
+            const int off = (p >> 3) * 144, qo = off + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1);
+#pragma unroll
+            for (int b = 0; b < RB; b++) {
+              const unsigned char* row = slot + min(q0 + b, rows - 1) * rbytes;
+              v[b] += q4k_unit(*reinterpret_cast<const uint4*>(row + off), *reinterpret_cast<const uint4*>(row + qo), xq, xqs, p);
+            }
           }
         } else {
-          const int4* wq = reinterpret_cast<const int4*>(row);
-          for (int p = lane; p < ppr; p += 32) v += dot16(wq[p], xs + 16 * p);
+          for (int p = lane; p < ppr; p += 32) {
+#pragma unroll
+            for (int b = 0; b < RB; b++) v[b] += dot16(reinterpret_cast<const int4*>(slot + min(q0 + b, rows - 1) * rbytes)[p], xs + 16 * p);
+          }
         }
-        v = warp_sum(v);
-        if (lane == q) mine = v;
+#pragma unroll
+        for (int b = 0; b < RB; b++) {
+          const float t = warp_sum(v[b]);
+          if (lane == q0 + b) mine = t;
+        }
       }
       __syncwarp();  // every lane's reads of the slot are done
       if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(su32(&empty[sl.s])) : "memory");
