@@ -7,6 +7,7 @@ import (
 	"lagc/internal/stopseq"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Laguna's reply markup: reasoning inside <think>...</think> (the generation
@@ -150,6 +151,12 @@ func (p *replyParser) drain(final bool) replyDelta {
 // dropped), so that however the text is split the result is the same.
 func (p *replyParser) content(n int, final bool) string {
 	text, rest := p.pending[:n], p.pending[n:]
+	if !final {
+		// A character split between pieces is decided once whole: its
+		// first bytes alone are not whitespace, the character may be.
+		k := len(text) - partialRune(text)
+		text, rest = text[:k], text[k:]+rest
+	}
 	if p.segStart {
 		text = strings.TrimLeftFunc(text, unicode.IsSpace)
 		if text == "" {
@@ -164,6 +171,20 @@ func (p *replyParser) content(n int, final bool) string {
 	}
 	p.pending = rest
 	return text
+}
+
+// partialRune is the length of the incomplete UTF-8 sequence that ends s
+// (0 if s ends on a whole character or on bytes no further byte completes).
+func partialRune(s string) int {
+	for k := 1; k <= min(utf8.UTFMax-1, len(s)); k++ {
+		if utf8.RuneStart(s[len(s)-k]) {
+			if utf8.FullRuneInString(s[len(s)-k:]) {
+				return 0
+			}
+			return k
+		}
+	}
+	return 0
 }
 
 // parseCall parses the inside of <tool_call>...</tool_call>. An argument is

@@ -52,6 +52,8 @@ func TestReplyParser(t *testing.T) {
 		{"a partial marker at the end is text", false, true, "a <tool_ca", replyDelta{Content: "a <tool_ca"}},
 		{"only whitespace", false, false, "\n", replyDelta{}},
 		{"whitespace around the answer", true, false, "r</think>\n\n  Answer \n", replyDelta{Reasoning: "r", Content: "Answer \n"}},
+		{"multibyte whitespace after reasoning", true, false, "r</think>\u00a0\u3000Answer\u00a0", replyDelta{Reasoning: "r", Content: "Answer\u00a0"}},
+		{"multibyte whitespace before a call", false, true, "x\u3000<tool_call>now</tool_call>", replyDelta{Content: "x", Calls: []parsedCall{{"now", "{}"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			whole := parseAll(tc.inReasoning, tc.calls, []string{tc.text})
