@@ -161,24 +161,9 @@ func BenchmarkPersistMoE(b *testing.B) {
 	const E, K, H, I, sets, reps = 256, 10, 3072, 1024, 16, 16
 	for _, pair := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}} {
 		qt, dt := pair[0], pair[1]
-		gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
-		if err != nil {
-			b.Fatal(err)
-		}
-		db, err := lower.QuantDeviceBytes(dt, E*H, I)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids, wts := routeSets(r, E, K, sets)
-		gu := m.rand(int(gb / 2))
-		q := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, DownType: dt, OutType: cuda.BF16, XType: cuda.BF16,
-			Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-			Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H)}
-		q.Workspace = m.rand(int(QMoEWorkspaceBytes(q) / 2))
-		idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
+		q, idp, wtp, bytes := m.routedExperts(r, qt, dt, E, K, H, I, sets, lower.QMoEForce{})
 		counters := m.upload(make([]byte, lower.PersistMoECounterBytes))
 		act := m.rand(int(lower.Q8XBytes(K, I) / 2))
-		bytes := float64(K) * float64(gb+db) / E
 		for _, mode := range []string{"launches", "launches_pre", "persist"} {
 			b.Run(fmt.Sprintf("%s+%s/%s", qt, dt, mode), func(b *testing.B) {
 				run := func(i int) error {

@@ -763,21 +763,8 @@ func BenchmarkQMoE(b *testing.B) {
 			name += "-dall"
 		}
 		b.Run(name, func(b *testing.B) {
-			gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
-			if err != nil {
-				b.Fatal(err)
-			}
-			db, _ := lower.QuantDeviceBytes(qt, E*H, I)
-			ids, wts := routeSets(r, E, K, sets)
-			gu := m.rand(int(gb / 2))
-			a := QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
-				Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-				Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H),
-				QMoEForce: lower.QMoEForce{GateUpRows: c.g, GateUpWarps: c.gw, DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw,
-					GateUpStages: c.ns, DownAll: c.all}}
-			a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
-			idp, wtp := m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts))
-			bytes := float64(K) * float64(gb+db) / E
+			a, idp, wtp, bytes := m.routedExperts(r, qt, 0, E, K, H, I, sets, lower.QMoEForce{GateUpRows: c.g, GateUpWarps: c.gw,
+				DownRows: c.nh, DownUnits: c.sd, DownWarps: c.dw, GateUpStages: c.ns, DownAll: c.all})
 			for _, l2 := range []bool{false, true} {
 				// l2: the same experts every iteration, their weights
 				// staying in L2 (how far the time is HBM traffic).
@@ -886,6 +873,34 @@ func TestQSynthMeanGPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routedExperts is one token's routed experts on random weights (gate and
+// up in one stack of type qt, the down of dt, zero: qt), with sets routings
+// to K of E experts at idp and wtp (ids and weights, K apiece), and the
+// bytes of weights one token reads.
+func (m *mmBench) routedExperts(r *rand.Rand, qt, dt quant.Type, E, K, H, I, sets int, force lower.QMoEForce) (a QMoEArgs, idp, wtp cuda.DevicePtr, bytes float64) {
+	if dt == 0 {
+		dt = qt
+	}
+	gb, err := lower.QuantDeviceBytes(qt, 2*E*I, H)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	db, err := lower.QuantDeviceBytes(dt, E*H, I)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	ids, wts := routeSets(r, E, K, sets)
+	gu := m.rand(int(gb / 2))
+	a = QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
+		Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
+		Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H), QMoEForce: force}
+	if dt != qt {
+		a.DownType = dt
+	}
+	a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
+	return a, m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts)), float64(K) * float64(gb+db) / float64(E)
 }
 
 // routeSets is sets routings of one token to k distinct experts of E,
