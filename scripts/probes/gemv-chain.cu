@@ -477,9 +477,10 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
       float mine = 0.f;  // lane q: row q's sum (rows <= 32: block_rows)
       // RB rows at a time: their loads together and RB independent sums and
       // reductions (RB 1: a row at a time, the first form); each row's sum
-      // in the same order either way. Past the chunk's last row, b sums that
-      // row again (unconditional loads the compiler can issue together);
-      // no lane keeps it
+      // in the same order either way. Rows past the chunk's last are not
+      // summed: most chunks hold 1-5 rows (9 KB slots; K 5760 to 10240 give
+      // one), and 097669b's form, which summed the last row again in their
+      // place, did RB times the work on those (H100, 2026-12-05: slower)
       for (int q0 = 0; q0 < (c.sum ? rows : 0); q0 += RB) {
         float v[RB];
 #pragma unroll
@@ -489,18 +490,22 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
             const int off = (p >> 3) * 144, qo = off + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1);
 #pragma unroll
             for (int b = 0; b < RB; b++) {
-              const unsigned char* row = slot + min(q0 + b, rows - 1) * rbytes;
-              v[b] += q4k_unit(*reinterpret_cast<const uint4*>(row + off), *reinterpret_cast<const uint4*>(row + qo), xq, xqs, p);
+              const unsigned char* row = slot + (q0 + b) * rbytes;
+              if (q0 + b < rows)  // warp-uniform
+                v[b] += q4k_unit(*reinterpret_cast<const uint4*>(row + off), *reinterpret_cast<const uint4*>(row + qo), xq, xqs, p);
             }
           }
         } else {
           for (int p = lane; p < ppr; p += 32) {
 #pragma unroll
-            for (int b = 0; b < RB; b++) v[b] += dot16(reinterpret_cast<const int4*>(slot + min(q0 + b, rows - 1) * rbytes)[p], xs + 16 * p);
+            for (int b = 0; b < RB; b++)
+              if (q0 + b < rows)  // warp-uniform
+                v[b] += dot16(reinterpret_cast<const int4*>(slot + (q0 + b) * rbytes)[p], xs + 16 * p);
           }
         }
 #pragma unroll
         for (int b = 0; b < RB; b++) {
+          if (q0 + b >= rows) break;  // warp-uniform
           const float t = warp_sum(v[b]);
           if (lane == q0 + b) mine = t;
         }
