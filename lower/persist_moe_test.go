@@ -22,7 +22,7 @@ func TestPersistMoE(t *testing.T) {
 	for _, c := range []struct {
 		qt, dt     quant.Type
 		E, H, I, k int
-		gpu        bool
+		ownStacks  bool // gate and up each a stack of its own, as TestPersistMoEPairGPU holds them
 	}{
 		{quant.Q4_K, quant.Q4_K, 256, 3072, 1024, 10, false},
 		{quant.Q4_K, quant.Q6_K, 256, 3072, 1024, 10, false},
@@ -40,7 +40,7 @@ func TestPersistMoE(t *testing.T) {
 		{quant.Q8_0, quant.IQ4_XS, 6, 2048, 512, 4, true},
 	} {
 		a := persistMoETestArgs(c.qt, c.dt, c.E, c.H, c.I, c.k)
-		if c.gpu {
+		if c.ownStacks {
 			a.Gate, a.Up = QMatrix{W: a.XQ, Total: c.E * c.I}, QMatrix{W: a.XQ, Total: c.E * c.I}
 		}
 		l, err := PersistMoE(a)

@@ -895,10 +895,7 @@ func (m *mmBench) routedExperts(r *rand.Rand, qt, dt quant.Type, E, K, H, I, set
 	gu := m.rand(int(gb / 2))
 	a = QMoEArgs{T: 1, H: H, I: I, E: E, TopK: K, WType: qt, OutType: cuda.BF16, XType: cuda.BF16,
 		Gate: QMatrix{W: gu, Total: 2 * E * I}, Up: QMatrix{W: gu, Total: 2 * E * I, Row0: E * I},
-		Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H), QMoEForce: force}
-	if dt != qt {
-		a.DownType = dt
-	}
+		DownType: dt, Down: QMatrix{W: m.rand(int(db / 2)), Total: E * H}, X: m.rand(H), Out: m.rand(H), QMoEForce: force}
 	a.Workspace = m.rand(int(QMoEWorkspaceBytes(a) / 2))
 	return a, m.upload(cuda.AsBytes(ids)), m.upload(cuda.AsBytes(wts)), float64(K) * float64(gb+db) / float64(E)
 }
