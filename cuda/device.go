@@ -26,7 +26,15 @@ type Props struct {
 	SharedPerSM        int
 	WarpSize           int
 	ClockKHz           int
+	MemClockKHz        int // peak memory clock (0: the driver did not say)
+	MemBusBits         int // global memory bus width (0: the driver did not say)
 	DriverVersion      int // e.g. 13000 for CUDA 13.0
+}
+
+// PeakMemBandwidth is the memory's peak rate in bytes/s from the driver's
+// memory clock and bus width (double data rate), 0 where either is unknown.
+func (p Props) PeakMemBandwidth() float64 {
+	return 2 * float64(p.MemClockKHz) * 1e3 * float64(p.MemBusBits) / 8
 }
 
 // Device is one GPU with its primary context retained.
@@ -50,6 +58,8 @@ const (
 	attrMaxThreadsPerBlock  = 1
 	attrWarpSize            = 10
 	attrClockRate           = 13
+	attrMemoryClockRate     = 36
+	attrGlobalMemoryBusBits = 37
 	attrMultiprocessorCount = 16
 	attrL2CacheSize         = 38
 	attrCCMajor             = 75
@@ -149,8 +159,13 @@ func (d *Device) readProps(ordinal int) error {
 	}
 	// Optional attributes: deprecated in newer drivers, so failures are ignored.
 	var v int32
-	if call(api.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), attrClockRate, uintptr(d.dev)) == resSuccess {
-		p.ClockKHz = int(v)
+	for _, a := range []struct {
+		attr uintptr
+		dst  *int
+	}{{attrClockRate, &p.ClockKHz}, {attrMemoryClockRate, &p.MemClockKHz}, {attrGlobalMemoryBusBits, &p.MemBusBits}} {
+		if call(api.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), a.attr, uintptr(d.dev)) == resSuccess {
+			*a.dst = int(v)
+		}
 	}
 	var ver int32
 	if call(api.driverGetVersion, uintptr(unsafe.Pointer(&ver))) == resSuccess {

@@ -89,7 +89,7 @@ func benchFlagSet(fs *flag.FlagSet) *benchFlags {
 	fs.IntVar(&f.ctx, "ctx", 512, "context (tokens prefilled) before the decode steps")
 	fs.StringVar(&f.prefill, "prefill", "512,2048,8192", "prefill lengths to time, comma-separated")
 	fs.IntVar(&f.chunk, "chunk", lower.DefaultChunk, "prefill chunk size")
-	fs.Float64Var(&f.bw, "bw", 4.3e12, "memory bandwidth of the roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
+	fs.Float64Var(&f.bw, "bw", 0, "memory bandwidth of the roofline, bytes/s (0: 4.3e12, an H200 copy's rate, scaled on other GPUs by their peak memory bandwidth against the H200's)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random token ids")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of tables")
 	fs.StringVar(&f.passes, "passes", "", "comma-separated pass pipeline (default: the standard one, with every fusion)")
@@ -137,6 +137,7 @@ type benchReport struct {
 	SkipKernels     string  `json:"skip_kernels,omitempty"`
 	SkippedLaunches int     `json:"skipped_launches,omitempty"`
 	Bandwidth       float64 `json:"roofline_bytes_per_s"`
+	BandwidthFrom   string  `json:"roofline_from"`
 	// DecodeAhead: greedy steps ran one step ahead (gpu.EnvDecodeAhead).
 	DecodeAhead bool `json:"decode_ahead"`
 
@@ -315,8 +316,8 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if (f.quant != "" || len(f.tensorTypes) > 0) && !f.synthetic {
 		return fmt.Errorf("%w: --quant makes synthetic weights: add --synthetic (a checkpoint keeps its own types)", errUsage)
 	}
-	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw > 0) {
-		return fmt.Errorf("%w: --runs, --decode-tokens, --ctx, --chunk and --bw must be positive", errUsage)
+	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw >= 0) {
+		return fmt.Errorf("%w: --runs, --decode-tokens, --ctx and --chunk must be positive, --bw not negative", errUsage)
 	}
 	dt, err := ir.ParseDType(f.dtype)
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
@@ -389,7 +390,8 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	rep := &benchReport{Model: name, Weights: weights, DType: dt.String(), Layers: cfg.NumLayers, FullLayers: full.NumLayers,
 		Chunk: f.chunk, Context: f.ctx, Runs: f.runs, Device: fmt.Sprintf("%s (%d SMs)", props.Name, props.SMs),
-		WeightBytes: plan.WeightBytes, Bandwidth: f.bw, Passes: ran, Kernels: len(g.Nodes) - g.OpCounts()["reshape"]}
+		WeightBytes: plan.WeightBytes, Passes: ran, Kernels: len(g.Nodes) - g.OpCounts()["reshape"]}
+	rep.Bandwidth, rep.BandwidthFrom = roofline(f.bw, props)
 	if ck != nil {
 		rep.Weights = f.model
 		rep.Load = newLoadReport(loadTime, ex.LoadStats())
@@ -467,11 +469,11 @@ func runBench(w io.Writer, f *benchFlags) error {
 		}
 		s := per.Seconds()
 		rep.Decode = append(rep.Decode, decodeRow{Mode: mode, MsToken: 1e3 * s, TokS: 1 / s,
-			Roofline: float64(bytes) / f.bw / s, TokS48: 1 / (s * decScale)})
+			Roofline: float64(bytes) / rep.Bandwidth / s, TokS48: 1 / (s * decScale)})
 		if mode == "graph" {
 			rep.DecodeLayerUs = 1e6 * s * decLayer
 			if rep.DecodeLayerUs > 0 {
-				rep.DecodeLayerFrac = float64(rep.LayerBytes) / f.bw / (s * decLayer)
+				rep.DecodeLayerFrac = float64(rep.LayerBytes) / rep.Bandwidth / (s * decLayer)
 			}
 		}
 	}
@@ -890,7 +892,7 @@ func printBench(w io.Writer, r *benchReport) {
 		fmt.Fprintf(w, "ABLATION: %s=%q left out %d launches: the outputs are wrong, the times are the model's without those kernels\n",
 			gpu.EnvSkipKernels, r.SkipKernels, r.SkippedLaunches)
 	}
-	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s\n\n", r.Runs, r.Bandwidth/1e12)
+	fmt.Fprintf(w, "median of %d runs; roofline %.2f TB/s (%s)\n\n", r.Runs, r.Bandwidth/1e12, r.BandwidthFrom)
 	if r.Load != nil {
 		printLoad(w, r.Load)
 	}

@@ -29,7 +29,7 @@ func init() {
 			fs.StringVar(&o.gemmT, "gemm-t", "512,2048,8192", "token counts of the prefill GEMMs")
 			fs.StringVar(&o.moeT, "moe-t", "512,2048,8192", "token counts of the grouped MoE (prefill)")
 			fs.StringVar(&o.moeQuant, "moe-quant", "q4_k", "quantised expert types the grouped MoE is also timed with on Hopper, comma-separated (\"\": none)")
-			fs.Float64Var(&o.bw, "bw", 4.3e12, "bandwidth roofline, bytes/s (an H200 copy measured 4.3 TB/s)")
+			fs.Float64Var(&o.bw, "bw", 0, "bandwidth roofline, bytes/s (0: 4.3e12, an H200 copy's rate, scaled on other GPUs by their peak memory bandwidth against the H200's)")
 			fs.Float64Var(&o.flops, "flops", 790e12, "bf16 tensor roofline, FLOP/s (an H200 GEMM measured ~790 TFLOP/s)")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			return func(args []string) error {
@@ -53,8 +53,8 @@ func init() {
 					}
 					o.moeQuants = append(o.moeQuants, t)
 				}
-				if o.runs < 1 || o.bw <= 0 || o.flops <= 0 {
-					return fmt.Errorf("%w: --runs, --bw and --flops must be positive", errUsage)
+				if o.runs < 1 || o.bw < 0 || o.flops <= 0 {
+					return fmt.Errorf("%w: --runs and --flops must be positive, --bw not negative", errUsage)
 				}
 				return runKernelBench(o, os.Stdout)
 			}
@@ -109,6 +109,7 @@ type kbReport struct {
 	Arch   string  `json:"arch"`
 	Runs   int     `json:"runs"`
 	BW     float64 `json:"roofline_bytes_per_s"`
+	BWFrom string  `json:"roofline_from"`
 	Flops  float64 `json:"roofline_flop_per_s"`
 	Rows   []kbRow `json:"rows"`
 }
@@ -251,6 +252,8 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 		return err
 	}
 	defer d.Close()
+	var bwFrom string
+	o.bw, bwFrom = roofline(o.bw, d.Props())
 	e := &kbEnv{o: o, d: d, k: gpu.NewKernels(d)}
 	if e.s, err = d.NewStream(); err != nil {
 		return err
@@ -279,7 +282,7 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 	}
 	defer e.freeAll()
 
-	rep := kbReport{Device: d.Props().Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, Flops: o.flops}
+	rep := kbReport{Device: d.Props().Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, BWFrom: bwFrom, Flops: o.flops}
 	add := func(rows []kbRow, err error) error {
 		e.freeAll()
 		rep.Rows = append(rep.Rows, rows...)
@@ -499,8 +502,8 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 }
 
 func printKernelBench(w io.Writer, r kbReport) {
-	fmt.Fprintf(w, "device: %s (%s); median of %d runs; rooflines %.2f TB/s and %.0f TFLOP/s\n",
-		r.Device, r.Arch, r.Runs, r.BW/1e12, r.Flops/1e12)
+	fmt.Fprintf(w, "device: %s (%s); median of %d runs; rooflines %.2f TB/s (%s) and %.0f TFLOP/s\n",
+		r.Device, r.Arch, r.Runs, r.BW/1e12, r.BWFrom, r.Flops/1e12)
 	fmt.Fprintln(w, "bf16 weights and activations, f32 accumulation; Laguna-S-2.1 shapes; us (graph): kernels replayed")
 	fmt.Fprintln(w, "from a CUDA graph, the figure rates use; us (eager): launched one by one, host launch cost included")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"lagc/cuda"
+)
+
+// TestRoofline: a given --bw wins; an H200 keeps 4.3 TB/s whatever its
+// attributes; an H100 SXM's HBM3 (2619 MHz, 5120 bits: 3.35 TB/s peak) gets
+// 4.3 TB/s scaled by 3.35/4.92; unknown attributes fall back to 4.3.
+func TestRoofline(t *testing.T) {
+	h100 := cuda.Props{Name: "NVIDIA H100 80GB HBM3", MemClockKHz: 2619000, MemBusBits: 5120}
+	for _, c := range []struct {
+		name string
+		bw   float64
+		p    cuda.Props
+		want float64
+		how  string
+	}{
+		{"flag", 3e12, h100, 3e12, "--bw"},
+		{"h200", 0, cuda.Props{Name: "NVIDIA H200", MemClockKHz: 3201000, MemBusBits: 6144}, 4.3e12, "H200"},
+		{"h200 other clock", 0, cuda.Props{Name: "NVIDIA H200 NVL", MemClockKHz: 2619000, MemBusBits: 6144}, 4.3e12, "H200"},
+		{"h100", 0, h100, 4.3e12 * 3.35232e12 / 4.917e12, "scaled"},
+		{"unknown", 0, cuda.Props{Name: "NVIDIA A100"}, 4.3e12, "unknown"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, how := roofline(c.bw, c.p)
+			if math.Abs(got-c.want) > 1e-4*c.want {
+				t.Errorf("roofline %.4g, want %.4g", got, c.want)
+			}
+			if !strings.Contains(how, c.how) {
+				t.Errorf("how %q, want it to say %q", how, c.how)
+			}
+		})
+	}
+}
