@@ -494,36 +494,19 @@ func qmoeShared(t, dt quant.Type, H, I, k, gateUpRows, gateUpWarps, stages, down
 // (q8x_quantize), the gate+up GEMVs with SwiGLU per route (the
 // activations quantised on the way out), then the down GEMVs summed per
 // token with the routing weights.
-// checkMoEStacks checks a MoE layer's quantised expert stacks (gate and up
-// E*I rows of H of type wt, down E*H rows of I of type dt, each from its
-// Row0 of a matrix of Total rows) and, where more is not nil, each with
-// it (a kernel's own requirements): QMoE's and PersistMoE's.
-func checkMoEStacks(op string, gate, up, down QMatrix, E, H, I int, wt, dt quant.Type,
-	more func(what string, q QMatrix, K int, t quant.Type) error) error {
+func QMoE(a QMoEArgs) ([]Launch, error) {
 	for _, m := range []struct {
 		what string
 		q    QMatrix
 		n, k int
 		t    quant.Type
-	}{{"gate", gate, E * I, H, wt}, {"up", up, E * I, H, wt}, {"down", down, E * H, I, dt}} {
-		if err := checkQuantMatrix(op, m.t, m.q.Total, m.k); err != nil {
-			return err
+	}{{"gate", a.Gate, a.E * a.I, a.H, a.WType}, {"up", a.Up, a.E * a.I, a.H, a.WType}, {"down", a.Down, a.E * a.H, a.I, a.downType()}} {
+		if err := checkQuantMatrix("moe", m.t, m.q.Total, m.k); err != nil {
+			return nil, err
 		}
 		if m.q.Row0 < 0 || m.q.Row0+m.n > m.q.Total || m.q.W.Null() || !m.q.W.Aligned(16) {
-			return fmt.Errorf("%s: %s stack of %d rows from %d outside its matrix of %d, or unaligned", op, m.what, m.n, m.q.Row0, m.q.Total)
+			return nil, fmt.Errorf("moe: %s stack of %d rows from %d outside its matrix of %d, or unaligned", m.what, m.n, m.q.Row0, m.q.Total)
 		}
-		if more != nil {
-			if err := more(m.what, m.q, m.k, m.t); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func QMoE(a QMoEArgs) ([]Launch, error) {
-	if err := checkMoEStacks("moe", a.Gate, a.Up, a.Down, a.E, a.H, a.I, a.WType, a.downType(), nil); err != nil {
-		return nil, err
 	}
 	if a.T <= 0 || a.T > QGEMVMaxRows || a.TopK <= 0 || a.TopK > QMoEMaxTopK || a.E <= 0 {
 		return nil, fmt.Errorf("moe: T %d (1 to %d), k %d (1 to %d), E %d", a.T, QGEMVMaxRows, a.TopK, QMoEMaxTopK, a.E)

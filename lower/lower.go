@@ -527,14 +527,9 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 		}
 	}
 	fuseLaunches(s.Steps, launches, l.p.fusionsOff())
-	var pairSync int64
-	if class == Decode {
-		pairSync = l.p.persistMoE(launches)
-	}
 	if s.Workspace, s.Routes, s.Sync, err = l.p.scratch(s); err != nil {
 		return nil, err
 	}
-	s.Sync = max(s.Sync, pairSync)
 	if class == Decode {
 		// After the workspace is sized: the side GEMVs' sums go past it.
 		s.Workspace += l.p.branch(launches, s.Workspace)

@@ -43,58 +43,6 @@ type PersistChainArgs struct {
 	// Prefetch has each block ask L2 for its first unit's weights of a
 	// GEMV before it waits for the GEMV's input (q8_0 only).
 	Prefetch bool
-	// Ring streams each block's weights into a ring of shared-memory slots
-	// ahead of its GEMVs (persist_qgemv_ring: step 0c; every quantised
-	// type, one block an SM, no Prefetch; PersistQGEMVChain checks that the
-	// copies' places and sizes are multiples of 16 bytes).
-	Ring bool
-}
-
-// PersistRingShared is the dynamic shared memory persist_qgemv_ring takes
-// at most (x's quantised copy and the slots; an H100 or H200 block may
-// have 227 KiB, a little of it static here).
-const PersistRingShared = 220 << 10
-
-// persistRingMaxSlots is persist.cu's PERSIST_RING_MAX.
-const persistRingMaxSlots = 32
-
-// PersistRingLayout is persist_qgemv_ring's shared memory for a chain of
-// t weights, largest K maxK and rows per warp and split nw, split: x's
-// copy (xoff bytes), then ns slots of slot bytes, each a unit's (8/split*nw
-// rows) bodies and, from the next 256-byte boundary, heads (quant.cu's
-// layout of a matrix of that many rows). ns is 0 where not two slots fit.
-func PersistRingLayout(t quant.Type, maxK, nw, split int) (xoff, slot, ns int) {
-	xoff = ceilDiv(maxK+maxK/2, 128) * 128
-	slot, ns = ringSlots(xoff, slotMatrixBytes(t, 8/split*nw, maxK))
-	return xoff, slot, ns
-}
-
-// slotMatrixBytes is a ring slot holding rows rows of K weights of type t
-// as quant.cu lays out a matrix: their bodies, then from the next 256-byte
-// boundary their heads.
-func slotMatrixBytes(t quant.Type, rows, K int) int64 {
-	body, head := quantRowBytes(t, K)
-	return align256(int64(rows)*body) + int64(rows)*head
-}
-
-// ringSlots is a ring's slots of need bytes each (rounded up to 128) after
-// xoff bytes of shared memory: their size, and how many fit
-// PersistRingShared (at most persistRingMaxSlots; 0 where not two).
-func ringSlots(xoff int, need int64) (slot, ns int) {
-	slot = int((need + 127) / 128 * 128)
-	ns = min(persistRingMaxSlots, (PersistRingShared-xoff)/slot)
-	if ns < 2 {
-		ns = 0
-	}
-	return slot, ns
-}
-
-// quantRowBytes is a row of K weights of type t in its device layout: its
-// bytes in the body plane and in the head plane (QuantDeviceBytes).
-func quantRowBytes(t quant.Type, K int) (body, head int64) {
-	sp, _ := quantSplit(t)
-	nb := int64(K / t.BlockElems())
-	return nb * int64(sp.body), nb * int64(sp.head)
 }
 
 // PersistChainMaxBlocksPerSM is the kernel's launch bound: 2 blocks of 256
@@ -208,41 +156,7 @@ func PersistQGEMVChain(a PersistChainArgs) (Launch, error) {
 	for _, g := range a.GEMVs {
 		maxK = max(maxK, g.K)
 	}
-	if a.Ring {
-		return a.ring(nw, split, maxK)
-	}
 	return kernel("persist.cu", "persist_qgemv_chain", []string{"bf16"}, []int64{int64(a.GEMVs[0].WType), int64(nw), int64(split), int64(b2i(a.Prefetch))},
 		dims(a.Grid), dims(256), maxK+16*(maxK/32),
 		i32(len(a.GEMVs)), ptrArg(a.Table), ptrArg(a.Counters)), nil
-}
-
-// ring is the persist_qgemv_ring launch of a.
-func (a PersistChainArgs) ring(nw, split, maxK int) (Launch, error) {
-	const op = "persist_qgemv_ring"
-	if a.Prefetch {
-		return Launch{}, fmt.Errorf("%s: the ring replaces the L2 prefetch; not both", op)
-	}
-	t := a.GEMVs[0].WType
-	ur := int64(8 / split * nw)
-	for i, g := range a.GEMVs {
-		// every unit's two copies (bodies, heads) start and end on 16 bytes
-		body, head := quantRowBytes(t, g.K)
-		last := int64(g.N) % ur
-		for _, b := range []struct {
-			what string
-			n    int64
-		}{{"bodies", body}, {"heads", head}} {
-			if (int64(g.Row0)*b.n)%16 != 0 || (ur*b.n)%16 != 0 || (last*b.n)%16 != 0 {
-				return Launch{}, fmt.Errorf("%s: GEMV %d: %s rows of K %d from row %d, units of %d rows: %d-byte %s a row leave a copy off 16 bytes",
-					op, i, t, g.K, g.Row0, ur, b.n, b.what)
-			}
-		}
-	}
-	xoff, slot, ns := PersistRingLayout(t, maxK, nw, split)
-	if ns == 0 {
-		return Launch{}, fmt.Errorf("%s: a unit of %d rows of K %d takes %d bytes; two slots and x's copy do not fit %d", op, ur, maxK, slot, PersistRingShared)
-	}
-	return kernel("persist.cu", op, []string{"bf16"}, []int64{int64(t), int64(nw), int64(split)},
-		dims(a.Grid), dims(256), xoff+ns*slot,
-		i32(len(a.GEMVs)), ptrArg(a.Table), ptrArg(a.Counters), i32(xoff), i32(slot), i32(ns)), nil
 }

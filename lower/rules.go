@@ -181,9 +181,6 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
-	if s.Class == Decode && !batch {
-		p.persistMoE(out) // its sync bytes are in s.Sync (lower)
-	}
 	if _, on := p.branchForm(); on && s.Class == Decode && !batch {
 		ws, _, _, err := p.scratch(s)
 		if err != nil {

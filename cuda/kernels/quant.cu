@@ -99,21 +99,6 @@ __device__ __forceinline__ int reg_byte(const uint4& v, int i) {
   return (int)((w >> (8 * (i & 3))) & 0xFF);
 }
 
-// Where QW<QT>::load reads a unit's bytes: GLd from global memory (the
-// weights are read once: ldq and ldq2 do not allocate in L1; the bytes a
-// block's units share go through __ldg), SLd from a copy of the rows in
-// shared memory (persist_qgemv_ring's slots, laid out as in global memory).
-struct GLd {
-  static __device__ __forceinline__ uint4 q16(const void* p) { return ldq(p); }
-  static __device__ __forceinline__ uint2 q8(const void* p) { return ldq2(p); }
-  template <typename T> static __device__ __forceinline__ T c(const T* p) { return __ldg(p); }
-};
-struct SLd {
-  static __device__ __forceinline__ uint4 q16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
-  static __device__ __forceinline__ uint2 q8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
-  template <typename T> static __device__ __forceinline__ T c(const T* p) { return *p; }
-};
-
 // ------------------------------------------------------------ per type
 //
 // Every type is read in units of 32 weights of a row, so a row of K = 1024,
@@ -145,11 +130,10 @@ template <> struct QW<QT_Q8_0> {
     float d;
   };
   using X = X32;
-  template <class L = GLd>
   static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
     const unsigned char* qs = w + row * K + (long long)u * 32;
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * K));
-    return W{L::q16(qs), L::q16(qs + 16), f16_bits(L::c(dp + row * (K / 32) + u))};
+    return W{ldq(qs), ldq(qs + 16), f16_bits(__ldg(dp + row * (K / 32) + u))};
   }
   static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
     const unsigned char* qs = w + row * K + (long long)u * 32;
@@ -194,17 +178,16 @@ template <int QT> struct QWK45 {
     int4 lo, hi;
     float da, db, suma, sumb;
   };
-  template <class L = GLd>
   static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
     const int nb = K / 256;
     const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
     const long long bi = row * nb + b;
     const unsigned char* blk = w + bi * BYTES;
     W v;
-    v.sm = L::c(reinterpret_cast<const uint4*>(blk));  // shared by the block's 8 units
-    v.q = L::q16(blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
-    if constexpr (QT == QT_Q5_K) v.qh = L::c(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
-    v.dd = L::c(reinterpret_cast<const unsigned*>(w + align256(rows * nb * BYTES)) + bi);
+    v.sm = __ldg(reinterpret_cast<const uint4*>(blk));  // shared by the block's 8 units
+    v.q = ldq(blk + (QT == QT_Q4_K ? 16 : 48) + 32 * j + 16 * h);
+    if constexpr (QT == QT_Q5_K) v.qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
+    v.dd = __ldg(reinterpret_cast<const unsigned*>(w + align256(rows * nb * BYTES)) + bi);
     return v;
   }
   static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
@@ -270,7 +253,6 @@ template <> struct QW<QT_Q6_K> {
     int2 v[4];
     float d[4];
   };
-  template <class L = GLd>
   static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
     const int nb = K / 256;
     const int b = u >> 3, half = (u >> 2) & 1, v = u & 3;
@@ -278,11 +260,11 @@ template <> struct QW<QT_Q6_K> {
     const unsigned char* body = w + bi * 208;
     const unsigned short* dp = reinterpret_cast<const unsigned short*>(w + align256(rows * nb * 208));
     W x;
-    x.la = L::q8(body + 64 * half + 8 * v);        // ql[n/2 + l]
-    x.lb = L::q8(body + 64 * half + 32 + 8 * v);   // ql[n/2 + 32 + l]
-    x.hh = L::q8(body + 128 + 32 * half + 8 * v);  // qh[n/4 + l]
-    x.sc = L::c(reinterpret_cast<const uint4*>(body + 192));  // int8 scales[16]
-    x.d = f16_bits(L::c(dp + bi));
+    x.la = ldq2(body + 64 * half + 8 * v);        // ql[n/2 + l]
+    x.lb = ldq2(body + 64 * half + 32 + 8 * v);   // ql[n/2 + 32 + l]
+    x.hh = ldq2(body + 128 + 32 * half + 8 * v);  // qh[n/4 + l]
+    x.sc = __ldg(reinterpret_cast<const uint4*>(body + 192));  // int8 scales[16]
+    x.d = f16_bits(__ldg(dp + bi));
     return x;
   }
   static __device__ __forceinline__ void loadq(W& x, const unsigned char* w, long long row, int K, int u) {
@@ -356,11 +338,10 @@ template <> struct QW<QT_IQ4_XS> {
     uint2 hd;
   };
   using X = X32;
-  template <class L = GLd>
   static __device__ __forceinline__ W load(const unsigned char* w, long long rows, long long row, int K, int u) {
     const int nb = K / 256;
     const long long bi = row * nb + (u >> 3);
-    return W{L::q16(w + bi * 128 + 16 * (u & 7)), L::c(reinterpret_cast<const uint2*>(w + align256(rows * nb * 128)) + bi)};
+    return W{ldq(w + bi * 128 + 16 * (u & 7)), __ldg(reinterpret_cast<const uint2*>(w + align256(rows * nb * 128)) + bi)};
   }
   static __device__ __forceinline__ void loadq(W& v, const unsigned char* w, long long row, int K, int u) {
     v.q = ldq(w + (row * (K / 256) + (u >> 3)) * 128 + 16 * (u & 7));
@@ -393,8 +374,8 @@ template <> struct QW<QT_IQ4_XS> {
 // wdots: NR weight rows (rowv) dotted with R activation rows over K; this
 // lane's share is units first, first+step, ..., two at a time so that the
 // loads of 2*NR units are in flight before any is used; each activation
-// unit is loaded once for all NR rows. L: where the weights are (GLd, SLd).
-template <int QT, int NR, int R, class L = GLd>
+// unit is loaded once for all NR rows.
+template <int QT, int NR, int R>
 __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, const long long (&rowv)[NR], int K, const QX& x,
                                       int first, int step, float (&acc)[NR][R]) {
   using Q = QW<QT>;
@@ -404,8 +385,8 @@ __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, co
     typename Q::W wv[2][NR];
 #pragma unroll
     for (int q = 0; q < NR; q++) {
-      wv[0][q] = Q::template load<L>(w, rows, rowv[q], K, u);
-      wv[1][q] = Q::template load<L>(w, rows, rowv[q], K, u + step);
+      wv[0][q] = Q::load(w, rows, rowv[q], K, u);
+      wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
     }
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -417,7 +398,7 @@ __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, co
   if (u < units) {
     typename Q::W wv[NR];
 #pragma unroll
-    for (int q = 0; q < NR; q++) wv[q] = Q::template load<L>(w, rows, rowv[q], K, u);
+    for (int q = 0; q < NR; q++) wv[q] = Q::load(w, rows, rowv[q], K, u);
 #pragma unroll
     for (int r = 0; r < R; r++) {
       const typename Q::X xa = Q::xload(x, r, u);
@@ -472,10 +453,8 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // x's quantised copy lies. PRE: griddepcontrol.wait between the sums and
 // the stores (qgemv_xin_norm_pre), by every thread. SPLITY: the values go
 // to *sy's outputs instead of y (qgemv_split), the same sums. WARPS: the
-// block's warps (a row's sums do not depend on them). L: where w is (GLd
-// global memory, SLd a copy in shared memory: persist_qgemv_ring).
-template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false, int WARPS = 8,
-          class L = GLd>
+// block's warps (a row's sums do not depend on them).
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false, int WARPS = 8>
 __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate,
                                            const SplitY<TY>* sy = nullptr) {
@@ -496,7 +475,7 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
   for (int q = 0; q < NR; q++)
 #pragma unroll
     for (int r = 0; r < R; r++) acc[q][r] = 0.f;
-  if (n0 < N) wdots<QT, NR, R, L>(w, rows, rowv, K, x, slice * 32 + lane, SPLIT * 32, acc);
+  if (n0 < N) wdots<QT, NR, R>(w, rows, rowv, K, x, slice * 32 + lane, SPLIT * 32, acc);
 #pragma unroll
   for (int q = 0; q < NR; q++)
 #pragma unroll

@@ -376,36 +376,9 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 				a := lower.PersistChainArgs{X: p, Table: p, Counters: p, Grid: 132, GEMVs: []lower.QGEMVArgs{
 					{T: 1, K: nk[1], N: nk[0], W: p, Y: lower.DevicePtr(1 << 20), WType: quant.Q8_0, WRows: nk[0], YType: "bf16"},
 					{T: 1, K: nk[0], N: nk[1], W: p, Y: lower.DevicePtr(2 << 20), WType: quant.Q8_0, WRows: nk[1], YType: "bf16"}}}
-				for _, f := range []struct{ pre, ring bool }{{false, false}, {true, false}, {false, true}} {
-					a.Prefetch, a.Ring = f.pre, f.ring
+				for _, pre := range []bool{false, true} {
+					a.Prefetch = pre
 					l, err := lower.PersistQGEMVChain(a)
-					if err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, l)
-				}
-				// the routed pair (TestPersistMoEPairGPU, BenchmarkPersistMoE; more type pairs than they run)
-				if nk[0] == 1024 {
-					for _, tt := range [][2]quant.Type{{quant.Q4_K, quant.Q4_K}, {quant.Q4_K, quant.Q6_K}, {quant.Q8_0, quant.Q8_0},
-						{quant.Q5_K, quant.Q5_K}, {quant.Q6_K, quant.Q6_K}, {quant.IQ4_XS, quant.IQ4_XS}, {quant.IQ4_XS, quant.Q8_0}, {quant.Q8_0, quant.IQ4_XS}} {
-						l, err := lower.PersistMoE(lower.PersistMoEArgs{H: 2048, I: 512, E: 6, TopK: 4, XQ: p, Weights: p, IDs: p,
-							Gate: lower.QMatrix{W: p, Total: 6 * 512}, Up: lower.QMatrix{W: p, Total: 6 * 512}, Down: lower.QMatrix{W: p, Total: 6 * 2048},
-							WType: tt[0], DownType: tt[1], Act: p, Out: p, OutType: "bf16", Counters: p, Grid: 132})
-						if err != nil {
-							t.Fatal(err)
-						}
-						out = append(out, l)
-					}
-				}
-				// the ring of every type (TestPersistQGEMVChainGPU)
-				for _, qt := range lower.QuantKernelTypes[1:] {
-					r := a
-					r.Prefetch, r.Ring = false, true
-					r.GEMVs = append([]lower.QGEMVArgs(nil), a.GEMVs...)
-					for i := range r.GEMVs {
-						r.GEMVs[i].WType = qt
-					}
-					l, err := lower.PersistQGEMVChain(r)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -120,38 +120,15 @@ func (c *persistChain) ys(tb testing.TB, s *cuda.Stream, i int) [][]uint16 {
 // TestPersistQGEMVChainGPU: the persistent chain's every y equals the
 // qgemv_xin launches' bit for bit, eagerly and replayed from a graph over
 // several epochs, at one and two blocks an SM and with fewer blocks than a
-// GEMV has units; and so does the ring's (persist_qgemv_ring, one block
-// an SM at most), q8_0 on both shapes, the other types on the first.
+// GEMV has units.
 func TestPersistQGEMVChainGPU(t *testing.T) {
 	k, s := gpu(t)
 	sms := k.SMs()
-	type form struct {
-		grid int
-		ring bool
-		t    quant.Type
-	}
-	for i, sh := range persistShapes {
-		forms := []form{{sms, false, quant.Q8_0}, {lower.PersistChainMaxBlocksPerSM * sms, false, quant.Q8_0}, {7, false, quant.Q8_0},
-			{sms, true, quant.Q8_0}, {7, true, quant.Q8_0}}
-		if i == 0 {
-			for _, qt := range lower.QuantKernelTypes[1:] {
-				forms = append(forms, form{sms, true, qt})
-			}
-		}
-		for _, f := range forms {
-			grid := f.grid
-			name := fmt.Sprintf("%s/grid%d", sh.name, grid)
-			if f.ring {
-				name += "/ring"
-			}
-			if f.t != quant.Q8_0 {
-				name += "/" + f.t.String()
-			}
-			t.Run(name, func(t *testing.T) {
-				c := newPersistChainOf(t, k, s, f.t, [2][2]int{sh.a, sh.b}, 6, 1, grid)
-				// both forms; the prefetch on the largest and smallest grids
-				c.sets[0].Prefetch = !f.ring && grid != 2*sms
-				c.sets[0].Ring = f.ring
+	for _, sh := range persistShapes {
+		for _, grid := range []int{sms, lower.PersistChainMaxBlocksPerSM * sms, 7} {
+			t.Run(fmt.Sprintf("%s/grid%d", sh.name, grid), func(t *testing.T) {
+				c := newPersistChain(t, k, s, [2][2]int{sh.a, sh.b}, 6, 1, grid)
+				c.sets[0].Prefetch = grid != 2*sms // both forms; the prefetch on the largest and smallest grids
 				if err := c.launches(s, 0); err != nil {
 					t.Fatal(err)
 				}
@@ -199,11 +176,10 @@ func TestPersistQGEMVChainGPU(t *testing.T) {
 // decode: 8 dependent Q8_0 GEMVs as 8 qgemv_xin launches (with and without
 // programmatic launch, the decode plan's boundary) and as one persistent
 // launch with counters between them (at 1 and 2 blocks an SM; _pre: each
-// block's first weights asked of L2 before its wait; ring_1: each block's
-// weights streamed ahead into a ring of shared memory, persist_qgemv_ring),
-// each from a CUDA graph of 16 chains cycling through 4 weight sets (more
-// than L2); then q4_k chains (the routed experts' type) as launches with
-// programmatic launch, the chain and the ring. Reports microseconds a GEMV.
+// block's first weights asked of L2 before its wait), each from a CUDA
+// graph of 16 chains cycling through 4 weight sets (more than L2); then
+// q4_k chains (the routed experts' type) as launches with programmatic
+// launch and the chain. Reports microseconds a GEMV.
 //
 //	./exec__gpu.test -test.run '^$' -test.bench PersistBoundary -test.count 3
 func BenchmarkPersistBoundary(b *testing.B) {
@@ -215,10 +191,10 @@ func BenchmarkPersistBoundary(b *testing.B) {
 		mode string
 	}
 	var forms []form
-	for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre", "ring_1"} {
+	for _, mode := range []string{"launches", "launches_pdl", "persist_1", "persist_2", "persist_1_pre", "persist_2_pre"} {
 		forms = append(forms, form{quant.Q8_0, mode})
 	}
-	for _, mode := range []string{"launches_pdl", "persist_1", "ring_1"} {
+	for _, mode := range []string{"launches_pdl", "persist_1"} {
 		forms = append(forms, form{quant.Q4_K, mode})
 	}
 	for _, sh := range persistShapes {
@@ -241,7 +217,6 @@ func BenchmarkPersistBoundary(b *testing.B) {
 				c := newPersistChainOf(b, k, s, f.t, [2][2]int{sh.a, sh.b}, n, sets, grid)
 				for i := range c.sets {
 					c.sets[i].Prefetch = strings.HasSuffix(mode, "_pre")
-					c.sets[i].Ring = mode == "ring_1"
 				}
 				s.SetProgrammaticLaunch(mode != "launches")
 				run := func(i int) error {

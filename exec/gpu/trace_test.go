@@ -58,8 +58,6 @@ var traceModels = []traceModel{
 		enable: []string{"sharedDownBlocks"}},
 	{name: "laguna-s-2.1-q4_k_m-shared-blocks-last", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
 		enable: []string{"sharedDownBlocksLast"}},
-	{name: "laguna-s-2.1-q4_k_m-persist-moe", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		enable: []string{"persistMoE"}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	// llama.cpp's Q4_K_M mixture in its layers that raise ffn_down and
 	// attn_v: q6_k downs (routed and shared) under q4_k gate and up.
