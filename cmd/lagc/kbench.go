@@ -53,7 +53,7 @@ func init() {
 					}
 					o.moeQuants = append(o.moeQuants, t)
 				}
-				if o.runs < 1 || !(o.bw >= 0) || o.flops <= 0 {
+				if o.runs < 1 || !(o.bw >= 0) || !(o.flops > 0) {
 					return fmt.Errorf("%w: --runs and --flops must be positive, --bw not negative", errUsage)
 				}
 				return runKernelBench(o, os.Stdout)
