@@ -95,6 +95,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--device", "cpu", "--prefill", "0"},
 		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "0"},
 		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "1,x"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "-1"},
+		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "NaN"},
 	} {
 		if _, _, code := runPlanCmd(t, bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
@@ -113,6 +115,9 @@ func TestKernelBenchUsage(t *testing.T) {
 		{[]string{"kernel-bench", "--moe-quant", "q4_k,bogus"}, "--moe-quant"},
 		{[]string{"kernel-bench", "--moe-t", "2048,x"}, "--moe-t"},
 		{[]string{"kernel-bench", "--runs", "0"}, "--runs"},
+		{[]string{"kernel-bench", "--bw", "-1"}, "--bw"},
+		{[]string{"kernel-bench", "--bw", "NaN"}, "--bw"},
+		{[]string{"kernel-bench", "--flops", "NaN"}, "--flops"},
 		{[]string{"kernel-bench", "extra"}, "no arguments"},
 	} {
 		if _, errs, code := runPlanCmd(t, c.args...); code != 2 || !strings.Contains(errs, c.want) {
