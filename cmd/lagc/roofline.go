@@ -12,7 +12,8 @@ import (
 // on the H200; on another GPU that figure would overstate the roofline
 // (an H100's HBM3 peaks at 3.35 TB/s), so --bw 0 (the default) scales it by
 // the GPU's peak memory bandwidth against the H200's, both from the
-// driver's memory clock and bus width (3201 MHz, 6144 bits on the H200).
+// driver's memory clock and bus width (the H200's: 3201 MHz, as nvidia-smi
+// reported on 2026-12-05, and its 6144-bit HBM3e bus, not read there).
 const (
 	h200Roofline = 4.3e12
 	h200PeakBW   = 2 * 3201e6 * 6144 / 8
