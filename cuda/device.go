@@ -141,30 +141,32 @@ func (d *Device) readProps(ordinal int) error {
 		return err
 	}
 	p.TotalMem = total
-	attrs := []struct {
+	// attr reads one attribute and returns the driver's result code.
+	attr := func(a int) (int, Result) {
+		var v int32
+		r := call(api.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.dev))
+		return int(v), r
+	}
+	type attrDst struct {
 		attr int
 		dst  *int
-	}{
+	}
+	for _, a := range []attrDst{
 		{attrCCMajor, &p.Major}, {attrCCMinor, &p.Minor}, {attrMultiprocessorCount, &p.SMs},
 		{attrL2CacheSize, &p.L2Bytes}, {attrMaxThreadsPerBlock, &p.MaxThreadsPerBlock},
 		{attrSharedPerBlockOptin, &p.MaxSharedPerBlock}, {attrSharedPerSM, &p.SharedPerSM},
 		{attrWarpSize, &p.WarpSize},
-	}
-	for _, a := range attrs {
-		var v int32
-		if err := api.err("cuDeviceGetAttribute", call(api.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(d.dev))); err != nil {
+	} {
+		v, r := attr(a.attr)
+		if err := api.err("cuDeviceGetAttribute", r); err != nil {
 			return fmt.Errorf("attribute %d: %w", a.attr, err)
 		}
-		*a.dst = int(v)
+		*a.dst = v
 	}
 	// Optional attributes: deprecated in newer drivers, so failures are ignored.
-	var v int32
-	for _, a := range []struct {
-		attr uintptr
-		dst  *int
-	}{{attrClockRate, &p.ClockKHz}, {attrMemoryClockRate, &p.MemClockKHz}, {attrGlobalMemoryBusBits, &p.MemBusBits}} {
-		if call(api.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), a.attr, uintptr(d.dev)) == resSuccess {
-			*a.dst = int(v)
+	for _, a := range []attrDst{{attrClockRate, &p.ClockKHz}, {attrMemoryClockRate, &p.MemClockKHz}, {attrGlobalMemoryBusBits, &p.MemBusBits}} {
+		if v, r := attr(a.attr); r == resSuccess {
+			*a.dst = v
 		}
 	}
 	var ver int32
