@@ -316,8 +316,10 @@ func runBench(w io.Writer, f *benchFlags) error {
 	if (f.quant != "" || len(f.tensorTypes) > 0) && !f.synthetic {
 		return fmt.Errorf("%w: --quant makes synthetic weights: add --synthetic (a checkpoint keeps its own types)", errUsage)
 	}
-	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.chunk < 1 || f.layers < 0 || !(f.bw >= 0) {
-		return fmt.Errorf("%w: --runs, --decode-tokens, --ctx and --chunk must be positive, --bw not negative", errUsage)
+	if err := checkFlagRules(positive("--runs", f.runs), positive("--decode-tokens", f.tokens), positive("--ctx", f.ctx),
+		positive("--chunk", f.chunk), notNegative("--layers", f.layers),
+		flagRule{"--bw", f.bw, f.bw >= 0, "want a number >= 0 (0: the default roofline)"}); err != nil {
+		return err
 	}
 	dt, err := ir.ParseDType(f.dtype)
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {

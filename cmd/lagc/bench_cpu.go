@@ -65,8 +65,9 @@ func runCPUBench(w io.Writer, f *benchFlags, prefillSet bool) error {
 	if f.profile != "" || f.layers != 0 {
 		return fmt.Errorf("%w: --profile and --layers are GPU-only", errUsage)
 	}
-	if f.runs < 1 || f.tokens < 1 || f.ctx < 1 || f.threads < 0 {
-		return fmt.Errorf("%w: --runs, --decode-tokens and --ctx must be positive, --threads not negative", errUsage)
+	if err := checkFlagRules(positive("--runs", f.runs), positive("--decode-tokens", f.tokens), positive("--ctx", f.ctx),
+		notNegative("--threads", f.threads)); err != nil {
+		return err
 	}
 	spec := f.prefill
 	if !prefillSet {

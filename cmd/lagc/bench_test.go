@@ -68,38 +68,52 @@ func TestPlanCommand(t *testing.T) {
 	} else if !strings.Contains(out, soloNote) || !strings.Contains(out, "batched decode of 1 sequences") {
 		t.Errorf("plan --batch 1 output lacks the bucket or the note %q", soloNote)
 	}
-	for _, bad := range [][]string{
-		{"plan"},
-		{"plan", "--preset", "synthetic-tiny", "--dtype", "f16"},
-		{"plan", "--preset", "synthetic-tiny", "--chunk", "0"},
-		{"plan", "--preset", "synthetic-tiny", "--slots", "2", "--batch", "3"},
-		{"plan", "--preset", "synthetic-tiny", "--slots", "2000"},
+	for _, c := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"plan"}, "usage error"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--dtype", "f16"}, `--dtype "f16"`},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--chunk", "0"}, "--chunk 0: must be positive"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--ctx", "-1"}, "--ctx -1: must not be negative"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--sms", "0"}, "--sms 0"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--cc", "0"}, "--cc 0"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--gpu-mem", "NaN"}, "--gpu-mem NaN: want a number >= 0"},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--slots", "2", "--batch", "3"}, `--batch "3"`},
+		{[]string{"plan", "--preset", "synthetic-tiny", "--slots", "2000"}, "--slots 2000"},
 	} {
-		if _, _, code := runPlanCmd(t, bad...); code != 2 {
-			t.Errorf("%v: exit %d, want 2", bad, code)
+		if _, errs, code := runPlanCmd(t, c.args...); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d (%q), want 2 naming %s", c.args, code, errs, c.want)
 		}
 	}
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, bad := range [][]string{
-		{"bench"},
-		{"bench", "--preset", "synthetic-tiny"}, // no --synthetic
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--runs", "0"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--prefill", "12,x"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--dtype", "f16"},
-		{"bench", "--device", "tpu"},
-		{"bench", "--device", "cpu", "--preset", "synthetic-tiny", "--synthetic"},
-		{"bench", "--device", "cpu", "--threads", "-1"},
-		{"bench", "--device", "cpu", "--layers", "2"},
-		{"bench", "--device", "cpu", "--prefill", "0"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "0"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "1,x"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "-1"},
-		{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "NaN"},
+	for _, c := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"bench"}, "give --preset NAME --synthetic or --model"},
+		{[]string{"bench", "--preset", "synthetic-tiny"}, "add --synthetic"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--runs", "0"}, "--runs 0: must be positive"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--decode-tokens", "0"}, "--decode-tokens 0"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--chunk", "-3"}, "--chunk -3"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--layers", "-1"}, "--layers -1: must not be negative"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--prefill", "12,x"}, `--prefill "12,x"`},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--dtype", "f16"}, `--dtype "f16"`},
+		{[]string{"bench", "--device", "tpu"}, `--device "tpu"`},
+		{[]string{"bench", "--device", "cpu", "--preset", "synthetic-tiny", "--synthetic"}, "not --preset/--synthetic"},
+		{[]string{"bench", "--device", "cpu", "--threads", "-1"}, "--threads -1: must not be negative"},
+		{[]string{"bench", "--device", "cpu", "--ctx", "0"}, "--ctx 0: must be positive"},
+		{[]string{"bench", "--device", "cpu", "--layers", "2"}, "GPU-only"},
+		{[]string{"bench", "--device", "cpu", "--prefill", "0"}, `--prefill "0"`},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "0"}, `--batch "0"`},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--batch", "1,x"}, `--batch "1,x"`},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "-1"}, "--bw -1: want a number >= 0"},
+		{[]string{"bench", "--preset", "synthetic-tiny", "--synthetic", "--bw", "NaN"}, "--bw NaN"},
 	} {
-		if _, _, code := runPlanCmd(t, bad...); code != 2 {
-			t.Errorf("%v: exit %d, want 2", bad, code)
+		if _, errs, code := runPlanCmd(t, c.args...); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d (%q), want 2 naming %s", c.args, code, errs, c.want)
 		}
 	}
 }

@@ -99,3 +99,29 @@ func (f *weightCacheFlag) Set(v string) error {
 func addWeightCacheFlag(fs *flag.FlagSet, f *weightCacheFlag) {
 	fs.Var(f, "weight-cache", "GPU: on keeps weights converted through float32 in the on-disk weight cache ($LAGC_CACHE_DIR/weights; see lagc cache); all also keeps quantised weights' repacked blocks; off converts everything at every load")
 }
+
+// flagRule is one numeric flag's constraint: ok false makes a usage error
+// naming the flag, its value and what it wants.
+type flagRule struct {
+	name string
+	val  any
+	ok   bool
+	want string
+}
+
+// checkFlagRules returns a usage error for the first rule that fails.
+func checkFlagRules(rules ...flagRule) error {
+	for _, r := range rules {
+		if !r.ok {
+			return fmt.Errorf("%w: %s %v: %s", errUsage, r.name, r.val, r.want)
+		}
+	}
+	return nil
+}
+
+// positive and notNegative are flagRules for ints; the float rules are
+// written with !(x >= 0) so that NaN fails them.
+func positive(name string, v int) flagRule { return flagRule{name, v, v > 0, "must be positive"} }
+func notNegative(name string, v int) flagRule {
+	return flagRule{name, v, v >= 0, "must not be negative"}
+}

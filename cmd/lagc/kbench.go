@@ -53,8 +53,10 @@ func init() {
 					}
 					o.moeQuants = append(o.moeQuants, t)
 				}
-				if o.runs < 1 || !(o.bw >= 0) || !(o.flops > 0) {
-					return fmt.Errorf("%w: --runs and --flops must be positive, --bw not negative", errUsage)
+				if err := checkFlagRules(positive("--runs", o.runs),
+					flagRule{"--bw", o.bw, o.bw >= 0, "want a number >= 0 (0: the default roofline)"},
+					flagRule{"--flops", o.flops, o.flops > 0, "want a number > 0"}); err != nil {
+					return err
 				}
 				return runKernelBench(o, os.Stdout)
 			}

@@ -78,8 +78,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 	if err != nil || (dt != ir.BF16 && dt != ir.F32) {
 		return fmt.Errorf("%w: --dtype %q: bf16 or f32", errUsage, f.dtype)
 	}
-	if f.chunk < 1 || f.ctx < 0 || f.sms < 1 || f.cc < 1 || f.gpuMem < 0 {
-		return fmt.Errorf("%w: --chunk, --sms and --cc must be positive, --ctx and --gpu-mem not negative", errUsage)
+	if err := checkFlagRules(positive("--chunk", f.chunk), notNegative("--ctx", f.ctx), positive("--sms", f.sms),
+		positive("--cc", f.cc), flagRule{"--gpu-mem", f.gpuMem, f.gpuMem >= 0, "want a number >= 0"}); err != nil {
+		return err
 	}
 	if err := checkPassNames(f.passes, f.disable); err != nil {
 		return err
