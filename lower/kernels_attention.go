@@ -398,12 +398,6 @@ type AttentionPrefillArgs struct {
 	// double-buffers both (loaded a tile ahead, 97 KiB, still two CTAs a
 	// multiprocessor: registers hold it there). A/B timing.
 	WgStages int
-	// WgWS is the warp-specialised variant's stages of K and V (2 to 4;
-	// 0: not it): a producer warpgroup and two consumers sharing 128 rows,
-	// one persistent CTA a multiprocessor (attn_prefill_wg with NW 3);
-	// SMs sizes its grid (0: a CTA an item). A/B timing.
-	WgWS int
-	SMs  int
 }
 
 // PrefillWG reports whether the wgmma prefill attention is built for
@@ -440,11 +434,6 @@ func PrefillWGSmem(ctas, rows, stages int) int {
 	}
 	return (tiles+rows/64-1)*tcKeys*128*2 + 1024
 }
-
-// PrefillWSSmem is WaCfg<stages, 3>::SMEM: two items' Q tiles for each of
-// the two consumer warpgroups, stages tiles of K and of V, the 1 KiB
-// alignment and WA_WS_BARS of mbarriers.
-func PrefillWSSmem(stages int) int { return (4+2*stages)*tcKeys*128*2 + 1024 + 256 }
 
 // PrefillTC reports whether the tensor-core prefill attention is built for
 // dtype dt and head_dim d.
@@ -529,21 +518,6 @@ func AttentionPrefill(a AttentionPrefillArgs) (Launch, error) {
 			threads, smem := tcThreads*nw, PrefillWGSmem(ctas, wrows, a.WgStages)
 			blocks = (rows + int64(wrows) - 1) / int64(wrows)
 			grid := dims(c.NKV, int(blocks))
-			if a.WgWS != 0 {
-				if a.WgWS < 2 || a.WgWS > 4 {
-					return Launch{}, fmt.Errorf("%s: the warp-specialised attn_prefill_wg takes 2 to 4 stages of K and V, not %d", op, a.WgWS)
-				}
-				// Items of 128 rows of a kv head, round-robin over one CTA
-				// a multiprocessor.
-				items := int64(c.NKV) * ((rows + 127) / 128)
-				if a.SMs > 0 && int64(a.SMs) < items {
-					items = int64(a.SMs)
-				}
-				if items > 1<<31-1 {
-					return Launch{}, fmt.Errorf("%s: %d tokens are too many for one launch", op, a.T)
-				}
-				split, nw, threads, smem, grid = a.WgWS, 3, 3*tcThreads, PrefillWSSmem(a.WgWS), dims(int(items))
-			}
 			// NR 0: q as given; PrefillNormRoPEAttention sets NR and
 			// the norm and rotation's arguments after the tail.
 			args := append([]Arg{i32(a.T), i32(a.NH), i32(c.NKV), i32(c.Window), i32(c.Slots), f32(a.Scale), ptrArg(a.Pos)}, tail...)

@@ -106,27 +106,6 @@ func TestPrefillAttentionChoice(t *testing.T) {
 				l.Shmem, err)
 		}
 	}
-	// The warp-specialised form (WgWS stages): NW 3, SPLIT the stages, 384
-	// threads, one CTA an item of 128 rows up to SMs CTAs (100 tokens x 8
-	// heads of a kv head: 7 items a kv head, 56 in all), WaCfg's bytes;
-	// stages outside 2 to 4 are refused.
-	for _, c := range []struct {
-		ws, sms, grid int
-		err           string
-	}{{2, 132, 56, ""}, {3, 10, 10, ""}, {4, 0, 56, ""}, {1, 132, 0, "2 to 4 stages"}, {5, 132, 0, "2 to 4 stages"}} {
-		l, err := AttentionPrefill(AttentionPrefillArgs{DType: "bf16", Cache: cache, Out: at(0), Q: at(1 << 20), K: at(4096),
-			V: at(2 << 20), Pos: Ptr{BasePos, 0}, T: 100, NH: 64, Scale: 0.1, Wgmma: true, CC: 90, WgWS: c.ws, SMs: c.sms})
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("ws %d: %v, want an error saying %q", c.ws, err, c.err)
-			}
-			continue
-		}
-		if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(c.ws) || l.Ints[2] != 3 || l.Block[0] != 384 ||
-			l.Grid != dims(c.grid) || l.Shmem != (4+2*c.ws)*16384+1024+256 {
-			t.Errorf("ws %d, %d SMs: %s grid %v block %v, %d bytes, %v", c.ws, c.sms, l.NameExpr(), l.Grid, l.Block, l.Shmem, err)
-		}
-	}
 }
 
 // TestGEMVSplit pins the split rule's edges.

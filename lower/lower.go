@@ -32,9 +32,6 @@ type Options struct {
 	// PrefillAttnStages is the 128-row attn_prefill_wg's stages of K and V
 	// (AttentionPrefillArgs.WgStages; 0: one): A/B timing.
 	PrefillAttnStages int
-	// PrefillAttnWS runs attn_prefill_wg warp-specialised (NW 3) with
-	// this many stages of K and V (AttentionPrefillArgs.WgWS; 0: not).
-	PrefillAttnWS int
 	// DisableSplitGEMM runs a prefill matmul_split (q, k, v and the gate)
 	// as one GEMM an output instead of one GEMM whose epilogue splits the
 	// columns (splitGEMM), and a quantised one of a few rows (a batched
@@ -177,7 +174,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, PrefillAttnWS: o.PrefillAttnWS, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits, DecodeStages: o.DecodeStages, DecodeMMA: o.DecodeMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

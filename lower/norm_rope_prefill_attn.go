@@ -67,14 +67,11 @@ func PrefillNormRoPEAttention(n, a Launch) (Launch, error) {
 	// table is the bytes of the rope table of `rows` rows' tokens: rot
 	// floats a token, wa_nr_tokens of them.
 	table := func(rows int64) int { return int(4 * rot * ((rows-1)/(nh/nkv) + 2)) }
-	ctas, tables := split+2, table(64*nw)
-	switch nw {
-	case 2:
+	ctas := split + 2
+	if nw == 2 {
 		ctas = 2
-	case 3: // a table for each consumer warpgroup's 64 rows
-		ctas, tables = 1, 2*table(64)
 	}
-	shmem := a.Shmem + tables
+	shmem := a.Shmem + table(64*nw)
 	if ctas*int64(shmem+1024) > hopperSmemPerSM {
 		return Launch{}, fmt.Errorf("%s: %d CTAs of %d bytes of shared memory (with the rope table of %d heads a kv head) exceed a multiprocessor's %d",
 			op, ctas, shmem, nh/nkv, hopperSmemPerSM)

@@ -4,8 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"lagc/ir"
 )
 
 // prefillPair is a plan's prefill q rope and the attention after it.
@@ -102,11 +100,6 @@ func TestFusePrefillNormRoPEAttention(t *testing.T) {
 		{"f32 rope", func(q, a *Launch) { q.DTypes = []string{"f32"} }, false},
 		{"the tensor-core kernel", func(q, a *Launch) { a.Kernel, a.File = "attn_prefill_tc", "attention_prefill_tc.cu" }, false},
 		{"fused already", func(q, a *Launch) { a.Ints = []int64{128, 1, 2, 1} }, false},
-		{"warp-specialised, 4 stages", func(q, a *Launch) { a.Ints, a.Shmem = []int64{128, 4, 3, 0}, PrefillWSSmem(4) }, true},
-		{"warp-specialised, 4 stages, one head a kv head: two rope tables outgrow the CTA", func(q, a *Launch) {
-			a.Ints, a.Shmem = []int64{128, 4, 3, 0}, PrefillWSSmem(4)
-			q.Args[1], a.Args[1] = a.Args[2], a.Args[2]
-		}, false},
 		{"not a rope", func(q, a *Launch) { q.Kernel = "rms_norm_block" }, false},
 	} {
 		q, a := p0.q, p0.a
@@ -116,14 +109,11 @@ func TestFusePrefillNormRoPEAttention(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err %v, want ok %v", c.name, err, c.ok)
 		}
-		// The rope table after the tiles: the CTA's tokens (NW 1 or 2), or
-		// each consumer warpgroup's 64 rows' (NW 3), rot floats a token.
+		// The rope table after the tiles: the CTA's tokens, rot floats a
+		// token.
 		if err == nil {
 			group, rot, nw := a.Args[1].Int/a.Args[2].Int, q.Args[13].Int, a.Ints[2]
 			tables := 4 * rot * ((64*nw-1)/group + 2)
-			if nw == 3 {
-				tables = 2 * 4 * rot * (63/group + 2)
-			}
 			if f.Shmem != a.Shmem+int(tables) {
 				t.Errorf("%s: %d bytes of shared memory, want %d + %d of rope tables", c.name, f.Shmem, a.Shmem, tables)
 			}
@@ -168,40 +158,5 @@ func TestFusePrefillNormRoPEAttention(t *testing.T) {
 		if n != 3 {
 			t.Errorf("%s: %d attentions fused, want the other 3", c.name, n)
 		}
-	}
-}
-
-// TestPrefillAttnWSPlan: with Options.PrefillAttnWS an S-2.1 plan's prefill
-// attentions are the warp-specialised attn_prefill_wg (NW 3, the stages as
-// SPLIT, 384 threads, one CTA a multiprocessor up to the items), each
-// still doing the q heads' norm and rotation (NR 1) with both consumer
-// warpgroups' rope tables in its shared memory (with the split GEMM's own
-// fusion of the q heads off: fusePrefillGEMMNormRoPE takes them first).
-func TestPrefillAttnWSPlan(t *testing.T) {
-	p, err := quantPlan(t, "laguna-s-2.1", 4, "q4_k_m", Options{DType: ir.BF16, Chunk: 2048, MaxContext: 4096, SMs: 132, PrefillAttnWS: 3,
-		DisableFusions: []string{"fusePrefillGEMMNormRoPE"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps, err := p.At(p.Prefill, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, st := range steps {
-		for _, l := range st {
-			if l.Kernel != "attn_prefill_wg" {
-				continue
-			}
-			n++
-			nh, nkv, rot := l.Args[1].Int, l.Args[2].Int, l.Args[22].Int
-			tables := int(2 * 4 * rot * (63/(nh/nkv) + 2))
-			if l.Ints[1] != 3 || l.Ints[2] != 3 || l.Ints[3] != 1 || l.Block[0] != 384 || l.Grid != dims(132) || l.Shmem != PrefillWSSmem(3)+tables {
-				t.Errorf("%s grid %v block %v, %d bytes (want %d)", l.NameExpr(), l.Grid, l.Block, l.Shmem, PrefillWSSmem(3)+tables)
-			}
-		}
-	}
-	if n != 4 {
-		t.Errorf("%d attn_prefill_wg launches in 4 layers, want 4", n)
 	}
 }

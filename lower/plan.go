@@ -51,9 +51,6 @@ type Plan struct {
 	PrefillAttnRows int `json:"prefill_attn_rows,omitempty"`
 	// PrefillAttnStages is its stages of K and V at 128 rows (0: one).
 	PrefillAttnStages int `json:"prefill_attn_stages,omitempty"`
-	// PrefillAttnWS runs its warp-specialised form with this many stages
-	// of K and V (0: not).
-	PrefillAttnWS int `json:"prefill_attn_ws,omitempty"`
 	// DisableSplitGEMM runs a prefill matmul_split as one GEMM (or GEMV) an output.
 	DisableSplitGEMM bool `json:"disable_split_gemm,omitempty"`
 	// DisableFloatSplitGEMV runs a float matmul_split of a few rows as

@@ -68,7 +68,7 @@ func attentionRule(c *stepCtx, gate OutputGate) ([]Launch, error) {
 	}
 	att, err := AttentionPrefill(AttentionPrefillArgs{DType: dt, Cache: cache, Out: c.out[0], Q: c.in[0], K: c.in[1], V: c.in[2],
 		Pos: c.in[3], T: c.T, NH: nh, Scale: scale, Gate: gate, FFMA: c.p.PrefillFFMA,
-		Wgmma: !c.p.PrefillAttnTC, WgRows: c.p.PrefillAttnRows, WgStages: c.p.PrefillAttnStages, WgWS: c.p.PrefillAttnWS, SMs: c.p.SMs, CC: c.p.cc()})
+		Wgmma: !c.p.PrefillAttnTC, WgRows: c.p.PrefillAttnRows, WgStages: c.p.PrefillAttnStages, CC: c.p.cc()})
 	if err != nil {
 		return nil, err
 	}

@@ -50,15 +50,18 @@
 // multiprocessor (128 registers a thread) with one K and one V tile
 // (SPLIT 1, 64 KiB) or two of each (SPLIT 0, 96 KiB).
 //
-// NW 3 is the warp-specialised form (wa_ws below): a producer warpgroup
-// and two consumer warpgroups, SPLIT stages (2 to 4) of K and of V, one
-// persistent CTA a multiprocessor: Q[2 items][2], K[SPLIT], V[SPLIT],
-// then WA_WS_BARS bytes of mbarriers (and the rope tables, NR 1).
-#define WA_WS_BARS 256
+// Tried (not kept): NW 3, a warp-specialised form in FlashAttention-3's
+// shape without TMA (a producer warpgroup filling rings of 2 to 4 stages,
+// two consumer warpgroups on mbarriers, one persistent CTA a
+// multiprocessor; LAGC_PREFILL_ATTN=ws2, ws3, ws4). The same bits as NW 2,
+// but slower on the H200 in every form it took, 20-27% at the last (fused
+// with the q norm: 196.5 against 154.9 us a sliding S-2.1 layer, 185.7
+// against 154.9 a full one): two computing warpgroups a multiprocessor
+// where NW 2 has four (docs/PERF.md). Removed.
 template <int SPLIT, int NW> struct WaCfg {
-  static constexpr int TILES = NW == 3 ? 4 + 2 * SPLIT : (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
-  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024 + (NW == 3 ? WA_WS_BARS : 0);  // 1 KiB alignment slack
-  static constexpr int CTAS = NW == 3 ? 1 : NW == 2 ? 2 : SPLIT + 2;                 // a multiprocessor (launch bounds)
+  static constexpr int TILES = (NW - 1) + (SPLIT ? 3 : 5);  // Q[NW], K[1 or 2], V[1 or 2]
+  static constexpr int SMEM = TILES * WA_TILE * 2 + 1024;  // 1 KiB alignment slack
+  static constexpr int CTAS = NW == 2 ? 2 : SPLIT + 2;     // a multiprocessor (launch bounds)
 };
 
 // wa_chunk is where 16-byte chunk c (elements 8c..8c+7) of row r of a
@@ -193,15 +196,12 @@ __device__ __forceinline__ void wa_scores(float (&s)[32], unsigned qa, unsigned 
 // scores lie in the 4 threads of a quad: max m, this thread's share of
 // the sum l, o rescaled) and packs P as the A operands of P V (the S
 // fragments of two adjacent key blocks form one).
-// RESCALE 0 leaves o alone and gives each row's factor in al instead (the
-// ws form rescales o once the previous tile's P V is done).
 // WA_LAZY: how far (log2 units) a row's scores may exceed its reference
-// maximum before wa_softmax_t moves it (FlashAttention-4 uses 8).
+// maximum before wa_softmax moves it (FlashAttention-4 uses 8).
 #define WA_LAZY 8.f
 
-template <bool RESCALE>
-__device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], float (&al)[2],
-                                             int j0, int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
+__device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
+                                           int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
   constexpr int NB = FA_BK / 8, DB = 16;
   const bool need = j0 + FA_BK - 1 > pw_lo || (window > 0 && j0 <= pw_hi - window);
   if (need) {
@@ -253,14 +253,11 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
       sum += s[4 * nb + 2 * r] + s[4 * nb + 2 * r + 1];
     }
     l[r] = up ? l[r] * alpha + sum : l[r] + sum;  // this thread's share; the quad sums at the end
-    al[r] = alpha;
-    if constexpr (RESCALE) {
-      if (up) {
+    if (up) {
 #pragma unroll
-        for (int db = 0; db < DB; db++) {
-          o[4 * db + 2 * r] *= alpha;
-          o[4 * db + 2 * r + 1] *= alpha;
-        }
+      for (int db = 0; db < DB; db++) {
+        o[4 * db + 2 * r] *= alpha;
+        o[4 * db + 2 * r + 1] *= alpha;
       }
     }
   }
@@ -273,30 +270,20 @@ __device__ __forceinline__ void wa_softmax_t(float (&s)[32], float (&o)[64], flo
   }
 }
 
-__device__ __forceinline__ void wa_softmax(float (&s)[32], float (&o)[64], float (&m)[2], float (&l)[2], unsigned (&a)[4][4], int j0,
-                                           int pw_lo, int pw_hi, const int (&prow)[2], int tq, int window, float sl2) {
-  float al[2];
-  wa_softmax_t<true>(s, o, m, l, a, al, j0, pw_lo, pw_hi, prow, tq, window, sl2);
-}
-
-// wa_pv_issue issues o += P V (the V tile's descriptor dv), each k16
-// step's descriptor the tile's plus a constant.
-__device__ __forceinline__ void wa_pv_issue(float (&o)[64], const unsigned (&a)[4][4], unsigned long long dv) {
-#pragma unroll
-  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], dv + kc2 * (2048 >> 4));
-}
-
-// wa_pv: o += P V (the V tile at va), waited for.
+// wa_pv: o += P V (the V tile at va), waited for; each k16 step's
+// descriptor the tile's plus a constant.
 __device__ __forceinline__ void wa_pv(float (&o)[64], const unsigned (&a)[4][4], unsigned va) {
   wg_pin(o);
   wg_fence();
-  wa_pv_issue(o, a, wa_desc_mn(va));
+  const unsigned long long dv = wa_desc_mn(va);
+#pragma unroll
+  for (int kc2 = 0; kc2 < FA_BK / 16; kc2++) wa_mma_pv(o, a[kc2], dv + kc2 * (2048 >> 4));
   wg_commit();
   wg_wait<0>();
   wg_pin(o);
 }
 
-// KRows: the 8 NW rows kr + 8 NW n (n < KR = 8 / NW; NW 3 copies as NW 1)
+// KRows: the 8 NW rows kr + 8 NW n (n < KR = 8 / NW)
 // of key tile `tile` a thread copies chunk kch of: their element offsets
 // from the chunk's k/v (bit n of cache clear) or the cache base (set),
 // found once a tile for both K and V with one modulo (the ring slot of
@@ -351,210 +338,6 @@ __device__ __forceinline__ void wa_kload(unsigned short* dst, const unsigned sho
   for (int n = 0; n < KR; n++) fa_copy16<1>(dst + n * 512 * NW, ((r.cache >> n) & 1 ? cache : cur) + r.off[n], (r.ok >> n) & 1);
 }
 
-// wa_ws is attn_prefill_wg with NW 3: warp-specialised and persistent, in
-// FlashAttention-3's shape without TMA (K and V rows come from the chunk
-// and from the cache's ring, which one tensor map cannot describe). Items
-// of 128 rows of one kv head (as NW 2's CTAs, in the same order: every kv
-// head's latest rows first) go round-robin to the grid's CTAs, one a
-// multiprocessor. Warpgroup 0 (40 registers) copies each item's Q into
-// one of two Q buffers and its K and V tiles into rings of NS stages with
-// cp.async; a group it issued is handed on (its own wait_group, a proxy
-// fence, an arrive on the stage's "full" mbarrier) two groups later, so
-// that three are in flight. Warpgroups 1 and 2 (232 registers) each take
-// 64 of the item's rows and run attn_prefill_wg's tile loop on the
-// stages in FlashAttention-3's order (a tile's softmax beside the last
-// tile's P V, below), arriving on a stage's "empty" mbarrier once their
-// MMAs have read it: no barrier across the CTA, so one's softmax also
-// runs beside the other's MMAs, and the next item's Q and first tiles
-// arrive while this item ends. Same tiles and arithmetic as NW 2, each
-// output's operations in the same order: the same bits. (Measured on the
-// H200 20-27% slower than NW 2, in-warpgroup order included: two
-// computing warpgroups a multiprocessor where NW 2 has four; docs/PERF.md.)
-template <int NS, int NR>
-__device__ __forceinline__ void wa_ws(unsigned short* Qs, int ntok, int nh, int nkv, int window, int slots, float scale,
-                                      const int* __restrict__ pos, const unsigned short* __restrict__ qg, long long ldq,
-                                      const unsigned short* __restrict__ kg, const unsigned short* __restrict__ vg, long long ldkv,
-                                      const unsigned short* __restrict__ kcg, const unsigned short* __restrict__ vcg,
-                                      unsigned short* __restrict__ og, long long ldo, const bf16_t* __restrict__ gate, long long ldg,
-                                      int G, const float* __restrict__ qw, float eps, const float* __restrict__ inv_freq, int rot,
-                                      float attnf) {
-  constexpr int D = 128;
-  unsigned short* Ks = Qs + 4 * WA_TILE;  // Q[item % 2][warpgroup], then K[NS], V[NS]
-  unsigned short* Vs = Ks + NS * WA_TILE;
-  unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + NS * WA_TILE);
-  static_assert(8 * (4 + 4 * NS) <= WA_WS_BARS, "the mbarriers fit their bytes");
-  const unsigned b0 = smem_u32(bars);  // full Q[2], empty Q[2], full K[NS], empty K[NS], full V[NS], empty V[NS]
-  const unsigned QF = b0, QE = b0 + 16, KF = b0 + 32, KE = KF + 8 * NS, VF = KE + 8 * NS, VE = VF + 8 * NS;
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int b = 0; b < 2; b++) mbar_init(QF + 8 * b, 128), mbar_init(QE + 8 * b, 256);
-    for (int s = 0; s < NS; s++) mbar_init(KF + 8 * s, 128), mbar_init(KE + 8 * s, 256), mbar_init(VF + 8 * s, 128), mbar_init(VE + 8 * s, 256);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const int group = nh / nkv, R = ntok * group, nrb = (R + 127) / 128, nitems = nkv * nrb, p0 = pos[0];
-  auto item = [&](int i) {
-    FaRows f;
-    f.group = group, f.kvh = i % nkv, f.R = R, f.r0 = (nrb - 1 - i / nkv) * 128, f.p0 = p0;
-    f.nr = min(128, R - f.r0);
-    return f;
-  };
-
-  if (tid < 128) {  // the producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    const int kr = tid >> 4, kch = tid & 15;
-    const unsigned kdst = (kch >> 3) * 4096 + kr * 64 + (((kch & 7) ^ (kr & 7)) << 3);
-    const long long crow = (long long)nkv * D;
-    unsigned pa = 0, pb = 0;  // the barriers of the two groups in flight before the newest, oldest first
-    int np = 0;
-    auto push = [&](unsigned bar) {  // commit a group that completes bar's phase
-      cp_async_commit();
-      if (np == 2) {
-        cp_async_wait<2>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_arrive(pa);
-        pa = pb, pb = bar;
-      } else {
-        (np == 0 ? pa : pb) = bar;
-        np++;
-      }
-    };
-    int kc = 0, n = 0;  // tiles and items so far
-    for (int i = blockIdx.x; i < nitems; i += gridDim.x, n++) {
-      const FaRows fr = item(i);
-      const int b = n & 1;
-      mbar_wait(QE + 8 * b, ((n >> 1) & 1) ^ 1);
-      fa_load_q<D, 1>([&](int r, int c) { return wa_chunk(Qs + (2 * b + r / FA_BQ) * WA_TILE, r % FA_BQ, c); }, qg, ldq, fr, 128, 128);
-      push(QF + 8 * b);
-      const FaKeys fk = fa_keys(fr, window);
-      const long long kbase = (long long)fr.kvh * D + kch * 8;
-      for (int t = 0; t < fk.ntiles; t++, kc++) {
-        const KRows<8> r = wa_krows<1>(t, fk.jlo, fk.jhi, p0, kr, window, slots, ldkv, crow);
-        const int s = kc % NS;
-        const unsigned ph = ((kc / NS) & 1) ^ 1;
-        mbar_wait(KE + 8 * s, ph);
-        wa_kload<1>(Ks + s * WA_TILE + kdst, kg + kbase, kcg + kbase, r);
-        push(KF + 8 * s);
-        mbar_wait(VE + 8 * s, ph);
-        wa_kload<1>(Vs + s * WA_TILE + kdst, vg + kbase, vcg + kbase, r);
-        push(VF + 8 * s);
-      }
-    }
-    cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    if (np > 0) mbar_arrive(pa);
-    if (np > 1) mbar_arrive(pb);
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0) - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int ntab = wa_nr_tokens(FA_BQ, group);
-  float* tab = reinterpret_cast<float*>(bars + WA_WS_BARS / 8) + wg * ntab * rot;  // this warpgroup's rope table (NR)
-  const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
-  int kc = 0, n = 0;
-  for (int i = blockIdx.x; i < nitems; i += gridDim.x, n++) {
-    const FaRows fr = item(i);
-    const FaKeys fk = fa_keys(fr, window);
-    const int b = n & 1, kvh = fr.kvh, r0 = fr.r0 + wg * FA_BQ, nr = max(0, min(FA_BQ, R - r0));
-    unsigned short* Qw = Qs + (2 * b + wg) * WA_TILE;
-    if constexpr (NR) {
-      // The cosines and sines of this warpgroup's tokens while Q comes
-      // (the previous item's rows were rotated before its named barrier).
-      const int half = rot >> 1, t0 = r0 / group;
-      for (int x = t128; x < ntab * half; x += 128) {
-        const int tt = x / half, c = x - tt * half;
-        rope_cos_sin(c, (float)(p0 + t0 + tt), inv_freq, attnf, tab[tt * rot + c], tab[tt * rot + half + c]);
-      }
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-      mbar_wait(QF + 8 * b, (n >> 1) & 1);
-      const float* cs = tab + ((r0 + (t128 >> 1)) / group - t0) * rot;
-      wa_norm_rope_q(Qw, t128, cs, cs + half, qw, eps, rot);
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-    } else {
-      mbar_wait(QF + 8 * b, (n >> 1) & 1);
-    }
-
-    const int prow[2] = {p0 + (r0 + warp * 16 + g) / group, p0 + (r0 + warp * 16 + g + 8) / group};
-    const int pw_lo = p0 + (r0 + warp * 16) / group, pw_hi = p0 + (r0 + warp * 16 + 15) / group;
-    const unsigned qa = smem_u32(Qw);
-    float o[64];  // o[4 db + e]: attn_prefill_tc's o[db][e]
-#pragma unroll
-    for (int x = 0; x < 64; x++) o[x] = 0.f;
-    float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.f, 0.f};
-    // FlashAttention-3's order: S(t+1) = Q K(t+1) and O += P(t) V(t) issued
-    // together, S(t+1) waited for alone and its softmax run while P V
-    // still runs, then O rescaled. P alternates between two register sets
-    // (the loop unrolled by two): copying one into the other after the
-    // wait made ptxas serialise every wgmma (C7513).
-    const int nt = fk.ntiles;
-    float sc[32], al[2];
-    unsigned pa[FA_BK / 16][4], pb[FA_BK / 16][4];
-    {
-      const int s0 = kc % NS;
-      mbar_wait(KF + 8 * s0, (kc / NS) & 1);
-      wa_scores(sc, qa, smem_u32(Ks + s0 * WA_TILE));
-      mbar_arrive(KE + 8 * s0);
-      wa_softmax_t<false>(sc, o, m, l, pa, al, fk.jlo, pw_lo, pw_hi, prow, tq, window, sl2);  // o is 0: no rescale
-    }
-    auto step = [&](int t, const unsigned (&pc)[FA_BK / 16][4], unsigned (&pn)[FA_BK / 16][4]) {
-      const int s = (kc + t) % NS, s1 = (kc + t + 1) % NS;
-      const bool more = t + 1 < nt;
-      if (more) mbar_wait(KF + 8 * s1, ((kc + t + 1) / NS) & 1);
-      mbar_wait(VF + 8 * s, ((kc + t) / NS) & 1);
-      const unsigned long long dv = wa_desc_mn(smem_u32(Vs + s * WA_TILE));
-      const unsigned long long dq = wg_desc(qa), dk = wg_desc(smem_u32(Ks + s1 * WA_TILE));
-#pragma unroll
-      for (int x = 0; x < 32; x++) sc[x] = 0.f;
-      wg_pin(sc);
-      wg_pin(o);
-      wg_fence();
-      if (more) {
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
-          const unsigned off = ((kk >> 2) * 8192 + (kk & 3) * 32) >> 4;
-          wgmma_m64n64(sc, dq + off, dk + off, kk > 0);
-        }
-        wg_commit();
-      }
-      wa_pv_issue(o, pc, dv);
-      wg_commit();
-      if (more) {
-        wg_wait<1>();
-        wg_pin(sc);
-        mbar_arrive(KE + 8 * s1);
-        float a2[2];
-        wa_softmax_t<false>(sc, o, m, l, pn, a2, fk.jlo + (t + 1) * FA_BK, pw_lo, pw_hi, prow, tq, window, sl2);
-        wg_wait<0>();
-        wg_pin(o);
-        mbar_arrive(VE + 8 * s);
-#pragma unroll
-        for (int db = 0; db < 16; db++) {
-          o[4 * db] *= a2[0], o[4 * db + 1] *= a2[0];
-          o[4 * db + 2] *= a2[1], o[4 * db + 3] *= a2[1];
-        }
-      } else {
-        wg_wait<0>();
-        wg_pin(o);
-        mbar_arrive(VE + 8 * s);
-      }
-    };
-    for (int t = 0; t < nt; t += 2) {
-      step(t, pa, pb);
-      if (t + 1 < nt) step(t + 1, pb, pa);
-    }
-    kc += nt;
-
-    // fa_store_out, staged in this warpgroup's Q tile in the swizzled
-    // layout once all four warps' MMAs are done with it.
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-    fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l, [&](int r, int c) { return wa_chunk(Qw, r, c); },
-                               og, ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
-    mbar_arrive(QE + 8 * b);
-  }
-}
-
 // NR 1: q holds the heads before their per-head norm and rotation (qw,
 // eps, inv_freq, rot, attnf as qk_norm_rope takes them), which the kernel
 // does on its Q tiles (wa_norm_rope_q); NR 0 ignores those arguments. The
@@ -570,17 +353,7 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
                     const float* __restrict__ inv_freq, int rot, float attnf) {
   pdl_wait();
   static_assert(D == 128, "attn_prefill_wg is for head_dim 128");
-  static_assert(NW == 1 || (NW == 2 && SPLIT <= 1) || (NW == 3 && SPLIT >= 2 && SPLIT <= 4),
-                "two warpgroups a CTA: one K and one V tile, or two of each; three: 2 to 4 stages");
-  if constexpr (NW == 3) {
-    extern __shared__ __align__(16) unsigned char wa_raw[];
-    wa_ws<SPLIT, NR>(reinterpret_cast<unsigned short*>(((unsigned long long)wa_raw + 1023) & ~1023ull), ntok, nh, nkv, window, slots,
-                     scale, pos, reinterpret_cast<const unsigned short*>(q), ldq, reinterpret_cast<const unsigned short*>(k),
-                     reinterpret_cast<const unsigned short*>(v), ldkv, reinterpret_cast<const unsigned short*>(kc),
-                     reinterpret_cast<const unsigned short*>(vc), reinterpret_cast<unsigned short*>(out), ldo, gate, ldg, G, qw, eps,
-                     inv_freq, rot, attnf);
-    return;
-  } else {
+  static_assert(NW == 1 || (NW == 2 && SPLIT <= 1), "two warpgroups a CTA: one K and one V tile, or two of each");
   constexpr int NB = FA_BK / 8, DB = D / 8;
   constexpr int KR = 8 / NW;  // key rows a thread copies a tile (16 threads a row)
   extern __shared__ __align__(16) unsigned char wa_raw[];
@@ -614,9 +387,9 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
 
   // A thread copies chunk kch = tid % 16 of key rows kr + 8 NW n (kr = tid /
   // 16, n < KR) of each tile: the same swizzled column for all (their row %
-  // 8 is kr's), found by wa_krows (as the ws form's producer finds them:
-  // its own copy here spilled less, 4 against 16 bytes, but issued 97 more
-  // instructions a tile and measured 0.5-3% slower, docs/PERF.md).
+  // 8 is kr's), found by wa_krows (a finder written out here instead
+  // spilled less, 4 against 16 bytes, but issued 97 more instructions a
+  // tile and measured 0.5-3% slower, docs/PERF.md).
   const int kr = tid >> 4, kch = tid & 15;
   const long long kbase = (long long)kvh * D + kch * 8;
   const unsigned kdst = (kch >> 3) * 4096 + kr * 64 + (((kch & 7) ^ (kr & 7)) << 3);
@@ -703,5 +476,4 @@ __global__ void __launch_bounds__(128 * NW, WaCfg<SPLIT, NW>::CTAS)
   fa_store_out<bf16_t, D, 1>([&](int db, int e) { return o[4 * db + e]; }, l,
                              fa_pitched<D>{NW == 1 ? Ks : Qs + wg * FA_BQ * FaCfg<D>::PITCH}, og,
                              ldo, gate, ldg, G, nh, group, kvh, r0, nr, warp, lane, g, tq);
-  }
 }

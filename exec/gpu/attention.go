@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"strings"
@@ -17,11 +16,10 @@ import (
 
 // prefillAttnMode is what a LAGC_PREFILL_ATTN value asks of the prefill
 // attention: the FFMA kernel, the mma.sync one, or attn_prefill_wg's
-// rows a CTA, stages of K and V at 128 rows, or warp-specialised stages
-// (zero: lower's defaults).
+// rows a CTA and stages of K and V at 128 rows (zero: lower's defaults).
 type prefillAttnMode struct {
-	ffma, tc         bool
-	rows, stages, ws int
+	ffma, tc     bool
+	rows, stages int
 }
 
 // prefillAttnModes holds every value LAGC_PREFILL_ATTN takes ("" and
@@ -32,8 +30,7 @@ var prefillAttnModes = []struct {
 	name string
 	mode prefillAttnMode
 }{{"wgmma", prefillAttnMode{}}, {"wg64", prefillAttnMode{rows: 64}}, {"wg128", prefillAttnMode{rows: 128}},
-	{"wg128x2", prefillAttnMode{rows: 128, stages: 2}}, {"ws2", prefillAttnMode{ws: 2}}, {"ws3", prefillAttnMode{ws: 3}},
-	{"ws4", prefillAttnMode{ws: 4}}, {"tc", prefillAttnMode{tc: true}}, {"ffma", prefillAttnMode{ffma: true}}}
+	{"wg128x2", prefillAttnMode{rows: 128, stages: 2}}, {"tc", prefillAttnMode{tc: true}}, {"ffma", prefillAttnMode{ffma: true}}}
 
 // prefillAttnFromEnv is LAGC_PREFILL_ATTN's mode, or an error naming the
 // values it takes.
@@ -76,12 +73,6 @@ var prefillWG = !envPrefillAttn.tc
 var (
 	prefillWGRows   = envPrefillAttn.rows
 	prefillWGStages = envPrefillAttn.stages
-	// prefillWGWS: the warp-specialised form's stages of K and V
-	// (LAGC_PREFILL_ATTN=ws2, ws3 or ws4; lower.Options.PrefillAttnWS).
-	prefillWGWS = envPrefillAttn.ws
-	// prefillWGWSSMs: its CTAs (0: one a multiprocessor); tests set fewer
-	// so that each CTA takes many items.
-	prefillWGWSSMs = 0
 )
 
 // prefillWGCTAs picks attn_prefill_wg's variant
@@ -190,5 +181,5 @@ func (k *Kernels) AttentionPrefill(s Queue, dt cuda.DType, c KVLayer, out, q, kx
 func (k *Kernels) AttentionPrefillGate(s Queue, dt cuda.DType, c KVLayer, out, q, kx, vx cuda.DevicePtr, ldq, ldkv int, pos cuda.DevicePtr, T, nh int, scale float32, g Gate) error {
 	return k.on(s).one(lower.AttentionPrefill(lower.AttentionPrefillArgs{DType: dt.String(), Cache: c.cache(),
 		Out: ptr(out), Q: ptr(q), K: ptr(kx), V: ptr(vx), LDQ: ldq, LDKV: ldkv, Pos: ptr(pos), T: T, NH: nh, Scale: scale,
-		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows, WgStages: prefillWGStages, WgWS: prefillWGWS, SMs: cmp.Or(prefillWGWSSMs, k.SMs())}))
+		Gate: g.lower(), FFMA: !prefillTC, Wgmma: prefillWG, CC: k.CC(), WgCTAs: prefillWGCTAs, WgRows: prefillWGRows, WgStages: prefillWGStages}))
 }

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -213,28 +212,17 @@ func (g *tcRig) runWG(k *Kernels, s *cuda.Stream, v wgVariant) error {
 }
 
 // wgVariant is one of attn_prefill_wg's variants
-// (lower.AttentionPrefillArgs.WgCTAs, WgRows, WgStages, WgWS; sms: the
-// warp-specialised one's CTAs, 0 one a multiprocessor).
-type wgVariant struct{ ctas, rows, stages, ws, sms int }
+// (lower.AttentionPrefillArgs.WgCTAs, WgRows, WgStages).
+type wgVariant struct{ ctas, rows, stages int }
 
 // wgVariants are the variants the tests check and time: 64 rows a CTA at
 // 2, 3 and 4 CTAs a multiprocessor, 128 (two warpgroups sharing K and V)
-// at 2, with one stage of K and V and two, and the warp-specialised one
-// with 2 to 4 stages (2 on 3 CTAs: many items each, both Q buffers and
-// the rings reused across items).
+// at 2, with one stage of K and V and two.
 var wgVariants = []wgVariant{{ctas: 2, rows: 64}, {ctas: 3, rows: 64}, {ctas: 4, rows: 64}, {ctas: 2, rows: 128},
-	{ctas: 2, rows: 128, stages: 2}, {ws: 2, sms: 3}, {ws: 3}, {ws: 4}}
-
-// wgDefault is the variant lower picks (the one the others' bits are
-// compared with where they must match).
-var wgDefault = wgVariant{ctas: 2, rows: 128}
+	{ctas: 2, rows: 128, stages: 2}}
 
 func (v wgVariant) name() string {
 	switch {
-	case v.ws != 0 && v.sms != 0:
-		return fmt.Sprintf("ws%d-sms%d", v.ws, v.sms)
-	case v.ws != 0:
-		return fmt.Sprintf("ws%d", v.ws)
 	case v.rows == 64:
 		return fmt.Sprintf("ctas%d", v.ctas)
 	case v.stages == 2:
@@ -244,12 +232,9 @@ func (v wgVariant) name() string {
 }
 
 // split and nw are attn_prefill_wg's SPLIT and NW for v: SPLIT 0
-// double-buffers K and V (64 rows at 2 CTAs, or 128 rows at 2 stages);
-// NW 3 is the warp-specialised form, SPLIT its stages.
+// double-buffers K and V (64 rows at 2 CTAs, or 128 rows at 2 stages).
 func (v wgVariant) split() int {
 	switch {
-	case v.ws != 0:
-		return v.ws
 	case v.rows == 128 && v.stages == 2:
 		return 0
 	case v.rows == 128:
@@ -258,25 +243,20 @@ func (v wgVariant) split() int {
 	return v.ctas - 2
 }
 
-func (v wgVariant) nw() int {
-	if v.ws != 0 {
-		return 3
-	}
-	return v.rows / 64
-}
+func (v wgVariant) nw() int { return v.rows / 64 }
 
-// with sets a's variant fields to v's (SMs: v.sms, else sms).
-func (v wgVariant) with(a lower.AttentionPrefillArgs, sms int) lower.AttentionPrefillArgs {
-	a.WgCTAs, a.WgRows, a.WgStages, a.WgWS, a.SMs = v.ctas, v.rows, v.stages, v.ws, cmp.Or(v.sms, sms)
+// with sets a's variant fields to v's.
+func (v wgVariant) with(a lower.AttentionPrefillArgs) lower.AttentionPrefillArgs {
+	a.WgCTAs, a.WgRows, a.WgStages = v.ctas, v.rows, v.stages
 	return a
 }
 
 // use makes v the variant the executor's prefill attention runs until
 // the returned function restores the previous one.
 func (v wgVariant) use() func() {
-	c, r, st, ws, sms := prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs
-	prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs = v.ctas, v.rows, v.stages, v.ws, v.sms
-	return func() { prefillWGCTAs, prefillWGRows, prefillWGStages, prefillWGWS, prefillWGWSSMs = c, r, st, ws, sms }
+	c, r, st := prefillWGCTAs, prefillWGRows, prefillWGStages
+	prefillWGCTAs, prefillWGRows, prefillWGStages = v.ctas, v.rows, v.stages
+	return func() { prefillWGCTAs, prefillWGRows, prefillWGStages = c, r, st }
 }
 
 func (g *tcRig) run(k *Kernels, s *cuda.Stream, tc, wg bool) error {
@@ -415,7 +395,7 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				g := newTCRig(t, k, s, c, uint64(1000+i))
 				l, err := lower.AttentionPrefill(v.with(lower.AttentionPrefillArgs{DType: "bf16", Cache: g.layer.cache(), Out: ptr(g.out),
 					Q: ptr(g.qp), K: ptr(g.kp), V: ptr(g.vp), LDQ: g.ldq, LDKV: g.ldkv, Pos: ptr(g.dpos), T: c.T, NH: c.nh,
-					Scale: g.scale, Wgmma: true, CC: k.CC()}, k.SMs()))
+					Scale: g.scale, Wgmma: true, CC: k.CC()}))
 				if err != nil || l.Kernel != "attn_prefill_wg" || l.Ints[1] != int64(v.split()) || l.Ints[2] != int64(v.nw()) {
 					t.Fatalf("AttentionPrefill chose %s (%v), not attn_prefill_wg<128, %d, %d>", l.NameExpr(), err, v.split(), v.nw())
 				}
@@ -424,14 +404,6 @@ func TestAttentionPrefillWGGPU(t *testing.T) {
 				}
 				got := download(t, s, cuda.BF16, g.out, g.outElems)
 				checkClose(t, "attn_prefill_wg", got, g.want(t), tolFor(cuda.BF16))
-				if v.ws != 0 {
-					// The same tiles, order and arithmetic as the default: the same bits.
-					poison(t, s, g.out, int64(g.outBytes))
-					if err := g.runWG(k, s, wgDefault); err != nil {
-						t.Fatal(err)
-					}
-					checkBits(t, "warp-specialised against "+wgDefault.name(), got, download(t, s, cuda.BF16, g.out, g.outElems))
-				}
 			})
 		}
 		// Gated: per head and per element, a sliding and a full S-2.1 layer.

@@ -539,10 +539,10 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 		out = append(out, att)
 	}
-	// attn_prefill_wg's variants (WgCTAs, WgRows, WgStages, WgWS; the tests check and time each).
+	// attn_prefill_wg's variants (WgCTAs, WgRows, WgStages; the tests check and time each).
 	for _, v := range wgVariants {
 		att, err = lower.AttentionPrefill(v.with(lower.AttentionPrefillArgs{DType: "bf16", Cache: lower.Cache{NKV: 8, HeadDim: 128, Slots: 4096,
-			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90}, 132))
+			K: p, V: p}, Out: p, Q: p, K: p, V: p, Pos: p, T: 100, NH: 48, Scale: 0.1, Wgmma: true, CC: 90}))
 		if err != nil || att.Kernel != "attn_prefill_wg" {
 			t.Fatalf("AttentionPrefill with variant %s: %s, %v", v.name(), att.Kernel, err)
 		}

@@ -74,7 +74,7 @@ func TestPrefillNormRoPEAttentionGPU(t *testing.T) {
 				}
 				attn := func(q, out cuda.DevicePtr) lower.Launch {
 					return wgAttention(t, v.with(lower.AttentionPrefillArgs{Cache: g.layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(g.kp),
-						V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh, Scale: g.scale, CC: k.CC()}, k.SMs()))
+						V: ptr(g.vp), LDQ: nh * d, LDKV: g.ldkv, Pos: ptr(g.dpos), T: T, NH: nh, Scale: g.scale, CC: k.CC()}))
 				}
 				// Unfused: the rope into its buffer, the attention reading it.
 				if err := k.on(s).all([]lower.Launch{n, attn(rot, g.out)}, nil); err != nil {
@@ -141,11 +141,10 @@ func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		attnV := func(v wgVariant, q, out cuda.DevicePtr) lower.Launch {
-			return wgAttention(b, v.with(lower.AttentionPrefillArgs{Cache: layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(kk), V: ptr(vv),
-				Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, CC: k.CC()}, k.SMs()))
+		attn := func(q, out cuda.DevicePtr) lower.Launch {
+			return wgAttention(b, lower.AttentionPrefillArgs{Cache: layer.cache(), Out: ptr(out), Q: ptr(q), K: ptr(kk), V: ptr(vv),
+				Pos: ptr(dpos), T: T, NH: c.nh, Scale: 0.088388346, CC: k.CC()})
 		}
-		attn := func(q, out cuda.DevicePtr) lower.Launch { return attnV(wgVariant{}, q, out) }
 		f, err := lower.PrefillNormRoPEAttention(n, attn(rot, q))
 		if err != nil {
 			b.Fatal(err)
@@ -155,21 +154,6 @@ func BenchmarkPrefillNormRoPEAttention(b *testing.B) {
 			ls   []lower.Launch
 		}{{"rope+attention", []lower.Launch{n, attn(rot, out)}}, {"rope", []lower.Launch{n}}, {"attention", []lower.Launch{attn(rot, out)}},
 			{"fused", []lower.Launch{f}}}
-		// The warp-specialised form, alone and fused.
-		for _, ws := range []int{2, 3, 4} {
-			v := wgVariant{ws: ws}
-			fw, err := lower.PrefillNormRoPEAttention(n, attnV(v, rot, q))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cases = append(cases, struct {
-				name string
-				ls   []lower.Launch
-			}{"attention-" + v.name(), []lower.Launch{attnV(v, rot, out)}}, struct {
-				name string
-				ls   []lower.Launch
-			}{"fused-" + v.name(), []lower.Launch{fw}})
-		}
 		for _, v := range cases {
 			b.Run(c.name+"/"+v.name, func(b *testing.B) {
 				run := func(int) error { return k.on(s).all(v.ls, nil) }

@@ -316,9 +316,9 @@ func TestChunkTail(t *testing.T) {
 }
 
 // TestPrefillAttnEnv: LAGC_PREFILL_ATTN takes wgmma, wg64, wg128, wg128x2,
-// ws2, ws3, ws4, tc or ffma; anything else is an error naming the variable
-// (a typo must not time the wrong kernel silently). The warp-specialised
-// form's stages reach the plan's options.
+// tc or ffma; anything else (the removed warp-specialised ws3 too) is an
+// error naming the variable (a typo must not time the wrong kernel
+// silently). wg128x2's rows and stages reach the plan's options.
 func TestPrefillAttnEnv(t *testing.T) {
 	for _, c := range []struct {
 		v    string
@@ -326,10 +326,9 @@ func TestPrefillAttnEnv(t *testing.T) {
 		mode prefillAttnMode // what the package's variables start from
 	}{{"", true, prefillAttnMode{}}, {"wgmma", true, prefillAttnMode{}}, {"wg64", true, prefillAttnMode{rows: 64}},
 		{"wg128", true, prefillAttnMode{rows: 128}}, {"wg128x2", true, prefillAttnMode{rows: 128, stages: 2}},
-		{"ws2", true, prefillAttnMode{ws: 2}}, {"ws3", true, prefillAttnMode{ws: 3}}, {"ws4", true, prefillAttnMode{ws: 4}},
 		{"tc", true, prefillAttnMode{tc: true}}, {"ffma", true, prefillAttnMode{ffma: true}},
 		{"wgma", false, prefillAttnMode{}}, {"TC", false, prefillAttnMode{}}, {"wg128x3", false, prefillAttnMode{}},
-		{"ws1", false, prefillAttnMode{}}, {"ws5", false, prefillAttnMode{}}} {
+		{"ws3", false, prefillAttnMode{}}} {
 		t.Setenv("LAGC_PREFILL_ATTN", c.v)
 		_, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90)
 		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "LAGC_PREFILL_ATTN")) {
@@ -346,10 +345,10 @@ func TestPrefillAttnEnv(t *testing.T) {
 			}
 		}
 	}
-	t.Setenv("LAGC_PREFILL_ATTN", "ws3")
-	defer wgVariant{ws: 3}.use()()
-	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.PrefillAttnWS != 3 {
-		t.Errorf("ws3: PrefillAttnWS %d, %v", o.PrefillAttnWS, err)
+	t.Setenv("LAGC_PREFILL_ATTN", "wg128x2")
+	defer wgVariant{rows: 128, stages: 2}.use()()
+	if o, err := PlanOptions(Config{DType: ir.BF16, MaxContext: 256}, 132, 90); err != nil || o.PrefillAttnRows != 128 || o.PrefillAttnStages != 2 {
+		t.Errorf("wg128x2: PrefillAttnRows %d, PrefillAttnStages %d, %v", o.PrefillAttnRows, o.PrefillAttnStages, err)
 	}
 }
 
