@@ -19,14 +19,6 @@ var waitLater = map[string]string{
 	// wait: the router two launches before wrote the first, the rest never
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
-	// moe_down_qgemv_pre's body (its wait inside), then its last block's
-	// tail, which reads only what this launch wrote and what the join
-	// before it waited for (lower.BranchSharedDownTail).
-	"moe_down_qgemv_pre_join": "lower.BranchSharedDownTail",
-	// Its routed blocks are moe_down_qgemv_pre's; its shared blocks
-	// qgemv_xin_norm_pre's GEMV (the wait before their stores); the tail
-	// reads only what this launch wrote (lower.SharedDownBlocks).
-	"moe_down_qgemv_pre_shared": "lower.SharedDownBlocks",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

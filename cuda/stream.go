@@ -87,14 +87,6 @@ func (s *Stream) SetProgrammaticLaunch(on bool) bool {
 	return s.pdl
 }
 
-// ProgrammaticLaunch reports whether s's kernel launches are programmatic
-// (SetProgrammaticLaunch's last answer).
-func (s *Stream) ProgrammaticLaunch() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pdl
-}
-
 const streamNonBlocking = 1
 
 // NewStream creates a stream on d.

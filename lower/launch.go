@@ -12,9 +12,7 @@ import (
 // of File with type arguments DTypes then integer arguments Ints), its
 // geometry and its argument list. A Launch whose Kernel is Memcpy is a
 // device-to-device copy instead: Args are the destination, the source and
-// the byte count (i64). Fork and Join are the ends of a branch: the launches
-// with Stream 1 between them run on a second stream beside the others
-// (branchSharedDown).
+// the byte count (i64).
 type Launch struct {
 	Kernel string   `json:"kernel"`
 	File   string   `json:"file,omitempty"`
@@ -24,21 +22,7 @@ type Launch struct {
 	Block  [3]int   `json:"block"`
 	Shmem  int      `json:"shmem"` // dynamic shared memory, bytes
 	Args   []Arg    `json:"args"`
-	// Stream 1: the launch runs on the side stream, after the Fork before
-	// it and before the Join after it; 0: the main stream.
-	Stream int `json:"stream,omitempty"`
 }
-
-// Fork is the Kernel of a Launch (no arguments) after which the side
-// stream waits for every launch before it; Join, of one after which the
-// main stream waits for every side launch before it.
-const (
-	Fork = "fork"
-	Join = "join"
-)
-
-// IsBranch says whether l is a Fork or a Join.
-func (l Launch) IsBranch() bool { return l.Kernel == Fork || l.Kernel == Join }
 
 // Memcpy is the Kernel of a Launch that copies device memory.
 const Memcpy = "memcpy"
@@ -194,16 +178,6 @@ func (l Launch) String() string {
 	}
 	if l.Kernel == Memcpy && len(l.Args) == 3 {
 		return fmt.Sprintf("memcpy %s <- %s, %d bytes", args[0], args[1], l.Args[2].Int)
-	}
-	switch {
-	case l.Kernel == Fork:
-		return "fork (the side stream waits for the launches before)"
-	case l.Kernel == Join:
-		return "join (the launches after wait for the side stream's)"
-	case l.Stream == 1:
-		side := l
-		side.Stream = 0
-		return side.String() + " [side stream]"
 	}
 	if l.Kernel == CublasLtGEMM && len(l.DTypes) == 1 {
 		return fmt.Sprintf("%s (%s)", CublasLtName(l.DTypes[0]), strings.Join(args, ", "))

@@ -95,8 +95,7 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseRowsKNormRoPEAttention", branchFusion, branchTailFusion, sharedBlocksFusion,
-	sharedBlocksLastFusion}
+var optInFusions = []string{"fuseRowsKNormRoPEAttention"}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }
@@ -118,16 +117,14 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 	return func(_ []Step, steps [][]Launch) { f(steps) }
 }
 
-// FusionNames are the names Options.DisableFusions takes, in order:
-// launchFusions', then branchSharedDown, branchSharedDownTail,
-// sharedDownBlocks and sharedDownBlocksLast (the decode schedule's last,
-// run once its workspace is sized).
+// FusionNames are the names Options.DisableFusions takes, in
+// launchFusions' order.
 func FusionNames() []string {
-	names := make([]string, len(launchFusions), len(launchFusions)+4)
+	names := make([]string, len(launchFusions))
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return append(names, branchFusion, branchTailFusion, sharedBlocksFusion, sharedBlocksLastFusion)
+	return names
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

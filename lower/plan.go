@@ -445,34 +445,15 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 	if len(launches) != len(s.Steps) {
 		return fmt.Errorf("lower: %d launch lists for %d steps", len(launches), len(s.Steps))
 	}
-	n, side, forks := 0, 0, 0
+	n := 0
 	if finish {
 		n = len(s.Finish)
 	}
 	for _, ls := range launches {
-		for _, l := range ls {
-			switch {
-			case l.Kernel == Fork:
-				forks++
-			case l.IsBranch():
-			case l.Stream == 1:
-				side++
-				n++
-			default:
-				n++
-			}
-		}
+		n += len(ls)
 	}
-	branches := ""
-	if forks > 0 {
-		plural := "es"
-		if forks == 1 {
-			plural = ""
-		}
-		branches = fmt.Sprintf(" (%d on a side stream, %d branch%s)", side, forks, plural)
-	}
-	fmt.Fprintf(w, "\n%s: %d steps, %d launches%s, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
-		n, branches, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
+	fmt.Fprintf(w, "\n%s: %d steps, %d launches, arena %s, workspace %s, routes %s, sync %s\n", title, len(s.Steps),
+		n, FormatBytes(s.Arena), FormatBytes(s.Workspace), FormatBytes(s.Routes), FormatBytes(s.Sync))
 	for i, st := range s.Steps {
 		var ins, outs []string
 		for _, o := range st.In {
@@ -491,12 +472,10 @@ func (p *Plan) printSteps(w io.Writer, title string, s *Schedule, launches [][]L
 		case st.Op == "norm_rope":
 			note = "  (done by the attention's launch)" // fuseNormRoPEAttention, fusePrefillNormRoPEAttention
 		default: // a step a fusion folded into an earlier launch: norms, a tail's add, the router's outputs
-			for j := i - 1; j >= 0 && note == ""; j-- {
-				for k := len(launches[j]) - 1; k >= 0; k-- {
-					if l := launches[j][k]; !l.IsBranch() && l.Stream == 0 { // a branch's launches come after
-						note = "  (launched by " + l.Kernel + " before)"
-						break
-					}
+			for j := i - 1; j >= 0; j-- {
+				if k := len(launches[j]); k > 0 {
+					note = "  (launched by " + launches[j][k-1].Kernel + " before)"
+					break
 				}
 			}
 		}

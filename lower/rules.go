@@ -181,41 +181,7 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
-	if _, on := p.branchForm(); on && s.Class == Decode && !batch {
-		ws, _, _, err := p.scratch(s)
-		if err != nil {
-			return nil, err
-		}
-		p.branch(out, ws)
-	}
 	return out, nil
-}
-
-// branchForm is the form of branchSharedDown the plan enables
-// (sharedDownBlocksLast's, sharedDownBlocks', branchSharedDownTail's or
-// branchSharedDown's, the first enabled in that order), and whether one
-// is.
-func (p *Plan) branchForm() (int, bool) {
-	off := p.fusionsOff()
-	for _, f := range []struct {
-		name string
-		form int
-	}{{sharedBlocksLastFusion, branchNoneLast}, {sharedBlocksFusion, branchNone}, {branchTailFusion, branchJoinTail}, {branchFusion, branchJoinLaunch}} {
-		if !slices.Contains(off, f.name) {
-			return f.form, true
-		}
-	}
-	return 0, false
-}
-
-// branch runs branchSharedDown in the plan's form (branchForm) on a decode
-// schedule's launches, its buffer past ws (the workspace the steps need),
-// and returns the bytes it adds there (0: no form enabled).
-func (p *Plan) branch(launches [][]Launch, ws int64) int64 {
-	if form, on := p.branchForm(); on {
-		return branchSharedDown(launches, ws, form)
-	}
-	return 0
 }
 
 // scratch sizes the workspace, routes and counters of s: the most any

@@ -359,10 +359,7 @@ __device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a,
   }
 }
 
-// VW: the virtual warps a warp keeps at once on the one-load path (2 for
-// 8 warps standing in for 384 lanes; 3 for a 4-warp block, where 2 would
-// take the serial loops and their trips: lower.SharedDownBlocks).
-template <typename Tx, typename To, bool Q8, bool ADD, int VW = 2>
+template <typename Tx, typename To, bool Q8, bool ADD>
 __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx* x, const float* __restrict__ w, To* out,
                                           signed char* xq, float4* xs, const Tx* a, const Tx* b, Tx* sum) {
   __shared__ float red[32];
@@ -370,15 +367,15 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
   const int nc = n >> 3;
   const Tx* xr = ADD ? sum : x;
   const bool vec = (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out);
-  if (vec && nc <= lanes && (lanes >> 5) <= VW * warps) {
-    // One chunk a lane of each of at most VW virtual warps a warp (S-2.1:
+  if (vec && nc <= lanes && (lanes >> 5) <= 2 * warps) {
+    // One chunk a lane of each of at most two virtual warps a warp (S-2.1:
     // 3072 values, 384 lanes, 8 warps): the inputs and weights are loaded
     // once, at once, and kept, so the block waits for memory once rather
     // than for each virtual warp and again for the second pass. The chunks
     // and sums are those of the loops below (the same bits).
-    float v[VW][8], wv[VW][8];
+    float v[2][8], wv[2][8];
 #pragma unroll
-    for (int k = 0; k < VW; k++) {
+    for (int k = 0; k < 2; k++) {
       const int vw = warp + k * warps, c = 32 * vw + lane;
       if (vw < (lanes >> 5) && c < nc) {
         norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v[k]);
@@ -386,7 +383,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
       }
     }
 #pragma unroll
-    for (int k = 0; k < VW; k++) {
+    for (int k = 0; k < 2; k++) {
       const int vw = warp + k * warps, c = 32 * vw + lane;
       if (vw < (lanes >> 5)) {  // uniform per warp
         float ss = 0.f;
@@ -401,7 +398,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
     const float ss = norm_warp_sum(lane < (lanes >> 5) ? red[lane] : 0.f);
     const float inv = 1.f / sqrtf(ss / (float)n + eps);
 #pragma unroll
-    for (int k = 0; k < VW; k++) {
+    for (int k = 0; k < 2; k++) {
       const int vw = warp + k * warps, c = 32 * vw + lane;
       if (vw < (lanes >> 5)) {  // uniform per warp: norm_q8x's shuffles
         const bool has = c < nc;

@@ -452,18 +452,16 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // up row N+n). The body of qgemv and qgemv_xin, which differ only in where
 // x's quantised copy lies. PRE: griddepcontrol.wait between the sums and
 // the stores (qgemv_xin_norm_pre), by every thread. SPLITY: the values go
-// to *sy's outputs instead of y (qgemv_split), the same sums. WARPS: the
-// block's warps (a row's sums do not depend on them).
-template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false, int WARPS = 8>
+// to *sy's outputs instead of y (qgemv_split), the same sums.
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false>
 __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate,
                                            const SplitY<TY>* sy = nullptr) {
-  static_assert(WARPS % SPLIT == 0, "a block holds whole groups of SPLIT warps");
   constexpr int NR = SWIGLU ? 2 * NW : NW;
-  __shared__ float part[WARPS][NR][R];
+  __shared__ float part[8][NR][R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slice = warp % SPLIT;
-  const int n0 = (blk * (WARPS / SPLIT) + warp / SPLIT) * NW;
+  const int n0 = (blk * (8 / SPLIT) + warp / SPLIT) * NW;
   long long rowv[NR];
 #pragma unroll
   for (int q = 0; q < NW; q++) {
@@ -567,8 +565,8 @@ __global__ void __launch_bounds__(256) qgemv_split(int N, int K, long long rows,
 // qgemv_xin_quant quantises x into the block's shared memory (xs, then
 // xq) and returns that copy; CG reads x through L2 only (ld.global.cg:
 // qgemv_xin_norm_pre reads it before griddepcontrol.wait, where this SM's
-// L1 may hold an older line of the buffer). WARPS: the block's warps.
-template <int R, bool CG, typename TX, int WARPS = 8> __device__ __forceinline__ QX qgemv_xin_quant(int K, const TX* __restrict__ x) {
+// L1 may hold an older line of the buffer).
+template <int R, bool CG, typename TX> __device__ __forceinline__ QX qgemv_xin_quant(int K, const TX* __restrict__ x) {
   extern __shared__ __align__(16) unsigned char qgemv_xin_smem[];
   float4* xs = reinterpret_cast<float4*>(qgemv_xin_smem);
   const int groups = R * (K / 32);
@@ -576,16 +574,16 @@ template <int R, bool CG, typename TX, int WARPS = 8> __device__ __forceinline__
   // A warp loads its groups (up to 8 a round) before quantising any: one
   // round of load latency, not one a group.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int g0 = warp; g0 < groups; g0 += 8 * WARPS) {
+  for (int g0 = warp; g0 < groups; g0 += 64) {
     float v[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      const int g = g0 + WARPS * i;
+      const int g = g0 + 8 * i;
       v[i] = g >= groups ? 0.f : CG ? norm_ld1<true>(x + (long long)g * 32 + lane) : to_f32(x[(long long)g * 32 + lane]);
     }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-      const int g = g0 + WARPS * i;
+      const int g = g0 + 8 * i;
       if (g < groups) {  // uniform in the warp
         float4 sc;
         xq[g * 32 + lane] = (signed char)q8x_group(v[i], sc);
@@ -666,33 +664,6 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm_pre(int N, int K, long 
   const QX xv = qgemv_xin_quant<R, true>(K, xin);
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT, true>(blockIdx.x, N, K, rows, row0, w, xv, y, accumulate);
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
-}
-
-// qgemv_join_norm is qgemv_xin_norm_pre's store and tail after its GEMV ran
-// on a branch (lower.branchSharedDown): s holds the GEMV's f32 sums (a
-// qgemv_xin with y in f32: acc itself), and y[i] = s[i] + y[i] rounded to
-// TY is the accumulating store's value (one add either way), then the
-// norm_tail of the launch's last block, by this one block. The same bits as
-// qgemv_xin_norm_pre. ny: the values of y.
-// join_tail is that store and tail by the calling block: y read through
-// L2 (another block or launch stored it), the block's stores fenced
-// before norm_tail reads them (through L2 too).
-template <typename TY, typename TO, int TAIL, int VW = 2>
-__device__ __forceinline__ void join_tail(int ny, const float* __restrict__ s, TY* y, int n, int lanes, float eps,
-                                          const TY* x, const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
-                                          signed char* nxq, float4* nxs) {
-  for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + norm_ld1<true>(y + i));
-  __threadfence();
-  __syncthreads();
-  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0, VW>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
-}
-
-template <typename TY, typename TO, int TAIL>
-__global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __restrict__ s, TY* y, int n, int lanes,
-                                                     float eps, const TY* x, const TY* a, const TY* b, TY* sum,
-                                                     const float* nw, TO* out, signed char* nxq, float4* nxs) {
-  pdl_wait();
-  join_tail<TY, TO, TAIL>(ny, s, y, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
 // ------------------------------------------ routed experts (decode)
@@ -940,14 +911,12 @@ __global__ void __launch_bounds__(32 * W, 3)
 // PRE (moe_down_qgemv_pre): the ids, routing weights, staged bytes and the
 // first round of weights before griddepcontrol.wait (the ids and weights
 // through L2: the router two launches before wrote them), the activations
-// (the launch before's) after it; TRIG then launch_dependents. boff: the
-// launch's blocks before the body's first (moe_down_qgemv_pre_shared).
+// (the launch before's) after it; TRIG then launch_dependents.
 template <typename TY, int QT, int NH, int SD, int W, int ALL, bool PRE = false, bool TRIG = false>
 __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long long rows, long long row0,
                                               const signed char* __restrict__ aq, const float4* __restrict__ as,
                                               const float* __restrict__ weights, const int* __restrict__ ids,
-                                              const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate,
-                                              int boff = 0) {
+                                              const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   using Q = QW<QT>;
   static_assert(W == 4 || W == 8, "4 or 8 warps");
   static_assert(!PRE || !ALL, "the early loads are the register path's");
@@ -957,9 +926,8 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
   __shared__ float sw[QMOE_MAX_K];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int per = (H + HB - 1) / HB;
-  const unsigned bx = blockIdx.x - boff;  // unsigned, as blockIdx.x: the same code at boff 0
-  const int t = bx / per;
-  const int hb0 = (bx - t * per) * HB, h0 = hb0 + warp * NH;
+  const int t = blockIdx.x / per;
+  const int hb0 = (blockIdx.x - t * per) * HB, h0 = hb0 + warp * NH;
   const int U = I / 32, nv = k * U, nb = I / Q::BE;
   float4* ast = reinterpret_cast<float4*>(qmoe_smem);
   signed char* aqt = reinterpret_cast<signed char*>(ast + nv);
@@ -1106,63 +1074,6 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
                        const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
                        const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
   moe_down_body<TY, QT, NH, SD, W, ALL, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-}
-
-// join_vw is the virtual warps a warp of a W-warp block keeps at once in
-// a join's norm tail (norm_tail's VW): sized for 384 lanes (S-2.1's 3072
-// values); a wider norm takes norm_tail's loops (the same bits, slower).
-__host__ __device__ constexpr int join_vw(int w) { return (384 / 32 + w - 1) / w; }
-
-// moe_down_qgemv_pre_join is moe_down_qgemv_pre (TRIG 0) of one token
-// followed by qgemv_join_norm's work (join_tail) in its last block
-// (last_block, as qgemv_norm counts itself): s holds the shared down's f32
-// sums (lower.branchSharedDown's side GEMV, joined before this launch).
-// The routed sums and the tail are those of moe_down_qgemv_pre then
-// qgemv_join_norm: the same bits, one launch fewer.
-template <typename TY, typename TO, int QT, int NH, int SD, int W, int TAIL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
-    moe_down_qgemv_pre_join(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
-                            const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
-                            const unsigned char* __restrict__ down, TY* out, int accumulate, unsigned int* counter,
-                            const float* __restrict__ s, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
-                            TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
-  moe_down_body<TY, QT, NH, SD, W, 0, true, false>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate);
-  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, join_vw(W)>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
-}
-
-// moe_down_qgemv_pre_shared is moe_down_qgemv_pre_join with the shared
-// down GEMV in the same launch (lower.SharedDownBlocks): sb of its blocks
-// (the first with SFIRST, else the last) run qgemv_xin_norm_pre's GEMV
-// (its xin's quantisation, qgemv_rows sums of one row with its K split,
-// the wait before the stores) in blocks of W warps, storing its f32 sums
-// at s for the last block's join_tail; the rest are the routed down's.
-// The shared blocks depend only on what the router's launch, two launches
-// back, wrote, so they can run beside the routed gate+up (blocks start in
-// order: first, they take the slots the routed down's early work would),
-// and the launch boundary after the routed down is gone. TRIG: every
-// block lets the launch after start once past its wait
-// (launch_dependents), as moe_down_qgemv_pre does for the launch after it.
-// The same sums, stores and tail: the same bits.
-template <typename TY, typename TX, typename TO, int QT, int NH, int SD, int W, int TRIG, int SFIRST, int SQT, int SNW,
-          int SSPLIT, int TAIL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
-    moe_down_qgemv_pre_shared(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
-                              const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
-                              const unsigned char* __restrict__ down, TY* out, int accumulate, int sb, int SN, int SK,
-                              long long srows, long long srow0, const unsigned char* __restrict__ sw, const TX* sx, float* s,
-                              unsigned int* counter, int n, int lanes, float eps, const TY* x, const TY* a, const TY* b,
-                              TY* sum, const float* nw, TO* nout, signed char* nxq, float4* nxs) {
-  const int rb = gridDim.x - sb;  // the routed down's blocks
-  const int sblk = SFIRST ? (int)blockIdx.x : (int)blockIdx.x - rb;
-  if (sblk >= 0 && sblk < sb) {
-    const QX xv = qgemv_xin_quant<1, true, TX, W>(SK, sx);
-    qgemv_rows<float, SQT, 1, 0, SNW, SSPLIT, true, false, W>(sblk, SN, SK, srows, srow0, sw, xv, s, 0);
-    if constexpr (TRIG) pdl_trigger();
-  } else {
-    moe_down_body<TY, QT, NH, SD, W, 0, true, TRIG != 0>(k, H, I, E, rows, row0, aq, as, weights, ids, down, out, accumulate,
-                                                         SFIRST ? sb : 0);
-  }
-  if (last_block(counter, gridDim.x)) join_tail<TY, TO, TAIL, join_vw(W)>(H, s, out, n, lanes, eps, x, a, b, sum, nw, nout, nxq, nxs);
 }
 
 // ---------------------------------------------------------- dequantiser

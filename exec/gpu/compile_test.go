@@ -76,7 +76,7 @@ func TestPlanKernelsCompile(t *testing.T) {
 	addAll := func(all [][]lower.Launch) {
 		for _, ls := range all {
 			for _, l := range ls {
-				if l.Kernel != lower.Memcpy && !l.IsBranch() {
+				if l.Kernel != lower.Memcpy {
 					add(l)
 				}
 			}

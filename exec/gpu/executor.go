@@ -59,9 +59,8 @@ type Executor struct {
 	dev    *cuda.Device
 	ownDev bool
 	k      *Kernels
-	s      *cuda.Stream  // nil on a dry run
-	q      Queue         // where launches and copies go: s, or a Recorder
-	branch *streamBranch // s's side stream, where the plan has branches (lower.Fork)
+	s      *cuda.Stream // nil on a dry run
+	q      Queue        // where launches and copies go: s, or a Recorder
 	act    cuda.DType
 	// dryNext is the next address a dry run hands out (no device).
 	dryNext cuda.DevicePtr
@@ -398,10 +397,6 @@ func (e *Executor) Close() error {
 		}
 	}
 	e.allocs = nil
-	if e.branch != nil {
-		keep(e.branch.close())
-		e.branch = nil
-	}
 	if e.s != nil {
 		keep(e.s.Close())
 		e.s = nil
@@ -588,6 +583,6 @@ func (e *Executor) Rewind(n int) error {
 }
 
 // hooked says whether a profile, a check or a census watches each step
-// alone: the program then runs eagerly, with no graph, branch or early
+// alone: the program then runs eagerly, with no graph or early
 // readback.
 func (e *Executor) hooked() bool { return e.prof != nil || e.checking || e.census != nil }

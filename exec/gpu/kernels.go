@@ -67,7 +67,7 @@ type kernelKey struct {
 	fake       bool
 	file, name string
 	dts        [4]cuda.DType
-	ints       [10]int64 // moe_down_qgemv_pre_shared has 9
+	ints       [9]int64 // qgemv_pair has 9
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for
@@ -194,7 +194,6 @@ type KernelLaunch struct {
 	Shmem       int // dynamic shared memory, bytes
 	Args        []any
 	lt          *ltCall // a cuBLASLt GEMM instead of a kernel
-	side        bool    // on a branch's side stream (lower.Launch.Stream 1)
 }
 
 // ltCall is a bound lower.CublasLtGEMM launch.
@@ -214,9 +213,6 @@ func (l KernelLaunch) Launch(s Queue) error {
 		}
 		return nil
 	}
-	if l.Name == lower.Fork || l.Name == lower.Join {
-		return fmt.Errorf("a %s outside a program (Executor.run takes them)", l.Name)
-	}
 	if l.Kernel == nil {
 		dst, _ := l.Args[0].(cuda.DevicePtr)
 		src, _ := l.Args[1].(cuda.DevicePtr)
@@ -235,18 +231,6 @@ func (l KernelLaunch) Launch(s Queue) error {
 // Bind compiles l's kernel and resolves its arguments, each region through
 // base.
 func (k *Kernels) Bind(l lower.Launch, base func(region string) (cuda.DevicePtr, error)) (KernelLaunch, error) {
-	if l.IsBranch() {
-		if len(l.Args) != 0 || l.Stream != 0 {
-			return KernelLaunch{}, fmt.Errorf("a %s takes no arguments and runs on the main stream", l.Kernel)
-		}
-		return KernelLaunch{Name: l.Kernel}, nil
-	}
-	b, err := k.bind(l, base)
-	b.side = l.Stream == 1
-	return b, err
-}
-
-func (k *Kernels) bind(l lower.Launch, base func(region string) (cuda.DevicePtr, error)) (KernelLaunch, error) {
 	args := make([]any, len(l.Args))
 	for i, a := range l.Args {
 		switch a.Kind {

@@ -20,27 +20,16 @@ type program struct {
 	logits, next lower.Buffer
 }
 
-// run queues every launch of p on e.q, a branch's side launches on the
-// queue its fork gives (branch.go).
+// run queues every launch of p on e.q.
 func (e *Executor) run(p *program) error {
-	var side Queue // between a fork and its join
 	for i, ls := range p.steps {
 		st := &p.sch.Steps[i]
 		for _, l := range ls {
 			var err error
-			q := e.q
-			if l.side && side != nil {
-				q = side
-			}
-			switch {
-			case l.Name == lower.Fork:
-				side, err = e.fork()
-			case l.Name == lower.Join:
-				err, side = e.join(side), nil
-			case e.prof != nil:
-				err = e.prof.timed(e.s, p.sch.Class, st, l.Name, func() error { return l.Launch(q) })
-			default:
-				err = l.Launch(q)
+			if e.prof != nil {
+				err = e.prof.timed(e.s, p.sch.Class, st, l.Name, func() error { return l.Launch(e.q) })
+			} else {
+				err = l.Launch(e.q)
 			}
 			if err != nil {
 				return fmt.Errorf("%s %s (%s): %w", p.sch.Class, st.Name, st.Op, err)
@@ -133,9 +122,6 @@ func (e *Executor) bind(sch *lower.Schedule, T int, launches [][]lower.Launch) (
 	}
 	if len(launches) != len(sch.Steps) {
 		return nil, fmt.Errorf("%d launch lists for %d steps", len(launches), len(sch.Steps))
-	}
-	if err := e.needBranch(launches); err != nil {
-		return nil, err
 	}
 	bindAll := func(ls []lower.Launch) ([]KernelLaunch, error) {
 		if sch.Class == lower.Decode { // EnvSkipKernels: decode steps only

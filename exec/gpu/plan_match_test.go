@@ -32,7 +32,7 @@ func plannedText(t testing.TB, p *lower.Plan, s *lower.Schedule, T int) []string
 func launchedText(ex *Executor, rec *Recorder) []string {
 	var out []string
 	for _, ev := range rec.Events {
-		if ev.Kind == "launch" || ev.Kind == "memcpy" || ev.Kind == lower.Fork || ev.Kind == lower.Join {
+		if ev.Kind == "launch" || ev.Kind == "memcpy" {
 			out = append(out, ex.Format(ev))
 		}
 	}

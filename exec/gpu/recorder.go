@@ -19,7 +19,7 @@ type Recorder struct {
 
 // Event is one recorded launch or copy.
 type Event struct {
-	Kind        string // launch, memcpy, upload, download, memset32, fork or join
+	Kind        string // launch, memcpy, upload, download or memset32
 	Kernel      string // launch: the instantiation, e.g. "gemv<bf16_t, bf16_t, bf16_t, 1, 0, 1>"
 	Grid, Block cuda.Dim3
 	Shmem       int
@@ -27,7 +27,6 @@ type Event struct {
 	Dst, Src    cuda.DevicePtr // copies and memset
 	Bytes       int64          // copies: bytes; memset32: words
 	Value       uint32         // memset32
-	Side        bool           // launch: on a branch's side queue (Fork)
 }
 
 // Reset forgets the events recorded so far.
@@ -43,32 +42,6 @@ func (r *Recorder) Launch(k *cuda.Kernel, grid, block cuda.Dim3, shmem int, args
 	if r.Next != nil {
 		return r.Next.Launch(k, grid, block, shmem, args...)
 	}
-	return nil
-}
-
-// Fork records a branch's start; the side queue records its launches
-// (Side) among the others and, on a real run, queues them on Next itself,
-// after what came before: in line.
-func (r *Recorder) Fork() (Queue, error) {
-	r.Events = append(r.Events, Event{Kind: lower.Fork})
-	return sideRecorder{r}, nil
-}
-
-// Join records a branch's end.
-func (r *Recorder) Join() error {
-	r.Events = append(r.Events, Event{Kind: lower.Join})
-	return nil
-}
-
-// sideRecorder is a Recorder's side queue (Fork).
-type sideRecorder struct{ *Recorder }
-
-// Launch records a side launch.
-func (s sideRecorder) Launch(k *cuda.Kernel, grid, block cuda.Dim3, shmem int, args ...any) error {
-	if err := s.Recorder.Launch(k, grid, block, shmem, args...); err != nil {
-		return err
-	}
-	s.Events[len(s.Events)-1].Side = true
 	return nil
 }
 
@@ -183,14 +156,8 @@ func (e *Executor) Format(ev Event) string {
 		if strings.HasPrefix(ev.Kernel, lower.CublasLtGEMM+"<") { // no geometry: as lower.Launch.String prints it
 			return fmt.Sprintf("%s (%s)", ev.Kernel, strings.Join(args, ", "))
 		}
-		side := ""
-		if ev.Side {
-			side = " [side stream]"
-		}
-		return fmt.Sprintf("%s grid %d,%d,%d block %d,%d,%d shmem %d (%s)%s", ev.Kernel, ev.Grid.X, ev.Grid.Y, ev.Grid.Z,
-			ev.Block.X, ev.Block.Y, ev.Block.Z, ev.Shmem, strings.Join(args, ", "), side)
-	case lower.Fork, lower.Join:
-		return lower.Launch{Kernel: ev.Kind}.String()
+		return fmt.Sprintf("%s grid %d,%d,%d block %d,%d,%d shmem %d (%s)", ev.Kernel, ev.Grid.X, ev.Grid.Y, ev.Grid.Z,
+			ev.Block.X, ev.Block.Y, ev.Block.Z, ev.Shmem, strings.Join(args, ", "))
 	case "memcpy":
 		return fmt.Sprintf("memcpy %s <- %s, %d bytes", e.Symbol(ev.Dst), e.Symbol(ev.Src), ev.Bytes)
 	case "upload":

@@ -42,7 +42,7 @@ func withoutSkipped(ls []lower.Launch, re *regexp.Regexp) ([]lower.Launch, int) 
 	}
 	out := make([]lower.Launch, 0, len(ls))
 	for _, l := range ls {
-		if l.Kernel != "" && !l.IsBranch() && re.MatchString(l.Kernel) { // a branch keeps its ends
+		if l.Kernel != "" && re.MatchString(l.Kernel) {
 			continue
 		}
 		out = append(out, l)

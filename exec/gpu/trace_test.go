@@ -38,7 +38,6 @@ type traceModel struct {
 	// (lower.Options.PrefillBF16).
 	prefillBF16 bool
 	disable     []string // lower.Options.DisableFusions
-	enable      []string // lower.Options.EnableFusions
 	multicast   bool     // lower.Options.MoEMulticast
 }
 
@@ -50,14 +49,6 @@ var traceModels = []traceModel{
 		prefillBF16: true},
 	{name: "laguna-s-2.1-multicast", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2,
 		multicast: true},
-	{name: "laguna-s-2.1-q4_k_m-branch", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		enable: []string{"branchSharedDown"}},
-	{name: "laguna-s-2.1-q4_k_m-branch-tail", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		enable: []string{"branchSharedDownTail"}},
-	{name: "laguna-s-2.1-q4_k_m-shared-blocks", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		enable: []string{"sharedDownBlocks"}},
-	{name: "laguna-s-2.1-q4_k_m-shared-blocks-last", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2, quant: "q4_k_m",
-		enable: []string{"sharedDownBlocksLast"}},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	// llama.cpp's Q4_K_M mixture in its layers that raise ffn_down and
 	// attn_v: q6_k downs (routed and shared) under q4_k gate and up.
@@ -112,7 +103,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	}
 	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
 		PrefillBF16:    m.prefillBF16,
-		DisableFusions: m.disable, EnableFusions: m.enable, MoEMulticast: m.multicast})
+		DisableFusions: m.disable, MoEMulticast: m.multicast})
 	if err != nil {
 		t.Fatal(err)
 	}
