@@ -226,8 +226,9 @@ func noSplit(n int) []Arg {
 	return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(n), i32(n), i32(n)}
 }
 
-// noGather is the trailing gather arguments (gx, gsorted, gk) of
-// gemm_wgmma and gemm_wgmma_q launches that do not gather (GROUPED 0, 1).
+// noGather is gemm_wgmma's trailing arguments gx, gsorted and gk: unused
+// since its gathering form (GROUPED 2) was removed, passed empty so that
+// the launches and the kernels' parameters stay as they were.
 func noGather() []Arg { return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)} }
 
 // moeHopperOK says why the grouped experts of a cannot run on the wgmma
@@ -246,34 +247,32 @@ func moeHopperOK(a MoEArgs) error {
 }
 
 // moeParts are the grouped experts' launches on the wgmma core by role:
-// the routes grouped by expert (hist, schedule, scatter), the gather of
-// their x rows (absent where the gate+up GEMM gathers them itself), the
-// grouped gate+up GEMM with the SwiGLU epilogue, the grouped down GEMM and
-// the fixed-order combine. The tile table stays on the device: nothing
-// waits for the host.
+// the routes grouped by expert (hist, schedule, scatter), the copy of
+// their x rows into expert order (moe_gather_rows), the grouped gate+up
+// GEMM with the SwiGLU epilogue, the grouped down GEMM and the fixed-order
+// combine. The tile table stays on the device: nothing waits for the
+// host.
 type moeParts struct {
-	routing               []Launch
-	gather                *Launch
-	gateUp, down, combine Launch
+	routing                       []Launch
+	gather, gateUp, down, combine Launch
 }
 
 func (p moeParts) launches() []Launch {
-	ls := append([]Launch(nil), p.routing...)
-	if p.gather != nil {
-		ls = append(ls, *p.gather)
-	}
-	return append(ls, p.gateUp, p.down, p.combine)
+	return append(append([]Launch(nil), p.routing...), p.gather, p.gateUp, p.down, p.combine)
 }
 
 // moeHopper returns the grouped experts' launches on the wgmma core (bf16
-// stacks): the gate+up GEMM gathers the routes' x rows itself (gemm_wgmma
-// GROUPED 2) unless a.NoGather, then moe_gather_rows copies them first.
+// stacks): moe_gather_rows copies the routes' x rows into expert order,
+// then gemm_wgmma's grouped form (GROUPED 1) runs the gate+up GEMM and the
+// down GEMM. (A gate+up GEMM gathering the rows itself, LAGC_MOE_GATHER=1,
+// and the GEMMs on 2-CTA clusters multicasting x, LAGC_MOE_MC=1, measured
+// no faster and were removed: docs/PERF.md.)
 func moeHopper(a MoEArgs, l MoELayout) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	wsp := func(off int64) Ptr { return a.Workspace.At(off) }
 	R := a.T * a.TopK
 	EI := a.E * a.I
-	grouped := func(x Ptr, xrows, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp, gx bool) Launch {
+	grouped := func(x Ptr, K int, w Ptr, wrows, N, epi, upRow, expertRows int, y Ptr, pp bool) Launch {
 		bn := 256
 		if pp {
 			bn = 128
@@ -282,52 +281,31 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		if epi == EpiSwiGLU {
 			box = bn / 2
 		}
-		mode, tail := int64(1), noGather()
-		if gx {
-			mode, tail = 2, []Arg{ptrArg(x), ws(l.Sorted), i32(a.TopK)}
-		}
-		name, ints, grid := "gemm_wgmma", []int64{int64(bn), int64(epi), mode, int64(b2i(pp)), 0}, sms(a.SMs)
-		if a.Multicast && !gx && !pp && grid%2 == 0 && ceilDiv(N, box)%2 == 0 {
-			// Clusters of two CTAs on a row tile's bands 2b, 2b+1, the x
-			// tiles multicast (the kernel needs both counts even).
-			name, ints = "gemm_wgmma_mc", []int64{int64(bn), int64(epi), 0}
-		}
-		return kernel("gemm_hopper.cu", name, []string{"bf16"}, ints,
-			dims(grid), dims(384), HopperSmem(bn),
-			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(xrows), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp)), 0},
+			dims(sms(a.SMs)), dims(384), HopperSmem(bn),
+			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
-				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), tail...)...)
+				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), noGather()...)...)
 	}
-	p := moeHopperParts(a, l, !a.NoGather, false)
-	if p.gather == nil {
-		// The map over x itself stands in for the unused one of the rows
-		// (a box's rows at most: the map's extent, not x's, for few tokens).
-		p.gateUp = grouped(a.X, max(a.T, 128), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, true)
-	} else {
-		p.gateUp = grouped(wsp(l.XG), R, a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false, false)
-	}
-	p.down = grouped(wsp(l.Act), R, a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong, false)
+	p := moeHopperParts(a, l, false)
+	p.gateUp = grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false)
+	p.down = grouped(wsp(l.Act), a.I, a.Down, a.E*a.H, a.H, EpiStore, 0, a.H, wsp(l.Ys), a.HopperDown == SchedPingPong)
 	return p.launches()
 }
 
 // moeHopperParts builds the grouped experts' launches but the two GEMMs,
 // which the caller puts in (moeHopper bf16, moeHopperQ quantised): the
-// routing, moe_gather_rows's copy of the routes' x rows unless the
-// gate+up GEMM gathers them (gather; f16: moe_gather_rows_f16's, converted),
-// and the combine.
-func moeHopperParts(a MoEArgs, l MoELayout, gather, f16 bool) moeParts {
+// routing, moe_gather_rows's copy of the routes' x rows (f16:
+// moe_gather_rows_f16's, converted) and the combine.
+func moeHopperParts(a MoEArgs, l MoELayout, f16 bool) moeParts {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
-	p := moeParts{routing: MoERouting(a, l),
-		combine: MoECombine(a.OutType, a.T, a.TopK, a.H, a.Weights, a.Workspace.At(l.Pos), a.Workspace.At(l.Ys), a.Out, a.Accumulate)}
-	if !gather {
-		name := "moe_gather_rows"
-		if f16 {
-			name = "moe_gather_rows_f16"
-		}
-		g := kernel("gemm_hopper.cu", name, nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
-			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG))
-		p.gather = &g
+	name := "moe_gather_rows"
+	if f16 {
+		name = "moe_gather_rows_f16"
 	}
-	return p
+	return moeParts{routing: MoERouting(a, l),
+		gather: kernel("gemm_hopper.cu", name, nil, nil, dims(min(ceilDiv(R, 8), strideBlocks)), dims(256), 0,
+			i32(R), i32(a.TopK), i32(a.H), ptrArg(a.X), ws(l.Sorted), ws(l.XG)),
+		combine: MoECombine(a.OutType, a.T, a.TopK, a.H, a.Weights, a.Workspace.At(l.Pos), a.Workspace.At(l.Ys), a.Out, a.Accumulate)}
 }

@@ -1,7 +1,6 @@
 package lower
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -54,22 +53,20 @@ func TestHopperSched(t *testing.T) {
 
 // TestMoEHopperSched: the grouped experts' GEMMs run 256 wide and
 // cooperative, but the down GEMM 128 wide and ping-pong under
-// HopperDown = SchedPingPong; the gate+up GEMM gathers the routes' x rows
-// itself (GROUPED 2, no moe_gather_rows) unless NoGather.
+// HopperDown = SchedPingPong; moe_gather_rows copies the routes' x rows
+// first and both GEMMs are gemm_wgmma's grouped form (GROUPED 1).
 func TestMoEHopperSched(t *testing.T) {
 	for _, c := range []struct {
 		down     HopperSched
-		noGather bool
 		wantDown []int64
 	}{
-		{SchedAuto, false, []int64{256, EpiStore, 1, 0, 0}},
-		{SchedCooperative, false, []int64{256, EpiStore, 1, 0, 0}},
-		{SchedPingPong, false, []int64{128, EpiStore, 1, 1, 0}},
-		{SchedAuto, true, []int64{256, EpiStore, 1, 0, 0}},
+		{SchedAuto, []int64{256, EpiStore, 1, 0, 0}},
+		{SchedCooperative, []int64{256, EpiStore, 1, 0, 0}},
+		{SchedPingPong, []int64{128, EpiStore, 1, 1, 0}},
 	} {
 		var got [][]int64
 		gathers := 0
-		for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2, HopperDown: c.down, NoGather: c.noGather}, MoELayout{}) {
+		for _, l := range moeHopper(MoEArgs{T: 64, H: 256, I: 128, E: 8, TopK: 2, HopperDown: c.down}, MoELayout{}) {
 			switch l.Kernel {
 			case "gemm_wgmma":
 				got = append(got, l.Ints)
@@ -77,14 +74,9 @@ func TestMoEHopperSched(t *testing.T) {
 				gathers++
 			}
 		}
-		mode := int64(2)
-		if c.noGather {
-			mode = 1
-		}
-		want := [][]int64{{256, EpiSwiGLU, mode, 0, 0}, c.wantDown}
-		if !slices.EqualFunc(got, want, slices.Equal) || gathers != b2i(c.noGather) {
-			t.Errorf("%v, NoGather %v: grouped GEMMs' BN, EPI, GROUPED, PP, SPLIT %v (want %v), %d gathers",
-				c.down, c.noGather, got, want, gathers)
+		want := [][]int64{{256, EpiSwiGLU, 1, 0, 0}, c.wantDown}
+		if !slices.EqualFunc(got, want, slices.Equal) || gathers != 1 {
+			t.Errorf("%v: grouped GEMMs' BN, EPI, GROUPED, PP, SPLIT %v (want %v), %d gathers", c.down, got, want, gathers)
 		}
 	}
 }
@@ -223,56 +215,8 @@ func TestMoEHopperBF16Q(t *testing.T) {
 				}
 			}
 		}
-		if c.q && (q != 2 || plain != 0 || gather != 1) || !c.q && (q != 0 || plain != 2) {
+		if gather != 1 || c.q && (q != 2 || plain != 0) || !c.q && (q != 0 || plain != 2) {
 			t.Errorf("%+v, T %d: %d gemm_wgmma_q, %d gemm_wgmma, %d moe_gather_rows", c.f, T, q, plain, gather)
 		}
-	}
-}
-
-// TestMoEMulticast: Multicast puts the bf16 grouped GEMMs on
-// gemm_wgmma_mc (2-CTA clusters) only where the kernel's pairing holds:
-// an even grid and an even number of bands (gate+up: I / 128, down: H /
-// 256), the x rows copied first (moe_gather_rows), cooperative tiles.
-func TestMoEMulticast(t *testing.T) {
-	p := Ptr{Base: BaseWeights}
-	for _, c := range []struct {
-		name             string
-		H, I, SMs        int
-		gather, pp       bool
-		wantUp, wantDown bool
-	}{
-		{"S-2.1", 3072, 1024, 132, false, false, true, true},
-		{"odd grid", 3072, 1024, 131, false, false, false, false},
-		{"odd gate+up bands", 512, 128, 132, false, false, false, true},
-		{"odd down bands", 256, 256, 132, false, false, true, false},
-		{"gathering gate+up", 3072, 1024, 132, true, false, false, true},
-		{"ping-pong down", 3072, 1024, 132, false, true, true, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			a := MoEArgs{T: 2048, H: c.H, I: c.I, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
-				Gate: p, Up: p.At(2 * 8 * int64(c.I) * int64(c.H)), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16",
-				CC: 90, SMs: c.SMs, NoGather: !c.gather, Multicast: true}
-			if c.pp {
-				a.HopperDown = SchedPingPong
-			}
-			ls, err := MoE(a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var up, down bool
-			for _, l := range ls {
-				if l.Kernel == "gemm_wgmma_mc" {
-					up = up || l.Ints[1] == EpiSwiGLU
-					down = down || l.Ints[1] == EpiStore
-				}
-			}
-			if up != c.wantUp || down != c.wantDown {
-				t.Errorf("clusters: gate+up %v, down %v; want %v, %v", up, down, c.wantUp, c.wantDown)
-			}
-			a.Multicast = false
-			if ls, _ := MoE(a); strings.Contains(fmt.Sprint(ls), "gemm_wgmma_mc") {
-				t.Error("gemm_wgmma_mc without Multicast")
-			}
-		})
 	}
 }

@@ -80,13 +80,6 @@ type MoEArgs struct {
 	// (BenchmarkMoEExperts T=2048 on the H200: 1.412 ms against ping-pong's
 	// 1.406, not worth a default change).
 	HopperDown HopperSched
-	// NoGather keeps the bf16 grouped experts' moe_gather_rows copy of the
-	// routes' x rows instead of the gate+up GEMM gathering them (A/B).
-	NoGather bool
-	// Multicast runs the bf16 grouped GEMMs on clusters of two CTAs that
-	// share each x tile through TMA multicast (gemm_wgmma_mc), where the
-	// shapes allow (A/B: LAGC_MOE_MC=1).
-	Multicast bool
 	// hopperRows: the wgmma path's token tile rows when not 128 (set by
 	// quantLayout for gemm_wgmma_q, which takes 64, 96 or 128).
 	hopperRows int

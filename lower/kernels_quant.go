@@ -980,7 +980,7 @@ func hopperQStep(f QMoEForce) (int, error) {
 // on the wgmma core: as moeHopper, with gemm_wgmma_q dequantising the gate
 // and up rows (one matrix, up after gate) and the down rows in registers;
 // moe_gather_rows copies the routes' x rows first (the producer stages
-// the rows' scales rather than gathering; MoEArgs.NoGather is moot here).
+// the rows' scales).
 func moeHopperQ(a MoEArgs, l MoELayout) []Launch {
 	t, dt, _ := a.quantTypes()
 	if !IsQuantized(a.WType) { // bf16 stacks (MoELayout.BF16Q): gate then up in one matrix (moeHopperOK checked), as the quantised ones
@@ -1027,7 +1027,7 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	if f16 {
 		xe = "f16"
 	}
-	p := moeHopperParts(a, l, false, f16)
+	p := moeHopperParts(a, l, f16)
 	grouped := func(t quant.Type, x Ptr, K int, m QMatrix, N, epi, upRow, expertRows int, y Ptr, yt string) Launch {
 		qt := int64(t)
 		if f16 {

@@ -45,14 +45,6 @@ type Options struct {
 	// buckets 2-8 on the H200, 2026-12-04): A/B timing
 	// (LAGC_FLOAT_SPLIT_GEMV=0).
 	DisableFloatSplitGEMV bool
-	// MoEGather has the grouped experts' gate+up GEMM gather the routes'
-	// x rows itself (MoEArgs.NoGather false) instead of moe_gather_rows
-	// copying them first: measured no faster (bf16 equal, q4_k 4.5% slower
-	// at 2048 tokens), so A/B timing only.
-	MoEGather bool
-	// MoEMulticast runs the bf16 grouped experts' GEMMs on clusters of two
-	// CTAs sharing each x tile (MoEArgs.Multicast; LAGC_MOE_MC=1).
-	MoEMulticast bool
 	// PrefillBF16 keeps bf16 copies of the quantised weights of the
 	// prefill's dense matmuls (Plan.Shadows; bf16 plans only): more device
 	// memory, no dequantising copy a chunk.
@@ -174,7 +166,7 @@ func Lower(g *ir.Graph, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("lower: %w", err)
 	}
 	l := &lowerer{g: g, o: o, order: order, p: &Plan{Model: g.Name, DType: o.DType.String(), MaxContext: o.MaxContext,
-		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, MoEGather: o.MoEGather, MoEMulticast: o.MoEMulticast, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
+		SMs: o.SMs, PrefillFFMA: o.PrefillFFMA, PrefillAttnTC: o.PrefillAttnTC, PrefillAttnRows: o.PrefillAttnRows, PrefillAttnStages: o.PrefillAttnStages, DisableSplitGEMM: o.DisableSplitGEMM, DisableFloatSplitGEMV: o.DisableFloatSplitGEMV, CC: o.CC, PrefillMMA: o.PrefillMMA, Seqs: o.Seqs, BatchGEMM: o.BatchGEMM, CublasLt: o.CublasLt,
 		QMoE: o.QMoE, DisableFusions: o.DisableFusions, EnableFusions: o.EnableFusions, QGEMVGroups: o.QGEMVGroups, DecodeSplits: o.DecodeSplits, DecodeStages: o.DecodeStages, DecodeMMA: o.DecodeMMA}, widx: map[*ir.Value]int{}, kvidx: map[*ir.Node]int{}}
 	if err := l.weights(); err != nil {
 		return nil, err

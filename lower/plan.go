@@ -56,10 +56,6 @@ type Plan struct {
 	// DisableFloatSplitGEMV runs a float matmul_split of a few rows as
 	// one GEMV an output instead of one gemv_split.
 	DisableFloatSplitGEMV bool `json:"disable_float_split_gemv,omitempty"`
-	// MoEGather has the grouped gate+up GEMM gather x's rows itself.
-	MoEGather bool `json:"moe_gather,omitempty"`
-	// MoEMulticast runs the bf16 grouped GEMMs on 2-CTA clusters.
-	MoEMulticast bool `json:"moe_multicast,omitempty"`
 	// Shadows are bf16 copies of the block-quantised weights the prefill's
 	// dense matmuls read (Options.PrefillBF16), made once at load in one
 	// allocation of ShadowBytes (BaseShadow): those matmuls then run the

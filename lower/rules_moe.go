@@ -83,7 +83,6 @@ func moeArgs(c *stepCtx) (MoEArgs, error) {
 		X: c.in[0], Weights: c.in[1], IDs: c.in[2], Down: c.in[nd], Out: c.out[0],
 		XType: st.In[0].DType, WType: st.In[3].DType, DownType: downType, OutType: st.Out[0].DType, Workspace: Ptr{BaseWorkspace, 0},
 		Accumulate: res != 0, SMs: c.p.SMs, CC: c.p.cc(), PrefillMMA: c.p.PrefillMMA, QMoE: c.p.QMoE,
-		NoGather: !c.p.MoEGather, Multicast: c.p.MoEMulticast,
 	}
 	if st.String("order") == "descending" {
 		// The expert-order schedule; its GEMM tiles also run in N-bands

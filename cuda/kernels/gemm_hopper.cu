@@ -31,15 +31,13 @@
 // by expert and the row tiles come from moe_schedule's table, written on
 // the device (tiles[i] = {expert e, first row, rows}, ntiles[0] of them):
 // tile i reads weight rows from e * expert_rows (gate and up: up_row +
-// e * expert_rows) and writes only its own rows. GROUPED 2 gathers those
-// rows itself (gx [tokens, K], grouped row p being token gsorted[p] / gk):
-// the producer warpgroup's 128 threads copy a stage's x tile with cp.async
-// into the swizzled layout TMA would write (GatherRows), gather_lag stages
-// of copies in flight, and each arrives on the stage's full barrier once
-// its copies have landed and been fenced for the MMAs' proxy (so the
-// barrier counts 128 arrivals besides the weights' bytes), in place of
-// moe_gather_rows's copy of the routes' rows (126 MB at S-2.1's 2048
-// tokens). Opt-in (LAGC_MOE_GATHER=1): measured no faster than the copy.
+// e * expert_rows) and writes only its own rows; moe_gather_rows copies
+// the routes' x rows into that order first. The trailing parameters gx,
+// gsorted and gk are unused (every launch passes null, null, 0): they
+// belonged to a form gathering the rows itself (GROUPED 2), removed with
+// the 2-CTA multicast one (GROUPED 3, gemm_wgmma_mc) as measured no faster
+// (docs/PERF.md), and stay so that the launches' arguments and the
+// kernels' code are as they were.
 
 struct __align__(64) TmaMap {
   unsigned long long v[16];
@@ -70,34 +68,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int
       "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-// The multicast forms (GROUPED 3, a cluster of two CTAs): tma_load_2d_mc
-// writes the box at dst and signals bar in every CTA of mask, at the same
-// shared offsets; mbar_arrive_rank arrives on bar's copy in CTA rank of
-// the cluster (what it orders are MMA reads against TMA writes, both
-// async: no fence, as CUTLASS's ClusterBarrier; with .release.cluster
-// ptxas put a MEMBAR.ALL.GPU before every arrive); cluster_sync is the
-// cluster's barrier (every thread of both CTAs).
-__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TmaMap* map, int c0, int c1, unsigned bar, unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;" ::"r"(dst),
-      "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_rank(unsigned bar, unsigned rank) {
-  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}" ::"r"(bar),
-               "r"(rank)
-               : "memory");
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
 // A shared-memory matrix descriptor for a K-major tile with the 128-byte
 // swizzle: rows of 128 bytes, 8-row atoms 1024 bytes apart.
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
@@ -526,61 +496,6 @@ __device__ __forceinline__ void st_oct(TY* p, const float (&v0)[4], const float 
   }
 }
 
-// gather_land: this thread's copies into a stage (waited for) are fenced
-// for the MMAs' proxy and counted on its full barrier fb.
-__device__ __forceinline__ void gather_land(unsigned fb) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  mbar_arrive(fb);
-}
-// gather_lag: stages of copies a gathering producer of st stages keeps
-// in flight before it waits for the oldest: 2, and at most st - 2 (the
-// consumers free stage j once stage j+1 has landed, and the producer
-// waits for stage it - st to be free before it lands stage it - lag).
-__host__ __device__ constexpr int gather_lag(int st) { return st - 2 < 2 ? st - 2 : 2; }
-
-// GatherRows: a gathering producer's (gemm_wgmma's GROUPED 2) share of
-// its stages' x tiles of ROWS rows x 64 columns.
-// Thread tid of the producer warpgroup copies 16-byte chunk ch = tid % 8
-// of rows rb + 16 i (rb = tid / 8) with cp.async; chunk ch of row r lands
-// at r * 128 + ((ch ^ r % 8) << 4), TMA's 128-byte swizzle, and r % 8 is
-// rb % 8 for all of a thread's rows. Rows past the tile copy zeros.
-template <int ROWS> struct GatherRows {
-  unsigned off[ROWS / 16];  // each row's token's element offset in gx
-  // tile finds the tokens of grouped rows m0 .. m0 + rows - 1 (row p is
-  // token gsorted[p] / gk).
-  __device__ __forceinline__ void tile(const int* __restrict__ gsorted, int m0, int rows, int gk, int K) {
-    const int rb = (threadIdx.x & 127) >> 3;
-#pragma unroll
-    for (int i = 0; i < ROWS / 16; i++) off[i] = (unsigned)(gsorted[m0 + min(rb + 16 * i, rows - 1)] / gk) * (unsigned)K;
-  }
-  // stage copies columns col .. col + 63 into the tile at shared address
-  // sa, as one cp.async group.
-  __device__ __forceinline__ void stage(unsigned sa, const bf16_t* __restrict__ gx, int rows, int col, int K) const {
-    const int ch = threadIdx.x & 7, rb = (threadIdx.x & 127) >> 3, c = col + ch * 8;
-    const unsigned dst = sa + rb * 128 + ((ch ^ (rb & 7)) << 4);
-#pragma unroll
-    for (int i = 0; i < ROWS / 16; i++) {
-      const bool ok = rb + 16 * i < rows && c < K;
-      cp_async16_fill(dst + i * 16 * 128, gx + off[i] + (ok ? c : 0), ok ? 16 : 0);
-    }
-    cp_async_commit();
-  }
-  // landed follows stage it's copies of a ring of ST stages (full: their
-  // full barriers): the stage gather_lag(ST) before it has landed.
-  template <int ST> __device__ __forceinline__ void landed(int it, unsigned long long* full) const {
-    constexpr int LAG = gather_lag(ST);
-    if (it >= LAG) {
-      cp_async_wait<LAG>();
-      gather_land(smem_u32(&full[(it - LAG) % ST]));
-    }
-  }
-  // flush lands the stages still in flight after the last, it - 1.
-  template <int ST> __device__ __forceinline__ void flush(int it, unsigned long long* full) const {
-    cp_async_wait<0>();
-    for (int done = max(it - gather_lag(ST), 0); done < it; done++) gather_land(smem_u32(&full[done % ST]));
-  }
-};
-
 // WgNR: what gemm_wgmma_nr's epilogue needs to normalise and rotate the
 // q and k heads of a split GEMM (qk_norm_rope's work, rope.cu): the norm
 // weights of segments 0 and 1 (null: that segment is stored as computed),
@@ -677,19 +592,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
                                                 const WgNR& nr) {
   static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
   static_assert(!ROT || (SPLIT && sizeof(TY) == 2), "the norm and rotation of a split GEMM's bf16 q and k heads");
-  constexpr bool GATHER = GROUPED == 2;
-  static_assert(!GATHER || EPI == 2, "the gathering producer loads the gate and up tiles of a SwiGLU GEMM");
-  // MC (GROUPED 3, gemm_wgmma_mc): grouped as GROUPED 1, on clusters of two
-  // CTAs that run a row tile's bands 2b and 2b + 1 side by side (tile t in
-  // the CTA of rank t % 2: the grid and the bands a row tile even), so
-  // rank 0 loads each stage's x tile once for both (TMA multicast): a
-  // pair's stages bring 80 KB from L2 instead of 96 (x 16 KB, weights 32
-  // KB a CTA at 256 wide). Measured slower (docs/PERF.md). A stage
-  // is free for rank 0's producer once both CTAs' consumers released it
-  // (its empty barriers count both); rank 1's producer loads its own
-  // weights only.
-  constexpr bool MC = GROUPED == 3;
-  static_assert(!MC || !PP, "the multicast form is cooperative");
+  static_assert(GROUPED == 0 || GROUPED == 1, "GROUPED: 0 dense, 1 grouped (2 and 3 were removed)");
   using C = WgCfg<BN>;
   constexpr int ST = C::STAGES;
   constexpr int OW = EPI == 2 ? BN / 2 : BN;  // output columns per tile
@@ -699,45 +602,18 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
   __shared__ __align__(8) unsigned long long full_bar[ST], empty_bar[ST];
   unsigned char* smem = (unsigned char*)(((unsigned long long)smem_raw + 1023) & ~1023ull);
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-  const unsigned rank = MC ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_u32(&full_bar[s]), GATHER ? 129 : 1);
-      mbar_init(smem_u32(&empty_bar[s]), (PP ? 128 : 256) * (MC && rank == 0 ? 2 : 1));
+      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&empty_bar[s]), PP ? 128 : 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if constexpr (MC) cluster_sync();  // both CTAs' barriers are initialised before either signals the other's
   const int tilesM = GROUPED ? ntiles[0] : (M + C::BM - 1) / C::BM, tilesN = (N + OW - 1) / OW, ntile = tilesM * tilesN;
-  if (MC && ((gridDim.x | tilesN) & 1)) __trap();  // lower keeps both even: the ranks' tiles pair up
   const int nk = (K + C::BK - 1) / C::BK;
 
-  if (wg == 0 && GATHER) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    GatherRows<C::BM> g;
-    int it = 0;
-    for (int t = blockIdx.x; t < ntile; t += gridDim.x) {
-      const RowTile rt = row_tile<GROUPED>(tile_row<GROUPED>(t, tilesM, tilesN), M, tiles, expert_rows);
-      const int n0 = tile_band<GROUPED>(t, tilesM, tilesN) * OW;
-      g.tile(gsorted, rt.m0, rt.rows, gk, K);
-      for (int kb = 0; kb < nk; kb++, it++) {
-        const int s = it % ST;
-        mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) & 1) ^ 1);
-        const unsigned sa = smem_u32(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_u32(&full_bar[s]);
-        if (tid == 0) {
-          mbar_expect_tx(fb, C::B_BYTES);
-          tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
-          tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
-        }
-        g.stage(sa, gx, rt.rows, kb * C::BK, K);
-        g.landed<ST>(it, full_bar);
-      }
-    }
-    g.flush<ST>(it, full_bar);
-    return;
-  }
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
@@ -750,11 +626,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
           mbar_wait(smem_u32(&empty_bar[s]), ((it / ST) & 1) ^ 1);
           const unsigned sa = smem_u32(smem + s * C::STAGE), sb = sa + C::A_BYTES, fb = smem_u32(&full_bar[s]);
           mbar_expect_tx(fb, C::STAGE);
-          if constexpr (MC) {
-            if (rank == 0) tma_load_2d_mc(sa, &ta, kb * C::BK, rt.m0, fb, 3);
-          } else {
-            tma_load_2d(sa, &ta, kb * C::BK, rt.m0, fb);
-          }
+          tma_load_2d(sa, &ta, kb * C::BK, rt.m0, fb);
           if constexpr (EPI == 2) {
             tma_load_2d(sb, &tb, kb * C::BK, rt.wrow + n0, fb);
             tma_load_2d(sb + (BN / 2) * 128, &tb, kb * C::BK, up_row + rt.wrow + n0, fb);
@@ -764,7 +636,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
         }
       }
     }
-    if constexpr (MC) cluster_sync();  // no CTA leaves while the other may still signal it
     return;
   }
 
@@ -810,20 +681,14 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
           wgmma_bn<BN>(acc[h], wg_desc(sa + h * 64 * 128 + 32 * k), wg_desc(sb + 32 * k), kb > 0 || k > 0);
       wg_commit();
       wg_wait<1>();  // the previous k-block's MMAs are done: release its stage
-      if (prev >= 0) {
-        mbar_arrive(smem_u32(&empty_bar[prev]));
-        if (MC && rank == 1) mbar_arrive_rank(smem_u32(&empty_bar[prev]), 0);
-      }
+      if (prev >= 0) mbar_arrive(smem_u32(&empty_bar[prev]));
       prev = s;
     }
     if (PP && t + gridDim.x < ntile) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
     wg_wait<0>();
 #pragma unroll
     for (int h = 0; h < MH; h++) wg_pin(acc[h]);
-    if (prev >= 0) {
-      mbar_arrive(smem_u32(&empty_bar[prev]));
-      if (MC && rank == 1) mbar_arrive_rank(smem_u32(&empty_bar[prev]), 0);
-    }
+    if (prev >= 0) mbar_arrive(smem_u32(&empty_bar[prev]));
     if (nk == 0) {
 #pragma unroll
       for (int h = 0; h < MH; h++)
@@ -923,7 +788,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
       }
     }
   }
-  if constexpr (MC) cluster_sync();  // no CTA leaves while the other may still signal it
 }
 
 #define GEMM_WGMMA_PARAMS                                                                                                         \
@@ -934,15 +798,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
 template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(GEMM_WGMMA_PARAMS) {
   pdl_wait();
-  static_assert(GROUPED <= 2, "GROUPED 3 is gemm_wgmma_mc");
   gemm_wgmma_body<TY, BN, EPI, GROUPED, PP, SPLIT>(GEMM_WGMMA_ARGS, WgNR{});
-}
-// gemm_wgmma_mc is gemm_wgmma's grouped form on clusters of two CTAs, the
-// x tiles multicast (GROUPED 3 above).
-template <typename TY, int BN, int EPI, int PP>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) gemm_wgmma_mc(GEMM_WGMMA_PARAMS) {
-  pdl_wait();
-  gemm_wgmma_body<TY, BN, EPI, 3, PP, 0>(GEMM_WGMMA_ARGS, WgNR{});
 }
 // gemm_wgmma_nr is gemm_wgmma's split form (a prefill's q, k, v and gate)
 // normalising and rotating the q and k heads as it stores them

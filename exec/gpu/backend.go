@@ -30,7 +30,7 @@ type Config struct {
 
 // PlanOptions are the lowering options Compile uses for a device of sms
 // multiprocessors and compute capability cc (major*10+minor;
-// LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128 or wg128x2, LAGC_SPLIT_GEMM=0, LAGC_FLOAT_SPLIT_GEMV=0, LAGC_MOE_GATHER=1, LAGC_MOE_MC=1, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
+// LAGC_PREFILL_ATTN=ffma, tc, wg64, wg128 or wg128x2, LAGC_SPLIT_GEMM=0, LAGC_FLOAT_SPLIT_GEMV=0, LAGC_PREFILL_BF16=0, LAGC_PREFILL_GEMM=mma, LAGC_CUBLASLT=0,
 // LAGC_QMOE_SHAPE, LAGC_DISABLE_FUSIONS, LAGC_QGEMV_GROUPS,
 // LAGC_DECODE_SPLITS, LAGC_DECODE_STAGES and LAGC_DECODE_MMA included), so that a plan made without the device is
 // the one the executor would run on this machine.
@@ -67,7 +67,7 @@ func PlanOptions(c Config, sms, cc int) (lower.Options, error) {
 	return lower.Options{DType: c.DType, Chunk: c.Chunk, MaxContext: c.MaxContext, SMs: sms, CC: cc, Seqs: c.Seqs,
 		BatchGEMM:   c.BatchGEMM || os.Getenv("LAGC_BATCH_GEMM") == "1",
 		PrefillFFMA: PrefillFFMA(), PrefillAttnTC: !prefillWG, PrefillAttnRows: prefillWGRows, PrefillAttnStages: prefillWGStages, DisableSplitGEMM: os.Getenv("LAGC_SPLIT_GEMM") == "0", DisableFloatSplitGEMV: os.Getenv("LAGC_FLOAT_SPLIT_GEMV") == "0",
-		MoEGather: os.Getenv("LAGC_MOE_GATHER") == "1", MoEMulticast: os.Getenv("LAGC_MOE_MC") == "1", PrefillMMA: os.Getenv("LAGC_PREFILL_GEMM") == "mma",
+		PrefillMMA:  os.Getenv("LAGC_PREFILL_GEMM") == "mma",
 		PrefillBF16: os.Getenv(EnvPrefillBF16) != "0",
 		CublasLt:    UseCublasLt(cc), QMoE: qmoe, DisableFusions: fusionList("LAGC_DISABLE_FUSIONS"), EnableFusions: fusionList("LAGC_ENABLE_FUSIONS"),
 		QGEMVGroups: groups, DecodeSplits: splits, DecodeStages: stages, DecodeMMA: mma}, nil

@@ -428,16 +428,15 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		}
 	}
 	// The quantised grouped GEMMs on narrower token tiles (QMoEForce's
-	// rows; TestMoEExpertsQuantGPU), after moe_gather_rows (NoGather: the
-	// zero QMoEForce's second time), with MMAs of the whole tile or other
-	// steps of width (TestMoEExpertsQuantGPU's whole/ and vn cases), the
-	// plain loop where the pipelined one is the default (its nopipe/ case)
-	// and the pipelined one forced (pipe/: 128 rows and two warpgroups,
-	// 64, and with the whole tile's MMAs), and the other operand type
-	// (bf16ops/: on bf16 rather than f16).
+	// rows; TestMoEExpertsQuantGPU), as chosen, with MMAs of the whole
+	// tile or other steps of width (TestMoEExpertsQuantGPU's whole/ and vn
+	// cases), the plain loop where the pipelined one is the default (its
+	// nopipe/ case) and the pipelined one forced (pipe/: 128 rows and two
+	// warpgroups, 64, and with the whole tile's MMAs), and the other
+	// operand type (bf16ops/: on bf16 rather than f16).
 	for _, qt := range lower.HopperQTypes {
-		for i, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
-			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {}, {WholeTile: true},
+		for _, f := range []lower.QMoEForce{{TileRows: 64}, {TileRows: 96}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2},
+			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {WholeTile: true},
 			{TileRows: 128, CTAs: 1, WGs: 2, TokenStep: 8}, {TileRows: 96, CTAs: 2, TokenStep: 32},
 			{NoPipe: true}, {TileRows: 128, Pipe: true}, {WGs: 2, Pipe: true}, {TileRows: 64, Pipe: true}, {WholeTile: true, Pipe: true},
 			{BF16Ops: true}, {BF16Ops: true, WholeTile: true, Pipe: true}} {
@@ -445,7 +444,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,
 				QGate: lower.QMatrix{W: p, Total: 2 * E * I}, QUp: lower.QMatrix{W: p, Total: 2 * E * I, Row0: E * I},
-				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f, NoGather: i == 7 || i == 4}
+				QDown: lower.QMatrix{W: p, Total: E * H}, QMoE: f}
 			ls, err := lower.MoE(a)
 			if err != nil {
 				t.Fatal(err)
@@ -552,17 +551,9 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		nr.Ints = append(append([]int64(nil), att.Ints[:3]...), 1)
 		out = append(out, att, nr)
 	}
-	// The bf16 grouped experts with moe_gather_rows first (NoGather;
-	// TestMoEExpertsHopperGPU's nogather cases).
-	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
-		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132, NoGather: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out, ls...)
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
 	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
-	ls, err = lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
+	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132,
 		HopperDown: lower.SchedPingPong})
 	if err != nil {

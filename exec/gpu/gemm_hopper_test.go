@@ -78,9 +78,8 @@ func TestMatMulHopperGPU(t *testing.T) {
 }
 
 // TestMoEExpertsHopperGPU: the grouped routed experts on the wgmma core
-// (the gate+up GEMM gathering the routes' rows itself, and with
-// moe_gather_rows first: nogather/)
-// against the CPU reference: skewed and same-expert routing (experts with
+// (moe_gather_rows, then gemm_wgmma's grouped GEMMs) against the CPU
+// reference: skewed and same-expert routing (experts with
 // 0, 1 and hundreds of rows), invalid ids, accumulate, both expert orders;
 // then the down GEMM ping-pong (HopperDown), also on a grid of 7 CTAs so
 // that each takes several tiles of 13 k-blocks (more than the stages).
@@ -96,19 +95,14 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
 	}
 	type variant struct {
-		down     lower.HopperSched
-		sms      int  // 0: the GPU's
-		noGather bool // moe_gather_rows first (NoGather), where the gate+up GEMM gathers by default
+		down lower.HopperSched
+		sms  int // 0: the GPU's
 		// q: the GEMMs on gemm_wgmma_q (QMoE.BF16: weights as A, MMAs as wide
 		// as each tile's tokens), of qrows-token tiles on qwgs consumer
 		// warpgroups (0: lower's), the pipelined loop forced (qpipe).
 		q           bool
 		qrows, qwgs int
 		qpipe       bool
-		// mc: the GEMMs on 2-CTA clusters sharing each x tile (Multicast,
-		// with moe_gather_rows first), where the grid and bands are even;
-		// the same bits as without.
-		mc bool
 	}
 	run := func(v variant, order ExpertOrder, c moeCase) {
 		name := fmt.Sprintf("order%d/%+v", order, c)
@@ -118,12 +112,6 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		if v.down == lower.SchedPingPong {
 			name = fmt.Sprintf("downpp/sms%d/%s", v.sms, name)
 		}
-		if v.noGather {
-			name = "nogather/" + name
-		}
-		if v.mc {
-			name = fmt.Sprintf("mc/sms%d/%s", v.sms, name)
-		}
 		t.Run(name, func(t *testing.T) {
 			d := moeGen(r, c, cuda.BF16, cuda.BF16, cuda.BF16)
 			a := moeUpload(t, k, s, c, d, cuda.BF16, cuda.BF16, cuda.BF16, MoEGrouped, order, MMATile{})
@@ -131,7 +119,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			gu := append(append([]float32(nil), d.gate...), d.up...)
 			a.Gate = upload(t, k, s, cuda.BF16, gu)
 			a.Up = a.Gate.Add(2 * int64(c.E*c.I*c.H))
-			a.CC, a.SMs, a.HopperDown, a.NoGather, a.Multicast = k.CC(), k.SMs(), v.down, v.noGather || v.mc, v.mc
+			a.CC, a.SMs, a.HopperDown = k.CC(), k.SMs(), v.down
 			a.QMoE = lower.QMoEForce{BF16: v.q, NoBF16: !v.q, TileRows: v.qrows, WGs: v.qwgs, Pipe: v.qpipe}
 			if v.sms != 0 {
 				a.SMs = v.sms
@@ -144,23 +132,11 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 				if !hasKernel(ls, "gemm_wgmma_q<bf16_t, 30,") || !hasKernel(ls, "moe_gather_rows") {
 					t.Fatalf("QMoE.BF16 did not choose gemm_wgmma_q's bf16 path after moe_gather_rows")
 				}
-			} else if !hasKernel(ls, "gemm_wgmma") {
-				t.Fatalf("the grouped path did not choose the wgmma core")
+			} else if !hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 1, 0, 0>") || !hasKernel(ls, "moe_gather_rows") {
+				t.Fatalf("the grouped path did not choose the wgmma core after moe_gather_rows")
 			}
 			if pp := hasKernel(ls, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>"); !v.q && pp != (v.down == lower.SchedPingPong) {
 				t.Fatalf("down ping-pong %v under %v", pp, v.down)
-			}
-			if g := hasKernel(ls, "gemm_wgmma<bf16_t, 256, 2, 2, 0, 0>"); !v.q && (g == a.NoGather || hasKernel(ls, "moe_gather_rows") != a.NoGather) {
-				t.Fatalf("gate+up gathering %v with NoGather %v", g, a.NoGather)
-			}
-			grid := a.SMs
-			for _, g := range []struct {
-				kernel string
-				bands  int
-			}{{"gemm_wgmma_mc<bf16_t, 256, 2, 0>", ceilDiv(c.I, 128)}, {"gemm_wgmma_mc<bf16_t, 256, 0, 0>", ceilDiv(c.H, 256)}} {
-				if want := v.mc && grid%2 == 0 && g.bands%2 == 0; hasKernel(ls, g.kernel) != want {
-					t.Fatalf("%s launched %v, want %v (grid %d, %d bands)", g.kernel, !want, want, grid, g.bands)
-				}
 			}
 			moeWorkspace(t, k, s, &a)
 			if err := k.MoEExperts(s, a); err != nil {
@@ -168,21 +144,6 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 			}
 			got := download(t, s, cuda.BF16, a.Out, c.T*c.H)
 			checkClose(t, "moe", got, moeRef(t, c, d), tolFor(cuda.BF16))
-			if v.mc { // the same bits without the clusters
-				gb := downloadBytes(t, s, a.Out, int64(2*c.T*c.H))
-				b, out0 := a, make([]float32, c.T*c.H)
-				if c.acc {
-					out0 = d.out0
-				}
-				b.Multicast, b.Out = false, upload(t, k, s, cuda.BF16, out0)
-				moeWorkspace(t, k, s, &b)
-				if err := k.MoEExperts(s, b); err != nil {
-					t.Fatal(err)
-				}
-				if i := firstByteDiff(gb, downloadBytes(t, s, b.Out, int64(2*c.T*c.H))); i >= 0 {
-					t.Fatalf("byte %d differs from the launches without clusters", i)
-				}
-			}
 		})
 	}
 	for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
@@ -191,7 +152,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 		}
 	}
 	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
-	for _, v := range []variant{{down: lower.SchedPingPong}, {down: lower.SchedPingPong, sms: 7}, {noGather: true}, {sms: 7},
+	for _, v := range []variant{{down: lower.SchedPingPong}, {down: lower.SchedPingPong, sms: 7}, {sms: 7},
 		{q: true}, {q: true, sms: 7}, {q: true, qrows: 64}, {q: true, qrows: 128}, {q: true, qwgs: 2}, {q: true, qpipe: true}} {
 		for _, c := range append(cases, deep) {
 			run(v, ExpertsByLoad, c)
@@ -199,22 +160,6 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 	}
 	for _, c := range cases {
 		run(variant{q: true}, ExpertsByID, c)
-	}
-	// Clusters: bands even for both GEMMs (I 256 and 512: 2 and 4 gate+up
-	// bands; H 512 and 1024: 2 and 4 down bands), experts with 0, 1 and
-	// hundreds of rows, invalid ids, accumulate; grids of 8 (several tiles
-	// a CTA) and 7 (odd: no clusters).
-	mcCases := []moeCase{
-		{T: 129, H: 512, I: 256, E: 256, k: 10, dist: "skewed"},
-		{T: 300, H: 1024, I: 512, E: 16, k: 4, dist: "same", acc: true},
-		{T: 129, H: 512, I: 256, E: 64, k: 6, dist: "invalid", acc: true},
-		{T: 600, H: 512, I: 256, E: 32, k: 4, dist: "distinct"},
-		{T: 64, H: 192, I: 128, E: 8, k: 3, dist: "skewed"}, // odd bands: no clusters
-	}
-	for _, sms := range []int{0, 8, 7} {
-		for _, c := range mcCases {
-			run(variant{mc: true, sms: sms}, ExpertsByLoad, c)
-		}
 	}
 }
 
@@ -350,29 +295,27 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	}
 	// The wgmma path's token tiles and CTAs a multiprocessor: as chosen
 	// (96 rows on one CTA of four consumer warpgroups), and forced (QMoE's
-	// TileRows, CTAs), each width with MMAs of its own; the gate+up GEMM gathering
-	// the routes' rows itself, or (noGather) after moe_gather_rows; MMAs as
-	// wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
+	// TileRows, CTAs), each width with MMAs of its own, after
+	// moe_gather_rows; MMAs as wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
 	// the whole tile (whole); the pipelined loop (lower's choice on four
 	// warpgroups) forced (pipe) or the plain one forced (nopipe); bf16
 	// operands rather than f16 (bf16ops).
 	type variant struct {
 		cc, rows, ctas, wgs int
-		noGather            bool
 		step                int
 		whole               bool
 		pipe                int // 1: forced (QMoE.Pipe), -1: the plain loop forced (QMoE.NoPipe), 0: lower's
 		bf16ops             bool
 	}
 	for _, qt := range lower.QuantKernelTypes {
-		for _, v := range []variant{{90, 0, 0, 0, false, 0, false, 0, false}, {90, 64, 0, 0, false, 0, false, 0, false},
-			{90, 128, 0, 0, false, 0, false, 0, false}, {90, 96, 1, 0, false, 0, false, 0, false}, {90, 64, 1, 0, false, 0, false, 0, false},
-			{90, 96, 1, 4, false, 0, false, 0, false}, {90, 64, 1, 4, false, 0, false, 0, false}, {90, 96, 1, 4, true, 0, false, 0, false},
-			{0, 0, 0, 0, false, 0, false, 0, false}, {90, 0, 0, 0, true, 0, false, 0, false}, {90, 96, 2, 0, false, 0, false, 0, false},
-			{90, 0, 0, 0, false, 0, true, 0, false}, {90, 128, 1, 2, false, 8, false, 0, false}, {90, 96, 2, 0, false, 32, false, 0, false},
-			{90, 0, 0, 0, false, 0, false, -1, false}, {90, 128, 0, 0, false, 0, false, 1, false}, {90, 96, 1, 2, false, 0, false, 1, false},
-			{90, 64, 0, 0, false, 0, false, 1, false}, {90, 0, 0, 0, false, 0, true, 1, false},
-			{90, 0, 0, 0, false, 0, false, 0, true}, {90, 0, 0, 0, false, 0, true, 1, true}} {
+		for _, v := range []variant{{90, 0, 0, 0, 0, false, 0, false}, {90, 64, 0, 0, 0, false, 0, false},
+			{90, 128, 0, 0, 0, false, 0, false}, {90, 96, 1, 0, 0, false, 0, false}, {90, 64, 1, 0, 0, false, 0, false},
+			{90, 96, 1, 4, 0, false, 0, false}, {90, 64, 1, 4, 0, false, 0, false},
+			{0, 0, 0, 0, 0, false, 0, false}, {90, 96, 2, 0, 0, false, 0, false},
+			{90, 0, 0, 0, 0, true, 0, false}, {90, 128, 1, 2, 8, false, 0, false}, {90, 96, 2, 0, 32, false, 0, false},
+			{90, 0, 0, 0, 0, false, -1, false}, {90, 128, 0, 0, 0, false, 1, false}, {90, 96, 1, 2, 0, false, 1, false},
+			{90, 64, 0, 0, 0, false, 1, false}, {90, 0, 0, 0, 0, true, 1, false},
+			{90, 0, 0, 0, 0, false, 0, true}, {90, 0, 0, 0, 0, true, 1, true}} {
 			cc := v.cc
 			for _, c := range cases {
 				if (v.rows != 0 || v.bf16ops) && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {
@@ -384,9 +327,6 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				}
 				if v.wgs != 0 {
 					name = fmt.Sprintf("%s/cc%d/rows%d/ctas%d/wgs%d/%+v", qt, cc, v.rows, v.ctas, v.wgs, c)
-				}
-				if v.noGather {
-					name = "nogather/" + name
 				}
 				if v.step != 0 {
 					name = fmt.Sprintf("vn%d/%s", v.step, name)
@@ -405,7 +345,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					a, d := quantMoE(t, k, s, name, 42, c, qt, qt)
-					a.CC, a.NoGather = cc, v.noGather
+					a.CC = cc
 					a.QMoE = lower.QMoEForce{TileRows: v.rows, CTAs: v.ctas, WGs: v.wgs, TokenStep: v.step, WholeTile: v.whole, Pipe: v.pipe == 1,
 						NoPipe: v.pipe == -1, BF16Ops: v.bf16ops}
 					moeWorkspace(t, k, s, &a)
@@ -413,7 +353,7 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 						t.Fatal(err)
 					} else if hasKernel(ls, "gemm_wgmma_q") && !hasKernel(ls, "moe_gather_rows") {
 						// gemm_wgmma_q's producer stages scales and does not gather.
-						t.Fatalf("the quantised grouped GEMMs without moe_gather_rows (NoGather %v)", v.noGather)
+						t.Fatal("the quantised grouped GEMMs without moe_gather_rows")
 					}
 					if err := k.MoEExperts(s, a); err != nil {
 						t.Fatal(err)

@@ -122,11 +122,8 @@ func BenchmarkMoEExperts(b *testing.B) {
 			cc   int
 			down lower.HopperSched
 			q    bool // on gemm_wgmma_q (QMoE.BF16)
-			// copy: moe_gather_rows first (NoGather, the model's default);
-			// mc: that on 2-CTA clusters sharing each x tile (Multicast).
-			copy, mc bool
 		}{{name: "mma"}, {name: "wgmma", cc: 90}, {name: "wgmma-downpp", cc: 90, down: lower.SchedPingPong},
-			{name: "wgmma-q", cc: 90, q: true}, {name: "wgmma-copy", cc: 90, copy: true}, {name: "wgmma-mc", cc: 90, copy: true, mc: true}} {
+			{name: "wgmma-q", cc: 90, q: true}} {
 			if T == 1 && v.cc != 0 {
 				continue // decode: the same GEMVs either way
 			}
@@ -134,7 +131,7 @@ func BenchmarkMoEExperts(b *testing.B) {
 				ids, wts := benchRoutes(r, T, E, K)
 				a := MoEArgs{T: T, H: H, I: I, E: E, TopK: K, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 					X: m.rand(T * H), Out: m.rand(T * H), Gate: gate, Up: up, Down: down, Order: ExpertsByLoad,
-					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QMoE: lower.QMoEForce{BF16: v.q, NoBF16: !v.q}, NoGather: v.copy, Multicast: v.mc}
+					CC: v.cc, SMs: m.k.SMs(), HopperDown: v.down, QMoE: lower.QMoEForce{BF16: v.q, NoBF16: !v.q}}
 				m.routes(b, &a, ids, wts)
 				// Decode reads the k selected experts (repeats across tokens counted again).
 				bytes := float64(min(T*K, E)) * 3 * I * H * 2

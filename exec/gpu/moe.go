@@ -71,12 +71,6 @@ type MoEArgs struct {
 	// HopperDown is the bf16 grouped down GEMM's schedule
 	// (lower.MoEArgs.HopperDown).
 	HopperDown lower.HopperSched
-	// NoGather keeps moe_gather_rows before the bf16 grouped gate+up
-	// (lower.MoEArgs.NoGather).
-	NoGather bool
-	// Multicast: the bf16 grouped GEMMs on 2-CTA clusters
-	// (lower.MoEArgs.Multicast).
-	Multicast bool
 }
 
 func (a MoEArgs) lower() lower.MoEArgs {
@@ -94,7 +88,7 @@ func (a MoEArgs) lower() lower.MoEArgs {
 		X: ptr(a.X), Weights: ptr(a.Weights), IDs: ptr(a.IDs), Gate: ptr(a.Gate), Up: ptr(a.Up), Down: ptr(a.Down), Out: ptr(a.Out),
 		XType: a.XType.String(), WType: a.WType.String(), OutType: a.OutType.String(), Accumulate: a.Accumulate,
 		Workspace: ptr(a.Workspace), Path: a.Path, Order: a.Order, Tile: a.Tile, Band: a.Band, CC: a.CC, SMs: a.SMs,
-		QMoE: a.QMoE, HopperDown: a.HopperDown, NoGather: a.NoGather, Multicast: a.Multicast}
+		QMoE: a.QMoE, HopperDown: a.HopperDown}
 }
 
 // MoEWorkspaceBytes is the workspace MoEExperts needs for a (its pointers

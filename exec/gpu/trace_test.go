@@ -38,7 +38,6 @@ type traceModel struct {
 	// (lower.Options.PrefillBF16).
 	prefillBF16 bool
 	disable     []string // lower.Options.DisableFusions
-	multicast   bool     // lower.Options.MoEMulticast
 }
 
 var traceModels = []traceModel{
@@ -47,8 +46,6 @@ var traceModels = []traceModel{
 	{name: "laguna-s-2.1-q4_k_m", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m"},
 	{name: "laguna-s-2.1-q4_k_m-copies", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 4, quant: "q4_k_m",
 		prefillBF16: true},
-	{name: "laguna-s-2.1-multicast", config: func() (*config.Config, error) { return config.Preset("laguna-s-2.1") }, layers: 2,
-		multicast: true},
 	{name: "laguna-xs-2-iq4_xs", config: func() (*config.Config, error) { return config.Preset("laguna-xs-2") }, layers: 4, quant: "iq4_xs"},
 	// llama.cpp's Q4_K_M mixture in its layers that raise ffn_down and
 	// attn_v: q6_k downs (routed and shared) under q4_k gate and up.
@@ -103,7 +100,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	}
 	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
 		PrefillBF16:    m.prefillBF16,
-		DisableFusions: m.disable, MoEMulticast: m.multicast})
+		DisableFusions: m.disable})
 	if err != nil {
 		t.Fatal(err)
 	}
