@@ -42,9 +42,9 @@ import "fmt"
 // may not.
 func GEMMNormRoPE(g Launch, ns []Launch, dst []Ptr, tab Ptr) (table, gemm Launch, err error) {
 	const op = "GEMMNormRoPE"
-	if g.Kernel != "gemm_wgmma" || g.File != "gemm_hopper.cu" || len(g.DTypes) != 1 || len(g.Ints) != 5 || len(g.Args) != 19 ||
+	if g.Kernel != "gemm_wgmma" || g.File != "gemm_hopper.cu" || len(g.DTypes) != 1 || len(g.Ints) != 5 || len(g.Args) != 16 ||
 		!ArgKinds(g.Args, ArgTMap, ArgTMap, ArgI32, ArgI32, ArgI32, ArgPtr, ArgI32, ArgPtr, ArgPtr, ArgI32, ArgPtr, ArgPtr, ArgPtr,
-			ArgI32, ArgI32, ArgI32, ArgPtr, ArgPtr, ArgI32) {
+			ArgI32, ArgI32, ArgI32) {
 		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a gemm_wgmma launch as HopperGEMM builds it", op, g.NameExpr())
 	}
 	bn, epi, grouped, pp, split := g.Ints[0], g.Ints[1], g.Ints[2], g.Ints[3], g.Ints[4]

@@ -77,8 +77,8 @@ func TestFusePrefillGEMMNormRoPE(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s T=%d: %v", c.name, T, err)
 				}
-				if f.Args[5] != nq.Args[6] || f.Args[10] != nk.Args[7] || f.Args[19] != nq.Args[8] || f.Args[20] != nk.Args[8] {
-					t.Errorf("%s T=%d: %s writes q at %v and k at %v with norms %v, %v", c.name, T, f.NameExpr(), f.Args[5], f.Args[10], f.Args[19], f.Args[20])
+				if f.Args[5] != nq.Args[6] || f.Args[10] != nk.Args[7] || f.Args[16] != nq.Args[8] || f.Args[17] != nk.Args[8] {
+					t.Errorf("%s T=%d: %s writes q at %v and k at %v with norms %v, %v", c.name, T, f.NameExpr(), f.Args[5], f.Args[10], f.Args[16], f.Args[17])
 				}
 				wa := a
 				wa.Args = append([]Arg(nil), a.Args...)
@@ -150,12 +150,12 @@ func TestFusePrefillGEMMNormRoPEReaders(t *testing.T) {
 			continue
 		}
 		f := steps[i][len(steps[i])-1]
-		if f.Kernel != "gemm_wgmma_nr" || f.Args[19].Ptr().Null() {
+		if f.Kernel != "gemm_wgmma_nr" || f.Args[16].Ptr().Null() {
 			t.Fatalf("step %s: %s, the q heads not fused", meta[i].Name, f.NameExpr())
 		}
 		kept := len(steps[i+2]) == 1 && steps[i+2][0].Kernel == "qk_norm_rope"
-		if kept != (i == first) || f.Args[20].Ptr().Null() != (i == first) {
-			t.Errorf("step %s: k heads' launch kept %v, k norm in the GEMM %v", meta[i].Name, kept, !f.Args[20].Ptr().Null())
+		if kept != (i == first) || f.Args[17].Ptr().Null() != (i == first) {
+			t.Errorf("step %s: k heads' launch kept %v, k norm in the GEMM %v", meta[i].Name, kept, !f.Args[17].Ptr().Null())
 		}
 		n++
 	}

@@ -174,7 +174,7 @@ func HopperGEMM(a MatMulArgs) (Launch, error) {
 		dims(max(1, min(tiles, sm))), dims(384), HopperSmem(bn),
 		append([]Arg{tmapArg(a.X, TMap{Elem: "bf16", Rows: int64(a.T), Cols: int64(a.K), LD: int64(a.K), BoxRows: 128, BoxCols: 64}),
 			tmapArg(a.W, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(a.K), LD: int64(a.K), BoxRows: box, BoxCols: 64}),
-			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, append(split, noGather()...)...)...), nil
+			i32(a.T), i32(a.N), i32(a.K), ptrArg(y), i32(a.N), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)}, split...)...), nil
 }
 
 // splitArgs are gemm_wgmma's first output and its trailing split
@@ -225,11 +225,6 @@ func SplitFits(split []SplitOut, w int) bool {
 func noSplit(n int) []Arg {
 	return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), ptrArg(Ptr{}), i32(n), i32(n), i32(n)}
 }
-
-// noGather is gemm_wgmma's trailing arguments gx, gsorted and gk: unused
-// since its gathering form (GROUPED 2) was removed, passed empty so that
-// the launches and the kernels' parameters stay as they were.
-func noGather() []Arg { return []Arg{ptrArg(Ptr{}), ptrArg(Ptr{}), i32(0)} }
 
 // moeHopperOK says why the grouped experts of a cannot run on the wgmma
 // core, or nil: it needs bf16 stacks with the up stack right after the
@@ -283,9 +278,9 @@ func moeHopper(a MoEArgs, l MoELayout) []Launch {
 		}
 		return kernel("gemm_hopper.cu", "gemm_wgmma", []string{"bf16"}, []int64{int64(bn), int64(epi), 1, int64(b2i(pp)), 0},
 			dims(sms(a.SMs)), dims(384), HopperSmem(bn),
-			append(append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
+			append([]Arg{tmapArg(x, TMap{Elem: "bf16", Rows: int64(R), Cols: int64(K), LD: int64(K), BoxRows: 128, BoxCols: 64}),
 				tmapArg(w, TMap{Elem: "bf16", Rows: int64(wrows), Cols: int64(K), LD: int64(K), BoxRows: box, BoxCols: 64}),
-				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...), noGather()...)...)
+				i32(R), i32(N), i32(K), ptrArg(y), i32(upRow), ws(l.Tiles), ws(l.NTiles), i32(expertRows)}, noSplit(N)...)...)
 	}
 	p := moeHopperParts(a, l, false)
 	p.gateUp = grouped(wsp(l.XG), a.H, a.Gate, 2*EI, a.I, EpiSwiGLU, EI, a.I, wsp(l.Act), false)

@@ -98,9 +98,9 @@ func TestHopperGEMMSplit(t *testing.T) {
 		wantErr string
 	}{
 		{"S-2.1 sliding", []SplitOut{{y(0), 9216}, {y(1), 1024}, {y(2), 1024}, {y(3), 72}}, 0,
-			"arena+0, i32 11336, null, null, i32 0, arena+16777216, arena+33554432, arena+50331648, i32 9216, i32 10240, i32 11264, null, null, i32 0)", 128, ""},
+			"arena+0, i32 11336, null, null, i32 0, arena+16777216, arena+33554432, arena+50331648, i32 9216, i32 10240, i32 11264)", 128, ""},
 		{"two outputs, 128 only", []SplitOut{{y(0), 384}, {y(1), 100}}, 0,
-			"arena+0, i32 484, null, null, i32 0, arena+16777216, null, null, i32 384, i32 484, i32 484, null, null, i32 0)", 128, ""},
+			"arena+0, i32 484, null, null, i32 0, arena+16777216, null, null, i32 384, i32 484, i32 484)", 128, ""},
 		{"forced 256, outputs on 128", []SplitOut{{y(0), 384}, {y(1), 100}}, 256, "", 0, "multiples of the tile width 256"},
 		{"not on 128", []SplitOut{{y(0), 200}, {y(1), 100}}, 0, "", 0, "multiples of the tile width"},
 		{"five outputs", []SplitOut{{y(0), 128}, {y(1), 128}, {y(2), 128}, {y(3), 128}, {y(4), 128}}, 0, "", 0, "at most 4 outputs"},

@@ -32,12 +32,9 @@
 // the device (tiles[i] = {expert e, first row, rows}, ntiles[0] of them):
 // tile i reads weight rows from e * expert_rows (gate and up: up_row +
 // e * expert_rows) and writes only its own rows; moe_gather_rows copies
-// the routes' x rows into that order first. The trailing parameters gx,
-// gsorted and gk are unused (every launch passes null, null, 0): they
-// belonged to a form gathering the rows itself (GROUPED 2), removed with
-// the 2-CTA multicast one (GROUPED 3, gemm_wgmma_mc) as measured no faster
-// (docs/PERF.md), and stay so that the launches' arguments and the
-// kernels' code are as they were.
+// the routes' x rows into that order first. (A form gathering the rows
+// itself, GROUPED 2, and a 2-CTA multicast one, GROUPED 3, measured no
+// faster and were removed: docs/PERF.md.)
 
 struct __align__(64) TmaMap {
   unsigned long long v[16];
@@ -588,7 +585,6 @@ template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT, int ROT 
 __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& tb, int M, int N, int K, TY* __restrict__ y,
                                                 int up_row, const int4* __restrict__ tiles, const int* __restrict__ ntiles,
                                                 int expert_rows, TY* y1, TY* y2, TY* y3, int c1, int c2, int c3,
-                                                const bf16_t* __restrict__ gx, const int* __restrict__ gsorted, int gk,
                                                 const WgNR& nr) {
   static_assert(!SPLIT || (EPI == 0 && !GROUPED), "split outputs: plain dense GEMMs");
   static_assert(!ROT || (SPLIT && sizeof(TY) == 2), "the norm and rotation of a split GEMM's bf16 q and k heads");
@@ -793,8 +789,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap& ta, const TmaMap& 
 #define GEMM_WGMMA_PARAMS                                                                                                         \
   const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, int M, int N, int K, TY *__restrict__ y, int up_row,      \
       const int4 *__restrict__ tiles, const int *__restrict__ ntiles, int expert_rows, TY *y1, TY *y2, TY *y3, int c1, int c2, \
-      int c3, const bf16_t *__restrict__ gx, const int *__restrict__ gsorted, int gk
-#define GEMM_WGMMA_ARGS ta, tb, M, N, K, y, up_row, tiles, ntiles, expert_rows, y1, y2, y3, c1, c2, c3, gx, gsorted, gk
+      int c3
+#define GEMM_WGMMA_ARGS ta, tb, M, N, K, y, up_row, tiles, ntiles, expert_rows, y1, y2, y3, c1, c2, c3
 template <typename TY, int BN, int EPI, int GROUPED, int PP, int SPLIT>
 __global__ void __launch_bounds__(384, 1) gemm_wgmma(GEMM_WGMMA_PARAMS) {
   pdl_wait();
