@@ -318,7 +318,7 @@ func runBench(w io.Writer, f *benchFlags) error {
 	}
 	if err := checkFlagRules(positive("--runs", f.runs), positive("--decode-tokens", f.tokens), positive("--ctx", f.ctx),
 		positive("--chunk", f.chunk), notNegative("--layers", f.layers),
-		flagRule{"--bw", f.bw, f.bw >= 0, "want a number >= 0 (0: the default roofline)"}); err != nil {
+		bwRule(f.bw)); err != nil {
 		return err
 	}
 	dt, err := ir.ParseDType(f.dtype)

@@ -119,8 +119,8 @@ func checkFlagRules(rules ...flagRule) error {
 	return nil
 }
 
-// positive and notNegative are flagRules for ints; the float rules are
-// written with !(x >= 0) so that NaN fails them.
+// positive and notNegative are flagRules for ints. A float rule's ok is a
+// comparison such as x >= 0, which NaN fails.
 func positive(name string, v int) flagRule { return flagRule{name, v, v > 0, "must be positive"} }
 func notNegative(name string, v int) flagRule {
 	return flagRule{name, v, v >= 0, "must not be negative"}

@@ -54,7 +54,7 @@ func init() {
 					o.moeQuants = append(o.moeQuants, t)
 				}
 				if err := checkFlagRules(positive("--runs", o.runs),
-					flagRule{"--bw", o.bw, o.bw >= 0, "want a number >= 0 (0: the default roofline)"},
+					bwRule(o.bw),
 					flagRule{"--flops", o.flops, o.flops > 0, "want a number > 0"}); err != nil {
 					return err
 				}

@@ -19,6 +19,12 @@ const (
 	h200PeakBW   = 2 * 3201e6 * 6144 / 8
 )
 
+// bwRule is --bw's flag rule (bench and kernel-bench): 0 asks for
+// roofline's default.
+func bwRule(bw float64) flagRule {
+	return flagRule{"--bw", bw, bw >= 0, "want a number >= 0 (0: the default roofline)"}
+}
+
 // roofline is the bytes/s the report divides by, and how it was chosen:
 // bw where given (> 0), else the H200's 4.3 TB/s on an H200 (by name, so
 // its figures stay comparable whatever its attributes say) and the same
