@@ -552,12 +552,20 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 		out = append(out, att, nr)
 	}
 	// The bf16 grouped experts with the down GEMM ping-pong (HopperDown;
-	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts).
+	// TestMoEExpertsHopperGPU, BenchmarkMoEExperts), kept on gemm_wgmma
+	// (NoBF16: 25 routes an expert would otherwise take gemm_wgmma_q).
 	ls, err := lower.MoE(lower.MoEArgs{T: 100, H: 256, I: 256, E: 8, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 		Gate: p, Up: p.At(2 * 8 * 256 * 256), Down: p, XType: "bf16", WType: "bf16", OutType: "bf16", CC: 90, SMs: 132,
-		HopperDown: lower.SchedPingPong})
+		HopperDown: lower.SchedPingPong, QMoE: lower.QMoEForce{NoBF16: true}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.NameExpr())
+	}
+	if !slices.Contains(names, "gemm_wgmma<bf16_t, 128, 0, 1, 1, 0>") {
+		t.Fatalf("the ping-pong down entry plans %v, not gemm_wgmma's ping-pong down", names)
 	}
 	return append(out, ls...)
 }
