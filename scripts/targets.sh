@@ -121,6 +121,11 @@ if ("prefill", 32768) in lp and ("prefill", 2048) in lp:
           f"{lp.get(('prefill_last_row', 2048), 0):,.1f})")
 else:
     print(f"  -   long context (no goal): q4_k_m prefill of 32768 tokens not measured (see the .err files in {out}.tar.gz)")
+# The driver's memory figures (roofline.go scales other GPUs by them and
+# takes an H200's 4.3 TB/s by name until they are on record for one).
+if k and k.get("peak_mem_bytes_per_s"):
+    print(f"  memory (driver): {k['mem_clock_khz'] // 1000} MHz, {k['mem_bus_bits']}-bit bus, peak {k['peak_mem_bytes_per_s'] / 1e12:.2f} TB/s; "
+          f"roofline {k['roofline_bytes_per_s'] / 1e12:.2f} TB/s ({k['roofline_from']})")
 # How the synthetic weights' routers spread the 2048-token prefills
 # (kernel-bench routes uniformly: every expert used, about 80 routes each).
 for name in ("q4_k_m", "bf16"):

@@ -113,7 +113,12 @@ type kbReport struct {
 	BW     float64 `json:"roofline_bytes_per_s"`
 	BWFrom string  `json:"roofline_from"`
 	Flops  float64 `json:"roofline_flop_per_s"`
-	Rows   []kbRow `json:"rows"`
+	// What the driver says of the memory (0: it did not say), so that a
+	// run records the figures roofline scales by (PeakMemBandwidth).
+	MemClockKHz int     `json:"mem_clock_khz"`
+	MemBusBits  int     `json:"mem_bus_bits"`
+	PeakMemBW   float64 `json:"peak_mem_bytes_per_s"`
+	Rows        []kbRow `json:"rows"`
 }
 
 // kbEnv holds what every case uses: device, stream, events, and a pattern
@@ -284,7 +289,9 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 	}
 	defer e.freeAll()
 
-	rep := kbReport{Device: d.Props().Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, BWFrom: bwFrom, Flops: o.flops}
+	p := d.Props()
+	rep := kbReport{Device: p.Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, BWFrom: bwFrom, Flops: o.flops,
+		MemClockKHz: p.MemClockKHz, MemBusBits: p.MemBusBits, PeakMemBW: p.PeakMemBandwidth()}
 	add := func(rows []kbRow, err error) error {
 		e.freeAll()
 		rep.Rows = append(rep.Rows, rows...)
@@ -506,6 +513,9 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 func printKernelBench(w io.Writer, r kbReport) {
 	fmt.Fprintf(w, "device: %s (%s); median of %d runs; rooflines %.2f TB/s (%s) and %.0f TFLOP/s\n",
 		r.Device, r.Arch, r.Runs, r.BW/1e12, r.BWFrom, r.Flops/1e12)
+	if r.PeakMemBW > 0 {
+		fmt.Fprintf(w, "memory (driver): %d MHz, %d-bit bus, peak %.2f TB/s\n", r.MemClockKHz/1000, r.MemBusBits, r.PeakMemBW/1e12)
+	}
 	fmt.Fprintln(w, "bf16 weights and activations, f32 accumulation; Laguna-S-2.1 shapes; us (graph): kernels replayed")
 	fmt.Fprintln(w, "from a CUDA graph, the figure rates use; us (eager): launched one by one, host launch cost included")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
