@@ -36,6 +36,9 @@ done
 [ "${1:-}" = -- ] && shift
 out=${OUT:-.gpu}
 mkdir -p "$out"
+here=$(dirname "$0")
+# shellcheck source=smi.sh
+. "$here/smi.sh"
 log=$out/ab-bench.jsonl
 : >"$log"
 for r in $(seq "$rounds"); do
@@ -45,23 +48,18 @@ for r in $(seq "$rounds"); do
 			read -r bin env_ <<<"${env_#@}" || true
 		fi
 		# shellcheck disable=SC2086
-		smi_pid=
-		if [ "${AB_SMI:-0}" = 1 ]; then
-			nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active \
-				--format=csv,noheader,nounits -lms 20 >"$out/smi.$i.$r.csv" 2>/dev/null &
-			smi_pid=$!
-		fi
+		[ "${AB_SMI:-0}" = 1 ] && smi_start "$out/smi.$i.$r.csv"
 		line=$(env $env_ "$bin" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
-		if [ -n "$smi_pid" ]; then
-			kill "$smi_pid" 2>/dev/null || true
-			wait "$smi_pid" 2>/dev/null || true
-		fi
+		smi_stop
 		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
 	done
 done
-python3 - "$log" "${AB_SMI:-0}" "${envs[@]}" <<'PY'
+python3 - "$here" "$log" "${AB_SMI:-0}" "${envs[@]}" <<'PY'
 import glob, json, os, statistics, sys
-log, smi, envs = sys.argv[1], sys.argv[2] == '1', sys.argv[3:]
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, sys.argv[1])
+from smi_summary import summary
+log, smi, envs = sys.argv[2], sys.argv[3] == '1', sys.argv[4:]
 runs = {i: [] for i in range(len(envs))}
 for l in open(log):
     i, js = l.split('\t', 1)
@@ -93,19 +91,9 @@ for i, rs in runs.items():
     # (as lagc run), where the build has it.
     for p in sorted({x['tokens'] for run in rs for x in run.get('prefill_last_row', [])}):
         r[f'last-row {p} ms'] = med([x['ms'] for run in rs for x in run.get('prefill_last_row', []) if x['tokens'] == p])
-    if smi:  # samples "MHz, W, 0xREASONS"; busy: over 300 W; 0x4: software power cap
-        busy = []
-        for f in glob.glob(os.path.join(os.path.dirname(log), f'smi.{i}.*.csv')):
-            for l in open(f):
-                try:
-                    mhz, w, why = [v.strip() for v in l.split(',')]
-                    busy.append((float(mhz), float(w), int(why, 16)))
-                except ValueError:
-                    pass
-        busy = [b for b in busy if b[1] > 300]
-        r['busy SM MHz'] = med([b[0] for b in busy])
-        r['busy % capped'] = 100 * sum(b[2] & 4 != 0 for b in busy) / len(busy) if busy else float('nan')
-        r['peak W'] = max((b[1] for b in busy), default=float('nan'))
+    if smi:  # busy samples (over 300 W): smi_summary.py
+        st = summary(glob.glob(os.path.join(os.path.dirname(log), f'smi.{i}.*.csv'))) or (float('nan'),) * 3
+        r['busy SM MHz'], r['busy % capped'], r['peak W'] = st
     rows.append(r)
 keys = list(dict.fromkeys(k for r in rows for k in r))
 for r in rows:

@@ -47,20 +47,14 @@ done
 for name in q4_k_m bf16; do
 	[ -f "$out/$name.pprof" ] && "$lagc" profile --top 30 "$out/$name.pprof" >"$out/$name-profile.txt" 2>&1
 done
-# nvidia-smi every 20 ms through kernel-bench (SM clock, power, throttle
-# reasons, as ab-bench's AB_SMI): its grouped MoE rows move with the GPU's
-# state at its power cap (docs/PERF.md), so the summary says what it was.
-smi_pid=
-if command -v nvidia-smi >/dev/null; then
-	nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active \
-		--format=csv,noheader,nounits -lms 20 >"$out/kernels.smi.csv" 2>/dev/null &
-	smi_pid=$!
-fi
+# The GPU's state through kernel-bench (smi.sh, as ab-bench's AB_SMI): its
+# grouped MoE rows move with it at the power cap (docs/PERF.md), so the
+# summary says what it was.
+# shellcheck source=smi.sh
+. scripts/smi.sh
+smi_start "$out/kernels.smi.csv"
 step kernels kernel-bench --json --runs "$runs" --gemm-t 2048 --moe-t 2048,4096 --moe-quant q4_k
-if [ -n "$smi_pid" ]; then
-	kill "$smi_pid" 2>/dev/null
-	wait "$smi_pid" 2>/dev/null
-fi
+smi_stop
 # Decode at a long context (no goal in the issues; the full layers'
 # attention over the cache is the difference: docs/PERF.md).
 # The same run times a 32768-token prompt's prefill beside 2048's (the
@@ -134,24 +128,15 @@ if ("prefill", 32768) in lp and ("prefill", 2048) in lp:
           f"{lp.get(('prefill_last_row', 2048), 0):,.1f})")
 else:
     print(f"  -   long context (no goal): q4_k_m prefill of 32768 tokens not measured (see the .err files in {out}.tar.gz)")
-# The GPU's state while kernel-bench ran (busy: over 300 W; 0x4 in the
-# reasons: the software power cap).
-busy = []
-try:
-    for l in open(os.path.join(out, "kernels.smi.csv")):
-        try:
-            mhz, w, why = [v.strip() for v in l.split(",")]
-            busy.append((float(mhz), float(w), int(why, 16)))
-        except ValueError:
-            pass
-except OSError:
-    pass
-busy = [b for b in busy if b[1] > 300]
-if busy:
-    clocks = sorted(b[0] for b in busy)
-    capped = 100 * sum(b[2] & 4 != 0 for b in busy) / len(busy)
-    print(f"  kernel-bench's GPU state: busy SM clock median {clocks[len(clocks) // 2]:.0f} MHz, {capped:.0f}% of busy samples "
-          f"under the software power cap, peak {max(b[1] for b in busy):.0f} W (the grouped MoE rows move with it)")
+# The GPU's state while kernel-bench ran (smi_summary.py: the samples over
+# 300 W).
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, "scripts")
+from smi_summary import summary
+st = summary([os.path.join(out, "kernels.smi.csv")])
+if st:
+    print(f"  kernel-bench's GPU state: busy SM clock median {st[0]:.0f} MHz, {st[1]:.0f}% of busy samples "
+          f"under the software power cap, peak {st[2]:.0f} W (the grouped MoE rows move with it)")
 # The driver's memory figures (roofline.go scales other GPUs by them and
 # takes an H200's 4.3 TB/s by name until they are on record for one).
 if k and k.get("peak_mem_bytes_per_s"):
