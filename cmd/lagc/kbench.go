@@ -259,8 +259,9 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 		return err
 	}
 	defer d.Close()
+	p := d.Props()
 	var bwFrom string
-	o.bw, bwFrom = roofline(o.bw, d.Props())
+	o.bw, bwFrom = roofline(o.bw, p)
 	e := &kbEnv{o: o, d: d, k: gpu.NewKernels(d)}
 	if e.s, err = d.NewStream(); err != nil {
 		return err
@@ -289,7 +290,6 @@ func runKernelBench(o kbOpts, w io.Writer) error {
 	}
 	defer e.freeAll()
 
-	p := d.Props()
 	rep := kbReport{Device: p.Name, Arch: d.Arch(), Runs: o.runs, BW: o.bw, BWFrom: bwFrom, Flops: o.flops,
 		MemClockKHz: p.MemClockKHz, MemBusBits: p.MemBusBits, PeakMemBW: p.PeakMemBandwidth()}
 	add := func(rows []kbRow, err error) error {
