@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"lagc/cuda"
 )
@@ -11,12 +10,13 @@ import (
 // docs/PERF.md and the issues' targets is against 4.3 TB/s, a copy measured
 // on the H200; on another GPU that figure would overstate the roofline
 // (an H100's HBM3 peaks at 3.35 TB/s), so --bw 0 (the default) scales it by
-// the GPU's peak memory bandwidth against the H200's, both from the
-// driver's memory clock and bus width (the H200's: 3201 MHz, as nvidia-smi
-// reported on 2026-12-05, and its 6144-bit HBM3e bus, not read there).
+// the GPU's peak memory bandwidth against that H200's, both from the
+// driver's memory clock and bus width (the H200's as its driver reported
+// them through kernel-bench on 2026-12-05: 3201 MHz, 6016 bits, 4.81 TB/s;
+// so that H200 gets 4.3 TB/s exactly).
 const (
 	h200Roofline = 4.3e12
-	h200PeakBW   = 2 * 3201e6 * 6144 / 8
+	h200PeakBW   = 2 * 3201e6 * 6016 / 8
 )
 
 // bwRule is --bw's flag rule (bench and kernel-bench): 0 asks for
@@ -26,15 +26,13 @@ func bwRule(bw float64) flagRule {
 }
 
 // roofline is the bytes/s the report divides by, and how it was chosen:
-// bw where given (> 0), else the H200's 4.3 TB/s on an H200 (by name, so
-// its figures stay comparable whatever its attributes say) and the same
-// scaled by peak bandwidth elsewhere (4.3 TB/s unscaled where the driver
-// gives no memory clock or bus width).
+// bw where given (> 0), else 4.3 TB/s scaled by peak bandwidth (4.3 TB/s
+// unscaled where the driver gives no memory clock or bus width).
 func roofline(bw float64, p cuda.Props) (float64, string) {
 	switch peak := p.PeakMemBandwidth(); {
 	case bw > 0:
 		return bw, "--bw"
-	case strings.Contains(p.Name, "H200") && !strings.Contains(p.Name, "GH200"): // a GH200's HBM3 may be 4 TB/s: scaled below
+	case peak == h200PeakBW:
 		return h200Roofline, "an H200 copy measured 4.3 TB/s"
 	case peak > 0:
 		return h200Roofline * peak / h200PeakBW, fmt.Sprintf("4.3 TB/s scaled by this GPU's peak memory bandwidth, %.2f TB/s, against an H200's %.2f", peak/1e12, h200PeakBW/1e12)
