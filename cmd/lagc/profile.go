@@ -152,10 +152,15 @@ func printProfileClass(w io.Writer, class string, steps int, rows []profRow, o p
 	if n <= 0 {
 		n = 1 // an older file without the count: totals
 	}
+	// Over all layers a kernel's launches inside the layers and outside
+	// them (the head, the embedding) are separate rows: the same kernel
+	// may run both (the routers' and the head's cuBLASLt GEMM), and one
+	// row would spread the head's time over the layers' "us a layer".
 	type agg struct {
 		what         []string
 		launches, ns int64
 		layers       map[int]bool
+		outside      bool
 	}
 	byKey := map[string]*agg{}
 	var total int64
@@ -169,7 +174,7 @@ func printProfileClass(w io.Writer, class string, steps int, rows []profRow, o p
 		var what []string
 		switch {
 		case o.layer == allLayers:
-			what = []string{r.op, r.launcher}
+			what = []string{r.op, r.launcher, strconv.FormatBool(r.layer < 0)}
 		case r.layer == o.layer:
 			what = []string{r.node, r.op, r.launcher}
 		default:
@@ -178,7 +183,7 @@ func printProfileClass(w io.Writer, class string, steps int, rows []profRow, o p
 		k := strings.Join(what, "\x00")
 		a := byKey[k]
 		if a == nil {
-			a = &agg{what: what, layers: map[int]bool{}}
+			a = &agg{what: what, layers: map[int]bool{}, outside: r.layer < 0}
 			byKey[k] = a
 		}
 		a.launches += r.launches
@@ -230,10 +235,13 @@ func printProfileClass(w io.Writer, class string, steps int, rows []profRow, o p
 			share = 100 * float64(a.ns) / float64(total)
 		}
 		launches := float64(a.launches) / float64(n)
-		if o.layer == allLayers {
+		switch {
+		case o.layer == allLayers && a.outside:
+			fmt.Fprintf(tw, "  %s\t%s\toutside\t%.1f\t%.1f\t-\t%.1f%%\t\n", a.what[0], a.what[1], launches, us(a.ns, n), share)
+		case o.layer == allLayers:
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", a.what[0], a.what[1], len(a.layers), launches, us(a.ns, n),
 				us(a.ns, n)/float64(len(a.layers)), share)
-		} else {
+		default:
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f\t%.1f\t%.1f%%\t\n", a.what[0], a.what[1], a.what[2], launches, us(a.ns, n), share)
 		}
 	}

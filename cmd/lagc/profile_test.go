@@ -26,6 +26,12 @@ func TestProfileCmd(t *testing.T) {
 		{Class: "prefill", Node: "blk.0.og", Op: "attention_gate", Launcher: "attn_prefill_wg<128, 1, 2, 1>", Layer: 0, Launches: 1, GPU: 300 * us},
 		{Class: "prefill", Node: "blk.1.og", Op: "attention_gate", Launcher: "attn_prefill_wg<128, 1, 2, 1>", Layer: 1, Launches: 1, GPU: 200 * us},
 		{Class: "prefill", Node: "blk.1.kr", Op: "norm_rope", Launcher: "qk_norm_rope<bf16_t, 1>", Layer: 1, Launches: 1, GPU: 500 * us},
+		// One kernel inside the layers and outside them (the routers' and
+		// the head's cuBLASLt GEMM): two rows, the head's time not spread
+		// over the layers.
+		{Class: "prefill", Node: "blk.0.rl", Op: "matmul", Launcher: "cublaslt_gemm<f32>", Layer: 0, Launches: 1, GPU: 10 * us},
+		{Class: "prefill", Node: "blk.1.rl", Op: "matmul", Launcher: "cublaslt_gemm<f32>", Layer: 1, Launches: 1, GPU: 14 * us},
+		{Class: "prefill", Node: "logits", Op: "matmul", Launcher: "cublaslt_gemm<f32>", Layer: -1, Launches: 1, GPU: 1976 * us},
 	}
 	p, err := gpu.BuildProfile(entries, map[string]int{"decode": 4, "prefill": 1})
 	if err != nil {
@@ -56,15 +62,17 @@ func TestProfileCmd(t *testing.T) {
 		{[]string{file}, []string{
 			"decode: 4 steps, 250.0 us of GPU time a step over 2 layers and 40.0 outside them",
 			"moe_grouped", "moe_gateup_gemv", "2", "2.0", "210.0", "105.0", "84.0%",
-			"matmul", "gemv", "1", "1.0", "40.0", "40.0", "16.0%",
-			"prefill: 1 step, 1000.0 us of GPU time a step over 2 layers\n",
-			"attention_gate", "attn_prefill_wg<128, 1, 2, 1>", "2", "2.0", "500.0", "250.0", "50.0%"}, nil},
+			"matmul", "gemv", "outside", "1.0", "40.0", "-", "16.0%",
+			"prefill: 1 step, 3000.0 us of GPU time a step over 2 layers and 1976.0 outside them\n",
+			"matmul", "cublaslt_gemm<f32>", "outside", "1.0", "1976.0", "-", "65.9%",
+			"attention_gate", "attn_prefill_wg<128, 1, 2, 1>", "2", "2.0", "500.0", "250.0", "16.7%",
+			"matmul", "cublaslt_gemm<f32>", "2", "2.0", "24.0", "12.0", "0.8%"}, nil},
 		{[]string{"--class", "prefill", "--layer", "1", file}, []string{
-			"prefill: 1 step", "layer 1, 700.0 us a step",
-			"blk.1.kr", "norm_rope", "qk_norm_rope<bf16_t, 1>", "1.0", "500.0", "50.0%",
-			"blk.1.og", "attention_gate", "200.0", "20.0%"}, []string{"decode", "blk.0.og"}},
+			"prefill: 1 step", "layer 1, 714.0 us a step",
+			"blk.1.kr", "norm_rope", "qk_norm_rope<bf16_t, 1>", "1.0", "500.0", "16.7%",
+			"blk.1.og", "attention_gate", "200.0", "6.7%"}, []string{"decode", "blk.0.og"}},
 		{[]string{"--class", "decode", "--layer", "outside", file}, []string{"outside the layers, 40.0 us a step", "logits", "gemv"}, []string{"blk.0"}},
-		{[]string{"--top", "1", "--class", "prefill", file}, []string{"attn_prefill_wg", "(1 more: --top 0 lists all)"}, []string{"qk_norm_rope"}},
+		{[]string{"--top", "2", "--class", "prefill", file}, []string{"cublaslt_gemm<f32>", "attn_prefill_wg", "(2 more: --top 0 lists all)"}, []string{"qk_norm_rope"}},
 	} {
 		out, errs, code := run(c.args...)
 		if code != 0 {
