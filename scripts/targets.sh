@@ -137,8 +137,8 @@ st = summary([os.path.join(out, "kernels.smi.csv")])
 if st:
     print(f"  kernel-bench's GPU state: busy SM clock median {st[0]:.0f} MHz, {st[1]:.0f}% of busy samples "
           f"under the software power cap, peak {st[2]:.0f} W (the grouped MoE rows move with it)")
-# The driver's memory figures (roofline.go scales other GPUs by them and
-# takes an H200's 4.3 TB/s by name until they are on record for one).
+# The driver's memory figures (roofline.go scales the 4.3 TB/s measured on
+# the H200 by them: that H200's 3201 MHz and 6016 bits give 4.3 exactly).
 if k and k.get("peak_mem_bytes_per_s"):
     print(f"  memory (driver): {k['mem_clock_khz'] // 1000} MHz, {k['mem_bus_bits']}-bit bus, peak {k['peak_mem_bytes_per_s'] / 1e12:.2f} TB/s; "
           f"roofline {k['roofline_bytes_per_s'] / 1e12:.2f} TB/s ({k['roofline_from']})")
