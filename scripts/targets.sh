@@ -151,6 +151,8 @@ for name in ("q4_k_m", "bf16"):
         print(f"  routing ({name}, prefill {rt['tokens']}): {rt['used_min']}-{rt['used_max']} of {rt['experts']} experts used a layer "
               f"(median {rt['used_median']}), busiest expert median {rt['busiest_median']} routes "
               f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})"
+              + (f", grouped-GEMM row tiles median {rt['tiles_128_median']} of 128 rows / {rt['tiles_96_median']} of 96"
+                 if "tiles_128_median" in rt else "")
               + (": COLLAPSED, the prefill rows above are not a trained model's" if collapsed else ""))
 EOF
 # One file back from a device call (a call returns at most 8): the raw

@@ -175,11 +175,15 @@ type routesReport struct {
 	Experts int            `json:"experts"`
 	Layers  []routes.Layer `json:"layers"`
 	// For scripts (targets.sh): summary() and collapsed().
-	UsedMin       int  `json:"used_min"`
-	UsedMedian    int  `json:"used_median"`
-	UsedMax       int  `json:"used_max"`
-	BusiestMedian int  `json:"busiest_median"`
-	Collapsed     bool `json:"collapsed"`
+	UsedMin       int `json:"used_min"`
+	UsedMedian    int `json:"used_median"`
+	UsedMax       int `json:"used_max"`
+	BusiestMedian int `json:"busiest_median"`
+	// The median layer's grouped-GEMM row tiles at 128 and 96 rows
+	// (routes.Layer's Tiles128, Tiles96).
+	Tiles128Median int  `json:"tiles_128_median"`
+	Tiles96Median  int  `json:"tiles_96_median"`
+	Collapsed      bool `json:"collapsed"`
 }
 
 // routeCensus is an executor that counts a prefill's routes (gpu's and
@@ -203,6 +207,7 @@ func censusReport(c routeCensus, tokens []int32, cfg *config.Config) (*routesRep
 	}
 	r := &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
 	r.UsedMin, r.UsedMedian, r.UsedMax, r.BusiestMedian = r.summary()
+	r.Tiles128Median, r.Tiles96Median = r.tiles()
 	r.Collapsed = r.collapsed()
 	return r, nil
 }
@@ -215,6 +220,9 @@ func (r *routesReport) print(w io.Writer) {
 	lo, med, hi, busy := r.summary()
 	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); a layer's busiest expert takes %d routes (median over the layers), against %.0f each if spread evenly\n",
 		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
+	t128, t96 := r.tiles()
+	fmt.Fprintf(w, "prefill %d grouped-GEMM row tiles a MoE layer (median; routed experts): %d of 128 rows (bf16), %d of 96 (quantised), against %d experts used: each tile past one an expert reads its weights again\n",
+		r.Tokens, t128, t96, med)
 	if r.collapsed() {
 		fmt.Fprintf(w, "warning: the routing collapsed (the median MoE layer uses %d of the %d experts its %d routes could reach): prefill and batched-decode times on these weights are not a trained model's\n",
 			med, min(r.Experts, r.Tokens*r.TopK), r.Tokens*r.TopK)
@@ -240,6 +248,19 @@ func (r *routesReport) summary() (usedMin, usedMed, usedMax, busiestMed int) {
 	slices.Sort(used)
 	slices.Sort(busiest)
 	return used[0], used[len(used)/2], used[len(used)-1], busiest[len(busiest)/2]
+}
+
+// tiles is the median over the layers of their grouped-GEMM row tiles at
+// 128 and at 96 rows.
+func (r *routesReport) tiles() (t128, t96 int) {
+	a := make([]int, len(r.Layers))
+	b := make([]int, len(r.Layers))
+	for i, l := range r.Layers {
+		a[i], b[i] = l.Tiles128, l.Tiles96
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return a[len(a)/2], b[len(b)/2]
 }
 
 // loadReport is the time of a checkpoint's load, by stage. The stage times

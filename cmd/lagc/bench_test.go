@@ -162,9 +162,13 @@ func TestCPUBench(t *testing.T) {
 		t.Fatalf("routes %+v", rt)
 	}
 	for _, l := range rt.Layers {
-		if l.Routes != 5*rt.TopK || l.Used < rt.TopK || l.Used > rt.Experts || l.Busiest < 1 || l.Busiest > 5 {
+		if l.Routes != 5*rt.TopK || l.Used < rt.TopK || l.Used > rt.Experts || l.Busiest < 1 || l.Busiest > 5 ||
+			l.Tiles128 != l.Used || l.Tiles96 != l.Used { // 5 routes at most: one row tile an expert
 			t.Errorf("layer %+v of %d experts, top-%d", l, rt.Experts, rt.TopK)
 		}
+	}
+	if rt.Tiles128Median < rt.TopK || rt.Tiles96Median != rt.Tiles128Median {
+		t.Errorf("median row tiles %d (128 rows), %d (96)", rt.Tiles128Median, rt.Tiles96Median)
 	}
 	out.Reset()
 	f.jsonOut = false
@@ -172,7 +176,7 @@ func TestCPUBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"bundled model on the CPU, 1 threads, kernels " + cpu.Kernels(), "decode at context 3", "\n             128", "\n             512",
-		"prefill 128 routing: "} {
+		"prefill 128 routing: ", "prefill 128 grouped-GEMM row tiles a MoE layer"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -368,6 +372,10 @@ func TestRoutesSummary(t *testing.T) {
 		if lo, med, hi, b := r.summary(); lo != c.lo || med != c.med || hi != c.hi || b != c.busiest {
 			t.Errorf("%+v: summary %d %d %d %d, want %d %d %d %d", c.layers, lo, med, hi, b, c.lo, c.med, c.hi, c.busiest)
 		}
+	}
+	r := &routesReport{Layers: []routes.Layer{{Layer: 1, Tiles128: 270, Tiles96: 300}, {Layer: 2, Tiles128: 256, Tiles96: 290}, {Layer: 3, Tiles128: 262, Tiles96: 310}}}
+	if t128, t96 := r.tiles(); t128 != 262 || t96 != 300 {
+		t.Errorf("median tiles %d, %d; want 262, 300", t128, t96)
 	}
 }
 

@@ -14,6 +14,12 @@ type Layer struct {
 	Routes  int `json:"routes"`  // tokens x top-k (a shared expert not counted)
 	Used    int `json:"used"`    // experts with at least one route
 	Busiest int `json:"busiest"` // routes of the busiest expert
+	// The grouped prefill GEMMs' row tiles for these routes (sum over the
+	// experts of ceil(routes / rows)): 128 rows for bf16 stacks' gemm_wgmma,
+	// 96 for the quantised ones' gemm_wgmma_q. Each tile past one an
+	// expert is another pass over that expert's weights.
+	Tiles128 int `json:"tiles_128"`
+	Tiles96  int `json:"tiles_96"`
 }
 
 // Census counts expert ids by layer.
@@ -47,6 +53,8 @@ func (c *Census) Layers() []Layer {
 		for _, n := range m {
 			r.Routes += n
 			r.Busiest = max(r.Busiest, n)
+			r.Tiles128 += (n + 127) / 128
+			r.Tiles96 += (n + 95) / 96
 		}
 		out = append(out, r)
 	}
