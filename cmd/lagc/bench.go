@@ -240,27 +240,27 @@ func (r *routesReport) collapsed() bool {
 // summary is the experts used a layer (least, median, most) and the
 // median over the layers of their busiest expert's routes.
 func (r *routesReport) summary() (usedMin, usedMed, usedMax, busiestMed int) {
-	used := make([]int, len(r.Layers))
-	busiest := make([]int, len(r.Layers))
-	for i, l := range r.Layers {
-		used[i], busiest[i] = l.Used, l.Busiest
-	}
-	slices.Sort(used)
-	slices.Sort(busiest)
+	used := r.sorted(func(l routes.Layer) int { return l.Used })
+	busiest := r.sorted(func(l routes.Layer) int { return l.Busiest })
 	return used[0], used[len(used)/2], used[len(used)-1], busiest[len(busiest)/2]
 }
 
 // tiles is the median over the layers of their grouped-GEMM row tiles at
 // 128 and at 96 rows.
 func (r *routesReport) tiles() (t128, t96 int) {
-	a := make([]int, len(r.Layers))
-	b := make([]int, len(r.Layers))
-	for i, l := range r.Layers {
-		a[i], b[i] = l.Tiles128, l.Tiles96
-	}
-	slices.Sort(a)
-	slices.Sort(b)
+	a := r.sorted(func(l routes.Layer) int { return l.Tiles128 })
+	b := r.sorted(func(l routes.Layer) int { return l.Tiles96 })
 	return a[len(a)/2], b[len(b)/2]
+}
+
+// sorted is f of every layer, in increasing order.
+func (r *routesReport) sorted(f func(routes.Layer) int) []int {
+	v := make([]int, len(r.Layers))
+	for i, l := range r.Layers {
+		v[i] = f(l)
+	}
+	slices.Sort(v)
+	return v
 }
 
 // loadReport is the time of a checkpoint's load, by stage. The stage times
