@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +131,8 @@ func TestKernelBenchUsage(t *testing.T) {
 		{[]string{"kernel-bench", "--moe-quant", "q4_k,bogus"}, "--moe-quant"},
 		{[]string{"kernel-bench", "--moe-t", "2048,x"}, "--moe-t"},
 		{[]string{"kernel-bench", "--runs", "0"}, "--runs"},
+		{[]string{"kernel-bench", "--moe-skew", "-1"}, "--moe-skew"},
+		{[]string{"kernel-bench", "--moe-skew", "NaN"}, "--moe-skew"},
 		{[]string{"kernel-bench", "--bw", "-1"}, "--bw"},
 		{[]string{"kernel-bench", "--bw", "NaN"}, "--bw"},
 		{[]string{"kernel-bench", "--flops", "NaN"}, "--flops"},
@@ -406,6 +410,47 @@ func TestRoutesCollapsed(t *testing.T) {
 		if got := strings.Contains(b.String(), "warning: the routing collapsed"); got != c.want || r.collapsed() != c.want {
 			t.Errorf("%d tokens, %d experts, used %v: warned %v (collapsed() %v), want %v:\n%s", c.tokens, c.experts, c.used, got,
 				r.collapsed(), c.want, b.String())
+		}
+	}
+}
+
+// TestKBRoutes: kernel-bench's routes are k distinct experts a token in
+// range; uniform ones keep every expert under a 128-row tile at 2048
+// tokens, skewed ones (a random router's bias) load the busiest expert
+// past it, as the synthetic S-2.1 weights do.
+func TestKBRoutes(t *testing.T) {
+	const n, E, k = 2048, 256, 10
+	busiest := func(skew float64) int {
+		ids := kbRoutes(rand.New(rand.NewPCG(5, 6)), n, E, k, skew)
+		if len(ids) != n*k {
+			t.Fatalf("skew %g: %d ids, want %d", skew, len(ids), n*k)
+		}
+		count := make([]int, E)
+		for tok := range n {
+			seen := map[int32]bool{}
+			for _, id := range ids[tok*k : (tok+1)*k] {
+				if id < 0 || id >= E || seen[id] {
+					t.Fatalf("skew %g: token %d routes %v", skew, tok, ids[tok*k:(tok+1)*k])
+				}
+				seen[id] = true
+				count[id]++
+			}
+		}
+		return slices.Max(count)
+	}
+	u, s := busiest(0), busiest(0.15)
+	if u >= 128 || s <= 128 {
+		t.Errorf("busiest expert %d routes uniformly, %d at skew 0.15: want under and over 128", u, s)
+	}
+	// Uniform routes are the ones kernel-bench always drew (its figures
+	// stay comparable): a permutation's first k a token.
+	r := rand.New(rand.NewPCG(7, 8))
+	got := kbRoutes(rand.New(rand.NewPCG(7, 8)), 3, E, k, 0)
+	for tok := range 3 {
+		for j, id := range r.Perm(E)[:k] {
+			if got[tok*k+j] != int32(id) {
+				t.Fatalf("uniform routes %v differ from the permutations'", got)
+			}
 		}
 	}
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,6 +31,7 @@ func init() {
 			fs.StringVar(&o.gemmT, "gemm-t", "512,2048,8192", "token counts of the prefill GEMMs")
 			fs.StringVar(&o.moeT, "moe-t", "512,2048,8192", "token counts of the grouped MoE (prefill)")
 			fs.StringVar(&o.moeQuant, "moe-quant", "q4_k", "quantised expert types the grouped MoE is also timed with on Hopper, comma-separated (\"\": none)")
+			fs.Float64Var(&o.moeSkew, "moe-skew", 0, "the MoE cases' routes: 0 uniform at random; > 0 each expert biased by a normal draw of this spread (a random router's load: 0.1-0.2 give the busiest expert 130-200 of 2048 tokens, as the synthetic Laguna-S-2.1 weights route)")
 			fs.Float64Var(&o.bw, "bw", 0, "bandwidth roofline, bytes/s (0: 4.3e12, an H200 copy's rate, scaled on other GPUs by their peak memory bandwidth against the H200's)")
 			fs.Float64Var(&o.flops, "flops", 790e12, "bf16 tensor roofline, FLOP/s (an H200 GEMM measured ~790 TFLOP/s)")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
@@ -55,6 +58,7 @@ func init() {
 				}
 				if err := checkFlagRules(positive("--runs", o.runs),
 					bwRule(o.bw),
+					flagRule{"--moe-skew", o.moeSkew, o.moeSkew >= 0 && o.moeSkew <= 10, "want a number from 0 to 10"},
 					flagRule{"--flops", o.flops, o.flops > 0, "want a number > 0"}); err != nil {
 					return err
 				}
@@ -70,6 +74,7 @@ type kbOpts struct {
 	gemmTs, moeTs []int
 	moeQuant      string
 	moeQuants     []quant.Type
+	moeSkew       float64
 	bw, flops     float64
 	json          bool
 }
@@ -491,7 +496,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, e.row(v.label, fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, bound))
+			out = append(out, e.row(v.label, e.moeCase(), T, sec, eager, bytes, flops, bound))
 			// Each stage alone, on the first routing (the workspace holds
 			// its schedule from the runs above).
 			a.IDs, a.Weights = idsP, wP
@@ -581,7 +586,7 @@ func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
 		}
 		bytes := int64(c.used)*perExpert + int64(T)*H*4
 		flops := 2 * float64(T) * K * 3 * float64(I) * H
-		out = append(out, e.row("moe-grouped "+t.String(), fmt.Sprintf("E=%d k=%d H=%d I=%d", E, K, H, I), T, sec, eager, bytes, flops, "compute"))
+		out = append(out, e.row("moe-grouped "+t.String(), e.moeCase(), T, sec, eager, bytes, flops, "compute"))
 		stages, err := e.moeStages(a, "compute")
 		if err != nil {
 			return nil, err
@@ -592,24 +597,64 @@ func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
 }
 
 // kbMoECall is a MoE case's device inputs: `calls` routings of T tokens
-// (each token's top kbTopK of kbE experts uniformly at random, weights
-// 0.1) one after another, x [T, kbH] bf16 and y, and how many distinct
-// experts the routes use.
+// (kbRoutes: each token's top kbTopK of kbE experts, weights 0.1) one
+// after another, x [T, kbH] bf16 and y, and how many distinct experts the
+// routes use.
 type kbMoECall struct {
 	ids, wts, x, y cuda.DevicePtr
 	used           int
 }
 
+// moeCase names the MoE cases' shape (and their routes' skew where not
+// uniform).
+func (e *kbEnv) moeCase() string {
+	c := fmt.Sprintf("E=%d k=%d H=%d I=%d", kbE, kbTopK, kbH, kbExpert)
+	if e.o.moeSkew > 0 {
+		c += fmt.Sprintf(" skew=%g", e.o.moeSkew)
+	}
+	return c
+}
+
+// kbRoutes is n tokens' expert ids, k distinct ones of E a token. Skew 0:
+// uniformly at random. Skew > 0: each expert gets a bias drawn once from
+// a normal of that spread, and a token takes the k highest of bias plus a
+// standard normal draw an expert, as a random router's logits would.
+func kbRoutes(r *rand.Rand, n, E, k int, skew float64) []int32 {
+	ids := make([]int32, 0, n*k)
+	if skew == 0 {
+		for range n {
+			for _, id := range r.Perm(E)[:k] {
+				ids = append(ids, int32(id))
+			}
+		}
+		return ids
+	}
+	bias := make([]float64, E)
+	for i := range bias {
+		bias[i] = skew * r.NormFloat64()
+	}
+	score := make([]float64, E)
+	order := make([]int, E)
+	for range n {
+		for i := range score {
+			score[i], order[i] = bias[i]+r.NormFloat64(), i
+		}
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+		for _, id := range order[:k] {
+			ids = append(ids, int32(id))
+		}
+	}
+	return ids
+}
+
 func (e *kbEnv) moeCall(r *rand.Rand, T, calls int) (kbMoECall, error) {
 	const E, K = kbE, kbTopK
-	ids := make([]int32, calls*T*K)
-	wts := make([]float32, calls*T*K)
+	ids := kbRoutes(r, calls*T, E, K, e.o.moeSkew)
+	wts := make([]float32, len(ids))
 	used := map[int32]bool{}
-	for t := 0; t < calls*T; t++ {
-		for j, id := range r.Perm(E)[:K] {
-			ids[t*K+j], wts[t*K+j] = int32(id), 0.1
-			used[int32(id)] = true
-		}
+	for i, id := range ids {
+		wts[i] = 0.1
+		used[id] = true
 	}
 	var c kbMoECall
 	var err error
