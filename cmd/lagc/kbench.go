@@ -31,7 +31,7 @@ func init() {
 			fs.StringVar(&o.gemmT, "gemm-t", "512,2048,8192", "token counts of the prefill GEMMs")
 			fs.StringVar(&o.moeT, "moe-t", "512,2048,8192", "token counts of the grouped MoE (prefill)")
 			fs.StringVar(&o.moeQuant, "moe-quant", "q4_k", "quantised expert types the grouped MoE is also timed with on Hopper, comma-separated (\"\": none)")
-			fs.Float64Var(&o.moeSkew, "moe-skew", 0, "the MoE cases' routes: 0 uniform at random; > 0 each expert biased by a normal draw of this spread (a random router's load: 0.1-0.2 give the busiest expert 130-200 of 2048 tokens, as the synthetic Laguna-S-2.1 weights route)")
+			fs.Float64Var(&o.moeSkew, "moe-skew", 0, "the MoE cases' routes: 0 uniform at random; > 0 each expert biased by a normal draw of this spread (a random router's load: 0.08 gives the busiest expert about 150 of 2048 tokens' routes, as the synthetic Laguna-S-2.1 weights route; 0.1 175, 0.2 310)")
 			fs.Float64Var(&o.bw, "bw", 0, "bandwidth roofline, bytes/s (0: 4.3e12, an H200 copy's rate, scaled on other GPUs by their peak memory bandwidth against the H200's)")
 			fs.Float64Var(&o.flops, "flops", 790e12, "bf16 tensor roofline, FLOP/s (an H200 GEMM measured ~790 TFLOP/s)")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
