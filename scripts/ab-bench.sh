@@ -47,8 +47,8 @@ for r in $(seq "$rounds"); do
 		if [ "${env_#@}" != "$env_" ]; then # '@PATH [ENV...]': its own binary
 			read -r bin env_ <<<"${env_#@}" || true
 		fi
-		# shellcheck disable=SC2086
 		[ "${AB_SMI:-0}" = 1 ] && smi_start "$out/smi.$i.$r.csv"
+		# shellcheck disable=SC2086
 		line=$(env $env_ "$bin" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
 		smi_stop
 		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
