@@ -11,7 +11,8 @@ def summary(paths):
     busy = []
     for path in paths:
         try:
-            lines = open(path).readlines()
+            with open(path) as f:
+                lines = f.readlines()
         except OSError:
             continue
         for line in lines:
