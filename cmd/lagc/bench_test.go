@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -452,5 +453,43 @@ func TestKBRoutes(t *testing.T) {
 				t.Fatalf("uniform routes %v differ from the permutations'", got)
 			}
 		}
+	}
+}
+
+// TestPrefixMarginals: kernel-bench's "in call" rows are each prefix's time
+// less the one before, so they add up to the whole sequence's; an error
+// names how far the sequence got.
+func TestPrefixMarginals(t *testing.T) {
+	stage := [][2]float64{{1e-5, 2e-5}, {3e-4, 3.5e-4}, {2e-6, 9e-6}}
+	var asked []int
+	got, err := prefixMarginals(len(stage), func(n int) (float64, float64, error) {
+		asked = append(asked, n)
+		var g, e float64
+		for _, s := range stage[:n] {
+			g, e = g+s[0], e+s[1]
+		}
+		return g, e, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(asked, []int{1, 2, 3}) {
+		t.Errorf("prefixes timed %v, want 1, 2, 3", asked)
+	}
+	for i := range stage {
+		for j := range 2 {
+			if math.Abs(got[i][j]-stage[i][j]) > 1e-12 {
+				t.Errorf("step %d: %v, want %v", i, got[i], stage[i])
+			}
+		}
+	}
+	_, err = prefixMarginals(3, func(n int) (float64, float64, error) {
+		if n == 2 {
+			return 0, 0, errors.New("launch failed")
+		}
+		return 1, 1, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "first 2 launches: launch failed") {
+		t.Errorf("error %v, want the prefix named", err)
 	}
 }

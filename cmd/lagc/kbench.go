@@ -681,7 +681,12 @@ func (e *kbEnv) moeCall(r *rand.Rand, T, calls int) (kbMoECall, error) {
 }
 
 // moeStages times each launch of a's routed experts alone (the workspace
-// holds the schedule a timed call of a left there).
+// holds the schedule a timed call of a left there), then each in the call:
+// the call's first i launches as one graph for each i, a launch's row the
+// difference from the prefix before it. Alone, a stage runs after itself;
+// in the call after the stage before it (its L2 contents, its tail), so
+// the rows "in call" add up to the whole call where the stages alone may
+// not.
 func (e *kbEnv) moeStages(a gpu.MoEArgs, bound string) ([]kbRow, error) {
 	ls, err := e.k.MoELaunches(a)
 	if err != nil {
@@ -694,6 +699,40 @@ func (e *kbEnv) moeStages(a gpu.MoEArgs, bound string) ([]kbRow, error) {
 			return nil, fmt.Errorf("%s: %w", l.Name, err)
 		}
 		out = append(out, e.row("  stage", l.Name, a.T, sec, eager, 0, 0, bound))
+	}
+	in, err := prefixMarginals(len(ls), func(n int) (float64, float64, error) {
+		return e.time(1, func(int) error {
+			for _, p := range ls[:n] {
+				if err := p.Launch(e.s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range ls {
+		out = append(out, e.row("  in call", l.Name, a.T, in[i][0], in[i][1], 0, 0, bound))
+	}
+	return out, nil
+}
+
+// prefixMarginals times the first n of a sequence's steps, for n = 1..len,
+// with prefix (graph and eager seconds) and returns each step's share: its
+// prefix's time less the one before. A share may come out slightly
+// negative where a step costs less than the runs' spread.
+func prefixMarginals(steps int, prefix func(n int) (graph, eager float64, err error)) ([][2]float64, error) {
+	out := make([][2]float64, steps)
+	var last [2]float64
+	for i := range out {
+		g, e, err := prefix(i + 1)
+		if err != nil {
+			return nil, fmt.Errorf("the first %d launches: %w", i+1, err)
+		}
+		out[i] = [2]float64{g - last[0], e - last[1]}
+		last = [2]float64{g, e}
 	}
 	return out, nil
 }
