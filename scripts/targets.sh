@@ -12,7 +12,9 @@
 # kernel-bench --json` (the dense prefill GEMMs and the grouped MoE at 2048
 # and 4096 tokens, bf16 and q4_k), `lagc profile` of the q4_k_m and bf16
 # runs (where the time goes, in the tarball), and q4_k_m's decode at a
-# context of 32768 and prefill of 32768 tokens (informational).
+# context of 32768 and prefill of 32768 tokens (informational). After the
+# goals: the grouped calls at 2048 by launch (alone and in the call), the
+# GPU's state, the driver's memory figures, the synthetic routers' spread.
 # TARGETS_RUNS (default 5) is each bench's --runs. Raw JSON goes to
 # $OUT/targets.tar.gz (or .gpu/); a step that fails prints its error and
 # the others still run. Takes a few minutes on the H200 (85 s with
@@ -142,6 +144,26 @@ if st:
 if k and k.get("peak_mem_bytes_per_s"):
     print(f"  memory (driver): {k['mem_clock_khz'] // 1000} MHz, {k['mem_bus_bits']}-bit bus, peak {k['peak_mem_bytes_per_s'] / 1e12:.2f} TB/s; "
           f"roofline {k['roofline_bytes_per_s'] / 1e12:.2f} TB/s ({k['roofline_from']})")
+# Each grouped call at 2048 tokens: its whole time against its launches
+# alone ("stage") and their shares of the call ("in call", which add up to
+# the whole; kernel-bench since 2026-12-05), the GEMMs' first.
+calls = []
+for r in (k or {}).get("rows", []):
+    kern = r["kernel"]
+    if not kern.startswith(" "):
+        calls.append({"name": kern, "t": r["t"], "us": r["us"], "stage": [], "in call": []})
+    elif calls and kern.strip() in ("stage", "in call"):
+        calls[-1][kern.strip()].append((r["case"].split("<")[0], r["us"]))
+for c in calls:
+    if c["name"] not in ("moe-grouped wgmma", "moe-grouped q4_k") or c["t"] != 2048 or not c["stage"]:
+        continue
+    def parts(rows):
+        gemm = ", ".join(f"{us:.1f}" for name, us in rows if name.startswith("gemm_"))
+        return f"GEMMs {gemm}, the rest {sum(us for name, us in rows if not name.startswith('gemm_')):.1f}"
+    line = f"  {c['name']} T=2048: whole {c['us']:.1f} us; alone {parts(c['stage'])} (sum {sum(us for _, us in c['stage']):.1f})"
+    if c["in call"]:
+        line += f"; in call {parts(c['in call'])}"
+    print(line)
 # How the synthetic weights' routers spread the 2048-token prefills
 # (kernel-bench routes uniformly: every expert used, about 80 routes each).
 for name in ("q4_k_m", "bf16"):
