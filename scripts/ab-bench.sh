@@ -17,6 +17,9 @@
 # go to $OUT (or .gpu/) as ab-bench.jsonl. A configuration may name its own
 # binary first, '@PATH [ENV...]' (two builds: main's and a branch's):
 #   scripts/ab-bench.sh 3 .gpu/lagc '' '@.gpu/lagc-main' -- --preset ...
+# and words of a configuration that start with -- are bench flags of its
+# own, in --flag=value form (a pass off, a plan's other choice):
+#   scripts/ab-bench.sh 3 .gpu/lagc '' '--disable-pass=shared-expert-merge' -- --preset ...
 # AB_SMI=1 also samples nvidia-smi every 20 ms through each run (SM clock,
 # power, throttle reasons; $OUT/smi.CONFIG.ROUND.csv) and adds columns per
 # configuration: the median SM clock and the share of samples under the
@@ -47,9 +50,15 @@ for r in $(seq "$rounds"); do
 		if [ "${env_#@}" != "$env_" ]; then # '@PATH [ENV...]': its own binary
 			read -r bin env_ <<<"${env_#@}" || true
 		fi
+		vars=() flags=()
+		for w in $env_; do
+			case $w in
+			--*) flags+=("$w") ;;
+			*) vars+=("$w") ;;
+			esac
+		done
 		[ "${AB_SMI:-0}" = 1 ] && smi_start "$out/smi.$i.$r.csv"
-		# shellcheck disable=SC2086
-		line=$(env $env_ "$bin" bench "$@" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
+		line=$(env "${vars[@]}" "$bin" bench "$@" "${flags[@]}" --json) || { echo "ab-bench: config '${envs[$i]}' failed" >&2; exit 1; }
 		smi_stop
 		printf '%s\t%s\n' "$i" "$(echo "$line" | tr -d '\n')" >>"$log"
 	done
