@@ -175,6 +175,7 @@ for name in ("q4_k_m", "bf16"):
               f"(even: {rt['tokens'] * rt['top_k'] / rt['experts']:.0f})"
               + (f", grouped-GEMM row tiles median {rt['tiles_128_median']} of 128 rows / {rt['tiles_96_median']} of 96"
                  if "tiles_128_median" in rt else "")
+              + (f" / {rt['tiles_112_median']} of 112" if "tiles_112_median" in rt else "")
               + (": COLLAPSED, the prefill rows above are not a trained model's" if collapsed else ""))
 EOF
 # One file back from a device call (a call returns at most 8): the raw

@@ -179,10 +179,11 @@ type routesReport struct {
 	UsedMedian    int `json:"used_median"`
 	UsedMax       int `json:"used_max"`
 	BusiestMedian int `json:"busiest_median"`
-	// The median layer's grouped-GEMM row tiles at 128 and 96 rows
-	// (routes.Layer's Tiles128, Tiles96).
+	// The median layer's grouped-GEMM row tiles at 128, 96 and 112 rows
+	// (routes.Layer's Tiles128, Tiles96, Tiles112).
 	Tiles128Median int  `json:"tiles_128_median"`
 	Tiles96Median  int  `json:"tiles_96_median"`
+	Tiles112Median int  `json:"tiles_112_median"`
 	Collapsed      bool `json:"collapsed"`
 }
 
@@ -207,7 +208,7 @@ func censusReport(c routeCensus, tokens []int32, cfg *config.Config) (*routesRep
 	}
 	r := &routesReport{Tokens: len(tokens), TopK: cfg.NumExpertsPerTok, Experts: cfg.NumExperts, Layers: layers}
 	r.UsedMin, r.UsedMedian, r.UsedMax, r.BusiestMedian = r.summary()
-	r.Tiles128Median, r.Tiles96Median = r.tiles()
+	r.Tiles128Median, r.Tiles96Median, r.Tiles112Median = r.tiles()
 	r.Collapsed = r.collapsed()
 	return r, nil
 }
@@ -220,9 +221,9 @@ func (r *routesReport) print(w io.Writer) {
 	lo, med, hi, busy := r.summary()
 	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); a layer's busiest expert takes %d routes (median over the layers), against %.0f each if spread evenly\n",
 		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
-	t128, t96 := r.tiles()
-	fmt.Fprintf(w, "prefill %d grouped-GEMM row tiles a MoE layer (median; routed experts): %d of 128 rows (bf16), %d of 96 (quantised), against %d experts used: each tile past one an expert reads its weights again\n",
-		r.Tokens, t128, t96, med)
+	t128, t96, t112 := r.tiles()
+	fmt.Fprintf(w, "prefill %d grouped-GEMM row tiles a MoE layer (median; routed experts): %d of 128 rows (bf16), %d of 96 (quantised), %d of 112 (quantised, rows=112), against %d experts used: each tile past one an expert reads its weights again\n",
+		r.Tokens, t128, t96, t112, med)
 	if r.collapsed() {
 		fmt.Fprintf(w, "warning: the routing collapsed (the median MoE layer uses %d of the %d experts its %d routes could reach): prefill and batched-decode times on these weights are not a trained model's\n",
 			med, min(r.Experts, r.Tokens*r.TopK), r.Tokens*r.TopK)
@@ -246,11 +247,12 @@ func (r *routesReport) summary() (usedMin, usedMed, usedMax, busiestMed int) {
 }
 
 // tiles is the median over the layers of their grouped-GEMM row tiles at
-// 128 and at 96 rows.
-func (r *routesReport) tiles() (t128, t96 int) {
+// 128, 96 and 112 rows.
+func (r *routesReport) tiles() (t128, t96, t112 int) {
 	a := r.sorted(func(l routes.Layer) int { return l.Tiles128 })
 	b := r.sorted(func(l routes.Layer) int { return l.Tiles96 })
-	return a[len(a)/2], b[len(b)/2]
+	c := r.sorted(func(l routes.Layer) int { return l.Tiles112 })
+	return a[len(a)/2], b[len(b)/2], c[len(c)/2]
 }
 
 // sorted is f of every layer, in increasing order.

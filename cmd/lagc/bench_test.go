@@ -168,12 +168,12 @@ func TestCPUBench(t *testing.T) {
 	}
 	for _, l := range rt.Layers {
 		if l.Routes != 5*rt.TopK || l.Used < rt.TopK || l.Used > rt.Experts || l.Busiest < 1 || l.Busiest > 5 ||
-			l.Tiles128 != l.Used || l.Tiles96 != l.Used { // 5 routes at most: one row tile an expert
+			l.Tiles128 != l.Used || l.Tiles96 != l.Used || l.Tiles112 != l.Used { // 5 routes at most: one row tile an expert
 			t.Errorf("layer %+v of %d experts, top-%d", l, rt.Experts, rt.TopK)
 		}
 	}
-	if rt.Tiles128Median < rt.TopK || rt.Tiles96Median != rt.Tiles128Median {
-		t.Errorf("median row tiles %d (128 rows), %d (96)", rt.Tiles128Median, rt.Tiles96Median)
+	if rt.Tiles128Median < rt.TopK || rt.Tiles96Median != rt.Tiles128Median || rt.Tiles112Median != rt.Tiles128Median {
+		t.Errorf("median row tiles %d (128 rows), %d (96), %d (112)", rt.Tiles128Median, rt.Tiles96Median, rt.Tiles112Median)
 	}
 	out.Reset()
 	f.jsonOut = false
@@ -378,9 +378,10 @@ func TestRoutesSummary(t *testing.T) {
 			t.Errorf("%+v: summary %d %d %d %d, want %d %d %d %d", c.layers, lo, med, hi, b, c.lo, c.med, c.hi, c.busiest)
 		}
 	}
-	r := &routesReport{Layers: []routes.Layer{{Layer: 1, Tiles128: 270, Tiles96: 300}, {Layer: 2, Tiles128: 256, Tiles96: 290}, {Layer: 3, Tiles128: 262, Tiles96: 310}}}
-	if t128, t96 := r.tiles(); t128 != 262 || t96 != 300 {
-		t.Errorf("median tiles %d, %d; want 262, 300", t128, t96)
+	r := &routesReport{Layers: []routes.Layer{{Layer: 1, Tiles128: 270, Tiles96: 300, Tiles112: 280}, {Layer: 2, Tiles128: 256, Tiles96: 290, Tiles112: 266},
+		{Layer: 3, Tiles128: 262, Tiles96: 310, Tiles112: 259}}}
+	if t128, t96, t112 := r.tiles(); t128 != 262 || t96 != 300 || t112 != 266 {
+		t.Errorf("median tiles %d, %d, %d; want 262, 300, 266", t128, t96, t112)
 	}
 }
 
