@@ -222,7 +222,7 @@ func (r *routesReport) print(w io.Writer) {
 	fmt.Fprintf(w, "\nprefill %d routing: %d to %d of %d experts used a MoE layer (median %d); a layer's busiest expert takes %d routes (median over the layers), against %.0f each if spread evenly\n",
 		r.Tokens, lo, hi, r.Experts, med, busy, float64(r.Tokens*r.TopK)/float64(r.Experts))
 	t128, t96, t112 := r.tiles()
-	fmt.Fprintf(w, "prefill %d grouped-GEMM row tiles a MoE layer (median; routed experts): %d of 128 rows (bf16), %d of 96 (quantised), %d of 112 (quantised, rows=112), against %d experts used: each tile past one an expert reads its weights again\n",
+	fmt.Fprintf(w, "prefill %d grouped-GEMM row tiles a MoE layer (median; routed experts): %d of 128 rows (bf16), %d of 96 (quantised), %d of 112 (a candidate for the quantised), against %d experts used: each tile past one an expert reads its weights again\n",
 		r.Tokens, t128, t96, t112, med)
 	if r.collapsed() {
 		fmt.Fprintf(w, "warning: the routing collapsed (the median MoE layer uses %d of the %d experts its %d routes could reach): prefill and batched-decode times on these weights are not a trained model's\n",

@@ -16,9 +16,9 @@ type Layer struct {
 	Busiest int `json:"busiest"` // routes of the busiest expert
 	// The grouped prefill GEMMs' row tiles for these routes (sum over the
 	// experts of ceil(routes / rows)): 128 rows for bf16 stacks' gemm_wgmma,
-	// 96 for the quantised ones' gemm_wgmma_q, 112 for its opt-in
-	// rows=112. Each tile past one an expert is another pass over that
-	// expert's weights.
+	// 96 for the quantised ones' gemm_wgmma_q, 112 a candidate height for
+	// those (docs/PERF.md). Each tile past one an expert is another pass
+	// over that expert's weights.
 	Tiles128 int `json:"tiles_128"`
 	Tiles96  int `json:"tiles_96"`
 	Tiles112 int `json:"tiles_112"`
