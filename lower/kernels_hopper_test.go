@@ -168,7 +168,7 @@ func TestMoEHopperBF16Q(t *testing.T) {
 		{QMoEForce{BF16: true, WGs: 2}, large, true, 96, 2, 2, 0, ""},
 		{QMoEForce{BF16: true, Pipe: true}, large, true, 96, 1, 4, 1, ""},
 		{QMoEForce{BF16: true, Pipe: true, CTAs: 2}, large, true, 0, 0, 0, 0, "ctas=1"},
-		{QMoEForce{BF16: true, TileRows: 80}, large, true, 0, 0, 0, 0, "64, 96 or 128"},
+		{QMoEForce{BF16: true, TileRows: 80}, large, true, 0, 0, 0, 0, "64, 96, 112 or 128"},
 		{QMoEForce{BF16: true, NoBF16: true}, large, true, 0, 0, 0, 0, "one or the other"},
 		{QMoEForce{}, small, true, 96, 1, 4, 0, ""},
 		{QMoEForce{}, large, false, 0, 0, 0, 0, ""},

@@ -81,7 +81,7 @@ type MoEArgs struct {
 	// 1.406, not worth a default change).
 	HopperDown HopperSched
 	// hopperRows: the wgmma path's token tile rows when not 128 (set by
-	// quantLayout for gemm_wgmma_q, which takes 64, 96 or 128).
+	// quantLayout for gemm_wgmma_q, which takes 64, 96, 112 or 128).
 	hopperRows int
 }
 
@@ -186,6 +186,7 @@ type MoELayout struct {
 	BF16Q           bool     // Hopper with bf16 stacks on gemm_wgmma_q (MoEArgs.bf16Q)
 	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
 	MI, BK          int      // tensor-core tile: rows / 32, K step
+	Rows            int      // the grouped tiles' rows where set (gemm_wgmma_q's token tiles), else 32 * MI: TileRows
 	Chunk, Chunks   int      // routes per scheduling chunk, chunks
 	MaxTiles        int
 	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
@@ -195,6 +196,15 @@ type MoELayout struct {
 	Tiles           int64 // int4 [MaxTiles]
 	Sorted, Pos, Ys int64 // i32 [R], i32 [R], bf16 [R,H]
 	Total           int64
+}
+
+// TileRows is the rows of the schedule's tiles: Rows where set, else the
+// mma.sync tile's 32 * MI.
+func (l MoELayout) TileRows() int {
+	if l.Rows != 0 {
+		return l.Rows
+	}
+	return 32 * l.MI
 }
 
 // Layout places a's workspace (its pointers are not looked at, except to
@@ -232,7 +242,7 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	if a.Tile == (MMATile{}) && moeHopperOK(a) == nil {
 		l.Hopper, l.MI = true, 4 // the wgmma GEMM's 128-row tiles
 		if a.hopperRows != 0 {
-			l.MI = a.hopperRows / 32
+			l.MI, l.Rows = ceilDiv(a.hopperRows, 32), a.hopperRows
 		}
 		if a.bf16Q() { // gemm_wgmma_q's token tiles (moeHopperQ)
 			rows, _, _, err := hopperQShape(a.QMoE)
@@ -242,14 +252,14 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 			if _, err := hopperQStep(a.QMoE); err != nil {
 				return MoELayout{}, err
 			}
-			l.MI, l.BF16Q = rows/32, true
+			l.MI, l.Rows, l.BF16Q = ceilDiv(rows, 32), rows, true
 		}
 	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
 	l.Chunk = max(256, (ceilDiv(int(R), 128)+31)&^31)
 	l.Chunks = ceilDiv(int(R), l.Chunk)
-	l.MaxTiles = ceilDiv(int(R), 32*l.MI) + min(a.E, int(R))
+	l.MaxTiles = ceilDiv(int(R), l.TileRows()) + min(a.E, int(R))
 	E := int64(a.E)
 	l.Hist = take(4 * int64(l.Chunks) * E)
 	l.Base = take(4 * int64(l.Chunks) * E)
@@ -347,7 +357,7 @@ func MoERouting(a MoEArgs, l MoELayout) []Launch {
 		kernel("moe.cu", "moe_hist", nil, nil, dims(l.Chunks), dims(256), 0,
 			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Hist)),
 		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
-			i32(a.E), i32(l.Chunks), i32(32*l.MI), i32(int(a.Order)), ws(l.Hist),
+			i32(a.E), i32(l.Chunks), i32(l.TileRows()), i32(int(a.Order)), ws(l.Hist),
 			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
 		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(moeScatterThreads), 0,
 			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),

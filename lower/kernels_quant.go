@@ -322,7 +322,7 @@ type QMoEArgs struct {
 // summed; neither: the type's (QMoEShape) where neither GateUpRows nor
 // GateUpWarps is forced, else 0. DownAll copies each lane's down
 // units into shared memory at once (DownUnits unused). TileRows is the
-// prefill's quantised grouped GEMMs' token tile (64, 96 or 128), CTAs
+// prefill's quantised grouped GEMMs' token tile (64, 96, 112 or 128), CTAs
 // their CTAs a multiprocessor (1, or 2 with tiles of up to 96 rows), WGs
 // their consumer warpgroups a CTA (2, or 4 on one CTA with tiles of up to
 // 96 rows): hopperQShape; Pipe and NoPipe
@@ -892,14 +892,19 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // -> 67.0, docs/PERF.md). Four warpgroups (640 threads: 96 registers at
 // launch, 104 a consumer after setmaxnreg) and two CTAs of two (80 at
 // launch, 104 a consumer; the choice before) take tiles of up to 96 rows;
+// four warpgroups also 112 (the plain loop: its accumulators leave no
+// room for the pipelined one's second register set), which holds an
+// expert of up to 112 routes in one tile where 96 runs a second tile and
+// a second pass over its weights (at 2048 tokens about 5% of the tiles
+// for uniform routes, 11% for a random router's; opt-in, rows=112);
 // 128-row tiles run one CTA of two.
 func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {
 	case 0:
 		rows = 96
-	case 64, 96, 128:
+	case 64, 96, 112, 128:
 	default:
-		return 0, 0, 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96 or 128)", rows)
+		return 0, 0, 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96, 112 or 128)", rows)
 	}
 	switch {
 	case f.CTAs < 0 || f.CTAs > 2:
@@ -908,13 +913,15 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 		return 0, 0, 0, fmt.Errorf("moe_experts: 2 CTAs a multiprocessor need token tiles of 96 rows or fewer (rows=96), not %d", rows)
 	case f.WGs != 0 && f.WGs != 2 && f.WGs != 4:
 		return 0, 0, 0, fmt.Errorf("moe_experts: %d consumer warpgroups (the quantised grouped GEMMs take 2 or 4)", f.WGs)
-	case f.WGs == 4 && (f.CTAs == 2 || rows > 96):
-		return 0, 0, 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 96 rows or fewer, not %d and %d",
+	case f.WGs == 4 && (f.CTAs == 2 || rows > 112):
+		return 0, 0, 0, fmt.Errorf("moe_experts: 4 consumer warpgroups need one CTA a multiprocessor (ctas=1) and token tiles of 112 rows or fewer, not %d and %d",
 			f.CTAs, rows)
 	case f.Pipe && f.NoPipe:
 		return 0, 0, 0, fmt.Errorf("moe_experts: pipe and nopipe both set (one or the other)")
 	case f.BF16 && f.NoBF16:
 		return 0, 0, 0, fmt.Errorf("moe_experts: bf16 and nobf16 both set (one or the other)")
+	case f.TokenStep > 0 && rows%f.TokenStep != 0:
+		return 0, 0, 0, fmt.Errorf("moe_experts: MMA widths in steps of %d rows do not divide a token tile of %d", f.TokenStep, rows)
 	case f.Pipe && f.CTAs == 2:
 		// Two CTAs' 104 registers a consumer do not hold two register sets
 		// beside the accumulators: ptxas spills and serialises the MMAs.
@@ -923,9 +930,14 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 	wgs = f.WGs
 	if wgs == 0 {
 		wgs = 2
-		if f.CTAs != 2 && rows <= 96 {
+		if f.CTAs != 2 && rows <= 112 {
 			wgs = 4
 		}
+	}
+	if f.Pipe && wgs == 4 && rows > 96 {
+		// A second register set beside 112 tokens' accumulators: ptxas
+		// spills and serialises the MMAs (NVRTC 12.4).
+		return 0, 0, 0, fmt.Errorf("moe_experts: the pipelined quantised grouped GEMM (pipe) on 4 consumer warpgroups takes token tiles of 96 rows or fewer, not %d", rows)
 	}
 	ctas = f.CTAs
 	if ctas == 0 {
@@ -946,14 +958,14 @@ func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
 // q4_k 1.194 against 1.220 ms), not for iq4_xs (1.523 against 1.481);
 // docs/PERF.md. nopipe forces the plain loop. Two CTAs a multiprocessor
 // cannot hold its second register set (hopperQShape refuses pipe there).
-func hopperQPipe(f QMoEForce, t quant.Type, wgs int) bool {
+func hopperQPipe(f QMoEForce, t quant.Type, wgs, rows int) bool {
 	switch {
 	case f.Pipe:
 		return true
 	case f.NoPipe:
 		return false
 	}
-	return wgs == 4 && t == quant.Q4_K
+	return wgs == 4 && rows <= 96 && t == quant.Q4_K
 }
 
 // hopperQStep is gemm_wgmma_q's VN for the grouped GEMMs: its MMAs as
@@ -1015,7 +1027,7 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
 	vn, _ := hopperQStep(a.QMoE)            // likewise
-	bn := 32 * l.MI                         // the schedule's token tile (hopperQShape)
+	bn := l.TileRows()                      // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, and each type's f16 id for the template (hopperQF16);
 	// both GEMMs so or neither, as the down reads the gate+up's output.
@@ -1033,7 +1045,7 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 		if f16 {
 			qt, _ = hopperQF16(a.QMoE, t)
 		}
-		pipe := hopperQPipe(a.QMoE, t, wgs)
+		pipe := hopperQPipe(a.QMoE, t, wgs, bn)
 		tx, tq := hopperQMaps(x, xe, R, K, m.W, t, m.Total, bn)
 		return kernel("gemm_hopper.cu", "gemm_wgmma_q", []string{yt}, []int64{qt, int64(bn), int64(epi), 1, int64(ctas), int64(wgs), int64(vn), int64(b2i(pipe))},
 			dims(ctas*sm), dims(128*(wgs+1)), hopperQSmem(t, bn, ctas, wgs, epi, yt),

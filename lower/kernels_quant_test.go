@@ -284,7 +284,7 @@ func TestHopperQF16(t *testing.T) {
 }
 
 func FuzzParseQMoEForce(f *testing.F) {
-	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9", "wgs=4,ctas=2", "rows=128,wgs=4", "pipe,ctas=2", "pipe,vn=8", "pipe,nopipe", "nopipe,ctas=2"} {
+	for _, s := range []string{"", "g=8,s=3,all", "nh=1,dw=8", "g=", ",,,", "rows=96,ctas=2", "ctas=9", "wgs=4,ctas=2", "rows=128,wgs=4", "pipe,ctas=2", "pipe,vn=8", "pipe,nopipe", "nopipe,ctas=2", "rows=112", "rows=112,vn=32", "rows=112,pipe", "rows=112,wgs=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -298,8 +298,9 @@ func FuzzParseQMoEForce(f *testing.F) {
 		}
 		// Whatever parses, the grouped GEMMs' checks answer without panicking,
 		// and what they accept is a shape they have kernels for.
-		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe || hopperQPipe(q, quant.Q4_K, wgs)) || q.Pipe && q.NoPipe ||
-			wgs != 2 && wgs != 4 || wgs == 4 && rows > 96 || !slices.Contains([]int{64, 96, 128}, rows)) {
+		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe || hopperQPipe(q, quant.Q4_K, wgs, rows)) || q.Pipe && q.NoPipe ||
+			wgs != 2 && wgs != 4 || wgs == 4 && rows > 112 || wgs == 4 && rows > 96 && hopperQPipe(q, quant.Q4_K, wgs, rows) ||
+			q.TokenStep > 0 && rows%q.TokenStep != 0 || !slices.Contains([]int{64, 96, 112, 128}, rows)) {
 			t.Fatalf("%q: %d CTAs of %d warpgroups, %d rows accepted", s, ctas, wgs, rows)
 		}
 		if vn, err := hopperQStep(q); err == nil && vn != 0 && vn != 8 && vn != 16 && vn != 32 {

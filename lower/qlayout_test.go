@@ -155,14 +155,20 @@ func TestMoEQuantTileRows(t *testing.T) {
 		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "", false}, {quant.Q8_0, 128, 0, 0, 128, 1, 2, "", "", false},
 		{quant.Q4_K, 96, 2, 0, 96, 2, 2, "", "", false}, {quant.Q4_K, 0, 0, 2, 96, 2, 2, "", "", false}, {quant.Q4_K, 96, 1, 2, 96, 1, 2, "", "", false},
 		{quant.Q4_K, 96, 1, 4, 96, 1, 4, "", "", true}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "", false},
-		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96 or 128", "", false}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96 or 128", "", false},
+		{quant.Q4_K, 100, 0, 0, 0, 0, 0, "64, 96, 112 or 128", "", false}, {quant.Q4_K, 256, 0, 0, 0, 0, 0, "64, 96, 112 or 128", "", false},
 		{quant.Q4_K, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false}, {quant.Q8_0, 128, 2, 0, 0, 0, 0, "96 rows or fewer", "", false},
 		{quant.Q4_K, 96, 3, 0, 0, 0, 0, "take 1 or 2", "", false},
-		{quant.Q4_K, 96, 2, 4, 0, 0, 0, "ctas=1", "", false}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "96 rows or fewer", "", false},
+		{quant.Q4_K, 96, 2, 4, 0, 0, 0, "ctas=1", "", false}, {quant.Q4_K, 128, 1, 4, 0, 0, 0, "112 rows or fewer", "", false},
 		{quant.Q4_K, 96, 1, 3, 0, 0, 0, "take 2 or 4", "", false},
 		// The pipelined loop forced: one CTA, four warpgroups where the tiles allow.
 		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "pipe", true}, {quant.Q4_K, 128, 0, 0, 128, 1, 2, "", "pipe", true}, {quant.Q4_K, 0, 0, 2, 96, 1, 2, "", "pipe", true},
 		{quant.Q8_0, 0, 0, 0, 96, 1, 4, "", "pipe", true}, {quant.Q4_K, 96, 2, 0, 0, 0, 0, "ctas=1", "pipe", false},
+		// 112-row tiles: four warpgroups, the plain loop (q4_k's pipelined
+		// one does not fit beside them: refused where forced); MMA widths
+		// must divide the tile.
+		{quant.Q4_K, 112, 0, 0, 112, 1, 4, "", "", false}, {quant.Q8_0, 112, 0, 0, 112, 1, 4, "", "", false},
+		{quant.Q4_K, 112, 0, 0, 0, 0, 0, "96 rows or fewer", "pipe", false}, {quant.Q4_K, 112, 2, 0, 0, 0, 0, "96 rows or fewer", "", false},
+		{quant.Q4_K, 112, 1, 2, 112, 1, 2, "", "", false},
 		// The plain loop forced, and both refused.
 		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "nopipe", false}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "nopipe", false},
 		{quant.Q4_K, 0, 0, 0, 0, 0, 0, "one or the other", "pipe,nopipe", false},
@@ -183,8 +189,8 @@ func TestMoEQuantTileRows(t *testing.T) {
 		if err != nil {
 			t.Fatalf("rows=%d,ctas=%d: %v", c.force, c.ctas, err)
 		}
-		if 32*l.MI != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
-			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, 32*l.MI, l.MaxTiles)
+		if l.TileRows() != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
+			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, l.TileRows(), l.MaxTiles)
 		}
 		ls, err := MoE(a)
 		if err != nil {

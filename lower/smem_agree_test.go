@@ -65,7 +65,7 @@ func TestSmemAgrees(t *testing.T) {
 	// With two CTAs a multiprocessor both still fit (228 KiB, 1 KiB of each
 	// reserved by the system), with one the limit a CTA may ask for.
 	for _, wt := range []quant.Type{quant.Q4_K, quant.Q8_0, quant.IQ4_XS, quant.BF16} {
-		for _, bn := range []int{64, 96, 128} {
+		for _, bn := range []int{64, 96, 112, 128} {
 			for _, w := range []struct{ ctas, wgs int }{{1, 2}, {1, 4}, {2, 2}} {
 				sm := hopperQSmem(wt, bn, w.ctas, w.wgs, EpiStore, "bf16")
 				if w.ctas*(sm+1024) > 228*1024 || sm > 227*1024 {

@@ -439,7 +439,8 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 			{TileRows: 96, CTAs: 1, WGs: 4}, {TileRows: 64, CTAs: 1, WGs: 4}, {}, {WholeTile: true},
 			{TileRows: 128, CTAs: 1, WGs: 2, TokenStep: 8}, {TileRows: 96, CTAs: 2, TokenStep: 32},
 			{NoPipe: true}, {TileRows: 128, Pipe: true}, {WGs: 2, Pipe: true}, {TileRows: 64, Pipe: true}, {WholeTile: true, Pipe: true},
-			{BF16Ops: true}, {BF16Ops: true, WholeTile: true, Pipe: true}} {
+			{BF16Ops: true}, {BF16Ops: true, WholeTile: true, Pipe: true},
+			{TileRows: 112}, {TileRows: 112, TokenStep: 8}, {TileRows: 112, WholeTile: true}} {
 			E, H, I := 8, 256, 256
 			a := lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,
 				XType: "bf16", WType: qt.String(), OutType: "bf16", CC: 90, SMs: 132,
@@ -492,7 +493,7 @@ func unplannedLaunches(t *testing.T) []lower.Launch {
 	}
 	// The bf16 grouped experts on gemm_wgmma_q (QMoEForce.BF16;
 	// TestMoEExpertsHopperGPU's q cases).
-	for _, f := range []lower.QMoEForce{{BF16: true}, {BF16: true, TileRows: 64}, {BF16: true, TileRows: 128}, {BF16: true, WGs: 2},
+	for _, f := range []lower.QMoEForce{{BF16: true}, {BF16: true, TileRows: 64}, {BF16: true, TileRows: 112}, {BF16: true, TileRows: 128}, {BF16: true, WGs: 2},
 		{BF16: true, Pipe: true}} {
 		E, H, I := 8, 256, 256
 		ls, err := lower.MoE(lower.MoEArgs{T: 100, H: H, I: I, E: E, TopK: 2, X: p, Weights: p, IDs: p, Out: p, Workspace: p,

@@ -153,7 +153,7 @@ func TestMoEExpertsHopperGPU(t *testing.T) {
 	}
 	deep := moeCase{T: 1024, H: 256, I: 832, E: 8, k: 2, dist: "skewed"}
 	for _, v := range []variant{{down: lower.SchedPingPong}, {down: lower.SchedPingPong, sms: 7}, {sms: 7},
-		{q: true}, {q: true, sms: 7}, {q: true, qrows: 64}, {q: true, qrows: 128}, {q: true, qwgs: 2}, {q: true, qpipe: true}} {
+		{q: true}, {q: true, sms: 7}, {q: true, qrows: 64}, {q: true, qrows: 112}, {q: true, qrows: 128}, {q: true, qwgs: 2}, {q: true, qpipe: true}} {
 		for _, c := range append(cases, deep) {
 			run(v, ExpertsByLoad, c)
 		}
@@ -299,7 +299,8 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 	// moe_gather_rows; MMAs as wide as a tile's rows in steps of 16 (chosen), 8 or 32 (step), or of
 	// the whole tile (whole); the pipelined loop (lower's choice on four
 	// warpgroups) forced (pipe) or the plain one forced (nopipe); bf16
-	// operands rather than f16 (bf16ops).
+	// operands rather than f16 (bf16ops); 112-row tiles (the plain loop on
+	// four warpgroups), MMAs in steps of 16 and 8 and of the whole tile.
 	type variant struct {
 		cc, rows, ctas, wgs int
 		step                int
@@ -315,7 +316,8 @@ func TestMoEExpertsQuantGPU(t *testing.T) {
 			{90, 0, 0, 0, 0, true, 0, false}, {90, 128, 1, 2, 8, false, 0, false}, {90, 96, 2, 0, 32, false, 0, false},
 			{90, 0, 0, 0, 0, false, -1, false}, {90, 128, 0, 0, 0, false, 1, false}, {90, 96, 1, 2, 0, false, 1, false},
 			{90, 64, 0, 0, 0, false, 1, false}, {90, 0, 0, 0, 0, true, 1, false},
-			{90, 0, 0, 0, 0, false, 0, true}, {90, 0, 0, 0, 0, true, 1, true}} {
+			{90, 0, 0, 0, 0, false, 0, true}, {90, 0, 0, 0, 0, true, 1, true},
+			{90, 112, 0, 0, 0, false, 0, false}, {90, 112, 1, 4, 8, false, 0, false}, {90, 112, 0, 0, 0, true, 0, false}} {
 			cc := v.cc
 			for _, c := range cases {
 				if (v.rows != 0 || v.bf16ops) && (c.T <= GEMVMaxRows || !slices.Contains(lower.HopperQTypes, qt)) {

@@ -108,7 +108,7 @@ func quantMoE(t *testing.T, k *Kernels, s *cuda.Stream, name string, seed uint64
 var q6kForces = func() []lower.QMoEForce {
 	var fs []lower.QMoEForce
 	for _, bf16ops := range []bool{false, true} {
-		for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
+		for _, f := range []lower.QMoEForce{{}, {TileRows: 64, CTAs: 2}, {TileRows: 96, CTAs: 2}, {TileRows: 112}, {TileRows: 128}, {Pipe: true}, {WholeTile: true}} {
 			f.BF16Ops = bf16ops
 			fs = append(fs, f)
 		}
