@@ -245,7 +245,7 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 			l.MI, l.Rows = ceilDiv(a.hopperRows, 32), a.hopperRows
 		}
 		if a.bf16Q() { // gemm_wgmma_q's token tiles (moeHopperQ)
-			rows, _, _, err := hopperQShape(a.QMoE)
+			rows, _, _, err := hopperQShape(a.QMoE, false)
 			if err != nil {
 				return MoELayout{}, err
 			}
@@ -291,7 +291,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper, moeQuantHopperBF16Down:
-		rows, _, _, err := hopperQShape(a.QMoE)
+		rows, _, _, err := hopperQShape(a.QMoE, true)
 		if err != nil {
 			return MoELayout{}, err
 		}

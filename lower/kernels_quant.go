@@ -898,10 +898,16 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // a second pass over its weights (at 2048 tokens about 5% of the tiles
 // for uniform routes, 11% for a random router's; opt-in, rows=112);
 // 128-row tiles run one CTA of two.
-func hopperQShape(f QMoEForce) (rows, ctas, wgs int, err error) {
+func hopperQShape(f QMoEForce, quantised bool) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {
 	case 0:
+		// 112 for the quantised stacks: measured faster than 96 (docs/PERF.md,
+		// 2026-12-05 from 20:54 UTC); 96 where a forced shape wants it (two
+		// CTAs, the pipelined loop) and for bf16 stacks.
 		rows = 96
+		if quantised && f.CTAs != 2 && !f.Pipe {
+			rows = 112
+		}
 	case 64, 96, 112, 128:
 	default:
 		return 0, 0, 0, fmt.Errorf("moe_experts: a token tile of %d rows (the quantised grouped GEMMs take 64, 96, 112 or 128)", rows)
@@ -1025,7 +1031,7 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
-	_, ctas, wgs, _ := hopperQShape(a.QMoE) // checked by quantLayout
+	_, ctas, wgs, _ := hopperQShape(a.QMoE, !a.bf16Q()) // checked by quantLayout
 	vn, _ := hopperQStep(a.QMoE)            // likewise
 	bn := l.TileRows()                      // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's

@@ -298,7 +298,7 @@ func FuzzParseQMoEForce(f *testing.F) {
 		}
 		// Whatever parses, the grouped GEMMs' checks answer without panicking,
 		// and what they accept is a shape they have kernels for.
-		if rows, ctas, wgs, err := hopperQShape(q); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe || hopperQPipe(q, quant.Q4_K, wgs, rows)) || q.Pipe && q.NoPipe ||
+		if rows, ctas, wgs, err := hopperQShape(q, true); err == nil && (ctas < 1 || ctas > 2 || ctas == 2 && (rows > 96 || wgs != 2 || q.Pipe || hopperQPipe(q, quant.Q4_K, wgs, rows)) || q.Pipe && q.NoPipe ||
 			wgs != 2 && wgs != 4 || wgs == 4 && rows > 112 || wgs == 4 && rows > 96 && hopperQPipe(q, quant.Q4_K, wgs, rows) ||
 			q.TokenStep > 0 && rows%q.TokenStep != 0 || !slices.Contains([]int{64, 96, 112, 128}, rows)) {
 			t.Fatalf("%q: %d CTAs of %d warpgroups, %d rows accepted", s, ctas, wgs, rows)
