@@ -1032,8 +1032,8 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
 	_, ctas, wgs, _ := hopperQShape(a.QMoE, !a.bf16Q()) // checked by quantLayout
-	vn, _ := hopperQStep(a.QMoE)            // likewise
-	bn := l.TileRows()                      // the schedule's token tile (hopperQShape)
+	vn, _ := hopperQStep(a.QMoE)                        // likewise
+	bn := l.TileRows()                                  // the schedule's token tile (hopperQShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, and each type's f16 id for the template (hopperQF16);
 	// both GEMMs so or neither, as the down reads the gate+up's output.
