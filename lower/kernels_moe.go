@@ -174,8 +174,18 @@ func (a MoEArgs) bf16Q() bool {
 	case a.QMoE.NoBF16:
 		return false
 	}
-	return int64(a.T)*int64(a.TopK) <= BF16QMaxAvgRows*int64(a.E)
+	return a.routes() <= BF16QMaxAvgRows*int64(a.E)
 }
+
+// routes is the call's routes, T * TopK.
+func (a MoEArgs) routes() int64 { return int64(a.T) * int64(a.TopK) }
+
+// qWide says whether the quantised grouped GEMMs' default token tile is
+// 112 rows (hopperQShape's wide): where the routes average more than
+// BF16QMaxAvgRows tokens an expert (measured faster than 96 at 2048
+// tokens), 96 at fewer (as measured before 112 existed). bf16 stacks on
+// gemm_wgmma_q (at most BF16QMaxAvgRows an expert) take 96.
+func (a MoEArgs) qWide() bool { return a.routes() > BF16QMaxAvgRows*int64(a.E) }
 
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
@@ -244,7 +254,9 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 		if a.hopperRows != 0 {
 			l.MI, l.Rows = ceilDiv(a.hopperRows, 32), a.hopperRows
 		}
-		if a.bf16Q() { // gemm_wgmma_q's token tiles (moeHopperQ)
+		// gemm_wgmma_q's token tiles for bf16 stacks (moeHopperQ); the
+		// quantised path's stand-in (hopperRows set) has its own already.
+		if a.hopperRows == 0 && a.bf16Q() {
 			rows, _, _, err := hopperQShape(a.QMoE, false)
 			if err != nil {
 				return MoELayout{}, err
@@ -291,7 +303,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper, moeQuantHopperBF16Down:
-		rows, _, _, err := hopperQShape(a.QMoE, true)
+		rows, _, _, err := hopperQShape(a.QMoE, a.qWide())
 		if err != nil {
 			return MoELayout{}, err
 		}

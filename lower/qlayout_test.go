@@ -173,12 +173,7 @@ func TestMoEQuantTileRows(t *testing.T) {
 		{quant.Q4_K, 0, 0, 0, 96, 1, 4, "", "nopipe", false}, {quant.Q8_0, 64, 1, 4, 64, 1, 4, "", "nopipe", false},
 		{quant.Q4_K, 0, 0, 0, 0, 0, 0, "one or the other", "pipe,nopipe", false},
 	} {
-		w := Ptr{BaseWeights, 0}
-		a := MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
-			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.wt.String(), OutType: "bf16",
-			CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
-			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: QMoEForce{TileRows: c.force, CTAs: c.ctas, WGs: c.wgs, Pipe: strings.HasPrefix(c.pipe, "pipe"), NoPipe: strings.Contains(c.pipe, "nopipe")},
-			Workspace: Ptr{BaseWorkspace, 0}}
+		a := quantMoEArgs(c.wt, T, E, H, I, k, QMoEForce{TileRows: c.force, CTAs: c.ctas, WGs: c.wgs, Pipe: strings.HasPrefix(c.pipe, "pipe"), NoPipe: strings.Contains(c.pipe, "nopipe")})
 		l, err := a.Layout()
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -241,4 +236,59 @@ func repacked(t testing.TB, qt quant.Type, rows, K int, src []byte) []byte {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// TestQMoEWideTiles: quantised stacks' grouped GEMMs take 96-row tiles
+// while the routes average at most BF16QMaxAvgRows tokens an expert and
+// 112 past it, in the schedule and the kernels alike, whatever the bf16
+// stacks' flags (bf16, nobf16) say: those choose bf16 stacks' kernel and
+// once moved the quantised tiles through the layout's bf16 stand-in.
+func TestQMoEWideTiles(t *testing.T) {
+	const E, H, I, k = 8, 256, 256, 2
+	at, past := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1
+	for _, wt := range []quant.Type{quant.Q4_K, quant.IQ4_XS} {
+		for _, f := range []QMoEForce{{}, {BF16: true}, {NoBF16: true}} {
+			for _, c := range []struct{ T, rows, pipe int }{{at, 96, b2i(wt == quant.Q4_K)}, {past, 112, 0}} {
+				a := quantMoEArgs(wt, c.T, E, H, I, k, f)
+				l, err := a.Layout()
+				if err != nil {
+					t.Fatalf("%v %+v T=%d: %v", wt, f, c.T, err)
+				}
+				if l.TileRows() != c.rows || l.BF16Q {
+					t.Errorf("%v %+v T=%d: layout tiles of %d rows, BF16Q %v; want %d, false", wt, f, c.T, l.TileRows(), l.BF16Q, c.rows)
+				}
+				ls, err := MoE(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var gemms int
+				for _, x := range ls {
+					switch x.Kernel {
+					case "moe_schedule":
+						if x.Args[2].Int != int64(c.rows) {
+							t.Errorf("%v %+v T=%d: moe_schedule tiles of %d rows, want %d", wt, f, c.T, x.Args[2].Int, c.rows)
+						}
+					case "gemm_wgmma_q":
+						gemms++
+						if x.Ints[1] != int64(c.rows) || x.Ints[5] != 4 || x.Ints[7] != int64(c.pipe) {
+							t.Errorf("%v %+v T=%d: %s, want BN %d, 4 warpgroups, PIPE %d", wt, f, c.T, x.NameExpr(), c.rows, c.pipe)
+						}
+					}
+				}
+				if gemms != 2 {
+					t.Errorf("%v %+v T=%d: %d gemm_wgmma_q launches, want 2", wt, f, c.T, gemms)
+				}
+			}
+		}
+	}
+}
+
+// quantMoEArgs is a Hopper MoE call of T tokens on quantised stacks of
+// type wt (E experts, H x I, top k), shaped by f.
+func quantMoEArgs(wt quant.Type, T, E, H, I, k int, f QMoEForce) MoEArgs {
+	w := Ptr{BaseWeights, 0}
+	return MoEArgs{T: T, H: H, I: I, E: E, TopK: k, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
+		IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: wt.String(), OutType: "bf16",
+		CC: 90, SMs: 132, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
+		QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}, QMoE: f, Workspace: Ptr{BaseWorkspace, 0}}
 }
