@@ -187,41 +187,53 @@ func TestMoEQuantTileRows(t *testing.T) {
 		if l.TileRows() != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
 			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, l.TileRows(), l.MaxTiles)
 		}
-		ls, err := MoE(a)
-		if err != nil {
-			t.Fatal(err)
+		sched, qs := qmoeTileLaunches(t, a)
+		if sched != int64(c.want) {
+			t.Errorf("rows=%d: moe_schedule tiles of %d rows", c.force, sched)
 		}
-		var gemms int
-		for _, x := range ls {
-			switch x.Kernel {
-			case "moe_schedule":
-				if got := x.Args[2].Int; got != int64(c.want) {
-					t.Errorf("rows=%d: moe_schedule tiles of %d rows", c.force, got)
-				}
-			case "gemm_wgmma_q":
-				// gate+up (its output f16, the down's f16 operand), then down
-				epi, yt := []int{EpiSwiGLU, EpiStore}[min(gemms, 1)], []string{"f16", "bf16"}[min(gemms, 1)]
-				gemms++
-				if x.Ints[2] != int64(epi) || len(x.DTypes) != 1 || x.DTypes[0] != yt {
-					t.Errorf("rows=%d: gemm_wgmma_q %d has EPI %d and output %v, want %d and %s", c.force, gemms, x.Ints[2], x.DTypes, epi, yt)
-				}
-				if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Ints[7] != int64(b2i(c.wantPipe)) ||
-					x.Block[0] != 128*(c.wantWGs+1) {
-					t.Errorf("rows=%d,ctas=%d,wgs=%d,%q: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d, %v", c.force, c.ctas, c.wgs, c.pipe,
-						x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs, c.wantPipe)
-				}
-				if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs, epi, yt) || x.Shmem+1024 > 228*1024 {
-					t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
-				}
-				if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {
-					t.Errorf("rows=%d: two CTAs of %d bytes do not fit a multiprocessor's 228 KiB", c.force, x.Shmem)
-				}
+		for gemms, x := range qs {
+			// gate+up (its output f16, the down's f16 operand), then down
+			epi, yt := []int{EpiSwiGLU, EpiStore}[min(gemms, 1)], []string{"f16", "bf16"}[min(gemms, 1)]
+			if x.Ints[2] != int64(epi) || len(x.DTypes) != 1 || x.DTypes[0] != yt {
+				t.Errorf("rows=%d: gemm_wgmma_q %d has EPI %d and output %v, want %d and %s", c.force, gemms, x.Ints[2], x.DTypes, epi, yt)
+			}
+			if x.Ints[1] != int64(c.want) || x.Ints[4] != int64(c.wantCTAs) || x.Ints[5] != int64(c.wantWGs) || x.Ints[7] != int64(b2i(c.wantPipe)) ||
+				x.Block[0] != 128*(c.wantWGs+1) {
+				t.Errorf("rows=%d,ctas=%d,wgs=%d,%q: gemm_wgmma_q BN %d, CTAS %d, NC %d, PIPE %d, block %v; want %d, %d, %d, %v", c.force, c.ctas, c.wgs, c.pipe,
+					x.Ints[1], x.Ints[4], x.Ints[5], x.Ints[7], x.Block, c.want, c.wantCTAs, c.wantWGs, c.wantPipe)
+			}
+			if x.Grid[0] != 132*c.wantCTAs || x.Shmem != hopperQSmem(c.wt, c.want, c.wantCTAs, c.wantWGs, epi, yt) || x.Shmem+1024 > 228*1024 {
+				t.Errorf("rows=%d,ctas=%d: grid %v, shared memory %d", c.force, c.ctas, x.Grid, x.Shmem)
+			}
+			if 2*(x.Shmem+1024) > 228*1024 && c.wantCTAs == 2 {
+				t.Errorf("rows=%d: two CTAs of %d bytes do not fit a multiprocessor's 228 KiB", c.force, x.Shmem)
 			}
 		}
-		if gemms != 2 {
-			t.Errorf("rows=%d: %d gemm_wgmma_q launches, want 2", c.force, gemms)
+		if len(qs) != 2 {
+			t.Errorf("rows=%d: %d gemm_wgmma_q launches, want 2", c.force, len(qs))
 		}
 	}
+}
+
+// qmoeTileLaunches lowers a and returns its moe_schedule's tile rows (0
+// with none) and its gemm_wgmma_q launches.
+func qmoeTileLaunches(t *testing.T, a MoEArgs) (int64, []Launch) {
+	t.Helper()
+	ls, err := MoE(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sched int64
+	var qs []Launch
+	for _, x := range ls {
+		switch x.Kernel {
+		case "moe_schedule":
+			sched = x.Args[2].Int
+		case "gemm_wgmma_q":
+			qs = append(qs, x)
+		}
+	}
+	return sched, qs
 }
 
 // repacked is src (ggml blocks of a [rows, K] matrix) in its device layout.
@@ -257,26 +269,14 @@ func TestQMoEWideTiles(t *testing.T) {
 				if l.TileRows() != c.rows || l.BF16Q {
 					t.Errorf("%v %+v T=%d: layout tiles of %d rows, BF16Q %v; want %d, false", wt, f, c.T, l.TileRows(), l.BF16Q, c.rows)
 				}
-				ls, err := MoE(a)
-				if err != nil {
-					t.Fatal(err)
+				sched, qs := qmoeTileLaunches(t, a)
+				if sched != int64(c.rows) || len(qs) != 2 {
+					t.Errorf("%v %+v T=%d: moe_schedule tiles of %d rows, %d gemm_wgmma_q launches; want %d, 2", wt, f, c.T, sched, len(qs), c.rows)
 				}
-				var gemms int
-				for _, x := range ls {
-					switch x.Kernel {
-					case "moe_schedule":
-						if x.Args[2].Int != int64(c.rows) {
-							t.Errorf("%v %+v T=%d: moe_schedule tiles of %d rows, want %d", wt, f, c.T, x.Args[2].Int, c.rows)
-						}
-					case "gemm_wgmma_q":
-						gemms++
-						if x.Ints[1] != int64(c.rows) || x.Ints[5] != 4 || x.Ints[7] != int64(c.pipe) {
-							t.Errorf("%v %+v T=%d: %s, want BN %d, 4 warpgroups, PIPE %d", wt, f, c.T, x.NameExpr(), c.rows, c.pipe)
-						}
+				for _, x := range qs {
+					if x.Ints[1] != int64(c.rows) || x.Ints[5] != 4 || x.Ints[7] != int64(c.pipe) {
+						t.Errorf("%v %+v T=%d: %s, want BN %d, 4 warpgroups, PIPE %d", wt, f, c.T, x.NameExpr(), c.rows, c.pipe)
 					}
-				}
-				if gemms != 2 {
-					t.Errorf("%v %+v T=%d: %d gemm_wgmma_q launches, want 2", wt, f, c.T, gemms)
 				}
 			}
 		}
