@@ -187,6 +187,13 @@ func (a MoEArgs) routes() int64 { return int64(a.T) * int64(a.TopK) }
 // gemm_wgmma_q (at most BF16QMaxAvgRows an expert) take 96.
 func (a MoEArgs) qWide() bool { return a.routes() > BF16QMaxAvgRows*int64(a.E) }
 
+// qShape is gemm_wgmma_q's token tile, CTAs and warpgroups for this call
+// (hopperQShape, wide by qWide for quantised stacks): the layout and the
+// launches ask here, so they agree.
+func (a MoEArgs) qShape(bf16Stacks bool) (rows, ctas, wgs int, err error) {
+	return hopperQShape(a.QMoE, !bf16Stacks && a.qWide())
+}
+
 // MoELayout is the workspace of one call: byte offsets into it.
 type MoELayout struct {
 	Grouped         bool
@@ -195,8 +202,7 @@ type MoELayout struct {
 	Hopper          bool     // grouped on the wgmma core (moeHopper)
 	BF16Q           bool     // Hopper with bf16 stacks on gemm_wgmma_q (MoEArgs.bf16Q)
 	XG              int64    // Hopper: bf16 [R,H], the routes' x rows grouped
-	MI, BK          int      // tensor-core tile: rows / 32, K step
-	Rows            int      // the grouped tiles' rows where set (gemm_wgmma_q's token tiles), else 32 * MI: TileRows
+	Rows, BK        int      // the schedule's row tiles (mma.sync's: 32 * its MI), the mma.sync K step
 	Chunk, Chunks   int      // routes per scheduling chunk, chunks
 	MaxTiles        int
 	Act             int64 // decode: f32 [R,I]; grouped: bf16 [R,I]
@@ -206,15 +212,6 @@ type MoELayout struct {
 	Tiles           int64 // int4 [MaxTiles]
 	Sorted, Pos, Ys int64 // i32 [R], i32 [R], bf16 [R,H]
 	Total           int64
-}
-
-// TileRows is the rows of the schedule's tiles: Rows where set, else the
-// mma.sync tile's 32 * MI.
-func (l MoELayout) TileRows() int {
-	if l.Rows != 0 {
-		return l.Rows
-	}
-	return 32 * l.MI
 }
 
 // Layout places a's workspace (its pointers are not looked at, except to
@@ -242,36 +239,36 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 	}
 	// 128-row tiles once experts average 64 rows: each expert's weights are
 	// then mostly streamed once, not once per 64-row tile.
-	l.MI = 2
+	l.Rows = 64
 	if R >= 64*int64(a.E) {
-		l.MI = 4
+		l.Rows = 128
 	}
 	if a.Tile.Rows != 0 {
-		l.MI = a.Tile.Rows / 32
+		l.Rows = a.Tile.Rows
 	}
 	if a.Tile == (MMATile{}) && moeHopperOK(a) == nil {
-		l.Hopper, l.MI = true, 4 // the wgmma GEMM's 128-row tiles
+		l.Hopper, l.Rows = true, 128 // the wgmma GEMM's 128-row tiles
 		if a.hopperRows != 0 {
-			l.MI, l.Rows = ceilDiv(a.hopperRows, 32), a.hopperRows
+			l.Rows = a.hopperRows
 		}
 		// gemm_wgmma_q's token tiles for bf16 stacks (moeHopperQ); the
 		// quantised path's stand-in (hopperRows set) has its own already.
 		if a.hopperRows == 0 && a.bf16Q() {
-			rows, _, _, err := hopperQShape(a.QMoE, false)
+			rows, _, _, err := a.qShape(true)
 			if err != nil {
 				return MoELayout{}, err
 			}
 			if _, err := hopperQStep(a.QMoE); err != nil {
 				return MoELayout{}, err
 			}
-			l.MI, l.Rows, l.BF16Q = ceilDiv(rows, 32), rows, true
+			l.Rows, l.BF16Q = rows, true
 		}
 	}
 	l.BK = a.Tile.bk()
 	// Chunks of at least 256 routes, at most 128 chunks to fold per expert.
 	l.Chunk = max(256, (ceilDiv(int(R), 128)+31)&^31)
 	l.Chunks = ceilDiv(int(R), l.Chunk)
-	l.MaxTiles = ceilDiv(int(R), l.TileRows()) + min(a.E, int(R))
+	l.MaxTiles = ceilDiv(int(R), l.Rows) + min(a.E, int(R))
 	E := int64(a.E)
 	l.Hist = take(4 * int64(l.Chunks) * E)
 	l.Base = take(4 * int64(l.Chunks) * E)
@@ -303,7 +300,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper, moeQuantHopperBF16Down:
-		rows, _, _, err := hopperQShape(a.QMoE, a.qWide())
+		rows, _, _, err := a.qShape(false)
 		if err != nil {
 			return MoELayout{}, err
 		}
@@ -369,7 +366,7 @@ func MoERouting(a MoEArgs, l MoELayout) []Launch {
 		kernel("moe.cu", "moe_hist", nil, nil, dims(l.Chunks), dims(256), 0,
 			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Hist)),
 		kernel("moe.cu", "moe_schedule", nil, nil, dims(1), dims(1024), 0,
-			i32(a.E), i32(l.Chunks), i32(l.TileRows()), i32(int(a.Order)), ws(l.Hist),
+			i32(a.E), i32(l.Chunks), i32(l.Rows), i32(int(a.Order)), ws(l.Hist),
 			ws(l.Counts), ws(l.Order), ws(l.Offsets), ws(l.Base), ws(l.Tiles), ws(l.NTiles)),
 		kernel("moe.cu", "moe_scatter", nil, nil, dims(l.Chunks), dims(moeScatterThreads), 0,
 			i32(R), i32(a.E), i32(l.Chunk), ptrArg(a.IDs), ws(l.Base), ws(l.Sorted), ws(l.Pos)),
@@ -427,8 +424,9 @@ func MoE(a MoEArgs) ([]Launch, error) {
 		}
 		return moeHopper(a, l), nil
 	}
-	smem := MMASmem(l.MI, l.BK)
-	tile := []int64{int64(l.MI), int64(l.BK)}
+	mi := l.Rows / 32 // mma.sync's tile: 32-row blocks
+	smem := MMASmem(mi, l.BK)
+	tile := []int64{int64(mi), int64(l.BK)}
 	return append(MoERouting(a, l),
 		kernel("moe.cu", "moe_gateup_mma", nil, tile, dims(l.MaxTiles, ceilDiv(a.I, 64)), dims(256), smem,
 			i32(a.TopK), i32(a.H), i32(a.I), ptrArg(a.X), ws(l.Sorted), ws(l.Tiles), ws(l.NTiles),

@@ -325,7 +325,7 @@ type QMoEArgs struct {
 // prefill's quantised grouped GEMMs' token tile (64, 96, 112 or 128), CTAs
 // their CTAs a multiprocessor (1, or 2 with tiles of up to 96 rows), WGs
 // their consumer warpgroups a CTA (2, or 4 on one CTA with tiles of up to
-// 96 rows): hopperQShape; Pipe and NoPipe
+// 112 rows): hopperQShape; Pipe and NoPipe
 // force their pipelined loop (a stage dequantised while the last one's
 // MMAs run; one CTA) or the plain one: hopperQPipe; TokenStep and
 // WholeTile their MMAs' widths: hopperQStep.
@@ -1032,9 +1032,9 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
-	_, ctas, wgs, _ := hopperQShape(a.QMoE, !l.BF16Q && a.qWide()) // checked by Layout
-	vn, _ := hopperQStep(a.QMoE)                                   // likewise
-	bn := l.TileRows()                                             // the schedule's token tile (hopperQShape)
+	_, ctas, wgs, _ := a.qShape(l.BF16Q) // checked by Layout
+	vn, _ := hopperQStep(a.QMoE)         // likewise
+	bn := l.Rows                         // the schedule's token tile (qShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, and each type's f16 id for the template (hopperQF16);
 	// both GEMMs so or neither, as the down reads the gate+up's output.

@@ -184,8 +184,8 @@ func TestMoEQuantTileRows(t *testing.T) {
 		if err != nil {
 			t.Fatalf("rows=%d,ctas=%d: %v", c.force, c.ctas, err)
 		}
-		if l.TileRows() != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
-			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, l.TileRows(), l.MaxTiles)
+		if l.Rows != c.want || l.MaxTiles != ceilDiv(R, c.want)+min(E, R) {
+			t.Errorf("rows=%d: tile rows %d, max tiles %d", c.force, l.Rows, l.MaxTiles)
 		}
 		sched, qs := qmoeTileLaunches(t, a)
 		if sched != int64(c.want) {
@@ -266,8 +266,8 @@ func TestQMoEWideTiles(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v %+v T=%d: %v", wt, f, c.T, err)
 				}
-				if l.TileRows() != c.rows || l.BF16Q {
-					t.Errorf("%v %+v T=%d: layout tiles of %d rows, BF16Q %v; want %d, false", wt, f, c.T, l.TileRows(), l.BF16Q, c.rows)
+				if l.Rows != c.rows || l.BF16Q {
+					t.Errorf("%v %+v T=%d: layout tiles of %d rows, BF16Q %v; want %d, false", wt, f, c.T, l.Rows, l.BF16Q, c.rows)
 				}
 				sched, qs := qmoeTileLaunches(t, a)
 				if sched != int64(c.rows) || len(qs) != 2 {

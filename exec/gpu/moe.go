@@ -148,7 +148,7 @@ func (k *Kernels) ReadMoESchedule(s Queue, a MoEArgs) (MoESchedule, error) {
 	}
 	R := a.T * a.TopK
 	sc := MoESchedule{Counts: make([]int32, a.E), Order: make([]int32, a.E), Offsets: make([]int32, a.E),
-		Sorted: make([]int32, R), TileRows: l.TileRows()}
+		Sorted: make([]int32, R), TileRows: l.Rows}
 	nt := make([]int32, 1)
 	for _, d := range []struct {
 		dst []int32

@@ -421,7 +421,7 @@ func moeGroupingRun(t *testing.T, k *Kernels, s *cuda.Stream, ids []int32, E, ch
 	t.Helper()
 	R := len(ids)
 	nch := ceilDiv(R, ch)
-	l := lower.MoELayout{Grouped: true, MI: bm / 32, Chunk: ch, Chunks: nch, MaxTiles: ceilDiv(R, bm) + min(E, R)}
+	l := lower.MoELayout{Grouped: true, Rows: bm, Chunk: ch, Chunks: nch, MaxTiles: ceilDiv(R, bm) + min(E, R)}
 	var off int64
 	take := func(n int) int64 {
 		o := off
