@@ -373,6 +373,9 @@ func TestMoERouting(t *testing.T) {
 		{2000, 256, 256, 96, "uniform"},
 		{20480, 256, 256, 96, "uniform"}, // Laguna-S-2.1 q4_k_m at 2048 tokens: 80 chunks
 		{20480, 256, 256, 96, "skewed"},
+		{20480, 256, 256, 112, "uniform"}, // q4_k_m's default tile rows past 48 routes an expert
+		{20480, 256, 256, 112, "skewed"},
+		{22528, 257, 256, 112, "ties"},
 		{22528, 257, 256, 128, "skewed"}, // bf16, the shared expert routed: 88 chunks
 		{22528, 257, 256, 128, "ties"},
 		{9000, 256, 32, 64, "skewed"}, // 282 chunks: past moe_schedule's registers
@@ -384,6 +387,7 @@ func TestMoERouting(t *testing.T) {
 		{129, 256, 256, 64, "invalid"},
 		{10, 1024, 1, 64, "uniform"},
 		{4096, 31, 16, 96, "ties"},
+		{700, 33, 300, 112, "few"},
 	} {
 		ids := routeIDs(r, c.dist, c.R, c.E)
 		for _, order := range []ExpertOrder{ExpertsByID, ExpertsByLoad} {
