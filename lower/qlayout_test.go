@@ -100,12 +100,8 @@ func TestMoEQuantPaths(t *testing.T) {
 		{quant.Q6_K, 100, 90, moeQuantDequant, "qdequant"}, // noq6k below
 		{quant.Q4_K, 100, 80, moeQuantDequant, "qdequant"},
 	} {
-		E, H, I := 8, 256, 256
-		w := Ptr{BaseWeights, 0}
-		a := MoEArgs{QMoE: QMoEForce{NoQ6K: c.want == moeQuantDequant}, T: c.T, H: H, I: I, E: E, TopK: 2, X: Ptr{BaseArena, 0}, Weights: Ptr{BaseArena, 1 << 20},
-			IDs: Ptr{BaseArena, 2 << 20}, Out: Ptr{BaseArena, 3 << 20}, XType: "bf16", WType: c.qt.String(), OutType: "bf16",
-			CC: c.cc, QGate: QMatrix{W: w, Total: 2 * E * I}, QUp: QMatrix{W: w, Total: 2 * E * I, Row0: E * I},
-			QDown: QMatrix{W: Ptr{BaseWeights, 1 << 24}, Total: E * H}}
+		a := quantMoEArgs(c.qt, c.T, 8, 256, 256, 2, QMoEForce{NoQ6K: c.want == moeQuantDequant})
+		a.CC, a.Workspace = c.cc, Ptr{} // sized before it is placed
 		n, err := MoEWorkspace(a)
 		if err != nil || n <= 0 {
 			t.Fatalf("%s T=%d cc %d: workspace %d, %v", c.qt, c.T, c.cc, n, err)
