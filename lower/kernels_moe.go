@@ -184,7 +184,7 @@ func (a MoEArgs) routes() int64 { return int64(a.T) * int64(a.TopK) }
 // 112 rows (hopperQShape's wide): where the routes average more than
 // BF16QMaxAvgRows tokens an expert (measured faster than 96 at 2048
 // tokens), 96 at fewer (as measured before 112 existed). bf16 stacks on
-// gemm_wgmma_q (at most BF16QMaxAvgRows an expert) take 96.
+// gemm_wgmma_q take 96 (qShape), forced there (QMoEForce.BF16) or not.
 func (a MoEArgs) qWide() bool { return a.routes() > BF16QMaxAvgRows*int64(a.E) }
 
 // qShape is gemm_wgmma_q's token tile, CTAs and warpgroups for this call
