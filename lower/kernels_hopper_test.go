@@ -147,14 +147,18 @@ func wantedErr(t *testing.T, err error, want string) bool {
 }
 
 // TestMoEHopperBF16Q: QMoEForce.BF16, or routes averaging at most
-// BF16QMaxAvgRows tokens an expert, put bf16 stacks' grouped GEMMs on
+// BF16QWideMaxAvgRows tokens an expert, put bf16 stacks' grouped GEMMs on
 // gemm_wgmma_q (QT 30, bf16 weight maps of 64 x 64 boxes, no scale bytes)
 // after moe_gather_rows, with the quantised path's token tiles (the
 // schedule's too), widths and loop; shapes it cannot take are refused;
 // NoBF16, or more tokens an expert, keep gemm_wgmma.
 func TestMoEHopperBF16Q(t *testing.T) {
 	const E, H, I, k = 8, 256, 256, 2
-	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1 // tokens: routes averaging BF16QMaxAvgRows an expert, and past it
+	// Tokens: routes averaging BF16QMaxAvgRows an expert (96-row tiles),
+	// past it (112-row tiles), BF16QWideMaxAvgRows (the last on
+	// gemm_wgmma_q) and past that (gemm_wgmma).
+	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1
+	wide, past := BF16QWideMaxAvgRows*E/k, BF16QWideMaxAvgRows*E/k+1
 	for _, c := range []struct {
 		f                    QMoEForce
 		T                    int
@@ -162,16 +166,21 @@ func TestMoEHopperBF16Q(t *testing.T) {
 		rows, ctas, wgs, pip int
 		err                  string
 	}{
-		{QMoEForce{BF16: true}, large, true, 96, 1, 4, 0, ""},
+		{QMoEForce{BF16: true}, large, true, 112, 1, 4, 0, ""},
+		{QMoEForce{BF16: true}, past, true, 112, 1, 4, 0, ""},
+		{QMoEForce{BF16: true, TileRows: 96}, large, true, 96, 1, 4, 0, ""},
 		{QMoEForce{BF16: true, TileRows: 64}, large, true, 64, 1, 4, 0, ""},
 		{QMoEForce{BF16: true, TileRows: 128}, large, true, 128, 1, 2, 0, ""},
-		{QMoEForce{BF16: true, WGs: 2}, large, true, 96, 2, 2, 0, ""},
+		{QMoEForce{BF16: true, WGs: 2}, small, true, 96, 2, 2, 0, ""},
 		{QMoEForce{BF16: true, Pipe: true}, large, true, 96, 1, 4, 1, ""},
 		{QMoEForce{BF16: true, Pipe: true, CTAs: 2}, large, true, 0, 0, 0, 0, "ctas=1"},
 		{QMoEForce{BF16: true, TileRows: 80}, large, true, 0, 0, 0, 0, "64, 96, 112 or 128"},
 		{QMoEForce{BF16: true, NoBF16: true}, large, true, 0, 0, 0, 0, "one or the other"},
 		{QMoEForce{}, small, true, 96, 1, 4, 0, ""},
-		{QMoEForce{}, large, false, 0, 0, 0, 0, ""},
+		{QMoEForce{}, large, true, 112, 1, 4, 0, ""},
+		{QMoEForce{}, wide, true, 112, 1, 4, 0, ""},
+		{QMoEForce{}, past, false, 0, 0, 0, 0, ""},
+		{QMoEForce{TileRows: 96}, wide, true, 96, 1, 4, 0, ""},
 		{QMoEForce{NoBF16: true}, small, false, 0, 0, 0, 0, ""},
 	} {
 		T := c.T

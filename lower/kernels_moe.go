@@ -154,19 +154,25 @@ func (a MoEArgs) grouped() (bool, error) {
 	return false, fmt.Errorf("moe_experts: unknown path %d", a.Path)
 }
 
-// BF16QMaxAvgRows: bf16 stacks' grouped GEMMs run on gemm_wgmma_q (its
-// 96-token tiles and MMAs as wide as each tile's tokens) while the
-// routes average at most this many tokens an expert (the shared expert,
-// merged as one more expert, counted), gemm_wgmma's 128-token tiles
-// above. H200, S-2.1 bf16 (257 experts, 11 a token), 24 layers, prefill
-// on gemm_wgmma_q against gemm_wgmma (docs/PERF.md): 256 tokens 14%
-// faster, 512 10%, 1024 (44 an expert) 7.5%; 2048 (88) within 1%
-// either way between calls. 48 takes up to 1121 tokens.
-const BF16QMaxAvgRows = 48
+// BF16QMaxAvgRows and BF16QWideMaxAvgRows: bf16 stacks' grouped GEMMs run
+// on gemm_wgmma_q (MMAs as wide as each tile's tokens) on 96-token tiles
+// while the routes average at most BF16QMaxAvgRows tokens an expert (the
+// shared expert, merged as one more expert, counted), on 112-token tiles
+// up to BF16QWideMaxAvgRows, and on gemm_wgmma's 128-token tiles above.
+// S-2.1 bf16 (257 experts, 11 a token), prefill on gemm_wgmma_q against
+// gemm_wgmma (docs/PERF.md): H200, 24 layers, 96-token tiles: 256 tokens
+// 14% faster, 512 10%, 1024 (44 an expert) 7.5%, 2048 (88) within 1%
+// either way; H200, 8 layers, 112-token tiles: 2048 tokens 0.977x the
+// time (last row 0.982x; on an H100 0.992x and 0.983x), 4096 (175 an
+// expert) 1.014x (0.997x). 48 takes up to 1121 tokens, 96 up to 2243.
+const (
+	BF16QMaxAvgRows     = 48
+	BF16QWideMaxAvgRows = 96
+)
 
 // bf16Q says whether bf16 stacks' grouped GEMMs go to gemm_wgmma_q:
 // forced (QMoEForce.BF16, NoBF16), else while the routes average at most
-// BF16QMaxAvgRows tokens an expert.
+// BF16QWideMaxAvgRows tokens an expert.
 func (a MoEArgs) bf16Q() bool {
 	switch {
 	case a.QMoE.BF16:
@@ -174,24 +180,23 @@ func (a MoEArgs) bf16Q() bool {
 	case a.QMoE.NoBF16:
 		return false
 	}
-	return a.routes() <= BF16QMaxAvgRows*int64(a.E)
+	return a.routes() <= BF16QWideMaxAvgRows*int64(a.E)
 }
 
 // routes is the call's routes, T * TopK.
 func (a MoEArgs) routes() int64 { return int64(a.T) * int64(a.TopK) }
 
-// qWide says whether the quantised grouped GEMMs' default token tile is
-// 112 rows (hopperQShape's wide): where the routes average more than
-// BF16QMaxAvgRows tokens an expert (measured faster than 96 at 2048
-// tokens), 96 at fewer (as measured before 112 existed). bf16 stacks on
-// gemm_wgmma_q take 96 (qShape), forced there (QMoEForce.BF16) or not.
+// qWide says whether gemm_wgmma_q's default token tile is 112 rows
+// (hopperQShape's wide), quantised or bf16 stacks alike: where the routes
+// average more than BF16QMaxAvgRows tokens an expert (measured faster than
+// 96 at 2048 tokens), 96 at fewer (as measured before 112 existed).
 func (a MoEArgs) qWide() bool { return a.routes() > BF16QMaxAvgRows*int64(a.E) }
 
 // qShape is gemm_wgmma_q's token tile, CTAs and warpgroups for this call
-// (hopperQShape, wide by qWide for quantised stacks): the layout and the
-// launches ask here, so they agree.
-func (a MoEArgs) qShape(bf16Stacks bool) (rows, ctas, wgs int, err error) {
-	return hopperQShape(a.QMoE, !bf16Stacks && a.qWide())
+// (hopperQShape, wide by qWide): the layout and the launches ask here, so
+// they agree.
+func (a MoEArgs) qShape() (rows, ctas, wgs int, err error) {
+	return hopperQShape(a.QMoE, a.qWide())
 }
 
 // MoELayout is the workspace of one call: byte offsets into it.
@@ -254,7 +259,7 @@ func (a MoEArgs) Layout() (MoELayout, error) {
 		// gemm_wgmma_q's token tiles for bf16 stacks (moeHopperQ); the
 		// quantised path's stand-in (hopperRows set) has its own already.
 		if a.hopperRows == 0 && a.bf16Q() {
-			rows, _, _, err := a.qShape(true)
+			rows, _, _, err := a.qShape()
 			if err != nil {
 				return MoELayout{}, err
 			}
@@ -300,7 +305,7 @@ func (a MoEArgs) quantLayout() (MoELayout, error) {
 	case moeQuantDecode:
 		return MoELayout{Quant: q, Total: QMoEWorkspace(a.qmoe())}, nil
 	case moeQuantHopper, moeQuantHopperBF16Down:
-		rows, _, _, err := a.qShape(false)
+		rows, _, _, err := a.qShape()
 		if err != nil {
 			return MoELayout{}, err
 		}

@@ -897,14 +897,15 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // expert of up to 112 routes in one tile where 96 runs a second tile and
 // a second pass over its weights (at 2048 tokens about 5% of the tiles
 // for uniform routes, 11% for a random router's), chosen where wide
-// (quantised stacks past BF16QMaxAvgRows tokens an expert: MoEArgs.qWide);
-// 128-row tiles run one CTA of two.
+// (past BF16QMaxAvgRows tokens an expert: MoEArgs.qWide); 128-row tiles
+// run one CTA of two.
 func hopperQShape(f QMoEForce, wide bool) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {
 	case 0:
-		// 112 where wide: measured faster than 96 for the quantised stacks
-		// at 2048 tokens (docs/PERF.md, 2026-12-05 from 20:54 UTC); 96
-		// where a forced shape wants it (two CTAs, the pipelined loop).
+		// 112 where wide: measured faster than 96 at 2048 tokens for the
+		// quantised stacks (docs/PERF.md, 2026-12-05 from 20:54 UTC) and
+		// the bf16 ones (2026-12-06); 96 where a forced shape wants it (two
+		// CTAs, the pipelined loop).
 		rows = 96
 		if wide && f.CTAs != 2 && !f.Pipe {
 			rows = 112
@@ -1032,9 +1033,9 @@ func moeHopperQTypes(a MoEArgs, l MoELayout, t, dt quant.Type) []Launch {
 	ws := func(off int64) Arg { return ptrArg(a.Workspace.At(off)) }
 	R := a.T * a.TopK
 	sm := sms(a.SMs)
-	_, ctas, wgs, _ := a.qShape(l.BF16Q) // checked by Layout
-	vn, _ := hopperQStep(a.QMoE)         // likewise
-	bn := l.Rows                         // the schedule's token tile (qShape)
+	_, ctas, wgs, _ := a.qShape() // checked by Layout
+	vn, _ := hopperQStep(a.QMoE)  // likewise
+	bn := l.Rows                  // the schedule's token tile (qShape)
 	// f16 operands: the gathered rows and the gate+up output (the down's
 	// input) in f16, and each type's f16 id for the template (hopperQF16);
 	// both GEMMs so or neither, as the down reads the gate+up's output.
