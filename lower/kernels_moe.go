@@ -164,7 +164,9 @@ func (a MoEArgs) grouped() (bool, error) {
 // 14% faster, 512 10%, 1024 (44 an expert) 7.5%, 2048 (88) within 1%
 // either way; H200, 8 layers, 112-token tiles: 2048 tokens 0.977x the
 // time (last row 0.982x; on an H100 0.992x and 0.983x), 4096 (175 an
-// expert) 1.014x (0.997x). 48 takes up to 1121 tokens, 96 up to 2243.
+// expert) 1.014x (0.997x); H100, 12 layers: 1536 tokens 0.976x (0.972x),
+// 2048 0.983-0.988x (0.948-0.989x). 48 takes up to 1121 tokens, 96 up to
+// 2243.
 const (
 	BF16QMaxAvgRows     = 48
 	BF16QWideMaxAvgRows = 96
