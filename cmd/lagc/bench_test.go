@@ -145,6 +145,15 @@ func TestKernelBenchUsage(t *testing.T) {
 	}
 }
 
+// TestKernelBenchQMoEShape: a bad LAGC_QMOE_SHAPE fails kernel-bench
+// (exit 1, naming the variable) before any device is opened.
+func TestKernelBenchQMoEShape(t *testing.T) {
+	t.Setenv("LAGC_QMOE_SHAPE", "rows=x")
+	if _, errs, code := runPlanCmd(t, "kernel-bench"); code != 1 || !strings.Contains(errs, "LAGC_QMOE_SHAPE") || strings.Contains(errs, "driver") {
+		t.Errorf("exit %d (%q), want 1 naming LAGC_QMOE_SHAPE and no device", code, errs)
+	}
+}
+
 // TestCPUBench runs the CPU bench on the bundled model, briefly.
 func TestCPUBench(t *testing.T) {
 	var out bytes.Buffer

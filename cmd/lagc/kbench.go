@@ -62,6 +62,11 @@ func init() {
 					flagRule{"--flops", o.flops, o.flops > 0, "want a number > 0"}); err != nil {
 					return err
 				}
+				// The grouped calls' shapes as LAGC_QMOE_SHAPE forces them in a
+				// plan, read before any device is opened.
+				if o.qmoe, err = lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE")); err != nil {
+					return fmt.Errorf("LAGC_QMOE_SHAPE: %w", err)
+				}
 				return runKernelBench(o, os.Stdout)
 			}
 		},
@@ -73,6 +78,7 @@ type kbOpts struct {
 	gemmT, moeT   string
 	gemmTs, moeTs []int
 	moeQuant      string
+	qmoe          lower.QMoEForce // LAGC_QMOE_SHAPE: the grouped calls' shapes (bf16 and quantised), as in a plan
 	moeQuants     []quant.Type
 	moeSkew       float64
 	bw, flops     float64
@@ -445,10 +451,6 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := kbQMoEForce()
-	if err != nil {
-		return nil, err
-	}
 	r := rand.New(rand.NewPCG(3, 4))
 	var out []kbRow
 	for _, T := range Ts {
@@ -473,7 +475,7 @@ func (e *kbEnv) benchMoE(Ts []int) ([]kbRow, error) {
 		args := func(v kbVariant) gpu.MoEArgs {
 			return gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: x, Gate: gate, Up: up, Down: down, Out: y,
 				XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16, Order: gpu.ExpertsByLoad,
-				Tile: gpu.MMATile{K: v.bk}, CC: v.cc, SMs: e.k.SMs(), IDs: idsP, Weights: wP, QMoE: f}
+				Tile: gpu.MMATile{K: v.bk}, CC: v.cc, SMs: e.k.SMs(), IDs: idsP, Weights: wP, QMoE: e.o.qmoe}
 		}
 		// One workspace for every variant, as large as the largest needs
 		// (the paths lay theirs out differently).
@@ -543,17 +545,6 @@ func printKernelBench(w io.Writer, r kbReport) {
 	tw.Flush()
 }
 
-// kbQMoEForce is the grouped GEMMs' shape as LAGC_QMOE_SHAPE forces it,
-// as in the model (bf16 stacks on gemm_wgmma_q or not, tile rows, ...), so
-// that kernel-bench can A/B one grouped call as ab-bench does a prefill.
-func kbQMoEForce() (lower.QMoEForce, error) {
-	f, err := lower.ParseQMoEForce(os.Getenv("LAGC_QMOE_SHAPE"))
-	if err != nil {
-		return lower.QMoEForce{}, fmt.Errorf("LAGC_QMOE_SHAPE: %w", err)
-	}
-	return f, nil
-}
-
 // benchMoEQuant times the grouped routed experts of one S-2.1 layer with
 // quantised stacks (synthetic blocks, as lagc bench --quant makes them) on
 // the wgmma path at each T above the decode GEMV's rows; the rate counts
@@ -579,14 +570,10 @@ func (e *kbEnv) benchMoEQuant(t quant.Type, Ts []int) ([]kbRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := kbQMoEForce()
-		if err != nil {
-			return nil, err
-		}
 		a := gpu.MoEArgs{T: T, H: H, I: I, E: E, TopK: K, X: c.x, Out: c.y, XType: cuda.BF16, WType: cuda.BF16, OutType: cuda.BF16,
 			Order: gpu.ExpertsByLoad, CC: e.k.CC(), SMs: e.k.SMs(), IDs: c.ids, Weights: c.wts, WQuant: t,
 			QGate: gpu.QMatrix{W: gu, Total: 2 * E * I}, QUp: gpu.QMatrix{W: gu, Total: 2 * E * I, Row0: E * I}, QDown: gpu.QMatrix{W: dn, Total: E * H},
-			QMoE: f}
+			QMoE: e.o.qmoe}
 		wsBytes, err := gpu.MoEWorkspaceBytes(a)
 		if err != nil {
 			return nil, err
