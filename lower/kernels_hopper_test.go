@@ -154,10 +154,10 @@ func wantedErr(t *testing.T, err error, want string) bool {
 // NoBF16, or more tokens an expert, keep gemm_wgmma.
 func TestMoEHopperBF16Q(t *testing.T) {
 	const E, H, I, k = 8, 256, 256, 2
-	// Tokens: routes averaging BF16QMaxAvgRows an expert (96-row tiles),
+	// Tokens: routes averaging QNarrowMaxAvgRows an expert (96-row tiles),
 	// past it (112-row tiles), BF16QWideMaxAvgRows (the last on
 	// gemm_wgmma_q) and past that (gemm_wgmma).
-	small, large := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1
+	small, large := QNarrowMaxAvgRows*E/k, QNarrowMaxAvgRows*E/k+1
 	wide, past := BF16QWideMaxAvgRows*E/k, BF16QWideMaxAvgRows*E/k+1
 	for _, c := range []struct {
 		f                    QMoEForce

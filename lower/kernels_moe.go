@@ -154,21 +154,20 @@ func (a MoEArgs) grouped() (bool, error) {
 	return false, fmt.Errorf("moe_experts: unknown path %d", a.Path)
 }
 
-// BF16QMaxAvgRows and BF16QWideMaxAvgRows: bf16 stacks' grouped GEMMs run
-// on gemm_wgmma_q (MMAs as wide as each tile's tokens) on 96-token tiles
-// while the routes average at most BF16QMaxAvgRows tokens an expert (the
-// shared expert, merged as one more expert, counted), on 112-token tiles
-// up to BF16QWideMaxAvgRows, and on gemm_wgmma's 128-token tiles above.
-// S-2.1 bf16 (257 experts, 11 a token), prefill on gemm_wgmma_q against
-// gemm_wgmma (docs/PERF.md): H200, 24 layers, 96-token tiles: 256 tokens
-// 14% faster, 512 10%, 1024 (44 an expert) 7.5%, 2048 (88) within 1%
-// either way; H200, 8 layers, 112-token tiles: 2048 tokens 0.977x the
-// time (last row 0.982x; on an H100 0.992x and 0.983x), 4096 (175 an
-// expert) 1.014x (0.997x); H100, 12 layers: 1536 tokens 0.976x (0.972x),
-// 2048 0.983-0.988x (0.948-0.989x). 48 takes up to 1121 tokens, 96 up to
-// 2243.
+// Routes an expert (the call's routes over its experts, a merged shared
+// expert counted) that choose gemm_wgmma_q and its tiles; figures in
+// docs/PERF.md (S-2.1, 257 experts, 11 a token).
 const (
-	BF16QMaxAvgRows     = 48
+	// QNarrowMaxAvgRows: gemm_wgmma_q's default token tile is 96 rows
+	// up to this average, 112 past it, quantised and bf16 stacks alike
+	// (112 measured faster at 2048 tokens, 88 an expert, for both). 48
+	// takes S-2.1 chunks of up to 1228 tokens quantised, 1121 bf16.
+	QNarrowMaxAvgRows = 48
+	// BF16QWideMaxAvgRows: bf16 stacks' grouped GEMMs run on
+	// gemm_wgmma_q up to this average, on gemm_wgmma's 128-token tiles
+	// past it. Prefill against gemm_wgmma: 256-1024 tokens 7.5-14%
+	// faster, 1536 and 2048 1.2-2.4% (H200 and H100), 4096 (175 an
+	// expert) 1.4% slower. 96 takes S-2.1 chunks of up to 2242 tokens.
 	BF16QWideMaxAvgRows = 96
 )
 
@@ -190,9 +189,8 @@ func (a MoEArgs) routes() int64 { return int64(a.T) * int64(a.TopK) }
 
 // qWide says whether gemm_wgmma_q's default token tile is 112 rows
 // (hopperQShape's wide), quantised or bf16 stacks alike: where the routes
-// average more than BF16QMaxAvgRows tokens an expert (measured faster than
-// 96 at 2048 tokens), 96 at fewer (as measured before 112 existed).
-func (a MoEArgs) qWide() bool { return a.routes() > BF16QMaxAvgRows*int64(a.E) }
+// average more than QNarrowMaxAvgRows tokens an expert, 96 at fewer.
+func (a MoEArgs) qWide() bool { return a.routes() > QNarrowMaxAvgRows*int64(a.E) }
 
 // qShape is gemm_wgmma_q's token tile, CTAs and warpgroups for this call
 // (hopperQShape, wide by qWide): the layout and the launches ask here, so

@@ -346,7 +346,7 @@ type QMoEForce struct {
 	// the MMAs as wide as each tile's tokens), with its shape (rows, wgs,
 	// vn, ...), instead of gemm_wgmma's 128-token tiles.
 	BF16 bool `json:",omitempty"`
-	// NoBF16 keeps them on gemm_wgmma whatever the chunk (BF16QMaxAvgRows).
+	// NoBF16 keeps them on gemm_wgmma whatever the chunk (BF16QWideMaxAvgRows).
 	NoBF16 bool `json:",omitempty"`
 	// BF16Ops keeps the quantised grouped GEMMs on bf16 operands (weights
 	// dequantised in float, then rounded) rather than f16 (hopperQF16).
@@ -369,7 +369,7 @@ type QMoEForce struct {
 // MMAs' width follows a tile's rows in, or MMAs always as wide as the
 // tile, and their pipelined loop (pipe) or the plain one (nopipe); bf16:
 // the bf16 grouped experts on the same kernel whatever the chunk, nobf16:
-// never (neither: by tokens an expert, BF16QMaxAvgRows); bf16ops: the
+// never (neither: by tokens an expert, BF16QWideMaxAvgRows); bf16ops: the
 // quantised grouped GEMMs on bf16 operands rather than f16 (hopperQF16).
 // QMoE and hopperQShape check the values.
 func ParseQMoEForce(s string) (QMoEForce, error) {
@@ -897,7 +897,7 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 // expert of up to 112 routes in one tile where 96 runs a second tile and
 // a second pass over its weights (at 2048 tokens about 5% of the tiles
 // for uniform routes, 11% for a random router's), chosen where wide
-// (past BF16QMaxAvgRows tokens an expert: MoEArgs.qWide); 128-row tiles
+// (past QNarrowMaxAvgRows tokens an expert: MoEArgs.qWide); 128-row tiles
 // run one CTA of two.
 func hopperQShape(f QMoEForce, wide bool) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {

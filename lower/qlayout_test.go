@@ -247,13 +247,13 @@ func repacked(t testing.TB, qt quant.Type, rows, K int, src []byte) []byte {
 }
 
 // TestQMoEWideTiles: quantised stacks' grouped GEMMs take 96-row tiles
-// while the routes average at most BF16QMaxAvgRows tokens an expert and
+// while the routes average at most QNarrowMaxAvgRows tokens an expert and
 // 112 past it, in the schedule and the kernels alike, whatever the bf16
 // stacks' flags (bf16, nobf16) say: those choose bf16 stacks' kernel and
 // once moved the quantised tiles through the layout's bf16 stand-in.
 func TestQMoEWideTiles(t *testing.T) {
 	const E, H, I, k = 8, 256, 256, 2
-	at, past := BF16QMaxAvgRows*E/k, BF16QMaxAvgRows*E/k+1
+	at, past := QNarrowMaxAvgRows*E/k, QNarrowMaxAvgRows*E/k+1
 	for _, wt := range []quant.Type{quant.Q4_K, quant.IQ4_XS} {
 		for _, f := range []QMoEForce{{}, {BF16: true}, {NoBF16: true}} {
 			for _, c := range []struct{ T, rows, pipe int }{{at, 96, b2i(wt == quant.Q4_K)}, {past, 112, 0}} {
