@@ -884,21 +884,20 @@ func (a MoEArgs) dequantStacks(off int64) ([]Launch, MoEArgs, error) {
 
 // hopperQShape is the quantised grouped GEMMs' token tile, CTAs a
 // multiprocessor and consumer warpgroups a CTA: as forced (QMoEForce's
-// TileRows, CTAs, WGs), the rest chosen. Chosen: tiles of 96 rows (an
-// expert of a 2048-token chunk has about 80 tokens) on one CTA of four
-// consumer warpgroups, which share each stage's token tile among 256
-// weight rows (half the tiles' reads from L2 of two warpgroups; H200,
-// 48 layers, prefill 2048: q4_k_m 111.0 -> 107.1 ms, q8_0 24 layers 73.4
-// -> 67.0, docs/PERF.md). Four warpgroups (640 threads: 96 registers at
-// launch, 104 a consumer after setmaxnreg) and two CTAs of two (80 at
-// launch, 104 a consumer; the choice before) take tiles of up to 96 rows;
-// four warpgroups also 112 (the plain loop: its accumulators leave no
-// room for the pipelined one's second register set), which holds an
-// expert of up to 112 routes in one tile where 96 runs a second tile and
-// a second pass over its weights (at 2048 tokens about 5% of the tiles
-// for uniform routes, 11% for a random router's), chosen where wide
-// (past QNarrowMaxAvgRows tokens an expert: MoEArgs.qWide); 128-row tiles
-// run one CTA of two.
+// TileRows, CTAs, WGs), the rest chosen. Chosen: one CTA of four consumer
+// warpgroups (640 threads: 96 registers at launch, 104 a consumer after
+// setmaxnreg), which share each stage's token tile among 256 weight rows,
+// on tiles of 112 rows where wide (past QNarrowMaxAvgRows tokens an
+// expert: MoEArgs.qWide; an expert of up to 112 routes in one tile, where
+// 96 runs a second tile and a second pass over its weights for about 5%
+// of a 2048-token chunk's tiles with uniform routes, 11% with a random
+// router's) and 96 rows otherwise. Four warpgroups take tiles of up to
+// 112 rows (the plain loop at 112: its accumulators leave no room for the
+// pipelined one's second register set); two CTAs of two warpgroups (the
+// choice before four, 80 registers at launch) up to 96; 128-row tiles run
+// one CTA of two. The measurements behind each choice are in
+// docs/PERF.md (four warpgroups: q4_k_m 48 layers prefill 2048 111.0 ->
+// 107.1 ms on the H200).
 func hopperQShape(f QMoEForce, wide bool) (rows, ctas, wgs int, err error) {
 	switch rows = f.TileRows; rows {
 	case 0:
