@@ -31,7 +31,8 @@ func ggufQuantSeed() []byte {
 // FuzzGGUFQuantised checks that whatever quantised tensor infos the GGUF
 // parser accepts (any type number, dimensions, offsets) describe whole
 // blocks inside the file, so reading them with package quant can neither
-// panic nor fail on sizes.
+// panic nor fail on sizes. Run it with -fuzzminimizetime 5s: minimising a
+// new input from this 8.8 KB seed otherwise takes the default 60 s each.
 func FuzzGGUFQuantised(f *testing.F) {
 	f.Add(ggufQuantSeed())
 	f.Fuzz(func(t *testing.T, data []byte) {
