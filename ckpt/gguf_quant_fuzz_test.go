@@ -32,7 +32,7 @@ func ggufQuantSeed() []byte {
 // parser accepts (any type number, dimensions, offsets) describe whole
 // blocks inside the file, so reading them with package quant can neither
 // panic nor fail on sizes. Run it with -fuzzminimizetime 5s: minimising a
-// new input from this 8.8 KB seed otherwise takes the default 60 s each.
+// new input from this 8.8 KB seed otherwise takes up to the default 60 s.
 func FuzzGGUFQuantised(f *testing.F) {
 	f.Add(ggufQuantSeed())
 	f.Fuzz(func(t *testing.T, data []byte) {
