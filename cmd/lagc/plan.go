@@ -36,7 +36,7 @@ type planFlags struct {
 	at, batch, tail       string
 	slots                 int
 	batchGEMM             bool
-	jsonOut               bool
+	jsonOut, resources    bool
 	warn                  io.Writer // stderr
 }
 
@@ -64,6 +64,7 @@ func setupPlan(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.batch, "batch", "", "also print the batched decode launches at these batch sizes (rounded up to a bucket), comma-separated")
 	fs.BoolVar(&f.batchGEMM, "batch-gemm", false, "batches above 8 rows on the GEMMs (lagc serve --batch-gemm)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the plan as JSON")
+	fs.BoolVar(&f.resources, "resources", false, "print, instead of the plan, what each decode launch takes of an SM (registers, shared memory, blocks an SM, waves) and how many of its blocks fit beside the launch before it; compiles every kernel with NVRTC, no GPU needed")
 	return func(args []string) error {
 		f.warn = fs.Output()
 		return runPlan(planStdout, f, args)
@@ -111,6 +112,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		}
 		batches = append(batches, n)
 	}
+	if f.resources && (f.jsonOut || len(at) > 0 || len(batches) > 0) {
+		return fmt.Errorf("%w: --resources prints a table of the decode step alone, without --json, --at or --batch", errUsage)
+	}
 	if (len(at) > 0 || len(batches) > 0) && f.jsonOut {
 		return fmt.Errorf("%w: --at and --batch print text; the JSON plan holds what Plan.At and Plan.AtBatch need", errUsage)
 	}
@@ -153,6 +157,9 @@ func runPlan(w io.Writer, f *planFlags, args []string) error {
 		return err
 	}
 	warnGPUMemory(f.warn, p, f.gpuMem)
+	if f.resources {
+		return printResources(w, f.warn, p)
+	}
 	if f.jsonOut {
 		return p.WriteJSON(w)
 	}
