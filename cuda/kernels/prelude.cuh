@@ -3,6 +3,17 @@
 // float types and their conversions are spelled out here with PTX.
 // Kernels load and store through to_f32/from_f32<T> and compute in float.
 
+// LAGC_MINB(n): the blocks an SM the decode GEMVs ask of __launch_bounds__,
+// n unless an experiment compiles them with -DLAGC_MINB_FORCE=m
+// (LAGC_NVRTC_OPTIONS): more blocks an SM cap their registers, which
+// leaves room beside them for the next launch's blocks (`lagc plan
+// --resources`).
+#ifdef LAGC_MINB_FORCE
+#define LAGC_MINB(n) LAGC_MINB_FORCE
+#else
+#define LAGC_MINB(n) n
+#endif
+
 struct half_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
 

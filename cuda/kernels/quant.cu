@@ -627,7 +627,7 @@ __device__ __forceinline__ void qgemv_tail(unsigned int* counter, int n, int lan
 }
 
 template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256, 3) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_norm(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                                   const signed char* xq, const float4* xs, TY* y, int accumulate,
                                                   unsigned int* counter, int n, int lanes, float eps, const TY* x,
                                                   const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
@@ -638,7 +638,7 @@ __global__ void __launch_bounds__(256, 3) qgemv_norm(int N, int K, long long row
 }
 
 template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long rows, long long row0,
+__global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_xin_norm(int N, int K, long long rows, long long row0,
                                                       const unsigned char* __restrict__ w, const TX* xin, TY* y,
                                                       int accumulate, unsigned int* counter, int n, int lanes, float eps,
                                                       const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(256, 3) qgemv_xin_norm(int N, int K, long long
 // beside that launch's last blocks. The same loads, sums and stores in
 // the same order: the same bits.
 template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256, 3) qgemv_xin_norm_pre(int N, int K, long long rows, long long row0,
+__global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_xin_norm_pre(int N, int K, long long rows, long long row0,
                                                           const unsigned char* __restrict__ w, const TX* xin, TY* y,
                                                           int accumulate, unsigned int* counter, int n, int lanes, float eps,
                                                           const TY* x, const TY* a, const TY* b, TY* sum, const float* nw,
@@ -867,7 +867,7 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
 // Three blocks an SM whatever W: a decode step's blocks (S-2.1: 320) then
 // run in one wave on 8 warps too, which lower chooses for the k-quants.
 template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, 3) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(3)) moe_gateup_qgemv(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                           const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                           const unsigned char* __restrict__ gate, long long gate_rows,
                                                           long long gate_row0, const unsigned char* __restrict__ up,
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(32 * W, 3) moe_gateup_qgemv(int k, int H, int 
 // (moe_down_qgemv_pre, lower.DownPre) start once every block has passed
 // its wait.
 template <int QT, int G, int W, int NS>
-__global__ void __launch_bounds__(32 * W, 3)
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
     moe_gateup_qgemv_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
                           const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
                           long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
@@ -1037,7 +1037,7 @@ __device__ __forceinline__ void moe_down_body(int k, int H, int I, int E, long l
 }
 
 template <typename TY, int QT, int NH, int SD, int W, int ALL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(W == 4 ? 3 : 2)) moe_down_qgemv(int k, int H, int I, int E, long long rows, long long row0,
                                                         const signed char* __restrict__ aq, const float4* __restrict__ as,
                                                         const float* __restrict__ weights, const int* __restrict__ ids,
                                                         const unsigned char* __restrict__ down, TY* __restrict__ out,
@@ -1053,7 +1053,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2) moe_down_qgemv(int k, 
 // launch after still waits for this one to complete before touching what
 // it writes.
 template <typename TY, int QT, int NH, int SD, int W, int ALL>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(W == 4 ? 3 : 2))
     moe_down_qgemv_trig(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
                         const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
                         const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {
@@ -1069,7 +1069,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
 // the router, two launches before, wrote). TRIG: as moe_down_qgemv_trig
 // too, after its wait. The same loads and sums: the same bits.
 template <typename TY, int QT, int NH, int SD, int W, int ALL, int TRIG>
-__global__ void __launch_bounds__(32 * W, W == 4 ? 3 : 2)
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(W == 4 ? 3 : 2))
     moe_down_qgemv_pre(int k, int H, int I, int E, long long rows, long long row0, const signed char* __restrict__ aq,
                        const float4* __restrict__ as, const float* __restrict__ weights, const int* __restrict__ ids,
                        const unsigned char* __restrict__ down, TY* __restrict__ out, int accumulate) {

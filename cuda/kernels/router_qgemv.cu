@@ -10,7 +10,7 @@
 // 128 blocks fit the GPU at once with three a multiprocessor (at (256, 1)
 // ptxas took 86 registers, two blocks a multiprocessor).
 template <typename TX, typename TW, typename TY, int R, int VEC, int QT, int QR, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256, 3) router_qgemv(int rblocks, int E, int K, int split, const TX* __restrict__ x,
+__global__ void __launch_bounds__(256, LAGC_MINB(3)) router_qgemv(int rblocks, int E, int K, int split, const TX* __restrict__ x,
                                                        const TW* __restrict__ w, float* logits, int k, float softcap,
                                                        float scaling, const float* __restrict__ bias,
                                                        float* __restrict__ weights, int* __restrict__ ids,

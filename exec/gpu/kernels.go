@@ -68,6 +68,7 @@ type kernelKey struct {
 	file, name string
 	dts        [4]cuda.DType
 	ints       [9]int64 // qgemv_pair has 9
+	opts       string   // EnvNVRTCOptions's, if any
 }
 
 // compiled memoises instantiations: Compile hashes the whole source for
@@ -121,6 +122,12 @@ func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
 		return nil, fmt.Errorf("kernel %s: too many template arguments", l.NameExpr())
 	}
 	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints}
+	opts, err := nvrtcOptions(l.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	spec.Options = opts
+	key.opts = strings.Join(opts, " ")
 	for i, s := range l.DTypes {
 		dt, err := cuda.ParseDType(s)
 		if err != nil {
