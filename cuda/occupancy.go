@@ -4,7 +4,10 @@ import "fmt"
 
 // SMLimits are the resources of one streaming multiprocessor that bound
 // how many blocks it holds at once: the inputs of CUDA's occupancy
-// calculator (cuda_occupancy.h), whose rules Fit follows.
+// calculator (cuda_occupancy.h), whose rules Fit follows for blocks of one
+// kernel. Blocks of two kernels together it counts the same way, each warp
+// on the sub-partition holding the fewest registers: the hardware's own
+// placement is not documented, so that is a model.
 type SMLimits struct {
 	Registers      int // 32-bit registers, split evenly over SubPartitions
 	SubPartitions  int // a warp's registers come from one of them
