@@ -116,8 +116,8 @@ type KernelResources struct {
 // CubinKernelResources reads the resources of the kernel lowered (its
 // mangled name) from a cubin without a driver: its registers and frame
 // from the EIATTR_REGCOUNT and EIATTR_FRAME_SIZE records of .nv.info (the
-// records name the kernel by its symbol's index), its static shared memory
-// section's size (none: 0).
+// records name the kernel by its symbol's index), and the size of its
+// section .nv.shared.<lowered> (none: 0).
 func CubinKernelResources(cubin []byte, lowered string) (KernelResources, error) {
 	f, err := openCubin(cubin)
 	if err != nil {
