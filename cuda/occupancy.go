@@ -32,8 +32,7 @@ type BlockShape struct {
 
 // SMLoad is what blocks already resident on one SM hold.
 type SMLoad struct {
-	Warps   []int // warps on each sub-partition
-	RegWarp []int // registers those warps hold, per sub-partition
+	RegWarp []int // registers its warps hold, per sub-partition
 	Shared  int
 	Threads int
 	Blocks  int
@@ -62,10 +61,10 @@ func (l SMLimits) shared(b BlockShape) int {
 // Add places n blocks of b on s, their warps over the sub-partitions in
 // turn, each warp on the one holding the fewest registers.
 func (l SMLimits) Add(s SMLoad, b BlockShape, n int) SMLoad {
-	if s.Warps == nil {
-		s.Warps, s.RegWarp = make([]int, l.SubPartitions), make([]int, l.SubPartitions)
+	if s.RegWarp == nil {
+		s.RegWarp = make([]int, l.SubPartitions)
 	} else {
-		s.Warps, s.RegWarp = append([]int(nil), s.Warps...), append([]int(nil), s.RegWarp...)
+		s.RegWarp = append([]int(nil), s.RegWarp...)
 	}
 	r := l.regsPerWarp(b)
 	for range n {
@@ -76,7 +75,6 @@ func (l SMLimits) Add(s SMLoad, b BlockShape, n int) SMLoad {
 					p = i
 				}
 			}
-			s.Warps[p]++
 			s.RegWarp[p] += r
 		}
 		s.Shared += l.shared(b)

@@ -15,9 +15,9 @@ import (
 // resourceRow is one launch of the decode step after another: the same
 // pair may recur once a layer (count).
 type resourceRow struct {
-	prev, l lower.Launch
-	first   bool // the step's first launch: no launch before it
-	count   int
+	prev  *lower.Launch // nil: the step's first launch
+	l     lower.Launch
+	count int
 }
 
 func launchKey(l lower.Launch) string {
@@ -64,10 +64,7 @@ func printResources(w, progress io.Writer, p *lower.Plan) error {
 		}
 		r := index[key]
 		if r == nil {
-			r = &resourceRow{l: l, first: prev == nil}
-			if prev != nil {
-				r.prev = *prev
-			}
+			r = &resourceRow{prev: prev, l: l}
 			index[key] = r
 			rows = append(rows, r)
 		}
@@ -93,10 +90,10 @@ func printResources(w, progress io.Writer, p *lower.Plan) error {
 		width = max(width, len(names[i]))
 	}
 	fmt.Fprintf(w, "%-*s %6s %7s %5s %9s %13s %6s %16s %5s\n", width, "launch", "blocks", "threads", "regs", "shared", "per SM", "waves", "beside the last", "times")
+	shape := func(l lower.Launch) cuda.BlockShape {
+		return lim.Shape(res[l.NameExpr()], blocks(l.Block), l.Shmem)
+	}
 	for i, r := range rows {
-		shape := func(l lower.Launch) cuda.BlockShape {
-			return lim.Shape(res[l.NameExpr()], blocks(l.Block), l.Shmem)
-		}
 		b := shape(r.l)
 		alone, why, err := lim.Fit(cuda.SMLoad{}, b)
 		if err != nil {
@@ -104,8 +101,8 @@ func printResources(w, progress io.Writer, p *lower.Plan) error {
 		}
 		g := blocks(r.l.Grid)
 		beside := "-"
-		if !r.first {
-			e, err := early(lim, p.SMs, shape(r.prev), blocks(r.prev.Grid), b, g)
+		if r.prev != nil {
+			e, err := early(lim, p.SMs, shape(*r.prev), blocks(r.prev.Grid), b, g)
 			if err != nil {
 				return fmt.Errorf("%s after %s: %w", r.l.NameExpr(), r.prev.NameExpr(), err)
 			}

@@ -231,20 +231,7 @@ func compileJobs(t *testing.T) int {
 // compileSpec compiles l's instantiation for sm_90a with ptxas's
 // register and spill report.
 func compileSpec(l lower.Launch) (cuda.Compiled, error) {
-	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints, Options: []string{"--ptxas-options=-v"}}
-	for _, s := range l.DTypes {
-		dt, err := cuda.ParseDType(s)
-		if err != nil {
-			return cuda.Compiled{}, err
-		}
-		spec.DTypes = append(spec.DTypes, dt)
-	}
-	src, err := source(l.File)
-	if err != nil {
-		return cuda.Compiled{}, err
-	}
-	spec.Source = src
-	return cuda.CompileCubin(spec, "sm_90a")
+	return compileLaunch(l, "sm_90a", "--ptxas-options=-v")
 }
 
 // argKinds is a launch's argument kinds, space-separated.

@@ -114,6 +114,25 @@ func source(file string) (string, error) {
 	return text, nil
 }
 
+// launchSpec is the NVRTC spec of l's instantiation (without its source),
+// with the options EnvNVRTCOptions gives its kernel.
+func launchSpec(l lower.Launch) (cuda.KernelSpec, error) {
+	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints}
+	opts, err := nvrtcOptions(l.Kernel)
+	if err != nil {
+		return spec, err
+	}
+	spec.Options = opts
+	for _, s := range l.DTypes {
+		dt, err := cuda.ParseDType(s)
+		if err != nil {
+			return spec, fmt.Errorf("kernel %s: %w", l.Kernel, err)
+		}
+		spec.DTypes = append(spec.DTypes, dt)
+	}
+	return spec, nil
+}
+
 // Kernel returns the compiled instantiation l names, allowed l.Shmem bytes
 // of dynamic shared memory.
 func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
@@ -121,22 +140,13 @@ func (k *Kernels) Kernel(l lower.Launch) (*cuda.Kernel, error) {
 	if len(l.DTypes) > len(key.dts) || len(l.Ints) > len(key.ints) {
 		return nil, fmt.Errorf("kernel %s: too many template arguments", l.NameExpr())
 	}
-	spec := cuda.KernelSpec{Name: l.Kernel, File: l.File, Ints: l.Ints}
-	opts, err := nvrtcOptions(l.Kernel)
+	spec, err := launchSpec(l)
 	if err != nil {
 		return nil, err
 	}
-	spec.Options = opts
-	key.opts = strings.Join(opts, " ")
-	for i, s := range l.DTypes {
-		dt, err := cuda.ParseDType(s)
-		if err != nil {
-			return nil, fmt.Errorf("kernel %s: %w", l.Kernel, err)
-		}
-		key.dts[i] = dt
-		spec.DTypes = append(spec.DTypes, dt)
-	}
+	copy(key.dts[:], spec.DTypes)
 	copy(key.ints[:], l.Ints)
+	key.opts = strings.Join(spec.Options, " ")
 	if k.fake {
 		if v, ok := compiled.Load(key); ok {
 			return v.(*cuda.Kernel), nil
