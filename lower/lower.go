@@ -519,6 +519,10 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	if s.Workspace, s.Routes, s.Sync, err = l.p.scratch(s); err != nil {
 		return nil, err
 	}
+	if class == Decode {
+		// After the workspace is sized: the shared GEMVs' sums go past it.
+		s.Workspace += l.p.sharedDownGateUp(launches, s.Workspace)
+	}
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]
 	}

@@ -95,7 +95,7 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseRowsKNormRoPEAttention"}
+var optInFusions = []string{"fuseRowsKNormRoPEAttention", sharedDownGateUpFusion}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }
@@ -118,13 +118,14 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 }
 
 // FusionNames are the names Options.DisableFusions takes, in
-// launchFusions' order.
+// launchFusions' order, then sharedDownGateUp (which runs after the
+// workspace is sized: Plan.sharedDownGateUp).
 func FusionNames() []string {
-	names := make([]string, len(launchFusions))
+	names := make([]string, len(launchFusions), len(launchFusions)+1)
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return names
+	return append(names, sharedDownGateUpFusion)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

@@ -181,6 +181,13 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
+	if s.Class == Decode && !batch && p.fusionOn(sharedDownGateUpFusion) {
+		ws, _, _, err := p.scratch(s)
+		if err != nil {
+			return nil, err
+		}
+		fuseSharedDownGateUp(out, ws)
+	}
 	return out, nil
 }
 

@@ -666,6 +666,24 @@ __global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_xin_norm_pre(int N, i
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
+// qgemv_join_norm is qgemv_xin_norm_pre's store and tail after its GEMV ran
+// elsewhere (moe_gateup_qgemv_xin_trig): s holds the GEMV's f32 sums, and
+// y[i] = s[i] + y[i] rounded to TY is the accumulating store's value (one
+// add either way), then norm_tail as that launch's last block runs it, by
+// this one block: the same bits. ny: the values of y. y is read through
+// L2 (the launch before stored it), the block's stores fenced before
+// norm_tail reads them (through L2 too).
+template <typename TY, typename TO, int TAIL>
+__global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __restrict__ s, TY* y, int n, int lanes,
+                                                     float eps, const TY* x, const TY* a, const TY* b, TY* sum,
+                                                     const float* nw, TO* out, signed char* nxq, float4* nxs) {
+  pdl_wait();
+  for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + norm_ld1<true>(y + i));
+  __threadfence();
+  __syncthreads();
+  norm_tail<TY, TO, (TAIL & 1) != 0, (TAIL & 2) != 0>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum);
+}
+
 // ------------------------------------------ routed experts (decode)
 //
 // moe_gateup_qgemv and moe_down_qgemv are the quantised routed experts of
@@ -729,12 +747,15 @@ __device__ __forceinline__ void stage_rows(unsigned char* sa, unsigned char* sh,
 // row gate_row0 of a matrix of gate_rows rows, the up stack's likewise
 // (one matrix holding both, or two). An invalid id gets a zero group
 // (moe_down_qgemv skips the route).
-template <int QT, int G, int W, int NS>
+// OFF: the block's index is blockIdx.x - boff (moe_gateup_qgemv_xin_trig,
+// whose first boff blocks do other work); without it blockIdx.x as read,
+// which keeps the other launches' code as it was.
+template <int QT, int G, int W, int NS, bool OFF = false>
 __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, const signed char* __restrict__ xqg,
                                                 const float4* __restrict__ xsg, const int* __restrict__ ids,
                                                 const unsigned char* __restrict__ gate, long long gate_rows, long long gate_row0,
                                                 const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
-                                                signed char* __restrict__ aq, float4* __restrict__ as) {
+                                                signed char* __restrict__ aq, float4* __restrict__ as, int boff = 0) {
   using Q = QW<QT>;
   constexpr int NI = 32 / W, NG = 2 * NI / G;
   static_assert((W == 4 || W == 8) && (2 * NI) % G == 0, "4 or 8 warps; G must divide a warp's rows");
@@ -743,7 +764,8 @@ __device__ __forceinline__ void moe_gateup_body(int k, int H, int I, int E, cons
   __shared__ float sums[2][32];  // the block's gate and up rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int groups = I / 32;
-  const int r = blockIdx.x / groups, i0 = (blockIdx.x - r * groups) * 32;
+  const unsigned blk = OFF ? blockIdx.x - boff : blockIdx.x;  // unsigned as blockIdx.x: the same divisions
+  const int r = blk / groups, i0 = (blk - r * groups) * 32;
   const long long o = (long long)r * I + i0;
   const int e = ids[r];
   if (e < 0 || e >= E) {  // uniform over the block
@@ -889,6 +911,34 @@ __global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
   pdl_wait();
   pdl_trigger();
   moe_gateup_body<QT, G, W, NS>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as);
+}
+
+// moe_gateup_qgemv_xin_trig is moe_gateup_qgemv_trig with a decode
+// layer's shared-expert down GEMV (one row of activations x, quantised in
+// the block as qgemv_xin does) as its first nsb blocks, its f32 sums to s
+// (lower.SharedDownGateUp): qgemv_xin_norm_pre's sums, whose store, residual
+// add and norm then run in qgemv_join_norm after the routed down. The GEMV
+// reads only x (written before this launch) and its weights, and the
+// launch already has a wave's room for it: its blocks fill the SMs' slots
+// the gate+up's leave, where qgemv_xin_norm_pre's found none beside the
+// routed down (lagc plan --resources). 8 warps (qgemv_rows' and
+// qgemv_xin_quant's block).
+template <typename TX, int QT, int G, int W, int NS, int SQT, int SNW>
+__global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
+    moe_gateup_qgemv_xin_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
+                              const int* __restrict__ ids, const unsigned char* __restrict__ gate, long long gate_rows,
+                              long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
+                              signed char* __restrict__ aq, float4* __restrict__ as, int nsb, int sN, int sK, long long srows,
+                              long long srow0, const unsigned char* __restrict__ sw, const TX* __restrict__ x, float* __restrict__ s) {
+  static_assert(W == 8, "qgemv_rows and qgemv_xin_quant take blocks of 8 warps");
+  pdl_wait();
+  pdl_trigger();
+  if ((int)blockIdx.x < nsb) {
+    const QX xv = qgemv_xin_quant<1, false>(sK, x);
+    qgemv_rows<float, SQT, 1, 0, SNW, 1>(blockIdx.x, sN, sK, srows, srow0, sw, xv, s, 0);
+    return;
+  }
+  moe_gateup_body<QT, G, W, NS, true>(k, H, I, E, xqg, xsg, ids, gate, gate_rows, gate_row0, up, up_rows, up_row0, aq, as, nsb);
 }
 
 // The most routes per token moe_down_qgemv takes.

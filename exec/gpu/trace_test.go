@@ -38,6 +38,7 @@ type traceModel struct {
 	// (lower.Options.PrefillBF16).
 	prefillBF16 bool
 	disable     []string // lower.Options.DisableFusions
+	enable      []string // lower.Options.EnableFusions
 }
 
 var traceModels = []traceModel{
@@ -100,7 +101,7 @@ func tracePlanSMs(t testing.TB, m traceModel, dt ir.DType, sms int) *lower.Plan 
 	}
 	p, err := lower.Lower(g, lower.Options{DType: dt, Chunk: traceChunk, MaxContext: traceContext, SMs: sms, Seqs: m.seqs, CublasLt: m.cublasLt, QMoE: m.qmoe,
 		PrefillBF16:    m.prefillBF16,
-		DisableFusions: m.disable})
+		DisableFusions: m.disable, EnableFusions: m.enable})
 	if err != nil {
 		t.Fatal(err)
 	}
