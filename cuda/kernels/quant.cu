@@ -930,8 +930,8 @@ __global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
                               long long gate_row0, const unsigned char* __restrict__ up, long long up_rows, long long up_row0,
                               signed char* __restrict__ aq, float4* __restrict__ as, int nsb, int sN, int sK, long long srows,
                               long long srow0, const unsigned char* __restrict__ sw, const TX* __restrict__ x, float* __restrict__ s) {
-  static_assert(W == 8, "qgemv_rows and qgemv_xin_quant take blocks of 8 warps");
   pdl_wait();
+  static_assert(W == 8, "qgemv_rows and qgemv_xin_quant take blocks of 8 warps");
   pdl_trigger();
   if ((int)blockIdx.x < nsb) {
     const QX xv = qgemv_xin_quant<1, false>(sK, x);
