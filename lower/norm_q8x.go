@@ -95,7 +95,7 @@ var launchFusions = []struct {
 
 // optInFusions run only when named in Options.EnableFusions: correct but
 // measured no faster, kept for A/B runs (docs/PERF.md).
-var optInFusions = []string{"fuseRowsKNormRoPEAttention", sharedDownGateUpFusion}
+var optInFusions = []string{"fuseRowsKNormRoPEAttention"}
 
 // OptInFusionNames are the names Options.EnableFusions takes.
 func OptInFusionNames() []string { return append([]string(nil), optInFusions...) }

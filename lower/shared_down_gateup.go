@@ -5,7 +5,8 @@ import (
 	"slices"
 )
 
-// sharedDownGateUp (opt-in, decode only; docs/DECODE_MEGAKERNEL.md) moves
+// sharedDownGateUp (decode only; 2.6% faster decode at full depth on an
+// H100, docs/PERF.md) moves
 // a quantised MoE layer's shared-expert down GEMV into the routed gate+up's
 // launch. qgemv_xin_norm_pre computes that GEMV before its wait so that it
 // runs beside the routed down, but the routed down's blocks hold every SM's

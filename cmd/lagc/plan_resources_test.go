@@ -79,13 +79,14 @@ func TestPlanResources(t *testing.T) {
 		}
 		kernels[strings.Fields(m[1])[0]] += n(11)
 	}
-	// Each routed-expert pair once a MoE layer (47 of S-2.1's 48).
-	for _, k := range []string{"moe_gateup_qgemv_trig<12,", "moe_down_qgemv_pre<bf16_t,", "attn_decode<bf16_t,", "argmax_final"} {
+	// Each routed-expert pair once a MoE layer (47 of S-2.1's 48), the
+	// gate+up with the shared down's GEMV (sharedDownGateUp).
+	for _, k := range []string{"moe_gateup_qgemv_xin_trig<bf16_t,", "moe_down_qgemv_pre<bf16_t,", "qgemv_join_norm<bf16_t,", "attn_decode<bf16_t,", "argmax_final"} {
 		if kernels[k] == 0 {
 			t.Errorf("no row for %s in:\n%s", k, out)
 		}
 	}
-	if kernels["moe_gateup_qgemv_trig<12,"] != 47 || kernels["moe_down_qgemv_pre<bf16_t,"] != 47 {
-		t.Errorf("routed gate+up %d times, down %d; want 47 each", kernels["moe_gateup_qgemv_trig<12,"], kernels["moe_down_qgemv_pre<bf16_t,"])
+	if g, d, j := kernels["moe_gateup_qgemv_xin_trig<bf16_t,"], kernels["moe_down_qgemv_pre<bf16_t,"], kernels["qgemv_join_norm<bf16_t,"]; g != 47 || d != 47 || j != 47 {
+		t.Errorf("routed gate+up %d times, down %d, join %d; want 47 each", g, d, j)
 	}
 }

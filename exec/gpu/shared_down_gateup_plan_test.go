@@ -9,7 +9,7 @@ import (
 	"lagc/lower"
 )
 
-// TestSharedDownGateUpPlan: with the opt-in sharedDownGateUp, the decode
+// TestSharedDownGateUpPlan: with sharedDownGateUp (the default), the decode
 // plan of a 4-layer S-2.1 in the q4_k_m recipe puts each MoE layer's
 // shared down GEMV into its routed gate+up's launch and its store and
 // tail into a one-block qgemv_join_norm after the routed down: the
@@ -23,10 +23,10 @@ func TestSharedDownGateUpPlan(t *testing.T) {
 	if i < 0 {
 		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
 	}
-	base := tracePlan(t, traceModels[i], ir.BF16)
+	p := tracePlan(t, traceModels[i], ir.BF16)
 	m := traceModels[i]
-	m.enable = []string{"sharedDownGateUp"}
-	p := tracePlan(t, m, ir.BF16)
+	m.disable = []string{"sharedDownGateUp"}
+	base := tracePlan(t, m, ir.BF16)
 	flat := func(s *lower.Schedule) []lower.Launch {
 		var out []lower.Launch
 		for _, st := range s.Steps {
@@ -37,11 +37,11 @@ func TestSharedDownGateUpPlan(t *testing.T) {
 	was, got := flat(base.Decode), flat(p.Decode)
 	for k, want := range map[string]int{"moe_gateup_qgemv_xin_trig": 3, "qgemv_join_norm": 3, "moe_gateup_qgemv_trig": 0, "qgemv_xin_norm_pre": 0, "moe_down_qgemv_pre": 3} {
 		if n := countKernel(got, k); n != want {
-			t.Errorf("%d %s launches in the decode plan with sharedDownGateUp, want %d", n, k, want)
+			t.Errorf("%d %s launches in the default decode plan, want %d", n, k, want)
 		}
 	}
 	if len(got) != len(was) {
-		t.Fatalf("%d decode launches with sharedDownGateUp, %d without", len(got), len(was))
+		t.Fatalf("%d decode launches in the default plan, %d without sharedDownGateUp", len(got), len(was))
 	}
 	buf := lower.Ptr{Base: lower.BaseWorkspace, Offset: base.Decode.Workspace}
 	if p.Decode.Workspace <= base.Decode.Workspace || p.Decode.Workspace-base.Decode.Workspace < 4*3072 {
@@ -93,7 +93,7 @@ func TestSharedDownGateUpPlan(t *testing.T) {
 		refuse("the launches out of order", d, g, x, buf)
 	}
 	if pairs != 3 {
-		t.Fatalf("%d gate+up, down, shared down runs in the default 4-layer decode plan, want 3", pairs)
+		t.Fatalf("%d gate+up, down, shared down runs in the 4-layer decode plan without sharedDownGateUp, want 3", pairs)
 	}
 	at, err := p.At(p.Decode, p.Decode.Tokens)
 	if err != nil {

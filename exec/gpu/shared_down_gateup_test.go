@@ -6,23 +6,23 @@ import (
 	"lagc/cuda/cudatest"
 )
 
-// TestSharedDownGateUpGPU: with the opt-in sharedDownGateUp, the decode
+// TestSharedDownGateUpGPU: with sharedDownGateUp (the default), the decode
 // plan of a two-layer Laguna-S-2.1 in the q4_k_m recipe (synthetic
 // weights) runs the shared down GEMV in the routed gate+up's launch and
 // its store and tail in qgemv_join_norm, and gives the tokens and logits
-// of the default plan bit for bit over a prompt and 12 steps, eager and
+// of the plan without it bit for bit over a prompt and 12 steps, eager and
 // replayed as a graph.
 func TestSharedDownGateUpGPU(t *testing.T) {
 	cudatest.Device(t)
 	c, r := s21q4km(t, 2)
-	base := compileWith(t, c, r, "LAGC_ENABLE_FUSIONS", "")
-	ex := compileWith(t, c, r, "LAGC_ENABLE_FUSIONS", "sharedDownGateUp")
+	base := compileWith(t, c, r, "LAGC_DISABLE_FUSIONS", "sharedDownGateUp")
+	ex := compileWith(t, c, r, "LAGC_DISABLE_FUSIONS", "")
 	count := func(kernel string) (int, int) {
 		return stepLaunches(base.Plan().Decode.Steps, kernel), stepLaunches(ex.Plan().Decode.Steps, kernel)
 	}
 	for _, k := range []string{"moe_gateup_qgemv_xin_trig", "qgemv_join_norm"} {
 		if b, n := count(k); b != 0 || n != 1 {
-			t.Fatalf("%d %s launches in the decode plan with sharedDownGateUp (want 1), %d without", n, k, b)
+			t.Fatalf("%d %s launches in the default decode plan (want 1), %d without sharedDownGateUp", n, k, b)
 		}
 	}
 	sameDecodes(t, "sharedDownGateUp", base, ex, spreadPrompt(c, 40), 12)

@@ -29,15 +29,19 @@ func TestXInPrePlan(t *testing.T) {
 		}
 		return flat
 	}
-	// The default plan has them fused: one of each a MoE layer.
-	fused := decode(traceModels[i])
+	// The default plan without sharedDownGateUp (which takes these three
+	// launches on: TestSharedDownGateUpPlan) has them fused: one of each a
+	// MoE layer.
+	dm := traceModels[i]
+	dm.disable = []string{"sharedDownGateUp"}
+	fused := decode(dm)
 	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"} {
 		if n := countKernel(fused, k); n != 3 {
 			t.Fatalf("%d %s launches in the default 4-layer decode plan, want 3", n, k)
 		}
 	}
 	m := traceModels[i]
-	m.disable = []string{"fuseXInPre", "fuseDownPre"}
+	m.disable = []string{"fuseXInPre", "fuseDownPre", "sharedDownGateUp"}
 	flat := decode(m)
 	pairs := 0
 	for i := 0; i+1 < len(flat); i++ {
