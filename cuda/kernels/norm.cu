@@ -342,13 +342,24 @@ __global__ void __launch_bounds__(1024) add_rms_norm_block_q8x(int rows, int n, 
 
 
 // norm_tail_chunk is chunk c (8 values) of the row norm_tail normalises:
-// x's, or with ADD a + b, stored to sum and rounded as sum holds it.
-template <typename Tx, bool ADD>
-__device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a, const Tx* b, Tx* sum, float (&v)[8]) {
+// x's, or with ADD a + b, stored to sum and rounded as sum holds it. JOIN
+// (qgemv_join_norm): b's chunk is first replaced by b + js rounded to Tx
+// (the accumulating store of the GEMV whose f32 sums js holds; b 16-byte
+// aligned), and that value added.
+template <typename Tx, bool ADD, bool JOIN = false>
+__device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a, const Tx* b, Tx* sum, float (&v)[8],
+                                                const float* js = nullptr) {
   if (ADD) {
     float vb[8];
     norm_load8_any<true>(a + 8 * c, v);
     norm_load8_any<true>(b + 8 * c, vb);
+    if constexpr (JOIN) {
+      float sv[8];
+      norm_load8<true>(js + 8 * c, sv);
+#pragma unroll
+      for (int e = 0; e < 8; e++) vb[e] = to_f32(from_f32<Tx>(sv[e] + vb[e]));
+      norm_store8(const_cast<Tx*>(b) + 8 * c, vb);
+    }
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = v[e] + vb[e];
     norm_store8(sum + 8 * c, v);
@@ -359,9 +370,21 @@ __device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a,
   }
 }
 
-template <typename Tx, typename To, bool Q8, bool ADD>
+// norm_tail_one says whether norm_tail takes its one-load path (the
+// inputs loaded once, at once) for a row of n at xr (sum with ADD, else
+// x) in a block of warps warps.
+__device__ __forceinline__ bool norm_tail_one(int n, int lanes, int warps, const void* xr, const float* w, const void* out) {
+  const int nc = n >> 3;
+  return (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out) && nc <= lanes && (lanes >> 5) <= 2 * warps;
+}
+
+// JOIN: norm_tail_chunk's, on the one-load path only (the caller checks
+// norm_tail_one).
+template <typename Tx, typename To, bool Q8, bool ADD, bool JOIN = false>
 __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx* x, const float* __restrict__ w, To* out,
-                                          signed char* xq, float4* xs, const Tx* a, const Tx* b, Tx* sum) {
+                                          signed char* xq, float4* xs, const Tx* a, const Tx* b, Tx* sum,
+                                          const float* js = nullptr) {
+  static_assert(!JOIN || ADD, "the join adds the row to a");
   __shared__ float red[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int nc = n >> 3;
@@ -378,7 +401,7 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
     for (int k = 0; k < 2; k++) {
       const int vw = warp + k * warps, c = 32 * vw + lane;
       if (vw < (lanes >> 5) && c < nc) {
-        norm_tail_chunk<Tx, ADD>(c, x, a, b, sum, v[k]);
+        norm_tail_chunk<Tx, ADD, JOIN>(c, x, a, b, sum, v[k], js);
         norm_load8(w + 8 * c, wv[k]);
       }
     }
@@ -410,6 +433,10 @@ __device__ __forceinline__ void norm_tail(int n, float eps, int lanes, const Tx*
         norm_out8<Q8>(o, has, c, out, xq, xs);
       }
     }
+    return;
+  }
+  if constexpr (JOIN) {
+    __trap();  // the caller checks norm_tail_one: never here
     return;
   }
   for (int vw = warp; vw < (lanes >> 5); vw += warps) {  // uniform per warp

@@ -670,14 +670,25 @@ __global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_xin_norm_pre(int N, i
 // elsewhere (moe_gateup_qgemv_xin_trig): s holds the GEMV's f32 sums, and
 // y[i] = s[i] + y[i] rounded to TY is the accumulating store's value (one
 // add either way), then norm_tail as that launch's last block runs it, by
-// this one block: the same bits. ny: the values of y. y is read through
-// L2 (the launch before stored it), the block's stores fenced before
-// norm_tail reads them (through L2 too).
+// this one block: the same bits. ny: the values of y. Where the norm adds
+// y itself (b is y, all of it) on its one-load path, each thread makes
+// its chunks' y values there (norm_tail's JOIN), so the block reads its
+// inputs once; else y is stored first, fenced, and read again. y is read
+// through L2 (the launch before stored it). LAGC_JOIN_TWO_PASS forces the
+// second form, for A/B runs.
 template <typename TY, typename TO, int TAIL>
 __global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __restrict__ s, TY* y, int n, int lanes,
                                                      float eps, const TY* x, const TY* a, const TY* b, TY* sum,
                                                      const float* nw, TO* out, signed char* nxq, float4* nxs) {
   pdl_wait();
+#ifndef LAGC_JOIN_TWO_PASS
+  if constexpr ((TAIL & 2) != 0) {
+    if (b == y && ny == n && norm_aligned(y, s, a) && norm_tail_one(n, lanes, blockDim.x >> 5, sum, nw, out)) {
+      norm_tail<TY, TO, (TAIL & 1) != 0, true, true>(n, eps, lanes, x, nw, out, nxq, nxs, a, b, sum, s);
+      return;
+    }
+  }
+#endif
   for (int i = threadIdx.x; i < ny; i += blockDim.x) y[i] = from_f32<TY>(s[i] + norm_ld1<true>(y + i));
   __threadfence();
   __syncthreads();
