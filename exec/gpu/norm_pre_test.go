@@ -1,0 +1,23 @@
+package gpu_test
+
+import (
+	"testing"
+
+	"lagc/cuda/cudatest"
+)
+
+// TestNormPreGPU: with fuseNormPre (the default), the decode plan of a
+// two-layer Laguna-S-2.1 in the q4_k_m recipe (synthetic weights) runs
+// o_proj as qgemv_norm_pre, prefetching its weights while the attention
+// runs, and gives the tokens and logits of the plan without it bit for bit
+// over a prompt and 12 steps, eager and replayed as a graph.
+func TestNormPreGPU(t *testing.T) {
+	cudatest.Device(t)
+	c, r := s21q4km(t, 2)
+	base := compileWith(t, c, r, "LAGC_DISABLE_FUSIONS", "fuseNormPre")
+	ex := compileWith(t, c, r, "LAGC_DISABLE_FUSIONS", "")
+	if b, n := stepLaunches(base.Plan().Decode.Steps, "qgemv_norm_pre"), stepLaunches(ex.Plan().Decode.Steps, "qgemv_norm_pre"); b != 0 || n != 2 {
+		t.Fatalf("%d qgemv_norm_pre launches in the default decode plan (want 2), %d without fuseNormPre", n, b)
+	}
+	sameDecodes(t, "fuseNormPre", base, ex, spreadPrompt(c, 40), 12)
+}

@@ -1,0 +1,39 @@
+package lower
+
+import "fmt"
+
+// A decode attention (attn_decode) reads little memory (its layer's cache
+// window, a few MB at most) and runs about a fifth of a quantised MoE
+// layer's decode, while o_proj's GEMV after it (qgemv_norm) waits for it
+// before it reads anything, its weights included. fuseNormPre (a launch
+// fusion, after fuseDownPre) lets that GEMV ask for its first round of
+// weights before its griddepcontrol.wait (NormPre); the attention lets the
+// launch after it start once every block of it has passed its own wait, so
+// the GEMV's blocks that fit beside the attention's fetch their weights
+// while it runs. Its invariant:
+//
+//	an attn_decode launch A right before a qgemv_norm launch G (no launch
+//	between) becomes A and qgemv_norm_pre with the same arguments.
+//
+// What G reads before its wait, its weights, no launch writes; its
+// activations, output and tail are read and written after the wait, as
+// before: the same loads, sums and stores in the same order (the same
+// bits).
+
+// NormPre returns g as qgemv_norm_pre when a, the launch before it, is a
+// decode attention, or an error saying why not.
+func NormPre(a, g Launch) (Launch, Launch, error) {
+	const op = "NormPre"
+	if a.Kernel != "attn_decode" || a.File != "attention.cu" {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a decode attention", op, a.NameExpr())
+	}
+	if g.Kernel != "qgemv_norm" || g.File != "quant.cu" || len(g.DTypes) != 2 || len(g.Ints) != 6 || len(g.Args) != 21 ||
+		!ArgKinds(g.Args[:5], ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr) || g.Args[4].Ptr().Base != BaseWeights {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a qgemv_norm launch over weights", op, g.NameExpr())
+	}
+	g.Kernel = "qgemv_norm_pre"
+	return a, g, nil
+}
+
+// fuseNormPre applies NormPre to each such pair of the stream, in place.
+func fuseNormPre(steps [][]Launch) { renamePairs(steps, NormPre) }
