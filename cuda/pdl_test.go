@@ -22,6 +22,7 @@ var waitLater = map[string]string{
 	// Its first round of weights before the wait: weights never change
 	// (lower.NormPre).
 	"qgemv_norm_pre": "lower.NormPre",
+	"qgemv_pre":      "lower.QGEMVPre",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

@@ -521,7 +521,7 @@ func (l *lowerer) schedule(class string, tokens int) (*Schedule, error) {
 	}
 	if class == Decode {
 		// After the workspace is sized: the shared GEMVs' sums go past it.
-		s.Workspace += l.p.sharedDownGateUp(launches, s.Workspace)
+		s.Workspace += l.p.lateFusions(launches, s.Workspace)
 	}
 	for i := range s.Steps {
 		s.Steps[i].Launches = launches[i]

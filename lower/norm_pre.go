@@ -37,3 +37,35 @@ func NormPre(a, g Launch) (Launch, Launch, error) {
 
 // fuseNormPre applies NormPre to each such pair of the stream, in place.
 func fuseNormPre(steps [][]Launch) { renamePairs(steps, NormPre) }
+
+// After a MoE layer's one-block join (qgemv_join_norm, sharedDownGateUp)
+// the next layer's first GEMV (the q, k, v and gate projections, or the LM
+// head after the last layer: qgemv) waits for that block, the GPU idle but
+// for one SM, before it asks for its weights. fuseQGEMVPre (a late fusion,
+// after sharedDownGateUp, which makes the joins: Plan.lateFusions) lets it
+// prefetch its weight rows into L2 before its wait (QGEMVPre); the join
+// lets the launch after it start once its block has passed its wait. Its
+// invariant:
+//
+//	a qgemv_join_norm launch J right before a qgemv launch G without
+//	SwiGLU over weights becomes J and qgemv_pre with the same arguments.
+//
+// As for NormPre, G reads only its weights before its wait.
+
+// QGEMVPre returns g as qgemv_pre when j, the launch before it, is a
+// MoE layer's shared-down tail, or an error saying why not.
+func QGEMVPre(j, g Launch) (Launch, Launch, error) {
+	const op = "QGEMVPre"
+	if j.Kernel != "qgemv_join_norm" {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a MoE layer's shared-down tail", op, j.NameExpr())
+	}
+	if g.Kernel != "qgemv" || g.File != "quant.cu" || len(g.Ints) != 5 || g.Ints[2] != 0 || len(g.Args) != 9 ||
+		!ArgKinds(g.Args[:5], ArgI32, ArgI32, ArgI64, ArgI64, ArgPtr) || g.Args[4].Ptr().Base != BaseWeights {
+		return Launch{}, Launch{}, fmt.Errorf("%s: %s is not a qgemv launch over weights without SwiGLU", op, g.NameExpr())
+	}
+	g.Kernel = "qgemv_pre"
+	return j, g, nil
+}
+
+// fuseQGEMVPre applies QGEMVPre to each such pair of the stream, in place.
+func fuseQGEMVPre(steps [][]Launch) { renamePairs(steps, QGEMVPre) }

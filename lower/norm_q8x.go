@@ -119,14 +119,14 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 }
 
 // FusionNames are the names Options.DisableFusions takes, in
-// launchFusions' order, then sharedDownGateUp (which runs after the
-// workspace is sized: Plan.sharedDownGateUp).
+// launchFusions' order, then those that run after the decode workspace is
+// sized (Plan.lateFusions).
 func FusionNames() []string {
-	names := make([]string, len(launchFusions), len(launchFusions)+1)
+	names := make([]string, len(launchFusions), len(launchFusions)+len(lateFusions))
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return append(names, sharedDownGateUpFusion)
+	return append(names, lateFusions...)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

@@ -181,12 +181,12 @@ func (p *Plan) at(s *Schedule, t int, batch bool) ([][]Launch, error) {
 		out[i] = ls
 	}
 	fuseLaunches(s.Steps, out, p.fusionsOff())
-	if s.Class == Decode && !batch && p.fusionOn(sharedDownGateUpFusion) {
+	if s.Class == Decode && !batch {
 		ws, _, _, err := p.scratch(s)
 		if err != nil {
 			return nil, err
 		}
-		fuseSharedDownGateUp(out, ws)
+		p.lateFusions(out, ws)
 	}
 	return out, nil
 }

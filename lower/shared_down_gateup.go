@@ -117,14 +117,23 @@ func fuseSharedDownGateUp(steps [][]Launch, ws int64) int64 {
 	return align(need)
 }
 
-// sharedDownGateUp runs fuseSharedDownGateUp on a decode schedule's
-// launches where the plan enables it, its buffer past ws (the workspace
-// the steps need), and returns the bytes it adds there.
-func (p *Plan) sharedDownGateUp(launches [][]Launch, ws int64) int64 {
-	if !p.fusionOn(sharedDownGateUpFusion) {
-		return 0
+// lateFusions run on a one-token decode schedule's launches after its
+// workspace is sized, in this order: sharedDownGateUp puts its buffer past
+// that workspace, and fuseQGEMVPre takes the joins it makes.
+var lateFusions = []string{sharedDownGateUpFusion, "fuseQGEMVPre"}
+
+// lateFusions runs the late fusions the plan enables on a decode
+// schedule's launches, sharedDownGateUp's buffer past ws (the workspace
+// the steps need), and returns the bytes they add there.
+func (p *Plan) lateFusions(launches [][]Launch, ws int64) int64 {
+	var add int64
+	if p.fusionOn(sharedDownGateUpFusion) {
+		add = fuseSharedDownGateUp(launches, ws)
 	}
-	return fuseSharedDownGateUp(launches, ws)
+	if p.fusionOn("fuseQGEMVPre") {
+		fuseQGEMVPre(launches)
+	}
+	return add
 }
 
 // fusionOn says whether the plan runs the launch fusion name.
