@@ -6,11 +6,12 @@ import "fmt"
 // window, a few MB at most) and runs about a fifth of a quantised MoE
 // layer's decode, while o_proj's GEMV after it (qgemv_norm) waits for it
 // before it reads anything, its weights included. fuseNormPre (a launch
-// fusion, after fuseDownPre) lets that GEMV ask for its first round of
-// weights before its griddepcontrol.wait (NormPre); the attention lets the
-// launch after it start once every block of it has passed its own wait, so
-// the GEMV's blocks that fit beside the attention's fetch their weights
-// while it runs. Its invariant:
+// fusion, after fuseDownPre) lets that GEMV prefetch its block's weight
+// rows into L2 before its griddepcontrol.wait (NormPre; prefetches hold no
+// registers, where loading a round into registers spilled); the attention
+// lets the launch after it start once every block of it has passed its own
+// wait, so the GEMV's blocks that fit beside the attention's (140 of 384 in
+// S-2.1's sliding layers) bring their weights while it runs. Its invariant:
 //
 //	an attn_decode launch A right before a qgemv_norm launch G (no launch
 //	between) becomes A and qgemv_norm_pre with the same arguments.

@@ -122,11 +122,11 @@ func launchesOnly(f func([][]Launch)) func([]Step, [][]Launch) {
 // launchFusions' order, then those that run after the decode workspace is
 // sized (Plan.lateFusions).
 func FusionNames() []string {
-	names := make([]string, len(launchFusions), len(launchFusions)+len(lateFusions))
+	names := make([]string, len(launchFusions), len(launchFusions)+len(lateFusionNames))
 	for i, f := range launchFusions {
 		names[i] = f.name
 	}
-	return append(names, lateFusions...)
+	return append(names, lateFusionNames...)
 }
 
 // fuseNormQ8X fuses quantisations into the norms producing their source.

@@ -117,10 +117,10 @@ func fuseSharedDownGateUp(steps [][]Launch, ws int64) int64 {
 	return align(need)
 }
 
-// lateFusions run on a one-token decode schedule's launches after its
+// lateFusionNames run on a one-token decode schedule's launches after its
 // workspace is sized, in this order: sharedDownGateUp puts its buffer past
 // that workspace, and fuseQGEMVPre takes the joins it makes.
-var lateFusions = []string{sharedDownGateUpFusion, "fuseQGEMVPre"}
+var lateFusionNames = []string{sharedDownGateUpFusion, "fuseQGEMVPre"}
 
 // lateFusions runs the late fusions the plan enables on a decode
 // schedule's launches, sharedDownGateUp's buffer past ws (the workspace
