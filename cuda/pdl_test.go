@@ -19,10 +19,6 @@ var waitLater = map[string]string{
 	// wait: the router two launches before wrote the first, the rest never
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
-	// Its first round of weights before the wait: weights never change
-	// (lower.NormPre).
-	"qgemv_norm_pre": "lower.NormPre",
-	"qgemv_pre":      "lower.QGEMVPre",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

@@ -89,7 +89,6 @@ var launchFusions = []struct {
 	{"fusePrefillNormRoPEAttention", fusePrefillNormRoPEAttention},
 	{"fuseXInPre", launchesOnly(fuseXInPre)},
 	{"fuseDownPre", launchesOnly(fuseDownPre)},
-	{"fuseNormPre", launchesOnly(fuseNormPre)},
 	{"fuseTopKShared", fuseTopKShared},
 	{"fuseQGEMVPair", launchesOnly(fuseQGEMVPair)},
 }

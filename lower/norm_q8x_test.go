@@ -325,10 +325,9 @@ func TestDropQ8XPlans(t *testing.T) {
 	// Without fuseNormRoPEAttention, fuseRowsKNormRoPEAttention and
 	// fusePrefillNormRoPEAttention, which TestFuseNormRoPEAttention,
 	// TestFuseRowsNormRoPEAttention and TestFusePrefillNormRoPEAttention
-	// check, and the renames of fuseXInPre, fuseDownPre (TestXInPrePlan)
-	// and fuseNormPre (TestNormPrePlan).
+	// check, and the renames of fuseXInPre and fuseDownPre (TestXInPrePlan).
 	p, err := quantPlan(t, "laguna-xs-2", 3, "q4_k_m", Options{DType: ir.BF16, Chunk: 64, MaxContext: 256, Seqs: 16,
-		DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsKNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre", "fuseNormPre"}})
+		DisableFusions: []string{"fuseNormRoPEAttention", "fuseRowsKNormRoPEAttention", "fusePrefillNormRoPEAttention", "fuseXInPre", "fuseDownPre"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,22 +118,17 @@ func fuseSharedDownGateUp(steps [][]Launch, ws int64) int64 {
 }
 
 // lateFusionNames run on a one-token decode schedule's launches after its
-// workspace is sized, in this order: sharedDownGateUp puts its buffer past
-// that workspace, and fuseQGEMVPre takes the joins it makes.
-var lateFusionNames = []string{sharedDownGateUpFusion, "fuseQGEMVPre"}
+// workspace is sized (sharedDownGateUp puts its buffer past it).
+var lateFusionNames = []string{sharedDownGateUpFusion}
 
 // lateFusions runs the late fusions the plan enables on a decode
 // schedule's launches, sharedDownGateUp's buffer past ws (the workspace
 // the steps need), and returns the bytes they add there.
 func (p *Plan) lateFusions(launches [][]Launch, ws int64) int64 {
-	var add int64
-	if p.fusionOn(sharedDownGateUpFusion) {
-		add = fuseSharedDownGateUp(launches, ws)
+	if !p.fusionOn(sharedDownGateUpFusion) {
+		return 0
 	}
-	if p.fusionOn("fuseQGEMVPre") {
-		fuseQGEMVPre(launches)
-	}
-	return add
+	return fuseSharedDownGateUp(launches, ws)
 }
 
 // fusionOn says whether the plan runs the launch fusion name.

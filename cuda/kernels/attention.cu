@@ -574,13 +574,6 @@ __global__ void __launch_bounds__(TC ? 192 : 32 * DEC_HEADS, TC ? 2 : 1)
                 unsigned int* counters, signed char* xq, float4* xs, const float* __restrict__ qw,
                 const float* __restrict__ kw, float eps, const float* __restrict__ inv_freq, int rot, float attnf) {
   pdl_wait();
-  // The launch after may start now (its own wait still orders its reads
-  // after this launch): decode's o_proj asks for its weights meanwhile
-  // (qgemv_norm_pre), the attention reading little memory.
-  // LAGC_ATTN_NO_TRIGGER (through LAGC_NVRTC_OPTIONS): not, for A/B runs.
-#ifndef LAGC_ATTN_NO_TRIGGER
-  pdl_trigger();
-#endif
   extern __shared__ __align__(16) float dec_smem[];
   const int VN = DecVec<T>::N;
   int group = nh / nkv;

@@ -513,20 +513,6 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
       }
 }
 
-// prefetch_rows_l2: thread t of nt asks L2 for its share of the 128-byte
-// lines of n weight rows from row `row` (bodies and heads, as stage_rows
-// lays them out): before a launch's wait, no registers held.
-template <int QT>
-__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* w, long long rows, long long row, int n, int K, int t,
-                                                 int nt) {
-  using Q = QW<QT>;
-  const long long nb = K / Q::BE;
-  const unsigned char* body = w + row * nb * Q::BODY;
-  const unsigned char* head = w + align256(rows * nb * Q::BODY) + row * nb * Q::HEAD;
-  for (long long o = 128LL * t; o < n * nb * Q::BODY; o += 128LL * nt) asm volatile("prefetch.global.L2 [%0];" ::"l"(body + o));
-  for (long long o = 128LL * t; o < n * nb * Q::HEAD; o += 128LL * nt) asm volatile("prefetch.global.L2 [%0];" ::"l"(head + o));
-}
-
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
 __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
@@ -535,21 +521,6 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
-// qgemv_pre is qgemv (no SwiGLU) with its block's weight rows prefetched
-// into L2 before griddepcontrol.wait (lower.QGEMVPre: after a one-block
-// qgemv_join_norm, which lets it start once its block has passed its wait,
-// so the GEMV's blocks, nearly all resident beside it, bring their weights
-// while it runs). The same loads, sums and stores: the same bits.
-template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256) qgemv_pre(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
-                                                 const signed char* __restrict__ xq, const float4* __restrict__ xs,
-                                                 TY* __restrict__ y, int accumulate) {
-  static_assert(!SWIGLU, "one matrix of rows");
-  const int r0 = blockIdx.x * (8 / SPLIT) * NW;  // the block's first row
-  if (r0 < N) prefetch_rows_l2<QT>(w, rows, row0 + r0, min((8 / SPLIT) * NW, N - r0), K, threadIdx.x, blockDim.x);
-  pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
-}
 
 // qgemv_pair is two qgemv launches of R rows that do not depend on each
 // other (lower.QGEMVPair: llama.cpp's mixtures keep attn_v in another type
@@ -667,27 +638,6 @@ __global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_norm(int N, int K, lo
   qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
 }
 
-// qgemv_norm_pre is qgemv_norm with its block's weight rows (bodies and
-// heads, as stage_rows lays them out) prefetched into L2 before
-// griddepcontrol.wait (lower.NormPre: after a decode attention, which lets
-// the launch after it start once every block has passed its wait and reads
-// little memory, so the blocks resident beside it bring their weights
-// meanwhile; prefetches hold no registers). Weights are never written and
-// the GEMV and tail are qgemv_norm's: the same bits.
-template <typename TY, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
-__global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_norm_pre(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
-                                                  const signed char* xq, const float4* xs, TY* y, int accumulate,
-                                                  unsigned int* counter, int n, int lanes, float eps, const TY* x,
-                                                  const TY* a, const TY* b, TY* sum, const float* nw, TO* out,
-                                                  signed char* nxq, float4* nxs) {
-  static_assert(!SWIGLU, "one matrix of rows");
-  const int r0 = blockIdx.x * (8 / SPLIT) * NW;  // the block's first row
-  if (r0 < N) prefetch_rows_l2<QT>(w, rows, row0 + r0, min((8 / SPLIT) * NW, N - r0), K, threadIdx.x, blockDim.x);
-  pdl_wait();
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
-  qgemv_tail<TY, TO, TAIL>(counter, n, lanes, eps, x, a, b, sum, nw, out, nxq, nxs);
-}
-
 template <typename TY, typename TX, typename TO, int QT, int R, int SWIGLU, int NW, int SPLIT, int TAIL>
 __global__ void __launch_bounds__(256, LAGC_MINB(3)) qgemv_xin_norm(int N, int K, long long rows, long long row0,
                                                       const unsigned char* __restrict__ w, const TX* xin, TY* y,
@@ -732,7 +682,14 @@ __global__ void __launch_bounds__(256) qgemv_join_norm(int ny, const float* __re
                                                      float eps, const TY* x, const TY* a, const TY* b, TY* sum,
                                                      const float* nw, TO* out, signed char* nxq, float4* nxs) {
   pdl_wait();
-  pdl_trigger();  // the next layer's first GEMV may start (qgemv_pre)
+  // The launch after (the next layer's first GEMV) may start now: its
+  // blocks, nearly all of which fit beside this one, are resident when it
+  // ends (measured with this trigger; LAGC_JOIN_NO_TRIGGER through
+  // LAGC_NVRTC_OPTIONS leaves it out, for A/B runs). Its own wait still
+  // orders its reads after this launch.
+#ifndef LAGC_JOIN_NO_TRIGGER
+  pdl_trigger();
+#endif
 #ifndef LAGC_JOIN_TWO_PASS
   if constexpr ((TAIL & 2) != 0) {
     if (b == y && ny == n && norm_aligned(y, s, a) && norm_tail_one(n, lanes, blockDim.x >> 5, sum, nw, out)) {
