@@ -19,22 +19,11 @@ import (
 // of 4 warps, a GEMV not accumulating one row, inputs inside the routed
 // down's output, no buffer, or the launches out of order.
 func TestSharedDownGateUpPlan(t *testing.T) {
-	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == "laguna-s-2.1-q4_k_m" })
-	if i < 0 {
-		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
-	}
-	p := tracePlan(t, traceModels[i], ir.BF16)
-	m := traceModels[i]
+	m := traceModelNamed(t, "laguna-s-2.1-q4_k_m")
+	p := tracePlan(t, m, ir.BF16)
 	m.disable = []string{"sharedDownGateUp"}
 	base := tracePlan(t, m, ir.BF16)
-	flat := func(s *lower.Schedule) []lower.Launch {
-		var out []lower.Launch
-		for _, st := range s.Steps {
-			out = append(out, st.Launches...)
-		}
-		return out
-	}
-	was, got := flat(base.Decode), flat(p.Decode)
+	was, got := stepsFlat(base.Decode), stepsFlat(p.Decode)
 	for k, want := range map[string]int{"moe_gateup_qgemv_xin_trig": 3, "qgemv_join_norm": 3, "moe_gateup_qgemv_trig": 0, "qgemv_xin_norm_pre": 0, "moe_down_qgemv_pre": 3} {
 		if n := countKernel(got, k); n != want {
 			t.Errorf("%d %s launches in the default decode plan, want %d", n, k, want)

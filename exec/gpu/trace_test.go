@@ -68,6 +68,25 @@ const (
 	traceContext = 4096
 )
 
+// traceModelNamed is the trace model called name.
+func traceModelNamed(t testing.TB, name string) traceModel {
+	t.Helper()
+	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == name })
+	if i < 0 {
+		t.Fatalf("no %s trace model", name)
+	}
+	return traceModels[i]
+}
+
+// stepsFlat is s's launches in stream order.
+func stepsFlat(s *lower.Schedule) []lower.Launch {
+	var out []lower.Launch
+	for _, st := range s.Steps {
+		out = append(out, st.Launches...)
+	}
+	return out
+}
+
 // tracePlan compiles m for the trace's shapes, for an H200's 132 SMs.
 func tracePlan(t testing.TB, m traceModel, dt ir.DType) *lower.Plan {
 	return tracePlanSMs(t, m, dt, 132)

@@ -18,21 +18,12 @@ import (
 // lower.DownPre likewise the moe_gateup_qgemv and moe_down_qgemv pairs
 // (after XInPre too: TRIG 1), refusing ids inside the gate+up's output.
 func TestXInPrePlan(t *testing.T) {
-	i := slices.IndexFunc(traceModels, func(m traceModel) bool { return m.name == "laguna-s-2.1-q4_k_m" })
-	if i < 0 {
-		t.Fatal("no laguna-s-2.1-q4_k_m trace model")
-	}
-	decode := func(m traceModel) []lower.Launch {
-		var flat []lower.Launch
-		for _, st := range tracePlan(t, m, ir.BF16).Decode.Steps {
-			flat = append(flat, st.Launches...)
-		}
-		return flat
-	}
+	m := traceModelNamed(t, "laguna-s-2.1-q4_k_m")
+	decode := func(m traceModel) []lower.Launch { return stepsFlat(tracePlan(t, m, ir.BF16).Decode) }
 	// The default plan without sharedDownGateUp (which takes these three
 	// launches on: TestSharedDownGateUpPlan) has them fused: one of each a
 	// MoE layer.
-	dm := traceModels[i]
+	dm := m
 	dm.disable = []string{"sharedDownGateUp"}
 	fused := decode(dm)
 	for _, k := range []string{"moe_gateup_qgemv_trig", "moe_down_qgemv_pre", "qgemv_xin_norm_pre"} {
@@ -40,7 +31,6 @@ func TestXInPrePlan(t *testing.T) {
 			t.Fatalf("%d %s launches in the default 4-layer decode plan, want 3", n, k)
 		}
 	}
-	m := traceModels[i]
 	m.disable = []string{"fuseXInPre", "fuseDownPre", "sharedDownGateUp"}
 	flat := decode(m)
 	pairs := 0
