@@ -521,7 +521,6 @@ __global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long 
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 }
 
-
 // qgemv_pair is two qgemv launches of R rows that do not depend on each
 // other (lower.QGEMVPair: llama.cpp's mixtures keep attn_v in another type
 // than q, k and the gate, so v's GEMV stays apart) in one launch: blocks
@@ -940,9 +939,9 @@ __global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
 // add and norm then run in qgemv_join_norm after the routed down. The GEMV
 // reads only x (written before this launch) and its weights, and the
 // launch already has a wave's room for it: its blocks fill the SMs' slots
-// the gate+up's leave, where qgemv_xin_norm_pre's found none beside the
-// routed down (lagc plan --resources). 8 warps (qgemv_rows' and
-// qgemv_xin_quant's block).
+// the gate+up's leave, where qgemv_xin_norm_pre's found room for 12 of
+// 384 beside the routed down (lagc plan --resources). 8 warps (qgemv_rows'
+// and qgemv_xin_quant's block).
 template <typename TX, int QT, int G, int W, int NS, int SQT, int SNW>
 __global__ void __launch_bounds__(32 * W, LAGC_MINB(3))
     moe_gateup_qgemv_xin_trig(int k, int H, int I, int E, const signed char* __restrict__ xqg, const float4* __restrict__ xsg,
