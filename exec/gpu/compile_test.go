@@ -48,6 +48,18 @@ func dumpCubin(t *testing.T, dir, key string, cubin []byte) {
 	}
 }
 
+// needNVRTC skips t where NVRTC cannot be loaded, or fails it under
+// EnvRequireNVRTC=1.
+func needNVRTC(t *testing.T) {
+	t.Helper()
+	if _, err := cuda.NVRTCVersion(); err != nil {
+		if os.Getenv(EnvRequireNVRTC) == "1" {
+			t.Fatalf("%s=1 but NVRTC is unavailable: %v", EnvRequireNVRTC, err)
+		}
+		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
+	}
+}
+
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
 // every kernel instantiation the trace models' plans launch, batched
@@ -55,12 +67,7 @@ func dumpCubin(t *testing.T, dir, key string, cubin []byte) {
 // attentions they do not), for sm_90a, and reports spills: a kernel source that does not compile fails here
 // before it reaches a GPU.
 func TestPlanKernelsCompile(t *testing.T) {
-	if _, err := cuda.NVRTCVersion(); err != nil {
-		if os.Getenv(EnvRequireNVRTC) == "1" {
-			t.Fatalf("%s=1 but NVRTC is unavailable: %v", EnvRequireNVRTC, err)
-		}
-		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
-	}
+	needNVRTC(t)
 	specs := map[string]lower.Launch{}
 	// Every launch's argument kinds, by instantiation: checked against the
 	// kernel's parameters in the cubin (a launch the driver would refuse).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -51,7 +52,7 @@ func nvrtcOptions(kernel string) ([]string, error) {
 	}
 	for _, r := range p.rules {
 		if r.re.MatchString(kernel) {
-			return r.opts, nil
+			return slices.Clone(r.opts), nil // callers append (compileLaunch): not the shared rule's
 		}
 	}
 	return nil, nil

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 // decodeKernels is one launch of each kernel of the S-2.1 q4_k_m decode
 // step.
 func decodeKernels(t *testing.T) []lower.Launch {
-	p := tracePlan(t, traceModels[2], ir.BF16) // laguna-s-2.1-q4_k_m
+	p := tracePlan(t, traceModelNamed(t, "laguna-s-2.1-q4_k_m"), ir.BF16)
 	seen := map[string]bool{}
 	var out []lower.Launch
 	for _, st := range p.Decode.Steps {
@@ -41,12 +40,7 @@ func decodeKernels(t *testing.T) []lower.Launch {
 // returned no report where 12.4 does; there TestLaunchResourcesGPU checks
 // against the driver instead.
 func TestLaunchResources(t *testing.T) {
-	if _, err := cuda.NVRTCVersion(); err != nil {
-		if os.Getenv(EnvRequireNVRTC) == "1" {
-			t.Fatalf("%s=1 but NVRTC is unavailable: %v", EnvRequireNVRTC, err)
-		}
-		t.Skipf("no NVRTC (scripts/nvrtc-local.sh installs one): %v", err)
-	}
+	needNVRTC(t)
 	used := regexp.MustCompile(`Compiling entry function '([^']+)'[\s\S]*?Used (\d+) registers([^\n]*)`)
 	smem := regexp.MustCompile(`(\d+) bytes smem`)
 	for _, l := range decodeKernels(t) {
