@@ -13,6 +13,14 @@
 #else
 #define LAGC_MINB(n) n
 #endif
+// LAGC_MINB_OPT: nothing (no minimum: `(256)` and `(256, 1)` compile
+// differently), or `, m` under -DLAGC_MINB_FORCE=m, for kernels that ask
+// no minimum by default (qgemv: `__launch_bounds__(256 LAGC_MINB_OPT)`).
+#ifdef LAGC_MINB_FORCE
+#define LAGC_MINB_OPT , LAGC_MINB_FORCE
+#else
+#define LAGC_MINB_OPT
+#endif
 
 struct half_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };

@@ -514,7 +514,7 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
 }
 
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(256 LAGC_MINB_OPT) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
   pdl_wait();
