@@ -103,3 +103,35 @@ func TestLaunchResourcesGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestMinBForceQGEMV: -DLAGC_MINB_FORCE=m through LAGC_NVRTC_OPTIONS
+// reaches the plain quantised GEMV, whose launch bounds ask no minimum by
+// default (LAGC_MINB_OPT): asked for six blocks an SM, its registers fit
+// six (at most 40 a thread), where without it they do not.
+func TestMinBForceQGEMV(t *testing.T) {
+	needNVRTC(t)
+	var q *lower.Launch
+	for _, l := range decodeKernels(t) {
+		if l.Kernel == "qgemv" {
+			q = &l
+			break
+		}
+	}
+	if q == nil {
+		t.Fatal("no qgemv launch in the S-2.1 q4_k_m decode step")
+	}
+	t.Setenv(EnvNVRTCOptions, "")
+	base, err := LaunchResources(*q, "sm_90a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvNVRTCOptions, "^qgemv$:-DLAGC_MINB_FORCE=6")
+	forced, err := LaunchResources(*q, "sm_90a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Registers <= 40 || forced.Registers > 40 {
+		t.Errorf("%s: %d registers as is, %d asked for six blocks an SM; want more than 40, then at most 40",
+			q.NameExpr(), base.Registers, forced.Registers)
+	}
+}
