@@ -98,21 +98,17 @@ func SharedDownGateUp(g, d, x Launch, buf Ptr) (gx, join Launch, err error) {
 func fuseSharedDownGateUp(steps [][]Launch, ws int64) int64 {
 	where := streamOrder(steps)
 	buf := Ptr{BaseWorkspace, ws}
+	at := func(p streamPos) *Launch { return &steps[p.step][p.i] }
 	var need int64
-	edits := map[streamPos]Launch{}
 	for k := 0; k+2 < len(where); k++ {
-		g, d, x := where[k], where[k+1], where[k+2]
-		at := func(p streamPos) Launch { return steps[p.step][p.i] }
-		gx, join, err := SharedDownGateUp(at(g), at(d), at(x), buf)
+		g, d, x := at(where[k]), at(where[k+1]), at(where[k+2])
+		gx, join, err := SharedDownGateUp(*g, *d, *x, buf)
 		if err != nil {
 			continue
 		}
-		edits[g], edits[x] = gx, join
-		need = max(need, 4*at(x).Args[0].Int)
-		k += 2
-	}
-	for p, l := range edits {
-		steps[p.step][p.i] = l
+		need = max(need, 4*x.Args[0].Int)
+		*g, *x = gx, join
+		k += 2 // the next run starts after x: no window reads an edited launch
 	}
 	return align(need)
 }

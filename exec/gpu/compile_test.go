@@ -122,17 +122,6 @@ func TestPlanKernelsCompile(t *testing.T) {
 					}
 				}
 			}
-			// The opt-in sharedDownGateUp's two kernels.
-			var dec []lower.Launch
-			for _, st := range p.Decode.Steps {
-				dec = append(dec, st.Launches...)
-			}
-			for i := 0; i+2 < len(dec); i++ {
-				if gx, join, err := lower.SharedDownGateUp(dec[i], dec[i+1], dec[i+2], lower.Ptr{Base: lower.BaseWorkspace, Offset: p.Decode.Workspace}); err == nil {
-					add(gx)
-					add(join)
-				}
-			}
 		}
 	}
 	// Norms fused with the quantisation (and the residual add) in forms no

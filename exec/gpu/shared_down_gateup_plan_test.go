@@ -88,10 +88,7 @@ func TestSharedDownGateUpPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var atFlat []lower.Launch
-	for _, ls := range at {
-		atFlat = append(atFlat, ls...)
-	}
+	atFlat := slices.Concat(at...)
 	if len(atFlat) != len(got) {
 		t.Fatalf("Plan.At: %d decode launches, the schedule records %d", len(atFlat), len(got))
 	}
