@@ -374,25 +374,56 @@ template <> struct QW<QT_IQ4_XS> {
 // wdots: NR weight rows (rowv) dotted with R activation rows over K; this
 // lane's share is units first, first+step, ..., two at a time so that the
 // loads of 2*NR units are in flight before any is used; each activation
-// unit is loaded once for all NR rows.
-template <int QT, int NR, int R>
+// unit is loaded once for all NR rows. WPRE: the first two units' weights
+// are asked for before griddepcontrol.wait (weights are never written), the
+// wait follows, then the same sums in the same order.
+template <int QT, int NR, int R, bool WPRE = false>
 __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, const long long (&rowv)[NR], int K, const QX& x,
                                       int first, int step, float (&acc)[NR][R]) {
   using Q = QW<QT>;
   const int units = K / 32;
   int u = first;
-  for (; u + step < units; u += 2 * step) {
+  if constexpr (WPRE) {
+    // one copy of the loop's body (a peeled first round held more
+    // registers): its first round's loads are made before the wait
     typename Q::W wv[2][NR];
+    bool have = u + step < units;
+    if (have)
 #pragma unroll
-    for (int q = 0; q < NR; q++) {
-      wv[0][q] = Q::load(w, rows, rowv[q], K, u);
-      wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
+      for (int q = 0; q < NR; q++) {
+        wv[0][q] = Q::load(w, rows, rowv[q], K, u);
+        wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
+      }
+    pdl_wait();
+    for (; u + step < units; u += 2 * step) {
+      if (!have)
+#pragma unroll
+        for (int q = 0; q < NR; q++) {
+          wv[0][q] = Q::load(w, rows, rowv[q], K, u);
+          wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
+        }
+      have = false;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
+#pragma unroll
+        for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
+      }
     }
+  } else {
+    for (; u + step < units; u += 2 * step) {
+      typename Q::W wv[2][NR];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
+      for (int q = 0; q < NR; q++) {
+        wv[0][q] = Q::load(w, rows, rowv[q], K, u);
+        wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
+      }
 #pragma unroll
-      for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
+      for (int r = 0; r < R; r++) {
+        const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
+#pragma unroll
+        for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
+      }
     }
   }
   if (u < units) {
@@ -452,8 +483,9 @@ __global__ void __launch_bounds__(256) q8x_quantize(long long groups, const TX* 
 // up row N+n). The body of qgemv and qgemv_xin, which differ only in where
 // x's quantised copy lies. PRE: griddepcontrol.wait between the sums and
 // the stores (qgemv_xin_norm_pre), by every thread. SPLITY: the values go
-// to *sy's outputs instead of y (qgemv_split), the same sums.
-template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false>
+// to *sy's outputs instead of y (qgemv_split), the same sums. WPRE: the
+// caller has not waited; wdots waits after asking for its first weights.
+template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT, bool PRE = false, bool SPLITY = false, bool WPRE = false>
 __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                            const QX& x, TY* __restrict__ y, int accumulate,
                                            const SplitY<TY>* sy = nullptr) {
@@ -473,7 +505,10 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
   for (int q = 0; q < NR; q++)
 #pragma unroll
     for (int r = 0; r < R; r++) acc[q][r] = 0.f;
-  if (n0 < N) wdots<QT, NR, R>(w, rows, rowv, K, x, slice * 32 + lane, SPLIT * 32, acc);
+  if (n0 < N)
+    wdots<QT, NR, R, WPRE>(w, rows, rowv, K, x, slice * 32 + lane, SPLIT * 32, acc);
+  else if constexpr (WPRE)
+    pdl_wait();
 #pragma unroll
   for (int q = 0; q < NR; q++)
 #pragma unroll
@@ -517,8 +552,15 @@ template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
 __global__ void __launch_bounds__(256 LAGC_MINB_OPT) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
+#ifdef LAGC_QGEMV_WPRE
+  // An experiment (through LAGC_NVRTC_OPTIONS): the first weights asked for
+  // before the wait, in flight while the launch before (a one-block join
+  // that lets this one in early) ends. The same sums: the same bits.
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT, false, false, true>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+#else
   pdl_wait();
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+#endif
 }
 
 // qgemv_pair is two qgemv launches of R rows that do not depend on each

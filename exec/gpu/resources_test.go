@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"bytes"
 	"regexp"
 	"strconv"
 	"strings"
@@ -133,5 +134,54 @@ func TestMinBForceQGEMV(t *testing.T) {
 	if base.Registers <= 40 || forced.Registers > 40 {
 		t.Errorf("%s: %d registers as is, %d asked for six blocks an SM; want more than 40, then at most 40",
 			q.NameExpr(), base.Registers, forced.Registers)
+	}
+}
+
+// TestQGEMVWPreCompiles: -DLAGC_QGEMV_WPRE (through LAGC_NVRTC_OPTIONS, an
+// experiment: the first weights asked for before the launch's wait)
+// reaches the quantised GEMV of every instantiation the S-2.1 q4_k_m decode
+// step launches, and compiles: its cubin differs from the default's where
+// a macro the kernels never read leaves it byte for byte the same. The
+// registers of each form are logged (the experiment keeps the occupancy
+// only where they stay in the same blocks an SM).
+func TestQGEMVWPreCompiles(t *testing.T) {
+	needNVRTC(t)
+	t.Setenv(EnvNVRTCOptions, "")
+	n := 0
+	for _, l := range decodeKernels(t) {
+		if l.Kernel != "qgemv" {
+			continue
+		}
+		n++
+		base, err := compileLaunch(l, "sm_90a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		unread, err := compileLaunch(l, "sm_90a", "-DLAGC_NO_KERNEL_READS_THIS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wpre, err := compileLaunch(l, "sm_90a", "-DLAGC_QGEMV_WPRE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(base.Cubin, unread.Cubin) {
+			t.Fatalf("%s: a macro no kernel reads changed the cubin: the comparison below would prove nothing", l.NameExpr())
+		}
+		if bytes.Equal(base.Cubin, wpre.Cubin) {
+			t.Errorf("%s: -DLAGC_QGEMV_WPRE left the cubin as it was", l.NameExpr())
+		}
+		rb, err := cuda.CubinKernelResources(base.Cubin, base.Lowered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rw, err := cuda.CubinKernelResources(wpre.Cubin, wpre.Lowered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d registers (frame %d B) as is, %d (frame %d B) with LAGC_QGEMV_WPRE", l.NameExpr(), rb.Registers, rb.FrameBytes, rw.Registers, rw.FrameBytes)
+	}
+	if n == 0 {
+		t.Fatal("no qgemv launch in the S-2.1 q4_k_m decode step")
 	}
 }
