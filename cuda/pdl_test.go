@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,36 +19,10 @@ var waitLater = map[string]string{
 	// wait: the router two launches before wrote the first, the rest never
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
-}
-
-// waitLaterUnder: experiment macros (given through LAGC_NVRTC_OPTIONS,
-// undefined by default) under which a kernel's body, as an `#ifdef MACRO`
-// block before its `#else`, waits later; the `#else` part, what is
-// compiled by default, must begin with pdl_wait() like any kernel.
-var waitLaterUnder = map[string]string{
-	// qgemv asks for its first weights (never written) before the wait;
-	// TestQGEMVWPreGPU checks the bits against the default.
-	"LAGC_QGEMV_WPRE": "weights only",
-}
-
-// defaultBody is body as compiled without the experiment macros: a
-// leading `#ifdef M` block of waitLaterUnder's macro M gives way to its
-// `#else` part.
-func defaultBody(body string) (string, error) {
-	b := strings.TrimSpace(body)
-	if !strings.HasPrefix(b, "#ifdef ") {
-		return b, nil
-	}
-	line, _, _ := strings.Cut(b, "\n")
-	m := strings.TrimSpace(strings.TrimPrefix(line, "#ifdef "))
-	if waitLaterUnder[m] == "" {
-		return "", fmt.Errorf("begins with #ifdef %s, not an experiment waitLaterUnder knows", m)
-	}
-	_, rest, ok := strings.Cut(b, "\n#else\n")
-	if !ok {
-		return "", fmt.Errorf("begins with #ifdef %s and has no #else (the default form)", m)
-	}
-	return strings.TrimSpace(rest), nil
+	// Each lane's first weights before the wait, which no launch writes
+	// (TestQGEMVWPreGPU: the bits of the wait-first form,
+	// -DLAGC_QGEMV_WAIT_FIRST).
+	"qgemv": "weights only",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {
@@ -74,12 +47,7 @@ func TestKernelsWaitFirst(t *testing.T) {
 			if exempt(src[loc[1]:]) {
 				continue
 			}
-			b, err := defaultBody(body)
-			if err != nil {
-				t.Errorf("%s: kernel %v %v", f, name, err)
-				continue
-			}
-			if !strings.HasPrefix(b, "pdl_wait();") {
+			if !strings.HasPrefix(strings.TrimSpace(body), "pdl_wait();") {
 				t.Errorf("%s: kernel %v does not begin with pdl_wait()", f, name)
 			}
 		}

@@ -552,14 +552,16 @@ template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
 __global__ void __launch_bounds__(256 LAGC_MINB_OPT) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
-#ifdef LAGC_QGEMV_WPRE
-  // An experiment (through LAGC_NVRTC_OPTIONS): the first weights asked for
-  // before the wait, in flight while the launch before (a one-block join
-  // that lets this one in early) ends. The same sums: the same bits.
-  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT, false, false, true>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
-#else
+#ifdef LAGC_QGEMV_WAIT_FIRST
+  // The form before (for A/B runs, through LAGC_NVRTC_OPTIONS).
   pdl_wait();
   qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
+#else
+  // Each lane's first weights are asked for before the wait (weights are
+  // never written), in flight while the launch before ends: after a
+  // one-block join most of the blocks are resident beside it. The same
+  // sums: the same bits (TestQGEMVWPreGPU).
+  qgemv_rows<TY, QT, R, SWIGLU, NW, SPLIT, false, false, true>(blockIdx.x, N, K, rows, row0, w, QX{xq, xs, K}, y, accumulate);
 #endif
 }
 
