@@ -20,8 +20,9 @@ var waitLater = map[string]string{
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
 	// Each lane's first weights before the wait, which no launch writes
-	// (TestQGEMVWPreGPU: the bits of the wait-first form,
-	// -DLAGC_QGEMV_WAIT_FIRST).
+	// (exec/gpu's TestQGEMVWeightsOnlyBeforeWait checks that its matrix
+	// lies in the uploaded weights in every trace plan; TestQGEMVWPreGPU
+	// the bits against the wait-first form, -DLAGC_QGEMV_WAIT_FIRST).
 	"qgemv": "weights only",
 }
 
