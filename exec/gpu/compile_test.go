@@ -60,6 +60,41 @@ func needNVRTC(t *testing.T) {
 	}
 }
 
+// eachPlanStep calls fn with the launches of every trace model's plan
+// (bf16 and f32) at the steps the plan tests walk: the decode and prefill
+// schedules at each of lengths that fits (0: the schedule's Tokens), batch
+// 0, then the batched decode steps of 2 and 8 rows.
+func eachPlanStep(t *testing.T, lengths []int, fn func(model string, batch int, all [][]lower.Launch)) {
+	t.Helper()
+	for _, m := range traceModels {
+		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
+			p := tracePlan(t, m, dt)
+			for _, sch := range []*lower.Schedule{p.Decode, p.Prefill} {
+				for _, T := range lengths {
+					if T == 0 {
+						T = sch.Tokens
+					}
+					if T < 1 || T > sch.Tokens {
+						continue
+					}
+					all, err := p.At(sch, T)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fn(m.name, 0, all)
+				}
+			}
+			for _, b := range []int{2, 8} {
+				all, err := p.AtBatch(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fn(m.name, b, all)
+			}
+		}
+	}
+}
+
 // TestPlanKernelsCompile compiles, with NVRTC alone (no driver or device
 // needed: scripts/nvrtc-local.sh puts one on a machine without a GPU),
 // every kernel instantiation the trace models' plans launch, batched
@@ -89,41 +124,23 @@ func TestPlanKernelsCompile(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range traceModels {
-		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
-			p := tracePlan(t, m, dt)
-			for _, sch := range []*lower.Schedule{p.Decode, p.Prefill} {
-				for _, T := range []int{sch.Tokens, 1, 37} {
-					if T < 1 || T > sch.Tokens {
-						continue
-					}
-					all, err := p.At(sch, T)
-					if err != nil {
-						t.Fatal(err)
-					}
-					addAll(all)
-				}
-			}
-			// Batched decode steps (buckets of 2 and 8 rows), and the
-			// attention of the opt-in fuseRowsKNormRoPEAttention.
-			for _, b := range []int{2, 8} {
-				all, err := p.AtBatch(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				addAll(all)
-				var flat []lower.Launch
-				for _, ls := range all {
-					flat = append(flat, ls...)
-				}
-				for i := 0; i+1 < len(flat); i++ {
-					if f, err := lower.NormKRoPEAttentionRows(flat[i], flat[i+1]); err == nil {
-						add(f)
-					}
-				}
+	eachPlanStep(t, []int{0, 1, 37}, func(_ string, batch int, all [][]lower.Launch) {
+		addAll(all)
+		if batch == 0 {
+			return
+		}
+		// The attention of the opt-in fuseRowsKNormRoPEAttention, which
+		// batched steps would take.
+		var flat []lower.Launch
+		for _, ls := range all {
+			flat = append(flat, ls...)
+		}
+		for i := 0; i+1 < len(flat); i++ {
+			if f, err := lower.NormKRoPEAttentionRows(flat[i], flat[i+1]); err == nil {
+				add(f)
 			}
 		}
-	}
+	})
 	// Norms fused with the quantisation (and the residual add) in forms no
 	// trace model launches: the warp kernel (rows under 1024 values) and
 	// the casts.

@@ -193,7 +193,7 @@ func TestQGEMVWPreCompiles(t *testing.T) {
 // launch's matrix lies in the uploaded weights.
 func TestQGEMVWeightsOnlyBeforeWait(t *testing.T) {
 	n := 0
-	check := func(name string, all [][]lower.Launch) {
+	eachPlanStep(t, []int{0, 1, 5, 37}, func(model string, _ int, all [][]lower.Launch) {
 		for _, ls := range all {
 			for _, l := range ls {
 				if l.Kernel != "qgemv" {
@@ -201,35 +201,11 @@ func TestQGEMVWeightsOnlyBeforeWait(t *testing.T) {
 				}
 				n++
 				if len(l.Args) < 5 || l.Args[4].Kind != "ptr" || l.Args[4].Base != lower.BaseWeights {
-					t.Fatalf("%s: %s's matrix (argument 4) is %+v, not in the weights", name, l.NameExpr(), l.Args[min(4, len(l.Args)-1)])
+					t.Fatalf("%s: %s's matrix (argument 4 of %v) is not in the weights", model, l.NameExpr(), l.Args)
 				}
 			}
 		}
-	}
-	for _, m := range traceModels {
-		for _, dt := range []ir.DType{ir.BF16, ir.F32} {
-			p := tracePlan(t, m, dt)
-			for _, sch := range []*lower.Schedule{p.Decode, p.Prefill} {
-				for _, T := range []int{sch.Tokens, 1, 5, 37} {
-					if T < 1 || T > sch.Tokens {
-						continue
-					}
-					all, err := p.At(sch, T)
-					if err != nil {
-						t.Fatal(err)
-					}
-					check(m.name, all)
-				}
-			}
-			for _, b := range []int{2, 8} {
-				all, err := p.AtBatch(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				check(m.name, all)
-			}
-		}
-	}
+	})
 	if n == 0 {
 		t.Fatal("no qgemv launch in any trace model's plan")
 	}
