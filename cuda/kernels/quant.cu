@@ -376,18 +376,18 @@ template <> struct QW<QT_IQ4_XS> {
 // loads of 2*NR units are in flight before any is used; each activation
 // unit is loaded once for all NR rows. WPRE: the first two units' weights
 // are asked for before griddepcontrol.wait (weights are never written), the
-// wait follows, then the same sums in the same order.
+// wait follows, then the same sums in the same order; the loop's body is
+// one (a peeled first round held more registers).
 template <int QT, int NR, int R, bool WPRE = false>
 __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, const long long (&rowv)[NR], int K, const QX& x,
                                       int first, int step, float (&acc)[NR][R]) {
   using Q = QW<QT>;
   const int units = K / 32;
   int u = first;
+  typename Q::W wv[2][NR];
+  bool have = false;  // wv holds round u's weights already
   if constexpr (WPRE) {
-    // one copy of the loop's body (a peeled first round held more
-    // registers): its first round's loads are made before the wait
-    typename Q::W wv[2][NR];
-    bool have = u + step < units;
+    have = u + step < units;
     if (have)
 #pragma unroll
       for (int q = 0; q < NR; q++) {
@@ -395,35 +395,20 @@ __device__ __forceinline__ void wdots(const unsigned char* w, long long rows, co
         wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
       }
     pdl_wait();
-    for (; u + step < units; u += 2 * step) {
-      if (!have)
-#pragma unroll
-        for (int q = 0; q < NR; q++) {
-          wv[0][q] = Q::load(w, rows, rowv[q], K, u);
-          wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
-        }
-      have = false;
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
-#pragma unroll
-        for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
-      }
-    }
-  } else {
-    for (; u + step < units; u += 2 * step) {
-      typename Q::W wv[2][NR];
+  }
+  for (; u + step < units; u += 2 * step) {
+    if (!have)
 #pragma unroll
       for (int q = 0; q < NR; q++) {
         wv[0][q] = Q::load(w, rows, rowv[q], K, u);
         wv[1][q] = Q::load(w, rows, rowv[q], K, u + step);
       }
+    have = false;
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
+    for (int r = 0; r < R; r++) {
+      const typename Q::X xa = Q::xload(x, r, u), xb = Q::xload(x, r, u + step);
 #pragma unroll
-        for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
-      }
+      for (int q = 0; q < NR; q++) acc[q][r] += Q::dot(wv[0][q], xa, u) + Q::dot(wv[1][q], xb, u + step);
     }
   }
   if (u < units) {
