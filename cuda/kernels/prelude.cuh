@@ -7,19 +7,11 @@
 // n unless an experiment compiles them with -DLAGC_MINB_FORCE=m
 // (LAGC_NVRTC_OPTIONS): more blocks an SM cap their registers, which
 // leaves room beside them for the next launch's blocks (`lagc plan
-// --resources`).
+// --resources`). n may be 0, no minimum (qgemv's default).
 #ifdef LAGC_MINB_FORCE
 #define LAGC_MINB(n) LAGC_MINB_FORCE
 #else
-#define LAGC_MINB(n) n
-#endif
-// LAGC_MINB_OPT: nothing (no minimum: `(256)` and `(256, 1)` compile
-// differently), or `, m` under -DLAGC_MINB_FORCE=m, for kernels that ask
-// no minimum by default (qgemv: `__launch_bounds__(256 LAGC_MINB_OPT)`).
-#ifdef LAGC_MINB_FORCE
-#define LAGC_MINB_OPT , LAGC_MINB_FORCE
-#else
-#define LAGC_MINB_OPT
+#define LAGC_MINB(n) (n)
 #endif
 
 struct half_t { unsigned short bits; };

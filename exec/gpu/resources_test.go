@@ -107,7 +107,7 @@ func TestLaunchResourcesGPU(t *testing.T) {
 
 // TestMinBForceQGEMV: -DLAGC_MINB_FORCE=m through LAGC_NVRTC_OPTIONS
 // reaches the plain quantised GEMV, whose launch bounds ask no minimum by
-// default (LAGC_MINB_OPT): asked for six blocks an SM, its registers fit
+// default (LAGC_MINB(0)): asked for six blocks an SM, its registers fit
 // six (at most 40 a thread), where without it they do not.
 func TestMinBForceQGEMV(t *testing.T) {
 	needNVRTC(t)
