@@ -533,15 +533,8 @@ __device__ __forceinline__ void qgemv_rows(int blk, int N, int K, long long rows
       }
 }
 
-// LAGC_QGEMV_MINB=m (through LAGC_NVRTC_OPTIONS, for A/B runs): the
-// launch bounds of the decode q, k, v, gate form (NW 2, no SwiGLU) ask m
-// blocks an SM; 0, the default, asks none (NVRTC 12.4 compiles `(256, 0)`
-// byte for byte as `(256)`).
-#ifndef LAGC_QGEMV_MINB
-#define LAGC_QGEMV_MINB 0
-#endif
 template <typename TY, int QT, int R, int SWIGLU, int NW, int SPLIT>
-__global__ void __launch_bounds__(256, LAGC_MINB((SWIGLU == 0 && NW == 2) ? LAGC_QGEMV_MINB : 0)) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(256, LAGC_MINB(0)) qgemv(int N, int K, long long rows, long long row0, const unsigned char* __restrict__ w,
                                              const signed char* __restrict__ xq, const float4* __restrict__ xs,
                                              TY* __restrict__ y, int accumulate) {
 #ifdef LAGC_QGEMV_WAIT_FIRST
