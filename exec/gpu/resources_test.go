@@ -200,8 +200,9 @@ func TestQGEMVWeightsOnlyBeforeWait(t *testing.T) {
 					continue
 				}
 				n++
-				if len(l.Args) < 5 || l.Args[4].Kind != "ptr" || l.Args[4].Base != lower.BaseWeights {
-					t.Fatalf("%s: %s's matrix (argument 4 of %v) is not in the weights", model, l.NameExpr(), l.Args)
+				const w = 4 // qgemv(N, K, rows, row0, w, ...): lower.QGEMV's argument order
+				if len(l.Args) <= w || l.Args[w].Kind != lower.ArgPtr || l.Args[w].Base != lower.BaseWeights {
+					t.Fatalf("%s: %s's matrix (argument %d of %v) is not in the weights", model, l.NameExpr(), w, l.Args)
 				}
 			}
 		}
