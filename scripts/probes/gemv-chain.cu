@@ -78,6 +78,10 @@ __host__ __device__ __forceinline__ int row_bytes(const Gemv& g) { return g.type
 
 #define ROUTE_MAX 16
 
+#ifndef DP4A
+#define DP4A 0  // -DDP4A=1: int8 GEMVs quantise x to int8 in every block and sum with dp4a (q8_0's way), not int8 x f32
+#endif
+
 // topk_warp: a warp's choice of the k largest of v[0, 256) (v in shared
 // or global memory, read through ld): expert ids best first into ids
 // (lane j writes ids[j]).
@@ -153,6 +157,45 @@ __device__ __forceinline__ unsigned byte_of(uint4 v, int i) {  // byte i (0..15)
   return (w >> (8 * (i & 3))) & 0xFFu;
 }
 
+#ifndef Q4K_PERM
+#define Q4K_PERM 0  // -DQ4K_PERM=1: q4k_unit's scales and mins by byte permutes, no branch on j
+#endif
+
+// q4k_scales_perm: sub-blocks 2j and 2j + 1's 6-bit scales and mins (as
+// the branchy form below computes them), from two byte permutes whose
+// selectors depend on j alone (lane-constant in the loops), and the
+// high-bit form chosen by selects rather than a divergent branch.
+__host__ __device__ __forceinline__ unsigned q4k_perm(unsigned a, unsigned b, unsigned sel) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, sel);
+#else
+  const unsigned long long v = ((unsigned long long)b << 32) | a;
+  unsigned r = 0;
+  for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+__host__ __device__ __forceinline__ void q4k_scales_perm(uint4 hdr, int j, unsigned& sc0, unsigned& m0, unsigned& sc1,
+                                                         unsigned& m1) {
+  // j < 2 (s = 2j, 2j + 1 < 4): sc = byte 4 + s, m = byte 8 + s (hdr.y, hdr.z bytes s).
+  // j >= 2 (t = s - 4): sc = (byte 8 + s & 15) | (byte s >> 6) << 4 (hdr.w, hdr.y bytes t),
+  //                     m = (byte 8 + s >> 4) | (byte 4 + s >> 6) << 4 (hdr.w, hdr.z bytes t).
+  const unsigned t = 2u * (unsigned)(j & 1);
+  const unsigned lo = q4k_perm(hdr.y, hdr.z, t | (t + 1) << 4 | (t + 4) << 8 | (t + 5) << 12);  // y.t y.t1 z.t z.t1
+  const unsigned hi = q4k_perm(hdr.w, 0u, t | (t + 1) << 4);                                    // w.t w.t1
+  if (j < 2) {  // lane-constant; both sides are a few selects' worth
+    sc0 = lo & 63u;
+    sc1 = (lo >> 8) & 63u;
+    m0 = (lo >> 16) & 63u;
+    m1 = (lo >> 24) & 63u;
+  } else {
+    sc0 = (hi & 15u) | ((lo >> 6) & 3u) << 4;
+    sc1 = ((hi >> 8) & 15u) | ((lo >> 14) & 3u) << 4;
+    m0 = ((hi >> 4) & 15u) | ((lo >> 22) & 3u) << 4;
+    m1 = ((hi >> 12) & 15u) | ((lo >> 30) & 3u) << 4;
+  }
+}
+
 // q4k_unit: unit u's product with x, from its block's 16 header bytes and
 // its 16 nibble bytes.
 __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char* xq, const float4* xs, int u) {
@@ -161,6 +204,11 @@ __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char*
   // sub-blocks s0 = 2j, s1 = 2j + 1; scales byte k is byte 4 + k of hdr (ggml's get_scale_min_k4)
   const int s0 = 2 * j, s1 = 2 * j + 1;
   unsigned sc0, m0, sc1, m1;
+#if Q4K_PERM
+  q4k_scales_perm(hdr, j, sc0, m0, sc1, m1);
+  if (true) {
+  } else
+#endif
   if (j < 2) {
     sc0 = byte_of(hdr, 4 + s0) & 63u;
     m0 = byte_of(hdr, 8 + s0) & 63u;
@@ -237,8 +285,19 @@ __device__ __forceinline__ Piece load_piece(const unsigned char* row, int p) {
   return Piece{__ldcs(reinterpret_cast<const uint4*>(blk + 16 + 32 * j + 16 * h)), __ldg(reinterpret_cast<const uint4*>(blk))};
 }
 
+// dot16q: 16 int8 weights against x quantised (piece p: half of group p / 2).
+__device__ __forceinline__ float dot16q(uint4 w, const signed char* xq, const float4* xs, int p) {
+  const int4 xv = *reinterpret_cast<const int4*>(xq + 16 * p);
+  int s = __dp4a((int)w.x, xv.x, 0);
+  s = __dp4a((int)w.y, xv.y, s);
+  s = __dp4a((int)w.z, xv.z, s);
+  s = __dp4a((int)w.w, xv.w, s);
+  return (float)s * xs[p >> 1].x;
+}
+
 template <int T>
 __device__ __forceinline__ float piece_dot(const Piece& w, const float* xf, const signed char* xq, const float4* xs, int p) {
+  if (T == 0 && DP4A) return dot16q(w.q, xq, xs, p);
   if (T == 0) return dot16(make_int4((int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w), xf + 16 * p);
   return q4k_unit(w.hdr, w.q, xq, xs, p);
 }
@@ -280,7 +339,7 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   if (lane == 0) red[warp] = ss;
   __syncthreads();
   const float inv = g.norm ? rms_inv(red, 8, g.K) : 1.f;
-  if (T) {
+  if (T || DP4A) {
     quantise_x(xsh, xq, xqs, g.K, warp, 8);
     __syncthreads();
   }
@@ -462,7 +521,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     if (lane == 0) red[warp] = ss;
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     const float inv = g.norm ? rms_inv(red, CWARPS, g.K) : 1.f;
-    if (g.type) {
+    if (g.type || DP4A) {
       quantise_x(xs, xq, xqs, g.K, warp, CWARPS);
       asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     }
@@ -499,8 +558,12 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
           for (int p = lane; p < ppr; p += 32) {
 #pragma unroll
             for (int b = 0; b < RB; b++)
-              if (q0 + b < rows)  // warp-uniform
-                v[b] += dot16(reinterpret_cast<const int4*>(slot + (q0 + b) * rbytes)[p], xs + 16 * p);
+              if (q0 + b < rows) {  // warp-uniform
+                if (DP4A)
+                  v[b] += dot16q(reinterpret_cast<const uint4*>(slot + (q0 + b) * rbytes)[p], xq, xqs, p);
+                else
+                  v[b] += dot16(reinterpret_cast<const int4*>(slot + (q0 + b) * rbytes)[p], xs + 16 * p);
+              }
           }
         }
 #pragma unroll
@@ -638,7 +701,7 @@ int main(int argc, char** argv) {
   const int lastN = hg[n - 1].N;
   float* lastY = hg[n - 1].y;
   // x staged (f32) and, for q4_k, quantised (int8 a value, 16 bytes a group of 32)
-  const int xsmem = xmax * 4 + (q4k ? xmax + xmax / 32 * 16 : 0);
+  const int xsmem = xmax * 4 + (q4k || DP4A ? xmax + xmax / 32 * 16 : 0);
   CK(cudaFuncSetAttribute(gemv_launch<0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
   CK(cudaFuncSetAttribute(gemv_launch<1, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
   CK(cudaFuncSetAttribute(gemv_launch<1, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
@@ -651,8 +714,9 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   CK(cudaDeviceSynchronize());
-  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of weights read (%.1f MB a layer), %d SMs%s%s%s\n", layers, n,
+  printf("gemv-chain: %d layers, %d GEMVs, %.2f GB of weights read (%.1f MB a layer), %d SMs%s%s%s%s\n", layers, n,
          wbytes / 1e9, wbytes / 1e6 / layers, sms, q4k ? ", the routed experts q4_k (the rest int8)" : ", int8",
+         DP4A ? " (x quantised, dp4a)" : " (x f32)",
          norm ? ", each x normalised in every block" : "",
          route ? ", the gate+up routed (top-10 of 256 experts, one stack)" : "");
 
@@ -679,7 +743,7 @@ int main(int argc, char** argv) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3((hg[i].N + 15) / 16);
       cfg.blockDim = dim3(256);
-      cfg.dynamicSmemBytes = hg[i].K * sizeof(float) + (hg[i].type ? hg[i].K + hg[i].K / 32 * 16 : 0);
+      cfg.dynamicSmemBytes = hg[i].K * sizeof(float) + (hg[i].type || DP4A ? hg[i].K + hg[i].K / 32 * 16 : 0);
       cfg.stream = st;
       cudaLaunchAttribute at[1];
       at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
