@@ -235,10 +235,38 @@ __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char*
          dmin * ((float)m0 * (h ? sa.z : sa.y) + (float)m1 * (h ? sb.z : sb.y));
 }
 
+#ifndef QX_FAST
+#define QX_FAST 0  // -DQX_FAST=1: quantise_x four groups a warp at once (8 lanes a group, 4 values a lane)
+#endif
+
 // quantise_x: x's K values (f32, shared) into xq and xs (shared), a group of
-// 32 a warp at a time (lane i value i); warps w of nw.
+// 32 a warp at a time (lane i value i); warps w of nw. QX_FAST: the same
+// values, four groups a warp at a time (a quarter of the shuffle chain a
+// group: the first form's 15 dependent shuffles a group, 12 groups a warp
+// at K 3072 and 8 warps, were a serial prologue of every GEMV in every block).
 __device__ __forceinline__ void quantise_x(const float* x, signed char* xq, float4* xs, int K, int w, int nw) {
   const int lane = threadIdx.x & 31;
+#if QX_FAST
+  const int sub = lane >> 3, l8 = lane & 7;
+  for (int g0 = 4 * w; g0 < K / 32; g0 += 4 * nw) {
+    const int g = g0 + sub;
+    const bool has = g < K / 32;  // K % 128 need not be 0: a quarter may have no group
+    const float4 v = has ? reinterpret_cast<const float4*>(x + 32 * g)[l8] : make_float4(0.f, 0.f, 0.f, 0.f);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const int q0 = d > 0.f ? __float2int_rn(v.x / d) : 0, q1 = d > 0.f ? __float2int_rn(v.y / d) : 0;
+    const int q2 = d > 0.f ? __float2int_rn(v.z / d) : 0, q3 = d > 0.f ? __float2int_rn(v.w / d) : 0;
+    if (has)
+      reinterpret_cast<char4*>(xq + 32 * g)[l8] = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+    int s = q0 + q1 + q2 + q3;  // lanes 0-3 of the group: values 0-15, lanes 4-7: 16-31
+#pragma unroll
+    for (int o = 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const int hi = __shfl_down_sync(0xffffffffu, s, 4);
+    if (has && l8 == 0) xs[g] = make_float4(d, d * (float)s, d * (float)hi, 0.f);
+  }
+#else
   for (int g = w; g < K / 32; g += nw) {
     const float v = x[32 * g + lane];
     float amax = fabsf(v);
@@ -255,6 +283,7 @@ __device__ __forceinline__ void quantise_x(const float* x, signed char* xq, floa
     }
     if (lane == 0) xs[g] = make_float4(d, d * (float)lo, d * (float)hi, 0.f);
   }
+#endif
 }
 
 __global__ void fill(signed char* w, long long n, unsigned seed) {
@@ -724,7 +753,12 @@ int main(int argc, char** argv) {
   float ms_pdl = 0, ms_ring = 0;  // launch pdl's and ring 16's times
   auto report = [&](const char* name, float ms, bool isref) {
     CK(cudaMemcpy(got.data(), lastY, lastN * sizeof(float), cudaMemcpyDeviceToHost));
-    if (isref) ref = got;
+    if (isref) {
+      ref = got;
+      double sum = 0;  // to compare builds: the same x's quantisation gives the same y
+      for (int i = 0; i < lastN; i++) sum += fabs((double)got[i]);
+      printf("  launch plain's last y: sum of |y| %.9e\n", sum);
+    }
     double md = 0, mx = 0;
     for (int i = 0; i < lastN; i++) {
       md = std::max(md, (double)fabsf(got[i] - ref[i]));
