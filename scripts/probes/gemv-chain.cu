@@ -42,6 +42,14 @@
 //   read    every weight byte once, the ceiling
 // Prints us a layer, TB/s over the weights, and the largest relative
 // difference of the last y between each form and `launch plain`.
+//
+// Compile-time forms (docs/PERF.md "2026-12-07 (from 17:38 UTC)"), each
+// in every launch and ring form alike: -DDP4A=1 int8 GEMVs sum with dp4a
+// against x quantised in every block (q8_0's way) rather than int8 x f32;
+// -DQX_FAST=1 quantises x four groups a warp at once (the same values);
+// -DQ4K_PERM=1 unpacks q4_k's scales and mins by byte permutes (the same
+// values); -DCWARPS=16, -DRB=4 as below. Plain's last y's sum of |y| is
+// printed so that builds can be compared.
 #ifndef __CUDACC_RTC__  // NVRTC (a syntax check off the GPU machine) sees the kernels only
 #include <cuda_runtime.h>
 #include <cstdio>
