@@ -209,14 +209,12 @@ __host__ __device__ __forceinline__ void q4k_scales_perm(uint4 hdr, int j, unsig
 __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char* xq, const float4* xs, int u) {
   const int b = u >> 3, j = (u >> 1) & 3, h = u & 1;
   const int e = b * 256 + 64 * j + 16 * h;
-  // sub-blocks s0 = 2j, s1 = 2j + 1; scales byte k is byte 4 + k of hdr (ggml's get_scale_min_k4)
-  const int s0 = 2 * j, s1 = 2 * j + 1;
   unsigned sc0, m0, sc1, m1;
 #if Q4K_PERM
   q4k_scales_perm(hdr, j, sc0, m0, sc1, m1);
-  if (true) {
-  } else
-#endif
+#else
+  // sub-blocks s0 = 2j, s1 = 2j + 1; scales byte k is byte 4 + k of hdr (ggml's get_scale_min_k4)
+  const int s0 = 2 * j, s1 = 2 * j + 1;
   if (j < 2) {
     sc0 = byte_of(hdr, 4 + s0) & 63u;
     m0 = byte_of(hdr, 8 + s0) & 63u;
@@ -228,6 +226,7 @@ __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char*
     sc1 = (byte_of(hdr, 8 + s1) & 15u) | ((byte_of(hdr, s1) >> 6) << 4);
     m1 = (byte_of(hdr, 8 + s1) >> 4) | ((byte_of(hdr, 4 + s1) >> 6) << 4);
   }
+#endif
   const int4 xl = *reinterpret_cast<const int4*>(xq + e), xh = *reinterpret_cast<const int4*>(xq + e + 32);
   const float4 sa = xs[e / 32], sb = xs[e / 32 + 1];
   const int raw[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
@@ -249,9 +248,9 @@ __device__ __forceinline__ float q4k_unit(uint4 hdr, uint4 q, const signed char*
 
 // quantise_x: x's K values (f32, shared) into xq and xs (shared), a group of
 // 32 a warp at a time (lane i value i); warps w of nw. QX_FAST: the same
-// values, four groups a warp at a time (a quarter of the shuffle chain a
-// group: the first form's 15 dependent shuffles a group, 12 groups a warp
-// at K 3072 and 8 warps, were a serial prologue of every GEMV in every block).
+// values, four groups a warp at a time, 7 dependent shuffles a round where
+// the first form takes 15 a group (12 groups a warp at K 3072 and 8 warps:
+// a serial prologue of every GEMV in every block).
 __device__ __forceinline__ void quantise_x(const float* x, signed char* xq, float4* xs, int K, int w, int nw) {
   const int lane = threadIdx.x & 31;
 #if QX_FAST
