@@ -90,6 +90,11 @@ __host__ __device__ __forceinline__ int row_bytes(const Gemv& g) { return g.type
 #define DP4A 0  // -DDP4A=1: int8 GEMVs quantise x to int8 in every block and sum with dp4a (q8_0's way), not int8 x f32
 #endif
 
+// x_quantised: whether a GEMV of this type reads x quantised (q4_k always;
+// int8 with DP4A); xq_bytes: the int8 values and a float4 a group of 32.
+__host__ __device__ __forceinline__ bool x_quantised(int type) { return type != 0 || DP4A; }
+__host__ __device__ __forceinline__ int xq_bytes(int K) { return K + K / 32 * 16; }
+
 // topk_warp: a warp's choice of the k largest of v[0, 256) (v in shared
 // or global memory, read through ld): expert ids best first into ids
 // (lane j writes ids[j]).
@@ -172,25 +177,15 @@ __device__ __forceinline__ unsigned byte_of(uint4 v, int i) {  // byte i (0..15)
 // q4k_scales_perm: sub-blocks 2j and 2j + 1's 6-bit scales and mins (as
 // the branchy form below computes them), from two byte permutes whose
 // selectors depend on j alone (lane-constant in the loops), and the
-// high-bit form chosen by selects rather than a divergent branch.
-__host__ __device__ __forceinline__ unsigned q4k_perm(unsigned a, unsigned b, unsigned sel) {
-#ifdef __CUDA_ARCH__
-  return __byte_perm(a, b, sel);
-#else
-  const unsigned long long v = ((unsigned long long)b << 32) | a;
-  unsigned r = 0;
-  for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
-  return r;
-#endif
-}
-__host__ __device__ __forceinline__ void q4k_scales_perm(uint4 hdr, int j, unsigned& sc0, unsigned& m0, unsigned& sc1,
-                                                         unsigned& m1) {
+// high-bit form chosen by selects rather than a divergent branch
+// (scripts/probes/q4k-perm-check.py checks the formula against ggml's).
+__device__ __forceinline__ void q4k_scales_perm(uint4 hdr, int j, unsigned& sc0, unsigned& m0, unsigned& sc1, unsigned& m1) {
   // j < 2 (s = 2j, 2j + 1 < 4): sc = byte 4 + s, m = byte 8 + s (hdr.y, hdr.z bytes s).
   // j >= 2 (t = s - 4): sc = (byte 8 + s & 15) | (byte s >> 6) << 4 (hdr.w, hdr.y bytes t),
   //                     m = (byte 8 + s >> 4) | (byte 4 + s >> 6) << 4 (hdr.w, hdr.z bytes t).
   const unsigned t = 2u * (unsigned)(j & 1);
-  const unsigned lo = q4k_perm(hdr.y, hdr.z, t | (t + 1) << 4 | (t + 4) << 8 | (t + 5) << 12);  // y.t y.t1 z.t z.t1
-  const unsigned hi = q4k_perm(hdr.w, 0u, t | (t + 1) << 4);                                    // w.t w.t1
+  const unsigned lo = __byte_perm(hdr.y, hdr.z, t | (t + 1) << 4 | (t + 4) << 8 | (t + 5) << 12);  // y.t y.t1 z.t z.t1
+  const unsigned hi = __byte_perm(hdr.w, 0u, t | (t + 1) << 4);                                    // w.t w.t1
   if (j < 2) {  // lane-constant; both sides are a few selects' worth
     sc0 = lo & 63u;
     sc1 = (lo >> 8) & 63u;
@@ -331,10 +326,15 @@ __device__ __forceinline__ float dot16q(uint4 w, const signed char* xq, const fl
   return (float)s * xs[p >> 1].x;
 }
 
+// int8_dot: piece p of an int8 row against x, f32 or (DP4A) quantised.
+__device__ __forceinline__ float int8_dot(uint4 w, const float* xf, const signed char* xq, const float4* xs, int p) {
+  if (DP4A) return dot16q(w, xq, xs, p);
+  return dot16(make_int4((int)w.x, (int)w.y, (int)w.z, (int)w.w), xf + 16 * p);
+}
+
 template <int T>
 __device__ __forceinline__ float piece_dot(const Piece& w, const float* xf, const signed char* xq, const float4* xs, int p) {
-  if (T == 0 && DP4A) return dot16q(w.q, xq, xs, p);
-  if (T == 0) return dot16(make_int4((int)w.q.x, (int)w.q.y, (int)w.q.z, (int)w.q.w), xf + 16 * p);
+  if (T == 0) return int8_dot(w.q, xf, xq, xs, p);
   return q4k_unit(w.hdr, w.q, xq, xs, p);
 }
 
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(256) gemv_launch(Gemv g) {
   if (lane == 0) red[warp] = ss;
   __syncthreads();
   const float inv = g.norm ? rms_inv(red, 8, g.K) : 1.f;
-  if (T || DP4A) {
+  if (x_quantised(T)) {
     quantise_x(xsh, xq, xqs, g.K, warp, 8);
     __syncthreads();
   }
@@ -557,7 +557,7 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
     if (lane == 0) red[warp] = ss;
     asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     const float inv = g.norm ? rms_inv(red, CWARPS, g.K) : 1.f;
-    if (g.type || DP4A) {
+    if (x_quantised(g.type)) {
       quantise_x(xs, xq, xqs, g.K, warp, CWARPS);
       asm volatile("bar.sync 1, %0;" ::"r"(CONS) : "memory");
     }
@@ -594,12 +594,8 @@ __global__ void __launch_bounds__(CONS + 32, 1) gemv_ring(Chain c) {
           for (int p = lane; p < ppr; p += 32) {
 #pragma unroll
             for (int b = 0; b < RB; b++)
-              if (q0 + b < rows) {  // warp-uniform
-                if (DP4A)
-                  v[b] += dot16q(reinterpret_cast<const uint4*>(slot + (q0 + b) * rbytes)[p], xq, xqs, p);
-                else
-                  v[b] += dot16(reinterpret_cast<const int4*>(slot + (q0 + b) * rbytes)[p], xs + 16 * p);
-              }
+              if (q0 + b < rows)  // warp-uniform
+                v[b] += int8_dot(reinterpret_cast<const uint4*>(slot + (q0 + b) * rbytes)[p], xs, xq, xqs, p);
           }
         }
 #pragma unroll
@@ -737,7 +733,7 @@ int main(int argc, char** argv) {
   const int lastN = hg[n - 1].N;
   float* lastY = hg[n - 1].y;
   // x staged (f32) and, for q4_k, quantised (int8 a value, 16 bytes a group of 32)
-  const int xsmem = xmax * 4 + (q4k || DP4A ? xmax + xmax / 32 * 16 : 0);
+  const int xsmem = xmax * 4 + (x_quantised(q4k) ? xq_bytes(xmax) : 0);
   CK(cudaFuncSetAttribute(gemv_launch<0, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
   CK(cudaFuncSetAttribute(gemv_launch<1, 0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
   CK(cudaFuncSetAttribute(gemv_launch<1, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, xsmem));
@@ -784,7 +780,7 @@ int main(int argc, char** argv) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3((hg[i].N + 15) / 16);
       cfg.blockDim = dim3(256);
-      cfg.dynamicSmemBytes = hg[i].K * sizeof(float) + (hg[i].type || DP4A ? hg[i].K + hg[i].K / 32 * 16 : 0);
+      cfg.dynamicSmemBytes = hg[i].K * sizeof(float) + (x_quantised(hg[i].type) ? xq_bytes(hg[i].K) : 0);
       cfg.stream = st;
       cudaLaunchAttribute at[1];
       at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
