@@ -20,10 +20,11 @@ var waitLater = map[string]string{
 	// change (lower.DownPre checks it).
 	"moe_down_qgemv_pre": "lower.DownPre",
 	// Each lane's first weights before the wait, which no launch writes
-	// (exec/gpu's TestQGEMVWeightsOnlyBeforeWait checks that its matrix
-	// lies in the uploaded weights in every trace plan; TestQGEMVWPreGPU
-	// the bits against the wait-first form, -DLAGC_QGEMV_WAIT_FIRST).
-	"qgemv": "weights only",
+	// (lower.QGEMV refuses a matrix outside the weights or a caller's
+	// device buffer; exec/gpu's TestQGEMVWeightsOnlyBeforeWait checks
+	// every trace plan; TestQGEMVWPreGPU the bits against the wait-first
+	// form, -DLAGC_QGEMV_WAIT_FIRST).
+	"qgemv": "lower.QGEMV",
 }
 
 func TestKernelsWaitFirst(t *testing.T) {

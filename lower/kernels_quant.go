@@ -142,11 +142,17 @@ func checkQuantMatrix(op string, t quant.Type, rows, K int) error {
 	return nil
 }
 
-// QGEMV is the launch of a.
+// QGEMV is the launch of a. qgemv reads its first weights before its
+// programmatic wait (cuda's TestKernelsWaitFirst exempts it), so its
+// matrix must be bytes no launch writes: the uploaded weights, or a
+// caller's own device buffer (kernel tests and benchmarks).
 func QGEMV(a QGEMVArgs) (Launch, error) {
 	nw, split, err := qgemvShape("qgemv", a)
 	if err != nil {
 		return Launch{}, err
+	}
+	if a.W.Base != BaseWeights && a.W.Base != BaseDevice {
+		return Launch{}, fmt.Errorf("qgemv: the matrix at %v is not in the weights (the kernel reads it before its wait)", a.W)
 	}
 	if a.XQ.Null() || !a.XQ.Aligned(16) {
 		return Launch{}, fmt.Errorf("qgemv: null or unaligned pointer")

@@ -479,3 +479,27 @@ func TestQGEMVSplitIgnoresRows(t *testing.T) {
 		}
 	}
 }
+
+// TestQGEMVMatrixNotWritten: qgemv reads weights before its wait, so a
+// matrix in bytes that launches write (the arena, the workspace, the
+// caches) is refused; the weights and a caller's device buffer are not.
+func TestQGEMVMatrixNotWritten(t *testing.T) {
+	for _, c := range []struct {
+		w  Ptr
+		ok bool
+	}{
+		{Ptr{BaseWeights, 1 << 20}, true},
+		{DevicePtr(1 << 20), true},
+		{Ptr{BaseArena, 1 << 20}, false},
+		{Ptr{BaseWorkspace, 1 << 20}, false},
+		{Ptr{BaseKV, 1 << 20}, false},
+		{Ptr{BaseShadow, 1 << 20}, false},
+		{Ptr{}, false},
+	} {
+		_, err := QGEMV(QGEMVArgs{T: 1, K: 3072, N: 1024, XQ: Ptr{BaseWorkspace, 0}, W: c.w, Y: Ptr{BaseArena, 4 << 20},
+			WType: quant.Q4_K, WRows: 1024, YType: "bf16"})
+		if (err == nil) != c.ok {
+			t.Errorf("matrix at %v: error %v, want ok %v", c.w, err, c.ok)
+		}
+	}
+}
