@@ -372,7 +372,10 @@ __device__ __forceinline__ void norm_tail_chunk(int c, const Tx* x, const Tx* a,
 
 // norm_tail_one says whether norm_tail takes its one-load path (the
 // inputs loaded once, at once) for a row of n at xr (sum with ADD, else
-// x) in a block of warps warps.
+// x) in a block of warps warps. It restates norm_tail's two tests: written
+// once (tried as functions and as macros, 2026-12-07), NVRTC 12.4
+// compiled norm_tail's instantiations differently, so they stay twice;
+// where the two disagree the JOIN path traps.
 __device__ __forceinline__ bool norm_tail_one(int n, int lanes, int warps, const void* xr, const float* w, const void* out) {
   const int nc = n >> 3;
   return (n & 7) == 0 && nc <= NORM_CHUNKS * lanes && norm_aligned(xr, w, out) && nc <= lanes && (lanes >> 5) <= 2 * warps;
