@@ -6,7 +6,6 @@
 # sub-block pair j. perm() is CUDA's __byte_perm (selector nibbles' low 3
 # bits). Not part of lagc; run: python3 scripts/probes/q4k-perm-check.py
 import random
-def byte_of(h,i): return h[i]
 def word(h,k): return h[4*k]|h[4*k+1]<<8|h[4*k+2]<<16|h[4*k+3]<<24
 def perm(a,b,sel):
     v=(b<<32)|a; r=0
