@@ -76,7 +76,8 @@ func (p *samplingParams) check() (param string, err error) {
 		v      *float64
 		lo, hi float64
 	}{{"temperature", p.Temperature, 0, 2}, {"top_p", p.TopP, 0, 1}, {"min_p", p.MinP, 0, 1},
-		{"repetition_penalty", p.RepetitionPenalty, math.SmallestNonzeroFloat64, 10}} {
+		{"repetition_penalty", p.RepetitionPenalty, math.SmallestNonzeroFloat64, 10},
+		{"presence_penalty", p.PresencePenalty, -2, 2}, {"frequency_penalty", p.FrequencyPenalty, -2, 2}} {
 		if err := inRange(c.name, c.v, c.lo, c.hi); err != nil {
 			return c.name, err
 		}
@@ -99,19 +100,8 @@ func (p *samplingParams) check() (param string, err error) {
 	if p.BestOf != nil && *p.BestOf != 1 {
 		return "best_of", fmt.Errorf("best_of must be 1, got %d", *p.BestOf)
 	}
-	for _, c := range []struct {
-		name string
-		v    *float64
-	}{{"presence_penalty", p.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty}} {
-		if c.v != nil && *c.v != 0 {
-			return c.name, fmt.Errorf("%s is not supported (use repetition_penalty); got %g", c.name, *c.v)
-		}
-	}
 	if len(p.LogitBias) > 0 {
 		return "logit_bias", fmt.Errorf("logit_bias is not supported")
-	}
-	if l := bytes.TrimSpace(p.Logprobs); len(l) > 0 && string(l) != "null" && string(l) != "false" && string(l) != "0" {
-		return "logprobs", fmt.Errorf("logprobs are not supported")
 	}
 	if p.Echo {
 		return "echo", fmt.Errorf("echo is not supported")
@@ -140,6 +130,7 @@ func (p *samplingParams) maxTokens() *int {
 // chatRequest is a POST /v1/chat/completions body.
 type chatRequest struct {
 	samplingParams
+	TopLogprobs        *int              `json:"top_logprobs"`
 	Messages           []chatMessage     `json:"messages"`
 	Tools              []json.RawMessage `json:"tools"`
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
@@ -225,11 +216,11 @@ type chatResponse struct {
 }
 
 type chatChoice struct {
-	Index        int       `json:"index"`
-	Message      *replyMsg `json:"message,omitempty"`
-	Delta        *replyMsg `json:"delta,omitempty"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Index        int           `json:"index"`
+	Message      *replyMsg     `json:"message,omitempty"`
+	Delta        *replyMsg     `json:"delta,omitempty"`
+	FinishReason *string       `json:"finish_reason"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
 }
 
 // replyMsg is the assistant's message (or, streaming, a delta of it).
@@ -250,10 +241,10 @@ type completionResponse struct {
 }
 
 type completionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	FinishReason *string             `json:"finish_reason"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
 }
 
 // apiError is OpenAI's error body.

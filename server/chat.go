@@ -73,7 +73,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			content.WriteString(d.Content)
 			tcs = append(tcs, toCalls(d.Calls)...)
 		}
-		o, err := s.consume(r.Context(), st, cj.job, func(text string) error { add(parser.Add(text)); return nil })
+		var recs []tokenLogprob
+		o, err := s.consume(r.Context(), st, cj.job, func(text string, lp []tokenLogprob) error {
+			add(parser.Add(text))
+			recs = append(recs, lp...)
+			return nil
+		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -86,36 +91,54 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if reasoning.Len() > 0 {
 			msg.ReasoningContent = ptr(reasoning.String())
 		}
-		writeJSON(w, http.StatusOK, resp(chatChoice{Message: msg, FinishReason: ptr(finishOf(o))}, usageOf(cj.job, o)))
+		c := chatChoice{Message: msg, FinishReason: ptr(finishOf(o))}
+		if cj.logprobs != nil {
+			c.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, append(recs, o.logprobs...))
+		}
+		writeJSON(w, http.StatusOK, resp(c, usageOf(cj.job, o)))
 		return
 	}
 
 	ev := startSSE(w)
+	// With logprobs, the records of the tokens read so far go with the next
+	// chunk sent (the parser may hold text back, as around a tag).
+	var recs []tokenLogprob
+	withLogprobs := func(c chatChoice) chatChoice {
+		if cj.logprobs != nil {
+			c.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, recs)
+			recs = nil
+		}
+		return c
+	}
 	send := func(d replyDelta) error {
 		if d.Reasoning != "" {
-			if err := ev.send(resp(chatChoice{Delta: &replyMsg{ReasoningContent: ptr(d.Reasoning)}}, nil)); err != nil {
+			if err := ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{ReasoningContent: ptr(d.Reasoning)}}), nil)); err != nil {
 				return err
 			}
 		}
 		if d.Content != "" {
-			if err := ev.send(resp(chatChoice{Delta: &replyMsg{Content: ptr(d.Content)}}, nil)); err != nil {
+			if err := ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{Content: ptr(d.Content)}}), nil)); err != nil {
 				return err
 			}
 		}
 		if len(d.Calls) > 0 {
-			return ev.send(resp(chatChoice{Delta: &replyMsg{ToolCalls: toCalls(d.Calls)}}, nil))
+			return ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{ToolCalls: toCalls(d.Calls)}}), nil))
 		}
 		return nil
 	}
 	if err := ev.send(resp(chatChoice{Delta: &replyMsg{Role: "assistant", Content: ptr("")}}, nil)); err != nil {
 		return
 	}
-	o, err := s.consume(r.Context(), st, cj.job, func(text string) error { return send(parser.Add(text)) })
+	o, err := s.consume(r.Context(), st, cj.job, func(text string, lp []tokenLogprob) error {
+		recs = append(recs, lp...)
+		return send(parser.Add(text))
+	})
+	recs = append(recs, o.logprobs...)
 	if err == nil {
 		err = send(parser.Finish())
 	}
 	if err == nil {
-		err = ev.send(resp(chatChoice{Delta: &replyMsg{}, FinishReason: ptr(finishOf(o))}, nil))
+		err = ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{}, FinishReason: ptr(finishOf(o))}), nil))
 	}
 	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		u := resp(chatChoice{}, usageOf(cj.job, o))
@@ -145,7 +168,10 @@ func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
 	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
 		return nil, badRequest("response_format", "response_format %q is not supported: expected \"text\"", rf.Type)
 	}
-	var err error
+	nlp, param, err := chatLogprobsParam(req.Logprobs, req.TopLogprobs)
+	if err != nil {
+		return nil, badRequest(param, "%v", err)
+	}
 	if cj.schemas, err = toolSchemas(req.Tools); err != nil {
 		return nil, badRequest("tools", "%v", err)
 	}
@@ -170,7 +196,7 @@ func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
 	cj.inReasoning = endsInsideThink(text)
 	// The template writes its own special tokens (Laguna's leading 〈|EOS|〉).
 	ids := s.cfg.Tokenizer.Encode(text, false)
-	if cj.job, err = s.newJob(&req.samplingParams, ids, "messages"); err != nil {
+	if cj.job, err = s.newJob(&req.samplingParams, ids, "messages", nlp); err != nil {
 		return nil, err
 	}
 	return cj, nil

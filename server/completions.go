@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -18,7 +19,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	j, err := s.newJob(&req.samplingParams, prompt, "prompt")
+	nlp, err := completionLogprobsParam(req.Logprobs)
+	if err != nil {
+		s.fail(w, r, badRequest("logprobs", "%v", err))
+		return
+	}
+	j, err := s.newJob(&req.samplingParams, prompt, "prompt", nlp)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -29,27 +35,40 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, created := newID("cmpl-"), time.Now().Unix()
-	resp := func(text string, finish *string, u *usage) completionResponse {
+	offset := 0 // text_offset of the next token
+	resp := func(text string, recs []tokenLogprob, finish *string, u *usage) completionResponse {
+		c := completionChoice{Text: text, FinishReason: finish}
+		if j.logprobs != nil {
+			c.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offset)
+			if n := len(c.Logprobs.TextOffset); n > 0 {
+				offset = c.Logprobs.TextOffset[n-1] + utf8.RuneCountInString(c.Logprobs.Tokens[n-1])
+			}
+		}
 		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name,
-			Choices: []completionChoice{{Text: text, FinishReason: finish}}, Usage: u}
+			Choices: []completionChoice{c}, Usage: u}
 	}
 	if !req.Stream {
 		var text strings.Builder
-		o, err := s.consume(r.Context(), st, j, func(t string) error { text.WriteString(t); return nil })
+		var recs []tokenLogprob
+		o, err := s.consume(r.Context(), st, j, func(t string, lp []tokenLogprob) error {
+			text.WriteString(t)
+			recs = append(recs, lp...)
+			return nil
+		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp(text.String(), ptr(o.finish), usageOf(j, o)))
+		writeJSON(w, http.StatusOK, resp(text.String(), append(recs, o.logprobs...), ptr(o.finish), usageOf(j, o)))
 		return
 	}
 	ev := startSSE(w)
-	o, err := s.consume(r.Context(), st, j, func(t string) error { return ev.send(resp(t, nil, nil)) })
+	o, err := s.consume(r.Context(), st, j, func(t string, lp []tokenLogprob) error { return ev.send(resp(t, lp, nil, nil)) })
 	if err == nil {
-		err = ev.send(resp("", ptr(o.finish), nil))
+		err = ev.send(resp("", o.logprobs, ptr(o.finish), nil))
 	}
 	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		u := resp("", nil, usageOf(j, o))
+		u := resp("", nil, nil, usageOf(j, o))
 		u.Choices = []completionChoice{}
 		err = ev.send(u)
 	}

@@ -20,11 +20,13 @@ type job struct {
 	prompt    []int32
 	maxTokens int
 	sampler   engine.Sampler
+	logprobs  *logprobSampler // nil: no logprobs asked for
 	stops     []string
 }
 
-// newJob checks p against the prompt and the context and builds the job.
-func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string) (*job, error) {
+// newJob checks p against the prompt and the context and builds the job;
+// logprobs is the alternatives to report with each token, -1 for none.
+func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, logprobs int) (*job, error) {
 	if param, err := p.check(); err != nil {
 		return nil, badRequest(param, "%v", err)
 	}
@@ -48,8 +50,12 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string) (
 		j.maxTokens = *n
 	}
 	var err error
-	if j.sampler, err = newSampler(p); err != nil {
+	if j.sampler, err = newSampler(p, len(prompt), logprobs >= 0); err != nil {
 		return nil, badRequest("", "%v", err)
+	}
+	if logprobs >= 0 {
+		j.logprobs = &logprobSampler{inner: j.sampler, top: logprobs}
+		j.sampler = j.logprobs
 	}
 	return j, nil
 }
@@ -59,10 +65,11 @@ func contextError(param, msg string) *httpError {
 }
 
 // newSampler returns the request's sampler: nil (the backend's argmax) for
-// temperature 0 without a penalty. The temperature defaults to 1, as in
-// OpenAI's API; without a seed the draws are seeded from the clock.
-func newSampler(p *samplingParams) (engine.Sampler, error) {
-	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+// temperature 0 without a penalty, unless the logits are needed anyway
+// (for logprobs). The temperature defaults to 1, as in OpenAI's API;
+// without a seed the draws are seeded from the clock.
+func newSampler(p *samplingParams, promptLen int, needLogits bool) (engine.Sampler, error) {
+	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1, PromptLen: promptLen}
 	if p.Temperature != nil {
 		cfg.Temperature = *p.Temperature
 	}
@@ -78,7 +85,13 @@ func newSampler(p *samplingParams) (engine.Sampler, error) {
 	if p.RepetitionPenalty != nil {
 		cfg.RepetitionPenalty = *p.RepetitionPenalty
 	}
-	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 {
+	if p.PresencePenalty != nil {
+		cfg.PresencePenalty = *p.PresencePenalty
+	}
+	if p.FrequencyPenalty != nil {
+		cfg.FrequencyPenalty = *p.FrequencyPenalty
+	}
+	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 && cfg.PresencePenalty == 0 && cfg.FrequencyPenalty == 0 && !needLogits {
 		return nil, nil
 	}
 	if p.Seed != nil {
@@ -110,9 +123,10 @@ func (s *Server) start(ctx context.Context, j *job) (*sched.Stream, error) {
 
 // outcome is how a generation ended.
 type outcome struct {
-	finish     string // OpenAI's finish_reason: "stop" or "length"
-	completion int    // tokens generated
-	cached     int    // prompt tokens reused from the KV of a slot
+	finish     string         // OpenAI's finish_reason: "stop" or "length"
+	completion int            // tokens generated
+	cached     int            // prompt tokens reused from the KV of a slot
+	logprobs   []tokenLogprob // with logprobs: the records not yet passed on with text
 }
 
 // errClientGone ends a generation whose client disconnected.
@@ -120,17 +134,22 @@ var errClientGone = errors.New("the client went away")
 
 // consume reads st to its end, passing the text on as it is decoded: held
 // back only where it may begin a stop string (which ends the generation
-// and is not passed on). It returns errClientGone when ctx ends first.
-func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText func(string) error) (outcome, error) {
+// and is not passed on). With logprobs, each token's record goes with the
+// first text passed on after it; those left at the end are in the outcome.
+// It returns errClientGone when ctx ends first.
+func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText func(string, []tokenLogprob) error) (out outcome, err error) {
 	defer st.Cancel()
 	dec := s.cfg.Tokenizer.NewStreamDecoder(true)
 	stop := stopseq.New(j.stops)
-	var out outcome
+	var recs []tokenLogprob
+	defer func() { out.logprobs = recs }()
 	pass := func(text string) error {
 		if text == "" {
 			return nil
 		}
-		if err := onText(text); err != nil { // only writes to the client fail
+		r := recs
+		recs = nil
+		if err := onText(text, r); err != nil { // only writes to the client fail
 			s.metrics.canceled.Inc()
 			return errClientGone
 		}
@@ -144,6 +163,13 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText f
 		}
 		out.completion += len(ids)
 		for _, id := range ids {
+			if j.logprobs != nil {
+				r, ok := j.logprobs.take()
+				if !ok || r.id != id {
+					return out, fmt.Errorf("logprobs: no record for generated token %d", id)
+				}
+				recs = append(recs, r)
+			}
 			text, hit := stop.Add(dec.Add(id))
 			if err := pass(text); err != nil {
 				return out, err

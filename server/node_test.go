@@ -64,12 +64,13 @@ func TestOpenAINodeClient(t *testing.T) {
 	nodeClient(t)
 	_, ts := startTiny(t, 4, 1024, sched.Config{Budget: 64})
 	var summary struct {
-		Completion string `json:"completion"`
-		Aborted    int    `json:"aborted"`
+		Completion    string `json:"completion"`
+		Aborted       int    `json:"aborted"`
+		LogprobTokens int    `json:"logprob_tokens"`
 	}
 	runNode(t, "chat.mjs", ts.URL, "tiny", &summary)
 	want, _ := reference(t, tinyTokenizer(t).Encode("func main() {", true), 32)
-	if summary.Completion != want || summary.Aborted != 2 {
+	if summary.Completion != want || summary.Aborted != 2 || summary.LogprobTokens == 0 {
 		t.Errorf("node saw %+v; engine.Generate gives %q", summary, want)
 	}
 	m := metricsText(t, ts.URL)

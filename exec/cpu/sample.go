@@ -11,14 +11,22 @@ import (
 // SamplerConfig chooses how the next token is drawn from the logits. The
 // steps and their order are those of Hugging Face generate: repetition
 // penalty, then (when sampling) temperature, top-k, top-p, min-p, and a draw
-// from the softmax of what is left.
+// from the softmax of what is left. OpenAI's presence and frequency
+// penalties, which transformers lacks, come right after the repetition
+// penalty, as in vLLM.
 type SamplerConfig struct {
 	Temperature       float64 // <= 0: greedy (argmax, first maximum on ties)
 	TopK              int     // keep the k highest logits (ties with the k-th kept); 0: off
 	TopP              float64 // keep the smallest prefix of mass >= TopP; 0 or 1: off
 	MinP              float64 // drop tokens with p < MinP * max p; 0: off
 	RepetitionPenalty float64 // divide positive, multiply negative logits of seen tokens; 0 or 1: off
-	Seed              uint64  // the draws are a deterministic function of the seed
+	// PresencePenalty is subtracted once from the logit of every token
+	// generated so far, FrequencyPenalty once per occurrence (OpenAI's
+	// definitions; both 0: off). Generated means history after PromptLen.
+	PresencePenalty  float64
+	FrequencyPenalty float64
+	PromptLen        int    // the prompt's tokens at the start of every history
+	Seed             uint64 // the draws are a deterministic function of the seed
 }
 
 // Sampler draws tokens; it is not safe for concurrent use.
@@ -30,6 +38,7 @@ type Sampler struct {
 	stamp   uint32
 	kept    []int32
 	weights []float64
+	counts  []int32 // occurrences per token id in the generated tokens (zero between calls)
 }
 
 // NewSampler validates cfg and returns a sampler seeded with cfg.Seed.
@@ -45,6 +54,12 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		return nil, fmt.Errorf("sampler: min-p %g must be in [0, 1]", cfg.MinP)
 	case !(cfg.RepetitionPenalty >= 0) || math.IsInf(cfg.RepetitionPenalty, 0):
 		return nil, fmt.Errorf("sampler: repetition penalty %g must be positive and finite", cfg.RepetitionPenalty)
+	case !(math.Abs(cfg.PresencePenalty) <= 2):
+		return nil, fmt.Errorf("sampler: presence penalty %g must be in [-2, 2]", cfg.PresencePenalty)
+	case !(math.Abs(cfg.FrequencyPenalty) <= 2):
+		return nil, fmt.Errorf("sampler: frequency penalty %g must be in [-2, 2]", cfg.FrequencyPenalty)
+	case cfg.PromptLen < 0:
+		return nil, fmt.Errorf("sampler: prompt length %d must not be negative", cfg.PromptLen)
 	}
 	s := &Sampler{cfg: cfg}
 	s.Reseed(cfg.Seed)
@@ -70,6 +85,11 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	copy(sc, logits)
 	if p := float32(s.cfg.RepetitionPenalty); p != 0 && p != 1 {
 		if err := s.penalise(sc, history, p); err != nil {
+			return 0, err
+		}
+	}
+	if s.cfg.PresencePenalty != 0 || s.cfg.FrequencyPenalty != 0 {
+		if err := s.penaliseGenerated(sc, history); err != nil {
 			return 0, err
 		}
 	}
@@ -159,6 +179,33 @@ func (s *Sampler) penalise(sc []float32, history []int32, p float32) error {
 			sc[id] = x * p
 		} else {
 			sc[id] = x / p
+		}
+	}
+	return nil
+}
+
+// penaliseGenerated subtracts the presence and frequency penalties from the
+// logits of the tokens generated so far: history after the prompt.
+func (s *Sampler) penaliseGenerated(sc []float32, history []int32) error {
+	if s.cfg.PromptLen > len(history) {
+		return fmt.Errorf("sampler: the history has %d tokens, fewer than the prompt's %d", len(history), s.cfg.PromptLen)
+	}
+	gen := history[s.cfg.PromptLen:]
+	if len(s.counts) != len(sc) {
+		s.counts = make([]int32, len(sc))
+	}
+	for _, id := range gen {
+		if id < 0 || int(id) >= len(sc) {
+			clear(s.counts)
+			return fmt.Errorf("sampler: generated token %d is outside the vocabulary [0, %d)", id, len(sc))
+		}
+		s.counts[id]++
+	}
+	pres, freq := s.cfg.PresencePenalty, s.cfg.FrequencyPenalty
+	for _, id := range gen {
+		if c := s.counts[id]; c > 0 {
+			sc[id] -= float32(pres + freq*float64(c))
+			s.counts[id] = 0 // once per distinct id; leaves counts zero
 		}
 	}
 	return nil

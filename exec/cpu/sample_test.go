@@ -72,6 +72,44 @@ func TestSamplerGreedyAndPenalty(t *testing.T) {
 	}
 }
 
+func TestSamplerPresenceFrequency(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		logits     []float32
+		history    []int32
+		promptLen  int
+		pres, freq float64
+		want       []float32 // the penalised logits
+	}{
+		{"presence once per id", []float32{1, 2, 3}, []int32{1, 1, 2}, 0, 0.5, 0, []float32{1, 1.5, 2.5}},
+		{"frequency per occurrence", []float32{1, 2, 3}, []int32{1, 1, 2}, 0, 0, 0.25, []float32{1, 1.5, 2.75}},
+		{"both", []float32{1, 2, 3}, []int32{1, 1, 2}, 0, 1, 0.5, []float32{1, 0, 1.5}},
+		{"prompt not counted", []float32{1, 2, 3}, []int32{0, 0, 1, 2}, 2, 1, 1, []float32{1, 0, 1}},
+		{"negative rewards", []float32{1, 2, 3}, []int32{0}, 0, -2, 0, []float32{3, 2, 3}},
+		{"nothing generated", []float32{1, 2, 3}, []int32{0, 1}, 2, 2, 2, []float32{1, 2, 3}},
+	} {
+		s := mustSampler(t, SamplerConfig{PresencePenalty: tc.pres, FrequencyPenalty: tc.freq, PromptLen: tc.promptLen})
+		sc := slices.Clone(tc.logits)
+		if err := s.penaliseGenerated(sc, tc.history); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(sc, tc.want) {
+			t.Errorf("%s: penalised %v, want %v", tc.name, sc, tc.want)
+		}
+		if i := slices.IndexFunc(s.counts, func(c int32) bool { return c != 0 }); i >= 0 {
+			t.Errorf("%s: counts[%d] left %d", tc.name, i, s.counts[i])
+		}
+		// Sample applies them: greedy takes the argmax of the penalised logits.
+		got, err := s.Sample(tc.logits, tc.history)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int32(argmax(tc.want)); got != want {
+			t.Errorf("%s: sampled %d, want %d", tc.name, got, want)
+		}
+	}
+}
+
 func TestSamplerTopK1IsGreedy(t *testing.T) {
 	greedy := mustSampler(t, SamplerConfig{})
 	for seed := uint64(0); seed < 20; seed++ {
@@ -169,7 +207,8 @@ func TestSamplerDistributions(t *testing.T) {
 func TestSamplerErrors(t *testing.T) {
 	for _, cfg := range []SamplerConfig{
 		{Temperature: math.NaN()}, {TopK: -1}, {TopP: 1.5}, {TopP: -0.1}, {MinP: 2}, {RepetitionPenalty: -1},
-		{RepetitionPenalty: math.Inf(1)}, {Temperature: math.Inf(1)},
+		{RepetitionPenalty: math.Inf(1)}, {Temperature: math.Inf(1)}, {PresencePenalty: 2.5},
+		{FrequencyPenalty: -3}, {PresencePenalty: math.NaN()}, {FrequencyPenalty: math.NaN()}, {PromptLen: -1},
 	} {
 		if _, err := NewSampler(cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
@@ -181,6 +220,16 @@ func TestSamplerErrors(t *testing.T) {
 	}
 	if _, err := s.Sample([]float32{1, 2}, []int32{2}); err == nil {
 		t.Error("history id outside the vocabulary accepted")
+	}
+	g := mustSampler(t, SamplerConfig{FrequencyPenalty: 1, PromptLen: 1})
+	if _, err := g.Sample([]float32{1, 2}, []int32{0, 1, 2}); err == nil {
+		t.Error("generated id outside the vocabulary accepted")
+	}
+	if sc := []float32{1, 2}; g.penaliseGenerated(sc, []int32{1, 1}) != nil || sc[1] != 1 {
+		t.Errorf("after the error, one generated 1 penalised to %v, want [1 1]", sc)
+	}
+	if _, err := g.Sample([]float32{1, 2}, nil); err == nil {
+		t.Error("history shorter than the prompt accepted")
 	}
 	if _, err := s.Sample([]float32{1, float32(math.NaN())}, nil); err == nil {
 		t.Error("NaN logit accepted")

@@ -89,7 +89,26 @@ async function main() {
     check(got.reasoning === want.reasoning && got.content === want.content && got.finish === want.finish, `load: request ${i}`, { got, want });
   });
 
-  return { completion: comp.choices[0].text, chat_reasoning: msg.reasoning_content, aborted };
+  // Logprobs in the client's types: chat (whole and streamed) and
+  // completions; penalties accepted.
+  const lp = await openai.chat.completions.create(ask("Write a Go function", { logprobs: true, top_logprobs: 3, presence_penalty: 0.5, frequency_penalty: 0.5 }));
+  const content = lp.choices[0].logprobs?.content ?? [];
+  check(content.length === lp.usage.completion_tokens, "chat logprobs per token", { n: content.length, usage: lp.usage });
+  for (const e of content) {
+    check(typeof e.token === "string" && e.logprob <= 0 && Array.isArray(e.bytes) && e.top_logprobs.length === 3, "chat logprob entry", e);
+    check(e.top_logprobs[0].logprob >= e.logprob, "top_logprobs order", e);
+  }
+  let streamedLp = 0;
+  for await (const chunk of await openai.chat.completions.create(ask("Write a Go function", { stream: true, logprobs: true }))) {
+    streamedLp += chunk.choices[0]?.logprobs?.content?.length ?? 0;
+  }
+  const plainLp = await openai.chat.completions.create(ask("Write a Go function", { logprobs: true }));
+  check(streamedLp === plainLp.usage.completion_tokens, "streamed chat logprobs", { streamedLp, usage: plainLp.usage });
+  const compLp = await openai.completions.create({ model, prompt, max_tokens: 32, temperature: 0, logprobs: 2 });
+  const l = compLp.choices[0].logprobs;
+  check(l.tokens.join("") === comp.choices[0].text && l.token_logprobs.length === 32 && l.top_logprobs.every((t) => Object.keys(t).length >= 1), "completion logprobs", l);
+
+  return { completion: comp.choices[0].text, chat_reasoning: msg.reasoning_content, aborted, logprob_tokens: content.length };
 }
 
 run(main);

@@ -1,0 +1,271 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+	"unicode/utf8"
+
+	"lagc/engine"
+	"lagc/tokenizer"
+)
+
+// maxTopLogprobs bounds top_logprobs (chat) and logprobs (completions), as
+// OpenAI's chat API and vLLM do.
+const maxTopLogprobs = 20
+
+// minLogprob stands for a log-probability of -Inf, which JSON cannot hold
+// (OpenAI's API uses the same value).
+const minLogprob = -9999.0
+
+// tokenLogprob is a generated token's log-probability under the model's
+// distribution (the log-softmax of its logits, before any penalty or
+// temperature) with the most likely tokens at that step, best first.
+type tokenLogprob struct {
+	id      int32
+	logprob float64
+	top     []idLogprob
+}
+
+type idLogprob struct {
+	id      int32
+	logprob float64
+}
+
+// logprobSampler wraps a request's sampler and records every drawn token's
+// log-probability. The scheduler's goroutine samples; the handler takes the
+// records as the tokens reach it: a token is pushed to its stream only after
+// it was sampled, so its record is there first.
+type logprobSampler struct {
+	inner engine.Sampler
+	top   int // alternatives recorded per token
+
+	mu   sync.Mutex
+	recs []tokenLogprob
+}
+
+func (l *logprobSampler) Greedy() bool { return l.inner.Greedy() }
+
+func (l *logprobSampler) Sample(logits []float32, history []int32) (int32, error) {
+	id, err := l.inner.Sample(logits, history)
+	if err != nil {
+		return id, err
+	}
+	if id < 0 || int(id) >= len(logits) {
+		return id, fmt.Errorf("sampled token %d is outside the vocabulary [0, %d)", id, len(logits))
+	}
+	lse, err := logSumExp(logits)
+	if err != nil {
+		return id, err
+	}
+	rec := tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: topLogprobs(logits, l.top, lse)}
+	l.mu.Lock()
+	l.recs = append(l.recs, rec)
+	l.mu.Unlock()
+	return id, nil
+}
+
+// take returns the oldest record not taken yet; ok is false if there is
+// none (which the order of sampling and pushing rules out).
+func (l *logprobSampler) take() (tokenLogprob, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recs) == 0 {
+		return tokenLogprob{}, false
+	}
+	r := l.recs[0]
+	l.recs = l.recs[1:]
+	return r, true
+}
+
+// logSumExp is log(sum(exp(logits))) in float64. A NaN or +Inf logit, or
+// every logit -Inf, has no distribution to report.
+func logSumExp(logits []float32) (float64, error) {
+	m := math.Inf(-1)
+	for i, x := range logits {
+		switch {
+		case x != x:
+			return 0, fmt.Errorf("logprobs: logit %d is NaN", i)
+		case math.IsInf(float64(x), 1):
+			return 0, fmt.Errorf("logprobs: logit %d is +Inf", i)
+		}
+		m = max(m, float64(x))
+	}
+	if math.IsInf(m, -1) {
+		return 0, fmt.Errorf("logprobs: every logit is -Inf")
+	}
+	s := 0.0
+	for _, x := range logits {
+		s += math.Exp(float64(x) - m)
+	}
+	return m + math.Log(s), nil
+}
+
+// topLogprobs returns the n most likely tokens, best first (ties: lower id
+// first), by insertion into a short sorted list: n is at most 20.
+func topLogprobs(logits []float32, n int, lse float64) []idLogprob {
+	n = min(n, len(logits))
+	if n <= 0 {
+		return nil
+	}
+	best := make([]int32, 0, n)
+	for i, x := range logits {
+		if len(best) == n && x <= logits[best[n-1]] {
+			continue
+		}
+		j := len(best)
+		if j < n {
+			best = append(best, 0)
+		} else {
+			j--
+		}
+		for j > 0 && x > logits[best[j-1]] {
+			best[j] = best[j-1]
+			j--
+		}
+		best[j] = int32(i)
+	}
+	out := make([]idLogprob, len(best))
+	for k, id := range best {
+		out[k] = idLogprob{id, float64(logits[id]) - lse}
+	}
+	return out
+}
+
+// jsonLogprob is lp as JSON can hold it.
+func jsonLogprob(lp float64) float64 {
+	if lp < minLogprob || math.IsInf(lp, -1) {
+		return minLogprob
+	}
+	return lp
+}
+
+// tokenText is a token's text: its bytes as a string, invalid UTF-8 (part
+// of a character) as U+FFFD, as JSON would write them anyway.
+func tokenText(tok *tokenizer.Tokenizer, id int32) string {
+	return string(bytes.ToValidUTF8(tok.TokenBytes(id), []byte(string(utf8.RuneError))))
+}
+
+// tokenByteList is a token's bytes as a JSON array of numbers (OpenAI's
+// "bytes"; a []byte would marshal to base64).
+func tokenByteList(tok *tokenizer.Tokenizer, id int32) []int {
+	b := tok.TokenBytes(id)
+	out := make([]int, len(b))
+	for i, c := range b {
+		out[i] = int(c)
+	}
+	return out
+}
+
+// completionLogprobs is a completion choice's "logprobs" (OpenAI's legacy
+// shape). Each top_logprobs object holds the chosen token with the
+// alternatives, keyed by token text.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// completionLogprobsOf puts recs in the legacy shape; offset is the length
+// in characters of the text before the first of them (text_offset counts
+// each token's own text).
+func completionLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob, offset int) *completionLogprobs {
+	c := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, r := range recs {
+		text := tokenText(tok, r.id)
+		c.Tokens = append(c.Tokens, text)
+		c.TokenLogprobs = append(c.TokenLogprobs, jsonLogprob(r.logprob))
+		top := map[string]float64{text: jsonLogprob(r.logprob)}
+		for _, a := range r.top {
+			if t := tokenText(tok, a.id); a.id != r.id {
+				if _, dup := top[t]; !dup {
+					top[t] = jsonLogprob(a.logprob)
+				}
+			}
+		}
+		c.TopLogprobs = append(c.TopLogprobs, top)
+		c.TextOffset = append(c.TextOffset, offset)
+		offset += utf8.RuneCountInString(text)
+	}
+	return c
+}
+
+// chatLogprobs is a chat choice's "logprobs".
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"`
+}
+
+type chatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+func chatLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob) *chatLogprobs {
+	c := &chatLogprobs{Content: []chatTokenLogprob{}}
+	for _, r := range recs {
+		e := chatTokenLogprob{Token: tokenText(tok, r.id), Logprob: jsonLogprob(r.logprob), Bytes: tokenByteList(tok, r.id),
+			TopLogprobs: []chatTopLogprob{}}
+		for _, a := range r.top {
+			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tokenText(tok, a.id), Logprob: jsonLogprob(a.logprob), Bytes: tokenByteList(tok, a.id)})
+		}
+		c.Content = append(c.Content, e)
+	}
+	return c
+}
+
+// completionLogprobsParam reads /v1/completions' "logprobs": null or absent
+// (off, as are false and 0 for clients that send those), or the number of
+// alternatives to return with each token. It returns -1 for off.
+func completionLogprobsParam(raw json.RawMessage) (int, error) {
+	raw = bytes.TrimSpace(raw)
+	switch string(raw) {
+	case "", "null", "false":
+		return -1, nil
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, fmt.Errorf("logprobs must be an integer in [0, %d], got %s", maxTopLogprobs, raw)
+	}
+	if n < 0 || n > maxTopLogprobs {
+		return 0, fmt.Errorf("logprobs must be in [0, %d], got %d", maxTopLogprobs, n)
+	}
+	return n, nil
+}
+
+// chatLogprobsParam reads /v1/chat/completions' "logprobs" (a boolean) and
+// "top_logprobs"; it returns -1 for off.
+func chatLogprobsParam(raw json.RawMessage, top *int) (n int, param string, err error) {
+	on := false
+	switch r := string(bytes.TrimSpace(raw)); r {
+	case "", "null", "false", "0":
+	case "true":
+		on = true
+	default:
+		return 0, "logprobs", fmt.Errorf("logprobs must be true or false, got %s", r)
+	}
+	if top != nil && (*top < 0 || *top > maxTopLogprobs) {
+		return 0, "top_logprobs", fmt.Errorf("top_logprobs must be in [0, %d], got %d", maxTopLogprobs, *top)
+	}
+	if !on {
+		if top != nil && *top > 0 {
+			return 0, "top_logprobs", fmt.Errorf("top_logprobs needs logprobs: true")
+		}
+		return -1, "", nil
+	}
+	if top == nil {
+		return 0, "", nil
+	}
+	return *top, "", nil
+}
