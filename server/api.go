@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -100,8 +101,8 @@ func (p *samplingParams) check() (param string, err error) {
 	if p.BestOf != nil && *p.BestOf != 1 {
 		return "best_of", fmt.Errorf("best_of must be 1, got %d", *p.BestOf)
 	}
-	if len(p.LogitBias) > 0 {
-		return "logit_bias", fmt.Errorf("logit_bias is not supported")
+	if _, err := p.logitBias(); err != nil {
+		return "logit_bias", err
 	}
 	if p.Echo {
 		return "echo", fmt.Errorf("echo is not supported")
@@ -118,6 +119,34 @@ func (p *samplingParams) check() (param string, err error) {
 		}
 	}
 	return "", nil
+}
+
+// maxLogitBias bounds logit_bias's entries (OpenAI states no bound; each
+// costs the sampler an add a step).
+const maxLogitBias = 1024
+
+// logitBias reads logit_bias: token ids (as strings, JSON object keys) to
+// biases in [-100, 100]. The ids are checked against the vocabulary later.
+func (p *samplingParams) logitBias() (map[int32]float64, error) {
+	if len(p.LogitBias) == 0 {
+		return nil, nil
+	}
+	if len(p.LogitBias) > maxLogitBias {
+		return nil, fmt.Errorf("logit_bias has %d entries; at most %d", len(p.LogitBias), maxLogitBias)
+	}
+	out := make(map[int32]float64, len(p.LogitBias))
+	for k, v := range p.LogitBias {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 {
+			return nil, fmt.Errorf("logit_bias: key %q is not a token id", k)
+		}
+		b, ok := v.(float64)
+		if !ok || !(b >= -100 && b <= 100) {
+			return nil, fmt.Errorf("logit_bias[%q]: expected a number in [-100, 100], got %v", k, v)
+		}
+		out[int32(id)] = b
+	}
+	return out, nil
 }
 
 func (p *samplingParams) maxTokens() *int {

@@ -49,8 +49,14 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 		}
 		j.maxTokens = *n
 	}
+	bias, _ := p.logitBias() // checked above
+	for id := range bias {
+		if int(id) >= s.vocab {
+			return nil, badRequest("logit_bias", "logit_bias: token %d is outside the vocabulary [0, %d)", id, s.vocab)
+		}
+	}
 	var err error
-	if j.sampler, err = newSampler(p, len(prompt), logprobs >= 0); err != nil {
+	if j.sampler, err = newSampler(p, len(prompt), bias, logprobs >= 0); err != nil {
 		return nil, badRequest("", "%v", err)
 	}
 	if logprobs >= 0 {
@@ -65,11 +71,11 @@ func contextError(param, msg string) *httpError {
 }
 
 // newSampler returns the request's sampler: nil (the backend's argmax) for
-// temperature 0 without a penalty, unless the logits are needed anyway
-// (for logprobs). The temperature defaults to 1, as in OpenAI's API;
-// without a seed the draws are seeded from the clock.
-func newSampler(p *samplingParams, promptLen int, needLogits bool) (engine.Sampler, error) {
-	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1, PromptLen: promptLen}
+// temperature 0 without a penalty or a bias, unless the logits are needed
+// anyway (for logprobs). The temperature defaults to 1, as in OpenAI's
+// API; without a seed the draws are seeded from the clock.
+func newSampler(p *samplingParams, promptLen int, bias map[int32]float64, needLogits bool) (engine.Sampler, error) {
+	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1, PromptLen: promptLen, LogitBias: bias}
 	if p.Temperature != nil {
 		cfg.Temperature = *p.Temperature
 	}
@@ -91,7 +97,7 @@ func newSampler(p *samplingParams, promptLen int, needLogits bool) (engine.Sampl
 	if p.FrequencyPenalty != nil {
 		cfg.FrequencyPenalty = *p.FrequencyPenalty
 	}
-	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 && cfg.PresencePenalty == 0 && cfg.FrequencyPenalty == 0 && !needLogits {
+	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 && cfg.PresencePenalty == 0 && cfg.FrequencyPenalty == 0 && len(bias) == 0 && !needLogits {
 		return nil, nil
 	}
 	if p.Seed != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -406,5 +407,39 @@ func TestLogprobsAtTheEnd(t *testing.T) {
 	}
 	if !slices.Equal(got, toks) {
 		t.Errorf("streamed tokens %q, whole %q", got, toks)
+	}
+}
+
+// TestLogitBias: -100 bans the greedy token (which logprobs, taken before
+// the bias, still rank first), 100 forces a token at every step.
+func TestLogitBias(t *testing.T) {
+	_, ts := startTiny(t, 1, 256, sched.Config{})
+	tok := tinyTokenizer(t)
+	body := map[string]any{"prompt": "func main() {", "max_tokens": 8, "temperature": 0, "logprobs": 1}
+	var plain, banned, forced completionResponse
+	post(t, ts.URL+"/v1/completions", body, &plain)
+	first := plain.Choices[0].Logprobs.Tokens[0]
+	id, ok := int32(0), false
+	for i := int32(0); i < int32(tok.VocabSize()); i++ {
+		if tokenText(tok, i) == first {
+			id, ok = i, true
+			break
+		}
+	}
+	if !ok {
+		t.Fatalf("no id for %q", first)
+	}
+	body["logit_bias"] = map[string]any{fmt.Sprint(id): -100}
+	post(t, ts.URL+"/v1/completions", body, &banned)
+	lp := banned.Choices[0].Logprobs
+	if lp.Tokens[0] == first || lp.TopLogprobs[0][first] <= lp.TokenLogprobs[0] {
+		t.Errorf("banned %q (id %d): first token %q, top %v", first, id, lp.Tokens[0], lp.TopLogprobs[0])
+	}
+	x, _ := tok.ID("x")
+	body["logit_bias"] = map[string]any{fmt.Sprint(x): 100}
+	delete(body, "logprobs") // the bias alone must bring in a sampler
+	post(t, ts.URL+"/v1/completions", body, &forced)
+	if got := forced.Choices[0].Text; got != strings.Repeat("x", 8) {
+		t.Errorf("forced %q (id %d): %q", "x", x, got)
 	}
 }

@@ -48,6 +48,7 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	created int64
+	vocab   int // the logits' length
 }
 
 // New starts a server's scheduler over b for a model of the given
@@ -65,7 +66,7 @@ func New(b engine.Batcher, vocab int, cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
-	s := &Server{cfg: cfg, batch: b, created: time.Now().Unix()}
+	s := &Server{cfg: cfg, batch: b, created: time.Now().Unix(), vocab: vocab}
 	s.metrics = newMetrics(b.Slots())
 	sc := cfg.Sched
 	sc.Vocab = vocab

@@ -8,8 +8,9 @@ import (
 	"slices"
 )
 
-// SamplerConfig chooses how the next token is drawn from the logits. The
-// steps and their order are those of Hugging Face generate: repetition
+// SamplerConfig chooses how the next token is drawn from the logits. A
+// logit bias is added first; the other steps and their order are those of
+// Hugging Face generate: repetition
 // penalty, then (when sampling) temperature, top-k, top-p, min-p, and a draw
 // from the softmax of what is left. OpenAI's presence and frequency
 // penalties, which transformers lacks, come right after the repetition
@@ -27,6 +28,9 @@ type SamplerConfig struct {
 	FrequencyPenalty float64
 	PromptLen        int    // the prompt's tokens at the start of every history
 	Seed             uint64 // the draws are a deterministic function of the seed
+	// LogitBias is added to the logits of its token ids (OpenAI's
+	// logit_bias: -100 bans a token, 100 forces it).
+	LogitBias map[int32]float64
 }
 
 // Sampler draws tokens; it is not safe for concurrent use.
@@ -39,6 +43,8 @@ type Sampler struct {
 	kept    []int32
 	weights []float64
 	counts  []int32 // occurrences per token id in the generated tokens (zero between calls)
+	biasIDs []int32 // LogitBias, sorted by id
+	biasAdd []float32
 }
 
 // NewSampler validates cfg and returns a sampler seeded with cfg.Seed.
@@ -62,6 +68,16 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		return nil, fmt.Errorf("sampler: prompt length %d must not be negative", cfg.PromptLen)
 	}
 	s := &Sampler{cfg: cfg}
+	for id, b := range cfg.LogitBias {
+		if id < 0 || !(math.Abs(b) <= 100) {
+			return nil, fmt.Errorf("sampler: logit bias %g for token %d: ids must not be negative, biases must be in [-100, 100]", b, id)
+		}
+		s.biasIDs = append(s.biasIDs, id)
+	}
+	slices.Sort(s.biasIDs)
+	for _, id := range s.biasIDs {
+		s.biasAdd = append(s.biasAdd, float32(cfg.LogitBias[id]))
+	}
 	s.Reseed(cfg.Seed)
 	return s, nil
 }
@@ -83,6 +99,12 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	}
 	sc := grow(&s.scores, V)
 	copy(sc, logits)
+	for i, id := range s.biasIDs {
+		if int(id) >= V {
+			return 0, fmt.Errorf("sampler: logit bias for token %d outside the vocabulary [0, %d)", id, V)
+		}
+		sc[id] += s.biasAdd[i]
+	}
 	if p := float32(s.cfg.RepetitionPenalty); p != 0 && p != 1 {
 		if err := s.penalise(sc, history, p); err != nil {
 			return 0, err

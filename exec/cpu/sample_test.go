@@ -110,6 +110,40 @@ func TestSamplerPresenceFrequency(t *testing.T) {
 	}
 }
 
+func TestSamplerLogitBias(t *testing.T) {
+	l := []float32{1, 5, 3}
+	for _, tc := range []struct {
+		name string
+		bias map[int32]float64
+		temp float64
+		want int32
+	}{
+		{"none", nil, 0, 1},
+		{"ban the best", map[int32]float64{1: -100}, 0, 2},
+		{"force the worst", map[int32]float64{0: 100}, 0, 0},
+		{"small nudge", map[int32]float64{2: 2.5}, 0, 2},
+		{"ban, sampling", map[int32]float64{1: -100, 2: -100}, 1, 0},
+	} {
+		s := mustSampler(t, SamplerConfig{LogitBias: tc.bias, Temperature: tc.temp})
+		for range 20 {
+			got, err := s.Sample(l, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("%s: sampled %d, want %d", tc.name, got, tc.want)
+			}
+		}
+	}
+	if l[1] != 5 {
+		t.Errorf("the caller's logits changed: %v", l)
+	}
+	s := mustSampler(t, SamplerConfig{LogitBias: map[int32]float64{3: 1}})
+	if _, err := s.Sample(l, nil); err == nil {
+		t.Error("a bias outside the vocabulary accepted")
+	}
+}
+
 func TestSamplerTopK1IsGreedy(t *testing.T) {
 	greedy := mustSampler(t, SamplerConfig{})
 	for seed := uint64(0); seed < 20; seed++ {
@@ -209,6 +243,7 @@ func TestSamplerErrors(t *testing.T) {
 		{Temperature: math.NaN()}, {TopK: -1}, {TopP: 1.5}, {TopP: -0.1}, {MinP: 2}, {RepetitionPenalty: -1},
 		{RepetitionPenalty: math.Inf(1)}, {Temperature: math.Inf(1)}, {PresencePenalty: 2.5},
 		{FrequencyPenalty: -3}, {PresencePenalty: math.NaN()}, {FrequencyPenalty: math.NaN()}, {PromptLen: -1},
+		{LogitBias: map[int32]float64{0: 101}}, {LogitBias: map[int32]float64{0: math.NaN()}}, {LogitBias: map[int32]float64{-1: 1}},
 	} {
 		if _, err := NewSampler(cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
