@@ -63,6 +63,10 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 
 const maxStops = 16
 
+// maxChoices bounds n (OpenAI's own bound); the server's slots and queue
+// may bound it further.
+const maxChoices = 128
+
 // check validates the fields lagc supports and refuses the others; it
 // returns the parameter at fault with the error.
 func (p *samplingParams) check() (param string, err error) {
@@ -95,11 +99,15 @@ func (p *samplingParams) check() (param string, err error) {
 	if n := p.maxTokens(); n != nil && *n < 1 {
 		return "max_tokens", fmt.Errorf("max_tokens must be at least 1, got %d", *n)
 	}
-	if p.N != nil && *p.N != 1 {
-		return "n", fmt.Errorf("n must be 1: lagc returns one choice per request, got %d", *p.N)
+	n := 1
+	if p.N != nil {
+		n = *p.N
 	}
-	if p.BestOf != nil && *p.BestOf != 1 {
-		return "best_of", fmt.Errorf("best_of must be 1, got %d", *p.BestOf)
+	if n < 1 || n > maxChoices {
+		return "n", fmt.Errorf("n must be in [1, %d], got %d", maxChoices, n)
+	}
+	if p.BestOf != nil && *p.BestOf != n {
+		return "best_of", fmt.Errorf("best_of must equal n (%d): lagc returns every choice it generates, got %d", n, *p.BestOf)
 	}
 	if _, err := p.logitBias(); err != nil {
 		return "logit_bias", err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -30,119 +31,146 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	st, err := s.start(r.Context(), cj.job)
+	sts, err := s.start(r.Context(), cj.job)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	n := len(sts)
 	id, created := newID("chatcmpl-"), time.Now().Unix()
-	parser := newReplyParser(cj.inReasoning, cj.parseCalls, cj.schemas)
-	resp := func(choice chatChoice, u *usage) chatResponse {
+	resp := func(choice chatChoice) chatResponse {
 		obj := "chat.completion"
 		if req.Stream {
 			obj = "chat.completion.chunk"
 		}
-		return chatResponse{ID: id, Object: obj, Created: created, Model: s.cfg.Name, Choices: []chatChoice{choice}, Usage: u}
+		return chatResponse{ID: id, Object: obj, Created: created, Model: s.cfg.Name, Choices: []chatChoice{choice}}
 	}
-	calls := 0
-	toCalls := func(pc []parsedCall) []toolCall {
+	// Each choice parses its own reply and numbers its own tool calls.
+	type choiceState struct {
+		parser *replyParser
+		calls  int
+		recs   []tokenLogprob // with logprobs: read, not yet sent
+	}
+	states := make([]choiceState, n)
+	for c := range states {
+		states[c].parser = newReplyParser(cj.inReasoning, cj.parseCalls, cj.schemas)
+	}
+	toCalls := func(c int, pc []parsedCall) []toolCall {
 		var out []toolCall
-		for _, c := range pc {
+		for _, p := range pc {
 			tc := toolCall{ID: newID("call_"), Type: "function"}
-			tc.Function.Name, tc.Function.Arguments = c.Name, c.Arguments
+			tc.Function.Name, tc.Function.Arguments = p.Name, p.Arguments
 			if req.Stream {
-				tc.Index = ptr(calls)
+				tc.Index = ptr(states[c].calls)
 			}
-			calls++
+			states[c].calls++
 			out = append(out, tc)
 		}
 		return out
 	}
-	finishOf := func(o outcome) string {
-		if calls > 0 && o.finish == "stop" {
+	finishOf := func(c int, o outcome) string {
+		if states[c].calls > 0 && o.finish == "stop" {
 			return "tool_calls"
 		}
 		return o.finish
 	}
+	outs := make([]outcome, n)
 
 	if !req.Stream {
-		var reasoning, content strings.Builder
-		var tcs []toolCall
-		add := func(d replyDelta) {
-			reasoning.WriteString(d.Reasoning)
-			content.WriteString(d.Content)
-			tcs = append(tcs, toCalls(d.Calls)...)
+		reasoning, content := make([]strings.Builder, n), make([]strings.Builder, n)
+		tcs := make([][]toolCall, n)
+		add := func(c int, d replyDelta) {
+			reasoning[c].WriteString(d.Reasoning)
+			content[c].WriteString(d.Content)
+			tcs[c] = append(tcs[c], toCalls(c, d.Calls)...)
 		}
-		var recs []tokenLogprob
-		o, err := s.consume(r.Context(), st, cj.job, func(text string, lp []tokenLogprob) error {
-			add(parser.Add(text))
-			recs = append(recs, lp...)
-			return nil
+		err := eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
+			var err error
+			outs[c], err = s.consume(ctx, sts[c], cj.job, c, func(text string, lp []tokenLogprob) error {
+				add(c, states[c].parser.Add(text))
+				states[c].recs = append(states[c].recs, lp...)
+				return nil
+			})
+			return err
 		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		add(parser.Finish())
-		msg := &replyMsg{Role: "assistant", ToolCalls: tcs}
-		if content.Len() > 0 || len(tcs) == 0 {
-			msg.Content = ptr(content.String())
+		whole := resp(chatChoice{})
+		whole.Choices, whole.Usage = nil, usageOf(cj.job, outs)
+		for c := range n {
+			add(c, states[c].parser.Finish())
+			msg := &replyMsg{Role: "assistant", ToolCalls: tcs[c]}
+			if content[c].Len() > 0 || len(tcs[c]) == 0 {
+				msg.Content = ptr(content[c].String())
+			}
+			if reasoning[c].Len() > 0 {
+				msg.ReasoningContent = ptr(reasoning[c].String())
+			}
+			ch := chatChoice{Index: c, Message: msg, FinishReason: ptr(finishOf(c, outs[c]))}
+			if cj.logprobs {
+				ch.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, append(states[c].recs, outs[c].logprobs...))
+			}
+			whole.Choices = append(whole.Choices, ch)
 		}
-		if reasoning.Len() > 0 {
-			msg.ReasoningContent = ptr(reasoning.String())
-		}
-		c := chatChoice{Message: msg, FinishReason: ptr(finishOf(o))}
-		if cj.logprobs != nil {
-			c.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, append(recs, o.logprobs...))
-		}
-		writeJSON(w, http.StatusOK, resp(c, usageOf(cj.job, o)))
+		writeJSON(w, http.StatusOK, whole)
 		return
 	}
 
 	ev := startSSE(w)
-	// With logprobs, the records of the tokens read so far go with the next
-	// chunk sent (the parser may hold text back, as around a tag).
-	var recs []tokenLogprob
-	withLogprobs := func(c chatChoice) chatChoice {
-		if cj.logprobs != nil {
-			c.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, recs)
-			recs = nil
+	// With logprobs, the records of the tokens read so far go with the
+	// choice's next chunk (the parser may hold text back, as around a tag).
+	chunk := func(c int, ch chatChoice) chatResponse {
+		ch.Index = c
+		if cj.logprobs {
+			ch.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, states[c].recs)
+			states[c].recs = nil
 		}
-		return c
+		return resp(ch)
 	}
-	send := func(d replyDelta) error {
+	send := func(c int, d replyDelta) error {
 		if d.Reasoning != "" {
-			if err := ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{ReasoningContent: ptr(d.Reasoning)}}), nil)); err != nil {
+			if err := ev.send(chunk(c, chatChoice{Delta: &replyMsg{ReasoningContent: ptr(d.Reasoning)}})); err != nil {
 				return err
 			}
 		}
 		if d.Content != "" {
-			if err := ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{Content: ptr(d.Content)}}), nil)); err != nil {
+			if err := ev.send(chunk(c, chatChoice{Delta: &replyMsg{Content: ptr(d.Content)}})); err != nil {
 				return err
 			}
 		}
 		if len(d.Calls) > 0 {
-			return ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{ToolCalls: toCalls(d.Calls)}}), nil))
+			return ev.send(chunk(c, chatChoice{Delta: &replyMsg{ToolCalls: toCalls(c, d.Calls)}}))
 		}
 		return nil
 	}
-	if err := ev.send(resp(chatChoice{Delta: &replyMsg{Role: "assistant", Content: ptr("")}}, nil)); err != nil {
-		return
+	for c := range n {
+		if err := ev.send(resp(chatChoice{Index: c, Delta: &replyMsg{Role: "assistant", Content: ptr("")}})); err != nil {
+			for _, st := range sts {
+				st.Cancel()
+			}
+			return
+		}
 	}
-	o, err := s.consume(r.Context(), st, cj.job, func(text string, lp []tokenLogprob) error {
-		recs = append(recs, lp...)
-		return send(parser.Add(text))
+	err = eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
+		o, err := s.consume(ctx, sts[c], cj.job, c, func(text string, lp []tokenLogprob) error {
+			states[c].recs = append(states[c].recs, lp...)
+			return send(c, states[c].parser.Add(text))
+		})
+		outs[c] = o
+		states[c].recs = append(states[c].recs, o.logprobs...)
+		if err == nil {
+			err = send(c, states[c].parser.Finish())
+		}
+		if err == nil {
+			err = ev.send(chunk(c, chatChoice{Delta: &replyMsg{}, FinishReason: ptr(finishOf(c, o))}))
+		}
+		return err
 	})
-	recs = append(recs, o.logprobs...)
-	if err == nil {
-		err = send(parser.Finish())
-	}
-	if err == nil {
-		err = ev.send(resp(withLogprobs(chatChoice{Delta: &replyMsg{}, FinishReason: ptr(finishOf(o))}), nil))
-	}
 	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		u := resp(chatChoice{}, usageOf(cj.job, o))
-		u.Choices = []chatChoice{}
+		u := resp(chatChoice{})
+		u.Choices, u.Usage = []chatChoice{}, usageOf(cj.job, outs)
 		err = ev.send(u)
 	}
 	ev.end(err)

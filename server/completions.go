@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -29,48 +30,61 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	st, err := s.start(r.Context(), j)
+	sts, err := s.start(r.Context(), j)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	n := len(sts)
 	id, created := newID("cmpl-"), time.Now().Unix()
-	offset := 0 // text_offset of the next token
-	resp := func(text string, recs []tokenLogprob, finish *string, u *usage) completionResponse {
-		c := completionChoice{Text: text, FinishReason: finish}
-		if j.logprobs != nil {
-			c.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offset)
-			if n := len(c.Logprobs.TextOffset); n > 0 {
-				offset = c.Logprobs.TextOffset[n-1] + utf8.RuneCountInString(c.Logprobs.Tokens[n-1])
+	offsets := make([]int, n) // each choice's text_offset of its next token
+	resp := func(c int, text string, recs []tokenLogprob, finish *string) completionResponse {
+		ch := completionChoice{Index: c, Text: text, FinishReason: finish}
+		if j.logprobs {
+			ch.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offsets[c])
+			if k := len(ch.Logprobs.TextOffset); k > 0 {
+				offsets[c] = ch.Logprobs.TextOffset[k-1] + utf8.RuneCountInString(ch.Logprobs.Tokens[k-1])
 			}
 		}
 		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name,
-			Choices: []completionChoice{c}, Usage: u}
+			Choices: []completionChoice{ch}}
 	}
+	outs := make([]outcome, n)
 	if !req.Stream {
-		var text strings.Builder
-		var recs []tokenLogprob
-		o, err := s.consume(r.Context(), st, j, func(t string, lp []tokenLogprob) error {
-			text.WriteString(t)
-			recs = append(recs, lp...)
-			return nil
+		texts := make([]strings.Builder, n)
+		recs := make([][]tokenLogprob, n)
+		err := eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
+			var err error
+			outs[c], err = s.consume(ctx, sts[c], j, c, func(t string, lp []tokenLogprob) error {
+				texts[c].WriteString(t)
+				recs[c] = append(recs[c], lp...)
+				return nil
+			})
+			return err
 		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp(text.String(), append(recs, o.logprobs...), ptr(o.finish), usageOf(j, o)))
+		whole := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name, Usage: usageOf(j, outs)}
+		for c := range n {
+			whole.Choices = append(whole.Choices, resp(c, texts[c].String(), append(recs[c], outs[c].logprobs...), ptr(outs[c].finish)).Choices...)
+		}
+		writeJSON(w, http.StatusOK, whole)
 		return
 	}
 	ev := startSSE(w)
-	o, err := s.consume(r.Context(), st, j, func(t string, lp []tokenLogprob) error { return ev.send(resp(t, lp, nil, nil)) })
-	if err == nil {
-		err = ev.send(resp("", o.logprobs, ptr(o.finish), nil))
-	}
+	err = eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
+		o, err := s.consume(ctx, sts[c], j, c, func(t string, lp []tokenLogprob) error { return ev.send(resp(c, t, lp, nil)) })
+		outs[c] = o
+		if err == nil {
+			err = ev.send(resp(c, "", o.logprobs, ptr(o.finish)))
+		}
+		return err
+	})
 	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		u := resp("", nil, nil, usageOf(j, o))
-		u.Choices = []completionChoice{}
-		err = ev.send(u)
+		err = ev.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name,
+			Choices: []completionChoice{}, Usage: usageOf(j, outs)})
 	}
 	ev.end(err)
 }

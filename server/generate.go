@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"lagc/internal/stopseq"
 	"net/http"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"lagc/engine"
 	"lagc/exec/cpu"
@@ -15,13 +18,19 @@ import (
 )
 
 // job is a validated generation: what the scheduler runs and what the
-// server does with its text.
+// server does with its text. Its choices (OpenAI's n) are sequences of
+// their own, each with its own sampler.
 type job struct {
 	prompt    []int32
 	maxTokens int
-	sampler   engine.Sampler
-	logprobs  *logprobSampler // nil: no logprobs asked for
 	stops     []string
+	choices   []choiceJob
+	logprobs  bool // each choice has a logprobSampler
+}
+
+type choiceJob struct {
+	sampler  engine.Sampler
+	logprobs *logprobSampler // nil: no logprobs asked for
 }
 
 // newJob checks p against the prompt and the context and builds the job;
@@ -41,7 +50,18 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 	if room <= 0 {
 		return nil, contextError(promptParam, fmt.Sprintf("This model's maximum context length is %d tokens; the prompt has %d tokens, leaving no room for a completion.", ctx, len(prompt)))
 	}
-	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop}
+	n := 1
+	if p.N != nil {
+		n = *p.N
+	}
+	slots, queue := s.batch.Slots(), s.cfg.Sched.MaxQueue
+	if queue == 0 {
+		queue = 4 * slots // sched.Config's default
+	}
+	if n > slots+queue {
+		return nil, badRequest("n", "n is %d; this server holds at most %d (%d running at once, %d queued)", n, slots+queue, slots, queue)
+	}
+	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), logprobs: logprobs >= 0}
 	if n := p.maxTokens(); n != nil {
 		if *n > room {
 			return nil, contextError("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion).",
@@ -55,13 +75,20 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 			return nil, badRequest("logit_bias", "logit_bias: token %d is outside the vocabulary [0, %d)", id, s.vocab)
 		}
 	}
-	var err error
-	if j.sampler, err = newSampler(p, len(prompt), bias, logprobs >= 0); err != nil {
-		return nil, badRequest("", "%v", err)
+	seed := uint64(time.Now().UnixNano())
+	if p.Seed != nil {
+		seed = uint64(*p.Seed)
 	}
-	if logprobs >= 0 {
-		j.logprobs = &logprobSampler{inner: j.sampler, top: logprobs}
-		j.sampler = j.logprobs
+	for i := range j.choices {
+		c := &j.choices[i]
+		var err error
+		if c.sampler, err = newSampler(p, len(prompt), bias, seed+uint64(i), logprobs >= 0); err != nil {
+			return nil, badRequest("", "%v", err)
+		}
+		if logprobs >= 0 {
+			c.logprobs = &logprobSampler{inner: c.sampler, top: logprobs}
+			c.sampler = c.logprobs
+		}
 	}
 	return j, nil
 }
@@ -73,9 +100,9 @@ func contextError(param, msg string) *httpError {
 // newSampler returns the request's sampler: nil (the backend's argmax) for
 // temperature 0 without a penalty or a bias, unless the logits are needed
 // anyway (for logprobs). The temperature defaults to 1, as in OpenAI's
-// API; without a seed the draws are seeded from the clock.
-func newSampler(p *samplingParams, promptLen int, bias map[int32]float64, needLogits bool) (engine.Sampler, error) {
-	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1, PromptLen: promptLen, LogitBias: bias}
+// API.
+func newSampler(p *samplingParams, promptLen int, bias map[int32]float64, seed uint64, needLogits bool) (engine.Sampler, error) {
+	cfg := cpu.SamplerConfig{Temperature: 1, TopP: 1, RepetitionPenalty: 1, PromptLen: promptLen, LogitBias: bias, Seed: seed}
 	if p.Temperature != nil {
 		cfg.Temperature = *p.Temperature
 	}
@@ -100,17 +127,29 @@ func newSampler(p *samplingParams, promptLen int, bias map[int32]float64, needLo
 	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 && cfg.PresencePenalty == 0 && cfg.FrequencyPenalty == 0 && len(bias) == 0 && !needLogits {
 		return nil, nil
 	}
-	if p.Seed != nil {
-		cfg.Seed = uint64(*p.Seed)
-	} else {
-		cfg.Seed = uint64(time.Now().UnixNano())
-	}
 	return cpu.NewSampler(cfg)
 }
 
-// start submits j; the stream ends with ctx (the client's connection).
-func (s *Server) start(ctx context.Context, j *job) (*sched.Stream, error) {
-	st, err := s.sched.Submit(ctx, sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: j.sampler, Stop: s.cfg.Tokenizer.IsEOG})
+// start submits j's choices, a stream each; they end with ctx (the
+// client's connection). If one cannot be submitted, those that were are
+// cancelled.
+func (s *Server) start(ctx context.Context, j *job) ([]*sched.Stream, error) {
+	var sts []*sched.Stream
+	for _, c := range j.choices {
+		st, err := s.submit(ctx, j, c)
+		if err != nil {
+			for _, st := range sts {
+				st.Cancel()
+			}
+			return nil, err
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+func (s *Server) submit(ctx context.Context, j *job, c choiceJob) (*sched.Stream, error) {
+	st, err := s.sched.Submit(ctx, sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: c.sampler, Stop: s.cfg.Tokenizer.IsEOG})
 	var ce *sched.ContextError
 	switch {
 	case err == nil:
@@ -142,8 +181,8 @@ var errClientGone = errors.New("the client went away")
 // back only where it may begin a stop string (which ends the generation
 // and is not passed on). With logprobs, each token's record goes with the
 // first text passed on after it; those left at the end are in the outcome.
-// It returns errClientGone when ctx ends first.
-func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText func(string, []tokenLogprob) error) (out outcome, err error) {
+// It returns errClientGone when ctx ends first. c is the choice st runs.
+func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, c int, onText func(string, []tokenLogprob) error) (out outcome, err error) {
 	defer st.Cancel()
 	dec := s.cfg.Tokenizer.NewStreamDecoder(true)
 	stop := stopseq.New(j.stops)
@@ -169,8 +208,8 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText f
 		}
 		out.completion += len(ids)
 		for _, id := range ids {
-			if j.logprobs != nil {
-				r, ok := j.logprobs.take()
+			if lp := j.choices[c].logprobs; lp != nil {
+				r, ok := lp.take()
 				if !ok || r.id != id {
 					return out, fmt.Errorf("logprobs: no record for generated token %d", id)
 				}
@@ -214,8 +253,10 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, onText f
 	}
 }
 
-// sse writes a server-sent-event stream.
+// sse writes a server-sent-event stream; the choices of a request send
+// from goroutines of their own.
 type sse struct {
+	mu sync.Mutex
 	w  http.ResponseWriter
 	rc *http.ResponseController
 }
@@ -236,6 +277,8 @@ func (e *sse) send(v any) error {
 	if err != nil {
 		return err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
@@ -252,16 +295,36 @@ func (e *sse) end(err error) {
 		}
 		e.send(apiError{Error: d})
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	fmt.Fprint(e.w, "data: [DONE]\n\n")
 	e.rc.Flush()
 }
 
 func ptr[T any](v T) *T { return &v }
 
-func usageOf(j *job, o outcome) *usage {
-	u := &usage{PromptTokens: len(j.prompt), CompletionTokens: o.completion, TotalTokens: len(j.prompt) + o.completion}
-	if o.cached > 0 {
-		u.PromptDetails = &promptDetail{CachedTokens: o.cached}
+// usageOf counts the prompt once and every choice's tokens; cached_tokens
+// is the fewest any choice reused.
+func usageOf(j *job, outs []outcome) *usage {
+	u := &usage{PromptTokens: len(j.prompt), TotalTokens: len(j.prompt)}
+	cached := len(j.prompt)
+	for _, o := range outs {
+		u.CompletionTokens += o.completion
+		cached = min(cached, o.cached)
+	}
+	u.TotalTokens += u.CompletionTokens
+	if cached > 0 {
+		u.PromptDetails = &promptDetail{CachedTokens: cached}
 	}
 	return u
+}
+
+// eachChoice runs f for choices 0 to n-1 at once and returns the first
+// error, which cancels the ctx the others were given.
+func eachChoice(ctx context.Context, n int, f func(ctx context.Context, c int) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range n {
+		g.Go(func() error { return f(gctx, c) })
+	}
+	return g.Wait()
 }

@@ -42,11 +42,11 @@ async function main() {
   // Errors reach the client as typed API errors.
   let badRequest = null;
   try {
-    await openai.chat.completions.create(ask("hi", { n: 2 }));
+    await openai.chat.completions.create(ask("hi", { n: 500 }));
   } catch (e) {
     badRequest = e;
   }
-  check(badRequest instanceof OpenAI.BadRequestError && badRequest.status === 400 && badRequest.param === "n", "n=2", String(badRequest));
+  check(badRequest instanceof OpenAI.BadRequestError && badRequest.status === 400 && badRequest.param === "n", "n=500", String(badRequest));
   let overflow = null;
   try {
     await openai.chat.completions.create(ask("hi", { max_tokens: 1_000_000 }));
