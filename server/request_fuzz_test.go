@@ -28,6 +28,9 @@ func FuzzRequests(f *testing.F) {
 		{`{"prompt":"func main() {","max_tokens":3,"temperature":0,"stop":["}"]}`, false},
 		{`{"prompt":[1,2,3],"stream":true,"seed":7,"top_k":2,"top_p":0.5,"min_p":0.1,"repetition_penalty":1.2}`, false},
 		{`{"prompt":"x","n":2}`, false},
+		{`{"prompt":"x","n":3,"stream":true,"logprobs":2,"logit_bias":{"5":-100,"7":3.5},"presence_penalty":0.5,"frequency_penalty":-1}`, false},
+		{`{"messages":[{"role":"user","content":"hi"}],"n":2,"stream":true,"logprobs":true,"top_logprobs":3,"stop":"o"}`, true},
+		{`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"best_of":1}`, true},
 		{`{"model":"other","prompt":"x"}`, false},
 		{`{"prompt":"x","max_tokens":100000}`, false},
 	} {
