@@ -88,8 +88,8 @@ func TestChatChoices(t *testing.T) {
 
 	body["stream"] = true
 	type acc struct {
-		role, reasoning, content string
-		finishes, chunks         int
+		reasoning, content string
+		finishes, chunks   int
 	}
 	got := make([]acc, 2)
 	for _, e := range streamEvents(t, ts.URL+"/v1/chat/completions", body) {
