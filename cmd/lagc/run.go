@@ -170,8 +170,7 @@ func runRun(f *runFlags) error {
 	if f.threads > 0 {
 		cpu.SetMaxThreads(f.threads)
 	}
-	sampler, err := cpu.NewSampler(cpu.SamplerConfig{Temperature: f.temperature, TopK: f.topK, TopP: f.topP,
-		MinP: f.minP, RepetitionPenalty: f.repeatPenalty, Seed: seedOrClock(f.seed)})
+	sampler, err := runSampler(f)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -278,6 +277,19 @@ func runRun(f *runFlags) error {
 		return writeRunJSON(res, out, f.logits)
 	}
 	return nil
+}
+
+// runSampler returns the sampler of the flags, or nil for plain greedy
+// decoding (temperature 0, no repetition penalty): the engine then takes
+// the backend's argmax, which on the GPU copies no logits and decodes one
+// step ahead; a sampler, even a greedy one, gets every step's row.
+func runSampler(f *runFlags) (engine.Sampler, error) {
+	s, err := cpu.NewSampler(cpu.SamplerConfig{Temperature: f.temperature, TopK: f.topK, TopP: f.topP,
+		MinP: f.minP, RepetitionPenalty: f.repeatPenalty, Seed: seedOrClock(f.seed)})
+	if err != nil || (s.Greedy() && (f.repeatPenalty == 1 || f.repeatPenalty == 0)) {
+		return nil, err
+	}
+	return s, nil
 }
 
 // readPromptFile reads --prompt-file: a file, or stdin for "-".

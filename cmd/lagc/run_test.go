@@ -123,6 +123,32 @@ func TestRunErrors(t *testing.T) {
 	}
 }
 
+// TestRunSamplerGreedyIsNil: plain greedy decoding passes no sampler, so
+// that the engine takes the backend's argmax (on the GPU: no logits copied,
+// one step ahead); anything that reads the row gets one.
+func TestRunSamplerGreedyIsNil(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		temp, pen  float64
+		wantNil    bool
+		topK, seed int
+	}{
+		{"greedy", 0, 1, true, 0, 0},
+		{"greedy, penalty 0 (off)", 0, 0, true, 0, 0},
+		{"greedy with top-k (ignored)", 0, 1, true, 5, 3},
+		{"greedy with a repetition penalty", 0, 1.2, false, 0, 0},
+		{"sampling", 0.7, 1, false, 0, 0},
+	} {
+		s, err := runSampler(&runFlags{temperature: tc.temp, repeatPenalty: tc.pen, topK: tc.topK, seed: uint64(tc.seed)})
+		if err != nil || (s == nil) != tc.wantNil {
+			t.Errorf("%s: sampler %v (%v), want nil %v", tc.name, s, err, tc.wantNil)
+		}
+	}
+	if _, err := runSampler(&runFlags{temperature: 1, topP: 2}); err == nil {
+		t.Error("top-p 2 accepted")
+	}
+}
+
 // TestRunSampling: a fixed seed gives the same tokens twice; top-k 1 is greedy.
 func TestRunSampling(t *testing.T) {
 	fix := "../../testdata/fixtures/tiny_yarn_perhead"
