@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"lagc/internal/fixture"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"lagc/cuda/cudatest"
+	"lagc/internal/fixture"
 )
 
 // runCapture runs lagc with args, capturing what `lagc run` writes.
@@ -163,5 +165,48 @@ func TestRunSampling(t *testing.T) {
 	_, greedy, _ := runCapture(t, args...)
 	if k1 != greedy {
 		t.Fatalf("top-k 1 differs from greedy:\n%s\n%s", k1, greedy)
+	}
+}
+
+// TestRunGreedyPaths: plain greedy `lagc run` (no sampler: the backend's
+// argmax, on the GPU decoded one step ahead) gives the tokens of the
+// sampler's path (top-k 1, which reads every step's row), for one prompt
+// and for a three-turn chat, whose turns on the GPU continue after a step
+// queued ahead and dropped at the end of the turn before.
+func TestRunGreedyPaths(t *testing.T) {
+	for _, device := range []string{"cpu", "cuda"} {
+		t.Run(device, func(t *testing.T) {
+			if device == "cuda" {
+				cudatest.Device(t) // skip (or fail) without a GPU
+			}
+			testRunGreedyPaths(t, device)
+		})
+	}
+}
+
+func testRunGreedyPaths(t *testing.T, device string) {
+	t.Setenv("LAGC_CACHE_DIR", t.TempDir())
+	model := filepath.Join(fixture.Root(t), "models", "tiny")
+	sampled := []string{"--temperature", "0.7", "--top-k", "1", "--seed", "1"}
+	one := func(extra ...string) string {
+		code, out, stderr := runCapture(t, append([]string{"run", "--model", model, "--device", device, "--prompt", "func main() {", "-n", "64", "--json"}, extra...)...)
+		if code != 0 || !strings.Contains(stderr, "on "+device) {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		return out
+	}
+	if greedy, topk1 := one(), one(sampled...); greedy != topk1 {
+		t.Errorf("greedy:\n%s\ntop-k 1:\n%s", greedy, topk1)
+	}
+	chat := func(extra ...string) string {
+		code, out, stderr := runChatCapture(t, "Write a Go function.\nAnother one.\nThanks.\n",
+			append([]string{"run", "--chat", "--json", "--device", device, "-n", "40"}, extra...)...)
+		if code != 0 || strings.Count(out, `"turn"`) != 3 {
+			t.Fatalf("exit %d, %d turns: %s\n%s", code, strings.Count(out, `"turn"`), out, stderr)
+		}
+		return out
+	}
+	if greedy, topk1 := chat(), chat(sampled...); greedy != topk1 {
+		t.Errorf("chat, greedy:\n%s\ntop-k 1:\n%s", greedy, topk1)
 	}
 }
