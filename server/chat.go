@@ -203,23 +203,9 @@ func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
 	if cj.schemas, err = toolSchemas(req.Tools); err != nil {
 		return nil, badRequest("tools", "%v", err)
 	}
-	msgs := make([]chat.Message, len(req.Messages))
-	for i, m := range req.Messages {
-		if msgs[i], err = toTemplateMessage(m); err != nil {
-			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
-		}
-	}
-	tmpl := s.cfg.Template
-	opt := chat.Options{AddGenerationPrompt: true, SpecialTokens: s.cfg.SpecialTokens, Vars: req.ChatTemplateKwargs}
-	if len(req.Tools) > 0 {
-		opt.Tools = req.Tools
-		if s.cfg.ToolTemplate != nil {
-			tmpl = s.cfg.ToolTemplate
-		}
-	}
-	text, err := tmpl.Render(msgs, opt)
+	text, err := s.renderChat(req.Messages, req.Tools, req.ChatTemplateKwargs, true)
 	if err != nil {
-		return nil, badRequest("messages", "%v", err)
+		return nil, err
 	}
 	cj.inReasoning = endsInsideThink(text)
 	// The template writes its own special tokens (Laguna's leading 〈|EOS|〉).
@@ -228,6 +214,33 @@ func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
 		return nil, err
 	}
 	return cj, nil
+}
+
+// renderChat renders messages (and tools) with the checkpoint's template.
+func (s *Server) renderChat(messages []chatMessage, tools []json.RawMessage, vars map[string]any, generationPrompt bool) (string, error) {
+	if s.cfg.Template == nil {
+		return "", badRequest("messages", "this model has no chat template: use /v1/completions")
+	}
+	msgs := make([]chat.Message, len(messages))
+	for i, m := range messages {
+		var err error
+		if msgs[i], err = toTemplateMessage(m); err != nil {
+			return "", badRequest(fmt.Sprintf("messages[%d]", i), "messages[%d]: %v", i, err)
+		}
+	}
+	tmpl := s.cfg.Template
+	opt := chat.Options{AddGenerationPrompt: generationPrompt, SpecialTokens: s.cfg.SpecialTokens, Vars: vars}
+	if len(tools) > 0 {
+		opt.Tools = tools
+		if s.cfg.ToolTemplate != nil {
+			tmpl = s.cfg.ToolTemplate
+		}
+	}
+	text, err := tmpl.Render(msgs, opt)
+	if err != nil {
+		return "", badRequest("messages", "%v", err)
+	}
+	return text, nil
 }
 
 // toTemplateMessage turns an OpenAI message into the template's shape:

@@ -174,13 +174,15 @@ func (s *Server) routes() {
 	handle("/v1/chat/completions", http.MethodPost, "chat", s.chatCompletions)
 	handle("/v1/completions", http.MethodPost, "completions", s.completions)
 	handle("/v1/models", http.MethodGet, "models", s.models)
+	handle("/tokenize", http.MethodPost, "tokenize", s.tokenize)
+	handle("/detokenize", http.MethodPost, "detokenize", s.detokenize)
 	handle("/health", http.MethodGet, "health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.Handle("/metrics", s.metrics.handler())
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "not_found",
-			fmt.Sprintf("no route %s %s: lagc serves /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics", r.Method, r.URL.Path))
+			fmt.Sprintf("no route %s %s: lagc serves /v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize, /health and /metrics", r.Method, r.URL.Path))
 	})
 }
 
