@@ -108,6 +108,15 @@ async function main() {
   const l = compLp.choices[0].logprobs;
   check(l.tokens.join("") === comp.choices[0].text && l.token_logprobs.length === 32 && l.top_logprobs.every((t) => Object.keys(t).length >= 1), "completion logprobs", l);
 
+  // n choices, whole and streamed: greedy, so all equal the one-choice reply.
+  const two = await openai.chat.completions.create(ask("Write a Go function", { n: 2 }));
+  check(two.choices.length === 2 && two.choices.every((c, i) => c.index === i && c.message.reasoning_content === msg.reasoning_content), "n=2", two.choices);
+  const byIndex = ["", "", ""];
+  for await (const chunk of await openai.completions.create({ model, prompt, max_tokens: 32, temperature: 0, n: 3, stream: true })) {
+    for (const c of chunk.choices) byIndex[c.index] += c.text;
+  }
+  check(byIndex.every((t) => t === comp.choices[0].text), "streamed n=3", byIndex);
+
   return { completion: comp.choices[0].text, chat_reasoning: msg.reasoning_content, aborted, logprob_tokens: content.length };
 }
 
