@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,10 @@ type Config struct {
 	SpecialTokens          map[string]string
 	Sched                  sched.Config // MaxQueue and Budget; Vocab and hooks are set here
 	MaxBodyBytes           int64        // request bodies beyond it are refused; 0: 8 MiB
-	Log                    io.Writer    // one line per failed request; nil: stderr
+	// APIKey, if set, is required as "Authorization: Bearer KEY" on every
+	// route but /health and /metrics.
+	APIKey string
+	Log    io.Writer // one line per failed request; nil: stderr
 }
 
 // Server serves one model. Handler returns its routes; Close stops its
@@ -162,6 +166,12 @@ func (s *Server) routes() {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			rw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 			defer func() { s.metrics.request(endpoint, rw.code) }()
+			if path != "/health" && !s.authorized(r) {
+				rw.Header().Set("WWW-Authenticate", `Bearer realm="lagc"`)
+				writeError(rw, http.StatusUnauthorized, "invalid_request_error", "", "invalid_api_key",
+					"missing or wrong API key: send the server's key as \"Authorization: Bearer KEY\"")
+				return
+			}
 			if r.Method != method {
 				rw.Header().Set("Allow", method)
 				writeError(rw, http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
@@ -184,6 +194,16 @@ func (s *Server) routes() {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "not_found",
 			fmt.Sprintf("no route %s %s: lagc serves /v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize, /health and /metrics", r.Method, r.URL.Path))
 	})
+}
+
+// authorized checks the request's bearer token against Config.APIKey in
+// constant time.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" {
+		return true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.APIKey)) == 1
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {

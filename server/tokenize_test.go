@@ -1,6 +1,9 @@
 package server
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -72,6 +75,57 @@ func TestTokenize(t *testing.T) {
 		var e apiError
 		if code := post(t, ts.URL+bad.path, bad.body, &e); code != bad.code || e.Error.Param == nil || *e.Error.Param != bad.param {
 			t.Errorf("%s %v: %d %+v, want %d on %q", bad.path, bad.body, code, e.Error, bad.code, bad.param)
+		}
+	}
+}
+
+// TestAPIKey: with Config.APIKey every route but /health and /metrics asks
+// for it as a bearer token (401 in OpenAI's error shape otherwise).
+func TestAPIKey(t *testing.T) {
+	m := openTiny(t, 1, 128)
+	srv, err := FromModel(m, Config{Name: "tiny", APIKey: "s3cret", Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := listen(t, srv)
+	do := func(method, path, auth string, body string) (int, http.Header, []byte) {
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	comp := `{"prompt":"x","max_tokens":2}`
+	for _, tc := range []struct {
+		method, path, auth, body string
+		want                     int
+	}{
+		{"POST", "/v1/completions", "", comp, 401},
+		{"POST", "/v1/completions", "Bearer wrong", comp, 401},
+		{"POST", "/v1/completions", "s3cret", comp, 401}, // not a bearer token
+		{"POST", "/v1/completions", "Bearer s3cret", comp, 200},
+		{"GET", "/v1/models", "", "", 401},
+		{"GET", "/v1/models", "Bearer s3cret", "", 200},
+		{"POST", "/tokenize", "", `{"prompt":"x"}`, 401},
+		{"GET", "/health", "", "", 200},
+		{"GET", "/metrics", "", "", 200},
+	} {
+		code, h, b := do(tc.method, tc.path, tc.auth, tc.body)
+		if code != tc.want {
+			t.Errorf("%s %s with %q: %d %s, want %d", tc.method, tc.path, tc.auth, code, b, tc.want)
+			continue
+		}
+		if code == 401 {
+			var e apiError
+			if json.Unmarshal(b, &e) != nil || e.Error.Code == nil || *e.Error.Code != "invalid_api_key" || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("%s %s: 401 body %s, WWW-Authenticate %q", tc.method, tc.path, b, h.Get("WWW-Authenticate"))
+			}
 		}
 	}
 }

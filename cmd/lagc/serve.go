@@ -28,6 +28,7 @@ func init() {
 
 type serveFlags struct {
 	model, host, device, name string
+	apiKey                    string
 	port, slots, ctx, threads int
 	maxQueue, budget          int
 	grace                     time.Duration
@@ -40,6 +41,7 @@ func setupServe(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
 	fs.IntVar(&f.port, "port", 8080, "TCP port (0: any free port)")
 	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (cuda when a GPU is usable)")
+	fs.StringVar(&f.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every route but /health and /metrics (default: $LAGC_API_KEY, which keeps the key out of the process list)")
 	fs.StringVar(&f.name, "name", "", "model id clients name (default: the checkpoint's file or directory name)")
 	fs.IntVar(&f.slots, "slots", 0, "sequence slots: the most requests generating at once (one set of KV caches each); 0: 8")
 	fs.IntVar(&f.maxQueue, "max-queue", 0, "requests waiting for a slot before new ones get 429 (0: 4 x slots)")
@@ -62,6 +64,9 @@ func runServe(f *serveFlags) error {
 	}
 	if f.slots < 0 || f.budget <= 0 || f.maxQueue < 0 || f.ctx < 0 || f.threads < 0 || f.grace < 0 {
 		return fmt.Errorf("%w: --budget must be positive; --slots, --max-queue, --ctx, --threads and --shutdown-timeout must not be negative", errUsage)
+	}
+	if f.apiKey == "" {
+		f.apiKey = os.Getenv("LAGC_API_KEY") // read here, not as the flag's default, which help would print
 	}
 	device, err := pickDevice(f.device, false)
 	if err != nil {
@@ -86,7 +91,7 @@ func runServe(f *serveFlags) error {
 		return err // OpenCheckpoint closed ck
 	}
 	defer m.Close()
-	srv, err := server.FromModel(m, server.Config{Name: f.name, Sched: sched.Config{MaxQueue: f.maxQueue, Budget: f.budget}, Log: runIO.err})
+	srv, err := server.FromModel(m, server.Config{Name: f.name, Sched: sched.Config{MaxQueue: f.maxQueue, Budget: f.budget}, Log: runIO.err, APIKey: f.apiKey})
 	if err != nil {
 		return err
 	}
@@ -112,9 +117,21 @@ func runServe(f *serveFlags) error {
 		case <-served:
 		}
 	}()
+	if f.apiKey == "" && !isLoopback(f.host) {
+		fmt.Fprintf(runIO.err, "warning: listening on %s without --api-key: anyone who can reach the port can use the model\n", f.host)
+	}
 	fmt.Fprintf(runIO.err, "listening on http://%s (OpenAI API under /v1)\n", ln.Addr())
 	err = srv.Serve(ctx, ln, f.grace)
 	close(served)
 	<-announced
 	return err
+}
+
+// isLoopback reports whether host (a --host value) names only this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

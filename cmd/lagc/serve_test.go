@@ -54,8 +54,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestServeCommand: `lagc serve` on a free port answers a completion, and
-// SIGTERM shuts it down cleanly (exit 0). On the GPU four requests sent at
+// TestServeCommand: `lagc serve` on a free port answers a completion (on
+// the CPU with --api-key: only with the key), and SIGTERM shuts it down
+// cleanly (exit 0). On the GPU four requests sent at
 // once (steps of several sequences must occur) each get the greedy
 // completion `lagc run --device cuda` gives their prompt alone.
 func TestServeCommand(t *testing.T) {
@@ -83,7 +84,7 @@ func testServeCommand(t *testing.T, device string) {
 			want = append(want, alone.Text)
 		}
 	} else {
-		args = append(args, "--slots", "2")
+		args = append(args, "--slots", "2", "--api-key", "test-key")
 	}
 	var stderr syncBuffer
 	saved := runIO
@@ -124,7 +125,12 @@ func testServeCommand(t *testing.T, device string) {
 		go func() {
 			defer wg.Done()
 			body, _ := json.Marshal(map[string]any{"model": "tiny-test", "prompt": prompt, "max_tokens": 8, "temperature": 0})
-			resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+			req, _ := http.NewRequest("POST", url+"/v1/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if device == "cpu" {
+				req.Header.Set("Authorization", "Bearer test-key")
+			}
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				replies[i].err = err
 				return
@@ -154,6 +160,16 @@ func testServeCommand(t *testing.T, device string) {
 			t.Errorf("prompt %q served on the GPU among %d: %q; lagc run --device cuda: %q", prompts[i], len(prompts), r.text, want[i])
 		}
 	}
+	if device == "cpu" { // --api-key: a request without it is refused
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET /v1/models without the key: %d, want 401", resp.StatusCode)
+		}
+	}
 	if device == "cuda" {
 		// A step of several sequences ran: the batch size histogram's
 		// sum exceeds its count.
@@ -179,5 +195,14 @@ func testServeCommand(t *testing.T, device string) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("serve still running 30s after SIGTERM: %s", stderr.String())
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.0.0.2": true,
+		"0.0.0.0": false, "": false, "192.168.1.5": false, "example.com": false} {
+		if got := isLoopback(host); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
+		}
 	}
 }
