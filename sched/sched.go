@@ -70,9 +70,15 @@ type StepStats struct {
 // Request is one generation.
 type Request struct {
 	Prompt    []int32
-	MaxTokens int                 // tokens to generate, > 0
+	MaxTokens int                 // tokens to generate, > 0 (or 0 with PromptRow: score the prompt only)
 	Sampler   engine.Sampler      // nil: greedy (the backend's argmax)
 	Stop      func(id int32) bool // end of generation; nil: never
+	// PromptRow, if set, receives the logits of every prompt position but
+	// the last (row i predicts Prompt[i+1]), in order, on the scheduler's
+	// goroutine. Such a prompt is fed from its start (no prefix reuse), in
+	// steps of its own that read every row (Batcher.Step), so the other
+	// sequences' rows are computed as before; they wait those steps out.
+	PromptRow func(i int, logits []float32)
 }
 
 // Scheduler runs requests on a Batcher. Its methods are safe for concurrent
@@ -151,8 +157,8 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	if len(r.Prompt) > s.b.MaxPos() {
 		return nil, &ContextError{Prompt: len(r.Prompt), Context: s.b.MaxPos()}
 	}
-	if r.MaxTokens <= 0 {
-		return nil, fmt.Errorf("max tokens must be positive, got %d", r.MaxTokens)
+	if r.MaxTokens < 0 || (r.MaxTokens == 0 && r.PromptRow == nil) {
+		return nil, fmt.Errorf("max tokens must be positive (or 0 to score the prompt only), got %d", r.MaxTokens)
 	}
 	st := newStream(ctx, s.wake)
 	q := &seq{req: r, stream: st, slot: -1, history: append([]int32(nil), r.Prompt...), last: time.Now()}
@@ -244,7 +250,7 @@ func (s *Scheduler) admit() {
 			q.stream.finish(FinishCanceled, nil)
 			continue
 		}
-		slot := s.pickSlot(q.req.Prompt)
+		slot := s.pickSlot(q.req.Prompt, q.req.PromptRow == nil)
 		if slot < 0 {
 			kept = append(kept, q)
 			continue
@@ -262,9 +268,10 @@ func (s *Scheduler) admit() {
 
 // pickSlot returns a free slot for prompt, rewound to the longest prefix of
 // prompt it holds (at most len-1 tokens: the last one is fed to get the
-// logits), or reset; -1 when none is free. Without a reusable prefix it
-// takes the least recently used slot, keeping recent caches for reuse.
-func (s *Scheduler) pickSlot(prompt []int32) int {
+// logits), or reset; -1 when none is free. Without a reusable prefix (or
+// reuse) it takes the least recently used slot, keeping recent caches for
+// reuse.
+func (s *Scheduler) pickSlot(prompt []int32, reuse bool) int {
 	type match struct{ slot, n int }
 	var matches []match
 	lru := -1
@@ -273,7 +280,7 @@ func (s *Scheduler) pickSlot(prompt []int32) int {
 		if st.seq != nil {
 			continue
 		}
-		if n := commonPrefix(st.tokens, prompt[:len(prompt)-1]); n > 0 {
+		if n := commonPrefix(st.tokens, prompt[:len(prompt)-1]); n > 0 && reuse {
 			matches = append(matches, match{i, n})
 		}
 		if lru < 0 || st.lastUse < s.slots[lru].lastUse {
@@ -323,6 +330,14 @@ func (s *Scheduler) plan() ([]engine.Segment, []*seq) {
 			prefill = append(prefill, q)
 		}
 	}
+	// A prompt whose every row is read runs alone, in a step that reads
+	// every row; the decode rows wait for the next step.
+	for _, q := range prefill {
+		if q.req.PromptRow != nil {
+			n := min(len(q.req.Prompt)-q.fed, max(s.cfg.Budget, 1))
+			return []engine.Segment{{Slot: q.slot, Tokens: q.req.Prompt[q.fed : q.fed+n]}}, []*seq{q}
+		}
+	}
 	room := max(s.cfg.Budget-len(segs), s.cfg.Budget/4, 1)
 	for _, q := range prefill {
 		if room == 0 {
@@ -362,11 +377,22 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 		st := &s.slots[q.slot]
 		st.tokens = append(st.tokens, sg.Tokens...)
 		st.lastUse = s.tick
+		if !q.pending && q.req.PromptRow != nil && !compact {
+			for r := range sg.Tokens {
+				if pos := q.fed + r; pos+1 < len(q.req.Prompt) {
+					q.req.PromptRow(pos, logits[(row+r)*s.cfg.Vocab:(row+r+1)*s.cfg.Vocab])
+				}
+			}
+		}
 		row += len(sg.Tokens)
 		if !q.pending {
 			q.fed += len(sg.Tokens)
 			if q.fed < len(q.req.Prompt) {
 				continue // more prompt to feed
+			}
+			if q.req.MaxTokens == 0 {
+				s.release(q, FinishLength, nil) // the prompt scored, nothing to generate
+				continue
 			}
 		}
 		lr := row - 1 // the segment's last row in logits
@@ -392,14 +418,16 @@ func (s *Scheduler) step(segs []engine.Segment, seqs []*seq) {
 // next is every row's argmax.
 func (s *Scheduler) forward(segs []engine.Segment, seqs []*seq, T int) (logits []float32, next []int32, compact bool, err error) {
 	V := s.cfg.Vocab
-	if ab, ok := s.b.(engine.ArgmaxBatcher); ok && greedyDecode(segs, seqs) {
+	// A prompt whose every row is read (plan runs it alone) takes Step.
+	everyRow := len(seqs) == 1 && !seqs[0].pending && seqs[0].req.PromptRow != nil
+	if ab, ok := s.b.(engine.ArgmaxBatcher); ok && !everyRow && greedyDecode(segs, seqs) {
 		next, err = ab.StepArgmax(segs)
 		if err == nil && len(next) != T {
 			err = fmt.Errorf("the backend returned %d next ids for %d rows", len(next), T)
 		}
 		return nil, next, true, err
 	}
-	if lb, ok := s.b.(engine.LastRowBatcher); ok {
+	if lb, ok := s.b.(engine.LastRowBatcher); ok && !everyRow {
 		logits, next, err = lb.StepLast(segs)
 		if err == nil && (len(logits) != len(segs)*V || len(next) != T) {
 			err = fmt.Errorf("the backend returned %d logits and %d next ids for the last rows of %d segments of %d rows; expected %d x vocab %d and %d",

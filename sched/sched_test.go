@@ -259,7 +259,7 @@ func TestSubmitErrors(t *testing.T) {
 		{"empty prompt", Request{MaxTokens: 1}, "empty"},
 		{"id outside the vocabulary", Request{Prompt: []int32{1, 4096}, MaxTokens: 1}, "outside the vocabulary [0, 4096)"},
 		{"negative id", Request{Prompt: []int32{-1}, MaxTokens: 1}, "outside the vocabulary"},
-		{"no tokens to make", Request{Prompt: []int32{1}}, "max tokens must be positive, got 0"},
+		{"no tokens to make", Request{Prompt: []int32{1}}, "max tokens must be positive (or 0 to score the prompt only), got 0"},
 	} {
 		if _, err := s.Submit(context.Background(), tc.r); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
@@ -728,5 +728,97 @@ func wantStepError(t *testing.T, b engine.Batcher, max int, want string) {
 	}
 	if _, reason, err := collect(t, st); reason != FinishError || err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("finish %q, %v; want an error mentioning %q", reason, err, want)
+	}
+}
+
+// TestPromptRows: a request with PromptRow gets every prompt position's
+// logits (bit for bit those of the prompt fed alone with every row kept),
+// in order, over several steps of its own and in a slot that held its
+// prompt already; it may generate none (MaxTokens 0) or go on to generate
+// what it generates alone, and the requests beside it still get exactly
+// what they get alone.
+func TestPromptRows(t *testing.T) {
+	m := openTiny(t, 3, 256)
+	ref := openTiny(t, 1, 256)
+	js := jobs(6)
+	long := slices.Concat(js[0].prompt, js[1].prompt, js[2].prompt, js[3].prompt)[:40] // 40 tokens: two steps of 24
+	scored := []job{{prompt: long, max: 0}, {prompt: slices.Concat(jobs(9)[8].prompt, long)[:50], max: 5}, {prompt: long[:30], max: 3}}
+	type want struct {
+		gen  []int32
+		rows [][]float32
+	}
+	alone := func(j job) want {
+		res, err := ref.Generate(context.Background(), j.prompt, engine.GenOptions{MaxTokens: max(j.max, 1), Sampler: j.sampler(t), Logits: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return want{gen: res.Generated[:j.max], rows: res.PromptRows}
+	}
+	s := newSched(t, m, Config{Budget: 24})
+	// The first scored prompt goes in after a request for its first 35
+	// tokens has finished (38 in its slot, within the tiny model's window
+	// of 64, so the slot could rewind to them): they must not be reused.
+	first := job{prompt: long[:35], max: 3}
+	st0, err := s.Submit(context.Background(), Request{Prompt: first.prompt, MaxTokens: first.max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := collect(t, st0); !slices.Equal(got, alone(first).gen) {
+		t.Fatalf("the first request alone: %v", got)
+	}
+	type sub struct {
+		st   *Stream
+		want want
+		rows [][]float32
+		next int
+		bad  string
+	}
+	var subs []*sub
+	for k := range max(len(js), len(scored)) {
+		if k < len(scored) {
+			j := scored[k]
+			sb := &sub{want: alone(j)}
+			sb.st, err = s.Submit(context.Background(), Request{Prompt: j.prompt, MaxTokens: j.max, Sampler: j.sampler(t),
+				PromptRow: func(i int, row []float32) {
+					if i != sb.next && sb.bad == "" {
+						sb.bad = fmt.Sprintf("row %d after %d", i, sb.next)
+					}
+					sb.next = i + 1
+					sb.rows = append(sb.rows, slices.Clone(row))
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, sb)
+		}
+		if k < len(js) {
+			j := js[k]
+			st, err := s.Submit(context.Background(), Request{Prompt: j.prompt, MaxTokens: j.max, Sampler: j.sampler(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, &sub{st: st, want: want{gen: alone(j).gen}})
+		}
+	}
+	for i, sb := range subs {
+		got, reason, err := collect(t, sb.st)
+		if err != nil || reason != FinishLength || !slices.Equal(got, sb.want.gen) {
+			t.Errorf("request %d: %v (%s, %v), alone %v", i, got, reason, err, sb.want.gen)
+		}
+		if sb.want.rows == nil {
+			continue
+		}
+		if sb.bad != "" || sb.st.CachedTokens() != 0 {
+			t.Errorf("request %d: %s, %d tokens cached", i, sb.bad, sb.st.CachedTokens())
+		}
+		if n := len(sb.want.rows) - 1; len(sb.rows) != n {
+			t.Fatalf("request %d: %d rows for a prompt of %d tokens", i, len(sb.rows), n+1)
+		}
+		for r, row := range sb.rows {
+			if !slices.Equal(row, sb.want.rows[r]) {
+				t.Errorf("request %d: row %d differs from the prompt's alone", i, r)
+				break
+			}
+		}
 	}
 }
