@@ -96,8 +96,8 @@ func (p *samplingParams) check() (param string, err error) {
 	if p.MaxTokens != nil && p.MaxCompletionTokens != nil && *p.MaxTokens != *p.MaxCompletionTokens {
 		return "max_tokens", fmt.Errorf("max_tokens (%d) and max_completion_tokens (%d) disagree", *p.MaxTokens, *p.MaxCompletionTokens)
 	}
-	if n := p.maxTokens(); n != nil && *n < 1 {
-		return "max_tokens", fmt.Errorf("max_tokens must be at least 1, got %d", *n)
+	if n := p.maxTokens(); n != nil && (*n < 0 || (*n == 0 && !p.Echo)) {
+		return "max_tokens", fmt.Errorf("max_tokens must be at least 1 (0 only with echo, to score the prompt), got %d", *n)
 	}
 	n := 1
 	if p.N != nil {
@@ -111,9 +111,6 @@ func (p *samplingParams) check() (param string, err error) {
 	}
 	if _, err := p.logitBias(); err != nil {
 		return "logit_bias", err
-	}
-	if p.Echo {
-		return "echo", fmt.Errorf("echo is not supported")
 	}
 	if p.Suffix != nil && *p.Suffix != "" {
 		return "suffix", fmt.Errorf("suffix is not supported")

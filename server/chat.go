@@ -193,6 +193,9 @@ func (s *Server) prepareChat(req *chatRequest) (*chatJob, error) {
 	default:
 		return nil, badRequest("tool_choice", "tool_choice %s is not supported: expected \"auto\" or \"none\"", tc)
 	}
+	if req.Echo {
+		return nil, badRequest("echo", "echo is for /v1/completions")
+	}
 	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
 		return nil, badRequest("response_format", "response_format %q is not supported: expected \"text\"", rf.Type)
 	}

@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"lagc/sched"
 )
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -30,30 +33,63 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	sts, err := s.start(r.Context(), j)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	// echo: the prompt's text goes before the completion, and with
+	// logprobs its tokens' records (scored by the scheduler) before the
+	// completion's. With max_tokens 0 and no logprobs nothing runs.
+	var echo string
+	prefix := 0
+	if req.Echo {
+		echo, prefix = s.echoText(req.Prompt, prompt)
 	}
-	n := len(sts)
+	var sts []*sched.Stream
+	if j.maxTokens > 0 || j.scorePrompt {
+		if sts, err = s.start(r.Context(), j); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	n := len(j.choices)
 	id, created := newID("cmpl-"), time.Now().Unix()
 	offsets := make([]int, n) // each choice's text_offset of its next token
-	resp := func(c int, text string, recs []tokenLogprob, finish *string) completionResponse {
+	// echoed is choice c's echo, once its prompt has been fed.
+	echoed := func(c int) (string, *completionLogprobs, error) {
+		if !j.scorePrompt {
+			return echo, nil, nil
+		}
+		recs, err := j.choices[c].logprobs.promptRecords()
+		if err == nil && len(recs) != len(prompt)-1 {
+			err = fmt.Errorf("%d of the prompt's %d positions were scored", len(recs), len(prompt)-1)
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("echo with logprobs: %w", err)
+		}
+		lp, end := promptLogprobsOf(s.cfg.Tokenizer, prompt, recs, prefix)
+		offsets[c] = end
+		return echo, lp, nil
+	}
+	resp := func(c int, text string, recs []tokenLogprob, finish *string, pre *completionLogprobs) completionResponse {
 		ch := completionChoice{Index: c, Text: text, FinishReason: finish}
 		if j.logprobs {
 			ch.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offsets[c])
 			if k := len(ch.Logprobs.TextOffset); k > 0 {
 				offsets[c] = ch.Logprobs.TextOffset[k-1] + utf8.RuneCountInString(ch.Logprobs.Tokens[k-1])
 			}
+			if pre != nil {
+				pre.concat(ch.Logprobs)
+				ch.Logprobs = pre
+			}
 		}
 		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name,
 			Choices: []completionChoice{ch}}
 	}
 	outs := make([]outcome, n)
+	for c := range outs {
+		outs[c].finish = "length" // where nothing runs
+	}
 	if !req.Stream {
 		texts := make([]strings.Builder, n)
 		recs := make([][]tokenLogprob, n)
-		err := eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
+		err := eachChoice(r.Context(), len(sts), func(ctx context.Context, c int) error {
 			var err error
 			outs[c], err = s.consume(ctx, sts[c], j, c, func(t string, lp []tokenLogprob) error {
 				texts[c].WriteString(t)
@@ -68,25 +104,65 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		whole := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name, Usage: usageOf(j, outs)}
 		for c := range n {
-			whole.Choices = append(whole.Choices, resp(c, texts[c].String(), append(recs[c], outs[c].logprobs...), ptr(outs[c].finish)).Choices...)
+			et, elp, err := echoed(c)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			whole.Choices = append(whole.Choices, resp(c, et+texts[c].String(), append(recs[c], outs[c].logprobs...), ptr(outs[c].finish), elp).Choices...)
 		}
 		writeJSON(w, http.StatusOK, whole)
 		return
 	}
 	ev := startSSE(w)
 	err = eachChoice(r.Context(), n, func(ctx context.Context, c int) error {
-		o, err := s.consume(ctx, sts[c], j, c, func(t string, lp []tokenLogprob) error { return ev.send(resp(c, t, lp, nil)) })
-		outs[c] = o
-		if err == nil {
-			err = ev.send(resp(c, "", o.logprobs, ptr(o.finish)))
+		sent := !req.Echo
+		sendEcho := func() error {
+			if sent {
+				return nil
+			}
+			sent = true
+			et, elp, err := echoed(c)
+			if err != nil {
+				return err
+			}
+			return ev.send(resp(c, et, nil, nil, elp))
 		}
-		return err
+		if sts != nil {
+			o, err := s.consume(ctx, sts[c], j, c, func(t string, lp []tokenLogprob) error {
+				if err := sendEcho(); err != nil {
+					return err
+				}
+				return ev.send(resp(c, t, lp, nil, nil))
+			})
+			if outs[c] = o; err != nil {
+				return err
+			}
+		}
+		if err := sendEcho(); err != nil {
+			return err
+		}
+		return ev.send(resp(c, "", outs[c].logprobs, ptr(outs[c].finish), nil))
 	})
 	if err == nil && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		err = ev.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.Name,
 			Choices: []completionChoice{}, Usage: usageOf(j, outs)})
 	}
 	ev.end(err)
+}
+
+// echoText is the prompt as echo returns it: the prompt string as sent, or
+// the ids decoded; prefix counts the tokens the tokenizer added to a string.
+func (s *Server) echoText(raw json.RawMessage, prompt []int32) (string, int) {
+	var text string
+	if json.Unmarshal(raw, &text) != nil {
+		var list []string
+		if json.Unmarshal(raw, &list) != nil || len(list) != 1 {
+			return s.cfg.Tokenizer.Decode(prompt), 0
+		}
+		text = list[0]
+	}
+	return text, max(len(prompt)-len(s.cfg.Tokenizer.Encode(text, false)), 0)
 }
 
 // completionPrompt reads "prompt": a string (encoded with the tokenizer's

@@ -26,6 +26,9 @@ type job struct {
 	stops     []string
 	choices   []choiceJob
 	logprobs  bool // each choice has a logprobSampler
+	// scorePrompt: echo with logprobs, so each choice's logprobSampler
+	// also records the prompt's tokens (sched.Request.PromptRow).
+	scorePrompt bool
 }
 
 type choiceJob struct {
@@ -61,7 +64,8 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 	if n > slots+queue {
 		return nil, badRequest("n", "n is %d; this server holds at most %d (%d running at once, %d queued)", n, slots+queue, slots, queue)
 	}
-	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), logprobs: logprobs >= 0}
+	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), logprobs: logprobs >= 0,
+		scorePrompt: p.Echo && logprobs >= 0}
 	if n := p.maxTokens(); n != nil {
 		if *n > room {
 			return nil, contextError("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion).",
@@ -86,7 +90,7 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 			return nil, badRequest("", "%v", err)
 		}
 		if logprobs >= 0 {
-			c.logprobs = &logprobSampler{inner: c.sampler, top: logprobs}
+			c.logprobs = &logprobSampler{inner: c.sampler, top: logprobs, prompt: prompt}
 			c.sampler = c.logprobs
 		}
 	}
@@ -149,7 +153,11 @@ func (s *Server) start(ctx context.Context, j *job) ([]*sched.Stream, error) {
 }
 
 func (s *Server) submit(ctx context.Context, j *job, c choiceJob) (*sched.Stream, error) {
-	st, err := s.sched.Submit(ctx, sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: c.sampler, Stop: s.cfg.Tokenizer.IsEOG})
+	r := sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: c.sampler, Stop: s.cfg.Tokenizer.IsEOG}
+	if j.scorePrompt {
+		r.PromptRow = c.logprobs.promptRow
+	}
+	st, err := s.sched.Submit(ctx, r)
 	var ce *sched.ContextError
 	switch {
 	case err == nil:

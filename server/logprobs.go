@@ -39,11 +39,42 @@ type idLogprob struct {
 // records as the tokens reach it: a token is pushed to its stream only after
 // it was sampled, so its record is there first.
 type logprobSampler struct {
-	inner engine.Sampler
-	top   int // alternatives recorded per token
+	inner  engine.Sampler
+	top    int     // alternatives recorded per token
+	prompt []int32 // the request's prompt, for promptRow
 
-	mu   sync.Mutex
-	recs []tokenLogprob
+	mu         sync.Mutex
+	recs       []tokenLogprob
+	promptRecs []tokenLogprob // prompt[i+1]'s record at i (echo with logprobs)
+	promptErr  error
+}
+
+// promptRow records prompt[i+1]'s log-probability from row i: it is the
+// sched.Request.PromptRow of an echo with logprobs.
+func (l *logprobSampler) promptRow(i int, logits []float32) {
+	lse, err := logSumExp(logits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if l.promptErr == nil {
+			l.promptErr = fmt.Errorf("prompt position %d: %w", i, err)
+		}
+		return
+	}
+	id := l.prompt[i+1]
+	if int(id) >= len(logits) {
+		l.promptErr = fmt.Errorf("prompt token %d is outside the logits' vocabulary [0, %d)", id, len(logits))
+		return
+	}
+	l.promptRecs = append(l.promptRecs, tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: topLogprobs(logits, l.top, lse)})
+}
+
+// promptRecords returns the prompt's records (all of them once the prompt
+// has been fed), or the error of a row that had none.
+func (l *logprobSampler) promptRecords() ([]tokenLogprob, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.promptRecs, l.promptErr
 }
 
 func (l *logprobSampler) Greedy() bool { return l.inner.Greedy() }
@@ -161,36 +192,81 @@ func tokenByteList(tok *tokenizer.Tokenizer, id int32) []int {
 
 // completionLogprobs is a completion choice's "logprobs" (OpenAI's legacy
 // shape). Each top_logprobs object holds the chosen token with the
-// alternatives, keyed by token text.
+// alternatives, keyed by token text; an echoed prompt's first token has
+// null for both (nothing predicts it).
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
+}
+
+func newCompletionLogprobs() *completionLogprobs {
+	return &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 }
 
 // completionLogprobsOf puts recs in the legacy shape; offset is the length
 // in characters of the text before the first of them (text_offset counts
 // each token's own text).
 func completionLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob, offset int) *completionLogprobs {
-	c := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	c := newCompletionLogprobs()
 	for _, r := range recs {
-		text := tokenText(tok, r.id)
-		c.Tokens = append(c.Tokens, text)
-		c.TokenLogprobs = append(c.TokenLogprobs, jsonLogprob(r.logprob))
-		top := map[string]float64{text: jsonLogprob(r.logprob)}
-		for _, a := range r.top {
-			if t := tokenText(tok, a.id); a.id != r.id {
-				if _, dup := top[t]; !dup {
-					top[t] = jsonLogprob(a.logprob)
-				}
-			}
-		}
-		c.TopLogprobs = append(c.TopLogprobs, top)
-		c.TextOffset = append(c.TextOffset, offset)
-		offset += utf8.RuneCountInString(text)
+		offset = c.add(tok, r, offset)
 	}
 	return c
+}
+
+// add appends r at text offset offset and returns the offset after it.
+func (c *completionLogprobs) add(tok *tokenizer.Tokenizer, r tokenLogprob, offset int) int {
+	text := tokenText(tok, r.id)
+	c.Tokens = append(c.Tokens, text)
+	c.TokenLogprobs = append(c.TokenLogprobs, ptr(jsonLogprob(r.logprob)))
+	top := map[string]float64{text: jsonLogprob(r.logprob)}
+	for _, a := range r.top {
+		if t := tokenText(tok, a.id); a.id != r.id {
+			if _, dup := top[t]; !dup {
+				top[t] = jsonLogprob(a.logprob)
+			}
+		}
+	}
+	c.TopLogprobs = append(c.TopLogprobs, top)
+	c.TextOffset = append(c.TextOffset, offset)
+	return offset + utf8.RuneCountInString(text)
+}
+
+// promptLogprobsOf is an echoed prompt's part of the legacy shape: its
+// first token with nulls, then recs (prompt[i+1]'s at i). The first
+// prefix tokens (those the tokenizer added to a text prompt, absent from
+// the echoed text) take no characters of text_offset. It returns the
+// offset after the prompt.
+func promptLogprobsOf(tok *tokenizer.Tokenizer, prompt []int32, recs []tokenLogprob, prefix int) (*completionLogprobs, int) {
+	c := newCompletionLogprobs()
+	offset := 0
+	for i, id := range prompt {
+		at := offset
+		if i == 0 {
+			text := tokenText(tok, id)
+			c.Tokens = append(c.Tokens, text)
+			c.TokenLogprobs = append(c.TokenLogprobs, nil)
+			c.TopLogprobs = append(c.TopLogprobs, nil)
+			c.TextOffset = append(c.TextOffset, offset)
+			offset += utf8.RuneCountInString(text)
+		} else if i-1 < len(recs) {
+			offset = c.add(tok, recs[i-1], offset)
+		}
+		if i < prefix {
+			offset = at
+		}
+	}
+	return c, offset
+}
+
+// concat appends d's entries to c.
+func (c *completionLogprobs) concat(d *completionLogprobs) {
+	c.Tokens = append(c.Tokens, d.Tokens...)
+	c.TokenLogprobs = append(c.TokenLogprobs, d.TokenLogprobs...)
+	c.TopLogprobs = append(c.TopLogprobs, d.TopLogprobs...)
+	c.TextOffset = append(c.TextOffset, d.TextOffset...)
 }
 
 // chatLogprobs is a chat choice's "logprobs".

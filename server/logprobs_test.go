@@ -69,6 +69,22 @@ func topIDs(row []float64, k int) []int32 {
 	return ids[:k]
 }
 
+// lpAt is token i's logprob (NaN for null: an echoed prompt's first).
+func lpAt(c *completionLogprobs, i int) float64 {
+	if p := c.TokenLogprobs[i]; p != nil {
+		return *p
+	}
+	return math.NaN()
+}
+
+func lpValues(c *completionLogprobs) []float64 {
+	out := make([]float64, len(c.TokenLogprobs))
+	for i := range out {
+		out[i] = lpAt(c, i)
+	}
+	return out
+}
+
 const lpTol = 2e-4 // float32 logits: the server's batched rows against Generate's
 
 // TestCompletionLogprobs: /v1/completions' logprobs are the log-softmax of
@@ -94,8 +110,8 @@ func TestCompletionLogprobs(t *testing.T) {
 		if want := tokenText(tok, id); lp.Tokens[i] != want {
 			t.Errorf("token %d: %q, want %q", i, lp.Tokens[i], want)
 		}
-		if d := math.Abs(lp.TokenLogprobs[i] - rows[i][id]); d > lpTol || lp.TokenLogprobs[i] > 0 {
-			t.Errorf("token %d: logprob %g, reference %g", i, lp.TokenLogprobs[i], rows[i][id])
+		if v := lpAt(lp, i); math.Abs(v-rows[i][id]) > lpTol || v > 0 {
+			t.Errorf("token %d: logprob %g, reference %g", i, v, rows[i][id])
 		}
 		want := map[string]float64{tokenText(tok, id): rows[i][id]}
 		for _, a := range topIDs(rows[i], top) {
@@ -136,7 +152,7 @@ func TestCompletionLogprobs(t *testing.T) {
 		got.TokenLogprobs = append(got.TokenLogprobs, l.TokenLogprobs...)
 		got.TextOffset = append(got.TextOffset, l.TextOffset...)
 	}
-	if !slices.Equal(got.Tokens, lp.Tokens) || !slices.Equal(got.TokenLogprobs, lp.TokenLogprobs) || !slices.Equal(got.TextOffset, lp.TextOffset) {
+	if !slices.Equal(got.Tokens, lp.Tokens) || !slices.Equal(lpValues(&got), lpValues(lp)) || !slices.Equal(got.TextOffset, lp.TextOffset) {
 		t.Errorf("streamed logprobs %+v\nwhole %+v", got, lp)
 	}
 
@@ -276,11 +292,11 @@ func TestPenaltiesReachTheSampler(t *testing.T) {
 				best, bestTok = s, tok
 			}
 		}
-		if s := score(chosen, lp.TokenLogprobs[i]); s < best-1e-4 {
+		if s := score(chosen, lpAt(lp, i)); s < best-1e-4 {
 			t.Errorf("token %d %q scores %g after the penalties; %q scores %g", i, chosen, s, bestTok, best)
 		}
 		for tok, v := range lp.TopLogprobs[i] {
-			if v > lp.TokenLogprobs[i]+1e-6 && tok != chosen {
+			if v > lpAt(lp, i)+1e-6 && tok != chosen {
 				moved++ // a more likely token lost to the penalties
 				break
 			}
@@ -432,7 +448,7 @@ func TestLogitBias(t *testing.T) {
 	body["logit_bias"] = map[string]any{fmt.Sprint(id): -100}
 	post(t, ts.URL+"/v1/completions", body, &banned)
 	lp := banned.Choices[0].Logprobs
-	if lp.Tokens[0] == first || lp.TopLogprobs[0][first] <= lp.TokenLogprobs[0] {
+	if lp.Tokens[0] == first || lp.TopLogprobs[0][first] <= lpAt(lp, 0) {
 		t.Errorf("banned %q (id %d): first token %q, top %v", first, id, lp.Tokens[0], lp.TopLogprobs[0])
 	}
 	x, _ := tok.ID("x")

@@ -31,6 +31,8 @@ func FuzzRequests(f *testing.F) {
 		{`{"prompt":"x","n":3,"stream":true,"logprobs":2,"logit_bias":{"5":-100,"7":3.5},"presence_penalty":0.5,"frequency_penalty":-1}`, false},
 		{`{"messages":[{"role":"user","content":"hi"}],"n":2,"stream":true,"logprobs":true,"top_logprobs":3,"stop":"o"}`, true},
 		{`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"best_of":1}`, true},
+		{`{"prompt":"func f() {","echo":true,"logprobs":3,"max_tokens":0,"stream":true}`, false},
+		{`{"prompt":[2,5,9],"echo":true,"max_tokens":2,"n":2}`, false},
 		{`{"model":"other","prompt":"x"}`, false},
 		{`{"prompt":"x","max_tokens":100000}`, false},
 	} {
