@@ -23,19 +23,7 @@ func promptRef(t *testing.T, prompt []int32) [][]float64 {
 	}
 	var rows [][]float64
 	for _, row := range res.PromptRows {
-		mx := math.Inf(-1)
-		for _, x := range row {
-			mx = max(mx, float64(x))
-		}
-		sum := 0.0
-		for _, x := range row {
-			sum += math.Exp(float64(x) - mx)
-		}
-		lp := make([]float64, len(row))
-		for j, x := range row {
-			lp[j] = float64(x) - mx - math.Log(sum)
-		}
-		rows = append(rows, lp)
+		rows = append(rows, logSoftmax64(row))
 	}
 	return rows
 }

@@ -32,23 +32,28 @@ func refLogprobs(t *testing.T, prompt []int32, n int) (gen []int32, rows [][]flo
 		t.Fatal(err)
 	}
 	for i := range gen {
-		row := res.PromptRows[len(prompt)-1+i]
-		mx := math.Inf(-1)
-		for _, x := range row {
-			mx = max(mx, float64(x))
-		}
-		s := 0.0
-		for _, x := range row {
-			s += math.Exp(float64(x) - mx)
-		}
-		lse := mx + math.Log(s)
-		lp := make([]float64, len(row))
-		for j, x := range row {
-			lp[j] = float64(x) - lse
-		}
-		rows = append(rows, lp)
+		rows = append(rows, logSoftmax64(res.PromptRows[len(prompt)-1+i]))
 	}
 	return gen, rows
+}
+
+// logSoftmax64 is row's log-softmax in float64: the reference the
+// server's logprobs are checked against.
+func logSoftmax64(row []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, x := range row {
+		mx = max(mx, float64(x))
+	}
+	s := 0.0
+	for _, x := range row {
+		s += math.Exp(float64(x) - mx)
+	}
+	lse := mx + math.Log(s)
+	lp := make([]float64, len(row))
+	for j, x := range row {
+		lp[j] = float64(x) - lse
+	}
+	return lp
 }
 
 // topIDs is the ids of row's k largest values, best first (lower id first on ties).

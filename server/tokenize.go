@@ -30,11 +30,7 @@ type tokenizeResponse struct {
 
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	var req tokenizeRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
+	if err := s.readModelRequest(w, r, &req, &req.Model); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -75,11 +71,7 @@ type detokenizeRequest struct {
 // of /tokenize.
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 	var req detokenizeRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
+	if err := s.readModelRequest(w, r, &req, &req.Model); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -91,4 +83,13 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"prompt": s.cfg.Tokenizer.Decode(req.Tokens)})
+}
+
+// readModelRequest decodes a request body into v and checks the model it
+// names (*model, a field of v).
+func (s *Server) readModelRequest(w http.ResponseWriter, r *http.Request, v any, model *string) error {
+	if err := s.decodeBody(w, r, v); err != nil {
+		return err
+	}
+	return s.checkModel(*model)
 }
