@@ -1,10 +1,15 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"lagc/sched"
 )
@@ -124,4 +129,58 @@ func TestChatChoices(t *testing.T) {
 			t.Errorf("choice %d streamed %+v, want reasoning %q content %q", i, a, *m.ReasoningContent, content)
 		}
 	}
+}
+
+// TestChoicesCancel: a client that goes away mid-stream cancels every one
+// of its n choices; one whose later choice finds the queue full gets 429
+// and its choices already queued are cancelled.
+func TestChoicesCancel(t *testing.T) {
+	gate := make(chan struct{})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // one step a millisecond
+		for {
+			select {
+			case gate <- struct{}{}:
+				time.Sleep(time.Millisecond)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	srv, ts := startScripted(t, 3, strings.Repeat("word ", 300), gate, sched.Config{MaxQueue: 1})
+	body := map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "n": 3, "max_tokens": 400, "stream": true}
+	b, _ := json.Marshal(body)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readEvents(resp.Body, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitLoad(t, srv, 0, 3)
+	cancel()
+	resp.Body.Close()
+	waitLoad(t, srv, 0, 0)
+
+	// Slots 3 + queue 1 hold four: a running request of n 3 leaves room for
+	// one more sequence, so n 2 gets 429 and its first choice is withdrawn.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", bytes.NewReader(b))
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	waitLoad(t, srv, 0, 3)
+	body["n"], body["stream"] = 2, false
+	var e apiError
+	if code := post(t, ts.URL+"/v1/chat/completions", body, &e); code != 429 {
+		t.Fatalf("n 2 beside 3 running, queue 1: %d %+v", code, e.Error)
+	}
+	waitLoad(t, srv, 0, 3) // the withdrawn choice left the queue
+	cancel()
+	waitLoad(t, srv, 0, 0)
 }
