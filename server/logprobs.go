@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"lagc/engine"
+	"lagc/exec/cpu"
 	"lagc/tokenizer"
 )
 
@@ -26,12 +27,7 @@ const minLogprob = -9999.0
 type tokenLogprob struct {
 	id      int32
 	logprob float64
-	top     []idLogprob
-}
-
-type idLogprob struct {
-	id      int32
-	logprob float64
+	top     []cpu.TokenLogprob
 }
 
 // logprobSampler wraps a request's sampler and records every drawn token's
@@ -52,7 +48,7 @@ type logprobSampler struct {
 // promptRow records prompt[i+1]'s log-probability from row i: it is the
 // sched.Request.PromptRow of an echo with logprobs.
 func (l *logprobSampler) promptRow(i int, logits []float32) {
-	lse, err := logSumExp(logits)
+	lse, err := cpu.LogSumExp(logits)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -66,7 +62,7 @@ func (l *logprobSampler) promptRow(i int, logits []float32) {
 		l.promptErr = fmt.Errorf("prompt token %d is outside the logits' vocabulary [0, %d)", id, len(logits))
 		return
 	}
-	l.promptRecs = append(l.promptRecs, tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: topLogprobs(logits, l.top, lse)})
+	l.promptRecs = append(l.promptRecs, tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: cpu.TopLogprobs(logits, l.top, lse)})
 }
 
 // promptRecords returns the prompt's records (all of them once the prompt
@@ -87,11 +83,11 @@ func (l *logprobSampler) Sample(logits []float32, history []int32) (int32, error
 	if id < 0 || int(id) >= len(logits) {
 		return id, fmt.Errorf("sampled token %d is outside the vocabulary [0, %d)", id, len(logits))
 	}
-	lse, err := logSumExp(logits)
+	lse, err := cpu.LogSumExp(logits)
 	if err != nil {
 		return id, err
 	}
-	rec := tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: topLogprobs(logits, l.top, lse)}
+	rec := tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: cpu.TopLogprobs(logits, l.top, lse)}
 	l.mu.Lock()
 	l.recs = append(l.recs, rec)
 	l.mu.Unlock()
@@ -109,60 +105,6 @@ func (l *logprobSampler) take() (tokenLogprob, bool) {
 	r := l.recs[0]
 	l.recs = l.recs[1:]
 	return r, true
-}
-
-// logSumExp is log(sum(exp(logits))) in float64. A NaN or +Inf logit, or
-// every logit -Inf, has no distribution to report.
-func logSumExp(logits []float32) (float64, error) {
-	m := math.Inf(-1)
-	for i, x := range logits {
-		switch {
-		case x != x:
-			return 0, fmt.Errorf("logprobs: logit %d is NaN", i)
-		case math.IsInf(float64(x), 1):
-			return 0, fmt.Errorf("logprobs: logit %d is +Inf", i)
-		}
-		m = max(m, float64(x))
-	}
-	if math.IsInf(m, -1) {
-		return 0, fmt.Errorf("logprobs: every logit is -Inf")
-	}
-	s := 0.0
-	for _, x := range logits {
-		s += math.Exp(float64(x) - m)
-	}
-	return m + math.Log(s), nil
-}
-
-// topLogprobs returns the n most likely tokens, best first (ties: lower id
-// first), by insertion into a short sorted list: n is at most 20.
-func topLogprobs(logits []float32, n int, lse float64) []idLogprob {
-	n = min(n, len(logits))
-	if n <= 0 {
-		return nil
-	}
-	best := make([]int32, 0, n)
-	for i, x := range logits {
-		if len(best) == n && x <= logits[best[n-1]] {
-			continue
-		}
-		j := len(best)
-		if j < n {
-			best = append(best, 0)
-		} else {
-			j--
-		}
-		for j > 0 && x > logits[best[j-1]] {
-			best[j] = best[j-1]
-			j--
-		}
-		best[j] = int32(i)
-	}
-	out := make([]idLogprob, len(best))
-	for k, id := range best {
-		out[k] = idLogprob{id, float64(logits[id]) - lse}
-	}
-	return out
 }
 
 // jsonLogprob is lp as JSON can hold it.
@@ -223,9 +165,9 @@ func (c *completionLogprobs) add(tok *tokenizer.Tokenizer, r tokenLogprob, offse
 	c.TokenLogprobs = append(c.TokenLogprobs, ptr(jsonLogprob(r.logprob)))
 	top := map[string]float64{text: jsonLogprob(r.logprob)}
 	for _, a := range r.top {
-		if t := tokenText(tok, a.id); a.id != r.id {
+		if t := tokenText(tok, a.ID); a.ID != r.id {
 			if _, dup := top[t]; !dup {
-				top[t] = jsonLogprob(a.logprob)
+				top[t] = jsonLogprob(a.Logprob)
 			}
 		}
 	}
@@ -294,7 +236,7 @@ func chatLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob) *chatLogprobs
 		e := chatTokenLogprob{Token: tokenText(tok, r.id), Logprob: jsonLogprob(r.logprob), Bytes: tokenByteList(tok, r.id),
 			TopLogprobs: []chatTopLogprob{}}
 		for _, a := range r.top {
-			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tokenText(tok, a.id), Logprob: jsonLogprob(a.logprob), Bytes: tokenByteList(tok, a.id)})
+			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tokenText(tok, a.ID), Logprob: jsonLogprob(a.Logprob), Bytes: tokenByteList(tok, a.ID)})
 		}
 		c.Content = append(c.Content, e)
 	}

@@ -1,0 +1,66 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// TokenLogprob is a token with its log-probability.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float64
+}
+
+// LogSumExp is log(sum(exp(logits))) in float64. A NaN or +Inf logit, or
+// every logit -Inf, has no distribution to report.
+func LogSumExp(logits []float32) (float64, error) {
+	m := math.Inf(-1)
+	for i, x := range logits {
+		switch {
+		case x != x:
+			return 0, fmt.Errorf("logprobs: logit %d is NaN", i)
+		case math.IsInf(float64(x), 1):
+			return 0, fmt.Errorf("logprobs: logit %d is +Inf", i)
+		}
+		m = max(m, float64(x))
+	}
+	if math.IsInf(m, -1) {
+		return 0, fmt.Errorf("logprobs: every logit is -Inf")
+	}
+	s := 0.0
+	for _, x := range logits {
+		s += math.Exp(float64(x) - m)
+	}
+	return m + math.Log(s), nil
+}
+
+// TopLogprobs returns the n most likely tokens, best first (ties: lower id
+// first), by insertion into a short sorted list: n is at most 20.
+func TopLogprobs(logits []float32, n int, lse float64) []TokenLogprob {
+	n = min(n, len(logits))
+	if n <= 0 {
+		return nil
+	}
+	best := make([]int32, 0, n)
+	for i, x := range logits {
+		if len(best) == n && x <= logits[best[n-1]] {
+			continue
+		}
+		j := len(best)
+		if j < n {
+			best = append(best, 0)
+		} else {
+			j--
+		}
+		for j > 0 && x > logits[best[j-1]] {
+			best[j] = best[j-1]
+			j--
+		}
+		best[j] = int32(i)
+	}
+	out := make([]TokenLogprob, len(best))
+	for k, id := range best {
+		out[k] = TokenLogprob{id, float64(logits[id]) - lse}
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package cpu
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+func TestTopLogprobs(t *testing.T) {
+	inf := float32(math.Inf(-1))
+	for _, tc := range []struct {
+		name   string
+		logits []float32
+		n      int
+		want   []int32
+	}{
+		{"order", []float32{1, 3, 2, 0}, 3, []int32{1, 2, 0}},
+		{"ties: lower id first", []float32{2, 5, 2, 5, 2}, 4, []int32{1, 3, 0, 2}},
+		{"n over the vocabulary", []float32{0, 1}, 5, []int32{1, 0}},
+		{"n 0", []float32{0, 1}, 0, nil},
+		{"-Inf kept last", []float32{inf, 0, inf}, 3, []int32{1, 0, 2}},
+	} {
+		got := TopLogprobs(tc.logits, tc.n, 0)
+		ids := []int32(nil)
+		for _, g := range got {
+			ids = append(ids, g.ID)
+			if g.Logprob != float64(tc.logits[g.ID]) {
+				t.Errorf("%s: id %d logprob %g, want %g", tc.name, g.ID, g.Logprob, tc.logits[g.ID])
+			}
+		}
+		if !slices.Equal(ids, tc.want) {
+			t.Errorf("%s: top %v, want %v", tc.name, ids, tc.want)
+		}
+	}
+}
+
+func TestLogSumExp(t *testing.T) {
+	inf := float32(math.Inf(1))
+	if v, err := LogSumExp([]float32{0, 0, float32(math.Inf(-1))}); err != nil || math.Abs(v-math.Log(2)) > 1e-12 {
+		t.Errorf("log(2): %g %v", v, err)
+	}
+	if v, err := LogSumExp([]float32{1000, 1000}); err != nil || math.Abs(v-1000-math.Log(2)) > 1e-9 {
+		t.Errorf("large logits: %g %v", v, err)
+	}
+	for _, bad := range [][]float32{{0, float32(math.NaN())}, {0, inf}, {-inf, -inf}} {
+		if _, err := LogSumExp(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
