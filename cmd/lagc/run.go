@@ -32,7 +32,7 @@ func init() {
 			{"Prompt (one of --prompt, --prompt-file, --prompt-ids, --chat)", []string{"prompt", "prompt-file", "prompt-ids", "chat", "system", "raw"}},
 			{"Generation", []string{"n", "stop", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "seed"}},
 			{"Model and device", []string{"model", "device", "ctx", "threads", "chunk", "dtype", "weight-cache", "full-prefill"}},
-			{"Output", []string{"json", "logits", "verbose", "profile"}},
+			{"Output", []string{"json", "logits", "logprobs", "verbose", "profile"}},
 			{"Graph (for engine development)", []string{"yaml", "passes", "disable-pass"}},
 		},
 	})
@@ -48,7 +48,7 @@ type runFlags struct {
 	dtype, profile                       string
 	passes, disable                      string
 	temperature, topP, minP              float64
-	topK                                 int
+	topK, logprobs                       int
 	repeatPenalty                        float64
 	seed                                 uint64
 	raw, fullPrefill                     bool
@@ -81,6 +81,7 @@ func setupRun(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.device, "device", "auto", "cpu, cuda, or auto (cuda where a GPU is found, else cpu)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object (prompt_ids, generated_ids, ...) instead of text; one per turn with --chat")
 	fs.BoolVar(&f.logits, "logits", false, "with --json: include the prompt's last-position logits as last_logits")
+	fs.IntVar(&f.logprobs, "logprobs", -1, "with --json: each generated token's log-probability and the N most likely tokens at its step (0 to 20; -1: off)")
 	fs.BoolVar(&f.verbose, "verbose", false, "say why the GPU is not used, where the bundled model comes from, and how --chat reuses its cache")
 	fs.IntVar(&f.chunk, "chunk", 0, "prefill chunk size in tokens (0: on a GPU 4096 where --ctx exceeds 2048 and that plan fits, else 2048; on the CPU 2048, with steps also kept short enough for Ctrl-C)")
 	fs.StringVar(&f.dtype, "dtype", "bf16", "GPU activations and weights: bf16 or f32 (exact, for testing); the CPU computes in f32")
@@ -132,6 +133,12 @@ func (f *runFlags) check() error {
 		return usage("--raw goes with --prompt or --prompt-file")
 	case f.logits && !f.jsonOut:
 		return usage("--logits goes with --json")
+	case f.logprobs >= 0 && !f.jsonOut:
+		return usage("--logprobs goes with --json")
+	case f.logprobs >= 0 && f.chat:
+		return usage("--logprobs goes with a single prompt, not --chat")
+	case f.logprobs < -1 || f.logprobs > 20:
+		return usage("--logprobs %d: expected 0 to 20 alternatives (or -1: off)", f.logprobs)
 	case f.logits && f.chat:
 		return usage("--logits goes with a single prompt, not --chat")
 	case f.n < 0:
@@ -173,6 +180,14 @@ func runRun(f *runFlags) error {
 	sampler, err := runSampler(f)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var lp *logprobRecorder
+	if f.logprobs >= 0 {
+		if sampler == nil { // the logits are needed: a greedy sampler, not the backend's argmax
+			sampler, _ = cpu.NewSampler(cpu.SamplerConfig{})
+		}
+		lp = &logprobRecorder{inner: sampler, top: f.logprobs}
+		sampler = lp
 	}
 	device, err := pickDevice(f.device, f.verbose)
 	if err != nil {
@@ -218,6 +233,9 @@ func runRun(f *runFlags) error {
 		if tok, err = engine.LoadTokenizer(m.Checkpoint); err != nil {
 			return fmt.Errorf("--prompt, --prompt-file, --chat and --stop need a tokenizer: %w", err)
 		}
+	}
+	if lp != nil && tok == nil {
+		tok, _ = engine.LoadTokenizer(m.Checkpoint) // token texts if it has one; ids alone if not
 	}
 	// The engine's steps are the plan's (Ctrl-C is checked between them).
 	chunk := f.chunk
@@ -274,7 +292,7 @@ func runRun(f *runFlags) error {
 	out.finish()
 	reportSpeed(res)
 	if f.jsonOut {
-		return writeRunJSON(res, out, f.logits)
+		return writeRunJSON(res, out, f.logits, lp, tok)
 	}
 	return nil
 }
@@ -410,7 +428,7 @@ func reportSpeed(res *engine.GenResult) {
 		res.Fed, cached, float64(res.Fed)/res.PrefillTime.Seconds(), len(res.Generated), dec, res.StopReason)
 }
 
-func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool) error {
+func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool, lp *logprobRecorder, tok *tokenizer.Tokenizer) error {
 	obj := map[string]any{
 		"prompt_ids":    nonNil(res.Prompt),
 		"generated_ids": nonNil(res.Generated),
@@ -421,6 +439,9 @@ func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool) error {
 	}
 	if logits {
 		obj["last_logits"] = res.LastLogits
+	}
+	if lp != nil {
+		obj["logprobs"] = lp.json(tok)
 	}
 	return json.NewEncoder(runIO.out).Encode(obj)
 }
@@ -493,3 +514,63 @@ func warnSkipKernels(w io.Writer, device string) {
 		fmt.Fprintf(w, "warning: %s=%q leaves kernels out (a timing ablation): the output is wrong\n", gpu.EnvSkipKernels, v)
 	}
 }
+
+// logprobRecorder wraps --logprobs' sampler and records each drawn token's
+// log-probability under the model's logits (before penalties and
+// temperature) with the top alternatives.
+type logprobRecorder struct {
+	inner engine.Sampler
+	top   int
+	recs  []logprobRec
+}
+
+type logprobRec struct {
+	id      int32
+	logprob float64
+	top     []cpu.TokenLogprob
+}
+
+func (l *logprobRecorder) Greedy() bool { return l.inner.Greedy() }
+
+func (l *logprobRecorder) Sample(logits []float32, history []int32) (int32, error) {
+	id, err := l.inner.Sample(logits, history)
+	if err != nil {
+		return id, err
+	}
+	lse, err := cpu.LogSumExp(logits)
+	if err != nil {
+		return id, err
+	}
+	l.recs = append(l.recs, logprobRec{id, float64(logits[id]) - lse, cpu.TopLogprobs(logits, l.top, lse)})
+	return id, nil
+}
+
+// runLogprob is a --logprobs entry in --json's output; token is the id's
+// text where the checkpoint has a tokenizer. -Inf is written -9999.
+type runLogprob struct {
+	ID      int32        `json:"id"`
+	Token   *string      `json:"token,omitempty"`
+	Logprob float64      `json:"logprob"`
+	Top     []runLogprob `json:"top_logprobs,omitempty"`
+}
+
+func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
+	entry := func(id int32, lp float64) runLogprob {
+		e := runLogprob{ID: id, Logprob: max(lp, -9999)}
+		if tok != nil {
+			e.Token = ptrTo(string(tok.TokenBytes(id)))
+		}
+		return e
+	}
+	out := []runLogprob{}
+	for _, r := range l.recs {
+		e := entry(r.id, r.logprob)
+		for _, a := range r.top {
+			e.Top = append(e.Top, entry(a.ID, a.Logprob))
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"lagc/cuda/cudatest"
+	"lagc/engine"
 	"lagc/internal/fixture"
 )
 
@@ -208,5 +211,72 @@ func testRunGreedyPaths(t *testing.T, device string) {
 	}
 	if greedy, topk1 := chat(), chat(sampled...); greedy != topk1 {
 		t.Errorf("chat, greedy:\n%s\ntop-k 1:\n%s", greedy, topk1)
+	}
+}
+
+// TestRunLogprobs: --logprobs N with --json gives each generated token's
+// log-probability (the log-softmax of the logits it was chosen from, here
+// recomputed from a pass that keeps every row) and its N best, without
+// changing the tokens.
+func TestRunLogprobs(t *testing.T) {
+	fix := "../../testdata/fixtures/tiny_yarn_perhead"
+	g := fixture.Read(t, fix)
+	args := []string{"run", "--model", fix, "--prompt-ids", idList(g.PromptIDs), "-n", "8", "--device", "cpu", "--json"}
+	code, plain, stderr := runCapture(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	code, out, stderr := runCapture(t, append(args, "--logprobs", "3")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var a, b struct {
+		Generated []int32 `json:"generated_ids"`
+		Logprobs  []struct {
+			ID      int32   `json:"id"`
+			Logprob float64 `json:"logprob"`
+			Top     []struct {
+				ID      int32   `json:"id"`
+				Logprob float64 `json:"logprob"`
+			} `json:"top_logprobs"`
+		} `json:"logprobs"`
+	}
+	if json.Unmarshal([]byte(plain), &a) != nil || json.Unmarshal([]byte(out), &b) != nil {
+		t.Fatalf("not JSON:\n%s\n%s", plain, out)
+	}
+	if !slices.Equal(a.Generated, b.Generated) || len(b.Logprobs) != len(b.Generated) {
+		t.Fatalf("with --logprobs %v (%d entries), without %v", b.Generated, len(b.Logprobs), a.Generated)
+	}
+	m, err := engine.Open(fix, engine.Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	all := append(slices.Clone(g.PromptIDs), b.Generated[:len(b.Generated)-1]...)
+	res, err := m.Generate(context.Background(), all, engine.GenOptions{MaxTokens: 1, Logits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range b.Logprobs {
+		row := res.PromptRows[len(g.PromptIDs)-1+i]
+		lse := 0.0
+		mx := float64(slices.Max(row))
+		for _, x := range row {
+			lse += math.Exp(float64(x) - mx)
+		}
+		lse = mx + math.Log(lse)
+		want := float64(row[e.ID]) - lse
+		if e.ID != b.Generated[i] || math.Abs(e.Logprob-want) > 1e-4 || len(e.Top) != 3 || e.Top[0].ID != e.ID || e.Top[2].Logprob > e.Top[1].Logprob {
+			t.Errorf("token %d: %+v, want id %d logprob %g, greedy first of 3", i, e, b.Generated[i], want)
+		}
+	}
+	for _, bad := range [][]string{{"--logprobs", "2"}, {"--json", "--logprobs", "21"}, {"--chat", "--json", "--logprobs", "1"}} {
+		a := []string{"run", "--model", fix, "--device", "cpu", "-n", "1"}
+		if bad[0] != "--chat" {
+			a = append(a, "--prompt-ids", "1")
+		}
+		if code, _, stderr := runCapture(t, append(a, bad...)...); code != 2 || !strings.Contains(stderr, "--logprobs") {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
 	}
 }
