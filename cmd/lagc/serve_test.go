@@ -185,6 +185,59 @@ func testServeCommand(t *testing.T, device string) {
 			t.Errorf("no batched step on the GPU (batch size sum %q, count %q)", sum, count)
 		}
 	}
+	// Prompt scoring (echo, logprobs, max_tokens 0) runs on the backend's
+	// Step with every row; a greedy request after it is unchanged.
+	postServe := func(body map[string]any, out any) int {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", url+"/v1/completions", bytes.NewReader(b))
+		if device == "cpu" {
+			req.Header.Set("Authorization", "Bearer test-key")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	var scored struct {
+		Choices []struct {
+			Text     string `json:"text"`
+			Logprobs struct {
+				Tokens        []string   `json:"tokens"`
+				TokenLogprobs []*float64 `json:"token_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if code := postServe(map[string]any{"model": "tiny-test", "prompt": prompts[0], "max_tokens": 0, "echo": true, "logprobs": 2}, &scored); code != 200 || len(scored.Choices) != 1 {
+		t.Fatalf("prompt scoring: %d %+v", code, scored)
+	}
+	lp := scored.Choices[0].Logprobs
+	if scored.Choices[0].Text != prompts[0] || len(lp.Tokens) != scored.Usage.PromptTokens || len(lp.TokenLogprobs) != len(lp.Tokens) || lp.TokenLogprobs[0] != nil {
+		t.Errorf("prompt scoring on %s: text %q, %d tokens for %d in the prompt", device, scored.Choices[0].Text, len(lp.Tokens), scored.Usage.PromptTokens)
+	}
+	for i, v := range lp.TokenLogprobs[1:] {
+		if v == nil || !(*v <= 0 && *v > -100) {
+			t.Errorf("prompt scoring on %s: token %d logprob %v", device, i+1, v)
+		}
+	}
+	if device == "cuda" {
+		var again struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		postServe(map[string]any{"model": "tiny-test", "prompt": prompts[0], "max_tokens": 8, "temperature": 0}, &again)
+		if len(again.Choices) != 1 || again.Choices[0].Text != want[0] {
+			t.Errorf("after prompt scoring on the GPU: %+v, want %q", again, want[0])
+		}
+	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
