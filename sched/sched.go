@@ -177,6 +177,10 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	return st, nil
 }
 
+// Limits returns the sequence slots and how many requests may wait for
+// one (Config.MaxQueue, or its default).
+func (s *Scheduler) Limits() (slots, queue int) { return len(s.slots), s.cfg.MaxQueue }
+
 // Load returns the requests waiting for a slot and those running.
 func (s *Scheduler) Load() (waiting, running int) {
 	s.mu.Lock()

@@ -57,11 +57,7 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 	if p.N != nil {
 		n = *p.N
 	}
-	slots, queue := s.batch.Slots(), s.cfg.Sched.MaxQueue
-	if queue == 0 {
-		queue = 4 * slots // sched.Config's default
-	}
-	if n > slots+queue {
+	if slots, queue := s.sched.Limits(); n > slots+queue {
 		return nil, badRequest("n", "n is %d; this server holds at most %d (%d running at once, %d queued)", n, slots+queue, slots, queue)
 	}
 	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), logprobs: logprobs >= 0,
@@ -128,10 +124,11 @@ func newSampler(p *samplingParams, promptLen int, bias map[int32]float64, seed u
 	if p.FrequencyPenalty != nil {
 		cfg.FrequencyPenalty = *p.FrequencyPenalty
 	}
-	if cfg.Temperature == 0 && cfg.RepetitionPenalty == 1 && cfg.PresencePenalty == 0 && cfg.FrequencyPenalty == 0 && len(bias) == 0 && !needLogits {
-		return nil, nil
+	s, err := cpu.NewSampler(cfg)
+	if err != nil || (s.Argmax() && !needLogits) {
+		return nil, err
 	}
-	return cpu.NewSampler(cfg)
+	return s, nil
 }
 
 // start submits j's choices, a stream each; they end with ctx (the

@@ -304,7 +304,7 @@ func runRun(f *runFlags) error {
 func runSampler(f *runFlags) (engine.Sampler, error) {
 	s, err := cpu.NewSampler(cpu.SamplerConfig{Temperature: f.temperature, TopK: f.topK, TopP: f.topP,
 		MinP: f.minP, RepetitionPenalty: f.repeatPenalty, Seed: seedOrClock(f.seed)})
-	if err != nil || (s.Greedy() && (f.repeatPenalty == 1 || f.repeatPenalty == 0)) {
+	if err != nil || s.Argmax() {
 		return nil, err
 	}
 	return s, nil

@@ -90,6 +90,15 @@ func (s *Sampler) Reseed(seed uint64) {
 // Greedy reports whether the sampler takes the argmax.
 func (s *Sampler) Greedy() bool { return s.cfg.Temperature <= 0 }
 
+// Argmax reports whether the sampler takes the argmax of the logits as
+// they are: greedy with no bias and no penalty. A caller may then leave
+// the choice to the backend's own argmax (engine.GenOptions.Sampler nil).
+func (s *Sampler) Argmax() bool {
+	c := s.cfg
+	return s.Greedy() && (c.RepetitionPenalty == 0 || c.RepetitionPenalty == 1) &&
+		c.PresencePenalty == 0 && c.FrequencyPenalty == 0 && len(c.LogitBias) == 0
+}
+
 // Sample returns the next token for logits [V]. history holds the tokens so
 // far (prompt and generated), used by the repetition penalty only.
 func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {

@@ -274,3 +274,22 @@ func TestSamplerErrors(t *testing.T) {
 		t.Error("all -Inf accepted")
 	}
 }
+
+func TestSamplerArgmax(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  SamplerConfig
+		want bool
+	}{
+		{SamplerConfig{}, true},
+		{SamplerConfig{RepetitionPenalty: 1, TopK: 5, Seed: 3}, true},
+		{SamplerConfig{Temperature: 0.5}, false},
+		{SamplerConfig{RepetitionPenalty: 1.1}, false},
+		{SamplerConfig{PresencePenalty: 0.5}, false},
+		{SamplerConfig{FrequencyPenalty: -0.5}, false},
+		{SamplerConfig{LogitBias: map[int32]float64{3: 1}}, false},
+	} {
+		if got := mustSampler(t, tc.cfg).Argmax(); got != tc.want {
+			t.Errorf("%+v: Argmax %v, want %v", tc.cfg, got, tc.want)
+		}
+	}
+}
