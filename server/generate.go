@@ -215,7 +215,7 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, c int, o
 		for _, id := range ids {
 			if lp := j.choices[c].logprobs; lp != nil {
 				r, ok := lp.take()
-				if !ok || r.id != id {
+				if !ok || r.ID != id {
 					return out, fmt.Errorf("logprobs: no record for generated token %d", id)
 				}
 				recs = append(recs, r)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sync"
 	"unicode/utf8"
 
@@ -24,11 +23,7 @@ const minLogprob = -9999.0
 // tokenLogprob is a generated token's log-probability under the model's
 // distribution (the log-softmax of its logits, before any penalty or
 // temperature) with the most likely tokens at that step, best first.
-type tokenLogprob struct {
-	id      int32
-	logprob float64
-	top     []cpu.TokenLogprob
-}
+type tokenLogprob = cpu.StepLogprobs
 
 // logprobSampler wraps a request's sampler and records every drawn token's
 // log-probability. The scheduler's goroutine samples; the handler takes the
@@ -48,7 +43,7 @@ type logprobSampler struct {
 // promptRow records prompt[i+1]'s log-probability from row i: it is the
 // sched.Request.PromptRow of an echo with logprobs.
 func (l *logprobSampler) promptRow(i int, logits []float32) {
-	lse, err := cpu.LogSumExp(logits)
+	rec, err := cpu.LogprobsOf(logits, l.prompt[i+1], l.top)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -57,12 +52,7 @@ func (l *logprobSampler) promptRow(i int, logits []float32) {
 		}
 		return
 	}
-	id := l.prompt[i+1]
-	if int(id) >= len(logits) {
-		l.promptErr = fmt.Errorf("prompt token %d is outside the logits' vocabulary [0, %d)", id, len(logits))
-		return
-	}
-	l.promptRecs = append(l.promptRecs, tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: cpu.TopLogprobs(logits, l.top, lse)})
+	l.promptRecs = append(l.promptRecs, rec)
 }
 
 // promptRecords returns the prompt's records (all of them once the prompt
@@ -80,14 +70,10 @@ func (l *logprobSampler) Sample(logits []float32, history []int32) (int32, error
 	if err != nil {
 		return id, err
 	}
-	if id < 0 || int(id) >= len(logits) {
-		return id, fmt.Errorf("sampled token %d is outside the vocabulary [0, %d)", id, len(logits))
-	}
-	lse, err := cpu.LogSumExp(logits)
+	rec, err := cpu.LogprobsOf(logits, id, l.top)
 	if err != nil {
 		return id, err
 	}
-	rec := tokenLogprob{id: id, logprob: float64(logits[id]) - lse, top: cpu.TopLogprobs(logits, l.top, lse)}
 	l.mu.Lock()
 	l.recs = append(l.recs, rec)
 	l.mu.Unlock()
@@ -108,12 +94,7 @@ func (l *logprobSampler) take() (tokenLogprob, bool) {
 }
 
 // jsonLogprob is lp as JSON can hold it.
-func jsonLogprob(lp float64) float64 {
-	if lp < minLogprob || math.IsInf(lp, -1) {
-		return minLogprob
-	}
-	return lp
-}
+func jsonLogprob(lp float64) float64 { return max(lp, minLogprob) }
 
 // tokenText is a token's text: its bytes as a string, invalid UTF-8 (part
 // of a character) as U+FFFD, as JSON would write them anyway.
@@ -160,12 +141,12 @@ func completionLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob, offset 
 
 // add appends r at text offset offset and returns the offset after it.
 func (c *completionLogprobs) add(tok *tokenizer.Tokenizer, r tokenLogprob, offset int) int {
-	text := tokenText(tok, r.id)
+	text := tokenText(tok, r.ID)
 	c.Tokens = append(c.Tokens, text)
-	c.TokenLogprobs = append(c.TokenLogprobs, ptr(jsonLogprob(r.logprob)))
-	top := map[string]float64{text: jsonLogprob(r.logprob)}
-	for _, a := range r.top {
-		if t := tokenText(tok, a.ID); a.ID != r.id {
+	c.TokenLogprobs = append(c.TokenLogprobs, ptr(jsonLogprob(r.Logprob)))
+	top := map[string]float64{text: jsonLogprob(r.Logprob)}
+	for _, a := range r.Top {
+		if t := tokenText(tok, a.ID); a.ID != r.ID {
 			if _, dup := top[t]; !dup {
 				top[t] = jsonLogprob(a.Logprob)
 			}
@@ -233,9 +214,9 @@ type chatTopLogprob struct {
 func chatLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob) *chatLogprobs {
 	c := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for _, r := range recs {
-		e := chatTokenLogprob{Token: tokenText(tok, r.id), Logprob: jsonLogprob(r.logprob), Bytes: tokenByteList(tok, r.id),
+		e := chatTokenLogprob{Token: tokenText(tok, r.ID), Logprob: jsonLogprob(r.Logprob), Bytes: tokenByteList(tok, r.ID),
 			TopLogprobs: []chatTopLogprob{}}
-		for _, a := range r.top {
+		for _, a := range r.Top {
 			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tokenText(tok, a.ID), Logprob: jsonLogprob(a.Logprob), Bytes: tokenByteList(tok, a.ID)})
 		}
 		c.Content = append(c.Content, e)

@@ -521,13 +521,7 @@ func warnSkipKernels(w io.Writer, device string) {
 type logprobRecorder struct {
 	inner engine.Sampler
 	top   int
-	recs  []logprobRec
-}
-
-type logprobRec struct {
-	id      int32
-	logprob float64
-	top     []cpu.TokenLogprob
+	recs  []cpu.StepLogprobs
 }
 
 func (l *logprobRecorder) Greedy() bool { return l.inner.Greedy() }
@@ -537,11 +531,11 @@ func (l *logprobRecorder) Sample(logits []float32, history []int32) (int32, erro
 	if err != nil {
 		return id, err
 	}
-	lse, err := cpu.LogSumExp(logits)
+	rec, err := cpu.LogprobsOf(logits, id, l.top)
 	if err != nil {
 		return id, err
 	}
-	l.recs = append(l.recs, logprobRec{id, float64(logits[id]) - lse, cpu.TopLogprobs(logits, l.top, lse)})
+	l.recs = append(l.recs, rec)
 	return id, nil
 }
 
@@ -564,8 +558,8 @@ func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
 	}
 	out := []runLogprob{}
 	for _, r := range l.recs {
-		e := entry(r.id, r.logprob)
-		for _, a := range r.top {
+		e := entry(r.ID, r.Logprob)
+		for _, a := range r.Top {
 			e.Top = append(e.Top, entry(a.ID, a.Logprob))
 		}
 		out = append(out, e)

@@ -11,6 +11,26 @@ type TokenLogprob struct {
 	Logprob float64
 }
 
+// StepLogprobs is a token's log-probability at a step, with the step's
+// most likely tokens, best first.
+type StepLogprobs struct {
+	TokenLogprob
+	Top []TokenLogprob
+}
+
+// LogprobsOf returns id's log-probability under logits (their log-softmax,
+// in float64) and the top most likely tokens.
+func LogprobsOf(logits []float32, id int32, top int) (StepLogprobs, error) {
+	if id < 0 || int(id) >= len(logits) {
+		return StepLogprobs{}, fmt.Errorf("logprobs: token %d is outside the vocabulary [0, %d)", id, len(logits))
+	}
+	lse, err := LogSumExp(logits)
+	if err != nil {
+		return StepLogprobs{}, err
+	}
+	return StepLogprobs{TokenLogprob{id, float64(logits[id]) - lse}, TopLogprobs(logits, top, lse)}, nil
+}
+
 // LogSumExp is log(sum(exp(logits))) in float64. A NaN or +Inf logit, or
 // every logit -Inf, has no distribution to report.
 func LogSumExp(logits []float32) (float64, error) {

@@ -48,3 +48,19 @@ func TestLogSumExp(t *testing.T) {
 		}
 	}
 }
+
+func TestLogprobsOf(t *testing.T) {
+	l := []float32{0, float32(math.Log(3)), float32(math.Inf(-1))} // p = 1/4, 3/4, 0
+	s, err := LogprobsOf(l, 0, 2)
+	if err != nil || s.ID != 0 || math.Abs(s.Logprob-math.Log(0.25)) > 1e-7 || len(s.Top) != 2 || s.Top[0].ID != 1 || math.Abs(s.Top[0].Logprob-math.Log(0.75)) > 1e-7 {
+		t.Errorf("LogprobsOf: %+v, %v", s, err)
+	}
+	for _, id := range []int32{-1, 3} {
+		if _, err := LogprobsOf(l, id, 1); err == nil {
+			t.Errorf("token %d outside the vocabulary accepted", id)
+		}
+	}
+	if _, err := LogprobsOf([]float32{float32(math.NaN())}, 0, 1); err == nil {
+		t.Error("NaN logits accepted")
+	}
+}
