@@ -109,7 +109,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 				msg.ReasoningContent = ptr(reasoning[c].String())
 			}
 			ch := chatChoice{Index: c, Message: msg, FinishReason: ptr(finishOf(c, outs[c]))}
-			if cj.logprobs {
+			if cj.withLogprobs() {
 				ch.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, append(states[c].recs, outs[c].logprobs...))
 			}
 			whole.Choices = append(whole.Choices, ch)
@@ -123,7 +123,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	// choice's next chunk (the parser may hold text back, as around a tag).
 	chunk := func(c int, ch chatChoice) chatResponse {
 		ch.Index = c
-		if cj.logprobs {
+		if cj.withLogprobs() {
 			ch.Logprobs = chatLogprobsOf(s.cfg.Tokenizer, states[c].recs)
 			states[c].recs = nil
 		}

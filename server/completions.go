@@ -42,7 +42,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		echo, prefix = s.echoText(req.Prompt, prompt)
 	}
 	var sts []*sched.Stream
-	if j.maxTokens > 0 || j.scorePrompt {
+	if j.maxTokens > 0 || j.scorePrompt() {
 		if sts, err = s.start(r.Context(), j); err != nil {
 			s.fail(w, r, err)
 			return
@@ -53,7 +53,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	offsets := make([]int, n) // each choice's text_offset of its next token
 	// echoed is choice c's echo, once its prompt has been fed.
 	echoed := func(c int) (string, *completionLogprobs, error) {
-		if !j.scorePrompt {
+		if !j.scorePrompt() {
 			return echo, nil, nil
 		}
 		recs, err := j.choices[c].logprobs.promptRecords()
@@ -69,7 +69,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := func(c int, text string, recs []tokenLogprob, finish *string, pre *completionLogprobs) completionResponse {
 		ch := completionChoice{Index: c, Text: text, FinishReason: finish}
-		if j.logprobs {
+		if j.withLogprobs() {
 			ch.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offsets[c])
 			if k := len(ch.Logprobs.TextOffset); k > 0 {
 				offsets[c] = ch.Logprobs.TextOffset[k-1] + utf8.RuneCountInString(ch.Logprobs.Tokens[k-1])

@@ -25,11 +25,16 @@ type job struct {
 	maxTokens int
 	stops     []string
 	choices   []choiceJob
-	logprobs  bool // each choice has a logprobSampler
-	// scorePrompt: echo with logprobs, so each choice's logprobSampler
-	// also records the prompt's tokens (sched.Request.PromptRow).
-	scorePrompt bool
+	echo      bool
 }
+
+// withLogprobs reports whether the choices record logprobs (each has a
+// logprobSampler).
+func (j *job) withLogprobs() bool { return j.choices[0].logprobs != nil }
+
+// scorePrompt reports whether each choice also records the prompt's tokens
+// (sched.Request.PromptRow): echo with logprobs.
+func (j *job) scorePrompt() bool { return j.echo && j.withLogprobs() }
 
 type choiceJob struct {
 	sampler  engine.Sampler
@@ -60,8 +65,7 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 	if slots, queue := s.sched.Limits(); n > slots+queue {
 		return nil, badRequest("n", "n is %d; this server holds at most %d (%d running at once, %d queued)", n, slots+queue, slots, queue)
 	}
-	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), logprobs: logprobs >= 0,
-		scorePrompt: p.Echo && logprobs >= 0}
+	j := &job{prompt: prompt, maxTokens: room, stops: p.Stop, choices: make([]choiceJob, n), echo: p.Echo}
 	if n := p.maxTokens(); n != nil {
 		if *n > room {
 			return nil, contextError("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion).",
@@ -151,7 +155,7 @@ func (s *Server) start(ctx context.Context, j *job) ([]*sched.Stream, error) {
 
 func (s *Server) submit(ctx context.Context, j *job, c choiceJob) (*sched.Stream, error) {
 	r := sched.Request{Prompt: j.prompt, MaxTokens: j.maxTokens, Sampler: c.sampler, Stop: s.cfg.Tokenizer.IsEOG}
-	if j.scorePrompt {
+	if j.scorePrompt() {
 		r.PromptRow = c.logprobs.promptRow
 	}
 	st, err := s.sched.Submit(ctx, r)
