@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"lagc/sched"
 )
@@ -18,7 +17,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	prompt, err := s.completionPrompt(req.Prompt)
+	in, err := s.completionPrompt(req.Prompt)
+	prompt := in.ids
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -38,8 +38,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	// completion's. With max_tokens 0 and no logprobs nothing runs.
 	var echo string
 	prefix := 0
-	if req.Echo {
-		echo, prefix = s.echoText(req.Prompt, prompt)
+	switch {
+	case req.Echo && in.isText:
+		echo = in.text
+		prefix, _ = s.cfg.Tokenizer.PostProcessorLen()
+	case req.Echo:
+		echo = s.cfg.Tokenizer.Decode(prompt)
 	}
 	var sts []*sched.Stream
 	if j.maxTokens > 0 || j.scorePrompt() {
@@ -70,10 +74,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	resp := func(c int, text string, recs []tokenLogprob, finish *string, pre *completionLogprobs) completionResponse {
 		ch := completionChoice{Index: c, Text: text, FinishReason: finish}
 		if j.withLogprobs() {
-			ch.Logprobs = completionLogprobsOf(s.cfg.Tokenizer, recs, offsets[c])
-			if k := len(ch.Logprobs.TextOffset); k > 0 {
-				offsets[c] = ch.Logprobs.TextOffset[k-1] + utf8.RuneCountInString(ch.Logprobs.Tokens[k-1])
-			}
+			ch.Logprobs, offsets[c] = completionLogprobsOf(s.cfg.Tokenizer, recs, offsets[c])
 			if pre != nil {
 				pre.concat(ch.Logprobs)
 				ch.Logprobs = pre
@@ -151,42 +152,36 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	ev.end(err)
 }
 
-// echoText is the prompt as echo returns it: the prompt string as sent, or
-// the ids decoded; prefix counts the tokens the tokenizer added to a string.
-func (s *Server) echoText(raw json.RawMessage, prompt []int32) (string, int) {
-	var text string
-	if json.Unmarshal(raw, &text) != nil {
-		var list []string
-		if json.Unmarshal(raw, &list) != nil || len(list) != 1 {
-			return s.cfg.Tokenizer.Decode(prompt), 0
-		}
-		text = list[0]
-	}
-	return text, max(len(prompt)-len(s.cfg.Tokenizer.Encode(text, false)), 0)
+// completionInput is a completion's prompt: its ids and, when it came as
+// a string, that string (what echo returns).
+type completionInput struct {
+	ids    []int32
+	text   string
+	isText bool
 }
 
 // completionPrompt reads "prompt": a string (encoded with the tokenizer's
 // special prefix, as `lagc run --prompt` does), an array of token ids, or
 // an array holding one of those.
-func (s *Server) completionPrompt(raw json.RawMessage) ([]int32, error) {
+func (s *Server) completionPrompt(raw json.RawMessage) (completionInput, error) {
 	return s.promptOf(raw, true)
 }
 
-func (s *Server) promptOf(raw json.RawMessage, outer bool) ([]int32, error) {
+func (s *Server) promptOf(raw json.RawMessage, outer bool) (completionInput, error) {
 	var text string
 	if err := json.Unmarshal(raw, &text); err == nil {
-		return s.cfg.Tokenizer.Encode(text, true), nil
+		return completionInput{ids: s.cfg.Tokenizer.Encode(text, true), text: text, isText: true}, nil
 	}
 	var ids []int32
 	if err := json.Unmarshal(raw, &ids); err == nil {
-		return ids, nil
+		return completionInput{ids: ids}, nil
 	}
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err == nil && outer {
 		if len(list) != 1 {
-			return nil, badRequest("prompt", "one prompt per request: got a batch of %d", len(list))
+			return completionInput{}, badRequest("prompt", "one prompt per request: got a batch of %d", len(list))
 		}
 		return s.promptOf(list[0], false)
 	}
-	return nil, badRequest("prompt", "prompt: expected a string, an array of token ids, or an array holding one of those")
+	return completionInput{}, badRequest("prompt", "prompt: expected a string, an array of token ids, or an array holding one of those")
 }

@@ -130,13 +130,13 @@ func newCompletionLogprobs() *completionLogprobs {
 
 // completionLogprobsOf puts recs in the legacy shape; offset is the length
 // in characters of the text before the first of them (text_offset counts
-// each token's own text).
-func completionLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob, offset int) *completionLogprobs {
+// each token's own text). It returns the offset after the last.
+func completionLogprobsOf(tok *tokenizer.Tokenizer, recs []tokenLogprob, offset int) (*completionLogprobs, int) {
 	c := newCompletionLogprobs()
 	for _, r := range recs {
 		offset = c.add(tok, r, offset)
 	}
-	return c
+	return c, offset
 }
 
 // add appends r at text offset offset and returns the offset after it.

@@ -378,3 +378,20 @@ func TestLoadHFDir(t *testing.T) {
 		t.Error("broken tokenizer_config.json accepted")
 	}
 }
+
+// TestPostProcessorLen: an add-special encode is the prefix, the plain
+// encode and the suffix, of the lengths PostProcessorLen gives.
+func TestPostProcessorLen(t *testing.T) {
+	tk, err := FromHFJSON(fixtureJSON(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pp := range [][2][]int32{{nil, nil}, {{2}, nil}, {{2, 5}, {24}}} {
+		tk.SetPostProcessor(pp[0], pp[1])
+		pre, suf := tk.PostProcessorLen()
+		plain, full := tk.Encode("func main() {}", false), tk.Encode("func main() {}", true)
+		if pre != len(pp[0]) || suf != len(pp[1]) || len(full) != pre+len(plain)+suf || !slices.Equal(full[pre:len(full)-suf], plain) {
+			t.Errorf("post-processor %v: lengths %d, %d; %v around %v", pp, pre, suf, full, plain)
+		}
+	}
+}

@@ -153,6 +153,10 @@ func (t *Tokenizer) SetPostProcessor(prefix, suffix []int32) {
 	t.suffix = slices.Clone(suffix)
 }
 
+// PostProcessorLen returns how many ids an add-special encode puts before
+// and after the text.
+func (t *Tokenizer) PostProcessorLen() (prefix, suffix int) { return len(t.prefix), len(t.suffix) }
+
 // Encode tokenizes text. With addSpecial the post-processor's ids (such as
 // Laguna's leading 〈|EOS|〉) are added, like HF's add_special_tokens=True.
 // Any bytes, valid UTF-8 or not, are accepted: Decode(Encode(x)) == x.
