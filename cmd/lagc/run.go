@@ -552,7 +552,7 @@ func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
 	entry := func(id int32, lp float64) runLogprob {
 		e := runLogprob{ID: id, Logprob: max(lp, -9999)}
 		if tok != nil {
-			e.Token = ptrTo(string(tok.TokenBytes(id)))
+			e.Token = new(string(tok.TokenBytes(id)))
 		}
 		return e
 	}
@@ -566,5 +566,3 @@ func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
 	}
 	return out
 }
-
-func ptrTo[T any](v T) *T { return &v }
