@@ -77,7 +77,8 @@ type Request struct {
 	// the last (row i predicts Prompt[i+1]), in order, on the scheduler's
 	// goroutine. Such a prompt is fed from its start (no prefix reuse), in
 	// steps of its own that read every row (Batcher.Step), so the other
-	// sequences' rows are computed as before; they wait those steps out.
+	// sequences' rows are computed as before; while they have rows to run,
+	// those steps alternate with theirs.
 	PromptRow func(i int, logits []float32)
 }
 
@@ -97,6 +98,9 @@ type Scheduler struct {
 	// Owned by the loop goroutine.
 	slots []slotState
 	tick  int64
+	// scored: the last step was a prompt's alone (PromptRow); the next
+	// one is for the others, if any have rows to run.
+	scored bool
 }
 
 // slotState is what the loop knows of a slot: its sequence (nil when free)
@@ -335,17 +339,28 @@ func (s *Scheduler) plan() ([]engine.Segment, []*seq) {
 		}
 	}
 	// A prompt whose every row is read runs alone, in a step that reads
-	// every row; the decode rows wait for the next step.
+	// every row, every other step while others have rows to run.
+	others := len(segs) > 0
 	for _, q := range prefill {
-		if q.req.PromptRow != nil {
-			n := min(len(q.req.Prompt)-q.fed, max(s.cfg.Budget, 1))
-			return []engine.Segment{{Slot: q.slot, Tokens: q.req.Prompt[q.fed : q.fed+n]}}, []*seq{q}
+		others = others || q.req.PromptRow == nil
+	}
+	if !s.scored || !others {
+		for _, q := range prefill {
+			if q.req.PromptRow != nil {
+				s.scored = true
+				n := min(len(q.req.Prompt)-q.fed, max(s.cfg.Budget, 1))
+				return []engine.Segment{{Slot: q.slot, Tokens: q.req.Prompt[q.fed : q.fed+n]}}, []*seq{q}
+			}
 		}
 	}
+	s.scored = false
 	room := max(s.cfg.Budget-len(segs), s.cfg.Budget/4, 1)
 	for _, q := range prefill {
 		if room == 0 {
 			break
+		}
+		if q.req.PromptRow != nil {
+			continue // in a step of its own
 		}
 		n := min(len(q.req.Prompt)-q.fed, room)
 		segs = append(segs, engine.Segment{Slot: q.slot, Tokens: q.req.Prompt[q.fed : q.fed+n]})

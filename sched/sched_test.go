@@ -822,3 +822,64 @@ func TestPromptRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptRowsTakeTurns: while a prompt is scored in steps of its own, a
+// generating sequence still gets a step between each two of them, and
+// both get what they get alone.
+func TestPromptRowsTakeTurns(t *testing.T) {
+	m := openTiny(t, 2, 256)
+	ref := openTiny(t, 1, 256)
+	js := jobs(6)
+	gen := job{prompt: js[1].prompt[:5], max: 40}
+	scored := slices.Concat(js[0].prompt, js[2].prompt, js[3].prompt, js[4].prompt)[:60] // four steps of 16
+	var mu sync.Mutex
+	var decodeRows []int
+	s := newSched(t, m, Config{Budget: 16, OnStep: func(st StepStats) {
+		mu.Lock()
+		decodeRows = append(decodeRows, st.DecodeRows)
+		mu.Unlock()
+	}})
+	st1, err := s.Submit(context.Background(), Request{Prompt: gen.prompt, MaxTokens: gen.max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ids, _, err := st1.Next(ctx); err != nil || len(ids) == 0 { // generating from here on
+		t.Fatalf("first token: %v %v", ids, err)
+	}
+	mu.Lock()
+	before := len(decodeRows)
+	mu.Unlock()
+	rows := 0
+	st2, err := s.Submit(context.Background(), Request{Prompt: scored, MaxTokens: 0, PromptRow: func(int, []float32) { rows++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, reason, err := collect(t, st2); reason != FinishLength || err != nil || rows != len(scored)-1 {
+		t.Fatalf("scored prompt: %s, %v, %d rows", reason, err, rows)
+	}
+	rest, _, _ := collect(t, st1)
+	res, err := ref.Generate(context.Background(), gen.prompt, engine.GenOptions{MaxTokens: gen.max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != gen.max-1 || !slices.Equal(rest, res.Generated[1:]) {
+		t.Errorf("the generating sequence beside the scoring: %v, alone %v", rest, res.Generated[1:])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	scoring := 0
+	for i, d := range decodeRows[before:] {
+		if d == 0 {
+			scoring++
+			if i > 0 && decodeRows[before+i-1] == 0 {
+				t.Errorf("steps %v: two scoring steps in a row while a sequence generates", decodeRows[before:])
+				break
+			}
+		}
+	}
+	if scoring != 4 {
+		t.Errorf("%d steps without a decode row, want the scored prompt's 4: %v", scoring, decodeRows[before:])
+	}
+}
