@@ -90,7 +90,7 @@ func (s *Server) newJob(p *samplingParams, prompt []int32, promptParam string, l
 			return nil, badRequest("", "%v", err)
 		}
 		if logprobs >= 0 {
-			c.logprobs = &logprobSampler{inner: c.sampler, top: logprobs, prompt: prompt}
+			c.logprobs = &logprobSampler{LogprobSampler: &cpu.LogprobSampler{Inner: c.sampler, Top: logprobs}, prompt: prompt}
 			c.sampler = c.logprobs
 		}
 	}
@@ -218,7 +218,7 @@ func (s *Server) consume(ctx context.Context, st *sched.Stream, j *job, c int, o
 		out.completion += len(ids)
 		for _, id := range ids {
 			if lp := j.choices[c].logprobs; lp != nil {
-				r, ok := lp.take()
+				r, ok := lp.Take() // (sampled before pushed: never missing)
 				if !ok || r.ID != id {
 					return out, fmt.Errorf("logprobs: no record for generated token %d", id)
 				}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"lagc/engine"
 	"lagc/exec/cpu"
 	"lagc/tokenizer"
 )
@@ -26,16 +25,15 @@ const minLogprob = -9999.0
 type tokenLogprob = cpu.StepLogprobs
 
 // logprobSampler wraps a request's sampler and records every drawn token's
-// log-probability. The scheduler's goroutine samples; the handler takes the
-// records as the tokens reach it: a token is pushed to its stream only after
-// it was sampled, so its record is there first.
+// log-probability (cpu.LogprobSampler) and, for an echo, the prompt's. The
+// scheduler's goroutine samples; the handler takes the records as the
+// tokens reach it: a token is pushed to its stream only after it was
+// sampled, so its record is there first.
 type logprobSampler struct {
-	inner  engine.Sampler
-	top    int     // alternatives recorded per token
+	*cpu.LogprobSampler
 	prompt []int32 // the request's prompt, for promptRow
 
 	mu         sync.Mutex
-	recs       []tokenLogprob
 	promptRecs []tokenLogprob // prompt[i+1]'s record at i (echo with logprobs)
 	promptErr  error
 }
@@ -43,7 +41,7 @@ type logprobSampler struct {
 // promptRow records prompt[i+1]'s log-probability from row i: it is the
 // sched.Request.PromptRow of an echo with logprobs.
 func (l *logprobSampler) promptRow(i int, logits []float32) {
-	rec, err := cpu.LogprobsOf(logits, l.prompt[i+1], l.top)
+	rec, err := cpu.LogprobsOf(logits, l.prompt[i+1], l.Top)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -61,36 +59,6 @@ func (l *logprobSampler) promptRecords() ([]tokenLogprob, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.promptRecs, l.promptErr
-}
-
-func (l *logprobSampler) Greedy() bool { return l.inner.Greedy() }
-
-func (l *logprobSampler) Sample(logits []float32, history []int32) (int32, error) {
-	id, err := l.inner.Sample(logits, history)
-	if err != nil {
-		return id, err
-	}
-	rec, err := cpu.LogprobsOf(logits, id, l.top)
-	if err != nil {
-		return id, err
-	}
-	l.mu.Lock()
-	l.recs = append(l.recs, rec)
-	l.mu.Unlock()
-	return id, nil
-}
-
-// take returns the oldest record not taken yet; ok is false if there is
-// none (which the order of sampling and pushing rules out).
-func (l *logprobSampler) take() (tokenLogprob, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.recs) == 0 {
-		return tokenLogprob{}, false
-	}
-	r := l.recs[0]
-	l.recs = l.recs[1:]
-	return r, true
 }
 
 // jsonLogprob is lp as JSON can hold it.

@@ -181,12 +181,12 @@ func runRun(f *runFlags) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	var lp *logprobRecorder
+	var lp *cpu.LogprobSampler
 	if f.logprobs >= 0 {
 		if sampler == nil { // the logits are needed: a greedy sampler, not the backend's argmax
 			sampler, _ = cpu.NewSampler(cpu.SamplerConfig{})
 		}
-		lp = &logprobRecorder{inner: sampler, top: f.logprobs}
+		lp = &cpu.LogprobSampler{Inner: sampler, Top: f.logprobs}
 		sampler = lp
 	}
 	device, err := pickDevice(f.device, f.verbose)
@@ -428,7 +428,7 @@ func reportSpeed(res *engine.GenResult) {
 		res.Fed, cached, float64(res.Fed)/res.PrefillTime.Seconds(), len(res.Generated), dec, res.StopReason)
 }
 
-func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool, lp *logprobRecorder, tok *tokenizer.Tokenizer) error {
+func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool, lp *cpu.LogprobSampler, tok *tokenizer.Tokenizer) error {
 	obj := map[string]any{
 		"prompt_ids":    nonNil(res.Prompt),
 		"generated_ids": nonNil(res.Generated),
@@ -441,7 +441,7 @@ func writeRunJSON(res *engine.GenResult, out *tokenOutput, logits bool, lp *logp
 		obj["last_logits"] = res.LastLogits
 	}
 	if lp != nil {
-		obj["logprobs"] = lp.json(tok)
+		obj["logprobs"] = runLogprobs(lp.Records(), tok)
 	}
 	return json.NewEncoder(runIO.out).Encode(obj)
 }
@@ -515,30 +515,6 @@ func warnSkipKernels(w io.Writer, device string) {
 	}
 }
 
-// logprobRecorder wraps --logprobs' sampler and records each drawn token's
-// log-probability under the model's logits (before penalties and
-// temperature) with the top alternatives.
-type logprobRecorder struct {
-	inner engine.Sampler
-	top   int
-	recs  []cpu.StepLogprobs
-}
-
-func (l *logprobRecorder) Greedy() bool { return l.inner.Greedy() }
-
-func (l *logprobRecorder) Sample(logits []float32, history []int32) (int32, error) {
-	id, err := l.inner.Sample(logits, history)
-	if err != nil {
-		return id, err
-	}
-	rec, err := cpu.LogprobsOf(logits, id, l.top)
-	if err != nil {
-		return id, err
-	}
-	l.recs = append(l.recs, rec)
-	return id, nil
-}
-
 // runLogprob is a --logprobs entry in --json's output; token is the id's
 // text where the checkpoint has a tokenizer. -Inf is written -9999.
 type runLogprob struct {
@@ -548,7 +524,9 @@ type runLogprob struct {
 	Top     []runLogprob `json:"top_logprobs,omitempty"`
 }
 
-func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
+// runLogprobs is --logprobs' records (the model's log-probabilities, before
+// penalties and temperature) as --json writes them.
+func runLogprobs(recs []cpu.StepLogprobs, tok *tokenizer.Tokenizer) []runLogprob {
 	entry := func(id int32, lp float64) runLogprob {
 		e := runLogprob{ID: id, Logprob: max(lp, -9999)}
 		if tok != nil {
@@ -557,7 +535,7 @@ func (l *logprobRecorder) json(tok *tokenizer.Tokenizer) []runLogprob {
 		return e
 	}
 	out := []runLogprob{}
-	for _, r := range l.recs {
+	for _, r := range recs {
 		e := entry(r.ID, r.Logprob)
 		for _, a := range r.Top {
 			e.Top = append(e.Top, entry(a.ID, a.Logprob))

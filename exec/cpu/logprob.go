@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 )
 
 // TokenLogprob is a token with its log-probability.
@@ -29,6 +31,57 @@ func LogprobsOf(logits []float32, id int32, top int) (StepLogprobs, error) {
 		return StepLogprobs{}, err
 	}
 	return StepLogprobs{TokenLogprob{id, float64(logits[id]) - lse}, TopLogprobs(logits, top, lse)}, nil
+}
+
+// LogprobSampler wraps a sampler (an engine.Sampler) and records each
+// drawn token's StepLogprobs, with Top alternatives. One goroutine may
+// sample while another takes the records.
+type LogprobSampler struct {
+	Inner interface {
+		Sample(logits []float32, history []int32) (int32, error)
+		Greedy() bool
+	}
+	Top int
+
+	mu   sync.Mutex
+	recs []StepLogprobs
+}
+
+func (l *LogprobSampler) Greedy() bool { return l.Inner.Greedy() }
+
+// Sample draws with Inner and records the drawn token's log-probability.
+func (l *LogprobSampler) Sample(logits []float32, history []int32) (int32, error) {
+	id, err := l.Inner.Sample(logits, history)
+	if err != nil {
+		return id, err
+	}
+	rec, err := LogprobsOf(logits, id, l.Top)
+	if err != nil {
+		return id, err
+	}
+	l.mu.Lock()
+	l.recs = append(l.recs, rec)
+	l.mu.Unlock()
+	return id, nil
+}
+
+// Take removes and returns the oldest record; ok is false if there is none.
+func (l *LogprobSampler) Take() (rec StepLogprobs, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recs) == 0 {
+		return StepLogprobs{}, false
+	}
+	rec = l.recs[0]
+	l.recs = l.recs[1:]
+	return rec, true
+}
+
+// Records returns the records not taken, oldest first.
+func (l *LogprobSampler) Records() []StepLogprobs {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs)
 }
 
 // LogSumExp is log(sum(exp(logits))) in float64. A NaN or +Inf logit, or

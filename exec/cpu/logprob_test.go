@@ -64,3 +64,32 @@ func TestLogprobsOf(t *testing.T) {
 		t.Error("NaN logits accepted")
 	}
 }
+
+func TestLogprobSampler(t *testing.T) {
+	greedy, err := NewSampler(SamplerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &LogprobSampler{Inner: greedy, Top: 1}
+	for _, logits := range [][]float32{{0, 1}, {2, 0}} {
+		if _, err := l.Sample(logits, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := l.Records(); len(r) != 2 || r[0].ID != 1 || r[1].ID != 0 || len(r[0].Top) != 1 || r[0].Top[0].ID != 1 {
+		t.Fatalf("records %+v", r)
+	}
+	if r, ok := l.Take(); !ok || r.ID != 1 {
+		t.Errorf("first take: %+v %v", r, ok)
+	}
+	if r := l.Records(); len(r) != 1 || r[0].ID != 0 {
+		t.Errorf("after a take: %+v", r)
+	}
+	l.Take()
+	if _, ok := l.Take(); ok {
+		t.Error("a take with none left succeeded")
+	}
+	if _, err := l.Sample([]float32{float32(math.NaN())}, nil); err == nil {
+		t.Error("NaN logits recorded")
+	}
+}
